@@ -1,0 +1,43 @@
+"""deep_tile: FP8 GEMM kernels for NVIDIA Hopper with DeepSeek-V3-style fine-grained scaling.
+
+Public API (importing the package starts no CUDA context; submodules load on first use):
+
+- :func:`fp8_gemm` -- ``out = (a * a_scale) @ (b * b_scale).T`` in bf16.
+- :func:`get_tma_aligned_a_scale` -- the zero-copy (column-major, TMA-aligned) a_scale layout.
+- :func:`per_token_cast_to_fp8`, :func:`per_block_cast_to_fp8` -- DeepSeek-V3 FP8 quantisation.
+- :func:`ref_fp8_gemm` -- float64 reference of the product.
+- :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
+- :func:`set_num_sms`, :func:`get_num_sms` -- limit the persistent grid to fewer SMs.
+- :data:`__version__` -- the package version string.
+"""
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "fp8_gemm": "deep_tile.gemm",
+    "get_tma_aligned_a_scale": "deep_tile.gemm",
+    "per_token_cast_to_fp8": "deep_tile.quant",
+    "per_block_cast_to_fp8": "deep_tile.quant",
+    "ref_fp8_gemm": "deep_tile.reference",
+    "get_config": "deep_tile.device",
+    "explain": "deep_tile.device",
+    "set_num_sms": "deep_tile.device",
+    "get_num_sms": "deep_tile.device",
+}
+
+__all__ = sorted(_LAZY) + ["__version__"]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'deep_tile' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -1,0 +1,236 @@
+"""Environment variables: the one place deep_tile reads ``os.environ``.
+
+Every variable is declared once in :data:`REGISTRY` (name, type, default, doc) and parsed at
+call time, so tests can ``monkeypatch.setenv`` and see the effect on the next call. The README's
+``## Environment variables`` table lists the same variables (``tests/test_env.py`` checks).
+
+Types:
+
+- ``bool``: ``1/0``, ``true/false``, ``yes/no``, ``on/off`` (any case); empty or unset means
+  the default (off).
+- ``path``: ``~`` is expanded; empty or unset means the default.
+- ``choice``: one of a fixed set (any case); empty or unset means the default.
+
+A bad value raises ``ValueError`` naming the variable, the allowed values and the value.
+
+This module imports nothing from deep_tile.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+__all__ = [
+    "EnvVar", "REGISTRY", "get", "snapshot", "markdown_table", "subprocess_env",
+    "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
+    "ptxas_check", "dump_asm", "print_configs",
+]
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_TYPES = ("bool", "str", "path", "choice")
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """One declared environment variable.
+
+    Attributes:
+        name: the variable name, e.g. ``DEEP_TILE_CACHE_DIR``.
+        type: ``"bool"``, ``"str"``, ``"path"`` or ``"choice"``.
+        default: the default as shown in the README (a description when it is computed).
+        doc: what the variable does (the README's Effect column).
+        choices: the allowed values of a ``choice`` variable.
+    """
+
+    name: str
+    type: str
+    default: str
+    doc: str
+    choices: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.type not in _TYPES:
+            raise ValueError(f"EnvVar: type must be one of {_TYPES}; got {self.type!r} for {self.name}")
+        if (self.type == "choice") != bool(self.choices):
+            raise ValueError(f"EnvVar: {self.name}: choices are required for, and only for, type 'choice'")
+
+
+_VARS = (
+    EnvVar("DEEP_TILE_CACHE_DIR", "path", "~/.cache/deep_tile",
+           "Directory of the on-disk kernel cache (compiled cubins under `kernels/`)."),
+    EnvVar("DEEP_TILE_DISABLE_CACHE", "bool", "off",
+           "Never read or write the disk cache (nor the in-process memo): compile on every call."),
+    EnvVar("DEEP_TILE_COMPILER", "choice", "`nvrtc` if the NVRTC library loads, else `nvcc`",
+           "Which compiler builds kernels: `nvrtc` (in-process, `cuda.bindings.nvrtc`) or `nvcc`.",
+           choices=("nvrtc", "nvcc")),
+    EnvVar("DEEP_TILE_NVCC", "path",
+           "`nvcc` on PATH, then `$CUDA_HOME/bin/nvcc`, then `/usr/local/cuda/bin/nvcc`",
+           "Path of the nvcc executable used when the compiler is `nvcc`."),
+    EnvVar("DEEP_TILE_DEBUG", "bool", "off",
+           "Log each kernel build to stderr: entry, defines, compiler, seconds, cache hit/miss, command."),
+    EnvVar("DEEP_TILE_PTXAS_CHECK", "bool", "off",
+           "Reject (raise `CompileError`) kernels whose ptxas report shows spills, a nonzero stack "
+           "frame, or warnings C7508/C7511/C7517/C7519."),
+    EnvVar("DEEP_TILE_DUMP_ASM", "bool", "off",
+           "Write `kernel.ptx` (when compiling) and `kernel.sass` (cuobjdump) next to each cached "
+           "`kernel.cubin`; skipped, never fatal, when a tool is missing."),
+    EnvVar("DEEP_TILE_PRINT_CONFIGS", "bool", "off",
+           "Print each new kernel configuration choice (once per distinct problem) to stderr."),
+    EnvVar("CUDA_HOME", "path", "unset",
+           "CUDA toolkit root; `$CUDA_HOME/bin/nvcc` is tried when `DEEP_TILE_NVCC` is unset and "
+           "nvcc is not on PATH."),
+)
+
+#: Every declared variable, by name (insertion order is the README order).
+REGISTRY: Mapping[str, EnvVar] = {v.name: v for v in _VARS}
+
+
+def _raw(name: str) -> str | None:
+    """The stripped raw value of a declared variable, or None when unset or empty."""
+    if name not in REGISTRY:
+        raise ValueError(f"deep_tile.env: {name!r} is not a declared variable; declared: {sorted(REGISTRY)}")
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def _bad(var: EnvVar, allowed: str, value: str) -> ValueError:
+    return ValueError(f"environment variable {var.name} must be {allowed}; got {value!r}")
+
+
+def get(name: str):
+    """Parse the declared variable ``name`` now.
+
+    Returns a ``bool`` for bool variables (False when unset), a ``Path`` for path variables,
+    a lower-case ``str`` for choice variables and a ``str`` for str variables; ``None`` when a
+    non-bool variable is unset or empty (its default is then computed by its accessor).
+
+    Raises:
+        ValueError: ``name`` is not declared, or its value is not allowed.
+    """
+    raw = _raw(name)
+    var = REGISTRY[name]
+    if var.type == "bool":
+        if raw is None:
+            return False
+        low = raw.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise _bad(var, "a boolean (1/0, true/false, yes/no, on/off, or empty)", raw)
+    if raw is None:
+        return None
+    if var.type == "path":
+        return Path(raw).expanduser()
+    if var.type == "choice":
+        if raw.lower() not in var.choices:
+            raise _bad(var, "one of " + ", ".join(var.choices), raw)
+        return raw.lower()
+    return raw
+
+
+def snapshot() -> dict[str, str]:
+    """The raw values of every declared variable that is set (for debug reports)."""
+    return {name: os.environ[name] for name in REGISTRY if name in os.environ}
+
+
+def markdown_table(names: Sequence[str] | None = None) -> str:
+    """The README's ``Variable | Type | Default | Effect`` table for ``names`` (default: all)."""
+    rows = ["| Variable | Type | Default | Effect |", "| --- | --- | --- | --- |"]
+    for name in names or REGISTRY:
+        var = REGISTRY[name]
+        kind = var.type
+        if var.choices:
+            kind += " (" + ", ".join(f"`{c}`" for c in var.choices) + ")"
+        default = var.default if "`" in var.default else f"`{var.default}`"
+        rows.append(f"| `{var.name}` | {kind} | {default} | {var.doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def subprocess_env(prepend_path: Sequence[str | os.PathLike] = ()) -> dict[str, str]:
+    """A copy of the process environment with ``prepend_path`` put in front of ``PATH``."""
+    environ = dict(os.environ)
+    parts = [os.fspath(p) for p in prepend_path]
+    if environ.get("PATH"):
+        parts.append(environ["PATH"])
+    environ["PATH"] = os.pathsep.join(parts)
+    return environ
+
+
+# ---- accessors (read at call time) ----------------------------------------------------------
+# NOTES: the JIT's hot path reads a few of these per kernel call, so the unset case returns
+# after a single os.environ lookup.
+
+def _flag(name: str) -> bool:
+    return bool(os.environ.get(name)) and get(name)
+
+
+def cache_dir() -> Path:
+    """``DEEP_TILE_CACHE_DIR``: the kernel cache root (default ``~/.cache/deep_tile``)."""
+    return get("DEEP_TILE_CACHE_DIR") or Path("~/.cache/deep_tile").expanduser()
+
+
+def disable_cache() -> bool:
+    """``DEEP_TILE_DISABLE_CACHE``: compile on every call, touch no cache."""
+    return _flag("DEEP_TILE_DISABLE_CACHE")
+
+
+def compiler() -> str | None:
+    """``DEEP_TILE_COMPILER``: ``"nvrtc"``, ``"nvcc"``, or None when unset (pick automatically).
+
+    The automatic choice (NVRTC when it loads) lives in ``deep_tile.jit.compiler.default_compiler``.
+    """
+    return get("DEEP_TILE_COMPILER") if os.environ.get("DEEP_TILE_COMPILER") else None
+
+
+def cuda_home() -> Path | None:
+    """``CUDA_HOME``: the CUDA toolkit root, or None when unset."""
+    return get("CUDA_HOME")
+
+
+def nvcc_path() -> str | None:
+    """``DEEP_TILE_NVCC``, else ``nvcc`` on PATH, ``$CUDA_HOME/bin/nvcc``, ``/usr/local/cuda/bin/nvcc``.
+
+    Returns None when none of these exists. An explicit ``DEEP_TILE_NVCC`` is returned as given
+    (expanded) even if it does not exist, so the compile error can name it.
+    """
+    explicit = get("DEEP_TILE_NVCC")
+    if explicit is not None:
+        return str(explicit)
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    candidates = [Path("/usr/local/cuda/bin/nvcc")]
+    home = cuda_home()
+    if home is not None:
+        candidates.insert(0, home / "bin" / "nvcc")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def debug() -> bool:
+    """``DEEP_TILE_DEBUG``: log each kernel build to stderr."""
+    return _flag("DEEP_TILE_DEBUG")
+
+
+def ptxas_check() -> bool:
+    """``DEEP_TILE_PTXAS_CHECK``: reject kernels with spills, stack frames or C75xx warnings."""
+    return _flag("DEEP_TILE_PTXAS_CHECK")
+
+
+def dump_asm() -> bool:
+    """``DEEP_TILE_DUMP_ASM``: write PTX and SASS next to newly cached cubins."""
+    return _flag("DEEP_TILE_DUMP_ASM")
+
+
+def print_configs() -> bool:
+    """``DEEP_TILE_PRINT_CONFIGS``: print each new kernel configuration choice once."""
+    return _flag("DEEP_TILE_PRINT_CONFIGS")

@@ -1,0 +1,152 @@
+"""The public FP8 GEMM: ``out = (a * a_scale) @ (b * b_scale).T`` in bf16 on Hopper.
+
+Path of a call: validate (deep_tile.checks) -> pick a KernelConfig (deep_tile.select, memoised
+per shape) -> get the compiled kernel (deep_tile.kernels) -> build the four tensor maps
+(deep_tile.tma, cached by address) -> launch on the current stream (deep_tile.jit.runtime).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from deep_tile.checks import ceil_div, check_fp8_gemm_args
+from deep_tile.device import get_config, get_num_sms
+from deep_tile.jit.runtime import Kernel, KernelArgs
+from deep_tile.kernels import get_kernel
+from deep_tile.tma import encode_2d
+
+GEMM_ENTRY = "fp8_gemm_sm90"
+"""Kernel entry file (csrc/entry/<name>.cu) of the FP8 GEMM."""
+GEMM_SYMBOL = "deep_tile_fp8_gemm_sm90"
+"""Symbol of the FP8 GEMM kernel in its cubin."""
+
+
+def _align4(m: int) -> int:
+    return (m + 3) // 4 * 4
+
+
+def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
+    """Return `a_scale` [m, g] in the layout the kernel reads without a copy.
+
+    That layout is column-major with the column stride rounded up to a multiple of 4 floats
+    (16 bytes, a TMA requirement): strides ``(1, align4(m))``, i.e. memory ``[g][align4(m)]``.
+    A tensor already in that layout (16-byte aligned) is returned as is; any other layout,
+    row-major included, is copied once into it (one small device copy of m*g floats).
+    """
+    if not isinstance(a_scale, torch.Tensor) or a_scale.dim() != 2:
+        raise ValueError("get_tma_aligned_a_scale: a_scale must be a 2-D tensor of shape (m, ceil(k/128)); "
+                         f"got {getattr(a_scale, 'shape', type(a_scale).__name__)}")
+    m, groups = a_scale.shape
+    pitch = _align4(m)
+    if _is_tma_aligned(a_scale):
+        return a_scale
+    aligned = torch.empty((groups, pitch), dtype=a_scale.dtype, device=a_scale.device).t()[:m]
+    aligned.copy_(a_scale)
+    return aligned
+
+
+def _is_tma_aligned(a_scale: torch.Tensor) -> bool:
+    m, groups = a_scale.shape
+    if m == 0 or groups == 0:
+        return True
+    column_ok = a_scale.stride(0) == 1 or m == 1
+    pitch_ok = groups == 1 or (a_scale.stride(1) % 4 == 0 and a_scale.stride(1) >= m)
+    return column_ok and pitch_ok and a_scale.data_ptr() % 16 == 0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything about a launch that depends only on (m, n, k, num_sms): memoised."""
+
+    config: object
+    kernel: Kernel
+    a_box_rows: int
+    b_box_rows: int
+    d_box_cols: int
+    d_box_rows: int
+    d_swizzle: int
+
+
+_plans: dict = {}
+
+
+def _plan_for_config(config) -> _Plan:
+    kernel = get_kernel(GEMM_ENTRY, config.defines(), GEMM_SYMBOL)
+    multicast_a = config.num_multicast == 2 and config.multicast_on_a
+    multicast_b = config.num_multicast == 2 and not config.multicast_on_a
+    # Epilogue atoms: the widest TMA swizzle span that divides a bf16 row of the tile
+    # (must match Fp8GemmConfig::kStoreSwizzleBytes).
+    bn = config.block_n
+    swizzle = 128 if bn % 64 == 0 else (64 if bn % 32 == 0 else 32)
+    return _Plan(config, kernel,
+                 a_box_rows=config.block_m // (2 if multicast_a else 1),
+                 b_box_rows=bn // (2 if multicast_b else 1),
+                 d_box_cols=swizzle // 2,
+                 d_box_rows=config.block_m // config.num_math_warpgroups,
+                 d_swizzle=swizzle)
+
+
+def _plan(m: int, n: int, k: int, num_sms: int) -> _Plan:
+    key = (m, n, k, num_sms)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan_for_config(get_config(m, n, k, num_sms=num_sms))
+        _plans[key] = plan
+    return plan
+
+
+def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """FP8 GEMM with DeepSeek-V3 fine-grained scaling (NT layout), on an sm_90 GPU.
+
+    ``out[i, j] = bf16( sum_k a[i,k] * a_scale[i, k//128] * b[j,k] * b_scale[j//128, k//128] )``
+    with the 128-wide partial sums accumulated in FP32.
+
+    Args:
+        a: [m, k] float8_e4m3fn, k contiguous, row stride a multiple of 16, 16-byte aligned.
+        a_scale: [m, ceil(k/128)] float32. Zero-copy in the TMA-aligned column-major layout
+            (strides ``(1, align4(m))``, see :func:`get_tma_aligned_a_scale`); any other layout,
+            row-major included, costs one small copy per call.
+        b: [n, k] float8_e4m3fn, k contiguous; n a multiple of 8, k a multiple of 16.
+        b_scale: [ceil(n/128), ceil(k/128)] float32 (copied if not contiguous).
+        out: optional [m, n] bfloat16, n contiguous, row stride a multiple of 8; allocated when
+            None.
+
+    Returns:
+        `out`. m == 0 returns at once. Bad arguments raise TypeError/ValueError before anything
+        is written. The kernel runs on ``torch.cuda.current_stream()`` and can be captured in a
+        CUDA graph.
+    """
+    return _run(a, a_scale, b, b_scale, out, config=None)
+
+
+def _run(a, a_scale, b, b_scale, out, config=None):
+    """fp8_gemm with an optional forced KernelConfig (tests use it to cover every family)."""
+    m, n, k = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
+    device = a.device
+    if out is None:
+        out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
+    if m == 0:
+        return out
+    with torch.cuda.device(device):
+        a_scale = get_tma_aligned_a_scale(a_scale)
+        b_scale = b_scale.contiguous()
+        plan = _plan(m, n, k, get_num_sms()) if config is None else _plan_for_config(config)
+        config = plan.config
+        groups = ceil_div(k, 128)
+        a_scale_pitch = a_scale.stride(1) if groups > 1 else _align4(m)
+        args = KernelArgs([
+            ("tensormap", encode_2d(a.data_ptr(), "uint8", k, m, a.stride(0), 128, plan.a_box_rows, 128)),
+            ("tensormap", encode_2d(b.data_ptr(), "uint8", k, n, b.stride(0), 128, plan.b_box_rows, 128)),
+            ("tensormap", encode_2d(a_scale.data_ptr(), "float32", m, groups, a_scale_pitch * 4,
+                                    config.block_m, 1, 0)),
+            ("tensormap", encode_2d(out.data_ptr(), "bfloat16", n, m, out.stride(0) * 2,
+                                    plan.d_box_cols, plan.d_box_rows, plan.d_swizzle)),
+            ("ptr", b_scale.data_ptr()),
+            ("i32", m), ("i32", n), ("i32", k), ("i32", config.group_size),
+        ])
+        plan.kernel.launch(grid=config.num_sms, block=config.num_threads, smem_bytes=config.smem_bytes,
+                           stream=torch.cuda.current_stream(device).cuda_stream, args=args,
+                           device=device.index, cluster=config.num_multicast)
+    return out

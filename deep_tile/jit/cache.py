@@ -1,0 +1,306 @@
+"""Kernel cache: an in-process memo in front of an on-disk cache of compiled cubins.
+
+``get_cubin(entry_name, defines, kernel_name)`` returns the cubin of ``csrc/entry/<entry_name>.cu``
+built with ``defines``. A repeated call is a dict lookup (no file I/O, no hashing). Otherwise the
+key is the sha256 of: the entry file, every file under ``paths.include_dir()`` (relative paths +
+contents, hashed once per process), the sorted defines, the compiler flags, the compiler name and
+version, and the arch. On disk::
+
+    <DEEP_TILE_CACHE_DIR>/kernels/<key[:2]>/<key>/kernel.cubin
+                                                 /meta.json     (key inputs, cubin sha256, command, log)
+                                                 /kernel.ptx, kernel.sass   (DEEP_TILE_DUMP_ASM only)
+
+An entry is built in a temp dir next to its final place, fsync'ed, then renamed into place, so
+readers see a whole entry or none; when another process published first, its entry is used.
+Entries whose cubin does not match meta.json's sha256 are moved aside and rebuilt, never served.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Mapping
+
+from deep_tile import env
+from deep_tile.errors import CacheError, CompileError
+from deep_tile.jit import compiler as _compiler
+from deep_tile.jit import paths
+
+__all__ = ["FORMAT_VERSION", "get_cubin", "cache_key", "kernels_dir", "cache_stats",
+           "reset_stats", "clear_memo"]
+
+#: Bumped when the on-disk layout or the key recipe changes (old entries are then ignored).
+FORMAT_VERSION = 1
+
+_memo: dict[tuple, bytes] = {}
+_include_digests: dict[str, str] = {}
+_stats: collections.Counter = collections.Counter()
+_key_locks: dict[tuple, threading.Lock] = {}
+_key_locks_guard = threading.Lock()
+_STAT_NAMES = ("memo_hits", "disk_hits", "misses", "compiles", "corrupt")
+
+
+def cache_stats() -> dict[str, int]:
+    """Counters of this process: ``memo_hits``, ``disk_hits``, ``hits`` (both), ``misses``
+    (disk misses that compiled), ``compiles`` (all compiles, cache disabled included) and
+    ``corrupt`` (entries discarded)."""
+    stats = {name: _stats[name] for name in _STAT_NAMES}
+    stats["hits"] = stats["memo_hits"] + stats["disk_hits"]
+    return stats
+
+
+def reset_stats() -> None:
+    """Zero the :func:`cache_stats` counters."""
+    _stats.clear()
+
+
+def clear_memo() -> None:
+    """Forget the in-process memo and the per-process header hashes (the disk cache stays)."""
+    _memo.clear()
+    _include_digests.clear()
+
+
+def kernels_dir() -> Path:
+    """``<DEEP_TILE_CACHE_DIR>/kernels``: where the entries live."""
+    return env.cache_dir() / "kernels"
+
+
+def _debug(message: str) -> None:
+    if env.debug():
+        print(message, file=sys.stderr, flush=True)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _include_digest(include_dir: Path) -> str:
+    """sha256 over every file under ``include_dir`` (sorted relative paths + contents); memoised."""
+    digest = _include_digests.get(str(include_dir))
+    if digest is None:
+        h = hashlib.sha256()
+        for path in sorted(p for p in include_dir.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            h.update(path.relative_to(include_dir).as_posix().encode() + b"\0")
+            h.update(len(data).to_bytes(8, "little") + data)
+        digest = _include_digests[str(include_dir)] = h.hexdigest()
+    return digest
+
+
+def cache_key(entry_source: bytes, include_dir: Path, defines: Mapping[str, int | str | bool],
+              compiler: str) -> tuple[str, dict]:
+    """The cache key (hex sha256) of one build, and the summary of its inputs (kept in meta.json)."""
+    inputs = {
+        "format": FORMAT_VERSION,
+        "entry_sha256": _sha256(entry_source),
+        "include_sha256": _include_digest(Path(include_dir)),
+        "defines": dict(_compiler.normalize_defines(defines)),
+        "flags": list(_compiler.flags(compiler)),
+        "compiler": compiler,
+        "compiler_version": _compiler.compiler_version(compiler),
+        "arch": _compiler.ARCH,
+    }
+    return _sha256(json.dumps(inputs, sort_keys=True).encode()), inputs
+
+
+def get_cubin(entry_name: str, defines: Mapping[str, int | str | bool], kernel_name: str) -> bytes:
+    """The sm_90a cubin of ``csrc/entry/<entry_name>.cu`` built with ``defines``, holding ``kernel_name``.
+
+    Raises:
+        CompileError: the build failed or the ptxas check rejected it.
+        CacheError: the cache directory is not usable (see ``DEEP_TILE_CACHE_DIR``).
+    """
+    compiler = _compiler.default_compiler()
+    frozen = _compiler.normalize_defines(defines)
+    if env.disable_cache():
+        return _compile_uncached(entry_name, frozen, kernel_name, compiler)
+    memo_key = (entry_name, frozen, kernel_name, compiler, env.ptxas_check())
+    cubin = _memo.get(memo_key)
+    if cubin is None:
+        with _key_locks_guard:
+            lock = _key_locks.setdefault(memo_key, threading.Lock())
+        with lock:  # one build per key per process; other threads wait, then hit the memo
+            cubin = _memo.get(memo_key)
+            if cubin is None:
+                cubin = _memo[memo_key] = _load_or_build(entry_name, frozen, kernel_name, compiler)
+                return cubin
+    _stats["memo_hits"] += 1
+    return cubin
+
+
+def _describe(entry_name: str, frozen) -> str:
+    return f"{entry_name} {','.join(f'{k}={v}' for k, v in frozen) or '(no defines)'}"
+
+
+def _compile_uncached(entry_name, frozen, kernel_name, compiler) -> bytes:
+    result = _compiler.compile_cubin(paths.entry_path(entry_name), dict(frozen), kernel_name, compiler)
+    _stats["compiles"] += 1
+    _debug(f"deep_tile: compile {_describe(entry_name, frozen)} with {compiler} in "
+           f"{result.seconds:.2f}s (cache disabled)\ndeep_tile:   command: {result.command}")
+    if env.dump_asm():
+        _debug("deep_tile: DEEP_TILE_DUMP_ASM ignored: DEEP_TILE_DISABLE_CACHE leaves no cache dir to write to")
+    return result.cubin
+
+
+def _load_or_build(entry_name, frozen, kernel_name, compiler) -> bytes:
+    start = time.perf_counter()
+    entry = paths.entry_path(entry_name)
+    include_dir = paths.include_dir()
+    key, inputs = cache_key(entry.read_bytes(), include_dir, dict(frozen), compiler)
+    final = kernels_dir() / key[:2] / key
+    found = _read_entry(final, key)
+    if found is not None:
+        cubin, meta = found
+        _check_hit(final, cubin, meta, kernel_name)
+        _stats["disk_hits"] += 1
+        _debug(f"deep_tile: compile {_describe(entry_name, frozen)} with {compiler} in "
+               f"{time.perf_counter() - start:.2f}s (cache hit: {final})")
+        if env.dump_asm():
+            _dump_asm(final, cubin, "")
+        return cubin
+    _make_dir(final.parent)
+    result = _compiler.compile_cubin(entry, dict(frozen), kernel_name, compiler,
+                                     include_dir=include_dir, want_ptx=env.dump_asm())
+    _stats["compiles"] += 1
+    _stats["misses"] += 1
+    _debug(f"deep_tile: compile {_describe(entry_name, frozen)} with {compiler} in "
+           f"{result.seconds:.2f}s (cache miss)\ndeep_tile:   command: {result.command}")
+    meta = {"key": key, "inputs": inputs, "entry": entry_name, "entry_path": str(entry),
+            "kernel_name": kernel_name, "cubin_sha256": _sha256(result.cubin),
+            "cubin_bytes": len(result.cubin), "compiler": compiler, "command": result.command,
+            "log": result.log, "seconds": round(result.seconds, 3), "created": time.time(),
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return _publish(final, result, meta)
+
+
+def _check_hit(final: Path, cubin: bytes, meta: dict, kernel_name: str) -> None:
+    """A verified entry may still lack this kernel name, or fail the ptxas check."""
+    log, command = meta.get("log", ""), meta.get("command", "")
+    if not _compiler.has_symbol(cubin, kernel_name):
+        raise CompileError(f"cached cubin {final / 'kernel.cubin'} has no kernel symbol {kernel_name!r}",
+                           command=command, log=log, source_path=meta.get("entry_path", ""))
+    if env.ptxas_check():
+        _compiler.check_ptxas(_compiler.CompiledKernel(cubin, log, meta.get("compiler", ""), command, 0.0),
+                              meta.get("entry_path", final))
+
+
+# ---- disk -------------------------------------------------------------------------------------
+
+def _cache_error(path: Path, exc: OSError) -> CacheError:
+    return CacheError(
+        f"deep_tile: the kernel cache directory {env.cache_dir()} is not usable ({path}: {exc}). "
+        "Set DEEP_TILE_CACHE_DIR to a writable directory, or DEEP_TILE_DISABLE_CACHE=1 to compile "
+        "without a disk cache.")
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cache_error(path, exc) from None
+
+
+def _read_entry(final: Path, key: str) -> tuple[bytes, dict] | None:
+    """The verified (cubin, meta) of entry ``final``; None when absent. Bad entries are discarded."""
+    if not final.is_dir():
+        return None
+    try:
+        meta = json.loads((final / "meta.json").read_text())
+        cubin = (final / "kernel.cubin").read_bytes()
+        valid = (isinstance(meta, dict) and meta.get("key") == key and cubin[:4] == b"\x7fELF"
+                 and meta.get("cubin_sha256") == _sha256(cubin))
+    except (OSError, ValueError):
+        valid = False
+    if valid:
+        return cubin, meta
+    _stats["corrupt"] += 1
+    _debug(f"deep_tile: discarding corrupt cache entry {final} (cubin missing or sha256 mismatch)")
+    _discard(final)
+    return None
+
+
+def _discard(final: Path) -> None:
+    aside = final.with_name(f".corrupt-{final.name[:16]}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(final, aside)
+    except FileNotFoundError:
+        return  # another process discarded it first
+    except OSError:
+        aside = final
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _publish(final: Path, result, meta: dict) -> bytes:
+    """Build the entry in a temp dir beside ``final`` and rename it into place."""
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name[:16]}-", dir=final.parent))
+    except OSError as exc:
+        raise _cache_error(final.parent, exc) from None
+    try:
+        _write(staging / "kernel.cubin", result.cubin)
+        if env.dump_asm():
+            _dump_asm(staging, result.cubin, result.ptx)
+        _write(staging / "meta.json", json.dumps(meta, indent=1).encode())
+        _fsync_dir(staging)
+        try:
+            os.rename(staging, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            # Another process published this key first: use its entry.
+            shutil.rmtree(staging, ignore_errors=True)
+            found = _read_entry(final, meta["key"])
+            return found[0] if found is not None else result.cubin
+        _fsync_dir(final.parent)
+        return result.cubin
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise _cache_error(final, exc) from None
+
+
+def _dump_asm(directory: Path, cubin: bytes, ptx: str) -> None:
+    """DEEP_TILE_DUMP_ASM: write missing kernel.ptx / kernel.sass; missing tools only log."""
+    try:
+        if ptx and not (directory / "kernel.ptx").exists():
+            _write(directory / "kernel.ptx", ptx.encode())
+        elif not (directory / "kernel.ptx").exists():
+            _debug(f"deep_tile: no PTX for {directory} (only written when the kernel is compiled)")
+        if not (directory / "kernel.sass").exists():
+            sass = _compiler.disassemble(cubin)
+            if sass is None:
+                _debug("deep_tile: cuobjdump/nvdisasm not found or failed; kernel.sass skipped")
+            else:
+                _write(directory / "kernel.sass", sass.encode())
+    except OSError as exc:
+        _debug(f"deep_tile: DEEP_TILE_DUMP_ASM could not write into {directory}: {exc}")

@@ -1,0 +1,90 @@
+"""Float64 reference of the block-scaled FP8 GEMM, for tests and benchmark checks.
+
+``ref_fp8_gemm`` dequantises both operands in float64 and multiplies them on the operands'
+device, so the only error left is float64 rounding. Memory: one float64 copy of each operand
+(``8 * (M + N) * K`` bytes) plus the float64 output; the scales are applied in place on those
+copies, never through a scale tensor expanded to ``[M, K]``.
+"""
+import torch
+
+_GROUP = 128
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _check(a, a_scale, b, b_scale) -> None:
+    fn = "ref_fp8_gemm"
+    for name, t in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(t).__name__}.")
+        if not t.dtype.is_floating_point:
+            raise TypeError(f"{fn}: {name} must have a floating dtype; got {t.dtype}.")
+        if t.dim() != 2:
+            raise ValueError(f"{fn}: {name} must be 2-D; got shape {tuple(t.shape)}.")
+        if t.device != a.device:
+            raise ValueError(
+                f"{fn}: all tensors must be on one device; a is on {a.device}, {name} on {t.device}."
+            )
+    (m, k), (n, k_b) = a.shape, b.shape
+    if k_b != k:
+        raise ValueError(
+            f"{fn}: b must have shape (n, k) with k = {k} (the k of a of shape {tuple(a.shape)}); "
+            f"got {tuple(b.shape)}."
+        )
+    num_k_blocks = _ceil_div(k, _GROUP)
+    expected = {"a_scale": (m, num_k_blocks), "b_scale": (_ceil_div(n, _GROUP), num_k_blocks)}
+    for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
+        if tuple(t.shape) != expected[name]:
+            operand = "a" if name == "a_scale" else "b"
+            raise ValueError(
+                f"{fn}: {name} must have shape {expected[name]} for a of shape {tuple(a.shape)} "
+                f"and b of shape {tuple(b.shape)} (one scale per "
+                f"{'row and 128 columns' if operand == 'a' else '128x128 block'} of {operand}); "
+                f"got {tuple(t.shape)}."
+            )
+
+
+def _scale_groups_(x: torch.Tensor, row_scales: torch.Tensor) -> torch.Tensor:
+    """In place: ``x[i, j] *= row_scales[i, j // 128]`` (x float64 [R, K], row_scales [R, ceil(K/128)])."""
+    rows, k = x.shape
+    num_full = k // _GROUP
+    if num_full:
+        body = x[:, : num_full * _GROUP].view(rows, num_full, _GROUP)
+        body.mul_(row_scales[:, :num_full].unsqueeze(2))
+    if k % _GROUP:
+        x[:, num_full * _GROUP :].mul_(row_scales[:, num_full : num_full + 1])
+    return x
+
+
+def ref_fp8_gemm(
+    a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor
+) -> torch.Tensor:
+    """Float64 ``(a * a_scale) @ (b * b_scale).T`` with DeepSeek-V3 block scales expanded.
+
+    ``out[i, j] = sum_k a[i, k] * a_scale[i, k // 128] * b[j, k] * b_scale[j // 128, k // 128]``
+    with every operand converted to float64 first.
+
+    Args:
+        a: [M, K] floating tensor (typically float8_e4m3fn), any strides.
+        a_scale: [M, ceil(K/128)] floating tensor, any strides (row-major or the TMA-aligned
+            column-major layout; it is only indexed logically).
+        b: [N, K] floating tensor, any strides.
+        b_scale: [ceil(N/128), ceil(K/128)] floating tensor, any strides.
+
+    Returns:
+        float64 tensor [M, N] on the device of ``a``.
+
+    Raises:
+        TypeError, ValueError: non-tensor or non-floating inputs, wrong ranks or shapes, mixed
+            devices.
+    """
+    _check(a, a_scale, b, b_scale)
+    n = b.shape[0]
+    a64 = a.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    _scale_groups_(a64, a_scale.to(torch.float64))
+    b_row_scales = b_scale.to(torch.float64).repeat_interleave(_GROUP, dim=0)[:n]  # [N, kb]
+    b64 = b.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    _scale_groups_(b64, b_row_scales)
+    return a64 @ b64.t()

@@ -1,0 +1,82 @@
+"""GPU timing in the ANCHORS.md style: CUDA events around one call, L2 flushed, sleep pad, median.
+
+Per timed call, on the current stream: write a 256 MB buffer (evicts L2, 50-60 MB on H100/H200),
+then ``torch.cuda._sleep`` for about ``pad_us`` so the GPU is still busy while the CPU enqueues
+the start event, the call and the end event (host launch latency cannot leak into the time),
+then ``start.record(); fn(); end.record()``. One synchronisation at the end; median over iters.
+"""
+import functools
+import statistics
+
+import torch
+
+FLUSH_BYTES = 256 * 1024 * 1024
+"""Bytes written before every timed call to evict the L2 cache."""
+
+
+@functools.lru_cache(maxsize=None)
+def _sleep_cycles_per_us(device_index: int) -> float:
+    """Measured ``torch.cuda._sleep`` cycles per microsecond on one device (about the SM clock in MHz)."""
+    with torch.cuda.device(device_index):
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles // 10)  # warm up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        elapsed_us = start.elapsed_time(end) * 1e3
+    return cycles / max(elapsed_us, 1.0)
+
+
+def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pad_us: float = 500.0):
+    """Time ``fn()`` (no arguments) on the current CUDA device; return a dict of microseconds.
+
+    Args:
+        fn: callable that enqueues GPU work on the current stream.
+        warmup: untimed calls first (compilation, caches, clocks).
+        iters: timed calls, each bracketed by its own pair of CUDA events.
+        flush_l2: write a 256 MB buffer before each timed call (cold L2, as in ANCHORS.md).
+        pad_us: GPU sleep after the flush, in microseconds (0 disables it).
+
+    Returns:
+        ``{"median_us", "min_us", "max_us", "mean_us", "stdev_us", "iters", "samples_us"}``.
+
+    Raises:
+        RuntimeError: CUDA is not available.
+        ValueError: iters < 1 or warmup < 0.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("bench_gpu: needs a CUDA device; torch.cuda.is_available() is False.")
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"bench_gpu: need iters >= 1 and warmup >= 0; got iters={iters}, warmup={warmup}.")
+    device_index = torch.cuda.current_device()
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    sleep_cycles = int(pad_us * _sleep_cycles_per_us(device_index)) if pad_us > 0 else 0
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for start, end in zip(starts, ends):
+        if flush is not None:
+            flush.zero_()
+        if sleep_cycles:
+            torch.cuda._sleep(sleep_cycles)
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+
+    samples = [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)]
+    return {
+        "median_us": statistics.median(samples),
+        "min_us": min(samples),
+        "max_us": max(samples),
+        "mean_us": statistics.fmean(samples),
+        "stdev_us": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+        "iters": iters,
+        "samples_us": samples,
+    }

@@ -1,0 +1,65 @@
+"""Host-built TMA descriptors (``CUtensorMap``) for 2-D tiles of torch tensors.
+
+Encoding a map costs a driver call and some Python; maps are cached by everything that goes
+into them (address, shape, strides, box, swizzle), so repeated calls on the same buffers --
+weights, or activations from PyTorch's caching allocator -- reuse the 128 bytes.
+"""
+from __future__ import annotations
+
+import ctypes
+from collections import OrderedDict
+from enum import IntEnum
+
+from deep_tile.jit.runtime import check, driver
+
+
+class Swizzle(IntEnum):
+    """Shared-memory swizzle span in bytes (0 = none)."""
+
+    NONE = 0
+    B32 = 32
+    B64 = 64
+    B128 = 128
+
+
+_ELEMENT = {  # dtype name -> (CUtensorMapDataType member, bytes per element)
+    "uint8": ("CU_TENSOR_MAP_DATA_TYPE_UINT8", 1),
+    "bfloat16": ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2),
+    "float32": ("CU_TENSOR_MAP_DATA_TYPE_FLOAT32", 4),
+}
+_SWIZZLE = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
+            64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+_CACHE_CAPACITY = 4096
+_cache: "OrderedDict[tuple, bytes]" = OrderedDict()
+
+
+def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_bytes: int,
+              box_inner: int, box_outer: int, swizzle: int) -> bytes:
+    """The 128 bytes of a 2-D tiled tensor map.
+
+    `inner` is the contiguous dimension (elements), `outer` the rows, `outer_stride_bytes` the
+    row pitch. Out-of-bounds box elements load as zero and are not stored.
+    """
+    key = (address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle)
+    cached = _cache.get(key)
+    if cached is not None:
+        _cache.move_to_end(key)
+        return cached
+    cu = driver()
+    dtype_name, _ = _ELEMENT[element]
+    tensor_map = check(
+        cu.cuTensorMapEncodeTiled(
+            getattr(cu.CUtensorMapDataType, dtype_name), 2, address,
+            [cu.cuuint64_t(inner), cu.cuuint64_t(outer)], [cu.cuuint64_t(outer_stride_bytes)],
+            [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle]),
+            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        f"cuTensorMapEncodeTiled({element}, dims=({inner}, {outer}), row pitch={outer_stride_bytes} B, "
+        f"box=({box_inner}, {box_outer}), swizzle={swizzle})")
+    raw = ctypes.string_at(tensor_map.getPtr(), 128)
+    _cache[key] = raw
+    if len(_cache) > _CACHE_CAPACITY:
+        _cache.popitem(last=False)
+    return raw

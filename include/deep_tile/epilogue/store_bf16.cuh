@@ -1,0 +1,61 @@
+// Epilogue: FP32 results -> bf16 -> shared memory (stmatrix, swizzled, bank-conflict free) ->
+// TMA store. Each consumer warpgroup stores its own kWgM rows, so the two warpgroups never wait
+// for each other.
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/ptx/warpgroup.cuh"
+
+namespace deep_tile {
+
+template <class Cfg, int kNumAccum>
+DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d, const float (&result)[Cfg::kNumSlabs][kNumAccum],
+                               int wg, int thread_in_wg, int m0, int n0, int m, int n) {
+  const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+  const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
+  u8* slab = smem_d + wg * Cfg::kWgM * Cfg::kBlockN * 2;
+
+  // The previous tile's store must have finished reading the staging slab.
+  if (thread_in_wg == 0) ptx::tma_store_wait_read<0>();
+  ptx::named_barrier_sync(barrier_id, 128);
+
+  // Staging layout: kNumAtoms atoms of [kWgM rows x kSwizzle bytes]; inside an atom, 16-byte
+  // chunk c of a row lives at c ^ (bits 7+ of the row's byte offset) -- the TMA swizzle pattern,
+  // which also makes each 8-row stmatrix phase hit 8 distinct bank groups.
+  // NOTES: column block j (even, compile time) and this lane's half h = lane/16 give
+  // atom = j / kChunksPerRow and chunk = (j % kChunksPerRow) | h, so the swizzled chunk is
+  // (j % kChunksPerRow) ^ (h ^ row_swizzle): the only run-time parts are per-thread constants.
+  // Written this way ptxas keeps few address registers alive across the main loop.
+  constexpr int kSwizzle = Cfg::kStoreSwizzleBytes;
+  constexpr int kChunksPerRow = kSwizzle / 16;
+#pragma unroll
+  for (int s = 0; s < Cfg::kNumSlabs; ++s) {
+    const int row = s * 64 + warp_in_wg * 16 + lane % 16;
+    const int lane_xor = (lane / 16) ^ ((row * kSwizzle >> 7) & (kChunksPerRow - 1));
+    u8* row_ptr = slab + row * kSwizzle;
+#pragma unroll
+    for (int j = 0; j < kNumAccum / 4; j += 2) {
+      const int atom = j / kChunksPerRow, chunk = j % kChunksPerRow;
+      const float* r = &result[s][4 * j];
+      ptx::stmatrix_x4(row_ptr + atom * Cfg::kWgM * kSwizzle + ((chunk ^ lane_xor) << 4), ptx::pack_bf16x2(r[0], r[1]),
+                       ptx::pack_bf16x2(r[2], r[3]), ptx::pack_bf16x2(r[4], r[5]), ptx::pack_bf16x2(r[6], r[7]));
+    }
+  }
+  ptx::fence_proxy_async_shared();
+  ptx::named_barrier_sync(barrier_id, 128);
+
+  if (thread_in_wg == 0) {
+    const int row0 = m0 + wg * Cfg::kWgM;
+    if (row0 < m) {
+#pragma unroll
+      for (int atom = 0; atom < Cfg::kNumAtoms; ++atom) {
+        const int col0 = n0 + atom * Cfg::kAtomCols;
+        if (col0 < n) ptx::tma_store_2d(tma_d, slab + atom * Cfg::kWgM * Cfg::kStoreSwizzleBytes, col0, row0);
+      }
+    }
+    ptx::tma_store_commit();
+  }
+}
+
+}  // namespace deep_tile

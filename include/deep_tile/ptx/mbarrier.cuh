@@ -1,0 +1,81 @@
+// mbarrier wrappers (PTX ISA 9.7.13.15 "Parallel Synchronization and Communication
+// Instructions: mbarrier") plus the cluster barrier and shared-address helpers.
+#pragma once
+#include "deep_tile/ptx/address.cuh"
+
+#ifndef DT_WAIT_TIMEOUT_NS
+// A wait longer than this is a bug (wrong phase, wrong tx count): trap instead of hanging the
+// GPU forever. The host then sees "unspecified launch failure".
+#define DT_WAIT_TIMEOUT_NS 10000000000ull
+#endif
+
+namespace deep_tile::ptx {
+
+DT_DEVICE void mbarrier_init(u64* bar, u32 arrive_count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count));
+}
+
+DT_DEVICE bool mbarrier_try_wait(u32 bar_addr, u32 parity) {
+  u32 done;
+  asm volatile(
+      "{\n .reg .pred p;\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar_addr), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+/// Block until the phase with the given parity has completed (traps after DT_WAIT_TIMEOUT_NS).
+DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) {
+  const u32 addr = smem_addr(bar);
+  if (mbarrier_try_wait(addr, parity)) return;
+  const u64 start = global_timer_ns();
+  while (!mbarrier_try_wait(addr, parity)) {
+    if (global_timer_ns() - start > DT_WAIT_TIMEOUT_NS) asm volatile("trap;");
+  }
+}
+
+/// One arrival plus `tx_bytes` expected transaction bytes (producer side of a TMA stage).
+DT_DEVICE void mbarrier_arrive_expect_tx(u64* bar, u32 tx_bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(tx_bytes)
+               : "memory");
+}
+
+DT_DEVICE void mbarrier_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+/// Arrive on the barrier at the same offset in the shared memory of cluster CTA `cta_rank`.
+DT_DEVICE void mbarrier_arrive_cluster(u64* bar, u32 cta_rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n"
+      " mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      "r"(cta_rank)
+      : "memory");
+}
+
+/// Make barrier initialisation visible to the async proxy (TMA) and to the other cluster CTAs.
+DT_DEVICE void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+DT_DEVICE u32 cluster_cta_rank() {
+  u32 rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+/// Full barrier over every thread of every CTA in the cluster.
+DT_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+/// Named barrier `id` (1..15; 0 is __syncthreads) over `num_threads` threads.
+DT_DEVICE void named_barrier_sync(u32 id, u32 num_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+}  // namespace deep_tile::ptx

@@ -1,0 +1,57 @@
+// TMA (bulk tensor copy) wrappers: PTX ISA 9.7.9.25 cp.async.bulk.tensor, cp.async.bulk.commit_group /
+// wait_group, prefetch.tensormap, and the generic<->async proxy fence.
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+
+namespace deep_tile::ptx {
+
+DT_DEVICE void tma_prefetch_descriptor(const TmaDescriptor* desc) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(desc)) : "memory");
+}
+
+/// 2-D tile load into this CTA's shared memory; completes `bytes` on `bar`.
+/// c0 is the innermost (contiguous) coordinate, c1 the row.
+DT_DEVICE void tma_load_2d(void* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+/// 2-D tile load multicast to every CTA in `cta_mask`: data and complete_tx land at the same
+/// shared-memory offsets in each destination CTA.
+DT_DEVICE void tma_load_2d_multicast(void* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1,
+                                     u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+/// 2-D tile store from shared memory; elements outside the tensor are not written.
+DT_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<u64>(desc)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
+DT_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+
+/// Wait until at most N committed store groups of this thread still read shared memory.
+template <int N>
+DT_DEVICE void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+/// Wait until every committed store group of this thread has fully completed.
+DT_DEVICE void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+/// Order this thread's generic-proxy shared-memory writes before later async-proxy reads
+/// (TMA store, wgmma) and vice versa.
+DT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+}  // namespace deep_tile::ptx

@@ -1,0 +1,35 @@
+// Warpgroup-level register reconfiguration (PTX ISA 9.7.18.1 setmaxnreg), stmatrix (9.7.14.5.16)
+// and packing conversions used by the epilogue.
+#pragma once
+#include "deep_tile/ptx/address.cuh"
+
+namespace deep_tile::ptx {
+
+/// Release registers down to N per thread (producer warpgroup). N in [24, 256], multiple of 8.
+template <int N>
+DT_DEVICE void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+/// Request registers up to N per thread (consumer warpgroups).
+template <int N>
+DT_DEVICE void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+/// Two floats -> packed bf16x2 (round to nearest even); `lo` lands in the low half (lower address).
+DT_DEVICE u32 pack_bf16x2(float lo, float hi) {
+  u32 packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+/// Store four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, and
+/// register ri holds this thread's two elements of matrix i (row lane/4, columns 2*(lane%4)+{0,1}).
+DT_DEVICE void stmatrix_x4(void* row_addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+  asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr(row_addr)),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+}  // namespace deep_tile::ptx

@@ -1,0 +1,63 @@
+"""Shared pytest setup: GPU/nvcc markers that skip cleanly, and isolated GPU runs.
+
+GPU checks run in a child Python process under a timeout (see `run_gpu_cases`): a kernel that
+traps or hangs poisons its whole CUDA context, so it must fail one test, not the session.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def has_sm90() -> bool:
+    """True when a CUDA device of compute capability 9.0 is visible."""
+    try:
+        import torch
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
+    except Exception:  # pragma: no cover - broken CUDA install
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs an sm_90 (Hopper) GPU")
+    nvcc_path = os.environ.get("DEEP_TILE_NVCC") or shutil.which("nvcc")
+    skip_nvcc = pytest.mark.skip(reason="needs nvcc (PATH or DEEP_TILE_NVCC)")
+    gpu_ok = None
+    for item in items:
+        if "gpu" in item.keywords:
+            if gpu_ok is None:
+                gpu_ok = has_sm90()
+            if not gpu_ok:
+                item.add_marker(skip_gpu)
+        if "nvcc" in item.keywords and not nvcc_path:
+            item.add_marker(skip_nvcc)
+
+
+def run_gpu_cases(function: str, cases: list, timeout: float = 600.0) -> list[dict]:
+    """Run `tests/gpu_cases.py::<function>(**case)` for each case in one child process.
+
+    Returns one result dict per case. A child that crashes or times out fails the calling test
+    with the cases it completed and the tail of its output.
+    """
+    payload = json.dumps({"function": function, "cases": cases})
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu_cases.py")], input=payload,
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"")
+        out = out.decode() if isinstance(out, bytes) else out
+        pytest.fail(f"{function}: child timed out after {timeout:.0f}s (hang?); output:\n{out[-4000:]}")
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or len(results) != len(cases):
+        pytest.fail(f"{function}: child exited {proc.returncode} after {len(results)}/{len(cases)} cases\n"
+                    f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return results

@@ -1,0 +1,121 @@
+"""GPU checks run in a child process by tests/conftest.py::run_gpu_cases.
+
+Reads {"function": name, "cases": [kwargs, ...]} as JSON on stdin, calls the named function for
+each case and prints one ``RESULT {json}`` line per case. Every check draws fresh random data,
+poisons the output with NaN before the run, and compares against the float64 reference.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+import deep_tile
+from deep_tile.gemm import _run
+from deep_tile.select.config import KernelConfig
+from deep_tile.testing.data import make_fp8_problem
+from deep_tile.testing.numeric import calc_diff, max_rel_error
+
+DEVICE = "cuda"
+
+
+def _metrics(out: torch.Tensor, ref: torch.Tensor) -> dict:
+    valid = out[:, : ref.shape[1]]
+    return {
+        "nan": int(torch.isnan(valid).sum().item()),
+        "diff": calc_diff(valid.double(), ref) if ref.numel() else 0.0,
+        "rel": max_rel_error(valid.double(), ref) if ref.numel() else 0.0,
+    }
+
+
+def _poisoned_out(m: int, n: int, row_stride: int | None = None) -> torch.Tensor:
+    stride = row_stride or n
+    storage = torch.full((m, stride), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    return storage[:, :n]
+
+
+def gemm(m: int, n: int, k: int, layout: str = "tma", config: dict | None = None, row_stride: int | None = None,
+         seed: int = 0, compare_cublas: bool = True) -> dict:
+    """One fp8_gemm (optionally with a forced config) against the float64 reference."""
+    a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout=layout)
+    forced = KernelConfig(**config) if config else None
+    out = _poisoned_out(m, n, row_stride)
+    _run(a, a_scale, b, b_scale, out, config=forced)
+    torch.cuda.synchronize()
+    ref = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
+    result = {"m": m, "n": n, "k": k, "config": config, **_metrics(out, ref)}
+    # Repeated runs must be bitwise identical (no races, no order-dependent accumulation).
+    again = _poisoned_out(m, n, row_stride)
+    _run(a, a_scale, b, b_scale, again, config=forced)
+    torch.cuda.synchronize()
+    result["bitwise_repeat"] = bool(torch.equal(out.view(torch.int16), again.view(torch.int16)))
+    if row_stride:  # the padding columns must be untouched (still NaN)
+        full = out.as_strided((m, row_stride), (row_stride, 1))
+        result["padding_untouched"] = bool(torch.isnan(full[:, n:]).all().item())
+    if compare_cublas and m % 4 == 0 and n % 128 == 0 and k % 128 == 0:
+        try:
+            cublas = torch._scaled_mm(a, b.t(), scale_a=a_scale.t().contiguous().t(),
+                                      scale_b=b_scale.contiguous().t(), out_dtype=torch.bfloat16)
+            result["diff_vs_cublas"] = calc_diff(out.double(), cublas.double())
+        except Exception as exc:  # cuBLAS refuses some shapes; recorded, not a failure
+            result["cublas_error"] = f"{type(exc).__name__}: {exc}"[:200]
+    return result
+
+
+def gemm_stream_and_graph(m: int, n: int, k: int, seed: int = 0) -> dict:
+    """Launch on a non-default stream, then capture in a CUDA graph and replay with new data."""
+    a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout="tma")
+    stream = torch.cuda.Stream()
+    out = _poisoned_out(m, n)
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, out)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    stream_metrics = _metrics(out, deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale))
+
+    graph = torch.cuda.CUDAGraph()
+    graph_out = _poisoned_out(m, n)
+    with torch.cuda.stream(stream):  # warm-up outside capture (compiles, loads, encodes maps)
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, graph_out)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, graph_out)
+    a2, a_scale2, b2, b_scale2 = make_fp8_problem(m, n, k, DEVICE, seed=seed + 1, a_scale_layout="tma")
+    a.copy_(a2), a_scale.copy_(a_scale2), b.copy_(b2), b_scale.copy_(b_scale2)
+    graph_out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    graph_metrics = _metrics(graph_out, deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale))
+    return {"m": m, "n": n, "k": k, "stream": stream_metrics, "graph": graph_metrics}
+
+
+def bad_input_leaves_out_untouched(case: str) -> dict:
+    """A rejected call raises before writing anything to `out`."""
+    a, a_scale, b, b_scale = make_fp8_problem(256, 256, 256, DEVICE, seed=3)
+    out = _poisoned_out(256, 256)
+    if case == "b_scale_shape":
+        b_scale = b_scale[:, :1]
+    elif case == "a_dtype":
+        a = a.to(torch.bfloat16)
+    elif case == "cpu_b":
+        b = b.cpu()
+    try:
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, out)
+        raised = "none"
+    except (TypeError, ValueError) as exc:
+        raised = f"{type(exc).__name__}: {exc}"
+    torch.cuda.synchronize()
+    return {"case": case, "raised": raised, "out_all_nan": bool(torch.isnan(out).all().item())}
+
+
+def main() -> None:
+    spec = json.loads(sys.stdin.read())
+    function = globals()[spec["function"]]
+    for case in spec["cases"]:
+        print("RESULT " + json.dumps(function(**case)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

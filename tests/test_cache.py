@@ -1,0 +1,263 @@
+"""deep_tile.jit.cache: memo, disk entries, keys, corruption, permissions, concurrent writers."""
+import builtins
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from deep_tile import env
+from deep_tile.errors import CacheError, CompileError
+from deep_tile.jit import cache, compiler, paths
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+AVAILABLE = compiler.available_compilers()
+TINY = ("tiny", {"DT_SCALE": 3}, "dt_tiny")
+
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="neither NVRTC nor nvcc is available")
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """A private copy of tests/data (include + csrc) and an empty cache dir; memo and stats reset."""
+    for name in env.REGISTRY:
+        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # kept failing sources land here
+    shutil.copytree(DATA, tmp_path / "data")
+    monkeypatch.setattr(paths, "include_dir", lambda: tmp_path / "data" / "include")
+    monkeypatch.setattr(paths, "csrc_dir", lambda: tmp_path / "data" / "csrc")
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DEEP_TILE_COMPILER", AVAILABLE[0])
+    cache.clear_memo()
+    cache.reset_stats()
+    yield tmp_path
+    cache.clear_memo()
+
+
+def entries(tmp_path) -> list[Path]:
+    """Published entry directories (no temp or discarded ones)."""
+    root = tmp_path / "cache" / "kernels"
+    return sorted(p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith("."))
+
+
+def test_miss_then_memo_hit_then_disk_hit(tree):
+    cubin = cache.get_cubin(*TINY)
+    assert compiler.has_symbol(cubin, "dt_tiny")
+    assert cache.cache_stats() == {"memo_hits": 0, "disk_hits": 0, "misses": 1, "compiles": 1,
+                                "corrupt": 0, "hits": 0}
+    assert cache.get_cubin(*TINY) is cubin
+    assert cache.cache_stats()["memo_hits"] == 1
+    cache.clear_memo()
+    assert cache.get_cubin(*TINY) == cubin
+    stats = cache.cache_stats()
+    assert stats["disk_hits"] == 1 and stats["compiles"] == 1 and stats["hits"] == 2
+    [entry] = entries(tree)
+    assert entry.parent.name == entry.name[:2] and len(entry.name) == 64
+    assert (entry / "kernel.cubin").read_bytes() == cubin
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["key"] == entry.name and meta["cubin_sha256"] == hashlib.sha256(cubin).hexdigest()
+    assert meta["compiler"] == AVAILABLE[0] and "sm_90a" in meta["command"]
+    assert "dt_tiny" in meta["log"] and meta["inputs"]["defines"] == {"DT_SCALE": "3"}
+    assert meta["inputs"]["arch"] == "sm_90a" and meta["created"] > 0
+
+
+def test_memo_hit_does_no_file_io_and_no_hashing(tree, monkeypatch):
+    cubin = cache.get_cubin(*TINY)
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("file I/O or hashing on a memo hit")
+
+    with monkeypatch.context() as m:
+        for owner, name in [(builtins, "open"), (io, "open"), (os, "stat"), (os, "open"),
+                            (os, "listdir"), (os, "scandir"), (hashlib, "sha256")]:
+            m.setattr(owner, name, forbidden)
+        for name in ["read_bytes", "read_text", "open", "stat", "exists", "is_dir", "is_file", "rglob"]:
+            m.setattr(Path, name, forbidden)
+        assert cache.get_cubin(*TINY) is cubin
+        assert cache.get_cubin("tiny", {"DT_SCALE": 3}, "dt_tiny") is cubin
+    assert cache.cache_stats()["memo_hits"] == 2
+
+
+def test_key_changes_with_defines_and_headers(tree):
+    first = cache.get_cubin(*TINY)
+    cache.get_cubin("tiny", {"DT_SCALE": 4}, "dt_tiny")
+    assert len(entries(tree)) == 2
+    header = tree / "data" / "include" / "dt_test" / "scale.cuh"
+    header.write_text(header.read_text().replace("x * scale + 1", "x * scale + 2"))
+    cache.clear_memo()  # header hashes are taken once per process
+    changed = cache.get_cubin(*TINY)
+    assert changed != first and len(entries(tree)) == 3
+    (tree / "data" / "include" / "dt_test" / "new.cuh").write_text("// a new, unused header\n")
+    cache.clear_memo()
+    cache.get_cubin(*TINY)
+    assert len(entries(tree)) == 4 and cache.cache_stats()["compiles"] == 4
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete_cubin", "bad_meta", "flip_byte"])
+def test_corrupt_entry_is_rebuilt(tree, damage):
+    good = cache.get_cubin(*TINY)
+    [entry] = entries(tree)
+    cubin_file, meta_file = entry / "kernel.cubin", entry / "meta.json"
+    if damage == "truncate":
+        cubin_file.write_bytes(good[: len(good) // 2])
+    elif damage == "delete_cubin":
+        cubin_file.unlink()
+    elif damage == "bad_meta":
+        meta_file.write_text("{not json")
+    else:
+        cubin_file.write_bytes(good[:100] + bytes([good[100] ^ 1]) + good[101:])
+    cache.clear_memo()
+    assert cache.get_cubin(*TINY) == good
+    stats = cache.cache_stats()
+    assert stats["corrupt"] == 1 and stats["compiles"] == 2 and stats["disk_hits"] == 0
+    [entry_again] = entries(tree)
+    assert (entry_again / "kernel.cubin").read_bytes() == good
+    assert not [p for p in entry.parent.iterdir() if p.name.startswith(".")]  # nothing left aside
+    cache.clear_memo()
+    cache.get_cubin(*TINY)
+    assert cache.cache_stats()["disk_hits"] == 1
+
+
+def test_unusable_cache_dir_raises_cache_error(tree, monkeypatch):
+    blocker = tree / "file.txt"
+    blocker.write_text("a regular file, so even root cannot create a directory below it")
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(blocker / "sub"))
+    with pytest.raises(CacheError) as info:
+        cache.get_cubin(*TINY)
+    assert "DEEP_TILE_CACHE_DIR" in str(info.value) and "DEEP_TILE_DISABLE_CACHE" in str(info.value)
+    assert str(blocker / "sub") in str(info.value)
+    assert cache.cache_stats()["compiles"] == 0  # failed before compiling
+
+
+def test_disable_cache_compiles_every_time_and_writes_nothing(tree, monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_DISABLE_CACHE", "1")
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tree / "file.txt" / "sub"))  # would fail if used
+    (tree / "file.txt").write_text("x")
+    first = cache.get_cubin(*TINY)
+    second = cache.get_cubin(*TINY)
+    assert compiler.has_symbol(first, "dt_tiny") and compiler.has_symbol(second, "dt_tiny")
+    stats = cache.cache_stats()
+    assert stats["compiles"] == 2 and stats["hits"] == 0 and stats["misses"] == 0
+    assert not (tree / "cache").exists()
+
+
+def test_debug_log_reports_miss_and_hit(tree, monkeypatch, capsys):
+    monkeypatch.setenv("DEEP_TILE_DEBUG", "1")
+    cache.get_cubin(*TINY)
+    cache.clear_memo()
+    cache.get_cubin(*TINY)
+    err = capsys.readouterr().err
+    compiler_name = AVAILABLE[0]
+    assert f"deep_tile: compile tiny DT_SCALE=3 with {compiler_name} in " in err
+    assert "s (cache miss)" in err and "(cache hit" in err and "command: " in err
+
+
+def test_dump_asm_writes_ptx_and_sass(tree, monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_DUMP_ASM", "1")
+    cache.get_cubin(*TINY)
+    [entry] = entries(tree)
+    assert ".target sm_90a" in (entry / "kernel.ptx").read_text()
+    if compiler.find_tool("cuobjdump") is None:
+        assert not (entry / "kernel.sass").exists()
+    else:
+        assert "dt_tiny" in (entry / "kernel.sass").read_text()
+
+
+def test_dump_asm_without_tools_does_not_fail(tree, monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_DUMP_ASM", "1")
+    monkeypatch.setattr(compiler, "find_tool", lambda name: None)
+    assert compiler.has_symbol(cache.get_cubin(*TINY), "dt_tiny")
+    [entry] = entries(tree)
+    assert not (entry / "kernel.sass").exists()
+
+
+def test_ptxas_check_applies_to_cached_entries(tree, monkeypatch):
+    cache.get_cubin("spill", {}, "dt_spill")  # check off: cached
+    monkeypatch.setenv("DEEP_TILE_PTXAS_CHECK", "1")
+    with pytest.raises(CompileError, match="stack frame"):
+        cache.get_cubin("spill", {}, "dt_spill")  # memo key includes the check; disk hit rejected
+    assert cache.get_cubin(*TINY)
+
+
+def test_cached_cubin_without_the_kernel_name_is_an_error(tree):
+    cache.get_cubin(*TINY)
+    cache.clear_memo()
+    with pytest.raises(CompileError, match="cached cubin .* has no kernel symbol 'dt_other'"):
+        cache.get_cubin("tiny", {"DT_SCALE": 3}, "dt_other")
+
+
+def test_compile_errors_propagate_and_are_not_cached(tree):
+    with pytest.raises(CompileError, match="DT_SCALE must be defined"):
+        cache.get_cubin("tiny", {}, "dt_tiny")
+    with pytest.raises(CompileError):
+        cache.get_cubin("tiny", {}, "dt_tiny")
+    assert cache.cache_stats()["compiles"] == 0 and entries(tree) == []
+    with pytest.raises(FileNotFoundError, match="'missing'"):
+        cache.get_cubin("missing", {}, "dt_tiny")
+    with pytest.raises(ValueError, match="C identifiers"):
+        cache.get_cubin("tiny", {"bad name": 1}, "dt_tiny")
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif("nvcc" not in AVAILABLE, reason="nvcc not found")
+def test_compiler_is_part_of_the_key(tree, monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_COMPILER", "nvcc")
+    cache.get_cubin(*TINY)
+    if "nvrtc" in AVAILABLE:
+        monkeypatch.setenv("DEEP_TILE_COMPILER", "nvrtc")
+        cache.get_cubin(*TINY)
+    assert len(entries(tree)) == len(AVAILABLE) and cache.cache_stats()["compiles"] == len(AVAILABLE)
+
+
+CHILD = r"""
+import hashlib, os, sys, time
+from pathlib import Path
+gate, ready, inc, csrc = sys.argv[1:5]
+from deep_tile.jit import cache, compiler, paths
+compiler.compiler_version(compiler.default_compiler())  # load the compiler before the race
+paths.include_dir = lambda: Path(inc)
+paths.csrc_dir = lambda: Path(csrc)
+Path(ready).touch()
+while not os.path.exists(gate):
+    time.sleep(0.002)
+cubin = cache.get_cubin("tiny", {"DT_SCALE": 5}, "dt_tiny")
+print(hashlib.sha256(cubin).hexdigest(), cache.cache_stats()["compiles"])
+"""
+
+
+def test_concurrent_processes_publish_one_entry(tree):
+    num_procs = 8
+    child_env = env.subprocess_env()
+    child_env.update({"DEEP_TILE_CACHE_DIR": str(tree / "cache"), "DEEP_TILE_COMPILER": AVAILABLE[0],
+                      "PYTHONPATH": os.pathsep.join([str(ROOT), child_env.get("PYTHONPATH", "")])})
+    gate = tree / "gate"
+    data = tree / "data"
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(gate), str(tree / f"ready{i}"),
+                               str(data / "include"), str(data / "csrc")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
+             for i in range(num_procs)]
+    deadline = time.monotonic() + 120
+    while sum((tree / f"ready{i}").exists() for i in range(num_procs)) < num_procs:
+        if time.monotonic() > deadline or any(p.poll() not in (None, 0) for p in procs):
+            break
+        time.sleep(0.01)
+    gate.touch()
+    results = [p.communicate(timeout=180) for p in procs]
+    for proc, (out, err) in zip(procs, results):
+        assert proc.returncode == 0, err
+    [entry] = entries(tree)
+    published = hashlib.sha256((entry / "kernel.cubin").read_bytes()).hexdigest()
+    digests = {out.split()[0] for out, _ in results}
+    assert digests == {published}
+    assert sum(int(out.split()[1]) for out, _ in results) >= 1
+    leftovers = [p for p in entry.parent.iterdir() if p.name.startswith(".")]
+    assert not leftovers, leftovers

@@ -1,0 +1,102 @@
+"""GPU correctness of deep_tile.fp8_gemm (marker `gpu`; skipped without an sm_90 GPU).
+
+Each test runs its cases in a child process under a timeout (conftest.run_gpu_cases). Pass
+criteria per case: no NaN left in the (NaN-poisoned) output, calc_diff < 1e-3 and
+max|out - ref| / max|ref| < 1e-2 against the float64 dequantised reference, bitwise-identical
+repeated runs, and agreement with cuBLAS blockwise where torch._scaled_mm supports the shape.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from conftest import run_gpu_cases
+from deep_tile.testing.shapes import EDGE_K, EDGE_M, EDGE_N, MODEL_SHAPES
+
+pytestmark = pytest.mark.gpu
+
+DIFF_TOL, REL_TOL = 1e-3, 1e-2
+
+
+def _failures(results: list[dict]) -> list[str]:
+    bad = []
+    for r in results:
+        problems = []
+        if r["nan"]:
+            problems.append(f"{r['nan']} NaN (unwritten or non-finite)")
+        if not r["diff"] < DIFF_TOL:
+            problems.append(f"calc_diff {r['diff']:.2e}")
+        if not r["rel"] < REL_TOL:
+            problems.append(f"max rel err {r['rel']:.2e}")
+        if not r.get("bitwise_repeat", True):
+            problems.append("repeat not bitwise identical")
+        if not r.get("padding_untouched", True):
+            problems.append("wrote past n into the row padding")
+        if "diff_vs_cublas" in r and not r["diff_vs_cublas"] < DIFF_TOL:
+            problems.append(f"calc_diff vs cuBLAS {r['diff_vs_cublas']:.2e}")
+        if problems:
+            bad.append(f"m={r['m']} n={r['n']} k={r['k']} config={r.get('config')}: " + "; ".join(problems))
+    return bad
+
+
+def _check(results: list[dict]) -> None:
+    bad = _failures(results)
+    assert not bad, f"{len(bad)}/{len(results)} cases failed:\n" + "\n".join(bad)
+
+
+def test_model_shapes():
+    _check(run_gpu_cases("gemm", [dict(m=m, n=n, k=k, seed=i) for i, (m, n, k) in enumerate(MODEL_SHAPES)]))
+
+
+def test_edge_shapes():
+    cases = [dict(m=m, n=n, k=k, seed=i)
+             for i, (m, n, k) in enumerate(itertools.product(EDGE_M, EDGE_N, EDGE_K))]
+    _check(run_gpu_cases("gemm", cases))
+
+
+def _family_cases():
+    # Every family the kernel supports: block_m 64/128/256, multicast off / on A / on B, block_n
+    # that straddles b_scale blocks (144, 160, 48, 112), odd tails in m, n and k.
+    families = [
+        dict(block_m=64, block_n=16, num_stages=8), dict(block_m=64, block_n=144, num_stages=6),
+        dict(block_m=64, block_n=48, num_stages=8, num_multicast=2, multicast_on_a=True),
+        dict(block_m=128, block_n=128, num_stages=5), dict(block_m=128, block_n=112, num_stages=6),
+        dict(block_m=128, block_n=160, num_stages=5, num_multicast=2, multicast_on_a=True),
+        dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False),
+        dict(block_m=256, block_n=64, num_stages=4), dict(block_m=256, block_n=48, num_stages=4, num_multicast=2,
+                                                           multicast_on_a=False),
+    ]
+    shapes = [(1000, 2112, 7168), (4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536)]
+    cases = []
+    for i, (family, (m, n, k)) in enumerate(itertools.product(families, shapes)):
+        for num_sms in (132, 30):
+            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict(family, num_sms=num_sms, group_size=8)))
+    return cases
+
+
+def test_every_config_family():
+    _check(run_gpu_cases("gemm", _family_cases()))
+
+
+def test_layouts_row_major_scale_and_padded_out():
+    cases = [dict(m=m, n=n, k=k, layout="row", row_stride=row_stride, seed=i)
+             for i, (m, n, k, row_stride) in enumerate([(129, 2112, 7168, 2112 + 64), (4096, 4096, 7168, None),
+                                                        (7, 24, 144, 32), (1000, 136, 16, 200)])]
+    _check(run_gpu_cases("gemm", cases))
+
+
+def test_non_default_stream_and_cuda_graph():
+    results = run_gpu_cases("gemm_stream_and_graph", [dict(m=128, n=2112, k=7168), dict(m=4097, n=136, k=144)])
+    for r in results:
+        for what in ("stream", "graph"):
+            metrics = r[what]
+            assert metrics["nan"] == 0 and metrics["diff"] < DIFF_TOL and metrics["rel"] < REL_TOL, (what, r)
+
+
+def test_bad_input_raises_before_writing():
+    results = run_gpu_cases("bad_input_leaves_out_untouched",
+                            [dict(case="b_scale_shape"), dict(case="a_dtype"), dict(case="cpu_b")])
+    for r in results:
+        assert r["raised"] != "none", r
+        assert r["out_all_nan"], r
