@@ -71,8 +71,8 @@ class _Plan:
 _plans: dict = {}
 
 
-def _plan_for_config(config) -> _Plan:
-    kernel = get_kernel(GEMM_ENTRY, config.defines(), GEMM_SYMBOL)
+def _plan_for_config(config, extra_defines=None) -> _Plan:
+    kernel = get_kernel(GEMM_ENTRY, {**config.defines(), **(extra_defines or {})}, GEMM_SYMBOL)
     multicast_a = config.num_multicast == 2 and config.multicast_on_a
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     # Epilogue atoms: the widest TMA swizzle span that divides a bf16 row of the tile
@@ -121,8 +121,9 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
     return _run(a, a_scale, b, b_scale, out, config=None)
 
 
-def _run(a, a_scale, b, b_scale, out, config=None):
-    """fp8_gemm with an optional forced KernelConfig (tests use it to cover every family)."""
+def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
+    """fp8_gemm with an optional forced KernelConfig and extra compile-time defines (tests and
+    tuning sweeps use them to cover every family and variant)."""
     m, n, k = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
     device = a.device
     if out is None:
@@ -132,7 +133,10 @@ def _run(a, a_scale, b, b_scale, out, config=None):
     with torch.cuda.device(device):
         a_scale = get_tma_aligned_a_scale(a_scale)
         b_scale = b_scale.contiguous()
-        plan = _plan(m, n, k, get_num_sms()) if config is None else _plan_for_config(config)
+        if config is None and not extra_defines:
+            plan = _plan(m, n, k, get_num_sms())
+        else:
+            plan = _plan_for_config(config or get_config(m, n, k, num_sms=get_num_sms()), extra_defines)
         config = plan.config
         groups = ceil_div(k, 128)
         a_scale_pitch = a_scale.stride(1) if groups > 1 else _align4(m)

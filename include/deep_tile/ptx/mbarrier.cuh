@@ -3,6 +3,9 @@
 #pragma once
 #include "deep_tile/ptx/address.cuh"
 
+#ifndef DT_WATCHDOG
+#define DT_WATCHDOG 1
+#endif
 #ifndef DT_WAIT_TIMEOUT_NS
 // A wait longer than this is a bug (wrong phase, wrong tx count): trap instead of hanging the
 // GPU forever. The host then sees "unspecified launch failure".
@@ -31,10 +34,15 @@ DT_DEVICE bool mbarrier_try_wait(u32 bar_addr, u32 parity) {
 DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) {
   const u32 addr = smem_addr(bar);
   if (mbarrier_try_wait(addr, parity)) return;
+#if DT_WATCHDOG
   const u64 start = global_timer_ns();
   while (!mbarrier_try_wait(addr, parity)) {
     if (global_timer_ns() - start > DT_WAIT_TIMEOUT_NS) asm volatile("trap;");
   }
+#else
+  while (!mbarrier_try_wait(addr, parity)) {
+  }
+#endif
 }
 
 /// One arrival plus `tx_bytes` expected transaction bytes (producer side of a TMA stage).
