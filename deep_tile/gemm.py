@@ -6,12 +6,14 @@ per shape) -> get the compiled kernel (deep_tile.kernels) -> build the four tens
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from deep_tile.checks import ceil_div, check_fp8_gemm_args
 from deep_tile.device import get_config, get_num_sms
+from deep_tile.errors import UnsupportedProblemError
 from deep_tile.jit.runtime import Kernel, KernelArgs
 from deep_tile.kernels import get_kernel
 from deep_tile.tma import encode_2d
@@ -71,8 +73,21 @@ class _Plan:
 _plans: dict = {}
 
 
+def _fit_clusters(config, kernel: Kernel):
+    """Shrink a multicast config's grid to the clusters that can be resident at once."""
+    if config.num_multicast == 1:
+        return config
+    device = torch.cuda.current_device()
+    clusters = kernel.max_active_clusters(device, config.num_threads, config.smem_bytes, config.num_multicast)
+    limit = clusters * config.num_multicast
+    if limit < 2:
+        raise UnsupportedProblemError(f"fp8_gemm: no 2-CTA cluster of config {config.label} fits on device {device}")
+    return config if config.num_sms <= limit else dataclasses.replace(config, num_sms=limit)
+
+
 def _plan_for_config(config, extra_defines=None) -> _Plan:
     kernel = get_kernel(GEMM_ENTRY, {**config.defines(), **(extra_defines or {})}, GEMM_SYMBOL)
+    config = _fit_clusters(config, kernel)
     multicast_a = config.num_multicast == 2 and config.multicast_on_a
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     # Epilogue atoms: the widest TMA swizzle span that divides a bf16 row of the tile

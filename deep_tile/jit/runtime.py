@@ -92,10 +92,27 @@ class Kernel:
                   f"cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={smem_bytes}) for {self.name}")
             self._smem_limit_set[device] = smem_bytes
 
-    def launch(self, *, grid: int | tuple, block: int, smem_bytes: int, stream: int, args: KernelArgs,
-               device: int, cluster: int = 1) -> None:
-        """Launch on `stream` (a raw ``cudaStream_t`` as int) of device ordinal `device`."""
+    def max_active_clusters(self, device: int, block: int, smem_bytes: int, cluster: int) -> int:
+        """How many clusters of `cluster` CTAs can be resident at once on `device`.
+
+        NOTES: with clusters a persistent grid of one CTA per SM may not fit in one wave: a GPC
+        with an odd number of usable SMs leaves one idle for 2-CTA clusters. A grid larger than
+        this runs its last clusters in a second wave, doubling the kernel time.
+        """
+        key = ("clusters", device, block, smem_bytes, cluster)
+        cached = self._smem_limit_set.get(key)
+        if cached is not None:
+            return cached
         self._ensure_smem_limit(device, smem_bytes)
+        function = check(_cu.cuKernelGetFunction(self.handle), f"cuKernelGetFunction({self.name})")
+        config = self._config(cluster, block, smem_bytes, 0, cluster)
+        count = int(check(_cu.cuOccupancyMaxActiveClusters(function, config),
+                          f"cuOccupancyMaxActiveClusters({self.name}, cluster={cluster}, smem={smem_bytes})"))
+        self._smem_limit_set[key] = count
+        return count
+
+    @staticmethod
+    def _config(grid, block: int, smem_bytes: int, stream: int, cluster: int):
         gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else (tuple(grid) + (1, 1))[:3]
         config = _cu.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
@@ -110,6 +127,14 @@ class Kernel:
             config.numAttrs = 1
         else:
             config.numAttrs = 0
+        return config
+
+    def launch(self, *, grid: int | tuple, block: int, smem_bytes: int, stream: int, args: KernelArgs,
+               device: int, cluster: int = 1) -> None:
+        """Launch on `stream` (a raw ``cudaStream_t`` as int) of device ordinal `device`."""
+        self._ensure_smem_limit(device, smem_bytes)
+        config = self._config(grid, block, smem_bytes, stream, cluster)
+        gx, gy, gz = config.gridDimX, config.gridDimY, config.gridDimZ
         check(_cu.cuLaunchKernelEx(config, self.handle, args.address, 0),
               f"cuLaunchKernelEx({self.name}, grid={gx}x{gy}x{gz}, block={block}, smem={smem_bytes}, cluster={cluster})")
 
