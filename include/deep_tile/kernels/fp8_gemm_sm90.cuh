@@ -146,9 +146,15 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < kNumAccum; ++i) result[s][i] = 0.0f;
 
+    // NOTES: b_scale is loaded one k-block ahead: a load issued in the same iteration returns
+    // from L2 after the wgmmas finish and stalls the promotion.
+    float next_b_scale0 = __ldg(b_scale_row0), next_b_scale1 = __ldg(b_scale_row1);
     for (int kb = 0; kb < num_k_blocks; ++kb) {
-      const float b_scale0 = __ldg(b_scale_row0 + kb);
-      const float b_scale1 = __ldg(b_scale_row1 + kb);
+      const float b_scale0 = next_b_scale0, b_scale1 = next_b_scale1;
+      if (kb + 1 < num_k_blocks) {
+        next_b_scale0 = __ldg(b_scale_row0 + kb + 1);
+        next_b_scale1 = __ldg(b_scale_row1 + kb + 1);
+      }
       ptx::mbarrier_wait(&smem.full[state.index], state.full_parity());
 
       // Read this thread's two row scales per slab before the stage can be released.
