@@ -80,6 +80,9 @@ _VARS = (
            "`kernel.cubin`; skipped, never fatal, when a tool is missing."),
     EnvVar("DEEP_TILE_PRINT_CONFIGS", "bool", "off",
            "Print each new kernel configuration choice (once per distinct problem) to stderr."),
+    EnvVar("DEEP_TILE_WATCHDOG", "bool", "off",
+           "Build kernels whose barrier waits trap after 10 s instead of hanging (a debugging aid: "
+           "a hang then surfaces as `unspecified launch failure`); costs 5-10% speed, so off by default."),
     EnvVar("CUDA_HOME", "path", "unset",
            "CUDA toolkit root; `$CUDA_HOME/bin/nvcc` is tried when `DEEP_TILE_NVCC` is unset and "
            "nvcc is not on PATH."),
@@ -229,6 +232,11 @@ def ptxas_check() -> bool:
 def dump_asm() -> bool:
     """``DEEP_TILE_DUMP_ASM``: write PTX and SASS next to newly cached cubins."""
     return _flag("DEEP_TILE_DUMP_ASM")
+
+
+def watchdog() -> bool:
+    """``DEEP_TILE_WATCHDOG``: compile kernels with the barrier-wait watchdog (DT_WATCHDOG=1)."""
+    return _flag("DEEP_TILE_WATCHDOG")
 
 
 def print_configs() -> bool:

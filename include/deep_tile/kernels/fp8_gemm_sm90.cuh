@@ -194,12 +194,17 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       release_stage<Cfg>(&smem.empty[state.index], lane, peer_alive, rank);
 
       // Promotion: result += a_scale(row) * b_scale(column block) * partial sum.
+      // NOTES: this runs while the other consumer warpgroup's wgmmas occupy the tensor cores. The
+      // scale products are formed once per k-block; a tile width dividing 128 never straddles two
+      // b_scale blocks and needs no selects (64 FFMA + 2 FMUL per k-block for 128x128).
 #pragma unroll
       for (int s = 0; s < Cfg::kNumSlabs; ++s) {
+        const float lo0 = row_scale[s][0] * b_scale0, hi0 = row_scale[s][1] * b_scale0;
+        const float lo1 = row_scale[s][0] * b_scale1, hi1 = row_scale[s][1] * b_scale1;
 #pragma unroll
         for (int j = 0; j < kNumAccum / 4; ++j) {
-          const float col_scale = j * 8 < first_cols ? b_scale0 : b_scale1;
-          const float scale_lo = row_scale[s][0] * col_scale, scale_hi = row_scale[s][1] * col_scale;
+          const bool first = 128 % Cfg::kBlockN == 0 || j * 8 < first_cols;
+          const float scale_lo = first ? lo0 : lo1, scale_hi = first ? hi0 : hi1;
           result[s][4 * j + 0] += scale_lo * accum[s][4 * j + 0];
           result[s][4 * j + 1] += scale_lo * accum[s][4 * j + 1];
           result[s][4 * j + 2] += scale_hi * accum[s][4 * j + 2];
