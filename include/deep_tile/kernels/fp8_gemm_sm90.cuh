@@ -120,10 +120,16 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
                              const SchedulerFor<Cfg>& sched, int m, int n, int num_k_blocks) {
   using Wgmma = ptx::WgmmaFp8<Cfg::kBlockN>;
   constexpr int kNumAccum = Wgmma::kNumAccum;  // block_n / 2 floats per 64-row slab
-  const int wg = threadIdx.x / 128;
+  // NOTES: broadcast so ptxas knows the warpgroup index is warp-uniform and keeps the WGMMA
+  // descriptors derived from it in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   const int thread_in_wg = threadIdx.x % 128;
   const int warp_in_wg = thread_in_wg / 32, lane = threadIdx.x % 32;
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
+
+  // Descriptors of stage 0; every other (stage, slab, k-slice) is a constant byte offset away.
+  const u64 desc_a0 = ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.a + wg * Cfg::kWgM * Cfg::kBlockK));
+  const u64 desc_b0 = ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.b));
 
   float accum[Cfg::kNumSlabs][kNumAccum];   // WGMMA partial sums of one 128-wide K block
   float result[Cfg::kNumSlabs][kNumAccum];  // FP32 sum of the scaled partial sums
@@ -146,14 +152,21 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < kNumAccum; ++i) result[s][i] = 0.0f;
 
-    // NOTES: b_scale is loaded one k-block ahead: a load issued in the same iteration returns
-    // from L2 after the wgmmas finish and stalls the promotion.
-    float next_b_scale0 = __ldg(b_scale_row0), next_b_scale1 = __ldg(b_scale_row1);
+    // NOTES: b_scale is loaded two k-blocks ahead: under load an L2 hit outlasts one k-block
+    // (ncu showed the promotion waiting on a load issued one iteration earlier).
+    float b_scale0_next = __ldg(b_scale_row0), b_scale1_next = __ldg(b_scale_row1);
+    float b_scale0_after = 0.0f, b_scale1_after = 0.0f;
+    if (num_k_blocks > 1) {
+      b_scale0_after = __ldg(b_scale_row0 + 1);
+      b_scale1_after = __ldg(b_scale_row1 + 1);
+    }
     for (int kb = 0; kb < num_k_blocks; ++kb) {
-      const float b_scale0 = next_b_scale0, b_scale1 = next_b_scale1;
-      if (kb + 1 < num_k_blocks) {
-        next_b_scale0 = __ldg(b_scale_row0 + kb + 1);
-        next_b_scale1 = __ldg(b_scale_row1 + kb + 1);
+      const float b_scale0 = b_scale0_next, b_scale1 = b_scale1_next;
+      b_scale0_next = b_scale0_after;
+      b_scale1_next = b_scale1_after;
+      if (kb + 2 < num_k_blocks) {
+        b_scale0_after = __ldg(b_scale_row0 + kb + 2);
+        b_scale1_after = __ldg(b_scale_row1 + kb + 2);
       }
       ptx::mbarrier_wait(&smem.full[state.index], state.full_parity());
 
@@ -167,8 +180,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         row_scale[s][1] = a_scale[r + 8];
       }
 
-      const u32 a_base = ptx::smem_addr(smem.a + state.index * Cfg::kTileABytes + wg * Cfg::kWgM * Cfg::kBlockK);
-      const u32 b_base = ptx::smem_addr(smem.b + state.index * Cfg::kTileBBytes);
+      const u32 a_stage = state.index * Cfg::kTileABytes, b_stage = state.index * Cfg::kTileBBytes;
 #pragma unroll
       for (int s = 0; s < Cfg::kNumSlabs; ++s)
 #pragma unroll
@@ -179,8 +191,8 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
         for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
           // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
-          const u64 desc_a = ptx::make_sw128_kmajor_desc(a_base + s * 64 * Cfg::kBlockK + kk * 32);
-          const u64 desc_b = ptx::make_sw128_kmajor_desc(b_base + kk * 32);
+          const u64 desc_a = ptx::advance_desc(desc_a0, a_stage + s * 64 * Cfg::kBlockK + kk * 32);
+          const u64 desc_b = ptx::advance_desc(desc_b0, b_stage + kk * 32);
           Wgmma::mma(desc_a, desc_b, accum[s], kk > 0);
         }
       }

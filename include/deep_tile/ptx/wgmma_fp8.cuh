@@ -34,6 +34,10 @@ DT_DEVICE u64 make_sw128_kmajor_desc(u32 smem_address) {
   return desc;
 }
 
+/// The descriptor of the tile `offset_bytes` further on: the start-address field holds address >> 4
+/// in the low 14 bits, and shared addresses stay below 2^18, so a plain add never carries out.
+DT_DEVICE u64 advance_desc(u64 desc, u32 offset_bytes) { return desc + (offset_bytes >> 4); }
+
 /// FP8 wgmma of shape m64nNk32; specialised below for every legal N.
 template <int N>
 struct WgmmaFp8;
