@@ -16,7 +16,8 @@ from dataclasses import dataclass
 __all__ = [
     "MAX_SMEM_PER_BLOCK", "SMEM_PER_SM", "REGISTERS_PER_SM", "MAX_REGISTERS_PER_THREAD",
     "THREADS_PER_WARPGROUP", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "MAX_ACCUM_REGISTERS",
-    "MAX_BLOCK_N", "SPILLS_WITHOUT_MULTICAST",
+    "MAX_BLOCK_N", "SPILLS_WITHOUT_MULTICAST", "TILE_EFFICIENCY", "MULTICAST_EFFICIENCY",
+    "COMPUTE_BOUND_INTENSITY",
     "CONSUMER_REGISTERS", "PRODUCER_REGISTERS", "MIN_STAGES", "MAX_STAGES", "LEGAL_MULTICAST",
     "ChipFacts", "CHIPS", "DEFAULT_CHIP", "chip_facts",
 ]
@@ -47,6 +48,22 @@ MAX_BLOCK_N = {64: 144, 128: 160, 256: 64}
 """Widest tile per block_m that compiles without register spills (measured with ptxas 13.0 by
 tools/check_kernels.sh; wider tiles fit the accumulator count but spill other live values)."""
 SPILLS_WITHOUT_MULTICAST = frozenset({(128, 160)})
+TILE_EFFICIENCY = {
+    64: {16: 0.15, 32: 0.30, 48: 0.42, 64: 0.54, 80: 0.55, 96: 0.56, 112: 0.60, 128: 0.66, 144: 0.64},
+    128: {16: 0.20, 32: 0.40, 48: 0.55, 64: 0.70, 80: 0.70, 96: 0.70, 112: 0.75, 128: 1.00, 144: 0.80,
+          160: 0.93},
+    256: {16: 0.25, 32: 0.45, 48: 0.61, 64: 0.92},
+}
+"""Throughput of each tile shape on a compute-bound problem relative to 128x128, by block_m and
+block_n. Measured on an H200 (nvrtc 13.0, 4096x7168x16384, benchmarks/sweep_configs.py,
+2026-11-22; 128x128 ran at 1216 TFLOPS); entries for 16, 48, 80 are interpolated, not measured.
+Power-of-two widths run markedly faster than their neighbours."""
+MULTICAST_EFFICIENCY = 0.93
+"""Throughput of a 2-CTA multicast config relative to the same tile without multicast (measured
+0.90-0.95 on the same H200 sweep)."""
+COMPUTE_BOUND_INTENSITY = 500
+"""Problem intensity ``2MN / (M + N)`` (FLOP per byte of A and B) above which the selector ranks
+by estimated compute time: between the H200 (412) and H100 (591) FP8 ridge points."""
 """(block_m, block_n) that compile spill-free only with 2-CTA multicast (measured, ptxas 13.0)."""
 CONSUMER_REGISTERS = 232
 """Registers per consumer thread after ``setmaxnreg.inc`` (384 threads x 168 = 128x40 + 256x232)."""

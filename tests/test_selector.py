@@ -9,6 +9,7 @@ import pytest
 
 from deep_tile import arch, device
 from deep_tile.__main__ import main
+from deep_tile.select.cost import fastest_compute, tile_efficiency
 from deep_tile.select.selector import choose_multicast
 from deep_tile.select import KernelConfig, enumerate_candidates, explain_text, rank_candidates, select_config
 from deep_tile.select.config import smem_bytes
@@ -40,13 +41,14 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     assert 3 <= cfg.num_stages <= 8
     limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
     assert cfg.num_stages == 8 or smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1) > limit
-    # multicast rule
+    # multicast rule: only for tiles that need it to compile spill-free, and only where legal
     if cfg.num_multicast == 2:
+        assert (cfg.block_m, cfg.block_n) in arch.SPILLS_WITHOUT_MULTICAST
         assert num_sms % 2 == 0 and m >= 512
         assert (n_blocks % 2 == 0) if cfg.multicast_on_a else (m_blocks % 2 == 0 and n_blocks % 2 == 1)
     else:
         assert cfg.num_multicast == 1 and cfg.multicast_on_a is False
-        assert num_sms % 2 or m < 512 or (n_blocks % 2 and m_blocks % 2)
+        assert (cfg.block_m, cfg.block_n) not in arch.SPILLS_WITHOUT_MULTICAST
     # launch
     assert cfg.group_size % 2 == 0 and cfg.group_size >= 2
     assert cfg.num_sms == min(num_sms, tiles)
@@ -57,13 +59,19 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     assert all(type(v) is int for v in defines.values())
     assert defines == {"DT_BLOCK_M": cfg.block_m, "DT_BLOCK_N": cfg.block_n, "DT_NUM_STAGES": cfg.num_stages,
                        "DT_NUM_MULTICAST": cfg.num_multicast, "DT_MULTICAST_ON_A": int(cfg.multicast_on_a)}
-    # rule 1: no legal candidate that compiles spill-free (with the multicast it would get) needs
-    # fewer waves
-    fewest = min(math.ceil(math.ceil(m / c.block_m) * math.ceil(n / c.block_n) / num_sms)
-                 for c in enumerate_candidates(max_smem)
+    # rule 0 (compute-bound problems): no buildable candidate has a lower estimated time;
+    # rule 1 (otherwise): none needs fewer waves
+    buildable = [c for c in enumerate_candidates(max_smem)
                  if (c.block_m, c.block_n) not in arch.SPILLS_WITHOUT_MULTICAST
-                 or choose_multicast(m, n, c.block_m, c.block_n, num_sms)[0] == 2)
-    assert math.ceil(tiles / num_sms) == fewest
+                 or choose_multicast(m, n, c.block_m, c.block_n, num_sms)[0] == 2]
+    waves = {c: math.ceil(math.ceil(m / c.block_m) * math.ceil(n / c.block_n) / num_sms) for c in buildable}
+    if 2 * m * n / (m + n) >= arch.COMPUTE_BOUND_INTENSITY:
+        est = {c: round(waves[c] * c.block_m * c.block_n / tile_efficiency(c.block_m, c.block_n), 3)
+               for c in buildable}
+        chosen = next(c for c in buildable if (c.block_m, c.block_n) == (cfg.block_m, cfg.block_n))
+        assert est[chosen] == min(est.values())
+    else:
+        assert math.ceil(tiles / num_sms) == min(waves.values())
 
 
 @pytest.mark.parametrize("num_sms", GRID_SMS)
@@ -81,20 +89,19 @@ def test_invariants_with_smaller_smem_limit(max_smem):
 
 # Golden configs on 132 SMs: (m, n, k) -> (block_m, block_n, num_stages, num_multicast, multicast_on_a, grid)
 GOLDEN = {
-    # 32 x 45 = 1440 tiles = 11 waves (last 120/132); the next best, 128x144, needs 13 waves.
-    # 45 n-blocks is odd, 32 m-blocks even -> multicast on B.
-    (4096, 7168, 2048): (128, 160, 5, 2, False, 132),
-    # 26 n-blocks (even) -> multicast on A; 832 tiles = 7 waves, nothing legal needs fewer.
-    (4096, 4096, 7168): (128, 160, 5, 2, True, 132),
-    # 16 x 33 = 528 tiles = exactly 4 full waves (128x160 would leave the 4th wave 39% full).
-    (4096, 2112, 7168): (256, 64, 4, 2, False, 132),
+    # Compute-bound (rule 0): 128x128 runs 1.25x faster per tile than 128x144 and 1.15x faster than
+    # 128x160 with multicast (TILE_EFFICIENCY), which outweighs 14 waves vs 11-13.
+    (4096, 7168, 2048): (128, 128, 5, 1, False, 132),
+    (4096, 4096, 7168): (128, 128, 5, 1, False, 132),
+    # 16 x 33 = 528 tiles = exactly 4 full waves at 0.92 efficiency beat 128x128's 4.1 waves (5).
+    (4096, 2112, 7168): (256, 64, 4, 1, False, 132),
     # Memory-bound small M: 2112 / 16 = 132 tiles fill every SM once; each SM streams
     # (64 + 16) x K bytes. This is what DeepGEMM's wave rules pick too.
     (64, 2112, 7168): (64, 16, 8, 1, False, 132),
-    # 1 wave needs block_n >= 187, above the 160 register limit; 96 gives 256 tiles = 2 waves
+    # 1 wave needs block_n >= 187, above the register limit; 96 gives 256 tiles = 2 waves
     # with 124/132 SMs busy in the second.
     (64, 24576, 1536): (64, 96, 8, 1, False, 132),
-    # 2 x 64 = 128 tiles in one wave (128x64 would give only 112); no multicast below M = 512.
+    # 2 x 64 = 128 tiles in one wave (128x64 would give only 112).
     (128, 7168, 16384): (64, 112, 8, 1, False, 128),
     # 256 tiles, 2 waves; 128 rows avoid the padding a 256-row tile would load.
     (128, 32768, 512): (128, 128, 5, 1, False, 132),
@@ -157,11 +164,12 @@ def test_bad_arguments_name_the_argument(func, index, name, bad):
 
 def test_explain_contains_the_key_facts():
     text = explain_text(4096, 7168, 2048, 132)
-    for fact in ("M=4096 N=7168 K=2048", "config: 128x160 s5 mcB", "DT_BLOCK_N=160", "DT_MULTICAST_ON_A=0",
-                 "227,920 of 232,448 bytes", "D staging", "A-scale stages", "barriers",
-                 "160 accumulators", "of the 232", "32 x 45 = 1440", "waves: 11", "120/132 SMs busy",
-                 "142.2 FLOP/B", "ridge point 591", "compute-bound 61.5 us", "memory-bound 24.5 us",
-                 "-> compute-bound", "runners-up", "2. 128x144 s5", "lost on waves"):
+    for fact in ("M=4096 N=7168 K=2048", "config: 128x128 s5", "DT_BLOCK_N=128", "DT_NUM_MULTICAST=1",
+                 "199,248 of 232,448 bytes", "D staging", "A-scale stages", "barriers",
+                 "128 accumulators", "of the 232", "32 x 56 = 1792", "waves: 14", "76/132 SMs busy",
+                 "128.0 FLOP/B", "ridge point 591", "compute-bound 62.7 us", "memory-bound 24.5 us",
+                 "-> compute-bound", "runners-up", "2. 256x64 s4", "lost on estimated time",
+                 "128x160 at efficiency 0.86"):
         assert fact in text, fact
     assert len([line for line in text.splitlines() if "lost on" in line]) == 3
     assert "-> memory-bound" in explain_text(64, 2112, 7168, 132)
@@ -170,7 +178,10 @@ def test_explain_contains_the_key_facts():
 def test_ranking_and_roofline_helpers():
     ranked = rank_candidates(4096, 7168, 2048, 132)
     assert len(ranked) == len(enumerate_candidates()) == 23
-    assert "waves: 14 waves vs 11 waves" in why_lost(ranked[0], ranked[3])
+    assert "estimated time: 13 waves x 128x144 at efficiency 0.80" in why_lost(ranked[0], ranked[3])
+    # memory-bound problems skip rule 0 and rank by waves first
+    small = rank_candidates(64, 2112, 7168, 132)
+    assert all(fastest_compute(s) == 0.0 for s in small) and small[0].waves == 1
     roof = roofline(64, 2112, 7168, rank_candidates(64, 2112, 7168, 132)[0], arch.CHIPS["H200"])
     assert roof.bound == "memory" and roof.memory_s == pytest.approx(roof.bytes / 4.8e12)
 
@@ -215,7 +226,7 @@ def test_get_config_prints_each_new_choice_once(monkeypatch, capsys):
 
 def test_cli_in_process(capsys):
     assert main(["explain", "4096,7168,2048", "--num-sms", "132"]) == 0
-    assert "config: 128x160 s5 mcB" in capsys.readouterr().out
+    assert "config: 128x128 s5" in capsys.readouterr().out
     assert main(["explain", "64,2112,7168", "--num-sms", "0"]) == 2
     assert "num_sms must be a positive int" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -226,7 +237,7 @@ def test_cli_subprocess():
     result = subprocess.run([sys.executable, "-m", "deep_tile", "explain", "4096,7168,2048", "--num-sms", "132"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "config: 128x160" in result.stdout and "shared memory: 227,920 of 232,448" in result.stdout
+    assert "config: 128x128" in result.stdout and "shared memory: 199,248 of 232,448" in result.stdout
 
 
 def test_select_imports_neither_torch_nor_cuda():
