@@ -115,21 +115,159 @@ DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
   }
 }
 
+/// Compile-time int, for dispatching a run-time value onto template instances.
+template <int kValue>
+struct IntConstant {
+  static constexpr int value = kValue;
+};
+
+/// Call `fn(IntConstant<first_blocks>)` for the run-time `first_blocks`, one of the values a tile
+/// of this config can have: multiples of gcd(block_n, 128) / 8 up to 128 / 8, or block_n / 8 when
+/// the whole tile uses one b_scale row.
+template <class Cfg, int kCandidate = gcd(Cfg::kBlockN, 128) / 8, class Fn>
+DT_DEVICE void dispatch_first_blocks(int first_blocks, const Fn& fn) {
+  constexpr int kAll = Cfg::kBlockN / 8;
+  if constexpr (128 % Cfg::kBlockN == 0 || kCandidate > 128 / 8 || kCandidate >= kAll) {
+    fn(IntConstant<kAll>{});
+  } else {
+    if (first_blocks == kCandidate) {
+      fn(IntConstant<kCandidate>{});
+    } else {
+      dispatch_first_blocks<Cfg, kCandidate + gcd(Cfg::kBlockN, 128) / 8>(first_blocks, fn);
+    }
+  }
+}
+
+/// Everything a consumer warpgroup needs in its k-loop that does not change between tiles.
+template <class Cfg>
+struct ConsumerContext {
+  const SharedStorage<Cfg>& smem;
+  u64 desc_a0, desc_b0;  // WGMMA descriptors of stage 0 (this warpgroup's rows of A, all of B)
+  int wg, warp_in_wg, lane;
+  u32 rank;
+  int num_k_blocks;
+};
+
+/// The k-loop of one tile: per 128-wide K block, WGMMA into `accum`, hand the stage back, and
+/// promote into `result`. 8-column blocks j < kFirstBlocks use b_scale row 0, the rest row 1.
+/// NOTES: the straddle point is a template argument (DeepGEMM's notes also found this vital):
+/// as a run-time value it cost a select per 8 columns in the promotion, and measured 128x144 /
+/// 128x160 tiles at 0.80 / 0.87 of 128x128 throughput.
+template <class Cfg, int kFirstBlocks, int kNumAccum>
+DT_DEVICE void consume_tile(const ConsumerContext<Cfg>& ctx, PipelineState<Cfg::kNumStages>& state,
+                            float (&accum)[Cfg::kNumSlabs][kNumAccum], float (&result)[Cfg::kNumSlabs][kNumAccum],
+                            const float* b_scale_row0, const float* b_scale_row1, bool peer_alive) {
+  using Wgmma = ptx::WgmmaFp8<Cfg::kBlockN>;
+  constexpr bool kTwoRows = kFirstBlocks < kNumAccum / 4;
+  const int num_k_blocks = ctx.num_k_blocks;
+
+  // NOTES: b_scale is loaded two k-blocks ahead: under load an L2 hit outlasts one k-block
+  // (ncu showed the promotion waiting on a load issued one iteration earlier).
+  float b_scale0_next = __ldg(b_scale_row0), b_scale1_next = kTwoRows ? __ldg(b_scale_row1) : 0.0f;
+  float b_scale0_after = 0.0f, b_scale1_after = 0.0f;
+  if (num_k_blocks > 1) {
+    b_scale0_after = __ldg(b_scale_row0 + 1);
+    if (kTwoRows) b_scale1_after = __ldg(b_scale_row1 + 1);
+  }
+  for (int kb = 0; kb < num_k_blocks; ++kb) {
+    const float b_scale0 = b_scale0_next, b_scale1 = b_scale1_next;
+    b_scale0_next = b_scale0_after;
+    b_scale1_next = b_scale1_after;
+    if (kb + 2 < num_k_blocks) {
+      b_scale0_after = __ldg(b_scale_row0 + kb + 2);
+      if (kTwoRows) b_scale1_after = __ldg(b_scale_row1 + kb + 2);
+    }
+    ptx::mbarrier_wait(&ctx.smem.full[state.index], state.full_parity());
+
+    // Read this thread's two row scales per slab before the stage can be released.
+    const float* a_scale = ctx.smem.a_scale + state.index * Cfg::kBlockM + ctx.wg * Cfg::kWgM;
+    float row_scale[Cfg::kNumSlabs][2];
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumSlabs; ++s) {
+      const int r = s * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
+      row_scale[s][0] = a_scale[r];
+      row_scale[s][1] = a_scale[r + 8];
+    }
+
+    const u32 a_stage = state.index * Cfg::kTileABytes, b_stage = state.index * Cfg::kTileBBytes;
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumSlabs; ++s)
+#pragma unroll
+      for (int i = 0; i < kNumAccum; ++i) ptx::fence_operand(accum[s][i]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumSlabs; ++s) {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+        // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
+        const u64 desc_a = ptx::advance_desc(ctx.desc_a0, a_stage + s * 64 * Cfg::kBlockK + kk * 32);
+        const u64 desc_b = ptx::advance_desc(ctx.desc_b0, b_stage + kk * 32);
+        Wgmma::mma(desc_a, desc_b, accum[s], kk > 0);
+      }
+    }
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumSlabs; ++s)
+#pragma unroll
+      for (int i = 0; i < kNumAccum; ++i) ptx::fence_operand(accum[s][i]);
+
+    release_stage<Cfg>(&ctx.smem.empty[state.index], ctx.lane, peer_alive, ctx.rank);
+
+    // Promotion: result += a_scale(row) * b_scale(column block) * partial sum. It runs while the
+    // other consumer warpgroup's wgmmas occupy the tensor cores.
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumSlabs; ++s) {
+      const float lo0 = row_scale[s][0] * b_scale0, hi0 = row_scale[s][1] * b_scale0;
+      const float lo1 = row_scale[s][0] * b_scale1, hi1 = row_scale[s][1] * b_scale1;
+#pragma unroll
+      for (int j = 0; j < kNumAccum / 4; ++j) {
+        const float scale_lo = j < kFirstBlocks ? lo0 : lo1, scale_hi = j < kFirstBlocks ? hi0 : hi1;
+        result[s][4 * j + 0] += scale_lo * accum[s][4 * j + 0];
+        result[s][4 * j + 1] += scale_lo * accum[s][4 * j + 1];
+        result[s][4 * j + 2] += scale_hi * accum[s][4 * j + 2];
+        result[s][4 * j + 3] += scale_hi * accum[s][4 * j + 3];
+      }
+    }
+    state.advance();
+  }
+}
+
+/// consume_tile bound to one tile's arguments, callable with the straddle point as a constant.
+/// NOTES: a functor rather than a lambda: NVRTC 13.0 treats an unannotated lambda in device code
+/// as a host function and refuses it in JIT mode.
+template <class Cfg, int kNumAccum>
+struct ConsumeTile {
+  const ConsumerContext<Cfg>& ctx;
+  PipelineState<Cfg::kNumStages>& state;
+  float (&accum)[Cfg::kNumSlabs][kNumAccum];
+  float (&result)[Cfg::kNumSlabs][kNumAccum];
+  const float* b_scale_row0;
+  const float* b_scale_row1;
+  bool peer_alive;
+
+  template <int kFirstBlocks>
+  DT_DEVICE void operator()(IntConstant<kFirstBlocks>) const {
+    consume_tile<Cfg, kFirstBlocks>(ctx, state, accum, result, b_scale_row0, b_scale_row1, peer_alive);
+  }
+};
+
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
                              const SchedulerFor<Cfg>& sched, int m, int n, int num_k_blocks) {
-  using Wgmma = ptx::WgmmaFp8<Cfg::kBlockN>;
-  constexpr int kNumAccum = Wgmma::kNumAccum;  // block_n / 2 floats per 64-row slab
+  constexpr int kNumAccum = ptx::WgmmaFp8<Cfg::kBlockN>::kNumAccum;  // block_n / 2 floats per 64-row slab
   // NOTES: broadcast so ptxas knows the warpgroup index is warp-uniform and keeps the WGMMA
   // descriptors derived from it in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   const int thread_in_wg = threadIdx.x % 128;
-  const int warp_in_wg = thread_in_wg / 32, lane = threadIdx.x % 32;
-  const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
-
-  // Descriptors of stage 0; every other (stage, slab, k-slice) is a constant byte offset away.
-  const u64 desc_a0 = ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.a + wg * Cfg::kWgM * Cfg::kBlockK));
-  const u64 desc_b0 = ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.b));
+  const ConsumerContext<Cfg> ctx{
+      smem,
+      // Descriptors of stage 0; every other (stage, slab, k-slice) is a constant byte offset away.
+      ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.a + wg * Cfg::kWgM * Cfg::kBlockK)),
+      ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.b)),
+      wg, thread_in_wg / 32, static_cast<int>(threadIdx.x % 32),
+      Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0u,
+      num_k_blocks};
 
   float accum[Cfg::kNumSlabs][kNumAccum];   // WGMMA partial sums of one 128-wide K block
   float result[Cfg::kNumSlabs][kNumAccum];  // FP32 sum of the scaled partial sums
@@ -152,79 +290,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < kNumAccum; ++i) result[s][i] = 0.0f;
 
-    // NOTES: b_scale is loaded two k-blocks ahead: under load an L2 hit outlasts one k-block
-    // (ncu showed the promotion waiting on a load issued one iteration earlier).
-    float b_scale0_next = __ldg(b_scale_row0), b_scale1_next = __ldg(b_scale_row1);
-    float b_scale0_after = 0.0f, b_scale1_after = 0.0f;
-    if (num_k_blocks > 1) {
-      b_scale0_after = __ldg(b_scale_row0 + 1);
-      b_scale1_after = __ldg(b_scale_row1 + 1);
-    }
-    for (int kb = 0; kb < num_k_blocks; ++kb) {
-      const float b_scale0 = b_scale0_next, b_scale1 = b_scale1_next;
-      b_scale0_next = b_scale0_after;
-      b_scale1_next = b_scale1_after;
-      if (kb + 2 < num_k_blocks) {
-        b_scale0_after = __ldg(b_scale_row0 + kb + 2);
-        b_scale1_after = __ldg(b_scale_row1 + kb + 2);
-      }
-      ptx::mbarrier_wait(&smem.full[state.index], state.full_parity());
-
-      // Read this thread's two row scales per slab before the stage can be released.
-      const float* a_scale = smem.a_scale + state.index * Cfg::kBlockM + wg * Cfg::kWgM;
-      float row_scale[Cfg::kNumSlabs][2];
-#pragma unroll
-      for (int s = 0; s < Cfg::kNumSlabs; ++s) {
-        const int r = s * 64 + warp_in_wg * 16 + lane / 4;
-        row_scale[s][0] = a_scale[r];
-        row_scale[s][1] = a_scale[r + 8];
-      }
-
-      const u32 a_stage = state.index * Cfg::kTileABytes, b_stage = state.index * Cfg::kTileBBytes;
-#pragma unroll
-      for (int s = 0; s < Cfg::kNumSlabs; ++s)
-#pragma unroll
-        for (int i = 0; i < kNumAccum; ++i) ptx::fence_operand(accum[s][i]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < Cfg::kNumSlabs; ++s) {
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-          // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
-          const u64 desc_a = ptx::advance_desc(desc_a0, a_stage + s * 64 * Cfg::kBlockK + kk * 32);
-          const u64 desc_b = ptx::advance_desc(desc_b0, b_stage + kk * 32);
-          Wgmma::mma(desc_a, desc_b, accum[s], kk > 0);
-        }
-      }
-      ptx::wgmma_commit_group();
-      ptx::wgmma_wait_group<0>();
-#pragma unroll
-      for (int s = 0; s < Cfg::kNumSlabs; ++s)
-#pragma unroll
-        for (int i = 0; i < kNumAccum; ++i) ptx::fence_operand(accum[s][i]);
-
-      release_stage<Cfg>(&smem.empty[state.index], lane, peer_alive, rank);
-
-      // Promotion: result += a_scale(row) * b_scale(column block) * partial sum.
-      // NOTES: this runs while the other consumer warpgroup's wgmmas occupy the tensor cores. The
-      // scale products are formed once per k-block; a tile width dividing 128 never straddles two
-      // b_scale blocks and needs no selects (64 FFMA + 2 FMUL per k-block for 128x128).
-#pragma unroll
-      for (int s = 0; s < Cfg::kNumSlabs; ++s) {
-        const float lo0 = row_scale[s][0] * b_scale0, hi0 = row_scale[s][1] * b_scale0;
-        const float lo1 = row_scale[s][0] * b_scale1, hi1 = row_scale[s][1] * b_scale1;
-#pragma unroll
-        for (int j = 0; j < kNumAccum / 4; ++j) {
-          const bool first = 128 % Cfg::kBlockN == 0 || j * 8 < first_cols;
-          const float scale_lo = first ? lo0 : lo1, scale_hi = first ? hi0 : hi1;
-          result[s][4 * j + 0] += scale_lo * accum[s][4 * j + 0];
-          result[s][4 * j + 1] += scale_lo * accum[s][4 * j + 1];
-          result[s][4 * j + 2] += scale_hi * accum[s][4 * j + 2];
-          result[s][4 * j + 3] += scale_hi * accum[s][4 * j + 3];
-        }
-      }
-      state.advance();
-    }
+    dispatch_first_blocks<Cfg>(straddles ? first_cols / 8 : Cfg::kBlockN / 8,
+                               ConsumeTile<Cfg, kNumAccum>{ctx, state, accum, result, b_scale_row0, b_scale_row1,
+                                                           peer_alive});
 
     store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, m0, n0, m, n);
   }
