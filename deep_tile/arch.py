@@ -47,20 +47,24 @@ MAX_ACCUM_REGISTERS = 168
 MAX_BLOCK_N = {64: 144, 128: 160, 256: 64}
 """Widest tile per block_m that compiles without register spills (measured with ptxas 13.0 by
 tools/check_kernels.sh; wider tiles fit the accumulator count but spill other live values)."""
-SPILLS_WITHOUT_MULTICAST = frozenset({(128, 160)})
+SPILLS_WITHOUT_MULTICAST = frozenset()
+"""(block_m, block_n) that compile spill-free only with 2-CTA multicast (measured, ptxas 13.0).
+Empty since the b_scale straddle point became a compile-time constant (128x160 used to spill)."""
 TILE_EFFICIENCY = {
-    64: {16: 0.15, 32: 0.30, 48: 0.42, 64: 0.54, 80: 0.55, 96: 0.56, 112: 0.60, 128: 0.66, 144: 0.64},
-    128: {16: 0.20, 32: 0.40, 48: 0.55, 64: 0.70, 80: 0.70, 96: 0.70, 112: 0.75, 128: 1.00, 144: 0.80,
-          160: 0.93},
-    256: {16: 0.25, 32: 0.45, 48: 0.61, 64: 0.92},
+    64: {16: 0.15, 32: 0.30, 48: 0.42, 64: 0.54, 80: 0.56, 96: 0.60, 112: 0.62, 128: 0.66, 144: 0.66},
+    128: {16: 0.20, 32: 0.40, 48: 0.55, 64: 0.70, 80: 0.71, 96: 0.73, 112: 0.83, 128: 1.00, 144: 0.92,
+          160: 0.965},
+    256: {16: 0.25, 32: 0.45, 48: 0.58, 64: 0.91},
 }
-"""Throughput of each tile shape on a compute-bound problem relative to 128x128, by block_m and
-block_n. Measured on an H200 (nvrtc 13.0, 4096x7168x16384, benchmarks/sweep_configs.py,
-2026-11-22; 128x128 ran at 1216 TFLOPS); entries for 16, 48, 80 are interpolated, not measured.
-Power-of-two widths run markedly faster than their neighbours."""
-MULTICAST_EFFICIENCY = 0.93
+"""Per-tile throughput of each tile shape on a compute-bound problem, relative to 128x128, by
+block_m and block_n: measured TFLOPS divided by the wave efficiency of the shape (busy tile
+slots / all tile slots). Measured on an H200 (nvrtc 13.0; 4096x7168x16384 and 4096x7168x2048;
+benchmarks/sweep_configs.py; 2026-11-22; 128x128 ran at 1221 TFLOPS); entries for 16, 48 and 80
+wide and for 64x80/64x112 are interpolated, not measured. Power-of-two widths run faster than
+their neighbours (64 and 128 in particular); the cause is not established."""
+MULTICAST_EFFICIENCY = 0.95
 """Throughput of a 2-CTA multicast config relative to the same tile without multicast (measured
-0.90-0.95 on the same H200 sweep)."""
+0.94-0.97 on the same H200 sweeps)."""
 COMPUTE_BOUND_INTENSITY = 500
 """Problem intensity ``2MN / (M + N)`` (FLOP per byte of A and B) above which the selector ranks
 by estimated compute time: between the H200 (412) and H100 (591) FP8 ridge points."""

@@ -12,7 +12,7 @@ compared lexicographically by these rules, each a small function below (smaller 
    :data:`deep_tile.arch.COMPUTE_BOUND_INTENSITY`): the estimated time
    ``waves x bm x bn / efficiency``, with the measured per-tile efficiency table
    :data:`deep_tile.arch.TILE_EFFICIENCY`. Tile shapes differ by up to 2.5x in throughput
-   (128x128 runs 1.25x faster than 128x144), which the wave count alone cannot see. For
+   (128x128 runs 1.09x faster per tile than 128x144), which the wave count alone cannot see. For
    memory-bound problems the key is 0 for everyone and the rules below decide.
 1. :func:`fewest_waves` -- fewer rounds of tiles. This is also where the per-tile overhead is
    accounted for: it is paid once per wave on the critical path, so fewer waves pay it less often.

@@ -38,8 +38,8 @@ def choose_multicast(m: int, n: int, block_m: int, block_n: int, num_sms: int) -
     """``(num_multicast, multicast_on_a)`` for a ``block_m x block_n`` tile of an ``m x n`` output.
 
     Multicast is used only where the tile needs it to compile without spills
-    (:data:`deep_tile.arch.SPILLS_WITHOUT_MULTICAST`): measured on an H200 it runs at 0.90-0.95x
-    the same tile without it. It then needs an even SM count, ``m >= 512``, and a pairing that
+    (:data:`deep_tile.arch.SPILLS_WITHOUT_MULTICAST`, empty today): measured on an H200 it runs
+    at 0.94-0.97x the same tile without it. It then needs an even SM count, ``m >= 512``, and a pairing that
     tiles the grid: on A (two CTAs share an m-block, adjacent n-blocks) the number of n-blocks
     must be even; on B (shared n-block, adjacent m-blocks) the number of m-blocks must be even.
     A is preferred.
