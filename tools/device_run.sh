@@ -27,7 +27,7 @@ for stage in $stages; do
       timeout 540 python3 -m pytest -q tests/ -p no:cacheprovider 2>&1 | tee "$OUT/pytest_all.txt" | tail -40 ;;
     bench)
       echo "== benchmark"
-      timeout 400 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" --csv "$OUT/bench.csv" 2>&1 | tee "$OUT/bench.txt" | tail -45 ;;
+      timeout 400 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.txt" | tail -45 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
