@@ -3,8 +3,8 @@
     python benchmarks/sweep_configs.py --shapes 4096,7168,16384 --configs 128x128,128x160A,256x64B
     python benchmarks/sweep_configs.py --shapes 4096,4096,7168 --configs 128x128 --define DT_WATCHDOG=0
 
-A config is ``BMxBN`` plus an optional multicast suffix ``A`` or ``B`` and ``sS`` for stages
-(default: as many as fit). Each run is checked against the float64 reference before timing.
+A config is ``BMxBN`` plus an optional multicast suffix ``A`` or ``B``, ``sS`` for stages
+(default: as many as fit) and ``gG`` for the swizzle group width (default 16). Each run is checked against the float64 reference before timing.
 """
 from __future__ import annotations
 
@@ -26,11 +26,14 @@ from deep_tile.testing.timing import bench_gpu  # noqa: E402
 
 
 def parse_config(text: str, num_sms: int) -> KernelConfig:
+    """``BMxBN[A|B][sSTAGES][gGROUP]``, e.g. ``128x128``, ``128x160A``, ``128x128s4g8``."""
+    text, _, group = text.partition("g")
     body, _, stages = text.partition("s")
     multicast = body[-1] if body[-1] in "AB" else ""
     bm, bn = (int(x) for x in body.rstrip("AB").split("x"))
     return KernelConfig(block_m=bm, block_n=bn, num_stages=int(stages) if stages else max_stages(bm, bn, 232448),
-                        num_multicast=2 if multicast else 1, multicast_on_a=multicast == "A", num_sms=num_sms)
+                        num_multicast=2 if multicast else 1, multicast_on_a=multicast == "A", num_sms=num_sms,
+                        group_size=int(group) if group else 16)
 
 
 def main() -> int:
