@@ -91,6 +91,58 @@ def gemm_stream_and_graph(m: int, n: int, k: int, seed: int = 0) -> dict:
     return {"m": m, "n": n, "k": k, "stream": stream_metrics, "graph": graph_metrics}
 
 
+def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
+    """FP8 casts on a non-default stream, then captured in a CUDA graph and replayed with new data;
+    each result must be bitwise equal to the CPU (torch) implementation."""
+    from deep_tile.quant import _per_block_cast_torch, _per_token_cast_torch
+    torch_dtype = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(m, k, generator=gen) * 3).to(torch_dtype).to(DEVICE)
+
+    def same(got, want) -> bool:
+        return (torch.equal(got[0].cpu().view(torch.uint8), want[0].view(torch.uint8))
+                and torch.equal(got[1].cpu(), want[1]))
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        token = deep_tile.per_token_cast_to_fp8(x)
+        block = deep_tile.per_block_cast_to_fp8(x)
+    stream.synchronize()
+    on_stream = same(token, _per_token_cast_torch(x.cpu())) and same(block, _per_block_cast_torch(x.cpu()))
+
+    from deep_tile.cast_kernels import per_block_cast_cuda, per_token_cast_cuda
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):  # warm-up outside capture (compile, load)
+        per_token_cast_cuda(x), per_block_cast_cuda(x)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        token_g = per_token_cast_cuda(x)
+        block_g = per_block_cast_cuda(x)
+    x.copy_((torch.randn(m, k, generator=gen) * 5).to(torch_dtype))  # new data, same buffer
+    for t in (*token_g, *block_g):
+        t.view(torch.uint8).fill_(0xFF)  # poison: 0xFF is NaN for e4m3 and for float32 bytes
+    graph.replay()
+    torch.cuda.synchronize()
+    replayed = same(token_g, _per_token_cast_torch(x.cpu())) and same(block_g, _per_block_cast_torch(x.cpu()))
+    return {"m": m, "k": k, "dtype": dtype, "stream_ok": on_stream, "graph_ok": replayed}
+
+
+def launch_error_is_readable() -> dict:
+    """A launch the driver refuses raises LaunchError naming the call, not a silent failure."""
+    from deep_tile.errors import LaunchError
+    from deep_tile.jit.runtime import KernelArgs
+    from deep_tile.kernels import get_kernel
+    kernel = get_kernel("cast_fp8", {"DT_IN_DTYPE": 0}, "deep_tile_per_token_cast")
+    args = KernelArgs([("ptr", 0), ("ptr", 0), ("ptr", 0), ("i32", 0), ("i32", 0)])
+    try:  # 2048 threads per block is above the hardware limit of 1024
+        kernel.launch(grid=1, block=2048, smem_bytes=0, stream=torch.cuda.current_stream().cuda_stream, args=args,
+                      device=torch.cuda.current_device())
+        return {"raised": "none"}
+    except LaunchError as exc:
+        return {"raised": str(exc)}
+
+
 def bad_input_leaves_out_untouched(case: str) -> dict:
     """A rejected call raises before writing anything to `out`."""
     a, a_scale, b, b_scale = make_fp8_problem(256, 256, 256, DEVICE, seed=3)
