@@ -16,14 +16,24 @@ _loaded: dict = {}
 _lock = threading.Lock()
 
 
+def build_defines(defines: Mapping[str, int]) -> dict:
+    """The defines a kernel is actually built with: ``defines`` plus the environment's additions.
+
+    With ``DEEP_TILE_WATCHDOG`` set, ``DT_WATCHDOG=1`` is added (waits trap instead of hanging)
+    unless ``defines`` chose DT_WATCHDOG itself. ``python -m deep_tile warmup`` uses this too, so
+    it fills the cache with exactly the builds :func:`get_kernel` looks up.
+    """
+    if "DT_WATCHDOG" not in defines and env.watchdog():
+        return {**defines, "DT_WATCHDOG": 1}
+    return dict(defines)
+
+
 def get_kernel(entry: str, defines: Mapping[str, int], kernel_name: str) -> Kernel:
     """The kernel `kernel_name` of `csrc/entry/<entry>.cu` compiled with `defines`.
 
-    With ``DEEP_TILE_WATCHDOG`` set, kernels are built with ``DT_WATCHDOG=1`` (waits trap instead
-    of hanging) unless the caller chose DT_WATCHDOG itself.
+    The build uses :func:`build_defines` (``DEEP_TILE_WATCHDOG`` adds ``DT_WATCHDOG=1``).
     """
-    if "DT_WATCHDOG" not in defines and env.watchdog():
-        defines = {**defines, "DT_WATCHDOG": 1}
+    defines = build_defines(defines)
     key = (entry, tuple(sorted(defines.items())), kernel_name)
     kernel = _loaded.get(key)
     if kernel is None:

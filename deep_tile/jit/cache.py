@@ -111,14 +111,23 @@ def cache_key(entry_source: bytes, include_dir: Path, defines: Mapping[str, int 
     return _sha256(json.dumps(inputs, sort_keys=True).encode()), inputs
 
 
-def get_cubin(entry_name: str, defines: Mapping[str, int | str | bool], kernel_name: str) -> bytes:
+def get_cubin(entry_name: str, defines: Mapping[str, int | str | bool], kernel_name: str,
+              *, compiler: str | None = None) -> bytes:
     """The sm_90a cubin of ``csrc/entry/<entry_name>.cu`` built with ``defines``, holding ``kernel_name``.
 
+    ``compiler`` (``"nvrtc"`` or ``"nvcc"``) overrides ``DEEP_TILE_COMPILER`` for this call; None
+    uses ``deep_tile.jit.compiler.default_compiler()``. The compiler is part of the cache key.
+
     Raises:
+        ValueError: ``compiler`` is not ``"nvrtc"``, ``"nvcc"`` or None.
         CompileError: the build failed or the ptxas check rejected it.
         CacheError: the cache directory is not usable (see ``DEEP_TILE_CACHE_DIR``).
     """
-    compiler = _compiler.default_compiler()
+    if compiler is None:
+        compiler = _compiler.default_compiler()
+    elif compiler not in _compiler.COMPILERS:
+        raise ValueError(f"get_cubin: compiler must be one of {', '.join(_compiler.COMPILERS)} or None; "
+                         f"got {compiler!r}")
     frozen = _compiler.normalize_defines(defines)
     if env.disable_cache():
         return _compile_uncached(entry_name, frozen, kernel_name, compiler)

@@ -1,0 +1,124 @@
+"""Fill the kernel cache ahead of time with the FP8 GEMM kernels a set of shapes will use.
+
+``python -m deep_tile warmup --shape M,N,K ...`` is the command-line front end. For each shape
+the configuration is chosen exactly as :func:`deep_tile.fp8_gemm` chooses it
+(:func:`deep_tile.select.select_config`), and each distinct kernel is compiled once into the disk
+cache (:func:`deep_tile.jit.cache.get_cubin`); shapes whose configurations build the same kernel
+share it. Nothing here creates a CUDA context: compiling needs no GPU.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence
+
+from deep_tile.errors import DeepTileError
+from deep_tile.gemm import GEMM_ENTRY, GEMM_SYMBOL  # imports torch; starts no CUDA context
+from deep_tile.jit import cache
+from deep_tile.kernels import build_defines
+from deep_tile.select import KernelConfig, select_config
+
+__all__ = ["WarmupKernel", "WarmupResult", "check_shape", "plan", "build"]
+
+
+@dataclass(frozen=True)
+class WarmupKernel:
+    """One distinct kernel to build, and the shapes that use it.
+
+    Attributes:
+        config: the configuration chosen for the first of ``shapes`` (the others differ at most
+            in runtime launch parameters such as the grid size).
+        defines: the compile-time defines of the build (the cache key's defines).
+        shapes: the ``(m, n, k)`` problems that run this kernel, in the order given.
+    """
+
+    config: KernelConfig
+    defines: tuple
+    shapes: tuple
+
+
+@dataclass(frozen=True)
+class WarmupResult:
+    """The outcome of building one :class:`WarmupKernel`.
+
+    Attributes:
+        kernel: what was built.
+        status: ``"hit"`` (found in the cache), ``"miss"`` (compiled and stored), ``"uncached"``
+            (compiled with ``DEEP_TILE_DISABLE_CACHE`` set) or ``"error"``.
+        seconds: wall time of the lookup or compile.
+        error: the exception's message when ``status == "error"``, else ``""``.
+    """
+
+    kernel: WarmupKernel
+    status: str
+    seconds: float
+    error: str = ""
+
+
+def check_shape(shape: Sequence[int]) -> tuple:
+    """``shape`` as an ``(m, n, k)`` tuple that :func:`deep_tile.fp8_gemm` accepts and launches.
+
+    Raises:
+        ValueError: not three positive ints, ``n`` not a multiple of 8, or ``k`` not a multiple
+            of 16 (the message names the shape).
+    """
+    values = tuple(shape)
+    if len(values) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise ValueError(f"warmup: a shape must be three positive ints (m, n, k); got {shape!r}")
+    m, n, k = values
+    if n % 8:
+        raise ValueError(f"warmup: shape {m},{n},{k}: n must be a multiple of 8 (as fp8_gemm requires); got {n}")
+    if k % 16:
+        raise ValueError(f"warmup: shape {m},{n},{k}: k must be a multiple of 16 (as fp8_gemm requires); got {k}")
+    return values
+
+
+def plan(shapes: Iterable[Sequence[int]], num_sms: int) -> list[WarmupKernel]:
+    """Group ``shapes`` by the kernel their selected configuration builds, first use first.
+
+    Repeated shapes are counted once. The defines include what the environment adds at build
+    time (``DEEP_TILE_WATCHDOG``), as :func:`deep_tile.kernels.get_kernel` does.
+
+    Raises:
+        ValueError: a shape or ``num_sms`` is invalid (see :func:`check_shape`).
+    """
+    groups: dict[tuple, list] = {}
+    configs: dict[tuple, KernelConfig] = {}
+    seen = set()
+    for shape in shapes:
+        m, n, k = check_shape(shape)
+        if (m, n, k) in seen:
+            continue
+        seen.add((m, n, k))
+        config = select_config(m, n, k, num_sms)
+        defines = tuple(sorted(build_defines(config.defines()).items()))
+        configs.setdefault(defines, config)
+        groups.setdefault(defines, []).append((m, n, k))
+    return [WarmupKernel(configs[d], d, tuple(s)) for d, s in groups.items()]
+
+
+def build(kernel: WarmupKernel, compiler: Optional[str] = None) -> WarmupResult:
+    """Compile ``kernel`` into the disk cache (or find it there) with ``compiler``.
+
+    ``compiler`` overrides ``DEEP_TILE_COMPILER`` (None: the default compiler). Compile and
+    cache failures are returned as ``status="error"`` rather than raised, so a caller can go on
+    with the other kernels.
+
+    Raises:
+        ValueError: ``compiler`` is not ``"nvrtc"``, ``"nvcc"`` or None.
+    """
+    before = cache.cache_stats()
+    start = time.perf_counter()
+    try:
+        cache.get_cubin(GEMM_ENTRY, dict(kernel.defines), GEMM_SYMBOL, compiler=compiler)
+    except DeepTileError as error:
+        return WarmupResult(kernel, "error", time.perf_counter() - start, str(error))
+    seconds = time.perf_counter() - start
+    after = cache.cache_stats()
+    if after["hits"] > before["hits"]:
+        status = "hit"
+    elif after["misses"] > before["misses"]:
+        status = "miss"
+    else:
+        status = "uncached"
+    return WarmupResult(kernel, status, seconds)

@@ -1,0 +1,153 @@
+"""``python -m deep_tile warmup``: selector-driven grouping, the CLI, and a real cache fill (no GPU)."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deep_tile import env, warmup
+from deep_tile.__main__ import main
+from deep_tile.errors import CompileError
+from deep_tile.jit import cache, compiler
+from deep_tile.select import select_config
+
+ROOT = Path(__file__).resolve().parents[1]
+AVAILABLE = compiler.available_compilers()
+NUM_SMS = 132
+# Two shapes with the same (N, K) and different M that select the same kernel, plus one other.
+SAME_NK = [(4096, 7168, 2048), (4000, 7168, 2048)]
+OTHER = (64, 2112, 7168)
+SHAPES = SAME_NK + [OTHER]
+LINE = re.compile(r"^(?P<shapes>[\d, ]+) -> (?P<label>.+): (?P<status>cache hit|cache miss), (?P<secs>[\d.]+)s$")
+
+COMPILERS = [
+    pytest.param("nvrtc", marks=pytest.mark.skipif("nvrtc" not in AVAILABLE, reason="NVRTC does not load")),
+    pytest.param("nvcc", marks=[pytest.mark.nvcc, pytest.mark.skipif(
+        "nvcc" not in AVAILABLE, reason="nvcc not found (DEEP_TILE_NVCC / PATH / CUDA_HOME)")]),
+]
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch, tmp_path):
+    """No DEEP_TILE_* variable set (except DEEP_TILE_NVCC); the cache in tmp_path."""
+    for name in env.REGISTRY:
+        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def expected_groups(shapes) -> dict:
+    """label -> shapes, from the selector itself (so the test follows selector changes)."""
+    groups = {}
+    for shape in shapes:
+        groups.setdefault(select_config(*shape, NUM_SMS).label, []).append(shape)
+    return groups
+
+
+def run_cli(*args, cache_dir: Path) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if not (k.startswith("DEEP_TILE_") and k != "DEEP_TILE_NVCC")}
+    environ["DEEP_TILE_CACHE_DIR"] = str(cache_dir)
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "deep_tile", "warmup", *args], capture_output=True, text=True,
+                          env=environ, timeout=600)
+
+
+def parse_lines(stdout: str) -> dict:
+    """label -> (shapes, status) of the per-kernel lines."""
+    found = {}
+    for line in stdout.splitlines():
+        if match := LINE.match(line):
+            shapes = [tuple(int(v) for v in s.split(",")) for s in match["shapes"].split()]
+            found[match["label"]] = (shapes, match["status"])
+    return found
+
+
+def test_the_chosen_shapes_exercise_grouping():
+    groups = expected_groups(SHAPES)
+    assert len(groups) == 2, f"test shapes no longer share/split kernels as intended: {groups}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", COMPILERS)
+def test_warmup_fills_the_cache_then_hits(tmp_path, name):
+    cache_dir = tmp_path / f"cache-{name}"
+    args = [arg for shape in SHAPES for arg in ("--shape", ",".join(map(str, shape)))]
+    args += ["--num-sms", str(NUM_SMS), "--compiler", name]
+    groups = expected_groups(SHAPES)
+
+    first = run_cli(*args, cache_dir=cache_dir)
+    assert first.returncode == 0, first.stdout + first.stderr
+    lines = parse_lines(first.stdout)
+    assert {label: shapes for label, (shapes, _) in lines.items()} == groups, first.stdout
+    assert {status for _, status in lines.values()} == {"cache miss"}, first.stdout
+    assert f"compiler {name} " in first.stdout and str(cache_dir / "kernels") in first.stdout
+    assert f"{len(groups)} kernels for {len(SHAPES)} shapes: {len(groups)} compiled, 0 cache hits" in first.stdout
+    assert len(list(cache_dir.glob("kernels/*/*/kernel.cubin"))) == len(groups)
+
+    second = run_cli(*args, cache_dir=cache_dir)
+    assert second.returncode == 0, second.stdout + second.stderr
+    lines = parse_lines(second.stdout)
+    assert {label: status for label, (_, status) in lines.items()} == {label: "cache hit" for label in groups}
+    assert f"{len(groups)} kernels for {len(SHAPES)} shapes: 0 compiled, {len(groups)} cache hits" in second.stdout
+    assert len(list(cache_dir.glob("kernels/*/*/kernel.cubin"))) == len(groups)
+
+
+# ---- in process: planning, arguments, errors (no compiler needed) ----------------------------
+
+def test_plan_groups_by_kernel_and_drops_repeats():
+    kernels = warmup.plan(SHAPES + [SAME_NK[0]], NUM_SMS)
+    assert [list(k.shapes) for k in kernels] == list(expected_groups(SHAPES).values())
+    for kernel in kernels:
+        assert dict(kernel.defines) == kernel.config.defines()
+
+
+def test_plan_adds_the_watchdog_define_like_get_kernel(monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_WATCHDOG", "1")
+    (kernel,) = warmup.plan([OTHER], NUM_SMS)
+    assert dict(kernel.defines) == {**kernel.config.defines(), "DT_WATCHDOG": 1}
+
+
+@pytest.mark.parametrize("shape,match", [((64, 100, 128), "n must be a multiple of 8"),
+                                         ((64, 128, 100), "k must be a multiple of 16"),
+                                         ((0, 128, 128), "three positive ints"),
+                                         ((64, 128), "three positive ints")])
+def test_check_shape(shape, match):
+    with pytest.raises(ValueError, match=match):
+        warmup.check_shape(shape)
+
+
+def test_cli_rejects_bad_arguments(capsys):
+    assert main(["warmup", "--shape", "64,100,128", "--num-sms", "132"]) == 2
+    assert "n must be a multiple of 8" in capsys.readouterr().err
+    for argv in (["warmup"], ["warmup", "--shape", "1,2"], ["warmup", "--shape", "64,128,128", "--compiler", "gcc"],
+                 ["warmup", "--shape", "64,128,128", "--num-sms", "0"]):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2, argv
+
+
+def test_cli_reports_a_failed_build_and_goes_on(monkeypatch, capsys):
+    built = []
+
+    def fake_get_cubin(entry, defines, kernel_name, *, compiler=None):
+        built.append(defines["DT_BLOCK_M"])
+        if len(built) == 1:
+            raise CompileError("boom")
+        return b"\x7fELF"
+
+    monkeypatch.setattr(cache, "get_cubin", fake_get_cubin)
+    monkeypatch.setattr(compiler, "compiler_version", lambda name: "1.0")
+    argv = ["warmup", "--num-sms", "132", "--compiler", "nvrtc"]
+    argv += [arg for shape in SHAPES for arg in ("--shape", ",".join(map(str, shape)))]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert len(built) == 2
+    assert ": error, " in out and "boom" in err
+    assert re.search(r"^2 kernels for 3 shapes: \d+ compiled, 0 cache hits, 1 errors in ", out, re.M), out
+
+
+def test_get_cubin_rejects_an_unknown_compiler():
+    with pytest.raises(ValueError, match="nvrtc, nvcc.*'gcc'"):
+        cache.get_cubin("fp8_gemm_sm90", {}, "deep_tile_fp8_gemm_sm90", compiler="gcc")
