@@ -41,6 +41,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_nvcc)
 
 
+def compiler_params() -> list:
+    """``pytest.param("nvrtc")`` and ``pytest.param("nvcc")``, each skipped when that compiler is
+    not available here (nvcc also marked ``nvcc``): parametrize compile tests with it."""
+    from deep_tile.jit import compiler
+
+    available = compiler.available_compilers()
+    return [
+        pytest.param("nvrtc", marks=pytest.mark.skipif("nvrtc" not in available, reason="NVRTC does not load")),
+        pytest.param("nvcc", marks=[pytest.mark.nvcc, pytest.mark.skipif(
+            "nvcc" not in available, reason="nvcc not found (DEEP_TILE_NVCC / PATH / CUDA_HOME)")]),
+    ]
+
+
 def run_gpu_cases(function: str, cases: list, timeout: float = 600.0) -> list[dict]:
     """Run `tests/gpu_cases.py::<function>(**case)` for each case in one child process.
 

@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import compiler_params
+
 from deep_tile import env
 from deep_tile.errors import CompileError
 from deep_tile.jit import compiler, paths
@@ -12,11 +14,7 @@ DATA = Path(__file__).resolve().parent / "data"
 ENTRY = DATA / "csrc" / "entry"
 AVAILABLE = compiler.available_compilers()
 
-COMPILERS = [
-    pytest.param("nvrtc", marks=pytest.mark.skipif("nvrtc" not in AVAILABLE, reason="NVRTC does not load")),
-    pytest.param("nvcc", marks=[pytest.mark.nvcc, pytest.mark.skipif(
-        "nvcc" not in AVAILABLE, reason="nvcc not found (DEEP_TILE_NVCC / PATH / CUDA_HOME)")]),
-]
+COMPILERS = compiler_params()
 
 
 @pytest.fixture(autouse=True)

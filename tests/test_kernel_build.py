@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import compiler_params
+
 from deep_tile import arch, env
 from deep_tile.jit import compiler, paths
 from deep_tile.select import KernelConfig, select_config
@@ -22,7 +24,6 @@ from deep_tile.select.selector import MULTICAST_MIN_M, choose_multicast
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
-AVAILABLE = compiler.available_compilers()
 GEMM_ENTRY, GEMM_SYMBOL = "fp8_gemm_sm90", "deep_tile_fp8_gemm_sm90"
 CAST_ENTRY = "cast_fp8"
 CAST_SYMBOLS = ("deep_tile_per_token_cast", "deep_tile_per_block_cast")
@@ -65,11 +66,7 @@ def selector_families() -> set:
 
 FAMILIES = sorted(FORCED_FAMILIES | selector_families())
 
-COMPILERS = [
-    pytest.param("nvrtc", marks=pytest.mark.skipif("nvrtc" not in AVAILABLE, reason="NVRTC does not load")),
-    pytest.param("nvcc", marks=[pytest.mark.nvcc, pytest.mark.skipif(
-        "nvcc" not in AVAILABLE, reason="nvcc not found (DEEP_TILE_NVCC / PATH / CUDA_HOME)")]),
-]
+COMPILERS = compiler_params()
 
 pytestmark = pytest.mark.slow
 

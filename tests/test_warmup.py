@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import compiler_params
+
 from deep_tile import env, warmup
 from deep_tile.__main__ import main
 from deep_tile.errors import CompileError
@@ -14,7 +16,6 @@ from deep_tile.jit import cache, compiler
 from deep_tile.select import select_config
 
 ROOT = Path(__file__).resolve().parents[1]
-AVAILABLE = compiler.available_compilers()
 NUM_SMS = 132
 # Two shapes with the same (N, K) and different M that select the same kernel, plus one other.
 SAME_NK = [(4096, 7168, 2048), (4000, 7168, 2048)]
@@ -22,11 +23,7 @@ OTHER = (64, 2112, 7168)
 SHAPES = SAME_NK + [OTHER]
 LINE = re.compile(r"^(?P<shapes>[\d, ]+) -> (?P<label>.+): (?P<status>cache hit|cache miss), (?P<secs>[\d.]+)s$")
 
-COMPILERS = [
-    pytest.param("nvrtc", marks=pytest.mark.skipif("nvrtc" not in AVAILABLE, reason="NVRTC does not load")),
-    pytest.param("nvcc", marks=[pytest.mark.nvcc, pytest.mark.skipif(
-        "nvcc" not in AVAILABLE, reason="nvcc not found (DEEP_TILE_NVCC / PATH / CUDA_HOME)")]),
-]
+COMPILERS = compiler_params()
 
 
 @pytest.fixture(autouse=True)

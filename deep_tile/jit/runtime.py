@@ -80,7 +80,8 @@ class Kernel:
     name: str
     library: object
     handle: object
-    _smem_limit_set: dict = field(default_factory=dict)
+    _smem_limit_set: dict = field(default_factory=dict)  # device -> dynamic smem limit set
+    _cluster_counts: dict = field(default_factory=dict)  # (device, block, smem, cluster) -> count
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _ensure_smem_limit(self, device: int, smem_bytes: int) -> None:
@@ -99,8 +100,8 @@ class Kernel:
         with an odd number of usable SMs leaves one idle for 2-CTA clusters. A grid larger than
         this runs its last clusters in a second wave, doubling the kernel time.
         """
-        key = ("clusters", device, block, smem_bytes, cluster)
-        cached = self._smem_limit_set.get(key)
+        key = (device, block, smem_bytes, cluster)
+        cached = self._cluster_counts.get(key)
         if cached is not None:
             return cached
         self._ensure_smem_limit(device, smem_bytes)
@@ -108,7 +109,7 @@ class Kernel:
         config = self._config(cluster, block, smem_bytes, 0, cluster)
         count = int(check(_cu.cuOccupancyMaxActiveClusters(function, config),
                           f"cuOccupancyMaxActiveClusters({self.name}, cluster={cluster}, smem={smem_bytes})"))
-        self._smem_limit_set[key] = count
+        self._cluster_counts[key] = count
         return count
 
     @staticmethod
