@@ -21,8 +21,8 @@ _LAZY = {
     "per_token_cast_to_fp8": "deep_tile.quant",
     "per_block_cast_to_fp8": "deep_tile.quant",
     "ref_fp8_gemm": "deep_tile.reference",
-    "get_config": "deep_tile.device",
-    "explain": "deep_tile.device",
+    "get_config": "deep_tile.select.api",
+    "explain": "deep_tile.select.api",
     "set_num_sms": "deep_tile.device",
     "get_num_sms": "deep_tile.device",
 }

@@ -6,49 +6,79 @@ Commands:
     warmup --shape M,N,K [--shape ...] [--num-sms N] [--compiler nvrtc|nvcc]
                                   compile the FP8 GEMM kernels of those shapes into the disk cache
 
+Shapes and SM counts are checked by the library (:func:`deep_tile.checks.check_problem_shape`,
+:func:`deep_tile.device.check_num_sms`), so the command line accepts exactly what
+:func:`deep_tile.fp8_gemm` accepts and prints the same messages; a bad value exits with status 2.
+
 Adding a command takes one ``cmd_<name>(args) -> int`` function and one entry in
 :func:`build_parser` (``sub.add_parser(...)`` with ``set_defaults(func=cmd_<name>)``).
 """
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 import time
 from typing import Optional, Sequence
 
-PROG = "python -m deep_tile"
-"""How the command line names itself in usage and error messages."""
+SCRIPT_NAME = "deep-tile"
+"""The console script's name (``[project.scripts]`` in pyproject.toml)."""
 
-__all__ = ["PROG", "parse_shape", "positive_int", "cmd_explain", "cmd_warmup", "build_parser", "main"]
+__all__ = ["SCRIPT_NAME", "prog_name", "plural", "parse_shape", "parse_int", "cmd_explain", "cmd_warmup",
+           "build_parser", "main"]
+
+# A token such as "-1,8,16": a shape with a negative first value. argparse would take it for an
+# option (its negative-number rule covers "-1" but not "-1,8,16"); see _protect_negative_shapes.
+_NEGATIVE_SHAPE = re.compile(r"^-\d[-\d,]*$")
+
+
+def prog_name(argv0: Optional[str] = None) -> str:
+    """How the command line names itself: ``deep-tile`` when run as that console script
+    (``argv0``, default ``sys.argv[0]``), else ``python -m deep_tile``."""
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    return SCRIPT_NAME if os.path.basename(argv0) == SCRIPT_NAME else "python -m deep_tile"
+
+
+def plural(count: int, noun: str, plural_form: Optional[str] = None) -> str:
+    """``"1 shape"``, ``"2 shapes"``: ``count`` and ``noun``, made plural unless ``count == 1``."""
+    return f"{count} {noun if count == 1 else (plural_form or noun + 's')}"
 
 
 def parse_shape(text: str) -> tuple:
-    """Parse ``"M,N,K"`` into three positive ints (an argparse ``type``)."""
-    parts = text.split(",")
+    """Parse ``"M,N,K"`` into three ints (an argparse ``type``).
+
+    Only the syntax is checked here; the values are checked by the command with
+    :func:`deep_tile.checks.check_problem_shape`, as fp8_gemm checks them.
+    """
+    text = text.strip()
     try:
-        values = tuple(int(part) for part in parts)
+        values = tuple(int(part) for part in text.split(","))
     except ValueError:
         values = ()
-    if len(values) != 3 or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"shape must be M,N,K with three positive ints, e.g. 4096,7168,2048; "
-                                         f"got {text!r}")
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"shape must be M,N,K with three ints, e.g. 4096,7168,2048; got {text!r}")
     return values
 
 
-def positive_int(text: str) -> int:
-    """Parse a positive int (an argparse ``type``)."""
+def parse_int(text: str) -> int:
+    """Parse an int (an argparse ``type``); its range is checked by the command."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive int; got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(f"expected an int; got {text!r}") from None
+
+
+def _protect_negative_shapes(argv: Sequence[str]) -> list:
+    """``argv`` with shape tokens that start with ``-`` prefixed by a space, so that argparse
+    passes them on as values (then rejected with the library's message) instead of reading them
+    as unknown options. :func:`parse_shape` strips the space."""
+    return [" " + arg if _NEGATIVE_SHAPE.match(arg) else arg for arg in argv]
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     """``explain``: print :func:`deep_tile.explain` for one shape."""
-    from deep_tile.device import explain
+    from deep_tile.select.api import explain
 
     m, n, k = args.shape
     print(explain(m, n, k, num_sms=args.num_sms))
@@ -65,55 +95,64 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     Prints one line per distinct kernel (its shapes, config label, cache hit/miss and seconds)
     and a summary; returns 1 when a kernel failed to build, else 0. Needs no GPU; without
     ``--num-sms`` the SM count comes from :func:`deep_tile.get_num_sms` (the device's when one is
-    present, else 132), with it no device is queried.
+    present, else 132); a given ``--num-sms`` is bounded by the device's SM count when a device is
+    present. Shapes with ``M = 0`` need no kernel (fp8_gemm launches nothing) and are listed as such.
     """
     from deep_tile import env, warmup
     from deep_tile.errors import DeepTileError
     from deep_tile.jit import cache, compiler
 
+    prog = prog_name()
+    shapes = list(dict.fromkeys(warmup.check_shape(shape) for shape in args.shape))
     if args.num_sms is None:
         from deep_tile.device import get_num_sms
 
         args.num_sms = get_num_sms()
-    kernels = warmup.plan(args.shape, args.num_sms)
+    kernels = warmup.plan(shapes, args.num_sms)
     name = args.compiler or compiler.default_compiler()
     try:
         version = compiler.compiler_version(name)
     except DeepTileError as error:
-        print(f"{PROG} warmup: error: {error}", file=sys.stderr)
+        print(f"{prog} warmup: error: {error}", file=sys.stderr)
         return 1
     where = ("cache disabled (DEEP_TILE_DISABLE_CACHE)" if env.disable_cache()
              else f"cache {cache.kernels_dir()}")
-    num_shapes = sum(len(kernel.shapes) for kernel in kernels)
-    print(f"warmup: {num_shapes} shapes on {args.num_sms} SMs, compiler {name} {version}, {where}",
+    print(f"warmup: {plural(len(shapes), 'shape')} on {args.num_sms} SMs, compiler {name} {version}, {where}",
           flush=True)
+    for shape in shapes:
+        if shape[0] == 0:
+            print(f"{_format_shape(shape)} -> no kernel: M=0 launches nothing", flush=True)
     words = {"hit": "cache hit", "miss": "cache miss", "uncached": "compiled, not cached", "error": "error"}
     start = time.perf_counter()
     results = []
     for kernel in kernels:
         result = warmup.build(kernel, name)
         results.append(result)
-        shapes = " ".join(_format_shape(shape) for shape in kernel.shapes)
-        print(f"{shapes} -> {kernel.config.label}: {words[result.status]}, {result.seconds:.2f}s", flush=True)
+        built = " ".join(_format_shape(shape) for shape in kernel.shapes)
+        print(f"{built} -> {kernel.config.label}: {words[result.status]}, {result.seconds:.2f}s", flush=True)
         if result.error:
-            print(f"{PROG} warmup: error building {kernel.config.label}: {result.error}", file=sys.stderr)
+            print(f"{prog} warmup: error building {kernel.config.label}: {result.error}", file=sys.stderr)
     count = {status: sum(r.status == status for r in results) for status in words}
-    print(f"{len(kernels)} kernels for {num_shapes} shapes: {count['miss'] + count['uncached']} compiled, "
-          f"{count['hit']} cache hits, {count['error']} errors in {time.perf_counter() - start:.2f}s")
+    print(f"{plural(len(kernels), 'kernel')} for {plural(len(shapes), 'shape')}: "
+          f"{count['miss'] + count['uncached']} compiled, {plural(count['hit'], 'cache hit')}, "
+          f"{plural(count['error'], 'error')} in {time.perf_counter() - start:.2f}s")
     return 1 if count["error"] else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with one subparser per command."""
-    parser = argparse.ArgumentParser(prog=PROG,
+def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
+    """The argument parser with one subparser per command; ``prog`` defaults to :func:`prog_name`."""
+    parser = argparse.ArgumentParser(prog=prog or prog_name(),
                                      description="deep_tile: FP8 GEMM kernels for Hopper.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    num_sms_help = ("SMs of the persistent grid: 1 to the device's SM count (default: the device's, or 132 "
+                    "without one; without a device any positive int, for another target GPU)")
 
     explain = sub.add_parser("explain", help="show the kernel configuration chosen for a shape, and why",
-                             description="Show the kernel configuration chosen for out[M,N] = A[M,K] @ B[N,K]^T.")
+                             description="Show the kernel configuration chosen for out[M,N] = A[M,K] @ B[N,K]^T. "
+                                         "M >= 0, N a positive multiple of 8, K a positive multiple of 16 "
+                                         "(as fp8_gemm requires).")
     explain.add_argument("shape", type=parse_shape, metavar="M,N,K", help="problem shape, e.g. 4096,7168,2048")
-    explain.add_argument("--num-sms", type=int, default=None,
-                         help="SMs of the persistent grid (default: the device's, or 132 without one)")
+    explain.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
     explain.set_defaults(func=cmd_explain)
 
     warm = sub.add_parser("warmup", help="compile the kernels of some shapes into the disk cache",
@@ -122,8 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "compile. Needs no GPU. Shapes using the same kernel share one build.")
     warm.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="M,N,K",
                       help="problem shape out[M,N] = A[M,K] @ B[N,K]^T (repeat for more shapes)")
-    warm.add_argument("--num-sms", type=positive_int, default=None,
-                      help="SMs of the persistent grid (default: the device's, or 132 without one)")
+    warm.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
     warm.add_argument("--compiler", choices=("nvrtc", "nvcc"), default=None,
                       help="compiler for this run (default: DEEP_TILE_COMPILER, else nvrtc if it loads)")
     warm.set_defaults(func=cmd_warmup)
@@ -134,15 +172,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
-    Bad arguments (argparse or a ``ValueError`` from deep_tile) print a message to stderr and
-    return 2.
+    Malformed arguments exit through argparse (status 2, with usage); values deep_tile rejects
+    (a ``ValueError``, e.g. ``explain: n must be a positive multiple of 8; got 12``) print
+    ``<prog>: error: <message>`` to stderr and return 2.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_protect_negative_shapes(sys.argv[1:] if argv is None else argv))
     try:
         return args.func(args)
     except ValueError as error:
-        print(f"{parser.prog} {args.command}: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
 
 

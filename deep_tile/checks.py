@@ -1,22 +1,70 @@
-"""Argument validation for fp8_gemm: dtype, then shape, then layout and alignment, then device.
+"""Argument validation: the one problem-shape check, and fp8_gemm's tensor checks.
 
-Every failure raises TypeError or ValueError naming the function, the argument, what was
-expected and what was passed, before anything is allocated or written. The device is checked
-last, so messages about shapes and layouts can be tested with CPU tensors.
+:func:`check_problem_shape` is the single definition of which ``(m, n, k)`` deep_tile runs;
+``fp8_gemm``, ``get_config``, ``explain``, the warmup planner and the command line all call it,
+so they accept and reject the same shapes with the same messages.
+
+:func:`check_fp8_gemm_args` checks fp8_gemm's tensors: dtype, then shape, then layout and
+alignment, then device. Every failure raises TypeError or ValueError naming the function, the
+argument, what was expected and what was passed, before anything is allocated or written. The
+device is checked last, so messages about shapes and layouts can be tested with CPU tensors.
+
+Imports torch lazily (only :func:`check_fp8_gemm_args` needs it), so the selection path can use
+:func:`check_problem_shape` without importing torch.
 """
 from __future__ import annotations
 
-import torch
+import operator
+
+from deep_tile.common import SCALE_GROUP, ceil_div
+
+__all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_fp8_gemm_args"]
+
+N_MULTIPLE = 8
+"""``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
+
+K_MULTIPLE = 16
+"""``k`` must be a positive multiple of this (16-byte rows of the FP8 operands, for TMA)."""
 
 _FN = "fp8_gemm"
 
 
-def ceil_div(a: int, b: int) -> int:
-    """Smallest integer >= a / b."""
-    return (a + b - 1) // b
+def check_int(func: str, name: str, value) -> int:
+    """``value`` as a Python int; TypeError naming ``func`` and ``name`` for bools, floats, strings
+    and other non-integers (integer scalars of numpy or torch are accepted through ``__index__``)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{func}: {name} must be an int; got {value!r} (bool)")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{func}: {name} must be an int; got {value!r} ({type(value).__name__})") from None
+
+
+def check_problem_shape(func: str, m, n, k) -> tuple[int, int, int]:
+    """Validate the problem ``out[m, n] = a[m, k] @ b[n, k]^T`` and return ``(m, n, k)`` as ints.
+
+    The one shape contract of deep_tile: ``m`` an int >= 0 (``m == 0`` is an empty product),
+    ``n`` a positive multiple of 8, ``k`` a positive multiple of 16. ``func`` names the caller
+    in the messages, e.g. ``"explain: n must be a positive multiple of 8; got 12"``.
+
+    Raises:
+        TypeError: an argument is not an int (bools are refused; numpy/torch integer scalars
+            are accepted through ``__index__``).
+        ValueError: ``m < 0``, or ``n`` / ``k`` not a positive multiple of 8 / 16.
+    """
+    m, n, k = (check_int(func, name, value) for name, value in (("m", m), ("n", n), ("k", k)))
+    if m < 0:
+        raise ValueError(f"{func}: m must be an int >= 0; got {m}")
+    if n <= 0 or n % N_MULTIPLE:
+        raise ValueError(f"{func}: n must be a positive multiple of {N_MULTIPLE}; got {n}")
+    if k <= 0 or k % K_MULTIPLE:
+        raise ValueError(f"{func}: k must be a positive multiple of {K_MULTIPLE}; got {k}")
+    return m, n, k
 
 
 def _require_tensor(name: str, x) -> None:
+    import torch
+
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{_FN}: {name} must be a torch.Tensor; got {type(x).__name__}")
 
@@ -50,7 +98,18 @@ def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str) -
 
 
 def check_fp8_gemm_args(a, a_scale, b, b_scale, out) -> tuple[int, int, int]:
-    """Validate fp8_gemm's arguments and return (m, n, k)."""
+    """Validate fp8_gemm's arguments and return ``(m, n, k)``.
+
+    ``m = a.shape[0]``, ``n = b.shape[0]`` and ``k = a.shape[1]`` go through
+    :func:`check_problem_shape`, so a shape fp8_gemm rejects is rejected with the same message by
+    ``get_config``, ``explain``, warmup and the command line.
+
+    Raises:
+        TypeError: a non-tensor argument or a wrong dtype.
+        ValueError: a wrong rank, shape, layout, alignment or device, or a non-sm_90 GPU.
+    """
+    import torch
+
     for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
         _require_tensor(name, x)
     if out is not None:
@@ -68,14 +127,12 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out) -> tuple[int, int, int]:
     n = b.shape[0]
     if b.shape[1] != k:
         raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {k}; got {tuple(b.shape)}")
-    if k <= 0 or k % 16 != 0:
-        raise ValueError(f"{_FN}: k (a.shape[1]) must be a positive multiple of 16; got {k}")
-    if n <= 0 or n % 8 != 0:
-        raise ValueError(f"{_FN}: n (b.shape[0]) must be a positive multiple of 8; got {n}")
-    k_groups = ceil_div(k, 128)
-    _require_shape("a_scale", a_scale, (m, k_groups), f"(m, ceil(k/128)) for a of shape {tuple(a.shape)}")
-    _require_shape("b_scale", b_scale, (ceil_div(n, 128), k_groups),
-                   f"(ceil(n/128), ceil(k/128)) for b of shape {tuple(b.shape)}")
+    m, n, k = check_problem_shape(_FN, m, n, k)
+    g = SCALE_GROUP
+    k_groups = ceil_div(k, g)
+    _require_shape("a_scale", a_scale, (m, k_groups), f"(m, ceil(k/{g})) for a of shape {tuple(a.shape)}")
+    _require_shape("b_scale", b_scale, (ceil_div(n, g), k_groups),
+                   f"(ceil(n/{g}), ceil(k/{g})) for b of shape {tuple(b.shape)}")
     if out is not None:
         _require_2d("out", out)
         _require_shape("out", out, (m, n), "(m, n)")

@@ -1,9 +1,10 @@
-"""Facts about the current CUDA device, the SM limit, and the public ``get_config`` / ``explain``.
+"""Facts about the current CUDA device, and the SM limit (``set_num_sms`` / ``get_num_sms``).
 
 The only module of the selection path that touches ``torch.cuda``. Importing it starts no CUDA
 context (torch itself is imported on first use); every device query is cached per device index.
 Without a CUDA device, the selection defaults to an H100 SXM (132 SMs, 232448 bytes of shared
-memory per block) so configurations can be inspected on any machine.
+memory per block) so configurations can be inspected on any machine. The selection entry points
+``get_config`` and ``explain`` live in :mod:`deep_tile.select.api`.
 """
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from deep_tile import arch
+from deep_tile.checks import check_int
 from deep_tile.errors import DeepTileError
-from deep_tile.select import KernelConfig, explain_text, select_config
-from deep_tile.select.selector import check_positive_int
 
-__all__ = ["DeviceFacts", "has_cuda", "device_facts", "set_num_sms", "get_num_sms", "get_config", "explain"]
+__all__ = ["DeviceFacts", "has_cuda", "device_facts", "max_smem_per_block", "check_num_sms", "set_num_sms",
+           "get_num_sms"]
 
 
 @dataclass(frozen=True)
@@ -76,11 +77,37 @@ def device_facts(index: Optional[int] = None) -> DeviceFacts:
 
 
 _num_sms_limit: Optional[int] = None
-_printed: set = set()
 
 
 def _device_num_sms() -> int:
     return device_facts().num_sms if has_cuda() else arch.DEFAULT_CHIP.num_sms
+
+
+def max_smem_per_block() -> int:
+    """Opt-in dynamic shared memory per block of the current device in bytes (232448, the sm_90
+    maximum, without a CUDA device)."""
+    return device_facts().max_smem_per_block if has_cuda() else arch.MAX_SMEM_PER_BLOCK
+
+
+def check_num_sms(func: str, num_sms) -> int:
+    """``num_sms`` as an int, checked as an SM count for a kernel's persistent grid.
+
+    With a CUDA device it must lie in 1..(the device's SM count). Without one any positive int
+    is accepted: the target GPU is unknown (e.g. when filling a cache for another machine).
+
+    Raises:
+        TypeError: ``num_sms`` is not an int (see :func:`deep_tile.checks.check_int`).
+        ValueError: ``num_sms < 1``, or above the device's SM count (the message names the device).
+    """
+    num_sms = check_int(func, "num_sms", num_sms)
+    if num_sms < 1:
+        raise ValueError(f"{func}: num_sms must be a positive int; got {num_sms}")
+    if has_cuda():
+        facts = device_facts()
+        if num_sms > facts.num_sms:
+            raise ValueError(f"{func}: num_sms must be at most {facts.num_sms}, the SM count of cuda:{facts.index} "
+                             f"({facts.name}); got {num_sms}")
+    return num_sms
 
 
 def set_num_sms(num_sms: Optional[int]) -> None:
@@ -108,53 +135,16 @@ def get_num_sms() -> int:
     return _device_num_sms() if _num_sms_limit is None else _num_sms_limit
 
 
-def _resolve(func: str, m, n, k, num_sms) -> tuple:
-    for name, value in (("m", m), ("n", n), ("k", k)):
-        check_positive_int(func, name, value)
-    if num_sms is None:
-        num_sms = get_num_sms()
-    check_positive_int(func, "num_sms", num_sms)
-    max_smem = device_facts().max_smem_per_block if has_cuda() else arch.MAX_SMEM_PER_BLOCK
-    return num_sms, max_smem
+_MOVED = {"get_config", "explain"}
+"""Names that moved to :mod:`deep_tile.select.api` and are still reachable here (see ``__getattr__``)."""
 
 
-def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None) -> KernelConfig:
-    """The :class:`KernelConfig` deep_tile uses for ``out[m, n] = a[m, k] @ b[n, k]^T``.
+def __getattr__(name: str):
+    """Transitional alias: ``deep_tile.device.get_config`` / ``.explain`` resolve lazily to
+    :mod:`deep_tile.select.api` (no import of deep_tile.select at module load), until every caller
+    imports them from there."""
+    if name in _MOVED:
+        from deep_tile.select import api
 
-    ``num_sms`` defaults to :func:`get_num_sms`. With ``DEEP_TILE_PRINT_CONFIGS`` set, each new
-    choice is printed once to stderr.
-
-    Raises:
-        ValueError: an argument is not a positive int (the message names it).
-    """
-    num_sms, max_smem = _resolve("get_config", m, n, k, num_sms)
-    config = select_config(m, n, k, num_sms, max_smem)
-    from deep_tile import env
-
-    key = (m, n, k, num_sms, max_smem)
-    if key not in _printed and env.print_configs():
-        _printed.add(key)
-        print(f"deep_tile: m={m} n={n} k={k} num_sms={num_sms} -> {config.label} grid={config.num_sms} "
-              f"group={config.group_size} smem={config.smem_bytes} threads={config.num_threads}",
-              file=sys.stderr)
-    return config
-
-
-def explain(m: int, n: int, k: int, num_sms: Optional[int] = None) -> str:
-    """A multi-line account of :func:`get_config`'s choice for ``m x n x k`` and why.
-
-    Uses the current device's facts when a CUDA device is present, else an H100 SXM.
-
-    Raises:
-        ValueError: an argument is not a positive int (the message names it).
-    """
-    num_sms, max_smem = _resolve("explain", m, n, k, num_sms)
-    if has_cuda():
-        facts = device_facts()
-        chip = facts.chip
-        header = (f"device: {facts.name} (sm_{facts.capability[0]}{facts.capability[1]}, "
-                  f"{facts.num_sms} SMs, {facts.max_smem_per_block} bytes smem per block)")
-    else:
-        chip = arch.DEFAULT_CHIP
-        header = f"device: none found; assuming {chip.name} ({chip.num_sms} SMs)"
-    return header + "\n" + explain_text(m, n, k, num_sms, max_smem, chip)
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -77,7 +77,8 @@ _VARS = (
            "frame, or warnings C7508/C7511/C7517/C7519."),
     EnvVar("DEEP_TILE_DUMP_ASM", "bool", "off",
            "Write `kernel.ptx` (when compiling) and `kernel.sass` (cuobjdump) next to each cached "
-           "`kernel.cubin`; skipped, never fatal, when a tool is missing."),
+           "`kernel.cubin`; never fatal: without `cuobjdump` and `nvdisasm` (the `test` extra has both) "
+           "`kernel.sass` is skipped with one warning on stderr."),
     EnvVar("DEEP_TILE_PRINT_CONFIGS", "bool", "off",
            "Print each new kernel configuration choice (once per distinct problem) to stderr."),
     EnvVar("DEEP_TILE_WATCHDOG", "bool", "off",

@@ -16,20 +16,15 @@ roundings), so the division is spelled ``torch.div(full(448), amax)`` on purpose
 """
 import torch
 
+from deep_tile.common import SCALE_GROUP, ceil_div
+
 FP8_MAX = 448.0
 """Largest finite float8_e4m3fn value; the cast maps each group's amax onto it."""
 
 AMAX_MIN = 1e-4
 """Lower clamp of a group's amax (so all-zero groups get a finite, non-zero scale)."""
 
-GROUP = 128
-"""Width of a per-token group along K, and the edge of a per-block (weight) block."""
-
 _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return (a + b - 1) // b
 
 
 def _check_input(fn: str, arg: str, x) -> None:
@@ -69,32 +64,32 @@ def _padded_float(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 def _per_token_cast_torch(x: torch.Tensor):
     """Torch implementation of :func:`per_token_cast_to_fp8` (any device; no validation)."""
     m, k = x.shape
-    num_k_blocks = _ceil_div(k, GROUP)
-    xf = _padded_float(x, m, num_k_blocks * GROUP).reshape(m, num_k_blocks, GROUP)
+    num_k_blocks = ceil_div(k, SCALE_GROUP)
+    xf = _padded_float(x, m, num_k_blocks * SCALE_GROUP).reshape(m, num_k_blocks, SCALE_GROUP)
     amax = xf.abs().amax(dim=2).clamp(min=AMAX_MIN)                   # [m, kb]
     inv, scale = _inv_and_scale(amax)
     q = (xf * inv.unsqueeze(2)).to(torch.float8_e4m3fn)               # [m, kb, 128]
-    q = q.reshape(m, num_k_blocks * GROUP)[:, :k].contiguous()
+    q = q.reshape(m, num_k_blocks * SCALE_GROUP)[:, :k].contiguous()
     return q, scale
 
 
 def _per_block_cast_torch(w: torch.Tensor):
     """Torch implementation of :func:`per_block_cast_to_fp8` (any device; no validation)."""
     n, k = w.shape
-    num_n_blocks, num_k_blocks = _ceil_div(n, GROUP), _ceil_div(k, GROUP)
-    wf = _padded_float(w, num_n_blocks * GROUP, num_k_blocks * GROUP)
-    wf = wf.reshape(num_n_blocks, GROUP, num_k_blocks, GROUP)
+    num_n_blocks, num_k_blocks = ceil_div(n, SCALE_GROUP), ceil_div(k, SCALE_GROUP)
+    wf = _padded_float(w, num_n_blocks * SCALE_GROUP, num_k_blocks * SCALE_GROUP)
+    wf = wf.reshape(num_n_blocks, SCALE_GROUP, num_k_blocks, SCALE_GROUP)
     amax = wf.abs().amax(dim=(1, 3)).clamp(min=AMAX_MIN)              # [nb, kb]
     inv, scale = _inv_and_scale(amax)
     q = (wf * inv[:, None, :, None]).to(torch.float8_e4m3fn)          # [nb, 128, kb, 128]
-    q = q.reshape(num_n_blocks * GROUP, num_k_blocks * GROUP)[:n, :k].contiguous()
+    q = q.reshape(num_n_blocks * SCALE_GROUP, num_k_blocks * SCALE_GROUP)[:n, :k].contiguous()
     return q, scale
 
 
 def _empty_result(x: torch.Tensor, q_rows: int, s_rows: int):
     k = x.shape[1]
     q = torch.empty((q_rows, k), dtype=torch.float8_e4m3fn, device=x.device)
-    s = torch.empty((s_rows, _ceil_div(k, GROUP)), dtype=torch.float32, device=x.device)
+    s = torch.empty((s_rows, ceil_div(k, SCALE_GROUP)), dtype=torch.float32, device=x.device)
     return q, s
 
 
@@ -173,7 +168,7 @@ def _check_dequant(fn: str, q, s, group_rows: int):
             f"{fn}: q must be a 2-D tensor [rows, k]; got {getattr(q, 'shape', type(q).__name__)}."
         )
     rows, k = q.shape
-    expected = (_ceil_div(rows, group_rows), _ceil_div(k, GROUP))
+    expected = (ceil_div(rows, group_rows), ceil_div(k, SCALE_GROUP))
     if not isinstance(s, torch.Tensor) or tuple(s.shape) != expected:
         raise ValueError(
             f"{fn}: s must have shape {expected} for q of shape {tuple(q.shape)}; "
@@ -184,12 +179,12 @@ def _check_dequant(fn: str, q, s, group_rows: int):
 def dequantize_per_token(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """Float32 ``q[i, j] * s[i, j // 128]`` for a per-token cast (``q [M, K]``, ``s [M, ceil(K/128)]``)."""
     _check_dequant("dequantize_per_token", q, s, 1)
-    s_cols = s.float().repeat_interleave(GROUP, dim=1)[:, : q.shape[1]]
+    s_cols = s.float().repeat_interleave(SCALE_GROUP, dim=1)[:, : q.shape[1]]
     return q.float() * s_cols
 
 
 def dequantize_per_block(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     """Float32 ``q[i, j] * s[i // 128, j // 128]`` for a per-block cast (``s [ceil(N/128), ceil(K/128)]``)."""
-    _check_dequant("dequantize_per_block", q, s, GROUP)
-    s_full = s.float().repeat_interleave(GROUP, dim=0).repeat_interleave(GROUP, dim=1)
+    _check_dequant("dequantize_per_block", q, s, SCALE_GROUP)
+    s_full = s.float().repeat_interleave(SCALE_GROUP, dim=0).repeat_interleave(SCALE_GROUP, dim=1)
     return q.float() * s_full[: q.shape[0], : q.shape[1]]

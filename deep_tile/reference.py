@@ -7,11 +7,7 @@ copies, never through a scale tensor expanded to ``[M, K]``.
 """
 import torch
 
-_GROUP = 128
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return (a + b - 1) // b
+from deep_tile.common import SCALE_GROUP, ceil_div
 
 
 def _check(a, a_scale, b, b_scale) -> None:
@@ -33,15 +29,17 @@ def _check(a, a_scale, b, b_scale) -> None:
             f"{fn}: b must have shape (n, k) with k = {k} (the k of a of shape {tuple(a.shape)}); "
             f"got {tuple(b.shape)}."
         )
-    num_k_blocks = _ceil_div(k, _GROUP)
-    expected = {"a_scale": (m, num_k_blocks), "b_scale": (_ceil_div(n, _GROUP), num_k_blocks)}
+    num_k_blocks = ceil_div(k, SCALE_GROUP)
+    expected = {"a_scale": (m, num_k_blocks), "b_scale": (ceil_div(n, SCALE_GROUP), num_k_blocks)}
+    g = SCALE_GROUP
+    unit = {"a": f"row and {g} columns", "b": f"{g}x{g} block"}
     for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
         if tuple(t.shape) != expected[name]:
             operand = "a" if name == "a_scale" else "b"
             raise ValueError(
                 f"{fn}: {name} must have shape {expected[name]} for a of shape {tuple(a.shape)} "
                 f"and b of shape {tuple(b.shape)} (one scale per "
-                f"{'row and 128 columns' if operand == 'a' else '128x128 block'} of {operand}); "
+                f"{unit[operand]} of {operand}); "
                 f"got {tuple(t.shape)}."
             )
 
@@ -49,12 +47,12 @@ def _check(a, a_scale, b, b_scale) -> None:
 def _scale_groups_(x: torch.Tensor, row_scales: torch.Tensor) -> torch.Tensor:
     """In place: ``x[i, j] *= row_scales[i, j // 128]`` (x float64 [R, K], row_scales [R, ceil(K/128)])."""
     rows, k = x.shape
-    num_full = k // _GROUP
+    num_full = k // SCALE_GROUP
     if num_full:
-        body = x[:, : num_full * _GROUP].view(rows, num_full, _GROUP)
+        body = x[:, : num_full * SCALE_GROUP].view(rows, num_full, SCALE_GROUP)
         body.mul_(row_scales[:, :num_full].unsqueeze(2))
-    if k % _GROUP:
-        x[:, num_full * _GROUP :].mul_(row_scales[:, num_full : num_full + 1])
+    if k % SCALE_GROUP:
+        x[:, num_full * SCALE_GROUP :].mul_(row_scales[:, num_full : num_full + 1])
     return x
 
 
@@ -84,7 +82,7 @@ def ref_fp8_gemm(
     n = b.shape[0]
     a64 = a.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
     _scale_groups_(a64, a_scale.to(torch.float64))
-    b_row_scales = b_scale.to(torch.float64).repeat_interleave(_GROUP, dim=0)[:n]  # [N, kb]
+    b_row_scales = b_scale.to(torch.float64).repeat_interleave(SCALE_GROUP, dim=0)[:n]  # [N, kb]
     b64 = b.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
     _scale_groups_(b64, b_row_scales)
     return a64 @ b64.t()

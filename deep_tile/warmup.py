@@ -12,10 +12,12 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
+from deep_tile.checks import check_problem_shape
+from deep_tile.device import check_num_sms
 from deep_tile.errors import DeepTileError
 from deep_tile.gemm import GEMM_ENTRY, GEMM_SYMBOL  # imports torch; starts no CUDA context
 from deep_tile.jit import cache
-from deep_tile.kernels import build_defines
+from deep_tile.jit.loader import build_defines
 from deep_tile.select import KernelConfig, select_config
 
 __all__ = ["WarmupKernel", "WarmupResult", "check_shape", "plan", "build"]
@@ -56,38 +58,40 @@ class WarmupResult:
 
 
 def check_shape(shape: Sequence[int]) -> tuple:
-    """``shape`` as an ``(m, n, k)`` tuple that :func:`deep_tile.fp8_gemm` accepts and launches.
+    """``shape`` as an ``(m, n, k)`` tuple that :func:`deep_tile.fp8_gemm` accepts.
+
+    The values are checked by :func:`deep_tile.checks.check_problem_shape`, fp8_gemm's own shape
+    check, so the messages are fp8_gemm's with ``warmup`` as the function name. ``m == 0`` is
+    accepted (fp8_gemm launches nothing for it; :func:`plan` builds no kernel for it).
 
     Raises:
-        ValueError: not three positive ints, ``n`` not a multiple of 8, or ``k`` not a multiple
-            of 16 (the message names the shape).
+        ValueError: ``shape`` is not three values, or fails the shape check.
+        TypeError: a value is not an int.
     """
     values = tuple(shape)
-    if len(values) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise ValueError(f"warmup: a shape must be three positive ints (m, n, k); got {shape!r}")
-    m, n, k = values
-    if n % 8:
-        raise ValueError(f"warmup: shape {m},{n},{k}: n must be a multiple of 8 (as fp8_gemm requires); got {n}")
-    if k % 16:
-        raise ValueError(f"warmup: shape {m},{n},{k}: k must be a multiple of 16 (as fp8_gemm requires); got {k}")
-    return values
+    if len(values) != 3:
+        raise ValueError(f"warmup: a shape must be three ints (m, n, k); got {shape!r}")
+    return check_problem_shape("warmup", *values)
 
 
 def plan(shapes: Iterable[Sequence[int]], num_sms: int) -> list[WarmupKernel]:
     """Group ``shapes`` by the kernel their selected configuration builds, first use first.
 
-    Repeated shapes are counted once. The defines include what the environment adds at build
-    time (``DEEP_TILE_WATCHDOG``), as :func:`deep_tile.kernels.get_kernel` does.
+    Repeated shapes are counted once; shapes with ``m == 0`` get no kernel (fp8_gemm launches
+    none for them). The defines include what the environment adds at build time
+    (``DEEP_TILE_WATCHDOG``), as :func:`deep_tile.jit.loader.get_kernel` does.
 
     Raises:
-        ValueError: a shape or ``num_sms`` is invalid (see :func:`check_shape`).
+        ValueError, TypeError: a shape is invalid (see :func:`check_shape`), or ``num_sms`` is not
+            an SM count (see :func:`deep_tile.device.check_num_sms`).
     """
+    num_sms = check_num_sms("warmup", num_sms)
     groups: dict[tuple, list] = {}
     configs: dict[tuple, KernelConfig] = {}
     seen = set()
     for shape in shapes:
         m, n, k = check_shape(shape)
-        if (m, n, k) in seen:
+        if m == 0 or (m, n, k) in seen:
             continue
         seen.add((m, n, k))
         config = select_config(m, n, k, num_sms)

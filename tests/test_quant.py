@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from deep_tile.common import ceil_div
 from deep_tile.quant import (
     _per_block_cast_torch,
     _per_token_cast_torch,
@@ -18,15 +19,11 @@ TOKEN_SHAPES = [(1, 128), (7, 144), (3, 16), (129, 7168 // 4), (2, 384)]
 BLOCK_SHAPES = [(136, 144), (128, 128), (8, 16), (257, 300)]
 
 
-def _ceil_div(a, b):
-    return -(-a // b)
-
-
 def _expected_amax64(x, rows_per_group):
     """float64 amax per (rows_per_group x 128) group, by explicit slicing."""
     n, k = x.shape
     x64 = x.double().abs()
-    out = torch.empty(_ceil_div(n, rows_per_group), _ceil_div(k, 128), dtype=torch.float64)
+    out = torch.empty(ceil_div(n, rows_per_group), ceil_div(k, 128), dtype=torch.float64)
     for p in range(out.shape[0]):
         for g in range(out.shape[1]):
             blk = x64[p * rows_per_group:(p + 1) * rows_per_group, g * 128:(g + 1) * 128]
@@ -37,7 +34,7 @@ def _expected_amax64(x, rows_per_group):
 def _check_cast(x, q, s, rows_per_group):
     n, k = x.shape
     assert q.dtype == torch.float8_e4m3fn and q.shape == (n, k) and q.is_contiguous()
-    assert s.dtype == torch.float32 and s.shape == (_ceil_div(n, rows_per_group), _ceil_div(k, 128))
+    assert s.dtype == torch.float32 and s.shape == (ceil_div(n, rows_per_group), ceil_div(k, 128))
     amax64 = _expected_amax64(x, rows_per_group)
     scale64 = amax64 / 448.0
     torch.testing.assert_close(s.double(), scale64, rtol=2 ** -23, atol=0)

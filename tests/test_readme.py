@@ -1,4 +1,8 @@
-"""README.md and .ci/run agree with the code: the API table, the main job, the one test command."""
+"""README.md and .ci/run agree with the code: the API table, the main job, the test command, the layout.
+
+.ci/run must run the README's "Main job" line and its "Tests" line verbatim, in that order, and
+install nothing else: what CI installs is what a newcomer following the README installs.
+"""
 import os
 import re
 from pathlib import Path
@@ -10,7 +14,8 @@ README = (ROOT / "README.md").read_text()
 CI = ROOT / ".ci" / "run"
 MAIN_JOB = ("pip install torch==2.13.0 && pip install -e . && "
             "python -m deep_tile explain 4096,7168,2048 --num-sms 132")
-TEST_COMMAND = "python -m pytest -q tests"
+TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q tests'
+_INSTALLS = re.compile(r"\b(pip3?|conda|mamba|apt|apt-get|uv|brew)\b.*\binstall\b|\bsetup\.py\b")
 
 
 def section(title: str) -> str:
@@ -30,18 +35,74 @@ def test_api_table_lists_every_public_name():
     assert names == set(deep_tile.__all__)
 
 
+def one_line(title: str) -> str:
+    """The single one-line code block of README's ``## <title>`` section."""
+    blocks = code_blocks(section(title))
+    assert len(blocks) == 1 and "\n" not in blocks[0], f"'## {title}' must hold one one-line code block; got {blocks}"
+    return blocks[0]
+
+
+def ci_commands() -> list[str]:
+    """The non-empty, non-comment lines of .ci/run, stripped."""
+    return [line.strip() for line in CI.read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
 def test_main_job_is_one_command_line():
-    assert code_blocks(section("Main job")) == [MAIN_JOB]
+    assert one_line("Main job") == MAIN_JOB
     assert "`python benchmarks/bench_fp8_gemm.py`" in section("Main job")
 
 
-def test_tests_section_has_one_command_and_ci_runs_it():
-    assert code_blocks(section("Tests")) == [TEST_COMMAND]
-    commands = [line.strip() for line in CI.read_text().splitlines()
-                if line.strip() and not line.lstrip().startswith("#")]
-    assert TEST_COMMAND in commands, ".ci/run must run the README's test command verbatim"
+def test_tests_section_installs_the_test_extra_then_runs_pytest():
+    assert one_line("Tests") == TEST_COMMAND
+
+
+def test_ci_runs_exactly_the_readme_lines():
+    main_job, tests = one_line("Main job"), one_line("Tests")
+    commands = ci_commands()
+    assert main_job in commands, ".ci/run must run the README's main job line verbatim"
+    assert tests in commands, ".ci/run must run the README's test line verbatim"
+    assert commands.index(main_job) < commands.index(tests), ".ci/run must run the main job before the tests"
+    installs = [line for line in commands if _INSTALLS.search(line)]
+    assert installs == [main_job, tests], f".ci/run installs something the README does not: {installs}"
     assert os.access(CI, os.X_OK), ".ci/run must be executable"
     assert "set -euo pipefail" in commands
+
+
+def test_install_check_catches_extra_installs():
+    """The pattern that guards .ci/run sees the usual ways of installing something."""
+    for line in ("python3 -m pip install pytest", "pip3 install nvidia-cuda-nvdisasm", "apt-get install -y cuda",
+                 "uv pip install -e .", "python setup.py develop"):
+        assert _INSTALLS.search(line), line
+    for line in ('echo "== tests"', "python -m pytest -q tests", "python -m deep_tile explain 1,8,16"):
+        assert not _INSTALLS.search(line), line
+
+
+def layout_paths() -> list[str]:
+    """The paths named in README's ``## Project layout`` block (nesting by two-space indent)."""
+    [block] = code_blocks(section("Project layout"))
+    stack: list[tuple[int, str]] = []
+    found = []
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        name = line.split()[0]
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = "".join(parent for _, parent in stack) + name
+        found.append(path.rstrip("/"))
+        if name.endswith("/"):
+            stack.append((indent, name))
+    return found
+
+
+def test_project_layout_names_real_files():
+    paths = layout_paths()
+    for path in ("deep_tile/common.py", "deep_tile/select/api.py", "deep_tile/jit/loader.py"):
+        assert path in paths, path
+    missing = [path for path in paths if not (ROOT / path).exists()]
+    assert not missing, f"README's project layout names paths that do not exist: {missing}"
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "deep_tile").glob("*.py") if p.name != "__init__.py"}
+    assert not modules - set(paths), f"modules missing from README's project layout: {sorted(modules - set(paths))}"
 
 
 def test_readme_commands_name_real_things():

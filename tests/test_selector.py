@@ -1,4 +1,5 @@
-"""CPU tests of the configuration selector (deep_tile.select), deep_tile.device and the CLI."""
+"""CPU tests of the configuration selector (deep_tile.select), deep_tile.device, get_config / explain
+(deep_tile.select.api) and the CLI."""
 import itertools
 import math
 import subprocess
@@ -9,6 +10,8 @@ import pytest
 
 from deep_tile import arch, device
 from deep_tile.__main__ import main
+from deep_tile.select import api
+from deep_tile.select.api import explain, get_config
 from deep_tile.select.cost import fastest_compute, tile_efficiency
 from deep_tile.select.selector import choose_multicast
 from deep_tile.select import KernelConfig, enumerate_candidates, explain_text, rank_candidates, select_config
@@ -152,14 +155,58 @@ def test_kernel_config_rejects_bad_fields(kwargs, name):
         KernelConfig(**fields)
 
 
-@pytest.mark.parametrize("func", [select_config, device.get_config, device.explain])
 @pytest.mark.parametrize("index,name", [(0, "m"), (1, "n"), (2, "k"), (3, "num_sms")])
 @pytest.mark.parametrize("bad", [0, -4, 1.5, True, "64"])
-def test_bad_arguments_name_the_argument(func, index, name, bad):
+def test_select_config_bad_arguments_name_the_argument(index, name, bad):
     args = [64, 2112, 7168, 132]
     args[index] = bad
     with pytest.raises(ValueError, match=rf"\b{name} must be a positive int; got {bad!r}"):
-        func(*args)
+        select_config(*args)
+
+
+# get_config and explain check shapes with fp8_gemm's check (deep_tile.checks.check_problem_shape).
+SHAPE_ERRORS = [
+    ((-1, 2112, 7168), ValueError, "m must be an int >= 0; got -1"),
+    ((64, 12, 7168), ValueError, "n must be a positive multiple of 8; got 12"),
+    ((64, 0, 7168), ValueError, "n must be a positive multiple of 8; got 0"),
+    ((64, 2112, 7170), ValueError, "k must be a positive multiple of 16; got 7170"),
+    ((64, 2112, -16), ValueError, "k must be a positive multiple of 16; got -16"),
+    ((1.5, 2112, 7168), TypeError, "m must be an int; got 1.5 (float)"),
+    ((64, True, 7168), TypeError, "n must be an int; got True (bool)"),
+    ((64, 2112, "64"), TypeError, "k must be an int; got '64' (str)"),
+]
+
+
+@pytest.mark.parametrize("func", [get_config, explain])
+@pytest.mark.parametrize("shape,error,message", SHAPE_ERRORS)
+def test_get_config_and_explain_check_shapes_like_fp8_gemm(func, shape, error, message):
+    with pytest.raises(error) as info:
+        func(*shape, num_sms=132)
+    assert str(info.value) == f"{func.__name__}: {message}"
+
+
+@pytest.mark.parametrize("func", [get_config, explain])
+@pytest.mark.parametrize("bad,error,message", [(0, ValueError, "num_sms must be a positive int; got 0"),
+                                               (-4, ValueError, "num_sms must be a positive int; got -4"),
+                                               (1.5, TypeError, "num_sms must be an int; got 1.5 (float)"),
+                                               (True, TypeError, "num_sms must be an int; got True (bool)")])
+def test_get_config_and_explain_check_num_sms(func, bad, error, message):
+    with pytest.raises(error) as info:
+        func(64, 2112, 7168, num_sms=bad)
+    assert str(info.value) == f"{func.__name__}: {message}"
+
+
+def test_m_zero_is_accepted():
+    assert get_config(0, 2112, 7168, num_sms=132) == get_config(1, 2112, 7168, num_sms=132)
+    text = explain(0, 2112, 7168, num_sms=132)
+    assert "M=0 N=2112 K=7168" in text and "without launching a kernel" in text
+    assert "config:" not in text
+
+
+def test_without_a_device_any_num_sms_is_taken():
+    assert not device.has_cuda()  # CPU test machine: the target GPU is unknown
+    assert get_config(4096, 7168, 2048, num_sms=500).num_sms == 500
+    assert "500 SMs" in explain(4096, 7168, 2048, num_sms=500)
 
 
 def test_explain_contains_the_key_facts():
@@ -205,22 +252,22 @@ def test_set_num_sms_validation():
                 device.set_num_sms(bad)
         device.set_num_sms(8)
         assert device.get_num_sms() == 8
-        assert device.get_config(4096, 7168, 2048).num_sms == 8
+        assert get_config(4096, 7168, 2048).num_sms == 8
     finally:
         device.set_num_sms(None)
     assert device.get_num_sms() == full
 
 
 def test_get_config_prints_each_new_choice_once(monkeypatch, capsys):
-    monkeypatch.setattr(device, "_printed", set())
+    monkeypatch.setattr(api, "_printed", set())
     from deep_tile import env
     monkeypatch.setattr(env, "print_configs", lambda: True)
     for _ in range(3):
-        cfg = device.get_config(1000, 7168, 2048, num_sms=132)
+        cfg = get_config(1000, 7168, 2048, num_sms=132)
     err = capsys.readouterr().err
     assert err.count("deep_tile: m=1000") == 1 and cfg.label in err
     monkeypatch.setattr(env, "print_configs", lambda: False)
-    device.get_config(1001, 7168, 2048, num_sms=132)
+    get_config(1001, 7168, 2048, num_sms=132)
     assert capsys.readouterr().err == ""
 
 
@@ -249,6 +296,7 @@ def test_select_imports_neither_torch_nor_cuda():
 
 
 def test_importing_device_starts_no_cuda():
-    code = "import sys, deep_tile.device\nsys.exit(1 if 'torch' in sys.modules else 0)\n"
+    code = ("import sys, deep_tile.device\n"
+            "sys.exit(1 if 'torch' in sys.modules or 'deep_tile.select' in sys.modules else 0)\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -106,23 +106,52 @@ def test_plan_adds_the_watchdog_define_like_get_kernel(monkeypatch):
     assert dict(kernel.defines) == {**kernel.config.defines(), "DT_WATCHDOG": 1}
 
 
-@pytest.mark.parametrize("shape,match", [((64, 100, 128), "n must be a multiple of 8"),
-                                         ((64, 128, 100), "k must be a multiple of 16"),
-                                         ((0, 128, 128), "three positive ints"),
-                                         ((64, 128), "three positive ints")])
-def test_check_shape(shape, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("shape,error,message", [
+    ((64, 100, 128), ValueError, "warmup: n must be a positive multiple of 8; got 100"),
+    ((64, 128, 100), ValueError, "warmup: k must be a positive multiple of 16; got 100"),
+    ((-1, 128, 128), ValueError, "warmup: m must be an int >= 0; got -1"),
+    ((64, 128), ValueError, "warmup: a shape must be three ints (m, n, k); got (64, 128)"),
+    ((64, 128.0, 128), TypeError, "warmup: n must be an int; got 128.0 (float)"),
+])
+def test_check_shape_is_fp8_gemms_check(shape, error, message):
+    with pytest.raises(error) as info:
         warmup.check_shape(shape)
+    assert str(info.value) == message
+
+
+def test_m_zero_needs_no_kernel():
+    assert warmup.check_shape((0, 128, 128)) == (0, 128, 128)
+    assert warmup.plan([(0, 2112, 7168)], NUM_SMS) == []
+    assert [k.shapes for k in warmup.plan([(0, 2112, 7168), OTHER], NUM_SMS)] == [(OTHER,)]
+
+
+def test_plan_checks_num_sms():
+    with pytest.raises(ValueError, match=r"^warmup: num_sms must be a positive int; got 0$"):
+        warmup.plan([OTHER], 0)
 
 
 def test_cli_rejects_bad_arguments(capsys):
     assert main(["warmup", "--shape", "64,100,128", "--num-sms", "132"]) == 2
-    assert "n must be a multiple of 8" in capsys.readouterr().err
+    assert capsys.readouterr().err.endswith(": error: warmup: n must be a positive multiple of 8; got 100\n")
+    assert main(["warmup", "--shape", "-64,128,128", "--num-sms", "132"]) == 2
+    assert "warmup: m must be an int >= 0; got -64" in capsys.readouterr().err
+    assert main(["warmup", "--shape", "64,128,128", "--num-sms", "0"]) == 2
+    assert "warmup: num_sms must be a positive int; got 0" in capsys.readouterr().err
     for argv in (["warmup"], ["warmup", "--shape", "1,2"], ["warmup", "--shape", "64,128,128", "--compiler", "gcc"],
-                 ["warmup", "--shape", "64,128,128", "--num-sms", "0"]):
+                 ["warmup", "--shape", "64,128,128", "--num-sms", "many"]):
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2, argv
+
+
+def test_cli_lists_m_zero_shapes_without_building(monkeypatch, capsys):
+    monkeypatch.setattr(cache, "get_cubin", lambda *args, **kwargs: pytest.fail("nothing should be built"))
+    monkeypatch.setattr(compiler, "compiler_version", lambda name: "1.0")
+    assert main(["warmup", "--shape", "0,2112,7168", "--num-sms", "132", "--compiler", "nvrtc"]) == 0
+    out = capsys.readouterr().out
+    assert "warmup: 1 shape on 132 SMs" in out
+    assert "0,2112,7168 -> no kernel: M=0 launches nothing" in out
+    assert re.search(r"^0 kernels for 1 shape: 0 compiled, 0 cache hits, 0 errors in ", out, re.M), out
 
 
 def test_cli_reports_a_failed_build_and_goes_on(monkeypatch, capsys):
@@ -142,7 +171,7 @@ def test_cli_reports_a_failed_build_and_goes_on(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert len(built) == 2
     assert ": error, " in out and "boom" in err
-    assert re.search(r"^2 kernels for 3 shapes: \d+ compiled, 0 cache hits, 1 errors in ", out, re.M), out
+    assert re.search(r"^2 kernels for 3 shapes: \d+ compiled, 0 cache hits, 1 error in ", out, re.M), out
 
 
 def test_get_cubin_rejects_an_unknown_compiler():

@@ -46,6 +46,7 @@ _stats: collections.Counter = collections.Counter()
 _key_locks: dict[tuple, threading.Lock] = {}
 _key_locks_guard = threading.Lock()
 _STAT_NAMES = ("memo_hits", "disk_hits", "misses", "compiles", "corrupt")
+_warned_no_sass = False  # DEEP_TILE_DUMP_ASM warns once per process when kernel.sass cannot be made
 
 
 def cache_stats() -> dict[str, int]:
@@ -298,8 +299,25 @@ def _publish(final: Path, result, meta: dict) -> bytes:
         raise _cache_error(final, exc) from None
 
 
+def _warn_no_sass(directory: Path) -> None:
+    """Tell, once per process and on stderr, why DEEP_TILE_DUMP_ASM wrote no kernel.sass."""
+    global _warned_no_sass
+    if _warned_no_sass:
+        return
+    _warned_no_sass = True
+    missing = _compiler.missing_sass_tools()
+    if missing:
+        why = (f"{' and '.join(missing)} not found (looked on PATH, in the CUDA toolkit and in the "
+               f"nvidia pip wheels); install with: {_compiler.SASS_TOOLS_INSTALL}")
+    else:
+        why = f"cuobjdump -sass failed on {directory / 'kernel.cubin'}"
+    print(f"deep_tile: warning: DEEP_TILE_DUMP_ASM: kernel.sass not written: {why} "
+          "(this warning is printed once per process)", file=sys.stderr, flush=True)
+
+
 def _dump_asm(directory: Path, cubin: bytes, ptx: str) -> None:
-    """DEEP_TILE_DUMP_ASM: write missing kernel.ptx / kernel.sass; missing tools only log."""
+    """DEEP_TILE_DUMP_ASM: write missing kernel.ptx / kernel.sass; never fatal. Missing SASS
+    tools print one warning to stderr (:func:`_warn_no_sass`)."""
     try:
         if ptx and not (directory / "kernel.ptx").exists():
             _write(directory / "kernel.ptx", ptx.encode())
@@ -308,7 +326,7 @@ def _dump_asm(directory: Path, cubin: bytes, ptx: str) -> None:
         if not (directory / "kernel.sass").exists():
             sass = _compiler.disassemble(cubin)
             if sass is None:
-                _debug("deep_tile: cuobjdump/nvdisasm not found or failed; kernel.sass skipped")
+                _warn_no_sass(directory)
             else:
                 _write(directory / "kernel.sass", sass.encode())
     except OSError as exc:

@@ -32,6 +32,7 @@ __all__ = [
     "ARCH", "COMPILERS", "NVCC_FLAGS", "NVRTC_FLAGS", "CompiledKernel", "compile_cubin",
     "compiler_version", "available_compilers", "default_compiler", "flags", "normalize_defines",
     "check_ptxas", "ptxas_problems", "elf_functions", "has_symbol", "find_tool", "disassemble",
+    "SASS_TOOLS", "SASS_TOOLS_INSTALL", "missing_sass_tools",
 ]
 
 #: The one target: Hopper with the arch-specific features (wgmma, setmaxnreg).
@@ -407,6 +408,18 @@ def find_tool(name: str) -> str | None:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
     return None
+
+
+SASS_TOOLS = ("cuobjdump", "nvdisasm")
+"""The tools :func:`disassemble` needs: ``cuobjdump -sass`` runs ``nvdisasm`` for sm_90a cubins."""
+
+SASS_TOOLS_INSTALL = "pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm"
+"""How to get :data:`SASS_TOOLS` (CUDA 13 pip wheels; also in deep_tile's ``test`` extra)."""
+
+
+def missing_sass_tools() -> list[str]:
+    """The names in :data:`SASS_TOOLS` that :func:`find_tool` does not find (empty: both found)."""
+    return [name for name in SASS_TOOLS if find_tool(name) is None]
 
 
 def disassemble(cubin: bytes) -> str | None:

@@ -1,17 +1,12 @@
 """Random FP8 GEMM problems built through deep_tile's own casts."""
 import torch
 
+from deep_tile.common import align4  # re-exported: tests and tools import it from here
+
+__all__ = ["A_SCALE_LAYOUTS", "align4", "to_tma_layout", "make_fp8_problem"]
+
 A_SCALE_LAYOUTS = ("row", "tma")
 """Layouts ``make_fp8_problem`` can give a_scale: row-major, or TMA-aligned column-major."""
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
-def align4(m: int) -> int:
-    """``m`` rounded up to a multiple of 4 (16 bytes of float32): the a_scale column stride."""
-    return _ceil_div(m, 4) * 4
 
 
 def to_tma_layout(a_scale: torch.Tensor) -> torch.Tensor:

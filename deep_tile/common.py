@@ -1,0 +1,27 @@
+"""Arithmetic shared by every layer, and the one Python spelling of the scale group.
+
+Leaf module: imports nothing. The CUDA side spells the same group ``deep_tile::kScaleGroup``
+(include/deep_tile/common/types.cuh); ``deep_tile.kernels.fp8_gemm`` passes this value to the
+kernel as ``DT_SCALE_GROUP`` and the kernel ``static_assert``s that the two agree.
+"""
+from __future__ import annotations
+
+__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4"]
+
+SCALE_GROUP = 128
+"""Width along K of one activation scale (1x128) and edge of one weight scale block (128x128)."""
+
+
+def ceil_div(a: int, b: int) -> int:
+    """Smallest integer >= a / b (for b > 0)."""
+    return (a + b - 1) // b
+
+
+def align_up(value: int, alignment: int) -> int:
+    """``value`` rounded up to a multiple of ``alignment``."""
+    return ceil_div(value, alignment) * alignment
+
+
+def align4(m: int) -> int:
+    """``m`` rounded up to a multiple of 4: the column stride (in floats, 16 bytes) of a TMA-aligned a_scale."""
+    return align_up(m, 4)

@@ -1,0 +1,131 @@
+"""One shape contract: deep_tile.checks.check_problem_shape, as fp8_gemm, get_config, explain, warmup
+and the command line see it; the num_sms check; deep_tile.common."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from deep_tile import arch, device, warmup
+from deep_tile.__main__ import main
+from deep_tile.checks import check_fp8_gemm_args, check_problem_shape
+from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
+from deep_tile.select.api import explain, get_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (m, n, k) -> the message after "<function>: "
+BAD_SHAPES = [
+    ((-1, 8, 16), "m must be an int >= 0; got -1"),
+    ((10, 12, 128), "n must be a positive multiple of 8; got 12"),
+    ((64, 2112, 7170), "k must be a positive multiple of 16; got 7170"),
+    ((64, 0, 128), "n must be a positive multiple of 8; got 0"),
+    ((64, 2112, 0), "k must be a positive multiple of 16; got 0"),
+    ((64, -8, 128), "n must be a positive multiple of 8; got -8"),
+]
+
+
+def fp8_gemm_message(m: int, n: int, k: int) -> str:
+    """The message of fp8_gemm's argument check for CPU tensors of problem m x n x k (m, n >= 0)."""
+    g = SCALE_GROUP
+    a = torch.zeros(m, k, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(n, k, dtype=torch.float8_e4m3fn)
+    a_scale = torch.ones(m, ceil_div(k, g))
+    b_scale = torch.ones(ceil_div(n, g), ceil_div(k, g))
+    with pytest.raises(ValueError) as info:
+        check_fp8_gemm_args(a, a_scale, b, b_scale, None)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("shape,message", BAD_SHAPES)
+def test_check_problem_shape_messages(shape, message):
+    with pytest.raises(ValueError) as info:
+        check_problem_shape("f", *shape)
+    assert str(info.value) == f"f: {message}"
+
+
+@pytest.mark.parametrize("shape,message", [s for s in BAD_SHAPES if min(s[0][:2]) >= 0])
+def test_fp8_gemm_gives_the_same_message(shape, message):
+    assert fp8_gemm_message(*shape) == f"fp8_gemm: {message}"
+
+
+@pytest.mark.parametrize("shape,message", BAD_SHAPES)
+def test_every_entry_point_rejects_with_the_same_message(shape, message, capsys):
+    for name, call in (("get_config", lambda: get_config(*shape)), ("explain", lambda: explain(*shape)),
+                       ("warmup", lambda: warmup.check_shape(shape))):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value) == f"{name}: {message}"
+    assert main(["explain", ",".join(map(str, shape))]) == 2
+    assert capsys.readouterr().err.endswith(f": error: explain: {message}\n")
+
+
+@pytest.mark.parametrize("bad,message", [(1.5, "m must be an int; got 1.5 (float)"),
+                                         (True, "m must be an int; got True (bool)"),
+                                         ("4", "m must be an int; got '4' (str)"),
+                                         (None, "m must be an int; got None (NoneType)")])
+def test_non_ints_are_type_errors(bad, message):
+    with pytest.raises(TypeError) as info:
+        check_problem_shape("f", bad, 8, 16)
+    assert str(info.value) == f"f: {message}"
+
+
+def test_accepted_shapes_come_back_as_ints():
+    assert check_problem_shape("f", 0, 8, 16) == (0, 8, 16)
+    shape = check_problem_shape("f", np.int64(64), torch.tensor(2112).item(), np.int32(7168))
+    assert shape == (64, 2112, 7168) and all(type(v) is int for v in shape)
+
+
+def test_fp8_gemm_accepts_m_zero_up_to_the_device_check():
+    a = torch.zeros(0, 128, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(8, 128, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="^fp8_gemm: a must be a CUDA tensor; got a tensor on cpu$"):
+        check_fp8_gemm_args(a, torch.ones(0, 1), b, torch.ones(1, 1), None)
+
+
+@pytest.fixture
+def fake_h100(monkeypatch):
+    """Pretend a 132-SM H100 is the current CUDA device."""
+    facts = device.DeviceFacts(index=0, name="NVIDIA H100 80GB HBM3", num_sms=132, capability=(9, 0),
+                               max_smem_per_block=arch.MAX_SMEM_PER_BLOCK, chip=arch.chip_facts("NVIDIA H100"))
+    monkeypatch.setattr(device, "has_cuda", lambda: True)
+    monkeypatch.setattr(device, "device_facts", lambda index=None: facts)
+    return facts
+
+
+def test_num_sms_is_bounded_by_the_device(fake_h100, capsys):
+    assert device.check_num_sms("explain", 132) == 132
+    message = "num_sms must be at most 132, the SM count of cuda:0 (NVIDIA H100 80GB HBM3); got 500"
+    for func in (get_config, explain):
+        with pytest.raises(ValueError) as info:
+            func(64, 2112, 7168, num_sms=500)
+        assert str(info.value) == f"{func.__name__}: {message}"
+    assert main(["explain", "64,2112,7168", "--num-sms", "500"]) == 2
+    assert capsys.readouterr().err.endswith(f": error: explain: {message}\n")
+    assert main(["explain", "64,2112,7168", "--num-sms", "114"]) == 0
+    assert "device: NVIDIA H100 80GB HBM3" in capsys.readouterr().out
+
+
+def test_without_a_device_num_sms_is_any_positive_int():
+    assert not device.has_cuda()
+    assert device.check_num_sms("f", 500) == 500
+    with pytest.raises(ValueError, match=r"^f: num_sms must be a positive int; got 0$"):
+        device.check_num_sms("f", 0)
+
+
+def test_common_arithmetic():
+    assert SCALE_GROUP == 128  # the DeepSeek-V3 format: 1x128 activation and 128x128 weight scales
+    assert [ceil_div(v, 128) for v in (1, 128, 129, 7168)] == [1, 1, 2, 56]
+    assert [align_up(v, 16) for v in (0, 1, 16, 17)] == [0, 16, 16, 32]
+    assert [align4(v) for v in (0, 1, 4, 5, 4097)] == [0, 4, 4, 8, 4100]
+
+
+def test_selection_modules_import_no_torch():
+    code = ("import sys, deep_tile.checks, deep_tile.device, deep_tile.select.api\n"
+            "deep_tile.checks.check_problem_shape('f', 4096, 7168, 2048)\n"
+            "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'cuda'))\n"
+            "print(bad)\nsys.exit(1 if bad else 0)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
