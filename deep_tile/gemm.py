@@ -1,8 +1,9 @@
 """The public FP8 GEMM: ``out = (a * a_scale) @ (b * b_scale).T`` in bf16 on Hopper.
 
 Path of a call: validate (deep_tile.checks) -> pick a KernelConfig (deep_tile.select, memoised
-per shape) -> get the compiled kernel (deep_tile.kernels) -> build the four tensor maps
-(deep_tile.tma, cached by address) -> launch on the current stream (deep_tile.jit.runtime).
+per shape) -> get the compiled kernel (deep_tile.jit.loader) -> build the tensor maps
+(deep_tile.tma, cached by address) -> pack the arguments in the order the kernel's contract
+gives (deep_tile.kernels.fp8_gemm) -> launch on the current stream (deep_tile.jit.runtime).
 """
 from __future__ import annotations
 
@@ -11,21 +12,15 @@ from dataclasses import dataclass
 
 import torch
 
-from deep_tile.checks import ceil_div, check_fp8_gemm_args
-from deep_tile.device import get_config, get_num_sms
+from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.common import align4, ceil_div
+from deep_tile.device import get_num_sms
 from deep_tile.errors import UnsupportedProblemError
+from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import Kernel, KernelArgs
-from deep_tile.kernels import get_kernel
+from deep_tile.kernels import fp8_gemm as family
+from deep_tile.select.api import get_config
 from deep_tile.tma import encode_2d
-
-GEMM_ENTRY = "fp8_gemm_sm90"
-"""Kernel entry file (csrc/entry/<name>.cu) of the FP8 GEMM."""
-GEMM_SYMBOL = "deep_tile_fp8_gemm_sm90"
-"""Symbol of the FP8 GEMM kernel in its cubin."""
-
-
-def _align4(m: int) -> int:
-    return (m + 3) // 4 * 4
 
 
 def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
@@ -40,7 +35,7 @@ def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
         raise ValueError("get_tma_aligned_a_scale: a_scale must be a 2-D tensor of shape (m, ceil(k/128)); "
                          f"got {getattr(a_scale, 'shape', type(a_scale).__name__)}")
     m, groups = a_scale.shape
-    pitch = _align4(m)
+    pitch = align4(m)
     if _is_tma_aligned(a_scale):
         return a_scale
     aligned = torch.empty((groups, pitch), dtype=a_scale.dtype, device=a_scale.device).t()[:m]
@@ -59,18 +54,17 @@ def _is_tma_aligned(a_scale: torch.Tensor) -> bool:
 
 @dataclass(frozen=True)
 class _Plan:
-    """Everything about a launch that depends only on (m, n, k, num_sms): memoised."""
+    """Everything about a launch that depends only on the problem and the config: memoised."""
 
     config: object
     kernel: Kernel
-    a_box_rows: int
-    b_box_rows: int
-    d_box_cols: int
-    d_box_rows: int
-    d_swizzle: int
+    boxes: family.TensorMapBoxes
+    grid: int
+    cluster: int
 
 
 _plans: dict = {}
+_NO_TENSOR_MAP = bytes(128)  # the split-K kernel stores without the D tensor map
 
 
 def _fit_clusters(config, kernel: Kernel):
@@ -82,31 +76,21 @@ def _fit_clusters(config, kernel: Kernel):
     limit = clusters * config.num_multicast
     if limit < 2:
         raise UnsupportedProblemError(f"fp8_gemm: no 2-CTA cluster of config {config.label} fits on device {device}")
-    return config if config.num_sms <= limit else dataclasses.replace(config, num_sms=limit)
+    return config if config.grid_size <= limit else dataclasses.replace(config, grid_size=limit)
 
 
-def _plan_for_config(config, extra_defines=None) -> _Plan:
-    kernel = get_kernel(GEMM_ENTRY, {**config.defines(), **(extra_defines or {})}, GEMM_SYMBOL)
+def _plan_for_config(config, m: int, n: int, extra_defines=None) -> _Plan:
+    kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.SYMBOL)
     config = _fit_clusters(config, kernel)
-    multicast_a = config.num_multicast == 2 and config.multicast_on_a
-    multicast_b = config.num_multicast == 2 and not config.multicast_on_a
-    # Epilogue atoms: the widest TMA swizzle span that divides a bf16 row of the tile
-    # (must match Fp8GemmConfig::kStoreSwizzleBytes).
-    bn = config.block_n
-    swizzle = 128 if bn % 64 == 0 else (64 if bn % 32 == 0 else 32)
-    return _Plan(config, kernel,
-                 a_box_rows=config.block_m // (2 if multicast_a else 1),
-                 b_box_rows=bn // (2 if multicast_b else 1),
-                 d_box_cols=swizzle // 2,
-                 d_box_rows=config.block_m // config.num_math_warpgroups,
-                 d_swizzle=swizzle)
+    return _Plan(config, kernel, family.tensor_map_boxes(config), family.launch_grid(config, m, n),
+                 family.cluster_size(config))
 
 
 def _plan(m: int, n: int, k: int, num_sms: int) -> _Plan:
-    key = (m, n, k, num_sms)
+    key = (m, n, k, num_sms, torch.cuda.current_device())
     plan = _plans.get(key)
     if plan is None:
-        plan = _plan_for_config(get_config(m, n, k, num_sms=num_sms))
+        plan = _plan_for_config(get_config(m, n, k, num_sms=num_sms), m, n)
         _plans[key] = plan
     return plan
 
@@ -151,21 +135,24 @@ def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
         if config is None and not extra_defines:
             plan = _plan(m, n, k, get_num_sms())
         else:
-            plan = _plan_for_config(config or get_config(m, n, k, num_sms=get_num_sms()), extra_defines)
-        config = plan.config
-        groups = ceil_div(k, 128)
-        a_scale_pitch = a_scale.stride(1) if groups > 1 else _align4(m)
-        args = KernelArgs([
-            ("tensormap", encode_2d(a.data_ptr(), "uint8", k, m, a.stride(0), 128, plan.a_box_rows, 128)),
-            ("tensormap", encode_2d(b.data_ptr(), "uint8", k, n, b.stride(0), 128, plan.b_box_rows, 128)),
-            ("tensormap", encode_2d(a_scale.data_ptr(), "float32", m, groups, a_scale_pitch * 4,
-                                    config.block_m, 1, 0)),
-            ("tensormap", encode_2d(out.data_ptr(), "bfloat16", n, m, out.stride(0) * 2,
-                                    plan.d_box_cols, plan.d_box_rows, plan.d_swizzle)),
-            ("ptr", b_scale.data_ptr()),
-            ("i32", m), ("i32", n), ("i32", k), ("i32", config.group_size),
-        ])
-        plan.kernel.launch(grid=config.num_sms, block=config.num_threads, smem_bytes=config.smem_bytes,
+            plan = _plan_for_config(config or get_config(m, n, k, num_sms=get_num_sms()), m, n, extra_defines)
+        config, boxes = plan.config, plan.boxes
+        groups = ceil_div(k, family.BLOCK_K)
+        a_scale_pitch = a_scale.stride(1) if groups > 1 else align4(m)
+        tma_d = _NO_TENSOR_MAP if config.split_k > 1 else encode_2d(
+            out.data_ptr(), "bfloat16", n, m, out.stride(0) * 2, *boxes.d, boxes.d_swizzle)
+        values = {
+            "tma_a": encode_2d(a.data_ptr(), "uint8", k, m, a.stride(0), *boxes.a, 128),
+            "tma_b": encode_2d(b.data_ptr(), "uint8", k, n, b.stride(0), *boxes.b, 128),
+            "tma_a_scale": encode_2d(a_scale.data_ptr(), "float32", m, groups, a_scale_pitch * 4, *boxes.a_scale, 0),
+            "tma_d": tma_d,
+            "b_scale": b_scale.data_ptr(),
+            "d": out.data_ptr(),
+            "ldd": out.stride(0),
+            "m": m, "n": n, "k": k, "group_size": config.group_size,
+        }
+        args = KernelArgs([(kind, values[name]) for kind, name in zip(family.ARGUMENT_KINDS, family.ARGUMENTS)])
+        plan.kernel.launch(grid=plan.grid, block=config.num_threads, smem_bytes=config.smem_bytes,
                            stream=torch.cuda.current_stream(device).cuda_stream, args=args,
-                           device=device.index, cluster=config.num_multicast)
+                           device=device.index, cluster=plan.cluster)
     return out

@@ -15,7 +15,7 @@ from typing import Iterable, Optional, Sequence
 from deep_tile.checks import check_problem_shape
 from deep_tile.device import check_num_sms
 from deep_tile.errors import DeepTileError
-from deep_tile.gemm import GEMM_ENTRY, GEMM_SYMBOL  # imports torch; starts no CUDA context
+from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, SYMBOL as GEMM_SYMBOL
 from deep_tile.jit import cache
 from deep_tile.jit.loader import build_defines
 from deep_tile.select import KernelConfig, select_config

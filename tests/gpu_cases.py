@@ -132,7 +132,7 @@ def launch_error_is_readable() -> dict:
     """A launch the driver refuses raises LaunchError naming the call, not a silent failure."""
     from deep_tile.errors import LaunchError
     from deep_tile.jit.runtime import KernelArgs
-    from deep_tile.kernels import get_kernel
+    from deep_tile.jit.loader import get_kernel
     kernel = get_kernel("cast_fp8", {"DT_IN_DTYPE": 0}, "deep_tile_per_token_cast")
     args = KernelArgs([("ptr", 0), ("ptr", 0), ("ptr", 0), ("i32", 0), ("i32", 0)])
     try:  # 2048 threads per block is above the hardware limit of 1024

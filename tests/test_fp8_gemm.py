@@ -55,23 +55,39 @@ def test_edge_shapes():
     _check(run_gpu_cases("gemm", cases))
 
 
+# Every family the kernel supports: block_m 64/128/256; one or two accumulator buffers; whole or
+# half-width WGMMAs; multicast off / on A / on B (odd tile counts leave a CTA without a peer);
+# split-K clusters of 2..8 (K=16 leaves ranks without k-blocks); block_n that straddles b_scale
+# blocks (144, 160, 48, 112, 192); odd tails in m, n and k.
+FAMILIES = [
+    dict(block_m=64, block_n=16, num_stages=8), dict(block_m=64, block_n=16, num_stages=8, accum_buffers=2),
+    dict(block_m=64, block_n=144, num_stages=6),
+    dict(block_m=64, block_n=48, num_stages=8, num_multicast=2, multicast_on_a=True, accum_buffers=2),
+    dict(block_m=128, block_n=128, num_stages=5), dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2),
+    dict(block_m=128, block_n=112, num_stages=6, accum_buffers=2),
+    dict(block_m=128, block_n=160, num_stages=5, num_multicast=2, multicast_on_a=True),
+    dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False),
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
+    dict(block_m=128, block_n=192, num_stages=4),
+    dict(block_m=256, block_n=64, num_stages=4, accum_buffers=2),
+    dict(block_m=256, block_n=128, num_stages=3),
+    dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
+    dict(block_m=256, block_n=112, num_stages=3, num_multicast=2, multicast_on_a=False),
+    dict(block_m=256, block_n=48, num_stages=4, num_multicast=2, multicast_on_a=False, accum_buffers=2),
+    dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2),
+    dict(block_m=64, block_n=144, num_stages=8, split_k=8),
+    dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2),
+    dict(block_m=64, block_n=16, num_stages=8, split_k=3, accum_buffers=2),
+]
+FAMILY_SHAPES = [(1000, 2112, 7168), (4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536)]
+
+
 def _family_cases():
-    # Every family the kernel supports: block_m 64/128/256, multicast off / on A / on B, block_n
-    # that straddles b_scale blocks (144, 160, 48, 112), odd tails in m, n and k.
-    families = [
-        dict(block_m=64, block_n=16, num_stages=8), dict(block_m=64, block_n=144, num_stages=6),
-        dict(block_m=64, block_n=48, num_stages=8, num_multicast=2, multicast_on_a=True),
-        dict(block_m=128, block_n=128, num_stages=5), dict(block_m=128, block_n=112, num_stages=6),
-        dict(block_m=128, block_n=160, num_stages=5, num_multicast=2, multicast_on_a=True),
-        dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False),
-        dict(block_m=256, block_n=64, num_stages=4), dict(block_m=256, block_n=48, num_stages=4, num_multicast=2,
-                                                           multicast_on_a=False),
-    ]
-    shapes = [(1000, 2112, 7168), (4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536)]
     cases = []
-    for i, (family, (m, n, k)) in enumerate(itertools.product(families, shapes)):
-        for num_sms in (132, 30):
-            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict(family, num_sms=num_sms, group_size=8)))
+    for i, (family, (m, n, k)) in enumerate(itertools.product(FAMILIES, FAMILY_SHAPES)):
+        # The persistent grid at full size and shrunk; a split-K launch has one cluster per tile.
+        for grid in ((132, 30) if family.get("split_k", 1) == 1 else (132,)):
+            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict(family, grid_size=grid, group_size=8)))
     return cases
 
 

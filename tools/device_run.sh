@@ -1,33 +1,85 @@
 #!/usr/bin/env bash
-# One device session: environment facts, smoke checks, GPU tests, benchmark. Stages are picked by
-# arguments (default: smoke tests). Every step runs under `timeout` so a hung kernel cannot
+# One device session, stages picked by arguments, each under `timeout` so a hung kernel cannot
 # stall the machine; logs go to $OUT (set by the device tool) or /tmp/dt_out.
-#   tools/device_run.sh smoke tests bench
+#   tools/device_run.sh info dgbuild compile tests sweep-large sweep-small bench
+# Stages:
+#   info         GPU, driver, clocks, versions
+#   dgbuild      start building DeepGEMM latest (.baselines/, see ../shared/baselines) in the background
+#   dgwait       wait for that build (the later stages use it when it succeeded)
+#   dgwarm       compile DeepGEMM's kernels for the sweep/bench shapes in 8 processes
+#   compile      fill deep_tile's cache with every sweep configuration (16 processes)
+#   smoke        one small shape of every family (tools/sanitize_cases.py), the resident-cluster cap
+#   families     the GPU test of every config family on four shapes
+#   tests        the GPU tests (pytest -m gpu)
+#   sweep-large / sweep-small / sweep-decode   forced configs + the model's top candidates
+#   bench        benchmarks/bench_fp8_gemm.py (18 shapes + 8192^3) with the baselines
+#   decode       benchmarks/bench_fp8_gemm.py --decode
+#   sanitize     tools/sanitize.sh
+#   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
+#   ncu          Nsight Compute on a small-M and a large-M shape
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
+export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
 OUT=${OUT:-/tmp/dt_out}; mkdir -p "$OUT"
-stages=${*:-smoke tests}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import sys, torch, cuda.bindings; from deep_tile.jit.compiler import default_compiler, compiler_version as v; c=default_compiler(); print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda-bindings', cuda.bindings.__version__, 'compiler', c, v(c))" 2>&1 | tee -a "$OUT/gpu.txt"
-for stage in $stages; do
+SWEEP_LARGE=${SWEEP_LARGE:-auto,128x128:b1,128x128:b2,128x128:mcA,256x128,256x128:mcA,256x128:mcB,128x256:mcA,128x256:mcB,128x256,256x64:b1,256x64:b2,256x64:mcA,128x192,128x160,256x112:mcA}
+SWEEP_SMALL=${SWEEP_SMALL:-auto,64x16:b1,64x16:b2,64x32:b2,64x64:b2,64x128:b2,128x128:b2,64x32:b2:k4,64x64:b2:k2,64x64:b2:k4,64x64:b2:k8,64x128:b2:k4,64x128:b2:k8,128x64:b2:k4,128x128:b2:k4}
+dg_env() {  # use DeepGEMM latest when its build finished
+  if [ -f /tmp/deepgemm-latest/deep_gemm/.built ]; then
+    export PYTHONPATH=$PWD:/tmp/deepgemm-latest LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6
+  fi
+}
+for stage in ${*:-info smoke}; do
+  echo "== $stage $(date +%T)"
   case $stage in
+    info)
+      nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv | tee "$OUT/gpu.txt"
+      python3 -c "import sys, torch, cuda.bindings; from deep_tile.jit.compiler import default_compiler, compiler_version as v; c=default_compiler(); print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cuda-bindings', cuda.bindings.__version__, 'compiler', c, v(c)); print('nvcc', v('nvcc'))" 2>&1 | tee -a "$OUT/gpu.txt" ;;
+    dgbuild)
+      (bash .baselines/build_deepgemm_latest.sh .baselines/deepgemm-latest-54e2261.tar.xz > /tmp/dgbuild.env 2> /tmp/dgbuild.err; echo $? > /tmp/dgbuild.rc) &
+      echo "building DeepGEMM latest in the background" ;;
+    dgwait)
+      for _ in $(seq 300); do [ -f /tmp/dgbuild.rc ] && break; sleep 1; done
+      echo "DeepGEMM build rc=$(cat /tmp/dgbuild.rc 2>/dev/null || echo timeout)"; tail -3 /tmp/dgbuild.err ;;
+    dgwarm)
+      ( dg_env; for i in 0 1 2 3 4 5 6 7; do timeout 400 python3 tools/deepgemm_warm.py --set large --set small --set decode --part $i/8 > "/tmp/dgwarm$i.log" 2>&1 & done; wait )
+      for f in /tmp/dgwarm*.log; do tail -n 1 "$f"; done; grep -il "error\|not importable" /tmp/dgwarm*.log && head -5 /tmp/dgwarm0.log ;;
+    compile)
+      timeout 300 python3 benchmarks/sweep_configs.py --set large --configs "$SWEEP_LARGE" --top 4 --compile-only --jobs 16 2>&1 | tail -5
+      timeout 300 python3 benchmarks/sweep_configs.py --set small --set decode --configs "$SWEEP_SMALL" --top 8 --compile-only --jobs 16 2>&1 | tail -5 ;;
     smoke)
-      echo "== smoke"
-      echo '{"function": "gemm", "cases": [
-        {"m": 256, "n": 256, "k": 256}, {"m": 64, "n": 2112, "k": 7168}, {"m": 4096, "n": 7168, "k": 2048},
-        {"m": 4096, "n": 4096, "k": 7168}, {"m": 129, "n": 136, "k": 144}]}' |
-        timeout 180 python3 tests/gpu_cases.py 2>&1 | tee "$OUT/smoke.txt" | cut -c1-400
-      echo "smoke exit: ${PIPESTATUS[1]}" ;;
+      timeout 150 python3 tools/sanitize_cases.py 2>&1 | tee "$OUT/smoke.txt" | tail -20
+      python3 -c "from deep_tile.gemm import _plan_for_config as p; from deep_tile.testing.configs import parse_config as c
+for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at resident clusters:', p(c(t, 8192, 8192, 132), 8192, 8192).grid)" 2>&1 | tee -a "$OUT/smoke.txt" ;;
+    families)
+      timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/test_fp8_gemm.py -k family 2>&1 | tee "$OUT/families.txt" | tail -15 ;;
     tests)
-      echo "== gpu tests"
-      timeout 540 python3 -m pytest -q -m gpu tests/ -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -40 ;;
-    alltests)
-      echo "== all tests"
-      timeout 540 python3 -m pytest -q tests/ -p no:cacheprovider 2>&1 | tee "$OUT/pytest_all.txt" | tail -40 ;;
+      timeout 560 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
+    sweep-large)
+      ( dg_env; timeout 200 python3 benchmarks/sweep_configs.py --set large --configs "$SWEEP_LARGE" --top 4 --baselines --iters 20 --json "$OUT/sweep_large.json" > "$OUT/sweep_large.txt" 2>&1 ); tail -3 "$OUT/sweep_large.txt" ;;
+    sweep-small)
+      ( dg_env; timeout 290 python3 benchmarks/sweep_configs.py --set small --set decode --configs "$SWEEP_SMALL" --top 6 --baselines --iters 20 --json "$OUT/sweep_small.json" > "$OUT/sweep_small.txt" 2>&1 ); tail -3 "$OUT/sweep_small.txt" ;;
     bench)
-      echo "== benchmark"
-      timeout 400 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.txt" | tail -45 ;;
+      ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40 ) ;;
+    decode)
+      ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.txt" | tail -60 ) ;;
+    explore)
+      timeout 300 python3 tools/explore_overheads.py 2>&1 | tee "$OUT/explore.txt" ;;
+    clusters)
+      timeout 100 python3 tools/explore_overheads.py --clusters-only 2>&1 | tee "$OUT/clusters.txt" ;;
+    sweep-custom)  # SWEEP_SHAPES / SWEEP_CUSTOM configs, no baselines
+      timeout 300 python3 benchmarks/sweep_configs.py --shapes $SWEEP_SHAPES --configs "$SWEEP_CUSTOM" --compile-only --jobs 16 2>&1 | tail -2
+      timeout 300 python3 benchmarks/sweep_configs.py --shapes $SWEEP_SHAPES --configs "$SWEEP_CUSTOM" --iters 20 --json "$OUT/sweep_${SWEEP_NAME:-custom}.json" > "$OUT/sweep_${SWEEP_NAME:-custom}.txt" 2>&1; tail -3 "$OUT/sweep_${SWEEP_NAME:-custom}.txt" ;;
+    ncu)
+      for spec in "64 2112 7168 64x64:b2:k2" "64 2112 7168 64x16:b2" "4096 7168 16384 256x128"; do
+        name=$(echo $spec | tr ' :' '__')
+        timeout 200 ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+          --section SchedulerStats -k deep_tile_fp8_gemm_sm90 -s 2 -c 1 python3 tools/profile_one.py $spec > "$OUT/ncu_$name.txt" 2>&1
+        grep -E "Duration|SM Frequency|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" "$OUT/ncu_$name.txt" | head -24 | sed "s/^/[$spec] /"
+      done ;;
+    sanitize)
+      timeout 560 bash tools/sanitize.sh 2>&1 | tee "$OUT/sanitize.txt" | tail -30 ;;
     *) echo "unknown stage $stage" ;;
   esac
 done
+echo "== done $(date +%T)"

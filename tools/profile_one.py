@@ -1,25 +1,27 @@
 """Run one fp8_gemm shape a few times (for ncu / compute-sanitizer).
 
-    python tools/profile_one.py 4096 7168 16384 [BMxBN[A|B]] [--define NAME=VALUE ...]
+    python tools/profile_one.py 4096 7168 16384 [CONFIG] [--define NAME=VALUE ...]
+
+CONFIG is the text form of deep_tile.testing.configs (e.g. ``256x128:mcA``); default: the selector's.
 """
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import torch  # noqa: E402
 
 from deep_tile.gemm import _run  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
-from sweep_configs import parse_config  # noqa: E402
 
 m, n, k = (int(x) for x in sys.argv[1:4])
 rest = [a for a in sys.argv[4:] if not a.startswith("--define")]
 defines = {kv.split("=")[0]: int(kv.split("=")[1]) for a in sys.argv[4:] if a.startswith("--define=")
            for kv in [a.split("=", 1)[1]]}
 a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=0, a_scale_layout="tma")
-cfg = parse_config(rest[0], torch.cuda.get_device_properties(0).multi_processor_count) if rest else None
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+cfg = parse_config(rest[0], m, n, sms) if rest else None
 out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
 for _ in range(3):
     _run(a, sa, b, sb, out, config=cfg, extra_defines=defines)

@@ -1,13 +1,31 @@
-// JIT entry for the FP8 GEMM: deep_tile/select/config.py sets the DT_* macros
-// (KernelConfig.defines()) and the kernel gets a stable, unmangled name.
+// JIT entry for the FP8 GEMM. deep_tile/kernels/fp8_gemm.py (the owner of this kernel's contract)
+// renders the DT_* macros from a KernelConfig; the contract macros (DT_SMEM_BYTES, DT_MIN_STAGES,
+// DT_MAX_STAGES, DT_STORE_SWIZZLE, DT_SCALE_GROUP, DT_NUM_THREADS) are what the host believes about
+// this kernel, checked here against what the kernel derives.
 #include "deep_tile/kernels/fp8_gemm_sm90.cuh"
 
 #if !defined(DT_BLOCK_M) || !defined(DT_BLOCK_N) || !defined(DT_NUM_STAGES) || !defined(DT_NUM_MULTICAST) || \
-    !defined(DT_MULTICAST_ON_A)
-#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A are set by deep_tile.select"
+    !defined(DT_MULTICAST_ON_A) || !defined(DT_SPLIT_K) || !defined(DT_ACCUM_BUFFERS) || !defined(DT_WGMMA_N)
+#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS and DT_WGMMA_N are set by deep_tile.kernels.fp8_gemm"
+#endif
+#if !defined(DT_SMEM_BYTES) || !defined(DT_MIN_STAGES) || !defined(DT_MAX_STAGES) || !defined(DT_STORE_SWIZZLE) || \
+    !defined(DT_SCALE_GROUP) || !defined(DT_NUM_THREADS)
+#error "the contract macros DT_SMEM_BYTES, DT_MIN_STAGES, DT_MAX_STAGES, DT_STORE_SWIZZLE, DT_SCALE_GROUP and DT_NUM_THREADS are set by deep_tile.kernels.fp8_gemm"
 #endif
 
-using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0>;
+using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
+                                     DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N>;
+
+static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
+              "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");
+static_assert(DT_MIN_STAGES == Cfg::kMinStages && DT_MAX_STAGES == Cfg::kMaxStages,
+              "contract: DT_MIN_STAGES / DT_MAX_STAGES differ from Fp8GemmConfig::kMinStages / kMaxStages");
+static_assert(DT_STORE_SWIZZLE == Cfg::kStoreSwizzleBytes,
+              "contract: DT_STORE_SWIZZLE (the D tensor map's swizzle) differs from Fp8GemmConfig::kStoreSwizzleBytes");
+static_assert(DT_SCALE_GROUP == deep_tile::kScaleGroup,
+              "contract: DT_SCALE_GROUP (deep_tile.common.SCALE_GROUP) differs from deep_tile::kScaleGroup");
+static_assert(DT_NUM_THREADS == Cfg::kNumThreads,
+              "contract: DT_NUM_THREADS (the launch's block size) differs from Fp8GemmConfig::kNumThreads");
 
 // NOTES: the bound of 384 threads (not Cfg::kNumThreads) fixes the register count at entry to 168
 // for every config, so setmaxnreg.dec 40 / .inc 232 are valid for 256- and 384-thread blocks.
@@ -16,6 +34,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             const __grid_constant__ deep_tile::TmaDescriptor tma_b,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_d, const float* __restrict__ b_scale,
-                            int m, int n, int k, int group_size) {
-  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, m, n, k, group_size);
+                            deep_tile::u8* __restrict__ d, int ldd, int m, int n, int k, int group_size) {
+  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, group_size);
 }

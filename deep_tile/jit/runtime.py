@@ -105,6 +105,7 @@ class Kernel:
         if cached is not None:
             return cached
         self._ensure_smem_limit(device, smem_bytes)
+        _ensure_current_context(device)
         function = check(_cu.cuKernelGetFunction(self.handle), f"cuKernelGetFunction({self.name})")
         config = self._config(cluster, block, smem_bytes, 0, cluster)
         count = int(check(_cu.cuOccupancyMaxActiveClusters(function, config),
@@ -138,6 +139,15 @@ class Kernel:
         gx, gy, gz = config.gridDimX, config.gridDimY, config.gridDimZ
         check(_cu.cuLaunchKernelEx(config, self.handle, args.address, 0),
               f"cuLaunchKernelEx({self.name}, grid={gx}x{gy}x{gz}, block={block}, smem={smem_bytes}, cluster={cluster})")
+
+
+def _ensure_current_context(device: int) -> None:
+    """Make `device`'s primary context current on this thread if no context is (the calls that
+    resolve a library kernel to a function need one; launches name their stream's context)."""
+    current = check(_cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if current is None or int(current) == 0:
+        context = check(_cu.cuDevicePrimaryCtxRetain(_cu.CUdevice(device)), f"cuDevicePrimaryCtxRetain({device})")
+        check(_cu.cuCtxSetCurrent(context), f"cuCtxSetCurrent(device {device})")
 
 
 def load_kernel(cubin: bytes, kernel_name: str) -> Kernel:

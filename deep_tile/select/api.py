@@ -49,11 +49,12 @@ def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None) -> KernelC
             of 16, or ``num_sms`` out of range (the message names the argument and the value).
     """
     m, n, k, num_sms, max_smem = _resolve("get_config", m, n, k, num_sms)
-    config = select_config(max(m, 1), n, k, num_sms, max_smem)
+    chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
+    config = select_config(max(m, 1), n, k, num_sms, max_smem, chip)
     key = (m, n, k, num_sms, max_smem)
     if key not in _printed and env.print_configs():
         _printed.add(key)
-        print(f"deep_tile: m={m} n={n} k={k} num_sms={num_sms} -> {config.label} grid={config.num_sms} "
+        print(f"deep_tile: m={m} n={n} k={k} num_sms={num_sms} -> {config.label} grid={config.grid_size} "
               f"group={config.group_size} smem={config.smem_bytes} threads={config.num_threads}",
               file=sys.stderr)
     return config

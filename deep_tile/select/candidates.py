@@ -1,88 +1,142 @@
-"""The legal tile shapes: every (block_m, block_n) the kernel can build, with its stage count.
+"""The kernel instances the selector considers for a problem.
 
-A candidate is legal when (docs/design.md section 3.1):
+A :class:`Candidate` is everything compile-time about a kernel (tile, WGMMA width, accumulator
+buffers, stages, multicast, split-K); whether it is legal is decided by
+:func:`deep_tile.kernels.fp8_gemm.tile_problems`. On top of legality the selector's policy:
 
-- ``block_m`` is 64, 128 or 256 and ``block_n`` is in :data:`deep_tile.arch.LEGAL_BLOCK_N`
-  (multiples of 16 whose b_scale span is at most two 128-wide blocks);
-- the accumulators fit the register budget, ``wg_m * block_n / 64 <= 168``, and the tile compiles
-  without spills: ``block_n <= arch.MAX_BLOCK_N[block_m]`` (144, 160, 64 for block_m 64, 128, 256);
-- at least :data:`deep_tile.arch.MIN_STAGES` pipeline stages fit the shared-memory limit.
+- each tile shape takes as many stages as fit, from :data:`MIN_SELECTED_STAGES` up to
+  :data:`MAX_SELECTED_STAGES` (deeper pipelines hide more load latency and cost nothing else);
+- a tile is computed with whole-width WGMMAs when its accumulators fit, else with two column parts;
+- two accumulator buffers wherever they fit;
+- multicast (persistent kernel, even SM count) on A, on B or neither;
+- split-K factors 2..8 with one or two consumer warpgroups, only for problems whose tiles do
+  not fill the SMs (the selector's :func:`split_k_factors`).
 
-Each candidate takes as many stages as fit, capped at :data:`deep_tile.arch.MAX_STAGES`: deeper
-pipelines hide more TMA latency and cost nothing else. Pure Python; no device access.
+Pure Python; no device access.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
-from deep_tile import arch
-from deep_tile.select.config import accum_registers, smem_bytes
+from deep_tile.common import ceil_div
+from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["Candidate", "legal_block_ns", "max_stages", "enumerate_candidates"]
+__all__ = ["Candidate", "MIN_SELECTED_STAGES", "MAX_SELECTED_STAGES", "max_stages", "tile_shapes",
+           "split_k_factors", "enumerate_candidates"]
+
+MIN_SELECTED_STAGES = 3
+"""Fewest pipeline stages the selector uses (below this TMA latency is exposed)."""
+MAX_SELECTED_STAGES = 16
+"""Most pipeline stages the selector uses (the kernel's maximum)."""
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """A legal tile shape and the pipeline depth it gets.
+    """The compile-time part of a configuration.
 
     Attributes:
-        block_m: tile rows.
-        block_n: tile columns.
-        num_stages: pipeline stages (the most that fit, capped at 8).
+        block_m, block_n: the tile.
+        wgmma_n: columns per WGMMA.
+        accum_buffers: WGMMA accumulators per consumer thread.
+        num_stages: pipeline stages.
+        num_multicast, multicast_on_a: 2-CTA multicast and its operand.
+        split_k: CTAs per output tile (1: persistent).
     """
 
     block_m: int
     block_n: int
+    wgmma_n: int
+    accum_buffers: int
     num_stages: int
-
-    @property
-    def smem_bytes(self) -> int:
-        """Shared memory the candidate uses, in bytes."""
-        return smem_bytes(self.block_m, self.block_n, self.num_stages)
+    num_multicast: int = 1
+    multicast_on_a: bool = False
+    split_k: int = 1
 
     @property
     def shape(self) -> str:
         """``"128x160"``."""
         return f"{self.block_m}x{self.block_n}"
 
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory the candidate uses, in bytes."""
+        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k)
 
-def legal_block_ns(block_m: int) -> tuple:
-    """The block_n values allowed with ``block_m`` (straddle rule and register budget)."""
-    if block_m not in arch.LEGAL_BLOCK_M:
-        raise ValueError(f"legal_block_ns: block_m must be one of {arch.LEGAL_BLOCK_M}; got {block_m!r}")
-    return tuple(bn for bn in arch.LEGAL_BLOCK_N
-                 if accum_registers(block_m, bn) <= arch.MAX_ACCUM_REGISTERS and bn <= arch.MAX_BLOCK_N[block_m])
+    @property
+    def label(self) -> str:
+        """Short name, as :attr:`deep_tile.select.KernelConfig.label`."""
+        text = f"{self.shape} s{self.num_stages}"
+        if self.num_multicast == 2:
+            text += " mcA" if self.multicast_on_a else " mcB"
+        if self.split_k > 1:
+            text += f" k{self.split_k}"
+        if self.accum_buffers == 2:
+            text += " x2"
+        if self.wgmma_n != self.block_n:
+            text += f" /{self.wgmma_n}"
+        return text
 
 
-def max_stages(block_m: int, block_n: int, max_smem: int) -> int:
-    """The most stages (capped at 8) of a ``block_m x block_n`` tile fitting ``max_smem`` bytes.
-
-    Returns 0 when not even one stage fits.
-    """
+def max_stages(block_m: int, block_n: int, max_smem: int, split_k: int = 1) -> int:
+    """The most stages (up to :data:`MAX_SELECTED_STAGES`) of a tile that fit ``max_smem`` bytes; 0 if none."""
     stages = 0
-    while stages < arch.MAX_STAGES and smem_bytes(block_m, block_n, stages + 1) <= max_smem:
+    while stages < MAX_SELECTED_STAGES and family.smem_bytes(block_m, block_n, stages + 1, split_k) <= max_smem:
         stages += 1
     return stages
 
 
+def _kernel_shape(block_m: int, block_n: int):
+    """(wgmma_n, accum_buffers) of a tile: whole-width WGMMAs if they fit, two buffers if they fit;
+    None if the tile fits no register budget."""
+    for wgmma_n in family.legal_wgmma_ns(block_n):
+        for buffers in (2, 1):
+            if buffers == 2 and family.num_subtiles(block_m, block_n, wgmma_n) > 2:
+                continue
+            if family.accum_registers(block_m, block_n, wgmma_n, buffers) <= family.ACCUM_REGISTER_BUDGET:
+                return wgmma_n, buffers
+    return None
+
+
 @functools.lru_cache(maxsize=None)
-def enumerate_candidates(max_smem: int = arch.MAX_SMEM_PER_BLOCK) -> tuple:
-    """Every legal :class:`Candidate` for a shared-memory limit of ``max_smem`` bytes.
-
-    ``max_smem`` is clipped to the sm_90 maximum (232448). Candidates with fewer than 3 stages
-    are left out. Ordered by block_m, then block_n.
-
-    Raises:
-        ValueError: ``max_smem`` is not a positive int.
-    """
-    if isinstance(max_smem, bool) or not isinstance(max_smem, int) or max_smem <= 0:
-        raise ValueError(f"enumerate_candidates: max_smem must be a positive int (bytes); got {max_smem!r}")
-    limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
+def tile_shapes(max_smem: int) -> tuple:
+    """Every buildable ``(block_m, block_n, wgmma_n, accum_buffers)`` for the persistent kernel."""
     found = []
-    for block_m in arch.LEGAL_BLOCK_M:
-        for block_n in legal_block_ns(block_m):
-            stages = max_stages(block_m, block_n, limit)
-            if stages >= arch.MIN_STAGES:
-                found.append(Candidate(block_m, block_n, stages))
+    for block_m in family.LEGAL_BLOCK_M:
+        for block_n in family.LEGAL_BLOCK_N:
+            shape = _kernel_shape(block_m, block_n)
+            if shape is None or max_stages(block_m, block_n, max_smem) < MIN_SELECTED_STAGES:
+                continue
+            found.append((block_m, block_n) + shape)
     return tuple(found)
+
+
+def split_k_factors(tiles: int, num_k_blocks: int, num_sms: int) -> tuple:
+    """Split-K factors worth trying: 2..8 while the split tiles still fit in one wave of
+    ``num_sms`` CTAs and every CTA keeps at least two k-blocks."""
+    return tuple(s for s in range(2, family.MAX_SPLIT_K + 1)
+                 if tiles * s <= num_sms and ceil_div(num_k_blocks, s) >= 2)
+
+
+def enumerate_candidates(max_smem: int, num_sms: int, tiles_of, num_k_blocks: int) -> list:
+    """Every candidate for a problem.
+
+    Args:
+        max_smem: the device's dynamic shared-memory limit per block.
+        num_sms: SMs the grid may use.
+        tiles_of: ``(block_m, block_n) -> number of output tiles`` of the problem.
+        num_k_blocks: 128-wide K blocks of the problem.
+    """
+    found = []
+    for block_m, block_n, wgmma_n, buffers in tile_shapes(max_smem):
+        stages = max_stages(block_m, block_n, max_smem)
+        found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages))
+        if num_sms % 2 == 0 and tiles_of(block_m, block_n) >= 2:
+            for on_a in (True, False):
+                found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages, 2, on_a))
+        if block_m <= 128:
+            for split in split_k_factors(tiles_of(block_m, block_n), num_k_blocks, num_sms):
+                split_stages = max_stages(block_m, block_n, max_smem, split)
+                if not family.tile_problems(block_m, block_n, split_stages, 1, split, wgmma_n, buffers, max_smem):
+                    found.append(Candidate(block_m, block_n, wgmma_n, buffers, split_stages, split_k=split))
+    return found

@@ -1,41 +1,43 @@
 """``explain_text``: a human-readable account of why the selector chose a configuration.
 
 Pure Python: the caller passes the SM count, shared-memory limit and chip facts
-(``deep_tile.device.explain`` fills them in from the current device).
+(:func:`deep_tile.select.api.explain` fills them in from the current device).
 """
 from __future__ import annotations
 
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
+from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.config import KernelConfig
-from deep_tile.select.cost import Score, roofline, why_lost
-from deep_tile.select.selector import config_from_score, rank_candidates
+from deep_tile.select.cost import Estimate, min_bytes
+from deep_tile.select.selector import GROUP_SIZE, config_from_estimate, rank_candidates
 
-__all__ = ["explain_text", "OTHER_REGISTERS_ESTIMATE", "NUM_RUNNERS_UP"]
+__all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
-OTHER_REGISTERS_ESTIMATE = 64
-"""Rough registers per consumer thread besides the accumulators (addresses, scales, loop state)."""
-NUM_RUNNERS_UP = 3
+NUM_RUNNERS_UP = 4
 """How many losing candidates the report lists."""
 
 
-def _fmt(value: float) -> str:
-    """Three significant digits, without exponent notation for values of 100 and more."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f} us"
 
 
 def _config_lines(cfg: KernelConfig) -> list:
-    if cfg.num_multicast == 2:
-        multicast = f"2 (cluster shares the {'A' if cfg.multicast_on_a else 'B'} tile)"
+    if cfg.split_k > 1:
+        launch = (f"split-K: clusters of {cfg.split_k} CTAs share each output tile, each a 1/{cfg.split_k} of K, "
+                  f"partials summed in rank order through distributed shared memory (deterministic)")
+    elif cfg.num_multicast == 2:
+        launch = (f"persistent grid of {cfg.grid_size} CTAs in clusters of 2 sharing the "
+                  f"{'A' if cfg.multicast_on_a else 'B'} tile (TMA multicast), swizzle group {cfg.group_size}")
     else:
-        multicast = "1 (no cluster)"
+        launch = f"persistent grid of {cfg.grid_size} CTAs, swizzle group {cfg.group_size}"
     defines = " ".join(f"{key}={value}" for key, value in cfg.defines().items())
+    parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
     return [
         f"config: {cfg.label}",
-        f"  block_m={cfg.block_m} block_n={cfg.block_n} block_k={cfg.block_k} "
-        f"num_stages={cfg.num_stages} multicast={multicast}",
-        f"  {cfg.num_math_warpgroups} math warpgroup(s) of {cfg.wg_m} rows + 1 producer "
-        f"= {cfg.num_threads} threads; grid {cfg.num_sms} CTAs; swizzle group {cfg.group_size} tiles",
+        f"  tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.num_stages} stages; {launch}",
+        f"  {cfg.num_math_warpgroups} consumer warpgroup(s) of {cfg.wg_m} rows ({cfg.num_subtiles} sub-tile(s) each{parts})"
+        f" + 1 producer = {cfg.num_threads} threads; {cfg.accum_buffers} WGMMA accumulator buffer(s)",
         f"  defines: {defines}",
     ]
 
@@ -54,75 +56,74 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
     lines = [f"shared memory: {parts['total']:,} of {limit:,} bytes "
              f"({100 * parts['total'] / limit:.1f}%, {limit - parts['total']:,} free)"]
     lines += [f"  {name:<32}{detail:>14} = {value:>9,}" for name, detail, value in rows]
+    if cfg.split_k > 1:
+        lines.append(f"  split-K fp32 partial tile {family.partial_bytes(cfg.block_m, cfg.block_n):,} bytes "
+                     "reuses the A/B stages after the k-loop")
     return lines
 
 
 def _register_lines(cfg: KernelConfig) -> list:
-    total = cfg.accum_registers + OTHER_REGISTERS_ESTIMATE
-    return [f"registers per consumer thread: {cfg.accum_registers} accumulators "
-            f"(limit {arch.MAX_ACCUM_REGISTERS}) + ~{OTHER_REGISTERS_ESTIMATE} other "
-            f"= ~{total} of the {arch.CONSUMER_REGISTERS} setmaxnreg budget"]
+    return [f"registers per consumer thread: {cfg.accum_registers} for accumulators ({cfg.num_subtiles} result "
+            f"sub-tile(s) + {cfg.accum_buffers} WGMMA buffer(s) of {cfg.wgmma_n // 2}; budget "
+            f"{family.ACCUM_REGISTER_BUDGET} of the {family.CONSUMER_REGISTERS} after setmaxnreg)"]
 
 
-def _schedule_lines(best: Score) -> list:
-    return [f"tiles: {best.m_blocks} x {best.n_blocks} = {best.tiles}; waves: {best.waves} over "
-            f"{best.num_sms} SMs; last wave {best.last_wave_tiles}/{best.num_sms} SMs busy "
-            f"({100 * best.last_wave_util:.1f}%)"]
-
-
-def _roofline_lines(m: int, n: int, k: int, best: Score, chip: ChipFacts) -> list:
-    roof = roofline(m, n, k, best, chip)
-    problem_intensity = roof.flops / roof.bytes
-    side = "above" if problem_intensity >= chip.ridge_point else "below"
+def _model_lines(m: int, n: int, k: int, e: Estimate, chip: ChipFacts) -> list:
+    flops = 2 * m * n * k
+    nbytes = min_bytes(m, n, k)
     return [
-        f"arithmetic intensity: tile {best.tile_intensity:.1f} FLOP/B of A/B loads "
-        f"(whole problem with padding {float(best.intensity):.1f}; at the FP8 peak the SMs would "
-        f"pull {_fmt(chip.fp8_flops_on(best.num_sms) / float(best.intensity) / 1e12)} TB/s from L2/HBM)",
-        f"  problem {problem_intensity:.0f} FLOP/B of minimal HBM traffic, {side} the {chip.name} ridge "
-        f"point {chip.ridge_point:.0f} FLOP/B ({chip.fp8_flops / 1e12:.0f} TFLOPS FP8 / "
-        f"{chip.hbm_bytes_per_s / 1e12:.2f} TB/s)",
-        f"roofline: compute-bound {_fmt(roof.compute_s * 1e6)} us "
-        f"({_fmt(roof.flops / 1e9)} GFLOP, wave efficiency {100 * roof.wave_efficiency:.1f}%), "
-        f"memory-bound {_fmt(roof.memory_s * 1e6)} us ({_fmt(roof.bytes / 1e6)} MB minimum) "
-        f"-> {roof.bound}-bound, >= {_fmt(roof.time_s * 1e6)} us "
-        f"({_fmt(roof.flops / roof.time_s / 1e12)} TFLOPS at best)",
+        f"work: {flops / 1e9:,.2f} GFLOP, {nbytes / 1e6:,.2f} MB compulsory HBM traffic "
+        f"({flops / nbytes:,.0f} FLOP/B; {chip.name} ridge point {chip.ridge_point:,.0f} FLOP/B)",
+        f"floors on {chip.name}: HBM {_us(e.memory_s)} at {chip.hbm_bytes_per_s / 1e12:.2f} TB/s, "
+        f"FP8 peak {_us(flops / chip.fp8_flops)} at {chip.fp8_flops / 1e12:,.0f} TFLOPS",
+        f"schedule: {e.tiles} tiles on {e.ctas} CTAs, {e.tiles_per_cta} tile(s) per CTA of "
+        f"{e.k_blocks_per_cta} k-blocks",
+        f"model per k-block and CTA: tensor {e.tensor_cycles:,.0f} cycles, L2 loads {e.l2_cycles:,.0f}, "
+        f"dependent chain {e.latency_cycles:,.0f} -> {e.bound}-bound",
+        f"predicted: {_us(e.time_s)} ({flops / e.time_s / 1e12:,.0f} TFLOPS, "
+        f"{nbytes / e.time_s / 1e9:,.0f} GB/s of compulsory traffic)",
     ]
 
 
 def _runner_up_lines(ranked: tuple) -> list:
     best = ranked[0]
-    lines = [f"runners-up (of {len(ranked)} legal tile shapes):"]
-    for place, other in enumerate(ranked[1:1 + NUM_RUNNERS_UP], start=2):
-        c = other.candidate
-        lines.append(f"  {place}. {c.shape} s{c.num_stages}: tiles={other.tiles} waves={other.waves} "
-                     f"-- lost on {why_lost(best, other)}")
+    lines = [f"runners-up (of {len(ranked)} candidates):"]
+    seen = {best.candidate.label}
+    for other in ranked[1:]:
+        if len(seen) > NUM_RUNNERS_UP:
+            break
+        if other.candidate.label in seen:
+            continue
+        seen.add(other.candidate.label)
+        lines.append(f"  {other.candidate.label}: predicted {_us(other.time_s)} "
+                     f"({other.time_s / best.time_s:.2f}x), {other.tiles} tiles on {other.ctas} CTAs, {other.bound}-bound")
     if len(ranked) == 1:
         lines.append("  (none)")
     return lines
 
 
 def explain_text(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
-                 chip: ChipFacts = arch.DEFAULT_CHIP) -> str:
+                 chip: ChipFacts = arch.DEFAULT_CHIP, max_clusters: int | None = None) -> str:
     """Multi-line report of the configuration chosen for ``m x n x k`` on ``num_sms`` SMs.
 
-    Covers the problem, the config and its defines, the shared-memory breakdown against the
-    limit, registers, tiles and waves, arithmetic intensity against ``chip``'s ridge point, the
-    roofline times, and the top runners-up with the rule each lost on.
+    Covers the problem's work and floors on ``chip``, the config and its defines, the
+    shared-memory breakdown against the limit, registers, the schedule, the model's prediction
+    and what bounds it, and the closest runners-up with their predictions.
 
     Raises:
         ValueError: an argument is not a positive int, or ``chip`` is not a ChipFacts.
     """
     if not isinstance(chip, ChipFacts):
         raise ValueError(f"explain_text: chip must be a deep_tile.arch.ChipFacts; got {chip!r}")
-    ranked = rank_candidates(m, n, k, num_sms, max_smem)
+    ranked = rank_candidates(m, n, k, num_sms, max_smem, chip, max_clusters)
     best = ranked[0]
-    cfg = config_from_score(m, n, best)
+    cfg = config_from_estimate(m, n, best, num_sms, max_clusters)
     lines = [f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}, "
              f"{num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)
     lines += _smem_lines(cfg, max_smem)
     lines += _register_lines(cfg)
-    lines += _schedule_lines(best)
-    lines += _roofline_lines(m, n, k, best, chip)
+    lines += _model_lines(m, n, k, best, chip)
     lines += _runner_up_lines(ranked)
+    assert GROUP_SIZE == cfg.group_size
     return "\n".join(lines)

@@ -80,3 +80,92 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
         "iters": iters,
         "samples_us": samples,
     }
+
+
+def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: bool = True,
+                      pad_us: float = 500.0) -> dict:
+    """Time several zero-argument callables interleaved: each iteration runs every one in turn.
+
+    Every call is bracketed by its own CUDA events after an L2 flush and a sleep pad (as
+    :func:`bench_gpu`), so clock and thermal drift over the run affects all of them alike.
+    Returns ``name -> median microseconds``. Raises what a callable raises.
+    """
+    device_index = torch.cuda.current_device()
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    sleep_cycles = int(pad_us * _sleep_cycles_per_us(device_index)) if pad_us > 0 else 0
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    events = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            if flush is not None:
+                flush.zero_()
+            if sleep_cycles:
+                torch.cuda._sleep(sleep_cycles)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs) for name, pairs in events.items()}
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 10) -> float:
+    """Device-to-device copy rate in bytes per second, counting bytes read plus bytes written
+    (the HBM ceiling a memory-bound kernel is held against); median of ``iters`` copies."""
+    src = torch.empty(nbytes // 4, dtype=torch.int32, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    return 2 * nbytes / statistics.median(times)
+
+
+def sustained(fn, seconds: float = 3.0) -> dict:
+    """Run ``fn`` back to back for about ``seconds`` (no flush) while ``nvidia-smi`` samples the
+    SM clock and power every 100 ms; returns ``{"us", "mhz", "watts", "samples"}`` (per-call
+    microseconds over the whole run, and the medians of the samples taken while it ran)."""
+    import subprocess
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    calls = max(1, int(seconds / max(start.elapsed_time(end) * 1e-3, 1e-6)))
+    sampler = subprocess.Popen(["nvidia-smi", f"--id={torch.cuda.current_device()}",
+                                "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits", "-lms", "100"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+    finally:
+        sampler.terminate()
+        text, _ = sampler.communicate(timeout=10)
+    samples = []
+    for line in text.splitlines():
+        try:
+            mhz, watts = (float(v) for v in line.split(","))
+            samples.append((mhz, watts))
+        except ValueError:
+            continue
+    samples = samples[2:] or samples  # the first samples may predate the load
+    return {"us": start.elapsed_time(end) * 1e3 / calls,
+            "mhz": statistics.median(s[0] for s in samples) if samples else float("nan"),
+            "watts": statistics.median(s[1] for s in samples) if samples else float("nan"),
+            "samples": len(samples)}

@@ -18,10 +18,15 @@ struct alignas(64) TmaDescriptor {
   u64 opaque[16];
 };
 
+/// Width along K of one activation scale (1x128) and edge of one weight scale block (128x128);
+/// deep_tile/common.py SCALE_GROUP is the Python spelling, checked through DT_SCALE_GROUP.
+constexpr int kScaleGroup = 128;
+
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int align_up(int a, int b) { return ceil_div(a, b) * b; }
 __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
+__host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
 }  // namespace deep_tile
 

@@ -1,6 +1,6 @@
-// Epilogue: FP32 results -> bf16 -> shared memory (stmatrix, swizzled, bank-conflict free) ->
-// TMA store. Each consumer warpgroup stores its own kWgM rows, so the two warpgroups never wait
-// for each other.
+// Epilogue of the persistent kernel: FP32 results -> bf16 -> shared memory (stmatrix, swizzled,
+// bank-conflict free) -> TMA store. Each consumer warpgroup stores its own kWgM rows through its
+// own staging region, so the two warpgroups never wait for each other.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
@@ -9,37 +9,45 @@
 
 namespace deep_tile {
 
-template <class Cfg, int kNumAccum>
-DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d, const float (&result)[Cfg::kNumSlabs][kNumAccum],
-                               int wg, int thread_in_wg, int m0, int n0, int m, int n) {
+/// `result[t]` is sub-tile t = slab * kNumNParts + part: rows slab*64 .. +63 of this warpgroup,
+/// columns part*kWgmmaN .. +kWgmmaN-1, in the WGMMA accumulator layout.
+template <class Cfg>
+DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
+                               const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
+                               int thread_in_wg, int m0, int n0, int m, int n) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
-  u8* slab = smem_d + wg * Cfg::kWgM * Cfg::kBlockN * 2;
+  u8* staging = smem_d + wg * Cfg::kStoreRows * Cfg::kBlockN * 2;
 
-  // The previous tile's store must have finished reading the staging slab.
-  if (thread_in_wg == 0) ptx::tma_store_wait_read<0>();
-  ptx::named_barrier_sync(barrier_id, 128);
-
-  // Staging layout: kNumAtoms atoms of [kWgM rows x kSwizzle bytes]; inside an atom, 16-byte
-  // chunk c of a row lives at c ^ (bits 7+ of the row's byte offset) -- the TMA swizzle pattern,
-  // which also makes each 8-row stmatrix phase hit 8 distinct bank groups.
-  // NOTES: column block j (even, compile time) and this lane's half h = lane/16 give
-  // atom = j / kChunksPerRow and chunk = (j % kChunksPerRow) | h, so the swizzled chunk is
-  // (j % kChunksPerRow) ^ (h ^ row_swizzle): the only run-time parts are per-thread constants.
+  // Staging layout: kNumAtoms atoms of [kWgM rows x kSwizzle bytes]; inside an atom, 16-byte chunk c
+  // of a row lives at c ^ (bits 7+ of the row's byte offset) -- the TMA swizzle pattern, which
+  // also makes each 8-row stmatrix phase hit 8 distinct bank groups.
+  // NOTES: column block jg (even, compile time) and this lane's half h = lane/16 give
+  // atom = jg / kChunksPerRow and chunk = (jg % kChunksPerRow) | h, so the swizzled chunk is
+  // (jg % kChunksPerRow) ^ (h ^ row_swizzle): the only run-time parts are per-thread constants.
   // Written this way ptxas keeps few address registers alive across the main loop.
   constexpr int kSwizzle = Cfg::kStoreSwizzleBytes;
   constexpr int kChunksPerRow = kSwizzle / 16;
+  constexpr int kBlocksPerPart = Cfg::kWgmmaN / 8;
+  // The previous tile's store must have finished reading the staging slab.
+  if (thread_in_wg == 0) ptx::tma_store_wait_read<0>();
+  ptx::named_barrier_sync(barrier_id, 128);
 #pragma unroll
-  for (int s = 0; s < Cfg::kNumSlabs; ++s) {
-    const int row = s * 64 + warp_in_wg * 16 + lane % 16;
+  for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
+    const int row = slab * 64 + warp_in_wg * 16 + lane % 16;
     const int lane_xor = (lane / 16) ^ ((row * kSwizzle >> 7) & (kChunksPerRow - 1));
-    u8* row_ptr = slab + row * kSwizzle;
+    u8* row_ptr = staging + row * kSwizzle;
 #pragma unroll
-    for (int j = 0; j < kNumAccum / 4; j += 2) {
-      const int atom = j / kChunksPerRow, chunk = j % kChunksPerRow;
-      const float* r = &result[s][4 * j];
-      ptx::stmatrix_x4(row_ptr + atom * Cfg::kWgM * kSwizzle + ((chunk ^ lane_xor) << 4), ptx::pack_bf16x2(r[0], r[1]),
-                       ptx::pack_bf16x2(r[2], r[3]), ptx::pack_bf16x2(r[4], r[5]), ptx::pack_bf16x2(r[6], r[7]));
+    for (int part = 0; part < Cfg::kNumNParts; ++part) {
+#pragma unroll
+      for (int j = 0; j < kBlocksPerPart; j += 2) {
+        const int jg = part * kBlocksPerPart + j;
+        const int atom = jg / kChunksPerRow, chunk = jg % kChunksPerRow;
+        const float* r = &result[slab * Cfg::kNumNParts + part][4 * j];
+        ptx::stmatrix_x4(row_ptr + atom * Cfg::kStoreRows * kSwizzle + ((chunk ^ lane_xor) << 4),
+                         ptx::pack_bf16x2(r[0], r[1]), ptx::pack_bf16x2(r[2], r[3]), ptx::pack_bf16x2(r[4], r[5]),
+                         ptx::pack_bf16x2(r[6], r[7]));
+      }
     }
   }
   ptx::fence_proxy_async_shared();
@@ -51,7 +59,7 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d, const flo
 #pragma unroll
       for (int atom = 0; atom < Cfg::kNumAtoms; ++atom) {
         const int col0 = n0 + atom * Cfg::kAtomCols;
-        if (col0 < n) ptx::tma_store_2d(tma_d, slab + atom * Cfg::kWgM * Cfg::kStoreSwizzleBytes, col0, row0);
+        if (col0 < n) ptx::tma_store_2d(tma_d, staging + atom * Cfg::kStoreRows * kSwizzle, col0, row0);
       }
     }
     ptx::tma_store_commit();

@@ -1,24 +1,34 @@
 // Compile-time configuration of the FP8 GEMM kernel, with every derived size in one place.
-// Mirrors deep_tile/select/config.py (KernelConfig): keep the shared-memory formula identical.
+//
+// The owner of these facts on the host is deep_tile/kernels/fp8_gemm.py: it renders the DT_*
+// defines of a KernelConfig, including the contract defines DT_SMEM_BYTES, DT_MIN_STAGES,
+// DT_MAX_STAGES, DT_STORE_SWIZZLE and DT_SCALE_GROUP, which are checked here against the values
+// this header derives, so a drift between the two sides fails the compile instead of running.
 #pragma once
 #include "deep_tile/common/types.cuh"
 
 namespace deep_tile {
 
-template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_>
+template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
+          int kNumAccumBuffers_, int kWgmmaN_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kBlockK = 128;  // one scale group along K
+  static constexpr int kBlockK = kScaleGroup;  // one scale group along K per pipeline stage
   static constexpr int kNumStages = kNumStages_;
+  static constexpr int kMinStages = 2;
+  static constexpr int kMaxStages = 16;
   static constexpr int kNumMulticast = kNumMulticast_;
   static constexpr bool kMulticastA = kNumMulticast_ == 2 && kMulticastOnA_;
   static constexpr bool kMulticastB = kNumMulticast_ == 2 && !kMulticastOnA_;
+  // Split-K: a cluster of kSplitK CTAs shares one output tile, each CTA a range of K, reduced in
+  // a fixed order through distributed shared memory (deterministic). Not persistent.
+  static constexpr int kSplitK = kSplitK_;
+  static constexpr int kClusterSize = kSplitK > 1 ? kSplitK : kNumMulticast;
 
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
   static constexpr int kWgM = kBlockM / kNumMathWarpgroups;  // rows per consumer warpgroup
-  static constexpr int kNumSlabs = kWgM / 64;                 // m64 WGMMAs per consumer per k-slice
   static constexpr int kNumMathThreads = 128 * kNumMathWarpgroups;
   static constexpr int kNumMathWarps = kNumMathThreads / 32;
   static constexpr int kNumThreads = kNumMathThreads + 128;
@@ -26,13 +36,33 @@ struct Fp8GemmConfig {
   // Launch allots 168 x 384 registers; the producer gives back 128 each: 128*40 + 256*232.
   static constexpr int kConsumerRegisters = 232;
 
-  // Shared memory (bytes): D staging, then A, B and a_scale stages, then the barriers.
-  static constexpr int kSmemDBytes = align_up(kBlockM * kBlockN * 2, 1024);
+  // Sub-tiles: each consumer warpgroup computes its kWgM x kBlockN rows as kNumSlabs 64-row slabs
+  // times kNumNParts column parts, each one WGMMA chain m64 x kWgmmaN x 128 into an accumulator of
+  // kWgmmaN / 2 floats per thread; kNumAccumBuffers such accumulators are reused over the sub-tiles
+  // (2: the next sub-tile's WGMMAs run while this one is promoted).
+  static constexpr int kWgmmaN = kWgmmaN_;
+  static constexpr int kNumSlabs = kWgM / 64;
+  static constexpr int kNumNParts = kBlockN / kWgmmaN;
+  static constexpr int kNumSubtiles = kNumSlabs * kNumNParts;
+  static constexpr int kNumAccumBuffers = kNumAccumBuffers_;
+  static constexpr int kAccumPerSubtile = kWgmmaN / 2;
+
+  // Shared memory (bytes): D staging (persistent kernels only), then A, B and a_scale stages,
+  // then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
+  // NOTES: staging one 64-row slab per warpgroup at a time (half the staging of a 256-row tile)
+  // cost 5% at 4096x7168x16384 on an H100, and the memory it frees is 1 KB short of a 4th stage.
+  static constexpr int kStoreRows = kWgM;  // rows per consumer warpgroup and TMA store
+  static constexpr int kSmemDBytes = kSplitK > 1 ? 0 : align_up(kBlockM * kBlockN * 2, 1024);
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
   static constexpr int kTileAScaleBytes = kBlockM * 4;
   static constexpr int kStageTxBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;
   static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageTxBytes + kNumStages * 16;
+
+  // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
+  // 8-byte fragment stores of a half-warp hit 32 distinct banks.
+  static constexpr int kPartialPitch = kBlockN + (40 - kBlockN % 32) % 32;
+  static constexpr int kPartialBytes = kBlockM * kPartialPitch * 4;
 
   // Epilogue: D is stored in atoms of kStoreSwizzleBytes-wide rows (the TMA swizzle span).
   static constexpr int kStoreSwizzleBytes = kBlockN % 64 == 0 ? 128 : (kBlockN % 32 == 0 ? 64 : 32);
@@ -44,11 +74,18 @@ struct Fp8GemmConfig {
                    "DT_BLOCK_N must be a multiple of 16 in [16, 256]");
   DT_STATIC_ASSERT(kBlockN <= 128 || kBlockN - gcd(kBlockN, 128) <= 128,
                    "DT_BLOCK_N > 128 must be 144, 160, 192 or 256 (a tile spans at most two b_scale blocks)");
-  // Measured with ptxas 13.0 (tools/check_kernels.sh): larger tiles spill accumulators.
-  DT_STATIC_ASSERT(kBlockN <= (kBlockM == 64 ? 144 : kBlockM == 128 ? 160 : 64),
-                   "DT_BLOCK_N exceeds the register budget: at most 144 (block_m 64), 160 (128), 64 (256)");
-  DT_STATIC_ASSERT(kNumStages >= 2 && kNumStages <= 16, "DT_NUM_STAGES must be in [2, 16]");
+  DT_STATIC_ASSERT(kWgmmaN % 8 == 0 && kWgmmaN >= 8 && kBlockN % kWgmmaN == 0 && (kNumNParts == 1 || kWgmmaN % 16 == 0),
+                   "DT_WGMMA_N must divide DT_BLOCK_N (a multiple of 8; of 16 when the tile has several column parts)");
+  DT_STATIC_ASSERT(kNumAccumBuffers == 1 || (kNumAccumBuffers == 2 && kNumSubtiles <= 2),
+                   "DT_ACCUM_BUFFERS must be 1, or 2 with at most two sub-tiles per consumer warpgroup");
+  DT_STATIC_ASSERT((kNumSubtiles + kNumAccumBuffers) * kAccumPerSubtile <= 192,
+                   "accumulators exceed the register budget: (sub-tiles + buffers) * DT_WGMMA_N / 2 must be <= 192");
+  DT_STATIC_ASSERT(kNumStages >= kMinStages && kNumStages <= kMaxStages, "DT_NUM_STAGES must be in [2, 16]");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
+  DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");
+  DT_STATIC_ASSERT(kSplitK == 1 || kNumMulticast == 1, "DT_SPLIT_K > 1 needs DT_NUM_MULTICAST == 1");
+  DT_STATIC_ASSERT(kSplitK == 1 || kPartialBytes <= kNumStages * (kTileABytes + kTileBBytes),
+                   "the split-K partial tile must fit in the A and B stage memory it reuses");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -93,6 +93,21 @@ DT_DEVICE u32 cluster_cta_rank() {
   return rank;
 }
 
+/// Address of the same shared-memory location in the CTA of cluster rank `cta_rank`.
+DT_DEVICE u32 map_to_cluster_rank(const void* ptr, u32 cta_rank) {
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(ptr)), "r"(cta_rank));
+  return remote;
+}
+
+/// Four floats from a (possibly remote) shared::cluster address (16-byte aligned).
+DT_DEVICE void load_cluster_f32x4(u32 cluster_addr, float (&v)[4]) {
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+               : "r"(cluster_addr)
+               : "memory");
+}
+
 /// Full barrier over every thread of every CTA in the cluster.
 DT_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");

@@ -1,0 +1,123 @@
+"""Fit the selector model's constants (deep_tile.select.cost.ModelParams) to measured sweeps.
+
+    python benchmarks/fit_model.py benchmarks/data/sweep_*_h100_*.json
+    python benchmarks/fit_model.py benchmarks/data/*.json --report      # the current constants only
+
+Each row of a benchmarks/sweep_configs.py JSON file is one forced configuration timed on one
+shape. The fit minimises, per shape, the spread of the log errors of the predicted times (ranking
+depends only on them) plus a tenth of the absolute log error, then reports how
+well the model ranks: per shape, the measured time of the configuration the model would pick
+among those measured, against the best measured one ("regret"). Needs no GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deep_tile import arch  # noqa: E402
+from deep_tile.select.candidates import Candidate  # noqa: E402
+from deep_tile.select.cost import DEFAULT_PARAMS, ModelParams, estimate  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
+
+BOUNDS = {  # parameter -> (low, high), searched in log space
+    "clock_hz": (1.2e9, 2.0e9), "tensor_efficiency": (0.6, 1.0), "l2_bytes_per_cycle": (20.0, 120.0),
+    "chain_cycles": (100.0, 1500.0), "overlap_factor": (0.2, 1.0), "tile_cycles": (200.0, 20000.0),
+    "split_k_cycles": (200.0, 20000.0), "launch_seconds": (0.5e-6, 12e-6), "softness": (1.5, 12.0),
+}
+
+
+def load(paths) -> list:
+    """(shape, Candidate, measured seconds) of every deep_tile row that ran and passed its check."""
+    points = []
+    for path in paths:
+        for row in json.loads(Path(path).read_text()):
+            if not row.get("ok") or "us" not in row or row["config"] in ("deepgemm", "cublas_bw", "cublas_pt"):
+                continue
+            m, n, k = row["shape"]
+            cfg = parse_config(row["config"], m, n, 132)
+            cand = Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
+                             cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
+            points.append(((m, n, k), cand, row["us"] * 1e-6))
+    return points
+
+
+def predict(points, params: ModelParams, chip) -> list:
+    return [estimate(c, *shape, 132, chip, params=params).time_s for shape, c, _ in points]
+
+
+def loss(points, params, chip) -> float:
+    """Mean over shapes of the spread of the log errors within the shape (what ranking depends on),
+    plus a small weight on the absolute log error (so the times stay meaningful)."""
+    errors = {}
+    for (shape, _, t), p in zip(points, predict(points, params, chip)):
+        errors.setdefault(shape, []).append(math.log(p / t))
+    spread = absolute = 0.0
+    for values in errors.values():
+        centre = sorted(values)[len(values) // 2]
+        spread += sum(abs(v - centre) for v in values) / len(values)
+        absolute += sum(abs(v) for v in values) / len(values)
+    return (spread + 0.1 * absolute) / len(errors)
+
+
+def regret(points, params, chip) -> tuple:
+    """(geomean of best/picked measured time over shapes, worst shape, its ratio)."""
+    by_shape = {}
+    for (shape, c, t), p in zip(points, predict(points, params, chip)):
+        by_shape.setdefault(shape, []).append((p, t, c))
+    ratios = {}
+    for shape, rows in by_shape.items():
+        picked = min(rows, key=lambda r: r[0])[1]
+        ratios[shape] = min(r[1] for r in rows) / picked
+    worst = min(ratios, key=ratios.get)
+    return math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios)), worst, ratios[worst]
+
+
+def fit(points, chip, iters: int, seed: int) -> ModelParams:
+    rng = random.Random(seed)
+    best, best_loss = DEFAULT_PARAMS, loss(points, DEFAULT_PARAMS, chip)
+    for step in range(iters):
+        scale = 0.5 * (1 - step / iters) + 0.02
+        trial = {}
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(best, name) * math.exp(rng.gauss(0, scale))
+            trial[name] = min(high, max(low, value))
+        candidate = dataclasses.replace(best, **trial)
+        value = loss(points, candidate, chip)
+        if value < best_loss:
+            best, best_loss = candidate, value
+    return best
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+")
+    p.add_argument("--chip", default="H100 SXM", choices=sorted(arch.CHIPS))
+    p.add_argument("--iters", type=int, default=1500)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--clusters", type=int, default=None, help="resident 2-CTA clusters (measured)")
+    p.add_argument("--report", action="store_true", help="evaluate the current constants only")
+    args = p.parse_args(argv)
+    chip = arch.CHIPS[args.chip]
+    points = load(args.files)
+    params = dataclasses.replace(DEFAULT_PARAMS, multicast_clusters=args.clusters) if args.clusters else DEFAULT_PARAMS
+    print(f"{len(points)} measured points from {len(args.files)} files")
+    print(f"current: mean |log error| {loss(points, params, chip):.3f}, ranking {regret(points, params, chip)}")
+    if args.report:
+        return 0
+    fitted = fit(points, chip, args.iters, args.seed)
+    if args.clusters:
+        fitted = dataclasses.replace(fitted, multicast_clusters=args.clusters)
+    print(f"fitted:  mean |log error| {loss(points, fitted, chip):.3f}, ranking {regret(points, fitted, chip)}")
+    print(fitted)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

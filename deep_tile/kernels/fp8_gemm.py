@@ -1,0 +1,236 @@
+"""The FP8 GEMM kernel family's contract: the one place each fact about the kernel is written.
+
+``csrc/entry/fp8_gemm_sm90.cu`` (symbol :data:`SYMBOL`) is compiled with the defines of
+:func:`defines`; the entry file ``static_assert``s the contract defines (shared-memory bytes,
+stage range, store swizzle, scale group, threads) against what the kernel derives itself, so a
+disagreement between this module and the CUDA side fails the compile. The selector
+(:mod:`deep_tile.select`), the launcher (:mod:`deep_tile.gemm`), warm-up and the tests read the
+rest from here: legal tiles, register and shared-memory budgets, TMA boxes, launch geometry and
+the kernel's argument order.
+
+Pure Python (no torch, no CUDA) so that the selector can import it.
+
+Kernel shapes. A consumer warpgroup owns ``wg_m = block_m / math_warpgroups`` rows of the tile and
+computes them as ``wg_m / 64`` slabs of 64 rows times ``block_n / wgmma_n`` column parts: each
+such sub-tile is one chain of ``m64 x wgmma_n x k32`` WGMMAs per 128-wide K block into an
+accumulator of ``wgmma_n / 2`` floats per thread, promoted into the FP32 result. ``accum_buffers``
+accumulators are reused over the sub-tiles (2: the next sub-tile's WGMMAs overlap this one's
+promotion). Two launch kinds: persistent (``split_k == 1``; optional 2-CTA multicast) and
+split-K (``split_k`` CTAs per output tile in one cluster, reduced deterministically).
+"""
+from __future__ import annotations
+
+import math
+
+from deep_tile.common import SCALE_GROUP, align_up, ceil_div
+
+__all__ = [
+    "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
+    "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "PRODUCER_REGISTERS", "CONSUMER_REGISTERS",
+    "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
+    "num_subtiles", "accum_registers", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
+    "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "tensor_map_boxes", "cluster_size",
+    "launch_grid",
+]
+
+ENTRY = "fp8_gemm_sm90"
+"""Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
+SYMBOL = "deep_tile_fp8_gemm_sm90"
+"""The ``extern "C"`` kernel symbol in the cubin."""
+
+BLOCK_K = SCALE_GROUP
+"""Reduction depth of one pipeline stage: one 1x128 / 128x128 scale group."""
+LEGAL_BLOCK_M = (64, 128, 256)
+"""Tile heights: 64 (one consumer warpgroup), 128 and 256 (two)."""
+LEGAL_BLOCK_N = tuple(n for n in range(16, 257, 16) if n <= 128 or n - math.gcd(n, 128) <= 128)
+"""Tile widths: multiples of 16 up to 256 whose b_scale span is at most two 128-wide blocks
+(16..128, 144, 160, 192, 256). The register budget narrows this per block_m."""
+LEGAL_MULTICAST = (1, 2)
+"""CTAs sharing a multicast operand (persistent kernel)."""
+MIN_STAGES = 2
+"""Fewest pipeline stages the kernel accepts (``Fp8GemmConfig::kMinStages``)."""
+MAX_STAGES = 16
+"""Most pipeline stages the kernel accepts (``Fp8GemmConfig::kMaxStages``)."""
+MAX_SPLIT_K = 8
+"""Most CTAs in a split-K cluster (the portable cluster size)."""
+ACCUM_REGISTER_BUDGET = 192
+"""Most accumulator registers per consumer thread, ``(sub-tiles + buffers) * wgmma_n / 2``; the
+rest of the 232 after ``setmaxnreg`` holds addresses, scales and loop state (checked spill-free
+with ptxas 13 by tests/test_kernel_build.py)."""
+PRODUCER_REGISTERS = 40
+"""Registers per producer thread after ``setmaxnreg.dec``."""
+CONSUMER_REGISTERS = 232
+"""Registers per consumer thread after ``setmaxnreg.inc`` (384 x 168 = 128 x 40 + 256 x 232)."""
+THREADS_PER_WARPGROUP = 128
+"""Four warps: the unit that issues one WGMMA."""
+
+ARGUMENTS = ("tma_a", "tma_b", "tma_a_scale", "tma_d", "b_scale", "d", "ldd", "m", "n", "k", "group_size")
+"""The kernel's parameters in declaration order (see :func:`deep_tile.gemm` for their values):
+four 128-byte tensor maps, the b_scale pointer, the output pointer and row pitch (elements),
+then ``m, n, k`` and the swizzle group width as int32."""
+ARGUMENT_KINDS = ("tensormap",) * 4 + ("ptr", "ptr") + ("i32",) * 5
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
+
+
+def math_warpgroups(block_m: int) -> int:
+    """Consumer warpgroups of a tile ``block_m`` rows high: 1 for 64 rows, else 2."""
+    return 1 if block_m == 64 else 2
+
+
+def num_threads(block_m: int) -> int:
+    """Threads per CTA: the producer warpgroup plus the consumer warpgroups."""
+    return THREADS_PER_WARPGROUP * (1 + math_warpgroups(block_m))
+
+
+def legal_wgmma_ns(block_n: int) -> tuple:
+    """WGMMA widths a ``block_n`` tile can be computed with: the whole width, or half of it
+    (two column parts) when the half is a multiple of 16."""
+    return (block_n,) + ((block_n // 2,) if block_n % 32 == 0 and block_n >= 64 else ())
+
+
+def num_subtiles(block_m: int, block_n: int, wgmma_n: int) -> int:
+    """(64-row slab x column part) sub-tiles per consumer warpgroup."""
+    wg_m = block_m // math_warpgroups(block_m)
+    return (wg_m // 64) * (block_n // wgmma_n)
+
+
+def accum_registers(block_m: int, block_n: int, wgmma_n: int, accum_buffers: int) -> int:
+    """Accumulator registers per consumer thread: the FP32 result plus the WGMMA buffers."""
+    return (num_subtiles(block_m, block_n, wgmma_n) + accum_buffers) * wgmma_n // 2
+
+
+def store_swizzle(block_n: int) -> int:
+    """Swizzle span (bytes) of the bf16 output staging and of the D tensor map: the widest of
+    128/64/32 dividing a bf16 row of the tile (``Fp8GemmConfig::kStoreSwizzleBytes``)."""
+    return 128 if block_n % 64 == 0 else (64 if block_n % 32 == 0 else 32)
+
+
+def partial_pitch(block_n: int) -> int:
+    """Row pitch (floats) of the split-K FP32 partial tile: block_n padded to 8 mod 32 words."""
+    return block_n + (40 - block_n % 32) % 32
+
+
+def partial_bytes(block_m: int, block_n: int) -> int:
+    """Bytes of the split-K partial tile (it reuses the A/B stage memory)."""
+    return block_m * partial_pitch(block_n) * 4
+
+
+def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1) -> dict:
+    """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
+    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``barriers`` and ``total``."""
+    parts = {
+        "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
+        "a_stages": num_stages * block_m * BLOCK_K,
+        "b_stages": num_stages * block_n * BLOCK_K,
+        "a_scale_stages": num_stages * block_m * 4,
+        "barriers": num_stages * 2 * 8,
+    }
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1) -> int:
+    """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
+    return smem_breakdown(block_m, block_n, num_stages, split_k)["total"]
+
+
+def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
+                  wgmma_n: int, accum_buffers: int, max_smem: int) -> list:
+    """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal)."""
+    problems = []
+    if block_m not in LEGAL_BLOCK_M:
+        problems.append(f"block_m must be one of {LEGAL_BLOCK_M}; got {block_m}")
+    if block_n not in LEGAL_BLOCK_N:
+        problems.append(f"block_n must be one of {LEGAL_BLOCK_N} (multiple of 16, at most two b_scale blocks); "
+                        f"got {block_n}")
+    if block_n in LEGAL_BLOCK_N and wgmma_n not in legal_wgmma_ns(block_n):
+        problems.append(f"wgmma_n must be one of {legal_wgmma_ns(block_n)} for block_n={block_n}; got {wgmma_n}")
+    if not MIN_STAGES <= num_stages <= MAX_STAGES:
+        problems.append(f"num_stages must be in [{MIN_STAGES}, {MAX_STAGES}]; got {num_stages}")
+    if num_multicast not in LEGAL_MULTICAST:
+        problems.append(f"num_multicast must be one of {LEGAL_MULTICAST}; got {num_multicast}")
+    if not 1 <= split_k <= MAX_SPLIT_K:
+        problems.append(f"split_k must be in [1, {MAX_SPLIT_K}]; got {split_k}")
+    if split_k > 1 and num_multicast != 1:
+        problems.append("split_k > 1 needs num_multicast == 1")
+    if problems:
+        return problems
+    subtiles = num_subtiles(block_m, block_n, wgmma_n)
+    if accum_buffers not in (1, 2) or (accum_buffers == 2 and subtiles > 2):
+        problems.append(f"accum_buffers must be 1, or 2 with at most two sub-tiles per warpgroup "
+                        f"({subtiles} here); got {accum_buffers}")
+    elif accum_registers(block_m, block_n, wgmma_n, accum_buffers) > ACCUM_REGISTER_BUDGET:
+        problems.append(f"{block_m}x{block_n} with wgmma_n={wgmma_n} and {accum_buffers} accumulator buffer(s) needs "
+                        f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
+                        f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
+    total = smem_bytes(block_m, block_n, num_stages, split_k)
+    if total > max_smem:
+        problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
+                        f"the limit is {max_smem}")
+    if split_k > 1 and partial_bytes(block_m, block_n) > num_stages * (block_m + block_n) * BLOCK_K:
+        problems.append(f"the split-K partial tile ({partial_bytes(block_m, block_n)} bytes) does not fit in the "
+                        f"{num_stages} A/B stages it reuses")
+    return problems
+
+
+def defines(config) -> dict:
+    """The compile-time defines of ``config`` (a :class:`deep_tile.select.KernelConfig`), the
+    contract defines included; all values are ints."""
+    return {
+        "DT_BLOCK_M": config.block_m,
+        "DT_BLOCK_N": config.block_n,
+        "DT_NUM_STAGES": config.num_stages,
+        "DT_NUM_MULTICAST": config.num_multicast,
+        "DT_MULTICAST_ON_A": int(config.multicast_on_a),
+        "DT_SPLIT_K": config.split_k,
+        "DT_ACCUM_BUFFERS": config.accum_buffers,
+        "DT_WGMMA_N": config.wgmma_n,
+        "DT_SMEM_BYTES": smem_bytes(config.block_m, config.block_n, config.num_stages, config.split_k),
+        "DT_MIN_STAGES": MIN_STAGES,
+        "DT_MAX_STAGES": MAX_STAGES,
+        "DT_STORE_SWIZZLE": store_swizzle(config.block_n),
+        "DT_SCALE_GROUP": SCALE_GROUP,
+        "DT_NUM_THREADS": num_threads(config.block_m),
+    }
+
+
+class TensorMapBoxes:
+    """TMA boxes of one config: (inner, outer) elements and swizzle bytes of each tensor map.
+
+    Attributes:
+        a: box of A ``(128, rows)``, 128B swizzle; ``rows`` is half the tile under multicast on A.
+        b: box of B, likewise for multicast on B.
+        a_scale: box of the column-major a_scale ``(block_m, 1)``, no swizzle.
+        d: box of the bf16 output ``(swizzle / 2, rows per consumer warpgroup)``.
+        d_swizzle: the output map's swizzle span in bytes.
+    """
+
+    __slots__ = ("a", "b", "a_scale", "d", "d_swizzle")
+
+    def __init__(self, a, b, a_scale, d, d_swizzle):
+        self.a, self.b, self.a_scale, self.d, self.d_swizzle = a, b, a_scale, d, d_swizzle
+
+
+def tensor_map_boxes(config) -> TensorMapBoxes:
+    """The tensor-map boxes ``config``'s kernel loads and stores with."""
+    multicast_a = config.num_multicast == 2 and config.multicast_on_a
+    multicast_b = config.num_multicast == 2 and not config.multicast_on_a
+    swizzle = store_swizzle(config.block_n)
+    return TensorMapBoxes(a=(BLOCK_K, config.block_m // (2 if multicast_a else 1)),
+                          b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
+                          a_scale=(config.block_m, 1),
+                          d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),
+                          d_swizzle=swizzle)
+
+
+def cluster_size(config) -> int:
+    """CTAs per cluster: the split-K factor, else the multicast width."""
+    return config.split_k if config.split_k > 1 else config.num_multicast
+
+
+def launch_grid(config, m: int, n: int) -> int:
+    """CTAs to launch for an ``m x n`` output: the persistent grid, or one cluster per tile
+    under split-K (``tiles * split_k``)."""
+    if config.split_k > 1:
+        return ceil_div(m, config.block_m) * ceil_div(n, config.block_n) * config.split_k
+    return config.grid_size

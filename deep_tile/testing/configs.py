@@ -1,0 +1,68 @@
+"""A compact text form of forced kernel configurations, for sweeps, tools and tests.
+
+``BMxBN`` followed by ``:``-separated options, e.g. ``256x128:mcA``, ``64x64:k4:b2``,
+``128x256:w128:s3``:
+
+- ``sN``: pipeline stages (default: as many as fit, up to 16);
+- ``mcA`` / ``mcB``: 2-CTA multicast of A or B;
+- ``kN``: split-K over N CTAs;
+- ``b1`` / ``b2``: WGMMA accumulator buffers (default: the selector's choice for the tile);
+- ``wN``: columns per WGMMA (default: the selector's choice for the tile);
+- ``gN``: swizzle group width (default 8).
+"""
+from __future__ import annotations
+
+from deep_tile import arch
+from deep_tile.common import ceil_div
+from deep_tile.select.candidates import _kernel_shape, max_stages
+from deep_tile.select.config import KernelConfig
+
+__all__ = ["parse_config", "format_config"]
+
+
+def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
+    """The :class:`KernelConfig` that ``text`` describes for an ``m x n`` output on ``num_sms`` SMs.
+
+    Raises:
+        ValueError: malformed text, or a configuration the kernel cannot build.
+    """
+    head, *options = text.split(":")
+    try:
+        block_m, block_n = (int(v) for v in head.split("x"))
+    except ValueError:
+        raise ValueError(f"parse_config: expected BMxBN[:options]; got {text!r}") from None
+    fields = {"num_multicast": 1, "multicast_on_a": False, "split_k": 1, "group_size": 8}
+    shape = _kernel_shape(block_m, block_n) or (block_n, 1)
+    fields["wgmma_n"], fields["accum_buffers"] = shape
+    stages = None
+    for option in options:
+        kind, value = option[:1], option[1:]
+        if option in ("mcA", "mcB"):
+            fields["num_multicast"], fields["multicast_on_a"] = 2, option == "mcA"
+        elif kind in "skbwg" and value.isdigit():
+            key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "group_size"}[kind]
+            if key is None:
+                stages = int(value)
+            else:
+                fields[key] = int(value)
+        else:
+            raise ValueError(f"parse_config: unknown option {option!r} in {text!r}")
+    if stages is None:
+        stages = max_stages(block_m, block_n, arch.MAX_SMEM_PER_BLOCK, fields["split_k"])
+    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
+    grid = min(num_sms, tiles)
+    if fields["num_multicast"] == 2:
+        grid = max(2, grid - grid % 2)
+    return KernelConfig(block_m=block_m, block_n=block_n, num_stages=stages, grid_size=grid, **fields)
+
+
+def format_config(config: KernelConfig) -> str:
+    """The text form of ``config`` (every option spelled out except the group width 8)."""
+    text = f"{config.block_m}x{config.block_n}:s{config.num_stages}:b{config.accum_buffers}:w{config.wgmma_n}"
+    if config.num_multicast == 2:
+        text += ":mcA" if config.multicast_on_a else ":mcB"
+    if config.split_k > 1:
+        text += f":k{config.split_k}"
+    if config.group_size != 8:
+        text += f":g{config.group_size}"
+    return text

@@ -1,0 +1,69 @@
+// Epilogue of the split-K kernel: the kSplitK CTAs of a cluster each hold an FP32 partial of the
+// same output tile. Each writes its partial into its own shared memory; after a cluster barrier,
+// CTA `rank` sums its share of the rows over all kSplitK partials, always in rank order (so the
+// result is bitwise identical run to run), and stores bf16 to global memory.
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/warpgroup.cuh"
+
+namespace deep_tile {
+
+/// This thread's fragments of `result` into the row-major fp32 `partial` (kPartialPitch floats
+/// per row) at the tile rows of consumer warpgroup `wg`.
+template <class Cfg>
+DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
+                             int thread_in_wg) {
+  const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+#pragma unroll
+  for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
+    const int row = wg * Cfg::kWgM + slab * 64 + warp_in_wg * 16 + lane / 4;
+    float* lo = partial + row * Cfg::kPartialPitch + 2 * (lane % 4);
+    float* hi = lo + 8 * Cfg::kPartialPitch;
+#pragma unroll
+    for (int part = 0; part < Cfg::kNumNParts; ++part) {
+      const float* r = result[slab * Cfg::kNumNParts + part];
+#pragma unroll
+      for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+        const int col = part * Cfg::kWgmmaN + 8 * j;
+        ptx::store_shared_f32x2(lo + col, r[4 * j + 0], r[4 * j + 1]);
+        ptx::store_shared_f32x2(hi + col, r[4 * j + 2], r[4 * j + 3]);
+      }
+    }
+  }
+}
+
+/// Sum rows [rank * ceil(kBlockM / kSplitK), ...) of the cluster's kSplitK partials in rank order
+/// and store them as bf16 to `d` (row pitch `ldd` elements), clipped to the m x n output.
+/// `tid` runs over the kNumMathThreads consumer threads.
+template <class Cfg>
+DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, int m0, int n0, int m, int n, u32 rank,
+                                         int tid) {
+  constexpr int kRowsPerRank = ceil_div(Cfg::kBlockM, Cfg::kSplitK);
+  constexpr int kChunks = Cfg::kBlockN / 8;  // 8 columns = 16 bytes of bf16 per store
+  const int row_begin = static_cast<int>(rank) * kRowsPerRank;
+  const int rows = min_int(min_int(Cfg::kBlockM - row_begin, kRowsPerRank), m - m0 - row_begin);
+  for (int idx = tid; idx < rows * kChunks; idx += Cfg::kNumMathThreads) {
+    const int row = row_begin + idx / kChunks, chunk = idx % kChunks;
+    const int col = n0 + chunk * 8;
+    if (col >= n) continue;
+    const float* src = partial + row * Cfg::kPartialPitch + chunk * 8;
+    float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int peer = 0; peer < Cfg::kSplitK; ++peer) {
+      float lo[4], hi[4];
+      ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src, static_cast<u32>(peer)), lo);
+      ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src + 4, static_cast<u32>(peer)), hi);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sum[i] += lo[i];
+        sum[4 + i] += hi[i];
+      }
+    }
+    u8* dst = d + (static_cast<long long>(m0 + row) * ldd + col) * 2;
+    ptx::store_global_u32x4(dst, ptx::pack_bf16x2(sum[0], sum[1]), ptx::pack_bf16x2(sum[2], sum[3]),
+                            ptx::pack_bf16x2(sum[4], sum[5]), ptx::pack_bf16x2(sum[6], sum[7]));
+  }
+}
+
+}  // namespace deep_tile

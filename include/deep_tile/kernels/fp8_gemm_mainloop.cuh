@@ -1,0 +1,280 @@
+// The consumer k-loop of the FP8 GEMM: per 128-wide K block and per sub-tile (64-row slab x
+// column part) of a consumer warpgroup, WGMMA into a reused accumulator, hand the stage back, and
+// promote the partial sum into the FP32 result with its scales.
+//
+//   issue(t):  [wait for the stage] read the a_scale rows, WGMMA chain into accumulator buffer t % B
+//   finish(t): [release the stage]  result[sub] += a_scale(row) * b_scale(column block) * accumulator
+//
+// With one accumulator buffer the steps alternate issue, wait, finish. With two, the WGMMAs of
+// the next step are issued before this one is promoted (wgmma.wait_group 1), so the tensor cores
+// and the promotion overlap inside one warpgroup: a small tile's k-loop is otherwise one
+// dependent chain per K block (wait for data, WGMMA, wait, promote) and latency bound.
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/pipeline/pipeline_state.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/wgmma_fp8.cuh"
+
+namespace deep_tile {
+
+/// Shared-memory regions of the kernel, in the order of Fp8GemmConfig::kSmemBytes.
+template <class Cfg>
+struct SharedStorage {
+  u8* d;            // [block_m, block_n] bf16 staging for the TMA-store epilogue (persistent kernel)
+  u8* a;            // [stages][block_m, 128] fp8, 128B-swizzled
+  u8* b;            // [stages][block_n, 128] fp8, 128B-swizzled
+  float* a_scale;   // [stages][block_m]
+  u64* full;        // [stages]: TMA bytes landed
+  u64* empty;       // [stages]: consumers done with the stage
+
+  DT_DEVICE explicit SharedStorage(u8* base)
+      : d(base),
+        a(base + Cfg::kSmemDBytes),
+        b(a + Cfg::kNumStages * Cfg::kTileABytes),
+        a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
+        full(reinterpret_cast<u64*>(a_scale + Cfg::kNumStages * Cfg::kBlockM)),
+        empty(full + Cfg::kNumStages) {}
+
+  /// The split-K partial tile: fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
+  DT_DEVICE float* partial() const { return reinterpret_cast<float*>(a); }
+};
+
+/// Everything a consumer warpgroup needs in its k-loop that does not change between tiles.
+template <class Cfg>
+struct ConsumerContext {
+  const SharedStorage<Cfg>& smem;
+  u64 desc_a0, desc_b0;  // WGMMA descriptors of stage 0 (this warpgroup's rows of A, all of B)
+  int wg, warp_in_wg, lane;
+  u32 rank;  // cluster rank (multicast)
+};
+
+/// The b_scale values of a tile's columns for the k-blocks in flight: row 0 and, for a tile that
+/// straddles two 128-row weight blocks, row 1. Each value is loaded three k-blocks before the
+/// promotion that uses it; the index is clamped instead of tested, so the k-loop has no branch
+/// (ptxas serialises WGMMAs across data-dependent branches, see TileMainloop).
+/// NOTES: under load an L2 hit outlasts one k-block (ncu showed the promotion waiting on a load
+/// issued one iteration earlier).
+template <bool kTwoRows>
+struct BScaleQueue {
+  const float* row0;
+  const float* row1;
+  int last;  // last k-block of the range
+  float now0 = 0.f, now1 = 0.f, next0 = 0.f, next1 = 0.f, after0 = 0.f, after1 = 0.f;
+
+  DT_DEVICE BScaleQueue(const float* r0, const float* r1, int begin, int end) : row0(r0), row1(r1), last(end - 1) {
+    if (begin < end) {
+      load(begin, now0, now1);
+      load(min_int(begin + 1, last), next0, next1);
+      load(min_int(begin + 2, last), after0, after1);
+    }
+  }
+  DT_DEVICE void load(int kb, float& s0, float& s1) const {
+    s0 = __ldg(row0 + kb);
+    if (kTwoRows) s1 = __ldg(row1 + kb);
+  }
+  /// Called when k-block kb has been promoted: kb + 1 becomes current, kb + 3 is fetched.
+  DT_DEVICE void pop(int kb) {
+    now0 = next0, now1 = next1;
+    next0 = after0, next1 = after1;
+    load(min_int(kb + 3, last), after0, after1);
+  }
+};
+
+/// Hand a stage back. With multicast the producer of either CTA writes into both CTAs' stage, so
+/// each CTA's empty barrier collects the releases of both CTAs' consumer warps (lane 0 here,
+/// lane 1 at the peer); when the peer has already finished its last tile, lane 1 counts here.
+template <class Cfg>
+DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
+  if (lane == 0) ptx::mbarrier_arrive(empty);
+  if constexpr (Cfg::kNumMulticast == 2) {
+    if (lane == 1) {
+      if (peer_alive) {
+        ptx::mbarrier_arrive_cluster(empty, rank ^ 1u);
+      } else {
+        ptx::mbarrier_arrive(empty);
+      }
+    }
+  }
+}
+
+/// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
+/// tile use b_scale row 0, the rest row 1.
+/// NOTES: the straddle point is a template argument: as a run-time value it cost a select per 8
+/// columns in the promotion (128x144 / 128x160 tiles ran at 0.80 / 0.87 of 128x128).
+template <class Cfg, int kFirstBlocks>
+struct TileMainloop {
+  using Wgmma = ptx::WgmmaFp8<Cfg::kWgmmaN>;
+  static constexpr int kAcc = Cfg::kAccumPerSubtile;
+  static constexpr bool kTwoRows = kFirstBlocks < Cfg::kBlockN / 8;
+  static constexpr int kLast = Cfg::kNumSubtiles - 1;
+
+  const ConsumerContext<Cfg>& ctx;
+  PipelineState<Cfg::kNumStages>& issue_state;    // next stage to wait for and read
+  PipelineState<Cfg::kNumStages>& release_state;  // next stage to hand back
+  float (&result)[Cfg::kNumSubtiles][kAcc];
+  BScaleQueue<kTwoRows> bscale;
+  bool peer_alive;
+  float acc[Cfg::kNumAccumBuffers][kAcc];
+  float row_scale[Cfg::kNumAccumBuffers][2];
+
+  template <int kBuf>
+  DT_DEVICE void fence_accumulator() {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[kBuf][i]);
+  }
+
+  /// Wait for the stage (first sub-tile of a k-block), read the a_scale rows, issue the WGMMAs.
+  template <int kSub, int kBuf>
+  DT_DEVICE void issue() {
+    constexpr int kSlab = kSub / Cfg::kNumNParts, kPart = kSub % Cfg::kNumNParts;
+    const int stage = issue_state.index;
+    if constexpr (kSub == 0) ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
+    // The two rows of this thread in the slab; read before the stage can be released.
+    const float* a_scale =
+        ctx.smem.a_scale + stage * Cfg::kBlockM + ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
+    row_scale[kBuf][0] = a_scale[0];
+    row_scale[kBuf][1] = a_scale[8];
+    fence_accumulator<kBuf>();
+    ptx::wgmma_fence();
+    const u32 a_offset = stage * Cfg::kTileABytes + kSlab * 64 * Cfg::kBlockK;
+    const u32 b_offset = stage * Cfg::kTileBBytes + kPart * Cfg::kWgmmaN * Cfg::kBlockK;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+      // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
+      Wgmma::mma(ptx::advance_desc(ctx.desc_a0, a_offset + kk * 32), ptx::advance_desc(ctx.desc_b0, b_offset + kk * 32),
+                 acc[kBuf], kk > 0);
+    }
+    ptx::wgmma_commit_group();
+    if constexpr (kSub == kLast) issue_state.advance();
+  }
+
+  /// After the WGMMAs of this sub-tile completed: release the stage (last sub-tile of the
+  /// k-block) and promote.
+  template <int kSub, int kBuf>
+  DT_DEVICE void finish() {
+    constexpr int kPart = kSub % Cfg::kNumNParts;
+    fence_accumulator<kBuf>();
+    if constexpr (kSub == kLast) {
+      release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
+      release_state.advance();
+    }
+    const float lo0 = row_scale[kBuf][0] * bscale.now0, hi0 = row_scale[kBuf][1] * bscale.now0;
+    const float lo1 = row_scale[kBuf][0] * bscale.now1, hi1 = row_scale[kBuf][1] * bscale.now1;
+#pragma unroll
+    for (int j = 0; j < kAcc / 4; ++j) {
+      const bool first = kPart * (Cfg::kWgmmaN / 8) + j < kFirstBlocks;
+      const float scale_lo = first ? lo0 : lo1, scale_hi = first ? hi0 : hi1;
+      result[kSub][4 * j + 0] += scale_lo * acc[kBuf][4 * j + 0];
+      result[kSub][4 * j + 1] += scale_lo * acc[kBuf][4 * j + 1];
+      result[kSub][4 * j + 2] += scale_hi * acc[kBuf][4 * j + 2];
+      result[kSub][4 * j + 3] += scale_hi * acc[kBuf][4 * j + 3];
+    }
+  }
+
+  /// Issue step kT of a fully unrolled group of kSteps (k-block, sub-tile) steps, then promote
+  /// step kT - 1 while step kT runs; after the last step, drain.
+  template <int kT, int kSteps>
+  DT_DEVICE void overlapped_steps(int kb) {
+    constexpr int kPrev = kT - 1;
+    if constexpr (kT < kSteps) {
+      issue<kT % Cfg::kNumSubtiles, kT % 2>();
+      ptx::wgmma_wait_group<1>();
+    } else {
+      ptx::wgmma_wait_group<0>();
+    }
+    finish<kPrev % Cfg::kNumSubtiles, kPrev % 2>();
+    if constexpr (kPrev % Cfg::kNumSubtiles == kLast) bscale.pop(kb + kPrev / Cfg::kNumSubtiles);
+    if constexpr (kT < kSteps) overlapped_steps<kT + 1, kSteps>(kb);
+  }
+
+  /// One k-block without overlap: each sub-tile issued, waited for and promoted in turn.
+  template <int kSub>
+  DT_DEVICE void serial_steps(int kb) {
+    if constexpr (kSub < Cfg::kNumSubtiles) {
+      issue<kSub, 0>();
+      ptx::wgmma_wait_group<0>();
+      finish<kSub, 0>();
+      serial_steps<kSub + 1>(kb);
+    } else {
+      bscale.pop(kb);
+    }
+  }
+
+  /// NOTES: ptxas tracks which accumulators an in-flight WGMMA group writes only within straight
+  /// code: across a loop back-edge, or a branch choosing between wait_group 1 and 0, it injects
+  /// waits and serialises every WGMMA (C7514/C7517). So the overlapped form runs in bodies of
+  /// kUnroll k-blocks that start and end with nothing in flight, after the remainder k-blocks
+  /// run serially.
+  DT_DEVICE void run(int kb_begin, int kb_end) {
+    if constexpr (Cfg::kNumAccumBuffers == 1) {
+      for (int kb = kb_begin; kb < kb_end; ++kb) serial_steps<0>(kb);
+    } else {
+      constexpr int kUnroll = Cfg::kNumSubtiles == 1 ? 4 : 2;
+      const int body_begin = kb_begin + (kb_end - kb_begin) % kUnroll;
+      for (int kb = kb_begin; kb < body_begin; ++kb) {
+        // The remainder runs with buffer 0 alone.
+        issue<0, 0>();
+        ptx::wgmma_wait_group<0>();
+        finish<0, 0>();
+        if constexpr (Cfg::kNumSubtiles == 2) {
+          issue<1, 1>();
+          ptx::wgmma_wait_group<0>();
+          finish<1, 1>();
+        }
+        bscale.pop(kb);
+      }
+      for (int kb = body_begin; kb < kb_end; kb += kUnroll) {
+        issue<0, 0>();
+        overlapped_steps<1, kUnroll * Cfg::kNumSubtiles>(kb);
+      }
+    }
+  }
+};
+
+/// Compile-time int, for dispatching a run-time value onto template instances.
+template <int kValue>
+struct IntConstant {
+  static constexpr int value = kValue;
+};
+
+/// Call `fn(IntConstant<first_blocks>)` for the run-time `first_blocks`, one of the values a tile
+/// of this config can have: multiples of gcd(block_n, 128) / 8 up to 128 / 8, or block_n / 8 when
+/// the whole tile uses one b_scale row.
+template <class Cfg, int kCandidate = gcd(Cfg::kBlockN, 128) / 8, class Fn>
+DT_DEVICE void dispatch_first_blocks(int first_blocks, const Fn& fn) {
+  constexpr int kAll = Cfg::kBlockN / 8;
+  if constexpr (128 % Cfg::kBlockN == 0 || kCandidate > 128 / 8 || kCandidate >= kAll) {
+    fn(IntConstant<kAll>{});
+  } else {
+    if (first_blocks == kCandidate) {
+      fn(IntConstant<kCandidate>{});
+    } else {
+      dispatch_first_blocks<Cfg, kCandidate + gcd(Cfg::kBlockN, 128) / 8>(first_blocks, fn);
+    }
+  }
+}
+
+/// TileMainloop bound to one tile's arguments, callable with the straddle point as a constant.
+/// NOTES: a functor rather than a lambda: NVRTC 13.0 treats an unannotated lambda in device code
+/// as a host function and refuses it in JIT mode.
+template <class Cfg>
+struct RunTileMainloop {
+  const ConsumerContext<Cfg>& ctx;
+  PipelineState<Cfg::kNumStages>& issue_state;
+  PipelineState<Cfg::kNumStages>& release_state;
+  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile];
+  const float* b_scale_row0;
+  const float* b_scale_row1;
+  int kb_begin, kb_end;
+  bool peer_alive;
+
+  template <int kFirstBlocks>
+  DT_DEVICE void operator()(IntConstant<kFirstBlocks>) const {
+    using Loop = TileMainloop<Cfg, kFirstBlocks>;
+    Loop loop{ctx, issue_state, release_state, result,
+              BScaleQueue<Loop::kTwoRows>(b_scale_row0, b_scale_row1, kb_begin, kb_end), peer_alive};
+    loop.run(kb_begin, kb_end);
+  }
+};
+
+}  // namespace deep_tile

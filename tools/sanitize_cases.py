@@ -1,0 +1,58 @@
+"""The workload of tools/sanitize.sh: one small problem per kernel family, checked (GPU).
+
+Each family the selector can emit is represented by a forced configuration (persistent with one
+or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
+tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
+ranks that get no k-block), plus the selector's own choice for a few shapes and the casts. Every
+output is NaN-poisoned before the run and compared with the float64 reference, so the run also
+fails on a wrong answer. Exit status 1 if any check fails.
+"""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+import deep_tile  # noqa: E402
+from deep_tile.gemm import _run  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
+from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.numeric import calc_diff  # noqa: E402
+
+# (config text or "auto", m, n, k); tile counts: 520x1160 with 256x128 tiles = 3 x 10 = 30,
+# with 128x256 = 5 x 5 = 25 (odd: the last CTA of a cluster has no peer).
+CASES = [
+    ("128x128:b1", 520, 1160, 400), ("128x128:b2", 520, 1160, 400), ("64x16:b2", 130, 136, 400),
+    ("64x144:b1", 130, 1160, 400), ("256x128:b1", 520, 1160, 400), ("256x64:b2", 520, 1160, 400),
+    ("256x128:mcA", 520, 1160, 400), ("256x112:mcB", 520, 1160, 400), ("128x256:w128:mcA", 520, 1160, 400),
+    ("128x256:w128:mcB", 600, 1160, 400), ("64x64:b2:k4", 100, 1160, 1040), ("64x144:b1:k8", 64, 2112, 1024),
+    ("128x128:b2:k2", 200, 1160, 400), ("64x16:b2:k3", 70, 136, 128),
+    ("auto", 64, 2112, 7168), ("auto", 4096, 2112, 1024), ("auto", 1, 7168, 2048),
+]
+
+
+def main() -> int:
+    failures = 0
+    for text, m, n, k in CASES:
+        a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
+        config = None if text == "auto" else parse_config(text, m, n, torch.cuda.get_device_properties(0).multi_processor_count)
+        out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        _run(a, sa, b, sb, out, config=config)
+        torch.cuda.synchronize()
+        diff = calc_diff(out.double(), deep_tile.ref_fp8_gemm(a, sa, b, sb))
+        ok = not torch.isnan(out).any().item() and diff < 1e-3
+        failures += not ok
+        label = config.label if config else deep_tile.get_config(m, n, k).label
+        print(f"{'ok  ' if ok else 'FAIL'} {text:>20} {label:>26} {m}x{n}x{k} diff {diff:.1e}", flush=True)
+    x = torch.randn(129, 400, device="cuda", dtype=torch.bfloat16)
+    q, s = deep_tile.per_token_cast_to_fp8(x)
+    qb, sb = deep_tile.per_block_cast_to_fp8(x)
+    torch.cuda.synchronize()
+    print(f"casts: {tuple(q.shape)} {tuple(qb.shape)}", flush=True)
+    print(f"{len(CASES)} GEMM cases, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
