@@ -27,9 +27,11 @@ from deep_tile.select.cost import DEFAULT_PARAMS, ModelParams, estimate  # noqa:
 from deep_tile.testing.configs import parse_config  # noqa: E402
 
 BOUNDS = {  # parameter -> (low, high), searched in log space
-    "clock_hz": (1.2e9, 2.0e9), "tensor_efficiency": (0.6, 1.0), "l2_bytes_per_cycle": (20.0, 120.0),
-    "chain_cycles": (100.0, 1500.0), "overlap_factor": (0.2, 1.0), "tile_cycles": (200.0, 20000.0),
-    "split_k_cycles": (200.0, 20000.0), "launch_seconds": (0.5e-6, 12e-6), "softness": (1.5, 12.0),
+    "clock_hz": (1.2e9, 2.0e9), "tensor_efficiency": (0.6, 1.0), "irregular_width_efficiency": (0.5, 1.0), "l2_bytes_per_cycle": (20.0, 120.0),
+    "chain_cycles": (50.0, 1500.0), "overlap_factor": (0.2, 1.0), "stream_bytes_per_cycle": (8.0, 400.0),
+    "multicast_penalty": (0.001, 0.5), "multicast_chain_cycles": (1.0, 2000.0), "tile_cycles": (200.0, 20000.0),
+    "split_k_cycles": (200.0, 30000.0), "split_k_cycles_per_cta": (10.0, 10000.0),
+    "hbm_efficiency": (0.3, 1.0), "launch_seconds": (0.5e-6, 12e-6), "softness": (1.5, 12.0),
 }
 
 
@@ -101,19 +103,16 @@ def main(argv=None) -> int:
     p.add_argument("--chip", default="H100 SXM", choices=sorted(arch.CHIPS))
     p.add_argument("--iters", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--clusters", type=int, default=None, help="resident 2-CTA clusters (measured)")
     p.add_argument("--report", action="store_true", help="evaluate the current constants only")
     args = p.parse_args(argv)
     chip = arch.CHIPS[args.chip]
     points = load(args.files)
-    params = dataclasses.replace(DEFAULT_PARAMS, multicast_clusters=args.clusters) if args.clusters else DEFAULT_PARAMS
+    params = DEFAULT_PARAMS
     print(f"{len(points)} measured points from {len(args.files)} files")
     print(f"current: mean |log error| {loss(points, params, chip):.3f}, ranking {regret(points, params, chip)}")
     if args.report:
         return 0
     fitted = fit(points, chip, args.iters, args.seed)
-    if args.clusters:
-        fitted = dataclasses.replace(fitted, multicast_clusters=args.clusters)
     print(f"fitted:  mean |log error| {loss(points, fitted, chip):.3f}, ranking {regret(points, fitted, chip)}")
     print(fitted)
     return 0

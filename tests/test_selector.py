@@ -1,5 +1,6 @@
 """CPU tests of the configuration selector (deep_tile.select), deep_tile.device, get_config / explain
 (deep_tile.select.api) and the CLI."""
+import dataclasses
 import itertools
 import math
 import subprocess
@@ -10,13 +11,12 @@ import pytest
 
 from deep_tile import arch, device
 from deep_tile.__main__ import main
-from deep_tile.select import api
+from deep_tile.common import ceil_div
+from deep_tile.kernels import fp8_gemm as family
+from deep_tile.select import KernelConfig, api, explain_text, rank_candidates, select_config
 from deep_tile.select.api import explain, get_config
-from deep_tile.select.cost import fastest_compute, tile_efficiency
-from deep_tile.select.selector import choose_multicast
-from deep_tile.select import KernelConfig, enumerate_candidates, explain_text, rank_candidates, select_config
-from deep_tile.select.config import smem_bytes
-from deep_tile.select.cost import roofline, why_lost
+from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
+from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,57 +24,43 @@ GRID_M = (1, 2, 7, 63, 64, 65, 127, 128, 129, 255, 256, 511, 512, 1000, 1024, 20
 GRID_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048),
            (576, 7168), (1536, 7168), (7168, 1536), (8, 16), (24, 144), (136, 7168), (2048, 4096))
 GRID_SMS = (132, 114, 78, 7)
-
-
-def _straddle_ok(block_n):
-    return block_n <= 128 or block_n - math.gcd(block_n, 128) <= 128
+CONTRACT_DEFINES = {"DT_SMEM_BYTES", "DT_MIN_STAGES", "DT_MAX_STAGES", "DT_STORE_SWIZZLE", "DT_SCALE_GROUP",
+                    "DT_NUM_THREADS"}
 
 
 def _check_invariants(m, n, k, num_sms, max_smem):
     cfg = select_config(m, n, k, num_sms, max_smem)
-    m_blocks, n_blocks = math.ceil(m / cfg.block_m), math.ceil(n / cfg.block_n)
-    tiles = m_blocks * n_blocks
-    # tile shape and resources
-    assert cfg.block_m in (64, 128, 256) and cfg.block_k == 128
-    assert cfg.block_n % 16 == 0 and 16 <= cfg.block_n <= 256 and _straddle_ok(cfg.block_n)
-    assert cfg.accum_registers == (cfg.block_m // cfg.num_math_warpgroups) * cfg.block_n // 64 <= 168
-    assert cfg.num_math_warpgroups == (1 if cfg.block_m == 64 else 2)
-    assert cfg.num_threads == 128 * (1 + cfg.num_math_warpgroups)
-    assert cfg.smem_bytes <= min(max_smem, arch.MAX_SMEM_PER_BLOCK)
-    assert 3 <= cfg.num_stages <= 8
+    tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
     limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
-    assert cfg.num_stages == 8 or smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1) > limit
-    # multicast rule: only for tiles that need it to compile spill-free, and only where legal
-    if cfg.num_multicast == 2:
-        assert (cfg.block_m, cfg.block_n) in arch.SPILLS_WITHOUT_MULTICAST
-        assert num_sms % 2 == 0 and m >= 512
-        assert (n_blocks % 2 == 0) if cfg.multicast_on_a else (m_blocks % 2 == 0 and n_blocks % 2 == 1)
+    # a buildable kernel: the contract's rules hold, resources within the device's
+    assert family.tile_problems(cfg.block_m, cfg.block_n, cfg.num_stages, cfg.num_multicast, cfg.split_k,
+                                cfg.wgmma_n, cfg.accum_buffers, limit) == []
+    assert cfg.smem_bytes <= limit and cfg.accum_registers <= family.ACCUM_REGISTER_BUDGET
+    assert cfg.num_threads == 128 * (1 + cfg.num_math_warpgroups)
+    # the policy: as many stages as fit (at least 3, at most 16)
+    assert 3 <= cfg.num_stages <= 16
+    assert cfg.num_stages == 16 or family.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1, cfg.split_k) > limit
+    # launch: persistent grid within the SMs; multicast pairs; split-K only where tiles leave SMs idle
+    assert cfg.group_size == 8
+    if cfg.split_k > 1:
+        assert cfg.num_multicast == 1 and cfg.block_m <= 128
+        assert tiles * cfg.split_k <= num_sms
+        assert family.launch_grid(cfg, m, n) == tiles * cfg.split_k
     else:
-        assert cfg.num_multicast == 1 and cfg.multicast_on_a is False
-        assert (cfg.block_m, cfg.block_n) not in arch.SPILLS_WITHOUT_MULTICAST
-    # launch
-    assert cfg.group_size % 2 == 0 and cfg.group_size >= 2
-    assert cfg.num_sms == min(num_sms, tiles)
+        assert 1 <= cfg.grid_size <= min(num_sms, tiles) or cfg.num_multicast == 2
+        assert family.launch_grid(cfg, m, n) == cfg.grid_size
     if cfg.num_multicast == 2:
-        assert cfg.num_sms % 2 == 0 and cfg.num_sms >= 2
+        assert cfg.grid_size % 2 == 0 and cfg.grid_size >= 2 and num_sms % 2 == 0
+    else:
+        assert cfg.multicast_on_a is False
     defines = cfg.defines()
-    assert set(defines) == {"DT_BLOCK_M", "DT_BLOCK_N", "DT_NUM_STAGES", "DT_NUM_MULTICAST", "DT_MULTICAST_ON_A"}
-    assert all(type(v) is int for v in defines.values())
-    assert defines == {"DT_BLOCK_M": cfg.block_m, "DT_BLOCK_N": cfg.block_n, "DT_NUM_STAGES": cfg.num_stages,
-                       "DT_NUM_MULTICAST": cfg.num_multicast, "DT_MULTICAST_ON_A": int(cfg.multicast_on_a)}
-    # rule 0 (compute-bound problems): no buildable candidate has a lower estimated time;
-    # rule 1 (otherwise): none needs fewer waves
-    buildable = [c for c in enumerate_candidates(max_smem)
-                 if (c.block_m, c.block_n) not in arch.SPILLS_WITHOUT_MULTICAST
-                 or choose_multicast(m, n, c.block_m, c.block_n, num_sms)[0] == 2]
-    waves = {c: math.ceil(math.ceil(m / c.block_m) * math.ceil(n / c.block_n) / num_sms) for c in buildable}
-    if 2 * m * n / (m + n) >= arch.COMPUTE_BOUND_INTENSITY:
-        est = {c: round(waves[c] * c.block_m * c.block_n / tile_efficiency(c.block_m, c.block_n), 3)
-               for c in buildable}
-        chosen = next(c for c in buildable if (c.block_m, c.block_n) == (cfg.block_m, cfg.block_n))
-        assert est[chosen] == min(est.values())
-    else:
-        assert math.ceil(tiles / num_sms) == min(waves.values())
+    assert CONTRACT_DEFINES <= set(defines) and all(type(v) is int for v in defines.values())
+    assert defines["DT_SMEM_BYTES"] == cfg.smem_bytes and defines["DT_SPLIT_K"] == cfg.split_k
+    # the choice is the model's fastest candidate
+    ranked = rank_candidates(m, n, k, num_sms, max_smem)
+    assert ranked[0].candidate == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
+                                            cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
+    assert all(a.time_s <= b.time_s + 1e-9 for a, b in zip(ranked, ranked[1:]))  # ties: within 1 ns
 
 
 @pytest.mark.parametrize("num_sms", GRID_SMS)
@@ -90,66 +76,94 @@ def test_invariants_with_smaller_smem_limit(max_smem):
         _check_invariants(m, n, k, 132, max_smem)
 
 
-# Golden configs on 132 SMs: (m, n, k) -> (block_m, block_n, num_stages, num_multicast, multicast_on_a, grid)
-GOLDEN = {
-    # Compute-bound (rule 0): 128x128 runs faster per tile than 128x144 (0.92) and 128x160 (0.965)
-    # (TILE_EFFICIENCY, measured), which outweighs 14 waves vs 11-13.
-    (4096, 7168, 2048): (128, 128, 5, 1, False, 132),
-    (4096, 4096, 7168): (128, 128, 5, 1, False, 132),
-    # 16 x 33 = 528 tiles = exactly 4 full waves at 0.92 efficiency beat 128x128's 4.1 waves (5).
-    (4096, 2112, 7168): (256, 64, 4, 1, False, 132),
-    # Memory-bound small M: 2112 / 16 = 132 tiles fill every SM once; each SM streams
-    # (64 + 16) x K bytes. This is what DeepGEMM's wave rules pick too.
-    (64, 2112, 7168): (64, 16, 8, 1, False, 132),
-    # 1 wave needs block_n >= 187, above the register limit; 96 gives 256 tiles = 2 waves
-    # with 124/132 SMs busy in the second.
-    (64, 24576, 1536): (64, 96, 8, 1, False, 132),
-    # 2 x 64 = 128 tiles in one wave (128x64 would give only 112).
-    (128, 7168, 16384): (64, 112, 8, 1, False, 128),
-    # 256 tiles, 2 waves; 128 rows avoid the padding a 256-row tile would load.
-    (128, 32768, 512): (128, 128, 5, 1, False, 132),
-}
+def _family_of(cfg):
+    return (cfg.block_m * cfg.block_n, cfg.num_multicast, cfg.split_k > 1, cfg.block_m)
 
 
-@pytest.mark.parametrize("shape", sorted(GOLDEN))
-def test_golden_configs(shape):
-    cfg = select_config(*shape, 132)
-    got = (cfg.block_m, cfg.block_n, cfg.num_stages, cfg.num_multicast, cfg.multicast_on_a, cfg.num_sms)
-    assert got == GOLDEN[shape]
+# What the selector must pick on an H100 (132 SMs), each backed by the sweeps in
+# benchmarks/data/sweep_*_h100_2026-11-22.json (times in us, median of 20, L2 flushed):
+def test_large_problems_take_256x128_class_tiles_without_multicast():
+    # 4096x7168x16384: 256x128 713.5, 128x256 715.2, 128x128 (two buffers) 833.7, 256x128 mcA 798.8
+    for shape in [(4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192), (4096, 24576, 1536)]:
+        cfg = select_config(*shape, 132)
+        assert cfg.block_m * cfg.block_n == 256 * 128 and cfg.num_multicast == 1 and cfg.split_k == 1, cfg.label
+
+
+def test_small_m_with_long_k_takes_64_row_tiles_with_two_buffers():
+    # 64x7168x16384: 64x96 s10 x2 55.8, 64x64 s13 x2 55.8, 64x128 s9 k2 x2 57.3, 64x32 s16 x2 67.5
+    cfg = select_config(64, 7168, 16384, 132)
+    assert cfg.block_m == 64 and cfg.split_k <= 2 and cfg.block_n >= 64 and cfg.accum_buffers == 2
+
+
+def test_few_tiles_are_split_along_k():
+    # 1x2112x7168: 64x80 k4 14.8, 64x64 k2 16.8, 64x64 (no split) 18.7, 64x16 24.3
+    cfg = select_config(1, 2112, 7168, 132)
+    assert cfg.split_k >= 2 and cfg.block_m == 64
+    assert ceil_div(2112, cfg.block_n) <= arch.CHIPS["H100 SXM"].resident_clusters(cfg.split_k, 132)
 
 
 def test_select_config_is_cached_and_pure():
     assert select_config(4096, 7168, 2048, 132) is select_config(4096, 7168, 2048, 132)
-    assert select_config(4096, 7168, 2048, 114).num_sms == 114
+    assert select_config(4096, 7168, 2048, 114).grid_size <= 114
+
+
+def test_model_floors_and_monotonicity():
+    chip = arch.CHIPS["H100 SXM"]
+    c = Candidate(128, 256, 128, 1, 3)
+    short, long = (estimate(c, 4096, 7168, k, 132, chip) for k in (2048, 16384))
+    assert long.time_s > 4 * short.time_s
+    assert short.memory_s == pytest.approx(min_bytes(4096, 7168, 2048) / (chip.hbm_bytes_per_s * DEFAULT_PARAMS.hbm_efficiency))
+    assert min_bytes(64, 2112, 7168) == 64 * 7168 + 2112 * 7168 + 2 * 64 * 2112 + 4 * 64 * 56 + 4 * 17 * 56
+    # a tile is no faster than its tensor work, and a narrow WGMMA is less efficient than a wide one
+    assert wgmma_efficiency(16) < wgmma_efficiency(64) == wgmma_efficiency(128) == 1.0
+    e = estimate(Candidate(64, 16, 16, 2, 16), 64, 2112, 7168, 132, chip)
+    assert e.tiles == 132 and e.ctas == 132 and e.k_blocks_per_cta == 56 and e.tiles_per_cta == 1
+    split = estimate(Candidate(64, 64, 64, 2, 13, split_k=4), 64, 2112, 7168, 132, chip)
+    assert split.k_blocks_per_cta == 14 and split.tiles == 33
+    # 33 clusters of 4 do not all fit on a 132-SM GH100 (32 do): two waves
+    assert split.tiles_per_cta == 2 and chip.resident_clusters(4) == 30
+
+
+def test_candidates_cover_the_kernel_kinds():
+    shapes = tile_shapes(arch.MAX_SMEM_PER_BLOCK)
+    assert (256, 128, 128, 1) in shapes and (128, 256, 128, 1) in shapes and (64, 16, 16, 2) in shapes
+    assert (128, 128, 128, 2) in shapes and (256, 64, 64, 2) in shapes
+    assert all(max_stages(bm, bn, arch.MAX_SMEM_PER_BLOCK) >= 3 for bm, bn, _, _ in shapes)
+    assert split_k_factors(33, 56, 132) == (2, 3, 4)
+    assert split_k_factors(17, 56, 132) == (2, 3, 4)  # the selector stops at 4 (MAX_SELECTED_SPLIT_K)
+    assert split_k_factors(17, 3, 132) == (2,)  # every CTA keeps two k-blocks
+    assert split_k_factors(200, 56, 132) == ()
 
 
 def test_kernel_config_derived_values():
-    # design.md 3.1: 32768 (D) + 5 x (16384 + 16384 + 512) + 5 x 16 = 199248
-    cfg = KernelConfig(block_m=128, block_n=128, num_stages=5, num_sms=132)
+    # 32768 (D) + 5 x (16384 + 16384 + 512) + 5 x 16 = 199248
+    cfg = KernelConfig(block_m=128, block_n=128, num_stages=5, grid_size=132)
     assert cfg.smem_bytes == 199248 and cfg.num_threads == 384 and cfg.accum_registers == 128
-    assert cfg.smem_breakdown()["total"] == 199248
-    small = KernelConfig(block_m=64, block_n=16, num_stages=8, num_sms=1, multicast_on_a=True)
+    assert cfg.smem_breakdown()["total"] == 199248 and cfg.wgmma_n == 128 and cfg.num_subtiles == 1
+    small = KernelConfig(block_m=64, block_n=16, num_stages=8, grid_size=1, multicast_on_a=True)
     assert small.multicast_on_a is False and small.num_math_warpgroups == 1 and small.num_threads == 256
     assert small.defines()["DT_MULTICAST_ON_A"] == 0
-    assert KernelConfig(block_m=256, block_n=64, num_stages=4, num_sms=2, num_multicast=2,
-                        multicast_on_a=True).label == "256x64 s4 mcA"
-    with pytest.raises(ValueError, match="block_n must be <= 64"):  # spills (measured)
-        KernelConfig(block_m=256, block_n=80, num_stages=4, num_sms=2)
-    # 128x160 compiles spill-free without multicast since the straddle point is compile-time
-    assert KernelConfig(block_m=128, block_n=160, num_stages=5, num_sms=2).num_multicast == 1
+    assert KernelConfig(block_m=256, block_n=64, num_stages=4, grid_size=2, num_multicast=2,
+                        multicast_on_a=True, accum_buffers=2).label == "256x64 s4 mcA x2"
+    wide = KernelConfig(block_m=128, block_n=256, wgmma_n=128, num_stages=3, grid_size=2)
+    assert wide.num_subtiles == 2 and wide.accum_registers == 192 and wide.label == "128x256 s3 /128"
+    split = KernelConfig(block_m=64, block_n=64, num_stages=13, split_k=4, accum_buffers=2, grid_size=33)
+    assert split.cluster_size == 4 and split.smem_breakdown()["d_staging"] == 0
+    assert family.launch_grid(split, 64, 2112) == 132 and split.label == "64x64 s13 k4 x2"
 
 
 @pytest.mark.parametrize("kwargs,name", [
     (dict(block_m=96), "block_m"), (dict(block_n=24), "block_n"), (dict(block_n=176), "block_n"),
-    (dict(block_n=192), "accumulator registers"), (dict(block_m=256, block_n=96), "accumulator registers"),
-    (dict(block_k=64), "block_k"), (dict(num_stages=0), "num_stages"), (dict(num_multicast=3), "num_multicast"),
-    (dict(multicast_on_a=1), "multicast_on_a"), (dict(num_math_warpgroups=1), "num_math_warpgroups"),
-    (dict(group_size=7), "group_size"), (dict(num_sms=0), "num_sms"),
-    (dict(num_multicast=2, num_sms=131), "num_sms"), (dict(num_stages=7), "shared memory"),
-    (dict(block_m=128.0), "block_m"),
+    (dict(block_n=192, accum_buffers=2), "accumulator registers"), (dict(block_m=256, block_n=256), "accumulator"),
+    (dict(block_k=64), "block_k"), (dict(num_stages=1), "num_stages"), (dict(num_stages=17), "num_stages"),
+    (dict(num_multicast=3), "num_multicast"), (dict(multicast_on_a=1), "multicast_on_a"),
+    (dict(group_size=7), "group_size"), (dict(grid_size=0), "grid_size"),
+    (dict(num_multicast=2, grid_size=131), "grid_size"), (dict(num_stages=7), "shared memory"),
+    (dict(block_m=128.0), "block_m"), (dict(split_k=9), "split_k"), (dict(split_k=2, num_multicast=2), "split_k"),
+    (dict(wgmma_n=48), "wgmma_n"), (dict(accum_buffers=3), "accum_buffers"),
 ])
 def test_kernel_config_rejects_bad_fields(kwargs, name):
-    fields = dict(block_m=128, block_n=128, num_stages=4, num_sms=132)
+    fields = dict(block_m=128, block_n=128, num_stages=4, grid_size=132)
     fields.update(kwargs)
     with pytest.raises(ValueError, match=name):
         KernelConfig(**fields)
@@ -205,32 +219,29 @@ def test_m_zero_is_accepted():
 
 def test_without_a_device_any_num_sms_is_taken():
     assert not device.has_cuda()  # CPU test machine: the target GPU is unknown
-    assert get_config(4096, 7168, 2048, num_sms=500).num_sms == 500
+    assert get_config(4096, 7168, 2048, num_sms=500).grid_size <= 500
     assert "500 SMs" in explain(4096, 7168, 2048, num_sms=500)
 
 
 def test_explain_contains_the_key_facts():
-    text = explain_text(4096, 7168, 2048, 132)
-    for fact in ("M=4096 N=7168 K=2048", "config: 128x128 s5", "DT_BLOCK_N=128", "DT_NUM_MULTICAST=1",
-                 "199,248 of 232,448 bytes", "D staging", "A-scale stages", "barriers",
-                 "128 accumulators", "of the 232", "32 x 56 = 1792", "waves: 14", "76/132 SMs busy",
-                 "128.0 FLOP/B", "ridge point 591", "compute-bound 62.7 us", "memory-bound 24.5 us",
-                 "-> compute-bound", "runners-up", "2. 128x160 s5", "lost on estimated time",
-                 "128x160 at efficiency 0.96"):
+    text = explain_text(4096, 7168, 16384, 132)
+    cfg = select_config(4096, 7168, 16384, 132)
+    for fact in ("M=4096 N=7168 K=16384", f"config: {cfg.label}", f"DT_BLOCK_N={cfg.block_n}", "DT_SMEM_BYTES=",
+                 f"{cfg.smem_bytes:,} of 232,448 bytes", "D staging", "A-scale stages", "barriers",
+                 "registers per consumer thread", "of the 232", "floors on H100 SXM: HBM", "FP8 peak",
+                 "ridge point 591", "model per k-block and CTA: tensor", "predicted:", "runners-up"):
         assert fact in text, fact
-    assert len([line for line in text.splitlines() if "lost on" in line]) == 3
-    assert "-> memory-bound" in explain_text(64, 2112, 7168, 132)
+    assert sum(line.startswith("  ") and "predicted" in line for line in text.splitlines()) == 4
+    small = explain_text(1, 2112, 7168, 132)
+    assert "split-K: clusters of" in small and "deterministic" in small and "reuses the A/B stages" in small
 
 
-def test_ranking_and_roofline_helpers():
+def test_ranking_is_by_predicted_time():
     ranked = rank_candidates(4096, 7168, 2048, 132)
-    assert len(ranked) == len(enumerate_candidates()) == 23
-    assert "estimated time: 13 waves x 128x144 at efficiency 0.92" in why_lost(ranked[0], ranked[3])
-    # memory-bound problems skip rule 0 and rank by waves first
-    small = rank_candidates(64, 2112, 7168, 132)
-    assert all(fastest_compute(s) == 0.0 for s in small) and small[0].waves == 1
-    roof = roofline(64, 2112, 7168, rank_candidates(64, 2112, 7168, 132)[0], arch.CHIPS["H200"])
-    assert roof.bound == "memory" and roof.memory_s == pytest.approx(roof.bytes / 4.8e12)
+    assert len(ranked) > 50 and ranked[0].time_s <= ranked[-1].time_s
+    assert {e.candidate.num_multicast for e in ranked} == {1, 2}
+    assert all(e.candidate.split_k == 1 for e in ranked)  # 4096x7168 fills the SMs: no split-K
+    assert any(e.candidate.split_k > 1 for e in rank_candidates(64, 2112, 7168, 132))
 
 
 def test_chip_facts_lookup():
@@ -240,7 +251,10 @@ def test_chip_facts_lookup():
     for device_name, chip in cases.items():
         assert arch.chip_facts(device_name).name == chip, device_name
     assert arch.CHIPS["H100 PCIe"].num_sms == 114 and arch.CHIPS["H200"].hbm_bytes_per_s == 4.8e12
-    assert arch.LEGAL_BLOCK_N == tuple(range(16, 129, 16)) + (144, 160, 192, 256)
+    assert family.LEGAL_BLOCK_N == tuple(range(16, 129, 16)) + (144, 160, 192, 256)
+    h100 = arch.CHIPS["H100 SXM"]
+    assert h100.resident_clusters(2) == 66 and h100.resident_clusters(2, num_sms=100) == 50
+    assert arch.CHIPS["H20"].resident_clusters(4) == 78 // 4  # not measured: one cluster per 4 SMs
 
 
 def test_set_num_sms_validation():
@@ -252,7 +266,7 @@ def test_set_num_sms_validation():
                 device.set_num_sms(bad)
         device.set_num_sms(8)
         assert device.get_num_sms() == 8
-        assert get_config(4096, 7168, 2048).num_sms == 8
+        assert get_config(4096, 7168, 2048).grid_size <= 8
     finally:
         device.set_num_sms(None)
     assert device.get_num_sms() == full
@@ -273,7 +287,7 @@ def test_get_config_prints_each_new_choice_once(monkeypatch, capsys):
 
 def test_cli_in_process(capsys):
     assert main(["explain", "4096,7168,2048", "--num-sms", "132"]) == 0
-    assert "config: 128x128 s5" in capsys.readouterr().out
+    assert f"config: {select_config(4096, 7168, 2048, 132).label}" in capsys.readouterr().out
     assert main(["explain", "64,2112,7168", "--num-sms", "0"]) == 2
     assert "num_sms must be a positive int" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -284,7 +298,8 @@ def test_cli_subprocess():
     result = subprocess.run([sys.executable, "-m", "deep_tile", "explain", "4096,7168,2048", "--num-sms", "132"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "config: 128x128" in result.stdout and "shared memory: 199,248 of 232,448" in result.stdout
+    cfg = select_config(4096, 7168, 2048, 132)
+    assert f"config: {cfg.label}" in result.stdout and f"shared memory: {cfg.smem_bytes:,} of 232,448" in result.stdout
 
 
 def test_select_imports_neither_torch_nor_cuda():

@@ -77,6 +77,16 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
           --section SchedulerStats -k deep_tile_fp8_gemm_sm90 -s 2 -c 1 python3 tools/profile_one.py $spec > "$OUT/ncu_$name.txt" 2>&1
         grep -E "Duration|SM Frequency|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" "$OUT/ncu_$name.txt" | head -24 | sed "s/^/[$spec] /"
       done ;;
+    ncu-mc)  # stall reasons per SASS line, multicast vs not, at 4096x7168x16384
+      for spec in "256x128" "256x128:mcA"; do
+        name=$(echo $spec | tr ':' '_')
+        timeout 200 ncu --clock-control none --set full -k deep_tile_fp8_gemm_sm90 -s 2 -c 1 -o "/tmp/ncu_$name" -f \
+          python3 tools/profile_one.py 4096 7168 16384 $spec > "$OUT/ncu_full_$name.log" 2>&1
+        ncu -i "/tmp/ncu_$name.ncu-rep" --page details > "$OUT/ncu_details_$name.txt" 2>&1
+        ncu -i "/tmp/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass_$name.csv" 2>&1
+        grep -E "Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Stall" "$OUT/ncu_details_$name.txt" | head -12 | sed "s/^/[$spec] /"
+        ls -la "$OUT/ncu_sass_$name.csv"
+      done ;;
     sanitize)
       timeout 560 bash tools/sanitize.sh 2>&1 | tee "$OUT/sanitize.txt" | tail -30 ;;
     *) echo "unknown stage $stage" ;;

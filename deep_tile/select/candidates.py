@@ -8,9 +8,12 @@ buffers, stages, multicast, split-K); whether it is legal is decided by
   :data:`MAX_SELECTED_STAGES` (deeper pipelines hide more load latency and cost nothing else);
 - a tile is computed with whole-width WGMMAs when its accumulators fit, else with two column parts;
 - two accumulator buffers wherever they fit;
+- 64-row tiles at most 128 wide (wider ones, 144..256, ran slower than 64x128 wherever measured
+  on an H100, and the model has no data to rank them);
 - multicast (persistent kernel, even SM count) on A, on B or neither;
-- split-K factors 2..8 with one or two consumer warpgroups, only for problems whose tiles do
-  not fill the SMs (the selector's :func:`split_k_factors`).
+- split-K factors 2..4 (:data:`MAX_SELECTED_SPLIT_K`) with one or two consumer warpgroups and two accumulator buffers, only
+  for problems whose tiles do not fill the SMs (:func:`split_k_factors`); split tiles with one
+  buffer (wider than 128) measured slower than narrower ones.
 
 Pure Python; no device access.
 """
@@ -22,13 +25,17 @@ from dataclasses import dataclass
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["Candidate", "MIN_SELECTED_STAGES", "MAX_SELECTED_STAGES", "max_stages", "tile_shapes",
+__all__ = ["Candidate", "MIN_SELECTED_STAGES", "MAX_SELECTED_STAGES", "MAX_SELECTED_SPLIT_K", "max_stages", "tile_shapes",
            "split_k_factors", "enumerate_candidates"]
 
 MIN_SELECTED_STAGES = 3
 """Fewest pipeline stages the selector uses (below this TMA latency is exposed)."""
 MAX_SELECTED_STAGES = 16
 """Most pipeline stages the selector uses (the kernel's maximum)."""
+MAX_SELECTED_SPLIT_K = 4
+"""Largest split-K factor the selector uses. The kernel takes up to 8, but on an H100 splits of
+5..8 were never more than 2% faster than the best split of 2..4 where measured, and often slower
+(bigger clusters fit fewer times into the GPCs, and the reduction grows with them)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,8 @@ def tile_shapes(max_smem: int) -> tuple:
     found = []
     for block_m in family.LEGAL_BLOCK_M:
         for block_n in family.LEGAL_BLOCK_N:
+            if block_m == 64 and block_n > 128:
+                continue
             shape = _kernel_shape(block_m, block_n)
             if shape is None or max_stages(block_m, block_n, max_smem) < MIN_SELECTED_STAGES:
                 continue
@@ -112,9 +121,9 @@ def tile_shapes(max_smem: int) -> tuple:
 
 
 def split_k_factors(tiles: int, num_k_blocks: int, num_sms: int) -> tuple:
-    """Split-K factors worth trying: 2..8 while the split tiles still fit in one wave of
+    """Split-K factors worth trying: 2..:data:`MAX_SELECTED_SPLIT_K` while the split tiles still fit in one wave of
     ``num_sms`` CTAs and every CTA keeps at least two k-blocks."""
-    return tuple(s for s in range(2, family.MAX_SPLIT_K + 1)
+    return tuple(s for s in range(2, MAX_SELECTED_SPLIT_K + 1)
                  if tiles * s <= num_sms and ceil_div(num_k_blocks, s) >= 2)
 
 
@@ -134,7 +143,7 @@ def enumerate_candidates(max_smem: int, num_sms: int, tiles_of, num_k_blocks: in
         if num_sms % 2 == 0 and tiles_of(block_m, block_n) >= 2:
             for on_a in (True, False):
                 found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages, 2, on_a))
-        if block_m <= 128:
+        if block_m <= 128 and buffers == 2:
             for split in split_k_factors(tiles_of(block_m, block_n), num_k_blocks, num_sms):
                 split_stages = max_stages(block_m, block_n, max_smem, split)
                 if not family.tile_problems(block_m, block_n, split_stages, 1, split, wgmma_n, buffers, max_smem):

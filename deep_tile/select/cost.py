@@ -2,25 +2,28 @@
 
 The kernel is a pipeline per CTA: a producer streams one 128-wide K block of A and B per stage
 from L2 (and HBM behind it) while the consumers run WGMMAs and promote the partial sums. Per CTA
-and k-block the model combines three rates (in SM clock cycles; a soft maximum, since they
-overlap imperfectly):
+and k-block the model combines three costs in SM clock cycles (a soft maximum, ``softness``,
+since they overlap imperfectly):
 
-- ``tensor``: the tile's FP8 MACs at :data:`TENSOR_FLOP_PER_CYCLE` per SM, times the reachable fraction
-  of that peak and the efficiency of the tile's WGMMA width (:func:`wgmma_efficiency`);
+- ``tensor``: the tile's FP8 MACs at :data:`TENSOR_FLOP_PER_CYCLE` per SM, times the reachable
+  fraction of that peak and the efficiency of the tile's WGMMA width (:func:`wgmma_efficiency`);
 - ``l2``: the bytes the CTA loads, A rows (halved under multicast on A) plus B rows (halved
   under multicast on B) times 128, at ``l2_bytes_per_cycle`` per SM;
 - ``latency``: the dependent chain of one k-block (wait for data, WGMMA, wait, promote):
   ``chain_cycles`` per sub-tile of a consumer warpgroup (the warpgroups of a tile run their
-  chains side by side), shortened by ``overlap_factor`` when two accumulator buffers overlap WGMMA and promotion.
+  chains side by side), shortened by ``overlap_factor`` with two accumulator buffers, plus the
+  k-block's bytes at ``stream_bytes_per_cycle`` (what one SM pulls when it works alone).
 
-A CTA runs ``waves`` tiles one after another (persistent grid) or one tile's share of K
-(split-K), paying ``tile_cycles`` per tile (epilogue, pipeline fill). The whole problem can
-also be no faster than its compulsory HBM traffic at the chip's bandwidth; split-K adds the
-reduction (``split_k_cycles`` plus reading the partials). The prediction is the slower of the
-CTAs' time and the HBM floor, plus ``launch_seconds``. The constants are a :class:`ModelParams`.
-
-The constants were fitted to benchmarks/sweep_configs.py runs (see benchmarks/RESULTS.md); the
-model ranks candidates, its absolute times are estimates. Pure Python.
+Multicast couples the two CTAs of a cluster stage by stage: their k-blocks cost
+``1 + multicast_penalty`` times as much, and their chain ``multicast_chain_cycles`` more. A CTA runs its tiles one after another (persistent
+grid) paying ``tile_cycles`` per tile (epilogue, pipeline fill). A split-K launch runs one
+tile per cluster in waves of the clusters that fit at once (:meth:`ChipFacts.resident_clusters`)
+and adds the reduction (``split_k_cycles``, ``split_k_cycles_per_cta`` per CTA of the
+cluster, and reading the partials). The whole problem is
+also held to its compulsory HBM traffic at ``hbm_efficiency`` of the chip's bandwidth (soft
+maximum again), plus ``launch_seconds``. The constants are a :class:`ModelParams`, fitted by
+benchmarks/fit_model.py to sweeps of forced configurations (benchmarks/data/); the model ranks
+candidates, its absolute times are estimates. Pure Python.
 """
 from __future__ import annotations
 
@@ -41,42 +44,57 @@ TENSOR_FLOP_PER_CYCLE = 8192
 
 @dataclass(frozen=True)
 class ModelParams:
-    """The model's constants (fitted by benchmarks/fit_model.py to measured sweeps).
+    """The model's constants (see the module doc for where each enters). The defaults were
+    fitted by benchmarks/fit_model.py to the H100 sweeps of benchmarks/data/ (2026-11-22,
+    1,900 timed configurations on 67 shapes; the selector's picks are within 2% of the best
+    measured configuration in geometric mean, 13% at worst).
 
     Attributes:
         clock_hz: SM clock the cycle counts are converted at.
         tensor_efficiency: fraction of the FP8 tensor peak a full-width WGMMA chain reaches.
+        irregular_width_efficiency: relative speed of WGMMA widths that are not a power of two.
         l2_bytes_per_cycle: L2 -> shared memory bytes per cycle per SM with every SM loading.
-        chain_cycles: one k-block's dependent chain per sub-tile (wait, WGMMA, wait, promote).
+        chain_cycles: one k-block's dependent chain per sub-tile.
         overlap_factor: fraction of the chain left with two accumulator buffers.
+        stream_bytes_per_cycle: bytes per cycle one SM streams on its own (latency bound).
+        multicast_penalty: extra cost per k-block of a 2-CTA multicast pair (a fraction).
+        multicast_chain_cycles: extra chain per k-block of a multicast pair (the stage handshake
+            between the two CTAs).
         tile_cycles: per tile outside the k-loop (epilogue store, pipeline fill).
-        split_k_cycles: the split-K epilogue besides reading the partials.
+        split_k_cycles: the split-K epilogue besides reading the partials, per tile.
+        split_k_cycles_per_cta: and per CTA of the cluster (barriers and reads grow with it).
+        hbm_efficiency: fraction of the chip's HBM bandwidth a GEMM reaches.
         launch_seconds: fixed time of a launch (grid start, the tail of the last CTAs).
-        softness: the k-block time is the ``softness``-norm of the three rates (large: their
-            maximum; smaller: they overlap imperfectly).
-        multicast_clusters: 2-CTA clusters that can be resident (None: half the SMs).
+        softness: the exponent of the soft maxima (large: the maximum).
     """
 
-    clock_hz: float = 1.6e9
-    tensor_efficiency: float = 0.85
-    l2_bytes_per_cycle: float = 48.0
-    chain_cycles: float = 360.0
-    overlap_factor: float = 0.55
-    tile_cycles: float = 2500.0
-    split_k_cycles: float = 3000.0
-    launch_seconds: float = 3e-6
-    softness: float = 4.0
-    multicast_clusters: int | None = None
-
+    clock_hz: float = 2.0e9
+    tensor_efficiency: float = 0.877
+    irregular_width_efficiency: float = 0.815
+    l2_bytes_per_cycle: float = 116.3
+    chain_cycles: float = 303.8
+    overlap_factor: float = 0.744
+    stream_bytes_per_cycle: float = 400.0
+    multicast_penalty: float = 0.072
+    multicast_chain_cycles: float = 71.3
+    tile_cycles: float = 804.0
+    split_k_cycles: float = 5082.0
+    split_k_cycles_per_cta: float = 368.8
+    hbm_efficiency: float = 0.838
+    launch_seconds: float = 8.3e-6
+    softness: float = 2.03
 
 DEFAULT_PARAMS = ModelParams()
 """The constants :func:`estimate` uses unless given others."""
 
 
-def wgmma_efficiency(wgmma_n: int) -> float:
-    """Tensor-pipe efficiency of a chain of ``m64 x wgmma_n x k32`` WGMMAs: narrow ones cannot
-    keep the pipe full (assumed linear below 64 columns)."""
-    return min(1.0, 0.3 + 0.7 * wgmma_n / 64) * (0.95 if wgmma_n % 64 else 1.0)
+def wgmma_efficiency(wgmma_n: int, params: "ModelParams | None" = None) -> float:
+    """Tensor-pipe efficiency of a chain of ``m64 x wgmma_n x k32`` WGMMAs relative to 128 columns:
+    narrow ones cannot keep the pipe full (assumed linear below 64 columns), and widths that are
+    not a power of two ran measurably slower (``irregular_width_efficiency``; cause unknown)."""
+    params = params or DEFAULT_PARAMS
+    regular = wgmma_n & (wgmma_n - 1) == 0
+    return min(1.0, 0.3 + 0.7 * wgmma_n / 64) * (1.0 if regular else params.irregular_width_efficiency)
 
 
 def min_bytes(m: int, n: int, k: int) -> int:
@@ -136,31 +154,26 @@ class Estimate:
         return ("tensor" if worst == self.tensor_cycles else "l2" if worst == self.l2_cycles else "latency")
 
 
-def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts, group_size: int = 8,
-             max_clusters: int | None = None, params: ModelParams = DEFAULT_PARAMS) -> Estimate:
-    """Predict the run time of candidate ``c`` on ``m x n x k`` with ``num_sms`` SMs on ``chip``.
+def _soft_max(values, q: float) -> float:
+    return sum(v ** q for v in values) ** (1.0 / q)
 
-    ``max_clusters`` is the number of 2-CTA clusters that can be resident (None:
-    ``params.multicast_clusters``, else ``num_sms // 2``).
-    """
-    if max_clusters is None:
-        max_clusters = params.multicast_clusters
+
+def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts, group_size: int = 8,
+             params: ModelParams = DEFAULT_PARAMS) -> Estimate:
+    """Predict the run time of candidate ``c`` on ``m x n x k`` with ``num_sms`` SMs on ``chip``."""
     m_blocks, n_blocks = ceil_div(m, c.block_m), ceil_div(n, c.block_n)
     tiles = m_blocks * n_blocks
     num_k_blocks = ceil_div(k, family.BLOCK_K)
     if c.split_k > 1:
-        ctas = min(num_sms, tiles * c.split_k)
-        tiles_per_cta = ceil_div(tiles * c.split_k, num_sms)  # waves of clusters
+        fit = max(1, chip.resident_clusters(c.split_k, num_sms))
+        ctas = min(tiles, fit) * c.split_k
+        tiles_per_cta = ceil_div(tiles, fit)  # waves of clusters
         k_blocks = ceil_div(num_k_blocks, c.split_k)
     else:
-        limit = num_sms
+        limit = num_sms if c.num_multicast == 1 else 2 * max(1, chip.resident_clusters(2, num_sms))
+        ctas = max(1, min(limit, tiles))
         if c.num_multicast == 2:
-            clusters = num_sms // 2 if max_clusters is None else max_clusters
-            limit = 2 * clusters
-        ctas = min(limit, tiles)
-        if c.num_multicast == 2:
-            ctas -= ctas % 2
-        ctas = max(ctas, 1)
+            ctas = max(2, ctas - ctas % 2)
         tiles_per_cta = ceil_div(tiles, ctas)
         k_blocks = num_k_blocks
 
@@ -172,19 +185,23 @@ def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts
             a_bytes *= 1 - shared / 2
         else:
             b_bytes *= 1 - shared / 2
-    l2 = (a_bytes + b_bytes + 4 * c.block_m) / params.l2_bytes_per_cycle
+    loaded = a_bytes + b_bytes + 4 * c.block_m
+    l2 = loaded / params.l2_bytes_per_cycle
     tensor = (2 * c.block_m * c.block_n * family.BLOCK_K / TENSOR_FLOP_PER_CYCLE
-              / (params.tensor_efficiency * wgmma_efficiency(c.wgmma_n)))
+              / (params.tensor_efficiency * wgmma_efficiency(c.wgmma_n, params)))
     # Each consumer warpgroup runs its own chain; the two warpgroups of a tile run side by side.
     subtiles = family.num_subtiles(c.block_m, c.block_n, c.wgmma_n)
-    latency = params.chain_cycles * subtiles * (params.overlap_factor if c.accum_buffers == 2 else 1.0)
-    q = params.softness
-    per_k_block = (tensor ** q + l2 ** q + latency ** q) ** (1.0 / q)
+    latency = (params.chain_cycles * subtiles * (params.overlap_factor if c.accum_buffers == 2 else 1.0)
+               + loaded / params.stream_bytes_per_cycle
+               + (params.multicast_chain_cycles if c.num_multicast == 2 else 0.0))
+    per_k_block = _soft_max((tensor, l2, latency), params.softness)
+    if c.num_multicast == 2:
+        per_k_block *= 1 + params.multicast_penalty
     cycles = tiles_per_cta * (k_blocks * per_k_block + params.tile_cycles)
     if c.split_k > 1:
         partial_read = c.block_m * c.block_n * 4 / params.l2_bytes_per_cycle  # 1/S of the rows of S partials
-        cycles += params.split_k_cycles + partial_read
+        cycles += tiles_per_cta * (params.split_k_cycles + params.split_k_cycles_per_cta * c.split_k + partial_read)
     compute_s = cycles / params.clock_hz
-    memory_s = min_bytes(m, n, k) / chip.hbm_bytes_per_s
-    return Estimate(c, tiles, ctas, tiles_per_cta, k_blocks, tensor, l2, latency, compute_s, memory_s,
-                    max(compute_s, memory_s) + params.launch_seconds)
+    memory_s = min_bytes(m, n, k) / (chip.hbm_bytes_per_s * params.hbm_efficiency)
+    time_s = _soft_max((compute_s, memory_s), params.softness) + params.launch_seconds
+    return Estimate(c, tiles, ctas, tiles_per_cta, k_blocks, tensor, l2, latency, compute_s, memory_s, time_s)

@@ -103,7 +103,7 @@ def _runner_up_lines(ranked: tuple) -> list:
 
 
 def explain_text(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
-                 chip: ChipFacts = arch.DEFAULT_CHIP, max_clusters: int | None = None) -> str:
+                 chip: ChipFacts = arch.DEFAULT_CHIP) -> str:
     """Multi-line report of the configuration chosen for ``m x n x k`` on ``num_sms`` SMs.
 
     Covers the problem's work and floors on ``chip``, the config and its defines, the
@@ -115,9 +115,9 @@ def explain_text(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_
     """
     if not isinstance(chip, ChipFacts):
         raise ValueError(f"explain_text: chip must be a deep_tile.arch.ChipFacts; got {chip!r}")
-    ranked = rank_candidates(m, n, k, num_sms, max_smem, chip, max_clusters)
+    ranked = rank_candidates(m, n, k, num_sms, max_smem, chip)
     best = ranked[0]
-    cfg = config_from_estimate(m, n, best, num_sms, max_clusters)
+    cfg = config_from_estimate(m, n, best, num_sms, chip)
     lines = [f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}, "
              f"{num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)

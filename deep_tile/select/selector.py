@@ -40,13 +40,13 @@ def check_positive_int(func: str, name: str, value) -> None:
         raise ValueError(f"{func}: {name} must be a positive int; got {value!r}")
 
 
-def grid_size(tiles: int, num_sms: int, num_multicast: int, max_clusters: int | None = None) -> int:
+def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = arch.DEFAULT_CHIP) -> int:
     """CTAs of the persistent grid: ``min(num_sms, tiles)``; under multicast even, at least 2,
-    and at most ``2 * max_clusters`` (the clusters that can be resident at once)."""
+    and within the 2-CTA clusters that can be resident at once on ``chip`` (the launcher also
+    caps it by the device's own count)."""
     grid = min(num_sms, tiles)
     if num_multicast == 2:
-        if max_clusters is not None:
-            grid = min(grid, 2 * max_clusters)
+        grid = min(grid, 2 * max(1, chip.resident_clusters(2, num_sms)))
         grid = max(2, grid - grid % 2)
     return max(grid, 1)
 
@@ -58,12 +58,12 @@ def _tie_break(e: Estimate) -> tuple:
 
 
 @functools.lru_cache(maxsize=1024)
-def _ranked(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts, max_clusters) -> tuple:
+def _ranked(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts) -> tuple:
     tiles_of = lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn)  # noqa: E731
     candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K))
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
-    estimates = [estimate(c, m, n, k, num_sms, chip, GROUP_SIZE, max_clusters) for c in candidates]
+    estimates = [estimate(c, m, n, k, num_sms, chip, GROUP_SIZE) for c in candidates]
     return tuple(sorted(estimates, key=_tie_break))
 
 
@@ -73,42 +73,42 @@ def _check_args(func: str, m, n, k, num_sms, max_smem) -> None:
 
 
 def rank_candidates(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
-                    chip: ChipFacts = arch.DEFAULT_CHIP, max_clusters: int | None = None) -> tuple:
+                    chip: ChipFacts = arch.DEFAULT_CHIP) -> tuple:
     """Every candidate's :class:`~deep_tile.select.cost.Estimate`, fastest first.
 
     Raises:
         ValueError: an argument is not a positive int.
     """
     _check_args("rank_candidates", m, n, k, num_sms, max_smem)
-    return _ranked(m, n, k, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip, max_clusters)
+    return _ranked(m, n, k, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip)
 
 
-def config_from_estimate(m: int, n: int, e: Estimate, num_sms: int, max_clusters: int | None = None) -> KernelConfig:
+def config_from_estimate(m: int, n: int, e: Estimate, num_sms: int, chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
     """The :class:`KernelConfig` (grid, group size) of a ranked candidate."""
     c = e.candidate
-    grid = grid_size(e.tiles, num_sms, c.num_multicast, max_clusters)
+    grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, group_size=GROUP_SIZE, grid_size=grid)
 
 
 @functools.lru_cache(maxsize=4096)
-def _select(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts, max_clusters) -> KernelConfig:
-    best = _ranked(m, n, k, num_sms, max_smem, chip, max_clusters)[0]
-    return config_from_estimate(m, n, best, num_sms, max_clusters)
+def _select(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts) -> KernelConfig:
+    best = _ranked(m, n, k, num_sms, max_smem, chip)[0]
+    return config_from_estimate(m, n, best, num_sms, chip)
 
 
 def select_config(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
-                  chip: ChipFacts = arch.DEFAULT_CHIP, max_clusters: int | None = None) -> KernelConfig:
+                  chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
     """The kernel configuration for ``out[m, n] = a[m, k] @ b[n, k]^T`` on ``num_sms`` SMs.
 
     Pure and cached. ``max_smem`` is the device's dynamic shared-memory limit per block in bytes
-    (clipped to the sm_90 maximum, 232448); ``chip`` supplies the HBM bandwidth of the model;
-    ``max_clusters`` the 2-CTA clusters that fit at once (None: half the SMs).
+    (clipped to the sm_90 maximum, 232448); ``chip`` supplies the HBM bandwidth and the
+    resident clusters of the model.
 
     Raises:
         ValueError: an argument is not a positive int (the message names it).
         UnsupportedProblemError: no tile shape fits ``max_smem``.
     """
     _check_args("select_config", m, n, k, num_sms, max_smem)
-    return _select(m, n, k, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip, max_clusters)
+    return _select(m, n, k, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip)
