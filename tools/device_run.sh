@@ -14,6 +14,8 @@
 #   sweep-large / sweep-small / sweep-decode   forced configs + the model's top candidates
 #   bench        benchmarks/bench_fp8_gemm.py (18 shapes + 8192^3) with the baselines
 #   decode       benchmarks/bench_fp8_gemm.py --decode
+#   sustained    benchmarks/bench_fp8_gemm.py --sustained at 4096x7168x16384
+#   dg2025       the benchmark with DeepGEMM's 2025 version as the baseline
 #   sanitize     tools/sanitize.sh
 #   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
 #   ncu          Nsight Compute on a small-M and a large-M shape
@@ -63,6 +65,11 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
       ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40 ) ;;
     decode)
       ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.txt" | tail -60 ) ;;
+    sustained)
+      ( dg_env; timeout 300 python3 benchmarks/bench_fp8_gemm.py --sustained --shapes 4096,7168,16384 --json "$OUT/sustained.json" 2>&1 | tee "$OUT/sustained.txt" | tail -8 ) ;;
+    dg2025)  # the 2025 DeepGEMM (pure Python JIT) in place of the latest, for the 18 shapes + 8192^3
+      mkdir -p /tmp/dg2025 && tar -xJf .baselines/deepgemm-03d0be3.tar.xz -C /tmp/dg2025
+      ( export PYTHONPATH=$PWD:/tmp/dg2025; timeout 500 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench_dg2025.json" 2>&1 | tee "$OUT/bench_dg2025.txt" | tail -40 ) ;;
     explore)
       timeout 300 python3 tools/explore_overheads.py 2>&1 | tee "$OUT/explore.txt" ;;
     clusters)
