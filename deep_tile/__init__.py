@@ -1,6 +1,9 @@
 """deep_tile: FP8 GEMM kernels for NVIDIA Hopper with DeepSeek-V3-style fine-grained scaling.
 
-Public API (importing the package starts no CUDA context; submodules load on first use):
+Public API (importing the package starts no CUDA context; submodules load on first use). When
+torch is already imported, ``import deep_tile`` also registers the custom ops
+``torch.ops.deep_tile.*`` (:mod:`deep_tile.ops`); otherwise the first use of an op-backed function
+does:
 
 - :func:`fp8_gemm` -- ``out = (a * a_scale) @ (b * b_scale).T`` in bf16.
 - :func:`get_tma_aligned_a_scale` -- the zero-copy (column-major, TMA-aligned) a_scale layout.
@@ -11,6 +14,8 @@ Public API (importing the package starts no CUDA context; submodules load on fir
 - :data:`__version__` -- the package version string.
 """
 import importlib
+import sys
+import time
 
 __version__ = "0.1.0"
 
@@ -34,10 +39,18 @@ def __getattr__(name):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'deep_tile' has no attribute {name!r}")
+    start = time.perf_counter()
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
+    from deep_tile import phases
+
+    phases.add("import", time.perf_counter() - start)
     return value
 
 
 def __dir__():
     return __all__
+
+
+if "torch" in sys.modules:  # registering the ops costs about a millisecond once torch is loaded
+    importlib.import_module("deep_tile.ops")

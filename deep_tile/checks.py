@@ -84,25 +84,43 @@ def _require_shape(name: str, x: torch.Tensor, expected: tuple, why: str) -> Non
         raise ValueError(f"{_FN}: {name} must have shape {why} = {expected}; got {tuple(x.shape)}")
 
 
-def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str) -> None:
-    if x.shape[0] > 0 and x.shape[1] > 0:
-        if x.stride(1) != 1 and x.shape[1] > 1:
+def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, data_checks: bool) -> None:
+    rows, cols = x.shape
+    if rows > 0 and cols > 0:
+        row_stride, col_stride = x.stride()
+        if col_stride != 1 and cols > 1:
             raise ValueError(f"{_FN}: {name} must be contiguous along its last dimension ({what}); "
-                             f"got strides {tuple(x.stride())}")
-        if x.shape[0] > 1 and x.stride(0) % row_multiple != 0:
+                             f"got strides {(row_stride, col_stride)}")
+        if rows > 1 and row_stride % row_multiple != 0:
             raise ValueError(f"{_FN}: {name} row stride must be a multiple of {row_multiple} elements "
-                             f"(16 bytes, for TMA); got stride {x.stride(0)}")
-        if x.data_ptr() % 16 != 0:
+                             f"(16 bytes, for TMA); got stride {row_stride}")
+        if data_checks and x.data_ptr() % 16 != 0:
             raise ValueError(f"{_FN}: {name} base address must be 16-byte aligned (TMA); "
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
 
 
-def check_fp8_gemm_args(a, a_scale, b, b_scale, out) -> tuple[int, int, int]:
+_capabilities: dict = {}
+"""CUDA device index -> compute capability (asked of torch once per device)."""
+
+
+def _capability(device) -> tuple:
+    capability = _capabilities.get(device.index)
+    if capability is None:
+        import torch
+
+        capability = _capabilities[device.index] = torch.cuda.get_device_capability(device)
+    return capability
+
+
+def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True) -> tuple[int, int, int]:
     """Validate fp8_gemm's arguments and return ``(m, n, k)``.
 
     ``m = a.shape[0]``, ``n = b.shape[0]`` and ``k = a.shape[1]`` go through
     :func:`check_problem_shape`, so a shape fp8_gemm rejects is rejected with the same message by
     ``get_config``, ``explain``, warmup and the command line.
+
+    ``data_checks=False`` skips what needs real data: base addresses, devices and the GPU (the
+    fake implementations of :mod:`deep_tile.ops` check fake and meta tensors with it).
 
     Raises:
         TypeError: a non-tensor argument or a wrong dtype.
@@ -137,10 +155,12 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out) -> tuple[int, int, int]:
         _require_2d("out", out)
         _require_shape("out", out, (m, n), "(m, n)")
 
-    _require_aligned("a", a, 16, "k")
-    _require_aligned("b", b, 16, "k")
+    _require_aligned("a", a, 16, "k", data_checks)
+    _require_aligned("b", b, 16, "k", data_checks)
     if out is not None:
-        _require_aligned("out", out, 8, "n")
+        _require_aligned("out", out, 8, "n", data_checks)
+    if not data_checks:
+        return m, n, k
 
     devices = {name: x.device for name, x in
                (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out)) if x is not None}
@@ -150,7 +170,7 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out) -> tuple[int, int, int]:
     if len(set(devices.values())) > 1:
         listing = ", ".join(f"{name} on {device}" for name, device in devices.items())
         raise ValueError(f"{_FN}: all tensors must be on the same device; got {listing}")
-    capability = torch.cuda.get_device_capability(a.device)
+    capability = _capability(a.device)
     if capability != (9, 0):
         raise ValueError(f"{_FN}: needs an sm_90 (Hopper) GPU; {a.device} is "
                          f"{torch.cuda.get_device_name(a.device)} with compute capability {capability}")

@@ -1,26 +1,37 @@
 """The public FP8 GEMM: ``out = (a * a_scale) @ (b * b_scale).T`` in bf16 on Hopper.
 
-Path of a call: validate (deep_tile.checks) -> pick a KernelConfig (deep_tile.select, memoised
-per shape) -> get the compiled kernel (deep_tile.jit.loader) -> build the tensor maps
-(deep_tile.tma, cached by address) -> pack the arguments in the order the kernel's contract
-gives (deep_tile.kernels.fp8_gemm) -> launch on the current stream (deep_tile.jit.runtime).
+:func:`fp8_gemm` calls the custom op ``torch.ops.deep_tile.fp8_gemm`` (or ``fp8_gemm_out``), see
+:mod:`deep_tile.ops`. The op runs on one of two host paths that launch the same kernel with the
+same arguments:
+
+- the native path (:mod:`deep_tile.native`, C++): per call only the checks, a cached plan lookup,
+  cached tensor maps and the launch;
+- the Python path, :func:`_run` here: validate (deep_tile.checks) -> pick a KernelConfig
+  (deep_tile.select, memoised per shape) -> get the compiled kernel (deep_tile.jit.loader) ->
+  build the tensor maps (deep_tile.tma, cached by address) -> pack the arguments in the order the
+  kernel's contract gives (deep_tile.kernels.fp8_gemm) -> launch on the current stream
+  (deep_tile.jit.runtime). It runs until the native extension is built, wherever it cannot be
+  built, for forced configs (tests, sweeps) and for every call the native path hands back
+  (bad arguments: so errors are the same on both paths).
+
+Both paths make their plans with :func:`_plan`. The heavy modules (selector, JIT) are imported
+on first use, not with this module.
 """
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import torch
 
+from deep_tile import ops
 from deep_tile.checks import check_fp8_gemm_args
 from deep_tile.common import align4, ceil_div
-from deep_tile.device import get_num_sms
 from deep_tile.errors import UnsupportedProblemError
-from deep_tile.jit.loader import get_kernel
-from deep_tile.jit.runtime import Kernel, KernelArgs
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.select.api import get_config
-from deep_tile.tma import encode_2d
+
+__all__ = ["fp8_gemm", "get_tma_aligned_a_scale"]
 
 
 def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
@@ -44,55 +55,14 @@ def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
 
 
 def _is_tma_aligned(a_scale: torch.Tensor) -> bool:
+    """Whether `a_scale` is already in the TMA-aligned column-major layout (the native path's
+    ``tma_aligned_a_scale`` in deep_tile/native/csrc/gemm_op.cpp is the same rule)."""
     m, groups = a_scale.shape
     if m == 0 or groups == 0:
         return True
     column_ok = a_scale.stride(0) == 1 or m == 1
     pitch_ok = groups == 1 or (a_scale.stride(1) % 4 == 0 and a_scale.stride(1) >= m)
     return column_ok and pitch_ok and a_scale.data_ptr() % 16 == 0
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Everything about a launch that depends only on the problem and the config: memoised."""
-
-    config: object
-    kernel: Kernel
-    boxes: family.TensorMapBoxes
-    grid: int
-    cluster: int
-
-
-_plans: dict = {}
-_NO_TENSOR_MAP = bytes(128)  # the split-K kernel stores without the D tensor map
-
-
-def _fit_clusters(config, kernel: Kernel):
-    """Shrink a multicast config's grid to the clusters that can be resident at once."""
-    if config.num_multicast == 1:
-        return config
-    device = torch.cuda.current_device()
-    clusters = kernel.max_active_clusters(device, config.num_threads, config.smem_bytes, config.num_multicast)
-    limit = clusters * config.num_multicast
-    if limit < 2:
-        raise UnsupportedProblemError(f"fp8_gemm: no 2-CTA cluster of config {config.label} fits on device {device}")
-    return config if config.grid_size <= limit else dataclasses.replace(config, grid_size=limit)
-
-
-def _plan_for_config(config, m: int, n: int, extra_defines=None) -> _Plan:
-    kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.SYMBOL)
-    config = _fit_clusters(config, kernel)
-    return _Plan(config, kernel, family.tensor_map_boxes(config), family.launch_grid(config, m, n),
-                 family.cluster_size(config))
-
-
-def _plan(m: int, n: int, k: int, num_sms: int) -> _Plan:
-    key = (m, n, k, num_sms, torch.cuda.current_device())
-    plan = _plans.get(key)
-    if plan is None:
-        plan = _plan_for_config(get_config(m, n, k, num_sms=num_sms), m, n)
-        _plans[key] = plan
-    return plan
 
 
 def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
@@ -115,27 +85,111 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
     Returns:
         `out`. m == 0 returns at once. Bad arguments raise TypeError/ValueError before anything
         is written. The kernel runs on ``torch.cuda.current_stream()`` and can be captured in a
-        CUDA graph.
+        CUDA graph. This is the custom op ``torch.ops.deep_tile.fp8_gemm`` (``out`` None) or
+        ``torch.ops.deep_tile.fp8_gemm_out``: torch.compile traces it without a graph break.
     """
-    return _run(a, a_scale, b, b_scale, out, config=None)
+    try:
+        if out is None:
+            return ops.fp8_gemm(a, a_scale, b, b_scale)
+        ops.fp8_gemm_out(a, a_scale, b, b_scale, out)
+        return out
+    except (TypeError, RuntimeError):
+        error = _argument_error(a, a_scale, b, b_scale, out)
+        if error is None:
+            raise
+    raise error  # outside the handler: the schema's own message is not chained in
+
+
+def _argument_error(a, a_scale, b, b_scale, out) -> Exception | None:
+    """deep_tile's error for arguments the op's schema refused before any check ran (non-tensors),
+    or None when the checks pass (the op failed for another reason)."""
+    try:
+        check_fp8_gemm_args(a, a_scale, b, b_scale, out, data_checks=False)
+    except (TypeError, ValueError) as error:
+        return error
+    return None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything about a launch that depends only on the problem and the config: memoised."""
+
+    config: object
+    kernel: object  # deep_tile.jit.runtime.Kernel
+    boxes: family.TensorMapBoxes
+    grid: int
+    cluster: int
+
+
+_plans: dict = {}
+_NO_TENSOR_MAP = bytes(128)  # the split-K kernel stores without the D tensor map
+_launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
+
+
+def _fit_clusters(config, kernel):
+    """Shrink a multicast config's grid to the clusters that can be resident at once."""
+    if config.num_multicast == 1:
+        return config
+    device = torch.cuda.current_device()
+    clusters = kernel.max_active_clusters(device, config.num_threads, config.smem_bytes, config.num_multicast)
+    limit = clusters * config.num_multicast
+    if limit < 2:
+        raise UnsupportedProblemError(f"fp8_gemm: no 2-CTA cluster of config {config.label} fits on device {device}")
+    return config if config.grid_size <= limit else dataclasses.replace(config, grid_size=limit)
+
+
+def _plan_for_config(config, m: int, n: int, extra_defines=None) -> _Plan:
+    from deep_tile.jit.loader import get_kernel
+
+    kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.SYMBOL)
+    config = _fit_clusters(config, kernel)
+    return _Plan(config, kernel, family.tensor_map_boxes(config), family.launch_grid(config, m, n),
+                 family.cluster_size(config))
+
+
+def _get_config(m: int, n: int, k: int, num_sms: int):
+    from deep_tile import phases
+    from deep_tile.select.api import get_config
+
+    start = time.perf_counter()
+    config = get_config(m, n, k, num_sms=num_sms)
+    phases.add("select", time.perf_counter() - start)
+    return config
+
+
+def _plan(m: int, n: int, k: int, num_sms: int) -> _Plan:
+    """The memoised plan of ``m x n x k`` on the current device with ``num_sms`` SMs (both host
+    paths use it: the native path through deep_tile/native/bridge.py)."""
+    key = (m, n, k, num_sms, torch.cuda.current_device())
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan_for_config(_get_config(m, n, k, num_sms), m, n)
+        _plans[key] = plan
+    return plan
 
 
 def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
-    """fp8_gemm with an optional forced KernelConfig and extra compile-time defines (tests and
-    tuning sweeps use them to cover every family and variant)."""
+    """fp8_gemm on the Python host path, with an optional forced KernelConfig and extra
+    compile-time defines (tests and tuning sweeps use them to cover every family and variant)."""
     m, n, k = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
     device = a.device
     if out is None:
         out = torch.empty((m, n), dtype=torch.bfloat16, device=device)
     if m == 0:
         return out
+    from deep_tile.device import get_num_sms
+    from deep_tile.jit.runtime import KernelArgs
+    from deep_tile.tma import encode_2d
+
     with torch.cuda.device(device):
         a_scale = get_tma_aligned_a_scale(a_scale)
         b_scale = b_scale.contiguous()
         if config is None and not extra_defines:
             plan = _plan(m, n, k, get_num_sms())
         else:
-            plan = _plan_for_config(config or get_config(m, n, k, num_sms=get_num_sms()), m, n, extra_defines)
+            plan = _plan_for_config(config or _get_config(m, n, k, get_num_sms()), m, n, extra_defines)
+        first = config is None and not extra_defines and id(plan) not in _launched
+        start = time.perf_counter()
         config, boxes = plan.config, plan.boxes
         groups = ceil_div(k, family.BLOCK_K)
         a_scale_pitch = a_scale.stride(1) if groups > 1 else align4(m)
@@ -152,7 +206,19 @@ def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
             "m": m, "n": n, "k": k, "group_size": config.group_size,
         }
         args = KernelArgs([(kind, values[name]) for kind, name in zip(family.ARGUMENT_KINDS, family.ARGUMENTS)])
+        mapped = time.perf_counter()
         plan.kernel.launch(grid=plan.grid, block=config.num_threads, smem_bytes=config.smem_bytes,
                            stream=torch.cuda.current_stream(device).cuda_stream, args=args,
                            device=device.index, cluster=plan.cluster)
+        if first:
+            _report_first_launch(plan, m, n, k, mapped - start, time.perf_counter() - mapped)
     return out
+
+
+def _report_first_launch(plan: _Plan, m: int, n: int, k: int, maps_s: float, launch_s: float) -> None:
+    from deep_tile import phases
+
+    _launched.add(id(plan))
+    phases.add("tensor maps", maps_s)
+    phases.add("launch", launch_s)
+    phases.report(f"first call {m}x{n}x{k} (python path, {plan.config.label})")

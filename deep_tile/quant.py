@@ -114,9 +114,20 @@ def per_token_cast_to_fp8(x: torch.Tensor):
         ``(q, s)``: q float8_e4m3fn [M, K] contiguous; s float32 [M, ceil(K/128)] contiguous
         (row-major). M = 0 gives empty tensors of those shapes.
 
+    Runs as the custom op ``torch.ops.deep_tile.per_token_cast_to_fp8`` (traceable by
+    torch.compile; see :mod:`deep_tile.ops`).
+
     Raises:
         TypeError, ValueError: bad type, dtype, rank or K = 0.
     """
+    _check_input("per_token_cast_to_fp8", "x", x)
+    from deep_tile import ops
+
+    return ops.per_token_cast_to_fp8(x)
+
+
+def _per_token_cast(x: torch.Tensor):
+    """The implementation of the per-token op: checks, then the CUDA kernel or torch on CPU."""
     _check_input("per_token_cast_to_fp8", "x", x)
     if x.shape[0] == 0:
         return _empty_result(x, 0, 0)
@@ -148,9 +159,20 @@ def per_block_cast_to_fp8(w: torch.Tensor):
         ``(q, s)``: q float8_e4m3fn [N, K] contiguous; s float32 [ceil(N/128), ceil(K/128)]
         contiguous. N = 0 gives empty tensors of those shapes.
 
+    Runs as the custom op ``torch.ops.deep_tile.per_block_cast_to_fp8`` (traceable by
+    torch.compile; see :mod:`deep_tile.ops`).
+
     Raises:
         TypeError, ValueError: bad type, dtype, rank or K = 0.
     """
+    _check_input("per_block_cast_to_fp8", "w", w)
+    from deep_tile import ops
+
+    return ops.per_block_cast_to_fp8(w)
+
+
+def _per_block_cast(w: torch.Tensor):
+    """The implementation of the per-block op: checks, then the CUDA kernel or torch on CPU."""
     _check_input("per_block_cast_to_fp8", "w", w)
     if w.shape[0] == 0:
         return _empty_result(w, 0, 0)

@@ -129,3 +129,31 @@ def test_selection_modules_import_no_torch():
             "print(bad)\nsys.exit(1 if bad else 0)\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_data_checks_off_skips_addresses_and_devices_only():
+    """The fake implementations of the ops check meta/fake tensors with data_checks=False: the
+    same messages for types, shapes and strides; no address, device or GPU check."""
+    k = 256
+    a = torch.empty(64, k + 8, dtype=torch.float8_e4m3fn, device="meta")[:, 1:k + 1]  # misaligned, odd stride
+    b = torch.empty(128, k, dtype=torch.float8_e4m3fn, device="meta")
+    a_scale, b_scale = torch.empty(64, 2, device="meta"), torch.empty(1, 2, device="meta")
+    with pytest.raises(ValueError, match=r"^fp8_gemm: a row stride must be a multiple of 16 elements"):
+        check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
+    a = torch.empty(64, k, dtype=torch.float8_e4m3fn, device="meta")
+    assert check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False) == (64, 128, 256)
+    with pytest.raises(ValueError, match=r"^fp8_gemm: b_scale must have shape"):
+        check_fp8_gemm_args(a, a_scale, b, b_scale[:, :1], None, data_checks=False)
+    cpu = [torch.empty_like(t, device="cpu") for t in (a, a_scale, b, b_scale)]
+    with pytest.raises(ValueError, match="^fp8_gemm: a must be a CUDA tensor; got a tensor on cpu$"):
+        check_fp8_gemm_args(*cpu, None)
+    assert check_fp8_gemm_args(*cpu, None, data_checks=False) == (64, 128, 256)
+
+
+def test_layout_messages_are_unchanged():
+    a = torch.zeros(64, 256, dtype=torch.float8_e4m3fn).t().contiguous().t()  # column-major
+    b = torch.zeros(128, 256, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError) as info:
+        check_fp8_gemm_args(a, torch.ones(64, 2), b, torch.ones(1, 2), None)
+    assert str(info.value) == ("fp8_gemm: a must be contiguous along its last dimension (k); "
+                               "got strides (1, 64)")

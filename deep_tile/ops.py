@@ -1,0 +1,141 @@
+"""deep_tile's torch custom ops: ``torch.ops.deep_tile.*``, traceable by torch.compile.
+
+Four operators are defined in the ``deep_tile`` namespace (see :data:`SCHEMAS`):
+
+- ``fp8_gemm(a, a_scale, b, b_scale) -> Tensor``: a new bf16 ``[m, n]`` output;
+- ``fp8_gemm_out(a, a_scale, b, b_scale, out) -> ()``: writes ``out`` (declared mutated,
+  ``Tensor(a!)``, so torch.compile functionalises it and CUDA graphs capture it);
+- ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
+  Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents.
+
+Each has a fake (meta) implementation that checks what can be checked without data (types,
+dtypes, shapes, strides: the messages of :mod:`deep_tile.checks` and :mod:`deep_tile.quant`)
+and returns outputs of the right shape, dtype and strides, so torch.compile traces them with no
+graph break and ``torch.library.opcheck`` passes. The real implementations are Python kernels
+registered for ``CompositeExplicitAutograd``; once the native extension (:mod:`deep_tile.native`)
+is loaded, its C++ kernels registered for the CUDA and CPU keys take the GEMM ops over.
+
+Importing this module needs torch and starts no CUDA context; ``import deep_tile`` imports it
+when torch is already imported, and ``deep_tile.fp8_gemm`` / the casts import it on first use.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile import native
+from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.common import SCALE_GROUP, ceil_div
+
+__all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8"]
+
+NAMESPACE = "deep_tile"
+"""The ``torch.ops`` namespace of the operators."""
+
+SCHEMAS = {
+    "fp8_gemm": "fp8_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale) -> Tensor",
+    "fp8_gemm_out": "fp8_gemm_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor(a!) out) -> ()",
+    "per_token_cast_to_fp8": "per_token_cast_to_fp8(Tensor x) -> (Tensor, Tensor)",
+    "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
+}
+"""Operator name -> schema, as registered in :data:`NAMESPACE`."""
+
+
+# ---- real implementations (Python; the native extension replaces the GEMM ones) --------------
+
+def _gemm(a, a_scale, b, b_scale, out):
+    """The GEMM through the native extension when it is loaded, else the Python host path.
+
+    The first call with a CUDA tensor loads the extension, or starts building it
+    (``DEEP_TILE_NATIVE``); calls with other tensors never start a build (they raise).
+    """
+    extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
+    if extension is not None:
+        return extension.fp8_gemm(a, a_scale, b, b_scale, out)
+    from deep_tile.gemm import _run
+
+    return _run(a, a_scale, b, b_scale, out)
+
+
+def _fp8_gemm_impl(a, a_scale, b, b_scale):
+    return _gemm(a, a_scale, b, b_scale, None)
+
+
+def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
+    _gemm(a, a_scale, b, b_scale, out)
+
+
+def _per_token_impl(x):
+    from deep_tile.quant import _per_token_cast
+
+    return _per_token_cast(x)
+
+
+def _per_block_impl(w):
+    from deep_tile.quant import _per_block_cast
+
+    return _per_block_cast(w)
+
+
+# ---- fake implementations (shapes only: torch.compile, FakeTensorMode, meta tensors) ---------
+
+def _fp8_gemm_fake(a, a_scale, b, b_scale):
+    m, n, _ = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
+    return a.new_empty((m, n), dtype=torch.bfloat16)
+
+
+def _fp8_gemm_out_fake(a, a_scale, b, b_scale, out):
+    check_fp8_gemm_args(a, a_scale, b, b_scale, out, data_checks=False)
+
+
+def _cast_fake(fn: str, arg: str, x, scale_rows):
+    from deep_tile.quant import _check_input
+
+    _check_input(fn, arg, x)
+    rows, k = x.shape
+    q = x.new_empty((rows, k), dtype=torch.float8_e4m3fn)
+    s = x.new_empty((scale_rows(rows), ceil_div(k, SCALE_GROUP)), dtype=torch.float32)
+    return q, s
+
+
+def _per_token_fake(x):
+    return _cast_fake("per_token_cast_to_fp8", "x", x, lambda rows: rows)
+
+
+def _per_block_fake(w):
+    return _cast_fake("per_block_cast_to_fp8", "w", w, lambda rows: ceil_div(rows, SCALE_GROUP))
+
+
+_IMPLS = {
+    "fp8_gemm": (_fp8_gemm_impl, _fp8_gemm_fake),
+    "fp8_gemm_out": (_fp8_gemm_out_impl, _fp8_gemm_out_fake),
+    "per_token_cast_to_fp8": (_per_token_impl, _per_token_fake),
+    "per_block_cast_to_fp8": (_per_block_impl, _per_block_fake),
+}
+
+
+def _register() -> list:
+    """Define the operators and register their Python and fake kernels (once per process)."""
+    if hasattr(torch.ops, NAMESPACE) and hasattr(getattr(torch.ops, NAMESPACE), "fp8_gemm_out"):
+        return []  # already registered (this module was reloaded)
+    definitions = torch.library.Library(NAMESPACE, "FRAGMENT")
+    implementations = torch.library.Library(NAMESPACE, "FRAGMENT")
+    for name, schema in SCHEMAS.items():
+        definitions.define(schema)
+        real, fake = _IMPLS[name]
+        implementations.impl(name, real, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=implementations)
+    return [definitions, implementations]
+
+
+_LIBRARIES = _register()  # kept alive: a Library's registrations end when it is collected
+
+_ops = getattr(torch.ops, NAMESPACE)
+
+fp8_gemm = _ops.fp8_gemm.default
+"""``torch.ops.deep_tile.fp8_gemm.default``: ``(a, a_scale, b, b_scale) -> out`` (a new bf16 tensor)."""
+fp8_gemm_out = _ops.fp8_gemm_out.default
+"""``torch.ops.deep_tile.fp8_gemm_out.default``: ``(a, a_scale, b, b_scale, out) -> None``, writes out."""
+per_token_cast_to_fp8 = _ops.per_token_cast_to_fp8.default
+"""``torch.ops.deep_tile.per_token_cast_to_fp8.default``: ``x -> (q, s)``."""
+per_block_cast_to_fp8 = _ops.per_block_cast_to_fp8.default
+"""``torch.ops.deep_tile.per_block_cast_to_fp8.default``: ``w -> (q, s)``."""

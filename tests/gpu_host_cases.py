@@ -1,0 +1,230 @@
+"""GPU checks of the host paths (custom ops, native extension), run in a child process.
+
+Like tests/gpu_cases.py: reads {"function": name, "cases": [kwargs, ...]} as JSON on stdin, calls
+the named function for each case and prints one ``RESULT {json}`` line per case. The tests call
+:func:`run_host_cases`, which starts this file under a timeout (a kernel that traps poisons its
+whole CUDA context: it must fail one test, not the session).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_host_cases(function: str, cases: list, timeout: float = 900.0, env: dict | None = None) -> list[dict]:
+    """Run ``<function>(**case)`` of this file for each case in one child process; fail the
+    calling test (pytest.fail) when the child crashes, times out or returns fewer results."""
+    import pytest
+
+    payload = json.dumps({"function": function, "cases": cases})
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    child_env.update(env or {})
+    try:
+        proc = subprocess.run([sys.executable, str(Path(__file__).resolve())], input=payload, capture_output=True,
+                              text=True, timeout=timeout, env=child_env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        pytest.fail(f"{function}: child timed out after {timeout:.0f}s; output:\n{out[-4000:]}")
+    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or len(results) != len(cases):
+        pytest.fail(f"{function}: child exited {proc.returncode} after {len(results)}/{len(cases)} cases\n"
+                    f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    return results
+
+
+# ---- the cases (imported lazily: the tests import this file for run_host_cases only) -----------
+
+def _problem(m: int, n: int, k: int, seed: int, layout: str = "tma"):
+    from deep_tile.testing.data import make_fp8_problem
+
+    return make_fp8_problem(m, n, k, "cuda", seed=seed, a_scale_layout=layout)
+
+
+def _nan_out(m: int, n: int):
+    import torch
+
+    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+
+def _same(x, y) -> bool:
+    import torch
+
+    return bool(torch.equal(x.view(torch.int16), y.view(torch.int16)))
+
+
+def _native():
+    """The loaded native extension (built now if needed); raises when it cannot be."""
+    from deep_tile import native
+
+    if not native.build(wait=True):
+        raise RuntimeError(f"the native extension is not available: {native.status()}")
+    return native.module()
+
+
+def native_vs_python(m: int, n: int, k: int, layout: str = "tma", seed: int = 0) -> dict:
+    """The native path (through the op, and directly) against the Python path: bitwise equal,
+    repeated calls bitwise equal, and the native path really taken."""
+    import torch
+
+    import deep_tile
+    from deep_tile.gemm import _run
+
+    extension = _native()
+    a, a_scale, b, b_scale = _problem(m, n, k, seed, layout)
+    python = _run(a, a_scale, b, b_scale, _nan_out(m, n))
+    before = extension.stats()
+    op_out = _nan_out(m, n)
+    torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, op_out)
+    op_new = torch.ops.deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    public = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    direct = extension.fp8_gemm(a, a_scale, b, b_scale, _nan_out(m, n))
+    repeats = [deep_tile.fp8_gemm(a, a_scale, b, b_scale, _nan_out(m, n)) for _ in range(3)]
+    torch.cuda.synchronize()
+    after = extension.stats()
+    ref = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
+    from deep_tile.testing.numeric import calc_diff
+
+    return {"m": m, "n": n, "k": k, "layout": layout,
+            "native_equals_python": all(_same(x, python) for x in (op_out, op_new, public, direct)),
+            "repeat_bitwise": all(_same(x, op_out) for x in repeats),
+            "native_calls": after["native_calls"] - before["native_calls"],
+            "python_calls": after["python_calls"] - before["python_calls"],
+            "a_scale_copies": after["a_scale_copies"] - before["a_scale_copies"],
+            "nan": int(torch.isnan(op_out).sum().item()),
+            "diff": calc_diff(op_out.double(), ref) if ref.numel() else 0.0}
+
+
+def errors_match(case: str) -> dict:
+    """A bad CUDA argument raises the same type and message on both paths, before writing out."""
+    import torch
+
+    from deep_tile.gemm import _run
+
+    extension = _native()
+    a, a_scale, b, b_scale = _problem(256, 256, 256, 3)
+    out = _nan_out(256, 256)
+    if case == "misaligned_a":
+        a = torch.empty(256 * 256 + 16, dtype=torch.uint8, device="cuda")[1:256 * 256 + 1].view(256, 256).view(
+            torch.float8_e4m3fn)
+    elif case == "cpu_b":
+        b = b.cpu()
+    elif case == "a_scale_shape":
+        a_scale = a_scale[:, :1]
+    elif case == "out_dtype":
+        out = out.float()
+    raised = {}
+    for name, call in (("python", lambda: _run(a, a_scale, b, b_scale, out)),
+                       ("op", lambda: torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, out)),
+                       ("direct", lambda: extension.fp8_gemm(a, a_scale, b, b_scale, out))):
+        try:
+            call()
+            raised[name] = "none"
+        except (TypeError, ValueError) as exc:
+            raised[name] = f"{type(exc).__name__}: {exc}"
+    torch.cuda.synchronize()
+    untouched = bool(torch.isnan(out.float()).all().item()) if out.dtype != torch.float32 else True
+    return {"case": case, "raised": raised, "out_untouched": untouched}
+
+
+def cuda_graph_replay(m: int, n: int, k: int, seed: int = 0) -> dict:
+    """Both ops captured in a CUDA graph on a side stream, replayed with new data."""
+    import torch
+
+    import deep_tile
+
+    _native()
+    a, a_scale, b, b_scale = _problem(m, n, k, seed)
+    out = _nan_out(m, n)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up outside capture: plan, kernel load, tensor maps
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, out)
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, out)
+        fresh = torch.ops.deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    a2, a_scale2, b2, b_scale2 = _problem(m, n, k, seed + 1)
+    a.copy_(a2), a_scale.copy_(a_scale2), b.copy_(b2), b_scale.copy_(b_scale2)
+    out.fill_(float("nan"))
+    fresh.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    torch.cuda.synchronize()
+    return {"m": m, "n": n, "k": k, "out_ok": _same(out, eager), "new_ok": _same(fresh, eager),
+            "nan": int(torch.isnan(out).sum().item())}
+
+
+def compiled_module(m: int, n: int, k: int, seed: int = 0, backend: str = "inductor") -> dict:
+    """torch.compile(fullgraph=True) of a module that quantises its input and calls both GEMM
+    ops: traces with no graph break; equal to eager bitwise; replays under CUDA graphs too."""
+    import torch
+
+    import deep_tile
+
+    _native()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(n, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+    b, b_scale = deep_tile.per_block_cast_to_fp8(w)
+
+    class Linear(torch.nn.Module):
+        def forward(self, x):
+            a, a_scale = deep_tile.per_token_cast_to_fp8(x)
+            out = torch.empty(x.shape[0], b.shape[0], dtype=torch.bfloat16, device=x.device)
+            deep_tile.fp8_gemm(a, a_scale, b, b_scale, out)
+            return out, deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend(backend)
+    module = Linear()
+    compiled = torch.compile(module, fullgraph=True, backend=counter)
+    x = torch.randn(m, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+    got = compiled(x)
+    want = module(x)
+    x2 = torch.randn(m, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+    got2, want2 = compiled(x2), module(x2)
+    graphs = torch.compile(module, fullgraph=True, mode="reduce-overhead")
+    replayed = [graphs(x2) for _ in range(3)][-1]
+    torch.cuda.synchronize()
+    return {"m": m, "n": n, "k": k, "frames": counter.frame_count,
+            "equal": all(_same(g, w_) for g, w_ in zip(got + got2, want + want2)),
+            "cudagraph_equal": all(_same(g, w_) for g, w_ in zip(replayed, want2))}
+
+
+def debug_phases() -> dict:
+    """DEEP_TILE_DEBUG prints the phases of the first call of a new plan (native path)."""
+    import torch
+
+    import deep_tile
+
+    _native()
+    os.environ["DEEP_TILE_DEBUG"] = "1"
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        a, a_scale, b, b_scale = _problem(192, 384, 1024, 5)
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+        torch.cuda.synchronize()
+    del os.environ["DEEP_TILE_DEBUG"]
+    return {"stderr": captured.getvalue()[-3000:]}
+
+
+def main() -> None:
+    """Run the cases named on stdin (see the module docstring)."""
+    spec = json.loads(sys.stdin.read())
+    function = globals()[spec["function"]]
+    for case in spec["cases"]:
+        print("RESULT " + json.dumps(function(**case)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
