@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = [
     "EnvVar", "REGISTRY", "get", "snapshot", "markdown_table", "subprocess_env",
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
-    "ptxas_check", "dump_asm", "print_configs",
+    "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "cxx",
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -34,9 +33,8 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 _TYPES = ("bool", "str", "path", "choice")
 
 
-@dataclass(frozen=True)
 class EnvVar:
-    """One declared environment variable.
+    """One declared environment variable (a plain class: cheap to import; treat as read-only).
 
     Attributes:
         name: the variable name, e.g. ``DEEP_TILE_CACHE_DIR``.
@@ -46,17 +44,17 @@ class EnvVar:
         choices: the allowed values of a ``choice`` variable.
     """
 
-    name: str
-    type: str
-    default: str
-    doc: str
-    choices: tuple[str, ...] = ()
+    __slots__ = ("name", "type", "default", "doc", "choices")
 
-    def __post_init__(self):
+    def __init__(self, name: str, type: str, default: str, doc: str, choices: tuple[str, ...] = ()):
+        self.name, self.type, self.default, self.doc, self.choices = name, type, default, doc, tuple(choices)
         if self.type not in _TYPES:
             raise ValueError(f"EnvVar: type must be one of {_TYPES}; got {self.type!r} for {self.name}")
         if (self.type == "choice") != bool(self.choices):
             raise ValueError(f"EnvVar: {self.name}: choices are required for, and only for, type 'choice'")
+
+    def __repr__(self) -> str:
+        return f"EnvVar({self.name!r}, {self.type!r}, {self.default!r})"
 
 
 _VARS = (
@@ -84,6 +82,14 @@ _VARS = (
     EnvVar("DEEP_TILE_WATCHDOG", "bool", "off",
            "Build kernels whose barrier waits trap after 10 s instead of hanging (a debugging aid: "
            "a hang then surfaces as `unspecified launch failure`); costs 5-10% speed, so off by default."),
+    EnvVar("DEEP_TILE_NATIVE", "choice", "auto",
+           "The native (C++) host path of `fp8_gemm`: `auto` builds it in a background process on the "
+           "first CUDA call (the Python host path runs until it is ready), `wait` builds it on the first "
+           "CUDA call and waits, `off` always uses the Python host path.",
+           choices=("auto", "wait", "off")),
+    EnvVar("CXX", "str", "c++",
+           "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
+           "its build key."),
     EnvVar("CUDA_HOME", "path", "unset",
            "CUDA toolkit root; `$CUDA_HOME/bin/nvcc` is tried when `DEEP_TILE_NVCC` is unset and "
            "nvcc is not on PATH."),
@@ -238,6 +244,16 @@ def dump_asm() -> bool:
 def watchdog() -> bool:
     """``DEEP_TILE_WATCHDOG``: compile kernels with the barrier-wait watchdog (DT_WATCHDOG=1)."""
     return _flag("DEEP_TILE_WATCHDOG")
+
+
+def native() -> str:
+    """``DEEP_TILE_NATIVE``: ``"auto"`` (default), ``"wait"`` or ``"off"``."""
+    return get("DEEP_TILE_NATIVE") if os.environ.get("DEEP_TILE_NATIVE") else "auto"
+
+
+def cxx() -> str:
+    """``CXX``: the C++ compiler of the native host path (default ``c++``, as torch uses)."""
+    return get("CXX") or "c++"
 
 
 def print_configs() -> bool:

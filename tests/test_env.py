@@ -42,7 +42,7 @@ def test_readme_table_lists_the_registry():
     assert {n for n in table if n.startswith("DEEP_TILE_")} == {
         "DEEP_TILE_CACHE_DIR", "DEEP_TILE_DISABLE_CACHE", "DEEP_TILE_COMPILER", "DEEP_TILE_NVCC",
         "DEEP_TILE_DEBUG", "DEEP_TILE_PTXAS_CHECK", "DEEP_TILE_DUMP_ASM", "DEEP_TILE_PRINT_CONFIGS",
-        "DEEP_TILE_WATCHDOG"}
+        "DEEP_TILE_WATCHDOG", "DEEP_TILE_NATIVE"}
 
 
 def test_readme_rows_match_the_declarations():
@@ -64,6 +64,8 @@ def test_defaults():
     assert env.cache_dir() == Path.home() / ".cache" / "deep_tile"
     assert env.compiler() is None
     assert env.cuda_home() is None
+    assert env.native() == "auto"
+    assert env.cxx() == "c++"
     for name in BOOLS:
         assert env.get(name) is False
     assert not any([env.disable_cache(), env.debug(), env.ptxas_check(), env.dump_asm(), env.print_configs()])
@@ -97,6 +99,17 @@ def test_compiler_choice(monkeypatch):
     monkeypatch.setenv("DEEP_TILE_COMPILER", "foo")
     with pytest.raises(ValueError, match=r"DEEP_TILE_COMPILER.*nvrtc, nvcc.*'foo'"):
         env.compiler()
+
+
+def test_native_choice_and_cxx(monkeypatch):
+    for raw, expected in (("WAIT", "wait"), ("off", "off"), ("", "auto"), ("auto", "auto")):
+        monkeypatch.setenv("DEEP_TILE_NATIVE", raw)
+        assert env.native() == expected
+    monkeypatch.setenv("DEEP_TILE_NATIVE", "sometimes")
+    with pytest.raises(ValueError, match=r"DEEP_TILE_NATIVE.*auto, wait, off.*'sometimes'"):
+        env.native()
+    monkeypatch.setenv("CXX", "clang++")
+    assert env.cxx() == "clang++"
 
 
 def test_accessors_read_at_call_time(monkeypatch, tmp_path):

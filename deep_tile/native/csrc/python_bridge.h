@@ -1,0 +1,42 @@
+// Calls from the native path into Python (deep_tile/native/bridge.py), each under the GIL:
+// plan creation on the first call of a problem, the Python path for every call the native path
+// does not take (bad arguments included, so errors keep Python's types and messages), the SM
+// limit, and deep_tile.errors.LaunchError for driver failures.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+#include "gemm_plan.h"
+
+namespace pybind11 {
+class object;
+}
+
+namespace deep_tile_native {
+
+// Remembers the bridge module (GIL held). Until then the native path refuses to run.
+void install_bridge(const pybind11::object& bridge);
+bool bridge_installed();
+
+// deep_tile.device's SM limit (0: none), read now.
+int64_t sms_limit();
+
+// The plan of this problem; Python raises (as a Python exception, kept through the dispatcher)
+// when the arguments are bad.
+PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                  const std::optional<at::Tensor>& out, int64_t sms_limit);
+
+// deep_tile.gemm._run: the Python path. Returns the output tensor.
+at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                       const std::optional<at::Tensor>& out);
+
+// Raises deep_tile.errors.LaunchError(message) as the pending Python exception and throws it.
+[[noreturn]] void raise_launch_error(const std::string& message);
+
+// DEEP_TILE_DEBUG: report the first launch of a plan (microseconds of tensor maps and launch).
+void report_first_launch(const std::string& label, double maps_us, double launch_us);
+
+}  // namespace deep_tile_native

@@ -1,0 +1,231 @@
+"""Find, build and load the native extension; one state per process.
+
+:func:`module` is asked on every call the Python kernels of :mod:`deep_tile.ops` run (that is,
+until the extension is loaded: then its C++ kernels take the ops over). Its first call with
+``start_build`` computes the build key (:mod:`deep_tile.native.key`: no compiler is run) and
+loads the published library when there is one; otherwise it starts
+``python -m deep_tile.native.build`` -- in the background (``DEEP_TILE_NATIVE=auto``; the Python
+host path runs meanwhile and the library is loaded as soon as it is published) or waiting for it
+(``wait``). Without a compiler, ninja or cuda.h, or after a failed build, it warns once, saying
+what to install or where the log is, and the Python host path runs.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+from deep_tile import env, phases
+from deep_tile.native import key as _key
+from deep_tile.native import toolchain as _toolchain
+
+__all__ = ["NativeUnavailableWarning", "module", "build", "status", "reset"]
+
+POLL_SECONDS = 0.2
+"""How often a process whose build runs in the background looks for the published library."""
+WAIT_TIMEOUT = 1800
+"""Longest wait (seconds) for a build in ``wait`` mode."""
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding deep_tile/
+
+
+class NativeUnavailableWarning(RuntimeWarning):
+    """The native host path cannot be used in this process; fp8_gemm runs on the Python host path."""
+
+
+class _State:
+    """This process's view of the extension (mutated under ``_lock``)."""
+
+    def __init__(self):
+        self.state = "idle"  # idle | building | loaded | unavailable | failed | off
+        self.key: str | None = None
+        self.reason = ""
+        self.module = None
+        self.process: subprocess.Popen | None = None
+        self.next_poll = 0.0
+        self.warned = False
+
+
+_s = _State()
+_lock = threading.Lock()
+_loaded_modules: dict = {}  # key -> module: a library can be loaded only once per process
+
+
+def _warn(message: str) -> None:
+    """Warn once per process (whatever the warning filters say about repeats)."""
+    if _s.warned:
+        return
+    _s.warned = True
+    warnings.warn(message, NativeUnavailableWarning, stacklevel=4)
+
+
+def _give_up(state: str, reason: str) -> None:
+    _s.state, _s.reason = state, reason
+    _warn(f"deep_tile: the native host path is not used ({reason}); fp8_gemm runs on the slower "
+          "Python host path. Set DEEP_TILE_NATIVE=off to silence this.")
+
+
+def _load(key: str):
+    """Load the published library of ``key``, install the bridge and register its kernels."""
+    start = time.perf_counter()
+    loaded = _loaded_modules.get(key)
+    if loaded is None:
+        from deep_tile.native import bridge
+
+        name = _key.module_name(key)
+        spec = importlib.util.spec_from_file_location(name, _key.library_path(key))
+        loaded = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(loaded)
+        if loaded.BRIDGE_VERSION != bridge.VERSION:
+            raise ImportError(f"{_key.library_path(key)} speaks bridge version {loaded.BRIDGE_VERSION}, "
+                              f"deep_tile.native.bridge speaks {bridge.VERSION}")
+        loaded.install_bridge(bridge)
+        _loaded_modules[key] = loaded
+    loaded.register_ops()
+    phases.add("native", time.perf_counter() - start)
+    return loaded
+
+
+def _try_load(key: str) -> bool:
+    if not _key.library_path(key).is_file():
+        return False
+    try:
+        _s.module = _load(key)
+    except Exception as error:  # noqa: BLE001 - a library that does not load is a failed build
+        _give_up("failed", f"{_key.library_path(key)} does not load: {error}")
+        return False
+    _s.state, _s.reason = "loaded", str(_key.library_path(key))
+    return True
+
+
+def _failure(key: str) -> str | None:
+    marker = _key.native_dir() / f"{key}.failed"
+    if not marker.is_file():
+        return None
+    return (f"its build failed, see {_key.native_dir() / (key + '.log')}; delete {marker} to retry")
+
+
+def _spawn(key: str, wait: bool, tools) -> subprocess.Popen:
+    """Start the builder process (its output goes to ``<key>.log``); it imports this deep_tile."""
+    directory = _key.native_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    child_env = env.subprocess_env(tools.extra_path)
+    root = str(_PACKAGE_ROOT)
+    child_env["PYTHONPATH"] = os.pathsep.join([root] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
+    log = open(directory / f"{key}.log", "ab")  # noqa: SIM115 - handed to the child
+    try:
+        args = [sys.executable, "-m", "deep_tile.native.build", key] + (["--wait"] if wait else [])
+        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=not wait, env=child_env)
+    finally:
+        log.close()
+
+
+def _first_look(start_build: bool, mode: str) -> None:
+    """The idle state's work: key, then load, or start a build."""
+    tools = _toolchain.find()
+    if tools.missing:
+        hints = "; ".join(_toolchain.INSTALL_HINTS[name] for name in tools.missing)
+        _give_up("unavailable", f"building it needs {hints}")
+        return
+    start = time.perf_counter()
+    _s.key, _ = _key.build_key(tools)
+    phases.add("native", time.perf_counter() - start)
+    if _try_load(_s.key) or _s.state == "failed":
+        return
+    failure = _failure(_s.key)
+    if failure:
+        _give_up("failed", failure)
+        return
+    if not start_build:
+        return
+    _s.process = _spawn(_s.key, mode == "wait", tools)
+    _s.state, _s.reason = "building", f"building {_key.entry_dir(_s.key)}"
+    if mode == "wait":
+        _wait_for_build()
+
+
+def _wait_for_build() -> None:
+    try:
+        _s.process.wait(timeout=WAIT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _give_up("failed", f"its build took more than {WAIT_TIMEOUT} s")
+        return
+    _poll(force=True)
+
+
+def _poll(force: bool = False) -> None:
+    """The building state's work: load the library once it is published."""
+    now = time.monotonic()
+    if not force and now < _s.next_poll:
+        return
+    _s.next_poll = now + POLL_SECONDS
+    if _try_load(_s.key):
+        return
+    finished = _s.process is None or _s.process.poll() is not None
+    if finished and _s.state == "building":
+        failure = _failure(_s.key)
+        if failure or not _key.library_path(_s.key).is_file():
+            _give_up("failed", failure or f"its builder exited without publishing {_key.entry_dir(_s.key)}; "
+                                          f"see {_key.native_dir() / (_s.key + '.log')}")
+
+
+def module(start_build: bool = True):
+    """The loaded extension module, or None while the Python host path must run.
+
+    Args:
+        start_build: whether this call may start a build (the ops pass True only for CUDA
+            tensors, so CPU-only processes never build anything).
+    """
+    if _s.module is not None:
+        return _s.module
+    state = _s.state
+    if state in ("unavailable", "failed", "off") or (state == "idle" and not start_build and _s.key is None):
+        return None
+    with _lock:
+        if _s.state == "idle":
+            mode = env.native()
+            if mode == "off":
+                _s.state, _s.reason = "off", "DEEP_TILE_NATIVE=off"
+                return None
+            _first_look(start_build, mode)
+        elif _s.state == "building":
+            _poll()
+    return _s.module
+
+
+def build(wait: bool = True) -> bool:
+    """Build (when needed) and load the extension now, whatever ``DEEP_TILE_NATIVE`` says.
+
+    Returns whether it is loaded. With ``wait=False`` the build runs in the background and the
+    next :func:`module` call that finds it published loads it.
+    """
+    with _lock:
+        if _s.module is not None:
+            return True
+        if _s.state in ("off", "idle"):
+            _s.state = "idle"
+            _first_look(True, "wait" if wait else "auto")
+        elif _s.state == "building" and wait:
+            _wait_for_build()
+    return _s.module is not None
+
+
+def status() -> dict:
+    """This process's view: ``state`` (idle, building, loaded, unavailable, failed, off), ``key``,
+    ``reason``, ``library`` (its path once the key is known) and ``warned``."""
+    library = str(_key.library_path(_s.key)) if _s.key else None
+    return {"state": _s.state, "key": _s.key, "reason": _s.reason, "library": library, "warned": _s.warned}
+
+
+def reset() -> None:
+    """Forget this process's state (tests): deregister the native kernels, keep loaded libraries."""
+    global _s
+    with _lock:
+        if _s.module is not None:
+            _s.module.deregister_ops()
+        _s = _State()

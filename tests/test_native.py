@@ -1,0 +1,262 @@
+"""deep_tile.native: toolchain discovery, the build key, the one fallback warning, the build into
+the cache (on this machine when a compiler, ninja and cuda.h are here), and the same errors on the
+native and Python paths. GPU tests (marker ``gpu``): native vs Python bitwise, repeated calls,
+errors on CUDA tensors, the DEEP_TILE_DEBUG first-call phases."""
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import deep_tile
+from deep_tile import native
+from deep_tile.gemm import _run
+from deep_tile.native import key as native_key
+from deep_tile.native import loader, toolchain
+from gpu_host_cases import run_host_cases
+from test_ops import bad_cases, check_message, operands
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLS = toolchain.find()
+needs_toolchain = pytest.mark.skipif(bool(TOOLS.missing), reason=f"cannot build the extension here: {TOOLS.missing}")
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty cache dir and a native loader that has not looked yet (restored afterwards)."""
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DEEP_TILE_NATIVE", raising=False)
+    loader.reset()
+    yield tmp_path
+    loader.reset()
+
+
+def no_spawn(monkeypatch):
+    monkeypatch.setattr(loader, "_spawn", lambda *a, **k: pytest.fail("a build was started"))
+
+
+def test_missing_tools_warn_once_with_what_to_install(fresh, monkeypatch):
+    monkeypatch.setattr(toolchain, "find", lambda: toolchain.Toolchain(None, None, None))
+    no_spawn(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert native.module(start_build=True) is None
+    [warning] = [w for w in caught if issubclass(w.category, native.NativeUnavailableWarning)]
+    text = str(warning.message)
+    for hint in toolchain.INSTALL_HINTS.values():
+        assert hint in text
+    assert "Python host path" in text and "DEEP_TILE_NATIVE=off" in text
+    assert native.status()["state"] == "unavailable" and native.status()["warned"]
+
+
+def test_missing_cuda_header_alone_is_named(fresh, monkeypatch):
+    monkeypatch.setattr(toolchain, "find", lambda: toolchain.Toolchain("/usr/bin/c++", "/usr/bin/ninja", None))
+    with pytest.warns(native.NativeUnavailableWarning, match="the CUDA headers") as caught:
+        native.module(start_build=True)
+    assert "C++17 compiler" not in str(caught[0].message)
+
+
+def test_off_builds_nothing_and_stays_silent(fresh, monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_NATIVE", "off")
+    no_spawn(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert native.module(start_build=True) is None
+    assert native.status()["state"] == "off"
+
+
+def test_cpu_calls_never_start_a_build(fresh, monkeypatch):
+    no_spawn(monkeypatch)
+    monkeypatch.setattr(toolchain, "find", lambda: pytest.fail("CPU calls must not even look for tools"))
+    a, a_scale, b, b_scale = operands("cpu")
+    with pytest.raises(ValueError, match="must be a CUDA tensor"):
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    assert native.module(start_build=False) is None and native.status()["state"] == "idle"
+
+
+def test_failed_build_is_not_retried_and_warns_with_the_log(fresh, monkeypatch):
+    tools = toolchain.Toolchain("/usr/bin/c++", "/usr/bin/ninja", "/usr/local/cuda/include")
+    monkeypatch.setattr(toolchain, "find", lambda: tools)
+    no_spawn(monkeypatch)
+    key, _ = native_key.build_key(tools)
+    native_key.native_dir().mkdir(parents=True)
+    (native_key.native_dir() / f"{key}.failed").write_text("CalledProcessError: boom\n")
+    with pytest.warns(native.NativeUnavailableWarning, match=rf"{key}\.log"):
+        assert native.module(start_build=True) is None
+    assert native.status()["state"] == "failed"
+
+
+def test_key_covers_sources_torch_abi_and_compiler(monkeypatch, tmp_path):
+    tools = toolchain.Toolchain("/usr/bin/c++", "/usr/bin/ninja", "/usr/local/cuda/include")
+    base, inputs = native_key.build_key(tools)
+    assert native_key.build_key(tools)[0] == base and len(base) == 64
+    assert inputs["torch"] == torch.__version__ and inputs["cxx11_abi"] == torch._C._GLIBCXX_USE_CXX11_ABI
+    with monkeypatch.context() as m:
+        m.setattr(torch, "__version__", "0.0.1")
+        assert native_key.build_key(tools)[0] != base
+    with monkeypatch.context() as m:
+        m.setattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", not torch._C._GLIBCXX_USE_CXX11_ABI)
+        assert native_key.build_key(tools)[0] != base
+    with monkeypatch.context() as m:
+        m.setattr(native_key, "_source_digest", "0" * 64)
+        assert native_key.build_key(tools)[0] != base
+    with monkeypatch.context() as m:
+        m.setenv("CXX", "clang++")
+        assert native_key.build_key(tools)[0] != base
+    fake = tmp_path / "g++"
+    fake.write_text("v1")
+    first = native_key.build_key(toolchain.Toolchain(str(fake), "/usr/bin/ninja", "/usr/local/cuda/include"))[0]
+    fake.write_text("v2, upgraded")
+    second = native_key.build_key(toolchain.Toolchain(str(fake), "/usr/bin/ninja", "/usr/local/cuda/include"))[0]
+    assert first != second  # the compiler's identity (size, mtime), without running it
+
+
+def test_source_digest_covers_every_source():
+    names = sorted(p.name for p in native_key.SOURCE_DIR.iterdir())
+    assert {"driver.cpp", "gemm_op.cpp", "module.cpp", "tensor_maps.cpp"} <= set(names)
+    assert len(native_key.source_digest()) == 64
+
+
+def test_bridge_argument_codes_follow_the_contract():
+    from deep_tile.kernels import fp8_gemm as family
+    from deep_tile.native import bridge
+
+    assert bridge.argument_codes() == [bridge.ARGUMENT_CODES[name][0] for name in family.ARGUMENTS]
+    assert bridge.argument_codes(("tma_a", "new_argument"), ("tensormap", "i32")) is None  # -> Python path
+    assert bridge.argument_codes(("m",), ("ptr",)) is None
+
+
+# ---- with the extension built on this machine ------------------------------------------------
+
+@pytest.fixture(scope="session")
+def native_cache(tmp_path_factory):
+    """A cache dir holding a build of the extension (built once per session; ~1 min on 2 cores)."""
+    if TOOLS.missing:
+        pytest.skip(f"cannot build the extension here: {TOOLS.missing}")
+    directory = tmp_path_factory.mktemp("native-cache")
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("DEEP_TILE_CACHE_DIR", str(directory))
+        loader.reset()
+        start = time.perf_counter()
+        assert native.build(wait=True), native.status()
+        print(f"native build: {time.perf_counter() - start:.1f} s")
+        loader.reset()
+    return directory
+
+
+@pytest.fixture
+def extension(native_cache, monkeypatch):
+    """The loaded extension (its kernels registered for this test, deregistered after)."""
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(native_cache))
+    loader.reset()
+    assert native.build(wait=True), native.status()
+    yield native.module()
+    loader.reset()
+
+
+@needs_toolchain
+def test_build_is_published_in_the_cache(extension, native_cache):
+    status = native.status()
+    assert status["state"] == "loaded" and status["library"].startswith(str(native_cache / "native"))
+    entry = Path(status["library"]).parent
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["key"] == entry.name == status["key"]
+    assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
+    assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == 1
+
+
+@needs_toolchain
+@pytest.mark.parametrize("label,args,out", bad_cases(), ids=[c[0] for c in bad_cases()])
+def test_native_errors_equal_python_errors(extension, label, args, out):
+    expected = check_message(*args, out)
+    paths = [("python", lambda: _run(*args, out)), ("public", lambda: deep_tile.fp8_gemm(*args, out=out))]
+    if all(isinstance(x, torch.Tensor) for x in args) and (out is None or isinstance(out, torch.Tensor)):
+        paths.append(("native", lambda: extension.fp8_gemm(*args, out)))
+        if out is None:
+            paths.append(("op", lambda: torch.ops.deep_tile.fp8_gemm(*args)))
+        else:
+            paths.append(("op_out", lambda: torch.ops.deep_tile.fp8_gemm_out(*args, out)))
+    before = extension.stats()["python_calls"]
+    for name, call in paths:
+        with pytest.raises((TypeError, ValueError)) as info:
+            call()
+        assert (info.type, str(info.value)) == expected, name
+    assert extension.stats()["python_calls"] > before or len(paths) == 2  # the C++ path handed them over
+
+
+@needs_toolchain
+def test_fast_check_rejects_whatever_python_rejects(extension):
+    for label, args, out in bad_cases():
+        if all(isinstance(x, torch.Tensor) for x in args) and (out is None or isinstance(out, torch.Tensor)):
+            assert extension.fast_check_reason(*args, out) != "", label
+    assert extension.fast_check_reason(*operands("cpu")) == "device"
+    a, a_scale, b, b_scale = operands("cpu")
+    misaligned = torch.empty(M_ROWS * 640 + 16, dtype=torch.uint8)[1:M_ROWS * 640 + 1].view(M_ROWS, 640)
+    assert extension.fast_check_reason(misaligned.view(torch.float8_e4m3fn), a_scale, b, b_scale) == "alignment"
+    assert extension.fast_check_reason(a[:0], a_scale[:0], b, b_scale) in ("device", "empty")
+
+
+M_ROWS = 96
+
+
+@needs_toolchain
+def test_a_warm_process_loads_the_build_without_building(native_cache):
+    code = ("import time, torch\n"
+            "from deep_tile import native\n"
+            "from deep_tile.native import loader\n"
+            "loader._spawn = lambda *a, **k: (_ for _ in ()).throw(AssertionError('spawned'))\n"
+            "start = time.perf_counter()\n"
+            "assert native.module(start_build=True) is not None, native.status()\n"
+            "print(f'{(time.perf_counter() - start) * 1e3:.1f}')\n")
+    env = dict(os.environ, DEEP_TILE_CACHE_DIR=str(native_cache), PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.strip()) < 2000  # found and loaded, not built (a build takes a minute)
+
+
+@needs_toolchain
+def test_a_second_builder_of_the_same_key_exits_at_once(native_cache, monkeypatch):
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(native_cache))
+    key, _ = native_key.build_key(TOOLS)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "deep_tile.native.build", key], capture_output=True, text=True,
+                            timeout=300, env=env)
+    assert result.returncode == 0 and "building" not in result.stdout  # already published
+    assert time.perf_counter() - start < 60
+
+
+# ---- GPU -------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_native_path_equals_python_path_bitwise():
+    cases = [dict(m=64, n=2112, k=7168), dict(m=64, n=2112, k=7168, layout="row"), dict(m=1, n=256, k=128),
+             dict(m=129, n=384, k=272, seed=1), dict(m=4096, n=7168, k=2048, seed=2)]
+    for r in run_host_cases("native_vs_python", cases):
+        assert r["native_equals_python"] and r["repeat_bitwise"], r
+        assert r["native_calls"] == 7 and r["python_calls"] == 0, r  # every call took the native path
+        assert r["a_scale_copies"] == (7 if r["layout"] == "row" else 0), r
+        assert r["nan"] == 0 and r["diff"] < 1e-3, r
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["misaligned_a", "cpu_b", "a_scale_shape", "out_dtype"])
+def test_native_errors_on_cuda_tensors(case):
+    (r,) = run_host_cases("errors_match", [dict(case=case)])
+    assert r["raised"]["python"] != "none" and len(set(r["raised"].values())) == 1, r
+    assert r["out_untouched"], r
+
+
+@pytest.mark.gpu
+def test_debug_prints_the_first_call_phases():
+    (r,) = run_host_cases("debug_phases", [{}])
+    line = next(l for l in r["stderr"].splitlines() if "first call 192x384x1024 (native path" in l)
+    for phase in ("tensor maps", "launch"):
+        assert phase in line, r["stderr"]
