@@ -1,4 +1,5 @@
-"""deep_tile.jit.cache: memo, disk entries, keys, corruption, permissions, concurrent writers."""
+"""deep_tile.jit.cache: memo, disk entries, keys, corruption, permissions, concurrent writers, and the
+source index that lets a warm process find a cached kernel without re-hashing or asking a compiler."""
 import builtins
 import hashlib
 import io
@@ -15,7 +16,7 @@ import pytest
 
 from deep_tile import env
 from deep_tile.errors import CacheError, CompileError
-from deep_tile.jit import cache, compiler, paths
+from deep_tile.jit import cache, compiler, paths, source_index
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -53,13 +54,14 @@ def test_miss_then_memo_hit_then_disk_hit(tree):
     cubin = cache.get_cubin(*TINY)
     assert compiler.has_symbol(cubin, "dt_tiny")
     assert cache.cache_stats() == {"memo_hits": 0, "disk_hits": 0, "misses": 1, "compiles": 1,
-                                "corrupt": 0, "hits": 0}
+                                "corrupt": 0, "hits": 0, "index_hits": 0}
     assert cache.get_cubin(*TINY) is cubin
     assert cache.cache_stats()["memo_hits"] == 1
     cache.clear_memo()
     assert cache.get_cubin(*TINY) == cubin
     stats = cache.cache_stats()
     assert stats["disk_hits"] == 1 and stats["compiles"] == 1 and stats["hits"] == 2
+    assert stats["index_hits"] == 1  # the key's source hashes and compiler version came from the index
     [entry] = entries(tree)
     assert entry.parent.name == entry.name[:2] and len(entry.name) == 64
     assert (entry / "kernel.cubin").read_bytes() == cubin
@@ -222,7 +224,7 @@ CHILD = r"""
 import hashlib, os, sys, time
 from pathlib import Path
 gate, ready, inc, csrc = sys.argv[1:5]
-from deep_tile.jit import cache, compiler, paths
+from deep_tile.jit import cache, compiler, paths, source_index
 compiler.compiler_version(compiler.default_compiler())  # load the compiler before the race
 paths.include_dir = lambda: Path(inc)
 paths.csrc_dir = lambda: Path(csrc)
@@ -261,3 +263,88 @@ def test_concurrent_processes_publish_one_entry(tree):
     assert sum(int(out.split()[1]) for out, _ in results) >= 1
     leftovers = [p for p in entry.parent.iterdir() if p.name.startswith(".")]
     assert not leftovers, leftovers
+
+
+# ---- the source index: a warm process neither re-hashes headers nor asks the compiler -----------
+
+def _forbid_full_key(monkeypatch):
+    """Make hashing the headers or asking a compiler for its version fail loudly."""
+    def forbidden(*args, **kwargs):
+        raise AssertionError("header hashing or a compiler query on an index hit")
+
+    monkeypatch.setattr(source_index, "include_digest", forbidden)
+    monkeypatch.setattr(compiler, "compiler_version", forbidden)
+    monkeypatch.setattr(compiler, "default_compiler", forbidden)
+
+
+@pytest.mark.parametrize("request_", ["explicit", "auto"])
+def test_index_hit_hashes_no_header_and_asks_no_compiler(tree, monkeypatch, request_):
+    if request_ == "auto":
+        monkeypatch.delenv("DEEP_TILE_COMPILER")
+    cubin = cache.get_cubin(*TINY)
+    assert source_index.stats()["index_writes"] >= 1
+    cache.clear_memo()
+    with monkeypatch.context() as m:
+        _forbid_full_key(m)
+        assert cache.get_cubin(*TINY) == cubin
+    assert cache.cache_stats()["index_hits"] == 1 and cache.cache_stats()["compiles"] == 1
+
+
+def test_index_key_equals_the_full_key(tree):
+    cache.get_cubin(*TINY)
+    [entry] = entries(tree)
+    entry_source = (tree / "data" / "csrc" / "entry" / "tiny.cu").read_bytes()
+    key, _ = cache.cache_key(entry_source, tree / "data" / "include", {"DT_SCALE": 3}, AVAILABLE[0])
+    assert entry.name == key
+
+
+def test_header_edit_changes_the_key_after_the_index_was_written(tree, monkeypatch):
+    first = cache.get_cubin(*TINY)
+    header = tree / "data" / "include" / "dt_test" / "scale.cuh"
+    text = header.read_text()
+    header.write_text(text.replace("x * scale + 1", "x * scale + 3"))  # same size, new mtime
+    old = time.time_ns() - 10 * source_index.SETTLE_NS
+    os.utime(header, ns=(old, old))  # settled, so the new state is indexed too
+    cache.clear_memo()
+    second = cache.get_cubin(*TINY)
+    assert second != first and len(entries(tree)) == 2 and cache.cache_stats()["compiles"] == 2
+    cache.clear_memo()
+    with monkeypatch.context() as m:
+        _forbid_full_key(m)
+        assert cache.get_cubin(*TINY) == second  # the edited state is served from the index
+
+
+def test_a_tree_being_edited_is_not_indexed(tree):
+    header = tree / "data" / "include" / "dt_test" / "scale.cuh"
+    header.write_text(header.read_text())  # mtime: now
+    cache.get_cubin(*TINY)
+    assert source_index.stats()["index_writes"] == 0
+    assert not list(source_index.index_dir().glob("*.json"))
+    header.write_text(header.read_text().replace("x * scale + 1", "x * scale + 4"))  # within the same tick
+    cache.clear_memo()
+    cache.get_cubin(*TINY)
+    assert len(entries(tree)) == 2  # hashed from the contents again: the edit is seen
+
+
+def test_corrupt_index_record_is_ignored_and_rewritten(tree):
+    cubin = cache.get_cubin(*TINY)
+    [record] = source_index.index_dir().glob("*.json")
+    record.write_text("{not json")
+    cache.clear_memo()
+    assert cache.get_cubin(*TINY) == cubin
+    assert cache.cache_stats()["index_hits"] == 0 and cache.cache_stats()["compiles"] == 1
+    assert json.loads(record.read_text())["compiler"] == AVAILABLE[0]
+
+
+def test_compiler_change_changes_the_fingerprint(tree, tmp_path, monkeypatch):
+    include, entry = tree / "data" / "include", tree / "data" / "csrc" / "entry" / "tiny.cu"
+    fake = tmp_path / "bin" / "nvcc"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DEEP_TILE_NVCC", str(fake))
+    before, _ = source_index.fingerprint(entry, include, "nvcc")
+    assert source_index.fingerprint(entry, include, "nvcc")[0] == before
+    fake.write_text("#!/bin/sh\n# upgraded\n")
+    assert source_index.fingerprint(entry, include, "nvcc")[0] != before
+    assert source_index.fingerprint(entry, include, "nvrtc")[0] != before

@@ -3,8 +3,11 @@
 ``get_cubin(entry_name, defines, kernel_name)`` returns the cubin of ``csrc/entry/<entry_name>.cu``
 built with ``defines``. A repeated call is a dict lookup (no file I/O, no hashing). Otherwise the
 key is the sha256 of: the entry file, every file under ``paths.include_dir()`` (relative paths +
-contents, hashed once per process), the sorted defines, the compiler flags, the compiler name and
-version, and the arch. On disk::
+contents), the sorted defines, the compiler flags, the compiler name and version, and the arch.
+The expensive parts (the hashes of the sources, which compiler, its version) come from
+:mod:`deep_tile.jit.source_index`: once per process, and from a disk index keyed by a stat
+fingerprint of the same files, so a warm process neither re-hashes the headers nor loads NVRTC
+(nor runs nvcc) to find a cached kernel. On disk::
 
     <DEEP_TILE_CACHE_DIR>/kernels/<key[:2]>/<key>/kernel.cubin
                                                  /meta.json     (key inputs, cubin sha256, command, log)
@@ -29,10 +32,10 @@ import uuid
 from pathlib import Path
 from typing import Mapping
 
-from deep_tile import env
+from deep_tile import env, phases
 from deep_tile.errors import CacheError, CompileError
 from deep_tile.jit import compiler as _compiler
-from deep_tile.jit import paths
+from deep_tile.jit import paths, source_index
 
 __all__ = ["FORMAT_VERSION", "get_cubin", "cache_key", "kernels_dir", "cache_stats",
            "reset_stats", "clear_memo"]
@@ -41,7 +44,6 @@ __all__ = ["FORMAT_VERSION", "get_cubin", "cache_key", "kernels_dir", "cache_sta
 FORMAT_VERSION = 1
 
 _memo: dict[tuple, bytes] = {}
-_include_digests: dict[str, str] = {}
 _stats: collections.Counter = collections.Counter()
 _key_locks: dict[tuple, threading.Lock] = {}
 _key_locks_guard = threading.Lock()
@@ -51,22 +53,26 @@ _warned_no_sass = False  # DEEP_TILE_DUMP_ASM warns once per process when kernel
 
 def cache_stats() -> dict[str, int]:
     """Counters of this process: ``memo_hits``, ``disk_hits``, ``hits`` (both), ``misses``
-    (disk misses that compiled), ``compiles`` (all compiles, cache disabled included) and
-    ``corrupt`` (entries discarded)."""
+    (disk misses that compiled), ``compiles`` (all compiles, cache disabled included),
+    ``corrupt`` (entries discarded) and ``index_hits`` (keys whose source hashes and compiler
+    version came from the disk index, see :mod:`deep_tile.jit.source_index`)."""
     stats = {name: _stats[name] for name in _STAT_NAMES}
     stats["hits"] = stats["memo_hits"] + stats["disk_hits"]
+    stats["index_hits"] = source_index.stats()["index_hits"]
     return stats
 
 
 def reset_stats() -> None:
-    """Zero the :func:`cache_stats` counters."""
+    """Zero the :func:`cache_stats` counters (and the source index's)."""
     _stats.clear()
+    source_index.reset_stats()
 
 
 def clear_memo() -> None:
-    """Forget the in-process memo and the per-process header hashes (the disk cache stays)."""
+    """Forget the in-process memo and the per-process source records and header hashes (the
+    disk cache and its index stay)."""
     _memo.clear()
-    _include_digests.clear()
+    source_index.clear()
 
 
 def kernels_dir() -> Path:
@@ -83,33 +89,33 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _include_digest(include_dir: Path) -> str:
-    """sha256 over every file under ``include_dir`` (sorted relative paths + contents); memoised."""
-    digest = _include_digests.get(str(include_dir))
-    if digest is None:
-        h = hashlib.sha256()
-        for path in sorted(p for p in include_dir.rglob("*") if p.is_file()):
-            data = path.read_bytes()
-            h.update(path.relative_to(include_dir).as_posix().encode() + b"\0")
-            h.update(len(data).to_bytes(8, "little") + data)
-        digest = _include_digests[str(include_dir)] = h.hexdigest()
-    return digest
+def _key_inputs(entry_sha256: str, include_sha256: str, defines, compiler: str, compiler_version: str) -> dict:
+    return {
+        "format": FORMAT_VERSION,
+        "entry_sha256": entry_sha256,
+        "include_sha256": include_sha256,
+        "defines": dict(_compiler.normalize_defines(defines)),
+        "flags": list(_compiler.flags(compiler)),
+        "compiler": compiler,
+        "compiler_version": compiler_version,
+        "arch": _compiler.ARCH,
+    }
+
+
+def _hash_inputs(inputs: dict) -> str:
+    return _sha256(json.dumps(inputs, sort_keys=True).encode())
 
 
 def cache_key(entry_source: bytes, include_dir: Path, defines: Mapping[str, int | str | bool],
               compiler: str) -> tuple[str, dict]:
-    """The cache key (hex sha256) of one build, and the summary of its inputs (kept in meta.json)."""
-    inputs = {
-        "format": FORMAT_VERSION,
-        "entry_sha256": _sha256(entry_source),
-        "include_sha256": _include_digest(Path(include_dir)),
-        "defines": dict(_compiler.normalize_defines(defines)),
-        "flags": list(_compiler.flags(compiler)),
-        "compiler": compiler,
-        "compiler_version": _compiler.compiler_version(compiler),
-        "arch": _compiler.ARCH,
-    }
-    return _sha256(json.dumps(inputs, sort_keys=True).encode()), inputs
+    """The cache key (hex sha256) of one build, and the summary of its inputs (kept in meta.json).
+
+    Computed from the contents (headers hashed once per process, compiler asked its version);
+    :func:`get_cubin` gets the same key through the source index without either.
+    """
+    inputs = _key_inputs(_sha256(entry_source), source_index.include_digest(Path(include_dir)), defines,
+                         compiler, _compiler.compiler_version(compiler))
+    return _hash_inputs(inputs), inputs
 
 
 def get_cubin(entry_name: str, defines: Mapping[str, int | str | bool], kernel_name: str,
@@ -125,7 +131,7 @@ def get_cubin(entry_name: str, defines: Mapping[str, int | str | bool], kernel_n
         CacheError: the cache directory is not usable (see ``DEEP_TILE_CACHE_DIR``).
     """
     if compiler is None:
-        compiler = _compiler.default_compiler()
+        compiler = env.compiler() or "auto"  # "auto" is resolved only when a build needs it
     elif compiler not in _compiler.COMPILERS:
         raise ValueError(f"get_cubin: compiler must be one of {', '.join(_compiler.COMPILERS)} or None; "
                          f"got {compiler!r}")
@@ -151,6 +157,8 @@ def _describe(entry_name: str, frozen) -> str:
 
 
 def _compile_uncached(entry_name, frozen, kernel_name, compiler) -> bytes:
+    if compiler == "auto":
+        compiler = _compiler.default_compiler()
     result = _compiler.compile_cubin(paths.entry_path(entry_name), dict(frozen), kernel_name, compiler)
     _stats["compiles"] += 1
     _debug(f"deep_tile: compile {_describe(entry_name, frozen)} with {compiler} in "
@@ -160,16 +168,23 @@ def _compile_uncached(entry_name, frozen, kernel_name, compiler) -> bytes:
     return result.cubin
 
 
-def _load_or_build(entry_name, frozen, kernel_name, compiler) -> bytes:
+def _load_or_build(entry_name, frozen, kernel_name, request) -> bytes:
     start = time.perf_counter()
     entry = paths.entry_path(entry_name)
     include_dir = paths.include_dir()
-    key, inputs = cache_key(entry.read_bytes(), include_dir, dict(frozen), compiler)
+    with phases.timed("key"):
+        record = source_index.source_record(entry, include_dir, request)
+        compiler = record["compiler"]
+        inputs = _key_inputs(record["entry_sha256"], record["include_sha256"], dict(frozen), compiler,
+                             record["compiler_version"])
+        key = _hash_inputs(inputs)
     final = kernels_dir() / key[:2] / key
-    found = _read_entry(final, key)
+    with phases.timed("load"):
+        found = _read_entry(final, key)
+        if found is not None:
+            _check_hit(final, found[0], found[1], kernel_name)
     if found is not None:
         cubin, meta = found
-        _check_hit(final, cubin, meta, kernel_name)
         _stats["disk_hits"] += 1
         _debug(f"deep_tile: compile {_describe(entry_name, frozen)} with {compiler} in "
                f"{time.perf_counter() - start:.2f}s (cache hit: {final})")
@@ -177,8 +192,9 @@ def _load_or_build(entry_name, frozen, kernel_name, compiler) -> bytes:
             _dump_asm(final, cubin, "")
         return cubin
     _make_dir(final.parent)
-    result = _compiler.compile_cubin(entry, dict(frozen), kernel_name, compiler,
-                                     include_dir=include_dir, want_ptx=env.dump_asm())
+    with phases.timed("compile"):
+        result = _compiler.compile_cubin(entry, dict(frozen), kernel_name, compiler,
+                                         include_dir=include_dir, want_ptx=env.dump_asm())
     _stats["compiles"] += 1
     _stats["misses"] += 1
     _debug(f"deep_tile: compile {_describe(entry_name, frozen)} with {compiler} in "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from typing import Mapping
 
-from deep_tile import env
+from deep_tile import env, phases
 from deep_tile.jit.cache import get_cubin
 from deep_tile.jit.runtime import Kernel, load_kernel
 
@@ -40,6 +40,8 @@ def get_kernel(entry: str, defines: Mapping[str, int], kernel_name: str) -> Kern
         with _lock:
             kernel = _loaded.get(key)
             if kernel is None:
-                kernel = load_kernel(get_cubin(entry, dict(defines), kernel_name), kernel_name)
+                cubin = get_cubin(entry, dict(defines), kernel_name)
+                with phases.timed("module"):  # cuLibraryLoadData + cuLibraryGetKernel
+                    kernel = load_kernel(cubin, kernel_name)
                 _loaded[key] = kernel
     return kernel
