@@ -31,6 +31,7 @@ BOUNDS = {  # parameter -> (low, high), searched in log space
     "chain_cycles": (50.0, 1500.0), "overlap_factor": (0.2, 1.0), "stream_bytes_per_cycle": (8.0, 400.0),
     "multicast_penalty": (0.001, 0.5), "multicast_chain_cycles": (1.0, 2000.0), "tile_cycles": (200.0, 20000.0),
     "split_k_cycles": (200.0, 30000.0), "split_k_cycles_per_cta": (10.0, 10000.0),
+    "dsmem_bytes_per_cycle": (1.0, 400.0),
     "hbm_efficiency": (0.3, 1.0), "launch_seconds": (0.5e-6, 12e-6), "softness": (1.5, 12.0),
 }
 
@@ -81,6 +82,48 @@ def regret(points, params, chip) -> tuple:
     return math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios)), worst, ratios[worst]
 
 
+def pick_regret(points, params, chip) -> tuple:
+    """(geomean, worst) over shapes of best measured time / measured time of the configuration the
+    full selector picks with ``params`` (shapes whose pick was not measured are left out)."""
+    from deep_tile.select import candidates as candidates_module
+    from deep_tile.select.cost import estimate
+    from deep_tile.common import ceil_div
+
+    measured = {}
+    for shape, c, t in points:
+        measured.setdefault(shape, {})[c] = t
+    ratios = []
+    for (m, n, k), times in measured.items():
+        cands = candidates_module.enumerate_candidates(arch.MAX_SMEM_PER_BLOCK, 132,
+                                                       lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn),
+                                                       ceil_div(k, 128))
+        best = min(cands, key=lambda c: estimate(c, m, n, k, 132, chip, params=params).time_s)
+        if best in times:
+            ratios.append(min(times.values()) / times[best])
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), min(ratios), len(ratios)
+
+
+def fit_picks(points, chip, start: ModelParams, iters: int, seed: int) -> ModelParams:
+    """Random search from ``start`` on how well the selector's picks do (geomean and worst case of
+    best/picked measured time), with the log-error loss as a tie-breaker."""
+    rng = random.Random(seed)
+
+    def objective(params):
+        geo, worst, _ = pick_regret(points, params, chip)
+        return geo + 0.25 * worst - 0.1 * loss(points, params, chip)
+
+    best, best_value = start, objective(start)
+    for step in range(iters):
+        scale = 0.3 * (1 - step / iters) + 0.02
+        trial = {name: min(high, max(low, getattr(best, name) * math.exp(rng.gauss(0, scale))))
+                 for name, (low, high) in BOUNDS.items() if rng.random() < 0.4}
+        candidate = dataclasses.replace(best, **trial)
+        value = objective(candidate)
+        if value > best_value:
+            best, best_value = candidate, value
+    return best
+
+
 def fit(points, chip, iters: int, seed: int) -> ModelParams:
     rng = random.Random(seed)
     best, best_loss = DEFAULT_PARAMS, loss(points, DEFAULT_PARAMS, chip)
@@ -104,16 +147,22 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=1500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--report", action="store_true", help="evaluate the current constants only")
+    p.add_argument("--picks", type=int, default=0, help="then N steps of search on the selector's picks")
     args = p.parse_args(argv)
     chip = arch.CHIPS[args.chip]
     points = load(args.files)
     params = DEFAULT_PARAMS
     print(f"{len(points)} measured points from {len(args.files)} files")
-    print(f"current: mean |log error| {loss(points, params, chip):.3f}, ranking {regret(points, params, chip)}")
+    print(f"current: mean |log error| {loss(points, params, chip):.3f}, ranking {regret(points, params, chip)}, "
+          f"selector picks (geomean, worst, shapes) {pick_regret(points, params, chip)}")
     if args.report:
         return 0
     fitted = fit(points, chip, args.iters, args.seed)
     print(f"fitted:  mean |log error| {loss(points, fitted, chip):.3f}, ranking {regret(points, fitted, chip)}")
+    if args.picks:
+        fitted = fit_picks(points, chip, fitted, args.picks, args.seed)
+        print(f"picks:   mean |log error| {loss(points, fitted, chip):.3f}, selector picks "
+              f"(geomean, worst, shapes) {pick_regret(points, fitted, chip)}")
     print(fitted)
     return 0
 

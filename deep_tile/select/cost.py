@@ -19,7 +19,7 @@ Multicast couples the two CTAs of a cluster stage by stage: their k-blocks cost
 grid) paying ``tile_cycles`` per tile (epilogue, pipeline fill). A split-K launch runs one
 tile per cluster in waves of the clusters that fit at once (:meth:`ChipFacts.resident_clusters`)
 and adds the reduction (``split_k_cycles``, ``split_k_cycles_per_cta`` per CTA of the
-cluster, and reading the partials). The whole problem is
+cluster, and reading the valid rows of the partials at ``dsmem_bytes_per_cycle``). The whole problem is
 also held to its compulsory HBM traffic at ``hbm_efficiency`` of the chip's bandwidth (soft
 maximum again), plus ``launch_seconds``. The constants are a :class:`ModelParams`, fitted by
 benchmarks/fit_model.py to sweeps of forced configurations (benchmarks/data/); the model ranks
@@ -45,9 +45,10 @@ TENSOR_FLOP_PER_CYCLE = 8192
 @dataclass(frozen=True)
 class ModelParams:
     """The model's constants (see the module doc for where each enters). The defaults were
-    fitted by benchmarks/fit_model.py to the H100 sweeps of benchmarks/data/ (2026-11-22,
-    1,900 timed configurations on 67 shapes; the selector's picks are within 2% of the best
-    measured configuration in geometric mean, 13% at worst).
+    fitted by benchmarks/fit_model.py (``--picks``) to the H100 sweeps of benchmarks/data/
+    (2026-11-22, 1,900 timed configurations on 67 shapes): over the 55 shapes whose pick was
+    measured, the selector's pick is within 1.3% of the best measured configuration in
+    geometric mean and 6% at worst.
 
     Attributes:
         clock_hz: SM clock the cycle counts are converted at.
@@ -63,26 +64,28 @@ class ModelParams:
         tile_cycles: per tile outside the k-loop (epilogue store, pipeline fill).
         split_k_cycles: the split-K epilogue besides reading the partials, per tile.
         split_k_cycles_per_cta: and per CTA of the cluster (barriers and reads grow with it).
+        dsmem_bytes_per_cycle: rate at which a CTA reads the cluster's partials (the valid rows).
         hbm_efficiency: fraction of the chip's HBM bandwidth a GEMM reaches.
         launch_seconds: fixed time of a launch (grid start, the tail of the last CTAs).
         softness: the exponent of the soft maxima (large: the maximum).
     """
 
-    clock_hz: float = 2.0e9
-    tensor_efficiency: float = 0.877
-    irregular_width_efficiency: float = 0.815
-    l2_bytes_per_cycle: float = 116.3
-    chain_cycles: float = 303.8
-    overlap_factor: float = 0.744
+    clock_hz: float = 1.623e9
+    tensor_efficiency: float = 0.998
+    irregular_width_efficiency: float = 0.781
+    l2_bytes_per_cycle: float = 107.8
+    chain_cycles: float = 253.8
+    overlap_factor: float = 0.639
     stream_bytes_per_cycle: float = 400.0
-    multicast_penalty: float = 0.072
-    multicast_chain_cycles: float = 71.3
-    tile_cycles: float = 804.0
-    split_k_cycles: float = 5082.0
-    split_k_cycles_per_cta: float = 368.8
-    hbm_efficiency: float = 0.838
-    launch_seconds: float = 8.3e-6
-    softness: float = 2.03
+    multicast_penalty: float = 0.112
+    multicast_chain_cycles: float = 127.5
+    tile_cycles: float = 847.0
+    split_k_cycles: float = 3021.0
+    split_k_cycles_per_cta: float = 582.8
+    dsmem_bytes_per_cycle: float = 41.3
+    hbm_efficiency: float = 0.948
+    launch_seconds: float = 9.77e-6
+    softness: float = 2.197
 
 DEFAULT_PARAMS = ModelParams()
 """The constants :func:`estimate` uses unless given others."""
@@ -199,7 +202,8 @@ def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts
         per_k_block *= 1 + params.multicast_penalty
     cycles = tiles_per_cta * (k_blocks * per_k_block + params.tile_cycles)
     if c.split_k > 1:
-        partial_read = c.block_m * c.block_n * 4 / params.l2_bytes_per_cycle  # 1/S of the rows of S partials
+        # Each CTA sums 1/S of the valid rows of S partials over distributed shared memory.
+        partial_read = min(c.block_m, m) * c.block_n * 4 / params.dsmem_bytes_per_cycle
         cycles += tiles_per_cta * (params.split_k_cycles + params.split_k_cycles_per_cta * c.split_k + partial_read)
     compute_s = cycles / params.clock_hz
     memory_s = min_bytes(m, n, k) / (chip.hbm_bytes_per_s * params.hbm_efficiency)
