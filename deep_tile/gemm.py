@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
 
 import torch
 
@@ -110,15 +109,21 @@ def _argument_error(a, a_scale, b, b_scale, out) -> Exception | None:
     return None
 
 
-@dataclass(frozen=True)
 class _Plan:
-    """Everything about a launch that depends only on the problem and the config: memoised."""
+    """Everything about a launch that depends only on the problem and the config: memoised.
+    (A plain class, not a dataclass: this module is imported by the first call of a process.)"""
 
-    config: object
-    kernel: object  # deep_tile.jit.runtime.Kernel
-    boxes: family.TensorMapBoxes
-    grid: int
-    cluster: int
+    __slots__ = ("config", "kernel", "boxes", "grid", "cluster")
+
+    def __init__(self, config, kernel, boxes: family.TensorMapBoxes, grid: int, cluster: int):
+        self.config = config
+        self.kernel = kernel  # deep_tile.jit.runtime.Kernel
+        self.boxes = boxes
+        self.grid = grid
+        self.cluster = cluster
+
+    def __repr__(self) -> str:
+        return f"_Plan(config={self.config!r}, kernel={self.kernel.name!r}, grid={self.grid}, cluster={self.cluster})"
 
 
 _plans: dict = {}

@@ -7,7 +7,8 @@
 - :func:`python_path`: every call the native path does not take (bad arguments, ``m == 0``).
 - :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, read on every call.
 - :func:`launch_error`, :func:`report_first_launch`: a driver failure as
-  :class:`deep_tile.errors.LaunchError`; the ``DEEP_TILE_DEBUG`` report of a plan's first launch.
+  :class:`deep_tile.errors.LaunchError`; the phases of a plan's first call (printed under
+  ``DEEP_TILE_DEBUG``).
 
 The protocol's version is :data:`VERSION` (the library's ``BRIDGE_VERSION`` must match).
 """
@@ -17,7 +18,7 @@ import sys
 
 import torch
 
-from deep_tile import env, phases
+from deep_tile import phases
 from deep_tile.checks import check_fp8_gemm_args
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
@@ -82,7 +83,7 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
             plan_index.store(index, m, n, k, num_sms, record)
         kernel = get_kernel(family.ENTRY, record["defines"], family.SYMBOL)
         kernel._ensure_smem_limit(index, record["smem"])
-    return {**record, "kernel": int(kernel.handle), "symbol": kernel.name, "args": codes, "debug": env.debug(),
+    return {**record, "kernel": int(kernel.handle), "symbol": kernel.name, "args": codes,
             "box_a": tuple(record["box_a"]), "box_b": tuple(record["box_b"]),
             "box_a_scale": tuple(record["box_a_scale"]), "box_d": tuple(record["box_d"])}
 
@@ -107,7 +108,8 @@ def launch_error(message: str) -> LaunchError:
 
 
 def report_first_launch(label: str, maps_us: float, launch_us: float) -> None:
-    """DEEP_TILE_DEBUG: print the phases of the first call that launched the plan ``label``."""
+    """Record the phases of the first call that launched the plan ``label`` (printed under
+    DEEP_TILE_DEBUG; :func:`deep_tile.phases.last_report` keeps them)."""
     phases.add("tensor maps", maps_us * 1e-6)
     phases.add("launch", launch_us * 1e-6)
     phases.report(f"first call {label}")

@@ -28,8 +28,8 @@ FORMAT_VERSION = 1
 """Bumped when the layout on disk or the key recipe changes."""
 SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 """The C++ sources of the extension."""
-CFLAGS = ("-O3", "-std=c++17", "-fvisibility=hidden")
-"""Extra compiler flags (torch.utils.cpp_extension adds its own)."""
+CFLAGS = ("-O3", "-fvisibility=hidden")
+"""Extra compiler flags (torch.utils.cpp_extension adds its own, the C++ standard included)."""
 LDFLAGS = ("-ldl",)
 """Extra linker flags: libdl for dlopen of libcuda.so.1 (no libcuda at link time)."""
 

@@ -34,8 +34,7 @@ struct GemmPlan {
   bool store_d_map = true;  // false under split-K: the kernel gets a zeroed D map
   int32_t group_size = 0;
   std::vector<Arg> args;
-  bool debug = false;  // DEEP_TILE_DEBUG: time the first launch and report it
-  mutable std::atomic<bool> reported{false};
+  mutable std::atomic<bool> reported{false};  // first launch timed and reported (deep_tile.phases)
 };
 
 // A plan is a function of the problem shape, the device and the SM limit; strides and

@@ -67,7 +67,6 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
   plan->d_swizzle = d["d_swizzle"].cast<uint32_t>();
   plan->store_d_map = d["store_d_map"].cast<bool>();
   plan->group_size = d["group_size"].cast<int32_t>();
-  plan->debug = d["debug"].cast<bool>();
   for (auto code : d["args"].cast<std::vector<int>>()) {
     if (code < 0 || code >= static_cast<int>(Arg::kCount)) {
       throw std::runtime_error("deep_tile native: the bridge sent an unknown argument code " + std::to_string(code));

@@ -36,7 +36,8 @@ at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at:
 // Raises deep_tile.errors.LaunchError(message) as the pending Python exception and throws it.
 [[noreturn]] void raise_launch_error(const std::string& message);
 
-// DEEP_TILE_DEBUG: report the first launch of a plan (microseconds of tensor maps and launch).
+// The first launch of a plan: microseconds of its tensor maps and launch (deep_tile.phases;
+// printed under DEEP_TILE_DEBUG).
 void report_first_launch(const std::string& label, double maps_us, double launch_us);
 
 }  // namespace deep_tile_native
