@@ -1,0 +1,73 @@
+"""The FP8 GEMM's host contract (deep_tile.kernels.fp8_gemm) and its kernel agree, and a
+disagreement fails the compile with a message naming the fact: the entry file static_asserts the
+contract defines against what the kernel derives. No GPU needed."""
+import pytest
+
+from conftest import compiler_params
+
+from deep_tile import env
+from deep_tile.common import SCALE_GROUP
+from deep_tile.errors import CompileError
+from deep_tile.jit import compiler, paths
+from deep_tile.kernels import fp8_gemm as family
+from deep_tile.select import KernelConfig
+
+COMPILERS = compiler_params()
+CONFIG = KernelConfig(block_m=128, block_n=144, num_stages=4, grid_size=132)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    for name in env.REGISTRY:
+        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
+            monkeypatch.delenv(name, raising=False)
+
+
+def compile_with(name: str, **overrides):
+    defines = {**family.defines(CONFIG), **overrides}
+    return compiler.compile_cubin(paths.entry_path(family.ENTRY), defines, family.SYMBOL, name)
+
+
+@pytest.mark.parametrize("name", COMPILERS)
+def test_the_contract_compiles(name):
+    assert compiler.has_symbol(compile_with(name).cubin, family.SYMBOL)
+
+
+# (define, wrong value, words the error must contain)
+DRIFTS = [
+    ("DT_SMEM_BYTES", family.smem_bytes(128, 144, 4) + 16, "DT_SMEM_BYTES"),
+    ("DT_MIN_STAGES", 1, "DT_MIN_STAGES"),
+    ("DT_MAX_STAGES", 8, "DT_MAX_STAGES"),
+    ("DT_STORE_SWIZZLE", 64, "DT_STORE_SWIZZLE"),
+    ("DT_SCALE_GROUP", 64, "DT_SCALE_GROUP"),
+    ("DT_NUM_THREADS", 256, "DT_NUM_THREADS"),
+]
+
+
+@pytest.mark.parametrize("define,value,words", DRIFTS, ids=[d[0] for d in DRIFTS])
+@pytest.mark.parametrize("name", COMPILERS)
+def test_a_drifted_fact_fails_the_compile_with_its_name(name, define, value, words):
+    with pytest.raises(CompileError) as info:
+        compile_with(name, **{define: value})
+    assert "contract" in info.value.log and words in info.value.log, info.value.log[-2000:]
+
+
+@pytest.mark.parametrize("name", COMPILERS)
+def test_a_missing_contract_define_fails_with_a_message(name):
+    defines = family.defines(CONFIG)
+    del defines["DT_SMEM_BYTES"]
+    with pytest.raises(CompileError) as info:
+        compiler.compile_cubin(paths.entry_path(family.ENTRY), defines, family.SYMBOL, name)
+    assert "contract macros" in info.value.log
+
+
+def test_the_contract_restates_nothing_the_kernel_owns():
+    d = family.defines(CONFIG)
+    assert d["DT_SCALE_GROUP"] == SCALE_GROUP == family.BLOCK_K == 128
+    assert d["DT_STORE_SWIZZLE"] == family.tensor_map_boxes(CONFIG).d_swizzle == 32  # 144 = 9 x 16
+    assert d["DT_NUM_THREADS"] == CONFIG.num_threads == 384
+    assert d["DT_SMEM_BYTES"] == CONFIG.smem_bytes == sum(v for k, v in CONFIG.smem_breakdown().items() if k != "total")
+    assert (d["DT_MIN_STAGES"], d["DT_MAX_STAGES"]) == (family.MIN_STAGES, family.MAX_STAGES) == (2, 16)
+    assert len(family.ARGUMENTS) == len(family.ARGUMENT_KINDS) == 11
