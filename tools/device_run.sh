@@ -17,6 +17,7 @@
 #   sustained    benchmarks/bench_fp8_gemm.py --sustained at 4096x7168x16384
 #   dg2025       the benchmark with DeepGEMM's 2025 version as the baseline
 #   sanitize     tools/sanitize.sh
+#   host         benchmarks/bench_host.py (CPU us per call, first-call latency)
 #   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
 #   ncu          Nsight Compute on a small-M and a large-M shape
 set -u
@@ -94,6 +95,8 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
         grep -E "Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Stall" "$OUT/ncu_details_$name.txt" | head -12 | sed "s/^/[$spec] /"
         ls -la "$OUT/ncu_sass_$name.csv"
       done ;;
+    host)
+      ( dg_env; timeout 400 python3 benchmarks/bench_host.py --json "$OUT/host.json" 2>&1 | tee "$OUT/host.txt" | tail -40 ) ;;
     sanitize)
       timeout 560 bash tools/sanitize.sh 2>&1 | tee "$OUT/sanitize.txt" | tail -30 ;;
     *) echo "unknown stage $stage" ;;
