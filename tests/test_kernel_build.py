@@ -58,8 +58,9 @@ def selector_kinds() -> list:
         configs.append(KernelConfig(**base))
         configs.append(KernelConfig(**base, num_multicast=2, multicast_on_a=True))
         configs.append(KernelConfig(**base, num_multicast=2, multicast_on_a=False))
-        if bm <= 128 and buffers == 2:
-            configs.append(KernelConfig(**dict(base, num_stages=max_stages(bm, bn, smem, 2)), split_k=2))
+        split = dict(base, num_stages=max_stages(bm, bn, smem, 2), split_k=2)
+        if bm <= 128 and buffers == 2 and not fp8_gemm.tile_problems(bm, bn, split["num_stages"], 1, 2, wn, buffers, smem):
+            configs.append(KernelConfig(**split))
     return configs
 
 

@@ -26,7 +26,7 @@ from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 
 __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
-    "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "PRODUCER_REGISTERS", "CONSUMER_REGISTERS",
+    "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "PRODUCER_REGISTERS", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "num_subtiles", "accum_registers", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "tensor_map_boxes", "cluster_size",
@@ -57,6 +57,10 @@ ACCUM_REGISTER_BUDGET = 192
 """Most accumulator registers per consumer thread, ``(sub-tiles + buffers) * wgmma_n / 2``; the
 rest of the 232 after ``setmaxnreg`` holds addresses, scales and loop state (checked spill-free
 with ptxas 13 by tests/test_kernel_build.py)."""
+SPILLING_SPLIT_TILES = frozenset({(64, 80), (128, 80)})
+"""(block_m, block_n) whose split-K build spills a few bytes (ptxas 13.0 and 13.5: 8-byte stack
+frame, 4 bytes stored, 12 loaded; every other split tile up to 128 wide is spill-free), so
+``tile_problems`` refuses them as split-K tiles."""
 PRODUCER_REGISTERS = 40
 """Registers per producer thread after ``setmaxnreg.dec``."""
 CONSUMER_REGISTERS = 232
@@ -167,6 +171,8 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
+    if split_k > 1 and (block_m, block_n) in SPILLING_SPLIT_TILES:
+        problems.append(f"a {block_m}x{block_n} tile spills registers when split along K (split_k > 1)")
     if split_k > 1 and partial_bytes(block_m, block_n) > num_stages * (block_m + block_n) * BLOCK_K:
         problems.append(f"the split-K partial tile ({partial_bytes(block_m, block_n)} bytes) does not fit in the "
                         f"{num_stages} A/B stages it reuses")
