@@ -162,15 +162,24 @@ def _get_config(m: int, n: int, k: int, num_sms: int):
     return config
 
 
-def _plan(m: int, n: int, k: int, num_sms: int) -> _Plan:
-    """The memoised plan of ``m x n x k`` on the current device with ``num_sms`` SMs (both host
-    paths use it: the native path through deep_tile/native/bridge.py)."""
-    key = (m, n, k, num_sms, torch.cuda.current_device())
+def _plan(m: int, n: int, k: int, num_sms: int, a_scale_row_major: bool = False) -> _Plan:
+    """The memoised plan of ``m x n x k`` on the current device with ``num_sms`` SMs, for an
+    a_scale in the TMA-aligned layout or (``a_scale_row_major``) read row-major by the kernel (both
+    host paths use it: the native path through deep_tile/native/bridge.py)."""
+    key = (m, n, k, num_sms, torch.cuda.current_device(), a_scale_row_major)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plan_for_config(_get_config(m, n, k, num_sms), m, n)
+        config = _get_config(m, n, k, num_sms)
+        plan = _plan_for_config(config.with_row_major_a_scale() if a_scale_row_major else config, m, n)
         _plans[key] = plan
     return plan
+
+
+def _reads_row_major(a_scale, m: int, groups: int) -> bool:
+    """Whether the kernel reads this a_scale as it is, row-major: contiguous rows of ``groups``
+    floats, 16-byte aligned, ``groups`` a multiple of 4 (and not already the column-major layout)."""
+    return (m > 1 and groups > 1 and family.row_major_a_scale_readable(groups) and a_scale.stride(1) == 1
+            and a_scale.stride(0) == groups and a_scale.data_ptr() % 16 == 0)
 
 
 def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
@@ -186,24 +195,34 @@ def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.tma import encode_2d
 
+    groups = ceil_div(k, family.BLOCK_K)
     with torch.cuda.device(device):
-        a_scale = get_tma_aligned_a_scale(a_scale)
+        # NOTES: a row-major a_scale is read by a kernel variant (a 4-group TMA box per stage)
+        # rather than copied into the column-major layout on every call.
+        row_major = _reads_row_major(a_scale, m, groups)
+        if not row_major:
+            a_scale = get_tma_aligned_a_scale(a_scale)
         b_scale = b_scale.contiguous()
         if config is None and not extra_defines:
-            plan = _plan(m, n, k, get_num_sms())
+            plan = _plan(m, n, k, get_num_sms(), row_major)
         else:
-            plan = _plan_for_config(config or _get_config(m, n, k, get_num_sms()), m, n, extra_defines)
+            config = config or _get_config(m, n, k, get_num_sms())
+            config = config.with_row_major_a_scale() if row_major else dataclasses.replace(config, a_scale_row_major=False)
+            plan = _plan_for_config(config, m, n, extra_defines)
         first = config is None and not extra_defines and id(plan) not in _launched
         start = time.perf_counter()
         config, boxes = plan.config, plan.boxes
-        groups = ceil_div(k, family.BLOCK_K)
-        a_scale_pitch = a_scale.stride(1) if groups > 1 else align4(m)
+        if row_major:  # [m rows][groups] floats: the inner dimension is the group
+            a_scale_map = encode_2d(a_scale.data_ptr(), "float32", groups, m, groups * 4, *boxes.a_scale, 0)
+        else:
+            pitch = a_scale.stride(1) if groups > 1 else align4(m)
+            a_scale_map = encode_2d(a_scale.data_ptr(), "float32", m, groups, pitch * 4, *boxes.a_scale, 0)
         tma_d = _NO_TENSOR_MAP if config.split_k > 1 else encode_2d(
             out.data_ptr(), "bfloat16", n, m, out.stride(0) * 2, *boxes.d, boxes.d_swizzle)
         values = {
             "tma_a": encode_2d(a.data_ptr(), "uint8", k, m, a.stride(0), *boxes.a, 128),
             "tma_b": encode_2d(b.data_ptr(), "uint8", k, n, b.stride(0), *boxes.b, 128),
-            "tma_a_scale": encode_2d(a_scale.data_ptr(), "float32", m, groups, a_scale_pitch * 4, *boxes.a_scale, 0),
+            "tma_a_scale": a_scale_map,
             "tma_d": tma_d,
             "b_scale": b_scale.data_ptr(),
             "d": out.data_ptr(),

@@ -28,7 +28,7 @@ from deep_tile import env
 __all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "lookup", "store"]
 
 _PACKAGE = Path(__file__).resolve().parent
-SOURCES = ("select", "arch.py", "common.py", "device.py", "gemm.py", "kernels/fp8_gemm.py")
+SOURCES = ("select", "arch.py", "common.py", "device.py", "gemm.py", "kernels/fp8_gemm.py", "native/bridge.py")
 """The package's files and folders (relative) whose code decides a plan."""
 SETTLE_NS = 2_000_000_000
 """Records are written only when every fingerprinted file is at least this old (ns)."""
@@ -63,16 +63,18 @@ def _fingerprint(device_index: int) -> tuple[str, int]:
     return cached
 
 
-def _path(device_index: int, m: int, n: int, k: int, num_sms: int) -> tuple[Path, int]:
+def _path(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str = "") -> tuple[Path, int]:
     digest, newest = _fingerprint(device_index)
-    return plans_dir() / digest[:32] / f"{m}x{n}x{k}-{num_sms}.json", newest
+    return plans_dir() / digest[:32] / f"{m}x{n}x{k}-{num_sms}{variant}.json", newest
 
 
-def lookup(device_index: int, m: int, n: int, k: int, num_sms: int) -> dict | None:
-    """The stored record of this plan, or None (absent, unreadable, or DEEP_TILE_PRINT_CONFIGS)."""
+def lookup(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str = "") -> dict | None:
+    """The stored record of this plan (``variant``: a suffix naming a kernel variant of the same
+    problem, e.g. ``"-rm"`` for a row-major a_scale), or None (absent, unreadable, or
+    DEEP_TILE_PRINT_CONFIGS)."""
     if env.print_configs() or env.disable_cache():
         return None
-    path, _ = _path(device_index, m, n, k, num_sms)
+    path, _ = _path(device_index, m, n, k, num_sms, variant)
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -80,11 +82,11 @@ def lookup(device_index: int, m: int, n: int, k: int, num_sms: int) -> dict | No
     return record if isinstance(record, dict) else None
 
 
-def store(device_index: int, m: int, n: int, k: int, num_sms: int, record: dict) -> None:
+def store(device_index: int, m: int, n: int, k: int, num_sms: int, record: dict, variant: str = "") -> None:
     """Remember ``record`` (JSON-able) for this plan; failures only cost speed."""
     if env.disable_cache():
         return
-    path, newest = _path(device_index, m, n, k, num_sms)
+    path, newest = _path(device_index, m, n, k, num_sms, variant)
     if time.time_ns() - newest < SETTLE_NS:
         return  # the selector's sources are being edited: do not remember
     try:

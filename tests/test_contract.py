@@ -71,3 +71,22 @@ def test_the_contract_restates_nothing_the_kernel_owns():
     assert d["DT_SMEM_BYTES"] == CONFIG.smem_bytes == sum(v for k, v in CONFIG.smem_breakdown().items() if k != "total")
     assert (d["DT_MIN_STAGES"], d["DT_MAX_STAGES"]) == (family.MIN_STAGES, family.MAX_STAGES) == (2, 16)
     assert len(family.ARGUMENTS) == len(family.ARGUMENT_KINDS) == 11
+
+
+def test_the_row_major_a_scale_variant():
+    rm = CONFIG.with_row_major_a_scale()
+    assert rm.a_scale_row_major and rm.defines()["DT_A_SCALE_ROW_MAJOR"] == 1
+    assert rm.smem_breakdown()["a_scale_stages"] == 4 * CONFIG.smem_breakdown()["a_scale_stages"]
+    assert family.tensor_map_boxes(rm).a_scale == (4, 128) and family.tensor_map_boxes(CONFIG).a_scale == (128, 1)
+    assert rm.label == CONFIG.label + " rm"
+    # where the wider a_scale tiles do not fit, one stage fewer
+    full = KernelConfig(block_m=64, block_n=16, num_stages=16, grid_size=132)
+    assert full.with_row_major_a_scale().num_stages < 16 or full.with_row_major_a_scale().smem_bytes <= 232448
+    assert family.row_major_a_scale_readable(56) and not family.row_major_a_scale_readable(3)
+
+
+@pytest.mark.parametrize("name", COMPILERS)
+def test_the_row_major_variant_compiles(name):
+    result = compiler.compile_cubin(paths.entry_path(family.ENTRY), family.defines(CONFIG.with_row_major_a_scale()),
+                                    family.SYMBOL, name)
+    assert compiler.ptxas_problems(result.log) == []

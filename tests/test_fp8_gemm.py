@@ -95,6 +95,19 @@ def test_every_config_family():
     _check(run_gpu_cases("gemm", _family_cases()))
 
 
+def test_every_kind_reads_a_row_major_a_scale():
+    # K = 1536 (12 groups) and 7168 (56): the kernel variant reads the row-major a_scale as it is,
+    # through 4-group TMA boxes; every kernel kind, ragged M and N.
+    kinds = [dict(block_m=64, block_n=16, num_stages=8, accum_buffers=2), dict(block_m=128, block_n=144, num_stages=5),
+             dict(block_m=256, block_n=128, num_stages=3), dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3),
+             dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
+             dict(block_m=64, block_n=64, num_stages=8, split_k=3, accum_buffers=2),
+             dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2)]
+    cases = [dict(m=m, n=n, k=k, layout="row", seed=i, config=dict(kind, grid_size=132))
+             for i, (kind, (m, n, k)) in enumerate(itertools.product(kinds, [(1000, 2112, 7168), (4097, 1160, 1536)]))]
+    _check(run_gpu_cases("gemm", cases))
+
+
 def test_layouts_row_major_scale_and_padded_out():
     cases = [dict(m=m, n=n, k=k, layout="row", row_stride=row_stride, seed=i)
              for i, (m, n, k, row_stride) in enumerate([(129, 2112, 7168, 2112 + 64), (4096, 4096, 7168, None),

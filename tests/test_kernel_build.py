@@ -3,8 +3,8 @@
 Compiled with ``compile_cubin`` directly (no cache, so each compiler really runs): every kernel
 kind the selector can emit -- each tile shape it considers (tile, WGMMA width, accumulator
 buffers: the register-critical part) as a persistent kernel, with multicast on A and on B, and
-split along K where the selector may split it, each with its most stages -- plus the families the
-GPU tests force, and the three input-dtype variants of the cast kernels. For each build: the kernel
+split along K where the selector may split it, each with its most stages and each also as the
+row-major-a_scale variant the launcher derives from it -- plus the families the GPU tests force, and the three input-dtype variants of the cast kernels. For each build: the kernel
 symbol exists, the ptxas ``-v`` report shows no stack frame, no spills and none of the warnings
 C7508/C7511/C7514/C7517/C7519, and the SASS (cuobjdump and nvdisasm from the ``test`` extra)
 holds the instructions the design relies on: ``QGMMA`` (FP8 WGMMA) and ``USETMAXREG`` (register
@@ -44,7 +44,7 @@ def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand and whether it splits K (stage counts and split factors are constants)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
-            config.multicast_on_a, config.split_k > 1)
+            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major)
 
 
 def selector_kinds() -> list:
@@ -55,12 +55,13 @@ def selector_kinds() -> list:
     for bm, bn, wn, buffers in tile_shapes(smem):
         base = dict(block_m=bm, block_n=bn, wgmma_n=wn, accum_buffers=buffers, grid_size=2,
                     num_stages=max_stages(bm, bn, smem))
-        configs.append(KernelConfig(**base))
-        configs.append(KernelConfig(**base, num_multicast=2, multicast_on_a=True))
-        configs.append(KernelConfig(**base, num_multicast=2, multicast_on_a=False))
+        kinds = [KernelConfig(**base), KernelConfig(**base, num_multicast=2, multicast_on_a=True),
+                 KernelConfig(**base, num_multicast=2, multicast_on_a=False)]
         split = dict(base, num_stages=max_stages(bm, bn, smem, 2), split_k=2)
         if bm <= 128 and buffers == 2 and not fp8_gemm.tile_problems(bm, bn, split["num_stages"], 1, 2, wn, buffers, smem):
-            configs.append(KernelConfig(**split))
+            kinds.append(KernelConfig(**split))
+        # each also as the launcher runs it for a row-major a_scale
+        configs += kinds + [config.with_row_major_a_scale() for config in kinds]
     return configs
 
 
@@ -92,6 +93,8 @@ def family_id(fam: tuple) -> str:
         text += "mcA" if d["DT_MULTICAST_ON_A"] else "mcB"
     if d["DT_SPLIT_K"] > 1:
         text += f"k{d['DT_SPLIT_K']}"
+    if d["DT_A_SCALE_ROW_MAJOR"]:
+        text += "rm"
     return text
 
 

@@ -3,7 +3,8 @@
 Each family the selector can emit is represented by a forced configuration (persistent with one
 or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
 tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
-ranks that get no k-block), plus the selector's own choice for a few shapes and the casts. Every
+ranks that get no k-block, the row-major a_scale variant), plus the selector's own choice for a
+few shapes and the casts. Every
 output is NaN-poisoned before the run and compared with the float64 reference, so the run also
 fails on a wrong answer. Exit status 1 if any check fails.
 """
@@ -29,13 +30,16 @@ CASES = [
     ("128x256:w128:mcB", 600, 1160, 400), ("64x64:b2:k4", 100, 1160, 1040), ("64x144:b1:k8", 64, 2112, 1024),
     ("128x128:b2:k2", 200, 1160, 400), ("64x16:b2:k3", 70, 136, 128),
     ("auto", 64, 2112, 7168), ("auto", 4096, 2112, 1024), ("auto", 1, 7168, 2048),
+    # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
+    ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
 ]
 
 
 def main() -> int:
     failures = 0
-    for text, m, n, k in CASES:
-        a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
+    for text, m, n, k, *layout in CASES:
+        layout = layout[0] if layout else "tma"
+        a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout=layout)
         config = None if text == "auto" else parse_config(text, m, n, torch.cuda.get_device_properties(0).multi_processor_count)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         _run(a, sa, b, sb, out, config=config)
@@ -44,7 +48,8 @@ def main() -> int:
         ok = not torch.isnan(out).any().item() and diff < 1e-3
         failures += not ok
         label = config.label if config else deep_tile.get_config(m, n, k).label
-        print(f"{'ok  ' if ok else 'FAIL'} {text:>20} {label:>26} {m}x{n}x{k} diff {diff:.1e}", flush=True)
+        print(f"{'ok  ' if ok else 'FAIL'} {text:>20} {label:>26} {m}x{n}x{k} a_scale {layout} diff {diff:.1e}",
+              flush=True)
     x = torch.randn(129, 400, device="cuda", dtype=torch.bfloat16)
     q, s = deep_tile.per_token_cast_to_fp8(x)
     qb, sb = deep_tile.per_block_cast_to_fp8(x)

@@ -28,7 +28,7 @@ __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "PRODUCER_REGISTERS", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
-    "num_subtiles", "accum_registers", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
+    "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "tensor_map_boxes", "cluster_size",
     "launch_grid",
 ]
@@ -119,27 +119,40 @@ def partial_bytes(block_m: int, block_n: int) -> int:
     return block_m * partial_pitch(block_n) * 4
 
 
-def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1) -> dict:
+def a_scale_columns(a_scale_row_major: bool) -> int:
+    """Floats per row of a stage's a_scale tile: 1 (TMA-aligned column-major layout), or 4 (a
+    16-byte box of 4 scale groups from a row-major tensor, ``Fp8GemmConfig::kAScaleCols``)."""
+    return 4 if a_scale_row_major else 1
+
+
+def row_major_a_scale_readable(groups: int) -> bool:
+    """Whether the kernel can read a row-major [M, groups] a_scale directly: its rows must be a
+    multiple of 16 bytes (TMA), i.e. ``groups % 4 == 0`` (K a multiple of 512)."""
+    return groups % 4 == 0
+
+
+def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
+                   a_scale_row_major: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
     only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``barriers`` and ``total``."""
     parts = {
         "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
-        "a_scale_stages": num_stages * block_m * 4,
+        "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
         "barriers": num_stages * 2 * 8,
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
-def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1) -> int:
+def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
-    return smem_breakdown(block_m, block_n, num_stages, split_k)["total"]
+    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
-                  wgmma_n: int, accum_buffers: int, max_smem: int) -> list:
+                  wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False) -> list:
     """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal)."""
     problems = []
     if block_m not in LEGAL_BLOCK_M:
@@ -167,7 +180,7 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
         problems.append(f"{block_m}x{block_n} with wgmma_n={wgmma_n} and {accum_buffers} accumulator buffer(s) needs "
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
-    total = smem_bytes(block_m, block_n, num_stages, split_k)
+    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
@@ -191,7 +204,8 @@ def defines(config) -> dict:
         "DT_SPLIT_K": config.split_k,
         "DT_ACCUM_BUFFERS": config.accum_buffers,
         "DT_WGMMA_N": config.wgmma_n,
-        "DT_SMEM_BYTES": smem_bytes(config.block_m, config.block_n, config.num_stages, config.split_k),
+        "DT_A_SCALE_ROW_MAJOR": int(config.a_scale_row_major),
+        "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,
         "DT_STORE_SWIZZLE": store_swizzle(config.block_n),
@@ -206,7 +220,8 @@ class TensorMapBoxes:
     Attributes:
         a: box of A ``(128, rows)``, 128B swizzle; ``rows`` is half the tile under multicast on A.
         b: box of B, likewise for multicast on B.
-        a_scale: box of the column-major a_scale ``(block_m, 1)``, no swizzle.
+        a_scale: box of a_scale, no swizzle: ``(block_m, 1)`` in the column-major layout, or
+            ``(4, block_m)`` (4 groups of block_m rows) from a row-major tensor.
         d: box of the bf16 output ``(swizzle / 2, rows per consumer warpgroup)``.
         d_swizzle: the output map's swizzle span in bytes.
     """
@@ -224,7 +239,7 @@ def tensor_map_boxes(config) -> TensorMapBoxes:
     swizzle = store_swizzle(config.block_n)
     return TensorMapBoxes(a=(BLOCK_K, config.block_m // (2 if multicast_a else 1)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
-                          a_scale=(config.block_m, 1),
+                          a_scale=(4, config.block_m) if config.a_scale_row_major else (config.block_m, 1),
                           d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),
                           d_swizzle=swizzle)
 

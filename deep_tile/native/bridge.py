@@ -26,7 +26,7 @@ from deep_tile.kernels import fp8_gemm as family
 __all__ = ["VERSION", "ARGUMENT_CODES", "argument_codes", "plan", "python_path", "sms_limit", "launch_error",
            "report_first_launch"]
 
-VERSION = 1
+VERSION = 2
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
 ARGUMENT_CODES = {
@@ -57,6 +57,7 @@ def _record(p, m: int, n: int, k: int) -> dict:
         "cluster": p.cluster, "box_a": list(p.boxes.a), "box_b": list(p.boxes.b),
         "box_a_scale": list(p.boxes.a_scale), "box_d": list(p.boxes.d), "d_swizzle": p.boxes.d_swizzle,
         "store_d_map": config.split_k == 1, "group_size": config.group_size,
+        "a_scale_row_major": config.a_scale_row_major,
         "label": f"{m}x{n}x{k} (native path, {config.label})",
     }
 
@@ -75,12 +76,15 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
     if codes is None:
         return None
     index = a.device.index
+    # The C++ side makes the same decision (row_major_a_scale in csrc/gemm_op.cpp).
+    row_major = gemm._reads_row_major(a_scale, m, a_scale.shape[1])
+    variant = "-rm" if row_major else ""
     with torch.cuda.device(a.device):
         num_sms = limit or torch.cuda.get_device_properties(index).multi_processor_count
-        record = plan_index.lookup(index, m, n, k, num_sms)
+        record = plan_index.lookup(index, m, n, k, num_sms, variant)
         if record is None:
-            record = _record(gemm._plan(m, n, k, num_sms), m, n, k)
-            plan_index.store(index, m, n, k, num_sms, record)
+            record = _record(gemm._plan(m, n, k, num_sms, row_major), m, n, k)
+            plan_index.store(index, m, n, k, num_sms, record, variant)
         kernel = get_kernel(family.ENTRY, record["defines"], family.SYMBOL)
         kernel._ensure_smem_limit(index, record["smem"])
     return {**record, "kernel": int(kernel.handle), "symbol": kernel.name, "args": codes,

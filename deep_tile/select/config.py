@@ -7,6 +7,7 @@ kernel's contract, so a config cannot disagree with the kernel or with itself.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -39,6 +40,9 @@ class KernelConfig:
         accum_buffers: WGMMA accumulators per consumer thread, 1 or 2 (2 overlaps the next
             sub-tile's WGMMAs with this one's promotion).
         wgmma_n: columns per WGMMA: ``block_n`` (default) or half of it (two column parts).
+        a_scale_row_major: the kernel reads a row-major ``[M, ceil(K/128)]`` a_scale (groups a
+            multiple of 4) instead of the TMA-aligned column-major layout. The launcher sets it
+            from the tensor it is given; the selector leaves it False.
         group_size: width in tiles of a swizzle group of the persistent schedule (even, >= 2).
         grid_size: CTAs of the persistent grid (even under multicast); a split-K launch uses
             ``tiles * split_k`` CTAs instead (:func:`deep_tile.kernels.fp8_gemm.launch_grid`).
@@ -57,6 +61,7 @@ class KernelConfig:
     split_k: int = 1
     accum_buffers: int = 1
     wgmma_n: Optional[int] = None
+    a_scale_row_major: bool = False
     group_size: int = 8
     grid_size: int
 
@@ -67,13 +72,16 @@ class KernelConfig:
         _check_int("block_k", self.block_k, str(family.BLOCK_K), self.block_k == family.BLOCK_K)
         if not isinstance(self.multicast_on_a, bool):
             raise ValueError(f"KernelConfig: multicast_on_a must be a bool; got {self.multicast_on_a!r}")
+        if not isinstance(self.a_scale_row_major, bool):
+            raise ValueError(f"KernelConfig: a_scale_row_major must be a bool; got {self.a_scale_row_major!r}")
         if self.num_multicast == 1:
             object.__setattr__(self, "multicast_on_a", False)
         if self.wgmma_n is None:
             object.__setattr__(self, "wgmma_n", self.block_n)
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
-                                        self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK)
+                                        self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
+                                        self.a_scale_row_major)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
         _check_int("group_size", self.group_size, "an even int >= 2", self.group_size >= 2 and self.group_size % 2 == 0)
@@ -115,18 +123,28 @@ class KernelConfig:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
-        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k)
+        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major)
 
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
-        return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k)
+        return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
+                                     self.a_scale_row_major)
+
+    def with_row_major_a_scale(self) -> "KernelConfig":
+        """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
+        tiles would not fit the shared memory."""
+        stages = self.num_stages
+        while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k,
+                                                                 True) > arch.MAX_SMEM_PER_BLOCK:
+            stages -= 1
+        return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
 
     @property
     def label(self) -> str:
         """Short name for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
         ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator
-        buffers; ``/N``: WGMMAs of N columns.
+        buffers; ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale.
         """
         text = f"{self.block_m}x{self.block_n} s{self.num_stages}"
         if self.num_multicast == 2:
@@ -137,6 +155,8 @@ class KernelConfig:
             text += " x2"
         if self.wgmma_n != self.block_n:
             text += f" /{self.wgmma_n}"
+        if self.a_scale_row_major:
+            text += " rm"
         return text
 
     def defines(self) -> dict:

@@ -28,7 +28,8 @@ bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_
 
 struct Problem {
   int64_t m = 0, n = 0, k = 0, groups = 0;
-  bool a_scale_aligned = false;  // already in the TMA-aligned column-major layout
+  bool a_scale_aligned = false;    // already in the TMA-aligned column-major layout
+  bool a_scale_row_major = false;  // read as it is by the row-major kernel variant
 };
 
 // deep_tile.checks' layout rule for a, b and out: last dimension contiguous, row stride a
@@ -46,6 +47,11 @@ bool tma_aligned_a_scale(const at::Tensor& s, int64_t m, int64_t groups) {
   bool column_ok = s.stride(0) == 1 || m == 1;
   bool pitch_ok = groups == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= m);
   return column_ok && pitch_ok && aligned16(s);
+}
+
+// deep_tile.gemm._reads_row_major: contiguous rows of a multiple of 4 groups, 16-byte aligned.
+bool row_major_a_scale(const at::Tensor& s, int64_t m, int64_t groups) {
+  return m > 1 && groups > 1 && groups % 4 == 0 && s.stride(1) == 1 && s.stride(0) == groups && aligned16(s);
 }
 
 // Every condition deep_tile.checks.check_fp8_gemm_args enforces, except the GPU's compute
@@ -84,7 +90,8 @@ const char* inspect(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
   p->n = n;
   p->k = k;
   p->groups = groups;
-  p->a_scale_aligned = tma_aligned_a_scale(a_scale, m, groups);
+  p->a_scale_row_major = row_major_a_scale(a_scale, m, groups);
+  p->a_scale_aligned = !p->a_scale_row_major && tma_aligned_a_scale(a_scale, m, groups);
   return nullptr;
 }
 
@@ -99,7 +106,7 @@ at::Tensor aligned_copy(const at::Tensor& a_scale, int64_t m, int64_t groups) {
 PlanPtr plan_for(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                  const std::optional<at::Tensor>& out, const Problem& p) {
   const int64_t limit = sms_limit();
-  const PlanKey key{a.device().index(), p.m, p.n, p.k, limit};
+  const PlanKey key{a.device().index(), p.m, p.n, p.k, limit, p.a_scale_row_major};
   PlanPtr plan = find_plan(key);
   if (plan == nullptr) {
     plan = make_plan(a, a_scale, b, b_scale, out, limit);  // Python: full checks, selection, kernel
@@ -111,7 +118,7 @@ PlanPtr plan_for(const at::Tensor& a, const at::Tensor& a_scale, const at::Tenso
 
 struct Operands {
   const at::Tensor& a;
-  const at::Tensor& a_scale;  // TMA-aligned
+  const at::Tensor& a_scale;  // TMA-aligned, or row-major when the plan reads it so
   const at::Tensor& b;
   const at::Tensor& b_scale;  // contiguous
   const at::Tensor& out;
@@ -145,9 +152,16 @@ void fill_params(const GemmPlan& plan, const Problem& p, const Operands& o, Para
         slot = &params->maps[1];
         break;
       case Arg::kTmaAScale:
-        encode_tensor_map({reinterpret_cast<uint64_t>(o.a_scale.data_ptr()), uint64_t(p.m), uint64_t(p.groups),
-                           uint64_t(a_scale_pitch) * 4, plan.a_scale.inner, plan.a_scale.outer, 0, Element::kFloat32},
-                          &params->maps[2]);
+        if (plan.a_scale_row_major) {  // [m rows][groups]: the inner dimension is the group
+          encode_tensor_map({reinterpret_cast<uint64_t>(o.a_scale.data_ptr()), uint64_t(p.groups), uint64_t(p.m),
+                             uint64_t(p.groups) * 4, plan.a_scale.inner, plan.a_scale.outer, 0, Element::kFloat32},
+                            &params->maps[2]);
+        } else {
+          encode_tensor_map({reinterpret_cast<uint64_t>(o.a_scale.data_ptr()), uint64_t(p.m), uint64_t(p.groups),
+                             uint64_t(a_scale_pitch) * 4, plan.a_scale.inner, plan.a_scale.outer, 0,
+                             Element::kFloat32},
+                            &params->maps[2]);
+        }
         slot = &params->maps[2];
         break;
       case Arg::kTmaD:
@@ -258,7 +272,7 @@ at::Tensor fp8_gemm(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
   PlanPtr plan = plan_for(a, a_scale, b, b_scale, out, p);
   if (plan->python_only) return hand_to_python(a, a_scale, b, b_scale, out);
   at::Tensor result = out.has_value() ? *out : at::empty({p.m, p.n}, a.options().dtype(at::kBFloat16));
-  at::Tensor scale = p.a_scale_aligned ? a_scale : aligned_copy(a_scale, p.m, p.groups);
+  at::Tensor scale = (p.a_scale_aligned || p.a_scale_row_major) ? a_scale : aligned_copy(a_scale, p.m, p.groups);
   at::Tensor b_scale_c = b_scale.is_contiguous() ? b_scale : b_scale.contiguous();
   try {
     run_native(*plan, p, Operands{a, scale, b, b_scale_c, result});

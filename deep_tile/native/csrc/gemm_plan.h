@@ -32,6 +32,7 @@ struct GemmPlan {
   Box a, b, a_scale, d;
   uint32_t d_swizzle = 0;
   bool store_d_map = true;  // false under split-K: the kernel gets a zeroed D map
+  bool a_scale_row_major = false;  // the kernel reads a row-major a_scale (4-group boxes)
   int32_t group_size = 0;
   std::vector<Arg> args;
   mutable std::atomic<bool> reported{false};  // first launch timed and reported (deep_tile.phases)
@@ -41,8 +42,10 @@ struct GemmPlan {
 // addresses only enter the tensor maps, which are cached by value (tensor_maps.h).
 struct PlanKey {
   int64_t device, m, n, k, sms_limit;
+  bool a_scale_row_major;  // a kernel variant of the same problem
   bool operator==(const PlanKey& o) const {
-    return device == o.device && m == o.m && n == o.n && k == o.k && sms_limit == o.sms_limit;
+    return device == o.device && m == o.m && n == o.n && k == o.k && sms_limit == o.sms_limit &&
+           a_scale_row_major == o.a_scale_row_major;
   }
 };
 

@@ -66,6 +66,7 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
   plan->d = box_of(d, "box_d");
   plan->d_swizzle = d["d_swizzle"].cast<uint32_t>();
   plan->store_d_map = d["store_d_map"].cast<bool>();
+  plan->a_scale_row_major = d["a_scale_row_major"].cast<bool>();
   plan->group_size = d["group_size"].cast<int32_t>();
   for (auto code : d["args"].cast<std::vector<int>>()) {
     if (code < 0 || code >= static_cast<int>(Arg::kCount)) {

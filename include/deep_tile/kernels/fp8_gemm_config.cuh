@@ -10,7 +10,7 @@
 namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
-          int kNumAccumBuffers_, int kWgmmaN_>
+          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -55,7 +55,12 @@ struct Fp8GemmConfig {
   static constexpr int kSmemDBytes = kSplitK > 1 ? 0 : align_up(kBlockM * kBlockN * 2, 1024);
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
-  static constexpr int kTileAScaleBytes = kBlockM * 4;
+  // a_scale arrives by TMA per stage: from the TMA-aligned column-major layout one float per row;
+  // from a row-major [M, G] tensor (G % 4 == 0) a box of 4 groups per row, of which the k-block's
+  // column is read (the box's inner edge must be 16 bytes).
+  static constexpr bool kAScaleRowMajor = kAScaleRowMajor_;
+  static constexpr int kAScaleCols = kAScaleRowMajor ? 4 : 1;
+  static constexpr int kTileAScaleBytes = kBlockM * 4 * kAScaleCols;
   static constexpr int kStageTxBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;
   static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageTxBytes + kNumStages * 16;
 

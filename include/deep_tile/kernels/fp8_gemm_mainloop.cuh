@@ -23,7 +23,7 @@ struct SharedStorage {
   u8* d;            // [block_m, block_n] bf16 staging for the TMA-store epilogue (persistent kernel)
   u8* a;            // [stages][block_m, 128] fp8, 128B-swizzled
   u8* b;            // [stages][block_n, 128] fp8, 128B-swizzled
-  float* a_scale;   // [stages][block_m]
+  float* a_scale;   // [stages][block_m][kAScaleCols]
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
 
@@ -32,7 +32,7 @@ struct SharedStorage {
         a(base + Cfg::kSmemDBytes),
         b(a + Cfg::kNumStages * Cfg::kTileABytes),
         a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
-        full(reinterpret_cast<u64*>(a_scale + Cfg::kNumStages * Cfg::kBlockM)),
+        full(reinterpret_cast<u64*>(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols)),
         empty(full + Cfg::kNumStages) {}
 
   /// The split-K partial tile: fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
@@ -123,17 +123,18 @@ struct TileMainloop {
     for (int i = 0; i < kAcc; ++i) ptx::fence_operand(acc[kBuf][i]);
   }
 
-  /// Wait for the stage (first sub-tile of a k-block), read the a_scale rows, issue the WGMMAs.
+  /// Wait for the stage (first sub-tile of k-block `kb`), read the a_scale rows, issue the WGMMAs.
   template <int kSub, int kBuf>
-  DT_DEVICE void issue() {
+  DT_DEVICE void issue(int kb) {
     constexpr int kSlab = kSub / Cfg::kNumNParts, kPart = kSub % Cfg::kNumNParts;
     const int stage = issue_state.index;
     if constexpr (kSub == 0) ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
     // The two rows of this thread in the slab; read before the stage can be released.
-    const float* a_scale =
-        ctx.smem.a_scale + stage * Cfg::kBlockM + ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
+    const int row = ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
+    const float* a_scale = ctx.smem.a_scale + (stage * Cfg::kBlockM + row) * Cfg::kAScaleCols +
+                           (Cfg::kAScaleRowMajor ? (kb & 3) : 0);
     row_scale[kBuf][0] = a_scale[0];
-    row_scale[kBuf][1] = a_scale[8];
+    row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
     const u32 a_offset = stage * Cfg::kTileABytes + kSlab * 64 * Cfg::kBlockK;
@@ -177,7 +178,7 @@ struct TileMainloop {
   DT_DEVICE void overlapped_steps(int kb) {
     constexpr int kPrev = kT - 1;
     if constexpr (kT < kSteps) {
-      issue<kT % Cfg::kNumSubtiles, kT % 2>();
+      issue<kT % Cfg::kNumSubtiles, kT % 2>(kb + kT / Cfg::kNumSubtiles);
       ptx::wgmma_wait_group<1>();
     } else {
       ptx::wgmma_wait_group<0>();
@@ -191,7 +192,7 @@ struct TileMainloop {
   template <int kSub>
   DT_DEVICE void serial_steps(int kb) {
     if constexpr (kSub < Cfg::kNumSubtiles) {
-      issue<kSub, 0>();
+      issue<kSub, 0>(kb);
       ptx::wgmma_wait_group<0>();
       finish<kSub, 0>();
       serial_steps<kSub + 1>(kb);
@@ -213,18 +214,18 @@ struct TileMainloop {
       const int body_begin = kb_begin + (kb_end - kb_begin) % kUnroll;
       for (int kb = kb_begin; kb < body_begin; ++kb) {
         // The remainder runs with buffer 0 alone.
-        issue<0, 0>();
+        issue<0, 0>(kb);
         ptx::wgmma_wait_group<0>();
         finish<0, 0>();
         if constexpr (Cfg::kNumSubtiles == 2) {
-          issue<1, 1>();
+          issue<1, 1>(kb);
           ptx::wgmma_wait_group<0>();
           finish<1, 1>();
         }
         bscale.pop(kb);
       }
       for (int kb = body_begin; kb < kb_end; kb += kUnroll) {
-        issue<0, 0>();
+        issue<0, 0>(kb);
         overlapped_steps<1, kUnroll * Cfg::kNumSubtiles>(kb);
       }
     }

@@ -101,7 +101,12 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
                                                    multicast, rank);
       load_operand<Cfg::kMulticastB, Cfg::kBlockN>(smem.b + state.index * Cfg::kTileBBytes, tma_b, full, k0, n0,
                                                    multicast, rank);
-      ptx::tma_load_2d(smem.a_scale + state.index * Cfg::kBlockM, tma_a_scale, full, m0, kb);
+      float* a_scale = smem.a_scale + state.index * Cfg::kBlockM * Cfg::kAScaleCols;
+      if constexpr (Cfg::kAScaleRowMajor) {
+        ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, m0);  // [block_m][4 groups]
+      } else {
+        ptx::tma_load_2d(a_scale, tma_a_scale, full, m0, kb);  // [block_m] of group kb
+      }
       state.advance();
     }
   }
