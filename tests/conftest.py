@@ -41,6 +41,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_nvcc)
 
 
+@pytest.fixture
+def no_deep_tile_env(monkeypatch):
+    """No DEEP_TILE_* variable set except DEEP_TILE_NVCC (compile tests check the ptxas report
+    themselves, and must not inherit a cache, compiler or watchdog choice from the shell)."""
+    from deep_tile import env
+
+    for name in env.REGISTRY:
+        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
+            monkeypatch.delenv(name, raising=False)
+
+
 def compiler_params() -> list:
     """``pytest.param("nvrtc")`` and ``pytest.param("nvcc")``, each skipped when that compiler is
     not available here (nvcc also marked ``nvcc``): parametrize compile tests with it."""

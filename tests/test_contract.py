@@ -5,7 +5,6 @@ import pytest
 
 from conftest import compiler_params
 
-from deep_tile import env
 from deep_tile.common import SCALE_GROUP
 from deep_tile.errors import CompileError
 from deep_tile.jit import compiler, paths
@@ -15,14 +14,7 @@ from deep_tile.select import KernelConfig
 COMPILERS = compiler_params()
 CONFIG = KernelConfig(block_m=128, block_n=144, num_stages=4, grid_size=132)
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    for name in env.REGISTRY:
-        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
-            monkeypatch.delenv(name, raising=False)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
 
 
 def compile_with(name: str, **overrides):

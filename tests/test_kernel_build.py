@@ -19,7 +19,7 @@ import pytest
 from conftest import compiler_params
 from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
 
-from deep_tile import arch, env
+from deep_tile import arch
 from deep_tile.jit import compiler, paths
 from deep_tile.kernels import cast_fp8, fp8_gemm
 from deep_tile.select import KernelConfig, select_config
@@ -75,15 +75,7 @@ KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
 COMPILERS = compiler_params()
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    """No DEEP_TILE_* variable set except DEEP_TILE_NVCC: the ptxas check is done here, not by the JIT."""
-    for name in env.REGISTRY:
-        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
-            monkeypatch.delenv(name, raising=False)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
 
 
 def family_id(fam: tuple) -> str:

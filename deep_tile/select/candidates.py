@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.select.config import config_label
 
 __all__ = ["Candidate", "MIN_SELECTED_STAGES", "MAX_SELECTED_STAGES", "MAX_SELECTED_SPLIT_K", "max_stages", "tile_shapes",
            "split_k_factors", "enumerate_candidates"]
@@ -73,16 +74,8 @@ class Candidate:
     @property
     def label(self) -> str:
         """Short name, as :attr:`deep_tile.select.KernelConfig.label`."""
-        text = f"{self.shape} s{self.num_stages}"
-        if self.num_multicast == 2:
-            text += " mcA" if self.multicast_on_a else " mcB"
-        if self.split_k > 1:
-            text += f" k{self.split_k}"
-        if self.accum_buffers == 2:
-            text += " x2"
-        if self.wgmma_n != self.block_n:
-            text += f" /{self.wgmma_n}"
-        return text
+        return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
+                            self.split_k, self.accum_buffers, self.wgmma_n)
 
 
 def max_stages(block_m: int, block_n: int, max_smem: int, split_k: int = 1) -> int:

@@ -15,7 +15,29 @@ from typing import Optional
 from deep_tile import arch
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["KernelConfig"]
+__all__ = ["KernelConfig", "config_label"]
+
+
+def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
+                 split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
+                 a_scale_row_major: bool = False) -> str:
+    """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
+
+    ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
+    ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale.
+    """
+    text = f"{block_m}x{block_n} s{num_stages}"
+    if num_multicast == 2:
+        text += " mcA" if multicast_on_a else " mcB"
+    if split_k > 1:
+        text += f" k{split_k}"
+    if accum_buffers == 2:
+        text += " x2"
+    if wgmma_n is not None and wgmma_n != block_n:
+        text += f" /{wgmma_n}"
+    if a_scale_row_major:
+        text += " rm"
+    return text
 
 
 def _check_int(name: str, value, allowed: str, ok: bool) -> None:
@@ -141,23 +163,9 @@ class KernelConfig:
 
     @property
     def label(self) -> str:
-        """Short name for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
-
-        ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator
-        buffers; ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale.
-        """
-        text = f"{self.block_m}x{self.block_n} s{self.num_stages}"
-        if self.num_multicast == 2:
-            text += " mcA" if self.multicast_on_a else " mcB"
-        if self.split_k > 1:
-            text += f" k{self.split_k}"
-        if self.accum_buffers == 2:
-            text += " x2"
-        if self.wgmma_n != self.block_n:
-            text += f" /{self.wgmma_n}"
-        if self.a_scale_row_major:
-            text += " rm"
-        return text
+        """Short name for tables and logs (see :func:`config_label`)."""
+        return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
+                            self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""
