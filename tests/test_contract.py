@@ -5,11 +5,13 @@ import pytest
 
 from conftest import compiler_params
 
+from deep_tile import arch
 from deep_tile.common import SCALE_GROUP
 from deep_tile.errors import CompileError
 from deep_tile.jit import compiler, paths
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select import KernelConfig
+from deep_tile.select.candidates import max_stages
 
 COMPILERS = compiler_params()
 CONFIG = KernelConfig(block_m=128, block_n=144, num_stages=4, grid_size=132)
@@ -82,3 +84,16 @@ def test_the_row_major_variant_compiles(name):
     result = compiler.compile_cubin(paths.entry_path(family.ENTRY), family.defines(CONFIG.with_row_major_a_scale()),
                                     family.SYMBOL, name)
     assert compiler.ptxas_problems(result.log) == []
+
+
+def test_split_k_refuses_the_tiles_that_spill():
+    # 64x144 with one buffer spills when split (ptxas 13.0); the same tile unsplit, and 64x48 split, do not.
+    with pytest.raises(ValueError, match="spills registers when split along K"):
+        KernelConfig(block_m=64, block_n=144, num_stages=8, split_k=8, grid_size=2)
+    assert KernelConfig(block_m=64, block_n=144, num_stages=6, grid_size=2).split_k == 1
+    assert KernelConfig(block_m=64, block_n=48, num_stages=8, split_k=8, grid_size=2).split_k == 8
+    # every table entry names a tile the rest of the contract accepts (no dead entries)
+    for bm, bn, wn, buffers in family.SPILLING_SPLIT_TILES:
+        stages = max_stages(bm, bn, arch.MAX_SMEM_PER_BLOCK, 2)
+        problems = family.tile_problems(bm, bn, stages, 1, 2, wn, buffers, arch.MAX_SMEM_PER_BLOCK)
+        assert problems and all("spills registers" in p for p in problems), (bm, bn, wn, buffers, problems)

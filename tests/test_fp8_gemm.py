@@ -75,7 +75,7 @@ FAMILIES = [
     dict(block_m=256, block_n=112, num_stages=3, num_multicast=2, multicast_on_a=False),
     dict(block_m=256, block_n=48, num_stages=4, num_multicast=2, multicast_on_a=False, accum_buffers=2),
     dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2),
-    dict(block_m=64, block_n=144, num_stages=8, split_k=8),
+    dict(block_m=64, block_n=48, num_stages=8, split_k=8),
     dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2),
     dict(block_m=64, block_n=16, num_stages=8, split_k=3, accum_buffers=2),
 ]

@@ -57,10 +57,20 @@ ACCUM_REGISTER_BUDGET = 192
 """Most accumulator registers per consumer thread, ``(sub-tiles + buffers) * wgmma_n / 2``; the
 rest of the 232 after ``setmaxnreg`` holds addresses, scales and loop state (checked spill-free
 with ptxas 13 by tests/test_kernel_build.py)."""
-SPILLING_SPLIT_TILES = frozenset({(64, 80), (128, 80)})
-"""(block_m, block_n) whose split-K build spills a few bytes (ptxas 13.0 and 13.5: 8-byte stack
-frame, 4 bytes stored, 12 loaded; every other split tile up to 128 wide is spill-free), so
-``tile_problems`` refuses them as split-K tiles."""
+SPILLING_SPLIT_TILES = frozenset({
+    (64, 80, 80, 1), (64, 80, 80, 2), (128, 80, 80, 1), (128, 80, 80, 2), (256, 80, 80, 1),
+    (64, 112, 112, 1), (128, 112, 112, 1),
+    (64, 144, 144, 1), (128, 144, 144, 1),
+    (64, 160, 160, 1), (128, 160, 160, 1), (64, 160, 80, 1), (128, 160, 80, 1),
+    (64, 192, 192, 1), (128, 192, 192, 1),
+    (64, 256, 128, 1), (128, 256, 128, 1),
+})
+"""(block_m, block_n, wgmma_n, accum_buffers) whose split-K build spills a few bytes (8-byte stack
+frame, 4 bytes stored, 12 loaded), so ``tile_problems`` refuses them as split-K tiles. Found by
+compiling every legal split-K kind with nvcc 13.0.88 (2026-11-22), aligned and row-major a_scale
+alike; NVRTC 13.5 spills on a subset of these. The
+selector's split tiles (at most 128 wide, two buffers) are all spill-free; tests/test_kernel_build.py
+compiles one of each."""
 PRODUCER_REGISTERS = 40
 """Registers per producer thread after ``setmaxnreg.dec``."""
 CONSUMER_REGISTERS = 232
@@ -184,8 +194,9 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
-    if split_k > 1 and (block_m, block_n) in SPILLING_SPLIT_TILES:
-        problems.append(f"a {block_m}x{block_n} tile spills registers when split along K (split_k > 1)")
+    if split_k > 1 and (block_m, block_n, wgmma_n, accum_buffers) in SPILLING_SPLIT_TILES:
+        problems.append(f"a {block_m}x{block_n} tile with wgmma_n={wgmma_n} and {accum_buffers} accumulator "
+                        f"buffer(s) spills registers when split along K (split_k > 1)")
     if split_k > 1 and partial_bytes(block_m, block_n) > num_stages * (block_m + block_n) * BLOCK_K:
         problems.append(f"the split-K partial tile ({partial_bytes(block_m, block_n)} bytes) does not fit in the "
                         f"{num_stages} A/B stages it reuses")
