@@ -9,13 +9,12 @@ briefs (dense, i.e. non-sparse, tensor-core rates at boost clock), and docs/desi
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
 __all__ = [
     "MAX_SMEM_PER_BLOCK", "SMEM_PER_SM", "REGISTERS_PER_SM", "MAX_REGISTERS_PER_THREAD",
-    "THREADS_PER_WARPGROUP", "ChipFacts", "CHIPS", "DEFAULT_CHIP", "chip_facts",
+    "ChipFacts", "CHIPS", "DEFAULT_CHIP", "chip_facts",
 ]
 
 # Hardware limits of compute capability 9.0.
@@ -27,8 +26,6 @@ REGISTERS_PER_SM = 65536
 """32-bit registers per SM (and per block)."""
 MAX_REGISTERS_PER_THREAD = 255
 """Most registers one thread may use."""
-THREADS_PER_WARPGROUP = 128
-"""Four warps: the unit that issues one WGMMA."""
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,12 @@ Imports torch lazily (only :func:`check_fp8_gemm_args` needs it), so the selecti
 from __future__ import annotations
 
 import operator
+from typing import TYPE_CHECKING
 
 from deep_tile.common import SCALE_GROUP, ceil_div
+
+if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are checked
+    import torch
 
 __all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_fp8_gemm_args"]
 
@@ -62,13 +66,6 @@ def check_problem_shape(func: str, m, n, k) -> tuple[int, int, int]:
     return m, n, k
 
 
-def _require_tensor(name: str, x) -> None:
-    import torch
-
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{_FN}: {name} must be a torch.Tensor; got {type(x).__name__}")
-
-
 def _require_dtype(name: str, x: torch.Tensor, dtype: torch.dtype) -> None:
     if x.dtype != dtype:
         raise TypeError(f"{_FN}: {name} must have dtype {dtype}; got {x.dtype}")
@@ -79,9 +76,11 @@ def _require_2d(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{_FN}: {name} must be 2-D; got shape {tuple(x.shape)}")
 
 
-def _require_shape(name: str, x: torch.Tensor, expected: tuple, why: str) -> None:
+def _require_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
+    """``why``: the expected shape in words, or a function giving them (built only on failure)."""
     if tuple(x.shape) != expected:
-        raise ValueError(f"{_FN}: {name} must have shape {why} = {expected}; got {tuple(x.shape)}")
+        words = why() if callable(why) else why
+        raise ValueError(f"{_FN}: {name} must have shape {words} = {expected}; got {tuple(x.shape)}")
 
 
 def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, data_checks: bool) -> None:
@@ -97,19 +96,6 @@ def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, d
         if data_checks and x.data_ptr() % 16 != 0:
             raise ValueError(f"{_FN}: {name} base address must be 16-byte aligned (TMA); "
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
-
-
-_capabilities: dict = {}
-"""CUDA device index -> compute capability (asked of torch once per device)."""
-
-
-def _capability(device) -> tuple:
-    capability = _capabilities.get(device.index)
-    if capability is None:
-        import torch
-
-        capability = _capabilities[device.index] = torch.cuda.get_device_capability(device)
-    return capability
 
 
 def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True) -> tuple[int, int, int]:
@@ -128,10 +114,9 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     """
     import torch
 
-    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
-        _require_tensor(name, x)
-    if out is not None:
-        _require_tensor("out", out)
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out)):
+        if not isinstance(x, torch.Tensor) and (x is not None or name != "out"):
+            raise TypeError(f"{_FN}: {name} must be a torch.Tensor; got {type(x).__name__}")
     _require_dtype("a", a, torch.float8_e4m3fn)
     _require_dtype("b", b, torch.float8_e4m3fn)
     _require_dtype("a_scale", a_scale, torch.float32)
@@ -148,9 +133,9 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     m, n, k = check_problem_shape(_FN, m, n, k)
     g = SCALE_GROUP
     k_groups = ceil_div(k, g)
-    _require_shape("a_scale", a_scale, (m, k_groups), f"(m, ceil(k/{g})) for a of shape {tuple(a.shape)}")
+    _require_shape("a_scale", a_scale, (m, k_groups), lambda: f"(m, ceil(k/{g})) for a of shape {tuple(a.shape)}")
     _require_shape("b_scale", b_scale, (ceil_div(n, g), k_groups),
-                   f"(ceil(n/{g}), ceil(k/{g})) for b of shape {tuple(b.shape)}")
+                   lambda: f"(ceil(n/{g}), ceil(k/{g})) for b of shape {tuple(b.shape)}")
     if out is not None:
         _require_2d("out", out)
         _require_shape("out", out, (m, n), "(m, n)")
@@ -170,7 +155,9 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     if len(set(devices.values())) > 1:
         listing = ", ".join(f"{name} on {device}" for name, device in devices.items())
         raise ValueError(f"{_FN}: all tensors must be on the same device; got {listing}")
-    capability = _capability(a.device)
+    from deep_tile.device import device_facts  # deep_tile.device imports this module
+
+    capability = device_facts(a.device.index).capability
     if capability != (9, 0):
         raise ValueError(f"{_FN}: needs an sm_90 (Hopper) GPU; {a.device} is "
                          f"{torch.cuda.get_device_name(a.device)} with compute capability {capability}")

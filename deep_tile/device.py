@@ -119,14 +119,15 @@ def set_num_sms(num_sms: Optional[int]) -> None:
         ValueError: ``num_sms`` is not an int in 1..(the device's SM count; 132 without a device).
     """
     global _num_sms_limit
-    if num_sms is None:
-        _num_sms_limit = None
-        return
-    limit = _device_num_sms()
-    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or not 1 <= num_sms <= limit:
-        raise ValueError(f"set_num_sms: num_sms must be an int in 1..{limit} (the device's SM count) "
-                         f"or None; got {num_sms!r}")
+    if num_sms is not None:
+        limit = _device_num_sms()
+        if isinstance(num_sms, bool) or not isinstance(num_sms, int) or not 1 <= num_sms <= limit:
+            raise ValueError(f"set_num_sms: num_sms must be an int in 1..{limit} (the device's SM count) "
+                             f"or None; got {num_sms!r}")
     _num_sms_limit = num_sms
+    loader = sys.modules.get("deep_tile.native.loader")  # loaded native libraries read their own copy
+    if loader is not None:
+        loader.push_sms_limit(num_sms or 0)
 
 
 def get_num_sms() -> int:
@@ -134,17 +135,3 @@ def get_num_sms() -> int:
     (132, an H100 SXM, without a CUDA device)."""
     return _device_num_sms() if _num_sms_limit is None else _num_sms_limit
 
-
-_MOVED = {"get_config", "explain"}
-"""Names that moved to :mod:`deep_tile.select.api` and are still reachable here (see ``__getattr__``)."""
-
-
-def __getattr__(name: str):
-    """Transitional alias: ``deep_tile.device.get_config`` / ``.explain`` resolve lazily to
-    :mod:`deep_tile.select.api` (no import of deep_tile.select at module load), until every caller
-    imports them from there."""
-    if name in _MOVED:
-        from deep_tile.select import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

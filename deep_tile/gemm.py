@@ -113,7 +113,7 @@ class _Plan:
     """Everything about a launch that depends only on the problem and the config: memoised.
     (A plain class, not a dataclass: this module is imported by the first call of a process.)"""
 
-    __slots__ = ("config", "kernel", "boxes", "grid", "cluster")
+    __slots__ = ("config", "kernel", "boxes", "grid", "cluster", "block", "smem")
 
     def __init__(self, config, kernel, boxes: family.TensorMapBoxes, grid: int, cluster: int):
         self.config = config
@@ -121,6 +121,8 @@ class _Plan:
         self.boxes = boxes
         self.grid = grid
         self.cluster = cluster
+        self.block = config.num_threads  # launch constants, derived once rather than per call
+        self.smem = config.smem_bytes
 
     def __repr__(self) -> str:
         return f"_Plan(config={self.config!r}, kernel={self.kernel.name!r}, grid={self.grid}, cluster={self.cluster})"
@@ -156,10 +158,8 @@ def _get_config(m: int, n: int, k: int, num_sms: int):
     from deep_tile import phases
     from deep_tile.select.api import get_config
 
-    start = time.perf_counter()
-    config = get_config(m, n, k, num_sms=num_sms)
-    phases.add("select", time.perf_counter() - start)
-    return config
+    with phases.timed("select"):
+        return get_config(m, n, k, num_sms=num_sms)
 
 
 def _plan(m: int, n: int, k: int, num_sms: int, a_scale_row_major: bool = False) -> _Plan:
@@ -231,7 +231,7 @@ def _run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
         }
         args = KernelArgs([(kind, values[name]) for kind, name in zip(family.ARGUMENT_KINDS, family.ARGUMENTS)])
         mapped = time.perf_counter()
-        plan.kernel.launch(grid=plan.grid, block=config.num_threads, smem_bytes=config.smem_bytes,
+        plan.kernel.launch(grid=plan.grid, block=plan.block, smem_bytes=plan.smem,
                            stream=torch.cuda.current_stream(device).cuda_stream, args=args,
                            device=device.index, cluster=plan.cluster)
         if first:
@@ -243,6 +243,4 @@ def _report_first_launch(plan: _Plan, m: int, n: int, k: int, maps_s: float, lau
     from deep_tile import phases
 
     _launched.add(id(plan))
-    phases.add("tensor maps", maps_s)
-    phases.add("launch", launch_s)
-    phases.report(f"first call {m}x{n}x{k} (python path, {plan.config.label})")
+    phases.report_first_launch(f"{m}x{n}x{k} (python path, {plan.config.label})", maps_s, launch_s)

@@ -15,7 +15,7 @@ import time
 
 from deep_tile import env
 
-__all__ = ["PHASES", "add", "timed", "take", "report", "last_report"]
+__all__ = ["PHASES", "add", "timed", "take", "report", "report_first_launch", "last_report"]
 
 PHASES = ("import", "select", "key", "load", "compile", "module", "native", "tensor maps", "launch")
 """The phases, in the order they are printed."""
@@ -64,6 +64,14 @@ def report(what: str) -> dict[str, float]:
         parts = ", ".join(f"{phase} {seconds * 1e3:.2f} ms" for phase, seconds in taken.items())
         print(f"deep_tile: {what}: {parts} (total {total * 1e3:.2f} ms)", file=sys.stderr, flush=True)
     return taken
+
+
+def report_first_launch(what: str, maps_s: float, launch_s: float) -> dict[str, float]:
+    """Add a plan's first tensor-map encoding and launch times (seconds) and :func:`report` them as
+    ``first call <what>`` (both host paths, on the first launch of each plan)."""
+    add("tensor maps", maps_s)
+    add("launch", launch_s)
+    return report(f"first call {what}")
 
 
 def last_report() -> dict:

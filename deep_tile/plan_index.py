@@ -17,21 +17,18 @@ selector prints each new choice).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
-import uuid
 from pathlib import Path
 
-from deep_tile import env
+from deep_tile import env, json_records
+from deep_tile.json_records import SETTLE_NS
 
 __all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "lookup", "store"]
 
 _PACKAGE = Path(__file__).resolve().parent
 SOURCES = ("select", "arch.py", "common.py", "device.py", "gemm.py", "kernels/fp8_gemm.py", "native/bridge.py")
 """The package's files and folders (relative) whose code decides a plan."""
-SETTLE_NS = 2_000_000_000
-"""Records are written only when every fingerprinted file is at least this old (ns)."""
 
 _fingerprints: dict = {}  # device index -> (fingerprint, newest mtime ns)
 
@@ -45,12 +42,12 @@ def _fingerprint(device_index: int) -> tuple[str, int]:
     cached = _fingerprints.get(device_index)
     if cached is not None:
         return cached
-    import torch
+    from deep_tile.device import device_facts
 
-    props = torch.cuda.get_device_properties(device_index)
-    smem = getattr(props, "shared_memory_per_block_optin", 0)
-    h = hashlib.sha256(f"deep_tile plan index 1\0{props.name}\0{props.multi_processor_count}\0{smem}\0"
-                       f"{props.major}.{props.minor}\0".encode())
+    facts = device_facts(device_index)
+    major, minor = facts.capability
+    h = hashlib.sha256(f"deep_tile plan index 1\0{facts.name}\0{facts.num_sms}\0{facts.max_smem_per_block}\0"
+                       f"{major}.{minor}\0".encode())
     newest = 0
     for source in SOURCES:
         path = _PACKAGE / source
@@ -75,11 +72,7 @@ def lookup(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str
     if env.print_configs() or env.disable_cache():
         return None
     path, _ = _path(device_index, m, n, k, num_sms, variant)
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
+    return json_records.read(path)
 
 
 def store(device_index: int, m: int, n: int, k: int, num_sms: int, record: dict, variant: str = "") -> None:
@@ -89,10 +82,4 @@ def store(device_index: int, m: int, n: int, k: int, num_sms: int, record: dict,
     path, newest = _path(device_index, m, n, k, num_sms, variant)
     if time.time_ns() - newest < SETTLE_NS:
         return  # the selector's sources are being edited: do not remember
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    json_records.write(path, record)

@@ -120,10 +120,11 @@ def per_token_cast_to_fp8(x: torch.Tensor):
     Raises:
         TypeError, ValueError: bad type, dtype, rank or K = 0.
     """
-    _check_input("per_token_cast_to_fp8", "x", x)
+    if not isinstance(x, torch.Tensor):  # the op's schema would reject it first, with its own words
+        _check_input("per_token_cast_to_fp8", "x", x)
     from deep_tile import ops
 
-    return ops.per_token_cast_to_fp8(x)
+    return ops.per_token_cast_to_fp8(x)  # checks the rest
 
 
 def _per_token_cast(x: torch.Tensor):
@@ -165,10 +166,11 @@ def per_block_cast_to_fp8(w: torch.Tensor):
     Raises:
         TypeError, ValueError: bad type, dtype, rank or K = 0.
     """
-    _check_input("per_block_cast_to_fp8", "w", w)
+    if not isinstance(w, torch.Tensor):  # the op's schema would reject it first, with its own words
+        _check_input("per_block_cast_to_fp8", "w", w)
     from deep_tile import ops
 
-    return ops.per_block_cast_to_fp8(w)
+    return ops.per_block_cast_to_fp8(w)  # checks the rest
 
 
 def _per_block_cast(w: torch.Tensor):

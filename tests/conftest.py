@@ -52,6 +52,33 @@ def no_deep_tile_env(monkeypatch):
             monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture
+def data_tree(tmp_path, monkeypatch, no_deep_tile_env):
+    """tests/data (a tiny include + csrc tree) copied into ``tmp_path`` as the kernel sources, an
+    empty cache in ``tmp_path/cache``, the first available compiler; the in-process memo and cache
+    statistics reset before and the memo after. Yields ``tmp_path``."""
+    import tempfile
+
+    from deep_tile.jit import cache, compiler, paths
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # kept failing sources land here
+    shutil.copytree(ROOT / "tests" / "data", tmp_path / "data")
+    monkeypatch.setattr(paths, "include_dir", lambda: tmp_path / "data" / "include")
+    monkeypatch.setattr(paths, "csrc_dir", lambda: tmp_path / "data" / "csrc")
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DEEP_TILE_COMPILER", compiler.available_compilers()[0])
+    cache.clear_memo()
+    cache.reset_stats()
+    yield tmp_path
+    cache.clear_memo()
+
+
+def cache_entries(tmp_path: Path) -> list[Path]:
+    """The published kernel entry directories of the ``data_tree`` cache (no temp or discarded ones)."""
+    root = tmp_path / "cache" / "kernels"
+    return sorted(p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith("."))
+
+
 def compiler_params() -> list:
     """``pytest.param("nvrtc")`` and ``pytest.param("nvcc")``, each skipped when that compiler is
     not available here (nvcc also marked ``nvcc``): parametrize compile tests with it."""
@@ -65,17 +92,26 @@ def compiler_params() -> list:
     ]
 
 
-def run_gpu_cases(function: str, cases: list, timeout: float = 600.0) -> list[dict]:
-    """Run `tests/gpu_cases.py::<function>(**case)` for each case in one child process.
+def run_python(code: str, timeout: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh interpreter (from the repository root, output captured): for
+    checks of what an import loads or starts, which an already-warm test process cannot show."""
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def run_child_cases(script: str, function: str, cases: list, timeout: float, env: dict | None = None) -> list[dict]:
+    """Run ``tests/<script>::<function>(**case)`` for each case in one child process (the child
+    serves them with ``gpu_cases.serve``), with ``env`` added to its environment.
 
     Returns one result dict per case. A child that crashes or times out fails the calling test
     with the cases it completed and the tail of its output.
     """
     payload = json.dumps({"function": function, "cases": cases})
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    child_env.update(env or {})
     try:
-        proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu_cases.py")], input=payload,
-                              capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run([sys.executable, str(ROOT / "tests" / script)], input=payload,
+                              capture_output=True, text=True, timeout=timeout, env=child_env)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"")
         out = out.decode() if isinstance(out, bytes) else out
@@ -85,3 +121,14 @@ def run_gpu_cases(function: str, cases: list, timeout: float = 600.0) -> list[di
         pytest.fail(f"{function}: child exited {proc.returncode} after {len(results)}/{len(cases)} cases\n"
                     f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}")
     return results
+
+
+def run_gpu_cases(function: str, cases: list, timeout: float = 600.0) -> list[dict]:
+    """The kernel checks of tests/gpu_cases.py, in a child process (see :func:`run_child_cases`)."""
+    return run_child_cases("gpu_cases.py", function, cases, timeout)
+
+
+def run_host_cases(function: str, cases: list, timeout: float = 900.0, env: dict | None = None) -> list[dict]:
+    """The host-path checks of tests/gpu_host_cases.py (custom ops, native extension), in a child
+    process (see :func:`run_child_cases`)."""
+    return run_child_cases("gpu_host_cases.py", function, cases, timeout, env)

@@ -162,12 +162,14 @@ def bad_input_leaves_out_untouched(case: str) -> dict:
     return {"case": case, "raised": raised, "out_all_nan": bool(torch.isnan(out).all().item())}
 
 
-def main() -> None:
+def serve(namespace: dict) -> None:
+    """Child side of conftest.run_child_cases: run ``namespace[function](**case)`` for the function
+    and cases read from stdin, one ``RESULT {json}`` line per case."""
     spec = json.loads(sys.stdin.read())
-    function = globals()[spec["function"]]
+    function = namespace[spec["function"]]
     for case in spec["cases"]:
         print("RESULT " + json.dumps(function(**case)), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    serve(globals())

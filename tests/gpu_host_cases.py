@@ -1,68 +1,37 @@
-"""GPU checks of the host paths (custom ops, native extension), run in a child process.
+"""GPU checks of the host paths (custom ops, native extension), run in a child process by
+tests/conftest.py::run_host_cases (a kernel that traps poisons its whole CUDA context: it must fail
+one test, not the session).
 
-Like tests/gpu_cases.py: reads {"function": name, "cases": [kwargs, ...]} as JSON on stdin, calls
-the named function for each case and prints one ``RESULT {json}`` line per case. The tests call
-:func:`run_host_cases`, which starts this file under a timeout (a kernel that traps poisons its
-whole CUDA context: it must fail one test, not the session).
+Like tests/gpu_cases.py, whose ``serve`` it uses: reads {"function": name, "cases": [kwargs, ...]}
+as JSON on stdin and prints one ``RESULT {json}`` line per case.
 """
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import torch
 
+import deep_tile
+from deep_tile import native
+from deep_tile.gemm import _run
+from deep_tile.testing.data import make_fp8_problem
+from deep_tile.testing.numeric import calc_diff
+from gpu_cases import _poisoned_out
+from gpu_cases import serve
 
-def run_host_cases(function: str, cases: list, timeout: float = 900.0, env: dict | None = None) -> list[dict]:
-    """Run ``<function>(**case)`` of this file for each case in one child process; fail the
-    calling test (pytest.fail) when the child crashes, times out or returns fewer results."""
-    import pytest
-
-    payload = json.dumps({"function": function, "cases": cases})
-    child_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    child_env.update(env or {})
-    try:
-        proc = subprocess.run([sys.executable, str(Path(__file__).resolve())], input=payload, capture_output=True,
-                              text=True, timeout=timeout, env=child_env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        pytest.fail(f"{function}: child timed out after {timeout:.0f}s; output:\n{out[-4000:]}")
-    results = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or len(results) != len(cases):
-        pytest.fail(f"{function}: child exited {proc.returncode} after {len(results)}/{len(cases)} cases\n"
-                    f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}")
-    return results
-
-
-# ---- the cases (imported lazily: the tests import this file for run_host_cases only) -----------
 
 def _problem(m: int, n: int, k: int, seed: int, layout: str = "tma"):
-    from deep_tile.testing.data import make_fp8_problem
-
     return make_fp8_problem(m, n, k, "cuda", seed=seed, a_scale_layout=layout)
 
 
-def _nan_out(m: int, n: int):
-    import torch
-
-    return torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-
-
 def _same(x, y) -> bool:
-    import torch
-
     return bool(torch.equal(x.view(torch.int16), y.view(torch.int16)))
 
 
 def _native():
     """The loaded native extension (built now if needed); raises when it cannot be."""
-    from deep_tile import native
-
     if not native.build(wait=True):
         raise RuntimeError(f"the native extension is not available: {native.status()}")
     return native.module()
@@ -71,26 +40,19 @@ def _native():
 def native_vs_python(m: int, n: int, k: int, layout: str = "tma", seed: int = 0) -> dict:
     """The native path (through the op, and directly) against the Python path: bitwise equal,
     repeated calls bitwise equal, and the native path really taken."""
-    import torch
-
-    import deep_tile
-    from deep_tile.gemm import _run
-
     extension = _native()
     a, a_scale, b, b_scale = _problem(m, n, k, seed, layout)
-    python = _run(a, a_scale, b, b_scale, _nan_out(m, n))
+    python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
     before = extension.stats()
-    op_out = _nan_out(m, n)
+    op_out = _poisoned_out(m, n)
     torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, op_out)
     op_new = torch.ops.deep_tile.fp8_gemm(a, a_scale, b, b_scale)
     public = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
-    direct = extension.fp8_gemm(a, a_scale, b, b_scale, _nan_out(m, n))
-    repeats = [deep_tile.fp8_gemm(a, a_scale, b, b_scale, _nan_out(m, n)) for _ in range(3)]
+    direct = extension.fp8_gemm(a, a_scale, b, b_scale, _poisoned_out(m, n))
+    repeats = [deep_tile.fp8_gemm(a, a_scale, b, b_scale, _poisoned_out(m, n)) for _ in range(3)]
     torch.cuda.synchronize()
     after = extension.stats()
     ref = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
-    from deep_tile.testing.numeric import calc_diff
-
     return {"m": m, "n": n, "k": k, "layout": layout,
             "native_equals_python": all(_same(x, python) for x in (op_out, op_new, public, direct)),
             "repeat_bitwise": all(_same(x, op_out) for x in repeats),
@@ -101,15 +63,41 @@ def native_vs_python(m: int, n: int, k: int, layout: str = "tma", seed: int = 0)
             "diff": calc_diff(op_out.double(), ref) if ref.numel() else 0.0}
 
 
-def errors_match(case: str) -> dict:
-    """A bad CUDA argument raises the same type and message on both paths, before writing out."""
-    import torch
-
-    from deep_tile.gemm import _run
+def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
+    """deep_tile.set_num_sms while the native library is loaded: its next call plans with the new
+    limit (the launch grid shrinks) and matches the Python path under the same limit bitwise."""
+    from deep_tile import device, gemm
 
     extension = _native()
+    a, a_scale, b, b_scale = _problem(m, n, k, seed)
+    deep_tile.fp8_gemm(a, a_scale, b, b_scale)  # the unlimited plan exists before counting
+    torch.cuda.synchronize()
+    before = extension.stats()
+    device.set_num_sms(66)
+    try:
+        limited = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+        limited_python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+        limited_grid = gemm._plan(m, n, k, 66).grid
+    finally:
+        device.set_num_sms(None)
+    full = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    full_again = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+    full_python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+    torch.cuda.synchronize()
+    after = extension.stats()
+    return {"native_calls": after["native_calls"] - before["native_calls"],
+            "python_calls": after["python_calls"] - before["python_calls"],
+            "plans_created": after["plans_created"] - before["plans_created"],
+            "limited_grid": limited_grid, "full_grid": gemm._plan(m, n, k, device.get_num_sms()).grid,
+            "limited_equals_python": _same(limited, limited_python),
+            "full_equals_python": _same(full, full_python) and _same(full_again, full_python)}
+
+
+def errors_match(case: str) -> dict:
+    """A bad CUDA argument raises the same type and message on both paths, before writing out."""
+    extension = _native()
     a, a_scale, b, b_scale = _problem(256, 256, 256, 3)
-    out = _nan_out(256, 256)
+    out = _poisoned_out(256, 256)
     if case == "misaligned_a":
         a = torch.empty(256 * 256 + 16, dtype=torch.uint8, device="cuda")[1:256 * 256 + 1].view(256, 256).view(
             torch.float8_e4m3fn)
@@ -135,13 +123,10 @@ def errors_match(case: str) -> dict:
 
 def cuda_graph_replay(m: int, n: int, k: int, seed: int = 0) -> dict:
     """Both ops captured in a CUDA graph on a side stream, replayed with new data."""
-    import torch
-
-    import deep_tile
 
     _native()
     a, a_scale, b, b_scale = _problem(m, n, k, seed)
-    out = _nan_out(m, n)
+    out = _poisoned_out(m, n)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up outside capture: plan, kernel load, tensor maps
@@ -167,9 +152,6 @@ def cuda_graph_replay(m: int, n: int, k: int, seed: int = 0) -> dict:
 def compiled_module(m: int, n: int, k: int, seed: int = 0, backend: str = "inductor") -> dict:
     """torch.compile(fullgraph=True) of a module that quantises its input and calls both GEMM
     ops: traces with no graph break; equal to eager bitwise; replays under CUDA graphs too."""
-    import torch
-
-    import deep_tile
 
     _native()
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -203,9 +185,6 @@ def compiled_module(m: int, n: int, k: int, seed: int = 0, backend: str = "induc
 
 def debug_phases() -> dict:
     """DEEP_TILE_DEBUG prints the phases of the first call of a new plan (native path)."""
-    import torch
-
-    import deep_tile
 
     _native()
     os.environ["DEEP_TILE_DEBUG"] = "1"
@@ -218,13 +197,5 @@ def debug_phases() -> dict:
     return {"stderr": captured.getvalue()[-3000:]}
 
 
-def main() -> None:
-    """Run the cases named on stdin (see the module docstring)."""
-    spec = json.loads(sys.stdin.read())
-    function = globals()[spec["function"]]
-    for case in spec["cases"]:
-        print("RESULT " + json.dumps(function(**case)), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    serve(globals())

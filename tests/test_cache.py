@@ -5,10 +5,8 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,10 +14,10 @@ import pytest
 
 from deep_tile import env
 from deep_tile.errors import CacheError, CompileError
-from deep_tile.jit import cache, compiler, paths, source_index
+from deep_tile.jit import cache, compiler, source_index
+from conftest import cache_entries
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
 AVAILABLE = compiler.available_compilers()
 TINY = ("tiny", {"DT_SCALE": 3}, "dt_tiny")
 
@@ -27,27 +25,9 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason="neither NVRTC nor nvcc is
 
 
 @pytest.fixture
-def tree(tmp_path, monkeypatch):
+def tree(data_tree):
     """A private copy of tests/data (include + csrc) and an empty cache dir; memo and stats reset."""
-    for name in env.REGISTRY:
-        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # kept failing sources land here
-    shutil.copytree(DATA, tmp_path / "data")
-    monkeypatch.setattr(paths, "include_dir", lambda: tmp_path / "data" / "include")
-    monkeypatch.setattr(paths, "csrc_dir", lambda: tmp_path / "data" / "csrc")
-    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("DEEP_TILE_COMPILER", AVAILABLE[0])
-    cache.clear_memo()
-    cache.reset_stats()
-    yield tmp_path
-    cache.clear_memo()
-
-
-def entries(tmp_path) -> list[Path]:
-    """Published entry directories (no temp or discarded ones)."""
-    root = tmp_path / "cache" / "kernels"
-    return sorted(p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith("."))
+    return data_tree
 
 
 def test_miss_then_memo_hit_then_disk_hit(tree):
@@ -62,7 +42,7 @@ def test_miss_then_memo_hit_then_disk_hit(tree):
     stats = cache.cache_stats()
     assert stats["disk_hits"] == 1 and stats["compiles"] == 1 and stats["hits"] == 2
     assert stats["index_hits"] == 1  # the key's source hashes and compiler version came from the index
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     assert entry.parent.name == entry.name[:2] and len(entry.name) == 64
     assert (entry / "kernel.cubin").read_bytes() == cubin
     meta = json.loads((entry / "meta.json").read_text())
@@ -92,22 +72,22 @@ def test_memo_hit_does_no_file_io_and_no_hashing(tree, monkeypatch):
 def test_key_changes_with_defines_and_headers(tree):
     first = cache.get_cubin(*TINY)
     cache.get_cubin("tiny", {"DT_SCALE": 4}, "dt_tiny")
-    assert len(entries(tree)) == 2
+    assert len(cache_entries(tree)) == 2
     header = tree / "data" / "include" / "dt_test" / "scale.cuh"
     header.write_text(header.read_text().replace("x * scale + 1", "x * scale + 2"))
     cache.clear_memo()  # header hashes are taken once per process
     changed = cache.get_cubin(*TINY)
-    assert changed != first and len(entries(tree)) == 3
+    assert changed != first and len(cache_entries(tree)) == 3
     (tree / "data" / "include" / "dt_test" / "new.cuh").write_text("// a new, unused header\n")
     cache.clear_memo()
     cache.get_cubin(*TINY)
-    assert len(entries(tree)) == 4 and cache.cache_stats()["compiles"] == 4
+    assert len(cache_entries(tree)) == 4 and cache.cache_stats()["compiles"] == 4
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete_cubin", "bad_meta", "flip_byte"])
 def test_corrupt_entry_is_rebuilt(tree, damage):
     good = cache.get_cubin(*TINY)
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     cubin_file, meta_file = entry / "kernel.cubin", entry / "meta.json"
     if damage == "truncate":
         cubin_file.write_bytes(good[: len(good) // 2])
@@ -121,7 +101,7 @@ def test_corrupt_entry_is_rebuilt(tree, damage):
     assert cache.get_cubin(*TINY) == good
     stats = cache.cache_stats()
     assert stats["corrupt"] == 1 and stats["compiles"] == 2 and stats["disk_hits"] == 0
-    [entry_again] = entries(tree)
+    [entry_again] = cache_entries(tree)
     assert (entry_again / "kernel.cubin").read_bytes() == good
     assert not [p for p in entry.parent.iterdir() if p.name.startswith(".")]  # nothing left aside
     cache.clear_memo()
@@ -166,7 +146,7 @@ def test_debug_log_reports_miss_and_hit(tree, monkeypatch, capsys):
 def test_dump_asm_writes_ptx_and_sass(tree, monkeypatch):
     monkeypatch.setenv("DEEP_TILE_DUMP_ASM", "1")
     cache.get_cubin(*TINY)
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     assert ".target sm_90a" in (entry / "kernel.ptx").read_text()
     if compiler.find_tool("cuobjdump") is None:
         assert not (entry / "kernel.sass").exists()
@@ -178,7 +158,7 @@ def test_dump_asm_without_tools_does_not_fail(tree, monkeypatch):
     monkeypatch.setenv("DEEP_TILE_DUMP_ASM", "1")
     monkeypatch.setattr(compiler, "find_tool", lambda name: None)
     assert compiler.has_symbol(cache.get_cubin(*TINY), "dt_tiny")
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     assert not (entry / "kernel.sass").exists()
 
 
@@ -202,7 +182,7 @@ def test_compile_errors_propagate_and_are_not_cached(tree):
         cache.get_cubin("tiny", {}, "dt_tiny")
     with pytest.raises(CompileError):
         cache.get_cubin("tiny", {}, "dt_tiny")
-    assert cache.cache_stats()["compiles"] == 0 and entries(tree) == []
+    assert cache.cache_stats()["compiles"] == 0 and cache_entries(tree) == []
     with pytest.raises(FileNotFoundError, match="'missing'"):
         cache.get_cubin("missing", {}, "dt_tiny")
     with pytest.raises(ValueError, match="C identifiers"):
@@ -217,7 +197,7 @@ def test_compiler_is_part_of_the_key(tree, monkeypatch):
     if "nvrtc" in AVAILABLE:
         monkeypatch.setenv("DEEP_TILE_COMPILER", "nvrtc")
         cache.get_cubin(*TINY)
-    assert len(entries(tree)) == len(AVAILABLE) and cache.cache_stats()["compiles"] == len(AVAILABLE)
+    assert len(cache_entries(tree)) == len(AVAILABLE) and cache.cache_stats()["compiles"] == len(AVAILABLE)
 
 
 CHILD = r"""
@@ -256,7 +236,7 @@ def test_concurrent_processes_publish_one_entry(tree):
     results = [p.communicate(timeout=180) for p in procs]
     for proc, (out, err) in zip(procs, results):
         assert proc.returncode == 0, err
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     published = hashlib.sha256((entry / "kernel.cubin").read_bytes()).hexdigest()
     digests = {out.split()[0] for out, _ in results}
     assert digests == {published}
@@ -292,7 +272,7 @@ def test_index_hit_hashes_no_header_and_asks_no_compiler(tree, monkeypatch, requ
 
 def test_index_key_equals_the_full_key(tree):
     cache.get_cubin(*TINY)
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     entry_source = (tree / "data" / "csrc" / "entry" / "tiny.cu").read_bytes()
     key, _ = cache.cache_key(entry_source, tree / "data" / "include", {"DT_SCALE": 3}, AVAILABLE[0])
     assert entry.name == key
@@ -307,7 +287,7 @@ def test_header_edit_changes_the_key_after_the_index_was_written(tree, monkeypat
     os.utime(header, ns=(old, old))  # settled, so the new state is indexed too
     cache.clear_memo()
     second = cache.get_cubin(*TINY)
-    assert second != first and len(entries(tree)) == 2 and cache.cache_stats()["compiles"] == 2
+    assert second != first and len(cache_entries(tree)) == 2 and cache.cache_stats()["compiles"] == 2
     cache.clear_memo()
     with monkeypatch.context() as m:
         _forbid_full_key(m)
@@ -323,7 +303,7 @@ def test_a_tree_being_edited_is_not_indexed(tree):
     header.write_text(header.read_text().replace("x * scale + 1", "x * scale + 4"))  # within the same tick
     cache.clear_memo()
     cache.get_cubin(*TINY)
-    assert len(entries(tree)) == 2  # hashed from the contents again: the edit is seen
+    assert len(cache_entries(tree)) == 2  # hashed from the contents again: the edit is seen
 
 
 def test_corrupt_index_record_is_ignored_and_rewritten(tree):

@@ -1,8 +1,5 @@
 """One shape contract: deep_tile.checks.check_problem_shape, as fp8_gemm, get_config, explain, warmup
 and the command line see it; the num_sms check; deep_tile.common."""
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +10,8 @@ from deep_tile.__main__ import main
 from deep_tile.checks import check_fp8_gemm_args, check_problem_shape
 from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
 from deep_tile.select.api import explain, get_config
+from conftest import run_python
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # (m, n, k) -> the message after "<function>: "
 BAD_SHAPES = [
@@ -127,7 +124,7 @@ def test_selection_modules_import_no_torch():
             "deep_tile.checks.check_problem_shape('f', 4096, 7168, 2048)\n"
             "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'cuda'))\n"
             "print(bad)\nsys.exit(1 if bad else 0)\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = run_python(code)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,15 +1,10 @@
 """DEEP_TILE_DUMP_ASM: kernel.sass is written with the test extra's tools, and a missing tool gives
 one warning on stderr that says what to install."""
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
 
-from deep_tile import env
-from deep_tile.jit import cache, compiler, paths
+from deep_tile.jit import cache, compiler
+from conftest import cache_entries
 
-DATA = Path(__file__).resolve().parent / "data"
 AVAILABLE = compiler.available_compilers()
 TINY = ("tiny", {"DT_SCALE": 3}, "dt_tiny")
 
@@ -17,26 +12,11 @@ pytestmark = pytest.mark.skipif(not AVAILABLE, reason="neither NVRTC nor nvcc is
 
 
 @pytest.fixture
-def tree(tmp_path, monkeypatch):
+def tree(data_tree, monkeypatch):
     """tests/data as the source tree, an empty cache in tmp_path, DEEP_TILE_DUMP_ASM on, no warning yet."""
-    for name in env.REGISTRY:
-        if name.startswith("DEEP_TILE_") and name != "DEEP_TILE_NVCC":
-            monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    shutil.copytree(DATA, tmp_path / "data")
-    monkeypatch.setattr(paths, "include_dir", lambda: tmp_path / "data" / "include")
-    monkeypatch.setattr(paths, "csrc_dir", lambda: tmp_path / "data" / "csrc")
-    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("DEEP_TILE_COMPILER", AVAILABLE[0])
     monkeypatch.setenv("DEEP_TILE_DUMP_ASM", "1")
     monkeypatch.setattr(cache, "_warned_no_sass", False)
-    cache.clear_memo()
-    yield tmp_path
-    cache.clear_memo()
-
-
-def entries(tmp_path) -> list[Path]:
-    return sorted(p for p in (tmp_path / "cache" / "kernels").glob("*/*") if p.is_dir() and not p.name.startswith("."))
+    return data_tree
 
 
 def test_the_test_extra_provides_the_sass_tools():
@@ -46,7 +26,7 @@ def test_the_test_extra_provides_the_sass_tools():
 
 def test_dump_asm_writes_sass_with_the_tools(tree, capsys):
     cache.get_cubin(*TINY)
-    [entry] = entries(tree)
+    [entry] = cache_entries(tree)
     sass = (entry / "kernel.sass").read_text()
     assert "Function : dt_tiny" in sass
     assert ".target sm_90a" in (entry / "kernel.ptx").read_text()
@@ -62,7 +42,7 @@ def test_missing_tools_warn_once_with_what_to_install(tree, monkeypatch, capsys,
         monkeypatch.setattr(compiler, "disassemble", lambda cubin: None)
     cache.get_cubin(*TINY)
     cache.get_cubin("tiny", {"DT_SCALE": 4}, "dt_tiny")  # a second kernel: no second warning
-    assert len(entries(tree)) == 2 and not any((e / "kernel.sass").exists() for e in entries(tree))
+    assert len(cache_entries(tree)) == 2 and not any((e / "kernel.sass").exists() for e in cache_entries(tree))
     err = capsys.readouterr().err
     assert err.count("deep_tile: warning: DEEP_TILE_DUMP_ASM: kernel.sass not written") == 1, err
     if missing:

@@ -18,7 +18,7 @@ from deep_tile import native
 from deep_tile.gemm import _run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
-from gpu_host_cases import run_host_cases
+from conftest import run_host_cases, run_python
 from test_ops import bad_cases, check_message, operands
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +169,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 2
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 3
 
 
 @needs_toolchain
@@ -216,7 +216,7 @@ def test_a_warm_process_loads_the_build_without_building(native_cache):
             "assert native.module(start_build=True) is not None, native.status()\n"
             "print(f'{(time.perf_counter() - start) * 1e3:.1f}')\n")
     env = dict(os.environ, DEEP_TILE_CACHE_DIR=str(native_cache), PYTHONPATH=str(ROOT))
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    result = run_python(code, timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     assert float(result.stdout.strip()) < 2000  # found and loaded, not built (a build takes a minute)
 
@@ -264,3 +264,12 @@ def test_debug_prints_the_first_call_phases():
     line = next(l for l in r["stderr"].splitlines() if "first call 192x384x1024 (native path" in l)
     for phase in ("tensor maps", "launch"):
         assert phase in line, r["stderr"]
+
+
+@pytest.mark.gpu
+def test_set_num_sms_reaches_the_native_path():
+    (r,) = run_host_cases("sms_limit_on_native", [dict(m=4096, n=7168, k=2048)])
+    assert r["native_calls"] == 3 and r["python_calls"] == 0, r
+    assert r["plans_created"] == 1, r  # the limit is in the plan key: one new plan; the unlimited one is found again
+    assert r["limited_grid"] <= 66 < r["full_grid"], r
+    assert r["limited_equals_python"] and r["full_equals_python"], r

@@ -1,9 +1,6 @@
 """torch.ops.deep_tile: schemas, fake implementations (opcheck on meta and fake CUDA tensors),
 torch.compile(fullgraph=True) tracing with no graph break, and the same errors as before the
 ops existed. GPU tests (marker ``gpu``): compiled module and CUDA-graph replay on a Hopper GPU."""
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,9 +11,8 @@ import deep_tile
 from deep_tile import ops
 from deep_tile.checks import check_fp8_gemm_args
 from deep_tile.quant import _per_block_cast_torch, _per_token_cast_torch
-from gpu_host_cases import run_host_cases
+from conftest import run_host_cases, run_python
 
-ROOT = Path(__file__).resolve().parents[1]
 M, N, K = 96, 256, 640
 
 
@@ -190,7 +186,7 @@ def test_import_registers_the_ops_without_cuda():
             "assert hasattr(torch.ops.deep_tile, 'fp8_gemm_out')\n"
             "assert not torch.cuda.is_initialized()\n"
             "print(sorted(n for n in sys.modules if n.startswith('deep_tile.select')))\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    result = run_python(code, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"  # the selector is not imported by `import deep_tile`
 

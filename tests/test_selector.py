@@ -1,8 +1,6 @@
 """CPU tests of the configuration selector (deep_tile.select), deep_tile.device, get_config / explain
 (deep_tile.select.api) and the CLI."""
-import dataclasses
 import itertools
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from deep_tile.select import KernelConfig, api, explain_text, rank_candidates, s
 from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
 from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
+from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -306,12 +305,12 @@ def test_select_imports_neither_torch_nor_cuda():
     code = ("import sys, deep_tile.select, deep_tile.select.report, deep_tile.arch\n"
             "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'cuda'))\n"
             "print(bad)\nsys.exit(1 if bad else 0)\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = run_python(code)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_importing_device_starts_no_cuda():
     code = ("import sys, deep_tile.device\n"
             "sys.exit(1 if 'torch' in sys.modules or 'deep_tile.select' in sys.modules else 0)\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = run_python(code)
     assert result.returncode == 0, result.stdout + result.stderr

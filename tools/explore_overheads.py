@@ -46,8 +46,6 @@ def problem(m, n, k):
 
 def cluster_capacity():
     """Clusters of each size 1..8 that can be resident at once, for a 1-CTA-per-SM kernel."""
-    from deep_tile.jit.runtime import check, driver
-    cu = driver()
     for text in ("64x64:b2:k2", "256x128"):
         cfg = parse_config(text, 4096, 4096, SMS)
         kernel = _plan_for_config(cfg, 4096, 4096).kernel

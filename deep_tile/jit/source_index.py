@@ -22,19 +22,16 @@ from __future__ import annotations
 import collections
 import hashlib
 import importlib.util
-import json
 import os
 import time
-import uuid
 from pathlib import Path
 
-from deep_tile import env
+from deep_tile import env, json_records
+from deep_tile.json_records import SETTLE_NS
 
 __all__ = ["SETTLE_NS", "source_record", "include_digest", "fingerprint", "index_dir", "clear", "stats",
            "reset_stats"]
 
-SETTLE_NS = 2_000_000_000
-"""A record is written to disk only when every fingerprinted file is at least this old (ns)."""
 
 _records: dict[tuple, dict] = {}
 _include_digests: dict[str, str] = {}
@@ -141,26 +138,17 @@ def _compute(entry: Path, include_dir: Path, request: str) -> dict:
 
 
 def _read(path: Path) -> dict | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    record = json_records.read(path)
     keys = ("entry_sha256", "include_sha256", "compiler", "compiler_version")
-    if isinstance(record, dict) and all(isinstance(record.get(k), str) for k in keys):
+    if record is not None and all(isinstance(record.get(k), str) for k in keys):
         return {k: record[k] for k in keys}
     return None
 
 
 def _store(path: Path, record: dict) -> None:
     """Write ``record`` atomically; an index that cannot be written only costs speed."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
+    if json_records.write(path, record):
         _stats["index_writes"] += 1
-    except OSError:
-        pass
 
 
 def source_record(entry: Path, include_dir: Path, request: str, *, use_disk: bool = True) -> dict:

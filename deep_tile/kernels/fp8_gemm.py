@@ -26,7 +26,7 @@ from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 
 __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
-    "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "PRODUCER_REGISTERS", "CONSUMER_REGISTERS",
+    "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "tensor_map_boxes", "cluster_size",
@@ -71,10 +71,9 @@ compiling every legal split-K kind with nvcc 13.0.88 (2026-11-22), aligned and r
 alike; NVRTC 13.5 spills on a subset of these. The
 selector's split tiles (at most 128 wide, two buffers) are all spill-free; tests/test_kernel_build.py
 compiles one of each."""
-PRODUCER_REGISTERS = 40
-"""Registers per producer thread after ``setmaxnreg.dec``."""
 CONSUMER_REGISTERS = 232
-"""Registers per consumer thread after ``setmaxnreg.inc`` (384 x 168 = 128 x 40 + 256 x 232)."""
+"""Registers per consumer thread after ``setmaxnreg.inc`` (the producer keeps 40 after
+``setmaxnreg.dec``: 384 x 168 = 128 x 40 + 256 x 232)."""
 THREADS_PER_WARPGROUP = 128
 """Four warps: the unit that issues one WGMMA."""
 

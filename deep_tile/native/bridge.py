@@ -5,7 +5,9 @@
   the numbers the C++ side launches with. ``None`` when the kernel's contract has an argument the
   native path does not know how to fill: that problem then runs on the Python path.
 - :func:`python_path`: every call the native path does not take (bad arguments, ``m == 0``).
-- :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, read on every call.
+- :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, which the loader hands a library when
+  it loads it (``set_sms_limit``; :func:`deep_tile.set_num_sms` hands later changes to every
+  loaded library), so that calls read it in C++ without taking the GIL.
 - :func:`launch_error`, :func:`report_first_launch`: a driver failure as
   :class:`deep_tile.errors.LaunchError`; the phases of a plan's first call (printed under
   ``DEEP_TILE_DEBUG``).
@@ -20,13 +22,14 @@ import torch
 
 from deep_tile import phases
 from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.device import device_facts
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
 
 __all__ = ["VERSION", "ARGUMENT_CODES", "argument_codes", "plan", "python_path", "sms_limit", "launch_error",
            "report_first_launch"]
 
-VERSION = 2
+VERSION = 3
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
 ARGUMENT_CODES = {
@@ -53,7 +56,7 @@ def _record(p, m: int, n: int, k: int) -> dict:
     """The JSON-able part of a plan (what :mod:`deep_tile.plan_index` stores)."""
     config = p.config
     return {
-        "defines": config.defines(), "grid": p.grid, "block": config.num_threads, "smem": config.smem_bytes,
+        "defines": config.defines(), "grid": p.grid, "block": p.block, "smem": p.smem,
         "cluster": p.cluster, "box_a": list(p.boxes.a), "box_b": list(p.boxes.b),
         "box_a_scale": list(p.boxes.a_scale), "box_d": list(p.boxes.d), "d_swizzle": p.boxes.d_swizzle,
         "store_d_map": config.split_k == 1, "group_size": config.group_size,
@@ -80,7 +83,7 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
     row_major = gemm._reads_row_major(a_scale, m, a_scale.shape[1])
     variant = "-rm" if row_major else ""
     with torch.cuda.device(a.device):
-        num_sms = limit or torch.cuda.get_device_properties(index).multi_processor_count
+        num_sms = limit or device_facts(index).num_sms
         record = plan_index.lookup(index, m, n, k, num_sms, variant)
         if record is None:
             record = _record(gemm._plan(m, n, k, num_sms, row_major), m, n, k)
@@ -114,6 +117,4 @@ def launch_error(message: str) -> LaunchError:
 def report_first_launch(label: str, maps_us: float, launch_us: float) -> None:
     """Record the phases of the first call that launched the plan ``label`` (printed under
     DEEP_TILE_DEBUG; :func:`deep_tile.phases.last_report` keeps them)."""
-    phases.add("tensor maps", maps_us * 1e-6)
-    phases.add("launch", launch_us * 1e-6)
-    phases.report(f"first call {label}")
+    phases.report_first_launch(label, maps_us * 1e-6, launch_us * 1e-6)

@@ -24,7 +24,7 @@ from deep_tile import env, phases
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
-__all__ = ["NativeUnavailableWarning", "module", "build", "status", "reset"]
+__all__ = ["NativeUnavailableWarning", "module", "build", "status", "reset", "push_sms_limit"]
 
 POLL_SECONDS = 0.2
 """How often a process whose build runs in the background looks for the published library."""
@@ -84,6 +84,7 @@ def _load(key: str):
             raise ImportError(f"{_key.library_path(key)} speaks bridge version {loaded.BRIDGE_VERSION}, "
                               f"deep_tile.native.bridge speaks {bridge.VERSION}")
         loaded.install_bridge(bridge)
+        loaded.set_sms_limit(bridge.sms_limit())
         _loaded_modules[key] = loaded
     loaded.register_ops()
     phases.add("native", time.perf_counter() - start)
@@ -213,6 +214,12 @@ def build(wait: bool = True) -> bool:
         elif _s.state == "building" and wait:
             _wait_for_build()
     return _s.module is not None
+
+
+def push_sms_limit(limit: int) -> None:
+    """Hand the :func:`deep_tile.set_num_sms` limit (0: none) to every loaded library."""
+    for loaded in _loaded_modules.values():
+        loaded.set_sms_limit(limit)
 
 
 def status() -> dict:

@@ -78,6 +78,7 @@ class Candidate:
                             self.split_k, self.accum_buffers, self.wgmma_n)
 
 
+@functools.lru_cache(maxsize=None)
 def max_stages(block_m: int, block_n: int, max_smem: int, split_k: int = 1) -> int:
     """The most stages (up to :data:`MAX_SELECTED_STAGES`) of a tile that fit ``max_smem`` bytes; 0 if none."""
     stages = 0

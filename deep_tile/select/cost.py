@@ -27,15 +27,15 @@ candidates, its absolute times are estimates. Pure Python.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from deep_tile.arch import ChipFacts
+from deep_tile.arch import DEFAULT_CHIP, ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.candidates import Candidate
+from deep_tile.select.config import GROUP_SIZE
 
-__all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "wgmma_efficiency", "Estimate", "estimate",
+__all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "wgmma_efficiency", "Estimate", "estimate", "grid_size",
            "min_bytes", "multicast_shared_fraction"]
 
 TENSOR_FLOP_PER_CYCLE = 8192
@@ -161,7 +161,18 @@ def _soft_max(values, q: float) -> float:
     return sum(v ** q for v in values) ** (1.0 / q)
 
 
-def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts, group_size: int = 8,
+def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = DEFAULT_CHIP) -> int:
+    """CTAs of the persistent grid: ``min(num_sms, tiles)``; under multicast even, at least 2,
+    and within the 2-CTA clusters that can be resident at once on ``chip`` (the launcher also
+    caps it by the device's own count)."""
+    grid = min(num_sms, tiles)
+    if num_multicast == 2:
+        grid = min(grid, 2 * max(1, chip.resident_clusters(2, num_sms)))
+        grid = max(2, grid - grid % 2)
+    return max(grid, 1)
+
+
+def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts, group_size: int = GROUP_SIZE,
              params: ModelParams = DEFAULT_PARAMS) -> Estimate:
     """Predict the run time of candidate ``c`` on ``m x n x k`` with ``num_sms`` SMs on ``chip``."""
     m_blocks, n_blocks = ceil_div(m, c.block_m), ceil_div(n, c.block_n)
@@ -173,10 +184,7 @@ def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts
         tiles_per_cta = ceil_div(tiles, fit)  # waves of clusters
         k_blocks = ceil_div(num_k_blocks, c.split_k)
     else:
-        limit = num_sms if c.num_multicast == 1 else 2 * max(1, chip.resident_clusters(2, num_sms))
-        ctas = max(1, min(limit, tiles))
-        if c.num_multicast == 2:
-            ctas = max(2, ctas - ctas % 2)
+        ctas = grid_size(tiles, num_sms, c.num_multicast, chip)
         tiles_per_cta = ceil_div(tiles, ctas)
         k_blocks = num_k_blocks
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.select.config import KernelConfig
+from deep_tile.select.config import GROUP_SIZE, KernelConfig
 from deep_tile.select.cost import Estimate, min_bytes
-from deep_tile.select.selector import GROUP_SIZE, config_from_estimate, rank_candidates
+from deep_tile.select.selector import config_from_estimate, rank_candidates
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 

@@ -21,34 +21,16 @@ from deep_tile.common import ceil_div
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.candidates import enumerate_candidates
-from deep_tile.select.config import KernelConfig
-from deep_tile.select.cost import Estimate, estimate
+from deep_tile.select.config import GROUP_SIZE, KernelConfig
+from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "grid_size", "GROUP_SIZE",
            "check_positive_int"]
-
-GROUP_SIZE = 8
-"""Swizzle group width in tiles. With G tiles in flight per group row, about grid/G A panels and
-G B panels are live in L2; G near sqrt(grid) keeps that smallest. Measured with 128x128 tiles at
-4096x7168x16384 and 8192^3: width 8 ran 9% faster than 16 on an H100 (50 MB L2) and the same on
-an H200 (60 MB L2); 4 was close to 8, 32 worse."""
-
 
 def check_positive_int(func: str, name: str, value) -> None:
     """Raise ``ValueError`` naming ``func`` and ``name`` unless ``value`` is an int >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{func}: {name} must be a positive int; got {value!r}")
-
-
-def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = arch.DEFAULT_CHIP) -> int:
-    """CTAs of the persistent grid: ``min(num_sms, tiles)``; under multicast even, at least 2,
-    and within the 2-CTA clusters that can be resident at once on ``chip`` (the launcher also
-    caps it by the device's own count)."""
-    grid = min(num_sms, tiles)
-    if num_multicast == 2:
-        grid = min(grid, 2 * max(1, chip.resident_clusters(2, num_sms)))
-        grid = max(2, grid - grid % 2)
-    return max(grid, 1)
 
 
 def _tie_break(e: Estimate) -> tuple:

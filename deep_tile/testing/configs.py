@@ -15,7 +15,8 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.common import ceil_div
 from deep_tile.select.candidates import _kernel_shape, max_stages
-from deep_tile.select.config import KernelConfig
+from deep_tile.select.config import GROUP_SIZE, KernelConfig
+from deep_tile.select.cost import grid_size
 
 __all__ = ["parse_config", "format_config"]
 
@@ -31,7 +32,7 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
         block_m, block_n = (int(v) for v in head.split("x"))
     except ValueError:
         raise ValueError(f"parse_config: expected BMxBN[:options]; got {text!r}") from None
-    fields = {"num_multicast": 1, "multicast_on_a": False, "split_k": 1, "group_size": 8}
+    fields = {"num_multicast": 1, "multicast_on_a": False, "split_k": 1, "group_size": GROUP_SIZE}
     shape = _kernel_shape(block_m, block_n) or (block_n, 1)
     fields["wgmma_n"], fields["accum_buffers"] = shape
     stages = None
@@ -49,20 +50,17 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             raise ValueError(f"parse_config: unknown option {option!r} in {text!r}")
     if stages is None:
         stages = max_stages(block_m, block_n, arch.MAX_SMEM_PER_BLOCK, fields["split_k"])
-    tiles = ceil_div(m, block_m) * ceil_div(n, block_n)
-    grid = min(num_sms, tiles)
-    if fields["num_multicast"] == 2:
-        grid = max(2, grid - grid % 2)
+    grid = grid_size(ceil_div(m, block_m) * ceil_div(n, block_n), num_sms, fields["num_multicast"])
     return KernelConfig(block_m=block_m, block_n=block_n, num_stages=stages, grid_size=grid, **fields)
 
 
 def format_config(config: KernelConfig) -> str:
-    """The text form of ``config`` (every option spelled out except the group width 8)."""
+    """The text form of ``config`` (every option spelled out except the default group width, GROUP_SIZE)."""
     text = f"{config.block_m}x{config.block_n}:s{config.num_stages}:b{config.accum_buffers}:w{config.wgmma_n}"
     if config.num_multicast == 2:
         text += ":mcA" if config.multicast_on_a else ":mcB"
     if config.split_k > 1:
         text += f":k{config.split_k}"
-    if config.group_size != 8:
+    if config.group_size != GROUP_SIZE:
         text += f":g{config.group_size}"
     return text

@@ -12,12 +12,14 @@ namespace py = pybind11;
 using namespace deep_tile_native;
 
 // Bumped when the bridge protocol (plan dict, callbacks) changes; checked by the loader.
-constexpr int kBridgeVersion = 2;
+constexpr int kBridgeVersion = 3;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deep_tile's native host path for the FP8 GEMM (see deep_tile/native/__init__.py)";
   m.attr("BRIDGE_VERSION") = kBridgeVersion;
   m.def("install_bridge", &install_bridge, "Remember the Python bridge module (deep_tile.native.bridge).");
+  m.def("set_sms_limit", &set_sms_limit, py::arg("limit"),
+        "The deep_tile.set_num_sms limit (0: none) the next calls plan with.");
   m.def("register_ops", &register_ops,
         "Register the native kernels of deep_tile::fp8_gemm and fp8_gemm_out (CUDA and CPU keys).");
   m.def("deregister_ops", &deregister_ops, "Remove those registrations (the Python kernels take over again).");

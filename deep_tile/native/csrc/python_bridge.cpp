@@ -2,17 +2,20 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
+
 namespace py = pybind11;
 
 namespace deep_tile_native {
 namespace {
 
 struct Bridge {
-  py::object plan, python_path, sms_limit, launch_error, report_first_launch;
+  py::object plan, python_path, launch_error, report_first_launch;
 };
 
 // Leaked on purpose: Python objects must not be released after the interpreter is finalised.
 Bridge* g_bridge = nullptr;
+std::atomic<int64_t> g_sms_limit{0};
 
 const Bridge& bridge() {
   if (g_bridge == nullptr) throw std::runtime_error("deep_tile native: the Python bridge is not installed");
@@ -31,17 +34,16 @@ Box box_of(const py::dict& plan, const char* name) {
 }  // namespace
 
 void install_bridge(const py::object& module) {
-  auto* b = new Bridge{module.attr("plan"), module.attr("python_path"), module.attr("sms_limit"),
-                       module.attr("launch_error"), module.attr("report_first_launch")};
+  auto* b = new Bridge{module.attr("plan"), module.attr("python_path"), module.attr("launch_error"),
+                       module.attr("report_first_launch")};
   g_bridge = b;  // a previous bridge (re-installed by tests) is leaked, as above
 }
 
 bool bridge_installed() { return g_bridge != nullptr; }
 
-int64_t sms_limit() {
-  py::gil_scoped_acquire gil;
-  return bridge().sms_limit().cast<int64_t>();
-}
+void set_sms_limit(int64_t limit) { g_sms_limit.store(limit, std::memory_order_relaxed); }
+
+int64_t sms_limit() { return g_sms_limit.load(std::memory_order_relaxed); }
 
 PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                   const std::optional<at::Tensor>& out, int64_t limit) {

@@ -21,7 +21,9 @@ namespace deep_tile_native {
 void install_bridge(const pybind11::object& bridge);
 bool bridge_installed();
 
-// deep_tile.device's SM limit (0: none), read now.
+// deep_tile.device's SM limit (0: none): set_sms_limit stores it (deep_tile.set_num_sms pushes it
+// to every loaded library, the loader at load), sms_limit reads it on every call without the GIL.
+void set_sms_limit(int64_t limit);
 int64_t sms_limit();
 
 // The plan of this problem; Python raises (as a Python exception, kept through the dispatcher)
