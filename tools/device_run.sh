@@ -20,12 +20,13 @@
 #   host         benchmarks/bench_host.py (CPU us per call, first-call latency)
 #   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
 #   ncu          Nsight Compute on a small-M and a large-M shape
+#   ncu-cmp      Nsight Compute (full set, base clocks) on NCU_SPECS (deepgemm and/or configs) at NCU_SHAPE
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
 export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
 OUT=${OUT:-/tmp/dt_out}; mkdir -p "$OUT"
-SWEEP_LARGE=${SWEEP_LARGE:-auto,128x128:b1,128x128:b2,128x128:mcA,256x128,256x128:mcA,256x128:mcB,128x256:mcA,128x256:mcB,128x256,256x64:b1,256x64:b2,256x64:mcA,128x192,128x160,256x112:mcA}
+SWEEP_LARGE=${SWEEP_LARGE:-auto,128x192:mcA,128x192:mcB,256x64:mcB,128x128:b1,128x128:b2,128x128:mcA,256x128,256x128:mcA,256x128:mcB,128x256:mcA,128x256:mcB,128x256,256x64:b1,256x64:b2,256x64:mcA,128x192,128x160,256x112:mcA}
 SWEEP_SMALL=${SWEEP_SMALL:-auto,64x16:b1,64x16:b2,64x32:b2,64x64:b2,64x128:b2,128x128:b2,64x32:b2:k4,64x64:b2:k2,64x64:b2:k4,64x64:b2:k8,64x128:b2:k4,64x128:b2:k8,128x64:b2:k4,128x128:b2:k4}
 dg_env() {  # use DeepGEMM latest when its build finished
   if [ -f /tmp/deepgemm-latest/deep_gemm/.built ]; then
@@ -85,6 +86,18 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
           --section SchedulerStats -k deep_tile_fp8_gemm_sm90 -s 2 -c 1 python3 tools/profile_one.py $spec > "$OUT/ncu_$name.txt" 2>&1
         grep -E "Duration|SM Frequency|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" "$OUT/ncu_$name.txt" | head -24 | sed "s/^/[$spec] /"
       done ;;
+    ncu-cmp)  # deep_tile configs beside DeepGEMM at one shape, clocks locked to base (per-clock comparison)
+      for spec in ${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}; do
+        name=$(echo $spec | tr ':' '_')
+        ( dg_env; timeout 240 ncu --clock-control base --set full --import-source no \
+          -k regex:"deep_tile_fp8_gemm_sm90|sm90_fp8_gemm_1d2d" -s 2 -c 1 -o "/tmp/ncucmp_$name" -f \
+          python3 tools/profile_one.py ${NCU_SHAPE:-4096 7168 16384} $spec > "$OUT/ncucmp_$name.log" 2>&1 )
+        ncu -i "/tmp/ncucmp_$name.ncu-rep" --page details --print-details all > "$OUT/ncucmp_details_$name.txt" 2>&1
+        ncu -i "/tmp/ncucmp_$name.ncu-rep" --page raw --csv > "$OUT/ncucmp_raw_$name.csv" 2>&1
+        ncu -i "/tmp/ncucmp_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncucmp_sass_$name.csv" 2>&1
+        grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued|Registers Per" "$OUT/ncucmp_details_$name.txt" | head -12 | sed "s/^/[$spec] /"
+        tail -2 "$OUT/ncucmp_$name.log"
+      done ;;
     ncu-mc)  # stall reasons per SASS line, multicast vs not, at 4096x7168x16384
       for spec in "256x128" "256x128:mcA"; do
         name=$(echo $spec | tr ':' '_')
@@ -102,4 +115,6 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
     *) echo "unknown stage $stage" ;;
   esac
 done
+# The device tool returns at most 8 files: everything under $OUT travels in one archive.
+( cd "$OUT" && ls | grep -v '^bundle.tgz$' > /tmp/bundle.list && [ -s /tmp/bundle.list ] && tar czf bundle.tgz -T /tmp/bundle.list && xargs rm -rf < /tmp/bundle.list )
 echo "== done $(date +%T)"

@@ -36,17 +36,16 @@ DT_DEVICE void fence_operand(float& reg) { asm volatile("" : "+f"(reg)::"memory"
 /// Shared-memory matrix descriptor for a K-major tile with 128-byte rows and 128B swizzle:
 /// start address >> 4 in bits 0-13, LBO (unused when swizzled; 1) in 16-29, SBO = 1024 B (8 rows
 /// of 128 B) in 32-45, base offset 0 (tile 1024-B aligned), layout type 1 (128B swizzle) in 62-63.
-DT_DEVICE u64 make_sw128_kmajor_desc(u32 smem_address) {
-  u64 desc = (smem_address & 0x3FFFFu) >> 4;
-  desc |= static_cast<u64>(1) << 16;
-  desc |= static_cast<u64>(1024 >> 4) << 32;
-  desc |= static_cast<u64>(1) << 62;
-  return desc;
-}
+/// The upper word is the same for every such tile; the lower one is kept separately (sw128_lo) so
+/// that moving to another tile is one 32-bit add.
+constexpr u32 kSw128DescHi = (1024 >> 4) | (1u << 30);
 
-/// The descriptor of the tile `offset_bytes` further on: the start-address field holds address >> 4
-/// in the low 14 bits, and shared addresses stay below 2^18, so a plain add never carries out.
-DT_DEVICE u64 advance_desc(u64 desc, u32 offset_bytes) { return desc + (offset_bytes >> 4); }
+/// The lower descriptor word of the tile at `smem_address`: start address >> 4, LBO 1.
+DT_DEVICE u32 sw128_lo(u32 smem_address) { return ((smem_address & 0x3FFFFu) >> 4) | (1u << 16); }
+
+/// The descriptor whose lower word is `lo`. A tile `offset` bytes further on has lower word
+/// lo + offset / 16: shared addresses stay below 2^18, so the add never carries out of bits 0-13.
+DT_DEVICE u64 sw128_desc(u32 lo) { return (static_cast<u64>(kSw128DescHi) << 32) | lo; }
 
 /// FP8 wgmma of shape m64nNk32; specialised below for every legal N.
 template <int N>

@@ -3,6 +3,7 @@
     python tools/profile_one.py 4096 7168 16384 [CONFIG] [--define NAME=VALUE ...]
 
 CONFIG is the text form of deep_tile.testing.configs (e.g. ``256x128:mcA``); default: the selector's.
+CONFIG ``deepgemm`` runs DeepGEMM (a baseline, when importable) on the same inputs instead.
 """
 import sys
 from pathlib import Path
@@ -21,8 +22,19 @@ defines = {kv.split("=")[0]: int(kv.split("=")[1]) for a in sys.argv[4:] if a.st
            for kv in [a.split("=", 1)[1]]}
 a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=0, a_scale_layout="tma")
 sms = torch.cuda.get_device_properties(0).multi_processor_count
-cfg = parse_config(rest[0], m, n, sms) if rest else None
 out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+if rest and rest[0] == "deepgemm":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from sweep_configs import baseline_fns  # noqa: E402
+
+    fn = baseline_fns(a, sa, b, sb, out).get("deepgemm")
+    if fn is None:
+        sys.exit("deep_gemm is not importable")
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    sys.exit(print("ok", m, n, k, "deepgemm"))
+cfg = parse_config(rest[0], m, n, sms) if rest else None
 for _ in range(3):
     _run(a, sa, b, sb, out, config=cfg, extra_defines=defines)
 torch.cuda.synchronize()

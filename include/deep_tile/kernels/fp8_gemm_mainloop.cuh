@@ -43,7 +43,7 @@ struct SharedStorage {
 template <class Cfg>
 struct ConsumerContext {
   const SharedStorage<Cfg>& smem;
-  u64 desc_a0, desc_b0;  // WGMMA descriptors of stage 0 (this warpgroup's rows of A, all of B)
+  u32 desc_a0, desc_b0;  // lower WGMMA descriptor words of stage 0 (this warpgroup's rows of A, all of B)
   int wg, warp_in_wg, lane;
   u32 rank;  // cluster rank (multicast)
 };
@@ -81,19 +81,16 @@ struct BScaleQueue {
 };
 
 /// Hand a stage back. With multicast the producer of either CTA writes into both CTAs' stage, so
-/// each CTA's empty barrier collects the releases of both CTAs' consumer warps (lane 0 here,
-/// lane 1 at the peer); when the peer has already finished its last tile, lane 1 counts here.
+/// each CTA's empty barrier collects the releases of both CTAs' consumer warps: lane r arrives at
+/// cluster rank r; when the peer has already finished its last tile, both lanes count here.
+/// NOTES: one predicated cluster arrive (an address in this CTA is a valid cluster address) rather
+/// than a local and a remote branch: the branches cost a divergence and reconvergence per k-block.
 template <class Cfg>
 DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
-  if (lane == 0) ptx::mbarrier_arrive(empty);
   if constexpr (Cfg::kNumMulticast == 2) {
-    if (lane == 1) {
-      if (peer_alive) {
-        ptx::mbarrier_arrive_cluster(empty, rank ^ 1u);
-      } else {
-        ptx::mbarrier_arrive(empty);
-      }
-    }
+    if (lane < 2) ptx::mbarrier_arrive_cluster(empty, peer_alive ? static_cast<u32>(lane) : rank);
+  } else {
+    if (lane == 0) ptx::mbarrier_arrive(empty);
   }
 }
 
@@ -137,13 +134,14 @@ struct TileMainloop {
     row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
-    const u32 a_offset = stage * Cfg::kTileABytes + kSlab * 64 * Cfg::kBlockK;
-    const u32 b_offset = stage * Cfg::kTileBBytes + kPart * Cfg::kWgmmaN * Cfg::kBlockK;
+    // Descriptor words advance by bytes / 16: one 32-bit add per WGMMA operand (the run-time
+    // stage part once per sub-tile, the rest constants).
+    const u32 a_lo = ctx.desc_a0 + stage * (Cfg::kTileABytes / 16) + kSlab * 64 * Cfg::kBlockK / 16;
+    const u32 b_lo = ctx.desc_b0 + stage * (Cfg::kTileBBytes / 16) + kPart * Cfg::kWgmmaN * Cfg::kBlockK / 16;
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
       // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
-      Wgmma::mma(ptx::advance_desc(ctx.desc_a0, a_offset + kk * 32), ptx::advance_desc(ctx.desc_b0, b_offset + kk * 32),
-                 acc[kBuf], kk > 0);
+      Wgmma::mma(ptx::sw128_desc(a_lo + kk * 2), ptx::sw128_desc(b_lo + kk * 2), acc[kBuf], kk > 0);
     }
     ptx::wgmma_commit_group();
     if constexpr (kSub == kLast) issue_state.advance();

@@ -124,9 +124,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const int thread_in_wg = threadIdx.x % 128;
   const ConsumerContext<Cfg> ctx{
       smem,
-      // Descriptors of stage 0; every other (stage, slab, part, k-slice) is a constant byte offset away.
-      ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.a + wg * Cfg::kWgM * Cfg::kBlockK)),
-      ptx::make_sw128_kmajor_desc(ptx::smem_addr(smem.b)),
+      // Descriptor words of stage 0; every other (stage, slab, part, k-slice) is a byte offset away.
+      ptx::sw128_lo(ptx::smem_addr(smem.a + wg * Cfg::kWgM * Cfg::kBlockK)),
+      ptx::sw128_lo(ptx::smem_addr(smem.b)),
       wg, thread_in_wg / 32, static_cast<int>(threadIdx.x % 32),
       Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0u};
   const WorkRange<Cfg> work(sched.num_tiles, num_k_blocks);
