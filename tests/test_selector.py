@@ -15,6 +15,7 @@ from deep_tile.select import KernelConfig, api, explain_text, rank_candidates, s
 from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
 from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
+from deep_tile.select.selector import TIE_TOLERANCE
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +60,8 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     ranked = rank_candidates(m, n, k, num_sms, max_smem)
     assert ranked[0].candidate == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
                                             cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
-    assert all(a.time_s <= b.time_s + 1e-9 for a, b in zip(ranked, ranked[1:]))  # ties: within 1 ns
+    # ties: predicted times within TIE_TOLERANCE of each other
+    assert all(a.time_s <= b.time_s * (1 + TIE_TOLERANCE) for a, b in zip(ranked, ranked[1:]))
 
 
 @pytest.mark.parametrize("num_sms", GRID_SMS)
@@ -80,22 +82,22 @@ def _family_of(cfg):
 
 
 # What the selector must pick on an H100 (132 SMs), each backed by the sweeps in
-# benchmarks/data/sweep_*_h100_2026-11-22.json (times in us, median of 20, L2 flushed):
+# benchmarks/data/sweep_*_h100_diet_2026-11-22.json (times in us, median of 20, L2 flushed):
 def test_large_problems_take_256x128_class_tiles_without_multicast():
-    # 4096x7168x16384: 256x128 713.5, 128x256 715.2, 128x128 (two buffers) 833.7, 256x128 mcA 798.8
+    # 4096x7168x16384: 256x128 692.3, 128x256 692.5, 256x128 mcA 695.5, 128x128 mcA (two buffers) 782.0
     for shape in [(4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192), (4096, 24576, 1536)]:
         cfg = select_config(*shape, 132)
         assert cfg.block_m * cfg.block_n == 256 * 128 and cfg.num_multicast == 1 and cfg.split_k == 1, cfg.label
 
 
 def test_small_m_with_long_k_takes_64_row_tiles_with_two_buffers():
-    # 64x7168x16384: 64x96 s10 x2 55.8, 64x64 s13 x2 55.8, 64x128 s9 k2 x2 57.3, 64x32 s16 x2 67.5
+    # 64x7168x16384: 64x80 s11 x2 55.3, 64x64 s13 x2 55.6, 64x128 s9 k2 x2 57.0, 64x32 s16 x2 59.4
     cfg = select_config(64, 7168, 16384, 132)
     assert cfg.block_m == 64 and cfg.split_k <= 2 and cfg.block_n >= 64 and cfg.accum_buffers == 2
 
 
 def test_few_tiles_are_split_along_k():
-    # 1x2112x7168: 64x80 k4 14.8, 64x64 k2 16.8, 64x64 (no split) 18.7, 64x16 24.3
+    # 1x2112x7168: 64x96 k4 14.5, 64x64 k3 14.9, 64x64 k2 16.1, 64x64 (no split) 16.4, 64x16 18.8
     cfg = select_config(1, 2112, 7168, 132)
     assert cfg.split_k >= 2 and cfg.block_m == 64
     assert ceil_div(2112, cfg.block_n) <= arch.CHIPS["H100 SXM"].resident_clusters(cfg.split_k, 132)
