@@ -54,7 +54,10 @@ class ModelParams:
     Attributes:
         clock_hz: SM clock the cycle counts are converted at.
         tensor_efficiency: fraction of the FP8 tensor peak a full-width WGMMA chain reaches.
-        irregular_width_efficiency: relative speed of WGMMA widths that are not a power of two.
+        irregular_width_efficiency: relative speed of WGMMA widths that are multiples of 32 but
+            not powers of two (96, 160, 192, ...); other widths (80, 112, 144, ...) count it
+            twice. The square is set by hand: the benchmark ran 64x112 at 128x7168x2048 in
+            17.6 us where the sweep had 14.2 (64x128: 13.3).
         l2_bytes_per_cycle: L2 -> shared memory bytes per cycle per SM with every SM loading.
         chain_cycles: one k-block's dependent chain per sub-tile.
         overlap_factor: fraction of the chain left with two accumulator buffers.
@@ -95,10 +98,16 @@ DEFAULT_PARAMS = ModelParams()
 def wgmma_efficiency(wgmma_n: int, params: "ModelParams | None" = None) -> float:
     """Tensor-pipe efficiency of a chain of ``m64 x wgmma_n x k32`` WGMMAs relative to 128 columns:
     narrow ones cannot keep the pipe full (assumed linear below 64 columns), and widths that are
-    not a power of two ran measurably slower (``irregular_width_efficiency``; cause unknown)."""
+    not a power of two ran measurably slower (``irregular_width_efficiency``, squared for widths
+    that are not a multiple of 32; cause unknown)."""
     params = params or DEFAULT_PARAMS
-    regular = wgmma_n & (wgmma_n - 1) == 0
-    return min(1.0, 0.3 + 0.7 * wgmma_n / 64) * (1.0 if regular else params.irregular_width_efficiency)
+    if wgmma_n & (wgmma_n - 1) == 0:
+        irregular = 1.0
+    elif wgmma_n % 32 == 0:
+        irregular = params.irregular_width_efficiency
+    else:  # 80, 112, 144, ...: slower still
+        irregular = params.irregular_width_efficiency ** 2
+    return min(1.0, 0.3 + 0.7 * wgmma_n / 64) * irregular
 
 
 def min_bytes(m: int, n: int, k: int) -> int:
