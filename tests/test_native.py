@@ -18,6 +18,7 @@ from deep_tile import native
 from deep_tile.gemm import _run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
+from deep_tile.native.build import lock_path
 from conftest import run_host_cases, run_python
 from test_ops import bad_cases, check_message, operands
 
@@ -89,6 +90,32 @@ def test_failed_build_is_not_retried_and_warns_with_the_log(fresh, monkeypatch):
     (native_key.native_dir() / f"{key}.failed").write_text("CalledProcessError: boom\n")
     with pytest.warns(native.NativeUnavailableWarning, match=rf"{key}\.log"):
         assert native.module(start_build=True) is None
+    assert native.status()["state"] == "failed"
+
+
+def test_a_build_running_in_another_process_is_waited_for(fresh, monkeypatch):
+    """Our builder exits at once when another process's builder holds the key's lock: keep polling
+    (found on the device: a second process gave up while the first one's build ran)."""
+    import fcntl
+
+    tools = toolchain.Toolchain("/usr/bin/c++", "/usr/bin/ninja", "/usr/local/cuda/include")
+    monkeypatch.setattr(toolchain, "find", lambda: tools)
+    key, _ = native_key.build_key(tools)
+    native_key.native_dir().mkdir(parents=True)
+    monkeypatch.setattr(loader, "_spawn", lambda *a, **k: subprocess.Popen([sys.executable, "-c", "pass"]))
+    holder = os.open(lock_path(key), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # "another process" builds this key
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", native.NativeUnavailableWarning)
+            assert native.module(start_build=True) is None
+            loader._s.process.wait(timeout=60)
+            loader._poll(force=True)
+        assert native.status()["state"] == "building"
+    finally:
+        os.close(holder)  # that build ends without publishing anything
+    with pytest.warns(native.NativeUnavailableWarning, match="exited without publishing"):
+        loader._poll(force=True)
     assert native.status()["state"] == "failed"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
-__all__ = ["build", "publish", "main"]
+__all__ = ["build", "publish", "main", "lock_path", "in_progress"]
 
 
 def _compiler_version(compiler: str) -> str:
@@ -86,6 +86,26 @@ def _run_build(key: str) -> int:
     return 0
 
 
+def lock_path(key: str) -> Path:
+    """The file a builder of ``key`` holds an exclusive ``flock`` on while it runs."""
+    return _key.native_dir() / f"{key}.lock"
+
+
+def in_progress(key: str) -> bool:
+    """Whether some process is building ``key`` now (it holds the lock)."""
+    try:
+        fd = os.open(lock_path(key), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing releases a lock this probe took
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build ``KEY`` unless it is published or being built (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m deep_tile.native.build", description=__doc__.split("\n")[0])
@@ -94,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     directory = _key.native_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    lock = os.open(directory / f"{args.key}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+    lock = os.open(lock_path(args.key), os.O_CREAT | os.O_RDWR, 0o644)
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if args.wait else fcntl.LOCK_NB))

@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 
 from deep_tile import env, phases
+from deep_tile.native.build import in_progress as _build_in_progress
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
@@ -170,6 +171,10 @@ def _poll(force: bool = False) -> None:
     finished = _s.process is None or _s.process.poll() is not None
     if finished and _s.state == "building":
         failure = _failure(_s.key)
+        if not failure and _build_in_progress(_s.key):
+            # NOTES: our builder found another process's builder at work (it exits at once then);
+            # keep polling for the library that one publishes.
+            return
         if failure or not _key.library_path(_s.key).is_file():
             _give_up("failed", failure or f"its builder exited without publishing {_key.entry_dir(_s.key)}; "
                                           f"see {_key.native_dir() / (_s.key + '.log')}")
