@@ -28,7 +28,7 @@ from deep_tile.select.cost import Estimate, estimate, grid_size
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "grid_size", "GROUP_SIZE",
            "check_positive_int"]
 
-TIE_TOLERANCE = 0.01
+TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
 
 
