@@ -232,7 +232,10 @@ def test_explain_contains_the_key_facts():
                  "registers per consumer thread", "of the 232", "floors on H100 SXM: HBM", "FP8 peak",
                  "ridge point 591", "model per k-block and CTA: tensor", "predicted:", "runners-up"):
         assert fact in text, fact
-    assert sum(line.startswith("  ") and "predicted" in line for line in text.splitlines()) == 4
+    assert sum(line.startswith("  ") and ": predicted" in line for line in text.splitlines()) == 4
+    # a pick that is not the fastest prediction says why (a near-tie broken towards taller tiles)
+    tie = explain_text(4096, 24576, 1536, 132)
+    assert "config: 256x128 s3" in tie and "128x256 s3 /128 is predicted faster by" in tie and "rank as ties" in tie
     small = explain_text(1, 2112, 7168, 132)
     assert "split-K: clusters of" in small and "deterministic" in small and "reuses the A/B stages" in small
 

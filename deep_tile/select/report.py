@@ -10,7 +10,7 @@ from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.config import GROUP_SIZE, KernelConfig
 from deep_tile.select.cost import Estimate, min_bytes
-from deep_tile.select.selector import config_from_estimate, rank_candidates
+from deep_tile.select.selector import TIE_TOLERANCE, config_from_estimate, rank_candidates
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -99,6 +99,11 @@ def _runner_up_lines(ranked: tuple) -> list:
                      f"({other.time_s / best.time_s:.2f}x), {other.tiles} tiles on {other.ctas} CTAs, {other.bound}-bound")
     if len(ranked) == 1:
         lines.append("  (none)")
+    faster = [e for e in ranked[1:] if e.time_s < best.time_s]
+    if faster:
+        lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
+                     f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%: predictions within "
+                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels, then to smaller, then taller tiles)")
     return lines
 
 
