@@ -20,7 +20,8 @@
 #   host         benchmarks/bench_host.py (CPU us per call, first-call latency)
 #   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
 #   ncu          Nsight Compute on a small-M and a large-M shape
-#   ncu-cmp      Nsight Compute (full set, base clocks) on NCU_SPECS (deepgemm and/or configs) at NCU_SHAPE
+#   ncu-cmp      Nsight Compute (full set, base clocks, SASS stall table) on NCU_SPECS (deepgemm and/or
+#                configs, default: DeepGEMM beside 256x128, 256x128:mcA and 128x256) at NCU_SHAPE
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
@@ -97,16 +98,6 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
         ncu -i "/tmp/ncucmp_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncucmp_sass_$name.csv" 2>&1
         grep -E "^  [a-z_0-9]+.*\(|Duration|SM Frequency|Compute \(SM\) Throughput|L2 Cache Throughput|Issue Slots Busy|Warp Cycles Per Issued|Registers Per" "$OUT/ncucmp_details_$name.txt" | head -12 | sed "s/^/[$spec] /"
         tail -2 "$OUT/ncucmp_$name.log"
-      done ;;
-    ncu-mc)  # stall reasons per SASS line, multicast vs not, at 4096x7168x16384
-      for spec in "256x128" "256x128:mcA"; do
-        name=$(echo $spec | tr ':' '_')
-        timeout 200 ncu --clock-control none --set full -k deep_tile_fp8_gemm_sm90 -s 2 -c 1 -o "/tmp/ncu_$name" -f \
-          python3 tools/profile_one.py 4096 7168 16384 $spec > "$OUT/ncu_full_$name.log" 2>&1
-        ncu -i "/tmp/ncu_$name.ncu-rep" --page details > "$OUT/ncu_details_$name.txt" 2>&1
-        ncu -i "/tmp/ncu_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncu_sass_$name.csv" 2>&1
-        grep -E "Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Stall" "$OUT/ncu_details_$name.txt" | head -12 | sed "s/^/[$spec] /"
-        ls -la "$OUT/ncu_sass_$name.csv"
       done ;;
     host)
       ( dg_env; timeout 400 python3 benchmarks/bench_host.py --json "$OUT/host.json" 2>&1 | tee "$OUT/host.txt" | tail -40 ) ;;

@@ -27,15 +27,13 @@ if rest and rest[0] == "deepgemm":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     from sweep_configs import baseline_fns  # noqa: E402
 
-    fn = baseline_fns(a, sa, b, sb, out).get("deepgemm")
+    fn, label = baseline_fns(a, sa, b, sb, out).get("deepgemm"), "deepgemm"
     if fn is None:
         sys.exit("deep_gemm is not importable")
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    sys.exit(print("ok", m, n, k, "deepgemm"))
-cfg = parse_config(rest[0], m, n, sms) if rest else None
+else:
+    cfg = parse_config(rest[0], m, n, sms) if rest else None
+    fn, label = (lambda: _run(a, sa, b, sb, out, config=cfg, extra_defines=defines)), (cfg.label if cfg else "auto")
 for _ in range(3):
-    _run(a, sa, b, sb, out, config=cfg, extra_defines=defines)
+    fn()
 torch.cuda.synchronize()
-print("ok", m, n, k, cfg.label if cfg else "auto")
+print("ok", m, n, k, label)
