@@ -69,6 +69,8 @@ FAMILIES = [
     dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False),
     dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
     dict(block_m=128, block_n=192, num_stages=4),
+    dict(block_m=128, block_n=192, num_stages=4, group_along_m=True, group_size=16),
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, group_along_m=True, group_size=16),
     dict(block_m=256, block_n=64, num_stages=4, accum_buffers=2),
     dict(block_m=256, block_n=128, num_stages=3),
     dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
@@ -87,7 +89,7 @@ def _family_cases():
     for i, (family, (m, n, k)) in enumerate(itertools.product(FAMILIES, FAMILY_SHAPES)):
         # The persistent grid at full size and shrunk; a split-K launch has one cluster per tile.
         for grid in ((132, 30) if family.get("split_k", 1) == 1 else (132,)):
-            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict(family, grid_size=grid, group_size=8)))
+            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict({"group_size": 8, **family}, grid_size=grid)))
     return cases
 
 

@@ -41,7 +41,11 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     assert 3 <= cfg.num_stages <= 16
     assert cfg.num_stages == 16 or family.smem_bytes(cfg.block_m, cfg.block_n, cfg.num_stages + 1, cfg.split_k) > limit
     # launch: persistent grid within the SMs; multicast pairs; split-K only where tiles leave SMs idle
-    assert cfg.group_size == 8
+    # the raster: wide persistent tiles without multicast in groups of 16 along M, the rest 8 along N
+    # (multicast of B: along M, its pair shares the B tile)
+    wide = cfg.block_n > cfg.block_m and cfg.num_multicast == 1 and cfg.split_k == 1
+    assert cfg.group_size == (16 if wide else 8)
+    assert cfg.group_along_m == (wide or (cfg.num_multicast == 2 and not cfg.multicast_on_a))
     if cfg.split_k > 1:
         assert cfg.num_multicast == 1 and cfg.block_m <= 128
         assert tiles * cfg.split_k <= num_sms
@@ -151,6 +155,12 @@ def test_kernel_config_derived_values():
     split = KernelConfig(block_m=64, block_n=64, num_stages=13, split_k=4, accum_buffers=2, grid_size=33)
     assert split.cluster_size == 4 and split.smem_breakdown()["d_staging"] == 0
     assert family.launch_grid(split, 64, 2112) == 132 and split.label == "64x64 s13 k4 x2"
+    # the swizzle groups' axis: free without multicast, fixed by the multicast operand
+    assert wide.group_along_m is False and wide.defines()["DT_GROUP_ALONG_M"] == 0
+    along_m = KernelConfig(block_m=128, block_n=256, wgmma_n=128, num_stages=3, grid_size=2, group_along_m=True)
+    assert along_m.defines()["DT_GROUP_ALONG_M"] == 1 and along_m.label == "128x256 s3 /128 gM"
+    mc_b = KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=2, num_multicast=2)
+    assert mc_b.group_along_m is True and mc_b.label == "128x128 s4 mcB"
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -162,6 +172,9 @@ def test_kernel_config_derived_values():
     (dict(num_multicast=2, grid_size=131), "grid_size"), (dict(num_stages=7), "shared memory"),
     (dict(block_m=128.0), "block_m"), (dict(split_k=9), "split_k"), (dict(split_k=2, num_multicast=2), "split_k"),
     (dict(wgmma_n=48), "wgmma_n"), (dict(accum_buffers=3), "accum_buffers"),
+    (dict(group_along_m=1), "group_along_m"), (dict(num_multicast=2, multicast_on_a=True, group_along_m=True),
+                                               "group_along_m must be False with multicast of A"),
+    (dict(num_multicast=2, group_along_m=False), "group_along_m must be True with multicast of B"),
 ])
 def test_kernel_config_rejects_bad_fields(kwargs, name):
     fields = dict(block_m=128, block_n=128, num_stages=4, grid_size=132)

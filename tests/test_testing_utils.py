@@ -158,3 +158,17 @@ def test_bench_gpu_on_gpu():
     r = bench_gpu(lambda: x @ x, warmup=2, iters=5)
     assert r["iters"] == 5 and len(r["samples_us"]) == 5
     assert 0 < r["min_us"] <= r["median_us"] <= r["max_us"]
+
+
+def test_parse_and_format_config_round_trip():
+    from deep_tile.testing.configs import format_config, parse_config
+    for text in ("256x128:s3:b1:w128:mcA", "128x256:s3:b1:w128:g16:gM", "64x64:s13:b2:w64:k4", "128x128:s4:b2:w128:mcB"):
+        config = parse_config(text, 4096, 7168, 132)
+        assert format_config(config) == text
+        assert parse_config(format_config(config), 4096, 7168, 132) == config
+    assert parse_config("128x256:gM", 4096, 7168, 132).group_along_m is True
+    assert parse_config("128x128:mcB", 4096, 7168, 132).group_along_m is True  # the pair shares B
+    with pytest.raises(ValueError, match="group_along_m must be False with multicast of A"):
+        parse_config("256x128:mcA:gM", 4096, 7168, 132)
+    with pytest.raises(ValueError, match="unknown option"):
+        parse_config("256x128:gX", 4096, 7168, 132)

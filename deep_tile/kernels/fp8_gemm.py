@@ -215,6 +215,7 @@ def defines(config) -> dict:
         "DT_ACCUM_BUFFERS": config.accum_buffers,
         "DT_WGMMA_N": config.wgmma_n,
         "DT_A_SCALE_ROW_MAJOR": int(config.a_scale_row_major),
+        "DT_GROUP_ALONG_M": int(config.group_along_m),
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,

@@ -15,7 +15,7 @@ from typing import Optional
 from deep_tile import arch
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["KernelConfig", "config_label", "GROUP_SIZE"]
+__all__ = ["KernelConfig", "config_label", "GROUP_SIZE", "WIDE_GROUP_SIZE", "raster"]
 
 GROUP_SIZE = 8
 """Swizzle group width in tiles. With G tiles in flight per group row, about grid/G A panels and
@@ -24,13 +24,35 @@ G B panels are live in L2; G near sqrt(grid) keeps that smallest. Measured with 
 an H200 (60 MB L2); 4 was close to 8, 32 worse."""
 
 
+WIDE_GROUP_SIZE = 16
+"""Swizzle group width (in m-blocks) of tiles wider than tall, whose groups run along M (see
+:func:`raster`)."""
+
+
+def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1) -> tuple:
+    """``(group_along_m, group_size)`` of the persistent schedule the selector gives a tile.
+
+    Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in groups of
+    :data:`WIDE_GROUP_SIZE` m-blocks, consecutive tiles sharing the B tile; the others, multicast
+    pairs (whose operand fixes the axis) and split-K launches keep groups of :data:`GROUP_SIZE`
+    n-blocks. Measured on an H100 (2026-11-22, benchmarks/RESULTS.md): 128x256 grouped 16 along
+    M against 8 along N, 4096x7168x16384 674.7 -> 667.2 us, 8192^3 796.4 -> 783.2, elsewhere
+    within 1% but 4096x32768x512 (+0.5%); 128x192 790 -> 735 and 861 -> 788 at the same two
+    shapes; 256x128 gains nothing reliable from either change (+-1.5% by shape).
+    """
+    if num_multicast == 1 and split_k == 1 and block_n > block_m:
+        return True, WIDE_GROUP_SIZE
+    return False, GROUP_SIZE
+
+
 def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
-                 a_scale_row_major: bool = False) -> str:
+                 a_scale_row_major: bool = False, group_along_m: bool = False) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
-    ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale.
+    ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: swizzle groups along M
+    without multicast (``mcB`` implies it).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -43,6 +65,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += f" /{wgmma_n}"
     if a_scale_row_major:
         text += " rm"
+    if group_along_m and num_multicast == 1 and split_k == 1:
+        text += " gM"
     return text
 
 
@@ -72,6 +96,10 @@ class KernelConfig:
             multiple of 4) instead of the TMA-aligned column-major layout. The launcher sets it
             from the tensor it is given; the selector leaves it False.
         group_size: width in tiles of a swizzle group of the persistent schedule (even, >= 2).
+        group_along_m: the swizzle groups span ``group_size`` m-blocks, consecutive tiles sharing
+            an n-block (B tile), instead of n-blocks sharing an m-block (a compile-time choice).
+            Multicast fixes it: a pair shares its operand, so True with multicast of B and False
+            with multicast of A; ``None`` (default) takes that, or False without multicast.
         grid_size: CTAs of the persistent grid (even under multicast); a split-K launch uses
             ``tiles * split_k`` CTAs instead (:func:`deep_tile.kernels.fp8_gemm.launch_grid`).
 
@@ -91,6 +119,7 @@ class KernelConfig:
     wgmma_n: Optional[int] = None
     a_scale_row_major: bool = False
     group_size: int = GROUP_SIZE
+    group_along_m: Optional[bool] = None
     grid_size: int
 
     def __post_init__(self):
@@ -104,6 +133,14 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: a_scale_row_major must be a bool; got {self.a_scale_row_major!r}")
         if self.num_multicast == 1:
             object.__setattr__(self, "multicast_on_a", False)
+        multicast_b = self.num_multicast == 2 and not self.multicast_on_a
+        if self.group_along_m is None:
+            object.__setattr__(self, "group_along_m", multicast_b)
+        if not isinstance(self.group_along_m, bool):
+            raise ValueError(f"KernelConfig: group_along_m must be a bool or None; got {self.group_along_m!r}")
+        if self.num_multicast == 2 and self.group_along_m != multicast_b:
+            raise ValueError(f"KernelConfig: group_along_m must be {multicast_b} with multicast of "
+                             f"{'B' if multicast_b else 'A'} (the pair shares that operand); got {self.group_along_m}")
         if self.wgmma_n is None:
             object.__setattr__(self, "wgmma_n", self.block_n)
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
@@ -171,7 +208,8 @@ class KernelConfig:
     def label(self) -> str:
         """Short name for tables and logs (see :func:`config_label`)."""
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
-                            self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major)
+                            self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
+                            self.group_along_m)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.select.config import GROUP_SIZE, KernelConfig
+from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import Estimate, min_bytes
-from deep_tile.select.selector import TIE_TOLERANCE, config_from_estimate, rank_candidates
+from deep_tile.select.selector import TIE_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, config_from_estimate, rank_candidates
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -30,7 +30,9 @@ def _config_lines(cfg: KernelConfig) -> list:
         launch = (f"persistent grid of {cfg.grid_size} CTAs in clusters of 2 sharing the "
                   f"{'A' if cfg.multicast_on_a else 'B'} tile (TMA multicast), swizzle group {cfg.group_size}")
     else:
-        launch = f"persistent grid of {cfg.grid_size} CTAs, swizzle group {cfg.group_size}"
+        axis = ("m-blocks (consecutive tiles share the B tile)" if cfg.group_along_m
+                else "n-blocks (consecutive tiles share the A tile)")
+        launch = f"persistent grid of {cfg.grid_size} CTAs, swizzle groups of {cfg.group_size} {axis}"
     defines = " ".join(f"{key}={value}" for key, value in cfg.defines().items())
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
     return [
@@ -103,7 +105,8 @@ def _runner_up_lines(ranked: tuple) -> list:
     if faster:
         lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
                      f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%: predictions within "
-                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels, then to smaller, then taller tiles)")
+                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels, then to smaller tiles, then to "
+                     f"taller ones below {WIDE_TILE_MIN_K_BLOCKS} k-blocks per tile and wider ones from there on)")
     return lines
 
 
@@ -130,5 +133,4 @@ def explain_text(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_
     lines += _register_lines(cfg)
     lines += _model_lines(m, n, k, best, chip)
     lines += _runner_up_lines(ranked)
-    assert GROUP_SIZE == cfg.group_size
     return "\n".join(lines)

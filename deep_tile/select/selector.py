@@ -22,7 +22,7 @@ from deep_tile.common import ceil_div
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.candidates import enumerate_candidates
-from deep_tile.select.config import GROUP_SIZE, KernelConfig
+from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "grid_size", "GROUP_SIZE",
@@ -30,6 +30,9 @@ __all__ = ["select_config", "rank_candidates", "config_from_estimate", "grid_siz
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
+WIDE_TILE_MIN_K_BLOCKS = 56
+"""From this many k-blocks per tile on, ties between equal-area tiles go to the wider one (grouped
+along M, :func:`deep_tile.select.config.raster`), below it to the taller one."""
 
 
 def check_positive_int(func: str, name: str, value) -> None:
@@ -40,12 +43,15 @@ def check_positive_int(func: str, name: str, value) -> None:
 
 def _tie_break(e: Estimate) -> tuple:
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels, then (equal
-    areas) taller tiles: the model costs 256x128 a little more than 128x256 (its a_scale rows),
-    but 128x256 (two 128-column WGMMA parts per slab) measured 0-3% slower at M=4096 (H100
-    sweep, 2026-11-22)."""
+    areas) taller tiles below :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks and wider ones from there
+    on. The model costs 256x128 and 128x256 nearly alike; measured on an H100 (2026-11-22),
+    256x128 was 2.5% faster at K = 1536 and 2048, and 128x256 grouped along M 0.5-1.5% faster
+    at K = 8192 and 16384 (equal at 7168)."""
     c = e.candidate
+    taller_first = e.k_blocks_per_cta < WIDE_TILE_MIN_K_BLOCKS
     return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), c.split_k, c.num_multicast,
-            c.block_m * c.block_n, -c.block_m, -c.num_stages, -c.accum_buffers, not c.multicast_on_a)
+            c.block_m * c.block_n, -c.block_m if taller_first else c.block_m, -c.num_stages, -c.accum_buffers,
+            not c.multicast_on_a)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -75,12 +81,13 @@ def rank_candidates(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.M
 
 
 def config_from_estimate(m: int, n: int, e: Estimate, num_sms: int, chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
-    """The :class:`KernelConfig` (grid, group size) of a ranked candidate."""
+    """The :class:`KernelConfig` (grid, swizzle group) of a ranked candidate."""
     c = e.candidate
     grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
+    group_along_m, group_size = raster(c.block_m, c.block_n, c.num_multicast, c.split_k)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
-                        wgmma_n=c.wgmma_n, group_size=GROUP_SIZE, grid_size=grid)
+                        wgmma_n=c.wgmma_n, group_size=group_size, group_along_m=group_along_m, grid_size=grid)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -8,7 +8,8 @@
 - ``kN``: split-K over N CTAs;
 - ``b1`` / ``b2``: WGMMA accumulator buffers (default: the selector's choice for the tile);
 - ``wN``: columns per WGMMA (default: the selector's choice for the tile);
-- ``gN``: swizzle group width (default 8).
+- ``gN``: swizzle group width (default 8);
+- ``gM``: swizzle groups along M (consecutive tiles share an n-block; implied by ``mcB``).
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
         kind, value = option[:1], option[1:]
         if option in ("mcA", "mcB"):
             fields["num_multicast"], fields["multicast_on_a"] = 2, option == "mcA"
+        elif option == "gM":
+            fields["group_along_m"] = True
         elif kind in "skbwg" and value.isdigit():
             key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "group_size"}[kind]
             if key is None:
@@ -63,4 +66,6 @@ def format_config(config: KernelConfig) -> str:
         text += f":k{config.split_k}"
     if config.group_size != GROUP_SIZE:
         text += f":g{config.group_size}"
+    if config.group_along_m and config.num_multicast == 1:
+        text += ":gM"
     return text

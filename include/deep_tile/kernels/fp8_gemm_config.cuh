@@ -10,7 +10,7 @@
 namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
-          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_>
+          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kGroupAlongM_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -25,6 +25,9 @@ struct Fp8GemmConfig {
   // a fixed order through distributed shared memory (deterministic). Not persistent.
   static constexpr int kSplitK = kSplitK_;
   static constexpr int kClusterSize = kSplitK > 1 ? kSplitK : kNumMulticast;
+  // The persistent schedule's swizzle groups span m-blocks (consecutive tiles share an n-block)
+  // or n-blocks (consecutive tiles share an m-block); a multicast pair must share its operand.
+  static constexpr bool kGroupAlongM = kGroupAlongM_;
 
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
@@ -89,6 +92,8 @@ struct Fp8GemmConfig {
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
   DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");
   DT_STATIC_ASSERT(kSplitK == 1 || kNumMulticast == 1, "DT_SPLIT_K > 1 needs DT_NUM_MULTICAST == 1");
+  DT_STATIC_ASSERT(kNumMulticast == 1 || kGroupAlongM == kMulticastB,
+                   "DT_GROUP_ALONG_M must be 1 with multicast of B and 0 with multicast of A (the pair shares the operand)");
   DT_STATIC_ASSERT(kSplitK == 1 || kPartialBytes <= kNumStages * (kTileABytes + kTileBBytes),
                    "the split-K partial tile must fit in the A and B stage memory it reuses");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");

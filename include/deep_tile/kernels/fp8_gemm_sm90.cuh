@@ -24,7 +24,7 @@
 namespace deep_tile {
 
 template <class Cfg>
-using SchedulerFor = PersistentScheduler<!Cfg::kMulticastB>;
+using SchedulerFor = PersistentScheduler<!Cfg::kGroupAlongM>;
 
 /// The tiles and K ranges one CTA works on: every `step`-th tile from `first` (persistent), or
 /// the one tile of its cluster and the cluster rank's share of the k-blocks (split-K).
