@@ -31,8 +31,8 @@ __all__ = ["select_config", "rank_candidates", "config_from_estimate", "grid_siz
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
 WIDE_TILE_MIN_K_BLOCKS = 56
-"""From this many k-blocks per tile on, ties between equal-area tiles go to the wider one (grouped
-along M, :func:`deep_tile.select.config.raster`), below it to the taller one."""
+"""From this many k-blocks per tile on, ties between equal-area tiles of at least 128x128 go to the
+wider one (grouped along M, :func:`deep_tile.select.config.raster`); otherwise to the taller one."""
 
 
 def check_positive_int(func: str, name: str, value) -> None:
@@ -43,14 +43,15 @@ def check_positive_int(func: str, name: str, value) -> None:
 
 def _tie_break(e: Estimate) -> tuple:
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels, then (equal
-    areas) taller tiles below :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks and wider ones from there
-    on. The model costs 256x128 and 128x256 nearly alike; measured on an H100 (2026-11-22),
-    256x128 was 2.5% faster at K = 1536 and 2048, and 128x256 grouped along M 0.5-1.5% faster
-    at K = 8192 and 16384 (equal at 7168)."""
+    areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
+    tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
+    measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
+    grouped along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
+    128x64 tiles the taller measured faster (128x7168x16384: 128x64 57.4 us, 64x128 58.2)."""
     c = e.candidate
-    taller_first = e.k_blocks_per_cta < WIDE_TILE_MIN_K_BLOCKS
+    wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
     return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), c.split_k, c.num_multicast,
-            c.block_m * c.block_n, -c.block_m if taller_first else c.block_m, -c.num_stages, -c.accum_buffers,
+            c.block_m * c.block_n, c.block_m if wider_first else -c.block_m, -c.num_stages, -c.accum_buffers,
             not c.multicast_on_a)
 
 
