@@ -52,6 +52,12 @@ def _check_invariants(m, n, k, num_sms, max_smem):
         assert family.launch_grid(cfg, m, n) == tiles * cfg.split_k
     else:
         assert 1 <= cfg.grid_size <= min(num_sms, tiles) or cfg.num_multicast == 2
+        # balanced from 3 rounds of tiles on: no fewer CTAs finish in the same rounds
+        full = min(num_sms, tiles)
+        rounds = ceil_div(tiles, cfg.grid_size)
+        if cfg.num_multicast == 1:
+            assert rounds == ceil_div(tiles, full)
+            assert cfg.grid_size == full or (rounds >= 3 and ceil_div(tiles, cfg.grid_size - 1) > rounds)
         assert family.launch_grid(cfg, m, n) == cfg.grid_size
     if cfg.num_multicast == 2:
         assert cfg.grid_size % 2 == 0 and cfg.grid_size >= 2 and num_sms % 2 == 0
@@ -332,3 +338,13 @@ def test_importing_device_starts_no_cuda():
             "sys.exit(1 if 'torch' in sys.modules or 'deep_tile.select' in sys.modules else 0)\n")
     result = run_python(code)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grid_size_balances_from_three_rounds():
+    from deep_tile.select.cost import grid_size
+    # 896 tiles on 132 SMs: 7 rounds either way, 128 CTAs share them evenly
+    assert grid_size(896, 132, 1) == 128 and grid_size(352, 132, 1) == 118 and grid_size(2048, 132, 1) == 128
+    # fewer than 3 rounds: the grid stays full
+    assert grid_size(133, 132, 1) == 132 and grid_size(264, 132, 1) == 132 and grid_size(100, 132, 1) == 100
+    # multicast: even, balanced the same way
+    assert grid_size(265, 132, 2) == 90 and grid_size(896, 132, 2) == 128 and grid_size(3, 132, 2) == 2
