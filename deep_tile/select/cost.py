@@ -35,9 +35,8 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.candidates import Candidate
 from deep_tile.select.config import GROUP_SIZE
 
-__all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "wgmma_efficiency", "Estimate",
-           "estimate", "grid_size",
-           "min_bytes", "multicast_shared_fraction"]
+__all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "wgmma_efficiency",
+           "Estimate", "estimate", "grid_size", "min_bytes", "multicast_shared_fraction"]
 
 TENSOR_FLOP_PER_CYCLE = 8192
 """Dense FP8 tensor-core FLOP per cycle per SM (1979 TFLOPS / 132 SMs / 1.83 GHz)."""
