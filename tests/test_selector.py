@@ -348,3 +348,13 @@ def test_grid_size_balances_from_three_rounds():
     assert grid_size(133, 132, 1) == 132 and grid_size(264, 132, 1) == 132 and grid_size(100, 132, 1) == 100
     # multicast: even, balanced the same way
     assert grid_size(265, 132, 2) == 90 and grid_size(896, 132, 2) == 128 and grid_size(3, 132, 2) == 2
+
+
+def test_every_ranked_candidate_makes_a_config():
+    # multicast candidates take their swizzle axis from the operand they share (mcB: along M)
+    from deep_tile.select.selector import config_from_estimate
+    for shape in ((4096, 7168, 16384), (8192, 8192, 8192), (128, 2112, 7168)):
+        for e in rank_candidates(*shape, 132):
+            cfg = config_from_estimate(shape[0], shape[1], e, 132)
+            assert cfg.group_along_m == ((cfg.num_multicast == 2 and not cfg.multicast_on_a)
+                                         or (cfg.num_multicast == 1 and cfg.split_k == 1 and cfg.block_n > cfg.block_m))

@@ -33,14 +33,17 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1)
     """``(group_along_m, group_size)`` of the persistent schedule the selector gives a tile.
 
     Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in groups of
-    :data:`WIDE_GROUP_SIZE` m-blocks, consecutive tiles sharing the B tile; the others, multicast
-    pairs (whose operand fixes the axis) and split-K launches keep groups of :data:`GROUP_SIZE`
-    n-blocks. Measured on an H100 (2026-11-22, benchmarks/RESULTS.md): 128x256 grouped 16 along
-    M against 8 along N, 4096x7168x16384 674.7 -> 667.2 us, 8192^3 796.4 -> 783.2, within 1% on
-    the other M = 4096 shapes; 128x192 790 -> 735 and 861 -> 788 at the same two shapes; 256x128
-    gains nothing reliable from either axis or width (+-1.5% by shape).
+    :data:`WIDE_GROUP_SIZE` m-blocks, consecutive tiles sharing the B tile; the others and split-K
+    launches keep groups of :data:`GROUP_SIZE` n-blocks. Under multicast the axis is None: the
+    multicast operand fixes it (:class:`KernelConfig`). Measured on an H100 (2026-11-22,
+    benchmarks/RESULTS.md): 128x256 grouped 16 along M against 8 along N, 4096x7168x16384
+    674.7 -> 667.2 us, 8192^3 796.4 -> 783.2, within 1% on the other M = 4096 shapes; 128x192
+    790 -> 735 and 861 -> 788 at the same two shapes; 256x128 gains nothing reliable from either
+    axis or width (+-1.5% by shape).
     """
-    if num_multicast == 1 and split_k == 1 and block_n > block_m:
+    if num_multicast == 2:
+        return None, GROUP_SIZE
+    if split_k == 1 and block_n > block_m:
         return True, WIDE_GROUP_SIZE
     return False, GROUP_SIZE
 
@@ -65,7 +68,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += f" /{wgmma_n}"
     if a_scale_row_major:
         text += " rm"
-    if group_along_m and num_multicast == 1 and split_k == 1:
+    if group_along_m and num_multicast == 1:
         text += " gM"
     return text
 
