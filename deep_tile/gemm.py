@@ -150,7 +150,7 @@ def _plan_for_config(config, m: int, n: int, extra_defines=None) -> _Plan:
 
     kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.SYMBOL)
     config = _fit_clusters(config, kernel)
-    return _Plan(config, kernel, family.tensor_map_boxes(config), family.launch_grid(config, m, n),
+    return _Plan(config, kernel, family.tensor_map_boxes(config, m), family.launch_grid(config, m, n),
                  family.cluster_size(config))
 
 

@@ -60,7 +60,7 @@ def test_a_missing_contract_define_fails_with_a_message(name):
 def test_the_contract_restates_nothing_the_kernel_owns():
     d = family.defines(CONFIG)
     assert d["DT_SCALE_GROUP"] == SCALE_GROUP == family.BLOCK_K == 128
-    assert d["DT_STORE_SWIZZLE"] == family.tensor_map_boxes(CONFIG).d_swizzle == 32  # 144 = 9 x 16
+    assert d["DT_STORE_SWIZZLE"] == family.tensor_map_boxes(CONFIG, 4096).d_swizzle == 32  # 144 = 9 x 16
     assert d["DT_NUM_THREADS"] == CONFIG.num_threads == 384
     assert d["DT_SMEM_BYTES"] == CONFIG.smem_bytes == sum(v for k, v in CONFIG.smem_breakdown().items() if k != "total")
     assert (d["DT_MIN_STAGES"], d["DT_MAX_STAGES"]) == (family.MIN_STAGES, family.MAX_STAGES) == (2, 16)
@@ -71,7 +71,8 @@ def test_the_row_major_a_scale_variant():
     rm = CONFIG.with_row_major_a_scale()
     assert rm.a_scale_row_major and rm.defines()["DT_A_SCALE_ROW_MAJOR"] == 1
     assert rm.smem_breakdown()["a_scale_stages"] == 4 * CONFIG.smem_breakdown()["a_scale_stages"]
-    assert family.tensor_map_boxes(rm).a_scale == (4, 128) and family.tensor_map_boxes(CONFIG).a_scale == (128, 1)
+    assert family.tensor_map_boxes(rm, 4096).a_scale == (4, 128)
+    assert family.tensor_map_boxes(CONFIG, 4096).a_scale == (128, 1)
     assert rm.label == CONFIG.label + " rm"
     # where the wider a_scale tiles do not fit, one stage fewer
     full = KernelConfig(block_m=64, block_n=16, num_stages=16, grid_size=132)
@@ -97,3 +98,15 @@ def test_split_k_refuses_the_tiles_that_spill():
         stages = max_stages(bm, bn, arch.MAX_SMEM_PER_BLOCK, 2)
         problems = family.tile_problems(bm, bn, stages, 1, 2, wn, buffers, arch.MAX_SMEM_PER_BLOCK)
         assert problems and all("spills registers" in p for p in problems), (bm, bn, wn, buffers, problems)
+
+
+def test_the_a_box_shrinks_to_m_below_one_tile_except_under_multicast_of_a():
+    # The kernel's expected bytes per stage follow the same rule (producer_loop); a mismatch hangs.
+    tall = KernelConfig(block_m=256, block_n=128, num_stages=3, grid_size=132)
+    assert [family.a_box_rows(tall, m) for m in (1, 8, 100, 255, 256, 4096)] == [1, 8, 100, 255, 256, 256]
+    assert family.tensor_map_boxes(tall, 37).a == (128, 37)
+    mc_a = KernelConfig(block_m=128, block_n=128, num_stages=5, num_multicast=2, multicast_on_a=True, grid_size=132)
+    assert family.a_box_rows(mc_a, 5) == family.a_box_rows(mc_a, 4096) == 64  # each CTA loads its half
+    mc_b = KernelConfig(block_m=128, block_n=128, num_stages=5, num_multicast=2, multicast_on_a=False,
+                        group_along_m=True, grid_size=132)
+    assert family.a_box_rows(mc_b, 5) == 5 and family.tensor_map_boxes(mc_b, 5).b == (128, 64)

@@ -97,6 +97,18 @@ def test_every_config_family():
     _check(run_gpu_cases("gemm", _family_cases()))
 
 
+# M below one tile: the A box is M rows (deep_tile.kernels.fp8_gemm.a_box_rows; multicast of A
+# keeps whole halves) and the tile rows the TMA leaves stale must only reach output rows that are
+# never stored. M = 1 and 37 are below every block_m, 100 below 128 and 256, 200 below 256.
+SMALL_M_SHAPES = [(1, 1160, 400), (37, 2112, 1536), (100, 4096, 16), (200, 520, 7168)]
+
+
+def test_every_config_family_below_one_tile():
+    cases = [dict(m=m, n=n, k=k, seed=i, config=dict({"group_size": 8, **family}, grid_size=132))
+             for i, (family, (m, n, k)) in enumerate(itertools.product(FAMILIES, SMALL_M_SHAPES))]
+    _check(run_gpu_cases("gemm", cases))
+
+
 def test_every_kind_reads_a_row_major_a_scale():
     # K = 1536 (12 groups) and 7168 (56): the kernel variant reads the row-major a_scale as it is,
     # through 4-group TMA boxes; every kernel kind, ragged M and N.

@@ -3,8 +3,8 @@
 Each family the selector can emit is represented by a forced configuration (persistent with one
 or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
 tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
-ranks that get no k-block, the row-major a_scale variant), plus the selector's own choice for a
-few shapes and the casts. Every
+ranks that get no k-block, the row-major a_scale variant, M below one tile), plus the selector's
+own choice for a few shapes and the casts. Every
 output is NaN-poisoned before the run and compared with the float64 reference, so the run also
 fails on a wrong answer. Exit status 1 if any check fails.
 """
@@ -31,6 +31,9 @@ CASES = [
     ("128x128:b2:k2", 200, 1160, 400), ("64x16:b2:k3", 70, 136, 128), ("128x256:w128:g16:gM", 600, 1160, 400),
     ("128x192:g16:gM", 520, 1160, 400),
     ("auto", 64, 2112, 7168), ("auto", 4096, 2112, 1024), ("auto", 1, 7168, 2048),
+    # M below one tile: an A box of M rows (multicast of A keeps whole halves)
+    ("256x128:b1", 100, 1160, 400), ("128x256:w128:mcB", 37, 1160, 400), ("64x64:b2:k4", 20, 1160, 1040),
+    ("128x128:mcA", 50, 1160, 400),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
 ]

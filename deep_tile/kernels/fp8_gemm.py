@@ -29,7 +29,7 @@ __all__ = [
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
-    "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "tensor_map_boxes", "cluster_size",
+    "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid",
 ]
 
@@ -229,7 +229,8 @@ class TensorMapBoxes:
     """TMA boxes of one config: (inner, outer) elements and swizzle bytes of each tensor map.
 
     Attributes:
-        a: box of A ``(128, rows)``, 128B swizzle; ``rows`` is half the tile under multicast on A.
+        a: box of A ``(128, rows)``, 128B swizzle; ``rows`` is half the tile under multicast on A,
+            and M itself when M is below one tile (:func:`a_box_rows`).
         b: box of B, likewise for multicast on B.
         a_scale: box of a_scale, no swizzle: ``(block_m, 1)`` in the column-major layout, or
             ``(4, block_m)`` (4 groups of block_m rows) from a row-major tensor.
@@ -243,12 +244,28 @@ class TensorMapBoxes:
         self.a, self.b, self.a_scale, self.d, self.d_swizzle = a, b, a_scale, d, d_swizzle
 
 
-def tensor_map_boxes(config) -> TensorMapBoxes:
-    """The tensor-map boxes ``config``'s kernel loads and stores with."""
+def a_box_rows(config, m: int) -> int:
+    """Rows of A one TMA load brings: half the tile under multicast on A (each CTA of the pair
+    loads one half), else the tile, or just the ``m`` rows of the matrix when ``m < block_m``.
+
+    The kernel derives its expected byte count per stage from the same rule
+    (``producer_loop`` in include/deep_tile/kernels/fp8_gemm_sm90.cuh); keep the two together.
+    NOTES: a box mostly beyond M is zero-filled by the TMA unit, and that is not free: on an H200
+    the 64x32 tile ran Mx4096x7168 at M = 8..32 in 20.1-21.5 us against 17.4 us at M = 64. The
+    tile rows a short box leaves untouched hold stale data; they only feed output rows >= M,
+    which are never stored (nor read by the split-K reduction).
+    """
     multicast_a = config.num_multicast == 2 and config.multicast_on_a
+    if multicast_a:
+        return config.block_m // 2
+    return max(1, min(config.block_m, m))
+
+
+def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
+    """The tensor-map boxes ``config``'s kernel loads and stores with, for an ``m``-row A."""
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     swizzle = store_swizzle(config.block_n)
-    return TensorMapBoxes(a=(BLOCK_K, config.block_m // (2 if multicast_a else 1)),
+    return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
                           a_scale=(4, config.block_m) if config.a_scale_row_major else (config.block_m, 1),
                           d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),

@@ -82,8 +82,13 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
 
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                             const TmaDescriptor* tma_a_scale, const SchedulerFor<Cfg>& sched, int num_k_blocks) {
+                             const TmaDescriptor* tma_a_scale, const SchedulerFor<Cfg>& sched, int m,
+                             int num_k_blocks) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
+  // Bytes per stage: the host's A box has min(block_m, m) rows unless A is multicast (twin of
+  // deep_tile/kernels/fp8_gemm.py a_box_rows); the other boxes are whole tiles.
+  const int a_rows = Cfg::kMulticastA ? Cfg::kBlockM : min_int(Cfg::kBlockM, m);
+  const u32 stage_tx_bytes = static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
   const WorkRange<Cfg> work(sched.num_tiles, num_k_blocks);
   PipelineState<Cfg::kNumStages> state;
   for (int tile = work.first; tile < sched.num_tiles; tile += work.step) {
@@ -94,8 +99,9 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
       // NOTES: out-of-bounds box elements are zero-filled and still count, so the byte count is
-      // constant; a multicast half from the peer completes on this barrier too.
-      ptx::mbarrier_arrive_expect_tx(full, Cfg::kStageTxBytes);
+      // the same for every stage of a launch; a multicast half from the peer completes on this
+      // barrier too.
+      ptx::mbarrier_arrive_expect_tx(full, stage_tx_bytes);
       const int k0 = kb * Cfg::kBlockK;
       load_operand<Cfg::kMulticastA, Cfg::kBlockM>(smem.a + state.index * Cfg::kTileABytes, tma_a, full, k0, m0,
                                                    multicast, rank);
@@ -197,7 +203,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, sched, num_k_blocks);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, sched, m, num_k_blocks);
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
