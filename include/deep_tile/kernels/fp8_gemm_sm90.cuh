@@ -199,11 +199,21 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     __syncthreads();
   }
 
+  // NOTES (split-K): every thread of both roles takes part in both cluster barriers (they count
+  // all threads): the first publishes the partials cluster-wide, the second keeps each CTA's
+  // shared memory alive until its peers have read it (relaxed: the reads have returned, their
+  // values were summed and stored, before a thread arrives). Each role passes them in its own
+  // branch: after the branches merge, ptxas holds the code to the producer's register count, and
+  // the reduction spilled there.
   float result[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile];  // FP32 sums of the scaled partial sums
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
       producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, sched, m, num_k_blocks);
+    }
+    if constexpr (Cfg::kSplitK > 1) {
+      ptx::cluster_sync();
+      ptx::cluster_sync_relaxed();
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
@@ -214,20 +224,15 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::named_barrier_sync(3, Cfg::kNumMathThreads);
       ptx::fence_proxy_async_shared();
       write_partial<Cfg>(smem.partial(), result, wg, threadIdx.x % 128);
+      ptx::cluster_sync();
+      const int tile = blockIdx.x / Cfg::kSplitK;
+      if (tile < sched.num_tiles) {
+        const TileCoord coord = sched.coord(tile);
+        reduce_partials_and_store<Cfg>(smem.partial(), d, ldd, coord.m_block * Cfg::kBlockM,
+                                       coord.n_block * Cfg::kBlockN, m, n, ptx::cluster_cta_rank(), threadIdx.x);
+      }
+      ptx::cluster_sync_relaxed();
     }
-  }
-  if constexpr (Cfg::kSplitK > 1) {
-    // NOTES: every thread of both roles takes part in both cluster barriers (they count all
-    // threads): the first publishes the partials cluster-wide, the second keeps each CTA's shared
-    // memory alive until its peers have read it.
-    ptx::cluster_sync();
-    const int tile = blockIdx.x / Cfg::kSplitK;
-    if (wg != Cfg::kNumMathWarpgroups && tile < sched.num_tiles) {
-      const TileCoord coord = sched.coord(tile);
-      reduce_partials_and_store<Cfg>(smem.partial(), d, ldd, coord.m_block * Cfg::kBlockM,
-                                     coord.n_block * Cfg::kBlockN, m, n, ptx::cluster_cta_rank(), threadIdx.x);
-    }
-    ptx::cluster_sync();
   }
   // NOTES: with multicast a CTA must not exit while its peer may still arrive on its barriers.
   if constexpr (Cfg::kNumMulticast == 2) ptx::cluster_sync();

@@ -113,6 +113,14 @@ DT_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
+/// Cluster barrier that orders no memory: for a thread with nothing to publish, e.g. one whose
+/// reads of a peer's shared memory have all returned (their values were used) before it arrives.
+/// NOTES: the release form compiles to MEMBAR.ALL.GPU, which also waits for the thread's global
+/// stores to complete.
+DT_DEVICE void cluster_sync_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;" ::: "memory");
+}
+
 /// Named barrier `id` (1..15; 0 is __syncthreads) over `num_threads` threads.
 DT_DEVICE void named_barrier_sync(u32 id, u32 num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
