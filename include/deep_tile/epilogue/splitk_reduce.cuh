@@ -49,34 +49,33 @@ DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, i
   constexpr int kItems = ceil_div(kRowsPerRank * kChunks, Cfg::kNumMathThreads);  // chunks per thread
   const int row_begin = static_cast<int>(rank) * kRowsPerRank;
   const int rows = min_int(min_int(Cfg::kBlockM - row_begin, kRowsPerRank), m - m0 - row_begin);
-  // Chunk i of this thread: valid when it lies in this rank's valid rows and inside n.
-  const auto chunk_at = [&](int i, int& row, int& col) {
-    const int idx = tid + i * Cfg::kNumMathThreads;
-    row = row_begin + idx / kChunks, col = n0 + idx % kChunks * 8;
-    return idx < rows * kChunks && col < n;
-  };
-  float part[kItems][Cfg::kSplitK][2][4];  // [chunk][peer][lower, upper 4 columns]
+  float part[kItems][Cfg::kSplitK][8];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    int row, col;
-    if (chunk_at(i, row, col)) {
-      const float* src = partial + row * Cfg::kPartialPitch + (col - n0);
+    const int idx = tid + i * Cfg::kNumMathThreads;
+    const int row = row_begin + idx / kChunks, chunk = idx % kChunks;
+    if (idx < rows * kChunks && n0 + chunk * 8 < n) {
+      const float* src = partial + row * Cfg::kPartialPitch + chunk * 8;
 #pragma unroll
       for (int peer = 0; peer < Cfg::kSplitK; ++peer) {
-        ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src, static_cast<u32>(peer)), part[i][peer][0]);
-        ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src + 4, static_cast<u32>(peer)), part[i][peer][1]);
+        float* v = part[i][peer];
+        ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src, static_cast<u32>(peer)), *reinterpret_cast<float(*)[4]>(v));
+        ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src + 4, static_cast<u32>(peer)),
+                                *reinterpret_cast<float(*)[4]>(v + 4));
       }
     }
   }
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
-    int row, col;
-    if (chunk_at(i, row, col)) {
+    const int idx = tid + i * Cfg::kNumMathThreads;
+    const int row = row_begin + idx / kChunks, chunk = idx % kChunks;
+    const int col = n0 + chunk * 8;
+    if (idx < rows * kChunks && col < n) {
       float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int peer = 0; peer < Cfg::kSplitK; ++peer)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) sum[j] += part[i][peer][j / 4][j % 4];
+        for (int j = 0; j < 8; ++j) sum[j] += part[i][peer][j];
       u8* dst = d + (static_cast<long long>(m0 + row) * ldd + col) * 2;
       ptx::store_global_u32x4(dst, ptx::pack_bf16x2(sum[0], sum[1]), ptx::pack_bf16x2(sum[2], sum[3]),
                               ptx::pack_bf16x2(sum[4], sum[5]), ptx::pack_bf16x2(sum[6], sum[7]));
