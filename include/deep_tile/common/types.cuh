@@ -28,6 +28,16 @@ __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b,
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 
+/// `If<c, T, F>::type` is T when c holds, else F (std::conditional, which NVRTC has no header for).
+template <bool kCond, class T, class F>
+struct If {
+  using type = T;
+};
+template <class T, class F>
+struct If<false, T, F> {
+  using type = F;
+};
+
 }  // namespace deep_tile
 
 #define DT_DEVICE __device__ __forceinline__

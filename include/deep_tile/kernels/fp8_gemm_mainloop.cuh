@@ -49,9 +49,11 @@ struct ConsumerContext {
 };
 
 /// The b_scale values of a tile's columns for the k-blocks in flight: row 0 and, for a tile that
-/// straddles two 128-row weight blocks, row 1. Each value is loaded three k-blocks before the
-/// promotion that uses it; the index is clamped instead of tested, so the k-loop has no branch
-/// (ptxas serialises WGMMAs across data-dependent branches, see TileMainloop).
+/// straddles two 128-row weight blocks, row 1 (`now0`, `now1` for the k-block being promoted).
+/// Each value is loaded three k-blocks before the promotion that uses it; the index is clamped
+/// instead of tested, so the k-loop has no branch (ptxas serialises WGMMAs across data-dependent
+/// branches, see TileMainloop). Used by the one-buffer k-loop (large tiles); BScaleChunks serves
+/// the two-buffer one.
 /// NOTES: under load an L2 hit outlasts one k-block (ncu showed the promotion waiting on a load
 /// issued one iteration earlier).
 template <bool kTwoRows>
@@ -80,6 +82,56 @@ struct BScaleQueue {
   }
 };
 
+/// BScaleQueue's values for the two-buffer k-loop (small tiles): each warp holds them in chunks
+/// of 32 k-blocks, lane l the value of k-block (chunk start + l), and the next chunk besides: one
+/// coalesced load per 32 k-blocks, issued a whole chunk before its first use, and a shuffle per
+/// k-block. Indices past the range are clamped to its last k-block instead of tested, so the
+/// k-loop has no branch (ptxas serialises WGMMAs across data-dependent branches, see
+/// TileMainloop).
+/// NOTES: with BScaleQueue the two-buffer k-loop still waited for the loads (ncu at 64x2112x7168,
+/// 64x64 tile: 7% of the consumer's stall samples on the first use of one); these chunks measured
+/// 1.00-1.03x on small-M shapes (H100), but 0.94-0.99x on the one-buffer k-loop of large tiles,
+/// which keeps the queue.
+template <bool kTwoRows>
+struct BScaleChunks {
+  const float* row0;
+  const float* row1;
+  int begin, last;  // first and last k-block of the range
+  int lane;
+  int step = 0;     // k-block now - begin
+  float chunk0 = 0.f, chunk1 = 0.f, next0 = 0.f, next1 = 0.f;  // lane l: k-block begin + 32c + l, + 32
+  float now0 = 0.f, now1 = 0.f;
+
+  DT_DEVICE BScaleChunks(const float* r0, const float* r1, int kb_begin, int kb_end)
+      : row0(r0), row1(r1), begin(kb_begin), last(kb_end - 1), lane(static_cast<int>(threadIdx.x % 32)) {
+    if (kb_begin < kb_end) {
+      load(0, chunk0, chunk1);
+      load(32, next0, next1);
+      select();
+    }
+  }
+  /// This lane's value of the chunk that starts `offset` k-blocks after `begin`.
+  DT_DEVICE void load(int offset, float& s0, float& s1) const {
+    const int kb = min_int(begin + offset + lane, last);
+    s0 = __ldg(row0 + kb);
+    if (kTwoRows) s1 = __ldg(row1 + kb);
+  }
+  DT_DEVICE void select() {
+    now0 = __shfl_sync(0xffffffffu, chunk0, step % 32);
+    if (kTwoRows) now1 = __shfl_sync(0xffffffffu, chunk1, step % 32);
+  }
+  /// Called when a k-block has been promoted: the next one becomes current; entering a new chunk,
+  /// the prefetched one becomes current and the one after it is fetched.
+  DT_DEVICE void pop(int) {
+    ++step;
+    if (step % 32 == 0) {
+      chunk0 = next0, chunk1 = next1;
+      load(step + 32, next0, next1);
+    }
+    select();
+  }
+};
+
 /// Hand a stage back. With multicast the producer of either CTA writes into both CTAs' stage, so
 /// each CTA's empty barrier collects the releases of both CTAs' consumer warps: lane r arrives at
 /// cluster rank r; when the peer has already finished its last tile, both lanes count here.
@@ -93,6 +145,11 @@ DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
     if (lane == 0) ptx::mbarrier_arrive(empty);
   }
 }
+
+/// The b_scale source of a config's k-loop: chunks and shuffles for two accumulator buffers, the
+/// load queue for one.
+template <class Cfg, bool kTwoRows>
+using BScaleFor = typename If<Cfg::kNumAccumBuffers == 2, BScaleChunks<kTwoRows>, BScaleQueue<kTwoRows>>::type;
 
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
 /// tile use b_scale row 0, the rest row 1.
@@ -109,7 +166,7 @@ struct TileMainloop {
   PipelineState<Cfg::kNumStages>& issue_state;    // next stage to wait for and read
   PipelineState<Cfg::kNumStages>& release_state;  // next stage to hand back
   float (&result)[Cfg::kNumSubtiles][kAcc];
-  BScaleQueue<kTwoRows> bscale;
+  BScaleFor<Cfg, kTwoRows> bscale;
   bool peer_alive;
   float acc[Cfg::kNumAccumBuffers][kAcc];
   float row_scale[Cfg::kNumAccumBuffers][2];
@@ -275,7 +332,7 @@ struct RunTileMainloop {
   DT_DEVICE void operator()(IntConstant<kFirstBlocks>) const {
     using Loop = TileMainloop<Cfg, kFirstBlocks>;
     Loop loop{ctx, issue_state, release_state, result,
-              BScaleQueue<Loop::kTwoRows>(b_scale_row0, b_scale_row1, kb_begin, kb_end), peer_alive};
+              BScaleFor<Cfg, Loop::kTwoRows>(b_scale_row0, b_scale_row1, kb_begin, kb_end), peer_alive};
     loop.run(kb_begin, kb_end);
   }
 };
