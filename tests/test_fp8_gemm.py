@@ -80,6 +80,12 @@ FAMILIES = [
     dict(block_m=64, block_n=48, num_stages=8, split_k=8),
     dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2),
     dict(block_m=64, block_n=16, num_stages=8, split_k=3, accum_buffers=2),
+    # L2 policies on the loads (B evict-first, A evict-last): plain, multicast of A and of B, split-K
+    dict(block_m=64, block_n=32, num_stages=16, accum_buffers=2, evict_first_b=True),
+    dict(block_m=128, block_n=128, num_stages=5, num_multicast=2, multicast_on_a=True, accum_buffers=2,
+         evict_first_b=True),
+    dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, evict_first_b=True),
+    dict(block_m=64, block_n=64, num_stages=13, split_k=2, accum_buffers=2, evict_first_b=True),
 ]
 FAMILY_SHAPES = [(1000, 2112, 7168), (4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536)]
 

@@ -10,6 +10,7 @@ C7508/C7511/C7514/C7517/C7519, and the SASS (cuobjdump and nvdisasm from the ``t
 holds the instructions the design relies on: ``QGMMA`` (FP8 WGMMA) and ``USETMAXREG`` (register
 reallocation between the producer and consumer warpgroups). No GPU needed.
 """
+import dataclasses
 import functools
 import itertools
 from pathlib import Path
@@ -44,7 +45,7 @@ def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand and whether it splits K (stage counts and split factors are constants)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
-            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major)
+            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b)
 
 
 def selector_kinds() -> list:
@@ -60,8 +61,10 @@ def selector_kinds() -> list:
         split = dict(base, num_stages=max_stages(bm, bn, smem, 2), split_k=2)
         if bm <= 128 and buffers == 2 and not fp8_gemm.tile_problems(bm, bn, split["num_stages"], 1, 2, wn, buffers, smem):
             kinds.append(KernelConfig(**split))
-        # each also as the launcher runs it for a row-major a_scale
-        configs += kinds + [config.with_row_major_a_scale() for config in kinds]
+        # each also as the launcher runs it for a row-major a_scale, and with the L2 policies of a
+        # one-round launch (the producer holds two more 64-bit values)
+        configs += (kinds + [config.with_row_major_a_scale() for config in kinds]
+                    + [dataclasses.replace(config, evict_first_b=True) for config in kinds])
     return configs
 
 
@@ -87,6 +90,8 @@ def family_id(fam: tuple) -> str:
         text += f"k{d['DT_SPLIT_K']}"
     if d["DT_A_SCALE_ROW_MAJOR"]:
         text += "rm"
+    if d["DT_EVICT_FIRST_B"]:
+        text += "ef"
     return text
 
 

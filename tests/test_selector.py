@@ -346,8 +346,26 @@ def test_grid_size_balances_from_three_rounds():
     assert grid_size(896, 132, 1) == 128 and grid_size(352, 132, 1) == 118 and grid_size(2048, 132, 1) == 128
     # fewer than 3 rounds: the grid stays full
     assert grid_size(133, 132, 1) == 132 and grid_size(264, 132, 1) == 132 and grid_size(100, 132, 1) == 100
-    # multicast: even, balanced the same way
-    assert grid_size(265, 132, 2) == 90 and grid_size(896, 132, 2) == 128 and grid_size(3, 132, 2) == 2
+    # multicast: even, balanced the same way; an odd tile count rounds up (one CTA idles, none
+    # takes two tiles), within the SMs
+    assert grid_size(265, 132, 2) == 90 and grid_size(896, 132, 2) == 128
+    assert grid_size(3, 132, 2) == 4 and grid_size(33, 132, 2) == 34 and grid_size(1, 132, 2) == 2
+    assert grid_size(131, 131, 2) == 130 and grid_size(133, 132, 2) == 132
+
+
+def test_evict_first_b_where_b_is_a_long_stream():
+    # B evict-first / A evict-last: at most two m-blocks read each B tile, over >= 8 k-blocks
+    from deep_tile.select.selector import STREAM_MAX_M_BLOCKS, STREAM_MIN_K_BLOCKS, streams_b
+    assert streams_b(STREAM_MAX_M_BLOCKS, STREAM_MIN_K_BLOCKS) and streams_b(1, 56)
+    assert not streams_b(STREAM_MAX_M_BLOCKS + 1, 56) and not streams_b(1, STREAM_MIN_K_BLOCKS - 1)
+    small, two_blocks = select_config(64, 2112, 7168, 132), select_config(128, 2112, 7168, 132)
+    assert small.evict_first_b and small.defines()["DT_EVICT_FIRST_B"] == 1 and small.label.endswith(" ef")
+    assert two_blocks.evict_first_b == (two_blocks.block_m == 64)
+    assert select_config(1, 2112, 7168, 132).evict_first_b  # split-K: the whole K counts
+    for shape in ((4096, 7168, 16384), (128, 32768, 512), (2048, 2112, 7168)):
+        cfg = select_config(*shape, 132)
+        assert not cfg.evict_first_b and cfg.defines()["DT_EVICT_FIRST_B"] == 0, (shape, cfg.label)
+    assert "L2 policies: B loads evict-first" in explain_text(64, 2112, 7168, 132)
 
 
 def test_every_ranked_candidate_makes_a_config():

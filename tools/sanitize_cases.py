@@ -34,6 +34,10 @@ CASES = [
     # M below one tile: an A box of M rows (multicast of A keeps whole halves)
     ("256x128:b1", 100, 1160, 400), ("128x256:w128:mcB", 37, 1160, 400), ("64x64:b2:k4", 20, 1160, 1040),
     ("128x128:mcA", 50, 1160, 400),
+    # multicast with an odd tile count below the SM count: the grid rounds up and one CTA idles
+    ("64x64:b2:mcA", 64, 2112, 1024),
+    # L2 policies on the loads (B evict-first, A evict-last), plain and multicast of A and of B
+    ("64x32:b2:ef", 64, 2112, 1024), ("128x128:b2:mcA:ef", 520, 1160, 400), ("128x192:mcB:ef", 520, 1160, 400),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
 ]

@@ -216,6 +216,7 @@ def defines(config) -> dict:
         "DT_WGMMA_N": config.wgmma_n,
         "DT_A_SCALE_ROW_MAJOR": int(config.a_scale_row_major),
         "DT_GROUP_ALONG_M": int(config.group_along_m),
+        "DT_EVICT_FIRST_B": int(config.evict_first_b),
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,

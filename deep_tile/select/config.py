@@ -50,12 +50,12 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1)
 
 def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
-                 a_scale_row_major: bool = False, group_along_m: bool = False) -> str:
+                 a_scale_row_major: bool = False, group_along_m: bool = False, evict_first_b: bool = False) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
     ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: swizzle groups along M
-    without multicast (``mcB`` implies it).
+    without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2.
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -70,6 +70,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " rm"
     if group_along_m and num_multicast == 1:
         text += " gM"
+    if evict_first_b:
+        text += " ef"
     return text
 
 
@@ -105,6 +107,10 @@ class KernelConfig:
             with multicast of A; ``None`` (default) takes that, or False without multicast.
         grid_size: CTAs of the persistent grid (even under multicast); a split-K launch uses
             ``tiles * split_k`` CTAs instead (:func:`deep_tile.kernels.fp8_gemm.launch_grid`).
+        evict_first_b: the TMA loads of B carry an L2 evict-first policy and those of A
+            evict-last (a compile-time choice). For problems where each B tile is read by one or
+            two tiles only (small M, see :func:`deep_tile.select.selector.streams_b`): the weight
+            stream then recycles its own L2 lines. Default False (plain loads).
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -124,6 +130,7 @@ class KernelConfig:
     group_size: int = GROUP_SIZE
     group_along_m: Optional[bool] = None
     grid_size: int
+    evict_first_b: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -134,6 +141,8 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: multicast_on_a must be a bool; got {self.multicast_on_a!r}")
         if not isinstance(self.a_scale_row_major, bool):
             raise ValueError(f"KernelConfig: a_scale_row_major must be a bool; got {self.a_scale_row_major!r}")
+        if not isinstance(self.evict_first_b, bool):
+            raise ValueError(f"KernelConfig: evict_first_b must be a bool; got {self.evict_first_b!r}")
         if self.num_multicast == 1:
             object.__setattr__(self, "multicast_on_a", False)
         multicast_b = self.num_multicast == 2 and not self.multicast_on_a
@@ -212,7 +221,7 @@ class KernelConfig:
         """Short name for tables and logs (see :func:`config_label`)."""
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
-                            self.group_along_m)
+                            self.group_along_m, self.evict_first_b)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -35,11 +35,14 @@ def _config_lines(cfg: KernelConfig) -> list:
         launch = f"persistent grid of {cfg.grid_size} CTAs, swizzle groups of {cfg.group_size} {axis}"
     defines = " ".join(f"{key}={value}" for key, value in cfg.defines().items())
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
+    l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles)"
+          if cfg.evict_first_b else "plain loads")
     return [
         f"config: {cfg.label}",
         f"  tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.num_stages} stages; {launch}",
         f"  {cfg.num_math_warpgroups} consumer warpgroup(s) of {cfg.wg_m} rows ({cfg.num_subtiles} sub-tile(s) each{parts})"
         f" + 1 producer = {cfg.num_threads} threads; {cfg.accum_buffers} WGMMA accumulator buffer(s)",
+        f"  L2 policies: {l2}",
         f"  defines: {defines}",
     ]
 

@@ -9,7 +9,8 @@
 - ``b1`` / ``b2``: WGMMA accumulator buffers (default: the selector's choice for the tile);
 - ``wN``: columns per WGMMA (default: the selector's choice for the tile);
 - ``gN``: swizzle group width (default 8);
-- ``gM``: swizzle groups along M (consecutive tiles share an n-block; implied by ``mcB``).
+- ``gM``: swizzle groups along M (consecutive tiles share an n-block; implied by ``mcB``);
+- ``ef``: B loaded evict-first and A evict-last in L2 (``KernelConfig.evict_first_b``).
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             fields["num_multicast"], fields["multicast_on_a"] = 2, option == "mcA"
         elif option == "gM":
             fields["group_along_m"] = True
+        elif option == "ef":
+            fields["evict_first_b"] = True
         elif kind in "skbwg" and value.isdigit():
             key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "group_size"}[kind]
             if key is None:
@@ -68,4 +71,6 @@ def format_config(config: KernelConfig) -> str:
         text += f":g{config.group_size}"
     if config.group_along_m and config.num_multicast == 1:
         text += ":gM"
+    if config.evict_first_b:
+        text += ":ef"
     return text

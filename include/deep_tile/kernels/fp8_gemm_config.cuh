@@ -10,7 +10,7 @@
 namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
-          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kGroupAlongM_>
+          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kGroupAlongM_, bool kEvictFirstB_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -28,6 +28,9 @@ struct Fp8GemmConfig {
   // The persistent schedule's swizzle groups span m-blocks (consecutive tiles share an n-block)
   // or n-blocks (consecutive tiles share an m-block); a multicast pair must share its operand.
   static constexpr bool kGroupAlongM = kGroupAlongM_;
+  // L2 policies of the operand loads: B evict-first and A evict-last (small M, where each B tile is
+  // read by one or two tiles: deep_tile/select/selector.py streams_b), else plain loads.
+  static constexpr bool kEvictFirstB = kEvictFirstB_;
 
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;

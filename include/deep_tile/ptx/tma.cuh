@@ -20,6 +20,28 @@ DT_DEVICE void tma_load_2d(void* dst, const TmaDescriptor* desc, u64* bar, int c
       : "memory");
 }
 
+/// L2 cache policies for the `_hinted` loads (PTX createpolicy): lines loaded evict-first are the
+/// first replaced, evict-last the last.
+DT_DEVICE u64 l2_policy_evict_first() {
+  u64 policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+DT_DEVICE u64 l2_policy_evict_last() {
+  u64 policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+/// tma_load_2d with an L2 cache policy (from l2_policy_*).
+DT_DEVICE void tma_load_2d_hinted(void* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1, u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "l"(policy)
+      : "memory");
+}
+
 /// 2-D tile load multicast to every CTA in `cta_mask`: data and complete_tx land at the same
 /// shared-memory offsets in each destination CTA.
 DT_DEVICE void tma_load_2d_multicast(void* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1,
@@ -28,6 +50,16 @@ DT_DEVICE void tma_load_2d_multicast(void* dst, const TmaDescriptor* desc, u64* 
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
       " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<u64>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
+      : "memory");
+}
+
+/// tma_load_2d_multicast with an L2 cache policy (from l2_policy_*).
+DT_DEVICE void tma_load_2d_multicast_hinted(void* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1,
+                                            u16 cta_mask, u64 policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint"
+      " [%0], [%1, {%3, %4}], [%2], %5, %6;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask), "l"(policy)
       : "memory");
 }
 
