@@ -62,10 +62,15 @@ DT_DEVICE bool multicast_active(const SchedulerFor<Cfg>& sched, int tile) {
   }
 }
 
-/// One TMA load of `desc`'s box at (c0, c1): plain, or with the L2 policy `policy` (kHinted).
-template <bool kHinted>
+/// One TMA load of `desc`'s box at (c0, c1) into this CTA or, with kMulticast, into the same
+/// offset of both CTAs of the pair; plain, or with the L2 policy `policy` (kHinted).
+template <bool kHinted, bool kMulticast = false>
 DT_DEVICE void load_box(u8* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1, u64 policy) {
-  if constexpr (kHinted) {
+  if constexpr (kMulticast && kHinted) {
+    ptx::tma_load_2d_multicast_hinted(dst, desc, bar, c0, c1, 0b11, policy);
+  } else if constexpr (kMulticast) {
+    ptx::tma_load_2d_multicast(dst, desc, bar, c0, c1, 0b11);
+  } else if constexpr (kHinted) {
     ptx::tma_load_2d_hinted(dst, desc, bar, c0, c1, policy);
   } else {
     ptx::tma_load_2d(dst, desc, bar, c0, c1);
@@ -82,12 +87,7 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
   } else {
     constexpr int kHalfRows = kRows / 2;
     if (multicast) {
-      u8* half = dst + rank * kHalfRows * 128;
-      if constexpr (kHinted) {
-        ptx::tma_load_2d_multicast_hinted(half, desc, bar, k0, row0 + rank * kHalfRows, 0b11, policy);
-      } else {
-        ptx::tma_load_2d_multicast(half, desc, bar, k0, row0 + rank * kHalfRows, 0b11);
-      }
+      load_box<kHinted, true>(dst + rank * kHalfRows * 128, desc, bar, k0, row0 + rank * kHalfRows, policy);
     } else {
       load_box<kHinted>(dst, desc, bar, k0, row0, policy);
       load_box<kHinted>(dst + kHalfRows * 128, desc, bar, k0, row0 + kHalfRows, policy);
@@ -106,10 +106,8 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const u32 stage_tx_bytes = static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
   const WorkRange<Cfg> work(sched.num_tiles, num_k_blocks);
   // Under kEvictFirstB the weight stream (B) recycles its own L2 lines instead of evicting others,
-  // and A, which every tile of the wave re-reads, stays (a_scale loads stay plain).
-  // NOTES: H100, TMA loads with these policies vs plain (2026-11-22): 1.04-1.16x on small-M
-  // shapes; B evict-first alone gives most of it. At 4096x32768x512, where a B tile is re-read by
-  // 16 m-blocks rounds apart, 0.83x; an explicit evict-normal policy on every load ran 0.78-0.97x.
+  // and A, which every tile of the wave re-reads, stays (a_scale loads stay plain). When it pays
+  // (measured): deep_tile/select/selector.py streams_b.
   const u64 policy_a = Cfg::kEvictFirstB ? ptx::l2_policy_evict_last() : 0;
   const u64 policy_b = Cfg::kEvictFirstB ? ptx::l2_policy_evict_first() : 0;
   PipelineState<Cfg::kNumStages> state;
