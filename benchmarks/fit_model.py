@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from deep_tile import arch  # noqa: E402
 from deep_tile.select.candidates import Candidate  # noqa: E402
 from deep_tile.select.cost import DEFAULT_PARAMS, ModelParams, estimate  # noqa: E402
+from deep_tile.common import ceil_div  # noqa: E402
+from deep_tile.select.selector import streams_b  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 
 BOUNDS = {  # parameter -> (low, high), searched in log space
@@ -37,18 +39,26 @@ BOUNDS = {  # parameter -> (low, high), searched in log space
 
 
 def load(paths) -> list:
-    """(shape, Candidate, measured seconds) of every deep_tile row that ran and passed its check."""
-    points = []
+    """(shape, Candidate, measured seconds) of every deep_tile row that ran and passed its check.
+
+    The model ranks candidates, and the selector then sets the L2 policies
+    (``selector.streams_b``): rows whose policies differ from what the selector would give that
+    candidate are left out (a sweep may time both), and of repeated (shape, candidate) rows the
+    fastest counts (e.g. the two raster axes of one tile)."""
+    fastest = {}
     for path in paths:
         for row in json.loads(Path(path).read_text()):
             if not row.get("ok") or "us" not in row or row["config"] in ("deepgemm", "cublas_bw", "cublas_pt"):
                 continue
             m, n, k = row["shape"]
             cfg = parse_config(row["config"], m, n, 132)
+            if cfg.evict_first_b != streams_b(ceil_div(m, cfg.block_m), ceil_div(k, 128)):
+                continue
             cand = Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
                              cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
-            points.append(((m, n, k), cand, row["us"] * 1e-6))
-    return points
+            key = ((m, n, k), cand)
+            fastest[key] = min(fastest.get(key, math.inf), row["us"] * 1e-6)
+    return [(shape, cand, t) for (shape, cand), t in fastest.items()]
 
 
 def predict(points, params: ModelParams, chip) -> list:

@@ -15,7 +15,7 @@ from deep_tile.select import KernelConfig, api, explain_text, rank_candidates, s
 from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
 from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
-from deep_tile.select.selector import TIE_TOLERANCE
+from deep_tile.select.selector import SERIAL_LOOP_MIN_M, TIE_TOLERANCE
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,6 +104,18 @@ def test_small_m_with_long_k_takes_64_row_tiles_with_two_buffers():
     # 64x7168x16384: 64x80 s11 x2 55.3, 64x64 s13 x2 55.6, 64x128 s9 k2 x2 57.0, 64x32 s16 x2 59.4
     cfg = select_config(64, 7168, 16384, 132)
     assert cfg.block_m == 64 and cfg.split_k <= 2 and cfg.block_n >= 64 and cfg.accum_buffers == 2
+
+
+@pytest.mark.parametrize("n,k", [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
+                                 (7168, 2048), (256, 512), (16384, 16384)])
+def test_small_m_ranks_only_two_buffer_k_loops(n, k):
+    # 128x24576x1536: 128x192 24.0 us, 128x64 x2 22.6; 128x32768x512: 128x256 16.9, 128x128 x2 15.8
+    # (H100, selector.overlaps_promotion); from M = 129 on one-buffer tiles compete again
+    for m in (1, 16, 64, 100, 128):
+        assert select_config(m, n, k, 132).accum_buffers == 2, (m, n, k)
+        assert all(e.candidate.accum_buffers == 2 for e in rank_candidates(m, n, k, 132))
+    assert any(e.candidate.accum_buffers == 1 for e in rank_candidates(SERIAL_LOOP_MIN_M, n, k, 132))
+    assert select_config(128, 32768, 512, 132).label == "128x128 s5 x2"
 
 
 def test_few_tiles_are_split_along_k():

@@ -7,7 +7,7 @@ Steps:
    split-K variants when the tiles do not fill the SMs;
 2. predict each one's time with the performance model (:func:`deep_tile.select.cost.estimate`)
    and take the fastest; ties go to fewer CTAs per tile (no multicast, no split), then the
-   smaller tile;
+   smaller tile; at small M only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
 3. :func:`grid_size`: the persistent grid, ``min(SMs, tiles)``, even and within the resident
    clusters under multicast; split-K launches ``tiles * split_k`` CTAs;
 4. :func:`streams_b`: L2 policies for the loads (B evict-first when at most two m-blocks read it,
@@ -28,7 +28,7 @@ from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "grid_size", "GROUP_SIZE",
+           "STREAM_MIN_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "grid_size", "GROUP_SIZE",
            "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
@@ -58,10 +58,30 @@ def _tie_break(e: Estimate) -> tuple:
             not c.multicast_on_a)
 
 
+SERIAL_LOOP_MIN_M = 129
+"""Fewest rows of the output for which candidates with one accumulator buffer are ranked."""
+
+
+def overlaps_promotion(m: int) -> bool:
+    """Whether at ``m`` rows only candidates with two accumulator buffers are ranked (k-loops that
+    overlap the next WGMMAs with the promotion).
+
+    NOTES: measured on an H100 (2026-11-22, every M in 1..128 x the six DeepSeek (N, K) pairs,
+    forced configurations, benchmarks/data/sweep_decode_h100_s7_2026-11-22.json): on all 16 shapes
+    where one-buffer tiles ran, the best two-buffer tile beat the best one-buffer tile by 3.5-10%
+    (128x24576x1536: 128x192 24.0 us, 128x64 x2 22.6; 128x32768x512: 128x256 16.9, 128x128 x2
+    15.8), while the model put the one-buffer tile first at M = 128 on both shapes: there the
+    k-loops stream B, and the serial one-buffer chain (WGMMA, wait, promote) is exposed.
+    """
+    return m < SERIAL_LOOP_MIN_M
+
+
 @functools.lru_cache(maxsize=1024)
 def _ranked(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts) -> tuple:
     tiles_of = lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn)  # noqa: E731
     candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K))
+    if overlaps_promotion(m) and any(c.accum_buffers == 2 for c in candidates):
+        candidates = [c for c in candidates if c.accum_buffers == 2]
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, m, n, k, num_sms, chip, GROUP_SIZE) for c in candidates]
