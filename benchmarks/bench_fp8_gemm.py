@@ -9,8 +9,12 @@ Usage:
 Per shape: random FP8 inputs (TMA-aligned a_scale), a check of deep_tile against the float64
 reference (NaN-poisoned output, calc_diff < 1e-3, max rel error < 1e-2; a failure marks the row
 FAIL and makes the exit code 1), then all libraries timed round-robin on the same inputs
-(testing.timing.bench_round_robin: each iteration times every library once, L2 flushed and a
-sleep pad before each call, CUDA events, median). Libraries: deep_tile; DeepGEMM when
+(testing.timing.bench_round_robin: each iteration times every library once, in a fresh random
+order seeded by ``--seed`` (``--order fixed``: the same order every iteration), L2 flushed and a
+sleep pad before each call, CUDA events, median). NOTES: in a fixed order some small shapes
+moved by up to 10% with the library that ran before (H200, 2026-11-22: 8x32768x512 deep_tile
+12.7 / DeepGEMM 11.5 us in two fixed-order runs, 12.5 / 12.2 and 12.2 / 12.0 shuffled), so the
+default shuffles. Libraries: deep_tile; DeepGEMM when
 ``import deep_gemm`` works (either version; a baseline only, see ../shared/baselines/README.md);
 cuBLAS blockwise (``torch._scaled_mm`` with 1x128 / 128x128 scales; needs M % 4 == 0 and
 K % 128 == 0) and per-tensor with fast accumulation. GB/s counts the compulsory traffic (each
@@ -56,6 +60,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5, help="untimed calls per library first")
     p.add_argument("--no-deepgemm", action="store_true", help="leave DeepGEMM out even if importable")
     p.add_argument("--seed", type=int, default=0, help="data seed")
+    p.add_argument("--order", choices=("fixed", "shuffled"), default="shuffled",
+                   help="libraries in a fresh random order each round (default), or the same order every round")
     p.add_argument("--json", metavar="PATH", help="write environment + rows as JSON")
     args = p.parse_args(argv)
     if args.shapes:
@@ -166,7 +172,8 @@ def run_shape(m, n, k, args) -> dict:
             row[name] = {"us": s["us"], "tflops": tflops, "mhz": s["mhz"], "watts": s["watts"],
                          "tflops_per_ghz": tflops / (s["mhz"] / 1e3)}
         return row
-    times = bench_round_robin(runnable, warmup=args.warmup, iters=args.iters)
+    times = bench_round_robin(runnable, warmup=args.warmup, iters=args.iters,
+                              shuffle_seed=args.seed if args.order == "shuffled" else None)
     for name, us in times.items():
         row[name] = {"us": us, "tflops": flops / us / 1e6, "gbps": nbytes / us / 1e3}
     return row
@@ -247,7 +254,8 @@ def main(argv=None) -> int:
         env["copy_bytes_per_s"] = copy_rate
         print(f"HBM copy rate (read + write of 1 GiB): {copy_rate / 1e12:.2f} TB/s")
     mode = (f"sustained {args.seconds:.0f} s per library" if args.sustained else
-            f"round-robin, L2 flush + sleep pad, CUDA events, median of {args.iters}")
+            f"round-robin ({args.order} order), L2 flush + sleep pad, CUDA events, median of {args.iters}")
+    env["order"] = args.order
     print(f"timing: {mode}; a_scale TMA-aligned; same FP8 inputs for every library")
     rows = []
     for m, n, k in args.shape_list:

@@ -6,6 +6,7 @@ the start event, the call and the end event (host launch latency cannot leak int
 then ``start.record(); fn(); end.record()``. One synchronisation at the end; median over iters.
 """
 import functools
+import random
 import statistics
 
 import torch
@@ -83,12 +84,14 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
 
 
 def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: bool = True,
-                      pad_us: float = 500.0) -> dict:
+                      pad_us: float = 500.0, shuffle_seed: "int | None" = None) -> dict:
     """Time several zero-argument callables interleaved: each iteration runs every one in turn.
 
     Every call is bracketed by its own CUDA events after an L2 flush and a sleep pad (as
-    :func:`bench_gpu`), so clock and thermal drift over the run affects all of them alike.
-    Returns ``name -> median microseconds``. Raises what a callable raises.
+    :func:`bench_gpu`), so clock and thermal drift over the run affects all of them alike. With
+    ``shuffle_seed`` each iteration runs them in a fresh random order (seeded), so no callable
+    always follows the same one. Returns ``name -> median microseconds``. Raises what a callable
+    raises.
     """
     device_index = torch.cuda.current_device()
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
@@ -98,8 +101,12 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
             fn()
     torch.cuda.synchronize()
     events = {name: [] for name in fns}
+    rng = random.Random(shuffle_seed)
     for _ in range(iters):
-        for name, fn in fns.items():
+        order = list(fns.items())
+        if shuffle_seed is not None:
+            rng.shuffle(order)
+        for name, fn in order:
             if flush is not None:
                 flush.zero_()
             if sleep_cycles:
