@@ -118,6 +118,18 @@ def test_small_m_ranks_only_two_buffer_k_loops(n, k):
     assert select_config(128, 32768, 512, 132).label == "128x128 s5 x2"
 
 
+def test_latency_bound_ties_go_to_split_k():
+    # 64x2112x7168: 64x16 and 64x32 k2 tie in the model, both latency-bound; 64x32 k2 measured
+    # 13.6 vs 14.3 us (H100), 11.6 vs 14.2 (H200). HBM-bound ties stay unsplit (8x4096x7168: 64x32
+    # 18.0, 64x64 k2 18.6).
+    ranked = rank_candidates(64, 2112, 7168, 132)
+    assert ranked[0].bound == "latency" and ranked[0].candidate.split_k == 2
+    assert select_config(64, 2112, 7168, 132).label == "64x32 s16 k2 x2 ef"
+    tied = rank_candidates(8, 4096, 7168, 132)
+    assert tied[0].bound == "hbm" and tied[0].candidate.split_k == 1
+    assert any(e.candidate.split_k > 1 and e.time_s <= tied[0].time_s * (1 + TIE_TOLERANCE) for e in tied[1:])
+
+
 def test_few_tiles_are_split_along_k():
     # 1x2112x7168: 64x96 k4 14.5, 64x64 k3 14.9, 64x64 k2 16.1, 64x64 (no split) 16.4, 64x16 18.8
     cfg = select_config(1, 2112, 7168, 132)

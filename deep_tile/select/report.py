@@ -108,7 +108,8 @@ def _runner_up_lines(ranked: tuple) -> list:
     if faster:
         lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
                      f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%: predictions within "
-                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels, then to smaller tiles, then to "
+                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels (to split-K if latency-bound), then to smaller "
+                     f"tiles, then to "
                      f"taller ones, or wider ones of at least 128x128 from {WIDE_TILE_MIN_K_BLOCKS} k-blocks per tile on)")
     return lines
 

@@ -6,8 +6,8 @@ Steps:
    WGMMA width, accumulator buffers and stages, each with and without 2-CTA multicast, and the
    split-K variants when the tiles do not fill the SMs;
 2. predict each one's time with the performance model (:func:`deep_tile.select.cost.estimate`)
-   and take the fastest; ties go to fewer CTAs per tile (no multicast, no split), then the
-   smaller tile; at small M only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
+   and take the fastest; ties go to fewer CTAs per tile (no multicast, no split; but to split-K
+   where the k-loop is latency-bound), then the smaller tile; at small M only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
 3. :func:`grid_size`: the persistent grid, ``min(SMs, tiles)``, even and within the resident
    clusters under multicast; split-K launches ``tiles * split_k`` CTAs;
 4. :func:`streams_b`: L2 policies for the loads (B evict-first when at most two m-blocks read it,
@@ -45,15 +45,25 @@ def check_positive_int(func: str, name: str, value) -> None:
 
 
 def _tie_break(e: Estimate) -> tuple:
-    """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels, then (equal
+    """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels (a
+    latency-bound candidate: split-K first, which shortens its chain of k-blocks), then (equal
     areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
     tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
     measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
     grouped along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
-    128x64 tiles the taller measured faster (128x7168x16384: 128x64 57.4 us, 64x128 58.2)."""
+    128x64 tiles the taller measured faster (128x7168x16384: 128x64 57.4 us, 64x128 58.2).
+
+    NOTES: split-K for latency-bound ties, measured (2026-11-22, the old tie-break against this
+    one, best of 3, us, H100 / H200) on every shape of a 240-shape grid whose pick it changed:
+    64x2112x7168 (64x16 -> 64x32 k2) 14.3 -> 13.6 / 14.2 -> 11.6, 48x2112x7168 14.4 -> 13.5 / 14.1
+    -> 11.6, 32..64x2048x7168 14.2-14.4 -> 13.2-13.3 / 14.1-14.4 -> 11.4-11.6, 96x576x7168 10.7 ->
+    10.2 / 10.2 -> 9.7, 512x256x7168 14.2 -> 11.9 / 14.1 -> 11.0. Ties of HBM-bound candidates
+    stay unsplit (8x4096x7168 64x32 18.0 vs 64x64 k2 18.6, 64x7168x16384 64x64 51.8 vs 64x128 k2
+    52.4, H100)."""
     c = e.candidate
     wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
-    return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), c.split_k, c.num_multicast,
+    split_rank = int(c.split_k == 1) if e.bound == "latency" else c.split_k
+    return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), split_rank, c.num_multicast,
             c.block_m * c.block_n, c.block_m if wider_first else -c.block_m, -c.num_stages, -c.accum_buffers,
             not c.multicast_on_a)
 
