@@ -15,7 +15,7 @@ from deep_tile.select import KernelConfig, api, explain_text, rank_candidates, s
 from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
 from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
-from deep_tile.select.selector import SERIAL_LOOP_MIN_M, TIE_TOLERANCE
+from deep_tile.select.selector import SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, TIE_TOLERANCE
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,8 +70,13 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     ranked = rank_candidates(m, n, k, num_sms, max_smem)
     assert ranked[0].candidate == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
                                             cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
-    # ties: predicted times within TIE_TOLERANCE of each other
-    assert all(a.time_s <= b.time_s * (1 + TIE_TOLERANCE) for a, b in zip(ranked, ranked[1:]))
+    # ties: predicted times within TIE_TOLERANCE of each other; first, a split-K candidate within
+    # SPLIT_TOLERANCE of the fastest, when that one is unsplit and latency-bound
+    fastest = min(ranked, key=lambda e: e.time_s)
+    if ranked[0] is not fastest and ranked[0].time_s > fastest.time_s * (1 + TIE_TOLERANCE):
+        assert ranked[0].candidate.split_k > 1 and fastest.candidate.split_k == 1 and fastest.bound == "latency"
+        assert ranked[0].time_s <= fastest.time_s * (1 + SPLIT_TOLERANCE)
+    assert all(a.time_s <= b.time_s * (1 + TIE_TOLERANCE) for a, b in zip(ranked[1:], ranked[2:]))
 
 
 @pytest.mark.parametrize("num_sms", GRID_SMS)
@@ -128,6 +133,19 @@ def test_latency_bound_ties_go_to_split_k():
     tied = rank_candidates(8, 4096, 7168, 132)
     assert tied[0].bound == "hbm" and tied[0].candidate.split_k == 1
     assert any(e.candidate.split_k > 1 and e.time_s <= tied[0].time_s * (1 + TIE_TOLERANCE) for e in tied[1:])
+
+
+def test_a_split_within_tolerance_goes_before_a_latency_bound_pick():
+    # 128x2112x7168: 64x32 (latency-bound) 14.9 us, 64x64 k2 (predicted 6% slower) 14.8 / H200 14.9
+    # -> 13.2; 1x1024x4096: 64x16 10.6 -> 64x32 k3 9.1 (H100)
+    for shape, label in [((128, 2112, 7168), "64x64 s13 k2 x2 ef"), ((1, 1024, 4096), "64x32 s16 k3 x2 ef")]:
+        ranked = rank_candidates(*shape, 132)
+        unsplit = min((e for e in ranked if e.candidate.split_k == 1), key=lambda e: e.time_s)
+        assert unsplit.bound == "latency" and ranked[0].candidate.split_k > 1
+        assert unsplit.time_s < ranked[0].time_s <= unsplit.time_s * (1 + SPLIT_TOLERANCE)
+        assert select_config(*shape, 132).label == label
+        text = explain_text(*shape, 132)
+        assert "latency-bound, and a split-K candidate within 7% goes first" in text
 
 
 def test_few_tiles_are_split_along_k():

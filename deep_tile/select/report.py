@@ -10,7 +10,8 @@ from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import Estimate, min_bytes
-from deep_tile.select.selector import TIE_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, config_from_estimate, rank_candidates
+from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, config_from_estimate,
+                                      rank_candidates)
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -105,12 +106,17 @@ def _runner_up_lines(ranked: tuple) -> list:
     if len(ranked) == 1:
         lines.append("  (none)")
     faster = [e for e in ranked[1:] if e.time_s < best.time_s]
-    if faster:
+    if faster and best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
+        lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
+                     f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%, but its k-loop is latency-bound, and a "
+                     f"split-K candidate within {SPLIT_TOLERANCE:.0%} goes first: the model overprices halving "
+                     f"that chain)")
+    elif faster:
         lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
                      f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%: predictions within "
-                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels (to split-K if latency-bound), then to smaller "
-                     f"tiles, then to "
-                     f"taller ones, or wider ones of at least 128x128 from {WIDE_TILE_MIN_K_BLOCKS} k-blocks per tile on)")
+                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels (to split-K if latency-bound), "
+                     f"then to smaller tiles, then to taller ones, or wider ones of at least 128x128 from "
+                     f"{WIDE_TILE_MIN_K_BLOCKS} k-blocks per tile on)")
     return lines
 
 

@@ -7,7 +7,8 @@ Steps:
    split-K variants when the tiles do not fill the SMs;
 2. predict each one's time with the performance model (:func:`deep_tile.select.cost.estimate`)
    and take the fastest; ties go to fewer CTAs per tile (no multicast, no split; but to split-K
-   where the k-loop is latency-bound), then the smaller tile; at small M only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
+   where the k-loop is latency-bound, and a split within 7% of a latency-bound first choice goes
+   first), then the smaller tile; at small M only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
 3. :func:`grid_size`: the persistent grid, ``min(SMs, tiles)``, even and within the resident
    clusters under multicast; split-K launches ``tiles * split_k`` CTAs;
 4. :func:`streams_b`: L2 policies for the loads (B evict-first when at most two m-blocks read it,
@@ -28,7 +29,7 @@ from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "grid_size", "GROUP_SIZE",
+           "STREAM_MIN_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "SPLIT_TOLERANCE", "grid_size", "GROUP_SIZE",
            "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
@@ -95,7 +96,32 @@ def _ranked(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, m, n, k, num_sms, chip, GROUP_SIZE) for c in candidates]
-    return tuple(sorted(estimates, key=_tie_break))
+    return _split_latency_bound(tuple(sorted(estimates, key=_tie_break)))
+
+
+SPLIT_TOLERANCE = 0.07
+"""How much slower than a latency-bound unsplit first choice a split-K candidate may be predicted
+and still go first (:func:`_split_latency_bound`)."""
+
+
+def _split_latency_bound(ranked: tuple) -> tuple:
+    """``ranked`` with the fastest split-K candidate first when the first is an unsplit,
+    latency-bound one and the split is predicted within :data:`SPLIT_TOLERANCE` of it.
+
+    NOTES: the model overprices the split of a latency-bound k-loop (its chain halves). Measured
+    (2026-11-22, best of 3, us, H100 / H200) on every shape of a 240-shape grid whose pick this
+    changed: 1..64x1024x4096 (64x16 -> 64x32 k3 / 64x16 k2) 10.6 -> 9.1-9.5 / 10.2-10.4 -> 8.4-8.9,
+    96x2112x7168 (64x32 -> 128x32 k2) 16.4 -> 14.4 / 15.4 -> 13.2, 128x2112x7168 (64x32 -> 64x64
+    k2) 14.9 -> 14.8 / 14.9 -> 13.2, 128x1536x7168 14.5 -> 12.9 / 14.6 -> 12.2, 96x1536x7168 14.6 ->
+    14.5 / 14.6 -> 12.8, 96/128x2048x7168 1.02-1.13x / 1.12-1.15x, 1024x256x7168 14.8 -> 14.2 / 14.6
+    -> 13.0: none slower."""
+    best = ranked[0]
+    if best.bound != "latency" or best.candidate.split_k > 1:
+        return ranked
+    for e in ranked[1:]:
+        if e.candidate.split_k > 1 and e.time_s <= best.time_s * (1 + SPLIT_TOLERANCE):
+            return (e,) + tuple(x for x in ranked if x is not e)
+    return ranked
 
 
 def _check_args(func: str, m, n, k, num_sms, max_smem) -> None:
