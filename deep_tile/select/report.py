@@ -106,17 +106,16 @@ def _runner_up_lines(ranked: tuple) -> list:
     if len(ranked) == 1:
         lines.append("  (none)")
     faster = [e for e in ranked[1:] if e.time_s < best.time_s]
-    if faster and best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
-        lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
-                     f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%, but its k-loop is latency-bound, and a "
-                     f"split-K candidate within {SPLIT_TOLERANCE:.0%} goes first: the model overprices halving "
-                     f"that chain)")
-    elif faster:
-        lines.append(f"  ({faster[0].candidate.label} is predicted faster by "
-                     f"{(1 - faster[0].time_s / best.time_s) * 100:.1f}%: predictions within "
-                     f"{TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels (to split-K if latency-bound), "
-                     f"then to smaller tiles, then to taller ones, or wider ones of at least 128x128 from "
-                     f"{WIDE_TILE_MIN_K_BLOCKS} k-blocks per tile on)")
+    if not faster:
+        return lines
+    lead = f"  ({faster[0].candidate.label} is predicted faster by {(1 - faster[0].time_s / best.time_s) * 100:.1f}%"
+    if best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
+        lines.append(f"{lead}, but its k-loop is latency-bound, and a split-K candidate within "
+                     f"{SPLIT_TOLERANCE:.0%} goes first: the model overprices halving that chain)")
+    else:
+        lines.append(f"{lead}: predictions within {TIE_TOLERANCE:.1%} rank as ties, which go to simpler kernels "
+                     f"(to split-K if latency-bound), then to smaller tiles, then to taller ones, or wider ones of "
+                     f"at least 128x128 from {WIDE_TILE_MIN_K_BLOCKS} k-blocks per tile on)")
     return lines
 
 

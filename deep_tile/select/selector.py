@@ -8,7 +8,8 @@ Steps:
 2. predict each one's time with the performance model (:func:`deep_tile.select.cost.estimate`)
    and take the fastest; ties go to fewer CTAs per tile (no multicast, no split; but to split-K
    where the k-loop is latency-bound, and a split within 7% of a latency-bound first choice goes
-   first), then the smaller tile; at small M only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
+   first), then the smaller tile; at small M only two-buffer k-loops are ranked
+   (:func:`overlaps_promotion`);
 3. :func:`grid_size`: the persistent grid, ``min(SMs, tiles)``, even and within the resident
    clusters under multicast; split-K launches ``tiles * split_k`` CTAs;
 4. :func:`streams_b`: L2 policies for the loads (B evict-first when at most two m-blocks read it,
@@ -29,8 +30,8 @@ from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "SPLIT_TOLERANCE", "grid_size", "GROUP_SIZE",
-           "check_positive_int"]
+           "STREAM_MIN_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "SPLIT_TOLERANCE", "grid_size",
+           "GROUP_SIZE", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
