@@ -163,6 +163,21 @@ def test_cast_sass(name, dtype):
         assert f"Function : {symbol}" in sass
 
 
+READ_FLOOR_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "read_floor.cu"
+READ_FLOOR_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")
+
+
+@pytest.mark.parametrize("name", COMPILERS)
+def test_read_floor_probes_build(name):
+    """benchmarks/read_floor.py's probes compile clean, and the read probe keeps its loads (the
+    fold is only stored under a key, so ptxas could have dropped them if it were not used)."""
+    result = compiler.compile_cubin(READ_FLOOR_SOURCE, {}, READ_FLOOR_SYMBOLS[1], name)
+    assert_ptxas_clean(result, READ_FLOOR_SYMBOLS)
+    sass = sass_or_skip(result.cubin)
+    read_body = sass.split(f"Function : {READ_FLOOR_SYMBOLS[1]}")[1].split("Function :")[0]
+    assert read_body.count("LDG.E.128") >= 5, read_body  # four in the unrolled loop, one in the tail
+
+
 # ---- the list above covers what the selector does ----------------------------------------------
 
 def test_families_cover_every_selected_config():

@@ -1,0 +1,25 @@
+// Probes for benchmarks/read_floor.py: the least any kernel launched like deep_tile's can take
+// under the benchmarks' timer. `deep_tile_empty` does nothing; `deep_tile_stream_read` reads
+// `n16` 16-byte words once (a grid-stride loop, four independent loads in flight per thread)
+// and folds them with XOR, storing only when the fold equals `key`, which the host never passes
+// for its data, so the loads cannot be dropped and nothing is written.
+extern "C" __global__ void deep_tile_empty() {}
+
+extern "C" __global__ void __launch_bounds__(512) deep_tile_stream_read(const uint4* __restrict__ src,
+                                                                        long long n16, unsigned key,
+                                                                        unsigned* sink) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+  long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  unsigned fold = 0;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 v0 = __ldg(src + i), v1 = __ldg(src + i + stride);
+    const uint4 v2 = __ldg(src + i + 2 * stride), v3 = __ldg(src + i + 3 * stride);
+    fold ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w;
+    fold ^= v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 v = __ldg(src + i);
+    fold ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (fold == key) sink[blockIdx.x] = fold;
+}

@@ -1,0 +1,140 @@
+"""The least a small-M GEMM can take under the benchmarks' timer (GPU): beside deep_tile, DeepGEMM
+and cuBLAS per-tensor, an empty kernel and a kernel that only reads B's bytes once.
+
+    python benchmarks/read_floor.py                          # M=64 x the six DeepSeek (N, K) pairs
+    python benchmarks/read_floor.py --shapes 64,2112,7168 --flush write read --json f.json
+
+Both probes (benchmarks/read_floor.cu) are launched through the driver like deep_tile's kernels.
+`stream_read` reads the N x K bytes of B once with 132 x 4 CTAs of 512 threads, four 16-byte
+loads in flight per thread, and writes nothing: no GEMM of that shape, which must read all of B,
+can finish sooner under the same timer. Timing as testing.timing.bench_round_robin (shuffled
+round-robin, sleep pad, CUDA events, median), with the L2 flush of ``--flush``: ``write`` (the
+benchmarks' 256 MB write, which leaves the L2 full of dirty lines that the next kernel's misses
+must write back) and/or ``read`` (a 256 MB read: a cold but clean L2).
+"""
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_fp8_gemm import library_fns  # noqa: E402
+from deep_tile.jit import compiler, runtime  # noqa: E402
+from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
+from deep_tile.testing.timing import FLUSH_BYTES, _sleep_cycles_per_us, copy_bandwidth  # noqa: E402
+
+PROBE_SOURCE = Path(__file__).resolve().parent / "read_floor.cu"
+READ_CTAS_PER_SM, READ_THREADS = 4, 512
+
+
+def load_probes() -> dict:
+    """name -> the loaded probe kernel (compiled with deep_tile's default compiler)."""
+    return {name: runtime.load_kernel(compiler.compile_cubin(PROBE_SOURCE, {}, name).cubin, name)
+            for name in ("deep_tile_empty", "deep_tile_stream_read")}
+
+
+def probe_fns(probes: dict, b: torch.Tensor) -> dict:
+    """The two probes as zero-argument callables on the current stream; `read` reads b once."""
+    device = b.device.index
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sink = torch.zeros(sms * READ_CTAS_PER_SM, dtype=torch.int32, device=b.device)
+    assert b.numel() % 16 == 0 and b.data_ptr() % 16 == 0
+    keep = []  # the argument buffers must outlive the launches
+
+    def empty():
+        args = runtime.KernelArgs([])
+        keep[:] = [args]
+        probes["deep_tile_empty"].launch(grid=1, block=32, smem_bytes=0, stream=torch.cuda.current_stream().cuda_stream,
+                                         args=args, device=device)
+
+    def read():
+        args = _read_args(b, sink)
+        keep[:] = [args]
+        probes["deep_tile_stream_read"].launch(grid=sms * READ_CTAS_PER_SM, block=READ_THREADS, smem_bytes=0,
+                                               stream=torch.cuda.current_stream().cuda_stream, args=args,
+                                               device=device)
+
+    return {"empty": empty, "read_b": read}
+
+
+def _read_args(b: torch.Tensor, sink: torch.Tensor) -> runtime.KernelArgs:
+    """(src, n16 (64-bit), key, sink) in the kernel's layout. Key 0x9E3779B9: the XOR fold of
+    random FP8 data equals it with probability 2^-32 per CTA, and a store would only touch `sink`."""
+    n16 = b.numel() // 16
+    return runtime.KernelArgs([("ptr", b.data_ptr()), ("ptr", n16), ("i32", 0x9E3779B9 - (1 << 32)),
+                               ("ptr", sink.data_ptr())])
+
+
+def time_round_robin(fns: dict, flush: str, iters: int, seed: int, pad_us: float = 500.0) -> dict:
+    """name -> median microseconds; each call after the L2 flush `flush` and a sleep pad."""
+    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    buf.zero_()
+    sleep_cycles = int(pad_us * _sleep_cycles_per_us(torch.cuda.current_device()))
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    events = {name: [] for name in fns}
+    rng = random.Random(seed)
+    for _ in range(iters):
+        order = list(fns.items())
+        rng.shuffle(order)
+        for name, fn in order:
+            if flush == "write":
+                buf.zero_()
+            else:
+                buf.max()
+            torch.cuda._sleep(sleep_cycles)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events[name].append((start, end))
+    torch.cuda.synchronize()
+    return {name: statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs) for name, pairs in events.items()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", nargs="*", default=[f"64,{n},{k}" for n, k in MODEL_NK])
+    p.add_argument("--flush", nargs="+", choices=("write", "read"), default=["write", "read"])
+    p.add_argument("--iters", type=int, default=40)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("read_floor: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    props = torch.cuda.get_device_properties(0)
+    copy_rate = copy_bandwidth()
+    print(f"GPU: {props.name} ({props.multi_processor_count} SMs); HBM copy rate (read + write of 1 GiB) "
+          f"{copy_rate / 1e12:.2f} TB/s")
+    probes = load_probes()
+    rows = []
+    for text in args.shapes:
+        m, n, k = (int(v) for v in text.split(","))
+        a, a_scale, b, b_scale = make_fp8_problem(m, n, k, "cuda", seed=args.seed, a_scale_layout="tma")
+        out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        fns = {name: fn for name, fn in library_fns(a, a_scale, b, b_scale, out, True).items()
+               if callable(fn) and name != "cublas_bw"}
+        fns.update(probe_fns(probes, b))
+        for flush in args.flush:
+            times = time_round_robin(fns, flush, args.iters, args.seed)
+            row = {"m": m, "n": n, "k": k, "flush": flush, "b_bytes": n * k, **times}
+            rows.append(row)
+            cells = "  ".join(f"{name} {us:6.1f}" for name, us in times.items())
+            print(f"{m}x{n}x{k} {flush:>5} flush: {cells} us; read_b {n * k / times['read_b'] / 1e6:.2f} TB/s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"gpu": props.name, "copy_bytes_per_s": copy_rate, "rows": rows},
+                                              indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
