@@ -1,8 +1,8 @@
 // Probes for benchmarks/read_floor.py: the least any kernel launched like deep_tile's can take
 // under the benchmarks' timer. `deep_tile_empty` does nothing; `deep_tile_stream_read` reads
 // `n16` 16-byte words once (a grid-stride loop, four independent loads in flight per thread)
-// and folds them with XOR, storing only when the fold equals `key`, which the host never passes
-// for its data, so the loads cannot be dropped and nothing is written.
+// and folds them with XOR, storing only when a CTA's fold equals `key` (for random data, with
+// probability 2^-32): the loads cannot be dropped, and in practice nothing is written.
 extern "C" __global__ void deep_tile_empty() {}
 
 extern "C" __global__ void __launch_bounds__(512) deep_tile_stream_read(const uint4* __restrict__ src,

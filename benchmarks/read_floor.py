@@ -5,9 +5,10 @@ and cuBLAS per-tensor, an empty kernel and a kernel that only reads B's bytes on
     python benchmarks/read_floor.py --shapes 64,2112,7168 --flush write read --json f.json
 
 Both probes (benchmarks/read_floor.cu) are launched through the driver like deep_tile's kernels.
-`stream_read` reads the N x K bytes of B once with 132 x 4 CTAs of 512 threads, four 16-byte
-loads in flight per thread, and writes nothing: no GEMM of that shape, which must read all of B,
-can finish sooner under the same timer. Timing as testing.timing.bench_round_robin (shuffled
+`stream_read` reads the N x K bytes of B once with 4 CTAs of 512 threads per SM, four 16-byte
+loads in flight per thread, and writes nothing: the weight stream without the GEMM's work, a
+floor for a GEMM of that shape (which must read all of B) as far as this plain read kernel
+reaches the memory's rate. Timing as testing.timing.bench_round_robin (shuffled
 round-robin, sleep pad, CUDA events, median), with the L2 flush of ``--flush``: ``write`` (the
 benchmarks' 256 MB write, which leaves the L2 full of dirty lines that the next kernel's misses
 must write back) and/or ``read`` (a 256 MB read: a cold but clean L2).
@@ -34,32 +35,31 @@ PROBE_SOURCE = Path(__file__).resolve().parent / "read_floor.cu"
 READ_CTAS_PER_SM, READ_THREADS = 4, 512
 
 
+PROBE_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")
+
+
 def load_probes() -> dict:
-    """name -> the loaded probe kernel (compiled with deep_tile's default compiler)."""
-    return {name: runtime.load_kernel(compiler.compile_cubin(PROBE_SOURCE, {}, name).cubin, name)
-            for name in ("deep_tile_empty", "deep_tile_stream_read")}
+    """name -> the loaded probe kernel (one cubin, deep_tile's default compiler)."""
+    cubin = compiler.compile_cubin(PROBE_SOURCE, {}, PROBE_SYMBOLS[1]).cubin
+    return {name: runtime.load_kernel(cubin, name) for name in PROBE_SYMBOLS}
 
 
 def probe_fns(probes: dict, b: torch.Tensor) -> dict:
-    """The two probes as zero-argument callables on the current stream; `read` reads b once."""
+    """The two probes as zero-argument callables on the current stream: ``empty``, and
+    ``read_b``, which reads b once."""
     device = b.device.index
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     sink = torch.zeros(sms * READ_CTAS_PER_SM, dtype=torch.int32, device=b.device)
     assert b.numel() % 16 == 0 and b.data_ptr() % 16 == 0
-    keep = []  # the argument buffers must outlive the launches
 
     def empty():
-        args = runtime.KernelArgs([])
-        keep[:] = [args]
         probes["deep_tile_empty"].launch(grid=1, block=32, smem_bytes=0, stream=torch.cuda.current_stream().cuda_stream,
-                                         args=args, device=device)
+                                         args=runtime.KernelArgs([]), device=device)
 
     def read():
-        args = _read_args(b, sink)
-        keep[:] = [args]
         probes["deep_tile_stream_read"].launch(grid=sms * READ_CTAS_PER_SM, block=READ_THREADS, smem_bytes=0,
-                                               stream=torch.cuda.current_stream().cuda_stream, args=args,
-                                               device=device)
+                                               stream=torch.cuda.current_stream().cuda_stream,
+                                               args=_read_args(b, sink), device=device)
 
     return {"empty": empty, "read_b": read}
 

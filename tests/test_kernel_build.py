@@ -164,7 +164,7 @@ def test_cast_sass(name, dtype):
 
 
 READ_FLOOR_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "read_floor.cu"
-READ_FLOOR_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")
+READ_FLOOR_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")  # benchmarks/read_floor.py PROBE_SYMBOLS
 
 
 @pytest.mark.parametrize("name", COMPILERS)
