@@ -8,15 +8,13 @@ Both probes (benchmarks/read_floor.cu) are launched through the driver like deep
 `stream_read` reads the N x K bytes of B once with 4 CTAs of 512 threads per SM, four 16-byte
 loads in flight per thread, and writes nothing: the weight stream without the GEMM's work, a
 floor for a GEMM of that shape (which must read all of B) as far as this plain read kernel
-reaches the memory's rate. Timing as testing.timing.bench_round_robin (shuffled
-round-robin, sleep pad, CUDA events, median), with the L2 flush of ``--flush``: ``write`` (the
+reaches the memory's rate. Timed by testing.timing.bench_round_robin (shuffled round-robin,
+sleep pad, CUDA events, median), with the L2 flush of ``--flush``: ``write`` (the
 benchmarks' 256 MB write, which leaves the L2 full of dirty lines that the next kernel's misses
 must write back) and/or ``read`` (a 256 MB read: a cold but clean L2).
 """
 import argparse
 import json
-import random
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from bench_fp8_gemm import library_fns  # noqa: E402
 from deep_tile.jit import compiler, runtime  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
-from deep_tile.testing.timing import FLUSH_BYTES, _sleep_cycles_per_us, copy_bandwidth  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
 
 PROBE_SOURCE = Path(__file__).resolve().parent / "read_floor.cu"
 READ_CTAS_PER_SM, READ_THREADS = 4, 512
@@ -72,34 +70,6 @@ def _read_args(b: torch.Tensor, sink: torch.Tensor) -> runtime.KernelArgs:
                                ("ptr", sink.data_ptr())])
 
 
-def time_round_robin(fns: dict, flush: str, iters: int, seed: int, pad_us: float = 500.0) -> dict:
-    """name -> median microseconds; each call after the L2 flush `flush` and a sleep pad."""
-    buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    buf.zero_()
-    sleep_cycles = int(pad_us * _sleep_cycles_per_us(torch.cuda.current_device()))
-    for fn in fns.values():
-        fn()
-    torch.cuda.synchronize()
-    events = {name: [] for name in fns}
-    rng = random.Random(seed)
-    for _ in range(iters):
-        order = list(fns.items())
-        rng.shuffle(order)
-        for name, fn in order:
-            if flush == "write":
-                buf.zero_()
-            else:
-                buf.max()
-            torch.cuda._sleep(sleep_cycles)
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            events[name].append((start, end))
-    torch.cuda.synchronize()
-    return {name: statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs) for name, pairs in events.items()}
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="*", default=[f"64,{n},{k}" for n, k in MODEL_NK])
@@ -125,7 +95,7 @@ def main(argv=None) -> int:
                if callable(fn) and name != "cublas_bw"}
         fns.update(probe_fns(probes, b))
         for flush in args.flush:
-            times = time_round_robin(fns, flush, args.iters, args.seed)
+            times = bench_round_robin(fns, warmup=1, iters=args.iters, shuffle_seed=args.seed, flush_kind=flush)
             row = {"m": m, "n": n, "k": k, "flush": flush, "b_bytes": n * k, **times}
             rows.append(row)
             cells = "  ".join(f"{name} {us:6.1f}" for name, us in times.items())

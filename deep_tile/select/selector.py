@@ -115,7 +115,9 @@ def _split_latency_bound(ranked: tuple) -> tuple:
     96x2112x7168 (64x32 -> 128x32 k2) 16.4 -> 14.4 / 15.4 -> 13.2, 128x2112x7168 (64x32 -> 64x64
     k2) 14.9 -> 14.8 / 14.9 -> 13.2, 128x1536x7168 14.5 -> 12.9 / 14.6 -> 12.2, 96x1536x7168 14.6 ->
     14.5 / 14.6 -> 12.8, 96/128x2048x7168 1.02-1.13x / 1.12-1.15x, 1024x256x7168 14.8 -> 14.2 / 14.6
-    -> 13.0: none slower."""
+    -> 13.0: none slower. Outside that grid it loses on the H200, whose faster HBM makes more
+    first choices latency-bound (session 8, `sweep_decode_h200_s7`): 8..64x4096x7168 64x64 k2
+    15.6-16.1 us against 64x32 14.7-15.1."""
     best = ranked[0]
     if best.bound != "latency" or best.candidate.split_k > 1:
         return ranked

@@ -84,15 +84,19 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
 
 
 def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: bool = True,
-                      pad_us: float = 500.0, shuffle_seed: "int | None" = None) -> dict:
+                      pad_us: float = 500.0, shuffle_seed: "int | None" = None, flush_kind: str = "write") -> dict:
     """Time several zero-argument callables interleaved: each iteration runs every one in turn.
 
     Every call is bracketed by its own CUDA events after an L2 flush and a sleep pad (as
     :func:`bench_gpu`), so clock and thermal drift over the run affects all of them alike. With
     ``shuffle_seed`` each iteration runs them in a fresh random order (seeded), so no callable
-    always follows the same one. Returns ``name -> median microseconds``. Raises what a callable
-    raises.
+    always follows the same one. ``flush_kind``: ``"write"`` (the benchmarks' flush: 256 MB
+    written, which leaves the L2 full of dirty lines) or ``"read"`` (256 MB read: a cold, clean
+    L2). Returns ``name -> median microseconds``. Raises what a callable raises, and ValueError
+    for another ``flush_kind``.
     """
+    if flush_kind not in ("write", "read"):
+        raise ValueError(f"bench_round_robin: flush_kind must be 'write' or 'read'; got {flush_kind!r}")
     device_index = torch.cuda.current_device()
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
     sleep_cycles = int(pad_us * _sleep_cycles_per_us(device_index)) if pad_us > 0 else 0
@@ -108,7 +112,7 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
             rng.shuffle(order)
         for name, fn in order:
             if flush is not None:
-                flush.zero_()
+                flush.zero_() if flush_kind == "write" else flush.max()
             if sleep_cycles:
                 torch.cuda._sleep(sleep_cycles)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
