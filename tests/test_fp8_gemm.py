@@ -86,6 +86,11 @@ FAMILIES = [
          evict_first_b=True),
     dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, evict_first_b=True),
     dict(block_m=64, block_n=64, num_stages=13, split_k=2, accum_buffers=2, evict_first_b=True),
+    # one-buffer k-loops unrolled by 6 (K = 7168: 56 k-blocks, a remainder of 2; 1536: 12; 400 and
+    # 16: fewer than one body): plain, multicast of A, a tile straddling b_scale blocks
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, group_along_m=True, group_size=16, k_unroll=6),
+    dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True, k_unroll=6),
+    dict(block_m=128, block_n=160, num_stages=5, k_unroll=6),
 ]
 FAMILY_SHAPES = [(1000, 2112, 7168), (4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536)]
 

@@ -45,7 +45,7 @@ def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand and whether it splits K (stage counts and split factors are constants)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
-            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b)
+            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll)
 
 
 def selector_kinds() -> list:
@@ -63,8 +63,11 @@ def selector_kinds() -> list:
             kinds.append(KernelConfig(**split))
         # each also as the launcher runs it for a row-major a_scale, and with the L2 policies of a
         # one-round launch (the producer holds two more 64-bit values)
-        configs += (kinds + [config.with_row_major_a_scale() for config in kinds]
+        variants = (kinds + [config.with_row_major_a_scale() for config in kinds]
                     + [dataclasses.replace(config, evict_first_b=True) for config in kinds])
+        # and one-buffer loops unrolled by 6, as the selector picks them for long K ranges
+        configs += variants + [dataclasses.replace(config, k_unroll=6) for config in variants
+                               if config.accum_buffers == 1 and config.split_k == 1]
     return configs
 
 
@@ -92,6 +95,8 @@ def family_id(fam: tuple) -> str:
         text += "rm"
     if d["DT_EVICT_FIRST_B"]:
         text += "ef"
+    if d["DT_K_UNROLL"] != 3:
+        text += f"u{d['DT_K_UNROLL']}"
     return text
 
 

@@ -223,6 +223,7 @@ def test_kernel_config_derived_values():
     (dict(group_along_m=1), "group_along_m"), (dict(num_multicast=2, multicast_on_a=True, group_along_m=True),
                                                "group_along_m must be False with multicast of A"),
     (dict(num_multicast=2, group_along_m=False), "group_along_m must be True with multicast of B"),
+    (dict(k_unroll=4), "k_unroll"), (dict(k_unroll=6, accum_buffers=2), "k_unroll"), (dict(k_unroll=6.0), "k_unroll"),
 ])
 def test_kernel_config_rejects_bad_fields(kwargs, name):
     fields = dict(block_m=128, block_n=128, num_stages=4, grid_size=132)
@@ -408,6 +409,21 @@ def test_evict_first_b_where_b_is_a_long_stream():
         cfg = select_config(*shape, 132)
         assert not cfg.evict_first_b and cfg.defines()["DT_EVICT_FIRST_B"] == 0, (shape, cfg.label)
     assert "L2 policies: B loads evict-first" in explain_text(64, 2112, 7168, 132)
+
+
+def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
+    from deep_tile.select.selector import LONG_K_BLOCKS, k_unroll_for
+    assert k_unroll_for(1, LONG_K_BLOCKS) == 6 and k_unroll_for(1, LONG_K_BLOCKS - 1) == 3
+    assert k_unroll_for(2, 128) == 3  # the two-buffer loop unrolls on its own
+    for shape in ((4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192)):
+        cfg = select_config(*shape, 132)
+        assert cfg.accum_buffers == 1 and cfg.k_unroll == 6, (shape, cfg.label)
+        assert cfg.defines()["DT_K_UNROLL"] == 6 and cfg.label.endswith(" u6")
+    for shape in ((4096, 7168, 2048), (4096, 32768, 512), (4096, 24576, 1536), (64, 2112, 7168)):
+        cfg = select_config(*shape, 132)
+        assert cfg.k_unroll == 3 and " u" not in cfg.label, (shape, cfg.label)
+    assert "k-loop unrolled by 6" in explain_text(4096, 7168, 16384, 132)
+    assert KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=1).defines()["DT_K_UNROLL"] == 3
 
 
 def test_every_ranked_candidate_makes_a_config():

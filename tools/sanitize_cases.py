@@ -3,7 +3,8 @@
 Each family the selector can emit is represented by a forced configuration (persistent with one
 or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
 tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
-ranks that get no k-block, the row-major a_scale variant, M below one tile), plus the selector's
+ranks that get no k-block, the row-major a_scale variant, M below one tile, the k-loop unrolled by
+6), plus the selector's
 own choice for a few shapes and the casts. Every
 output is NaN-poisoned before the run and compared with the float64 reference, so the run also
 fails on a wrong answer. Exit status 1 if any check fails.
@@ -38,6 +39,8 @@ CASES = [
     ("64x64:b2:mcA", 64, 2112, 1024),
     # L2 policies on the loads (B evict-first, A evict-last), plain and multicast of A and of B
     ("64x32:b2:ef", 64, 2112, 1024), ("128x128:b2:mcA:ef", 520, 1160, 400), ("128x192:mcB:ef", 520, 1160, 400),
+    # one-buffer k-loops unrolled by 6 (35 and 13 k-blocks: whole bodies and a remainder; 4: none)
+    ("128x256:w128:g16:gM:u6", 600, 1160, 4480), ("256x128:mcA:u6", 520, 1160, 1664), ("128x160:u6", 520, 1160, 400),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
 ]

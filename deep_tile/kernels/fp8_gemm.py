@@ -53,6 +53,9 @@ MAX_STAGES = 16
 """Most pipeline stages the kernel accepts (``Fp8GemmConfig::kMaxStages``)."""
 MAX_SPLIT_K = 8
 """Most CTAs in a split-K cluster (the portable cluster size)."""
+K_UNROLLS = (3, 6)
+"""k-blocks per unrolled body of the one-buffer k-loop (``DT_K_UNROLL``): 3, the depth of the
+b_scale queue, or 6 (one accumulator buffer only; the two-buffer loop has its own unrolling)."""
 ACCUM_REGISTER_BUDGET = 192
 """Most accumulator registers per consumer thread, ``(sub-tiles + buffers) * wgmma_n / 2``; the
 rest of the 232 after ``setmaxnreg`` holds addresses, scales and loop state (checked spill-free
@@ -217,6 +220,7 @@ def defines(config) -> dict:
         "DT_A_SCALE_ROW_MAJOR": int(config.a_scale_row_major),
         "DT_GROUP_ALONG_M": int(config.group_along_m),
         "DT_EVICT_FIRST_B": int(config.evict_first_b),
+        "DT_K_UNROLL": config.k_unroll,
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,

@@ -50,12 +50,14 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1)
 
 def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
-                 a_scale_row_major: bool = False, group_along_m: bool = False, evict_first_b: bool = False) -> str:
+                 a_scale_row_major: bool = False, group_along_m: bool = False, evict_first_b: bool = False,
+                 k_unroll: int = 3) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
     ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: swizzle groups along M
-    without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2.
+    without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
+    ``u6``: the one-buffer k-loop unrolled by 6.
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -72,6 +74,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " gM"
     if evict_first_b:
         text += " ef"
+    if k_unroll != 3:
+        text += f" u{k_unroll}"
     return text
 
 
@@ -111,6 +115,10 @@ class KernelConfig:
             evict-last (a compile-time choice). For problems where each B tile is read by one or
             two tiles only (small M, see :func:`deep_tile.select.selector.streams_b`): the weight
             stream then recycles its own L2 lines. Default False (plain loads).
+        k_unroll: k-blocks per unrolled body of the one-buffer k-loop, one of
+            :data:`deep_tile.kernels.fp8_gemm.K_UNROLLS`: 3 (default) or, with
+            ``accum_buffers == 1``, 6 (long K ranges, see
+            :func:`deep_tile.select.selector.k_unroll_for`).
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -131,6 +139,7 @@ class KernelConfig:
     group_along_m: Optional[bool] = None
     grid_size: int
     evict_first_b: bool = False
+    k_unroll: int = 3
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -143,6 +152,8 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: a_scale_row_major must be a bool; got {self.a_scale_row_major!r}")
         if not isinstance(self.evict_first_b, bool):
             raise ValueError(f"KernelConfig: evict_first_b must be a bool; got {self.evict_first_b!r}")
+        _check_int("k_unroll", self.k_unroll, f"one of {family.K_UNROLLS} (6 with accum_buffers == 1 only)",
+                   self.k_unroll in family.K_UNROLLS and (self.k_unroll == 3 or self.accum_buffers == 1))
         if self.num_multicast == 1:
             object.__setattr__(self, "multicast_on_a", False)
         multicast_b = self.num_multicast == 2 and not self.multicast_on_a
@@ -221,7 +232,7 @@ class KernelConfig:
         """Short name for tables and logs (see :func:`config_label`)."""
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
-                            self.group_along_m, self.evict_first_b)
+                            self.group_along_m, self.evict_first_b, self.k_unroll)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

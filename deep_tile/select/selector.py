@@ -30,7 +30,7 @@ from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "SPLIT_TOLERANCE", "grid_size",
+           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "SPLIT_TOLERANCE", "grid_size",
            "GROUP_SIZE", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
@@ -147,14 +147,35 @@ def config_from_estimate(m: int, n: int, e: Estimate, num_sms: int, chip: ChipFa
     """The :class:`KernelConfig` (grid, swizzle group, L2 policies) of a ranked candidate.
 
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
-    (:func:`streams_b`)."""
+    (:func:`streams_b`); the one-buffer k-loop is unrolled by 6 over long K ranges
+    (:func:`k_unroll_for`)."""
     c = e.candidate
     grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
     group_along_m, group_size = raster(c.block_m, c.block_n, c.num_multicast, c.split_k)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, group_size=group_size, group_along_m=group_along_m, grid_size=grid,
-                        evict_first_b=streams_b(ceil_div(m, c.block_m), e.k_blocks_per_cta * c.split_k))
+                        evict_first_b=streams_b(ceil_div(m, c.block_m), e.k_blocks_per_cta * c.split_k),
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta))
+
+
+LONG_K_BLOCKS = 32
+"""Fewest k-blocks per CTA (K >= 4096 unsplit) for which :func:`k_unroll_for` picks 6."""
+
+
+def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int) -> int:
+    """k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``) for a CTA
+    that runs ``k_blocks_per_cta`` k-blocks per tile: 6 from :data:`LONG_K_BLOCKS` on, else 3;
+    always 3 with two accumulator buffers (their loop has its own unrolling).
+
+    NOTES: measured on an H100 (2026-11-23, NVRTC 13.0, the same kernels unrolled by 3 and 6, one
+    process, best of 2): 1.1-2.3% faster by 6 at K = 7168 and 16384 (4096x7168x16384 655.6 ->
+    645.8 us, 4096x4096x7168 172.5 -> 169.2, 128x7168x16384 53.0 -> 52.4), neutral at 8192^3;
+    slower at K <= 2048 (4096x7168x2048 0.99, 4096x24576x1536 0.995, 4096x32768x512 0.97-0.98),
+    where the longer code per tile outweighs the saved loop overhead; 9 and 12 were no better
+    than 6. The model's ranking does not see the unrolling: it is applied to the pick.
+    """
+    return 6 if accum_buffers == 1 and k_blocks_per_cta >= LONG_K_BLOCKS else 3
 
 
 STREAM_MAX_M_BLOCKS = 2

@@ -10,7 +10,8 @@
 - ``wN``: columns per WGMMA (default: the selector's choice for the tile);
 - ``gN``: swizzle group width (default 8);
 - ``gM``: swizzle groups along M (consecutive tiles share an n-block; implied by ``mcB``);
-- ``ef``: B loaded evict-first and A evict-last in L2 (``KernelConfig.evict_first_b``).
+- ``ef``: B loaded evict-first and A evict-last in L2 (``KernelConfig.evict_first_b``);
+- ``uN``: k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``, default 3).
 """
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             fields["group_along_m"] = True
         elif option == "ef":
             fields["evict_first_b"] = True
-        elif kind in "skbwg" and value.isdigit():
-            key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "group_size"}[kind]
+        elif kind in "skbwgu" and value.isdigit():
+            key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "group_size",
+                   "u": "k_unroll"}[kind]
             if key is None:
                 stages = int(value)
             else:
@@ -73,4 +75,6 @@ def format_config(config: KernelConfig) -> str:
         text += ":gM"
     if config.evict_first_b:
         text += ":ef"
+    if config.k_unroll != 3:
+        text += f":u{config.k_unroll}"
     return text

@@ -10,7 +10,8 @@
 namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
-          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kGroupAlongM_, bool kEvictFirstB_>
+          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kGroupAlongM_, bool kEvictFirstB_,
+          int kKUnroll_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -31,6 +32,9 @@ struct Fp8GemmConfig {
   // L2 policies of the operand loads: B evict-first and A evict-last (small M, where each B tile is
   // read by one or two tiles: deep_tile/select/selector.py streams_b), else plain loads.
   static constexpr bool kEvictFirstB = kEvictFirstB_;
+  // k-blocks per unrolled body of the one-buffer k-loop: 3 (the b_scale queue's depth) or 6 (long
+  // K ranges; deep_tile/select/selector.py k_unroll_for).
+  static constexpr int kKUnroll = kKUnroll_;
 
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
@@ -91,6 +95,8 @@ struct Fp8GemmConfig {
                    "DT_ACCUM_BUFFERS must be 1, or 2 with at most two sub-tiles per consumer warpgroup");
   DT_STATIC_ASSERT((kNumSubtiles + kNumAccumBuffers) * kAccumPerSubtile <= 192,
                    "accumulators exceed the register budget: (sub-tiles + buffers) * DT_WGMMA_N / 2 must be <= 192");
+  DT_STATIC_ASSERT(kKUnroll == 3 || (kKUnroll == 6 && kNumAccumBuffers == 1),
+                   "DT_K_UNROLL must be 3, or 6 with one accumulator buffer");
   DT_STATIC_ASSERT(kNumStages >= kMinStages && kNumStages <= kMaxStages, "DT_NUM_STAGES must be in [2, 16]");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
   DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");

@@ -263,10 +263,12 @@ struct TileMainloop {
   /// run serially.
   DT_DEVICE void run(int kb_begin, int kb_end) {
     if constexpr (Cfg::kNumAccumBuffers == 1) {
-      // NOTES: unrolled by the b_scale queue's depth, so its rotation becomes register renaming
-      // (11-14 fewer instructions per k-block on this serial chain; 128x192 at 4096x2112x7168:
-      // 115.3 -> 106.0 us on an H100).
-#pragma unroll 3
+      // NOTES: unrolled by a multiple of the b_scale queue's depth, so its rotation becomes
+      // register renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
+      // 4096x2112x7168: 115.3 -> 106.0 us on an H100). By 6 for long K ranges (the selector's
+      // choice, Fp8GemmConfig::kKUnroll); both forms in one kernel behind a run-time test of the
+      // range cost up to 8% on short ones (H100, 4096x32768x512: the larger code per tile).
+#pragma unroll Cfg::kKUnroll
       for (int kb = kb_begin; kb < kb_end; ++kb) serial_steps<0>(kb);
     } else {
       constexpr int kUnroll = Cfg::kNumSubtiles == 1 ? 4 : 2;
