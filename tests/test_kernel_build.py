@@ -43,7 +43,8 @@ def family(config: KernelConfig) -> tuple:
 
 def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
-    multicast operand and whether it splits K (stage counts and split factors are constants)."""
+    multicast operand, whether it splits K, the a_scale layout, the L2 policies and the k-loop's
+    unrolling (stage counts and split factors are constants)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
             config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll)
 

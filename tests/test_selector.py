@@ -422,7 +422,7 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
     for shape in ((4096, 7168, 2048), (4096, 32768, 512), (4096, 24576, 1536), (64, 2112, 7168)):
         cfg = select_config(*shape, 132)
         assert cfg.k_unroll == 3 and " u" not in cfg.label, (shape, cfg.label)
-    assert "k-loop unrolled by 6" in explain_text(4096, 7168, 16384, 132)
+    assert "k-loop: one WGMMA buffer, unrolled by 6 K blocks" in explain_text(4096, 7168, 16384, 132)
     assert KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=1).defines()["DT_K_UNROLL"] == 3
 
 

@@ -38,14 +38,16 @@ def _config_lines(cfg: KernelConfig) -> list:
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
     l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles)"
           if cfg.evict_first_b else "plain loads")
-    loop = (f"one-buffer k-loop unrolled by {cfg.k_unroll}" + (" (long K range per CTA)" if cfg.k_unroll != 3 else "")
-            if cfg.accum_buffers == 1 else "two-buffer k-loop (next sub-tile's WGMMAs beside this one's promotion)")
+    loop = (f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
+            + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
+            if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")
     return [
         f"config: {cfg.label}",
         f"  tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.num_stages} stages; {launch}",
         f"  {cfg.num_math_warpgroups} consumer warpgroup(s) of {cfg.wg_m} rows ({cfg.num_subtiles} sub-tile(s) each{parts})"
         f" + 1 producer = {cfg.num_threads} threads; {cfg.accum_buffers} WGMMA accumulator buffer(s)",
-        f"  L2 policies: {l2}; {loop}",
+        f"  L2 policies: {l2}",
+        f"  k-loop: {loop}",
         f"  defines: {defines}",
     ]
 

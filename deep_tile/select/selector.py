@@ -30,8 +30,8 @@ from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "SPLIT_TOLERANCE", "grid_size",
-           "GROUP_SIZE", "check_positive_int"]
+           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "SPLIT_TOLERANCE", "grid_size", "GROUP_SIZE", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
@@ -170,7 +170,7 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int) -> int:
 
     NOTES: measured on an H100 (2026-11-23, NVRTC 13.0, the same kernels unrolled by 3 and 6, one
     process, best of 2): 1.1-2.3% faster by 6 at K = 7168 and 16384 (4096x7168x16384 655.6 ->
-    645.8 us, 4096x4096x7168 172.5 -> 169.2, 128x7168x16384 53.0 -> 52.4), neutral at 8192^3;
+    645.8 us, 4096x4096x7168 172.5 -> 169.2, 4096x2112x7168 103.2 -> 102.2), neutral at 8192^3;
     slower at K <= 2048 (4096x7168x2048 0.99, 4096x24576x1536 0.995, 4096x32768x512 0.97-0.98),
     where the longer code per tile outweighs the saved loop overhead; 9 and 12 were no better
     than 6. The model's ranking does not see the unrolling: it is applied to the pick.
