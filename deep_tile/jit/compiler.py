@@ -172,8 +172,10 @@ def compiler_version(name: str) -> str:
         return _nvcc_version(_nvcc_or_raise())
     version = _nvrtc_version()
     if version is None:
-        raise CompileError("NVRTC is not available: install cuda-bindings and nvidia-cuda-nvrtc "
-                           "(or use DEEP_TILE_COMPILER=nvcc)")
+        from deep_tile import cuda_stack
+
+        raise CompileError(f"NVRTC is not available (cuda-bindings {cuda_stack.bindings_version() or 'not installed'}): "
+                           f"{cuda_stack.INSTALL_HINT}; or use DEEP_TILE_COMPILER=nvcc")
     return version
 
 

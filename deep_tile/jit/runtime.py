@@ -12,12 +12,15 @@ import ctypes
 import threading
 from dataclasses import dataclass, field
 
+from deep_tile import cuda_stack
 from deep_tile.errors import LaunchError
 
 try:  # cuda-bindings >= 12.6
     from cuda.bindings import driver as _cu
-except ImportError:  # pragma: no cover - older cuda-python layout
-    from cuda import cuda as _cu  # type: ignore[no-redef]
+except ImportError as _error:  # no CUDA stack installed (deep_tile's cu12 / cu13 extras)
+    raise cuda_stack.missing_bindings(_error) from None
+
+_driver_checked = False
 
 
 def driver():
@@ -151,8 +154,19 @@ def _ensure_current_context(device: int) -> None:
 
 
 def load_kernel(cubin: bytes, kernel_name: str) -> Kernel:
-    """Load `cubin` as a CUDA library and return its kernel `kernel_name`."""
+    """Load `cubin` as a CUDA library and return its kernel `kernel_name`.
+
+    Raises:
+        LaunchError: a driver call failed, or the driver is older than the installed
+            cuda-bindings' CUDA major version (the message names the extra to install).
+    """
+    global _driver_checked
     check(_cu.cuInit(0), "cuInit")
+    if not _driver_checked:
+        mismatch = cuda_stack.driver_mismatch(int(check(_cu.cuDriverGetVersion(), "cuDriverGetVersion")))
+        if mismatch:
+            raise LaunchError(mismatch)
+        _driver_checked = True
     library = check(_cu.cuLibraryLoadData(cubin, [], [], 0, [], [], 0), f"cuLibraryLoadData ({len(cubin)} bytes)")
     handle = check(_cu.cuLibraryGetKernel(library, kernel_name.encode()), f"cuLibraryGetKernel({kernel_name!r})")
     return Kernel(kernel_name, library, handle)

@@ -1,0 +1,177 @@
+"""The built wheel is a working install: everything the package reads from disk ships in it.
+
+An editable install reads the checkout, so it hides files a wheel lacks (the native extension's
+C++ sources were missing from every wheel until 2026-11-23, and every GPU call of a regular
+install failed). This builds the wheel from the checkout, installs it into a fresh virtual
+environment, and from a directory outside the checkout checks that:
+
+- ``deep_tile`` is imported from that environment, not from the checkout;
+- every file of the checkout's ``deep_tile/`` package, ``include/`` and ``csrc/`` trees is in the
+  installed package (``_data/`` for the kernel sources), plus ``py.typed`` and the licence;
+- the code that names files on disk finds them: the kernel entry files and headers
+  (:mod:`deep_tile.jit.paths`), the native extension's sources and build key
+  (:mod:`deep_tile.native.key`), the plan index's fingerprinted modules;
+- a kernel compiles from the installed sources (NVRTC, into a fresh cache), the command line
+  runs, and the native extension builds and loads from the installed package (when a C++
+  compiler, ninja and cuda.h are here).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from deep_tile.jit import compiler
+from deep_tile.native import toolchain
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, **kwargs)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _setuptools_builds_here() -> bool:
+    """Whether this interpreter's setuptools can build the wheel without build isolation (the
+    licence metadata needs setuptools >= 77); else pip builds in an isolated environment."""
+    try:
+        import setuptools
+        return int(setuptools.__version__.split(".")[0]) >= 77
+    except (ImportError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The wheel built from the checkout and installed into a fresh venv (which sees this
+    interpreter's packages for the dependencies). Yields (wheel path, venv python, work dir)."""
+    base = tmp_path_factory.mktemp("wheel")
+    dist = base / "dist"
+    isolation = [] if _setuptools_builds_here() else ["--use-pep517"]
+    no_isolation = ["--no-build-isolation"] if not isolation else []
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *no_isolation, *isolation, "-q", "-w", str(dist),
+          str(ROOT)], cwd=base)
+    [wheel] = dist.glob("deep_tile-*.whl")
+    venv = base / "venv"
+    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
+          "--target", site, str(wheel)])
+    work = base / "elsewhere"
+    work.mkdir()
+    yield wheel, python, work
+
+
+def _child(python: Path, work: Path, code: str, env: dict | None = None, timeout: float = 600) -> str:
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("DEEP_TILE_") and k != "PYTHONPATH"}
+    child_env.update({"DEEP_TILE_CACHE_DIR": str(work / "cache"), **(env or {})})
+    proc = subprocess.run([str(python), "-c", textwrap.dedent(code)], cwd=work, capture_output=True, text=True,
+                          timeout=timeout, env=child_env)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def _checkout_files() -> dict[str, Path]:
+    """Installed path (relative to site-packages) -> checkout file, for every file a wheel must hold."""
+    files = {}
+    for path in (ROOT / "deep_tile").rglob("*"):
+        rel = path.relative_to(ROOT)
+        if path.is_file() and "__pycache__" not in rel.parts and rel.parts[1] != "_data" and path.suffix != ".pyc":
+            files[rel.as_posix()] = path
+    for tree in ("include", "csrc"):
+        for path in (ROOT / tree).rglob("*"):
+            if path.is_file():
+                files[f"deep_tile/_data/{path.relative_to(ROOT).as_posix()}"] = path
+    return files
+
+
+def test_the_wheel_holds_every_file_of_the_package(installed):
+    wheel, _, _ = installed
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        licences = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    missing = sorted(set(_checkout_files()) - names)
+    assert not missing, f"the wheel lacks files of the checkout: {missing}"
+    assert "deep_tile/py.typed" in names
+    assert licences, "no LICENSE in the wheel's dist-info"
+    assert "License-Expression: MIT" in metadata
+    for extra in ("cu12", "cu13", "test"):
+        assert f"Provides-Extra: {extra}" in metadata
+    # the base install pulls no CUDA-major-specific package: that is the extras' job
+    base = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert not [line for line in base if "cuda" in line.lower()], base
+
+
+def test_the_installed_package_finds_its_files(installed):
+    _, python, work = installed
+    out = _child(python, work, """
+        import json, os
+        import deep_tile
+        from deep_tile import plan_index
+        from deep_tile.jit import paths
+        from deep_tile.kernels import cast_fp8, fp8_gemm
+        from deep_tile.native import key, toolchain
+        package = os.path.dirname(deep_tile.__file__)
+        checks = {
+            "package": package,
+            "data_root": str(paths.data_root()),
+            "entries": [str(paths.entry_path(fp8_gemm.ENTRY)), str(paths.entry_path(cast_fp8.ENTRY))],
+            "native_sources": sorted(p.name for p in key.SOURCE_DIR.iterdir()),
+            "source_digest": key.source_digest(),
+            "plan_sources": [os.path.exists(os.path.join(package, s)) for s in plan_index.SOURCES],
+            "build_key": key.build_key(toolchain.find())[0] if not toolchain.find().missing else None,
+            "typed": os.path.isfile(os.path.join(package, "py.typed")),
+        }
+        print(json.dumps(checks))
+    """)
+    facts = json.loads(out.strip().splitlines()[-1])
+    assert Path(facts["package"]).is_relative_to(python.parent.parent), facts["package"]
+    assert Path(facts["data_root"]) == Path(facts["package"]) / "_data"
+    assert all(Path(entry).is_relative_to(facts["package"]) for entry in facts["entries"])
+    assert facts["native_sources"] == sorted(p.name for p in (ROOT / "deep_tile" / "native" / "csrc").iterdir())
+    from deep_tile.native import key
+    assert facts["source_digest"] == key.source_digest()  # the same sources as the checkout
+    assert all(facts["plan_sources"]) and facts["typed"]
+
+
+@pytest.mark.skipif("nvrtc" not in compiler.available_compilers(), reason="NVRTC does not load here")
+def test_the_installed_package_compiles_and_runs_its_command_line(installed):
+    _, python, work = installed
+    out = _child(python, work, """
+        from deep_tile.jit import cache
+        from deep_tile.kernels import cast_fp8
+        cubin = cache.get_cubin(cast_fp8.ENTRY, cast_fp8.defines("bfloat16"), cast_fp8.PER_TOKEN_SYMBOL,
+                                compiler="nvrtc")
+        print("cubin", len(cubin), cache.cache_stats()["compiles"])
+    """)
+    assert out.startswith("cubin ") and int(out.split()[2]) == 1
+    proc = subprocess.run([str(python), "-m", "deep_tile", "warmup", "--shape", "64,2112,7168", "--num-sms", "132",
+                           "--compiler", "nvrtc"], cwd=work, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, DEEP_TILE_CACHE_DIR=str(work / "cache")))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 compiled, 0 cache hits, 0 errors" in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(bool(toolchain.find().missing), reason="no C++ compiler, ninja or cuda.h here")
+def test_the_native_extension_builds_from_the_installed_package(installed):
+    _, python, work = installed
+    out = _child(python, work, """
+        from deep_tile import native
+        assert native.build(wait=True), native.status()
+        status = native.status()
+        print(status["state"], status["library"])
+    """, env={"DEEP_TILE_CACHE_DIR": str(work / "native-cache")})
+    state, library = out.split()[-2:]
+    assert state == "loaded" and Path(library).is_relative_to(work / "native-cache"), out
