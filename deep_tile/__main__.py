@@ -24,8 +24,10 @@ from typing import Optional, Sequence
 
 SCRIPT_NAME = "deep-tile"
 """The console script's name (``[project.scripts]`` in pyproject.toml)."""
+BROKEN_PIPE_STATUS = 141
+"""Exit status when the reader of stdout closed the pipe (128 + SIGPIPE, as a killed tool reports)."""
 
-__all__ = ["SCRIPT_NAME", "prog_name", "plural", "parse_shape", "parse_int", "cmd_explain", "cmd_warmup",
+__all__ = ["SCRIPT_NAME", "BROKEN_PIPE_STATUS", "prog_name", "plural", "parse_shape", "parse_int", "cmd_explain", "cmd_warmup",
            "build_parser", "main"]
 
 # A token such as "-1,8,16": a shape with a negative first value. argparse would take it for an
@@ -174,15 +176,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     Malformed arguments exit through argparse (status 2, with usage); values deep_tile rejects
     (a ``ValueError``, e.g. ``explain: n must be a positive multiple of 8; got 12``) print
-    ``<prog>: error: <message>`` to stderr and return 2.
+    ``<prog>: error: <message>`` to stderr and return 2. A reader that closes stdout early
+    (``| head``) ends the command quietly with :data:`BROKEN_PIPE_STATUS`.
     """
     parser = build_parser()
     args = parser.parse_args(_protect_negative_shapes(sys.argv[1:] if argv is None else argv))
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
+        return status
     except ValueError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`... | head -2`): stop quietly, as tools killed by SIGPIPE do.
+        # stdout is pointed at /dev/null so the interpreter's last flush cannot raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE_STATUS
 
 
 if __name__ == "__main__":

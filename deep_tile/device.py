@@ -113,17 +113,17 @@ def check_num_sms(func: str, num_sms) -> int:
 def set_num_sms(num_sms: Optional[int]) -> None:
     """Limit the persistent grid of later kernels to ``num_sms`` SMs (None: use them all).
 
-    Useful to leave SMs free for concurrent work such as communication kernels.
+    Useful to leave SMs free for concurrent work such as communication kernels. ``num_sms`` is
+    checked as :func:`check_num_sms` checks ``get_config``'s: a positive int, at most the device's
+    SM count when a CUDA device is present.
 
     Raises:
-        ValueError: ``num_sms`` is not an int in 1..(the device's SM count; 132 without a device).
+        TypeError: ``num_sms`` is neither None nor an int.
+        ValueError: ``num_sms < 1``, or above the device's SM count.
     """
     global _num_sms_limit
     if num_sms is not None:
-        limit = _device_num_sms()
-        if isinstance(num_sms, bool) or not isinstance(num_sms, int) or not 1 <= num_sms <= limit:
-            raise ValueError(f"set_num_sms: num_sms must be an int in 1..{limit} (the device's SM count) "
-                             f"or None; got {num_sms!r}")
+        num_sms = check_num_sms("set_num_sms", num_sms)
     _num_sms_limit = num_sms
     loader = sys.modules.get("deep_tile.native.loader")  # loaded native libraries read their own copy
     if loader is not None:

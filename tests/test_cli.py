@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deep_tile.__main__ import main, plural, prog_name
+from deep_tile.__main__ import BROKEN_PIPE_STATUS, main, plural, prog_name
 from deep_tile.checks import check_fp8_gemm_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
@@ -98,3 +98,14 @@ def test_console_script_names_itself():
 def test_plural():
     assert [plural(n, "shape") for n in (0, 1, 2)] == ["0 shapes", "1 shape", "2 shapes"]
     assert plural(1, "cache hit") == "1 cache hit" and plural(3, "error") == "3 errors"
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`python -m deep_tile explain ... | head -2`: the reader has gone before the command writes;
+    it exits with 128 + SIGPIPE and no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "deep_tile", "explain", "4096,7168,2048"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child has written anything
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == BROKEN_PIPE_STATUS == 141, stderr.decode()
+    assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr, stderr.decode()

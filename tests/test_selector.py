@@ -327,8 +327,11 @@ def test_set_num_sms_validation():
     device.set_num_sms(None)
     full = device.get_num_sms()
     try:
-        for bad in (0, -1, full + 1, 1.0, True, "8"):
-            with pytest.raises(ValueError, match=r"set_num_sms: num_sms must be an int in 1\.\."):
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match=r"set_num_sms: num_sms must be a positive int"):
+                device.set_num_sms(bad)
+        for bad in (1.0, True, "8"):
+            with pytest.raises(TypeError, match=r"set_num_sms: num_sms must be an int"):
                 device.set_num_sms(bad)
         device.set_num_sms(8)
         assert device.get_num_sms() == 8
@@ -336,6 +339,25 @@ def test_set_num_sms_validation():
     finally:
         device.set_num_sms(None)
     assert device.get_num_sms() == full
+
+
+def test_set_num_sms_and_get_config_share_one_sm_count_rule(monkeypatch):
+    """Without a device any positive count is taken by both (the target GPU is unknown); with one,
+    both refuse more SMs than it has, with the same words."""
+    device.set_num_sms(None)
+    try:
+        monkeypatch.setattr(device, "has_cuda", lambda: False)
+        device.set_num_sms(200)
+        assert device.get_num_sms() == 200 and get_config(4096, 7168, 2048, num_sms=200).grid_size <= 200
+        facts = device.DeviceFacts(index=0, name="NVIDIA H100 80GB HBM3", num_sms=132, max_smem_per_block=232448,
+                                   capability=(9, 0), chip=arch.DEFAULT_CHIP)
+        monkeypatch.setattr(device, "has_cuda", lambda: True)
+        monkeypatch.setattr(device, "device_facts", lambda index=None: facts)
+        for call in (lambda: device.set_num_sms(133), lambda: get_config(4096, 7168, 2048, num_sms=133)):
+            with pytest.raises(ValueError, match=r"num_sms must be at most 132, the SM count of cuda:0"):
+                call()
+    finally:
+        device.set_num_sms(None)
 
 
 def test_get_config_prints_each_new_choice_once(monkeypatch, capsys):
