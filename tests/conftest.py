@@ -26,6 +26,12 @@ def has_sm90() -> bool:
         return False
 
 
+def pytest_addoption(parser):
+    parser.addoption("--kernel-sweep", action="store_true", default=False,
+                     help="tests/test_kernel_build.py: compile every kernel variant the selector can emit "
+                          "(README, 'Full kernel sweep'), not one kernel per code path")
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs an sm_90 (Hopper) GPU")
     nvcc_path = os.environ.get("DEEP_TILE_NVCC") or shutil.which("nvcc")

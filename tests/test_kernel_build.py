@@ -1,18 +1,27 @@
 """The real kernels compile spill-free for sm_90a with each compiler, and their SASS is what we expect.
 
-Compiled with ``compile_cubin`` directly (no cache, so each compiler really runs): every kernel
-kind the selector can emit -- each tile shape it considers (tile, WGMMA width, accumulator
-buffers: the register-critical part) as a persistent kernel, with multicast on A and on B, and
-split along K where the selector may split it, each with its most stages and each also as the
-row-major-a_scale variant the launcher derives from it -- plus the families the GPU tests force, and the three input-dtype variants of the cast kernels. For each build: the kernel
-symbol exists, the ptxas ``-v`` report shows no stack frame, no spills and none of the warnings
-C7508/C7511/C7514/C7517/C7519, and the SASS (cuobjdump and nvdisasm from the ``test`` extra)
-holds the instructions the design relies on: ``QGMMA`` (FP8 WGMMA) and ``USETMAXREG`` (register
-reallocation between the producer and consumer warpgroups). No GPU needed.
+Compiled with ``compile_cubin`` directly (no cache, so each compiler really runs), in parallel
+worker processes (:mod:`deep_tile.testing.build_check`), each distinct kernel once per run. For
+each build: the kernel symbol exists, the ptxas ``-v`` report shows no stack frame, no spills and
+none of the warnings C7508/C7511/C7514/C7517/C7519, and the SASS (cuobjdump and nvdisasm from the
+``test`` extra) holds the instructions the design relies on: ``QGMMA`` (FP8 WGMMA) and
+``USETMAXREG`` (register reallocation between the producer and consumer warpgroups). No GPU needed.
+
+Which GEMM kernels:
+
+- by default, :data:`SMOKE_FAMILIES`: a few kernels that together take every code path the
+  selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
+  tile, multicast of A and of B, split-K, the row-major a_scale variant, the L2 policies, the
+  k-loop unrolled by 6, a narrow store swizzle), and the three input-dtype variants of the casts;
+- with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES`: every kernel kind the
+  selector can emit -- each tile shape it considers as a persistent kernel, with multicast on A
+  and on B, split along K where the selector may split it, each with its most stages and each also
+  as the row-major-a_scale variant, with the L2 policies and unrolled by 6 -- plus the families
+  the GPU tests force.
 """
 import dataclasses
-import functools
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +34,7 @@ from deep_tile.jit import compiler, paths
 from deep_tile.kernels import cast_fp8, fp8_gemm
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
+from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,9 +90,52 @@ def gpu_test_configs() -> list:
 FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs()})
 KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
+# What a kernel's code paths depend on, as predicates over its defines: SMOKE_FAMILIES covers each.
+CODE_PATHS = {
+    "64-row tile": lambda d: d["DT_BLOCK_M"] == 64,
+    "128-row tile": lambda d: d["DT_BLOCK_M"] == 128,
+    "256-row tile": lambda d: d["DT_BLOCK_M"] == 256,
+    "one accumulator buffer": lambda d: d["DT_ACCUM_BUFFERS"] == 1,
+    "two accumulator buffers": lambda d: d["DT_ACCUM_BUFFERS"] == 2,
+    "WGMMA narrower than the tile": lambda d: d["DT_WGMMA_N"] < d["DT_BLOCK_N"],
+    "multicast of A": lambda d: d["DT_NUM_MULTICAST"] == 2 and d["DT_MULTICAST_ON_A"],
+    "multicast of B": lambda d: d["DT_NUM_MULTICAST"] == 2 and not d["DT_MULTICAST_ON_A"],
+    "split-K, one buffer": lambda d: d["DT_SPLIT_K"] > 1 and d["DT_ACCUM_BUFFERS"] == 1,
+    "split-K, two buffers": lambda d: d["DT_SPLIT_K"] > 1 and d["DT_ACCUM_BUFFERS"] == 2,
+    "row-major a_scale": lambda d: d["DT_A_SCALE_ROW_MAJOR"] == 1,
+    "L2 policies": lambda d: d["DT_EVICT_FIRST_B"] == 1,
+    "k-loop unrolled by 6": lambda d: d["DT_K_UNROLL"] == 6,
+    "narrow store swizzle": lambda d: d["DT_STORE_SWIZZLE"] < 128,
+}
+
+
+def smoke_families(families: list, paths: dict = CODE_PATHS) -> list:
+    """A small subset of ``families`` that takes every code path in ``paths`` (greedy set cover:
+    the family covering most of what is left, first in sorted order on ties)."""
+    facts = [(fam, {name for name, taken in paths.items() if taken(dict(fam))}) for fam in families]
+    left, chosen = set(paths), []
+    while left:
+        fam, covered = max(facts, key=lambda item: len(item[1] & left))
+        assert covered & left, f"no family takes {sorted(left)}"
+        chosen.append(fam)
+        left -= covered
+    return sorted(chosen)
+
+
+SMOKE_FAMILIES = sorted(set(smoke_families(FAMILIES))
+                        | {family(select_config(*shape, 132)) for shape in ((4096, 7168, 2048), (64, 2112, 7168))})
+"""The default run's GEMM kernels: every code path, and the selector's picks for two DeepSeek-V3 shapes."""
+
 COMPILERS = compiler_params()
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
+
+
+def pytest_generate_tests(metafunc):
+    """``fam``: SMOKE_FAMILIES, or every family with ``--kernel-sweep``."""
+    if "fam" in metafunc.fixturenames:
+        sweep = metafunc.config.getoption("--kernel-sweep")
+        metafunc.parametrize("fam", FAMILIES if sweep else SMOKE_FAMILIES, ids=family_id)
 
 
 def family_id(fam: tuple) -> str:
@@ -101,72 +154,107 @@ def family_id(fam: tuple) -> str:
     return text
 
 
-@functools.lru_cache(maxsize=None)
-def build_gemm(name: str, fam: tuple) -> compiler.CompiledKernel:
-    """One uncached compile of the GEMM family ``fam`` (shared by the ptxas and SASS tests)."""
-    return compiler.compile_cubin(paths.entry_path(fp8_gemm.ENTRY), dict(fam), fp8_gemm.SYMBOL, name)
+def gemm_job(name: str, fam: tuple) -> BuildJob:
+    return BuildJob(str(paths.entry_path(fp8_gemm.ENTRY)), tuple(fam), fp8_gemm.SYMBOL, name)
 
 
-@functools.lru_cache(maxsize=None)
-def build_cast(name: str, dtype: str) -> compiler.CompiledKernel:
-    """One uncached compile of the cast kernels (both symbols live in one translation unit)."""
-    return compiler.compile_cubin(paths.entry_path(cast_fp8.ENTRY), cast_fp8.defines(dtype),
-                                  cast_fp8.PER_TOKEN_SYMBOL, name)
+def cast_job(name: str, dtype: str) -> BuildJob:
+    """The cast kernels of one input dtype (both symbols live in one translation unit)."""
+    return BuildJob(str(paths.entry_path(cast_fp8.ENTRY)), tuple(sorted(cast_fp8.defines(dtype).items())),
+                    cast_fp8.PER_TOKEN_SYMBOL, name)
+
+
+@pytest.fixture(scope="session")
+def builds(request):
+    """Every build this run's selected tests check, made once, in parallel: job -> BuildReport."""
+    from deep_tile.jit import compiler as _compiler
+
+    available = set(_compiler.available_compilers())
+    jobs = {}  # ordered, no repeats: the ptxas and SASS tests of a kernel share its build
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("name") not in available:
+            continue
+        if "fam" in params:
+            jobs[gemm_job(params["name"], params["fam"])] = None
+        elif "dtype" in params:
+            jobs[cast_job(params["name"], params["dtype"])] = None
+    jobs = list(jobs)
+    # workers inherit the environment: no DEEP_TILE_* choice (ptxas check, compiler) from the shell
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DEEP_TILE_") and k != "DEEP_TILE_NVCC"}
+    try:
+        reports = run_builds(jobs)
+    finally:
+        os.environ.update(saved)
+    return dict(zip(jobs, reports))
+
+
+def built(builds, job: BuildJob):
+    report = builds[job]
+    assert not report.error, report.error
+    return report
 
 
 def sass_or_skip(cubin: bytes) -> str:
     sass = compiler.disassemble(cubin)
     if sass is None:
-        pytest.skip("SASS not checked: no working cuobjdump found (PATH, the CUDA toolkit, or the pip "
-                    "packages nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm, which .ci/run installs)")
+        pytest.skip(NO_SASS)
     return sass
 
 
-def assert_ptxas_clean(result: compiler.CompiledKernel, symbols) -> None:
-    assert compiler.ptxas_problems(result.log) == [], result.log
+NO_SASS = ("SASS not checked: no working cuobjdump found (PATH, the CUDA toolkit, or the pip packages "
+           "nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm, which the test extra installs)")
+
+
+def assert_ptxas_clean(log: str, functions, symbols) -> None:
+    assert compiler.ptxas_problems(log) == [], log
     for symbol in symbols:
-        assert compiler.has_symbol(result.cubin, symbol), f"{symbol} missing from the cubin"
-        assert f"Function properties for {symbol}" in result.log, result.log
+        assert symbol in functions, f"{symbol} missing from the cubin"
+        assert f"Function properties for {symbol}" in log, log
     # ptxas_problems already rejects these; spelled out so a failure reads plainly.
-    assert "bytes stack frame" in result.log
-    for line in result.log.splitlines():
+    assert "bytes stack frame" in log
+    for line in log.splitlines():
         if "bytes stack frame" in line:
-            assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+            assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, log
     for code in ("C7508", "C7511", "C7514", "C7517", "C7519"):
-        assert code not in result.log, result.log
+        assert code not in log, log
 
 
-@pytest.mark.parametrize("fam", FAMILIES, ids=family_id)
+def sass_facts_or_skip(report) -> dict:
+    if report.sass is None:
+        pytest.skip(NO_SASS)
+    return report.sass
+
+
 @pytest.mark.parametrize("name", COMPILERS)
-def test_gemm_builds_spill_free(name, fam):
-    result = build_gemm(name, fam)
-    assert result.compiler == name and result.cubin[:4] == b"\x7fELF"
-    assert_ptxas_clean(result, [fp8_gemm.SYMBOL])
+def test_gemm_builds_spill_free(builds, name, fam):
+    report = built(builds, gemm_job(name, fam))
+    assert report.compiler == name and report.elf
+    assert_ptxas_clean(report.log, report.functions, [fp8_gemm.SYMBOL])
 
 
-@pytest.mark.parametrize("fam", FAMILIES, ids=family_id)
 @pytest.mark.parametrize("name", COMPILERS)
-def test_gemm_sass(name, fam):
-    sass = sass_or_skip(build_gemm(name, fam).cubin)
-    assert f"Function : {fp8_gemm.SYMBOL}" in sass
-    assert "QGMMA" in sass, "no FP8 WGMMA (QGMMA) instruction in the SASS"
-    assert "USETMAXREG" in sass, "no setmaxnreg (USETMAXREG) instruction in the SASS"
+def test_gemm_sass(builds, name, fam):
+    sass = sass_facts_or_skip(built(builds, gemm_job(name, fam)))
+    assert fp8_gemm.SYMBOL in sass, sorted(sass)
+    assert sass[fp8_gemm.SYMBOL]["QGMMA"], "no FP8 WGMMA (QGMMA) instruction in the SASS"
+    assert sass[fp8_gemm.SYMBOL]["USETMAXREG"], "no setmaxnreg (USETMAXREG) instruction in the SASS"
 
 
 @pytest.mark.parametrize("dtype", CAST_DTYPES)
 @pytest.mark.parametrize("name", COMPILERS)
-def test_cast_builds_spill_free(name, dtype):
-    result = build_cast(name, dtype)
-    assert result.compiler == name and result.cubin[:4] == b"\x7fELF"
-    assert_ptxas_clean(result, cast_fp8.SYMBOLS)
+def test_cast_builds_spill_free(builds, name, dtype):
+    report = built(builds, cast_job(name, dtype))
+    assert report.compiler == name and report.elf
+    assert_ptxas_clean(report.log, report.functions, cast_fp8.SYMBOLS)
 
 
 @pytest.mark.parametrize("dtype", CAST_DTYPES)
 @pytest.mark.parametrize("name", COMPILERS)
-def test_cast_sass(name, dtype):
-    sass = sass_or_skip(build_cast(name, dtype).cubin)
+def test_cast_sass(builds, name, dtype):
+    sass = sass_facts_or_skip(built(builds, cast_job(name, dtype)))
     for symbol in cast_fp8.SYMBOLS:  # plain SIMT kernels: no WGMMA, no setmaxnreg to look for
-        assert f"Function : {symbol}" in sass
+        assert symbol in sass, sorted(sass)
 
 
 READ_FLOOR_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "read_floor.cu"
@@ -178,7 +266,7 @@ def test_read_floor_probes_build(name):
     """benchmarks/read_floor.py's probes compile clean, and the read probe keeps its loads (the
     fold is only stored under a key, so ptxas could have dropped them if it were not used)."""
     result = compiler.compile_cubin(READ_FLOOR_SOURCE, {}, READ_FLOOR_SYMBOLS[1], name)
-    assert_ptxas_clean(result, READ_FLOOR_SYMBOLS)
+    assert_ptxas_clean(result.log, compiler.elf_functions(result.cubin), READ_FLOOR_SYMBOLS)
     sass = sass_or_skip(result.cubin)
     read_body = sass.split(f"Function : {READ_FLOOR_SYMBOLS[1]}")[1].split("Function :")[0]
     assert read_body.count("LDG.E.128") >= 5, read_body  # four in the unrolled loop, one in the tail
@@ -191,6 +279,12 @@ def test_families_cover_every_selected_config():
         for shape in SELECTOR_SHAPES:
             config = select_config(*shape, num_sms)
             assert kind(config) in KINDS, f"select_config{shape + (num_sms,)} -> {config.label}: not compiled here"
+
+
+def test_the_smoke_families_take_every_code_path():
+    for name, taken in CODE_PATHS.items():
+        assert any(taken(dict(fam)) for fam in SMOKE_FAMILIES), name
+    assert set(SMOKE_FAMILIES) <= set(FAMILIES) and len(SMOKE_FAMILIES) < len(FAMILIES) / 10
 
 
 def test_families_include_every_kernel_kind():
@@ -209,7 +303,7 @@ def test_ci_installs_the_sass_tools():
 
     tests = re.search(r"^## Tests\s*$(.*?)(?=^## |\Z)", (ROOT / "README.md").read_text(), re.M | re.S).group(1)
     [line] = [block.strip() for block in re.findall(r"^```\n(.*?)^```", tests, re.M | re.S)]
-    assert line.startswith('pip install -e ".[test]" && '), f"README's test line installs no test extra: {line}"
+    assert line.startswith('pip install -e ".[cu13,test]" && '), f"README's test line installs no test extra: {line}"
     extra = re.search(r"^test = \[(.*?)^\]", (ROOT / "pyproject.toml").read_text(), re.M | re.S).group(1)
     for package in ("pytest", "nvidia-cuda-cuobjdump", "nvidia-cuda-nvdisasm"):
         assert f'"{package}' in extra, f"the test extra in pyproject.toml lacks {package}"

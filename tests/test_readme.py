@@ -1,7 +1,8 @@
 """README.md and .ci/run agree with the code: the API table, the main job, the test command, the layout.
 
-.ci/run must run the README's "Main job" line and its "Tests" line verbatim, in that order, and
-install nothing else: what CI installs is what a newcomer following the README installs.
+.ci/run must run the README's one-line commands -- "Main job", "Tests", "Full kernel sweep" and
+"CUDA 12 check" -- verbatim, in that order, and install nothing else: what CI installs is what a
+newcomer following the README installs.
 """
 import os
 import re
@@ -12,9 +13,12 @@ import deep_tile
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 CI = ROOT / ".ci" / "run"
-MAIN_JOB = ("pip install torch==2.13.0 && pip install -e . && "
+MAIN_JOB = ('pip install torch==2.13.0 && pip install -e ".[cu13]" && '
             "python -m deep_tile explain 4096,7168,2048 --num-sms 132")
-TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q tests'
+TEST_COMMAND = 'pip install -e ".[cu13,test]" && python -m pytest -q tests'
+SWEEP_COMMAND = "python -m pytest -q tests/test_kernel_build.py --kernel-sweep"
+CI_SECTIONS = ("Main job", "Tests", "Full kernel sweep", "CUDA 12 check")
+"""The README sections whose one-line command .ci/run runs, in this order."""
 _INSTALLS = re.compile(r"\b(pip3?|conda|mamba|apt|apt-get|uv|brew)\b.*\binstall\b|\bsetup\.py\b")
 
 
@@ -57,14 +61,24 @@ def test_tests_section_installs_the_test_extra_then_runs_pytest():
     assert one_line("Tests") == TEST_COMMAND
 
 
+def test_the_sweep_and_the_cuda12_check_are_one_line_each():
+    assert one_line("Full kernel sweep") == SWEEP_COMMAND
+    cu12 = one_line("CUDA 12 check")
+    assert '".[cu12]"' in cu12 and "cu13" not in cu12 and "[test]" not in cu12, cu12
+    assert "tools/cuda_stack_check.py 12" in cu12 and "test_kernel_build.py -k nvrtc" in cu12, cu12
+    assert cu12.startswith("python -m venv "), "the CUDA 12 check must run in a fresh environment"
+
+
 def test_ci_runs_exactly_the_readme_lines():
-    main_job, tests = one_line("Main job"), one_line("Tests")
+    lines = [one_line(title) for title in CI_SECTIONS]
     commands = ci_commands()
-    assert main_job in commands, ".ci/run must run the README's main job line verbatim"
-    assert tests in commands, ".ci/run must run the README's test line verbatim"
-    assert commands.index(main_job) < commands.index(tests), ".ci/run must run the main job before the tests"
+    for title, line in zip(CI_SECTIONS, lines):
+        assert line in commands, f".ci/run must run the README's '{title}' line verbatim"
+    assert [commands.index(line) for line in lines] == sorted(commands.index(line) for line in lines), \
+        f".ci/run must run the README's lines in the order {CI_SECTIONS}"
     installs = [line for line in commands if _INSTALLS.search(line)]
-    assert installs == [main_job, tests], f".ci/run installs something the README does not: {installs}"
+    assert installs == [line for line in lines if _INSTALLS.search(line)], \
+        f".ci/run installs something the README does not: {installs}"
     assert os.access(CI, os.X_OK), ".ci/run must be executable"
     assert "set -euo pipefail" in commands
 

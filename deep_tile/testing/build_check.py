@@ -1,0 +1,117 @@
+"""Compile kernels and read what the checks need, many at once: the ptxas report and the SASS.
+
+Used by ``tests/test_kernel_build.py``: one :class:`BuildJob` per (kernel entry, defines,
+compiler); :func:`run_builds` compiles them in worker processes (``spawn``: NVRTC runs in-process
+and holds the GIL, so threads would not overlap) and returns one :class:`BuildReport` each, in
+the order given. A worker compiles with :func:`deep_tile.jit.compiler.compile_cubin` (no cache,
+so the compiler really runs) and disassembles with :func:`deep_tile.jit.compiler.disassemble`;
+the report keeps the ptxas log, the cubin's function symbols and the SASS facts, not the cubin,
+so a sweep of hundreds of kernels holds little memory. No GPU needed.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["SASS_MARKERS", "BuildJob", "BuildReport", "build_and_inspect", "run_builds", "default_workers"]
+
+SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128")
+"""SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads)."""
+
+_FUNCTION = re.compile(r"Function : (\S+)")
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One compile: ``entry`` (a path to a ``.cu`` file), its defines (sorted pairs), the symbol
+    the cubin must hold, the compiler (``"nvrtc"`` / ``"nvcc"``), and whether to disassemble."""
+
+    entry: str
+    defines: tuple
+    symbol: str
+    compiler: str
+    sass: bool = True
+
+
+@dataclass
+class BuildReport:
+    """What one :class:`BuildJob` produced.
+
+    Attributes:
+        job: the job.
+        error: ``""``, or the exception (type and message, then the compiler log) that stopped it.
+        log: the compiler output with the ptxas ``-v`` report.
+        compiler: the compiler that ran (from the result, not the job).
+        elf: whether the cubin starts with the ELF magic.
+        functions: the function symbols of the cubin's ELF symbol table.
+        sass: None when the SASS tools are missing or failed; else function name ->
+            {marker: count} for :data:`SASS_MARKERS`.
+        seconds: compile time.
+    """
+
+    job: BuildJob
+    error: str = ""
+    log: str = ""
+    compiler: str = ""
+    elf: bool = False
+    functions: list = field(default_factory=list)
+    sass: dict | None = None
+    seconds: float = 0.0
+
+
+def _sass_facts(sass: str) -> dict:
+    """function name -> {marker: count} from ``cuobjdump -sass`` text."""
+    facts, current = {}, None
+    for line in sass.splitlines():
+        match = _FUNCTION.search(line)
+        if match:
+            current = facts.setdefault(match.group(1), {marker: 0 for marker in SASS_MARKERS})
+        elif current is not None:
+            for marker in SASS_MARKERS:
+                if marker in line:
+                    current[marker] += 1
+    return facts
+
+
+def build_and_inspect(job: BuildJob) -> BuildReport:
+    """Compile ``job`` and inspect the result (runs in a worker of :func:`run_builds`)."""
+    from deep_tile.jit import compiler
+
+    report = BuildReport(job)
+    try:
+        result = compiler.compile_cubin(job.entry, dict(job.defines), job.symbol, job.compiler)
+    except Exception as error:  # noqa: BLE001 - reported to the test, which fails with it
+        report.error = f"{type(error).__name__}: {error}\n{getattr(error, 'log', '')}"
+        return report
+    report.log, report.compiler, report.seconds = result.log, result.compiler, result.seconds
+    report.elf = result.cubin[:4] == b"\x7fELF"
+    try:
+        report.functions = sorted(compiler.elf_functions(result.cubin))
+    except ValueError as error:
+        report.error = f"malformed cubin: {error}"
+    if job.sass:
+        text = compiler.disassemble(result.cubin)
+        report.sass = None if text is None else _sass_facts(text)
+    return report
+
+
+def default_workers() -> int:
+    """Worker processes for :func:`run_builds`: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def run_builds(jobs: list[BuildJob], workers: int | None = None) -> list[BuildReport]:
+    """Reports of ``jobs`` in their order, built by ``workers`` processes (default: one per CPU;
+    1 builds in this process)."""
+    workers = default_workers() if workers is None else workers
+    if workers <= 1 or len(jobs) <= 1:
+        return [build_and_inspect(job) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
+        return list(pool.map(build_and_inspect, jobs, chunksize=1))
