@@ -11,7 +11,10 @@ Types:
 - ``path``: ``~`` is expanded; empty or unset means the default.
 - ``choice``: one of a fixed set (any case); empty or unset means the default.
 
-A bad value raises ``ValueError`` naming the variable, the allowed values and the value.
+A bad value raises ``ValueError`` naming the variable, the allowed values and the value. Each
+accessor parses its own variable when it is read; :func:`validate` parses them all at once, and the
+code that writes into the cache (a kernel cache miss, a native build) calls it first, so that a
+typo fails before anything is written, not half-way through.
 
 This module imports nothing from deep_tile.
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = [
-    "EnvVar", "REGISTRY", "get", "snapshot", "markdown_table", "subprocess_env",
+    "EnvVar", "REGISTRY", "get", "validate", "snapshot", "markdown_table", "subprocess_env",
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
     "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "cxx",
 ]
@@ -143,6 +146,17 @@ def get(name: str):
             raise _bad(var, "one of " + ", ".join(var.choices), raw)
         return raw.lower()
     return raw
+
+
+def validate() -> None:
+    """Parse every declared variable now (cold paths only: before writing into the cache).
+
+    Raises:
+        ValueError: the first declared variable, in :data:`REGISTRY` order, whose value is not
+            allowed (the same message its accessor raises).
+    """
+    for name in REGISTRY:
+        get(name)
 
 
 def snapshot() -> dict[str, str]:

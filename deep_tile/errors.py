@@ -38,7 +38,11 @@ class CompileError(DeepTileError):
 
 
 class CacheError(DeepTileError):
-    """The kernel cache directory cannot be used (for example it is not writable)."""
+    """The kernel cache directory cannot be used (for example it is not writable, or a file stands
+    where it or one of its parents belongs). The message names ``DEEP_TILE_CACHE_DIR``.
+
+    Damaged entries inside a usable cache never raise it: they are discarded and rebuilt. The
+    native host path never raises it either: it warns once and the Python host path runs."""
 
 
 class LaunchError(DeepTileError):

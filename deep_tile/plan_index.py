@@ -13,6 +13,10 @@ capability). Editing the selector changes its mtime, so the fingerprint, so the 
 used. As in :mod:`deep_tile.jit.source_index`, records are written only when every fingerprinted
 file is older than :data:`SETTLE_NS`. ``DEEP_TILE_PRINT_CONFIGS`` bypasses the records (the
 selector prints each new choice).
+
+A damaged record (truncated, garbage, empty, a wrong checksum, a missing member or one of the
+wrong type: :func:`valid_record`) reads as absent: the plan is computed by the selector and the
+record written again. Records that cannot be written only cost speed.
 """
 from __future__ import annotations
 
@@ -24,13 +28,37 @@ from pathlib import Path
 from deep_tile import env, json_records
 from deep_tile.json_records import SETTLE_NS
 
-__all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "lookup", "store"]
+__all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "valid_record", "lookup", "store"]
 
 _PACKAGE = Path(__file__).resolve().parent
 SOURCES = ("select", "arch.py", "common.py", "device.py", "gemm.py", "kernels/fp8_gemm.py", "native/bridge.py")
 """The package's files and folders (relative) whose code decides a plan."""
 
 _fingerprints: dict = {}  # device index -> (fingerprint, newest mtime ns)
+
+
+_POSITIVE_INTS = ("grid", "block", "smem", "cluster")
+_INTS = ("d_swizzle", "group_size")
+_BOOLS = ("store_d_map", "a_scale_row_major")
+_BOXES = ("box_a", "box_b", "box_a_scale", "box_d")
+
+
+def _is_int(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2 ** 31
+
+
+def valid_record(record: dict) -> bool:
+    """Whether ``record`` has every member of a plan (``deep_tile.native.bridge``'s record) with
+    the type the native path casts it to: what a stored record must pass before it is used."""
+    defines = record.get("defines")
+    return (isinstance(defines, dict) and bool(defines)
+            and all(isinstance(k, str) and isinstance(v, (int, str)) for k, v in defines.items())
+            and all(_is_int(record.get(name), 1) for name in _POSITIVE_INTS)
+            and all(_is_int(record.get(name), 0) for name in _INTS)
+            and all(isinstance(record.get(name), bool) for name in _BOOLS)
+            and all(isinstance(record.get(name), list) and len(record[name]) == 2
+                    and all(_is_int(v, 1) for v in record[name]) for name in _BOXES)
+            and isinstance(record.get("label"), str))
 
 
 def plans_dir() -> Path:
@@ -67,12 +95,12 @@ def _path(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str 
 
 def lookup(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str = "") -> dict | None:
     """The stored record of this plan (``variant``: a suffix naming a kernel variant of the same
-    problem, e.g. ``"-rm"`` for a row-major a_scale), or None (absent, unreadable, or
+    problem, e.g. ``"-rm"`` for a row-major a_scale), or None (absent, damaged, or
     DEEP_TILE_PRINT_CONFIGS)."""
     if env.print_configs() or env.disable_cache():
         return None
     path, _ = _path(device_index, m, n, k, num_sms, variant)
-    return json_records.read(path)
+    return json_records.read(path, valid_record)
 
 
 def store(device_index: int, m: int, n: int, k: int, num_sms: int, record: dict, variant: str = "") -> None:

@@ -5,6 +5,10 @@ the configuration is chosen exactly as :func:`deep_tile.fp8_gemm` chooses it
 (:func:`deep_tile.select.select_config`), and each distinct kernel is compiled once into the disk
 cache (:func:`deep_tile.jit.cache.get_cubin`); shapes whose configurations build the same kernel
 share it. Nothing here creates a CUDA context: compiling needs no GPU.
+
+An unusable cache directory fails every kernel the same way; its :class:`deep_tile.errors.CacheError`
+is reported by the first failed result only (the later ones say ``cache_unusable`` with no message
+of their own), so the command line prints it once and still counts every kernel as an error.
 """
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ from typing import Iterable, Optional, Sequence
 
 from deep_tile.checks import check_problem_shape
 from deep_tile.device import check_num_sms
-from deep_tile.errors import DeepTileError
+from deep_tile import env
+from deep_tile.errors import CacheError, DeepTileError
 from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, SYMBOL as GEMM_SYMBOL
 from deep_tile.jit import cache
 from deep_tile.jit.loader import build_defines
@@ -48,13 +53,21 @@ class WarmupResult:
         status: ``"hit"`` (found in the cache), ``"miss"`` (compiled and stored), ``"uncached"``
             (compiled with ``DEEP_TILE_DISABLE_CACHE`` set) or ``"error"``.
         seconds: wall time of the lookup or compile.
-        error: the exception's message when ``status == "error"``, else ``""``.
+        error: the exception's message when ``status == "error"``, else ``""``; also ``""`` when
+            the error is an unusable cache directory that an earlier result of this process
+            already reported (``cache_unusable`` then says so).
+        cache_unusable: the error is the cache directory's (:class:`deep_tile.errors.CacheError`):
+            every kernel fails until ``DEEP_TILE_CACHE_DIR`` (or ``DEEP_TILE_DISABLE_CACHE``) changes.
     """
 
     kernel: WarmupKernel
     status: str
     seconds: float
     error: str = ""
+    cache_unusable: bool = False
+
+
+_reported_unusable: set = set()  # cache directories whose CacheError a result already carried
 
 
 def check_shape(shape: Sequence[int]) -> tuple:
@@ -106,17 +119,26 @@ def build(kernel: WarmupKernel, compiler: Optional[str] = None) -> WarmupResult:
 
     ``compiler`` overrides ``DEEP_TILE_COMPILER`` (None: the default compiler). Compile and
     cache failures are returned as ``status="error"`` rather than raised, so a caller can go on
-    with the other kernels.
+    with the other kernels. An unusable cache directory's message is returned once per process
+    and directory (see :class:`WarmupResult`); the attempt is still made each time (it fails
+    before compiling), so a directory made usable meanwhile is used.
 
     Raises:
-        ValueError: ``compiler`` is not ``"nvrtc"``, ``"nvcc"`` or None.
+        ValueError: ``compiler`` is not ``"nvrtc"``, ``"nvcc"`` or None, or a ``DEEP_TILE_*``
+            variable has a bad value (nothing is written then).
     """
     before = cache.cache_stats()
     start = time.perf_counter()
     try:
         cache.get_cubin(GEMM_ENTRY, dict(kernel.defines), GEMM_SYMBOL, compiler=compiler)
+    except CacheError as error:
+        directory = str(env.cache_dir())
+        message = "" if directory in _reported_unusable else str(error)
+        _reported_unusable.add(directory)
+        return WarmupResult(kernel, "error", time.perf_counter() - start, message, cache_unusable=True)
     except DeepTileError as error:
         return WarmupResult(kernel, "error", time.perf_counter() - start, str(error))
+    _reported_unusable.discard(str(env.cache_dir()))
     seconds = time.perf_counter() - start
     after = cache.cache_stats()
     if after["hits"] > before["hits"]:

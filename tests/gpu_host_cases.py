@@ -18,7 +18,7 @@ from deep_tile import native
 from deep_tile.gemm import _run
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff
-from gpu_cases import _poisoned_out
+from gpu_cases import _metrics, _poisoned_out
 from gpu_cases import serve
 
 
@@ -183,6 +183,43 @@ def compiled_module(m: int, n: int, k: int, seed: int = 0, backend: str = "induc
             "cudagraph_equal": all(_same(g, w_) for g, w_ in zip(replayed, want2))}
 
 
+def compiled_dynamic_m(ms: list, n: int, k: int, seed: int = 0, backend: str = "inductor",
+                       size_oblivious: bool = False) -> dict:
+    """torch.compile(dynamic=True, fullgraph=True) of a function calling deep_tile.fp8_gemm (with
+    an ``out`` argument, and returning a new output) over the row counts ``ms``: one graph for all
+    of them (the fake implementations keep m symbolic); each m with fresh random data, ``out``
+    poisoned first, both outputs against the float64 reference and bitwise equal to eager.
+
+    ``size_oblivious``: compile under ``torch.fx.experimental._config.backed_size_oblivious``, so
+    that m = 1 shares the graph too (Dynamo otherwise specialises sizes 0 and 1 of its inputs)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+    from torch.fx.experimental import _config as shape_config
+
+    _native()
+
+    def gemm(a, a_scale, b, b_scale, out):
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, out)
+        return deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend(backend)
+    compiled = torch.compile(gemm, dynamic=True, fullgraph=True, backend=counter)
+    results = []
+    with shape_config.patch(backed_size_oblivious=size_oblivious):
+        for i, m in enumerate(ms):
+            a, a_scale, b, b_scale = _problem(m, n, k, seed + i)
+            out = _poisoned_out(m, n)
+            new = compiled(a, a_scale, b, b_scale, out)
+            torch.cuda.synchronize()
+            ref = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
+            eager = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+            torch.cuda.synchronize()
+            results.append({"m": m, "frames": counter.frame_count, "out": _metrics(out, ref),
+                            "new": _metrics(new, ref), "shape": list(new.shape),
+                            "equal_eager": _same(out, eager) and _same(new, eager)})
+    return {"n": n, "k": k, "frames": counter.frame_count, "results": results}
+
+
 def debug_phases() -> dict:
     """DEEP_TILE_DEBUG prints the phases of the first call of a new plan (native path)."""
 
@@ -195,6 +232,57 @@ def debug_phases() -> dict:
         torch.cuda.synchronize()
     del os.environ["DEEP_TILE_DEBUG"]
     return {"stderr": captured.getvalue()[-3000:]}
+
+
+def native_ready() -> dict:
+    """Build the native extension into this process's cache if needed; its key and library path."""
+    _native()
+    status = native.status()
+    return {"key": status["key"], "library": status["library"]}
+
+
+def gemm_while_native_rebuilds(m: int, n: int, k: int, seed: int = 0, timeout: float = 600.0) -> dict:
+    """deep_tile.fp8_gemm (DEEP_TILE_NATIVE=auto) called until the native library is loaded: the
+    first call starts its build in the background; every result must equal the Python path's."""
+    import time
+    import warnings
+
+    a, a_scale, b, b_scale = _problem(m, n, k, seed)
+    python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+    calls, equal = 0, True
+    deadline = time.monotonic() + timeout
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        while time.monotonic() < deadline:
+            out = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+            torch.cuda.synchronize()
+            calls += 1
+            equal = equal and _same(out, python)
+            if native.status()["state"] != "building":
+                break
+            time.sleep(0.2)
+        loaded = native.module(start_build=False)
+        native_equal = loaded is not None and _same(deep_tile.fp8_gemm(a, a_scale, b, b_scale), python)
+    return {"calls": calls, "equal": equal, "state": native.status()["state"], "native_equal": native_equal,
+            "warnings": [str(w.message) for w in caught]}
+
+
+def gemm_with_unusable_cache(m: int, n: int, k: int, seed: int = 0) -> dict:
+    """The first CUDA call with DEEP_TILE_CACHE_DIR unusable: what it raises and warns."""
+    import warnings
+
+    a, a_scale, b, b_scale = _problem(m, n, k, seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        raised = []
+        for _ in range(2):
+            try:
+                deep_tile.fp8_gemm(a, a_scale, b, b_scale)
+                raised.append("none")
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                raised.append(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
+    return {"raised": raised, "state": native.status()["state"],
+            "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}
 
 
 if __name__ == "__main__":

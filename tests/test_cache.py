@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -328,3 +329,142 @@ def test_compiler_change_changes_the_fingerprint(tree, tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\n# upgraded\n")
     assert source_index.fingerprint(entry, include, "nvcc")[0] != before
     assert source_index.fingerprint(entry, include, "nvrtc")[0] != before
+
+
+# ---- damage of every kind, seen by a fresh process: rebuilt or recomputed, never served --------
+
+FRESH = r"""
+import hashlib, json, sys
+from pathlib import Path
+from deep_tile.jit import cache, paths, source_index
+paths.include_dir = lambda: Path({inc!r})
+paths.csrc_dir = lambda: Path({csrc!r})
+cubin = cache.get_cubin("tiny", {{"DT_SCALE": 3}}, "dt_tiny")
+print(json.dumps({{"sha256": hashlib.sha256(cubin).hexdigest(), **cache.cache_stats(), **source_index.stats()}}))
+"""
+
+
+def run_fresh(tree: Path, **extra_env) -> dict:
+    """get_cubin(*TINY) in a fresh interpreter on ``tree``'s sources and cache: its stats."""
+    from conftest import run_python
+
+    code = FRESH.format(inc=str(tree / "data" / "include"), csrc=str(tree / "data" / "csrc"))
+    child_env = env.subprocess_env()
+    child_env.update({"DEEP_TILE_CACHE_DIR": str(tree / "cache"), "DEEP_TILE_COMPILER": AVAILABLE[0],
+                      "PYTHONPATH": str(ROOT), **extra_env})
+    result = run_python(code, timeout=120, env=child_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def damage(path: Path, how: str, good: bytes = b"") -> None:
+    """Damage the file at ``path``: truncated, garbage, empty, missing, or a directory in its place."""
+    if how == "truncated":
+        path.write_bytes(good[: len(good) // 2])
+    elif how == "garbage":
+        path.write_bytes(os.urandom(max(len(good), 64)))
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "missing":
+        path.unlink()
+    elif how == "directory":
+        path.unlink()
+        (path / "child").mkdir(parents=True)
+    else:
+        raise AssertionError(how)
+
+
+KINDS = ["truncated", "garbage", "empty", "missing"]
+
+
+@pytest.mark.parametrize("what,how", [("kernel.cubin", how) for how in KINDS]
+                         + [("meta.json", how) for how in KINDS + ["directory", "wrong_types", "other_key"]]
+                         + [("entry", "file"), ("shard", "file"), ("kernels", "file")])
+def test_damaged_entry_is_rebuilt_by_a_fresh_process(tree, what, how):
+    good = cache.get_cubin(*TINY)
+    [entry] = cache_entries(tree)
+    if what in ("kernel.cubin", "meta.json") and how in KINDS + ["directory"]:
+        damage(entry / what, how, (entry / what).read_bytes())
+    elif how in ("wrong_types", "other_key"):
+        meta = json.loads((entry / "meta.json").read_text())
+        meta.update({"log": ["not", "a", "str"]} if how == "wrong_types" else {"key": "0" * 64})
+        (entry / "meta.json").write_text(json.dumps(meta))
+    else:
+        target = {"entry": entry, "shard": entry.parent, "kernels": tree / "cache" / "kernels"}[what]
+        shutil.rmtree(target)
+        target.write_text("a file where a cache folder belongs")
+    stats = run_fresh(tree)
+    assert stats["sha256"] == hashlib.sha256(good).hexdigest()
+    assert stats["compiles"] == 1 and stats["disk_hits"] == 0
+    assert stats["corrupt"] == (1 if what in ("kernel.cubin", "meta.json", "entry") else 0)
+    [again] = cache_entries(tree)
+    assert (again / "kernel.cubin").read_bytes() == good
+    assert not [p for p in again.parent.iterdir() if p.name.startswith(".")]  # nothing left aside
+    assert run_fresh(tree)["disk_hits"] == 1  # the rebuilt entry is served to the next process
+
+
+@pytest.mark.parametrize("how", KINDS + ["directory", "wrong_types", "flipped_digit"])
+def test_damaged_index_record_is_recomputed_and_rewritten_by_a_fresh_process(tree, how):
+    from deep_tile import json_records
+
+    good = cache.get_cubin(*TINY)
+    [record] = source_index.index_dir().glob("*.json")
+    stored = json.loads(record.read_text())
+    if how == "wrong_types":
+        stored["compiler_version"] = 13
+        stored.pop(json_records.CHECKSUM)
+        record.write_text(json.dumps({**stored, json_records.CHECKSUM: json_records._digest(stored)}))
+    elif how == "flipped_digit":
+        stored["entry_sha256"] = ("1" if stored["entry_sha256"][0] != "1" else "2") + stored["entry_sha256"][1:]
+        record.write_text(json.dumps(stored))  # still JSON, still the right types: the checksum catches it
+    else:
+        damage(record, how, record.read_bytes())
+    stats = run_fresh(tree)
+    assert stats["sha256"] == hashlib.sha256(good).hexdigest()
+    assert stats["index_hits"] == 0 and stats["full"] == 1 and stats["index_writes"] == 1
+    assert stats["disk_hits"] == 1 and stats["compiles"] == 0  # the same key: the entry is served
+    assert json_records.read(record)["compiler"] == AVAILABLE[0]  # rewritten whole
+    assert run_fresh(tree)["index_hits"] == 1
+
+
+@pytest.mark.parametrize("where", ["below_a_file", "a_file"])
+def test_unusable_cache_dir_in_a_fresh_process_is_one_cache_error(tree, where):
+    from conftest import run_python
+
+    blocker = tree / "blocker"
+    blocker.write_text("a regular file: even root cannot make a directory below it")
+    cache_dir = blocker / "cache" if where == "below_a_file" else blocker
+    code = FRESH.format(inc=str(tree / "data" / "include"), csrc=str(tree / "data" / "csrc"))
+    child_env = dict(env.subprocess_env(), DEEP_TILE_CACHE_DIR=str(cache_dir), DEEP_TILE_COMPILER=AVAILABLE[0],
+                     PYTHONPATH=str(ROOT))
+    result = run_python(code, timeout=120, env=child_env)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("deep_tile.errors.CacheError: deep_tile: the kernel cache directory "), result.stderr
+    assert str(cache_dir) in last and "DEEP_TILE_CACHE_DIR" in last and "DEEP_TILE_DISABLE_CACHE=1" in last
+    assert "OSError" not in result.stderr and "NotADirectoryError" not in result.stderr.replace(last, "")
+    assert blocker.read_text().startswith("a regular file")
+
+
+@pytest.mark.parametrize("name", ["DEEP_TILE_DEBUG", "DEEP_TILE_DUMP_ASM", "DEEP_TILE_NATIVE", "DEEP_TILE_PRINT_CONFIGS"])
+def test_bad_env_value_fails_before_anything_is_written(tree, monkeypatch, name):
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(ValueError, match=rf"environment variable {name} must be .*'maybe'"):
+        cache.get_cubin(*TINY)
+    assert not (tree / "cache").exists()
+    assert cache.cache_stats()["compiles"] == 0
+    monkeypatch.setenv("DEEP_TILE_DISABLE_CACHE", "1")
+    with pytest.raises(ValueError, match=name):
+        cache.get_cubin(*TINY)
+    assert cache.cache_stats()["compiles"] == 0
+
+
+def test_index_is_skipped_silently_when_it_cannot_be_written(tree):
+    from deep_tile import json_records
+
+    (tree / "blocker").write_text("x")
+    assert json_records.write(tree / "blocker" / "index" / "r.json", {"a": 1}) is False
+    assert json_records.write(tree / "ok" / "r.json", {"a": (1, 2)}) is True
+    assert json_records.read(tree / "ok" / "r.json") == {"a": [1, 2]}
+    assert json_records.read(tree / "ok" / "r.json", lambda r: isinstance(r["a"], str)) is None
+    assert json_records.write(tree / "ok" / "s.json", {"a": object()}) is False  # not JSON-able: not raised

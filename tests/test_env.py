@@ -192,3 +192,16 @@ def test_env_imports_nothing_from_deep_tile():
             assert node.level == 0 and not (node.module or "").startswith("deep_tile")
         elif isinstance(node, ast.Import):
             assert not any(alias.name.startswith("deep_tile") for alias in node.names)
+
+
+def test_validate_checks_every_variable(monkeypatch):
+    env.validate()  # nothing set: fine
+    for name, var in env.REGISTRY.items():
+        if var.type in ("bool", "choice"):
+            monkeypatch.setenv(name, "maybe")
+            with pytest.raises(ValueError, match=rf"^environment variable {name} must be .*'maybe'$"):
+                env.validate()
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("DEEP_TILE_DEBUG", "yes")
+    monkeypatch.setenv("DEEP_TILE_NATIVE", "WAIT")
+    env.validate()

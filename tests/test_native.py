@@ -2,8 +2,10 @@
 the cache (on this machine when a compiler, ninja and cuda.h are here), and the same errors on the
 native and Python paths. GPU tests (marker ``gpu``): native vs Python bitwise, repeated calls,
 errors on CUDA tensors, the DEEP_TILE_DEBUG first-call phases."""
+import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -260,6 +262,210 @@ def test_a_second_builder_of_the_same_key_exits_at_once(native_cache, monkeypatc
     assert time.perf_counter() - start < 60
 
 
+# ---- damage: a bad library is discarded and rebuilt, never loaded; an unusable dir warns once ----
+
+def _tools_here(monkeypatch):
+    """A toolchain that needs nothing installed (the key is computed, nothing is built), with a key
+    no other test loads (a library loaded once stays loaded for its key in this process)."""
+    tools = toolchain.Toolchain("/usr/bin/c++", "/usr/bin/ninja", "/nonexistent/cuda/include")
+    monkeypatch.setattr(toolchain, "find", lambda: tools)
+    return tools
+
+
+@pytest.mark.parametrize("where", ["below_a_file", "a_file"])
+@pytest.mark.parametrize("mode", ["auto", "wait"])
+def test_unusable_cache_dir_warns_once_and_uses_the_python_path(fresh, monkeypatch, where, mode):
+    _tools_here(monkeypatch)
+    blocker = fresh / "blocker"
+    blocker.write_text("a regular file: even root cannot make a directory below it")
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(blocker / "cache" if where == "below_a_file" else blocker))
+    monkeypatch.setenv("DEEP_TILE_NATIVE", mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            assert native.module(start_build=True) is None
+        assert native.build(wait=True) is False
+    [warning] = [w for w in caught if issubclass(w.category, native.NativeUnavailableWarning)]
+    text = str(warning.message)
+    assert "is not usable" in text and "DEEP_TILE_CACHE_DIR" in text and "Python host path" in text, text
+    assert native.status()["state"] == "unavailable"
+    assert blocker.is_file() and blocker.read_text().startswith("a regular file")
+
+
+def test_bad_env_value_fails_before_the_native_path_writes(fresh, monkeypatch):
+    _tools_here(monkeypatch)
+    no_spawn(monkeypatch)
+    monkeypatch.setenv("DEEP_TILE_DEBUG", "maybe")
+    with pytest.raises(ValueError, match="environment variable DEEP_TILE_DEBUG must be .*'maybe'"):
+        native.module(start_build=True)
+    assert not (fresh / "cache").exists() and native.status()["state"] == "idle"
+
+
+def test_a_lock_or_marker_that_is_a_directory_is_not_a_build(fresh, monkeypatch):
+    native_build = importlib.import_module("deep_tile.native.build")  # native.build is the function
+
+    tools = _tools_here(monkeypatch)
+    key, _ = native_key.build_key(tools)
+    (native_key.native_dir() / f"{key}.lock").mkdir(parents=True)
+    (native_key.native_dir() / f"{key}.failed").mkdir()
+    assert not native_build.in_progress(key)
+    assert loader._failure(key) is None
+    assert native_build.entry_problem(key) is None and not native_build.published(key)  # absent
+
+
+# A fresh process asks for the extension (the builder's compile replaced by a copy of the session's
+# build when STUB is set: everything else -- discard, lock, publish with its sha256, load -- is real).
+NATIVE_FRESH = r"""
+import json, subprocess, sys, time, warnings
+import torch
+import deep_tile
+from deep_tile import native
+from deep_tile.native import loader
+from deep_tile.testing.data import make_fp8_problem
+STUB = {stub!r}
+if STUB:
+    real_popen = subprocess.Popen
+    def popen(args, **kwargs):
+        if list(args[1:3]) == ["-m", "deep_tile.native.build"]:
+            args = [args[0], "-c", STUB, *args[3:]]
+        return real_popen(args, **kwargs)
+    loader.subprocess.Popen = popen
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    module = native.module(start_build=True)
+    deadline = time.monotonic() + 600
+    while module is None and native.status()["state"] == "building" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        module = native.module(start_build=True)
+result = {{"state": native.status()["state"], "warnings": [str(w.message) for w in caught]}}
+if module is not None:
+    a, a_scale, b, b_scale = make_fp8_problem(96, 256, 256, "cpu", seed=0)
+    before = module.stats()["python_calls"]
+    try:
+        torch.ops.deep_tile.fp8_gemm(a, a_scale, b, b_scale)  # the C++ CPU kernel hands it to Python
+        raised = "nothing"
+    except ValueError as error:
+        raised = str(error)
+    result.update(bridge=module.BRIDGE_VERSION, registered=module.ops_registered(), raised=raised,
+                  handed_over=module.stats()["python_calls"] - before,
+                  fast_check=module.fast_check_reason(a, a_scale, b, b_scale))
+print("RESULT " + json.dumps(result))
+"""
+
+
+def _stub_builder(native_cache: Path) -> str:
+    """``python -c`` code of a builder whose compile copies the session's library (see NATIVE_FRESH)."""
+    [library] = (native_cache / "native").glob("*/*.so")
+    return ("import importlib, shutil, sys\nfrom pathlib import Path\nb = importlib.import_module('deep_tile.native.build')\n"
+            f"b.build = lambda key, tools, work: Path(shutil.copy({str(library)!r}, work))\n"
+            "sys.exit(b.main(sys.argv[1:]))\n")
+
+
+def _damage_native(cache_dir: Path, key: str, what: str) -> None:
+    """Damage the copied build of ``key`` in ``cache_dir`` (``what``: ``<file>-<how>`` or a name)."""
+    entry = cache_dir / "native" / key
+    library, meta = entry / native_key.module_name(key), entry / "meta.json"
+    library = library.with_suffix(".so")
+    target_name, _, how = what.partition("-")
+    if target_name in ("so", "meta"):
+        target = library if target_name == "so" else meta
+        data = target.read_bytes()
+        if how == "truncated":
+            os.truncate(target, len(data) // 2)  # in place, as the user's truncation: the SIGBUS case
+        elif how == "garbage":
+            target.write_bytes(os.urandom(len(data)))
+        elif how == "empty":
+            os.truncate(target, 0)
+        elif how == "missing":
+            target.unlink()
+        elif how == "wrong_types":
+            record = json.loads(data)
+            record["library_bytes"] = str(record["library_bytes"])
+            target.write_text(json.dumps(record))
+        elif how == "old_format":
+            record = json.loads(data)
+            del record["library_sha256"], record["library_bytes"]
+            target.write_text(json.dumps(record))
+        else:
+            raise AssertionError(what)
+    elif what == "entry_is_a_file":
+        shutil.rmtree(entry)
+        entry.write_text("a file where the build belongs")
+    elif what == "native_dir_is_a_file":
+        shutil.rmtree(cache_dir / "native")
+        (cache_dir / "native").write_text("a file where the native folder belongs")
+    elif what in ("lock_is_a_dir", "log_is_a_dir", "failed_is_a_dir"):
+        os.truncate(library, 1000)
+        suffix = what.split("_")[0]
+        path = cache_dir / "native" / f"{key}.{suffix}"
+        if path.exists():
+            path.unlink()
+        (path / "child").mkdir(parents=True)
+    else:
+        raise AssertionError(what)
+
+
+def _run_native_fresh(cache_dir: Path, mode: str, stub: str) -> tuple[dict, str]:
+    env = dict(os.environ, DEEP_TILE_CACHE_DIR=str(cache_dir), DEEP_TILE_NATIVE=mode, DEEP_TILE_DEBUG="1",
+               PYTHONPATH=str(ROOT))
+    result = run_python(NATIVE_FRESH.format(stub=stub), timeout=600, env=env)
+    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    line = next(l for l in result.stdout.splitlines() if l.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):]), result.stderr
+
+
+def _publishes(cache_dir: Path, key: str) -> int:
+    """How many builds the log of ``key`` says were published."""
+    log = cache_dir / "native" / f"{key}.log"
+    return log.read_text().count("deep_tile.native.build: published") if log.is_file() else 0
+
+
+def _check_recovered(result: dict, cache_dir: Path, key: str, monkeypatch, publishes_before: int) -> None:
+    native_build = importlib.import_module("deep_tile.native.build")  # native.build is the function
+
+    assert result["state"] == "loaded" and result["warnings"] == [], result
+    assert result["bridge"] == bridge.VERSION and result["registered"] and result["fast_check"] == "device", result
+    assert "must be a CUDA tensor" in result["raised"] and result["handed_over"] == 1, result
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(cache_dir))
+    assert native_build.entry_problem(key) is None and native_build.published(key)  # rebuilt whole
+    assert not [p for p in (cache_dir / "native").iterdir() if p.name.startswith(".")]  # nothing left aside
+    assert _publishes(cache_dir, key) == publishes_before + 1  # rebuilt by this process's builder
+
+
+DAMAGE = ([f"so-{how}" for how in ("truncated", "garbage", "empty", "missing")]
+          + [f"meta-{how}" for how in ("truncated", "garbage", "empty", "missing", "wrong_types", "old_format")]
+          + ["entry_is_a_file", "native_dir_is_a_file", "lock_is_a_dir", "log_is_a_dir", "failed_is_a_dir"])
+
+
+@needs_toolchain
+@pytest.mark.parametrize("what", DAMAGE)
+def test_damaged_build_is_discarded_and_rebuilt_by_a_fresh_process(native_cache, tmp_path, monkeypatch, what):
+    key, _ = native_key.build_key(TOOLS)
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(native_cache, cache_dir)
+    _damage_native(cache_dir, key, what)
+    before = _publishes(cache_dir, key)
+    mode = "auto" if what == "so-garbage" else "wait"  # auto: the Python path runs until the rebuild is loaded
+    result, stderr = _run_native_fresh(cache_dir, mode, _stub_builder(native_cache))
+    _check_recovered(result, cache_dir, key, monkeypatch, before)
+    if what.startswith(("so-", "meta-")) and what not in ("so-missing",):
+        assert "discarding the damaged native build" in stderr, stderr
+
+
+@needs_toolchain
+def test_truncated_library_is_rebuilt_for_real_instead_of_sigbus(native_cache, tmp_path, monkeypatch):
+    """The user's report: DEEP_TILE_NATIVE=wait and a truncated library killed the next process
+    (SIGBUS, exit -7) when it mapped the library. Now the real builder runs again (about a minute)."""
+    key, _ = native_key.build_key(TOOLS)
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(native_cache, cache_dir)
+    _damage_native(cache_dir, key, "so-truncated")
+    before = _publishes(cache_dir, key)
+    result, stderr = _run_native_fresh(cache_dir, "wait", "")
+    _check_recovered(result, cache_dir, key, monkeypatch, before)
+    assert "discarding the damaged native build" in stderr and "meta.json says" in stderr, stderr
+
+
 # ---- GPU -------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -300,3 +506,50 @@ def test_set_num_sms_reaches_the_native_path():
     assert r["plans_created"] == 1, r  # the limit is in the plan key: one new plan; the unlimited one is found again
     assert r["limited_grid"] <= 66 < r["full_grid"], r
     assert r["limited_equals_python"] and r["full_equals_python"], r
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what", ["so-truncated", "so-garbage"])
+def test_damaged_library_is_rebuilt_before_a_gemm(tmp_path, monkeypatch, what):
+    """A copy of the test run's build, damaged, then a GEMM in a fresh process (DEEP_TILE_NATIVE=wait):
+    the library is discarded, rebuilt (a real build) and loaded; native equals Python bitwise."""
+    (ready,) = run_host_cases("native_ready", [{}])
+    key = ready["key"]
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(Path(ready["library"]).parent, cache_dir / "native" / key)
+    _damage_native(cache_dir, key, what)
+    (r,) = run_host_cases("native_vs_python", [dict(m=129, n=384, k=272, seed=1)],
+                          env={"DEEP_TILE_CACHE_DIR": str(cache_dir), "DEEP_TILE_NATIVE": "wait"})
+    assert r["native_equals_python"] and r["repeat_bitwise"], r
+    assert r["native_calls"] == 7 and r["python_calls"] == 0, r
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(cache_dir))
+    assert importlib.import_module("deep_tile.native.build").entry_problem(key) is None
+    assert _publishes(cache_dir, key) == 1
+
+
+@pytest.mark.gpu
+def test_gemm_runs_while_a_damaged_library_is_rebuilt_in_the_background(tmp_path):
+    """DEEP_TILE_NATIVE=auto and a truncated library: the first fp8_gemm calls run on the Python path
+    (no SIGBUS, no warning) while the build runs; then the native path gives the same bits."""
+    (ready,) = run_host_cases("native_ready", [{}])
+    key = ready["key"]
+    cache_dir = tmp_path / "cache"
+    shutil.copytree(Path(ready["library"]).parent, cache_dir / "native" / key)
+    _damage_native(cache_dir, key, "so-truncated")
+    (r,) = run_host_cases("gemm_while_native_rebuilds", [dict(m=64, n=2112, k=7168)],
+                          env={"DEEP_TILE_CACHE_DIR": str(cache_dir), "DEEP_TILE_NATIVE": "auto"})
+    assert r["state"] == "loaded" and r["equal"] and r["native_equal"] and r["warnings"] == [], r
+
+
+@pytest.mark.gpu
+def test_first_gemm_with_an_unusable_cache_dir(tmp_path):
+    """One NativeUnavailableWarning (no raw OSError), then the kernel cache's CacheError naming
+    DEEP_TILE_CACHE_DIR, the same on the second call."""
+    (tmp_path / "blocker").write_text("a regular file")
+    (r,) = run_host_cases("gemm_with_unusable_cache", [dict(m=64, n=2112, k=7168)],
+                          env={"DEEP_TILE_CACHE_DIR": str(tmp_path / "blocker" / "cache"), "DEEP_TILE_NATIVE": "wait"})
+    native_warnings = [w for w in r["warnings"] if w.startswith("NativeUnavailableWarning")]
+    assert len(native_warnings) == 1 and "DEEP_TILE_CACHE_DIR" in native_warnings[0], r
+    assert r["state"] == "unavailable", r
+    for raised in r["raised"]:
+        assert raised.startswith("deep_tile.errors.CacheError: ") and "DEEP_TILE_CACHE_DIR" in raised, r

@@ -177,3 +177,31 @@ def test_cli_reports_a_failed_build_and_goes_on(monkeypatch, capsys):
 def test_get_cubin_rejects_an_unknown_compiler():
     with pytest.raises(ValueError, match="nvrtc, nvcc.*'gcc'"):
         cache.get_cubin("fp8_gemm_sm90", {}, "deep_tile_fp8_gemm_sm90", compiler="gcc")
+
+
+def test_unusable_cache_dir_is_reported_once(monkeypatch, capsys, tmp_path):
+    """Every kernel fails the same way: one message, every kernel counted as an error, exit 1."""
+    (tmp_path / "blocker").write_text("a regular file: even root cannot make a directory below it")
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "blocker" / "cache"))
+    monkeypatch.setattr(compiler, "compiler_version", lambda name: "1.0")
+    monkeypatch.setattr(warmup, "_reported_unusable", set())
+    monkeypatch.setattr(compiler, "compile_cubin", lambda *a, **k: pytest.fail("compiled into an unusable cache"))
+    argv = ["warmup", "--num-sms", "132", "--compiler", "nvrtc", "--shape", "128,256,512"]
+    argv += [arg for shape in SHAPES for arg in ("--shape", ",".join(map(str, shape)))]
+    assert main(argv) == 1
+    out, err = capsys.readouterr()
+    assert err.count("is not usable") == 1 and err.count("DEEP_TILE_CACHE_DIR") == 1, err
+    assert str(tmp_path / "blocker" / "cache") in err
+    kernels = len(warmup.plan([(128, 256, 512)] + SHAPES, NUM_SMS))
+    assert kernels >= 2 and out.count(": error, ") == kernels, out
+    assert re.search(rf"^{kernels} kernels for 4 shapes: 0 compiled, 0 cache hits, {kernels} errors in ", out, re.M), out
+    results = [warmup.build(kernel, "nvrtc") for kernel in warmup.plan(SHAPES, NUM_SMS)]
+    assert all(r.status == "error" and r.cache_unusable and r.error == "" for r in results)  # said once already
+
+
+def test_bad_env_value_fails_warmup_before_writing(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("DEEP_TILE_DEBUG", "maybe")
+    monkeypatch.setattr(compiler, "compiler_version", lambda name: "1.0")
+    assert main(["warmup", "--num-sms", "132", "--compiler", "nvrtc", "--shape", "128,256,512"]) == 2
+    assert "environment variable DEEP_TILE_DEBUG must be" in capsys.readouterr().err
+    assert not (tmp_path / "cache").exists()

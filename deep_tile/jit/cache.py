@@ -15,7 +15,13 @@ fingerprint of the same files, so a warm process neither re-hashes the headers n
 
 An entry is built in a temp dir next to its final place, fsync'ed, then renamed into place, so
 readers see a whole entry or none; when another process published first, its entry is used.
-Entries whose cubin does not match meta.json's sha256 are moved aside and rebuilt, never served.
+Entries whose cubin does not match meta.json's sha256 are moved aside and rebuilt, never served;
+so are entries whose meta.json is missing, empty, truncated, garbage or of the wrong types, and a
+file standing where an entry (or the cache's own ``kernels/<xx>`` folder) belongs. An unusable
+cache directory (not writable, a file in its place or above it) raises one :class:`CacheError`
+naming ``DEEP_TILE_CACHE_DIR`` before anything is compiled; the source index only costs speed and
+is skipped silently then. Environment variables are all checked (:func:`deep_tile.env.validate`)
+before a miss writes anything.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
@@ -137,6 +144,7 @@ def get_cubin(entry_name: str, defines: Mapping[str, int | str | bool], kernel_n
                          f"got {compiler!r}")
     frozen = _compiler.normalize_defines(defines)
     if env.disable_cache():
+        env.validate()
         return _compile_uncached(entry_name, frozen, kernel_name, compiler)
     memo_key = (entry_name, frozen, kernel_name, compiler, env.ptxas_check())
     cubin = _memo.get(memo_key)
@@ -169,6 +177,7 @@ def _compile_uncached(entry_name, frozen, kernel_name, compiler) -> bytes:
 
 
 def _load_or_build(entry_name, frozen, kernel_name, request) -> bytes:
+    env.validate()  # a bad DEEP_TILE_* value fails here, before the index or an entry is written
     start = time.perf_counter()
     entry = paths.entry_path(entry_name)
     include_dir = paths.include_dir()
@@ -222,38 +231,89 @@ def _check_hit(final: Path, cubin: bytes, meta: dict, kernel_name: str) -> None:
 
 def _cache_error(path: Path, exc: OSError) -> CacheError:
     return CacheError(
-        f"deep_tile: the kernel cache directory {env.cache_dir()} is not usable ({path}: {exc}). "
+        f"deep_tile: the kernel cache directory {env.cache_dir()} is not usable ({path}: {exc.strerror or exc}). "
         "Set DEEP_TILE_CACHE_DIR to a writable directory, or DEEP_TILE_DISABLE_CACHE=1 to compile "
         "without a disk cache.")
 
 
+def _first_non_directory(path: Path) -> Path | None:
+    """The deepest existing ancestor of ``path`` (itself included) when it is not a directory."""
+    for candidate in (path, *path.parents):
+        try:
+            mode = os.stat(candidate).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError:
+            return None
+        return None if stat.S_ISDIR(mode) else candidate
+    return None
+
+
 def _make_dir(path: Path) -> None:
+    """Create ``path`` (a folder of the cache). A file standing where one of the cache's own
+    folders belongs is damage: it is removed. Anything else raises :class:`CacheError`."""
+    for attempt in range(2):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return
+        except (FileExistsError, NotADirectoryError) as exc:
+            blocker = _first_non_directory(path)
+            root = env.cache_dir()
+            if attempt or blocker is None or blocker == root or root not in blocker.parents:
+                raise _cache_error(path, exc) from None
+            _debug(f"deep_tile: removing {blocker}: a file where a cache folder belongs")
+            _discard(blocker)
+        except OSError as exc:
+            raise _cache_error(path, exc) from None
+
+
+_META_STRINGS = ("log", "command", "compiler", "entry_path", "kernel_name")
+
+
+def _entry_problem(final: Path, key: str) -> tuple[bytes, dict] | str:
+    """The (cubin, meta) of the entry directory ``final``, or what is wrong with it."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        meta = json.loads((final / "meta.json").read_bytes())
+    except FileNotFoundError:
+        return "meta.json missing"
+    except (OSError, ValueError) as exc:
+        return f"meta.json unreadable: {type(exc).__name__}"
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return "meta.json is not this entry's"
+    if not all(isinstance(meta.get(name, ""), str) for name in _META_STRINGS):
+        return "meta.json has members of the wrong type"
+    try:
+        cubin = (final / "kernel.cubin").read_bytes()
     except OSError as exc:
-        raise _cache_error(path, exc) from None
+        return f"kernel.cubin unreadable: {type(exc).__name__}"
+    if cubin[:4] != b"\x7fELF" or meta.get("cubin_sha256") != _sha256(cubin):
+        return "kernel.cubin does not match the sha256 in meta.json"
+    return cubin, meta
 
 
 def _read_entry(final: Path, key: str) -> tuple[bytes, dict] | None:
-    """The verified (cubin, meta) of entry ``final``; None when absent. Bad entries are discarded."""
-    if not final.is_dir():
-        return None
+    """The verified (cubin, meta) of entry ``final``; None when absent. Bad entries are discarded.
+
+    Raises:
+        CacheError: the cache directory cannot even be looked into (e.g. no search permission).
+    """
     try:
-        meta = json.loads((final / "meta.json").read_text())
-        cubin = (final / "kernel.cubin").read_bytes()
-        valid = (isinstance(meta, dict) and meta.get("key") == key and cubin[:4] == b"\x7fELF"
-                 and meta.get("cubin_sha256") == _sha256(cubin))
-    except (OSError, ValueError):
-        valid = False
-    if valid:
-        return cubin, meta
+        mode = os.stat(final).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # absent (a file above it is dealt with by _make_dir)
+    except OSError as exc:
+        raise _cache_error(final, exc) from None
+    found = _entry_problem(final, key) if stat.S_ISDIR(mode) else "not a directory"
+    if not isinstance(found, str):
+        return found
     _stats["corrupt"] += 1
-    _debug(f"deep_tile: discarding corrupt cache entry {final} (cubin missing or sha256 mismatch)")
+    _debug(f"deep_tile: discarding corrupt cache entry {final} ({found})")
     _discard(final)
     return None
 
 
 def _discard(final: Path) -> None:
+    """Move ``final`` (an entry, or a file in the way) aside and remove it; never raises."""
     aside = final.with_name(f".corrupt-{final.name[:16]}-{uuid.uuid4().hex[:8]}")
     try:
         os.rename(final, aside)
@@ -261,7 +321,13 @@ def _discard(final: Path) -> None:
         return  # another process discarded it first
     except OSError:
         aside = final
-    shutil.rmtree(aside, ignore_errors=True)
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
 
 
 def _write(path: Path, data: bytes) -> None:

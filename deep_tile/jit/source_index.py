@@ -16,6 +16,10 @@ A header edit changes its mtime (and usually its size), so the fingerprint, so t
 recomputed from the contents and the key changes. Against edits that keep size and mtime (two
 writes within one timestamp tick), a record is only written when every fingerprinted file is
 older than :data:`SETTLE_NS`; a tree that is still being edited is hashed in full each process.
+
+A damaged record (truncated, garbage, empty, a wrong checksum or wrong types: see
+:mod:`deep_tile.json_records`) is ignored, recomputed from the contents and written again; an
+index that cannot be written (an unusable cache directory) is skipped silently.
 """
 from __future__ import annotations
 
@@ -137,12 +141,20 @@ def _compute(entry: Path, include_dir: Path, request: str) -> dict:
             "compiler": name, "compiler_version": _compiler.compiler_version(name)}
 
 
+_RECORD_KEYS = ("entry_sha256", "include_sha256", "compiler", "compiler_version")
+
+
+def _valid(record: dict) -> bool:
+    """A source record: the four members, strings, the digests 64 hex digits."""
+    return (all(isinstance(record.get(k), str) and record[k] for k in _RECORD_KEYS)
+            and all(len(record[k]) == 64 and not record[k].strip("0123456789abcdef")
+                    for k in ("entry_sha256", "include_sha256")))
+
+
 def _read(path: Path) -> dict | None:
-    record = json_records.read(path)
-    keys = ("entry_sha256", "include_sha256", "compiler", "compiler_version")
-    if record is not None and all(isinstance(record.get(k), str) for k in keys):
-        return {k: record[k] for k in keys}
-    return None
+    """The record stored at ``path``; None when absent or damaged (then recomputed and rewritten)."""
+    record = json_records.read(path, _valid)
+    return {k: record[k] for k in _RECORD_KEYS} if record is not None else None
 
 
 def _store(path: Path, record: dict) -> None:

@@ -5,13 +5,17 @@ the caller's interpreter state, and ends cleanly if the caller exits). One proce
 builds: it holds an exclusive ``flock`` on ``<cache>/native/<key>.lock`` (released by the kernel
 if it dies); others exit at once, or with ``--wait`` wait for it. The build runs
 ``torch.utils.cpp_extension.load`` (ninja) in a private directory, then publishes the library
-and ``meta.json`` by renaming a complete directory into place, as the kernel cache does. A
-failed build leaves ``<key>.failed`` (the error) beside ``<key>.log`` (the output).
+and ``meta.json`` by renaming a complete, fsync'ed directory into place, as the kernel cache does.
+``meta.json`` records the library's size and sha256; :func:`published` checks both before anyone
+loads the library (a truncated library would kill the process that maps it with SIGBUS) and
+discards a damaged entry, which the next build replaces. A failed build leaves ``<key>.failed``
+(the error) beside ``<key>.log`` (the output).
 """
 from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -20,12 +24,15 @@ import sys
 import tempfile
 import time
 import traceback
+import uuid
 from pathlib import Path
 
+from deep_tile import env
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
-__all__ = ["build", "publish", "main", "lock_path", "in_progress"]
+__all__ = ["build", "publish", "published", "entry_problem", "discard", "library_digest", "main", "lock_path",
+           "in_progress"]
 
 
 def _compiler_version(compiler: str) -> str:
@@ -48,21 +55,140 @@ def build(key: str, tools, work: Path) -> Path:
     return work / f"{name}.so"
 
 
+def library_digest(path: Path) -> tuple[int, str]:
+    """The size in bytes and the hex sha256 of the file at ``path`` (about 1 ms for the library)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return size, h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def publish(key: str, library: Path, meta: dict) -> Path:
-    """Move ``library`` and ``meta`` into ``<cache>/native/<key>/`` atomically; return the entry."""
+    """Move ``library`` and ``meta`` (plus the library's size and sha256) into
+    ``<cache>/native/<key>/`` atomically; return the entry.
+
+    When the entry already exists, another builder won: its entry is kept if it verifies
+    (:func:`published`), else it is discarded and this one takes its place.
+    """
     final = _key.entry_dir(key)
     staging = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:16]}-", dir=final.parent))
     try:
-        shutil.copy2(library, staging / _key.library_path(key).name)
+        target = staging / _key.library_path(key).name
+        shutil.copy2(library, target)
+        _fsync(target)
+        size, digest = library_digest(target)
+        meta = {**meta, "library": target.name, "library_bytes": size, "library_sha256": digest}
         (staging / "meta.json").write_text(json.dumps(meta, indent=1))
+        _fsync(staging / "meta.json")
+        _fsync(staging)
         try:
             os.rename(staging, final)
         except OSError:
-            if not final.is_dir():
-                raise
+            # The entry exists: another builder's (kept when whole), or a damaged one, which
+            # published() has just discarded: then this one takes its place.
+            if not published(key):
+                os.rename(staging, final)
+        _fsync(final.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone after a rename; left over if another won
     return final
+
+
+def entry_problem(key: str) -> str | None:
+    """What is wrong with the published entry of ``key``; None when it is whole or absent.
+
+    Whole means: a directory holding ``meta.json`` (a JSON object naming ``key``, with the
+    library's size and sha256) and the library, whose size and sha256 match. Reads the library
+    once (about 1 ms); loads nothing.
+    """
+    entry, library = _key.entry_dir(key), _key.library_path(key)
+    try:
+        is_dir = entry.is_dir()
+        exists = is_dir or os.path.lexists(entry)
+    except OSError:
+        return None  # cannot even look: the cache directory is unusable (the build says so)
+    if not exists:
+        return None
+    if not is_dir:
+        return "not a directory"
+    try:
+        meta = json.loads((entry / "meta.json").read_bytes())
+    except FileNotFoundError:
+        return "meta.json missing"
+    except (OSError, ValueError) as error:
+        return f"meta.json unreadable ({type(error).__name__})"
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return "meta.json is not this entry's"
+    size, digest = meta.get("library_bytes"), meta.get("library_sha256")
+    if not isinstance(size, int) or not isinstance(digest, str):
+        return "meta.json records no library size and sha256 (published by an older deep_tile)"
+    try:
+        actual = os.stat(library).st_size
+        if actual != size:
+            return f"{library.name} has {actual} bytes, meta.json says {size}"
+        if library_digest(library)[1] != digest:
+            return f"{library.name} does not match the sha256 in meta.json"
+    except FileNotFoundError:
+        return f"{library.name} missing"
+    except OSError as error:
+        return f"{library.name} unreadable ({error})"
+    return None
+
+
+def discard(path: Path) -> None:
+    """Move ``path`` (a damaged entry, or whatever stands where a file of the cache belongs) aside
+    and remove it; never raises. A process that mapped the old library keeps its own copy."""
+    aside = path.with_name(f".corrupt-{path.name[:16]}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another process discarded it first
+    except OSError:
+        aside = path
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
+
+
+def published(key: str) -> bool:
+    """Whether a whole build of ``key`` is published (see :func:`entry_problem`). A damaged entry
+    is discarded here, so it is never loaded and the next build replaces it (under
+    ``DEEP_TILE_DEBUG`` a line on stderr says why)."""
+    problem = entry_problem(key)
+    if problem is None:
+        try:
+            return _key.library_path(key).is_file()
+        except OSError:
+            return False
+    try:
+        debug = env.debug()
+    except ValueError:  # reported by env.validate() where it matters; a discard never fails on it
+        debug = False
+    if debug:
+        print(f"deep_tile: discarding the damaged native build {_key.entry_dir(key)} ({problem}); "
+              "it will be rebuilt", file=sys.stderr, flush=True)
+    discard(_key.entry_dir(key))
+    return False
 
 
 def _run_build(key: str) -> int:
@@ -92,10 +218,11 @@ def lock_path(key: str) -> Path:
 
 
 def in_progress(key: str) -> bool:
-    """Whether some process is building ``key`` now (it holds the lock)."""
+    """Whether some process is building ``key`` now (it holds the lock). A lock file that cannot
+    be opened (absent, a directory in its place, unreadable) is held by nobody."""
     try:
         fd = os.open(lock_path(key), os.O_RDWR)
-    except FileNotFoundError:
+    except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -113,24 +240,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", action="store_true", help="wait for another process building the key")
     args = parser.parse_args(argv)
     directory = _key.native_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    lock = os.open(lock_path(args.key), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = _open_lock(lock_path(args.key))
+    except OSError as error:
+        print(f"deep_tile.native.build: the cache directory {env.cache_dir()} is not usable ({error}); "
+              "set DEEP_TILE_CACHE_DIR to a writable directory", flush=True)
+        return 1
     try:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if args.wait else fcntl.LOCK_NB))
         except BlockingIOError:
             return 0  # another process builds this key
-        if _key.library_path(args.key).is_file():
+        if published(args.key):
             return 0
         print(f"deep_tile.native.build: building {args.key} (pid {os.getpid()})", flush=True)
         try:
             return _run_build(args.key)
         except BaseException as error:  # noqa: BLE001 - recorded, so no other process retries forever
-            (directory / f"{args.key}.failed").write_text(f"{type(error).__name__}: {error}\n")
+            _write_failure(directory / f"{args.key}.failed", f"{type(error).__name__}: {error}\n")
             traceback.print_exc()
             return 1
     finally:
         os.close(lock)
+
+
+def _open_lock(path: Path) -> int:
+    """Open (create) the lock file; whatever stands in its way (a directory, an unreadable file:
+    its contents never matter) is removed once."""
+    try:
+        return os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    except OSError:
+        if not os.path.lexists(path):
+            raise
+        discard(path)
+        return os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+
+
+def _write_failure(marker: Path, text: str) -> None:
+    """Leave the ``.failed`` marker (replacing whatever stands there); a marker that cannot be
+    written is reported in the log, and the next process tries the build again."""
+    try:
+        if os.path.lexists(marker) and not marker.is_file():
+            discard(marker)
+        marker.write_text(text)
+    except OSError as error:
+        print(f"deep_tile.native.build: cannot write {marker}: {error}", flush=True)
 
 
 if __name__ == "__main__":

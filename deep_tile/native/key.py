@@ -6,10 +6,14 @@ the Python ABI, and the identity of the compiler and of cuda.h (resolved path, s
 compiler is run). On disk, next to the kernels in ``DEEP_TILE_CACHE_DIR``::
 
     <cache>/native/<key>/deep_tile_native_<key[:16]>.so
-                        /meta.json        (key inputs, compiler version, build seconds)
-    <cache>/native/<key>.lock             (held by the one process building this key)
+                        /meta.json        (key inputs, compiler version, build seconds, and the
+                                           library's size and sha256, checked before every load)
+    <cache>/native/<key>.lock             (held by the one process building this key; contents unused)
     <cache>/native/<key>.log              (the last build's output)
     <cache>/native/<key>.failed           (a compile error: not retried for this key)
+
+A damaged entry (see :func:`deep_tile.native.build.entry_problem`) is discarded and rebuilt; a
+directory or unreadable file where the lock, log or marker belongs is removed when in the way.
 """
 from __future__ import annotations
 

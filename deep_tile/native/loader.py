@@ -6,8 +6,15 @@ until the extension is loaded: then its C++ kernels take the ops over). Its firs
 loads the published library when there is one; otherwise it starts
 ``python -m deep_tile.native.build`` -- in the background (``DEEP_TILE_NATIVE=auto``; the Python
 host path runs meanwhile and the library is loaded as soon as it is published) or waiting for it
-(``wait``). Without a compiler, ninja or cuda.h, or after a failed build, it warns once, saying
-what to install or where the log is, and the Python host path runs.
+(``wait``). Without a compiler, ninja or cuda.h, with an unusable cache directory, or after a
+failed build, it warns once, saying what to install, what to set or where the log is, and the
+Python host path runs.
+
+A published library is verified before it is loaded (``deep_tile.native.build.published``:
+its size and sha256 against ``meta.json``; once per process and key, about 1 ms); a damaged one
+is discarded, never loaded, and built again like a missing one (in ``wait`` mode within the same
+call). Every ``DEEP_TILE_*`` value is checked (:func:`deep_tile.env.validate`) before a build
+writes anything.
 """
 from __future__ import annotations
 
@@ -21,7 +28,8 @@ import warnings
 from pathlib import Path
 
 from deep_tile import env, phases
-from deep_tile.native.build import in_progress as _build_in_progress
+from deep_tile.errors import CacheError
+from deep_tile.native.build import discard as _discard, in_progress as _build_in_progress, published as _published
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
@@ -93,7 +101,8 @@ def _load(key: str):
 
 
 def _try_load(key: str) -> bool:
-    if not _key.library_path(key).is_file():
+    """Load the build of ``key`` when a whole one is published (a damaged one is discarded)."""
+    if key not in _loaded_modules and not _published(key):
         return False
     try:
         _s.module = _load(key)
@@ -105,20 +114,78 @@ def _try_load(key: str) -> bool:
 
 
 def _failure(key: str) -> str | None:
+    """Why the build of ``key`` is not retried: its ``.failed`` marker (a regular file; its
+    contents do not matter), or None. Something else in the marker's place is no marker."""
     marker = _key.native_dir() / f"{key}.failed"
-    if not marker.is_file():
+    try:
+        if not marker.is_file():
+            return None
+    except OSError:
         return None
     return (f"its build failed, see {_key.native_dir() / (key + '.log')}; delete {marker} to retry")
 
 
-def _spawn(key: str, wait: bool, tools) -> subprocess.Popen:
-    """Start the builder process (its output goes to ``<key>.log``); it imports this deep_tile."""
+def _unusable(path: Path, error: OSError) -> CacheError:
+    return CacheError(f"the cache directory {env.cache_dir()} is not usable ({path}: "
+                      f"{error.strerror or error}); set DEEP_TILE_CACHE_DIR to a writable directory")
+
+
+def _native_dir() -> Path:
+    """``<cache>/native``, created; a file in its place (damage inside a usable cache) is removed.
+
+    Raises:
+        CacheError: the cache directory is not usable.
+    """
     directory = _key.native_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as error:
+        try:
+            usable_parent = directory.parent.is_dir()
+        except OSError:
+            usable_parent = False
+        if not usable_parent:
+            raise _unusable(directory, error) from None
+        _discard(directory)
+        try:
+            directory.mkdir()
+        except OSError as again:
+            raise _unusable(directory, again) from None
+    except OSError as error:
+        raise _unusable(directory, error) from None
+    return directory
+
+
+def _open_log(path: Path):
+    """``path`` opened for appending; whatever stands in its way (a directory, an unreadable
+    file: the log is only for people) is removed once.
+
+    Raises:
+        CacheError: it cannot be opened even then.
+    """
+    try:
+        return open(path, "ab")  # noqa: SIM115 - handed to the child
+    except OSError:
+        pass
+    _discard(path)
+    try:
+        return open(path, "ab")  # noqa: SIM115
+    except OSError as error:
+        raise _unusable(path, error) from None
+
+
+def _spawn(key: str, wait: bool, tools) -> subprocess.Popen:
+    """Start the builder process (its output goes to ``<key>.log``); it imports this deep_tile.
+
+    Raises:
+        CacheError: the cache directory is not usable (nothing was started).
+        OSError: the builder process could not be started.
+    """
+    directory = _native_dir()
+    log = _open_log(directory / f"{key}.log")
     child_env = env.subprocess_env(tools.extra_path)
     root = str(_PACKAGE_ROOT)
     child_env["PYTHONPATH"] = os.pathsep.join([root] + ([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else []))
-    log = open(directory / f"{key}.log", "ab")  # noqa: SIM115 - handed to the child
     try:
         args = [sys.executable, "-m", "deep_tile.native.build", key] + (["--wait"] if wait else [])
         return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -128,7 +195,12 @@ def _spawn(key: str, wait: bool, tools) -> subprocess.Popen:
 
 
 def _first_look(start_build: bool, mode: str) -> None:
-    """The idle state's work: key, then load, or start a build."""
+    """The idle state's work: key, then load, or start a build.
+
+    Raises:
+        ValueError: a ``DEEP_TILE_*`` variable has a bad value (nothing was looked at or written).
+    """
+    env.validate()
     tools = _toolchain.find()
     if tools.missing:
         hints = "; ".join(_toolchain.INSTALL_HINTS[name] for name in tools.missing)
@@ -145,7 +217,14 @@ def _first_look(start_build: bool, mode: str) -> None:
         return
     if not start_build:
         return
-    _s.process = _spawn(_s.key, mode == "wait", tools)
+    try:
+        _s.process = _spawn(_s.key, mode == "wait", tools)
+    except CacheError as error:
+        _give_up("unavailable", str(error))
+        return
+    except OSError as error:
+        _give_up("failed", f"its builder could not be started: {error}")
+        return
     _s.state, _s.reason = "building", f"building {_key.entry_dir(_s.key)}"
     if mode == "wait":
         _wait_for_build()
@@ -175,9 +254,9 @@ def _poll(force: bool = False) -> None:
             # NOTES: our builder found another process's builder at work (it exits at once then);
             # keep polling for the library that one publishes.
             return
-        if failure or not _key.library_path(_s.key).is_file():
-            _give_up("failed", failure or f"its builder exited without publishing {_key.entry_dir(_s.key)}; "
-                                          f"see {_key.native_dir() / (_s.key + '.log')}")
+        # _try_load found no whole library: none was published, or a damaged one was discarded.
+        _give_up("failed", failure or f"its builder exited without publishing {_key.entry_dir(_s.key)}; "
+                                      f"see {_key.native_dir() / (_s.key + '.log')}")
 
 
 def module(start_build: bool = True):
