@@ -11,6 +11,14 @@ device is checked last, so messages about shapes and layouts can be tested with 
 
 Imports torch lazily (only :func:`check_fp8_gemm_args` needs it), so the selection path can use
 :func:`check_problem_shape` without importing torch.
+
+Symbolic shapes (torch.compile with dynamic shapes, torch.export with a dynamic dimension): the
+fake implementations of :mod:`deep_tile.ops` call :func:`check_fp8_gemm_args` on tensors whose
+row count ``m`` is a ``torch.SymInt``. Then ``m`` is checked with ``torch._check_with`` (the same
+exception types and messages, the sizes in a message shown as the values traced with) and never
+turned into an int nor branched on, so it stays symbolic: one graph serves every ``m``. ``n`` and
+``k`` (the weight's shape) are still made ints, which specialises a graph to them. Concrete
+tensors take the plain path, with no extra work.
 """
 from __future__ import annotations
 
@@ -59,11 +67,50 @@ def check_problem_shape(func: str, m, n, k) -> tuple[int, int, int]:
     m, n, k = (check_int(func, name, value) for name, value in (("m", m), ("n", n), ("k", k)))
     if m < 0:
         raise ValueError(f"{func}: m must be an int >= 0; got {m}")
+    _check_n_k(func, n, k)
+    return m, n, k
+
+
+def _check_n_k(func: str, n: int, k: int) -> None:
+    """The range checks of ``n`` and ``k`` (ints) of :func:`check_problem_shape`."""
     if n <= 0 or n % N_MULTIPLE:
         raise ValueError(f"{func}: n must be a positive multiple of {N_MULTIPLE}; got {n}")
     if k <= 0 or k % K_MULTIPLE:
         raise ValueError(f"{func}: k must be a positive multiple of {K_MULTIPLE}; got {k}")
+
+
+def _check_symbolic_problem_shape(func: str, m, n, k) -> tuple:
+    """:func:`check_problem_shape` for a symbolic ``m`` (a ``torch.SymInt``): the same checks and
+    messages, ``m`` returned as it is (not specialised), ``n`` and ``k`` as ints."""
+    import torch
+
+    n, k = check_int(func, "n", n), check_int(func, "k", k)
+    torch._check_with(ValueError, m >= 0, lambda: f"{func}: m must be an int >= 0; got {_shown(m)}")
+    _check_n_k(func, n, k)
     return m, n, k
+
+
+def _shown(value):
+    """``value`` as a message shows it: a symbolic int as the concrete value it was traced with
+    (its hint, no guard added), or as its expression when it has none; anything else as is."""
+    if isinstance(value, (tuple, list)):
+        return tuple(_shown(v) for v in value)
+    node = getattr(value, "node", None)
+    if node is None or not hasattr(node, "has_hint"):
+        return value
+    return node.hint if node.has_hint() else value
+
+
+def _symbolic_extent(size) -> int:
+    """A stand-in int for a symbolic size in the ``> 0`` / ``> 1`` tests of :func:`_require_aligned`:
+    0 or 1 when the size is known (without a guard) to be that, else 2 (assumed to have several
+    rows, so the layout is checked). Adds no guard, so the size stays symbolic."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    for value in (0, 1):
+        if statically_known_true(size == value):
+            return value
+    return 2
 
 
 def _require_dtype(name: str, x: torch.Tensor, dtype: torch.dtype) -> None:
@@ -73,26 +120,43 @@ def _require_dtype(name: str, x: torch.Tensor, dtype: torch.dtype) -> None:
 
 def _require_2d(name: str, x: torch.Tensor) -> None:
     if x.dim() != 2:
-        raise ValueError(f"{_FN}: {name} must be 2-D; got shape {tuple(x.shape)}")
+        raise ValueError(f"{_FN}: {name} must be 2-D; got shape {_shown(tuple(x.shape))}")
 
 
 def _require_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
     """``why``: the expected shape in words, or a function giving them (built only on failure)."""
     if tuple(x.shape) != expected:
-        words = why() if callable(why) else why
-        raise ValueError(f"{_FN}: {name} must have shape {words} = {expected}; got {tuple(x.shape)}")
+        raise ValueError(_shape_message(name, x, expected, why))
+
+
+def _shape_message(name: str, x: torch.Tensor, expected: tuple, why) -> str:
+    words = why() if callable(why) else why
+    return f"{_FN}: {name} must have shape {words} = {_shown(expected)}; got {_shown(tuple(x.shape))}"
+
+
+def _require_symbolic_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
+    """:func:`_require_shape` when ``expected[0]`` is the symbolic ``m``: the other dimensions are
+    compared as usual; the first with ``torch._check_with``, so ``m`` is not specialised (a backed
+    ``m`` gets at most an equality guard between two sizes, an unbacked one a runtime assert)."""
+    import torch
+
+    if x.dim() != len(expected) or tuple(x.shape[1:]) != expected[1:]:
+        raise ValueError(_shape_message(name, x, expected, why))
+    torch._check_with(ValueError, x.shape[0] == expected[0], lambda: _shape_message(name, x, expected, why))
 
 
 def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, data_checks: bool) -> None:
     rows, cols = x.shape
+    if type(rows) is not int or type(cols) is not int:  # symbolic sizes: test them without a guard
+        rows, cols = (v if type(v) is int else _symbolic_extent(v) for v in (rows, cols))
     if rows > 0 and cols > 0:
         row_stride, col_stride = x.stride()
         if col_stride != 1 and cols > 1:
             raise ValueError(f"{_FN}: {name} must be contiguous along its last dimension ({what}); "
-                             f"got strides {(row_stride, col_stride)}")
+                             f"got strides {_shown((row_stride, col_stride))}")
         if rows > 1 and row_stride % row_multiple != 0:
             raise ValueError(f"{_FN}: {name} row stride must be a multiple of {row_multiple} elements "
-                             f"(16 bytes, for TMA); got stride {row_stride}")
+                             f"(16 bytes, for TMA); got stride {_shown(row_stride)}")
         if data_checks and x.data_ptr() % 16 != 0:
             raise ValueError(f"{_FN}: {name} base address must be 16-byte aligned (TMA); "
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
@@ -107,6 +171,11 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
 
     ``data_checks=False`` skips what needs real data: base addresses, devices and the GPU (the
     fake implementations of :mod:`deep_tile.ops` check fake and meta tensors with it).
+
+    When ``a.shape[0]`` is a ``torch.SymInt`` (fake tensors of torch.compile / torch.export with a
+    dynamic m), ``m`` is returned as that SymInt: it is checked with ``torch._check_with`` (the same
+    messages, symbolic sizes shown as the values traced with) and never specialised, the row counts
+    of ``a_scale`` and ``out`` compared with it the same way; ``n`` and ``k`` are returned as ints.
 
     Raises:
         TypeError: a non-tensor argument or a wrong dtype.
@@ -129,16 +198,23 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     m, k = a.shape
     n = b.shape[0]
     if b.shape[1] != k:
-        raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {k}; got {tuple(b.shape)}")
-    m, n, k = check_problem_shape(_FN, m, n, k)
+        raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {_shown(k)}; "
+                         f"got {_shown(tuple(b.shape))}")
+    if isinstance(m, torch.SymInt):  # torch.compile / torch.export with a dynamic m: keep it symbolic
+        m, n, k = _check_symbolic_problem_shape(_FN, m, n, k)
+        require_m_rows = _require_symbolic_shape
+    else:
+        m, n, k = check_problem_shape(_FN, m, n, k)
+        require_m_rows = _require_shape
     g = SCALE_GROUP
     k_groups = ceil_div(k, g)
-    _require_shape("a_scale", a_scale, (m, k_groups), lambda: f"(m, ceil(k/{g})) for a of shape {tuple(a.shape)}")
+    require_m_rows("a_scale", a_scale, (m, k_groups),
+                   lambda: f"(m, ceil(k/{g})) for a of shape {_shown(tuple(a.shape))}")
     _require_shape("b_scale", b_scale, (ceil_div(n, g), k_groups),
-                   lambda: f"(ceil(n/{g}), ceil(k/{g})) for b of shape {tuple(b.shape)}")
+                   lambda: f"(ceil(n/{g}), ceil(k/{g})) for b of shape {_shown(tuple(b.shape))}")
     if out is not None:
         _require_2d("out", out)
-        _require_shape("out", out, (m, n), "(m, n)")
+        require_m_rows("out", out, (m, n), "(m, n)")
 
     _require_aligned("a", a, 16, "k", data_checks)
     _require_aligned("b", b, 16, "k", data_checks)

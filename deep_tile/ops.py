@@ -11,7 +11,20 @@ Four operators are defined in the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 Each has a fake (meta) implementation that checks what can be checked without data (types,
 dtypes, shapes, strides: the messages of :mod:`deep_tile.checks` and :mod:`deep_tile.quant`)
 and returns outputs of the right shape, dtype and strides, so torch.compile traces them with no
-graph break and ``torch.library.opcheck`` passes. The real implementations are Python kernels
+graph break and ``torch.library.opcheck`` passes.
+
+Dynamic shapes: the fake implementations keep the row count symbolic: ``m`` of the GEMMs
+(``a.shape[0]``) and ``rows`` of the casts. They never make it an int nor branch on it (the checks
+compare it with ``torch._check_with``), so ``torch.compile(dynamic=True)`` builds one graph for
+every ``m`` and ``torch.export`` accepts a dynamic ``Dim`` for it (an unbacked ``m``, see
+``torch._dynamo.mark_unbacked``, works too, ``m`` = 0 and 1 included). ``n`` and ``k`` (the
+weight's shape) are made ints: a graph is specialised to them, as the kernels are. Guards torch
+adds itself remain: Dynamo specialises backed sizes 0 and 1, relates sizes and strides equal in
+the first call (duck sizing), and AOTAutograd / torch.export ask whether per_block_cast_to_fp8's
+``ceil(rows/128)`` scale rows are 1 (``torch.fx.experimental._config.backed_size_oblivious``
+avoids that one).
+
+The real implementations are Python kernels
 registered for ``CompositeExplicitAutograd``; once the native extension (:mod:`deep_tile.native`)
 is loaded, its C++ kernels registered for the CUDA and CPU keys take the GEMM ops over.
 
@@ -79,15 +92,19 @@ def _per_block_impl(w):
 # ---- fake implementations (shapes only: torch.compile, FakeTensorMode, meta tensors) ---------
 
 def _fp8_gemm_fake(a, a_scale, b, b_scale):
+    """The checks without data, then an empty bf16 ``[m, n]`` (``m`` left symbolic when it is)."""
     m, n, _ = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
     return a.new_empty((m, n), dtype=torch.bfloat16)
 
 
 def _fp8_gemm_out_fake(a, a_scale, b, b_scale, out):
+    """The checks without data (``out`` is mutated in place: nothing to return)."""
     check_fp8_gemm_args(a, a_scale, b, b_scale, out, data_checks=False)
 
 
 def _cast_fake(fn: str, arg: str, x, scale_rows):
+    """The input checks, then empty ``(q, s)``; ``scale_rows(rows)``: the row count of ``s``.
+    ``rows`` is only used in sizes (never made an int), so a symbolic one stays symbolic."""
     from deep_tile.quant import _check_input
 
     _check_input(fn, arg, x)

@@ -28,7 +28,12 @@ _INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def _check_input(fn: str, arg: str, x) -> None:
-    """Raise TypeError/ValueError unless ``x`` is a 2-D float32/bf16/fp16 tensor with columns."""
+    """Raise TypeError/ValueError unless ``x`` is a 2-D float32/bf16/fp16 tensor with columns.
+
+    Never looks at the row count, so it stays symbolic in the fake implementations of
+    :mod:`deep_tile.ops` (torch.compile / torch.export with dynamic rows); a symbolic column count
+    is checked with ``torch._check_with`` (the same message), adding no guard when it is a size.
+    """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: {arg} must be a torch.Tensor; got {type(x).__name__}.")
     if x.dtype not in _INPUT_DTYPES:
@@ -38,12 +43,23 @@ def _check_input(fn: str, arg: str, x) -> None:
         )
     if x.dim() != 2:
         raise ValueError(
-            f"{fn}: {arg} must be 2-D [rows, k]; got {x.dim()}-D of shape {tuple(x.shape)}."
+            f"{fn}: {arg} must be 2-D [rows, k]; got {x.dim()}-D of shape {_shape_shown(x)}."
         )
-    if x.shape[1] == 0:
+    k = x.shape[1]
+    if type(k) is not int:  # symbolic (torch.compile / torch.export): no guard, no specialisation
+        torch._check_with(ValueError, k != 0, lambda: (
+            f"{fn}: {arg} must have at least one column (k >= 1); got shape {_shape_shown(x)}."))
+    elif k == 0:
         raise ValueError(
-            f"{fn}: {arg} must have at least one column (k >= 1); got shape {tuple(x.shape)}."
+            f"{fn}: {arg} must have at least one column (k >= 1); got shape {_shape_shown(x)}."
         )
+
+
+def _shape_shown(x: torch.Tensor) -> tuple:
+    """``tuple(x.shape)`` for a message, symbolic sizes shown as the values traced with."""
+    from deep_tile.checks import _shown
+
+    return _shown(tuple(x.shape))
 
 
 def _inv_and_scale(amax: torch.Tensor):

@@ -105,8 +105,8 @@ def test_num_sms_is_bounded_by_the_device(fake_h100, capsys):
     assert "device: NVIDIA H100 80GB HBM3" in capsys.readouterr().out
 
 
-def test_without_a_device_num_sms_is_any_positive_int():
-    assert not device.has_cuda()
+def test_without_a_device_num_sms_is_any_positive_int(monkeypatch):
+    monkeypatch.setattr(device, "has_cuda", lambda: False)  # as on a CPU machine, also on a GPU one
     assert device.check_num_sms("f", 500) == 500
     with pytest.raises(ValueError, match=r"^f: num_sms must be a positive int; got 0$"):
         device.check_num_sms("f", 0)
@@ -154,3 +154,52 @@ def test_layout_messages_are_unchanged():
         check_fp8_gemm_args(a, torch.ones(64, 2), b, torch.ones(1, 2), None)
     assert str(info.value) == ("fp8_gemm: a must be contiguous along its last dimension (k); "
                                "got strides (1, 64)")
+
+
+def symbolic_rows(tensors: dict, dynamic: set):
+    """Fake tensors of ``tensors`` (name -> tensor) on one ShapeEnv: the first dimension of those
+    named in ``dynamic`` symbolic (one symbol each, no duck sizing), every other size static."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    fakes = {}
+    for name, t in tensors.items():
+        sizes = [DimDynamic.DYNAMIC if i == 0 and name in dynamic else DimDynamic.STATIC for i in range(t.dim())]
+        fakes[name] = mode.from_tensor(t, symbolic_context=StatelessSymbolicContext(dynamic_sizes=sizes))
+    return mode, fakes
+
+
+@pytest.mark.parametrize("layout", ["row", "tma"])
+def test_symbolic_m_is_not_specialised(layout):
+    """A symbolic m (torch.compile / torch.export) comes back symbolic: the checks add no guard but
+    equalities between the row counts, and make none of them a constant; n and k become ints."""
+    a_scale = torch.empty(96, 5) if layout == "row" else torch.empty(5, align4(96)).t()[:96]
+    tensors = {"a": torch.empty(96, 640, dtype=torch.float8_e4m3fn), "a_scale": a_scale,
+               "b": torch.empty(384, 640, dtype=torch.float8_e4m3fn), "b_scale": torch.empty(3, 5),
+               "out": torch.empty(96, 384, dtype=torch.bfloat16)}
+    mode, fake = symbolic_rows(tensors, {"a", "a_scale", "out"})
+    env = mode.shape_env
+    rows = {t.shape[0].node.expr for name, t in fake.items() if name in ("a", "a_scale", "out")}
+    assert all(s.is_symbol for s in rows) and len(rows) == 3  # before the checks: three symbols
+    with mode:
+        m, n, k = check_fp8_gemm_args(*fake.values(), data_checks=False)
+    assert isinstance(m, torch.SymInt) and (n, k) == (384, 640) and type(n) is type(k) is int
+    for guard in env.guards:  # only "these two row counts are equal"
+        assert len(guard.expr.free_symbols) == 2 and guard.expr.free_symbols <= rows, guard
+    assert not any(value.is_number for value in env.replacements.values()), env.replacements
+    assert not env.var_to_range[next(iter(m.node.expr.free_symbols))].is_singleton()
+
+
+def test_symbolic_m_shape_errors_keep_their_messages():
+    tensors = {"a": torch.empty(96, 640, dtype=torch.float8_e4m3fn), "a_scale": torch.empty(95, 5),
+               "b": torch.empty(384, 640, dtype=torch.float8_e4m3fn), "b_scale": torch.empty(3, 5)}
+    expected = ("fp8_gemm: a_scale must have shape (m, ceil(k/128)) for a of shape (96, 640) = (96, 5); "
+                "got (95, 5)")
+    with pytest.raises(ValueError) as info:
+        check_fp8_gemm_args(*tensors.values(), None)
+    assert str(info.value) == expected  # the eager message
+    mode, fake = symbolic_rows(tensors, {"a", "a_scale"})
+    with mode, pytest.raises(ValueError) as info:
+        check_fp8_gemm_args(*fake.values(), None, data_checks=False)
+    assert str(info.value) == expected  # symbolic sizes shown as the values traced with
