@@ -271,7 +271,8 @@ def gemm_with_unusable_cache(m: int, n: int, k: int, seed: int = 0) -> dict:
     """The first CUDA call with DEEP_TILE_CACHE_DIR unusable: what it raises and warns."""
     import warnings
 
-    a, a_scale, b, b_scale = _problem(m, n, k, seed)
+    # operands quantised on the CPU: the CUDA casts would meet the unusable cache first
+    a, a_scale, b, b_scale = (t.cuda() for t in make_fp8_problem(m, n, k, "cpu", seed=seed, a_scale_layout="tma"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         raised = []
