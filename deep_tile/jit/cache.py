@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Mapping
 
 from deep_tile import env, phases
+from deep_tile.disk import discard
 from deep_tile.errors import CacheError, CompileError
 from deep_tile.jit import compiler as _compiler
 from deep_tile.jit import paths, source_index
@@ -262,7 +263,7 @@ def _make_dir(path: Path) -> None:
             if attempt or blocker is None or blocker == root or root not in blocker.parents:
                 raise _cache_error(path, exc) from None
             _debug(f"deep_tile: removing {blocker}: a file where a cache folder belongs")
-            _discard(blocker)
+            discard(blocker)
         except OSError as exc:
             raise _cache_error(path, exc) from None
 
@@ -308,26 +309,8 @@ def _read_entry(final: Path, key: str) -> tuple[bytes, dict] | None:
         return found
     _stats["corrupt"] += 1
     _debug(f"deep_tile: discarding corrupt cache entry {final} ({found})")
-    _discard(final)
+    discard(final)
     return None
-
-
-def _discard(final: Path) -> None:
-    """Move ``final`` (an entry, or a file in the way) aside and remove it; never raises."""
-    aside = final.with_name(f".corrupt-{final.name[:16]}-{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(final, aside)
-    except FileNotFoundError:
-        return  # another process discarded it first
-    except OSError:
-        aside = final
-    if os.path.isdir(aside) and not os.path.islink(aside):
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        try:
-            os.unlink(aside)
-        except OSError:
-            pass
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -24,14 +24,14 @@ import sys
 import tempfile
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 from deep_tile import env
+from deep_tile.disk import discard
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
-__all__ = ["build", "publish", "published", "entry_problem", "discard", "library_digest", "main", "lock_path",
+__all__ = ["build", "publish", "published", "entry_problem", "library_digest", "main", "lock_path",
            "in_progress"]
 
 
@@ -149,25 +149,6 @@ def entry_problem(key: str) -> str | None:
     except OSError as error:
         return f"{library.name} unreadable ({error})"
     return None
-
-
-def discard(path: Path) -> None:
-    """Move ``path`` (a damaged entry, or whatever stands where a file of the cache belongs) aside
-    and remove it; never raises. A process that mapped the old library keeps its own copy."""
-    aside = path.with_name(f".corrupt-{path.name[:16]}-{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(path, aside)
-    except FileNotFoundError:
-        return  # another process discarded it first
-    except OSError:
-        aside = path
-    if os.path.isdir(aside) and not os.path.islink(aside):
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        try:
-            os.unlink(aside)
-        except OSError:
-            pass
 
 
 def published(key: str) -> bool:

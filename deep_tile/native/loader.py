@@ -29,7 +29,8 @@ from pathlib import Path
 
 from deep_tile import env, phases
 from deep_tile.errors import CacheError
-from deep_tile.native.build import discard as _discard, in_progress as _build_in_progress, published as _published
+from deep_tile.disk import discard as _discard
+from deep_tile.native.build import in_progress as _build_in_progress, published as _published
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 

@@ -1,0 +1,37 @@
+"""Damaged files of the cache directory: :func:`discard` moves one aside and removes it.
+
+Shared by the kernel cache (:mod:`deep_tile.jit.cache`) and the native extension's builds
+(:mod:`deep_tile.native.build`): a damaged entry, or whatever stands where a file or directory of
+the cache belongs, is renamed out of the way first (so no reader finds half of it) and then
+deleted. Imports nothing from deep_tile.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+__all__ = ["discard"]
+
+
+def discard(path: Path) -> None:
+    """Move ``path`` (a file, a link or a directory tree) aside and remove it; never raises.
+
+    Another process that discarded it first wins quietly; a process that mapped a library from
+    it keeps its own copy (the kernel frees the file once both are gone).
+    """
+    aside = path.with_name(f".corrupt-{path.name[:16]}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # another process discarded it first
+    except OSError:
+        aside = path
+    if os.path.isdir(aside) and not os.path.islink(aside):
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
