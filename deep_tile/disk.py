@@ -1,4 +1,5 @@
-"""Damaged files of the cache directory: :func:`discard` moves one aside and removes it.
+"""Files of the cache directory: :func:`discard` moves a damaged one aside and removes it;
+:func:`fsync_path` flushes a published file or directory to disk.
 
 Shared by the kernel cache (:mod:`deep_tile.jit.cache`) and the native extension's builds
 (:mod:`deep_tile.native.build`): a damaged entry, or whatever stands where a file or directory of
@@ -12,7 +13,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["discard"]
+__all__ = ["discard", "fsync_path"]
 
 
 def discard(path: Path) -> None:
@@ -35,3 +36,18 @@ def discard(path: Path) -> None:
             os.unlink(aside)
         except OSError:
             pass
+
+
+def fsync_path(path: Path) -> None:
+    """``fsync`` the file or directory ``path`` (a directory: so a rename in it is on disk);
+    best effort, never raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Mapping
 
 from deep_tile import env, phases
-from deep_tile.disk import discard
+from deep_tile.disk import discard, fsync_path
 from deep_tile.errors import CacheError, CompileError
 from deep_tile.jit import compiler as _compiler
 from deep_tile.jit import paths, source_index
@@ -323,19 +323,6 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _publish(final: Path, result, meta: dict) -> bytes:
     """Build the entry in a temp dir beside ``final`` and rename it into place."""
     try:
@@ -347,7 +334,7 @@ def _publish(final: Path, result, meta: dict) -> bytes:
         if env.dump_asm():
             _dump_asm(staging, result.cubin, result.ptx)
         _write(staging / "meta.json", json.dumps(meta, indent=1).encode())
-        _fsync_dir(staging)
+        fsync_path(staging)
         try:
             os.rename(staging, final)
         except OSError:
@@ -357,7 +344,7 @@ def _publish(final: Path, result, meta: dict) -> bytes:
             shutil.rmtree(staging, ignore_errors=True)
             found = _read_entry(final, meta["key"])
             return found[0] if found is not None else result.cubin
-        _fsync_dir(final.parent)
+        fsync_path(final.parent)
         return result.cubin
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 
 from deep_tile import env
-from deep_tile.disk import discard
+from deep_tile.disk import discard, fsync_path
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
@@ -66,19 +66,6 @@ def library_digest(path: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def _fsync(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def publish(key: str, library: Path, meta: dict) -> Path:
     """Move ``library`` and ``meta`` (plus the library's size and sha256) into
     ``<cache>/native/<key>/`` atomically; return the entry.
@@ -91,12 +78,12 @@ def publish(key: str, library: Path, meta: dict) -> Path:
     try:
         target = staging / _key.library_path(key).name
         shutil.copy2(library, target)
-        _fsync(target)
+        fsync_path(target)
         size, digest = library_digest(target)
         meta = {**meta, "library": target.name, "library_bytes": size, "library_sha256": digest}
         (staging / "meta.json").write_text(json.dumps(meta, indent=1))
-        _fsync(staging / "meta.json")
-        _fsync(staging)
+        fsync_path(staging / "meta.json")
+        fsync_path(staging)
         try:
             os.rename(staging, final)
         except OSError:
@@ -104,7 +91,7 @@ def publish(key: str, library: Path, meta: dict) -> Path:
             # published() has just discarded: then this one takes its place.
             if not published(key):
                 os.rename(staging, final)
-        _fsync(final.parent)
+        fsync_path(final.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # gone after a rename; left over if another won
     return final
