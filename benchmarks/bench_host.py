@@ -12,7 +12,7 @@ Per-call cost, at a shape whose kernel takes ~15 us so the GPU is not what is me
   only at the ends (GPU-bound when the host is faster than the kernel).
 
 Rows: deep_tile on the native path (``torch.ops.deep_tile`` -> C++) and on the Python path
-(``DEEP_TILE_NATIVE=off``, through the op; and ``deep_tile.gemm._run`` directly), each with the
+(``DEEP_TILE_NATIVE=off``, through the op; and ``deep_tile.launch.run`` directly), each with the
 TMA-aligned a_scale and with a row-major one; cuBLAS blockwise FP8 (``torch._scaled_mm``); DeepGEMM
 when ``import deep_gemm`` works. The ratio column is against ``torch._scaled_mm`` in this process.
 
@@ -128,7 +128,7 @@ def measure_per_call(shape, calls: int, batch: int) -> tuple[list[dict], list[st
 
     import deep_tile
     from deep_tile import native
-    from deep_tile.gemm import _run
+    from deep_tile.launch import run
     from deep_tile.native import loader
     from deep_tile.testing.data import make_fp8_problem
 
@@ -147,7 +147,7 @@ def measure_per_call(shape, calls: int, batch: int) -> tuple[list[dict], list[st
         return True
 
     if native.build(wait=True):
-        reference = _run(a, a_scale, b, b_scale, torch.empty_like(out))
+        reference = run(a, a_scale, b, b_scale, torch.empty_like(out))
         deep_tile.fp8_gemm(a, a_scale, b, b_scale, out)
         torch.cuda.synchronize()
         if not torch.equal(out.view(torch.int16), reference.view(torch.int16)):
@@ -171,7 +171,7 @@ def measure_per_call(shape, calls: int, batch: int) -> tuple[list[dict], list[st
                             ("deep_tile Python path (op), row-major", a_scale_row)):
             if not add(name, lambda s=scale: deep_tile.fp8_gemm(a, s, b, b_scale, out)):
                 failures.append(name)
-        add("deep_tile gemm._run, aligned", lambda: _run(a, a_scale, b, b_scale, out))
+        add("deep_tile launch.run, aligned", lambda: run(a, a_scale, b, b_scale, out))
     finally:
         os.environ.pop("DEEP_TILE_NATIVE")
         loader.reset()

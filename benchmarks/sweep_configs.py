@@ -133,7 +133,7 @@ def sweep(args) -> list:
     import torch
 
     import deep_tile
-    from deep_tile.gemm import _run
+    from deep_tile.launch import run
     from deep_tile.testing.data import make_fp8_problem
     from deep_tile.testing.numeric import calc_diff, max_rel_error
     from deep_tile.testing.timing import bench_gpu
@@ -149,16 +149,16 @@ def sweep(args) -> list:
             row = {"shape": [m, n, k], "config": format_config(cfg), "label": cfg.label, "spec": text}
             try:
                 out.fill_(float("nan"))
-                _run(a, sa, b, sb, out, config=cfg)
+                run(a, sa, b, sb, out, config=cfg)
                 torch.cuda.synchronize()
                 first = out.clone()
                 out.fill_(float("nan"))
-                _run(a, sa, b, sb, out, config=cfg)
+                run(a, sa, b, sb, out, config=cfg)
                 row.update(diff=calc_diff(out.double(), ref), rel=max_rel_error(out, ref),
                            nan=int(torch.isnan(out).sum()), repeat=bool(torch.equal(first.view(torch.int16),
                                                                                      out.view(torch.int16))))
                 row["ok"] = row["nan"] == 0 and row["diff"] < 1e-3 and row["rel"] < 1e-2 and row["repeat"]
-                t = bench_gpu(lambda: _run(a, sa, b, sb, out, config=cfg), iters=args.iters)["median_us"]
+                t = bench_gpu(lambda: run(a, sa, b, sb, out, config=cfg), iters=args.iters)["median_us"]
                 row.update(us=t, tflops=flops / t / 1e6)
             except Exception as exc:  # noqa: BLE001 -- keep sweeping
                 row.update(ok=False, error=f"{type(exc).__name__}: {str(exc)[:200]}")

@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _LAZY = {
     "fp8_gemm": "deep_tile.gemm",
-    "get_tma_aligned_a_scale": "deep_tile.gemm",
+    "get_tma_aligned_a_scale": "deep_tile.layouts",
     "per_token_cast_to_fp8": "deep_tile.quant",
     "per_block_cast_to_fp8": "deep_tile.quant",
     "ref_fp8_gemm": "deep_tile.reference",

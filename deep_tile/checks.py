@@ -22,15 +22,14 @@ tensors take the plain path, with no extra work.
 """
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING
 
-from deep_tile.common import SCALE_GROUP, ceil_div
+from deep_tile.common import SCALE_GROUP, ceil_div, check_int
 
 if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are checked
     import torch
 
-__all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_fp8_gemm_args"]
+__all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_fp8_gemm_args", "shown"]
 
 N_MULTIPLE = 8
 """``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
@@ -39,17 +38,6 @@ K_MULTIPLE = 16
 """``k`` must be a positive multiple of this (16-byte rows of the FP8 operands, for TMA)."""
 
 _FN = "fp8_gemm"
-
-
-def check_int(func: str, name: str, value) -> int:
-    """``value`` as a Python int; TypeError naming ``func`` and ``name`` for bools, floats, strings
-    and other non-integers (integer scalars of numpy or torch are accepted through ``__index__``)."""
-    if isinstance(value, bool):
-        raise TypeError(f"{func}: {name} must be an int; got {value!r} (bool)")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{func}: {name} must be an int; got {value!r} ({type(value).__name__})") from None
 
 
 def check_problem_shape(func: str, m, n, k) -> tuple[int, int, int]:
@@ -85,16 +73,16 @@ def _check_symbolic_problem_shape(func: str, m, n, k) -> tuple:
     import torch
 
     n, k = check_int(func, "n", n), check_int(func, "k", k)
-    torch._check_with(ValueError, m >= 0, lambda: f"{func}: m must be an int >= 0; got {_shown(m)}")
+    torch._check_with(ValueError, m >= 0, lambda: f"{func}: m must be an int >= 0; got {shown(m)}")
     _check_n_k(func, n, k)
     return m, n, k
 
 
-def _shown(value):
+def shown(value):
     """``value`` as a message shows it: a symbolic int as the concrete value it was traced with
     (its hint, no guard added), or as its expression when it has none; anything else as is."""
     if isinstance(value, (tuple, list)):
-        return tuple(_shown(v) for v in value)
+        return tuple(shown(v) for v in value)
     node = getattr(value, "node", None)
     if node is None or not hasattr(node, "has_hint"):
         return value
@@ -120,7 +108,7 @@ def _require_dtype(name: str, x: torch.Tensor, dtype: torch.dtype) -> None:
 
 def _require_2d(name: str, x: torch.Tensor) -> None:
     if x.dim() != 2:
-        raise ValueError(f"{_FN}: {name} must be 2-D; got shape {_shown(tuple(x.shape))}")
+        raise ValueError(f"{_FN}: {name} must be 2-D; got shape {shown(tuple(x.shape))}")
 
 
 def _require_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
@@ -131,7 +119,7 @@ def _require_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
 
 def _shape_message(name: str, x: torch.Tensor, expected: tuple, why) -> str:
     words = why() if callable(why) else why
-    return f"{_FN}: {name} must have shape {words} = {_shown(expected)}; got {_shown(tuple(x.shape))}"
+    return f"{_FN}: {name} must have shape {words} = {shown(expected)}; got {shown(tuple(x.shape))}"
 
 
 def _require_symbolic_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
@@ -153,10 +141,10 @@ def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, d
         row_stride, col_stride = x.stride()
         if col_stride != 1 and cols > 1:
             raise ValueError(f"{_FN}: {name} must be contiguous along its last dimension ({what}); "
-                             f"got strides {_shown((row_stride, col_stride))}")
+                             f"got strides {shown((row_stride, col_stride))}")
         if rows > 1 and row_stride % row_multiple != 0:
             raise ValueError(f"{_FN}: {name} row stride must be a multiple of {row_multiple} elements "
-                             f"(16 bytes, for TMA); got stride {_shown(row_stride)}")
+                             f"(16 bytes, for TMA); got stride {shown(row_stride)}")
         if data_checks and x.data_ptr() % 16 != 0:
             raise ValueError(f"{_FN}: {name} base address must be 16-byte aligned (TMA); "
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
@@ -198,8 +186,8 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     m, k = a.shape
     n = b.shape[0]
     if b.shape[1] != k:
-        raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {_shown(k)}; "
-                         f"got {_shown(tuple(b.shape))}")
+        raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
+                         f"got {shown(tuple(b.shape))}")
     if isinstance(m, torch.SymInt):  # torch.compile / torch.export with a dynamic m: keep it symbolic
         m, n, k = _check_symbolic_problem_shape(_FN, m, n, k)
         require_m_rows = _require_symbolic_shape
@@ -209,9 +197,9 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     g = SCALE_GROUP
     k_groups = ceil_div(k, g)
     require_m_rows("a_scale", a_scale, (m, k_groups),
-                   lambda: f"(m, ceil(k/{g})) for a of shape {_shown(tuple(a.shape))}")
+                   lambda: f"(m, ceil(k/{g})) for a of shape {shown(tuple(a.shape))}")
     _require_shape("b_scale", b_scale, (ceil_div(n, g), k_groups),
-                   lambda: f"(ceil(n/{g}), ceil(k/{g})) for b of shape {_shown(tuple(b.shape))}")
+                   lambda: f"(ceil(n/{g}), ceil(k/{g})) for b of shape {shown(tuple(b.shape))}")
     if out is not None:
         _require_2d("out", out)
         require_m_rows("out", out, (m, n), "(m, n)")

@@ -1,12 +1,14 @@
-"""Arithmetic shared by every layer, and the one Python spelling of the scale group.
+"""Arithmetic and the int check shared by every layer, and the one Python spelling of the scale group.
 
-Leaf module: imports nothing. The CUDA side spells the same group ``deep_tile::kScaleGroup``
+Leaf module: imports nothing of deep_tile. The CUDA side spells the same group ``deep_tile::kScaleGroup``
 (include/deep_tile/common/types.cuh); ``deep_tile.kernels.fp8_gemm`` passes this value to the
 kernel as ``DT_SCALE_GROUP`` and the kernel ``static_assert``s that the two agree.
 """
 from __future__ import annotations
 
-__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4"]
+import operator
+
+__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4", "check_int"]
 
 SCALE_GROUP = 128
 """Width along K of one activation scale (1x128) and edge of one weight scale block (128x128)."""
@@ -25,3 +27,14 @@ def align_up(value: int, alignment: int) -> int:
 def align4(m: int) -> int:
     """``m`` rounded up to a multiple of 4: the column stride (in floats, 16 bytes) of a TMA-aligned a_scale."""
     return align_up(m, 4)
+
+
+def check_int(func: str, name: str, value) -> int:
+    """``value`` as a Python int; TypeError naming ``func`` and ``name`` for bools, floats, strings
+    and other non-integers (integer scalars of numpy or torch are accepted through ``__index__``)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{func}: {name} must be an int; got {value!r} (bool)")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{func}: {name} must be an int; got {value!r} ({type(value).__name__})") from None

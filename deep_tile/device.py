@@ -9,16 +9,15 @@ memory per block) so configurations can be inspected on any machine. The selecti
 from __future__ import annotations
 
 import functools
-import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from deep_tile import arch
-from deep_tile.checks import check_int
+from deep_tile.common import check_int
 from deep_tile.errors import DeepTileError
 
 __all__ = ["DeviceFacts", "has_cuda", "device_facts", "max_smem_per_block", "check_num_sms", "set_num_sms",
-           "get_num_sms"]
+           "get_num_sms", "sms_limit", "add_sms_limit_listener"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +76,7 @@ def device_facts(index: Optional[int] = None) -> DeviceFacts:
 
 
 _num_sms_limit: Optional[int] = None
+_sms_limit_listeners: list = []  # add_sms_limit_listener
 
 
 def _device_num_sms() -> int:
@@ -96,7 +96,7 @@ def check_num_sms(func: str, num_sms) -> int:
     is accepted: the target GPU is unknown (e.g. when filling a cache for another machine).
 
     Raises:
-        TypeError: ``num_sms`` is not an int (see :func:`deep_tile.checks.check_int`).
+        TypeError: ``num_sms`` is not an int (see :func:`deep_tile.common.check_int`).
         ValueError: ``num_sms < 1``, or above the device's SM count (the message names the device).
     """
     num_sms = check_int(func, "num_sms", num_sms)
@@ -125,9 +125,23 @@ def set_num_sms(num_sms: Optional[int]) -> None:
     if num_sms is not None:
         num_sms = check_num_sms("set_num_sms", num_sms)
     _num_sms_limit = num_sms
-    loader = sys.modules.get("deep_tile.native.loader")  # loaded native libraries read their own copy
-    if loader is not None:
-        loader.push_sms_limit(num_sms or 0)
+    for listener in tuple(_sms_limit_listeners):
+        listener(num_sms)
+
+
+def sms_limit() -> Optional[int]:
+    """The :func:`set_num_sms` limit, or None when none is set (all the device's SMs)."""
+    return _num_sms_limit
+
+
+def add_sms_limit_listener(listener: Callable[[Optional[int]], None]) -> None:
+    """Call ``listener(limit)`` on every later :func:`set_num_sms` (``limit`` None: no limit).
+
+    The native host path keeps a copy of the limit that its C++ calls read without the GIL; it
+    registers here when it loads (:mod:`deep_tile.native.loader`). Registering twice is a no-op.
+    """
+    if listener not in _sms_limit_listeners:
+        _sms_limit_listeners.append(listener)
 
 
 def get_num_sms() -> int:

@@ -64,9 +64,9 @@ def _gemm(a, a_scale, b, b_scale, out):
     extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
     if extension is not None:
         return extension.fp8_gemm(a, a_scale, b, b_scale, out)
-    from deep_tile.gemm import _run
+    from deep_tile.launch import run
 
-    return _run(a, a_scale, b, b_scale, out)
+    return run(a, a_scale, b, b_scale, out)
 
 
 def _fp8_gemm_impl(a, a_scale, b, b_scale):
@@ -78,15 +78,15 @@ def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
 
 
 def _per_token_impl(x):
-    from deep_tile.quant import _per_token_cast
+    from deep_tile.casts import per_token_cast
 
-    return _per_token_cast(x)
+    return per_token_cast(x)
 
 
 def _per_block_impl(w):
-    from deep_tile.quant import _per_block_cast
+    from deep_tile.casts import per_block_cast
 
-    return _per_block_cast(w)
+    return per_block_cast(w)
 
 
 # ---- fake implementations (shapes only: torch.compile, FakeTensorMode, meta tensors) ---------
@@ -105,9 +105,9 @@ def _fp8_gemm_out_fake(a, a_scale, b, b_scale, out):
 def _cast_fake(fn: str, arg: str, x, scale_rows):
     """The input checks, then empty ``(q, s)``; ``scale_rows(rows)``: the row count of ``s``.
     ``rows`` is only used in sizes (never made an int), so a symbolic one stays symbolic."""
-    from deep_tile.quant import _check_input
+    from deep_tile.casts import check_cast_input
 
-    _check_input(fn, arg, x)
+    check_cast_input(fn, arg, x)
     rows, k = x.shape
     q = x.new_empty((rows, k), dtype=torch.float8_e4m3fn)
     s = x.new_empty((scale_rows(rows), ceil_div(k, SCALE_GROUP)), dtype=torch.float32)

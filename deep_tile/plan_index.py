@@ -31,7 +31,8 @@ from deep_tile.json_records import SETTLE_NS
 __all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "valid_record", "lookup", "store"]
 
 _PACKAGE = Path(__file__).resolve().parent
-SOURCES = ("select", "arch.py", "common.py", "device.py", "gemm.py", "kernels/fp8_gemm.py", "native/bridge.py")
+SOURCES = ("select", "arch.py", "common.py", "device.py", "planner.py", "layouts.py", "kernels/fp8_gemm.py",
+           "native/bridge.py")
 """The package's files and folders (relative) whose code decides a plan."""
 
 _fingerprints: dict = {}  # device index -> (fingerprint, newest mtime ns)

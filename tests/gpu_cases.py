@@ -12,7 +12,7 @@ import sys
 import torch
 
 import deep_tile
-from deep_tile.gemm import _run
+from deep_tile.launch import run
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff, max_rel_error
@@ -41,13 +41,13 @@ def gemm(m: int, n: int, k: int, layout: str = "tma", config: dict | None = None
     a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout=layout)
     forced = KernelConfig(**config) if config else None
     out = _poisoned_out(m, n, row_stride)
-    _run(a, a_scale, b, b_scale, out, config=forced)
+    run(a, a_scale, b, b_scale, out, config=forced)
     torch.cuda.synchronize()
     ref = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
     result = {"m": m, "n": n, "k": k, "config": config, **_metrics(out, ref)}
     # Repeated runs must be bitwise identical (no races, no order-dependent accumulation).
     again = _poisoned_out(m, n, row_stride)
-    _run(a, a_scale, b, b_scale, again, config=forced)
+    run(a, a_scale, b, b_scale, again, config=forced)
     torch.cuda.synchronize()
     result["bitwise_repeat"] = bool(torch.equal(out.view(torch.int16), again.view(torch.int16)))
     if row_stride:  # the padding columns must be untouched (still NaN)
@@ -94,7 +94,7 @@ def gemm_stream_and_graph(m: int, n: int, k: int, seed: int = 0) -> dict:
 def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
     """FP8 casts on a non-default stream, then captured in a CUDA graph and replayed with new data;
     each result must be bitwise equal to the CPU (torch) implementation."""
-    from deep_tile.quant import _per_block_cast_torch, _per_token_cast_torch
+    from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
     torch_dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(torch_dtype).to(DEVICE)
@@ -109,7 +109,7 @@ def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
         token = deep_tile.per_token_cast_to_fp8(x)
         block = deep_tile.per_block_cast_to_fp8(x)
     stream.synchronize()
-    on_stream = same(token, _per_token_cast_torch(x.cpu())) and same(block, _per_block_cast_torch(x.cpu()))
+    on_stream = same(token, per_token_cast_torch(x.cpu())) and same(block, per_block_cast_torch(x.cpu()))
 
     from deep_tile.cast_kernels import per_block_cast_cuda, per_token_cast_cuda
     graph = torch.cuda.CUDAGraph()
@@ -124,7 +124,7 @@ def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
         t.view(torch.uint8).fill_(0xFF)  # poison: 0xFF is NaN for e4m3 and for float32 bytes
     graph.replay()
     torch.cuda.synchronize()
-    replayed = same(token_g, _per_token_cast_torch(x.cpu())) and same(block_g, _per_block_cast_torch(x.cpu()))
+    replayed = same(token_g, per_token_cast_torch(x.cpu())) and same(block_g, per_block_cast_torch(x.cpu()))
     return {"m": m, "k": k, "dtype": dtype, "stream_ok": on_stream, "graph_ok": replayed}
 
 

@@ -15,7 +15,7 @@ import torch
 
 import deep_tile
 from deep_tile import native
-from deep_tile.gemm import _run
+from deep_tile.launch import run
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff
 from gpu_cases import _metrics, _poisoned_out
@@ -42,7 +42,7 @@ def native_vs_python(m: int, n: int, k: int, layout: str = "tma", seed: int = 0)
     repeated calls bitwise equal, and the native path really taken."""
     extension = _native()
     a, a_scale, b, b_scale = _problem(m, n, k, seed, layout)
-    python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+    python = run(a, a_scale, b, b_scale, _poisoned_out(m, n))
     before = extension.stats()
     op_out = _poisoned_out(m, n)
     torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, op_out)
@@ -66,7 +66,7 @@ def native_vs_python(m: int, n: int, k: int, layout: str = "tma", seed: int = 0)
 def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
     """deep_tile.set_num_sms while the native library is loaded: its next call plans with the new
     limit (the launch grid shrinks) and matches the Python path under the same limit bitwise."""
-    from deep_tile import device, gemm
+    from deep_tile import device, planner
 
     extension = _native()
     a, a_scale, b, b_scale = _problem(m, n, k, seed)
@@ -76,19 +76,19 @@ def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
     device.set_num_sms(66)
     try:
         limited = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
-        limited_python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
-        limited_grid = gemm._plan(m, n, k, 66).grid
+        limited_python = run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+        limited_grid = planner.plan(m, n, k, 66).grid
     finally:
         device.set_num_sms(None)
     full = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
     full_again = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
-    full_python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+    full_python = run(a, a_scale, b, b_scale, _poisoned_out(m, n))
     torch.cuda.synchronize()
     after = extension.stats()
     return {"native_calls": after["native_calls"] - before["native_calls"],
             "python_calls": after["python_calls"] - before["python_calls"],
             "plans_created": after["plans_created"] - before["plans_created"],
-            "limited_grid": limited_grid, "full_grid": gemm._plan(m, n, k, device.get_num_sms()).grid,
+            "limited_grid": limited_grid, "full_grid": planner.plan(m, n, k, device.get_num_sms()).grid,
             "limited_equals_python": _same(limited, limited_python),
             "full_equals_python": _same(full, full_python) and _same(full_again, full_python)}
 
@@ -108,7 +108,7 @@ def errors_match(case: str) -> dict:
     elif case == "out_dtype":
         out = out.float()
     raised = {}
-    for name, call in (("python", lambda: _run(a, a_scale, b, b_scale, out)),
+    for name, call in (("python", lambda: run(a, a_scale, b, b_scale, out)),
                        ("op", lambda: torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, out)),
                        ("direct", lambda: extension.fp8_gemm(a, a_scale, b, b_scale, out))):
         try:
@@ -248,7 +248,7 @@ def gemm_while_native_rebuilds(m: int, n: int, k: int, seed: int = 0, timeout: f
     import warnings
 
     a, a_scale, b, b_scale = _problem(m, n, k, seed)
-    python = _run(a, a_scale, b, b_scale, _poisoned_out(m, n))
+    python = run(a, a_scale, b, b_scale, _poisoned_out(m, n))
     calls, equal = 0, True
     deadline = time.monotonic() + timeout
     with warnings.catch_warnings(record=True) as caught:

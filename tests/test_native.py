@@ -17,7 +17,7 @@ import torch
 
 import deep_tile
 from deep_tile import native
-from deep_tile.gemm import _run
+from deep_tile.launch import run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
 from deep_tile.native.build import lock_path
@@ -205,7 +205,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
 @pytest.mark.parametrize("label,args,out", bad_cases(), ids=[c[0] for c in bad_cases()])
 def test_native_errors_equal_python_errors(extension, label, args, out):
     expected = check_message(*args, out)
-    paths = [("python", lambda: _run(*args, out)), ("public", lambda: deep_tile.fp8_gemm(*args, out=out))]
+    paths = [("python", lambda: run(*args, out)), ("public", lambda: deep_tile.fp8_gemm(*args, out=out))]
     if all(isinstance(x, torch.Tensor) for x in args) and (out is None or isinstance(out, torch.Tensor)):
         paths.append(("native", lambda: extension.fp8_gemm(*args, out)))
         if out is None:

@@ -10,7 +10,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import deep_tile
 from deep_tile import ops
 from deep_tile.checks import check_fp8_gemm_args
-from deep_tile.quant import _per_block_cast_torch, _per_token_cast_torch
+from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
 from conftest import run_host_cases, run_python
 
 M, N, K = 96, 256, 640
@@ -166,8 +166,8 @@ def test_fake_implementation_raises_the_same_shape_errors():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cast_ops_on_cpu_equal_the_torch_casts(dtype):
     x = (torch.randn(70, 390, generator=torch.Generator().manual_seed(1)) * 5).to(dtype)
-    for public, reference in ((deep_tile.per_token_cast_to_fp8, _per_token_cast_torch),
-                              (deep_tile.per_block_cast_to_fp8, _per_block_cast_torch)):
+    for public, reference in ((deep_tile.per_token_cast_to_fp8, per_token_cast_torch),
+                              (deep_tile.per_block_cast_to_fp8, per_block_cast_torch)):
         (q, s), (q_ref, s_ref) = public(x), reference(x)
         assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8)) and torch.equal(s, s_ref)
 

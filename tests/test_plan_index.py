@@ -18,7 +18,7 @@ NUM_SMS = 132
 
 
 class _FakePlan:
-    """What deep_tile.gemm._plan returns, without a device (no kernel, no cluster fitting)."""
+    """What deep_tile.planner.plan returns, without a device (no kernel, no cluster fitting)."""
 
     def __init__(self, m: int, n: int, k: int):
         self.config = select_config(m, n, k, NUM_SMS)

@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from deep_tile.common import ceil_div
+from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
 from deep_tile.quant import (
-    _per_block_cast_torch,
-    _per_token_cast_torch,
     dequantize_per_block,
     dequantize_per_token,
     per_block_cast_to_fp8,
@@ -196,7 +195,7 @@ def test_cuda_cast_bitwise_equals_cpu(kind, shape, dtype):
     x = (torch.randn(shape, generator=gen) * 5).to(dtype)
     x[0, : min(shape[1], 128)] = 0                       # one zero group
     cuda_fn = per_token_cast_to_fp8 if kind == "token" else per_block_cast_to_fp8
-    cpu_fn = _per_token_cast_torch if kind == "token" else _per_block_cast_torch
+    cpu_fn = per_token_cast_torch if kind == "token" else per_block_cast_torch
     q_gpu, s_gpu = cuda_fn(x.cuda())
     q_cpu, s_cpu = cpu_fn(x)
     assert q_gpu.is_cuda and q_gpu.dtype == torch.float8_e4m3fn and q_gpu.shape == q_cpu.shape

@@ -13,8 +13,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from deep_tile import gemm  # noqa: E402
-from deep_tile.gemm import _plan_for_config, _run  # noqa: E402
+from deep_tile import planner  # noqa: E402
+from deep_tile.launch import run  # noqa: E402
+from deep_tile.planner import plan_for_config  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.timing import bench_gpu  # noqa: E402
@@ -48,7 +49,7 @@ def cluster_capacity():
     """Clusters of each size 1..8 that can be resident at once, for a 1-CTA-per-SM kernel."""
     for text in ("64x64:b2:k2", "256x128"):
         cfg = parse_config(text, 4096, 4096, SMS)
-        kernel = _plan_for_config(cfg, 4096, 4096).kernel
+        kernel = plan_for_config(cfg, 4096, 4096).kernel
         counts = [kernel.max_active_clusters(torch.cuda.current_device(), cfg.num_threads, cfg.smem_bytes, size)
                   for size in range(1, 9)]
         print(f"resident clusters of size 1..8 ({cfg.label}, {cfg.smem_bytes} B smem): {counts}")
@@ -65,7 +66,7 @@ def main():
                           (64, 128, 7168, "64x128:b2"), (64, 64, 7168, "64x64:b2:k2")]:
         a, sa, b, sb, out = problem(m, n, k)
         cfg = parse_config(text, m, n, SMS)
-        t = bench_gpu(lambda: _run(a, sa, b, sb, out, config=cfg))["median_us"]
+        t = bench_gpu(lambda: run(a, sa, b, sb, out, config=cfg))["median_us"]
         print(f"one CTA {m}x{n}x{k} {cfg.label}: {t:.2f} us")
 
     # 2. Small problems with the write flush (the benchmarks'), a read flush and no flush.
@@ -74,7 +75,7 @@ def main():
                           (64, 7168, 16384, "64x64:b2")]:
         a, sa, b, sb, out = problem(m, n, k)
         cfg = parse_config(text, m, n, SMS)
-        fn = lambda: _run(a, sa, b, sb, out, config=cfg)  # noqa: E731
+        fn = lambda: run(a, sa, b, sb, out, config=cfg)  # noqa: E731
         write = bench_gpu(fn)["median_us"]
         read = time_after_read_flush(fn, flush)
         warm = bench_gpu(fn, flush_l2=False)["median_us"]
@@ -84,22 +85,22 @@ def main():
     # 3. Resident 2-CTA clusters, and multicast with the grid forced past the cap.
     a, sa, b, sb, out = problem(4096, 7168, 16384)
     base = parse_config("256x128", 4096, 7168, SMS)
-    t = bench_gpu(lambda: _run(a, sa, b, sb, out, config=base), iters=20)["median_us"]
+    t = bench_gpu(lambda: run(a, sa, b, sb, out, config=base), iters=20)["median_us"]
     print(f"4096x7168x16384 {base.label} grid {base.grid_size}: {t:.1f} us")
     for text in ("256x128:mcA", "256x128:mcB", "128x128:b2:mcA"):
         cfg = parse_config(text, 4096, 7168, SMS)
-        plan = _plan_for_config(cfg, 4096, 7168)
+        plan = plan_for_config(cfg, 4096, 7168)
         print(f"{text}: resident-cluster cap gives grid {plan.grid}")
-        saved = gemm._fit_clusters
-        gemm._fit_clusters = lambda config, kernel: config  # measure past the cap
+        saved = planner.fit_clusters
+        planner.fit_clusters = lambda config, kernel: config  # measure past the cap
         try:
             for grid in (plan.grid, 128, 132):
                 forced = parse_config(text, 4096, 7168, SMS)
                 forced = dataclasses.replace(forced, grid_size=grid)
-                t = bench_gpu(lambda: _run(a, sa, b, sb, out, config=forced), iters=20)["median_us"]
+                t = bench_gpu(lambda: run(a, sa, b, sb, out, config=forced), iters=20)["median_us"]
                 print(f"  {forced.label} grid {grid}: {t:.1f} us")
         finally:
-            gemm._fit_clusters = saved
+            planner.fit_clusters = saved
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from deep_tile.gemm import _run  # noqa: E402
+from deep_tile.launch import run  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 
@@ -32,7 +32,7 @@ if rest and rest[0] == "deepgemm":
         sys.exit("deep_gemm is not importable")
 else:
     cfg = parse_config(rest[0], m, n, sms) if rest else None
-    fn, label = (lambda: _run(a, sa, b, sb, out, config=cfg, extra_defines=defines)), (cfg.label if cfg else "auto")
+    fn, label = (lambda: run(a, sa, b, sb, out, config=cfg, extra_defines=defines)), (cfg.label if cfg else "auto")
 for _ in range(3):
     fn()
 torch.cuda.synchronize()

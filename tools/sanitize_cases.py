@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import deep_tile  # noqa: E402
-from deep_tile.gemm import _run  # noqa: E402
+from deep_tile.launch import run  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
@@ -58,7 +58,7 @@ def main(only: list) -> int:
         a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout=layout)
         config = None if text == "auto" else parse_config(text, m, n, torch.cuda.get_device_properties(0).multi_processor_count)
         out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        _run(a, sa, b, sb, out, config=config)
+        run(a, sa, b, sb, out, config=config)
         torch.cuda.synchronize()
         diff = calc_diff(out.double(), deep_tile.ref_fp8_gemm(a, sa, b, sb))
         ok = not torch.isnan(out).any().item() and diff < 1e-3

@@ -87,7 +87,8 @@ class Kernel:
     _cluster_counts: dict = field(default_factory=dict)  # (device, block, smem, cluster) -> count
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def _ensure_smem_limit(self, device: int, smem_bytes: int) -> None:
+    def ensure_smem_limit(self, device: int, smem_bytes: int) -> None:
+        """Allow ``smem_bytes`` of dynamic shared memory per block on ``device`` (set once per size)."""
         if self._smem_limit_set.get(device, -1) >= smem_bytes:
             return
         with self._lock:
@@ -107,7 +108,7 @@ class Kernel:
         cached = self._cluster_counts.get(key)
         if cached is not None:
             return cached
-        self._ensure_smem_limit(device, smem_bytes)
+        self.ensure_smem_limit(device, smem_bytes)
         _ensure_current_context(device)
         function = check(_cu.cuKernelGetFunction(self.handle), f"cuKernelGetFunction({self.name})")
         config = self._config(cluster, block, smem_bytes, 0, cluster)
@@ -137,7 +138,7 @@ class Kernel:
     def launch(self, *, grid: int | tuple, block: int, smem_bytes: int, stream: int, args: KernelArgs,
                device: int, cluster: int = 1) -> None:
         """Launch on `stream` (a raw ``cudaStream_t`` as int) of device ordinal `device`."""
-        self._ensure_smem_limit(device, smem_bytes)
+        self.ensure_smem_limit(device, smem_bytes)
         config = self._config(grid, block, smem_bytes, stream, cluster)
         gx, gy, gz = config.gridDimX, config.gridDimY, config.gridDimZ
         check(_cu.cuLaunchKernelEx(config, self.handle, args.address, 0),

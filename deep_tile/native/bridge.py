@@ -1,7 +1,7 @@
 """What the native extension calls back into Python for (each call under the GIL).
 
 - :func:`plan`: the first call of a problem on a device: the full argument check (so errors are
-  Python's), then :func:`deep_tile.gemm._plan` (selector, kernel cache, cubin load) turned into
+  Python's), then :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into
   the numbers the C++ side launches with. ``None`` when the kernel's contract has an argument the
   native path does not know how to fill: that problem then runs on the Python path.
 - :func:`python_path`: every call the native path does not take (bad arguments, ``m == 0``).
@@ -16,13 +16,11 @@ The protocol's version is :data:`VERSION` (the library's ``BRIDGE_VERSION`` must
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
 from deep_tile import phases
 from deep_tile.checks import check_fp8_gemm_args
-from deep_tile.device import device_facts
+from deep_tile import device
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
 
@@ -69,10 +67,11 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
     """The launch plan of this call's problem on ``a``'s device, with ``limit`` SMs (0: all).
 
     From :mod:`deep_tile.plan_index` when a record is stored for this selector and device (the
-    selector is then not even imported), else from :func:`deep_tile.gemm._plan`.
+    selector is then not even imported), else from :func:`deep_tile.planner.plan`.
     """
-    from deep_tile import gemm, plan_index
+    from deep_tile import plan_index, planner
     from deep_tile.jit.loader import get_kernel
+    from deep_tile.layouts import reads_row_major
 
     m, n, k = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
     codes = argument_codes()
@@ -80,33 +79,31 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
         return None
     index = a.device.index
     # The C++ side makes the same decision (row_major_a_scale in csrc/gemm_op.cpp).
-    row_major = gemm._reads_row_major(a_scale, m, a_scale.shape[1])
+    row_major = reads_row_major(a_scale, m, a_scale.shape[1])
     variant = "-rm" if row_major else ""
     with torch.cuda.device(a.device):
-        num_sms = limit or device_facts(index).num_sms
+        num_sms = limit or device.device_facts(index).num_sms
         record = plan_index.lookup(index, m, n, k, num_sms, variant)
         if record is None:
-            record = _record(gemm._plan(m, n, k, num_sms, row_major), m, n, k)
+            record = _record(planner.plan(m, n, k, num_sms, row_major), m, n, k)
             plan_index.store(index, m, n, k, num_sms, record, variant)
         kernel = get_kernel(family.ENTRY, record["defines"], family.SYMBOL)
-        kernel._ensure_smem_limit(index, record["smem"])
+        kernel.ensure_smem_limit(index, record["smem"])
     return {**record, "kernel": int(kernel.handle), "symbol": kernel.name, "args": codes,
             "box_a": tuple(record["box_a"]), "box_b": tuple(record["box_b"]),
             "box_a_scale": tuple(record["box_a_scale"]), "box_d": tuple(record["box_d"])}
 
 
 def python_path(a, a_scale, b, b_scale, out):
-    """deep_tile.gemm._run: the Python host path (raises deep_tile's errors for bad arguments)."""
-    from deep_tile import gemm
+    """:func:`deep_tile.launch.run`: the Python host path (raises deep_tile's errors for bad arguments)."""
+    from deep_tile.launch import run
 
-    return gemm._run(a, a_scale, b, b_scale, out)
+    return run(a, a_scale, b, b_scale, out)
 
 
 def sms_limit() -> int:
-    """The SM limit of :func:`deep_tile.set_num_sms`, 0 when none (or when deep_tile.device, which
-    holds it, was never imported: then nobody set it)."""
-    device = sys.modules.get("deep_tile.device")
-    return (device._num_sms_limit or 0) if device is not None else 0
+    """The SM limit of :func:`deep_tile.set_num_sms`, 0 when none."""
+    return device.sms_limit() or 0
 
 
 def launch_error(message: str) -> LaunchError:

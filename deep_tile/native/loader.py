@@ -27,7 +27,7 @@ import time
 import warnings
 from pathlib import Path
 
-from deep_tile import env, phases
+from deep_tile import device, env, phases
 from deep_tile.errors import CacheError
 from deep_tile.disk import discard as _discard
 from deep_tile.native.build import in_progress as _build_in_progress, published as _published
@@ -95,6 +95,7 @@ def _load(key: str):
                               f"deep_tile.native.bridge speaks {bridge.VERSION}")
         loaded.install_bridge(bridge)
         loaded.set_sms_limit(bridge.sms_limit())
+        device.add_sms_limit_listener(push_sms_limit)
         _loaded_modules[key] = loaded
     loaded.register_ops()
     phases.add("native", time.perf_counter() - start)
@@ -301,10 +302,11 @@ def build(wait: bool = True) -> bool:
     return _s.module is not None
 
 
-def push_sms_limit(limit: int) -> None:
-    """Hand the :func:`deep_tile.set_num_sms` limit (0: none) to every loaded library."""
+def push_sms_limit(limit: int | None) -> None:
+    """Hand the :func:`deep_tile.set_num_sms` limit (None or 0: none) to every loaded library
+    (registered with :func:`deep_tile.device.add_sms_limit_listener` when a library loads)."""
     for loaded in _loaded_modules.values():
-        loaded.set_sms_limit(limit)
+        loaded.set_sms_limit(limit or 0)
 
 
 def status() -> dict:

@@ -62,11 +62,6 @@ class Candidate:
     split_k: int = 1
 
     @property
-    def shape(self) -> str:
-        """``"128x160"``."""
-        return f"{self.block_m}x{self.block_n}"
-
-    @property
     def smem_bytes(self) -> int:
         """Shared memory the candidate uses, in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k)
@@ -87,7 +82,7 @@ def max_stages(block_m: int, block_n: int, max_smem: int, split_k: int = 1) -> i
     return stages
 
 
-def _kernel_shape(block_m: int, block_n: int):
+def kernel_shape(block_m: int, block_n: int):
     """(wgmma_n, accum_buffers) of a tile: whole-width WGMMAs if they fit, two buffers if they fit;
     None if the tile fits no register budget."""
     for wgmma_n in family.legal_wgmma_ns(block_n):
@@ -107,7 +102,7 @@ def tile_shapes(max_smem: int) -> tuple:
         for block_n in family.LEGAL_BLOCK_N:
             if block_m == 64 and block_n > 128:
                 continue
-            shape = _kernel_shape(block_m, block_n)
+            shape = kernel_shape(block_m, block_n)
             if shape is None or max_stages(block_m, block_n, max_smem) < MIN_SELECTED_STAGES:
                 continue
             found.append((block_m, block_n) + shape)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from deep_tile import arch
 from deep_tile.common import ceil_div
-from deep_tile.select.candidates import _kernel_shape, max_stages
+from deep_tile.select.candidates import kernel_shape, max_stages
 from deep_tile.select.config import GROUP_SIZE, KernelConfig
 from deep_tile.select.cost import grid_size
 
@@ -36,7 +36,7 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
     except ValueError:
         raise ValueError(f"parse_config: expected BMxBN[:options]; got {text!r}") from None
     fields = {"num_multicast": 1, "multicast_on_a": False, "split_k": 1, "group_size": GROUP_SIZE}
-    shape = _kernel_shape(block_m, block_n) or (block_n, 1)
+    shape = kernel_shape(block_m, block_n) or (block_n, 1)
     fields["wgmma_n"], fields["accum_buffers"] = shape
     stages = None
     for option in options:

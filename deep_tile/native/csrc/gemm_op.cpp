@@ -42,14 +42,14 @@ const char* layout_reason(const at::Tensor& x, int64_t row_multiple) {
   return nullptr;
 }
 
-// deep_tile.gemm._is_tma_aligned.
+// deep_tile.layouts.is_tma_aligned.
 bool tma_aligned_a_scale(const at::Tensor& s, int64_t m, int64_t groups) {
   bool column_ok = s.stride(0) == 1 || m == 1;
   bool pitch_ok = groups == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= m);
   return column_ok && pitch_ok && aligned16(s);
 }
 
-// deep_tile.gemm._reads_row_major: contiguous rows of a multiple of 4 groups, 16-byte aligned.
+// deep_tile.layouts.reads_row_major: contiguous rows of a multiple of 4 groups, 16-byte aligned.
 bool row_major_a_scale(const at::Tensor& s, int64_t m, int64_t groups) {
   return m > 1 && groups > 1 && groups % 4 == 0 && s.stride(1) == 1 && s.stride(0) == groups && aligned16(s);
 }

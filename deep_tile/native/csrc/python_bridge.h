@@ -31,7 +31,7 @@ int64_t sms_limit();
 PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                   const std::optional<at::Tensor>& out, int64_t sms_limit);
 
-// deep_tile.gemm._run: the Python path. Returns the output tensor.
+// deep_tile.launch.run: the Python path. Returns the output tensor.
 at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                        const std::optional<at::Tensor>& out);
 

@@ -1,0 +1,55 @@
+"""The a_scale layouts the FP8 GEMM kernel reads, and the rule that picks between them.
+
+The kernel loads ``a_scale`` with TMA either column-major (the zero-copy layout, strides
+``(1, align4(m))``: :func:`get_tma_aligned_a_scale` makes it, :func:`is_tma_aligned` recognises
+it) or, in a kernel variant, row-major as ``per_token_cast_to_fp8`` returns it
+(:func:`reads_row_major`). Both host paths take the same decision: the native path's C++ twins of
+these rules are ``tma_aligned_a_scale`` and ``row_major_a_scale`` in
+``deep_tile/native/csrc/gemm_op.cpp``.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile.common import align4
+from deep_tile.kernels import fp8_gemm as family
+
+__all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major"]
+
+
+def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
+    """Return `a_scale` [m, g] in the layout the kernel reads without a copy.
+
+    That layout is column-major with the column stride rounded up to a multiple of 4 floats
+    (16 bytes, a TMA requirement): strides ``(1, align4(m))``, i.e. memory ``[g][align4(m)]``.
+    A tensor already in that layout (16-byte aligned) is returned as is; any other layout,
+    row-major included, is copied once into it (one small device copy of m*g floats).
+    """
+    if not isinstance(a_scale, torch.Tensor) or a_scale.dim() != 2:
+        raise ValueError("get_tma_aligned_a_scale: a_scale must be a 2-D tensor of shape (m, ceil(k/128)); "
+                         f"got {getattr(a_scale, 'shape', type(a_scale).__name__)}")
+    m, groups = a_scale.shape
+    pitch = align4(m)
+    if is_tma_aligned(a_scale):
+        return a_scale
+    aligned = torch.empty((groups, pitch), dtype=a_scale.dtype, device=a_scale.device).t()[:m]
+    aligned.copy_(a_scale)
+    return aligned
+
+
+def is_tma_aligned(a_scale: torch.Tensor) -> bool:
+    """Whether `a_scale` is already in the TMA-aligned column-major layout (the native path's
+    ``tma_aligned_a_scale`` in deep_tile/native/csrc/gemm_op.cpp is the same rule)."""
+    m, groups = a_scale.shape
+    if m == 0 or groups == 0:
+        return True
+    column_ok = a_scale.stride(0) == 1 or m == 1
+    pitch_ok = groups == 1 or (a_scale.stride(1) % 4 == 0 and a_scale.stride(1) >= m)
+    return column_ok and pitch_ok and a_scale.data_ptr() % 16 == 0
+
+
+def reads_row_major(a_scale, m: int, groups: int) -> bool:
+    """Whether the kernel reads this a_scale as it is, row-major: contiguous rows of ``groups``
+    floats, 16-byte aligned, ``groups`` a multiple of 4 (and not already the column-major layout)."""
+    return (m > 1 and groups > 1 and family.row_major_a_scale_readable(groups) and a_scale.stride(1) == 1
+            and a_scale.stride(0) == groups and a_scale.data_ptr() % 16 == 0)
