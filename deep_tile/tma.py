@@ -8,18 +8,8 @@ from __future__ import annotations
 
 import ctypes
 from collections import OrderedDict
-from enum import IntEnum
 
 from deep_tile.jit.runtime import check, driver
-
-
-class Swizzle(IntEnum):
-    """Shared-memory swizzle span in bytes (0 = none)."""
-
-    NONE = 0
-    B32 = 32
-    B64 = 64
-    B128 = 128
 
 
 _ELEMENT = {  # dtype name -> (CUtensorMapDataType member, bytes per element)

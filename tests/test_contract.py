@@ -67,6 +67,21 @@ def test_the_contract_restates_nothing_the_kernel_owns():
     assert len(family.ARGUMENTS) == len(family.ARGUMENT_KINDS) == 11
 
 
+def test_the_entry_parameters_are_the_contracts_arguments():
+    """The kernel's parameter list in the entry file names ARGUMENTS in order, with the kinds of
+    ARGUMENT_KINDS: both host paths pack their values in that order."""
+    import re
+
+    source = paths.entry_path(family.ENTRY).read_text()
+    signature = re.search(rf"{family.SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
+    params = [p.strip() for p in signature.split(",")]
+    names = [re.search(r"(\w+)$", p).group(1) for p in params]
+    assert tuple(names) == family.ARGUMENTS, names
+    kinds = ["tensormap" if "TmaDescriptor" in p else "ptr" if "*" in p else "i32" if re.match(r"int\b", p) else p
+             for p in params]
+    assert tuple(kinds) == family.ARGUMENT_KINDS, kinds
+
+
 def test_the_row_major_a_scale_variant():
     rm = CONFIG.with_row_major_a_scale()
     assert rm.a_scale_row_major and rm.defines()["DT_A_SCALE_ROW_MAJOR"] == 1
@@ -74,9 +89,13 @@ def test_the_row_major_a_scale_variant():
     assert family.tensor_map_boxes(rm, 4096).a_scale == (4, 128)
     assert family.tensor_map_boxes(CONFIG, 4096).a_scale == (128, 1)
     assert rm.label == CONFIG.label + " rm"
-    # where the wider a_scale tiles do not fit, one stage fewer
-    full = KernelConfig(block_m=64, block_n=16, num_stages=16, grid_size=132)
-    assert full.with_row_major_a_scale().num_stages < 16 or full.with_row_major_a_scale().smem_bytes <= 232448
+    # the same stages where the wider a_scale tiles still fit; one stage fewer where they do not
+    roomy = KernelConfig(block_m=64, block_n=16, num_stages=16, grid_size=132)
+    assert roomy.with_row_major_a_scale().num_stages == 16
+    full = KernelConfig(block_m=64, block_n=48, num_stages=15, accum_buffers=2, grid_size=132)
+    assert full.smem_bytes <= arch.MAX_SMEM_PER_BLOCK < family.smem_bytes(64, 48, 15, 1, True)
+    assert full.with_row_major_a_scale().num_stages == 14
+    assert full.with_row_major_a_scale().smem_bytes <= arch.MAX_SMEM_PER_BLOCK
     assert family.row_major_a_scale_readable(56) and not family.row_major_a_scale_readable(3)
 
 

@@ -8,7 +8,6 @@ kernel's contract, so a config cannot disagree with the kernel or with itself.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -237,7 +236,3 @@ class KernelConfig:
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""
         return family.defines(self)
-
-    def tile_counts(self, m: int, n: int) -> tuple:
-        """``(m_blocks, n_blocks)``: tiles along M and N for an ``m x n`` output."""
-        return math.ceil(m / self.block_m), math.ceil(n / self.block_n)
