@@ -183,9 +183,8 @@ def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = DE
     number of tiles (to one). With fewer rounds the grid stays full: halving it for, say, 133
     tiles keeps the rounds but leaves half the SMs to pull the operands (not measured).
 
-    NOTES: balancing measured on an H100 (2026-11-22, two rounds): 4096x7168x16384 (896 tiles,
-    132 -> 128 CTAs) 670 -> 663 us, 4096x2112x7168 (352 tiles, 132 -> 118) 104.9 -> 102.6,
-    4096x32768x512 +2.5%, 8192^3 +0.5%; 4096x24576x1536 and 4096x4096x7168 0.8-1% slower.
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    balanced persistent grid (cost.grid_size).
     """
     grid = min(num_sms, tiles)
     if num_multicast == 2:

@@ -55,13 +55,9 @@ def _tie_break(e: Estimate) -> tuple:
     grouped along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
     128x64 tiles the taller measured faster (128x7168x16384: 128x64 57.4 us, 64x128 58.2).
 
-    NOTES: split-K for latency-bound ties, measured (2026-11-22, the old tie-break against this
-    one, best of 3, us, H100 / H200) on every shape of a 240-shape grid whose pick it changed:
-    64x2112x7168 (64x16 -> 64x32 k2) 14.3 -> 13.6 / 14.2 -> 11.6, 48x2112x7168 14.4 -> 13.5 / 14.1
-    -> 11.6, 32..64x2048x7168 14.2-14.4 -> 13.2-13.3 / 14.1-14.4 -> 11.4-11.6, 96x576x7168 10.7 ->
-    10.2 / 10.2 -> 9.7, 512x256x7168 14.2 -> 11.9 / 14.1 -> 11.0. Ties of HBM-bound candidates
-    stay unsplit (8x4096x7168 64x32 18.0 vs 64x64 k2 18.6, 64x7168x16384 64x64 51.8 vs 64x128 k2
-    52.4, H100)."""
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    split-K first among latency-bound ties (selector._tie_break).
+    """
     c = e.candidate
     wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
     split_rank = int(c.split_k == 1) if e.bound == "latency" else c.split_k
@@ -78,12 +74,8 @@ def overlaps_promotion(m: int) -> bool:
     """Whether at ``m`` rows only candidates with two accumulator buffers are ranked (k-loops that
     overlap the next WGMMAs with the promotion).
 
-    NOTES: measured on an H100 (2026-11-22, every M in 1..128 x the six DeepSeek (N, K) pairs,
-    forced configurations, benchmarks/data/sweep_decode_h100_s7_2026-11-22.json): on all 16 shapes
-    where one-buffer tiles ran, the best two-buffer tile beat the best one-buffer tile by 3.5-10%
-    (128x24576x1536: 128x192 24.0 us, 128x64 x2 22.6; 128x32768x512: 128x256 16.9, 128x128 x2
-    15.8), while the model put the one-buffer tile first at M = 128 on both shapes: there the
-    k-loops stream B, and the serial one-buffer chain (WGMMA, wait, promote) is exposed.
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    two accumulator buffers only below 129 rows (selector.overlaps_promotion).
     """
     return m < SERIAL_LOOP_MIN_M
 
@@ -109,15 +101,9 @@ def _split_latency_bound(ranked: tuple) -> tuple:
     """``ranked`` with the fastest split-K candidate first when the first is an unsplit,
     latency-bound one and the split is predicted within :data:`SPLIT_TOLERANCE` of it.
 
-    NOTES: the model overprices the split of a latency-bound k-loop (its chain halves). Measured
-    (2026-11-22, best of 3, us, H100 / H200) on every shape of a 240-shape grid whose pick this
-    changed: 1..64x1024x4096 (64x16 -> 64x32 k3 / 64x16 k2) 10.6 -> 9.1-9.5 / 10.2-10.4 -> 8.4-8.9,
-    96x2112x7168 (64x32 -> 128x32 k2) 16.4 -> 14.4 / 15.4 -> 13.2, 128x2112x7168 (64x32 -> 64x64
-    k2) 14.9 -> 14.8 / 14.9 -> 13.2, 128x1536x7168 14.5 -> 12.9 / 14.6 -> 12.2, 96x1536x7168 14.6 ->
-    14.5 / 14.6 -> 12.8, 96/128x2048x7168 1.02-1.13x / 1.12-1.15x, 1024x256x7168 14.8 -> 14.2 / 14.6
-    -> 13.0: none slower. Outside that grid it loses on the H200, whose faster HBM makes more
-    first choices latency-bound (session 8, `sweep_decode_h200_s7`): 8..64x4096x7168 64x64 k2
-    15.6-16.1 us against 64x32 14.7-15.1."""
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    a split-K candidate within 7% goes first (selector._split_latency_bound).
+    """
     best = ranked[0]
     if best.bound != "latency" or best.candidate.split_k > 1:
         return ranked
@@ -168,12 +154,8 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int) -> int:
     that runs ``k_blocks_per_cta`` k-blocks per tile: 6 from :data:`LONG_K_BLOCKS` on, else 3;
     always 3 with two accumulator buffers (their loop has its own unrolling).
 
-    NOTES: measured on an H100 (2026-11-23, NVRTC 13.0, the same kernels unrolled by 3 and 6, one
-    process, best of 2): 1.1-2.3% faster by 6 at K = 7168 and 16384 (4096x7168x16384 655.6 ->
-    645.8 us, 4096x4096x7168 172.5 -> 169.2, 4096x2112x7168 103.2 -> 102.2), neutral at 8192^3;
-    slower at K <= 2048 (4096x7168x2048 0.99, 4096x24576x1536 0.995, 4096x32768x512 0.97-0.98),
-    where the longer code per tile outweighs the saved loop overhead; 9 and 12 were no better
-    than 6. The model's ranking does not see the unrolling: it is applied to the pick.
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    the one-buffer k-loop unrolled by 6 (selector.k_unroll_for).
     """
     return 6 if accum_buffers == 1 and k_blocks_per_cta >= LONG_K_BLOCKS else 3
 
@@ -191,12 +173,8 @@ def streams_b(m_blocks: int, k_blocks: int) -> bool:
     at least :data:`STREAM_MIN_K_BLOCKS` k-blocks; then its lines should not displace others in L2
     (``KernelConfig.evict_first_b``).
 
-    NOTES: measured on an H100 (2026-11-22, the same kernels with and without the policies, one
-    process): 1.04-1.16x on 13 shapes with M <= 128 and K >= 1536 (one and two m-blocks, one and
-    two rounds of tiles); at K = 512 (4 k-blocks) 64x32768x512 neutral (0.99-1.00x) and
-    128x32768x512 0.93-0.97x (128x256 tile); 0.83x at 4096x32768x512 (16 m-blocks: a B tile is
-    re-read rounds later); B evict-first alone gives most of the gain, and an explicit evict-normal
-    policy on every load ran 0.78-0.97x.
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    L2 evict-first for B streams (selector.streams_b).
     """
     return m_blocks <= STREAM_MAX_M_BLOCKS and k_blocks >= STREAM_MIN_K_BLOCKS
 
