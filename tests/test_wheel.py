@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -57,10 +58,15 @@ def installed(tmp_path_factory):
     interpreter's packages for the dependencies). Yields (wheel path, venv python, work dir)."""
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
+    # Built from a clean copy: pip builds a local directory in place, and a stale build/ left in the
+    # checkout would both dirty it and could put files into the wheel that the sources no longer ship.
+    source = base / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".*"))
     isolation = [] if _setuptools_builds_here() else ["--use-pep517"]
     no_isolation = ["--no-build-isolation"] if not isolation else []
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *no_isolation, *isolation, "-q", "-w", str(dist),
-          str(ROOT)], cwd=base)
+          str(source)], cwd=base)
     [wheel] = dist.glob("deep_tile-*.whl")
     venv = base / "venv"
     _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
