@@ -1,5 +1,6 @@
 """Files of the cache directory: :func:`discard` moves a damaged one aside and removes it;
-:func:`fsync_path` flushes a published file or directory to disk.
+:func:`fsync_path` flushes a published file or directory to disk; :func:`read_entry_meta` reads
+an entry's ``meta.json`` (kernel cubins and native builds alike).
 
 Shared by the kernel cache (:mod:`deep_tile.jit.cache`) and the native extension's builds
 (:mod:`deep_tile.native.build`): a damaged entry, or whatever stands where a file or directory of
@@ -8,12 +9,13 @@ deleted. Imports nothing from deep_tile.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
 from pathlib import Path
 
-__all__ = ["discard", "fsync_path"]
+__all__ = ["discard", "fsync_path", "read_entry_meta"]
 
 
 def discard(path: Path) -> None:
@@ -51,3 +53,17 @@ def fsync_path(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def read_entry_meta(entry: Path, key: str) -> dict | str:
+    """The ``meta.json`` of the cache entry directory ``entry`` published under ``key``, or what is
+    wrong with it (missing, unreadable, not a JSON object, another key's)."""
+    try:
+        meta = json.loads((entry / "meta.json").read_bytes())
+    except FileNotFoundError:
+        return "meta.json missing"
+    except (OSError, ValueError) as error:
+        return f"meta.json unreadable ({type(error).__name__})"
+    if not isinstance(meta, dict) or meta.get("key") != key:
+        return "meta.json is not this entry's"
+    return meta

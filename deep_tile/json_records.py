@@ -15,10 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Callable, Optional
+
+from deep_tile.disk import discard
 
 __all__ = ["SETTLE_NS", "CHECKSUM", "read", "write"]
 
@@ -52,17 +53,6 @@ def read(path: Path, valid: Optional[Callable[[dict], bool]] = None) -> dict | N
     return record
 
 
-def _remove(path: Path) -> None:
-    """Remove whatever is at ``path`` (a file, or a directory where a record belongs); never raises."""
-    try:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink()
-    except OSError:
-        pass
-
-
 def write(path: Path, record: dict) -> bool:
     """Store ``record`` (a JSON-able dict) at ``path`` atomically; whether it was written.
 
@@ -85,11 +75,11 @@ def write(path: Path, record: dict) -> bool:
         except (FileExistsError, NotADirectoryError):
             if not path.parent.parent.is_dir():
                 return False  # the damage is above the record's folder: leave it to the cache's owner
-            _remove(path.parent)
+            discard(path.parent)
             path.parent.mkdir()
         tmp.write_text(text)
         if path.is_dir():
-            _remove(path)
+            discard(path)
         os.replace(tmp, path)
     except OSError:
         try:

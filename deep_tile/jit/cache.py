@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Mapping
 
 from deep_tile import env, phases
-from deep_tile.disk import discard, fsync_path
+from deep_tile.disk import discard, fsync_path, read_entry_meta
 from deep_tile.errors import CacheError, CompileError
 from deep_tile.jit import compiler as _compiler
 from deep_tile.jit import paths, source_index
@@ -273,14 +273,9 @@ _META_STRINGS = ("log", "command", "compiler", "entry_path", "kernel_name")
 
 def _entry_problem(final: Path, key: str) -> tuple[bytes, dict] | str:
     """The (cubin, meta) of the entry directory ``final``, or what is wrong with it."""
-    try:
-        meta = json.loads((final / "meta.json").read_bytes())
-    except FileNotFoundError:
-        return "meta.json missing"
-    except (OSError, ValueError) as exc:
-        return f"meta.json unreadable: {type(exc).__name__}"
-    if not isinstance(meta, dict) or meta.get("key") != key:
-        return "meta.json is not this entry's"
+    meta = read_entry_meta(final, key)
+    if isinstance(meta, str):
+        return meta
     if not all(isinstance(meta.get(name, ""), str) for name in _META_STRINGS):
         return "meta.json has members of the wrong type"
     try:

@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 
 from deep_tile import env
-from deep_tile.disk import discard, fsync_path
+from deep_tile.disk import discard, fsync_path, read_entry_meta
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
@@ -114,14 +114,9 @@ def entry_problem(key: str) -> str | None:
         return None
     if not is_dir:
         return "not a directory"
-    try:
-        meta = json.loads((entry / "meta.json").read_bytes())
-    except FileNotFoundError:
-        return "meta.json missing"
-    except (OSError, ValueError) as error:
-        return f"meta.json unreadable ({type(error).__name__})"
-    if not isinstance(meta, dict) or meta.get("key") != key:
-        return "meta.json is not this entry's"
+    meta = read_entry_meta(entry, key)
+    if isinstance(meta, str):
+        return meta
     size, digest = meta.get("library_bytes"), meta.get("library_sha256")
     if not isinstance(size, int) or not isinstance(digest, str):
         return "meta.json records no library size and sha256 (published by an older deep_tile)"
