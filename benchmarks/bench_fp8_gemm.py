@@ -43,6 +43,7 @@ from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.shapes import BENCH_SHAPES, MODEL_NK  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth, sustained  # noqa: E402
+from deep_tile.problem import Problem
 
 DECODE_M = (1, 2, 4, 8, 16, 32, 64, 128)
 DECODE_SHAPES = [(m, n, k) for m in DECODE_M for (n, k) in MODEL_NK]
@@ -164,7 +165,7 @@ def run_shape(m, n, k, args) -> dict:
     for name, fn in fns.items():
         if not callable(fn):
             row[f"{name}_error"] = fn
-    flops, nbytes = 2.0 * m * n * k, min_bytes(m, n, k)
+    flops, nbytes = 2.0 * m * n * k, min_bytes(Problem(m, n, k))
     if args.sustained:
         for name, fn in runnable.items():
             s = sustained(fn, args.seconds)

@@ -27,6 +27,7 @@ from deep_tile.select.cost import DEFAULT_PARAMS, ModelParams, estimate  # noqa:
 from deep_tile.common import ceil_div  # noqa: E402
 from deep_tile.select.selector import streams_b  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
+from deep_tile.problem import Problem
 
 BOUNDS = {  # parameter -> (low, high), searched in log space
     "clock_hz": (1.2e9, 2.0e9), "tensor_efficiency": (0.6, 1.0), "irregular_width_efficiency": (0.5, 1.0), "l2_bytes_per_cycle": (20.0, 120.0),
@@ -62,7 +63,7 @@ def load(paths) -> list:
 
 
 def predict(points, params: ModelParams, chip) -> list:
-    return [estimate(c, *shape, 132, chip, params=params).time_s for shape, c, _ in points]
+    return [estimate(c, Problem(*shape), 132, chip, params=params).time_s for shape, c, _ in points]
 
 
 def loss(points, params, chip) -> float:
@@ -107,7 +108,7 @@ def pick_regret(points, params, chip) -> tuple:
         cands = candidates_module.enumerate_candidates(arch.MAX_SMEM_PER_BLOCK, 132,
                                                        lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn),
                                                        ceil_div(k, 128))
-        best = min(cands, key=lambda c: estimate(c, m, n, k, 132, chip, params=params).time_s)
+        best = min(cands, key=lambda c: estimate(c, Problem(m, n, k), 132, chip, params=params).time_s)
         if best in times:
             ratios.append(min(times.values()) / times[best])
     return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), min(ratios), len(ratios)

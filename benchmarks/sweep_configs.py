@@ -28,6 +28,7 @@ from deep_tile.select import rank_candidates, select_config  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
 from deep_tile.testing.configs import format_config, parse_config  # noqa: E402
 from deep_tile.testing.shapes import MODEL_NK, MODEL_SHAPES  # noqa: E402
+from deep_tile.problem import Problem
 
 SETS = {
     "large": [s for s in MODEL_SHAPES if s[0] == 4096] + [(8192, 8192, 8192)],
@@ -64,14 +65,14 @@ def configs_for(m: int, n: int, k: int, args) -> list:
         if not text:
             continue
         try:
-            config = (select_config(m, n, k, args.num_sms) if text == "auto"
+            config = (select_config(Problem(m, n, k), args.num_sms) if text == "auto"
                       else parse_config(text, m, n, args.num_sms))
         except ValueError as error:
             print(f"skip {text} on {m}x{n}x{k}: {error}", file=sys.stderr)
             continue
         found.setdefault(format_config(config), (text, config))
-    for e in rank_candidates(m, n, k, args.num_sms)[:args.top]:
-        config = config_from_estimate(m, n, e, args.num_sms)
+    for e in rank_candidates(Problem(m, n, k), args.num_sms)[:args.top]:
+        config = config_from_estimate(Problem(m, n, k), e, args.num_sms)
         found.setdefault(format_config(config), (f"top:{e.candidate.label}", config))
     return list(found.values())
 

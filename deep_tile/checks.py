@@ -25,11 +25,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deep_tile.common import SCALE_GROUP, ceil_div, check_int
+from deep_tile.problem import Problem
 
 if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are checked
     import torch
 
-__all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_fp8_gemm_args", "shown"]
+__all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_problem", "check_fp8_gemm_args",
+           "shown"]
 
 N_MULTIPLE = 8
 """``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
@@ -57,6 +59,11 @@ def check_problem_shape(func: str, m, n, k) -> tuple[int, int, int]:
         raise ValueError(f"{func}: m must be an int >= 0; got {m}")
     _check_n_k(func, n, k)
     return m, n, k
+
+
+def check_problem(func: str, m, n, k) -> Problem:
+    """:func:`check_problem_shape` as the dense :class:`deep_tile.problem.Problem` it describes."""
+    return Problem(*check_problem_shape(func, m, n, k))
 
 
 def _check_n_k(func: str, n: int, k: int) -> None:
@@ -150,8 +157,9 @@ def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, d
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
 
 
-def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True) -> tuple[int, int, int]:
-    """Validate fp8_gemm's arguments and return ``(m, n, k)``.
+def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True) -> Problem:
+    """Validate fp8_gemm's arguments and return the dense :class:`deep_tile.problem.Problem` they
+    describe (its a_scale layout is the launcher's to decide: :mod:`deep_tile.layouts`).
 
     ``m = a.shape[0]``, ``n = b.shape[0]`` and ``k = a.shape[1]`` go through
     :func:`check_problem_shape`, so a shape fp8_gemm rejects is rejected with the same message by
@@ -161,7 +169,7 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     fake implementations of :mod:`deep_tile.ops` check fake and meta tensors with it).
 
     When ``a.shape[0]`` is a ``torch.SymInt`` (fake tensors of torch.compile / torch.export with a
-    dynamic m), ``m`` is returned as that SymInt: it is checked with ``torch._check_with`` (the same
+    dynamic m), the problem's ``m`` is that SymInt: it is checked with ``torch._check_with`` (the same
     messages, symbolic sizes shown as the values traced with) and never specialised, the row counts
     of ``a_scale`` and ``out`` compared with it the same way; ``n`` and ``k`` are returned as ints.
 
@@ -209,7 +217,7 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     if out is not None:
         _require_aligned("out", out, 8, "n", data_checks)
     if not data_checks:
-        return m, n, k
+        return Problem(m, n, k)
 
     devices = {name: x.device for name, x in
                (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out)) if x is not None}
@@ -225,4 +233,4 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     if capability != (9, 0):
         raise ValueError(f"{_FN}: needs an sm_90 (Hopper) GPU; {a.device} is "
                          f"{torch.cuda.get_device_name(a.device)} with compute capability {capability}")
-    return m, n, k
+    return Problem(m, n, k)

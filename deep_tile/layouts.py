@@ -3,9 +3,9 @@
 The kernel loads ``a_scale`` with TMA either column-major (the zero-copy layout, strides
 ``(1, align4(m))``: :func:`get_tma_aligned_a_scale` makes it, :func:`is_tma_aligned` recognises
 it) or, in a kernel variant, row-major as ``per_token_cast_to_fp8`` returns it
-(:func:`reads_row_major`). Both host paths take the same decision: the native path's C++ twins of
-these rules are ``tma_aligned_a_scale`` and ``row_major_a_scale`` in
-``deep_tile/native/csrc/gemm_op.cpp``.
+(:func:`reads_row_major`). Both host paths take the same decision: the native path decides it
+per call in C++ (``a_scale_layout`` in ``deep_tile/native/csrc/gemm_op.cpp``), and
+tests/test_native.py compares that rule with these functions over some 300 layouts.
 """
 from __future__ import annotations
 
@@ -28,28 +28,28 @@ def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
     if not isinstance(a_scale, torch.Tensor) or a_scale.dim() != 2:
         raise ValueError("get_tma_aligned_a_scale: a_scale must be a 2-D tensor of shape (m, ceil(k/128)); "
                          f"got {getattr(a_scale, 'shape', type(a_scale).__name__)}")
-    m, groups = a_scale.shape
+    m, k_blocks = a_scale.shape
     pitch = align4(m)
     if is_tma_aligned(a_scale):
         return a_scale
-    aligned = torch.empty((groups, pitch), dtype=a_scale.dtype, device=a_scale.device).t()[:m]
+    aligned = torch.empty((k_blocks, pitch), dtype=a_scale.dtype, device=a_scale.device).t()[:m]
     aligned.copy_(a_scale)
     return aligned
 
 
 def is_tma_aligned(a_scale: torch.Tensor) -> bool:
     """Whether `a_scale` is already in the TMA-aligned column-major layout (the native path's
-    ``tma_aligned_a_scale`` in deep_tile/native/csrc/gemm_op.cpp is the same rule)."""
-    m, groups = a_scale.shape
-    if m == 0 or groups == 0:
+    ``a_scale_layout`` in deep_tile/native/csrc/gemm_op.cpp is the same rule, tested so)."""
+    m, k_blocks = a_scale.shape
+    if m == 0 or k_blocks == 0:
         return True
     column_ok = a_scale.stride(0) == 1 or m == 1
-    pitch_ok = groups == 1 or (a_scale.stride(1) % 4 == 0 and a_scale.stride(1) >= m)
+    pitch_ok = k_blocks == 1 or (a_scale.stride(1) % 4 == 0 and a_scale.stride(1) >= m)
     return column_ok and pitch_ok and a_scale.data_ptr() % 16 == 0
 
 
-def reads_row_major(a_scale, m: int, groups: int) -> bool:
-    """Whether the kernel reads this a_scale as it is, row-major: contiguous rows of ``groups``
-    floats, 16-byte aligned, ``groups`` a multiple of 4 (and not already the column-major layout)."""
-    return (m > 1 and groups > 1 and family.row_major_a_scale_readable(groups) and a_scale.stride(1) == 1
-            and a_scale.stride(0) == groups and a_scale.data_ptr() % 16 == 0)
+def reads_row_major(a_scale, m: int, k_blocks: int) -> bool:
+    """Whether the kernel reads this a_scale as it is, row-major: contiguous rows of ``k_blocks``
+    floats, 16-byte aligned, ``k_blocks`` a multiple of 4 (and not already the column-major layout)."""
+    return (m > 1 and k_blocks > 1 and family.row_major_a_scale_readable(k_blocks) and a_scale.stride(1) == 1
+            and a_scale.stride(0) == k_blocks and a_scale.data_ptr() % 16 == 0)

@@ -93,8 +93,8 @@ def _per_block_impl(w):
 
 def _fp8_gemm_fake(a, a_scale, b, b_scale):
     """The checks without data, then an empty bf16 ``[m, n]`` (``m`` left symbolic when it is)."""
-    m, n, _ = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
-    return a.new_empty((m, n), dtype=torch.bfloat16)
+    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
+    return a.new_empty((problem.m, problem.n), dtype=torch.bfloat16)
 
 
 def _fp8_gemm_out_fake(a, a_scale, b, b_scale, out):

@@ -5,7 +5,10 @@ on the first call of a process, for an answer that only changes when the selecto
 the device change. The native path's plans (:mod:`deep_tile.native.bridge`) are stored as small
 JSON records::
 
-    <DEEP_TILE_CACHE_DIR>/plans/<fingerprint>/<m>x<n>x<k>-<num_sms>.json
+    <DEEP_TILE_CACHE_DIR>/plans/<fingerprint>/<kind>-<m>x<n>x<k>[-g<groups>-e<expected_m>]-<num_sms>[-rm].json
+
+(``-rm``: the kernel reads a row-major a_scale; the file name spells every field of the
+:class:`deep_tile.problem.Problem`).
 
 where the fingerprint hashes what ``os.stat`` says of the modules the choice depends on
 (:data:`SOURCES`: path, size, mtime, inode) and the device (name, SMs, shared memory, compute
@@ -26,39 +29,39 @@ import time
 from pathlib import Path
 
 from deep_tile import env, json_records
+from deep_tile.kernel_args import CODE_LENGTHS
 from deep_tile.json_records import SETTLE_NS
 
 __all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "valid_record", "lookup", "store"]
 
 _PACKAGE = Path(__file__).resolve().parent
-SOURCES = ("select", "arch.py", "common.py", "device.py", "planner.py", "layouts.py", "kernels/fp8_gemm.py",
-           "native/bridge.py")
+SOURCES = ("select", "arch.py", "common.py", "device.py", "planner.py", "layouts.py", "problem.py",
+           "kernel_args.py", "kernels/fp8_gemm.py", "native/bridge.py")
 """The package's files and folders (relative) whose code decides a plan."""
 
 _fingerprints: dict = {}  # device index -> (fingerprint, newest mtime ns)
 
 
 _POSITIVE_INTS = ("grid", "block", "smem", "cluster")
-_INTS = ("d_swizzle", "group_size")
-_BOOLS = ("store_d_map", "a_scale_row_major")
-_BOXES = ("box_a", "box_b", "box_a_scale", "box_d")
 
 
 def _is_int(value, low: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value < 2 ** 31
 
 
+def _valid_spec(spec) -> bool:
+    return (isinstance(spec, list) and bool(spec) and all(_is_int(v, -1) for v in spec)
+            and CODE_LENGTHS.get(spec[0]) == len(spec))
+
+
 def valid_record(record: dict) -> bool:
     """Whether ``record`` has every member of a plan (``deep_tile.native.bridge``'s record) with
     the type the native path casts it to: what a stored record must pass before it is used."""
-    defines = record.get("defines")
+    defines, args = record.get("defines"), record.get("args")
     return (isinstance(defines, dict) and bool(defines)
             and all(isinstance(k, str) and isinstance(v, (int, str)) for k, v in defines.items())
             and all(_is_int(record.get(name), 1) for name in _POSITIVE_INTS)
-            and all(_is_int(record.get(name), 0) for name in _INTS)
-            and all(isinstance(record.get(name), bool) for name in _BOOLS)
-            and all(isinstance(record.get(name), list) and len(record[name]) == 2
-                    and all(_is_int(v, 1) for v in record[name]) for name in _BOXES)
+            and isinstance(args, list) and bool(args) and all(_valid_spec(spec) for spec in args)
             and isinstance(record.get("label"), str))
 
 
@@ -75,7 +78,7 @@ def _fingerprint(device_index: int) -> tuple[str, int]:
 
     facts = device_facts(device_index)
     major, minor = facts.capability
-    h = hashlib.sha256(f"deep_tile plan index 1\0{facts.name}\0{facts.num_sms}\0{facts.max_smem_per_block}\0"
+    h = hashlib.sha256(f"deep_tile plan index 2\0{facts.name}\0{facts.num_sms}\0{facts.max_smem_per_block}\0"
                        f"{major}.{minor}\0".encode())
     newest = 0
     for source in SOURCES:
@@ -89,26 +92,28 @@ def _fingerprint(device_index: int) -> tuple[str, int]:
     return cached
 
 
-def _path(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str = "") -> tuple[Path, int]:
+def _path(device_index: int, problem, num_sms: int) -> tuple[Path, int]:
     digest, newest = _fingerprint(device_index)
-    return plans_dir() / digest[:32] / f"{m}x{n}x{k}-{num_sms}{variant}.json", newest
+    groups = f"-g{problem.num_groups}-e{problem.expected_m}" if problem.num_groups != 1 else ""
+    layout = "-rm" if problem.a_scale_row_major else ""
+    name = f"{problem.kind.value}-{problem.m}x{problem.n}x{problem.k}{groups}-{num_sms}{layout}.json"
+    return plans_dir() / digest[:32] / name, newest
 
 
-def lookup(device_index: int, m: int, n: int, k: int, num_sms: int, variant: str = "") -> dict | None:
-    """The stored record of this plan (``variant``: a suffix naming a kernel variant of the same
-    problem, e.g. ``"-rm"`` for a row-major a_scale), or None (absent, damaged, or
-    DEEP_TILE_PRINT_CONFIGS)."""
+def lookup(device_index: int, problem, num_sms: int) -> dict | None:
+    """The stored record of the plan of ``problem`` (a :class:`deep_tile.problem.Problem`) with
+    ``num_sms`` SMs, or None (absent, damaged, or DEEP_TILE_PRINT_CONFIGS)."""
     if env.print_configs() or env.disable_cache():
         return None
-    path, _ = _path(device_index, m, n, k, num_sms, variant)
+    path, _ = _path(device_index, problem, num_sms)
     return json_records.read(path, valid_record)
 
 
-def store(device_index: int, m: int, n: int, k: int, num_sms: int, record: dict, variant: str = "") -> None:
+def store(device_index: int, problem, num_sms: int, record: dict) -> None:
     """Remember ``record`` (JSON-able) for this plan; failures only cost speed."""
     if env.disable_cache():
         return
-    path, newest = _path(device_index, m, n, k, num_sms, variant)
+    path, newest = _path(device_index, problem, num_sms)
     if time.time_ns() - newest < SETTLE_NS:
         return  # the selector's sources are being edited: do not remember
     json_records.write(path, record)

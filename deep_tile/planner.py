@@ -1,12 +1,14 @@
 """The one planner of the FP8 GEMM: the launch plan both host paths consume.
 
-A :class:`Plan` holds everything about a launch that depends only on the problem, the device and
-the SM limit: the selected :class:`deep_tile.select.KernelConfig` (its multicast grid fitted to the
-clusters that can be resident), the loaded kernel, the TMA boxes, the grid, the cluster and block
-sizes and the shared memory. :func:`plan` memoises one per (problem, device, SM limit, a_scale
-layout); :func:`plan_for_config` builds one for a forced config (tests, sweeps). The Python
-launcher (:mod:`deep_tile.launch`) launches plans; the native path (:mod:`deep_tile.native.bridge`)
-turns them into the numbers its C++ side launches with.
+A :class:`Plan` holds everything about a launch that depends only on the problem
+(:class:`deep_tile.problem.Problem`, its a_scale layout included), the device and the SM limit:
+the selected :class:`deep_tile.select.KernelConfig` (its multicast grid fitted to the clusters
+that can be resident), the loaded kernel, the argument specs (how each kernel parameter is made
+from the call's tensors, :mod:`deep_tile.kernel_args`), the grid, the cluster and block sizes and
+the shared memory. :func:`plan` memoises one per (problem, SM limit, device);
+:func:`plan_for_config` builds one for a forced config (tests, sweeps). The Python launcher
+(:mod:`deep_tile.launch`) walks a plan's specs in Python; the native path
+(:mod:`deep_tile.native.bridge`) hands the same specs, encoded as ints, to its C++ walker.
 """
 from __future__ import annotations
 
@@ -22,21 +24,32 @@ __all__ = ["Plan", "plan", "plan_for_config", "fit_clusters", "select"]
 
 class Plan:
     """Everything about a launch that depends only on the problem and the config: memoised.
-    (A plain class, not a dataclass: this module is imported by the first call of a process.)"""
+    (A plain class, not a dataclass: this module is imported by the first call of a process.)
 
-    __slots__ = ("config", "kernel", "boxes", "grid", "cluster", "block", "smem")
+    Attributes:
+        problem: the :class:`deep_tile.problem.Problem`.
+        config: the :class:`deep_tile.select.KernelConfig` (grid fitted to the resident clusters).
+        kernel: the loaded :class:`deep_tile.jit.runtime.Kernel`.
+        args: how each kernel parameter is made from the call's tensors
+            (:mod:`deep_tile.kernel_args` specs, the kernel's order): both host paths walk them.
+        grid, cluster, block, smem: the launch geometry.
+    """
 
-    def __init__(self, config, kernel, boxes: family.TensorMapBoxes, grid: int, cluster: int):
+    __slots__ = ("problem", "config", "kernel", "args", "grid", "cluster", "block", "smem")
+
+    def __init__(self, problem, config, kernel, args: tuple, grid: int, cluster: int):
+        self.problem = problem
         self.config = config
         self.kernel = kernel  # deep_tile.jit.runtime.Kernel
-        self.boxes = boxes
+        self.args = args
         self.grid = grid
         self.cluster = cluster
         self.block = config.num_threads  # launch constants, derived once rather than per call
         self.smem = config.smem_bytes
 
     def __repr__(self) -> str:
-        return f"Plan(config={self.config!r}, kernel={self.kernel.name!r}, grid={self.grid}, cluster={self.cluster})"
+        return (f"Plan({self.problem!r}, config={self.config!r}, kernel={self.kernel.name!r}, grid={self.grid}, "
+                f"cluster={self.cluster})")
 
 
 _plans: dict = {}
@@ -54,34 +67,37 @@ def fit_clusters(config, kernel):
     return config if config.grid_size <= limit else dataclasses.replace(config, grid_size=limit)
 
 
-def plan_for_config(config, m: int, n: int, extra_defines=None) -> Plan:
-    """The plan of ``config`` (a :class:`deep_tile.select.KernelConfig`) for an ``m x n`` output on
-    the current device, its kernel built with ``extra_defines`` added (not memoised)."""
+def plan_for_config(config, problem, extra_defines=None) -> Plan:
+    """The plan of ``config`` (a :class:`deep_tile.select.KernelConfig`) for ``problem`` (a
+    :class:`deep_tile.problem.Problem`) on the current device, its kernel built with
+    ``extra_defines`` added (not memoised). The config's a_scale variant follows the problem's."""
     from deep_tile.jit.loader import get_kernel
 
+    if config.a_scale_row_major != problem.a_scale_row_major:
+        config = config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(
+            config, a_scale_row_major=False)
     kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.SYMBOL)
     config = fit_clusters(config, kernel)
-    return Plan(config, kernel, family.tensor_map_boxes(config, m), family.launch_grid(config, m, n),
-                 family.cluster_size(config))
+    return Plan(problem, config, kernel, family.argument_specs(config, problem.m),
+                family.launch_grid(config, problem.m, problem.n), family.cluster_size(config))
 
 
-def select(m: int, n: int, k: int, num_sms: int):
-    """The selector's :class:`deep_tile.select.KernelConfig` for ``m x n x k`` on ``num_sms`` SMs
+def select(problem, num_sms: int):
+    """The selector's :class:`deep_tile.select.KernelConfig` for ``problem`` on ``num_sms`` SMs
     (timed as the ``select`` phase of a first call)."""
     from deep_tile import phases
-    from deep_tile.select.api import get_config
+    from deep_tile.select.api import get_problem_config
 
     with phases.timed("select"):
-        return get_config(m, n, k, num_sms=num_sms)
+        return get_problem_config(problem, num_sms=num_sms)
 
 
-def plan(m: int, n: int, k: int, num_sms: int, a_scale_row_major: bool = False) -> Plan:
-    """The memoised plan of ``m x n x k`` on the current device with ``num_sms`` SMs, for an
-    a_scale in the TMA-aligned layout or (``a_scale_row_major``) read row-major by the kernel (both
-    host paths use it: the native path through deep_tile/native/bridge.py)."""
-    key = (m, n, k, num_sms, torch.cuda.current_device(), a_scale_row_major)
+def plan(problem, num_sms: int) -> Plan:
+    """The memoised plan of ``problem`` (a :class:`deep_tile.problem.Problem`, its a_scale layout
+    included) on the current device with ``num_sms`` SMs (both host paths use it: the native path
+    through deep_tile/native/bridge.py)."""
+    key = (problem, num_sms, torch.cuda.current_device())
     found = _plans.get(key)
     if found is None:
-        config = select(m, n, k, num_sms)
-        found = _plans[key] = plan_for_config(config.with_row_major_a_scale() if a_scale_row_major else config, m, n)
+        found = _plans[key] = plan_for_config(select(problem, num_sms), problem)
     return found

@@ -23,6 +23,7 @@ from deep_tile.errors import CacheError, DeepTileError
 from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, SYMBOL as GEMM_SYMBOL
 from deep_tile.jit import cache
 from deep_tile.jit.loader import build_defines
+from deep_tile.problem import Problem
 from deep_tile.select import KernelConfig, select_config
 
 __all__ = ["WarmupKernel", "WarmupResult", "check_shape", "plan", "build"]
@@ -103,14 +104,14 @@ def plan(shapes: Iterable[Sequence[int]], num_sms: int) -> list[WarmupKernel]:
     configs: dict[tuple, KernelConfig] = {}
     seen = set()
     for shape in shapes:
-        m, n, k = check_shape(shape)
-        if m == 0 or (m, n, k) in seen:
+        problem = Problem(*check_shape(shape))
+        if problem.m == 0 or problem in seen:
             continue
-        seen.add((m, n, k))
-        config = select_config(m, n, k, num_sms)
+        seen.add(problem)
+        config = select_config(problem, num_sms)
         defines = tuple(sorted(build_defines(config.defines()).items()))
         configs.setdefault(defines, config)
-        groups.setdefault(defines, []).append((m, n, k))
+        groups.setdefault(defines, []).append(problem.shape)
     return [WarmupKernel(configs[d], d, tuple(s)) for d, s in groups.items()]
 
 

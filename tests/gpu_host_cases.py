@@ -16,6 +16,7 @@ import torch
 import deep_tile
 from deep_tile import native
 from deep_tile.launch import run
+from deep_tile.problem import Problem
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff
 from gpu_cases import _metrics, _poisoned_out
@@ -77,7 +78,7 @@ def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
     try:
         limited = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
         limited_python = run(a, a_scale, b, b_scale, _poisoned_out(m, n))
-        limited_grid = planner.plan(m, n, k, 66).grid
+        limited_grid = planner.plan(Problem(m, n, k), 66).grid
     finally:
         device.set_num_sms(None)
     full = deep_tile.fp8_gemm(a, a_scale, b, b_scale)
@@ -88,7 +89,7 @@ def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
     return {"native_calls": after["native_calls"] - before["native_calls"],
             "python_calls": after["python_calls"] - before["python_calls"],
             "plans_created": after["plans_created"] - before["plans_created"],
-            "limited_grid": limited_grid, "full_grid": planner.plan(m, n, k, device.get_num_sms()).grid,
+            "limited_grid": limited_grid, "full_grid": planner.plan(Problem(m, n, k), device.get_num_sms()).grid,
             "limited_equals_python": _same(limited, limited_python),
             "full_equals_python": _same(full, full_python) and _same(full_again, full_python)}
 

@@ -127,5 +127,19 @@ def test_the_a_box_shrinks_to_m_below_one_tile_except_under_multicast_of_a():
     mc_a = KernelConfig(block_m=128, block_n=128, num_stages=5, num_multicast=2, multicast_on_a=True, grid_size=132)
     assert family.a_box_rows(mc_a, 5) == family.a_box_rows(mc_a, 4096) == 64  # each CTA loads its half
     mc_b = KernelConfig(block_m=128, block_n=128, num_stages=5, num_multicast=2, multicast_on_a=False,
-                        group_along_m=True, grid_size=132)
+                        raster_along_m=True, grid_size=132)
     assert family.a_box_rows(mc_b, 5) == 5 and family.tensor_map_boxes(mc_b, 5).b == (128, 64)
+
+
+def test_the_kernel_names_the_problem_kinds_python_names():
+    """The device scheduler's ``ProblemKind`` (include/deep_tile/scheduler/tile_scheduler.cuh) and
+    deep_tile.problem.ProblemKind list the same kinds, in the same order."""
+    import re
+
+    from deep_tile.problem import ProblemKind
+
+    header = (paths.include_dir() / "deep_tile" / "scheduler" / "tile_scheduler.cuh").read_text()
+    body = re.search(r"enum class ProblemKind\s*\{([^}]*)\}", header).group(1)
+    cpp = [name.strip() for name in body.split(",") if name.strip()]
+    python = ["k" + "".join(part.title() for part in kind.name.split("_")) for kind in ProblemKind]
+    assert cpp == python, (cpp, python)

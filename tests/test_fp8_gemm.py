@@ -69,8 +69,8 @@ FAMILIES = [
     dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False),
     dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
     dict(block_m=128, block_n=192, num_stages=4),
-    dict(block_m=128, block_n=192, num_stages=4, group_along_m=True, group_size=16),
-    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, group_along_m=True, group_size=16),
+    dict(block_m=128, block_n=192, num_stages=4, raster_along_m=True, raster_width=16),
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16),
     dict(block_m=256, block_n=64, num_stages=4, accum_buffers=2),
     dict(block_m=256, block_n=128, num_stages=3),
     dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
@@ -88,7 +88,7 @@ FAMILIES = [
     dict(block_m=64, block_n=64, num_stages=13, split_k=2, accum_buffers=2, evict_first_b=True),
     # one-buffer k-loops unrolled by 6 (K = 7168: 56 k-blocks, a remainder of 2; 1536: 12; 400 and
     # 16: fewer than one body): plain, multicast of A, a tile straddling b_scale blocks
-    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, group_along_m=True, group_size=16, k_unroll=6),
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16, k_unroll=6),
     dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True, k_unroll=6),
     dict(block_m=128, block_n=160, num_stages=5, k_unroll=6),
 ]
@@ -100,7 +100,7 @@ def _family_cases():
     for i, (family, (m, n, k)) in enumerate(itertools.product(FAMILIES, FAMILY_SHAPES)):
         # The persistent grid at full size and shrunk; a split-K launch has one cluster per tile.
         for grid in ((132, 30) if family.get("split_k", 1) == 1 else (132,)):
-            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict({"group_size": 8, **family}, grid_size=grid)))
+            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict({"raster_width": 8, **family}, grid_size=grid)))
     return cases
 
 
@@ -115,7 +115,7 @@ SMALL_M_SHAPES = [(1, 1160, 400), (37, 2112, 1536), (100, 4096, 16), (200, 520, 
 
 
 def test_every_config_family_below_one_tile():
-    cases = [dict(m=m, n=n, k=k, seed=i, config=dict({"group_size": 8, **family}, grid_size=132))
+    cases = [dict(m=m, n=n, k=k, seed=i, config=dict({"raster_width": 8, **family}, grid_size=132))
              for i, (family, (m, n, k)) in enumerate(itertools.product(FAMILIES, SMALL_M_SHAPES))]
     _check(run_gpu_cases("gemm", cases))
 

@@ -584,7 +584,8 @@ LAYERS = (
     ("kernel contracts, checks, device facts", ("deep_tile.kernels", "deep_tile.kernels.*", "deep_tile.checks",
                                                  "deep_tile.device", "deep_tile.reference")),
     ("leaves", ("deep_tile.env", "deep_tile.errors", "deep_tile.common", "deep_tile.arch", "deep_tile.phases",
-                "deep_tile.disk", "deep_tile.cuda_stack", "deep_tile.json_records")),
+                "deep_tile.disk", "deep_tile.cuda_stack", "deep_tile.json_records", "deep_tile.problem",
+                "deep_tile.kernel_args")),
 )
 """The layers of the house, top to bottom: a module imports from its own layer or a lower one.
 A new module is placed here deliberately (an unplaced one fails the test)."""

@@ -36,6 +36,7 @@ from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES
+from deep_tile.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 CAST_DTYPES = tuple(cast_fp8.INPUT_DTYPES)
@@ -123,7 +124,7 @@ def smoke_families(families: list, paths: dict = CODE_PATHS) -> list:
 
 
 SMOKE_FAMILIES = sorted(set(smoke_families(FAMILIES))
-                        | {family(select_config(*shape, 132)) for shape in ((4096, 7168, 2048), (64, 2112, 7168))})
+                        | {family(select_config(Problem(*shape), 132)) for shape in ((4096, 7168, 2048), (64, 2112, 7168))})
 """The default run's GEMM kernels: every code path, and the selector's picks for two DeepSeek-V3 shapes."""
 
 COMPILERS = compiler_params()
@@ -277,7 +278,7 @@ def test_read_floor_probes_build(name):
 def test_families_cover_every_selected_config():
     for num_sms in SM_COUNTS:
         for shape in SELECTOR_SHAPES:
-            config = select_config(*shape, num_sms)
+            config = select_config(Problem(*shape), num_sms)
             assert kind(config) in KINDS, f"select_config{shape + (num_sms,)} -> {config.label}: not compiled here"
 
 

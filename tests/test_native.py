@@ -152,13 +152,18 @@ def test_source_digest_covers_every_source():
     assert len(native_key.source_digest()) == 64
 
 
-def test_bridge_argument_codes_follow_the_contract():
+def test_every_spec_of_the_contract_encodes_to_what_the_native_side_reads():
+    from deep_tile import kernel_args
     from deep_tile.kernels import fp8_gemm as family
-    from deep_tile.native import bridge
+    from deep_tile.testing.configs import parse_config
 
-    assert bridge.argument_codes() == [bridge.ARGUMENT_CODES[name][0] for name in family.ARGUMENTS]
-    assert bridge.argument_codes(("tma_a", "new_argument"), ("tensormap", "i32")) is None  # -> Python path
-    assert bridge.argument_codes(("m",), ("ptr",)) is None
+    for text in ("128x128", "64x32:k2", "256x128:mcA", "128x160:mcB", "64x64:k4:b2"):
+        config = parse_config(text, 64, 2112, 132)
+        for config in (config, config.with_row_major_a_scale()):
+            specs = family.argument_specs(config, 64)
+            assert [spec.kind for spec in specs] == list(family.ARGUMENT_KINDS), text
+            for code in kernel_args.encode(specs):
+                assert kernel_args.CODE_LENGTHS[code[0]] == len(code), (text, code)
 
 
 # ---- with the extension built on this machine ------------------------------------------------
@@ -198,7 +203,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 3
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 4
 
 
 @needs_toolchain
@@ -230,6 +235,58 @@ def test_fast_check_rejects_whatever_python_rejects(extension):
     misaligned = torch.empty(M_ROWS * 640 + 16, dtype=torch.uint8)[1:M_ROWS * 640 + 1].view(M_ROWS, 640)
     assert extension.fast_check_reason(misaligned.view(torch.float8_e4m3fn), a_scale, b, b_scale) == "alignment"
     assert extension.fast_check_reason(a[:0], a_scale[:0], b, b_scale) in ("device", "empty")
+
+
+@needs_toolchain
+def test_facts_the_cpp_side_holds_equal_pythons(extension):
+    """What the native library states in C++ (spec kinds, tensor-map elements, the scale block, the
+    op names) is what the Python side states: a disagreement fails here, not at a launch."""
+    from deep_tile import kernel_args, ops
+    from deep_tile.common import SCALE_GROUP
+
+    assert dict(extension.SPEC_KINDS) == kernel_args.SPEC_KINDS
+    assert dict(extension.ELEMENTS) == {name: code for name, (code, _) in kernel_args.ELEMENTS.items()}
+    assert extension.SCALE_GROUP == SCALE_GROUP
+    assert extension.MAX_OPERANDS == kernel_args.MAX_OPERANDS
+    gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS if name.startswith("fp8_gemm"))
+    assert tuple(extension.OP_NAMES) == gemm_ops
+
+
+def a_scale_layouts():
+    """a_scale tensors of many layouts: (label, tensor) -- column-major with several pitches,
+    row-major, transposed views, offsets that break the 16-byte alignment, one row, one block."""
+    cases = []
+    for m in (1, 2, 3, 64, 97):
+        for k_blocks in (1, 2, 4, 8, 12, 13):
+            base = torch.zeros((k_blocks + 4) * (m + 8) * 2 + 8)
+            for pitch in (m, (m + 3) // 4 * 4, m + 8):
+                cases.append((f"col m={m} kb={k_blocks} pitch={pitch}", base[:k_blocks * pitch].view(k_blocks, pitch).t()[:m]))
+            cases.append((f"row m={m} kb={k_blocks}", base[:m * k_blocks].view(m, k_blocks)))
+            cases.append((f"row+1 m={m} kb={k_blocks}", base[1:1 + m * k_blocks].view(m, k_blocks)))
+            cases.append((f"row+4 m={m} kb={k_blocks}", base[4:4 + m * k_blocks].view(m, k_blocks)))
+            wide = base[:m * (k_blocks + 4)].view(m, k_blocks + 4)[:, :k_blocks]
+            cases.append((f"row pitch+4 m={m} kb={k_blocks}", wide))
+            cases.append((f"col+1 m={m} kb={k_blocks}", base[1:1 + k_blocks * 4 * ((m + 3) // 4)].view(
+                k_blocks, 4 * ((m + 3) // 4)).t()[:m]))
+    return cases
+
+
+@needs_toolchain
+def test_the_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
+    from deep_tile.layouts import is_tma_aligned, reads_row_major
+
+    seen = set()
+    for label, a_scale in a_scale_layouts():
+        m, k_blocks = a_scale.shape
+        if reads_row_major(a_scale, m, k_blocks):
+            expected = "row_major"
+        elif is_tma_aligned(a_scale):
+            expected = "aligned"
+        else:
+            expected = "copy"
+        seen.add(expected)
+        assert extension.a_scale_layout(a_scale) == expected, label
+    assert seen == {"row_major", "aligned", "copy"}  # the cases reach every answer
 
 
 M_ROWS = 96

@@ -9,6 +9,7 @@ import pytest
 from deep_tile import env, json_records, plan_index
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.native import bridge
+from deep_tile.problem import Problem
 from deep_tile.select import select_config
 from conftest import run_python
 
@@ -20,27 +21,29 @@ NUM_SMS = 132
 class _FakePlan:
     """What deep_tile.planner.plan returns, without a device (no kernel, no cluster fitting)."""
 
-    def __init__(self, m: int, n: int, k: int):
-        self.config = select_config(m, n, k, NUM_SMS)
-        self.grid, self.block = family.launch_grid(self.config, m, n), self.config.num_threads
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.config = select_config(problem, NUM_SMS)
+        self.grid, self.block = family.launch_grid(self.config, problem.m, problem.n), self.config.num_threads
         self.smem, self.cluster = self.config.smem_bytes, family.cluster_size(self.config)
-        self.boxes = family.tensor_map_boxes(self.config, m)
+        self.args = family.argument_specs(self.config, problem.m)
 
 
 def real_record() -> dict:
     """The record the native bridge stores for :data:`SHAPE`."""
-    return bridge._record(_FakePlan(*SHAPE), *SHAPE)
+    return bridge._record(_FakePlan(Problem(*SHAPE)))
 
 
 # A fresh process: look the plan up; when absent or damaged, store it (as bridge.plan does).
 FRESH = r"""
 import json
 from deep_tile import plan_index
+from deep_tile.problem import Problem
 plan_index._fingerprint = lambda device_index: ("ab" * 32, 0)  # no device here
 record = json.loads({record!r})
-found = plan_index.lookup(0, 64, 2112, 7168, 132)
+found = plan_index.lookup(0, Problem(64, 2112, 7168), 132)
 if found is None:
-    plan_index.store(0, 64, 2112, 7168, 132, record)
+    plan_index.store(0, Problem(64, 2112, 7168), 132, record)
 print(json.dumps({{"found": found is not None, "equal": found == record or found is None}}))
 """
 
@@ -54,7 +57,7 @@ def plans(tmp_path, monkeypatch):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(plan_index, "_fingerprint", lambda device_index: ("ab" * 32, 0))
-    path, _ = plan_index._path(0, *SHAPE, NUM_SMS)
+    path, _ = plan_index._path(0, Problem(*SHAPE), NUM_SMS)
     return path
 
 
@@ -68,15 +71,16 @@ def run_fresh(cache_dir: Path) -> dict:
 def test_real_records_are_valid_and_round_trip(plans):
     record = real_record()
     assert plan_index.valid_record(record)
-    assert plan_index.lookup(0, *SHAPE, NUM_SMS) is None
-    plan_index.store(0, *SHAPE, NUM_SMS, record)
-    assert plan_index.lookup(0, *SHAPE, NUM_SMS) == record
+    assert plan_index.lookup(0, Problem(*SHAPE), NUM_SMS) is None
+    plan_index.store(0, Problem(*SHAPE), NUM_SMS, record)
+    assert plan_index.lookup(0, Problem(*SHAPE), NUM_SMS) == record
     assert json.loads(plans.read_text())[json_records.CHECKSUM]
 
 
 @pytest.mark.parametrize("change", [
-    {"grid": "132"}, {"grid": 0}, {"smem": -1}, {"cluster": 1.5}, {"store_d_map": 1}, {"box_a": [128]},
-    {"box_d": [32, "64"]}, {"defines": {}}, {"defines": {"DT_BLOCK_M": [64]}}, {"label": None}, {"grid": None},
+    {"grid": "132"}, {"grid": 0}, {"smem": -1}, {"cluster": 1.5}, {"args": []}, {"args": [[0, 0, 0]]},
+    {"args": [[2, "4"]]}, {"args": [[9, 1]]}, {"args": [[5, True]]}, {"args": None},
+    {"defines": {}}, {"defines": {"DT_BLOCK_M": [64]}}, {"label": None}, {"grid": None},
 ])
 def test_records_of_the_wrong_types_are_refused(change):
     record = {**real_record(), **change}
@@ -89,7 +93,7 @@ def test_records_of_the_wrong_types_are_refused(change):
                                  "flipped_value", "no_checksum", "folder_is_a_file"])
 def test_damaged_plan_record_is_ignored_and_rewritten_by_a_fresh_process(plans, how):
     record = real_record()
-    plan_index.store(0, *SHAPE, NUM_SMS, record)
+    plan_index.store(0, Problem(*SHAPE), NUM_SMS, record)
     text = plans.read_text()
     stored = json.loads(text)
     if how == "truncated":
@@ -115,13 +119,13 @@ def test_damaged_plan_record_is_ignored_and_rewritten_by_a_fresh_process(plans, 
         plans.parent.rmdir()
         plans.parent.write_text("a file where the fingerprint's folder belongs")
     assert run_fresh(plans.parents[2]) == {"found": False, "equal": True}
-    assert plan_index.lookup(0, *SHAPE, NUM_SMS) == record  # rewritten whole
+    assert plan_index.lookup(0, Problem(*SHAPE), NUM_SMS) == record  # rewritten whole
     assert run_fresh(plans.parents[2]) == {"found": True, "equal": True}
 
 
 def test_unusable_cache_dir_only_costs_speed(plans, monkeypatch, tmp_path):
     (tmp_path / "blocker").write_text("x")
     monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path / "blocker" / "cache"))
-    assert plan_index.lookup(0, *SHAPE, NUM_SMS) is None
-    plan_index.store(0, *SHAPE, NUM_SMS, real_record())  # not raised
-    assert plan_index.lookup(0, *SHAPE, NUM_SMS) is None
+    assert plan_index.lookup(0, Problem(*SHAPE), NUM_SMS) is None
+    plan_index.store(0, Problem(*SHAPE), NUM_SMS, real_record())  # not raised
+    assert plan_index.lookup(0, Problem(*SHAPE), NUM_SMS) is None

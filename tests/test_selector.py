@@ -16,6 +16,7 @@ from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
 from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
 from deep_tile.select.selector import SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, TIE_TOLERANCE
+from deep_tile.problem import Problem
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ CONTRACT_DEFINES = {"DT_SMEM_BYTES", "DT_MIN_STAGES", "DT_MAX_STAGES", "DT_STORE
 
 
 def _check_invariants(m, n, k, num_sms, max_smem):
-    cfg = select_config(m, n, k, num_sms, max_smem)
+    cfg = select_config(Problem(m, n, k), num_sms, max_smem)
     tiles = ceil_div(m, cfg.block_m) * ceil_div(n, cfg.block_n)
     limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
     # a buildable kernel: the contract's rules hold, resources within the device's
@@ -44,8 +45,8 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     # the raster: wide persistent tiles without multicast in groups of 16 along M, the rest 8 along N
     # (multicast of B: along M, its pair shares the B tile)
     wide = cfg.block_n > cfg.block_m and cfg.num_multicast == 1 and cfg.split_k == 1
-    assert cfg.group_size == (16 if wide else 8)
-    assert cfg.group_along_m == (wide or (cfg.num_multicast == 2 and not cfg.multicast_on_a))
+    assert cfg.raster_width == (16 if wide else 8)
+    assert cfg.raster_along_m == (wide or (cfg.num_multicast == 2 and not cfg.multicast_on_a))
     if cfg.split_k > 1:
         assert cfg.num_multicast == 1 and cfg.block_m <= 128
         assert tiles * cfg.split_k <= num_sms
@@ -67,7 +68,7 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     assert CONTRACT_DEFINES <= set(defines) and all(type(v) is int for v in defines.values())
     assert defines["DT_SMEM_BYTES"] == cfg.smem_bytes and defines["DT_SPLIT_K"] == cfg.split_k
     # the choice is the model's fastest candidate
-    ranked = rank_candidates(m, n, k, num_sms, max_smem)
+    ranked = rank_candidates(Problem(m, n, k), num_sms, max_smem)
     assert ranked[0].candidate == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
                                             cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
     # ties: predicted times within TIE_TOLERANCE of each other; first, a split-K candidate within
@@ -101,13 +102,13 @@ def _family_of(cfg):
 def test_large_problems_take_256x128_class_tiles_without_multicast():
     # 4096x7168x16384: 256x128 692.3, 128x256 692.5, 256x128 mcA 695.5, 128x128 mcA (two buffers) 782.0
     for shape in [(4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192), (4096, 24576, 1536)]:
-        cfg = select_config(*shape, 132)
+        cfg = select_config(Problem(*shape), 132)
         assert cfg.block_m * cfg.block_n == 256 * 128 and cfg.num_multicast == 1 and cfg.split_k == 1, cfg.label
 
 
 def test_small_m_with_long_k_takes_64_row_tiles_with_two_buffers():
     # 64x7168x16384: 64x80 s11 x2 55.3, 64x64 s13 x2 55.6, 64x128 s9 k2 x2 57.0, 64x32 s16 x2 59.4
-    cfg = select_config(64, 7168, 16384, 132)
+    cfg = select_config(Problem(64, 7168, 16384), 132)
     assert cfg.block_m == 64 and cfg.split_k <= 2 and cfg.block_n >= 64 and cfg.accum_buffers == 2
 
 
@@ -117,20 +118,20 @@ def test_small_m_ranks_only_two_buffer_k_loops(n, k):
     # 128x24576x1536: 128x192 24.0 us, 128x64 x2 22.6; 128x32768x512: 128x256 16.9, 128x128 x2 15.8
     # (H100, selector.overlaps_promotion); from M = 129 on one-buffer tiles compete again
     for m in (1, 16, 64, 100, 128):
-        assert select_config(m, n, k, 132).accum_buffers == 2, (m, n, k)
-        assert all(e.candidate.accum_buffers == 2 for e in rank_candidates(m, n, k, 132))
-    assert any(e.candidate.accum_buffers == 1 for e in rank_candidates(SERIAL_LOOP_MIN_M, n, k, 132))
-    assert select_config(128, 32768, 512, 132).label == "128x128 s5 x2"
+        assert select_config(Problem(m, n, k), 132).accum_buffers == 2, (m, n, k)
+        assert all(e.candidate.accum_buffers == 2 for e in rank_candidates(Problem(m, n, k), 132))
+    assert any(e.candidate.accum_buffers == 1 for e in rank_candidates(Problem(SERIAL_LOOP_MIN_M, n, k), 132))
+    assert select_config(Problem(128, 32768, 512), 132).label == "128x128 s5 x2"
 
 
 def test_latency_bound_ties_go_to_split_k():
     # 64x2112x7168: 64x16 and 64x32 k2 tie in the model, both latency-bound; 64x32 k2 measured
     # 13.6 vs 14.3 us (H100), 11.6 vs 14.2 (H200). HBM-bound ties stay unsplit (8x4096x7168: 64x32
     # 18.0, 64x64 k2 18.6).
-    ranked = rank_candidates(64, 2112, 7168, 132)
+    ranked = rank_candidates(Problem(64, 2112, 7168), 132)
     assert ranked[0].bound == "latency" and ranked[0].candidate.split_k == 2
-    assert select_config(64, 2112, 7168, 132).label == "64x32 s16 k2 x2 ef"
-    tied = rank_candidates(8, 4096, 7168, 132)
+    assert select_config(Problem(64, 2112, 7168), 132).label == "64x32 s16 k2 x2 ef"
+    tied = rank_candidates(Problem(8, 4096, 7168), 132)
     assert tied[0].bound == "hbm" and tied[0].candidate.split_k == 1
     assert any(e.candidate.split_k > 1 and e.time_s <= tied[0].time_s * (1 + TIE_TOLERANCE) for e in tied[1:])
 
@@ -139,39 +140,39 @@ def test_a_split_within_tolerance_goes_before_a_latency_bound_pick():
     # 128x2112x7168: 64x32 (latency-bound) 14.9 us, 64x64 k2 (predicted 6% slower) 14.8 / H200 14.9
     # -> 13.2; 1x1024x4096: 64x16 10.6 -> 64x32 k3 9.1 (H100)
     for shape, label in [((128, 2112, 7168), "64x64 s13 k2 x2 ef"), ((1, 1024, 4096), "64x32 s16 k3 x2 ef")]:
-        ranked = rank_candidates(*shape, 132)
+        ranked = rank_candidates(Problem(*shape), 132)
         unsplit = min((e for e in ranked if e.candidate.split_k == 1), key=lambda e: e.time_s)
         assert unsplit.bound == "latency" and ranked[0].candidate.split_k > 1
         assert unsplit.time_s < ranked[0].time_s <= unsplit.time_s * (1 + SPLIT_TOLERANCE)
-        assert select_config(*shape, 132).label == label
-        text = explain_text(*shape, 132)
+        assert select_config(Problem(*shape), 132).label == label
+        text = explain_text(Problem(*shape), 132)
         assert "latency-bound, and a split-K candidate within 7% goes first" in text
 
 
 def test_few_tiles_are_split_along_k():
     # 1x2112x7168: 64x96 k4 14.5, 64x64 k3 14.9, 64x64 k2 16.1, 64x64 (no split) 16.4, 64x16 18.8
-    cfg = select_config(1, 2112, 7168, 132)
+    cfg = select_config(Problem(1, 2112, 7168), 132)
     assert cfg.split_k >= 2 and cfg.block_m == 64
     assert ceil_div(2112, cfg.block_n) <= arch.CHIPS["H100 SXM"].resident_clusters(cfg.split_k, 132)
 
 
 def test_select_config_is_cached_and_pure():
-    assert select_config(4096, 7168, 2048, 132) is select_config(4096, 7168, 2048, 132)
-    assert select_config(4096, 7168, 2048, 114).grid_size <= 114
+    assert select_config(Problem(4096, 7168, 2048), 132) is select_config(Problem(4096, 7168, 2048), 132)
+    assert select_config(Problem(4096, 7168, 2048), 114).grid_size <= 114
 
 
 def test_model_floors_and_monotonicity():
     chip = arch.CHIPS["H100 SXM"]
     c = Candidate(128, 256, 128, 1, 3)
-    short, long = (estimate(c, 4096, 7168, k, 132, chip) for k in (2048, 16384))
+    short, long = (estimate(c, Problem(4096, 7168, k), 132, chip) for k in (2048, 16384))
     assert long.time_s > 4 * short.time_s
-    assert short.memory_s == pytest.approx(min_bytes(4096, 7168, 2048) / (chip.hbm_bytes_per_s * DEFAULT_PARAMS.hbm_efficiency))
-    assert min_bytes(64, 2112, 7168) == 64 * 7168 + 2112 * 7168 + 2 * 64 * 2112 + 4 * 64 * 56 + 4 * 17 * 56
+    assert short.memory_s == pytest.approx(min_bytes(Problem(4096, 7168, 2048)) / (chip.hbm_bytes_per_s * DEFAULT_PARAMS.hbm_efficiency))
+    assert min_bytes(Problem(64, 2112, 7168)) == 64 * 7168 + 2112 * 7168 + 2 * 64 * 2112 + 4 * 64 * 56 + 4 * 17 * 56
     # a tile is no faster than its tensor work, and a narrow WGMMA is less efficient than a wide one
     assert wgmma_efficiency(16) < wgmma_efficiency(64) == wgmma_efficiency(128) == 1.0
-    e = estimate(Candidate(64, 16, 16, 2, 16), 64, 2112, 7168, 132, chip)
+    e = estimate(Candidate(64, 16, 16, 2, 16), Problem(64, 2112, 7168), 132, chip)
     assert e.tiles == 132 and e.ctas == 132 and e.k_blocks_per_cta == 56 and e.tiles_per_cta == 1
-    split = estimate(Candidate(64, 64, 64, 2, 13, split_k=4), 64, 2112, 7168, 132, chip)
+    split = estimate(Candidate(64, 64, 64, 2, 13, split_k=4), Problem(64, 2112, 7168), 132, chip)
     assert split.k_blocks_per_cta == 14 and split.tiles == 33
     # 33 clusters of 4 do not all fit on a 132-SM GH100 (32 do): two waves
     assert split.tiles_per_cta == 2 and chip.resident_clusters(4) == 30
@@ -203,12 +204,12 @@ def test_kernel_config_derived_values():
     split = KernelConfig(block_m=64, block_n=64, num_stages=13, split_k=4, accum_buffers=2, grid_size=33)
     assert split.cluster_size == 4 and split.smem_breakdown()["d_staging"] == 0
     assert family.launch_grid(split, 64, 2112) == 132 and split.label == "64x64 s13 k4 x2"
-    # the swizzle groups' axis: free without multicast, fixed by the multicast operand
-    assert wide.group_along_m is False and wide.defines()["DT_GROUP_ALONG_M"] == 0
-    along_m = KernelConfig(block_m=128, block_n=256, wgmma_n=128, num_stages=3, grid_size=2, group_along_m=True)
-    assert along_m.defines()["DT_GROUP_ALONG_M"] == 1 and along_m.label == "128x256 s3 /128 gM"
+    # the raster bands' axis: free without multicast, fixed by the multicast operand
+    assert wide.raster_along_m is False and wide.defines()["DT_RASTER_ALONG_M"] == 0
+    along_m = KernelConfig(block_m=128, block_n=256, wgmma_n=128, num_stages=3, grid_size=2, raster_along_m=True)
+    assert along_m.defines()["DT_RASTER_ALONG_M"] == 1 and along_m.label == "128x256 s3 /128 gM"
     mc_b = KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=2, num_multicast=2)
-    assert mc_b.group_along_m is True and mc_b.label == "128x128 s4 mcB"
+    assert mc_b.raster_along_m is True and mc_b.label == "128x128 s4 mcB"
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -216,13 +217,13 @@ def test_kernel_config_derived_values():
     (dict(block_n=192, accum_buffers=2), "accumulator registers"), (dict(block_m=256, block_n=256), "accumulator"),
     (dict(block_k=64), "block_k"), (dict(num_stages=1), "num_stages"), (dict(num_stages=17), "num_stages"),
     (dict(num_multicast=3), "num_multicast"), (dict(multicast_on_a=1), "multicast_on_a"),
-    (dict(group_size=7), "group_size"), (dict(grid_size=0), "grid_size"),
+    (dict(raster_width=7), "raster_width"), (dict(grid_size=0), "grid_size"),
     (dict(num_multicast=2, grid_size=131), "grid_size"), (dict(num_stages=7), "shared memory"),
     (dict(block_m=128.0), "block_m"), (dict(split_k=9), "split_k"), (dict(split_k=2, num_multicast=2), "split_k"),
     (dict(wgmma_n=48), "wgmma_n"), (dict(accum_buffers=3), "accum_buffers"),
-    (dict(group_along_m=1), "group_along_m"), (dict(num_multicast=2, multicast_on_a=True, group_along_m=True),
-                                               "group_along_m must be False with multicast of A"),
-    (dict(num_multicast=2, group_along_m=False), "group_along_m must be True with multicast of B"),
+    (dict(raster_along_m=1), "raster_along_m"), (dict(num_multicast=2, multicast_on_a=True, raster_along_m=True),
+                                               "raster_along_m must be False with multicast of A"),
+    (dict(num_multicast=2, raster_along_m=False), "raster_along_m must be True with multicast of B"),
     (dict(k_unroll=4), "k_unroll"), (dict(k_unroll=6, accum_buffers=2), "k_unroll"), (dict(k_unroll=6.0), "k_unroll"),
 ])
 def test_kernel_config_rejects_bad_fields(kwargs, name):
@@ -238,7 +239,14 @@ def test_select_config_bad_arguments_name_the_argument(index, name, bad):
     args = [64, 2112, 7168, 132]
     args[index] = bad
     with pytest.raises(ValueError, match=rf"\b{name} must be a positive int; got {bad!r}"):
-        select_config(*args)
+        select_config(Problem(*args[:3]), args[3])
+
+
+def test_select_config_takes_a_problem():
+    with pytest.raises(TypeError, match="problem must be a deep_tile.problem.Problem; got tuple"):
+        select_config((64, 2112, 7168), 132)
+    # the a_scale layout is the launcher's choice of variant: it does not change the selection
+    assert select_config(Problem(64, 2112, 7168, a_scale_row_major=True), 132) == select_config(Problem(64, 2112, 7168), 132)
 
 
 # get_config and explain check shapes with fp8_gemm's check (deep_tile.checks.check_problem_shape).
@@ -287,8 +295,8 @@ def test_without_a_device_any_num_sms_is_taken():
 
 
 def test_explain_contains_the_key_facts():
-    text = explain_text(4096, 7168, 16384, 132)
-    cfg = select_config(4096, 7168, 16384, 132)
+    text = explain_text(Problem(4096, 7168, 16384), 132)
+    cfg = select_config(Problem(4096, 7168, 16384), 132)
     for fact in ("M=4096 N=7168 K=16384", f"config: {cfg.label}", f"DT_BLOCK_N={cfg.block_n}", "DT_SMEM_BYTES=",
                  f"{cfg.smem_bytes:,} of 232,448 bytes", "D staging", "A-scale stages", "barriers",
                  "registers per consumer thread", "of the 232", "floors on H100 SXM: HBM", "FP8 peak",
@@ -296,18 +304,18 @@ def test_explain_contains_the_key_facts():
         assert fact in text, fact
     assert sum(line.startswith("  ") and ": predicted" in line for line in text.splitlines()) == 4
     # a pick that is not the fastest prediction says why (a near-tie broken towards taller tiles)
-    tie = explain_text(4096, 24576, 1536, 132)
+    tie = explain_text(Problem(4096, 24576, 1536), 132)
     assert "config: 256x128 s3" in tie and "128x256 s3 /128 is predicted faster by" in tie and "rank as ties" in tie
-    small = explain_text(1, 2112, 7168, 132)
+    small = explain_text(Problem(1, 2112, 7168), 132)
     assert "split-K: clusters of" in small and "deterministic" in small and "reuses the A/B stages" in small
 
 
 def test_ranking_is_by_predicted_time():
-    ranked = rank_candidates(4096, 7168, 2048, 132)
+    ranked = rank_candidates(Problem(4096, 7168, 2048), 132)
     assert len(ranked) > 50 and ranked[0].time_s <= ranked[-1].time_s
     assert {e.candidate.num_multicast for e in ranked} == {1, 2}
     assert all(e.candidate.split_k == 1 for e in ranked)  # 4096x7168 fills the SMs: no split-K
-    assert any(e.candidate.split_k > 1 for e in rank_candidates(64, 2112, 7168, 132))
+    assert any(e.candidate.split_k > 1 for e in rank_candidates(Problem(64, 2112, 7168), 132))
 
 
 def test_chip_facts_lookup():
@@ -375,7 +383,7 @@ def test_get_config_prints_each_new_choice_once(monkeypatch, capsys):
 
 def test_cli_in_process(capsys):
     assert main(["explain", "4096,7168,2048", "--num-sms", "132"]) == 0
-    assert f"config: {select_config(4096, 7168, 2048, 132).label}" in capsys.readouterr().out
+    assert f"config: {select_config(Problem(4096, 7168, 2048), 132).label}" in capsys.readouterr().out
     assert main(["explain", "64,2112,7168", "--num-sms", "0"]) == 2
     assert "num_sms must be a positive int" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -386,7 +394,7 @@ def test_cli_subprocess():
     result = subprocess.run([sys.executable, "-m", "deep_tile", "explain", "4096,7168,2048", "--num-sms", "132"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    cfg = select_config(4096, 7168, 2048, 132)
+    cfg = select_config(Problem(4096, 7168, 2048), 132)
     assert f"config: {cfg.label}" in result.stdout and f"shared memory: {cfg.smem_bytes:,} of 232,448" in result.stdout
 
 
@@ -423,14 +431,14 @@ def test_evict_first_b_where_b_is_a_long_stream():
     from deep_tile.select.selector import STREAM_MAX_M_BLOCKS, STREAM_MIN_K_BLOCKS, streams_b
     assert streams_b(STREAM_MAX_M_BLOCKS, STREAM_MIN_K_BLOCKS) and streams_b(1, 56)
     assert not streams_b(STREAM_MAX_M_BLOCKS + 1, 56) and not streams_b(1, STREAM_MIN_K_BLOCKS - 1)
-    small, two_blocks = select_config(64, 2112, 7168, 132), select_config(128, 2112, 7168, 132)
+    small, two_blocks = select_config(Problem(64, 2112, 7168), 132), select_config(Problem(128, 2112, 7168), 132)
     assert small.evict_first_b and small.defines()["DT_EVICT_FIRST_B"] == 1 and small.label.endswith(" ef")
     assert two_blocks.evict_first_b == (two_blocks.block_m == 64)
-    assert select_config(1, 2112, 7168, 132).evict_first_b  # split-K: the whole K counts
+    assert select_config(Problem(1, 2112, 7168), 132).evict_first_b  # split-K: the whole K counts
     for shape in ((4096, 7168, 16384), (128, 32768, 512), (2048, 2112, 7168)):
-        cfg = select_config(*shape, 132)
+        cfg = select_config(Problem(*shape), 132)
         assert not cfg.evict_first_b and cfg.defines()["DT_EVICT_FIRST_B"] == 0, (shape, cfg.label)
-    assert "L2 policies: B loads evict-first" in explain_text(64, 2112, 7168, 132)
+    assert "L2 policies: B loads evict-first" in explain_text(Problem(64, 2112, 7168), 132)
 
 
 def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
@@ -438,13 +446,13 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
     assert k_unroll_for(1, LONG_K_BLOCKS) == 6 and k_unroll_for(1, LONG_K_BLOCKS - 1) == 3
     assert k_unroll_for(2, 128) == 3  # the two-buffer loop unrolls on its own
     for shape in ((4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192)):
-        cfg = select_config(*shape, 132)
+        cfg = select_config(Problem(*shape), 132)
         assert cfg.accum_buffers == 1 and cfg.k_unroll == 6, (shape, cfg.label)
         assert cfg.defines()["DT_K_UNROLL"] == 6 and cfg.label.endswith(" u6")
     for shape in ((4096, 7168, 2048), (4096, 32768, 512), (4096, 24576, 1536), (64, 2112, 7168)):
-        cfg = select_config(*shape, 132)
+        cfg = select_config(Problem(*shape), 132)
         assert cfg.k_unroll == 3 and " u" not in cfg.label, (shape, cfg.label)
-    assert "k-loop: one WGMMA buffer, unrolled by 6 K blocks" in explain_text(4096, 7168, 16384, 132)
+    assert "k-loop: one WGMMA buffer, unrolled by 6 K blocks" in explain_text(Problem(4096, 7168, 16384), 132)
     assert KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=1).defines()["DT_K_UNROLL"] == 3
 
 
@@ -452,7 +460,7 @@ def test_every_ranked_candidate_makes_a_config():
     # multicast candidates take their swizzle axis from the operand they share (mcB: along M)
     from deep_tile.select.selector import config_from_estimate
     for shape in ((4096, 7168, 16384), (8192, 8192, 8192), (128, 2112, 7168)):
-        for e in rank_candidates(*shape, 132):
-            cfg = config_from_estimate(shape[0], shape[1], e, 132)
-            assert cfg.group_along_m == ((cfg.num_multicast == 2 and not cfg.multicast_on_a)
+        for e in rank_candidates(Problem(*shape), 132):
+            cfg = config_from_estimate(Problem(*shape), e, 132)
+            assert cfg.raster_along_m == ((cfg.num_multicast == 2 and not cfg.multicast_on_a)
                                          or (cfg.num_multicast == 1 and cfg.split_k == 1 and cfg.block_n > cfg.block_m))

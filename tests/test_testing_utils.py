@@ -167,13 +167,13 @@ def test_parse_and_format_config_round_trip():
         config = parse_config(text, 4096, 7168, 132)
         assert format_config(config) == text
         assert parse_config(format_config(config), 4096, 7168, 132) == config
-    assert parse_config("128x256:gM", 4096, 7168, 132).group_along_m is True
+    assert parse_config("128x256:gM", 4096, 7168, 132).raster_along_m is True
     assert parse_config("64x32:ef", 64, 2112, 132).evict_first_b is True
     assert parse_config("256x128:u6", 4096, 7168, 132).k_unroll == 6
     with pytest.raises(ValueError, match="k_unroll"):
         parse_config("64x64:b2:u6", 4096, 7168, 132)
-    assert parse_config("128x128:mcB", 4096, 7168, 132).group_along_m is True  # the pair shares B
-    with pytest.raises(ValueError, match="group_along_m must be False with multicast of A"):
+    assert parse_config("128x128:mcB", 4096, 7168, 132).raster_along_m is True  # the pair shares B
+    with pytest.raises(ValueError, match="raster_along_m must be False with multicast of A"):
         parse_config("256x128:mcA:gM", 4096, 7168, 132)
     with pytest.raises(ValueError, match="unknown option"):
         parse_config("256x128:gX", 4096, 7168, 132)

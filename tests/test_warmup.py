@@ -14,6 +14,7 @@ from deep_tile.__main__ import main
 from deep_tile.errors import CompileError
 from deep_tile.jit import cache, compiler
 from deep_tile.select import select_config
+from deep_tile.problem import Problem
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_SMS = 132
@@ -39,7 +40,7 @@ def expected_groups(shapes) -> dict:
     """label -> shapes, from the selector itself (so the test follows selector changes)."""
     groups = {}
     for shape in shapes:
-        groups.setdefault(select_config(*shape, NUM_SMS).label, []).append(shape)
+        groups.setdefault(select_config(Problem(*shape), NUM_SMS).label, []).append(shape)
     return groups
 
 

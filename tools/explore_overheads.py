@@ -16,6 +16,7 @@ import torch  # noqa: E402
 from deep_tile import planner  # noqa: E402
 from deep_tile.launch import run  # noqa: E402
 from deep_tile.planner import plan_for_config  # noqa: E402
+from deep_tile.problem import Problem  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.timing import bench_gpu  # noqa: E402
@@ -49,7 +50,7 @@ def cluster_capacity():
     """Clusters of each size 1..8 that can be resident at once, for a 1-CTA-per-SM kernel."""
     for text in ("64x64:b2:k2", "256x128"):
         cfg = parse_config(text, 4096, 4096, SMS)
-        kernel = plan_for_config(cfg, 4096, 4096).kernel
+        kernel = plan_for_config(cfg, Problem(4096, 4096, 4096)).kernel
         counts = [kernel.max_active_clusters(torch.cuda.current_device(), cfg.num_threads, cfg.smem_bytes, size)
                   for size in range(1, 9)]
         print(f"resident clusters of size 1..8 ({cfg.label}, {cfg.smem_bytes} B smem): {counts}")
@@ -89,7 +90,7 @@ def main():
     print(f"4096x7168x16384 {base.label} grid {base.grid_size}: {t:.1f} us")
     for text in ("256x128:mcA", "256x128:mcB", "128x128:b2:mcA"):
         cfg = parse_config(text, 4096, 7168, SMS)
-        plan = plan_for_config(cfg, 4096, 7168)
+        plan = plan_for_config(cfg, Problem(4096, 7168, 16384))
         print(f"{text}: resident-cluster cap gives grid {plan.grid}")
         saved = planner.fit_clusters
         planner.fit_clusters = lambda config, kernel: config  # measure past the cap

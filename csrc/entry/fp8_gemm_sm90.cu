@@ -6,8 +6,8 @@
 
 #if !defined(DT_BLOCK_M) || !defined(DT_BLOCK_N) || !defined(DT_NUM_STAGES) || !defined(DT_NUM_MULTICAST) || \
     !defined(DT_MULTICAST_ON_A) || !defined(DT_SPLIT_K) || !defined(DT_ACCUM_BUFFERS) || !defined(DT_WGMMA_N) || \
-    !defined(DT_A_SCALE_ROW_MAJOR) || !defined(DT_GROUP_ALONG_M) || !defined(DT_EVICT_FIRST_B) || !defined(DT_K_UNROLL)
-#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_GROUP_ALONG_M, DT_EVICT_FIRST_B and DT_K_UNROLL are set by deep_tile.kernels.fp8_gemm"
+    !defined(DT_A_SCALE_ROW_MAJOR) || !defined(DT_RASTER_ALONG_M) || !defined(DT_EVICT_FIRST_B) || !defined(DT_K_UNROLL)
+#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B and DT_K_UNROLL are set by deep_tile.kernels.fp8_gemm"
 #endif
 #if !defined(DT_SMEM_BYTES) || !defined(DT_MIN_STAGES) || !defined(DT_MAX_STAGES) || !defined(DT_STORE_SWIZZLE) || \
     !defined(DT_SCALE_GROUP) || !defined(DT_NUM_THREADS)
@@ -16,7 +16,7 @@
 
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
-                                     DT_GROUP_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL>;
+                                     DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");
@@ -36,6 +36,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             const __grid_constant__ deep_tile::TmaDescriptor tma_b,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_d, const float* __restrict__ b_scale,
-                            deep_tile::u8* __restrict__ d, int ldd, int m, int n, int k, int group_size) {
-  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, group_size);
+                            deep_tile::u8* __restrict__ d, int ldd, int m, int n, int k, int raster_width) {
+  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width);
 }

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 
+from deep_tile import kernel_args as spec
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
-    "launch_grid",
+    "launch_grid", "OPERANDS", "argument_specs",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -80,10 +81,11 @@ CONSUMER_REGISTERS = 232
 THREADS_PER_WARPGROUP = 128
 """Four warps: the unit that issues one WGMMA."""
 
-ARGUMENTS = ("tma_a", "tma_b", "tma_a_scale", "tma_d", "b_scale", "d", "ldd", "m", "n", "k", "group_size")
-"""The kernel's parameters in declaration order (see :func:`deep_tile.gemm` for their values):
-four 128-byte tensor maps, the b_scale pointer, the output pointer and row pitch (elements),
-then ``m, n, k`` and the swizzle group width as int32."""
+ARGUMENTS = ("tma_a", "tma_b", "tma_a_scale", "tma_d", "b_scale", "d", "ldd", "m", "n", "k", "raster_width")
+"""The kernel's parameters in declaration order (csrc/entry/fp8_gemm_sm90.cu; tests/test_contract.py
+compares the two): four 128-byte tensor maps, the b_scale pointer, the output pointer and row
+pitch (elements), then ``m, n, k`` and the raster band width (tiles) as int32. Their values:
+:func:`argument_specs`."""
 ARGUMENT_KINDS = ("tensormap",) * 4 + ("ptr", "ptr") + ("i32",) * 5
 """The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
 
@@ -133,14 +135,14 @@ def partial_bytes(block_m: int, block_n: int) -> int:
 
 def a_scale_columns(a_scale_row_major: bool) -> int:
     """Floats per row of a stage's a_scale tile: 1 (TMA-aligned column-major layout), or 4 (a
-    16-byte box of 4 scale groups from a row-major tensor, ``Fp8GemmConfig::kAScaleCols``)."""
+    16-byte box of 4 K blocks from a row-major tensor, ``Fp8GemmConfig::kAScaleCols``)."""
     return 4 if a_scale_row_major else 1
 
 
-def row_major_a_scale_readable(groups: int) -> bool:
-    """Whether the kernel can read a row-major [M, groups] a_scale directly: its rows must be a
-    multiple of 16 bytes (TMA), i.e. ``groups % 4 == 0`` (K a multiple of 512)."""
-    return groups % 4 == 0
+def row_major_a_scale_readable(k_blocks: int) -> bool:
+    """Whether the kernel can read a row-major [M, k_blocks] a_scale directly: its rows must be a
+    multiple of 16 bytes (TMA), i.e. ``k_blocks % 4 == 0`` (K a multiple of 512)."""
+    return k_blocks % 4 == 0
 
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
@@ -218,7 +220,7 @@ def defines(config) -> dict:
         "DT_ACCUM_BUFFERS": config.accum_buffers,
         "DT_WGMMA_N": config.wgmma_n,
         "DT_A_SCALE_ROW_MAJOR": int(config.a_scale_row_major),
-        "DT_GROUP_ALONG_M": int(config.group_along_m),
+        "DT_RASTER_ALONG_M": int(config.raster_along_m),
         "DT_EVICT_FIRST_B": int(config.evict_first_b),
         "DT_K_UNROLL": config.k_unroll,
         "DT_SMEM_BYTES": config.smem_bytes,
@@ -238,7 +240,7 @@ class TensorMapBoxes:
             and M itself when M is below one tile (:func:`a_box_rows`).
         b: box of B, likewise for multicast on B.
         a_scale: box of a_scale, no swizzle: ``(block_m, 1)`` in the column-major layout, or
-            ``(4, block_m)`` (4 groups of block_m rows) from a row-major tensor.
+            ``(4, block_m)`` (4 K blocks of block_m rows) from a row-major tensor.
         d: box of the bf16 output ``(swizzle / 2, rows per consumer warpgroup)``.
         d_swizzle: the output map's swizzle span in bytes.
     """
@@ -288,3 +290,30 @@ def launch_grid(config, m: int, n: int) -> int:
     if config.split_k > 1:
         return ceil_div(m, config.block_m) * ceil_div(n, config.block_n) * config.split_k
     return config.grid_size
+
+
+OPERANDS = ("a", "a_scale", "b", "b_scale", "out")
+"""The tensors :func:`argument_specs` refers to, by index: the op's arguments in order (a_scale as
+the kernel reads it, b_scale contiguous, out allocated when the op was not given one)."""
+_A, _A_SCALE, _B, _B_SCALE, _OUT = range(len(OPERANDS))
+
+
+def argument_specs(config, m: int) -> tuple:
+    """How each of :data:`ARGUMENTS` is made from the call's tensors (:mod:`deep_tile.kernel_args`
+    specs, in the same order), for ``config`` and an ``m``-row A. Both host paths fill the kernel's
+    parameters from these, the Python one in :mod:`deep_tile.launch`, the native one in C++.
+
+    A and B are ``[rows, k]`` FP8 (read as bytes, 128-byte swizzle); a_scale is read column-major
+    (dim 0, the rows of A, contiguous) or, in the row-major variant, row-major (dim 1, the K
+    blocks, contiguous); the output map is a zero map under split-K, which stores through
+    ``d`` and ``ldd`` instead.
+    """
+    boxes = tensor_map_boxes(config, m)
+    if config.a_scale_row_major:
+        a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
+    else:
+        a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
+    d = spec.ZeroMap() if config.split_k > 1 else spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
+    return (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128), spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128),
+            a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0),
+            spec.Size(_A, 0), spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width))

@@ -2,8 +2,8 @@
 
 - :func:`plan`: the first call of a problem on a device: the full argument check (so errors are
   Python's), then :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into
-  the numbers the C++ side launches with. ``None`` when the kernel's contract has an argument the
-  native path does not know how to fill: that problem then runs on the Python path.
+  what the C++ side launches with: the kernel, the launch geometry and the plan's argument specs
+  (:mod:`deep_tile.kernel_args`), which the C++ side walks as the Python launcher does.
 - :func:`python_path`: every call the native path does not take (bad arguments, ``m == 0``).
 - :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, which the loader hands a library when
   it loads it (``set_sms_limit``; :func:`deep_tile.set_num_sms` hands later changes to every
@@ -18,52 +18,29 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile import phases
+from deep_tile import device, kernel_args, phases
 from deep_tile.checks import check_fp8_gemm_args
-from deep_tile import device
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["VERSION", "ARGUMENT_CODES", "argument_codes", "plan", "python_path", "sms_limit", "launch_error",
-           "report_first_launch"]
+__all__ = ["VERSION", "plan", "python_path", "sms_limit", "launch_error", "report_first_launch"]
 
-VERSION = 3
+VERSION = 4
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
-ARGUMENT_CODES = {
-    "tma_a": (0, "tensormap"), "tma_b": (1, "tensormap"), "tma_a_scale": (2, "tensormap"),
-    "tma_d": (3, "tensormap"), "b_scale": (4, "ptr"), "d": (5, "ptr"), "ldd": (6, "i32"),
-    "m": (7, "i32"), "n": (8, "i32"), "k": (9, "i32"), "group_size": (10, "i32"),
-}
-"""Kernel argument name -> (code of ``Arg`` in csrc/gemm_plan.h, kind): what the C++ side fills."""
 
-
-def argument_codes(names=family.ARGUMENTS, kinds=family.ARGUMENT_KINDS) -> list[int] | None:
-    """The codes of the kernel's arguments in its order; None when one is unknown to the native
-    path or has another kind (then the Python path runs the kernel)."""
-    codes = []
-    for name, kind in zip(names, kinds):
-        code, known_kind = ARGUMENT_CODES.get(name, (None, None))
-        if code is None or known_kind != kind:
-            return None
-        codes.append(code)
-    return codes
-
-
-def _record(p, m: int, n: int, k: int) -> dict:
-    """The JSON-able part of a plan (what :mod:`deep_tile.plan_index` stores)."""
-    config = p.config
+def _record(p) -> dict:
+    """The JSON-able part of a plan (what :mod:`deep_tile.plan_index` stores): the kernel's
+    defines, the launch geometry and the argument specs encoded as ints (the C++ side walks them
+    in ``fill_params``, csrc/gemm_op.cpp)."""
     return {
-        "defines": config.defines(), "grid": p.grid, "block": p.block, "smem": p.smem,
-        "cluster": p.cluster, "box_a": list(p.boxes.a), "box_b": list(p.boxes.b),
-        "box_a_scale": list(p.boxes.a_scale), "box_d": list(p.boxes.d), "d_swizzle": p.boxes.d_swizzle,
-        "store_d_map": config.split_k == 1, "group_size": config.group_size,
-        "a_scale_row_major": config.a_scale_row_major,
-        "label": f"{m}x{n}x{k} (native path, {config.label})",
+        "defines": p.config.defines(), "grid": p.grid, "block": p.block, "smem": p.smem,
+        "cluster": p.cluster, "args": kernel_args.encode(p.args),
+        "label": f"{p.problem} (native path, {p.config.label})",
     }
 
 
-def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
+def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
     """The launch plan of this call's problem on ``a``'s device, with ``limit`` SMs (0: all).
 
     From :mod:`deep_tile.plan_index` when a record is stored for this selector and device (the
@@ -73,25 +50,21 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict | None:
     from deep_tile.jit.loader import get_kernel
     from deep_tile.layouts import reads_row_major
 
-    m, n, k = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
-    codes = argument_codes()
-    if codes is None:
-        return None
+    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
     index = a.device.index
-    # The C++ side makes the same decision (row_major_a_scale in csrc/gemm_op.cpp).
-    row_major = reads_row_major(a_scale, m, a_scale.shape[1])
-    variant = "-rm" if row_major else ""
+    # The C++ side decided the same (a_scale_layout in csrc/gemm_op.cpp; tests/test_native.py
+    # compares the two rules).
+    if reads_row_major(a_scale, problem.m, problem.k_blocks):
+        problem = problem.with_a_scale_row_major()
     with torch.cuda.device(a.device):
         num_sms = limit or device.device_facts(index).num_sms
-        record = plan_index.lookup(index, m, n, k, num_sms, variant)
+        record = plan_index.lookup(index, problem, num_sms)
         if record is None:
-            record = _record(planner.plan(m, n, k, num_sms, row_major), m, n, k)
-            plan_index.store(index, m, n, k, num_sms, record, variant)
+            record = _record(planner.plan(problem, num_sms))
+            plan_index.store(index, problem, num_sms, record)
         kernel = get_kernel(family.ENTRY, record["defines"], family.SYMBOL)
         kernel.ensure_smem_limit(index, record["smem"])
-    return {**record, "kernel": int(kernel.handle), "symbol": kernel.name, "args": codes,
-            "box_a": tuple(record["box_a"]), "box_b": tuple(record["box_b"]),
-            "box_a_scale": tuple(record["box_a_scale"]), "box_d": tuple(record["box_d"])}
+    return {**record, "kernel": int(kernel.handle), "symbol": kernel.name}
 
 
 def python_path(a, a_scale, b, b_scale, out):

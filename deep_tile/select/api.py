@@ -17,22 +17,22 @@ import sys
 from typing import Optional
 
 from deep_tile import arch, device, env
-from deep_tile.checks import check_problem_shape
+from deep_tile.checks import check_problem
+from deep_tile.problem import Problem
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.report import explain_text
 from deep_tile.select.selector import select_config
 
-__all__ = ["get_config", "explain"]
+__all__ = ["get_config", "get_problem_config", "explain"]
 
 _printed: set = set()
 """Keys ``(m, n, k, num_sms, max_smem)`` already printed under ``DEEP_TILE_PRINT_CONFIGS``."""
 
 
-def _resolve(func: str, m, n, k, num_sms) -> tuple:
-    """Checked ``(m, n, k, num_sms, max_smem)``; ``num_sms`` None means :func:`deep_tile.get_num_sms`."""
-    m, n, k = check_problem_shape(func, m, n, k)
+def _resolve(func: str, num_sms) -> tuple:
+    """Checked ``(num_sms, max_smem)``; ``num_sms`` None means :func:`deep_tile.get_num_sms`."""
     num_sms = device.get_num_sms() if num_sms is None else device.check_num_sms(func, num_sms)
-    return m, n, k, num_sms, device.max_smem_per_block()
+    return num_sms, device.max_smem_per_block()
 
 
 def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None) -> KernelConfig:
@@ -48,14 +48,21 @@ def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None) -> KernelC
         ValueError: ``m < 0``, ``n`` not a positive multiple of 8, ``k`` not a positive multiple
             of 16, or ``num_sms`` out of range (the message names the argument and the value).
     """
-    m, n, k, num_sms, max_smem = _resolve("get_config", m, n, k, num_sms)
+    return get_problem_config(check_problem("get_config", m, n, k), num_sms, func="get_config")
+
+
+def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: str = "get_problem_config") -> KernelConfig:
+    """:func:`get_config` for a checked :class:`deep_tile.problem.Problem` (the planner's entry)."""
+    num_sms, max_smem = _resolve(func, num_sms)
     chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
-    config = select_config(max(m, 1), n, k, num_sms, max_smem, chip)
-    key = (m, n, k, num_sms, max_smem)
+    selected = problem if problem.m > 0 else Problem(1, problem.n, problem.k)
+    config = select_config(selected, num_sms, max_smem, chip)
+    key = (problem, num_sms, max_smem)
     if key not in _printed and env.print_configs():
         _printed.add(key)
+        m, n, k = problem.shape
         print(f"deep_tile: m={m} n={n} k={k} num_sms={num_sms} -> {config.label} grid={config.grid_size} "
-              f"group={config.group_size} smem={config.smem_bytes} threads={config.num_threads}",
+              f"raster={config.raster_width} smem={config.smem_bytes} threads={config.num_threads}",
               file=sys.stderr)
     return config
 
@@ -69,7 +76,8 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None) -> str:
     Raises:
         TypeError, ValueError: as :func:`get_config`.
     """
-    m, n, k, num_sms, max_smem = _resolve("explain", m, n, k, num_sms)
+    problem = check_problem("explain", m, n, k)
+    num_sms, max_smem = _resolve("explain", num_sms)
     if device.has_cuda():
         facts = device.device_facts()
         chip = facts.chip
@@ -78,7 +86,7 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None) -> str:
     else:
         chip = arch.DEFAULT_CHIP
         header = f"device: none found; assuming {chip.name} ({chip.num_sms} SMs)"
-    if m == 0:
-        return (f"{header}\nproblem: M=0 N={n} K={k}: the output is empty; fp8_gemm returns it without "
+    if problem.m == 0:
+        return (f"{header}\nproblem: M=0 N={problem.n} K={problem.k}: the output is empty; fp8_gemm returns it without "
                 f"launching a kernel (get_config reports the M=1 configuration)")
-    return header + "\n" + explain_text(m, n, k, num_sms, max_smem, chip)
+    return header + "\n" + explain_text(problem, num_sms, max_smem, chip)

@@ -1,7 +1,7 @@
 """``KernelConfig``: one instance of the FP8 GEMM kernel plus its launch parameters.
 
 The fields map one-to-one onto the kernel's compile-time defines and its run-time launch
-parameters (grid size, swizzle group width); everything else (shared memory, threads, registers,
+parameters (grid size, raster band width); everything else (shared memory, threads, registers,
 the defines themselves) is derived through :mod:`deep_tile.kernels.fp8_gemm`, the owner of the
 kernel's contract, so a config cannot disagree with the kernel or with itself.
 """
@@ -14,47 +14,47 @@ from typing import Optional
 from deep_tile import arch
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["KernelConfig", "config_label", "GROUP_SIZE", "WIDE_GROUP_SIZE", "raster"]
+__all__ = ["KernelConfig", "config_label", "RASTER_WIDTH", "WIDE_RASTER_WIDTH", "raster"]
 
-GROUP_SIZE = 8
-"""Swizzle group width in tiles. With G tiles in flight per group row, about grid/G A panels and
+RASTER_WIDTH = 8
+"""Raster band width in tiles. With G tiles in flight per band row, about grid/G A panels and
 G B panels are live in L2; G near sqrt(grid) keeps that smallest. Measured with 128x128 tiles at
 4096x7168x16384 and 8192^3: width 8 ran 9% faster than 16 on an H100 (50 MB L2) and the same on
 an H200 (60 MB L2); 4 was close to 8, 32 worse."""
 
 
-WIDE_GROUP_SIZE = 16
-"""Swizzle group width (in m-blocks) of tiles wider than tall, whose groups run along M (see
+WIDE_RASTER_WIDTH = 16
+"""Raster band width (in m-blocks) of tiles wider than tall, whose bands run along M (see
 :func:`raster`)."""
 
 
 def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1) -> tuple:
-    """``(group_along_m, group_size)`` of the persistent schedule the selector gives a tile.
+    """``(raster_along_m, raster_width)`` of the persistent schedule the selector gives a tile.
 
-    Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in groups of
-    :data:`WIDE_GROUP_SIZE` m-blocks, consecutive tiles sharing the B tile; the others and split-K
-    launches keep groups of :data:`GROUP_SIZE` n-blocks. Under multicast the axis is None: the
+    Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in bands of
+    :data:`WIDE_RASTER_WIDTH` m-blocks, consecutive tiles sharing the B tile; the others and split-K
+    launches keep bands of :data:`RASTER_WIDTH` n-blocks. Under multicast the axis is None: the
     multicast operand fixes it (:class:`KernelConfig`). Measured on an H100 (2026-11-22,
-    benchmarks/RESULTS.md): 128x256 grouped 16 along M against 8 along N, 4096x7168x16384
+    benchmarks/RESULTS.md): 128x256 in bands of 16 along M against 8 along N, 4096x7168x16384
     674.7 -> 667.2 us, 8192^3 796.4 -> 783.2, within 1% on the other M = 4096 shapes; 128x192
     790 -> 735 and 861 -> 788 at the same two shapes; 256x128 gains nothing reliable from either
     axis or width (+-1.5% by shape).
     """
     if num_multicast == 2:
-        return None, GROUP_SIZE
+        return None, RASTER_WIDTH
     if split_k == 1 and block_n > block_m:
-        return True, WIDE_GROUP_SIZE
-    return False, GROUP_SIZE
+        return True, WIDE_RASTER_WIDTH
+    return False, RASTER_WIDTH
 
 
 def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
-                 a_scale_row_major: bool = False, group_along_m: bool = False, evict_first_b: bool = False,
+                 a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
-    ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: swizzle groups along M
+    ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: raster bands along M
     without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
     ``u6``: the one-buffer k-loop unrolled by 6.
     """
@@ -69,7 +69,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += f" /{wgmma_n}"
     if a_scale_row_major:
         text += " rm"
-    if group_along_m and num_multicast == 1:
+    if raster_along_m and num_multicast == 1:
         text += " gM"
     if evict_first_b:
         text += " ef"
@@ -100,11 +100,11 @@ class KernelConfig:
         accum_buffers: WGMMA accumulators per consumer thread, 1 or 2 (2 overlaps the next
             sub-tile's WGMMAs with this one's promotion).
         wgmma_n: columns per WGMMA: ``block_n`` (default) or half of it (two column parts).
-        a_scale_row_major: the kernel reads a row-major ``[M, ceil(K/128)]`` a_scale (groups a
+        a_scale_row_major: the kernel reads a row-major ``[M, ceil(K/128)]`` a_scale (K blocks a
             multiple of 4) instead of the TMA-aligned column-major layout. The launcher sets it
             from the tensor it is given; the selector leaves it False.
-        group_size: width in tiles of a swizzle group of the persistent schedule (even, >= 2).
-        group_along_m: the swizzle groups span ``group_size`` m-blocks, consecutive tiles sharing
+        raster_width: width in tiles of a raster band of the persistent schedule (even, >= 2).
+        raster_along_m: the raster bands span ``raster_width`` m-blocks, consecutive tiles sharing
             an n-block (B tile), instead of n-blocks sharing an m-block (a compile-time choice).
             Multicast fixes it: a pair shares its operand, so True with multicast of B and False
             with multicast of A; ``None`` (default) takes that, or False without multicast.
@@ -134,15 +134,15 @@ class KernelConfig:
     accum_buffers: int = 1
     wgmma_n: Optional[int] = None
     a_scale_row_major: bool = False
-    group_size: int = GROUP_SIZE
-    group_along_m: Optional[bool] = None
+    raster_width: int = RASTER_WIDTH
+    raster_along_m: Optional[bool] = None
     grid_size: int
     evict_first_b: bool = False
     k_unroll: int = 3
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
-                     "group_size", "grid_size"):
+                     "raster_width", "grid_size"):
             _check_int(name, getattr(self, name), "an int", True)
         _check_int("block_k", self.block_k, str(family.BLOCK_K), self.block_k == family.BLOCK_K)
         if not isinstance(self.multicast_on_a, bool):
@@ -156,13 +156,13 @@ class KernelConfig:
         if self.num_multicast == 1:
             object.__setattr__(self, "multicast_on_a", False)
         multicast_b = self.num_multicast == 2 and not self.multicast_on_a
-        if self.group_along_m is None:
-            object.__setattr__(self, "group_along_m", multicast_b)
-        if not isinstance(self.group_along_m, bool):
-            raise ValueError(f"KernelConfig: group_along_m must be a bool or None; got {self.group_along_m!r}")
-        if self.num_multicast == 2 and self.group_along_m != multicast_b:
-            raise ValueError(f"KernelConfig: group_along_m must be {multicast_b} with multicast of "
-                             f"{'B' if multicast_b else 'A'} (the pair shares that operand); got {self.group_along_m}")
+        if self.raster_along_m is None:
+            object.__setattr__(self, "raster_along_m", multicast_b)
+        if not isinstance(self.raster_along_m, bool):
+            raise ValueError(f"KernelConfig: raster_along_m must be a bool or None; got {self.raster_along_m!r}")
+        if self.num_multicast == 2 and self.raster_along_m != multicast_b:
+            raise ValueError(f"KernelConfig: raster_along_m must be {multicast_b} with multicast of "
+                             f"{'B' if multicast_b else 'A'} (the pair shares that operand); got {self.raster_along_m}")
         if self.wgmma_n is None:
             object.__setattr__(self, "wgmma_n", self.block_n)
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
@@ -171,7 +171,7 @@ class KernelConfig:
                                         self.a_scale_row_major)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
-        _check_int("group_size", self.group_size, "an even int >= 2", self.group_size >= 2 and self.group_size % 2 == 0)
+        _check_int("raster_width", self.raster_width, "an even int >= 2", self.raster_width >= 2 and self.raster_width % 2 == 0)
         _check_int("grid_size", self.grid_size, "an int >= 1", self.grid_size >= 1)
         if self.num_multicast == 2 and self.grid_size % 2:
             raise ValueError(f"KernelConfig: grid_size must be even when num_multicast == 2 "
@@ -231,7 +231,7 @@ class KernelConfig:
         """Short name for tables and logs (see :func:`config_label`)."""
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
-                            self.group_along_m, self.evict_first_b, self.k_unroll)
+                            self.raster_along_m, self.evict_first_b, self.k_unroll)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -33,7 +33,7 @@ from deep_tile.arch import DEFAULT_CHIP, ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.candidates import Candidate
-from deep_tile.select.config import GROUP_SIZE
+from deep_tile.select.config import RASTER_WIDTH
 
 __all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "wgmma_efficiency",
            "Estimate", "estimate", "grid_size", "min_bytes", "multicast_shared_fraction"]
@@ -110,23 +110,24 @@ def wgmma_efficiency(wgmma_n: int, params: "ModelParams | None" = None) -> float
     return min(1.0, 0.3 + 0.7 * wgmma_n / 64) * irregular
 
 
-def min_bytes(m: int, n: int, k: int) -> int:
-    """Minimal HBM bytes: FP8 A and B, bf16 D, fp32 1x128 A scales and 128x128 B scales."""
-    k_groups = ceil_div(k, 128)
-    return m * k + n * k + 2 * m * n + 4 * m * k_groups + 4 * ceil_div(n, 128) * k_groups
+def min_bytes(problem) -> int:
+    """Minimal HBM bytes of ``problem`` (a :class:`deep_tile.problem.Problem`): FP8 A and B (one B
+    per group), bf16 D, fp32 1x128 A scales and 128x128 B scales (per group)."""
+    m, n, k, groups, k_blocks = problem.m, problem.n, problem.k, problem.num_groups, problem.k_blocks
+    return m * k + groups * n * k + 2 * m * n + 4 * m * k_blocks + 4 * groups * ceil_div(n, 128) * k_blocks
 
 
-def multicast_shared_fraction(m_blocks: int, n_blocks: int, on_a: bool, group_size: int) -> float:
-    """Fraction of the tiles whose cluster pair shares the multicast operand in the grouped order
-    (a group of odd width leaves one pair per row unshared)."""
+def multicast_shared_fraction(m_blocks: int, n_blocks: int, on_a: bool, raster_width: int) -> float:
+    """Fraction of the tiles whose cluster pair shares the multicast operand in the raster order
+    (a band of odd width leaves one pair per row unshared)."""
     fast = n_blocks if on_a else m_blocks
     slow = m_blocks if on_a else n_blocks
     if fast * slow < 2:
         return 0.0
-    last = fast % group_size
+    last = fast % raster_width
     if last % 2 == 0:
         return 1.0
-    unshared = slow * 1  # one unpaired tile per row of the odd last group
+    unshared = slow * 1  # one unpaired tile per row of the odd last band
     return max(0.0, 1.0 - unshared / (fast * slow))
 
 
@@ -202,9 +203,11 @@ def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = DE
     return min(grid, balanced)
 
 
-def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts, group_size: int = GROUP_SIZE,
+def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width: int = RASTER_WIDTH,
              params: ModelParams = DEFAULT_PARAMS) -> Estimate:
-    """Predict the run time of candidate ``c`` on ``m x n x k`` with ``num_sms`` SMs on ``chip``."""
+    """Predict the run time of candidate ``c`` on ``problem`` (a :class:`deep_tile.problem.Problem`)
+    with ``num_sms`` SMs on ``chip``."""
+    m, n, k = problem.m, problem.n, problem.k
     m_blocks, n_blocks = ceil_div(m, c.block_m), ceil_div(n, c.block_n)
     tiles = m_blocks * n_blocks
     num_k_blocks = ceil_div(k, family.BLOCK_K)
@@ -221,7 +224,7 @@ def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts
     rows_a = min(c.block_m, m)  # rows past M are zero-filled by TMA, not read
     a_bytes, b_bytes = rows_a * family.BLOCK_K, min(c.block_n, n) * family.BLOCK_K
     if c.num_multicast == 2:
-        shared = multicast_shared_fraction(m_blocks, n_blocks, c.multicast_on_a, group_size)
+        shared = multicast_shared_fraction(m_blocks, n_blocks, c.multicast_on_a, raster_width)
         if c.multicast_on_a:
             a_bytes *= 1 - shared / 2
         else:
@@ -244,6 +247,6 @@ def estimate(c: Candidate, m: int, n: int, k: int, num_sms: int, chip: ChipFacts
         partial_read = min(c.block_m, m) * c.block_n * 4 / params.dsmem_bytes_per_cycle
         cycles += tiles_per_cta * (params.split_k_cycles + params.split_k_cycles_per_cta * c.split_k + partial_read)
     compute_s = cycles / params.clock_hz
-    memory_s = min_bytes(m, n, k) / (chip.hbm_bytes_per_s * params.hbm_efficiency)
+    memory_s = min_bytes(problem) / (chip.hbm_bytes_per_s * params.hbm_efficiency)
     time_s = _soft_max((compute_s, memory_s), params.softness) + params.launch_seconds
     return Estimate(c, tiles, ctas, tiles_per_cta, k_blocks, tensor, l2, latency, compute_s, memory_s, time_s)

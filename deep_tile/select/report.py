@@ -29,11 +29,11 @@ def _config_lines(cfg: KernelConfig) -> list:
                   f"partials summed in rank order through distributed shared memory (deterministic)")
     elif cfg.num_multicast == 2:
         launch = (f"persistent grid of {cfg.grid_size} CTAs in clusters of 2 sharing the "
-                  f"{'A' if cfg.multicast_on_a else 'B'} tile (TMA multicast), swizzle group {cfg.group_size}")
+                  f"{'A' if cfg.multicast_on_a else 'B'} tile (TMA multicast), raster band {cfg.raster_width}")
     else:
-        axis = ("m-blocks (consecutive tiles share the B tile)" if cfg.group_along_m
+        axis = ("m-blocks (consecutive tiles share the B tile)" if cfg.raster_along_m
                 else "n-blocks (consecutive tiles share the A tile)")
-        launch = f"persistent grid of {cfg.grid_size} CTAs, swizzle groups of {cfg.group_size} {axis}"
+        launch = f"persistent grid of {cfg.grid_size} CTAs, raster bands of {cfg.raster_width} {axis}"
     defines = " ".join(f"{key}={value}" for key, value in cfg.defines().items())
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
     l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles)"
@@ -78,9 +78,9 @@ def _register_lines(cfg: KernelConfig) -> list:
             f"{family.ACCUM_REGISTER_BUDGET} of the {family.CONSUMER_REGISTERS} after setmaxnreg)"]
 
 
-def _model_lines(m: int, n: int, k: int, e: Estimate, chip: ChipFacts) -> list:
-    flops = 2 * m * n * k
-    nbytes = min_bytes(m, n, k)
+def _model_lines(problem, e: Estimate, chip: ChipFacts) -> list:
+    flops = 2 * problem.m * problem.n * problem.k  # every row of A meets one group's B
+    nbytes = min_bytes(problem)
     return [
         f"work: {flops / 1e9:,.2f} GFLOP, {nbytes / 1e6:,.2f} MB compulsory HBM traffic "
         f"({flops / nbytes:,.0f} FLOP/B; {chip.name} ridge point {chip.ridge_point:,.0f} FLOP/B)",
@@ -123,27 +123,30 @@ def _runner_up_lines(ranked: tuple) -> list:
     return lines
 
 
-def explain_text(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
+def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
                  chip: ChipFacts = arch.DEFAULT_CHIP) -> str:
-    """Multi-line report of the configuration chosen for ``m x n x k`` on ``num_sms`` SMs.
+    """Multi-line report of the configuration chosen for ``problem`` (a
+    :class:`deep_tile.problem.Problem`) on ``num_sms`` SMs.
 
     Covers the problem's work and floors on ``chip``, the config and its defines, the
     shared-memory breakdown against the limit, registers, the schedule, the model's prediction
     and what bounds it, and the closest runners-up with their predictions.
 
     Raises:
-        ValueError: an argument is not a positive int, or ``chip`` is not a ChipFacts.
+        TypeError: ``problem`` is not a Problem.
+        ValueError: a size or ``num_sms`` is not a positive int, or ``chip`` is not a ChipFacts.
     """
     if not isinstance(chip, ChipFacts):
         raise ValueError(f"explain_text: chip must be a deep_tile.arch.ChipFacts; got {chip!r}")
-    ranked = rank_candidates(m, n, k, num_sms, max_smem, chip)
+    ranked = rank_candidates(problem, num_sms, max_smem, chip)
     best = ranked[0]
-    cfg = config_from_estimate(m, n, best, num_sms, chip)
+    cfg = config_from_estimate(problem, best, num_sms, chip)
+    m, n, k = problem.shape
     lines = [f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}, "
              f"{num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)
     lines += _smem_lines(cfg, max_smem)
     lines += _register_lines(cfg)
-    lines += _model_lines(m, n, k, best, chip)
+    lines += _model_lines(problem, best, chip)
     lines += _runner_up_lines(ranked)
     return "\n".join(lines)

@@ -25,19 +25,20 @@ from deep_tile.arch import ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import Problem
 from deep_tile.select.candidates import enumerate_candidates
-from deep_tile.select.config import GROUP_SIZE, KernelConfig, raster
+from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
-           "SPLIT_TOLERANCE", "grid_size", "GROUP_SIZE", "check_positive_int"]
+           "SPLIT_TOLERANCE", "grid_size", "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
 WIDE_TILE_MIN_K_BLOCKS = 56
 """From this many k-blocks per tile on, ties between equal-area tiles of at least 128x128 go to the
-wider one (grouped along M, :func:`deep_tile.select.config.raster`); otherwise to the taller one."""
+wider one (rastered along M, :func:`deep_tile.select.config.raster`); otherwise to the taller one."""
 
 
 def check_positive_int(func: str, name: str, value) -> None:
@@ -52,7 +53,7 @@ def _tie_break(e: Estimate) -> tuple:
     areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
     tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
     measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
-    grouped along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
+    rastered along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
     128x64 tiles the taller measured faster (128x7168x16384: 128x64 57.4 us, 64x128 58.2).
 
     Measured: benchmarks/RESULTS.md, "Selector rules",
@@ -81,14 +82,15 @@ def overlaps_promotion(m: int) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _ranked(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts) -> tuple:
+def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> tuple:
+    m, n, k = problem.shape
     tiles_of = lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn)  # noqa: E731
     candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K))
     if overlaps_promotion(m) and any(c.accum_buffers == 2 for c in candidates):
         candidates = [c for c in candidates if c.accum_buffers == 2]
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
-    estimates = [estimate(c, m, n, k, num_sms, chip, GROUP_SIZE) for c in candidates]
+    estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
     return _split_latency_bound(tuple(sorted(estimates, key=_tie_break)))
 
 
@@ -113,35 +115,42 @@ def _split_latency_bound(ranked: tuple) -> tuple:
     return ranked
 
 
-def _check_args(func: str, m, n, k, num_sms, max_smem) -> None:
-    for name, value in (("m", m), ("n", n), ("k", k), ("num_sms", num_sms), ("max_smem", max_smem)):
+def _checked(func: str, problem, num_sms, max_smem) -> Problem:
+    """``problem`` checked (sizes positive ints), as the selector sees it: the a_scale layout is
+    the launcher's choice of kernel variant, so it does not enter the selection."""
+    if not isinstance(problem, Problem):
+        raise TypeError(f"{func}: problem must be a deep_tile.problem.Problem; got {type(problem).__name__}")
+    for name, value in (("m", problem.m), ("n", problem.n), ("k", problem.k), ("num_groups", problem.num_groups),
+                        ("num_sms", num_sms), ("max_smem", max_smem)):
         check_positive_int(func, name, value)
+    return problem.with_a_scale_row_major(False) if problem.a_scale_row_major else problem
 
 
-def rank_candidates(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
+def rank_candidates(problem: Problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
                     chip: ChipFacts = arch.DEFAULT_CHIP) -> tuple:
-    """Every candidate's :class:`~deep_tile.select.cost.Estimate`, fastest first.
+    """Every candidate's :class:`~deep_tile.select.cost.Estimate` for ``problem``, fastest first.
 
     Raises:
-        ValueError: an argument is not a positive int.
+        TypeError: ``problem`` is not a :class:`deep_tile.problem.Problem`.
+        ValueError: a size, ``num_sms`` or ``max_smem`` is not a positive int.
     """
-    _check_args("rank_candidates", m, n, k, num_sms, max_smem)
-    return _ranked(m, n, k, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip)
+    problem = _checked("rank_candidates", problem, num_sms, max_smem)
+    return _ranked(problem, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip)
 
 
-def config_from_estimate(m: int, n: int, e: Estimate, num_sms: int, chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
-    """The :class:`KernelConfig` (grid, swizzle group, L2 policies) of a ranked candidate.
+def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
+    """The :class:`KernelConfig` (grid, raster band, L2 policies) of a ranked candidate.
 
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
     (:func:`streams_b`); the one-buffer k-loop is unrolled by 6 over long K ranges
     (:func:`k_unroll_for`)."""
     c = e.candidate
     grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
-    group_along_m, group_size = raster(c.block_m, c.block_n, c.num_multicast, c.split_k)
+    raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
-                        wgmma_n=c.wgmma_n, group_size=group_size, group_along_m=group_along_m, grid_size=grid,
-                        evict_first_b=streams_b(ceil_div(m, c.block_m), e.k_blocks_per_cta * c.split_k),
+                        wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
+                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k),
                         k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta))
 
 
@@ -180,22 +189,24 @@ def streams_b(m_blocks: int, k_blocks: int) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _select(m: int, n: int, k: int, num_sms: int, max_smem: int, chip: ChipFacts) -> KernelConfig:
-    best = _ranked(m, n, k, num_sms, max_smem, chip)[0]
-    return config_from_estimate(m, n, best, num_sms, chip)
+def _select(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> KernelConfig:
+    best = _ranked(problem, num_sms, max_smem, chip)[0]
+    return config_from_estimate(problem, best, num_sms, chip)
 
 
-def select_config(m: int, n: int, k: int, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
+def select_config(problem: Problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
                   chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
-    """The kernel configuration for ``out[m, n] = a[m, k] @ b[n, k]^T`` on ``num_sms`` SMs.
+    """The kernel configuration for ``problem`` (a :class:`deep_tile.problem.Problem`, e.g.
+    ``Problem(m, n, k)`` for ``out[m, n] = a[m, k] @ b[n, k]^T``) on ``num_sms`` SMs.
 
     Pure and cached. ``max_smem`` is the device's dynamic shared-memory limit per block in bytes
     (clipped to the sm_90 maximum, 232448); ``chip`` supplies the HBM bandwidth and the
     resident clusters of the model.
 
     Raises:
-        ValueError: an argument is not a positive int (the message names it).
+        TypeError: ``problem`` is not a :class:`deep_tile.problem.Problem`.
+        ValueError: a size, ``num_sms`` or ``max_smem`` is not a positive int (the message names it).
         UnsupportedProblemError: no tile shape fits ``max_smem``.
     """
-    _check_args("select_config", m, n, k, num_sms, max_smem)
-    return _select(m, n, k, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip)
+    problem = _checked("select_config", problem, num_sms, max_smem)
+    return _select(problem, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip)

@@ -8,8 +8,8 @@
 - ``kN``: split-K over N CTAs;
 - ``b1`` / ``b2``: WGMMA accumulator buffers (default: the selector's choice for the tile);
 - ``wN``: columns per WGMMA (default: the selector's choice for the tile);
-- ``gN``: swizzle group width (default 8);
-- ``gM``: swizzle groups along M (consecutive tiles share an n-block; implied by ``mcB``);
+- ``gN``: raster band width (default 8);
+- ``gM``: raster bands along M (consecutive tiles share an n-block; implied by ``mcB``);
 - ``ef``: B loaded evict-first and A evict-last in L2 (``KernelConfig.evict_first_b``);
 - ``uN``: k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``, default 3).
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.common import ceil_div
 from deep_tile.select.candidates import kernel_shape, max_stages
-from deep_tile.select.config import GROUP_SIZE, KernelConfig
+from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import grid_size
 
 __all__ = ["parse_config", "format_config"]
@@ -35,7 +35,7 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
         block_m, block_n = (int(v) for v in head.split("x"))
     except ValueError:
         raise ValueError(f"parse_config: expected BMxBN[:options]; got {text!r}") from None
-    fields = {"num_multicast": 1, "multicast_on_a": False, "split_k": 1, "group_size": GROUP_SIZE}
+    fields = {"num_multicast": 1, "multicast_on_a": False, "split_k": 1, "raster_width": RASTER_WIDTH}
     shape = kernel_shape(block_m, block_n) or (block_n, 1)
     fields["wgmma_n"], fields["accum_buffers"] = shape
     stages = None
@@ -44,11 +44,11 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
         if option in ("mcA", "mcB"):
             fields["num_multicast"], fields["multicast_on_a"] = 2, option == "mcA"
         elif option == "gM":
-            fields["group_along_m"] = True
+            fields["raster_along_m"] = True
         elif option == "ef":
             fields["evict_first_b"] = True
         elif kind in "skbwgu" and value.isdigit():
-            key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "group_size",
+            key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "raster_width",
                    "u": "k_unroll"}[kind]
             if key is None:
                 stages = int(value)
@@ -63,15 +63,15 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
 
 
 def format_config(config: KernelConfig) -> str:
-    """The text form of ``config`` (every option spelled out except the default group width, GROUP_SIZE)."""
+    """The text form of ``config`` (every option spelled out except the default band width, RASTER_WIDTH)."""
     text = f"{config.block_m}x{config.block_n}:s{config.num_stages}:b{config.accum_buffers}:w{config.wgmma_n}"
     if config.num_multicast == 2:
         text += ":mcA" if config.multicast_on_a else ":mcB"
     if config.split_k > 1:
         text += f":k{config.split_k}"
-    if config.group_size != GROUP_SIZE:
-        text += f":g{config.group_size}"
-    if config.group_along_m and config.num_multicast == 1:
+    if config.raster_width != RASTER_WIDTH:
+        text += f":g{config.raster_width}"
+    if config.raster_along_m and config.num_multicast == 1:
         text += ":gM"
     if config.evict_first_b:
         text += ":ef"

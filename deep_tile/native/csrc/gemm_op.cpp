@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -16,9 +17,21 @@
 #include "tensor_maps.h"
 
 namespace deep_tile_native {
-namespace {
 
-constexpr int64_t kScaleGroup = 128;  // deep_tile.common.SCALE_GROUP
+AScaleLayout a_scale_layout(const at::Tensor& s, int64_t m, int64_t k_blocks) {
+  const bool aligned16 = reinterpret_cast<uintptr_t>(s.data_ptr()) % 16 == 0;
+  // deep_tile.layouts.reads_row_major: contiguous rows of a multiple of 4 K blocks
+  // (deep_tile.kernels.fp8_gemm.row_major_a_scale_readable), 16-byte aligned.
+  if (m > 1 && k_blocks > 1 && k_blocks % 4 == 0 && s.stride(1) == 1 && s.stride(0) == k_blocks && aligned16) {
+    return AScaleLayout::kRowMajor;
+  }
+  // deep_tile.layouts.is_tma_aligned.
+  const bool column_ok = s.stride(0) == 1 || m == 1;
+  const bool pitch_ok = k_blocks == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= m);
+  return column_ok && pitch_ok && aligned16 ? AScaleLayout::kAligned : AScaleLayout::kCopy;
+}
+
+namespace {
 
 std::atomic<uint64_t> g_native_calls{0}, g_python_calls{0}, g_plans_created{0}, g_a_scale_copies{0};
 
@@ -26,10 +39,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t align4(int64_t v) { return (v + 3) / 4 * 4; }
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
+// The native twin of deep_tile.problem.Problem for a dense call, with the a_scale layout.
 struct Problem {
-  int64_t m = 0, n = 0, k = 0, groups = 0;
-  bool a_scale_aligned = false;    // already in the TMA-aligned column-major layout
-  bool a_scale_row_major = false;  // read as it is by the row-major kernel variant
+  int64_t m = 0, n = 0, k = 0, k_blocks = 0;
+  AScaleLayout a_scale_layout = AScaleLayout::kCopy;
 };
 
 // deep_tile.checks' layout rule for a, b and out: last dimension contiguous, row stride a
@@ -40,18 +53,6 @@ const char* layout_reason(const at::Tensor& x, int64_t row_multiple) {
   if (x.size(0) > 1 && x.stride(0) % row_multiple != 0) return "layout";
   if (!aligned16(x)) return "alignment";
   return nullptr;
-}
-
-// deep_tile.layouts.is_tma_aligned.
-bool tma_aligned_a_scale(const at::Tensor& s, int64_t m, int64_t groups) {
-  bool column_ok = s.stride(0) == 1 || m == 1;
-  bool pitch_ok = groups == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= m);
-  return column_ok && pitch_ok && aligned16(s);
-}
-
-// deep_tile.layouts.reads_row_major: contiguous rows of a multiple of 4 groups, 16-byte aligned.
-bool row_major_a_scale(const at::Tensor& s, int64_t m, int64_t groups) {
-  return m > 1 && groups > 1 && groups % 4 == 0 && s.stride(1) == 1 && s.stride(0) == groups && aligned16(s);
 }
 
 // Every condition deep_tile.checks.check_fp8_gemm_args enforces, except the GPU's compute
@@ -71,9 +72,9 @@ const char* inspect(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
   }
   const int64_t m = a.size(0), k = a.size(1), n = b.size(0);
   if (b.size(1) != k || n <= 0 || n % 8 != 0 || k <= 0 || k % 16 != 0) return "shape";
-  const int64_t groups = ceil_div(k, kScaleGroup);
-  if (a_scale.size(0) != m || a_scale.size(1) != groups) return "shape";
-  if (b_scale.size(0) != ceil_div(n, kScaleGroup) || b_scale.size(1) != groups) return "shape";
+  const int64_t k_blocks = ceil_div(k, kScaleGroup);
+  if (a_scale.size(0) != m || a_scale.size(1) != k_blocks) return "shape";
+  if (b_scale.size(0) != ceil_div(n, kScaleGroup) || b_scale.size(1) != k_blocks) return "shape";
   if (out.has_value() && (out->size(0) != m || out->size(1) != n)) return "shape";
   if (const char* why = layout_reason(a, 16)) return why;
   if (const char* why = layout_reason(b, 16)) return why;
@@ -89,15 +90,14 @@ const char* inspect(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
   p->m = m;
   p->n = n;
   p->k = k;
-  p->groups = groups;
-  p->a_scale_row_major = row_major_a_scale(a_scale, m, groups);
-  p->a_scale_aligned = !p->a_scale_row_major && tma_aligned_a_scale(a_scale, m, groups);
+  p->k_blocks = k_blocks;
+  p->a_scale_layout = a_scale_layout(a_scale, m, k_blocks);
   return nullptr;
 }
 
-// deep_tile.gemm.get_tma_aligned_a_scale for a tensor not yet in that layout.
-at::Tensor aligned_copy(const at::Tensor& a_scale, int64_t m, int64_t groups) {
-  at::Tensor aligned = at::empty({groups, align4(m)}, a_scale.options()).t().narrow(0, 0, m);
+// deep_tile.layouts.get_tma_aligned_a_scale for a tensor not yet in that layout.
+at::Tensor aligned_copy(const at::Tensor& a_scale, int64_t m, int64_t k_blocks) {
+  at::Tensor aligned = at::empty({k_blocks, align4(m)}, a_scale.options()).t().narrow(0, 0, m);
   aligned.copy_(a_scale);
   g_a_scale_copies.fetch_add(1, std::memory_order_relaxed);
   return aligned;
@@ -106,107 +106,78 @@ at::Tensor aligned_copy(const at::Tensor& a_scale, int64_t m, int64_t groups) {
 PlanPtr plan_for(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                  const std::optional<at::Tensor>& out, const Problem& p) {
   const int64_t limit = sms_limit();
-  const PlanKey key{a.device().index(), p.m, p.n, p.k, limit, p.a_scale_row_major};
+  const PlanKey key{a.device().index(), p.m, p.n, p.k, limit, p.a_scale_layout == AScaleLayout::kRowMajor};
   PlanPtr plan = find_plan(key);
   if (plan == nullptr) {
-    plan = make_plan(a, a_scale, b, b_scale, out, limit);  // Python: full checks, selection, kernel
+    plan = make_plan(a, a_scale, b, b_scale, out, limit);  // Python: full checks, selection, kernel, specs
     store_plan(key, plan);
     g_plans_created.fetch_add(1, std::memory_order_relaxed);
   }
   return plan;
 }
 
+// The call's tensors in the family contract's OPERANDS order (deep_tile/kernels/fp8_gemm.py: a,
+// a_scale (TMA-aligned, or row-major when the plan reads it so), b, b_scale (contiguous), out).
+// A spec naming an operand past `count` is refused when the plan is made (bridge) and here.
 struct Operands {
-  const at::Tensor& a;
-  const at::Tensor& a_scale;  // TMA-aligned, or row-major when the plan reads it so
-  const at::Tensor& b;
-  const at::Tensor& b_scale;  // contiguous
-  const at::Tensor& out;
+  std::array<const at::Tensor*, kMaxOperands> tensors{};
+  int count = 0;
 };
 
 // The kernel parameters in the plan's order, in storage that lives until the launch returns
 // (the driver copies them at launch, so a CUDA graph capture keeps its own copy).
 struct Params {
-  alignas(64) CUtensorMap maps[4];
-  uint64_t pointers[2];
-  int32_t ints[5];
-  void* slots[static_cast<int>(Arg::kCount)];
+  alignas(64) CUtensorMap maps[kMaxMaps];
+  uint64_t pointers[kMaxArgs];
+  int32_t ints[kMaxArgs];
+  void* slots[kMaxArgs];
 };
 
-void fill_params(const GemmPlan& plan, const Problem& p, const Operands& o, Params* params) {
-  const uint32_t a_scale_pitch = static_cast<uint32_t>(p.groups > 1 ? o.a_scale.stride(1) : align4(p.m));
-  size_t i = 0;
-  for (Arg arg : plan.args) {
-    void* slot = nullptr;
-    switch (arg) {
-      case Arg::kTmaA:
-        encode_tensor_map({reinterpret_cast<uint64_t>(o.a.data_ptr()), uint64_t(p.k), uint64_t(p.m),
-                           uint64_t(o.a.stride(0)), plan.a.inner, plan.a.outer, 128, Element::kUint8},
-                          &params->maps[0]);
-        slot = &params->maps[0];
+constexpr uint64_t kElementBytes[] = {1, 2, 4};  // Element (tensor_maps.h): uint8, bfloat16, float32
+
+// deep_tile.kernel_args.row_pitch_bytes.
+uint64_t row_pitch_bytes(uint64_t inner, uint64_t outer, uint64_t stride_outer, uint64_t element_bytes) {
+  return outer > 1 ? stride_outer * element_bytes : (inner * element_bytes + 15) / 16 * 16;
+}
+
+// Walks the plan's argument specs as deep_tile.kernel_args.pack_values does in Python.
+void fill_params(const GemmPlan& plan, const Operands& operands, Params* params) {
+  int maps = 0;
+  for (size_t i = 0; i < plan.args.size(); ++i) {
+    const ArgSpec& s = plan.args[i];
+    if (s.operand >= operands.count) throw std::runtime_error("deep_tile native: a spec names a missing operand");
+    const at::Tensor* t = s.operand >= 0 ? operands.tensors[s.operand] : nullptr;
+    switch (s.kind) {
+      case SpecKind::kTensorMap: {
+        const uint64_t inner = t->size(s.inner_dim), outer = t->size(s.outer_dim);
+        encode_tensor_map({reinterpret_cast<uint64_t>(t->data_ptr()), inner, outer,
+                           row_pitch_bytes(inner, outer, t->stride(s.outer_dim), kElementBytes[s.element]),
+                           s.box_inner, s.box_outer, s.swizzle, static_cast<Element>(s.element)},
+                          &params->maps[maps]);
+        params->slots[i] = &params->maps[maps++];
         break;
-      case Arg::kTmaB:
-        encode_tensor_map({reinterpret_cast<uint64_t>(o.b.data_ptr()), uint64_t(p.k), uint64_t(p.n),
-                           uint64_t(o.b.stride(0)), plan.b.inner, plan.b.outer, 128, Element::kUint8},
-                          &params->maps[1]);
-        slot = &params->maps[1];
+      }
+      case SpecKind::kZeroMap:
+        std::memset(&params->maps[maps], 0, sizeof(CUtensorMap));
+        params->slots[i] = &params->maps[maps++];
         break;
-      case Arg::kTmaAScale:
-        if (plan.a_scale_row_major) {  // [m rows][groups]: the inner dimension is the group
-          encode_tensor_map({reinterpret_cast<uint64_t>(o.a_scale.data_ptr()), uint64_t(p.groups), uint64_t(p.m),
-                             uint64_t(p.groups) * 4, plan.a_scale.inner, plan.a_scale.outer, 0, Element::kFloat32},
-                            &params->maps[2]);
-        } else {
-          encode_tensor_map({reinterpret_cast<uint64_t>(o.a_scale.data_ptr()), uint64_t(p.m), uint64_t(p.groups),
-                             uint64_t(a_scale_pitch) * 4, plan.a_scale.inner, plan.a_scale.outer, 0,
-                             Element::kFloat32},
-                            &params->maps[2]);
-        }
-        slot = &params->maps[2];
+      case SpecKind::kPointer:
+        params->pointers[i] = reinterpret_cast<uint64_t>(t->data_ptr());
+        params->slots[i] = &params->pointers[i];
         break;
-      case Arg::kTmaD:
-        if (plan.store_d_map) {
-          encode_tensor_map({reinterpret_cast<uint64_t>(o.out.data_ptr()), uint64_t(p.n), uint64_t(p.m),
-                             uint64_t(o.out.stride(0)) * 2, plan.d.inner, plan.d.outer, plan.d_swizzle,
-                             Element::kBfloat16},
-                            &params->maps[3]);
-        } else {
-          std::memset(&params->maps[3], 0, sizeof(CUtensorMap));  // split-K stores without it
-        }
-        slot = &params->maps[3];
+      case SpecKind::kSize:
+        params->ints[i] = static_cast<int32_t>(t->size(s.inner_dim));
+        params->slots[i] = &params->ints[i];
         break;
-      case Arg::kBScale:
-        params->pointers[0] = reinterpret_cast<uint64_t>(o.b_scale.data_ptr());
-        slot = &params->pointers[0];
+      case SpecKind::kStride:
+        params->ints[i] = static_cast<int32_t>(t->stride(s.inner_dim));
+        params->slots[i] = &params->ints[i];
         break;
-      case Arg::kD:
-        params->pointers[1] = reinterpret_cast<uint64_t>(o.out.data_ptr());
-        slot = &params->pointers[1];
+      case SpecKind::kValue:
+        params->ints[i] = s.value;
+        params->slots[i] = &params->ints[i];
         break;
-      case Arg::kLdd:
-        params->ints[0] = static_cast<int32_t>(o.out.stride(0));
-        slot = &params->ints[0];
-        break;
-      case Arg::kM:
-        params->ints[1] = static_cast<int32_t>(p.m);
-        slot = &params->ints[1];
-        break;
-      case Arg::kN:
-        params->ints[2] = static_cast<int32_t>(p.n);
-        slot = &params->ints[2];
-        break;
-      case Arg::kK:
-        params->ints[3] = static_cast<int32_t>(p.k);
-        slot = &params->ints[3];
-        break;
-      case Arg::kGroupSize:
-        params->ints[4] = plan.group_size;
-        slot = &params->ints[4];
-        break;
-      default:
-        throw std::runtime_error("deep_tile native: unknown kernel argument");
     }
-    params->slots[i++] = slot;
   }
 }
 
@@ -236,15 +207,15 @@ void launch(const GemmPlan& plan, void** slots, CUstream stream, int device) {
   }
 }
 
-void run_native(const GemmPlan& plan, const Problem& p, const Operands& o) {
-  const c10::Device device = o.a.device();
+void run_native(const GemmPlan& plan, const Operands& o) {
+  const c10::Device device = o.tensors[0]->device();
   const auto* guard_impl = c10::impl::getDeviceGuardImpl(device.type());
   auto stream = reinterpret_cast<CUstream>(guard_impl->getStream(device).native_handle());
   Params params;
   if (!plan.reported.exchange(true)) {  // the plan's first launch: time it for deep_tile.phases
     using clock = std::chrono::steady_clock;
     auto t0 = clock::now();
-    fill_params(plan, p, o, &params);
+    fill_params(plan, o, &params);
     auto t1 = clock::now();
     launch(plan, params.slots, stream, device.index());
     auto t2 = clock::now();
@@ -252,7 +223,7 @@ void run_native(const GemmPlan& plan, const Problem& p, const Operands& o) {
                         std::chrono::duration<double, std::micro>(t2 - t1).count());
     return;
   }
-  fill_params(plan, p, o, &params);
+  fill_params(plan, o, &params);
   launch(plan, params.slots, stream, device.index());
 }
 
@@ -270,12 +241,11 @@ at::Tensor fp8_gemm(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
   if (inspect(a, a_scale, b, b_scale, out, &p) != nullptr) return hand_to_python(a, a_scale, b, b_scale, out);
   c10::DeviceGuard device_guard(a.device());
   PlanPtr plan = plan_for(a, a_scale, b, b_scale, out, p);
-  if (plan->python_only) return hand_to_python(a, a_scale, b, b_scale, out);
   at::Tensor result = out.has_value() ? *out : at::empty({p.m, p.n}, a.options().dtype(at::kBFloat16));
-  at::Tensor scale = (p.a_scale_aligned || p.a_scale_row_major) ? a_scale : aligned_copy(a_scale, p.m, p.groups);
+  at::Tensor scale = p.a_scale_layout == AScaleLayout::kCopy ? aligned_copy(a_scale, p.m, p.k_blocks) : a_scale;
   at::Tensor b_scale_c = b_scale.is_contiguous() ? b_scale : b_scale.contiguous();
   try {
-    run_native(*plan, p, Operands{a, scale, b, b_scale_c, result});
+    run_native(*plan, Operands{{&a, &scale, &b, &b_scale_c, &result}, 5});
   } catch (const DriverError& error) {
     raise_launch_error(error.what());
   }
@@ -310,10 +280,10 @@ torch::Library* g_library = nullptr;
 void register_ops() {
   if (g_library != nullptr) return;
   if (!bridge_installed()) throw std::runtime_error("deep_tile native: install the bridge before registering");
-  auto* library = new torch::Library(torch::Library::IMPL, "deep_tile", std::nullopt, __FILE__, __LINE__);
+  auto* library = new torch::Library(torch::Library::IMPL, kOpNamespace, std::nullopt, __FILE__, __LINE__);
   for (auto key : {c10::DispatchKey::CUDA, c10::DispatchKey::CPU}) {
-    library->impl("fp8_gemm", torch::dispatch(key, TORCH_FN(op_fp8_gemm)));
-    library->impl("fp8_gemm_out", torch::dispatch(key, TORCH_FN(op_fp8_gemm_out)));
+    library->impl(kOpNames[0], torch::dispatch(key, TORCH_FN(op_fp8_gemm)));
+    library->impl(kOpNames[1], torch::dispatch(key, TORCH_FN(op_fp8_gemm_out)));
   }
   g_library = library;
 }

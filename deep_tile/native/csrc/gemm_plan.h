@@ -1,7 +1,8 @@
-// What the native path needs to launch the FP8 GEMM for one problem: the kernel, its launch
-// geometry, its tensor-map boxes and its argument order. Built by Python
-// (deep_tile/native/bridge.py, from deep_tile.gemm's plan and deep_tile.kernels.fp8_gemm's
-// contract) on the first call of a problem, then cached here.
+// What the native path needs to launch a kernel for one problem: the kernel, its launch
+// geometry, and how each kernel parameter is made from the call's tensors (the argument specs of
+// deep_tile/kernel_args.py, built by Python from the plan of deep_tile.planner on the first call
+// of a problem, deep_tile/native/bridge.py), then cached here. No kernel fact is written in C++:
+// fill_params (gemm_op.cpp) walks the specs.
 #pragma once
 
 #include <cuda.h>
@@ -14,27 +15,34 @@
 
 namespace deep_tile_native {
 
-// Kernel parameters the native path knows how to fill; the bridge maps the contract's names
-// (deep_tile.kernels.fp8_gemm.ARGUMENTS) onto these codes, in the kernel's order.
-enum class Arg : uint8_t { kTmaA = 0, kTmaB, kTmaAScale, kTmaD, kBScale, kD, kLdd, kM, kN, kK, kGroupSize, kCount };
+// deep_tile.kernel_args.SPEC_KINDS (tests/test_native.py compares them through the module's
+// SPEC_KINDS attribute).
+enum class SpecKind : uint8_t { kTensorMap = 0, kZeroMap = 1, kPointer = 2, kSize = 3, kStride = 4, kValue = 5 };
 
-struct Box {
-  uint32_t inner = 0;
-  uint32_t outer = 0;
+// Most operand tensors a spec may name (deep_tile.kernel_args.MAX_OPERANDS); each family's op
+// passes its own, in its contract's OPERANDS order.
+constexpr int kMaxOperands = 8;
+// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked).
+constexpr int kMaxArgs = 16;
+constexpr int kMaxMaps = 8;
+
+// One kernel parameter: see deep_tile/kernel_args.py for the meaning of each kind.
+struct ArgSpec {
+  SpecKind kind = SpecKind::kValue;
+  int8_t operand = -1;      // kTensorMap, kPointer, kSize, kStride
+  uint8_t element = 0;      // kTensorMap: Element (tensor_maps.h)
+  int8_t inner_dim = 0;     // kTensorMap: the operand's contiguous dimension; kSize/kStride: the dimension
+  int8_t outer_dim = 1;     // kTensorMap: the rows
+  uint32_t box_inner = 0, box_outer = 0, swizzle = 0;  // kTensorMap
+  int32_t value = 0;        // kValue
 };
 
 struct GemmPlan {
-  bool python_only = false;  // the bridge could not describe the launch: run the Python path
   CUkernel kernel = nullptr;
   std::string symbol;
   std::string label;  // the problem and config, for the DEEP_TILE_DEBUG report
   uint32_t grid = 0, block = 0, smem = 0, cluster = 1;
-  Box a, b, a_scale, d;
-  uint32_t d_swizzle = 0;
-  bool store_d_map = true;  // false under split-K: the kernel gets a zeroed D map
-  bool a_scale_row_major = false;  // the kernel reads a row-major a_scale (4-group boxes)
-  int32_t group_size = 0;
-  std::vector<Arg> args;
+  std::vector<ArgSpec> args;  // the kernel's parameters in declaration order
   mutable std::atomic<bool> reported{false};  // first launch timed and reported (deep_tile.phases)
 };
 

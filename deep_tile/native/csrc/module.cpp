@@ -12,11 +12,33 @@ namespace py = pybind11;
 using namespace deep_tile_native;
 
 // Bumped when the bridge protocol (plan dict, callbacks) changes; checked by the loader.
-constexpr int kBridgeVersion = 3;
+constexpr int kBridgeVersion = 4;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deep_tile's native host path for the FP8 GEMM (see deep_tile/native/__init__.py)";
   m.attr("BRIDGE_VERSION") = kBridgeVersion;
+  // Facts the Python side also holds, exposed so tests/test_native.py can compare the two.
+  m.attr("SCALE_GROUP") = kScaleGroup;
+  m.attr("MAX_OPERANDS") = kMaxOperands;
+  m.attr("OP_NAMES") = py::make_tuple(std::string(kOpNamespace) + "::" + kOpNames[0],
+                                      std::string(kOpNamespace) + "::" + kOpNames[1]);
+  py::dict spec_kinds;
+  spec_kinds["tensor_map"] = static_cast<int>(SpecKind::kTensorMap);
+  spec_kinds["zero_map"] = static_cast<int>(SpecKind::kZeroMap);
+  spec_kinds["pointer"] = static_cast<int>(SpecKind::kPointer);
+  spec_kinds["size"] = static_cast<int>(SpecKind::kSize);
+  spec_kinds["stride"] = static_cast<int>(SpecKind::kStride);
+  spec_kinds["value"] = static_cast<int>(SpecKind::kValue);
+  m.attr("SPEC_KINDS") = spec_kinds;
+  py::dict elements;
+  elements["uint8"] = static_cast<int>(Element::kUint8);
+  elements["bfloat16"] = static_cast<int>(Element::kBfloat16);
+  elements["float32"] = static_cast<int>(Element::kFloat32);
+  m.attr("ELEMENTS") = elements;
+  m.def("a_scale_layout", [](const at::Tensor& a_scale) {
+    static const char* names[] = {"aligned", "row_major", "copy"};
+    return std::string(names[static_cast<int>(a_scale_layout(a_scale, a_scale.size(0), a_scale.size(1)))]);
+  }, py::arg("a_scale"), "How the native path passes a 2-D a_scale: 'aligned', 'row_major' or 'copy'.");
   m.def("install_bridge", &install_bridge, "Remember the Python bridge module (deep_tile.native.bridge).");
   m.def("set_sms_limit", &set_sms_limit, py::arg("limit"),
         "The deep_tile.set_num_sms limit (0: none) the next calls plan with.");

@@ -26,9 +26,50 @@ py::object optional_tensor(const std::optional<at::Tensor>& t) {
   return t.has_value() ? py::cast(*t) : py::none();
 }
 
-Box box_of(const py::dict& plan, const char* name) {
-  auto pair = plan[name].cast<std::pair<uint32_t, uint32_t>>();
-  return Box{pair.first, pair.second};
+[[noreturn]] void bad_spec(const std::vector<int64_t>& code) {
+  std::string text;
+  for (int64_t v : code) text += (text.empty() ? "" : ", ") + std::to_string(v);
+  throw std::runtime_error("deep_tile native: the bridge sent an argument spec this library cannot fill: [" + text +
+                           "] (deep_tile/kernel_args.py and csrc/gemm_plan.h disagree)");
+}
+
+// One encoded spec of deep_tile.kernel_args.encode, checked.
+ArgSpec spec_of(const std::vector<int64_t>& c) {
+  if (c.empty() || c[0] < 0 || c[0] > static_cast<int64_t>(SpecKind::kValue)) bad_spec(c);
+  ArgSpec s;
+  s.kind = static_cast<SpecKind>(c[0]);
+  auto operand_ok = [&](size_t i) { return c.size() > i && c[i] >= 0 && c[i] < kMaxOperands; };
+  auto dim_ok = [&](size_t i) { return c.size() > i && (c[i] == 0 || c[i] == 1); };
+  switch (s.kind) {
+    case SpecKind::kTensorMap:
+      if (c.size() != 8 || !operand_ok(1) || c[2] < 0 || c[2] > 2 || !dim_ok(3) || !dim_ok(4) || c[3] == c[4]) bad_spec(c);
+      s.operand = static_cast<int8_t>(c[1]);
+      s.element = static_cast<uint8_t>(c[2]);
+      s.inner_dim = static_cast<int8_t>(c[3]);
+      s.outer_dim = static_cast<int8_t>(c[4]);
+      s.box_inner = static_cast<uint32_t>(c[5]);
+      s.box_outer = static_cast<uint32_t>(c[6]);
+      s.swizzle = static_cast<uint32_t>(c[7]);
+      break;
+    case SpecKind::kZeroMap:
+      if (c.size() != 1) bad_spec(c);
+      break;
+    case SpecKind::kPointer:
+      if (c.size() != 2 || !operand_ok(1)) bad_spec(c);
+      s.operand = static_cast<int8_t>(c[1]);
+      break;
+    case SpecKind::kSize:
+    case SpecKind::kStride:
+      if (c.size() != 3 || !operand_ok(1) || !dim_ok(2)) bad_spec(c);
+      s.operand = static_cast<int8_t>(c[1]);
+      s.inner_dim = static_cast<int8_t>(c[2]);
+      break;
+    case SpecKind::kValue:
+      if (c.size() != 2) bad_spec(c);
+      s.value = static_cast<int32_t>(c[1]);
+      break;
+  }
+  return s;
 }
 
 }  // namespace
@@ -50,10 +91,6 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
   py::gil_scoped_acquire gil;
   py::object result = bridge().plan(a, a_scale, b, b_scale, optional_tensor(out), limit);
   auto plan = std::make_shared<GemmPlan>();
-  if (result.is_none()) {
-    plan->python_only = true;
-    return plan;
-  }
   py::dict d = result.cast<py::dict>();
   plan->kernel = reinterpret_cast<CUkernel>(static_cast<uintptr_t>(d["kernel"].cast<uint64_t>()));
   plan->symbol = d["symbol"].cast<std::string>();
@@ -62,19 +99,16 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
   plan->block = d["block"].cast<uint32_t>();
   plan->smem = d["smem"].cast<uint32_t>();
   plan->cluster = d["cluster"].cast<uint32_t>();
-  plan->a = box_of(d, "box_a");
-  plan->b = box_of(d, "box_b");
-  plan->a_scale = box_of(d, "box_a_scale");
-  plan->d = box_of(d, "box_d");
-  plan->d_swizzle = d["d_swizzle"].cast<uint32_t>();
-  plan->store_d_map = d["store_d_map"].cast<bool>();
-  plan->a_scale_row_major = d["a_scale_row_major"].cast<bool>();
-  plan->group_size = d["group_size"].cast<int32_t>();
-  for (auto code : d["args"].cast<std::vector<int>>()) {
-    if (code < 0 || code >= static_cast<int>(Arg::kCount)) {
-      throw std::runtime_error("deep_tile native: the bridge sent an unknown argument code " + std::to_string(code));
-    }
-    plan->args.push_back(static_cast<Arg>(code));
+  int maps = 0;
+  for (const auto& code : d["args"].cast<std::vector<std::vector<int64_t>>>()) {
+    plan->args.push_back(spec_of(code));
+    const SpecKind kind = plan->args.back().kind;
+    maps += kind == SpecKind::kTensorMap || kind == SpecKind::kZeroMap;
+  }
+  if (plan->args.size() > kMaxArgs || maps > kMaxMaps) {
+    throw std::runtime_error("deep_tile native: a plan with " + std::to_string(plan->args.size()) + " arguments and " +
+                             std::to_string(maps) + " tensor maps; this library fills at most " +
+                             std::to_string(kMaxArgs) + " and " + std::to_string(kMaxMaps));
   }
   return plan;
 }

@@ -34,7 +34,8 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
 }
 
 /// Sum rows [rank * ceil(kBlockM / kSplitK), ...) of the cluster's kSplitK partials in rank order
-/// and store them as bf16 to `d` (row pitch `ldd` elements), clipped to the m x n output.
+/// and store them as bf16 to `d` (row pitch `ldd` elements) at the tile's origin (m0, n0), clipped
+/// to the real rows (below m_end, Tile::m_end) and columns (below n).
 /// `tid` runs over the kNumMathThreads consumer threads.
 /// NOTES: the loop over this thread's 8-column chunks has a compile-time bound (the chunks past
 /// the valid rows are predicated off), so every remote load of every chunk is issued before the
@@ -42,13 +43,13 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
 /// trip per chunk (64x2112x128, 64x64 k2 on an H200: the split cost 1.5 us at M = 64, 0.5 us at
 /// M = 1).
 template <class Cfg>
-DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, int m0, int n0, int m, int n, u32 rank,
+DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, int m0, int n0, int m_end, int n, u32 rank,
                                          int tid) {
   constexpr int kRowsPerRank = ceil_div(Cfg::kBlockM, Cfg::kSplitK);
   constexpr int kChunks = Cfg::kBlockN / 8;  // 8 columns = 16 bytes of bf16 per store
   constexpr int kItems = ceil_div(kRowsPerRank * kChunks, Cfg::kNumMathThreads);  // chunks per thread
   const int row_begin = static_cast<int>(rank) * kRowsPerRank;
-  const int rows = min_int(min_int(Cfg::kBlockM - row_begin, kRowsPerRank), m - m0 - row_begin);
+  const int rows = min_int(min_int(Cfg::kBlockM - row_begin, kRowsPerRank), m_end - m0 - row_begin);
   float part[kItems][Cfg::kSplitK][8];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {

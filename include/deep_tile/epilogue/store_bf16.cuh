@@ -9,12 +9,14 @@
 
 namespace deep_tile {
 
+/// Store the tile at (m0, n0) of D, clipped by the TMA unit to D's bounds; a warpgroup whose rows
+/// all lie at or past m_end (Tile::m_end) stores nothing, and columns past n are skipped by atom.
 /// `result[t]` is sub-tile t = slab * kNumNParts + part: rows slab*64 .. +63 of this warpgroup,
 /// columns part*kWgmmaN .. +kWgmmaN-1, in the WGMMA accumulator layout.
 template <class Cfg>
 DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
                                const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
-                               int thread_in_wg, int m0, int n0, int m, int n) {
+                               int thread_in_wg, int m0, int n0, int m_end, int n) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
   u8* staging = smem_d + wg * Cfg::kStoreRows * Cfg::kBlockN * 2;
@@ -55,7 +57,7 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
 
   if (thread_in_wg == 0) {
     const int row0 = m0 + wg * Cfg::kWgM;
-    if (row0 < m) {
+    if (row0 < m_end) {
 #pragma unroll
       for (int atom = 0; atom < Cfg::kNumAtoms; ++atom) {
         const int col0 = n0 + atom * Cfg::kAtomCols;

@@ -6,16 +6,17 @@
 // this header derives, so a drift between the two sides fails the compile instead of running.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/scheduler/tile_scheduler.cuh"
 
 namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
-          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kGroupAlongM_, bool kEvictFirstB_,
+          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
           int kKUnroll_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
-  static constexpr int kBlockK = kScaleGroup;  // one scale group along K per pipeline stage
+  static constexpr int kBlockK = kScaleGroup;  // one K block (one a_scale column, one b_scale block) per stage
   static constexpr int kNumStages = kNumStages_;
   static constexpr int kMinStages = 2;
   static constexpr int kMaxStages = 16;
@@ -26,9 +27,11 @@ struct Fp8GemmConfig {
   // a fixed order through distributed shared memory (deterministic). Not persistent.
   static constexpr int kSplitK = kSplitK_;
   static constexpr int kClusterSize = kSplitK > 1 ? kSplitK : kNumMulticast;
-  // The persistent schedule's swizzle groups span m-blocks (consecutive tiles share an n-block)
-  // or n-blocks (consecutive tiles share an m-block); a multicast pair must share its operand.
-  static constexpr bool kGroupAlongM = kGroupAlongM_;
+  // What the kernel multiplies (the tile scheduler's kind, scheduler/tile_scheduler.cuh).
+  static constexpr ProblemKind kProblemKind = ProblemKind::kDense;
+  // The raster order's bands span m-blocks (consecutive tiles share an n-block) or n-blocks
+  // (consecutive tiles share an m-block); a multicast pair must share its operand.
+  static constexpr bool kRasterAlongM = kRasterAlongM_;
   // L2 policies of the operand loads: B evict-first and A evict-last (small M, where each B tile is
   // read by one or two tiles: deep_tile/select/selector.py streams_b), else plain loads.
   static constexpr bool kEvictFirstB = kEvictFirstB_;
@@ -66,8 +69,8 @@ struct Fp8GemmConfig {
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
   // a_scale arrives by TMA per stage: from the TMA-aligned column-major layout one float per row;
-  // from a row-major [M, G] tensor (G % 4 == 0) a box of 4 groups per row, of which the k-block's
-  // column is read (the box's inner edge must be 16 bytes).
+  // from a row-major [M, K blocks] tensor (K blocks % 4 == 0) a box of 4 K blocks per row, of which
+  // the k-block's column is read (the box's inner edge must be 16 bytes).
   static constexpr bool kAScaleRowMajor = kAScaleRowMajor_;
   static constexpr int kAScaleCols = kAScaleRowMajor ? 4 : 1;
   static constexpr int kTileAScaleBytes = kBlockM * 4 * kAScaleCols;
@@ -101,8 +104,8 @@ struct Fp8GemmConfig {
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
   DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");
   DT_STATIC_ASSERT(kSplitK == 1 || kNumMulticast == 1, "DT_SPLIT_K > 1 needs DT_NUM_MULTICAST == 1");
-  DT_STATIC_ASSERT(kNumMulticast == 1 || kGroupAlongM == kMulticastB,
-                   "DT_GROUP_ALONG_M must be 1 with multicast of B and 0 with multicast of A (the pair shares the operand)");
+  DT_STATIC_ASSERT(kNumMulticast == 1 || kRasterAlongM == kMulticastB,
+                   "DT_RASTER_ALONG_M must be 1 with multicast of B and 0 with multicast of A (the pair shares the operand)");
   DT_STATIC_ASSERT(kSplitK == 1 || kPartialBytes <= kNumStages * (kTileABytes + kTileBBytes),
                    "the split-K partial tile must fit in the A and B stage memory it reuses");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");

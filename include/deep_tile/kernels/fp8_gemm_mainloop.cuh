@@ -227,7 +227,7 @@ struct TileMainloop {
     }
   }
 
-  /// Issue step kT of a fully unrolled group of kSteps (k-block, sub-tile) steps, then promote
+  /// Issue step kT of a fully unrolled run of kSteps (k-block, sub-tile) steps, then promote
   /// step kT - 1 while step kT runs; after the last step, drain.
   template <int kT, int kSteps>
   DT_DEVICE void overlapped_steps(int kb) {

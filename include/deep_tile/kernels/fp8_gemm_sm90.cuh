@@ -4,10 +4,12 @@
 // One producer warpgroup (one thread issues TMA into a ring of shared-memory stages) and one or
 // two consumer warpgroups (WGMMA from shared memory, FP32 promotion of each 128-wide K block with
 // its scales; fp8_gemm_mainloop.cuh). Two kinds of launch share this body:
-//   - persistent (kSplitK == 1): each CTA walks tiles of a grouped order and stores each through
+//   - persistent (kSplitK == 1): each CTA walks tiles of a raster order and stores each through
 //     shared memory and TMA; optionally clusters of 2 CTAs multicast the shared A or B tile;
 //   - split-K (kSplitK > 1): one tile per cluster of kSplitK CTAs, each CTA a range of K blocks,
 //     the FP32 partials reduced in rank order through distributed shared memory.
+// Which tiles, their origins and real rows, and the multicast pairing come from the tile
+// scheduler of the problem's kind (scheduler/tile_scheduler.cuh); this body knows no more of them.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/epilogue/splitk_reduce.cuh"
@@ -19,48 +21,9 @@
 #include "deep_tile/ptx/tma.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
 #include "deep_tile/ptx/wgmma_fp8.cuh"
-#include "deep_tile/scheduler/persistent_scheduler.cuh"
+#include "deep_tile/scheduler/tile_scheduler.cuh"
 
 namespace deep_tile {
-
-template <class Cfg>
-using SchedulerFor = PersistentScheduler<!Cfg::kGroupAlongM>;
-
-/// The tiles and K ranges one CTA works on: every `step`-th tile from `first` (persistent), or
-/// the one tile of its cluster and the cluster rank's share of the k-blocks (split-K).
-template <class Cfg>
-struct WorkRange {
-  int first, step;  // tiles first, first + step, ... below num_tiles
-  int kb_begin, kb_end;
-
-  DT_DEVICE WorkRange(int num_tiles, int num_k_blocks) {
-    if constexpr (Cfg::kSplitK == 1) {
-      first = blockIdx.x, step = gridDim.x, kb_begin = 0, kb_end = num_k_blocks;
-    } else {
-      // NOTES: the host launches exactly num_tiles * kSplitK CTAs, so each cluster has one tile
-      // (a step of num_tiles ends the loop after it without overflowing).
-      const int rank = static_cast<int>(ptx::cluster_cta_rank());
-      const int per_rank = ceil_div(num_k_blocks, Cfg::kSplitK);
-      first = blockIdx.x / Cfg::kSplitK, step = num_tiles;
-      kb_begin = min_int(num_k_blocks, rank * per_rank);
-      kb_end = min_int(num_k_blocks, kb_begin + per_rank);
-    }
-  }
-};
-
-/// Whether the two CTAs of this cluster can share the multicast operand for `tile` (the CTA's
-/// own tile; its peer has tile ^ 1). Both CTAs compute the same answer.
-template <class Cfg>
-DT_DEVICE bool multicast_active(const SchedulerFor<Cfg>& sched, int tile) {
-  if constexpr (Cfg::kNumMulticast == 1) {
-    return false;
-  } else {
-    const int peer = tile ^ 1;
-    if (peer >= sched.num_tiles) return false;
-    const TileCoord mine = sched.coord(tile), theirs = sched.coord(peer);
-    return Cfg::kMulticastA ? mine.m_block == theirs.m_block : mine.n_block == theirs.n_block;
-  }
-}
 
 /// One TMA load of `desc`'s box at (c0, c1) into this CTA or, with kMulticast, into the same
 /// offset of both CTAs of the pair; plain, or with the L2 policy `policy` (kHinted).
@@ -97,41 +60,35 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
 
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                             const TmaDescriptor* tma_a_scale, const SchedulerFor<Cfg>& sched, int m,
-                             int num_k_blocks) {
+                             const TmaDescriptor* tma_a_scale, const Scheduler<Cfg>& sched) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
-  // Bytes per stage: the host's A box has min(block_m, m) rows unless A is multicast (twin of
-  // deep_tile/kernels/fp8_gemm.py a_box_rows); the other boxes are whole tiles.
-  const int a_rows = Cfg::kMulticastA ? Cfg::kBlockM : min_int(Cfg::kBlockM, m);
-  const u32 stage_tx_bytes = static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
-  const WorkRange<Cfg> work(sched.num_tiles, num_k_blocks);
+  const u32 stage_tx_bytes = sched.stage_tx_bytes();
+  const WorkRange work = sched.work();
   // Under kEvictFirstB the weight stream (B) recycles its own L2 lines instead of evicting others,
   // and A, which every tile of the wave re-reads, stays (a_scale loads stay plain). When it pays
   // (measured): deep_tile/select/selector.py streams_b.
   const u64 policy_a = Cfg::kEvictFirstB ? ptx::l2_policy_evict_last() : 0;
   const u64 policy_b = Cfg::kEvictFirstB ? ptx::l2_policy_evict_first() : 0;
   PipelineState<Cfg::kNumStages> state;
-  for (int tile = work.first; tile < sched.num_tiles; tile += work.step) {
-    const TileCoord coord = sched.coord(tile);
-    const bool multicast = multicast_active<Cfg>(sched, tile);
-    const int m0 = coord.m_block * Cfg::kBlockM, n0 = coord.n_block * Cfg::kBlockN;
+  for (int index = work.first; index < sched.num_tiles; index += work.step) {
+    const Tile<Cfg> tile = sched.tile(index);
+    const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
     for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
-      // NOTES: out-of-bounds box elements are zero-filled and still count, so the byte count is
-      // the same for every stage of a launch; a multicast half from the peer completes on this
-      // barrier too.
+      // NOTES: the byte count is the same for every stage of a launch (Scheduler::stage_tx_bytes);
+      // a multicast half from the peer completes on this barrier too.
       ptx::mbarrier_arrive_expect_tx(full, stage_tx_bytes);
       const int k0 = kb * Cfg::kBlockK;
       load_operand<Cfg::kMulticastA, Cfg::kBlockM, Cfg::kEvictFirstB>(
-          smem.a + state.index * Cfg::kTileABytes, tma_a, full, k0, m0, multicast, rank, policy_a);
+          smem.a + state.index * Cfg::kTileABytes, tma_a, full, k0, tile.m0, tile.multicast, rank, policy_a);
       load_operand<Cfg::kMulticastB, Cfg::kBlockN, Cfg::kEvictFirstB>(
-          smem.b + state.index * Cfg::kTileBBytes, tma_b, full, k0, n0, multicast, rank, policy_b);
+          smem.b + state.index * Cfg::kTileBBytes, tma_b, full, k0, b_row0, tile.multicast, rank, policy_b);
       float* a_scale = smem.a_scale + state.index * Cfg::kBlockM * Cfg::kAScaleCols;
       if constexpr (Cfg::kAScaleRowMajor) {
-        ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, m0);  // [block_m][4 groups]
+        ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, tile.m0);  // [block_m][4 K blocks]
       } else {
-        ptx::tma_load_2d(a_scale, tma_a_scale, full, m0, kb);  // [block_m] of group kb
+        ptx::tma_load_2d(a_scale, tma_a_scale, full, tile.m0, kb);  // [block_m] of K block kb
       }
       state.advance();
     }
@@ -142,8 +99,7 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 /// one tile's partial in `result` for the cluster reduction.
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
-                             const SchedulerFor<Cfg>& sched, int m, int n, int num_k_blocks,
-                             float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile]) {
+                             const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile]) {
   // NOTES: broadcast so ptxas knows the warpgroup index is warp-uniform and keeps the WGMMA
   // descriptors derived from it in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -155,18 +111,20 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       ptx::sw128_lo(ptx::smem_addr(smem.b)),
       wg, thread_in_wg / 32, static_cast<int>(threadIdx.x % 32),
       Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0u};
-  const WorkRange<Cfg> work(sched.num_tiles, num_k_blocks);
+  const WorkRange work = sched.work();
+  const int n = sched.n, num_k_blocks = sched.num_k_blocks;
   PipelineState<Cfg::kNumStages> issue_state, release_state;
 
-  for (int tile = work.first; tile < sched.num_tiles; tile += work.step) {
-    const TileCoord coord = sched.coord(tile);
-    const bool peer_alive = Cfg::kNumMulticast == 2 && (tile ^ 1) < sched.num_tiles;
-    const int m0 = coord.m_block * Cfg::kBlockM, n0 = coord.n_block * Cfg::kBlockN;
+  for (int index = work.first; index < sched.num_tiles; index += work.step) {
+    const Tile<Cfg> tile = sched.tile(index);
+    const int n0 = tile.n0;
 
-    // b_scale rows covering this tile: the first `first_cols` columns use row n0/128, the rest
-    // (a tile straddling a 128-row block boundary) use the next row.
+    // b_scale rows covering this tile ([ceil(n / 128), K blocks] per expert): the first
+    // `first_cols` columns use row n0/128, the rest (a tile straddling a 128-row block boundary)
+    // use the next row.
     const int first_cols = min_int(Cfg::kBlockN, kScaleGroup - n0 % kScaleGroup);
-    const float* b_scale_row0 = b_scale + (n0 / kScaleGroup) * num_k_blocks;
+    const float* b_scale_row0 =
+        b_scale + (tile.expert * ceil_div(n, kScaleGroup) + n0 / kScaleGroup) * num_k_blocks;
     const bool straddles = first_cols < Cfg::kBlockN && n0 + first_cols < n;
     const float* b_scale_row1 = straddles ? b_scale_row0 + num_k_blocks : b_scale_row0;
 
@@ -177,9 +135,11 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
     dispatch_first_blocks<Cfg>(straddles ? first_cols / 8 : Cfg::kBlockN / 8,
                                RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_scale_row0,
-                                                    b_scale_row1, work.kb_begin, work.kb_end, peer_alive});
+                                                    b_scale_row1, work.kb_begin, work.kb_end, tile.peer_alive});
 
-    if constexpr (Cfg::kSplitK == 1) store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, m0, n0, m, n);
+    if constexpr (Cfg::kSplitK == 1) {
+      store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
+    }
   }
   if constexpr (Cfg::kSplitK == 1) {
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
@@ -192,11 +152,10 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 template <class Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
-                             int group_size) {
+                             int raster_width) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
-  const SchedulerFor<Cfg> sched(m, n, Cfg::kBlockM, Cfg::kBlockN, group_size);
-  const int num_k_blocks = ceil_div(k, Cfg::kBlockK);
+  const Scheduler<Cfg> sched(m, n, k, raster_width);
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == Cfg::kNumMathThreads) {
@@ -229,7 +188,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, sched, m, num_k_blocks);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, sched);
     }
     if constexpr (Cfg::kSplitK > 1) {
       ptx::cluster_sync();
@@ -237,7 +196,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, m, n, num_k_blocks, result);
+    consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result);
     if constexpr (Cfg::kSplitK > 1) {
       // Every consumer WGMMA has read its last stage before the partial overwrites the stages
       // (named barrier 3: 1 and 2 belong to the persistent epilogue's warpgroups).
@@ -245,11 +204,11 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::fence_proxy_async_shared();
       write_partial<Cfg>(smem.partial(), result, wg, threadIdx.x % 128);
       ptx::cluster_sync();
-      const int tile = blockIdx.x / Cfg::kSplitK;
-      if (tile < sched.num_tiles) {
-        const TileCoord coord = sched.coord(tile);
-        reduce_partials_and_store<Cfg>(smem.partial(), d, ldd, coord.m_block * Cfg::kBlockM,
-                                       coord.n_block * Cfg::kBlockN, m, n, ptx::cluster_cta_rank(), threadIdx.x);
+      const int index = sched.first_tile();  // the cluster's one tile
+      if (index < sched.num_tiles) {
+        const Tile<Cfg> tile = sched.tile(index);
+        reduce_partials_and_store<Cfg>(smem.partial(), d, ldd, tile.m0, tile.n0, tile.m_end, sched.n,
+                                       ptx::cluster_cta_rank(), threadIdx.x);
       }
       ptx::cluster_sync_relaxed();
     }

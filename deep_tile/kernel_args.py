@@ -1,0 +1,166 @@
+"""How a kernel's parameters are made from the call's tensors: argument specs both host paths walk.
+
+A kernel family's contract (e.g. :func:`deep_tile.kernels.fp8_gemm.argument_specs`) describes each
+kernel parameter, in declaration order, as one spec that names where its value comes from:
+
+- :class:`TensorMap`: a 2-D TMA descriptor over one operand tensor: which dimension is the
+  contiguous ("inner") one and which the rows ("outer"), the element type, box and swizzle;
+- :class:`ZeroMap`: 128 zero bytes (a tensor map the kernel variant does not use);
+- :class:`Pointer`: an operand's data pointer;
+- :class:`Size`, :class:`Stride`: an operand's size or stride (elements) along a dimension, int32;
+- :class:`Value`: an int32 constant of the plan.
+
+Operands are numbered by their index in the family contract's ``OPERANDS`` (the op's tensors,
+in its argument order; at most :data:`MAX_OPERANDS`). The Python
+host path packs specs with :func:`pack` (:mod:`deep_tile.launch`); the native path receives them
+as int tuples (:func:`encode`) and fills the same parameters in C++ (``fill_params`` in
+deep_tile/native/csrc/gemm_op.cpp, whose ``SpecKind`` values are :data:`SPEC_KINDS`, checked
+against this module by tests/test_native.py). So a kernel fact (dims, boxes, argument order) is
+written once, here and in the family's contract, and neither host path has its own copy.
+
+The row pitch of a tensor map is ``stride(outer) * element bytes``, or, when the operand has one
+row (``size(outer) == 1``, where the stride means nothing), the inner extent rounded up to 16
+bytes (:func:`row_pitch_bytes`).
+
+Pure Python: no torch, no CUDA.
+"""
+from __future__ import annotations
+
+__all__ = ["MAX_OPERANDS", "ELEMENTS", "SPEC_KINDS", "CODE_LENGTHS", "TensorMap", "ZeroMap", "Pointer", "Size",
+           "Stride", "Value", "encode", "row_pitch_bytes", "pack_values"]
+
+MAX_OPERANDS = 8
+"""Most operand tensors a spec may refer to (``kMaxOperands`` in csrc/gemm_plan.h)."""
+
+ELEMENTS = {"uint8": (0, 1), "bfloat16": (1, 2), "float32": (2, 4)}
+"""Tensor-map element type -> (code of ``Element`` in csrc/tensor_maps.h, bytes)."""
+
+SPEC_KINDS = {"tensor_map": 0, "zero_map": 1, "pointer": 2, "size": 3, "stride": 4, "value": 5}
+"""Spec kind -> its code in :func:`encode` (``SpecKind`` in csrc/gemm_plan.h)."""
+
+CODE_LENGTHS = {SPEC_KINDS["tensor_map"]: 8, SPEC_KINDS["zero_map"]: 1, SPEC_KINDS["pointer"]: 2,
+                SPEC_KINDS["size"]: 3, SPEC_KINDS["stride"]: 3, SPEC_KINDS["value"]: 2}
+"""Spec kind code -> the ints of its encoding (the kind code included)."""
+
+
+_ZERO_MAP = bytes(128)
+
+
+class TensorMap:
+    """A 2-D tensor map over operand ``operand`` (an index into the family's ``OPERANDS``): its
+    ``inner_dim`` is contiguous, ``outer_dim`` the rows; ``box`` is ``(inner, outer)`` elements."""
+
+    __slots__ = ("operand", "element", "inner_dim", "outer_dim", "box", "swizzle", "_element_bytes")
+    kind = "tensormap"
+
+    def __init__(self, operand: int, element: str, inner_dim: int, outer_dim: int, box: tuple, swizzle: int):
+        self.operand, self.element, self.inner_dim, self.outer_dim = operand, element, inner_dim, outer_dim
+        self.box, self.swizzle = tuple(box), swizzle
+        self._element_bytes = ELEMENTS[element][1]
+
+    def code(self) -> tuple:
+        return (SPEC_KINDS["tensor_map"], self.operand, ELEMENTS[self.element][0], self.inner_dim, self.outer_dim,
+                self.box[0], self.box[1], self.swizzle)
+
+    def value(self, operands, encode_map):
+        t = operands[self.operand]
+        shape = t.shape
+        inner, outer = shape[self.inner_dim], shape[self.outer_dim]
+        if outer > 1:  # row_pitch_bytes, inlined: this runs for every map of every Python-path call
+            pitch = t.stride(self.outer_dim) * self._element_bytes
+        else:
+            pitch = (inner * self._element_bytes + 15) // 16 * 16
+        return encode_map(t.data_ptr(), self.element, inner, outer, pitch, self.box[0], self.box[1], self.swizzle)
+
+
+class ZeroMap:
+    """128 zero bytes in a tensor-map parameter the kernel variant does not read."""
+
+    __slots__ = ()
+    kind = "tensormap"
+
+    def code(self) -> tuple:
+        return (SPEC_KINDS["zero_map"],)
+
+    def value(self, operands, encode_map):
+        return _ZERO_MAP
+
+
+class Pointer:
+    """The data pointer of operand ``operand``."""
+
+    __slots__ = ("operand",)
+    kind = "ptr"
+
+    def __init__(self, operand: int):
+        self.operand = operand
+
+    def code(self) -> tuple:
+        return (SPEC_KINDS["pointer"], self.operand)
+
+    def value(self, operands, encode_map):
+        return operands[self.operand].data_ptr()
+
+
+class Size:
+    """``operand.size(dim)`` as an int32."""
+
+    __slots__ = ("operand", "dim")
+    kind = "i32"
+
+    def __init__(self, operand: int, dim: int):
+        self.operand, self.dim = operand, dim
+
+    def code(self) -> tuple:
+        return (SPEC_KINDS["size"], self.operand, self.dim)
+
+    def value(self, operands, encode_map):
+        return operands[self.operand].shape[self.dim]
+
+
+class Stride(Size):
+    """``operand.stride(dim)`` (elements) as an int32."""
+
+    __slots__ = ()
+
+    def code(self) -> tuple:
+        return (SPEC_KINDS["stride"], self.operand, self.dim)
+
+    def value(self, operands, encode_map):
+        return operands[self.operand].stride(self.dim)
+
+
+class Value:
+    """An int32 constant of the plan."""
+
+    __slots__ = ("constant",)
+    kind = "i32"
+
+    def __init__(self, value: int):
+        self.constant = int(value)
+
+    def code(self) -> tuple:
+        return (SPEC_KINDS["value"], self.constant)
+
+    def value(self, operands, encode_map):
+        return self.constant
+
+
+def encode(specs) -> list:
+    """``specs`` as lists of ints, the form the native path reads (and plan records store)."""
+    return [list(spec.code()) for spec in specs]
+
+
+def row_pitch_bytes(size_inner: int, size_outer: int, stride_outer: int, element_bytes: int) -> int:
+    """The row pitch of a tensor map: ``stride_outer`` elements, or for a single row the inner
+    extent rounded up to 16 bytes (TMA wants a multiple of 16 even where it never steps)."""
+    if size_outer > 1:
+        return stride_outer * element_bytes
+    return (size_inner * element_bytes + 15) // 16 * 16
+
+
+def pack_values(specs, operands, encode_map) -> list:
+    """``(kind, value)`` of each spec over ``operands`` (tensors in the family's ``OPERANDS`` order), for
+    :class:`deep_tile.jit.runtime.KernelArgs`; ``encode_map(address, element, inner, outer,
+    pitch_bytes, box_inner, box_outer, swizzle)`` makes a tensor map's 128 bytes."""
+    return [(spec.kind, spec.value(operands, encode_map)) for spec in specs]

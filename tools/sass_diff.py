@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Build the SASS of a list of FP8 GEMM kernel configs into a directory, and diff two such directories.
+
+For refactors of the device code that must not change the generated code: build the configs
+from a git revision (the baseline) and from the working tree, then diff. No GPU needed.
+
+    python tools/sass_diff.py configs -o /tmp/sass/configs.json          # which kernels (JSON)
+    python tools/sass_diff.py build /tmp/sass/base --configs /tmp/sass/configs.json --rev HEAD  # HEAD's include/, csrc/
+    python tools/sass_diff.py build /tmp/sass/new --configs /tmp/sass/configs.json              # the working tree
+    python tools/sass_diff.py diff /tmp/sass/base /tmp/sass/new
+
+A define renamed between the two sides is mapped with ``--rename OLD=NEW`` on the side that
+spells it differently from the JSON, e.g. ``--rev HEAD~1 --rename DT_RASTER_ALONG_M=DT_GROUP_ALONG_M``
+for a revision from before that rename. ``configs --sweep`` adds every kernel of the
+``--kernel-sweep`` set (about 360; some 15 minutes per build on 2 cores).
+
+``configs`` writes ``[{"name": ..., "defines": {...}}, ...]``: the kernels of
+tests/test_kernel_build.py SMOKE_FAMILIES (when that module imports) and the selector's pick for
+each ``--shape`` (132 SMs), each pick also with a row-major a_scale, plus any ``--config`` text
+(deep_tile.testing.configs syntax, e.g. ``128x256:gM``). ``build`` compiles each with
+``compile_cubin`` (parallel processes) and writes ``NAME.sass`` (cuobjdump -sass), ``NAME.ptxas``
+(the compiler log) and ``index.json``; ``--rename OLD=NEW`` renames a define for sources that
+spell it differently from the Python side. ``diff`` compares the instruction text (addresses and
+encodings stripped) and, separately, the encodings (scheduling/control bits), and reports the
+ptxas registers, stack frame and spills of both sides. Exit status 1 when anything differs.
+
+Dependency-free apart from deep_tile (and, for the smoke list, the test modules and pytest).
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import difflib
+import io
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_SHAPES = ((4096, 7168, 2048), (64, 4096, 7168), (128, 2112, 7168), (4096, 24576, 1536), (256, 7168, 16384))
+ENTRY = "csrc/entry/fp8_gemm_sm90.cu"
+SYMBOL = "deep_tile_fp8_gemm_sm90"
+
+# ---- which kernels ----------------------------------------------------------------------------
+
+
+def config_name(defines: dict) -> str:
+    """A file-name-safe label of a kernel's defines, e.g. ``128x144s5b1w144mcAefu6``."""
+    d = defines
+    along_m = d.get("DT_RASTER_ALONG_M", d.get("DT_GROUP_ALONG_M", 0))
+    text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
+    if d["DT_NUM_MULTICAST"] == 2:
+        text += "mcA" if d["DT_MULTICAST_ON_A"] else "mcB"
+    elif along_m:
+        text += "gM"
+    if d["DT_SPLIT_K"] > 1:
+        text += f"k{d['DT_SPLIT_K']}"
+    if d["DT_A_SCALE_ROW_MAJOR"]:
+        text += "rm"
+    if d["DT_EVICT_FIRST_B"]:
+        text += "ef"
+    if d.get("DT_K_UNROLL", 3) != 3:
+        text += f"u{d['DT_K_UNROLL']}"
+    return text
+
+
+def collect_configs(shapes, texts, smoke: bool, sweep: bool = False) -> list:
+    from deep_tile.kernels import fp8_gemm
+    from deep_tile.select import api
+    from deep_tile.testing.configs import parse_config
+
+    families = []
+    if smoke:
+        sys.path.insert(0, str(ROOT / "tests"))
+        try:
+            import test_kernel_build  # noqa: E402 - needs pytest and the tests' conftest
+            families += [dict(fam) for fam in test_kernel_build.SMOKE_FAMILIES]
+            if sweep:
+                families += [dict(fam) for fam in test_kernel_build.FAMILIES]
+        except Exception as error:  # noqa: BLE001
+            print(f"warning: no SMOKE_FAMILIES ({type(error).__name__}: {error})", file=sys.stderr)
+    for m, n, k in shapes:
+        config = api.get_config(m, n, k, num_sms=132)
+        families.append(fp8_gemm.defines(config))
+        families.append(fp8_gemm.defines(config.with_row_major_a_scale()))
+    for text in texts:
+        families.append(fp8_gemm.defines(parse_config(text, 4096, 4096, 132)))
+    out, seen = [], set()
+    for defines in families:
+        key = tuple(sorted(defines.items()))
+        if key not in seen:
+            seen.add(key)
+            name = config_name(defines)
+            while any(entry["name"] == name for entry in out):  # a label that misses a define
+                name += "+"
+            out.append({"name": name, "defines": dict(key)})
+    return out
+
+
+# ---- building ---------------------------------------------------------------------------------
+
+
+def export_rev(rev: str, dest: Path) -> Path:
+    """``include/`` and ``csrc/`` of git revision ``rev`` extracted under ``dest``."""
+    blob = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, "include", "csrc"],
+                          check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        tar.extractall(dest)
+    return dest
+
+
+def _build_one(job: dict) -> dict:
+    from deep_tile.jit import compiler
+
+    out = Path(job["out"])
+    result = {"name": job["name"], "defines": job["defines"], "error": ""}
+    try:
+        kernel = compiler.compile_cubin(job["entry"], job["defines"], SYMBOL, job["compiler"],
+                                        include_dir=job["include"])
+    except Exception as error:  # noqa: BLE001 - reported in the index
+        result["error"] = f"{type(error).__name__}: {error}"
+        (out / f"{job['name']}.ptxas").write_text(getattr(error, "log", "") or "")
+        return result
+    (out / f"{job['name']}.ptxas").write_text(kernel.log)
+    sass = compiler.disassemble(kernel.cubin)
+    if sass is None:
+        result["error"] = "cuobjdump -sass failed (deep_tile.jit.compiler.SASS_TOOLS missing?)"
+    else:
+        (out / f"{job['name']}.sass").write_text(sass)
+    result.update(compiler=kernel.compiler, seconds=round(kernel.seconds, 1), ptxas=ptxas_summary(kernel.log))
+    return result
+
+
+def ptxas_summary(log: str) -> dict:
+    from deep_tile.jit import compiler
+
+    regs = re.findall(r"Used (\d+) registers", log)
+    return {"registers": int(regs[-1]) if regs else None, "problems": compiler.ptxas_problems(log)}
+
+
+def build(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    configs = json.loads(Path(args.configs).read_text()) if args.configs else collect_configs(
+        DEFAULT_SHAPES, [], smoke=True)
+    renames = dict(item.split("=", 1) for item in args.rename)
+    with tempfile.TemporaryDirectory(prefix="sass_diff-") as tmp:
+        source = export_rev(args.rev, Path(tmp)) if args.rev else ROOT
+        jobs = []
+        for entry in configs:
+            defines = {renames.get(key, key): value for key, value in entry["defines"].items()}
+            jobs.append(dict(name=entry["name"], defines=defines, out=str(out), compiler=args.compiler,
+                             entry=str(source / ENTRY), include=str(source / "include")))
+        workers = max(1, min(args.jobs or os.cpu_count() or 1, len(jobs)))
+        context = multiprocessing.get_context("spawn")  # NVRTC runs in-process and holds the GIL
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            results = []
+            for result in pool.map(_build_one, jobs):
+                status = result["error"] or f"{result['ptxas']['registers']} registers, " + (
+                    "; ".join(result["ptxas"]["problems"]) or "no spills, no stack frame")
+                print(f"{result['name']:<28} {status}", flush=True)
+                results.append(result)
+    index = {"rev": args.rev or "working tree", "compiler": args.compiler, "renames": renames, "kernels": results}
+    (out / "index.json").write_text(json.dumps(index, indent=1))
+    bad = [r["name"] for r in results if r["error"] or r["ptxas"]["problems"]]
+    print(f"{len(results)} kernels into {out}; {len(bad)} with errors or ptxas problems {bad if bad else ''}")
+    return 1 if bad else 0
+
+
+# ---- diffing ----------------------------------------------------------------------------------
+
+_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;?\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
+_ENCODING = re.compile(r"^\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
+_FUNCTION = re.compile(r"Function : (\S+)")
+
+
+def parse_sass(text: str) -> dict:
+    """function -> (instruction texts, encoding words) from cuobjdump -sass output."""
+    functions, current = {}, None
+    for line in text.splitlines():
+        if match := _FUNCTION.search(line):
+            current = functions.setdefault(match.group(1), ([], []))
+        elif current is not None:
+            if match := _INSTRUCTION.match(line):
+                current[0].append(match.group(2).rstrip(" ;"))
+                current[1].append(match.group(3))
+            elif match := _ENCODING.match(line):
+                current[1].append(match.group(1))
+    return functions
+
+
+def diff(args) -> int:
+    a, b = Path(args.a), Path(args.b)
+    index_a = {k["name"]: k for k in json.loads((a / "index.json").read_text())["kernels"]}
+    index_b = {k["name"]: k for k in json.loads((b / "index.json").read_text())["kernels"]}
+    names = sorted(set(index_a) | set(index_b))
+    differing = 0
+    for name in names:
+        if name not in index_a or name not in index_b:
+            print(f"{name:<28} only in {a if name in index_a else b}")
+            differing += 1
+            continue
+        ka, kb = index_a[name], index_b[name]
+        if ka["error"] or kb["error"]:
+            print(f"{name:<28} build error: {ka['error'] or kb['error']}")
+            differing += 1
+            continue
+        pa, pb = ka["ptxas"], kb["ptxas"]
+        ptxas = f"regs {pa['registers']}" + (f"->{pb['registers']}" if pb["registers"] != pa["registers"] else "")
+        ptxas += "" if not (pa["problems"] or pb["problems"]) else f" PTXAS {pa['problems']} -> {pb['problems']}"
+        fa, fb = parse_sass((a / f"{name}.sass").read_text()), parse_sass((b / f"{name}.sass").read_text())
+        lines = []
+        for function in sorted(set(fa) | set(fb)):
+            ia, ea = fa.get(function, ([], []))
+            ib, eb = fb.get(function, ([], []))
+            if ia == ib and ea == eb:
+                continue
+            if ia == ib:
+                words = sum(x != y for x, y in zip(ea, eb))
+                lines.append(f"  {function}: same {len(ia)} instructions, {words} encoding words differ")
+                continue
+            lines.append(f"  {function}: {len(ia)} -> {len(ib)} instructions")
+            text = list(difflib.unified_diff(ia, ib, f"{a.name}/{name}", f"{b.name}/{name}", n=args.context,
+                                             lineterm=""))
+            lines += ["    " + line for line in text[:args.max_lines]]
+            if len(text) > args.max_lines:
+                lines.append(f"    ... {len(text) - args.max_lines} more diff lines")
+        count = sum(len(v[0]) for v in fa.values())
+        print(f"{name:<28} {'DIFFERS' if lines else 'identical'} ({count} instructions, {ptxas})")
+        for line in lines:
+            print(line)
+        differing += bool(lines) or pa["problems"] != pb["problems"]
+    print(f"{len(names) - differing} of {len(names)} kernels identical")
+    return 1 if differing else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("configs", help="write the kernel list (JSON)")
+    p.add_argument("-o", "--output", default="-")
+    p.add_argument("--shape", action="append", default=[], help="M,N,K: add the selector's pick (default: "
+                   "the five shapes of DEFAULT_SHAPES when no --shape is given)")
+    p.add_argument("--config", action="append", default=[], help="a deep_tile.testing.configs text, e.g. 128x256:gM")
+    p.add_argument("--no-smoke", action="store_true", help="leave out tests/test_kernel_build.py SMOKE_FAMILIES")
+    p.add_argument("--sweep", action="store_true", help="also every kernel of tests/test_kernel_build.py FAMILIES "
+                   "(the --kernel-sweep set, hundreds of kernels)")
+    p = sub.add_parser("build", help="compile the kernels into OUT (NAME.sass, NAME.ptxas, index.json)")
+    p.add_argument("out")
+    p.add_argument("--configs", help="the JSON of `configs` (default: its default list, computed now)")
+    p.add_argument("--rev", help="build include/ and csrc/ of this git revision instead of the working tree")
+    p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW", help="rename a define")
+    p.add_argument("--compiler", default="nvcc", choices=("nvcc", "nvrtc"))
+    p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: CPUs)")
+    p = sub.add_parser("diff", help="compare the SASS of two build directories")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--context", type=int, default=2)
+    p.add_argument("--max-lines", type=int, default=60, help="diff lines shown per function")
+    args = parser.parse_args(argv)
+    if args.command == "configs":
+        shapes = [tuple(int(v) for v in s.split(",")) for s in args.shape] or DEFAULT_SHAPES
+        configs = collect_configs(shapes, args.config, smoke=not args.no_smoke or args.sweep, sweep=args.sweep)
+        text = json.dumps(configs, indent=1)
+        if args.output == "-":
+            print(text)
+        else:
+            Path(args.output).write_text(text + "\n")
+            print(f"{len(configs)} kernels: {', '.join(c['name'] for c in configs)}", file=sys.stderr)
+        return 0
+    return build(args) if args.command == "build" else diff(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
