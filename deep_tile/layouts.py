@@ -5,7 +5,7 @@ The kernel loads ``a_scale`` with TMA either column-major (the zero-copy layout,
 it) or, in a kernel variant, row-major as ``per_token_cast_to_fp8`` returns it
 (:func:`reads_row_major`). Both host paths take the same decision: the native path decides it
 per call in C++ (``a_scale_layout`` in ``deep_tile/native/csrc/gemm_op.cpp``), and
-tests/test_native.py compares that rule with these functions over some 300 layouts.
+tests/test_native.py compares that rule with these functions over 240 layouts.
 """
 from __future__ import annotations
 
