@@ -22,12 +22,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deep_tile import arch  # noqa: E402
+from deep_tile.problem import Problem  # noqa: E402
 from deep_tile.select.candidates import Candidate  # noqa: E402
 from deep_tile.select.cost import DEFAULT_PARAMS, ModelParams, estimate  # noqa: E402
 from deep_tile.common import ceil_div  # noqa: E402
 from deep_tile.select.selector import streams_b  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
-from deep_tile.problem import Problem
 
 BOUNDS = {  # parameter -> (low, high), searched in log space
     "clock_hz": (1.2e9, 2.0e9), "tensor_efficiency": (0.6, 1.0), "irregular_width_efficiency": (0.5, 1.0), "l2_bytes_per_cycle": (20.0, 120.0),

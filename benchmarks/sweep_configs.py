@@ -24,11 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deep_tile.kernels import fp8_gemm as family  # noqa: E402
+from deep_tile.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates, select_config  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
 from deep_tile.testing.configs import format_config, parse_config  # noqa: E402
 from deep_tile.testing.shapes import MODEL_NK, MODEL_SHAPES  # noqa: E402
-from deep_tile.problem import Problem
 
 SETS = {
     "large": [s for s in MODEL_SHAPES if s[0] == 4096] + [(8192, 8192, 8192)],

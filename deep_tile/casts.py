@@ -110,23 +110,22 @@ def _empty_result(x: torch.Tensor, q_rows: int, s_rows: int):
 
 def per_token_cast(x: torch.Tensor):
     """The implementation of the per-token op: checks, then the CUDA kernel or torch on CPU."""
-    check_cast_input("per_token_cast_to_fp8", "x", x)
+    return _cast("per_token_cast_to_fp8", "x", x, "per_token_cast_cuda", per_token_cast_torch)
+
+
+def per_block_cast(w: torch.Tensor):
+    """The implementation of the per-block op: checks, then the CUDA kernel or torch on CPU."""
+    return _cast("per_block_cast_to_fp8", "w", w, "per_block_cast_cuda", per_block_cast_torch)
+
+
+def _cast(func: str, name: str, x: torch.Tensor, cuda_kernel: str, torch_impl):
+    """Check ``x``, then an empty result for no rows, ``deep_tile.cast_kernels.<cuda_kernel>`` on
+    CUDA (imported on first use), else ``torch_impl``."""
+    check_cast_input(func, name, x)
     if x.shape[0] == 0:
         return _empty_result(x, 0, 0)
     if x.is_cuda:
         from deep_tile import cast_kernels
 
-        return cast_kernels.per_token_cast_cuda(x)
-    return per_token_cast_torch(x)
-
-
-def per_block_cast(w: torch.Tensor):
-    """The implementation of the per-block op: checks, then the CUDA kernel or torch on CPU."""
-    check_cast_input("per_block_cast_to_fp8", "w", w)
-    if w.shape[0] == 0:
-        return _empty_result(w, 0, 0)
-    if w.is_cuda:
-        from deep_tile import cast_kernels
-
-        return cast_kernels.per_block_cast_cuda(w)
-    return per_block_cast_torch(w)
+        return getattr(cast_kernels, cuda_kernel)(x)
+    return torch_impl(x)

@@ -20,14 +20,15 @@ written once, here and in the family's contract, and neither host path has its o
 
 The row pitch of a tensor map is ``stride(outer) * element bytes``, or, when the operand has one
 row (``size(outer) == 1``, where the stride means nothing), the inner extent rounded up to 16
-bytes (:func:`row_pitch_bytes`).
+bytes (TMA wants a multiple of 16 even where it never steps): :meth:`TensorMap.value`, and
+``row_pitch_bytes`` in csrc/gemm_op.cpp.
 
 Pure Python: no torch, no CUDA.
 """
 from __future__ import annotations
 
 __all__ = ["MAX_OPERANDS", "ELEMENTS", "SPEC_KINDS", "CODE_LENGTHS", "TensorMap", "ZeroMap", "Pointer", "Size",
-           "Stride", "Value", "encode", "row_pitch_bytes", "pack_values"]
+           "Stride", "Value", "encode", "pack_values"]
 
 MAX_OPERANDS = 8
 """Most operand tensors a spec may refer to (``kMaxOperands`` in csrc/gemm_plan.h)."""
@@ -66,7 +67,7 @@ class TensorMap:
         t = operands[self.operand]
         shape = t.shape
         inner, outer = shape[self.inner_dim], shape[self.outer_dim]
-        if outer > 1:  # row_pitch_bytes, inlined: this runs for every map of every Python-path call
+        if outer > 1:  # the row pitch (module docstring)
             pitch = t.stride(self.outer_dim) * self._element_bytes
         else:
             pitch = (inner * self._element_bytes + 15) // 16 * 16
@@ -149,14 +150,6 @@ class Value:
 def encode(specs) -> list:
     """``specs`` as lists of ints, the form the native path reads (and plan records store)."""
     return [list(spec.code()) for spec in specs]
-
-
-def row_pitch_bytes(size_inner: int, size_outer: int, stride_outer: int, element_bytes: int) -> int:
-    """The row pitch of a tensor map: ``stride_outer`` elements, or for a single row the inner
-    extent rounded up to 16 bytes (TMA wants a multiple of 16 even where it never steps)."""
-    if size_outer > 1:
-        return stride_outer * element_bytes
-    return (size_inner * element_bytes + 15) // 16 * 16
 
 
 def pack_values(specs, operands, encode_map) -> list:

@@ -35,6 +35,7 @@ from deep_tile.kernels import cast_fp8, fp8_gemm
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
+from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES
 from deep_tile.problem import Problem
 
@@ -140,19 +141,7 @@ def pytest_generate_tests(metafunc):
 
 
 def family_id(fam: tuple) -> str:
-    d = dict(fam)
-    text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
-    if d["DT_NUM_MULTICAST"] == 2:
-        text += "mcA" if d["DT_MULTICAST_ON_A"] else "mcB"
-    if d["DT_SPLIT_K"] > 1:
-        text += f"k{d['DT_SPLIT_K']}"
-    if d["DT_A_SCALE_ROW_MAJOR"]:
-        text += "rm"
-    if d["DT_EVICT_FIRST_B"]:
-        text += "ef"
-    if d["DT_K_UNROLL"] != 3:
-        text += f"u{d['DT_K_UNROLL']}"
-    return text
+    return defines_label(dict(fam))
 
 
 def gemm_job(name: str, fam: tuple) -> BuildJob:

@@ -29,12 +29,9 @@ Dependency-free apart from deep_tile (and, for the smoke list, the test modules 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import difflib
 import io
 import json
-import multiprocessing
-import os
 import re
 import subprocess
 import sys
@@ -45,35 +42,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from deep_tile.jit import paths  # noqa: E402
+from deep_tile.kernels import fp8_gemm as family  # noqa: E402
+from deep_tile.testing.build_check import FUNCTION, BuildJob, run_builds  # noqa: E402
+from deep_tile.testing.configs import defines_label  # noqa: E402
+
+ENTRY = paths.entry_path(family.ENTRY).relative_to(ROOT)
+"""The GEMM's entry file, relative to a source tree (the checkout or an exported revision)."""
 DEFAULT_SHAPES = ((4096, 7168, 2048), (64, 4096, 7168), (128, 2112, 7168), (4096, 24576, 1536), (256, 7168, 16384))
-ENTRY = "csrc/entry/fp8_gemm_sm90.cu"
-SYMBOL = "deep_tile_fp8_gemm_sm90"
 
 # ---- which kernels ----------------------------------------------------------------------------
 
 
-def config_name(defines: dict) -> str:
-    """A file-name-safe label of a kernel's defines, e.g. ``128x144s5b1w144mcAefu6``."""
-    d = defines
-    along_m = d.get("DT_RASTER_ALONG_M", d.get("DT_GROUP_ALONG_M", 0))
-    text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
-    if d["DT_NUM_MULTICAST"] == 2:
-        text += "mcA" if d["DT_MULTICAST_ON_A"] else "mcB"
-    elif along_m:
-        text += "gM"
-    if d["DT_SPLIT_K"] > 1:
-        text += f"k{d['DT_SPLIT_K']}"
-    if d["DT_A_SCALE_ROW_MAJOR"]:
-        text += "rm"
-    if d["DT_EVICT_FIRST_B"]:
-        text += "ef"
-    if d.get("DT_K_UNROLL", 3) != 3:
-        text += f"u{d['DT_K_UNROLL']}"
-    return text
-
-
 def collect_configs(shapes, texts, smoke: bool, sweep: bool = False) -> list:
-    from deep_tile.kernels import fp8_gemm
     from deep_tile.select import api
     from deep_tile.testing.configs import parse_config
 
@@ -89,16 +70,16 @@ def collect_configs(shapes, texts, smoke: bool, sweep: bool = False) -> list:
             print(f"warning: no SMOKE_FAMILIES ({type(error).__name__}: {error})", file=sys.stderr)
     for m, n, k in shapes:
         config = api.get_config(m, n, k, num_sms=132)
-        families.append(fp8_gemm.defines(config))
-        families.append(fp8_gemm.defines(config.with_row_major_a_scale()))
+        families.append(family.defines(config))
+        families.append(family.defines(config.with_row_major_a_scale()))
     for text in texts:
-        families.append(fp8_gemm.defines(parse_config(text, 4096, 4096, 132)))
+        families.append(family.defines(parse_config(text, 4096, 4096, 132)))
     out, seen = [], set()
     for defines in families:
         key = tuple(sorted(defines.items()))
         if key not in seen:
             seen.add(key)
-            name = config_name(defines)
+            name = defines_label(defines)
             while any(entry["name"] == name for entry in out):  # a label that misses a define
                 name += "+"
             out.append({"name": name, "defines": dict(key)})
@@ -115,28 +96,6 @@ def export_rev(rev: str, dest: Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
         tar.extractall(dest)
     return dest
-
-
-def _build_one(job: dict) -> dict:
-    from deep_tile.jit import compiler
-
-    out = Path(job["out"])
-    result = {"name": job["name"], "defines": job["defines"], "error": ""}
-    try:
-        kernel = compiler.compile_cubin(job["entry"], job["defines"], SYMBOL, job["compiler"],
-                                        include_dir=job["include"])
-    except Exception as error:  # noqa: BLE001 - reported in the index
-        result["error"] = f"{type(error).__name__}: {error}"
-        (out / f"{job['name']}.ptxas").write_text(getattr(error, "log", "") or "")
-        return result
-    (out / f"{job['name']}.ptxas").write_text(kernel.log)
-    sass = compiler.disassemble(kernel.cubin)
-    if sass is None:
-        result["error"] = "cuobjdump -sass failed (deep_tile.jit.compiler.SASS_TOOLS missing?)"
-    else:
-        (out / f"{job['name']}.sass").write_text(sass)
-    result.update(compiler=kernel.compiler, seconds=round(kernel.seconds, 1), ptxas=ptxas_summary(kernel.log))
-    return result
 
 
 def ptxas_summary(log: str) -> dict:
@@ -157,17 +116,19 @@ def build(args) -> int:
         jobs = []
         for entry in configs:
             defines = {renames.get(key, key): value for key, value in entry["defines"].items()}
-            jobs.append(dict(name=entry["name"], defines=defines, out=str(out), compiler=args.compiler,
-                             entry=str(source / ENTRY), include=str(source / "include")))
-        workers = max(1, min(args.jobs or os.cpu_count() or 1, len(jobs)))
-        context = multiprocessing.get_context("spawn")  # NVRTC runs in-process and holds the GIL
-        with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            results = []
-            for result in pool.map(_build_one, jobs):
-                status = result["error"] or f"{result['ptxas']['registers']} registers, " + (
-                    "; ".join(result["ptxas"]["problems"]) or "no spills, no stack frame")
-                print(f"{result['name']:<28} {status}", flush=True)
-                results.append(result)
+            jobs.append(BuildJob(str(source / ENTRY), tuple(sorted(defines.items())), family.SYMBOL, args.compiler,
+                                 include_dir=str(source / "include"), sass_path=str(out / f"{entry['name']}.sass")))
+        results = []
+        for entry, report in zip(configs, run_builds(jobs, args.jobs or None)):
+            (out / f"{entry['name']}.ptxas").write_text(report.log or report.error)
+            error = report.error or ("" if report.sass is not None else
+                                     "cuobjdump -sass failed (deep_tile.jit.compiler.SASS_TOOLS missing?)")
+            result = {"name": entry["name"], "defines": dict(report.job.defines), "error": error,
+                      "compiler": report.compiler, "seconds": round(report.seconds, 1), "ptxas": ptxas_summary(report.log)}
+            status = error or f"{result['ptxas']['registers']} registers, " + (
+                "; ".join(result["ptxas"]["problems"]) or "no spills, no stack frame")
+            print(f"{result['name']:<28} {status}", flush=True)
+            results.append(result)
     index = {"rev": args.rev or "working tree", "compiler": args.compiler, "renames": renames, "kernels": results}
     (out / "index.json").write_text(json.dumps(index, indent=1))
     bad = [r["name"] for r in results if r["error"] or r["ptxas"]["problems"]]
@@ -179,14 +140,13 @@ def build(args) -> int:
 
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s*(.*?)\s*;?\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
 _ENCODING = re.compile(r"^\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
-_FUNCTION = re.compile(r"Function : (\S+)")
 
 
 def parse_sass(text: str) -> dict:
     """function -> (instruction texts, encoding words) from cuobjdump -sass output."""
     functions, current = {}, None
     for line in text.splitlines():
-        if match := _FUNCTION.search(line):
+        if match := FUNCTION.search(line):
             current = functions.setdefault(match.group(1), ([], []))
         elif current is not None:
             if match := _INSTRUCTION.match(line):

@@ -15,25 +15,32 @@ import multiprocessing
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["SASS_MARKERS", "BuildJob", "BuildReport", "build_and_inspect", "run_builds", "default_workers"]
+__all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds",
+           "default_workers"]
 
 SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128")
 """SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads)."""
 
-_FUNCTION = re.compile(r"Function : (\S+)")
+FUNCTION = re.compile(r"Function : (\S+)")
+"""A function's header line in ``cuobjdump -sass`` text; group 1 is its name."""
 
 
 @dataclass(frozen=True)
 class BuildJob:
     """One compile: ``entry`` (a path to a ``.cu`` file), its defines (sorted pairs), the symbol
-    the cubin must hold, the compiler (``"nvrtc"`` / ``"nvcc"``), and whether to disassemble."""
+    the cubin must hold, the compiler (``"nvrtc"`` / ``"nvcc"``), and whether to disassemble;
+    ``include_dir`` (default: the package's headers) and ``sass_path`` (where the worker writes the
+    whole ``cuobjdump -sass`` text, for tools/sass_diff.py; the report keeps only its facts)."""
 
     entry: str
     defines: tuple
     symbol: str
     compiler: str
     sass: bool = True
+    include_dir: str = ""
+    sass_path: str = ""
 
 
 @dataclass
@@ -66,7 +73,7 @@ def _sass_facts(sass: str) -> dict:
     """function name -> {marker: count} from ``cuobjdump -sass`` text."""
     facts, current = {}, None
     for line in sass.splitlines():
-        match = _FUNCTION.search(line)
+        match = FUNCTION.search(line)
         if match:
             current = facts.setdefault(match.group(1), {marker: 0 for marker in SASS_MARKERS})
         elif current is not None:
@@ -82,7 +89,8 @@ def build_and_inspect(job: BuildJob) -> BuildReport:
 
     report = BuildReport(job)
     try:
-        result = compiler.compile_cubin(job.entry, dict(job.defines), job.symbol, job.compiler)
+        result = compiler.compile_cubin(job.entry, dict(job.defines), job.symbol, job.compiler,
+                                        include_dir=job.include_dir or None)
     except Exception as error:  # noqa: BLE001 - reported to the test, which fails with it
         report.error = f"{type(error).__name__}: {error}\n{getattr(error, 'log', '')}"
         return report
@@ -95,6 +103,8 @@ def build_and_inspect(job: BuildJob) -> BuildReport:
     if job.sass:
         text = compiler.disassemble(result.cubin)
         report.sass = None if text is None else _sass_facts(text)
+        if text is not None and job.sass_path:
+            Path(job.sass_path).write_text(text)
     return report
 
 

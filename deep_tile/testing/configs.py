@@ -21,7 +21,7 @@ from deep_tile.select.candidates import kernel_shape, max_stages
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import grid_size
 
-__all__ = ["parse_config", "format_config"]
+__all__ = ["parse_config", "format_config", "defines_label"]
 
 
 def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
@@ -77,4 +77,25 @@ def format_config(config: KernelConfig) -> str:
         text += ":ef"
     if config.k_unroll != 3:
         text += f":u{config.k_unroll}"
+    return text
+
+
+def defines_label(defines: dict) -> str:
+    """A compact, file-name-safe label of a GEMM kernel's defines, e.g. ``128x144s5b1w144mcAefu6``
+    (tile, stages, buffers, WGMMA width, then ``mcA``/``mcB``, ``gM``, ``kN``, ``rm``, ``ef``,
+    ``uN`` where they differ from the default): test ids and tools/sass_diff.py's file names."""
+    d = defines
+    text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
+    if d["DT_NUM_MULTICAST"] == 2:
+        text += "mcA" if d["DT_MULTICAST_ON_A"] else "mcB"
+    elif d.get("DT_RASTER_ALONG_M", 0):
+        text += "gM"
+    if d["DT_SPLIT_K"] > 1:
+        text += f"k{d['DT_SPLIT_K']}"
+    if d["DT_A_SCALE_ROW_MAJOR"]:
+        text += "rm"
+    if d["DT_EVICT_FIRST_B"]:
+        text += "ef"
+    if d.get("DT_K_UNROLL", 3) != 3:
+        text += f"u{d['DT_K_UNROLL']}"
     return text

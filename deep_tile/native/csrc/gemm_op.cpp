@@ -135,7 +135,8 @@ struct Params {
 
 constexpr uint64_t kElementBytes[] = {1, 2, 4};  // Element (tensor_maps.h): uint8, bfloat16, float32
 
-// deep_tile.kernel_args.row_pitch_bytes.
+// The row pitch of deep_tile.kernel_args (TensorMap.value): the outer stride, or for one row the
+// inner extent rounded up to 16 bytes.
 uint64_t row_pitch_bytes(uint64_t inner, uint64_t outer, uint64_t stride_outer, uint64_t element_bytes) {
   return outer > 1 ? stride_outer * element_bytes : (inner * element_bytes + 15) / 16 * 16;
 }
