@@ -108,52 +108,53 @@ def _symbolic_extent(size) -> int:
     return 2
 
 
-def _require_dtype(name: str, x: torch.Tensor, dtype: torch.dtype) -> None:
+def _require_dtype(name: str, x: torch.Tensor, dtype: torch.dtype, fn: str = _FN) -> None:
     if x.dtype != dtype:
-        raise TypeError(f"{_FN}: {name} must have dtype {dtype}; got {x.dtype}")
+        raise TypeError(f"{fn}: {name} must have dtype {dtype}; got {x.dtype}")
 
 
-def _require_2d(name: str, x: torch.Tensor) -> None:
-    if x.dim() != 2:
-        raise ValueError(f"{_FN}: {name} must be 2-D; got shape {shown(tuple(x.shape))}")
+def _require_2d(name: str, x: torch.Tensor, fn: str = _FN, dims: int = 2) -> None:
+    if x.dim() != dims:
+        raise ValueError(f"{fn}: {name} must be {dims}-D; got shape {shown(tuple(x.shape))}")
 
 
-def _require_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
+def _require_shape(name: str, x: torch.Tensor, expected: tuple, why, fn: str = _FN) -> None:
     """``why``: the expected shape in words, or a function giving them (built only on failure)."""
     if tuple(x.shape) != expected:
-        raise ValueError(_shape_message(name, x, expected, why))
+        raise ValueError(_shape_message(name, x, expected, why, fn))
 
 
-def _shape_message(name: str, x: torch.Tensor, expected: tuple, why) -> str:
+def _shape_message(name: str, x: torch.Tensor, expected: tuple, why, fn: str = _FN) -> str:
     words = why() if callable(why) else why
-    return f"{_FN}: {name} must have shape {words} = {shown(expected)}; got {shown(tuple(x.shape))}"
+    return f"{fn}: {name} must have shape {words} = {shown(expected)}; got {shown(tuple(x.shape))}"
 
 
-def _require_symbolic_shape(name: str, x: torch.Tensor, expected: tuple, why) -> None:
+def _require_symbolic_shape(name: str, x: torch.Tensor, expected: tuple, why, fn: str = _FN) -> None:
     """:func:`_require_shape` when ``expected[0]`` is the symbolic ``m``: the other dimensions are
     compared as usual; the first with ``torch._check_with``, so ``m`` is not specialised (a backed
     ``m`` gets at most an equality guard between two sizes, an unbacked one a runtime assert)."""
     import torch
 
     if x.dim() != len(expected) or tuple(x.shape[1:]) != expected[1:]:
-        raise ValueError(_shape_message(name, x, expected, why))
-    torch._check_with(ValueError, x.shape[0] == expected[0], lambda: _shape_message(name, x, expected, why))
+        raise ValueError(_shape_message(name, x, expected, why, fn))
+    torch._check_with(ValueError, x.shape[0] == expected[0], lambda: _shape_message(name, x, expected, why, fn))
 
 
-def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, data_checks: bool) -> None:
+def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, data_checks: bool,
+                     fn: str = _FN) -> None:
     rows, cols = x.shape
     if type(rows) is not int or type(cols) is not int:  # symbolic sizes: test them without a guard
         rows, cols = (v if type(v) is int else _symbolic_extent(v) for v in (rows, cols))
     if rows > 0 and cols > 0:
         row_stride, col_stride = x.stride()
         if col_stride != 1 and cols > 1:
-            raise ValueError(f"{_FN}: {name} must be contiguous along its last dimension ({what}); "
+            raise ValueError(f"{fn}: {name} must be contiguous along its last dimension ({what}); "
                              f"got strides {shown((row_stride, col_stride))}")
         if rows > 1 and row_stride % row_multiple != 0:
-            raise ValueError(f"{_FN}: {name} row stride must be a multiple of {row_multiple} elements "
+            raise ValueError(f"{fn}: {name} row stride must be a multiple of {row_multiple} elements "
                              f"(16 bytes, for TMA); got stride {shown(row_stride)}")
         if data_checks and x.data_ptr() % 16 != 0:
-            raise ValueError(f"{_FN}: {name} base address must be 16-byte aligned (TMA); "
+            raise ValueError(f"{fn}: {name} base address must be 16-byte aligned (TMA); "
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
 
 
@@ -216,21 +217,139 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     _require_aligned("b", b, 16, "k", data_checks)
     if out is not None:
         _require_aligned("out", out, 8, "n", data_checks)
-    if not data_checks:
-        return Problem(m, n, k)
+    if data_checks:
+        _require_device(_FN, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out)))
+    return Problem(m, n, k)
 
-    devices = {name: x.device for name, x in
-               (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out)) if x is not None}
+
+def _require_device(fn: str, named: tuple) -> None:
+    """All ``(name, tensor)`` of ``named`` (None skipped) on one CUDA device, an sm_90 GPU."""
+    import torch
+
+    devices = {name: x.device for name, x in named if x is not None}
     for name, device in devices.items():
         if device.type != "cuda":
-            raise ValueError(f"{_FN}: {name} must be a CUDA tensor; got a tensor on {device}")
+            raise ValueError(f"{fn}: {name} must be a CUDA tensor; got a tensor on {device}")
     if len(set(devices.values())) > 1:
         listing = ", ".join(f"{name} on {device}" for name, device in devices.items())
-        raise ValueError(f"{_FN}: all tensors must be on the same device; got {listing}")
+        raise ValueError(f"{fn}: all tensors must be on the same device; got {listing}")
     from deep_tile.device import device_facts  # deep_tile.device imports this module
 
-    capability = device_facts(a.device.index).capability
+    device = named[0][1].device
+    capability = device_facts(device.index).capability
     if capability != (9, 0):
-        raise ValueError(f"{_FN}: needs an sm_90 (Hopper) GPU; {a.device} is "
-                         f"{torch.cuda.get_device_name(a.device)} with compute capability {capability}")
-    return Problem(m, n, k)
+        raise ValueError(f"{fn}: needs an sm_90 (Hopper) GPU; {device} is "
+                         f"{torch.cuda.get_device_name(device)} with compute capability {capability}")
+
+
+GROUPED_FUNCTIONS = {
+    "grouped_contiguous": "m_grouped_fp8_gemm_contiguous",
+    "grouped_masked": "m_grouped_fp8_gemm_masked",
+    "grouped_offsets": "m_grouped_fp8_gemm_offsets",
+}
+"""The public function of each grouped :class:`deep_tile.problem.ProblemKind` (by value), named in
+the messages of :func:`check_grouped_args`."""
+
+_INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", "grouped_offsets": "offsets"}
+
+
+def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None, *,
+                       data_checks: bool = True) -> Problem:
+    """Validate the arguments of a grouped (Mixture-of-Experts) GEMM and return its
+    :class:`deep_tile.problem.Problem` (``kind`` one of the grouped ProblemKinds).
+
+    The contiguous and offsets kinds take ``a`` [M, K], ``a_scale`` [M, ceil(K/128)] and ``out``
+    [M, N]; the masked kind ``a`` [G, max_m, K], ``a_scale`` [G, max_m, ceil(K/128)] and ``out``
+    [G, max_m, N] (the problem's ``m`` is max_m). All take ``b`` [G, N, K] and ``b_scale``
+    [G, ceil(N/128), ceil(K/128)]. ``info`` is the int32 ``m_indices`` [M], ``masked_m`` [G] or
+    ``offsets`` [G + 1] (contiguous). ``n``, ``k`` follow :func:`check_problem_shape`; ``a``, ``b``
+    and ``out`` must be contiguous along their last dimension with 16-byte rows, and ``b`` (and the
+    masked ``a`` and ``out``) must be viewable as 2-D (their groups one after another). The masked
+    and offsets kinds take at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` groups.
+    ``expected_m`` (masked only): an int >= 0, a hint for the selector.
+
+    A symbolic ``M`` (fake tensors, contiguous and offsets kinds) stays symbolic, as in
+    :func:`check_fp8_gemm_args`. Raises TypeError / ValueError naming the public function and
+    the argument, before anything is allocated or written.
+    """
+    import torch
+
+    from deep_tile.kernels.fp8_gemm import MAX_TABLE_GROUPS
+    from deep_tile.problem import ProblemKind
+
+    fn, info_name = GROUPED_FUNCTIONS[kind.value], _INFO_NAMES[kind.value]
+    masked = kind is ProblemKind.GROUPED_MASKED
+    named = (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), (info_name, info), ("out", out))
+    for name, x in named:
+        if not isinstance(x, torch.Tensor) and (x is not None or name != "out"):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    for name, x, dtype in (("a", a, torch.float8_e4m3fn), ("b", b, torch.float8_e4m3fn), ("a_scale", a_scale, torch.float32),
+                           ("b_scale", b_scale, torch.float32), (info_name, info, torch.int32), ("out", out, torch.bfloat16)):
+        if x is not None:
+            _require_dtype(name, x, dtype, fn)
+    a_dims = 3 if masked else 2
+    for name, x, dims in (("a", a, a_dims), ("a_scale", a_scale, a_dims), ("b", b, 3), ("b_scale", b_scale, 3),
+                          (info_name, info, 1), ("out", out, a_dims)):
+        if x is not None:
+            _require_2d(name, x, fn, dims)
+
+    num_groups, n, k = b.shape
+    num_groups = check_int(fn, "the group count b.shape[0]", num_groups)
+    if num_groups < 1:
+        raise ValueError(f"{fn}: b must have at least one group; got shape {shown(tuple(b.shape))}")
+    if kind.has_table and num_groups > MAX_TABLE_GROUPS:
+        raise ValueError(f"{fn}: at most {MAX_TABLE_GROUPS} groups are supported; b has {num_groups}")
+    if masked:
+        if a.shape[0] != num_groups:
+            raise ValueError(f"{fn}: a must have shape (num_groups, max_m, k) with num_groups = b.shape[0] = "
+                             f"{num_groups}; got {shown(tuple(a.shape))}")
+        m = a.shape[1]
+    else:
+        m = a.shape[0]
+    if a.shape[-1] != k:
+        raise ValueError(f"{fn}: b must have shape (num_groups, n, k) with k = a.shape[-1] = {shown(a.shape[-1])}; "
+                         f"got {shown(tuple(b.shape))}")
+    symbolic = isinstance(m, torch.SymInt) and not masked
+    if symbolic:
+        m, n, k = _check_symbolic_problem_shape(fn, m, n, k)
+        require_rows = _require_symbolic_shape
+    else:
+        m, n, k = check_problem_shape(fn, m, n, k)
+        require_rows = _require_shape
+    g = SCALE_GROUP
+    k_blocks = ceil_div(k, g)
+    lead = (num_groups, m) if masked else (m,)
+    words = "(num_groups, max_m, " if masked else "(m, "
+    require_rows("a_scale", a_scale, lead + (k_blocks,), f"{words}ceil(k/{g}))", fn)
+    _require_shape("b_scale", b_scale, (num_groups, ceil_div(n, g), k_blocks),
+                   f"(num_groups, ceil(n/{g}), ceil(k/{g}))", fn)
+    if kind is ProblemKind.GROUPED_CONTIGUOUS:
+        require_rows(info_name, info, (m,), "(m,)", fn)
+    else:
+        extra = 1 if kind is ProblemKind.GROUPED_OFFSETS else 0
+        _require_shape(info_name, info, (num_groups + extra,), "(num_groups + 1,)" if extra else "(num_groups,)", fn)
+    if out is not None:
+        require_rows("out", out, lead + (n,), f"{words}n)", fn)
+
+    for name, x, multiple, what in (("a", a, 16, "k"), ("b", b, 16, "k"), ("out", out, 8, "n")):
+        if x is None:
+            continue
+        flat = x
+        if x.dim() == 3:
+            groups, rows, cols = x.shape
+            if groups > 1 and rows > 0 and cols > 0 and x.stride(0) != rows * x.stride(1):
+                raise ValueError(f"{fn}: {name}'s groups must follow one another (stride(0) == shape[1] * stride(1), "
+                                 f"so it can be read as 2-D); got strides {shown(tuple(x.stride()))}")
+            flat = x.as_strided((groups * rows, cols), (x.stride(1), x.stride(2)))
+        _require_aligned(name, flat, multiple, what, data_checks, fn)
+    if info.numel() > 1 and info.stride(0) != 1:
+        raise ValueError(f"{fn}: {info_name} must be contiguous; got stride {shown(info.stride(0))}")
+    if masked:
+        if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0:
+            raise ValueError(f"{fn}: expected_m must be an int >= 0; got {expected_m!r}")
+        expected = max(1, min(expected_m, m)) if m > 0 else 1
+    else:
+        expected = None
+    if data_checks:
+        _require_device(fn, named)
+    return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)

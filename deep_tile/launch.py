@@ -15,14 +15,16 @@ import time
 import torch
 
 from deep_tile import phases, planner
-from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.checks import check_fp8_gemm_args, check_grouped_args
+from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernel_args import pack_values
-from deep_tile.layouts import get_tma_aligned_a_scale, reads_row_major
+from deep_tile.layouts import get_tma_aligned_a_scale, reads_row_major, reads_row_major_3d
+from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
-__all__ = ["run", "launch"]
+__all__ = ["run", "run_grouped", "grouped_operands", "launch"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -44,13 +46,67 @@ def run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
         else:
             a_scale = get_tma_aligned_a_scale(a_scale)
         b_scale = b_scale.contiguous()
-        forced = config is not None or bool(extra_defines)
-        if forced:
-            plan = planner.plan_for_config(config or planner.select(problem, get_num_sms()), problem, extra_defines)
-        else:
-            plan = planner.plan(problem, get_num_sms())
-        launch(plan, (a, a_scale, b, b_scale, out), device, report=not forced)
+        _plan_and_launch(problem, (a, a_scale, b, b_scale, out), device, config, extra_defines)
     return out
+
+
+def _plan_and_launch(problem, operands: tuple, device, config, extra_defines) -> None:
+    """The memoised plan of ``problem`` (or one of a forced config) launched over ``operands``."""
+    forced = config is not None or bool(extra_defines)
+    if forced:
+        plan = planner.plan_for_config(config or planner.select(problem, get_num_sms()), problem, extra_defines)
+    else:
+        plan = planner.plan(problem, get_num_sms())
+    launch(plan, operands, device, report=not forced)
+
+
+def run_grouped(kind: ProblemKind, a, a_scale, b, b_scale, info, out, expected_m=None, config=None,
+                extra_defines=None):
+    """A grouped (Mixture-of-Experts) GEMM of ``kind`` on the Python host path: the arguments of
+    :mod:`deep_tile.grouped`'s functions (``info``: m_indices, offsets or masked_m), with an
+    optional forced KernelConfig and extra defines (tests, sweeps). Returns ``out``."""
+    problem = check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m)
+    device = a.device
+    if out is None:
+        out = torch.empty(tuple(a.shape[:-1]) + (problem.n,), dtype=torch.bfloat16, device=device)
+    if problem.rows == 0:
+        return out
+    with torch.cuda.device(device):
+        problem, operands = grouped_operands(problem, a, a_scale, b, b_scale, info, out)
+        _plan_and_launch(problem, operands, device, config, extra_defines)
+    return out
+
+
+def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
+    """``(problem, operands)``: the grouped kernel's operands
+    (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`) as 2-D views of checked arguments, and
+    the problem with the a_scale layout the kernel reads (row-major where it can, else the
+    TMA-aligned column-major one, copied into it when needed)."""
+    rows, k, n = problem.rows, problem.k, problem.n
+    k_blocks = problem.k_blocks
+    a2 = a.as_strided((rows, k), (a.stride(-2), 1))
+    out2 = out.as_strided((rows, n), (out.stride(-2), 1))
+    b2 = b.as_strided((problem.num_groups * n, k), (b.stride(1), 1))
+    if problem.kind is ProblemKind.GROUPED_MASKED:
+        if reads_row_major_3d(a_scale):
+            problem = problem.with_a_scale_row_major()
+            scale2 = a_scale.view(rows, k_blocks)
+        else:
+            aligned = get_tma_aligned_a_scale(a_scale)  # [G, max_m, K blocks], per group column-major
+            scale2 = aligned.as_strided((problem.num_groups * k_blocks, problem.m), (align4(problem.m), 1))
+    elif problem.kind is ProblemKind.GROUPED_OFFSETS:
+        # NOTES: a tile of this kind starts at any row, and a column-major a_scale box starting at
+        # a row that is not a multiple of 4 (16 bytes) faulted (CUDA_ERROR_ILLEGAL_INSTRUCTION on
+        # an H100); row-major boxes start at a K block that is a multiple of 4. So this kind
+        # reads a_scale row-major, copied into rows of align4(K blocks) floats when it is not so.
+        problem = problem.with_a_scale_row_major()
+        scale2 = a_scale if _row_major_with_aligned_rows(a_scale) else _row_major_copy(a_scale)
+    elif reads_row_major(a_scale, rows, k_blocks):
+        problem = problem.with_a_scale_row_major()
+        scale2 = a_scale
+    else:
+        scale2 = get_tma_aligned_a_scale(a_scale)
+    return problem, (a2, scale2, b2, b_scale.contiguous(), out2, info)
 
 
 def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> None:
@@ -68,3 +124,18 @@ def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> 
         _launched.add(id(plan))
         phases.report_first_launch(f"{plan.problem} (python path, {plan.config.label})", mapped - start,
                                    time.perf_counter() - mapped)
+
+
+def _row_major_with_aligned_rows(a_scale) -> bool:
+    """Whether a 2-D a_scale is row-major with 16-byte rows and base (TMA reads it as it is)."""
+    rows, k_blocks = a_scale.shape
+    return ((a_scale.stride(1) == 1 or k_blocks == 1) and (rows <= 1 or (a_scale.stride(0) % 4 == 0
+            and a_scale.stride(0) >= k_blocks)) and a_scale.data_ptr() % 16 == 0)
+
+
+def _row_major_copy(a_scale):
+    """``a_scale`` copied row-major into rows of ``align4(K blocks)`` floats."""
+    rows, k_blocks = a_scale.shape
+    copy = torch.empty((rows, align4(k_blocks)), dtype=a_scale.dtype, device=a_scale.device)[:, :k_blocks]
+    copy.copy_(a_scale)
+    return copy

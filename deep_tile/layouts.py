@@ -14,7 +14,7 @@ import torch
 from deep_tile.common import align4
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major"]
+__all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_tma_aligned_3d", "reads_row_major_3d"]
 
 
 def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
@@ -24,9 +24,15 @@ def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
     (16 bytes, a TMA requirement): strides ``(1, align4(m))``, i.e. memory ``[g][align4(m)]``.
     A tensor already in that layout (16-byte aligned) is returned as is; any other layout,
     row-major included, is copied once into it (one small device copy of m*g floats).
+
+    A 3-D ``[groups, m, g]`` a_scale (the masked grouped GEMM's) gets that layout per group,
+    the groups one after another: strides ``(g * align4(m), 1, align4(m))``.
     """
+    if isinstance(a_scale, torch.Tensor) and a_scale.dim() == 3:
+        return _tma_aligned_3d(a_scale)
     if not isinstance(a_scale, torch.Tensor) or a_scale.dim() != 2:
-        raise ValueError("get_tma_aligned_a_scale: a_scale must be a 2-D tensor of shape (m, ceil(k/128)); "
+        raise ValueError("get_tma_aligned_a_scale: a_scale must be a 2-D tensor of shape (m, ceil(k/128)) "
+                         "or a 3-D one of shape (groups, m, ceil(k/128)); "
                          f"got {getattr(a_scale, 'shape', type(a_scale).__name__)}")
     m, k_blocks = a_scale.shape
     pitch = align4(m)
@@ -53,3 +59,33 @@ def reads_row_major(a_scale, m: int, k_blocks: int) -> bool:
     floats, 16-byte aligned, ``k_blocks`` a multiple of 4 (and not already the column-major layout)."""
     return (m > 1 and k_blocks > 1 and family.row_major_a_scale_readable(k_blocks) and a_scale.stride(1) == 1
             and a_scale.stride(0) == k_blocks and a_scale.data_ptr() % 16 == 0)
+
+
+def _tma_aligned_3d(a_scale: torch.Tensor) -> torch.Tensor:
+    """:func:`get_tma_aligned_a_scale` of a ``[groups, m, g]`` tensor."""
+    groups, m, k_blocks = a_scale.shape
+    if is_tma_aligned_3d(a_scale):
+        return a_scale
+    pitch = align4(m)
+    aligned = torch.empty((groups, k_blocks, pitch), dtype=a_scale.dtype, device=a_scale.device).transpose(1, 2)[:, :m]
+    aligned.copy_(a_scale)
+    return aligned
+
+
+def is_tma_aligned_3d(a_scale: torch.Tensor) -> bool:
+    """Whether a ``[groups, m, g]`` a_scale is in the per-group TMA-aligned column-major layout,
+    strides ``(g * align4(m), 1, align4(m))`` (16-byte aligned)."""
+    groups, m, k_blocks = a_scale.shape
+    if a_scale.numel() == 0:
+        return True
+    pitch = align4(m)
+    return (a_scale.stride(1) == 1 and (k_blocks == 1 or a_scale.stride(2) == pitch)
+            and (groups == 1 or a_scale.stride(0) == k_blocks * pitch) and a_scale.data_ptr() % 16 == 0)
+
+
+def reads_row_major_3d(a_scale) -> bool:
+    """Whether the kernel reads a ``[groups, m, g]`` a_scale as it is, row-major: contiguous,
+    16-byte aligned, ``g`` a multiple of 4 (and not already the column-major layout)."""
+    groups, m, k_blocks = a_scale.shape
+    return (m > 1 and k_blocks > 1 and family.row_major_a_scale_readable(k_blocks) and a_scale.is_contiguous()
+            and a_scale.data_ptr() % 16 == 0)

@@ -36,10 +36,12 @@ from __future__ import annotations
 import torch
 
 from deep_tile import native
-from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.checks import check_fp8_gemm_args, check_grouped_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
-__all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8"]
+__all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+           "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
+           "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out"]
 
 NAMESPACE = "deep_tile"
 """The ``torch.ops`` namespace of the operators."""
@@ -47,6 +49,18 @@ NAMESPACE = "deep_tile"
 SCHEMAS = {
     "fp8_gemm": "fp8_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale) -> Tensor",
     "fp8_gemm_out": "fp8_gemm_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor(a!) out) -> ()",
+    "m_grouped_fp8_gemm_contiguous": ("m_grouped_fp8_gemm_contiguous(Tensor a, Tensor a_scale, Tensor b, "
+                                      "Tensor b_scale, Tensor m_indices) -> Tensor"),
+    "m_grouped_fp8_gemm_contiguous_out": ("m_grouped_fp8_gemm_contiguous_out(Tensor a, Tensor a_scale, Tensor b, "
+                                          "Tensor b_scale, Tensor m_indices, Tensor(a!) out) -> ()"),
+    "m_grouped_fp8_gemm_offsets": ("m_grouped_fp8_gemm_offsets(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, "
+                                   "Tensor offsets) -> Tensor"),
+    "m_grouped_fp8_gemm_offsets_out": ("m_grouped_fp8_gemm_offsets_out(Tensor a, Tensor a_scale, Tensor b, "
+                                       "Tensor b_scale, Tensor offsets, Tensor(a!) out) -> ()"),
+    "m_grouped_fp8_gemm_masked": ("m_grouped_fp8_gemm_masked(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, "
+                                  "Tensor masked_m, int expected_m) -> Tensor"),
+    "m_grouped_fp8_gemm_masked_out": ("m_grouped_fp8_gemm_masked_out(Tensor a, Tensor a_scale, Tensor b, "
+                                      "Tensor b_scale, Tensor masked_m, int expected_m, Tensor(a!) out) -> ()"),
     "per_token_cast_to_fp8": "per_token_cast_to_fp8(Tensor x) -> (Tensor, Tensor)",
     "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
 }
@@ -75,6 +89,47 @@ def _fp8_gemm_impl(a, a_scale, b, b_scale):
 
 def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
     _gemm(a, a_scale, b, b_scale, out)
+
+
+def _grouped(kind_value: str):
+    """The real and fake implementations of one grouped GEMM op pair (``name``, ``name_out``):
+    the Python host path (:func:`deep_tile.launch.run_grouped`), and the checks without data
+    followed by an empty output (its row count left symbolic when it is)."""
+    from deep_tile.problem import ProblemKind
+
+    kind = ProblemKind(kind_value)
+    masked = kind is ProblemKind.GROUPED_MASKED
+
+    def run(a, a_scale, b, b_scale, info, expected_m, out):
+        from deep_tile.launch import run_grouped
+
+        return run_grouped(kind, a, a_scale, b, b_scale, info, out, expected_m)
+
+    def fake(a, a_scale, b, b_scale, info, expected_m, out):
+        problem = check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m, data_checks=False)
+        if out is None:
+            return a.new_empty(tuple(a.shape[:-1]) + (problem.n,), dtype=torch.bfloat16)
+        return None
+
+    def real_new(*args):
+        return run(*_split(args, masked), None)
+
+    def real_out(*args):
+        run(*_split(args[:-1], masked), args[-1])
+
+    def fake_new(*args):
+        return fake(*_split(args, masked), None)
+
+    def fake_out(*args):
+        fake(*_split(args[:-1], masked), args[-1])
+
+    return real_new, real_out, fake_new, fake_out
+
+
+def _split(args: tuple, masked: bool) -> tuple:
+    """A grouped op's positional arguments before ``out`` as ``(a, a_scale, b, b_scale, info,
+    expected_m)`` (expected_m None unless masked)."""
+    return args if masked else args + (None,)
 
 
 def _per_token_impl(x):
@@ -130,6 +185,13 @@ _IMPLS = {
 }
 
 
+for _kind in ("grouped_contiguous", "grouped_offsets", "grouped_masked"):
+    _name = "m_" + _kind.replace("grouped_", "grouped_fp8_gemm_")
+    _real, _real_out, _fake, _fake_out = _grouped(_kind)
+    _IMPLS[_name] = (_real, _fake)
+    _IMPLS[_name + "_out"] = (_real_out, _fake_out)
+
+
 def _register() -> list:
     """Define the operators and register their Python and fake kernels (once per process)."""
     if hasattr(torch.ops, NAMESPACE) and hasattr(getattr(torch.ops, NAMESPACE), "fp8_gemm_out"):
@@ -156,3 +218,15 @@ per_token_cast_to_fp8 = _ops.per_token_cast_to_fp8.default
 """``torch.ops.deep_tile.per_token_cast_to_fp8.default``: ``x -> (q, s)``."""
 per_block_cast_to_fp8 = _ops.per_block_cast_to_fp8.default
 """``torch.ops.deep_tile.per_block_cast_to_fp8.default``: ``w -> (q, s)``."""
+m_grouped_fp8_gemm_contiguous = _ops.m_grouped_fp8_gemm_contiguous.default
+"""``(a, a_scale, b, b_scale, m_indices) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_contiguous`)."""
+m_grouped_fp8_gemm_contiguous_out = _ops.m_grouped_fp8_gemm_contiguous_out.default
+"""``(a, a_scale, b, b_scale, m_indices, out) -> None``, writes out."""
+m_grouped_fp8_gemm_offsets = _ops.m_grouped_fp8_gemm_offsets.default
+"""``(a, a_scale, b, b_scale, offsets) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_offsets`)."""
+m_grouped_fp8_gemm_offsets_out = _ops.m_grouped_fp8_gemm_offsets_out.default
+"""``(a, a_scale, b, b_scale, offsets, out) -> None``, writes out."""
+m_grouped_fp8_gemm_masked = _ops.m_grouped_fp8_gemm_masked.default
+"""``(a, a_scale, b, b_scale, masked_m, expected_m) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_masked`)."""
+m_grouped_fp8_gemm_masked_out = _ops.m_grouped_fp8_gemm_masked_out.default
+"""``(a, a_scale, b, b_scale, masked_m, expected_m, out) -> None``, writes out."""

@@ -70,16 +70,19 @@ def fit_clusters(config, kernel):
 def plan_for_config(config, problem, extra_defines=None) -> Plan:
     """The plan of ``config`` (a :class:`deep_tile.select.KernelConfig`) for ``problem`` (a
     :class:`deep_tile.problem.Problem`) on the current device, its kernel built with
-    ``extra_defines`` added (not memoised). The config's a_scale variant follows the problem's."""
+    ``extra_defines`` added (not memoised). The config's a_scale variant and kind follow the
+    problem's."""
     from deep_tile.jit.loader import get_kernel
 
+    if config.problem_kind is not problem.kind:
+        config = dataclasses.replace(config, problem_kind=problem.kind)
     if config.a_scale_row_major != problem.a_scale_row_major:
         config = config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(
             config, a_scale_row_major=False)
-    kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.SYMBOL)
+    kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.symbol(problem.kind))
     config = fit_clusters(config, kernel)
-    return Plan(problem, config, kernel, family.argument_specs(config, problem.m),
-                family.launch_grid(config, problem.m, problem.n), family.cluster_size(config))
+    return Plan(problem, config, kernel, family.argument_specs(config, problem),
+                family.launch_grid(config, problem.rows, problem.n), family.cluster_size(config))
 
 
 def select(problem, num_sms: int):

@@ -27,6 +27,26 @@ class ProblemKind(enum.Enum):
 
     DENSE = "dense"
     """``out[m, n] = a[m, k] @ b[n, k]^T``: one matrix of weights."""
+    GROUPED_CONTIGUOUS = "grouped_contiguous"
+    """Mixture-of-Experts, ``a[m, k]`` with one expert id per row (``m_indices``; each expert's
+    rows one run starting at a multiple of 128, other ids padding), ``b[num_groups, n, k]``."""
+    GROUPED_MASKED = "grouped_masked"
+    """Mixture-of-Experts, ``a[num_groups, m, k]``: group g's first ``masked_m[g]`` rows are real
+    (``m`` is max_m, the rows of each group's slab)."""
+    GROUPED_OFFSETS = "grouped_offsets"
+    """Mixture-of-Experts, ``a[m, k]`` with expert g on rows ``offsets[g] .. offsets[g+1]-1`` (no
+    alignment), ``b[num_groups, n, k]``."""
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the problem stacks one weight matrix per group (expert)."""
+        return self is not ProblemKind.DENSE
+
+    @property
+    def has_table(self) -> bool:
+        """Whether the kernel numbers the tiles through a per-expert table in shared memory (the
+        masked and offsets kinds: their tile count is known on the device only)."""
+        return self in (ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS)
 
 
 class Problem:
@@ -34,11 +54,13 @@ class Problem:
 
     Attributes:
         kind: the :class:`ProblemKind`.
-        m, n, k: rows of ``a`` and ``out``, rows of ``b`` (per group), the reduction depth. ``m``
-            may be a ``torch.SymInt`` in the fake implementations (then the problem is only read,
-            never hashed).
+        m, n, k: rows of ``a`` and ``out`` (for the masked kind the rows of one group's slab,
+            max_m), rows of ``b`` (per group), the reduction depth. ``m`` may be a
+            ``torch.SymInt`` in the fake implementations (then the problem is only read, never
+            hashed).
         num_groups: groups sharing ``a``'s rows (experts); 1 for a dense problem.
-        expected_m: rows a group is expected to have, for the selector (``m`` when dense).
+        expected_m: rows a group is expected to have, for the selector (``m`` when dense,
+            ``m / num_groups`` rounded up by default for the contiguous and offsets kinds).
         a_scale_row_major: whether the kernel reads ``a_scale`` row-major as it is (a kernel
             variant), not in the TMA-aligned column-major layout.
 
@@ -53,7 +75,9 @@ class Problem:
         self.kind = kind
         self.m, self.n, self.k = m, n, k
         self.num_groups = num_groups
-        self.expected_m = m if expected_m is None else expected_m
+        if expected_m is None:
+            expected_m = m if kind in (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED) else -(-m // num_groups)
+        self.expected_m = expected_m
         self.a_scale_row_major = bool(a_scale_row_major)
         # key(), made once: the plan caches hash and compare a problem on every call
         self._key = (kind.value, m, n, k, num_groups, self.expected_m, self.a_scale_row_major)
@@ -62,6 +86,30 @@ class Problem:
     def k_blocks(self) -> int:
         """128-wide scale blocks along K: the columns of ``a_scale`` and ``b_scale``."""
         return ceil_div(self.k, SCALE_GROUP)
+
+    @property
+    def rows(self):
+        """Rows of ``a`` and ``out`` as the kernel sees them (2-D): ``num_groups * m`` for the
+        masked kind, else ``m``."""
+        return self.num_groups * self.m if self.kind is ProblemKind.GROUPED_MASKED else self.m
+
+    def m_blocks(self, block_m: int) -> int:
+        """Tiles along M of ``block_m`` rows the kernel runs, expected: ``ceil(m / block_m)`` when
+        dense or contiguous (padding blocks included), else one run per group of ``expected_m``
+        rows."""
+        if self.kind.has_table:
+            return self.num_groups * ceil_div(max(self.expected_m, 0), block_m)
+        return ceil_div(self.m, block_m)
+
+    def max_m_blocks(self, block_m: int) -> int:
+        """The most tiles along M the kernel can run for this problem, whatever the device-side
+        counts: masked, ``ceil(m / block_m)`` per group; offsets, ``ceil(m / block_m)`` plus one
+        partial block per group; else :meth:`m_blocks`."""
+        if self.kind is ProblemKind.GROUPED_MASKED:
+            return self.num_groups * ceil_div(self.m, block_m)
+        if self.kind is ProblemKind.GROUPED_OFFSETS:
+            return ceil_div(self.m, block_m) + self.num_groups
+        return self.m_blocks(block_m)
 
     @property
     def shape(self) -> tuple:

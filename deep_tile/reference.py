@@ -86,3 +86,57 @@ def ref_fp8_gemm(
     b64 = b.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
     _scale_groups_(b64, b_row_scales)
     return a64 @ b64.t()
+
+
+def _ref_rows(a, a_scale, b, b_scale, expert: int, rows) -> torch.Tensor:
+    """Float64 product of ``a[rows]`` with expert ``expert``'s weights (``rows``: an index tensor)."""
+    return ref_fp8_gemm(a[rows], a_scale[rows], b[expert], b_scale[expert])
+
+
+def ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices) -> torch.Tensor:
+    """Float64 reference of :func:`deep_tile.m_grouped_fp8_gemm_contiguous`.
+
+    Row ``i`` of the result is ``a[i] @ b[m_indices[i]].T`` (scales applied) when
+    ``0 <= m_indices[i] < G``, and NaN for padding rows (id -1 or out of range), which the GEMM
+    leaves untouched. ``a`` [M, K], ``a_scale`` [M, ceil(K/128)], ``b`` [G, N, K], ``b_scale``
+    [G, ceil(N/128), ceil(K/128)], ``m_indices`` [M] integers. Returns float64 [M, N].
+    """
+    num_groups, n = b.shape[0], b.shape[1]
+    out = torch.full((a.shape[0], n), float("nan"), dtype=torch.float64, device=a.device)
+    ids = m_indices.to(device=a.device, dtype=torch.int64)
+    for expert in range(num_groups):
+        rows = (ids == expert).nonzero().flatten()
+        if rows.numel():
+            out[rows] = _ref_rows(a, a_scale, b, b_scale, expert, rows)
+    return out
+
+
+def ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, offsets) -> torch.Tensor:
+    """Float64 reference of :func:`deep_tile.m_grouped_fp8_gemm_offsets`: rows
+    ``offsets[g] .. offsets[g+1]-1`` use expert ``g``; every other row is NaN (left untouched by
+    the GEMM). ``offsets`` [G + 1] integers. Returns float64 [M, N]."""
+    num_groups, n = b.shape[0], b.shape[1]
+    out = torch.full((a.shape[0], n), float("nan"), dtype=torch.float64, device=a.device)
+    bounds = [int(v) for v in offsets.tolist()]
+    for expert in range(num_groups):
+        begin, end = bounds[expert], bounds[expert + 1]
+        if end > begin:
+            rows = torch.arange(begin, end, device=a.device)
+            out[rows] = _ref_rows(a, a_scale, b, b_scale, expert, rows)
+    return out
+
+
+def ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, masked_m) -> torch.Tensor:
+    """Float64 reference of :func:`deep_tile.m_grouped_fp8_gemm_masked`: ``a`` [G, max_m, K],
+    ``a_scale`` [G, max_m, ceil(K/128)], ``masked_m`` [G]; row ``r`` of group ``g`` is
+    ``a[g, r] @ b[g].T`` for ``r < min(masked_m[g], max_m)`` and NaN past it (left untouched by
+    the GEMM). Returns float64 [G, max_m, N]."""
+    num_groups, max_m = a.shape[0], a.shape[1]
+    n = b.shape[1]
+    out = torch.full((num_groups, max_m, n), float("nan"), dtype=torch.float64, device=a.device)
+    counts = [min(max(int(v), 0), max_m) for v in masked_m.tolist()]
+    for expert in range(num_groups):
+        rows = counts[expert]
+        if rows:
+            out[expert, :rows] = ref_fp8_gemm(a[expert, :rows], a_scale[expert, :rows], b[expert], b_scale[expert])
+    return out

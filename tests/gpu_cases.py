@@ -12,7 +12,7 @@ import sys
 import torch
 
 import deep_tile
-from deep_tile.launch import run
+from deep_tile.launch import run, run_grouped
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff, max_rel_error
@@ -160,6 +160,134 @@ def bad_input_leaves_out_untouched(case: str) -> dict:
         raised = f"{type(exc).__name__}: {exc}"
     torch.cuda.synchronize()
     return {"case": case, "raised": raised, "out_all_nan": bool(torch.isnan(out).all().item())}
+
+
+def _grouped_weights(num_groups: int, n: int, k: int, gen) -> tuple:
+    """Random [G, N, K] FP8 weights and [G, ceil(N/128), ceil(K/128)] scales, one expert at a time."""
+    from deep_tile.quant import per_block_cast_to_fp8
+
+    qs, ss = [], []
+    for _ in range(num_groups):
+        w = torch.randn((n, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+        q, s = per_block_cast_to_fp8(w)
+        qs.append(q)
+        ss.append(s)
+    return torch.stack(qs), torch.stack(ss)
+
+
+def _grouped_activations(shape: tuple, k: int, gen, layout: str) -> tuple:
+    """Random FP8 activations of ``shape + (k,)`` and their 1x128 scales, row-major or TMA-aligned."""
+    from deep_tile.quant import per_token_cast_to_fp8
+
+    rows = 1
+    for d in shape:
+        rows *= d
+    x = torch.randn((rows, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    a, a_scale = per_token_cast_to_fp8(x)
+    a, a_scale = a.view(*shape, k), a_scale.view(*shape, a_scale.shape[1])
+    if layout == "tma":
+        a_scale = deep_tile.get_tma_aligned_a_scale(a_scale)
+    return a, a_scale
+
+
+def _contiguous_ids(counts: list, num_groups: int, tail: int, bad_ids: bool, gen) -> torch.Tensor:
+    """m_indices of the contiguous layout: each expert's rows padded to 128 with -1, ``tail``
+    padding rows after the last run; ``bad_ids``: padding marked by ids out of range instead."""
+    ids = []
+    for expert, count in enumerate(counts):
+        padded = -(-count // 128) * 128
+        ids += [expert] * count + [-1] * (padded - count)
+    ids += [-1] * tail
+    t = torch.tensor(ids, dtype=torch.int32, device=DEVICE)
+    if bad_ids:
+        pad = t < 0
+        junk = torch.randint(num_groups, 1 << 30, t.shape, generator=gen, device=DEVICE, dtype=torch.int32)
+        t = torch.where(pad & (junk % 2 == 0), junk, t)  # out-of-range ids and -1 mixed
+    return t
+
+
+def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config: dict | None = None,
+            max_m: int = 0, tail: int = 0, bad_ids: bool = False, gaps: bool = False, seed: int = 0,
+            graph_counts: list | None = None) -> dict:
+    """One grouped GEMM of ``kind`` (contiguous / offsets / masked) with ``counts[g]`` real rows
+    per expert against the float64 reference: computed rows compared, the rows of no expert
+    checked still NaN (untouched), a repeat checked bitwise. ``graph_counts``: also capture the
+    call in a CUDA graph, change the counts in place and replay (the same checks)."""
+    from deep_tile.problem import ProblemKind
+
+    gen = torch.Generator(device=DEVICE)
+    gen.manual_seed(seed)
+    num_groups = len(counts)
+    b, b_scale = _grouped_weights(num_groups, n, k, gen)
+    forced = KernelConfig(**config) if config else None
+
+    def layout_of(counts_now):
+        if kind == "masked":
+            return torch.tensor(counts_now, dtype=torch.int32, device=DEVICE)
+        if kind == "offsets":
+            bounds = [5 if gaps else 0]  # gaps: rows of no expert before the first run
+            for count in counts_now:
+                bounds.append(bounds[-1] + count)
+            return torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
+        return _contiguous_ids(counts_now, num_groups, tail, bad_ids, gen)
+
+    info = layout_of(counts)
+    if kind == "masked":
+        shape = (num_groups, max_m)
+    elif kind == "offsets":
+        shape = (int(info[-1].item()) + tail,)
+    else:
+        shape = (info.numel(),)
+    a, a_scale = _grouped_activations(shape, k, gen, layout)
+    kinds = {"contiguous": ProblemKind.GROUPED_CONTIGUOUS, "offsets": ProblemKind.GROUPED_OFFSETS,
+             "masked": ProblemKind.GROUPED_MASKED}
+    expected_m = max(1, sum(counts) // max(1, num_groups)) if kind == "masked" else None
+
+    def call(info_now, out):
+        return run_grouped(kinds[kind], a, a_scale, b, b_scale, info_now, out, expected_m, config=forced)
+
+    def reference(info_now):
+        if kind == "masked":
+            return deep_tile.ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, info_now)
+        if kind == "offsets":
+            return deep_tile.ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, info_now)
+        return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, info_now)
+
+    def check(out, ref) -> dict:
+        real = ~torch.isnan(ref[..., 0])
+        got, want = out[real].double(), ref[real]
+        return {"rows": int(real.sum().item()),
+                "nan": int(torch.isnan(got).sum().item()),
+                "diff": calc_diff(got, want) if want.numel() else 0.0,
+                "rel": max_rel_error(got, want) if want.numel() else 0.0,
+                "untouched": bool(torch.isnan(out[~real].float()).all().item())}
+
+    out = torch.full(shape + (n,), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    call(info, out)
+    torch.cuda.synchronize()
+    result = {"kind": kind, "counts": counts if len(counts) <= 8 else f"{len(counts)} groups", "n": n, "k": k,
+              "config": config, "layout": layout, **check(out, reference(info))}
+    again = torch.full_like(out, float("nan"))
+    call(info, again)
+    torch.cuda.synchronize()
+    result["bitwise_repeat"] = bool(torch.equal(out.view(torch.int16), again.view(torch.int16)))
+    if graph_counts is not None:
+        graph_out = torch.full_like(out, float("nan"))
+        call(info, graph_out)  # warm: compile and plan outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call(info, graph_out)
+        new_info = layout_of(graph_counts)
+        if new_info.shape != info.shape:
+            raise ValueError("grouped: graph_counts must keep the layout's size")
+        info.copy_(new_info)
+        graph_out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        replay = check(graph_out, reference(info))
+        result["graph"] = replay
+    return result
 
 
 def serve(namespace: dict) -> None:

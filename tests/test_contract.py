@@ -133,13 +133,39 @@ def test_the_a_box_shrinks_to_m_below_one_tile_except_under_multicast_of_a():
 
 def test_the_kernel_names_the_problem_kinds_python_names():
     """The device scheduler's ``ProblemKind`` (include/deep_tile/scheduler/tile_scheduler.cuh) and
-    deep_tile.problem.ProblemKind list the same kinds, in the same order."""
+    deep_tile.problem.ProblemKind list the same kinds, in the same order, with the values of
+    PROBLEM_KIND_CODES (the DT_PROBLEM_KIND define)."""
     import re
 
     from deep_tile.problem import ProblemKind
 
     header = (paths.include_dir() / "deep_tile" / "scheduler" / "tile_scheduler.cuh").read_text()
     body = re.search(r"enum class ProblemKind\s*\{([^}]*)\}", header).group(1)
-    cpp = [name.strip() for name in body.split(",") if name.strip()]
-    python = ["k" + "".join(part.title() for part in kind.name.split("_")) for kind in ProblemKind]
+    cpp = [tuple(part.strip() for part in item.split("=")) for item in body.split(",") if item.strip()]
+    python = [("k" + "".join(part.title() for part in kind.name.split("_")), str(family.PROBLEM_KIND_CODES[kind]))
+              for kind in ProblemKind]
     assert cpp == python, (cpp, python)
+    assert family.MAX_TABLE_GROUPS == int(re.search(r"kMaxTableGroups = (\d+);", header).group(1))
+
+
+@pytest.mark.parametrize("kind", ["GROUPED_CONTIGUOUS", "GROUPED_MASKED", "GROUPED_OFFSETS"])
+def test_the_grouped_entry_parameters_and_build(kind):
+    """The grouped kernel's parameters are GROUPED_ARGUMENTS with their kinds, and each grouped
+    kind builds spill-free (its shared memory, the table included, checked by the entry)."""
+    import dataclasses
+    import re
+
+    from deep_tile.problem import ProblemKind
+
+    source = paths.entry_path(family.ENTRY).read_text()
+    signature = re.search(rf"{family.GROUPED_SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
+    params = [p.strip() for p in signature.split(",")]
+    assert tuple(re.search(r"(\w+)$", p).group(1) for p in params) == family.GROUPED_ARGUMENTS
+    kinds = ["tensormap" if "TmaDescriptor" in p else "ptr" if "*" in p else "i32" for p in params]
+    assert tuple(kinds) == family.GROUPED_ARGUMENT_KINDS
+    config = dataclasses.replace(CONFIG, problem_kind=ProblemKind[kind], num_stages=3,
+                                 a_scale_row_major=kind == "GROUPED_OFFSETS")  # offsets: row-major only
+    result = compiler.compile_cubin(paths.entry_path(family.ENTRY), family.defines(config), family.GROUPED_SYMBOL,
+                                    "nvrtc")
+    assert compiler.has_symbol(result.cubin, family.GROUPED_SYMBOL)
+    assert compiler.ptxas_problems(result.log) == []

@@ -574,8 +574,9 @@ def test_module_imports_have_no_cycles():
 
 
 LAYERS = (
-    ("entry points and test helpers", ("deep_tile", "deep_tile.__main__", "deep_tile.testing", "deep_tile.testing.*")),
-    ("public API", ("deep_tile.gemm", "deep_tile.quant", "deep_tile.warmup")),
+    ("entry points and test helpers", ("deep_tile", "deep_tile.__main__", "deep_tile.testing", "deep_tile.testing.*",
+                                       "deep_tile.compat", "deep_tile.compat.*")),
+    ("public API", ("deep_tile.gemm", "deep_tile.grouped", "deep_tile.quant", "deep_tile.warmup")),
     ("custom ops", ("deep_tile.ops",)),
     ("host paths", ("deep_tile.native", "deep_tile.native.*", "deep_tile.launch", "deep_tile.casts")),
     ("planning", ("deep_tile.planner", "deep_tile.plan_index", "deep_tile.select", "deep_tile.select.*",

@@ -157,11 +157,22 @@ def test_every_spec_of_the_contract_encodes_to_what_the_native_side_reads():
     from deep_tile.kernels import fp8_gemm as family
     from deep_tile.testing.configs import parse_config
 
+    import dataclasses
+
+    from deep_tile.problem import Problem, ProblemKind
+
     for text in ("128x128", "64x32:k2", "256x128:mcA", "128x160:mcB", "64x64:k4:b2"):
         config = parse_config(text, 64, 2112, 132)
         for config in (config, config.with_row_major_a_scale()):
-            specs = family.argument_specs(config, 64)
+            specs = family.argument_specs(config, Problem(64, 2112, 7168))
             assert [spec.kind for spec in specs] == list(family.ARGUMENT_KINDS), text
+            for code in kernel_args.encode(specs):
+                assert kernel_args.CODE_LENGTHS[code[0]] == len(code), (text, code)
+    for kind in (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS):
+        config = dataclasses.replace(parse_config("128x128", 64, 2112, 132), problem_kind=kind)
+        for config in (config, config.with_row_major_a_scale()):
+            specs = family.argument_specs(config, Problem(64, 2112, 7168, kind=kind, num_groups=8))
+            assert [spec.kind for spec in specs] == list(family.GROUPED_ARGUMENT_KINDS), kind
             for code in kernel_args.encode(specs):
                 assert kernel_args.CODE_LENGTHS[code[0]] == len(code), (text, code)
 

@@ -26,7 +26,7 @@ class _FakePlan:
         self.config = select_config(problem, NUM_SMS)
         self.grid, self.block = family.launch_grid(self.config, problem.m, problem.n), self.config.num_threads
         self.smem, self.cluster = self.config.smem_bytes, family.cluster_size(self.config)
-        self.args = family.argument_specs(self.config, problem.m)
+        self.args = family.argument_specs(self.config, problem)
 
 
 def real_record() -> dict:

@@ -6,8 +6,9 @@
 
 #if !defined(DT_BLOCK_M) || !defined(DT_BLOCK_N) || !defined(DT_NUM_STAGES) || !defined(DT_NUM_MULTICAST) || \
     !defined(DT_MULTICAST_ON_A) || !defined(DT_SPLIT_K) || !defined(DT_ACCUM_BUFFERS) || !defined(DT_WGMMA_N) || \
-    !defined(DT_A_SCALE_ROW_MAJOR) || !defined(DT_RASTER_ALONG_M) || !defined(DT_EVICT_FIRST_B) || !defined(DT_K_UNROLL)
-#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B and DT_K_UNROLL are set by deep_tile.kernels.fp8_gemm"
+    !defined(DT_A_SCALE_ROW_MAJOR) || !defined(DT_RASTER_ALONG_M) || !defined(DT_EVICT_FIRST_B) || !defined(DT_K_UNROLL) || \
+    !defined(DT_PROBLEM_KIND)
+#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B, DT_K_UNROLL and DT_PROBLEM_KIND are set by deep_tile.kernels.fp8_gemm"
 #endif
 #if !defined(DT_SMEM_BYTES) || !defined(DT_MIN_STAGES) || !defined(DT_MAX_STAGES) || !defined(DT_STORE_SWIZZLE) || \
     !defined(DT_SCALE_GROUP) || !defined(DT_NUM_THREADS)
@@ -16,7 +17,8 @@
 
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
-                                     DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL>;
+                                     DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
+                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND)>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");
@@ -29,8 +31,12 @@ static_assert(DT_SCALE_GROUP == deep_tile::kScaleGroup,
 static_assert(DT_NUM_THREADS == Cfg::kNumThreads,
               "contract: DT_NUM_THREADS (the launch's block size) differs from Fp8GemmConfig::kNumThreads");
 
+static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 3,
+              "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets)");
+
 // NOTES: the bound of 384 threads (not Cfg::kNumThreads) fixes the register count at entry to 168
 // for every config, so setmaxnreg.dec 40 / .inc 232 are valid for 256- and 384-thread blocks.
+#if DT_PROBLEM_KIND == 0
 extern "C" __global__ void __launch_bounds__(384, 1)
     deep_tile_fp8_gemm_sm90(const __grid_constant__ deep_tile::TmaDescriptor tma_a,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_b,
@@ -39,3 +45,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             deep_tile::u8* __restrict__ d, int ldd, int m, int n, int k, int raster_width) {
   deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width);
 }
+#else
+// The grouped kinds (deep_tile/kernels/fp8_gemm.py GROUPED_ARGUMENTS): the dense parameters, then
+// the kind's int32 array (m_indices, masked_m or offsets), the expert count and max_m (masked).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    deep_tile_fp8_gemm_grouped_sm90(const __grid_constant__ deep_tile::TmaDescriptor tma_a,
+                                    const __grid_constant__ deep_tile::TmaDescriptor tma_b,
+                                    const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
+                                    const __grid_constant__ deep_tile::TmaDescriptor tma_d,
+                                    const float* __restrict__ b_scale, deep_tile::u8* __restrict__ d, int ldd, int m,
+                                    int n, int k, int raster_width, const int* __restrict__ group_info,
+                                    int num_groups, int group_rows) {
+  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
+                                deep_tile::GroupArgs{group_info, num_groups, group_rows});
+}
+#endif

@@ -24,6 +24,7 @@ import math
 
 from deep_tile import kernel_args as spec
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div
+from deep_tile.problem import ProblemKind
 
 __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
@@ -31,13 +32,29 @@ __all__ = [
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
-    "launch_grid", "OPERANDS", "argument_specs",
+    "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
+    "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
 ]
 
 ENTRY = "fp8_gemm_sm90"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
 SYMBOL = "deep_tile_fp8_gemm_sm90"
-"""The ``extern "C"`` kernel symbol in the cubin."""
+"""The ``extern "C"`` kernel symbol in the cubin (dense kind)."""
+GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
+"""The kernel symbol of the grouped kinds (the same entry file built with ``DT_PROBLEM_KIND != 0``)."""
+PROBLEM_KIND_CODES = {ProblemKind.DENSE: 0, ProblemKind.GROUPED_CONTIGUOUS: 1, ProblemKind.GROUPED_MASKED: 2,
+                      ProblemKind.GROUPED_OFFSETS: 3}
+"""``DT_PROBLEM_KIND`` of each kind (the value of the kernel's ``ProblemKind``)."""
+CONTIGUOUS_ALIGNMENT = 128
+"""Rows at whose multiples each expert's run starts in the contiguous layout
+(:func:`deep_tile.get_m_alignment_for_contiguous_layout`): the contiguous kind's tiles are at most
+this high, so a tile's rows belong to one expert (or are padding)."""
+MAX_TABLE_GROUPS = 512
+"""Most groups (experts) of the masked and offsets kinds, whose kernel keeps a per-expert table in
+shared memory (``kMaxTableGroups``); the contiguous kind has no limit."""
+GROUP_TABLE_BYTES = align_up((3 * MAX_TABLE_GROUPS + 1) * 4, 16)
+"""Shared-memory bytes of that table (``kGroupTableBytes``): each expert's first m-block, first row
+and row end, and the total."""
 
 BLOCK_K = SCALE_GROUP
 """Reduction depth of one pipeline stage: one 1x128 / 128x128 scale group."""
@@ -88,6 +105,22 @@ pitch (elements), then ``m, n, k`` and the raster band width (tiles) as int32. T
 :func:`argument_specs`."""
 ARGUMENT_KINDS = ("tensormap",) * 4 + ("ptr", "ptr") + ("i32",) * 5
 """The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
+GROUPED_ARGUMENTS = ARGUMENTS + ("group_info", "num_groups", "group_rows")
+"""The grouped kernel's parameters (:data:`GROUPED_SYMBOL`): the dense ones, then the kind's int32
+array on the device (``m_indices``, ``masked_m`` or ``offsets``), the number of groups and, for
+the masked kind, the rows of each group's slab (max_m)."""
+GROUPED_ARGUMENT_KINDS = ARGUMENT_KINDS + ("ptr", "i32", "i32")
+"""The kind of each of :data:`GROUPED_ARGUMENTS`."""
+
+
+def symbol(kind: ProblemKind) -> str:
+    """The kernel symbol of a problem kind."""
+    return SYMBOL if kind is ProblemKind.DENSE else GROUPED_SYMBOL
+
+
+def arguments(kind: ProblemKind) -> tuple:
+    """The kernel parameters of a problem kind, in declaration order."""
+    return ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS
 
 
 def math_warpgroups(block_m: int) -> int:
@@ -146,29 +179,38 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
-                   a_scale_row_major: bool = False) -> dict:
+                   a_scale_row_major: bool = False, group_table: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
-    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``barriers`` and ``total``."""
+    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``barriers``,
+    ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and ``total``."""
     parts = {
         "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
         "barriers": num_stages * 2 * 8,
+        "group_table": GROUP_TABLE_BYTES if group_table else 0,
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
-def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False) -> int:
+def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
+               group_table: bool = False) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
-    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major)["total"]
+    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
-                  wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False) -> list:
+                  wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False,
+                  problem_kind: ProblemKind = ProblemKind.DENSE) -> list:
     """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal)."""
     problems = []
+    if problem_kind.grouped and split_k != 1:
+        problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
+    if problem_kind is ProblemKind.GROUPED_CONTIGUOUS and block_m > CONTIGUOUS_ALIGNMENT:
+        problems.append(f"the grouped_contiguous kind needs block_m <= {CONTIGUOUS_ALIGNMENT} (a tile must not span two "
+                        f"experts' runs, which start at multiples of {CONTIGUOUS_ALIGNMENT} rows); got {block_m}")
     if block_m not in LEGAL_BLOCK_M:
         problems.append(f"block_m must be one of {LEGAL_BLOCK_M}; got {block_m}")
     if block_n not in LEGAL_BLOCK_N:
@@ -194,7 +236,7 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
         problems.append(f"{block_m}x{block_n} with wgmma_n={wgmma_n} and {accum_buffers} accumulator buffer(s) needs "
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
-    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major)
+    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
@@ -223,6 +265,7 @@ def defines(config) -> dict:
         "DT_RASTER_ALONG_M": int(config.raster_along_m),
         "DT_EVICT_FIRST_B": int(config.evict_first_b),
         "DT_K_UNROLL": config.k_unroll,
+        "DT_PROBLEM_KIND": PROBLEM_KIND_CODES[config.problem_kind],
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,
@@ -295,25 +338,48 @@ def launch_grid(config, m: int, n: int) -> int:
 OPERANDS = ("a", "a_scale", "b", "b_scale", "out")
 """The tensors :func:`argument_specs` refers to, by index: the op's arguments in order (a_scale as
 the kernel reads it, b_scale contiguous, out allocated when the op was not given one)."""
-_A, _A_SCALE, _B, _B_SCALE, _OUT = range(len(OPERANDS))
+GROUPED_OPERANDS = OPERANDS + ("group_info",)
+"""The tensors of the grouped kinds, each as a 2-D view: ``a`` [rows, k] (the masked kind's
+[G, max_m, k] flattened), ``a_scale`` as the kernel reads it (the masked kind's column-major
+[G, max_m, K blocks] as [G * K blocks, max_m], its row-major one as [G * max_m, K blocks]), ``b``
+[G * n, k], ``b_scale`` contiguous, ``out`` [rows, n], then the int32 ``m_indices`` / ``masked_m``
+/ ``offsets``."""
+_A, _A_SCALE, _B, _B_SCALE, _OUT, _GROUP_INFO = range(len(GROUPED_OPERANDS))
 
 
-def argument_specs(config, m: int) -> tuple:
-    """How each of :data:`ARGUMENTS` is made from the call's tensors (:mod:`deep_tile.kernel_args`
-    specs, in the same order), for ``config`` and an ``m``-row A. Both host paths fill the kernel's
-    parameters from these, the Python one in :mod:`deep_tile.launch`, the native one in C++.
+def argument_specs(config, problem) -> tuple:
+    """How each kernel parameter (:data:`ARGUMENTS`, or :data:`GROUPED_ARGUMENTS` for a grouped
+    ``problem``) is made from the call's tensors (:mod:`deep_tile.kernel_args` specs, in the same
+    order), for ``config`` and ``problem`` (a :class:`deep_tile.problem.Problem`). Both host paths
+    fill the kernel's parameters from these, the Python one in :mod:`deep_tile.launch`, the native
+    one in C++.
 
     A and B are ``[rows, k]`` FP8 (read as bytes, 128-byte swizzle); a_scale is read column-major
     (dim 0, the rows of A, contiguous) or, in the row-major variant, row-major (dim 1, the K
     blocks, contiguous); the output map is a zero map under split-K, which stores through
-    ``d`` and ``ldd`` instead.
+    ``d`` and ``ldd`` instead. For the grouped kinds (operands :data:`GROUPED_OPERANDS`) ``n``,
+    the group count and max_m are plan constants (B is passed as [G * n, k]).
     """
+    m = problem.rows
     boxes = tensor_map_boxes(config, m)
     if config.a_scale_row_major:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
     else:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
     d = spec.ZeroMap() if config.split_k > 1 else spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
-    return (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128), spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128),
-            a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0),
-            spec.Size(_A, 0), spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width))
+    if a_scale_masked_columns(problem, config):  # [G * K blocks, max_m]: rows of one expert's K block
+        a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
+    head = (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128), spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128),
+            a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0), spec.Size(_A, 0))
+    if not problem.kind.grouped:
+        return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width))
+    group_rows = problem.m if problem.kind is ProblemKind.GROUPED_MASKED else 0
+    return head + (spec.Value(problem.n), spec.Size(_A, 1), spec.Value(config.raster_width),
+                   spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows))
+
+
+def a_scale_masked_columns(problem, config) -> bool:
+    """Whether the kernel reads the masked kind's column-major a_scale ``[G, max_m, K blocks]``
+    (strides ``(K blocks * align4(max_m), 1, align4(max_m))``), passed as the 2-D view
+    ``[G * K blocks, max_m]``: a row of max_m floats per (expert, K block)."""
+    return problem.kind is ProblemKind.GROUPED_MASKED and not config.a_scale_row_major

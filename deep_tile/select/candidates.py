@@ -50,6 +50,8 @@ class Candidate:
         num_stages: pipeline stages.
         num_multicast, multicast_on_a: 2-CTA multicast and its operand.
         split_k: CTAs per output tile (1: persistent).
+        group_table: the kernel keeps the per-expert table in shared memory (the masked and
+            offsets kinds), which the stages leave room for.
     """
 
     block_m: int
@@ -60,11 +62,13 @@ class Candidate:
     num_multicast: int = 1
     multicast_on_a: bool = False
     split_k: int = 1
+    group_table: bool = False
 
     @property
     def smem_bytes(self) -> int:
         """Shared memory the candidate uses, in bytes."""
-        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k)
+        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k,
+                                 group_table=self.group_table)
 
     @property
     def label(self) -> str:
@@ -74,10 +78,12 @@ class Candidate:
 
 
 @functools.lru_cache(maxsize=None)
-def max_stages(block_m: int, block_n: int, max_smem: int, split_k: int = 1) -> int:
-    """The most stages (up to :data:`MAX_SELECTED_STAGES`) of a tile that fit ``max_smem`` bytes; 0 if none."""
+def max_stages(block_m: int, block_n: int, max_smem: int, split_k: int = 1, group_table: bool = False) -> int:
+    """The most stages (up to :data:`MAX_SELECTED_STAGES`) of a tile that fit ``max_smem`` bytes
+    (beside the per-expert table when ``group_table``); 0 if none."""
     stages = 0
-    while stages < MAX_SELECTED_STAGES and family.smem_bytes(block_m, block_n, stages + 1, split_k) <= max_smem:
+    while stages < MAX_SELECTED_STAGES and family.smem_bytes(block_m, block_n, stages + 1, split_k,
+                                                             group_table=group_table) <= max_smem:
         stages += 1
     return stages
 
@@ -116,7 +122,8 @@ def split_k_factors(tiles: int, num_k_blocks: int, num_sms: int) -> tuple:
                  if tiles * s <= num_sms and ceil_div(num_k_blocks, s) >= 2)
 
 
-def enumerate_candidates(max_smem: int, num_sms: int, tiles_of, num_k_blocks: int) -> list:
+def enumerate_candidates(max_smem: int, num_sms: int, tiles_of, num_k_blocks: int, grouped: bool = False,
+                         group_table: bool = False, group_m_blocks=None, max_block_m: int = 256) -> list:
     """Every candidate for a problem.
 
     Args:
@@ -124,14 +131,25 @@ def enumerate_candidates(max_smem: int, num_sms: int, tiles_of, num_k_blocks: in
         num_sms: SMs the grid may use.
         tiles_of: ``(block_m, block_n) -> number of output tiles`` of the problem.
         num_k_blocks: 128-wide K blocks of the problem.
+        grouped: a grouped (Mixture-of-Experts) problem: no split-K; multicast of B (the pair
+            shares a weight tile over two m-blocks) only where ``group_m_blocks(block_m)``, the
+            m-blocks of one group, is at least 2.
+        group_table: the kernel keeps the per-expert table in shared memory.
+        max_block_m: the tallest tile the problem's kind takes.
     """
     found = []
     for block_m, block_n, wgmma_n, buffers in tile_shapes(max_smem):
-        stages = max_stages(block_m, block_n, max_smem)
-        found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages))
+        stages = max_stages(block_m, block_n, max_smem, 1, group_table)
+        if stages < MIN_SELECTED_STAGES or block_m > max_block_m:
+            continue
+        found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages, group_table=group_table))
         if num_sms % 2 == 0 and tiles_of(block_m, block_n) >= 2:
             for on_a in (True, False):
-                found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages, 2, on_a))
+                if grouped and not on_a and group_m_blocks(block_m) < 2:
+                    continue
+                found.append(Candidate(block_m, block_n, wgmma_n, buffers, stages, 2, on_a, group_table=group_table))
+        if grouped:
+            continue
         if block_m <= 128 and buffers == 2:
             for split in split_k_factors(tiles_of(block_m, block_n), num_k_blocks, num_sms):
                 split_stages = max_stages(block_m, block_n, max_smem, split)

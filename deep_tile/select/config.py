@@ -13,6 +13,7 @@ from typing import Optional
 
 from deep_tile import arch
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import ProblemKind
 
 __all__ = ["KernelConfig", "config_label", "RASTER_WIDTH", "WIDE_RASTER_WIDTH", "raster"]
 
@@ -50,13 +51,14 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1)
 def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
-                 k_unroll: int = 3) -> str:
+                 k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
     ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: raster bands along M
     without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
-    ``u6``: the one-buffer k-loop unrolled by 6.
+    ``u6``: the one-buffer k-loop unrolled by 6; ``contiguous``/``masked``/``offsets``: the grouped
+    kind's kernel.
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -75,6 +77,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " ef"
     if k_unroll != 3:
         text += f" u{k_unroll}"
+    if problem_kind.grouped:
+        text += " " + problem_kind.value.split("_")[1]
     return text
 
 
@@ -118,6 +122,8 @@ class KernelConfig:
             :data:`deep_tile.kernels.fp8_gemm.K_UNROLLS`: 3 (default) or, with
             ``accum_buffers == 1``, 6 (long K ranges, see
             :func:`deep_tile.select.selector.k_unroll_for`).
+        problem_kind: the :class:`deep_tile.problem.ProblemKind` the kernel runs (its scheduler;
+            ``DT_PROBLEM_KIND``); the grouped kinds are persistent (``split_k == 1``).
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -139,6 +145,7 @@ class KernelConfig:
     grid_size: int
     evict_first_b: bool = False
     k_unroll: int = 3
+    problem_kind: ProblemKind = ProblemKind.DENSE
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -149,6 +156,8 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: multicast_on_a must be a bool; got {self.multicast_on_a!r}")
         if not isinstance(self.a_scale_row_major, bool):
             raise ValueError(f"KernelConfig: a_scale_row_major must be a bool; got {self.a_scale_row_major!r}")
+        if not isinstance(self.problem_kind, ProblemKind):
+            raise ValueError(f"KernelConfig: problem_kind must be a deep_tile.problem.ProblemKind; got {self.problem_kind!r}")
         if not isinstance(self.evict_first_b, bool):
             raise ValueError(f"KernelConfig: evict_first_b must be a bool; got {self.evict_first_b!r}")
         _check_int("k_unroll", self.k_unroll, f"one of {family.K_UNROLLS} (6 with accum_buffers == 1 only)",
@@ -168,7 +177,7 @@ class KernelConfig:
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
-                                        self.a_scale_row_major)
+                                        self.a_scale_row_major, self.problem_kind)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
         _check_int("raster_width", self.raster_width, "an even int >= 2", self.raster_width >= 2 and self.raster_width % 2 == 0)
@@ -210,19 +219,20 @@ class KernelConfig:
     @property
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
-        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major)
+        return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
+                                 self.problem_kind.has_table)
 
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
-                                     self.a_scale_row_major)
+                                     self.a_scale_row_major, self.problem_kind.has_table)
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
         tiles would not fit the shared memory."""
         stages = self.num_stages
         while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k,
-                                                                 True) > arch.MAX_SMEM_PER_BLOCK:
+                                                                 True, self.problem_kind.has_table) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
 
@@ -231,7 +241,7 @@ class KernelConfig:
         """Short name for tables and logs (see :func:`config_label`)."""
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
-                            self.raster_along_m, self.evict_first_b, self.k_unroll)
+                            self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

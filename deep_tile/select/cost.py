@@ -113,7 +113,8 @@ def wgmma_efficiency(wgmma_n: int, params: "ModelParams | None" = None) -> float
 def min_bytes(problem) -> int:
     """Minimal HBM bytes of ``problem`` (a :class:`deep_tile.problem.Problem`): FP8 A and B (one B
     per group), bf16 D, fp32 1x128 A scales and 128x128 B scales (per group)."""
-    m, n, k, groups, k_blocks = problem.m, problem.n, problem.k, problem.num_groups, problem.k_blocks
+    n, k, groups, k_blocks = problem.n, problem.k, problem.num_groups, problem.k_blocks
+    m = problem.num_groups * problem.expected_m if problem.kind.grouped else problem.m  # real rows
     return m * k + groups * n * k + 2 * m * n + 4 * m * k_blocks + 4 * groups * ceil_div(n, 128) * k_blocks
 
 
@@ -207,8 +208,8 @@ def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width:
              params: ModelParams = DEFAULT_PARAMS) -> Estimate:
     """Predict the run time of candidate ``c`` on ``problem`` (a :class:`deep_tile.problem.Problem`)
     with ``num_sms`` SMs on ``chip``."""
-    m, n, k = problem.m, problem.n, problem.k
-    m_blocks, n_blocks = ceil_div(m, c.block_m), ceil_div(n, c.block_n)
+    m, n, k = problem.expected_m, problem.n, problem.k  # rows per group (dense: m)
+    m_blocks, n_blocks = problem.m_blocks(c.block_m), ceil_div(n, c.block_n)
     tiles = m_blocks * n_blocks
     num_k_blocks = ceil_div(k, family.BLOCK_K)
     if c.split_k > 1:

@@ -25,14 +25,14 @@ from deep_tile.arch import ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import Problem
+from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.candidates import enumerate_candidates
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
-           "SPLIT_TOLERANCE", "grid_size", "RASTER_WIDTH", "check_positive_int"]
+           "SPLIT_TOLERANCE", "grid_size", "GROUPED_STREAM_MAX_M", "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
@@ -84,9 +84,12 @@ def overlaps_promotion(m: int) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> tuple:
     m, n, k = problem.shape
-    tiles_of = lambda bm, bn: ceil_div(m, bm) * ceil_div(n, bn)  # noqa: E731
-    candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K))
-    if overlaps_promotion(m) and any(c.accum_buffers == 2 for c in candidates):
+    tiles_of = lambda bm, bn: problem.m_blocks(bm) * ceil_div(n, bn)  # noqa: E731
+    group_m_blocks = lambda bm: ceil_div(max(problem.expected_m, 1), bm)  # noqa: E731
+    candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K), problem.kind.grouped,
+                                      problem.kind.has_table, group_m_blocks,
+                                      family.CONTIGUOUS_ALIGNMENT if problem.kind is ProblemKind.GROUPED_CONTIGUOUS else 256)
+    if overlaps_promotion(problem.expected_m) and any(c.accum_buffers == 2 for c in candidates):
         candidates = [c for c in candidates if c.accum_buffers == 2]
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
@@ -121,7 +124,7 @@ def _checked(func: str, problem, num_sms, max_smem) -> Problem:
     if not isinstance(problem, Problem):
         raise TypeError(f"{func}: problem must be a deep_tile.problem.Problem; got {type(problem).__name__}")
     for name, value in (("m", problem.m), ("n", problem.n), ("k", problem.k), ("num_groups", problem.num_groups),
-                        ("num_sms", num_sms), ("max_smem", max_smem)):
+                        ("expected_m", problem.expected_m), ("num_sms", num_sms), ("max_smem", max_smem)):
         check_positive_int(func, name, value)
     return problem.with_a_scale_row_major(False) if problem.a_scale_row_major else problem
 
@@ -142,17 +145,31 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     """The :class:`KernelConfig` (grid, raster band, L2 policies) of a ranked candidate.
 
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
-    (:func:`streams_b`); the one-buffer k-loop is unrolled by 6 over long K ranges
+    (:func:`streams_b`); for a grouped problem only where a group has at most
+    :data:`GROUPED_STREAM_MAX_M` rows (each expert's weights then stream once); the one-buffer k-loop is unrolled by 6 over long K ranges
     (:func:`k_unroll_for`)."""
     c = e.candidate
-    grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
+    if problem.kind.has_table:
+        # The tile count is known on the device only: a full grid up to the most tiles there can be.
+        most = problem.max_m_blocks(c.block_m) * ceil_div(problem.n, c.block_n)
+        grid = grid_size(min(most, num_sms), num_sms, c.num_multicast, chip)
+    else:
+        grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
-                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k),
-                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta))
+                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k)
+                        if not problem.kind.grouped else (problem.expected_m <= GROUPED_STREAM_MAX_M
+                                                          and streams_b(1, e.k_blocks_per_cta)),
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind)
 
+
+GROUPED_STREAM_MAX_M = 64
+"""Most rows per group (``expected_m``) for which a grouped problem's weights load evict-first.
+
+Measured: benchmarks/RESULTS.md, session 12 (H100): with evict-first, masked 32 experts x 20 rows
+ran 1-10% faster on all 12 shapes; 32 x 192 rows (256x128 tile) 10-13% slower."""
 
 LONG_K_BLOCKS = 32
 """Fewest k-blocks per CTA (K >= 4096 unsplit) for which :func:`k_unroll_for` picks 6."""

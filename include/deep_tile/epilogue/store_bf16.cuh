@@ -9,14 +9,44 @@
 
 namespace deep_tile {
 
+/// Copy the first `rows` rows of a warpgroup's staged tile (the swizzled layout below) to D with
+/// 16-byte stores: the grouped kinds' partial tiles, whose other rows belong to another expert
+/// or to nobody (a TMA store would write the whole box). Columns past n are skipped (n % 8 == 0).
+struct alignas(16) Bytes16 {
+  u32 word[4];
+};
+
+template <class Cfg>
+DT_DEVICE void store_rows_direct(const u8* staging, u8* d, int ldd, int row0, int rows, int n0, int n,
+                                 int thread_in_wg) {
+  constexpr int kSwizzle = Cfg::kStoreSwizzleBytes;
+  constexpr int kChunksPerRow = kSwizzle / 16;  // 16-byte chunks (8 columns) per atom row
+  constexpr int kChunks = Cfg::kBlockN / 8;      // per tile row
+  for (int idx = thread_in_wg; idx < rows * kChunks; idx += 128) {
+    const int row = idx / kChunks, chunk = idx % kChunks;
+    const int col = n0 + chunk * 8;
+    if (col < n) {
+      const int atom = chunk / kChunksPerRow;
+      const int swizzled = (chunk % kChunksPerRow) ^ ((row * kSwizzle >> 7) & (kChunksPerRow - 1));
+      const Bytes16 v = *reinterpret_cast<const Bytes16*>(staging + atom * Cfg::kStoreRows * kSwizzle + row * kSwizzle +
+                                                      (swizzled << 4));
+      *reinterpret_cast<Bytes16*>(d + (static_cast<long long>(row0 + row) * ldd + col) * 2) = v;
+    }
+  }
+}
+
 /// Store the tile at (m0, n0) of D, clipped by the TMA unit to D's bounds; a warpgroup whose rows
 /// all lie at or past m_end (Tile::m_end) stores nothing, and columns past n are skipped by atom.
 /// `result[t]` is sub-tile t = slab * kNumNParts + part: rows slab*64 .. +63 of this warpgroup,
 /// columns part*kWgmmaN .. +kWgmmaN-1, in the WGMMA accumulator layout.
+/// The grouped kinds (Cfg::kGrouped) store exactly the real rows: `row_real` says whether this
+/// thread's row (thread_in_wg of the warpgroup's rows) is one, and the real rows are a prefix; a
+/// whole slab goes by TMA, a part of one by store_rows_direct through `d` (row pitch `ldd`).
 template <class Cfg>
 DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
                                const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
-                               int thread_in_wg, int m0, int n0, int m_end, int n) {
+                               int thread_in_wg, int m0, int n0, int m_end, int n, bool row_real = false,
+                               u8* d = nullptr, int ldd = 0) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
   u8* staging = smem_d + wg * Cfg::kStoreRows * Cfg::kBlockN * 2;
@@ -33,7 +63,12 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   constexpr int kBlocksPerPart = Cfg::kWgmmaN / 8;
   // The previous tile's store must have finished reading the staging slab.
   if (thread_in_wg == 0) ptx::tma_store_wait_read<0>();
-  ptx::named_barrier_sync(barrier_id, 128);
+  int rows = Cfg::kStoreRows;  // real rows of this warpgroup's slab (grouped kinds)
+  if constexpr (Cfg::kGrouped) {
+    rows = ptx::named_barrier_popc(barrier_id, 128, row_real);
+  } else {
+    ptx::named_barrier_sync(barrier_id, 128);
+  }
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
     const int row = slab * 64 + warp_in_wg * 16 + lane % 16;
@@ -55,6 +90,12 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   ptx::fence_proxy_async_shared();
   ptx::named_barrier_sync(barrier_id, 128);
 
+  if constexpr (Cfg::kGrouped) {
+    if (rows < Cfg::kStoreRows) {
+      store_rows_direct<Cfg>(staging, d, ldd, m0 + wg * Cfg::kWgM, rows, n0, n, thread_in_wg);
+      return;
+    }
+  }
   if (thread_in_wg == 0) {
     const int row0 = m0 + wg * Cfg::kWgM;
     if (row0 < m_end) {

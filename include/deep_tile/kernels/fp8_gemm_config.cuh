@@ -12,7 +12,7 @@ namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_>
+          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -28,7 +28,8 @@ struct Fp8GemmConfig {
   static constexpr int kSplitK = kSplitK_;
   static constexpr int kClusterSize = kSplitK > 1 ? kSplitK : kNumMulticast;
   // What the kernel multiplies (the tile scheduler's kind, scheduler/tile_scheduler.cuh).
-  static constexpr ProblemKind kProblemKind = ProblemKind::kDense;
+  static constexpr ProblemKind kProblemKind = kProblemKind_;
+  static constexpr bool kGrouped = kProblemKind_ != ProblemKind::kDense;
   // The raster order's bands span m-blocks (consecutive tiles share an n-block) or n-blocks
   // (consecutive tiles share an m-block); a multicast pair must share its operand.
   static constexpr bool kRasterAlongM = kRasterAlongM_;
@@ -75,7 +76,9 @@ struct Fp8GemmConfig {
   static constexpr int kAScaleCols = kAScaleRowMajor ? 4 : 1;
   static constexpr int kTileAScaleBytes = kBlockM * 4 * kAScaleCols;
   static constexpr int kStageTxBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;
-  static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageTxBytes + kNumStages * 16;
+  // The masked and offsets kinds keep a per-expert table after the barriers.
+  static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
+  static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageTxBytes + kNumStages * 16 + kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.
@@ -108,6 +111,10 @@ struct Fp8GemmConfig {
                    "DT_RASTER_ALONG_M must be 1 with multicast of B and 0 with multicast of A (the pair shares the operand)");
   DT_STATIC_ASSERT(kSplitK == 1 || kPartialBytes <= kNumStages * (kTileABytes + kTileBBytes),
                    "the split-K partial tile must fit in the A and B stage memory it reuses");
+  DT_STATIC_ASSERT(kProblemKind_ != ProblemKind::kGroupedOffsets || kAScaleRowMajor,
+                   "the offsets kind (DT_PROBLEM_KIND 3) needs DT_A_SCALE_ROW_MAJOR: its tiles start at any row, and a "
+                   "column-major a_scale box must start 16-byte aligned");
+  DT_STATIC_ASSERT(!kGrouped || kSplitK == 1, "the grouped kinds (DT_PROBLEM_KIND != 0) need DT_SPLIT_K == 1");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -26,6 +26,7 @@ struct SharedStorage {
   float* a_scale;   // [stages][block_m][kAScaleCols]
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
+  int* group_table; // the per-expert table of the masked and offsets kinds (GroupTable)
 
   DT_DEVICE explicit SharedStorage(u8* base)
       : d(base),
@@ -33,7 +34,8 @@ struct SharedStorage {
         b(a + Cfg::kNumStages * Cfg::kTileABytes),
         a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
         full(reinterpret_cast<u64*>(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols)),
-        empty(full + Cfg::kNumStages) {}
+        empty(full + Cfg::kNumStages),
+        group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {}
 
   /// The split-K partial tile: fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
   DT_DEVICE float* partial() const { return reinterpret_cast<float*>(a); }

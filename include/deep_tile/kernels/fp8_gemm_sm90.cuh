@@ -72,6 +72,7 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   PipelineState<Cfg::kNumStages> state;
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
     const Tile<Cfg> tile = sched.tile(index);
+    if (!sched.has_work(tile)) continue;
     const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
     for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
@@ -88,7 +89,8 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       if constexpr (Cfg::kAScaleRowMajor) {
         ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, tile.m0);  // [block_m][4 K blocks]
       } else {
-        ptx::tma_load_2d(a_scale, tma_a_scale, full, tile.m0, kb);  // [block_m] of K block kb
+        // [block_m] of K block kb (the masked kind's map has a row per expert and K block)
+        ptx::tma_load_2d(a_scale, tma_a_scale, full, sched.a_scale_row(tile), sched.a_scale_kb0(tile) + kb);
       }
       state.advance();
     }
@@ -99,7 +101,8 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 /// one tile's partial in `result` for the cluster reduction.
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
-                             const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile]) {
+                             const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile],
+                             u8* d, int ldd) {
   // NOTES: broadcast so ptxas knows the warpgroup index is warp-uniform and keeps the WGMMA
   // descriptors derived from it in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -117,7 +120,15 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
     const Tile<Cfg> tile = sched.tile(index);
+    if (!sched.has_work(tile)) continue;
     const int n0 = tile.n0;
+    // Grouped kinds: whether this thread's row of its warpgroup's slab is stored (read before
+    // the k-loop, used after it).
+    bool row_real = false;
+    if constexpr (Cfg::kGrouped) {
+      const int row = tile.m0 + wg * Cfg::kWgM + thread_in_wg;
+      row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row);
+    }
 
     // b_scale rows covering this tile ([ceil(n / 128), K blocks] per expert): the first
     // `first_cols` columns use row n0/128, the rest (a tile straddling a 128-row block boundary)
@@ -138,7 +149,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
                                                     b_scale_row1, work.kb_begin, work.kb_end, tile.peer_alive});
 
     if constexpr (Cfg::kSplitK == 1) {
-      store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
+      store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
     }
   }
   if constexpr (Cfg::kSplitK == 1) {
@@ -147,15 +158,16 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 }
 
 /// The kernel body; csrc/entry/fp8_gemm_sm90.cu wraps it in an extern "C" __global__ symbol.
-/// `d`/`ldd` (the output and its row pitch in elements) serve the split-K epilogue; the
-/// persistent one stores through `tma_d`.
+/// `d`/`ldd` (the output and its row pitch in elements) serve the split-K epilogue and the
+/// grouped kinds' partial tiles; the persistent one stores through `tma_d`. `group` describes a
+/// grouped problem (Cfg::kProblemKind; unused when dense).
 template <class Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
-                             int raster_width) {
+                             int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0}) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
-  const Scheduler<Cfg> sched(m, n, k, raster_width);
+  Scheduler<Cfg> sched(m, n, k, raster_width, group, smem.group_table);
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == Cfg::kNumMathThreads) {
@@ -171,12 +183,20 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
   }
-  // Barriers must be initialised everywhere before any local, remote or TMA use.
+  if constexpr (has_group_table(Cfg::kProblemKind)) {
+    // The producer warpgroup's second warp builds the expert table while the first inits barriers.
+    if (threadIdx.x / 32 == Cfg::kNumMathWarps + 1) {
+      GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
+    }
+  }
+  // Barriers (and the expert table) must be initialised everywhere before any local, remote or
+  // TMA use.
   if constexpr (Cfg::kNumMulticast == 2) {
     ptx::cluster_sync();
   } else {
     __syncthreads();
   }
+  if constexpr (has_group_table(Cfg::kProblemKind)) sched.read_table();
 
   // NOTES (split-K): every thread of both roles takes part in both cluster barriers (they count
   // all threads): the first publishes the partials cluster-wide, the second keeps each CTA's
@@ -196,7 +216,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result);
+    consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result, d, ldd);
     if constexpr (Cfg::kSplitK > 1) {
       // Every consumer WGMMA has read its last stage before the partial overwrites the stages
       // (named barrier 3: 1 and 2 belong to the persistent epilogue's warpgroups).

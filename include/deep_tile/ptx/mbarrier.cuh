@@ -126,4 +126,15 @@ DT_DEVICE void named_barrier_sync(u32 id, u32 num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+/// named_barrier_sync that also counts the threads arriving with `pred` true (PTX barrier.red.popc).
+DT_DEVICE int named_barrier_popc(u32 id, u32 num_threads, bool pred) {
+  int count;
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.u32 p, %3, 0;\nbarrier.cta.red.popc.aligned.u32 %0, %1, %2, p;\n}"
+      : "=r"(count)
+      : "r"(id), "r"(num_threads), "r"(static_cast<u32>(pred))
+      : "memory");
+  return count;
+}
+
 }  // namespace deep_tile::ptx

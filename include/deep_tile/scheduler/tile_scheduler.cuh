@@ -4,7 +4,7 @@
 // know nothing else of the problem's shape, so a new kind of problem is a new Scheduler
 // specialisation with the same members:
 //
-//   const Scheduler<Cfg> sched(m, n, k, raster_width);
+//   Scheduler<Cfg> sched(m, n, k, raster_width, group, table);   // read_table() after the first barrier (table kinds)
 //   const WorkRange work = sched.work();                 // first tile, step, K blocks
 //   for (int index = work.first; index < sched.num_tiles; index += work.step) {
 //     const Tile<Cfg> tile = sched.tile(index);          // m0, n0, m_end, expert, multicast, peer_alive
@@ -31,13 +31,38 @@
 
 namespace deep_tile {
 
-/// What the kernel multiplies; Fp8GemmConfig::kProblemKind picks the Scheduler specialisation.
+/// What the kernel multiplies; Fp8GemmConfig::kProblemKind picks the Scheduler specialisation
+/// (deep_tile/problem.py ProblemKind names the same kinds; DT_PROBLEM_KIND is the value).
 ///   kDense: D[M, N] = A[M, K] B[N, K]^T, one B.
-/// The M-grouped kinds of Mixture-of-Experts GEMMs (to come) stack one B [N, K] and b_scale
-/// [ceil(N/128), K blocks] per expert and give each expert its rows of A and D: a contiguous
-/// range of rows (from an offsets array), or a fixed slab of expected rows of which masked_m[e]
-/// are real. Their schedulers walk (expert, m_block, n_block) and fill Tile::expert and m_end.
-enum class ProblemKind { kDense };
+/// The M-grouped kinds of Mixture-of-Experts GEMMs stack one B [N, K] and b_scale
+/// [ceil(N/128), K blocks] per expert (group) and give each expert some rows of A and D:
+///   kGroupedContiguous: m_indices[M] names each row's expert (ids outside [0, G): padding);
+///     each expert's rows are one run that starts at a multiple of 128, so a tile's expert is
+///     the id of its first row, and its real rows are those carrying that id (a prefix);
+///   kGroupedMasked: expert g owns the slab of rows [g * max_m, (g + 1) * max_m) of which the
+///     first min(masked_m[g], max_m) are real;
+///   kGroupedOffsets: expert g owns rows [offsets[g], offsets[g + 1]) (any start, no padding).
+/// The masked and offsets kinds keep a table of each expert's m-blocks in shared memory (built
+/// by one warp before the kernel's first barrier), so their tiles are numbered without holes.
+enum class ProblemKind { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3 };
+
+/// The run-time description of a grouped problem (kernel arguments; unused by kDense).
+struct GroupArgs {
+  const int* info;  // kGroupedContiguous: m_indices [M]; kGroupedMasked: masked_m [G]; kGroupedOffsets: offsets [G + 1]
+  int num_groups;   // G, the experts stacked in B
+  int group_rows;   // kGroupedMasked: max_m, the rows of each expert's slab; else unused
+};
+
+/// Whether a kind keeps the per-expert table in shared memory (GroupTable).
+__host__ __device__ constexpr bool has_group_table(ProblemKind kind) {
+  return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets;
+}
+
+/// Most experts of the kinds with a table (deep_tile/kernels/fp8_gemm.py MAX_TABLE_GROUPS).
+constexpr int kMaxTableGroups = 512;
+/// Shared-memory bytes of the table: first m-block, first row and row end of each expert, plus
+/// the total m-block count.
+constexpr int kGroupTableBytes = align_up((3 * kMaxTableGroups + 1) * 4, 16);
 
 /// The tiles and K blocks of one CTA: tiles first, first + step, ... below Scheduler::num_tiles,
 /// each over K blocks [kb_begin, kb_end).
@@ -127,8 +152,86 @@ DT_DEVICE bool shares_multicast_operand(TileCoord mine, TileCoord theirs) {
   return Cfg::kMulticastA ? mine.m_block == theirs.m_block : mine.n_block == theirs.n_block;
 }
 
+/// Bytes the TMA loads of one stage bring, the same for every stage of a launch (out-of-bounds
+/// box elements are zero-filled and count), for an A of `m` rows. The host's A box has
+/// min(block_m, m) rows, or half a tile under multicast of A with both halves landing here (twin
+/// of deep_tile/kernels/fp8_gemm.py a_box_rows); the other boxes are whole tiles.
+template <class Cfg>
+DT_DEVICE u32 stage_tx_bytes_for(int m) {
+  const int a_rows = Cfg::kMulticastA ? Cfg::kBlockM : min_int(Cfg::kBlockM, m);
+  return static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
+}
+
 template <class Cfg, ProblemKind kKind = Cfg::kProblemKind>
 struct Scheduler;
+
+/// The shared-memory table of the masked and offsets kinds: for expert e, its first virtual
+/// m-block (the m-blocks of all experts numbered one after another; m_block_start[G] is their
+/// total), its first row in A/D and the end of its real rows.
+struct GroupTable {
+  int* m_block_start;  // [kMaxTableGroups + 1]
+  int* row_begin;      // [kMaxTableGroups]
+  int* row_end;        // [kMaxTableGroups]
+
+  DT_DEVICE explicit GroupTable(int* base)
+      : m_block_start(base), row_begin(base + kMaxTableGroups + 1), row_end(base + 2 * kMaxTableGroups + 1) {}
+
+  /// Filled by one warp (`lane` 0..31): each expert's rows from the arguments, its m-block count,
+  /// and the prefix sums; 32 x 4 experts per round, their loads issued together.
+  template <ProblemKind kKind, int kBlockM>
+  DT_DEVICE void build(const GroupArgs& group, int m, int lane) const {
+    int carry = 0;
+    for (int base = 0; base < group.num_groups; base += 128) {
+      int begin[4], end[4], blocks[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = base + j * 32 + lane;
+        begin[j] = end[j] = 0;
+        if (e < group.num_groups) {
+          if constexpr (kKind == ProblemKind::kGroupedMasked) {
+            begin[j] = e * group.group_rows;
+            end[j] = begin[j] + min_int(max_int(__ldg(group.info + e), 0), group.group_rows);
+          } else {  // offsets, clamped into [0, m] and non-decreasing per expert
+            begin[j] = min_int(max_int(__ldg(group.info + e), 0), m);
+            end[j] = min_int(max_int(__ldg(group.info + e + 1), begin[j]), m);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = base + j * 32 + lane;
+        blocks[j] = ceil_div(end[j] - begin[j], kBlockM);
+        int inclusive = blocks[j];  // warp-wide inclusive scan
+#pragma unroll
+        for (int d = 1; d < 32; d *= 2) {
+          const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+          if (lane >= d) inclusive += v;
+        }
+        if (e < group.num_groups) {
+          m_block_start[e] = carry + inclusive - blocks[j];
+          row_begin[e] = begin[j];
+          row_end[e] = end[j];
+        }
+        carry += __shfl_sync(0xffffffffu, inclusive, 31);
+      }
+    }
+    if (lane == 0) m_block_start[group.num_groups] = carry;
+  }
+
+  /// The expert owning virtual m-block v (< the total): the last e with m_block_start[e] <= v.
+  DT_DEVICE int expert_of(int v, int num_groups) const {
+    int lo = 0, hi = num_groups - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (m_block_start[mid] <= v) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
+};
 
 /// kDense: the ceil(m / block_m) x ceil(n / block_n) tiles of D in raster order.
 template <class Cfg>
@@ -138,7 +241,7 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
   int num_tiles;
   int num_k_blocks;
 
-  DT_DEVICE Scheduler(int m_, int n_, int k, int raster_width)
+  DT_DEVICE Scheduler(int m_, int n_, int k, int raster_width, const GroupArgs&, int*)
       : m(m_),
         n(n_),
         order{ceil_div(m_, Cfg::kBlockM), ceil_div(n_, Cfg::kBlockN), raster_width},
@@ -147,6 +250,12 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
 
   DT_DEVICE WorkRange work() const { return cta_work_range<Cfg>(num_tiles, num_k_blocks); }
   DT_DEVICE int first_tile() const { return cta_first_tile<Cfg>(); }
+
+  /// Whether a tile has work (a kind with padding tiles skips some).
+  static DT_DEVICE bool has_work(const Tile<Cfg>&) { return true; }
+  /// Origin of a tile's a_scale box: (row, first K block) in the column-major map.
+  DT_DEVICE int a_scale_row(const Tile<Cfg>& t) const { return t.m0; }
+  DT_DEVICE int a_scale_kb0(const Tile<Cfg>&) const { return 0; }
 
   DT_DEVICE Tile<Cfg> tile(int index) const {
     const TileCoord coord = order.coord(index);
@@ -160,14 +269,141 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
     }
   }
 
-  /// Bytes the TMA loads of one stage bring, the same for every stage of a launch (out-of-bounds
-  /// box elements are zero-filled and count). The host's A box has min(block_m, m) rows, or half
-  /// a tile under multicast of A with both halves landing here (twin of
-  /// deep_tile/kernels/fp8_gemm.py a_box_rows); the other boxes are whole tiles.
-  DT_DEVICE u32 stage_tx_bytes() const {
-    const int a_rows = Cfg::kMulticastA ? Cfg::kBlockM : min_int(Cfg::kBlockM, m);
-    return static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
+  /// The full barrier's bytes per stage (stage_tx_bytes_for).
+  DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
+};
+
+/// kGroupedContiguous: the ceil(m / block_m) x ceil(n / block_n) tiles of D in raster order, as
+/// dense; a tile's expert is m_indices[m0]. A tile whose first row is padding has no work, unless
+/// its multicast peer has: then it runs along with the peer's expert and stores nothing, so the
+/// pair stays in step (their stages and barriers are shared). Its real rows are those of its
+/// expert (row_is_real), a prefix of the tile by the layout's rule.
+template <class Cfg>
+struct Scheduler<Cfg, ProblemKind::kGroupedContiguous> {
+  int m, n;
+  RasterOrder<Cfg::kRasterAlongM> order;
+  int num_tiles;
+  int num_k_blocks;
+  GroupArgs group;
+
+  DT_DEVICE Scheduler(int m_, int n_, int k, int raster_width, const GroupArgs& group_, int*)
+      : m(m_),
+        n(n_),
+        order{ceil_div(m_, Cfg::kBlockM), ceil_div(n_, Cfg::kBlockN), raster_width},
+        num_tiles(order.num_tiles()),
+        num_k_blocks(ceil_div(k, Cfg::kBlockK)),
+        group(group_) {}
+
+  DT_DEVICE WorkRange work() const { return cta_work_range<Cfg>(num_tiles, num_k_blocks); }
+  DT_DEVICE int first_tile() const { return cta_first_tile<Cfg>(); }
+  static DT_DEVICE bool has_work(const Tile<Cfg>& t) { return t.expert >= 0; }
+  DT_DEVICE int a_scale_row(const Tile<Cfg>& t) const { return t.m0; }
+  DT_DEVICE int a_scale_kb0(const Tile<Cfg>&) const { return 0; }
+
+  /// The expert of row `row` (< m), or -1 for padding (an id outside [0, G)).
+  DT_DEVICE int expert_of_row(int row) const {
+    const int id = __ldg(group.info + row);
+    return id >= 0 && id < group.num_groups ? id : -1;
   }
+
+  /// Whether row `row` of tile `t` is one of its real rows (stored).
+  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row) const {
+    return row < t.m_end && expert_of_row(row) == t.expert;
+  }
+
+  DT_DEVICE Tile<Cfg> tile(int index) const {
+    const TileCoord coord = order.coord(index);
+    const int m0 = coord.m_block * Cfg::kBlockM, n0 = coord.n_block * Cfg::kBlockN;
+    const int expert = expert_of_row(m0);
+    if constexpr (Cfg::kNumMulticast == 1) {
+      return Tile<Cfg>{m0, n0, m, expert};
+    } else {
+      const bool peer_exists = (index ^ 1) < num_tiles;
+      const TileCoord peer = order.coord(index ^ 1);
+      const int peer_expert = peer_exists ? expert_of_row(peer.m_block * Cfg::kBlockM) : -1;
+      if (expert < 0 && peer_expert < 0) return Tile<Cfg>{m0, n0, m0, -1, false, false};
+      const bool peer_alive = peer_exists;  // a padding tile beside a real one runs along
+      const int run_expert = expert >= 0 ? expert : peer_expert;
+      const bool multicast = peer_alive && shares_multicast_operand<Cfg>(coord, peer) &&
+                             (peer_expert < 0 || expert < 0 || peer_expert == expert);
+      return Tile<Cfg>{m0, n0, expert >= 0 ? m : m0, run_expert, multicast, peer_alive};
+    }
+  }
+
+  DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
+};
+
+/// kGroupedMasked and kGroupedOffsets: the experts' m-blocks numbered one after another (the
+/// GroupTable), times the n-blocks, in raster order; every tile has work. A multicast pair shares
+/// its operand only within one expert.
+template <class Cfg, ProblemKind kKind>
+struct TableScheduler {
+  int m, n;
+  int num_groups;
+  int group_rows;
+  GroupTable table;
+  RasterOrder<Cfg::kRasterAlongM> order;
+  int num_tiles;
+  int num_k_blocks;
+
+  /// Made before the table is built; read_table() completes it once the table is published
+  /// (after the kernel's first barrier).
+  DT_DEVICE TableScheduler(int m_, int n_, int k, int raster_width, const GroupArgs& group, int* table_base)
+      : m(m_),
+        n(n_),
+        num_groups(group.num_groups),
+        group_rows(group.group_rows),
+        table(table_base),
+        order{0, ceil_div(n_, Cfg::kBlockN), raster_width},
+        num_tiles(0),
+        num_k_blocks(ceil_div(k, Cfg::kBlockK)) {}
+
+  DT_DEVICE void read_table() {
+    order.num_m_blocks = table.m_block_start[num_groups];
+    num_tiles = order.num_tiles();
+  }
+
+  DT_DEVICE WorkRange work() const { return cta_work_range<Cfg>(num_tiles, num_k_blocks); }
+  DT_DEVICE int first_tile() const { return cta_first_tile<Cfg>(); }
+  static DT_DEVICE bool has_work(const Tile<Cfg>&) { return true; }
+
+  /// The masked kind's column-major a_scale is [G][K blocks][max_m]: a map of max_m-float rows,
+  /// one per (expert, K block), so the box starts at the row within the expert.
+  DT_DEVICE int a_scale_row(const Tile<Cfg>& t) const {
+    return kKind == ProblemKind::kGroupedMasked && !Cfg::kAScaleRowMajor ? t.m0 - t.expert * group_rows : t.m0;
+  }
+  DT_DEVICE int a_scale_kb0(const Tile<Cfg>& t) const {
+    return kKind == ProblemKind::kGroupedMasked && !Cfg::kAScaleRowMajor ? t.expert * num_k_blocks : 0;
+  }
+
+  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row) const { return row < t.m_end; }
+
+  DT_DEVICE Tile<Cfg> tile(int index) const {
+    const TileCoord coord = order.coord(index);
+    const int expert = table.expert_of(coord.m_block, num_groups);
+    const int m0 = table.row_begin[expert] + (coord.m_block - table.m_block_start[expert]) * Cfg::kBlockM;
+    const int n0 = coord.n_block * Cfg::kBlockN, m_end = table.row_end[expert];
+    if constexpr (Cfg::kNumMulticast == 1) {
+      return Tile<Cfg>{m0, n0, m_end, expert};
+    } else {
+      const bool peer_alive = (index ^ 1) < num_tiles;
+      const TileCoord peer = order.coord(index ^ 1);
+      const bool multicast = peer_alive && shares_multicast_operand<Cfg>(coord, peer) &&
+                             (Cfg::kMulticastA || table.expert_of(peer.m_block, num_groups) == expert);
+      return Tile<Cfg>{m0, n0, m_end, expert, multicast, peer_alive};
+    }
+  }
+
+  DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
+};
+
+template <class Cfg>
+struct Scheduler<Cfg, ProblemKind::kGroupedMasked> : TableScheduler<Cfg, ProblemKind::kGroupedMasked> {
+  using TableScheduler<Cfg, ProblemKind::kGroupedMasked>::TableScheduler;
+};
+template <class Cfg>
+struct Scheduler<Cfg, ProblemKind::kGroupedOffsets> : TableScheduler<Cfg, ProblemKind::kGroupedOffsets> {
+  using TableScheduler<Cfg, ProblemKind::kGroupedOffsets>::TableScheduler;
 };
 
 }  // namespace deep_tile

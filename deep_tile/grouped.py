@@ -1,0 +1,124 @@
+"""Mixture-of-Experts GEMMs: one FP8 weight matrix per expert, each row of the activations
+multiplied by its expert's, in one kernel launch.
+
+Three layouts of the rows (M-grouped: the experts share ``n`` and ``k``, the rows differ):
+
+- :func:`m_grouped_fp8_gemm_contiguous`: the rows of all experts in one ``a [M, K]``, each row's
+  expert in ``m_indices`` (DeepGEMM's contiguous layout: each expert's rows one run starting at a
+  multiple of :func:`get_m_alignment_for_contiguous_layout`, id -1 for padding rows);
+- :func:`m_grouped_fp8_gemm_offsets`: the same without padding: expert ``g`` owns rows
+  ``offsets[g] .. offsets[g+1]-1``, starting anywhere;
+- :func:`m_grouped_fp8_gemm_masked`: a slab ``a[g]`` of ``max_m`` rows per expert of which the
+  first ``masked_m[g]`` are real (DeepGEMM's masked layout, as DeepEP's low-latency dispatch
+  fills it).
+
+The per-expert counts (``m_indices``, ``offsets``, ``masked_m``) are int32 tensors on the GPU,
+read by the kernel only: no call synchronises with the host, so a CUDA graph captured once
+replays with new counts (same tensors, new contents). ``M`` and the counts are run-time values
+of one kernel; the selector picks its tiles from ``M`` (contiguous, offsets) or ``expected_m``
+(masked). Rows that belong to no expert (padding, past ``masked_m``, outside the offsets) are
+never written: when ``out`` is allocated by the call they hold whatever the allocator gave.
+Each function is a torch custom op (``torch.ops.deep_tile.m_grouped_fp8_gemm_*``, with ``_out``
+variants) with a fake implementation, so torch.compile traces it without a graph break.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile import ops
+from deep_tile.checks import check_grouped_args
+from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
+from deep_tile.problem import ProblemKind
+
+__all__ = ["M_ALIGNMENT", "get_m_alignment_for_contiguous_layout", "m_grouped_fp8_gemm_contiguous",
+           "m_grouped_fp8_gemm_offsets", "m_grouped_fp8_gemm_masked"]
+
+M_ALIGNMENT = CONTIGUOUS_ALIGNMENT
+"""Row alignment of each expert's run in the contiguous layout (128, as DeepGEMM's)."""
+
+
+def get_m_alignment_for_contiguous_layout() -> int:
+    """The multiple of rows at which each expert's run starts in the contiguous layout of
+    :func:`m_grouped_fp8_gemm_contiguous` (128)."""
+    return M_ALIGNMENT
+
+
+def m_grouped_fp8_gemm_contiguous(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                                  m_indices: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[i] = (a[i] * a_scale[i]) @ (b[e] * b_scale[e]).T`` with ``e = m_indices[i]``, in bf16.
+
+    Args:
+        a: [M, K] float8_e4m3fn, K contiguous, 16-byte rows (as :func:`deep_tile.fp8_gemm`).
+        a_scale: [M, ceil(K/128)] float32: zero-copy in the TMA-aligned column-major layout
+            (:func:`deep_tile.get_tma_aligned_a_scale`) or row-major with K/128 a multiple of 4;
+            other layouts are copied.
+        b: [G, N, K] float8_e4m3fn, one weight matrix per expert, K contiguous; N a multiple of 8.
+        b_scale: [G, ceil(N/128), ceil(K/128)] float32.
+        m_indices: int32 [M] on the GPU: each row's expert. Ids outside ``[0, G)`` (-1) mark
+            padding rows. Each expert's rows must be one run starting at a multiple of
+            :func:`get_m_alignment_for_contiguous_layout` (a run's padding rows after its real
+            ones in the same 128-row block); rows after the last run may be padding.
+        out: optional [M, N] bfloat16, N contiguous, 16-byte rows; allocated when None.
+
+    Returns:
+        ``out``. Padding rows are not written. An id out of range is padding, never an
+        out-of-bounds read. Bad arguments raise TypeError/ValueError naming this function before
+        anything is written; the kernel runs on the current stream, without a host sync.
+    """
+    return _call(ProblemKind.GROUPED_CONTIGUOUS, (a, a_scale, b, b_scale, m_indices), (), out)
+
+
+def m_grouped_fp8_gemm_offsets(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                               offsets: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`m_grouped_fp8_gemm_contiguous` with the experts' rows given by offsets, no padding.
+
+    ``offsets``: int32 [G + 1] on the GPU; expert ``g`` owns rows ``offsets[g] .. offsets[g+1]-1``
+    of ``a`` and ``out`` (any start; an empty range is an expert without rows). Rows outside every
+    range are not written. Values are clamped into ``[0, M]`` on the device (never an
+    out-of-bounds access); overlapping ranges are the caller's error. At most 512 experts
+    (:data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS`). Other arguments as the contiguous GEMM.
+    """
+    return _call(ProblemKind.GROUPED_OFFSETS, (a, a_scale, b, b_scale, offsets), (), out)
+
+
+def m_grouped_fp8_gemm_masked(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                              masked_m: torch.Tensor, expected_m: int,
+                              out: torch.Tensor | None = None) -> torch.Tensor:
+    """``out[g, r] = (a[g, r] * a_scale[g, r]) @ (b[g] * b_scale[g]).T`` for ``r < masked_m[g]``.
+
+    Args:
+        a: [G, max_m, K] float8_e4m3fn (the groups one after another, K contiguous).
+        a_scale: [G, max_m, ceil(K/128)] float32: zero-copy per group in the TMA-aligned
+            column-major layout (strides ``(ceil(K/128) * align4(max_m), 1, align4(max_m))``, what
+            :func:`deep_tile.get_tma_aligned_a_scale` makes of the 3-D tensor) or row-major with
+            K/128 a multiple of 4; other layouts are copied.
+        b, b_scale: as :func:`m_grouped_fp8_gemm_contiguous`. At most 512 experts.
+        masked_m: int32 [G] on the GPU: the real rows of each group (clamped to ``[0, max_m]``).
+        expected_m: an int >= 0, the rows a group is expected to have: a hint for the selector
+            only (no kernel per value).
+        out: optional [G, max_m, N] bfloat16; allocated when None.
+
+    Returns:
+        ``out``; rows ``r >= masked_m[g]`` are not written.
+    """
+    return _call(ProblemKind.GROUPED_MASKED, (a, a_scale, b, b_scale, masked_m), (expected_m,), out)
+
+
+def _call(kind: ProblemKind, tensors: tuple, hints: tuple, out):
+    """Run the custom op of ``kind`` (its ``_out`` form when ``out`` is given). Arguments the op's
+    schema refuses before any check runs (non-tensors, a non-int expected_m) raise deep_tile's
+    own TypeError/ValueError instead of the dispatcher's message."""
+    name = "m_" + kind.value.replace("grouped_", "grouped_fp8_gemm_")
+    try:
+        if out is None:
+            return getattr(ops, name)(*tensors, *hints)
+        getattr(ops, name + "_out")(*tensors, *hints, out)
+        return out
+    except (TypeError, RuntimeError):
+        try:
+            check_grouped_args(kind, *tensors, out, *hints, data_checks=False)
+        except (TypeError, ValueError) as error:
+            failure = error
+        else:
+            raise
+    raise failure  # outside the handler: the schema's own message is not chained in

@@ -1,0 +1,314 @@
+"""deep_tile.compat.deepgemm: DeepGEMM's names and signatures, each call forwarded to the right
+deep_tile function with the right tensors, every unsupported argument refused with
+NotImplementedError before anything runs, and (marker ``gpu``) DeepGEMM-style calls on a Hopper
+GPU against the float64 references (tests/gpu_compat_cases.py, in a child process).
+
+The CPU tests replace the deep_tile functions the module calls (it looks them up on the package at
+call time) with recorders, so they run without a GPU and without deep_tile.grouped.
+"""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import deep_tile
+import deep_tile.compat.deepgemm as deep_gemm
+from conftest import run_child_cases
+
+CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
+           "fp8_m_grouped_gemm_nt_masked", "get_mk_alignment_for_contiguous_layout",
+           "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout", "set_num_sms", "get_num_sms"]
+OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+       "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
+
+# DeepGEMM's parameters (names, order, defaults) of the GEMM entry points, current and 2025.
+SIGNATURES = {
+    "fp8_gemm_nt": [("a", None), ("b", None), ("d", None), ("c", None), ("recipe", None), ("recipe_a", None),
+                    ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False)],
+    "m_grouped_fp8_gemm_nt_contiguous": [
+        ("a", None), ("b", None), ("d", None), ("grouped_layout", None), ("recipe", None), ("recipe_a", None),
+        ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False), ("use_psum_layout", False),
+        ("ensure_zero_padding", True), ("expected_m_for_psum_layout", None)],
+    "m_grouped_fp8_gemm_nt_masked": [
+        ("a", None), ("b", None), ("d", None), ("masked_m", None), ("expected_m", None), ("recipe", None),
+        ("recipe_a", None), ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False)],
+    "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
+    "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
+    "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),
+                                              ("expected_m", None)],
+}
+
+FORWARDED = ["fp8_gemm", "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_masked", "get_tma_aligned_a_scale",
+             "set_num_sms", "get_num_sms", "get_m_alignment_for_contiguous_layout"]
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Replace the deep_tile functions the module calls with recorders; yields the list of
+    ``(name, args, kwargs)`` they append to. (Set in the package's dict: ``setattr`` would first
+    resolve the lazy attribute, which imports modules that may not exist yet.)"""
+    recorded = []
+
+    def recorder(name):
+        def record(*args, **kwargs):
+            recorded.append((name, args, kwargs))
+            return 128 if name in ("get_num_sms", "get_m_alignment_for_contiguous_layout") else f"{name} result"
+        return record
+
+    for name in FORWARDED:
+        monkeypatch.setitem(vars(deep_tile), name, recorder(name))
+    yield recorded
+
+
+def dense(m=8, n=16, k=256, d_dtype=torch.bfloat16, scale_dtype=torch.float32):
+    """Tiny CPU ``(a, sfa), (b, sfb), d`` of a dense GEMM (values irrelevant)."""
+    return ((torch.zeros(m, k, dtype=torch.float8_e4m3fn), torch.ones(m, k // 128, dtype=scale_dtype)),
+            (torch.zeros(n, k, dtype=torch.float8_e4m3fn), torch.ones(1, k // 128, dtype=scale_dtype)),
+            torch.empty(m, n, dtype=d_dtype))
+
+
+def grouped(groups=2, m=8, n=16, k=256, masked=False, d_dtype=torch.bfloat16, scale_dtype=torch.float32):
+    """Tiny CPU ``(a, sfa), (b, sfb), d`` of a grouped GEMM (masked: a and d have a group dim)."""
+    rows = (groups, m) if masked else (m,)
+    return ((torch.zeros(*rows, k, dtype=torch.float8_e4m3fn), torch.ones(*rows, k // 128, dtype=scale_dtype)),
+            (torch.zeros(groups, n, k, dtype=torch.float8_e4m3fn), torch.ones(groups, 1, k // 128, dtype=scale_dtype)),
+            torch.empty(*rows, n, dtype=d_dtype))
+
+
+def same(got, want) -> bool:
+    """The same objects, in order (tensors by identity, other values by equality)."""
+    return len(got) == len(want) and all(g is w if isinstance(w, torch.Tensor) else g == w for g, w in zip(got, want))
+
+
+# --------------------------------------------------------------------------------------------------
+# Names and signatures
+# --------------------------------------------------------------------------------------------------
+
+def test_every_name_exists():
+    for name in CURRENT + OLD:
+        assert callable(getattr(deep_gemm, name)), name
+        assert getattr(deep_gemm, name).__doc__, f"{name} has no docstring"
+    assert sorted(deep_gemm.__all__) == sorted(CURRENT + OLD)
+    assert deep_gemm.fp8_m_grouped_gemm_nt_masked is deep_gemm.m_grouped_fp8_gemm_nt_masked
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURES))
+def test_signatures_follow_deepgemm(name):
+    params = inspect.signature(getattr(deep_gemm, name)).parameters.values()
+    got = [(p.name, None if p.default is inspect.Parameter.empty else p.default) for p in params]
+    assert got == SIGNATURES[name]
+
+
+# --------------------------------------------------------------------------------------------------
+# Forwarding
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["fp8_gemm_nt", "gemm_fp8_fp8_bf16_nt"])
+def test_dense_gemm_forwards(calls, name):
+    (a, sfa), (b, sfb), d = dense()
+    assert getattr(deep_gemm, name)((a, sfa), (b, sfb), d) is None
+    assert len(calls) == 1 and calls[0][0] == "fp8_gemm"
+    assert same(calls[0][1], (a, sfa, b, sfb)) and calls[0][2].keys() == {"out"} and calls[0][2]["out"] is d
+
+
+@pytest.mark.parametrize("name", ["m_grouped_fp8_gemm_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous"])
+def test_contiguous_forwards(calls, name):
+    (a, sfa), (b, sfb), d = grouped()
+    m_indices = torch.zeros(8, dtype=torch.int32)
+    assert getattr(deep_gemm, name)((a, sfa), (b, sfb), d, m_indices) is None
+    assert len(calls) == 1 and calls[0][0] == "m_grouped_fp8_gemm_contiguous"
+    assert same(calls[0][1], (a, sfa, b, sfb, m_indices)) and calls[0][2].keys() == {"out"}
+    assert calls[0][2]["out"] is d
+
+
+@pytest.mark.parametrize("name", ["m_grouped_fp8_gemm_nt_masked", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+                                  "fp8_m_grouped_gemm_nt_masked"])
+def test_masked_forwards(calls, name):
+    (a, sfa), (b, sfb), d = grouped(masked=True)
+    masked_m = torch.tensor([3, 8], dtype=torch.int32)
+    assert getattr(deep_gemm, name)((a, sfa), (b, sfb), d, masked_m, 5) is None
+    assert len(calls) == 1 and calls[0][0] == "m_grouped_fp8_gemm_masked"
+    assert same(calls[0][1], (a, sfa, b, sfb, masked_m, 5)) and calls[0][2].keys() == {"out"}
+    assert calls[0][2]["out"] is d
+
+
+def test_keyword_calls_forward(calls):
+    (a, sfa), (b, sfb), d = grouped()
+    m_indices = torch.zeros(8, dtype=torch.int32)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous(a=(a, sfa), b=(b, sfb), d=d, grouped_layout=m_indices)
+    deep_gemm.m_grouped_gemm_fp8_fp8_bf16_nt_contiguous(lhs=(a, sfa), rhs=(b, sfb), out=d, m_indices=m_indices)
+    assert [c[0] for c in calls] == ["m_grouped_fp8_gemm_contiguous"] * 2
+    assert all(same(c[1], (a, sfa, b, sfb, m_indices)) and c[2]["out"] is d for c in calls)
+
+
+@pytest.mark.parametrize("options", [
+    dict(recipe=(1, 128, 128)), dict(recipe=[1, 128, 128]), dict(recipe_a=(1, 128), recipe_b=(128, 128)),
+    dict(compiled_dims="mnk"), dict(compiled_dims=""), dict(disable_ue8m0_cast=True)])
+def test_options_accepted_and_ignored(calls, options):
+    (a, sfa), (b, sfb), d = dense()
+    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, **options)
+    (ga, gsfa), (gb, gsfb), gd = grouped(masked=True)
+    deep_gemm.m_grouped_fp8_gemm_nt_masked((ga, gsfa), (gb, gsfb), gd, torch.ones(2, dtype=torch.int32), 1, **options)
+    (ca, csfa), (cb, csfb), cd = grouped()
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((ca, csfa), (cb, csfb), cd, torch.zeros(8, dtype=torch.int32),
+                                               ensure_zero_padding=False, **options)
+    assert [c[0] for c in calls] == ["fp8_gemm", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_contiguous"]
+    assert same(calls[0][1], (a, sfa, b, sfb)) and calls[0][2]["out"] is d
+
+
+@pytest.mark.parametrize("name", ["get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor"])
+def test_tma_aligned_tensor_forwards(calls, name):
+    sf = torch.ones(5, 3)
+    assert getattr(deep_gemm, name)(sf) == "get_tma_aligned_a_scale result"
+    assert len(calls) == 1 and calls[0][0] == "get_tma_aligned_a_scale" and same(calls[0][1], (sf,))
+
+
+def test_num_sms_forwards(calls):
+    assert deep_gemm.set_num_sms(100) is None
+    assert deep_gemm.get_num_sms() == 128
+    assert [(c[0], c[1]) for c in calls] == [("set_num_sms", (100,)), ("get_num_sms", ())]
+
+
+def test_alignment_forwards(calls):
+    assert deep_gemm.get_mk_alignment_for_contiguous_layout() == 128
+    assert deep_gemm.get_m_alignment_for_contiguous_layout() == 128
+    assert [c[0] for c in calls] == ["get_m_alignment_for_contiguous_layout"] * 2
+
+
+def test_alignment_values():
+    pytest.importorskip("deep_tile.grouped", reason="deep_tile.grouped is not there yet")
+    assert deep_gemm.get_mk_alignment_for_contiguous_layout() == 128
+    assert deep_gemm.get_m_alignment_for_contiguous_layout() == 128
+    assert deep_gemm.get_m_alignment_for_contiguous_layout() == deep_tile.get_m_alignment_for_contiguous_layout()
+
+
+def test_transform_sf_into_required_layout(calls):
+    sfa, sfb = torch.ones(300, 7), torch.ones(3, 24, 7)
+    transform = deep_gemm.transform_sf_into_required_layout
+    assert transform(sfa, 300, 896, (1, 128, 128), is_sfa=True) == "get_tma_aligned_a_scale result"
+    assert transform(sfa, 300, 896, (1, 128)) == "get_tma_aligned_a_scale result"
+    assert transform(sfb, 3072, 896, (1, 128, 128), num_groups=3, is_sfa=False) is sfb
+    assert transform(sfb, 3072, 896, (128, 128), num_groups=3) is sfb
+    assert [c[0] for c in calls] == ["get_tma_aligned_a_scale"] * 2 and same(calls[0][1], (sfa,))
+    with pytest.raises(ValueError, match="is_sfa"):
+        transform(sfa, 300, 896, (1, 128, 128))
+    with pytest.raises(ValueError, match=r"shape \(300, 8\)"):
+        transform(sfa, 300, 1024, (1, 128))
+    for recipe, is_sfa in [((1, 1, 128), False), ((1, 128, 32), True), ((1, 32), None)]:
+        with pytest.raises(NotImplementedError, match=r"recipe=\(1, .*supports only"):
+            transform(sfa, 300, 896, recipe, is_sfa=is_sfa)
+    with pytest.raises(NotImplementedError, match="sf .*torch.int32"):
+        transform(sfa.int(), 300, 896, (1, 128))
+    with pytest.raises(NotImplementedError, match="psum_layout"):
+        transform(sfa, 300, 896, (1, 128), psum_layout=torch.zeros(3, dtype=torch.int32))
+    assert len(calls) == 2
+
+
+# --------------------------------------------------------------------------------------------------
+# What deep_tile does not run
+# --------------------------------------------------------------------------------------------------
+
+def _dense_call(name, **options):
+    def call():
+        overrides = dict(options)
+        (a, sfa), (b, sfb), d = dense(d_dtype=overrides.pop("d_dtype", torch.bfloat16))
+        sfa = overrides.pop("sfa", sfa)
+        sfb = overrides.pop("sfb", sfb)
+        getattr(deep_gemm, name)((a, sfa), (b, sfb), d, **overrides)
+    return call
+
+
+def _grouped_call(name, masked, **options):
+    def call():
+        overrides = dict(options)
+        (a, sfa), (b, sfb), d = grouped(masked=masked, d_dtype=overrides.pop("d_dtype", torch.bfloat16))
+        sfa = overrides.pop("sfa", sfa)
+        sfb = overrides.pop("sfb", sfb)
+        extra = (torch.ones(2, dtype=torch.int32), 4) if masked else (torch.zeros(8, dtype=torch.int32),)
+        getattr(deep_gemm, name)((a, sfa), (b, sfb), d, *extra, **overrides)
+    return call
+
+
+PACKED = torch.ones(8, 2, dtype=torch.int32)  # packed UE8M0 scales, as DeepGEMM's SM100 kernels take
+
+UNSUPPORTED = [
+    # (call, words the message must contain)
+    (_dense_call("fp8_gemm_nt", sfa=PACKED), ["a[1]", "torch.int32", "float32"]),
+    (_dense_call("fp8_gemm_nt", sfb=torch.ones(1, 2, dtype=torch.int32)), ["b[1]", "torch.int32", "float32"]),
+    (_dense_call("fp8_gemm_nt", sfa=torch.ones(8, 2, dtype=torch.bfloat16)), ["a[1]", "torch.bfloat16"]),
+    (_dense_call("fp8_gemm_nt", c=torch.zeros(8, 16, dtype=torch.bfloat16)), ["c", "c=None"]),
+    (_dense_call("fp8_gemm_nt", d_dtype=torch.float32), ["d", "torch.float32", "bfloat16"]),
+    (_dense_call("fp8_gemm_nt", recipe=(1, 1, 128)), ["recipe=(1, 1, 128)", "(1, 128, 128)"]),
+    (_dense_call("fp8_gemm_nt", recipe=(1, 128, 32)), ["recipe=(1, 128, 32)"]),
+    (_dense_call("fp8_gemm_nt", recipe_a=(1, 128), recipe_b=(1, 128)), ["recipe_b=(1, 128)", "(128, 128)"]),
+    (_dense_call("fp8_gemm_nt", recipe_a=(1, 32), recipe_b=(128, 128)), ["recipe_a=(1, 32)", "(1, 128)"]),
+    (_dense_call("gemm_fp8_fp8_bf16_nt", sfa=PACKED), ["lhs[1]", "torch.int32"]),
+    (_dense_call("gemm_fp8_fp8_bf16_nt", sfb=torch.ones(1, 2, dtype=torch.int32)), ["rhs[1]", "torch.int32"]),
+    (_dense_call("gemm_fp8_fp8_bf16_nt", d_dtype=torch.float32), ["out", "torch.float32"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, sfa=PACKED), ["a[1]", "torch.int32"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, d_dtype=torch.float32), ["d", "torch.float32"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, recipe=(1, 1, 128)), ["recipe=(1, 1, 128)"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, use_psum_layout=True), ["use_psum_layout"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, expected_m_for_psum_layout=64),
+     ["expected_m_for_psum_layout"]),
+    (_grouped_call("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", False, d_dtype=torch.float32), ["out"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_masked", True, sfb=torch.ones(2, 1, 2, dtype=torch.int32)),
+     ["b[1]", "torch.int32"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_masked", True, d_dtype=torch.float32), ["d", "torch.float32"]),
+    (_grouped_call("m_grouped_fp8_gemm_nt_masked", True, recipe_a=(1, 128), recipe_b=(1, 128)), ["recipe_b"]),
+    (_grouped_call("m_grouped_gemm_fp8_fp8_bf16_nt_masked", True, sfa=torch.ones(2, 8, 2, dtype=torch.int32)),
+     ["lhs[1]", "torch.int32"]),
+]
+
+
+@pytest.mark.parametrize("call, words", UNSUPPORTED, ids=range(len(UNSUPPORTED)))
+def test_unsupported_raises_before_any_call(calls, call, words):
+    with pytest.raises(NotImplementedError) as info:
+        call()
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    assert "supports only" in str(info.value)
+    assert calls == []
+
+
+# --------------------------------------------------------------------------------------------------
+# On a Hopper GPU (child process)
+# --------------------------------------------------------------------------------------------------
+
+def _check_gpu(function: str, cases: list) -> None:
+    results = run_child_cases("gpu_compat_cases.py", function, cases, timeout=600)
+    bad = [f"{r['case']}: diff {r['diff']:.2e}, {r['nan_computed']} NaN computed, "
+           f"{r['untouched_written']} untouched entries written, returned None: {r['returned_none']}"
+           for r in results
+           if not (r["diff"] < 1e-3 and r["nan_computed"] == 0 and r["untouched_written"] == 0
+                   and r["returned_none"] and r["computed"] > 0)]
+    assert not bad, f"{len(bad)}/{len(results)} cases failed:\n" + "\n".join(bad)
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_gemm_nt():
+    _check_gpu("gemm_nt", [
+        dict(m=128, n=4096, k=7168, seed=0), dict(m=4096, n=2112, k=7168, sfa_layout="tma", seed=1),
+        dict(m=77, n=576, k=896, seed=2), dict(m=1, n=256, k=512, sfa_layout="tma", seed=3),
+        dict(m=257, n=1024, k=1536, api="2025", seed=4), dict(m=64, n=7168, k=2048, api="2025", sfa_layout="tma"),
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_m_grouped_contiguous():
+    _check_gpu("contiguous", [
+        dict(num_groups=4, expected_m=192, n=4096, k=7168, seed=0),
+        dict(num_groups=8, expected_m=100, n=576, k=896, seed=1),
+        dict(num_groups=3, expected_m=300, n=1024, k=1536, api="2025", seed=2),
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_m_grouped_masked():
+    _check_gpu("masked", [
+        dict(max_m=256, masked_rows=[0, 37, 128, 256], expected_m=128, n=4096, k=7168, seed=0),
+        dict(max_m=128, masked_rows=[1, 64, 127], expected_m=64, n=576, k=896, sfa_layout="tma", seed=1),
+        dict(max_m=192, masked_rows=[192, 5], expected_m=96, n=1024, k=1536, api="2025", seed=2),
+    ])
