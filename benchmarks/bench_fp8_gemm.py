@@ -240,16 +240,21 @@ def summary_lines(rows, env) -> list:
     return lines
 
 
+def environment_text(env: dict) -> str:
+    """The two header lines of a benchmark's output: GPU, clocks, driver; versions and date."""
+    return (f"GPU: {env['gpu']} ({env['num_sms']} SMs), SM clock {env['clocks_sm_mhz']} / max "
+            f"{env['clocks_max_sm_mhz']} MHz, driver {env['driver']}\n"
+            f"torch {env['torch']}, CUDA {env['cuda']}, deep_tile compiler {env['compiler']}, "
+            f"DeepGEMM {env['deepgemm']}, date {env['date']}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_fp8_gemm: needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     env = environment()
-    print(f"GPU: {env['gpu']} ({env['num_sms']} SMs), SM clock {env['clocks_sm_mhz']} / max "
-          f"{env['clocks_max_sm_mhz']} MHz, driver {env['driver']}")
-    print(f"torch {env['torch']}, CUDA {env['cuda']}, deep_tile compiler {env['compiler']}, "
-          f"DeepGEMM {env['deepgemm']}, date {env['date']}")
+    print(environment_text(env))
     copy_rate = copy_bandwidth() if args.decode else None
     if copy_rate:
         env["copy_bytes_per_s"] = copy_rate

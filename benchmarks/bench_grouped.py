@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import deep_tile  # noqa: E402
-from bench_fp8_gemm import deepgemm_version, environment  # noqa: E402
+from bench_fp8_gemm import deepgemm_version, environment, environment_text  # noqa: E402
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div  # noqa: E402
 from deep_tile.quant import per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
@@ -498,10 +498,7 @@ def main(argv=None) -> int:
     if dg is not None and not args.no_deepgemm:
         alignment = math.lcm(alignment, dg_alignment(dg))
     env.update({"alignment": alignment, "iters": args.iters, "loop": args.loop, "check_rows": args.check_rows})
-    print(f"GPU: {env['gpu']} ({env['num_sms']} SMs), SM clock {env['clocks_sm_mhz']} / max "
-          f"{env['clocks_max_sm_mhz']} MHz, driver {env['driver']}")
-    print(f"torch {env['torch']}, CUDA {env['cuda']}, deep_tile compiler {env['compiler']}, "
-          f"DeepGEMM {env['deepgemm']}, date {env['date']}")
+    print(environment_text(env))
     copy_rate = copy_bandwidth()
     env["copy_bytes_per_s"] = copy_rate
     print(f"HBM copy rate (read + write of 1 GiB): {copy_rate / 1e12:.2f} TB/s; contiguous alignment {alignment}; "

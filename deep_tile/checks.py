@@ -85,6 +85,16 @@ def _check_symbolic_problem_shape(func: str, m, n, k) -> tuple:
     return m, n, k
 
 
+def _checked_shape(fn: str, m, n, k, symbolic: bool) -> tuple:
+    """``(m, n, k, require_rows)``: the problem shape checked, and the shape check for tensors whose
+    first dimension is ``m``. A symbolic ``m`` (torch.compile / torch.export with a dynamic m) is
+    checked without being specialised (:func:`_check_symbolic_problem_shape`,
+    :func:`_require_symbolic_shape`); else :func:`check_problem_shape` and :func:`_require_shape`."""
+    if symbolic:
+        return (*_check_symbolic_problem_shape(fn, m, n, k), _require_symbolic_shape)
+    return (*check_problem_shape(fn, m, n, k), _require_shape)
+
+
 def shown(value):
     """``value`` as a message shows it: a symbolic int as the concrete value it was traced with
     (its hint, no guard added), or as its expression when it has none; anything else as is."""
@@ -197,12 +207,7 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     if b.shape[1] != k:
         raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
                          f"got {shown(tuple(b.shape))}")
-    if isinstance(m, torch.SymInt):  # torch.compile / torch.export with a dynamic m: keep it symbolic
-        m, n, k = _check_symbolic_problem_shape(_FN, m, n, k)
-        require_m_rows = _require_symbolic_shape
-    else:
-        m, n, k = check_problem_shape(_FN, m, n, k)
-        require_m_rows = _require_shape
+    m, n, k, require_m_rows = _checked_shape(_FN, m, n, k, isinstance(m, torch.SymInt))
     g = SCALE_GROUP
     k_groups = ceil_div(k, g)
     require_m_rows("a_scale", a_scale, (m, k_groups),
@@ -309,13 +314,7 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     if a.shape[-1] != k:
         raise ValueError(f"{fn}: b must have shape (num_groups, n, k) with k = a.shape[-1] = {shown(a.shape[-1])}; "
                          f"got {shown(tuple(b.shape))}")
-    symbolic = isinstance(m, torch.SymInt) and not masked
-    if symbolic:
-        m, n, k = _check_symbolic_problem_shape(fn, m, n, k)
-        require_rows = _require_symbolic_shape
-    else:
-        m, n, k = check_problem_shape(fn, m, n, k)
-        require_rows = _require_shape
+    m, n, k, require_rows = _checked_shape(fn, m, n, k, isinstance(m, torch.SymInt) and not masked)
     g = SCALE_GROUP
     k_blocks = ceil_div(k, g)
     lead = (num_groups, m) if masked else (m,)

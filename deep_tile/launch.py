@@ -20,7 +20,7 @@ from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernel_args import pack_values
-from deep_tile.layouts import get_tma_aligned_a_scale, reads_row_major, reads_row_major_3d
+from deep_tile.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, reads_row_major, reads_row_major_3d
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
@@ -100,7 +100,7 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
         # an H100); row-major boxes start at a K block that is a multiple of 4. So this kind
         # reads a_scale row-major, copied into rows of align4(K blocks) floats when it is not so.
         problem = problem.with_a_scale_row_major()
-        scale2 = a_scale if _row_major_with_aligned_rows(a_scale) else _row_major_copy(a_scale)
+        scale2 = get_row_major_a_scale(a_scale)
     elif reads_row_major(a_scale, rows, k_blocks):
         problem = problem.with_a_scale_row_major()
         scale2 = a_scale
@@ -125,17 +125,3 @@ def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> 
         phases.report_first_launch(f"{plan.problem} (python path, {plan.config.label})", mapped - start,
                                    time.perf_counter() - mapped)
 
-
-def _row_major_with_aligned_rows(a_scale) -> bool:
-    """Whether a 2-D a_scale is row-major with 16-byte rows and base (TMA reads it as it is)."""
-    rows, k_blocks = a_scale.shape
-    return ((a_scale.stride(1) == 1 or k_blocks == 1) and (rows <= 1 or (a_scale.stride(0) % 4 == 0
-            and a_scale.stride(0) >= k_blocks)) and a_scale.data_ptr() % 16 == 0)
-
-
-def _row_major_copy(a_scale):
-    """``a_scale`` copied row-major into rows of ``align4(K blocks)`` floats."""
-    rows, k_blocks = a_scale.shape
-    copy = torch.empty((rows, align4(k_blocks)), dtype=a_scale.dtype, device=a_scale.device)[:, :k_blocks]
-    copy.copy_(a_scale)
-    return copy

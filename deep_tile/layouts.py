@@ -14,7 +14,8 @@ import torch
 from deep_tile.common import align4
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_tma_aligned_3d", "reads_row_major_3d"]
+__all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_tma_aligned_3d", "reads_row_major_3d",
+           "get_row_major_a_scale"]
 
 
 def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
@@ -89,3 +90,17 @@ def reads_row_major_3d(a_scale) -> bool:
     groups, m, k_blocks = a_scale.shape
     return (m > 1 and k_blocks > 1 and family.row_major_a_scale_readable(k_blocks) and a_scale.is_contiguous()
             and a_scale.data_ptr() % 16 == 0)
+
+
+def get_row_major_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
+    """A 2-D ``[m, g]`` a_scale the kernel's row-major variant reads as it is: row-major with rows
+    (and base) 16-byte aligned; ``a_scale`` itself when it already is, else a copy into rows of
+    ``align4(g)`` floats (the offsets kind reads only this layout). ``g`` need not be a multiple
+    of 4: the box past the last K block is zero-filled."""
+    rows, k_blocks = a_scale.shape
+    if ((a_scale.stride(1) == 1 or k_blocks == 1) and (rows <= 1 or (a_scale.stride(0) % 4 == 0
+            and a_scale.stride(0) >= k_blocks)) and a_scale.data_ptr() % 16 == 0):
+        return a_scale
+    copy = torch.empty((rows, align4(k_blocks)), dtype=a_scale.dtype, device=a_scale.device)[:, :k_blocks]
+    copy.copy_(a_scale)
+    return copy
