@@ -37,7 +37,7 @@ from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES
-from deep_tile.problem import Problem
+from deep_tile.problem import Problem, ProblemKind
 
 ROOT = Path(__file__).resolve().parents[1]
 CAST_DTYPES = tuple(cast_fp8.INPUT_DTYPES)
@@ -89,7 +89,39 @@ def gpu_test_configs() -> list:
     return [KernelConfig(**fam, grid_size=2) for fam in GPU_TEST_FAMILIES]
 
 
-FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs()})
+GROUPED_KINDS = (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS)
+GROUPED_SHAPES = [(g, rows, n, k) for g, rows in ((4, 8192), (6, 1024), (32, 192), (64, 96), (32, 20), (256, 16))
+                  for n, k in ((4096, 7168), (7168, 2048), (6144, 7168), (7168, 3072))]
+"""(experts, rows per expert, n, k) of the grouped problems whose picks are compiled."""
+
+
+def grouped_problem(kind: ProblemKind, g: int, rows: int, n: int, k: int) -> Problem:
+    if kind is ProblemKind.GROUPED_MASKED:
+        return Problem(rows + rows // 4, n, k, kind=kind, num_groups=g, expected_m=rows)
+    return Problem(g * max(rows, 128 if kind is ProblemKind.GROUPED_CONTIGUOUS else 1), n, k, kind=kind,
+                   num_groups=g, expected_m=rows)
+
+
+def as_launched(config: KernelConfig) -> KernelConfig:
+    """A grouped config as the launcher builds it: the offsets kind reads a_scale row-major."""
+    return config.with_row_major_a_scale() if config.problem_kind is ProblemKind.GROUPED_OFFSETS else config
+
+
+def grouped_configs() -> list:
+    """The grouped kernels: the selector's picks on GROUPED_SHAPES (and with 114 SMs), and the
+    multicast pairs tests/test_grouped.py forces, for each grouped kind."""
+    configs = []
+    for problem_kind in GROUPED_KINDS:
+        for num_sms in (132, 114):
+            configs += [as_launched(select_config(grouped_problem(problem_kind, *shape), num_sms))
+                        for shape in GROUPED_SHAPES]
+        for on_a in (True, False):
+            configs.append(as_launched(KernelConfig(block_m=128, block_n=128, num_stages=4, num_multicast=2,
+                                                    multicast_on_a=on_a, grid_size=16, problem_kind=problem_kind)))
+    return configs
+
+
+FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs()})
 KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
 # What a kernel's code paths depend on, as predicates over its defines: SMOKE_FAMILIES covers each.
@@ -109,6 +141,15 @@ CODE_PATHS = {
     "k-loop unrolled by 6": lambda d: d["DT_K_UNROLL"] == 6,
     "narrow store swizzle": lambda d: d["DT_STORE_SWIZZLE"] < 128,
 }
+# ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
+# contiguous one and under the table (masked and offsets share it).
+GROUPED_CODE_PATHS = {
+    "contiguous": lambda d: d["DT_PROBLEM_KIND"] == 1,
+    "contiguous, multicast": lambda d: d["DT_PROBLEM_KIND"] == 1 and d["DT_NUM_MULTICAST"] == 2,
+    "masked": lambda d: d["DT_PROBLEM_KIND"] == 2,
+    "offsets": lambda d: d["DT_PROBLEM_KIND"] == 3,
+    "table, multicast": lambda d: d["DT_PROBLEM_KIND"] in (2, 3) and d["DT_NUM_MULTICAST"] == 2,
+}
 
 
 def smoke_families(families: list, paths: dict = CODE_PATHS) -> list:
@@ -124,7 +165,8 @@ def smoke_families(families: list, paths: dict = CODE_PATHS) -> list:
     return sorted(chosen)
 
 
-SMOKE_FAMILIES = sorted(set(smoke_families(FAMILIES))
+SMOKE_FAMILIES = sorted(set(smoke_families([f for f in FAMILIES if dict(f)["DT_PROBLEM_KIND"] == 0]))
+                        | set(smoke_families([f for f in FAMILIES if dict(f)["DT_PROBLEM_KIND"] > 0], GROUPED_CODE_PATHS))
                         | {family(select_config(Problem(*shape), 132)) for shape in ((4096, 7168, 2048), (64, 2112, 7168))})
 """The default run's GEMM kernels: every code path, and the selector's picks for two DeepSeek-V3 shapes."""
 
@@ -144,8 +186,14 @@ def family_id(fam: tuple) -> str:
     return defines_label(dict(fam))
 
 
+def gemm_symbol(fam: tuple) -> str:
+    """The kernel symbol of a family (dense or grouped, by its DT_PROBLEM_KIND)."""
+    code = dict(fam)["DT_PROBLEM_KIND"]
+    return fp8_gemm.symbol(next(k for k, c in fp8_gemm.PROBLEM_KIND_CODES.items() if c == code))
+
+
 def gemm_job(name: str, fam: tuple) -> BuildJob:
-    return BuildJob(str(paths.entry_path(fp8_gemm.ENTRY)), tuple(fam), fp8_gemm.SYMBOL, name)
+    return BuildJob(str(paths.entry_path(fp8_gemm.ENTRY)), tuple(fam), gemm_symbol(fam), name)
 
 
 def cast_job(name: str, dtype: str) -> BuildJob:
@@ -220,15 +268,16 @@ def sass_facts_or_skip(report) -> dict:
 def test_gemm_builds_spill_free(builds, name, fam):
     report = built(builds, gemm_job(name, fam))
     assert report.compiler == name and report.elf
-    assert_ptxas_clean(report.log, report.functions, [fp8_gemm.SYMBOL])
+    assert_ptxas_clean(report.log, report.functions, [gemm_symbol(fam)])
 
 
 @pytest.mark.parametrize("name", COMPILERS)
 def test_gemm_sass(builds, name, fam):
     sass = sass_facts_or_skip(built(builds, gemm_job(name, fam)))
-    assert fp8_gemm.SYMBOL in sass, sorted(sass)
-    assert sass[fp8_gemm.SYMBOL]["QGMMA"], "no FP8 WGMMA (QGMMA) instruction in the SASS"
-    assert sass[fp8_gemm.SYMBOL]["USETMAXREG"], "no setmaxnreg (USETMAXREG) instruction in the SASS"
+    symbol = gemm_symbol(fam)
+    assert symbol in sass, sorted(sass)
+    assert sass[symbol]["QGMMA"], "no FP8 WGMMA (QGMMA) instruction in the SASS"
+    assert sass[symbol]["USETMAXREG"], "no setmaxnreg (USETMAXREG) instruction in the SASS"
 
 
 @pytest.mark.parametrize("dtype", CAST_DTYPES)
@@ -271,8 +320,19 @@ def test_families_cover_every_selected_config():
             assert kind(config) in KINDS, f"select_config{shape + (num_sms,)} -> {config.label}: not compiled here"
 
 
+def test_families_cover_every_selected_grouped_config():
+    for problem_kind in GROUPED_KINDS:
+        for num_sms in SM_COUNTS:
+            for shape in GROUPED_SHAPES:
+                config = as_launched(select_config(grouped_problem(problem_kind, *shape), num_sms))
+                assert family(config) in FAMILIES or num_sms not in (132, 114), config.label
+                assert kind(config) in KINDS | {kind(c) for c in grouped_configs()}, config.label
+
+
 def test_the_smoke_families_take_every_code_path():
     for name, taken in CODE_PATHS.items():
+        assert any(taken(dict(fam)) for fam in SMOKE_FAMILIES if dict(fam)["DT_PROBLEM_KIND"] == 0), name
+    for name, taken in GROUPED_CODE_PATHS.items():
         assert any(taken(dict(fam)) for fam in SMOKE_FAMILIES), name
     assert set(SMOKE_FAMILIES) <= set(FAMILIES) and len(SMOKE_FAMILIES) < len(FAMILIES) / 10
 

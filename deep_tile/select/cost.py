@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from deep_tile.arch import DEFAULT_CHIP, ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import ProblemKind
 from deep_tile.select.candidates import Candidate
 from deep_tile.select.config import RASTER_WIDTH
 
 __all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "wgmma_efficiency",
-           "Estimate", "estimate", "grid_size", "min_bytes", "multicast_shared_fraction"]
+           "Estimate", "estimate", "grid_size", "min_bytes", "multicast_shared_fraction", "streamed_b_pair"]
 
 TENSOR_FLOP_PER_CYCLE = 8192
 """Dense FP8 tensor-core FLOP per cycle per SM (1979 TFLOPS / 132 SMs / 1.83 GHz)."""
@@ -132,6 +133,18 @@ def multicast_shared_fraction(m_blocks: int, n_blocks: int, on_a: bool, raster_w
     return max(0.0, 1.0 - unshared / (fast * slow))
 
 
+def streamed_b_pair(c: Candidate, problem) -> bool:
+    """Whether ``c`` multicasts B over the two m-blocks of an expert of a grouped ``problem`` whose
+    experts have at most two m-blocks (``expected_m <= 2 * block_m``): each weight tile is then read
+    once, by the pair, as a stream from HBM.
+
+    Measured: benchmarks/RESULTS.md, session 13 (H100, masked 32 experts x 192 rows): 128x256
+    sharing B 627 us against 655 without (6144x7168), 241 / 243 (7168x2048); the model with the
+    multicast costs of L2-fed (dense) pairs ranked it 3% slower."""
+    return (problem.kind.grouped and c.num_multicast == 2 and not c.multicast_on_a
+            and problem.expected_m <= 2 * c.block_m)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """The model's account of one candidate on one problem.
@@ -222,7 +235,9 @@ def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width:
         tiles_per_cta = ceil_div(tiles, ctas)
         k_blocks = num_k_blocks
 
-    rows_a = min(c.block_m, m)  # rows past M are zero-filled by TMA, not read
+    # Rows past the tensor are zero-filled by TMA, not read; a masked expert's slab is read whole
+    # (its rows past masked_m too), so a tile there loads min(block_m, max_m) rows.
+    rows_a = min(c.block_m, problem.m if problem.kind is ProblemKind.GROUPED_MASKED else m)
     a_bytes, b_bytes = rows_a * family.BLOCK_K, min(c.block_n, n) * family.BLOCK_K
     if c.num_multicast == 2:
         shared = multicast_shared_fraction(m_blocks, n_blocks, c.multicast_on_a, raster_width)
@@ -236,11 +251,16 @@ def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width:
               / (params.tensor_efficiency * wgmma_efficiency(c.wgmma_n, params)))
     # Each consumer warpgroup runs its own chain; the two warpgroups of a tile run side by side.
     subtiles = family.num_subtiles(c.block_m, c.block_n, c.wgmma_n)
+    # The pair's coupling costs (multicast_penalty, multicast_chain_cycles) were fitted where the
+    # operands come from L2; a grouped problem whose expert weights stream from HBM (each B tile
+    # read by the two m-blocks of its expert at most) pays the stream's latency anyway, and
+    # sharing B there measured faster than loading it twice (streamed_b_pair).
+    coupled = c.num_multicast == 2 and not streamed_b_pair(c, problem)
     latency = (params.chain_cycles * subtiles * (params.overlap_factor if c.accum_buffers == 2 else 1.0)
                + loaded / params.stream_bytes_per_cycle
-               + (params.multicast_chain_cycles if c.num_multicast == 2 else 0.0))
+               + (params.multicast_chain_cycles if coupled else 0.0))
     per_k_block = _soft_max((tensor, l2, latency), params.softness)
-    if c.num_multicast == 2:
+    if coupled:
         per_k_block *= 1 + params.multicast_penalty
     cycles = tiles_per_cta * (k_blocks * per_k_block + params.tile_cycles)
     if c.split_k > 1:

@@ -83,7 +83,8 @@ def format_config(config: KernelConfig) -> str:
 def defines_label(defines: dict) -> str:
     """A compact, file-name-safe label of a GEMM kernel's defines, e.g. ``128x144s5b1w144mcAefu6``
     (tile, stages, buffers, WGMMA width, then ``mcA``/``mcB``, ``gM``, ``kN``, ``rm``, ``ef``,
-    ``uN`` where they differ from the default): test ids and tools/sass_diff.py's file names."""
+    ``uN`` where they differ from the default, then the grouped kind): test ids and
+    tools/sass_diff.py's file names."""
     d = defines
     text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
     if d["DT_NUM_MULTICAST"] == 2:
@@ -98,4 +99,7 @@ def defines_label(defines: dict) -> str:
         text += "ef"
     if d.get("DT_K_UNROLL", 3) != 3:
         text += f"u{d['DT_K_UNROLL']}"
+    kind = d.get("DT_PROBLEM_KIND", 0)
+    if kind:
+        text += ("", "contiguous", "masked", "offsets")[kind]
     return text

@@ -70,8 +70,10 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const u64 policy_a = Cfg::kEvictFirstB ? ptx::l2_policy_evict_last() : 0;
   const u64 policy_b = Cfg::kEvictFirstB ? ptx::l2_policy_evict_first() : 0;
   PipelineState<Cfg::kNumStages> state;
+  auto ahead = sched.load_ahead(work.first);
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
-    const Tile<Cfg> tile = sched.tile(index);
+    const Tile<Cfg> tile = sched.tile(index, ahead);
+    ahead = sched.load_ahead(index + work.step);
     if (!sched.has_work(tile)) continue;
     const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
     for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
@@ -118,17 +120,20 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const int n = sched.n, num_k_blocks = sched.num_k_blocks;
   PipelineState<Cfg::kNumStages> issue_state, release_state;
 
+  // NOTES: a grouped kind's tile() may decode values from global memory (the contiguous kind's
+  // m_indices); they are loaded one tile ahead, so the next tile's loads are in flight during
+  // this tile's k-loop instead of stalling its start (measured: RESULTS.md session 13).
+  auto ahead = sched.load_ahead(work.first);
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
-    const Tile<Cfg> tile = sched.tile(index);
+    const Tile<Cfg> tile = sched.tile(index, ahead);
+    ahead = sched.load_ahead(index + work.step);
     if (!sched.has_work(tile)) continue;
     const int n0 = tile.n0;
-    // Grouped kinds: whether this thread's row of its warpgroup's slab is stored (read before
-    // the k-loop, used after it).
-    bool row_real = false;
-    if constexpr (Cfg::kGrouped) {
-      const int row = tile.m0 + wg * Cfg::kWgM + thread_in_wg;
-      row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row);
-    }
+    // Grouped kinds: this thread's row of its warpgroup's slab, and what decides whether it is
+    // stored (row_tag: loaded before the k-loop, judged after it).
+    const int row = tile.m0 + wg * Cfg::kWgM + thread_in_wg;
+    int row_tag = 0;
+    if constexpr (Cfg::kGrouped) row_tag = sched.row_tag(row);
 
     // b_scale rows covering this tile ([ceil(n / 128), K blocks] per expert): the first
     // `first_cols` columns use row n0/128, the rest (a tile straddling a 128-row block boundary)
@@ -149,6 +154,8 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
                                                     b_scale_row1, work.kb_begin, work.kb_end, tile.peer_alive});
 
     if constexpr (Cfg::kSplitK == 1) {
+      bool row_real = false;
+      if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
       store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
     }
   }

@@ -6,13 +6,17 @@
 //
 //   Scheduler<Cfg> sched(m, n, k, raster_width, group, table);   // read_table() after the first barrier (table kinds)
 //   const WorkRange work = sched.work();                 // first tile, step, K blocks
+//   auto ahead = sched.load_ahead(work.first);           // what tile() reads from global memory
 //   for (int index = work.first; index < sched.num_tiles; index += work.step) {
-//     const Tile<Cfg> tile = sched.tile(index);          // m0, n0, m_end, expert, multicast, peer_alive
+//     const Tile<Cfg> tile = sched.tile(index, ahead);   // m0, n0, m_end, expert, multicast, peer_alive
+//     ahead = sched.load_ahead(index + work.step);       // the next tile's, in flight during this one
 //     ... K blocks [work.kb_begin, work.kb_end) of the tile ...
 //   }
 //   sched.stage_tx_bytes()                               // the full barrier's bytes per stage
 //   sched.first_tile()                                   // split-K: the cluster's one tile
 //   sched.n, sched.num_k_blocks                          // columns of D, K blocks (b_scale's pitch)
+//   sched.row_tag(row), sched.row_is_real(tile, row, tag)  // grouped: a row is stored (tag loaded
+//                                                        // before the k-loop, judged after it)
 //
 // The dense kind numbers its tiles in a raster order (RasterOrder): the output's blocks are cut
 // into bands of `raster_width` blocks along the fast axis and each band is walked slow axis by
@@ -257,7 +261,11 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
   DT_DEVICE int a_scale_row(const Tile<Cfg>& t) const { return t.m0; }
   DT_DEVICE int a_scale_kb0(const Tile<Cfg>&) const { return 0; }
 
-  DT_DEVICE Tile<Cfg> tile(int index) const {
+  /// What tile() reads from global memory, loaded one tile ahead (dense: nothing).
+  struct Ahead {};
+  DT_DEVICE Ahead load_ahead(int) const { return Ahead{}; }
+
+  DT_DEVICE Tile<Cfg> tile(int index, Ahead = Ahead{}) const {
     const TileCoord coord = order.coord(index);
     if constexpr (Cfg::kNumMulticast == 1) {
       return Tile<Cfg>{coord.m_block * Cfg::kBlockM, coord.n_block * Cfg::kBlockN, m, 0};
@@ -300,27 +308,45 @@ struct Scheduler<Cfg, ProblemKind::kGroupedContiguous> {
   DT_DEVICE int a_scale_row(const Tile<Cfg>& t) const { return t.m0; }
   DT_DEVICE int a_scale_kb0(const Tile<Cfg>&) const { return 0; }
 
-  /// The expert of row `row` (< m), or -1 for padding (an id outside [0, G)).
-  DT_DEVICE int expert_of_row(int row) const {
-    const int id = __ldg(group.info + row);
-    return id >= 0 && id < group.num_groups ? id : -1;
+  /// An id read from m_indices as the expert it names, or -1 for padding (outside [0, G)).
+  DT_DEVICE int expert_of_id(int id) const { return id >= 0 && id < group.num_groups ? id : -1; }
+  /// m_indices[row], or -1 past the last row.
+  DT_DEVICE int load_id(int row) const { return row < m ? __ldg(group.info + row) : -1; }
+
+  /// The m_indices entries tile() decodes: the first row's of the tile and of its multicast
+  /// peer. A global load (hundreds of cycles): the kernel issues the next tile's before this
+  /// tile's k-loop and decodes them after it, so the tile start does not wait for them.
+  struct Ahead {
+    int id, peer_id;
+  };
+  DT_DEVICE Ahead load_ahead(int index) const {
+    Ahead ahead{-1, -1};
+    if (index < num_tiles) {
+      ahead.id = load_id(order.coord(index).m_block * Cfg::kBlockM);
+      if constexpr (Cfg::kNumMulticast == 2) {
+        if ((index ^ 1) < num_tiles) ahead.peer_id = load_id(order.coord(index ^ 1).m_block * Cfg::kBlockM);
+      }
+    }
+    return ahead;
   }
 
-  /// Whether row `row` of tile `t` is one of its real rows (stored).
-  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row) const {
-    return row < t.m_end && expert_of_row(row) == t.expert;
+  /// This thread's row's m_indices entry, loaded before the k-loop (row_is_real uses it after).
+  DT_DEVICE int row_tag(int row) const { return load_id(row); }
+  /// Whether row `row` of tile `t` (with `tag` = row_tag(row)) is one of its real rows (stored).
+  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row, int tag) const {
+    return row < t.m_end && expert_of_id(tag) == t.expert;
   }
 
-  DT_DEVICE Tile<Cfg> tile(int index) const {
+  DT_DEVICE Tile<Cfg> tile(int index, const Ahead& ahead) const {
     const TileCoord coord = order.coord(index);
     const int m0 = coord.m_block * Cfg::kBlockM, n0 = coord.n_block * Cfg::kBlockN;
-    const int expert = expert_of_row(m0);
+    const int expert = expert_of_id(ahead.id);
     if constexpr (Cfg::kNumMulticast == 1) {
       return Tile<Cfg>{m0, n0, m, expert};
     } else {
       const bool peer_exists = (index ^ 1) < num_tiles;
       const TileCoord peer = order.coord(index ^ 1);
-      const int peer_expert = peer_exists ? expert_of_row(peer.m_block * Cfg::kBlockM) : -1;
+      const int peer_expert = peer_exists ? expert_of_id(ahead.peer_id) : -1;
       if (expert < 0 && peer_expert < 0) return Tile<Cfg>{m0, n0, m0, -1, false, false};
       const bool peer_alive = peer_exists;  // a padding tile beside a real one runs along
       const int run_expert = expert >= 0 ? expert : peer_expert;
@@ -329,6 +355,7 @@ struct Scheduler<Cfg, ProblemKind::kGroupedContiguous> {
       return Tile<Cfg>{m0, n0, expert >= 0 ? m : m0, run_expert, multicast, peer_alive};
     }
   }
+  DT_DEVICE Tile<Cfg> tile(int index) const { return tile(index, load_ahead(index)); }
 
   DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
 };
@@ -376,9 +403,13 @@ struct TableScheduler {
     return kKind == ProblemKind::kGroupedMasked && !Cfg::kAScaleRowMajor ? t.expert * num_k_blocks : 0;
   }
 
-  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row) const { return row < t.m_end; }
+  /// The table lives in shared memory: nothing to load ahead, and no row tag.
+  struct Ahead {};
+  DT_DEVICE Ahead load_ahead(int) const { return Ahead{}; }
+  DT_DEVICE int row_tag(int) const { return 0; }
+  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row, int) const { return row < t.m_end; }
 
-  DT_DEVICE Tile<Cfg> tile(int index) const {
+  DT_DEVICE Tile<Cfg> tile(int index, Ahead = Ahead{}) const {
     const TileCoord coord = order.coord(index);
     const int expert = table.expert_of(coord.m_block, num_groups);
     const int m0 = table.row_begin[expert] + (coord.m_block - table.m_block_start[expert]) * Cfg::kBlockM;
