@@ -2,8 +2,10 @@
 
 Commands:
 
-    explain M,N,K [--num-sms N]   why the selector picks its kernel configuration for a shape
-    warmup --shape M,N,K [--shape ...] [--num-sms N] [--compiler nvrtc|nvcc]
+    explain M,N,K [--num-sms N] [--kind KIND --groups G [--expected-m E]]
+                                  why the selector picks its kernel configuration for a shape
+                                  (a grouped GEMM's with --kind contiguous|masked|offsets)
+    warmup [--shape M,N,K ...] [--grouped KIND,G,M,N,K[,E] ...] [--num-sms N] [--compiler nvrtc|nvcc]
                                   compile the FP8 GEMM kernels of those shapes into the disk cache
 
 Shapes and SM counts are checked by the library (:func:`deep_tile.checks.check_problem_shape`,
@@ -27,7 +29,7 @@ SCRIPT_NAME = "deep-tile"
 BROKEN_PIPE_STATUS = 141
 """Exit status when the reader of stdout closed the pipe (128 + SIGPIPE, as a killed tool reports)."""
 
-__all__ = ["SCRIPT_NAME", "BROKEN_PIPE_STATUS", "prog_name", "plural", "parse_shape", "parse_int", "cmd_explain", "cmd_warmup",
+__all__ = ["SCRIPT_NAME", "BROKEN_PIPE_STATUS", "prog_name", "plural", "parse_shape", "parse_grouped", "parse_int", "cmd_explain", "cmd_warmup",
            "build_parser", "main"]
 
 # A token such as "-1,8,16": a shape with a negative first value. argparse would take it for an
@@ -63,6 +65,22 @@ def parse_shape(text: str) -> tuple:
     return values
 
 
+def parse_grouped(text: str) -> tuple:
+    """Parse ``"KIND,G,M,N,K[,EXPECTED_M]"`` (an argparse ``type``): a grouped GEMM's kind
+    (``contiguous``, ``masked``, ``offsets``), experts, rows of ``a`` (masked: max_m), ``n``,
+    ``k`` and the masked kind's hint of rows per expert. Only the syntax is checked here; the
+    values by :func:`deep_tile.checks.check_grouped_problem`."""
+    kind, *rest = text.strip().split(",")
+    try:
+        values = tuple(int(part) for part in rest)
+    except ValueError:
+        values = ()
+    if len(values) not in (4, 5):
+        raise argparse.ArgumentTypeError(f"a grouped problem must be KIND,G,M,N,K[,EXPECTED_M], e.g. "
+                                         f"masked,32,256,4096,7168,192; got {text!r}")
+    return (kind,) + values + ((None,) if len(values) == 4 else ())
+
+
 def parse_int(text: str) -> int:
     """Parse an int (an argparse ``type``); its range is checked by the command."""
     try:
@@ -83,12 +101,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from deep_tile.select.api import explain
 
     m, n, k = args.shape
-    print(explain(m, n, k, num_sms=args.num_sms))
+    print(explain(m, n, k, num_sms=args.num_sms, kind=args.kind, num_groups=args.groups,
+                  expected_m=args.expected_m))
     return 0
 
 
-def _format_shape(shape: tuple) -> str:
-    return ",".join(str(v) for v in shape)
+def _format_shape(shape) -> str:
+    """``M,N,K``, or a grouped problem as ``--grouped`` spells it."""
+    if isinstance(shape, tuple):
+        return ",".join(str(v) for v in shape)
+    kind = shape.kind.value.split("_")[1]
+    hint = f",{shape.expected_m}" if kind == "masked" else ""
+    return f"{kind},{shape.num_groups},{shape.m},{shape.n},{shape.k}{hint}"
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -104,8 +128,13 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from deep_tile.errors import DeepTileError
     from deep_tile.jit import cache, compiler
 
+    from deep_tile.checks import check_grouped_problem
+
     prog = prog_name()
-    shapes = list(dict.fromkeys(warmup.check_shape(shape) for shape in args.shape))
+    shapes = list(dict.fromkeys([warmup.check_shape(shape) for shape in args.shape or ()]
+                                + [check_grouped_problem("warmup", kind, m, n, k, g, e) for kind, g, m, n, k, e in args.grouped or ()]))
+    if not shapes:
+        raise ValueError("warmup: give at least one --shape M,N,K or --grouped KIND,G,M,N,K[,EXPECTED_M]")
     if args.num_sms is None:
         from deep_tile.device import get_num_sms
 
@@ -122,7 +151,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     print(f"warmup: {plural(len(shapes), 'shape')} on {args.num_sms} SMs, compiler {name} {version}, {where}",
           flush=True)
     for shape in shapes:
-        if shape[0] == 0:
+        if (shape[0] if isinstance(shape, tuple) else shape.m) == 0:
             print(f"{_format_shape(shape)} -> no kernel: M=0 launches nothing", flush=True)
     words = {"hit": "cache hit", "miss": "cache miss", "uncached": "compiled, not cached", "error": "error"}
     start = time.perf_counter()
@@ -155,14 +184,22 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                                          "(as fp8_gemm requires).")
     explain.add_argument("shape", type=parse_shape, metavar="M,N,K", help="problem shape, e.g. 4096,7168,2048")
     explain.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
+    explain.add_argument("--kind", choices=("dense", "contiguous", "masked", "offsets"), default="dense",
+                         help="a grouped (Mixture-of-Experts) GEMM's kind; M is then the rows of A (masked: max_m)")
+    explain.add_argument("--groups", type=parse_int, default=1, metavar="G", help="experts of a grouped GEMM")
+    explain.add_argument("--expected-m", type=parse_int, default=None, metavar="E",
+                         help="the masked kind's hint of real rows per expert (default: M)")
     explain.set_defaults(func=cmd_explain)
 
     warm = sub.add_parser("warmup", help="compile the kernels of some shapes into the disk cache",
                           description="Compile the FP8 GEMM kernel that fp8_gemm would use for each shape into "
                                       "the disk cache (DEEP_TILE_CACHE_DIR), so later calls skip the JIT "
                                       "compile. Needs no GPU. Shapes using the same kernel share one build.")
-    warm.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="M,N,K",
+    warm.add_argument("--shape", type=parse_shape, action="append", metavar="M,N,K",
                       help="problem shape out[M,N] = A[M,K] @ B[N,K]^T (repeat for more shapes)")
+    warm.add_argument("--grouped", type=parse_grouped, action="append", metavar="KIND,G,M,N,K[,E]",
+                      help="a grouped GEMM: kind (contiguous, masked, offsets), experts, rows of A (masked: "
+                           "max_m), N, K and the masked kind's expected rows per expert (repeatable)")
     warm.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
     warm.add_argument("--compiler", choices=("nvrtc", "nvcc"), default=None,
                       help="compiler for this run (default: DEEP_TILE_COMPILER, else nvrtc if it loads)")

@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are c
     import torch
 
 __all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_problem", "check_fp8_gemm_args",
-           "shown"]
+           "shown", "GROUPED_FUNCTIONS", "PROBLEM_KIND_NAMES", "check_problem_kind", "check_grouped_problem",
+           "check_grouped_args"]
 
 N_MULTIPLE = 8
 """``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
@@ -257,6 +258,80 @@ the messages of :func:`check_grouped_args`."""
 
 _INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", "grouped_offsets": "offsets"}
 
+PROBLEM_KIND_NAMES = {"dense": "dense", "contiguous": "grouped_contiguous", "masked": "grouped_masked",
+                      "offsets": "grouped_offsets"}
+"""The names :func:`check_problem_kind` takes for each :class:`deep_tile.problem.ProblemKind` (by value)."""
+
+
+def check_problem_kind(func: str, kind):
+    """``kind`` as a :class:`deep_tile.problem.ProblemKind`: one already, or its name
+    (``"dense"``, ``"contiguous"``, ``"masked"``, ``"offsets"``; :data:`PROBLEM_KIND_NAMES`).
+
+    Raises:
+        ValueError: any other value (the message lists the names).
+    """
+    from deep_tile.problem import ProblemKind
+
+    if isinstance(kind, ProblemKind):
+        return kind
+    if isinstance(kind, str) and kind in PROBLEM_KIND_NAMES:
+        return ProblemKind(PROBLEM_KIND_NAMES[kind])
+    raise ValueError(f"{func}: kind must be one of {', '.join(map(repr, PROBLEM_KIND_NAMES))}; got {kind!r}")
+
+
+def _check_group_count(fn: str, kind, num_groups, what: str) -> int:
+    """The group count of a grouped problem: an int >= 1, at most MAX_TABLE_GROUPS for the kinds
+    with a table. ``what`` names where it comes from in the messages."""
+    from deep_tile.kernels.fp8_gemm import MAX_TABLE_GROUPS
+
+    num_groups = check_int(fn, what, num_groups)
+    if num_groups < 1:
+        raise ValueError(f"{fn}: {what} must be at least 1; got {num_groups}")
+    if kind.has_table and num_groups > MAX_TABLE_GROUPS:
+        raise ValueError(f"{fn}: at most {MAX_TABLE_GROUPS} groups are supported; {what} is {num_groups}")
+    return num_groups
+
+
+def _masked_expected_m(fn: str, expected_m, m: int) -> int:
+    """The masked kind's ``expected_m`` hint (an int >= 0) as the selector takes it: clamped into
+    ``[1, m]`` (1 when ``m`` is 0)."""
+    if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0:
+        raise ValueError(f"{fn}: expected_m must be an int >= 0; got {expected_m!r}")
+    return max(1, min(expected_m, m)) if m > 0 else 1
+
+
+def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None) -> Problem:
+    """A grouped problem described by its sizes, checked as the grouped GEMMs check their
+    tensors' sizes (for :func:`deep_tile.explain`, :func:`deep_tile.get_config` and warmup).
+
+    ``kind``: a grouped :class:`deep_tile.problem.ProblemKind` or its name (``"contiguous"``,
+    ``"masked"``, ``"offsets"``); ``m``: the rows of ``a`` (masked: ``max_m``, the rows of each
+    group's slab); ``n``, ``k`` as :func:`check_problem_shape`; ``num_groups``: the experts
+    (at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` for the masked and offsets
+    kinds); ``expected_m``: the masked kind's hint of real rows per group (default ``m``); the
+    other kinds derive it (``ceil(m / num_groups)``) and take none.
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: a value out of range, a dense ``kind``, or ``expected_m`` given for a kind
+            that derives it.
+    """
+    kind = check_problem_kind(func, kind)
+    if not kind.grouped:
+        raise ValueError(f"{func}: kind must be a grouped kind ('contiguous', 'masked' or 'offsets'); got {kind.value!r}")
+    m, n, k = check_problem_shape(func, m, n, k)
+    num_groups = _check_group_count(func, kind, num_groups, "num_groups")
+    from deep_tile.problem import ProblemKind
+
+    if kind is ProblemKind.GROUPED_MASKED:
+        expected = _masked_expected_m(func, m if expected_m is None else expected_m, m)
+    elif expected_m is not None:
+        raise ValueError(f"{func}: expected_m is the masked kind's hint; the {kind.value.split('_')[1]} kind "
+                         f"derives it from m and num_groups (got expected_m={expected_m!r})")
+    else:
+        expected = None
+    return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)
+
 
 def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None, *,
                        data_checks: bool = True) -> Problem:
@@ -279,7 +354,6 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     """
     import torch
 
-    from deep_tile.kernels.fp8_gemm import MAX_TABLE_GROUPS
     from deep_tile.problem import ProblemKind
 
     fn, info_name = GROUPED_FUNCTIONS[kind.value], _INFO_NAMES[kind.value]
@@ -299,11 +373,9 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
             _require_2d(name, x, fn, dims)
 
     num_groups, n, k = b.shape
-    num_groups = check_int(fn, "the group count b.shape[0]", num_groups)
-    if num_groups < 1:
+    if check_int(fn, "the group count b.shape[0]", num_groups) < 1:
         raise ValueError(f"{fn}: b must have at least one group; got shape {shown(tuple(b.shape))}")
-    if kind.has_table and num_groups > MAX_TABLE_GROUPS:
-        raise ValueError(f"{fn}: at most {MAX_TABLE_GROUPS} groups are supported; b has {num_groups}")
+    num_groups = _check_group_count(fn, kind, num_groups, "b.shape[0]")
     if masked:
         if a.shape[0] != num_groups:
             raise ValueError(f"{fn}: a must have shape (num_groups, max_m, k) with num_groups = b.shape[0] = "
@@ -343,12 +415,7 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
         _require_aligned(name, flat, multiple, what, data_checks, fn)
     if info.numel() > 1 and info.stride(0) != 1:
         raise ValueError(f"{fn}: {info_name} must be contiguous; got stride {shown(info.stride(0))}")
-    if masked:
-        if isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0:
-            raise ValueError(f"{fn}: expected_m must be an int >= 0; got {expected_m!r}")
-        expected = max(1, min(expected_m, m)) if m > 0 else 1
-    else:
-        expected = None
+    expected = _masked_expected_m(fn, expected_m, m) if masked else None
     if data_checks:
         _require_device(fn, named)
     return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)

@@ -74,11 +74,7 @@ def plan_for_config(config, problem, extra_defines=None) -> Plan:
     problem's."""
     from deep_tile.jit.loader import get_kernel
 
-    if config.problem_kind is not problem.kind:
-        config = dataclasses.replace(config, problem_kind=problem.kind)
-    if config.a_scale_row_major != problem.a_scale_row_major:
-        config = config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(
-            config, a_scale_row_major=False)
+    config = config.for_problem(problem)
     kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.symbol(problem.kind))
     config = fit_clusters(config, kernel)
     return Plan(problem, config, kernel, family.argument_specs(config, problem),

@@ -1,10 +1,14 @@
 """Fill the kernel cache ahead of time with the FP8 GEMM kernels a set of shapes will use.
 
-``python -m deep_tile warmup --shape M,N,K ...`` is the command-line front end. For each shape
-the configuration is chosen exactly as :func:`deep_tile.fp8_gemm` chooses it
-(:func:`deep_tile.select.select_config`), and each distinct kernel is compiled once into the disk
-cache (:func:`deep_tile.jit.cache.get_cubin`); shapes whose configurations build the same kernel
-share it. Nothing here creates a CUDA context: compiling needs no GPU.
+``python -m deep_tile warmup --shape M,N,K ... --grouped KIND,G,M,N,K[,EXPECTED_M] ...`` is the
+command-line front end. For each shape the configuration is chosen exactly as
+:func:`deep_tile.fp8_gemm` chooses it (:func:`deep_tile.select.select_config`); a grouped problem
+(a :class:`deep_tile.problem.Problem` of a grouped kind, e.g. from
+:func:`deep_tile.checks.check_grouped_problem`) as the grouped GEMMs choose it, with the a_scale
+variant they launch with the TMA-aligned a_scale layout (row-major for the offsets kind, which
+reads no other). Each distinct kernel is compiled once into the disk cache
+(:func:`deep_tile.jit.cache.get_cubin`); shapes whose configurations build the same kernel share
+it. Nothing here creates a CUDA context: compiling needs no GPU.
 
 An unusable cache directory fails every kernel the same way; its :class:`deep_tile.errors.CacheError`
 is reported by the first failed result only (the later ones say ``cache_unusable`` with no message
@@ -20,13 +24,13 @@ from deep_tile.checks import check_problem_shape
 from deep_tile.device import check_num_sms
 from deep_tile import env
 from deep_tile.errors import CacheError, DeepTileError
-from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, SYMBOL as GEMM_SYMBOL
+from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, ROW_MAJOR_A_SCALE_KINDS, symbol as gemm_symbol
 from deep_tile.jit import cache
 from deep_tile.jit.loader import build_defines
 from deep_tile.problem import Problem
 from deep_tile.select import KernelConfig, select_config
 
-__all__ = ["WarmupKernel", "WarmupResult", "check_shape", "plan", "build"]
+__all__ = ["WarmupKernel", "WarmupResult", "check_shape", "plan", "launched_config", "build"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,8 @@ class WarmupKernel:
         config: the configuration chosen for the first of ``shapes`` (the others differ at most
             in runtime launch parameters such as the grid size).
         defines: the compile-time defines of the build (the cache key's defines).
-        shapes: the ``(m, n, k)`` problems that run this kernel, in the order given.
+        shapes: the problems that run this kernel, in the order given: ``(m, n, k)`` for a dense
+            one, the :class:`deep_tile.problem.Problem` for a grouped one.
     """
 
     config: KernelConfig
@@ -88,12 +93,15 @@ def check_shape(shape: Sequence[int]) -> tuple:
     return check_problem_shape("warmup", *values)
 
 
-def plan(shapes: Iterable[Sequence[int]], num_sms: int) -> list[WarmupKernel]:
+def plan(shapes: Iterable, num_sms: int) -> list[WarmupKernel]:
     """Group ``shapes`` by the kernel their selected configuration builds, first use first.
 
-    Repeated shapes are counted once; shapes with ``m == 0`` get no kernel (fp8_gemm launches
-    none for them). The defines include what the environment adds at build time
-    (``DEEP_TILE_WATCHDOG``), as :func:`deep_tile.jit.loader.get_kernel` does.
+    Each item is an ``(m, n, k)`` shape of :func:`deep_tile.fp8_gemm` or a
+    :class:`deep_tile.problem.Problem` (any kind; a grouped one as
+    :func:`deep_tile.checks.check_grouped_problem` makes it). Repeated problems are counted once;
+    problems with ``m == 0`` get no kernel (nothing is launched for them). The defines include
+    what the environment adds at build time (``DEEP_TILE_WATCHDOG``), as
+    :func:`deep_tile.jit.loader.get_kernel` does.
 
     Raises:
         ValueError, TypeError: a shape is invalid (see :func:`check_shape`), or ``num_sms`` is not
@@ -104,15 +112,24 @@ def plan(shapes: Iterable[Sequence[int]], num_sms: int) -> list[WarmupKernel]:
     configs: dict[tuple, KernelConfig] = {}
     seen = set()
     for shape in shapes:
-        problem = Problem(*check_shape(shape))
+        problem = shape if isinstance(shape, Problem) else Problem(*check_shape(shape))
         if problem.m == 0 or problem in seen:
             continue
         seen.add(problem)
-        config = select_config(problem, num_sms)
+        config = launched_config(select_config(problem, num_sms), problem)
         defines = tuple(sorted(build_defines(config.defines()).items()))
         configs.setdefault(defines, config)
-        groups.setdefault(defines, []).append(problem.shape)
+        groups.setdefault(defines, []).append(problem if problem.kind.grouped else problem.shape)
     return [WarmupKernel(configs[d], d, tuple(s)) for d, s in groups.items()]
+
+
+def launched_config(config: KernelConfig, problem: Problem) -> KernelConfig:
+    """``config`` as the launcher builds it for ``problem`` given the TMA-aligned a_scale layout
+    (:meth:`deep_tile.select.KernelConfig.for_problem`): row-major where the problem says so or
+    its kind reads no other (:data:`deep_tile.kernels.fp8_gemm.ROW_MAJOR_A_SCALE_KINDS`)."""
+    if problem.kind in ROW_MAJOR_A_SCALE_KINDS:
+        problem = problem.with_a_scale_row_major()
+    return config.for_problem(problem)
 
 
 def build(kernel: WarmupKernel, compiler: Optional[str] = None) -> WarmupResult:
@@ -131,7 +148,7 @@ def build(kernel: WarmupKernel, compiler: Optional[str] = None) -> WarmupResult:
     before = cache.cache_stats()
     start = time.perf_counter()
     try:
-        cache.get_cubin(GEMM_ENTRY, dict(kernel.defines), GEMM_SYMBOL, compiler=compiler)
+        cache.get_cubin(GEMM_ENTRY, dict(kernel.defines), gemm_symbol(kernel.config.problem_kind), compiler=compiler)
     except CacheError as error:
         directory = str(env.cache_dir())
         message = "" if directory in _reported_unusable else str(error)

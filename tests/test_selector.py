@@ -464,3 +464,61 @@ def test_every_ranked_candidate_makes_a_config():
             cfg = config_from_estimate(Problem(*shape), e, 132)
             assert cfg.raster_along_m == ((cfg.num_multicast == 2 and not cfg.multicast_on_a)
                                          or (cfg.num_multicast == 1 and cfg.split_k == 1 and cfg.block_n > cfg.block_m))
+
+
+# ---- grouped kinds in get_config / explain --------------------------------------------------
+
+GROUPED_ARGS = [("contiguous", 8192, 4096, 7168, 8, None), ("masked", 256, 6144, 7168, 32, 192),
+                ("offsets", 4096, 4096, 7168, 64, None)]
+
+
+@pytest.mark.parametrize("kind,m,n,k,groups,expected", GROUPED_ARGS)
+def test_get_config_and_explain_cover_the_grouped_kinds(kind, m, n, k, groups, expected):
+    from deep_tile.checks import check_grouped_problem
+
+    problem = check_grouped_problem("test", kind, m, n, k, groups, expected)
+    config = get_config(m, n, k, num_sms=132, kind=kind, num_groups=groups, expected_m=expected)
+    assert config == select_config(problem, 132) and config.problem_kind is problem.kind
+    text = explain(m, n, k, num_sms=132, kind=kind, num_groups=groups, expected_m=expected)
+    for fact in (f"problem: {kind} grouped GEMM, G={groups} experts of B[G, N={n}, K={k}]",
+                 f"about {problem.expected_m} rows per expert", f"config: {config.label}",
+                 f"DT_PROBLEM_KIND={family.PROBLEM_KIND_CODES[problem.kind]}"):
+        assert fact in text, (fact, text)
+    if problem.kind.has_table:
+        assert "per-expert table (masked, offsets)" in text
+    # the work counts the real rows, not the padded slab or runs
+    assert f"{2 * groups * problem.expected_m * n * k / 1e9:,.2f} GFLOP" in text
+    zero = explain(0, n, k, num_sms=132, kind=kind, num_groups=groups, expected_m=expected and 0)
+    assert "without launching a kernel" in zero and "config:" not in zero
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(num_groups=2), "get_config: num_groups and expected_m describe a grouped kind; got kind='dense'"),
+    (dict(kind="sparse"), "get_config: kind must be one of 'dense', 'contiguous', 'masked', 'offsets'; got 'sparse'"),
+    (dict(kind="masked", num_groups=0), "get_config: num_groups must be at least 1; got 0"),
+    (dict(kind="offsets", num_groups=513), "get_config: at most 512 groups are supported; num_groups is 513"),
+    (dict(kind="masked", num_groups=4, expected_m=-1), "get_config: expected_m must be an int >= 0; got -1"),
+    (dict(kind="offsets", num_groups=4, expected_m=8), "get_config: expected_m is the masked kind's hint"),
+])
+def test_grouped_arguments_are_checked(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        get_config(256, 4096, 7168, num_sms=132, **kwargs)
+    assert str(info.value).startswith(message), str(info.value)
+
+
+def test_masked_expected_m_is_clamped_as_the_gemm_clamps_it():
+    from deep_tile.checks import check_grouped_problem
+
+    assert check_grouped_problem("f", "masked", 256, 4096, 7168, 4, 1000).expected_m == 256
+    assert check_grouped_problem("f", "masked", 256, 4096, 7168, 4, 0).expected_m == 1
+    assert check_grouped_problem("f", "masked", 256, 4096, 7168, 4).expected_m == 256
+
+
+def test_cli_explains_a_grouped_problem(capsys):
+    assert main(["explain", "256,6144,7168", "--kind", "masked", "--groups", "32", "--expected-m", "192",
+                 "--num-sms", "132"]) == 0
+    out = capsys.readouterr().out
+    assert "problem: masked grouped GEMM, G=32" in out
+    assert f"config: {get_config(256, 6144, 7168, num_sms=132, kind='masked', num_groups=32, expected_m=192).label}" in out
+    assert main(["explain", "256,6144,7168", "--groups", "32"]) == 2
+    assert "describe a grouped kind" in capsys.readouterr().err

@@ -14,7 +14,9 @@ from deep_tile.__main__ import main
 from deep_tile.errors import CompileError
 from deep_tile.jit import cache, compiler
 from deep_tile.select import select_config
-from deep_tile.problem import Problem
+from deep_tile.problem import Problem, ProblemKind
+from deep_tile.checks import check_grouped_problem
+from deep_tile.kernels import fp8_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
 NUM_SMS = 132
@@ -138,8 +140,17 @@ def test_cli_rejects_bad_arguments(capsys):
     assert "warmup: m must be an int >= 0; got -64" in capsys.readouterr().err
     assert main(["warmup", "--shape", "64,128,128", "--num-sms", "0"]) == 2
     assert "warmup: num_sms must be a positive int; got 0" in capsys.readouterr().err
-    for argv in (["warmup"], ["warmup", "--shape", "1,2"], ["warmup", "--shape", "64,128,128", "--compiler", "gcc"],
-                 ["warmup", "--shape", "64,128,128", "--num-sms", "many"]):
+    assert main(["warmup", "--num-sms", "132"]) == 2
+    assert "warmup: give at least one --shape M,N,K or --grouped" in capsys.readouterr().err
+    assert main(["warmup", "--grouped", "masked,0,256,4096,7168"]) == 2
+    assert "warmup: num_groups must be at least 1; got 0" in capsys.readouterr().err
+    assert main(["warmup", "--grouped", "sparse,4,256,4096,7168"]) == 2
+    assert "warmup: kind must be one of 'dense', 'contiguous', 'masked', 'offsets'; got 'sparse'" in capsys.readouterr().err
+    assert main(["warmup", "--grouped", "contiguous,4,256,4096,7168,64"]) == 2
+    assert "expected_m is the masked kind's hint" in capsys.readouterr().err
+    for argv in (["warmup", "--shape", "1,2"], ["warmup", "--shape", "64,128,128", "--compiler", "gcc"],
+                 ["warmup", "--shape", "64,128,128", "--num-sms", "many"], ["warmup", "--grouped", "masked,4,256"],
+                 ["warmup", "--grouped", "masked,4,256,x,7168"]):
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2, argv
@@ -206,3 +217,49 @@ def test_bad_env_value_fails_warmup_before_writing(monkeypatch, capsys, tmp_path
     assert main(["warmup", "--num-sms", "132", "--compiler", "nvrtc", "--shape", "128,256,512"]) == 2
     assert "environment variable DEEP_TILE_DEBUG must be" in capsys.readouterr().err
     assert not (tmp_path / "cache").exists()
+
+
+GROUPED = [check_grouped_problem("warmup", "contiguous", 8192, 4096, 7168, 8),
+           check_grouped_problem("warmup", "masked", 256, 6144, 7168, 32, 192),
+           check_grouped_problem("warmup", "offsets", 4096, 4096, 7168, 64)]
+
+
+def test_plan_builds_the_grouped_kernels_the_launcher_runs():
+    """Each grouped problem gets the selector's config of its kind, in the a_scale variant the
+    launcher builds for the TMA-aligned layout (the offsets kind: row-major, the only one it reads)."""
+    kernels = warmup.plan([OTHER] + GROUPED + [GROUPED[1]], NUM_SMS)
+    assert [k.shapes for k in kernels] == [(OTHER,)] + [(p,) for p in GROUPED]
+    for kernel, problem in zip(kernels[1:], GROUPED):
+        config = kernel.config
+        assert config.problem_kind is problem.kind
+        assert config.a_scale_row_major == (problem.kind is ProblemKind.GROUPED_OFFSETS)
+        expected = select_config(problem, NUM_SMS).for_problem(
+            problem.with_a_scale_row_major() if config.a_scale_row_major else problem)
+        assert config == expected and dict(kernel.defines) == expected.defines()
+        assert dict(kernel.defines)["DT_PROBLEM_KIND"] == fp8_gemm.PROBLEM_KIND_CODES[problem.kind]
+    empty = check_grouped_problem("warmup", "masked", 0, 4096, 7168, 4, 0)
+    assert warmup.plan([empty], NUM_SMS) == []
+
+
+def test_build_asks_for_the_grouped_symbol(monkeypatch):
+    asked = []
+    monkeypatch.setattr(cache, "get_cubin", lambda entry, defines, symbol, compiler=None: asked.append(symbol))
+    for kernel in warmup.plan([OTHER, GROUPED[0]], NUM_SMS):
+        assert warmup.build(kernel).status == "uncached"
+    assert asked == [fp8_gemm.SYMBOL, fp8_gemm.GROUPED_SYMBOL]
+
+
+def test_cli_warms_grouped_problems(monkeypatch, capsys):
+    built = []
+    monkeypatch.setattr(cache, "get_cubin", lambda entry, defines, symbol, compiler=None: built.append(defines))
+    monkeypatch.setattr(compiler, "compiler_version", lambda name: "1.0")
+    argv = ["warmup", "--grouped", "masked,32,256,6144,7168,192", "--grouped", "offsets,64,4096,4096,7168",
+            "--grouped", "contiguous,4,0,128,128", "--shape", "4096,7168,2048", "--num-sms", "132", "--compiler", "nvrtc"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "warmup: 4 shapes on 132 SMs" in out
+    assert "contiguous,4,0,128,128 -> no kernel: M=0 launches nothing" in out
+    for problem, text in ((GROUPED[1], "masked,32,256,6144,7168,192"), (GROUPED[2], "offsets,64,4096,4096,7168")):
+        (kernel,) = warmup.plan([problem], NUM_SMS)
+        assert f"{text} -> {kernel.config.label}: compiled, not cached" in out, out
+    assert len(built) == 3

@@ -30,7 +30,7 @@ __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
-    "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
+    "ROW_MAJOR_A_SCALE_KINDS", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
@@ -45,6 +45,10 @@ GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
 PROBLEM_KIND_CODES = {ProblemKind.DENSE: 0, ProblemKind.GROUPED_CONTIGUOUS: 1, ProblemKind.GROUPED_MASKED: 2,
                       ProblemKind.GROUPED_OFFSETS: 3}
 """``DT_PROBLEM_KIND`` of each kind (the value of the kernel's ``ProblemKind``)."""
+ROW_MAJOR_A_SCALE_KINDS = (ProblemKind.GROUPED_OFFSETS,)
+"""The kinds whose kernels read a_scale row-major only (their tiles start at any row, and a
+column-major a_scale box starting at a row that is not a multiple of 4 faulted; the kernel
+static_asserts it). The launcher copies a column-major a_scale into rows for them."""
 CONTIGUOUS_ALIGNMENT = 128
 """Rows at whose multiples each expert's run starts in the contiguous layout
 (:func:`deep_tile.get_m_alignment_for_contiguous_layout`): the contiguous kind's tiles are at most

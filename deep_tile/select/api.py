@@ -10,6 +10,10 @@ module imports neither torch nor cuda.
 ``M = 0`` is accepted, as fp8_gemm accepts it (it returns the empty output without launching a
 kernel): :func:`get_config` then returns the configuration of ``M = 1`` and :func:`explain` says
 that nothing is launched.
+
+Both also describe the grouped (Mixture-of-Experts) GEMMs of :mod:`deep_tile.grouped`: with
+``kind="contiguous"``, ``"masked"`` or ``"offsets"``, ``num_groups`` and (masked) ``expected_m``,
+checked by :func:`deep_tile.checks.check_grouped_problem`.
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ import sys
 from typing import Optional
 
 from deep_tile import arch, device, env
-from deep_tile.checks import check_problem
+from deep_tile.checks import check_grouped_problem, check_problem, check_problem_kind
 from deep_tile.problem import Problem
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.report import explain_text
@@ -35,48 +39,79 @@ def _resolve(func: str, num_sms) -> tuple:
     return num_sms, device.max_smem_per_block()
 
 
-def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None) -> KernelConfig:
-    """The :class:`KernelConfig` fp8_gemm uses for ``out[m, n] = a[m, k] @ b[n, k]^T``.
+def _problem(func: str, m, n, k, kind, num_groups, expected_m) -> Problem:
+    """The checked problem of :func:`get_config` / :func:`explain`'s arguments."""
+    if check_problem_kind(func, kind).grouped:
+        return check_grouped_problem(func, kind, m, n, k, num_groups, expected_m)
+    if num_groups != 1 or expected_m is not None:
+        raise ValueError(f"{func}: num_groups and expected_m describe a grouped kind; got kind='dense' with "
+                         f"num_groups={num_groups!r}, expected_m={expected_m!r}")
+    return check_problem(func, m, n, k)
+
+
+def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dense", num_groups: int = 1,
+               expected_m: Optional[int] = None) -> KernelConfig:
+    """The :class:`KernelConfig` fp8_gemm uses for ``out[m, n] = a[m, k] @ b[n, k]^T``, or, with a
+    grouped ``kind``, the one the grouped GEMM of that kind uses.
 
     ``num_sms`` defaults to :func:`deep_tile.get_num_sms`; given, it must not exceed the
     device's SM count (any positive int without a CUDA device). For ``m == 0`` (nothing is
     launched) the configuration of ``m == 1`` is returned. With ``DEEP_TILE_PRINT_CONFIGS`` set,
     each new choice is printed once to stderr.
 
+    Grouped kinds (``kind`` ``"contiguous"``, ``"masked"`` or ``"offsets"``, as
+    :func:`deep_tile.m_grouped_fp8_gemm_contiguous` and the others): ``m`` is the rows of ``a``
+    (masked: ``max_m``), ``num_groups`` the experts, ``expected_m`` the masked kind's hint of real
+    rows per expert (default ``m``; the other kinds derive it as ``ceil(m / num_groups)``). The
+    config is the kernel's before the launcher picks its a_scale variant (the offsets kind reads
+    a_scale row-major: ``config.with_row_major_a_scale()``).
+
     Raises:
         TypeError: an argument is not an int (the message names it).
         ValueError: ``m < 0``, ``n`` not a positive multiple of 8, ``k`` not a positive multiple
-            of 16, or ``num_sms`` out of range (the message names the argument and the value).
+            of 16, ``num_sms`` out of range, an unknown ``kind``, or ``num_groups`` /
+            ``expected_m`` out of range or given for a kind that takes none (the message names the
+            argument and the value).
     """
-    return get_problem_config(check_problem("get_config", m, n, k), num_sms, func="get_config")
+    return get_problem_config(_problem("get_config", m, n, k, kind, num_groups, expected_m), num_sms,
+                              func="get_config")
 
 
 def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: str = "get_problem_config") -> KernelConfig:
     """:func:`get_config` for a checked :class:`deep_tile.problem.Problem` (the planner's entry)."""
     num_sms, max_smem = _resolve(func, num_sms)
     chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
-    selected = problem if problem.m > 0 else Problem(1, problem.n, problem.k)
-    config = select_config(selected, num_sms, max_smem, chip)
+    config = select_config(_nonempty(problem), num_sms, max_smem, chip)
     key = (problem, num_sms, max_smem)
     if key not in _printed and env.print_configs():
         _printed.add(key)
         m, n, k = problem.shape
-        print(f"deep_tile: m={m} n={n} k={k} num_sms={num_sms} -> {config.label} grid={config.grid_size} "
+        groups = f" {problem.kind.value} num_groups={problem.num_groups}" if problem.kind.grouped else ""
+        print(f"deep_tile: m={m} n={n} k={k}{groups} num_sms={num_sms} -> {config.label} grid={config.grid_size} "
               f"raster={config.raster_width} smem={config.smem_bytes} threads={config.num_threads}",
               file=sys.stderr)
     return config
 
 
-def explain(m: int, n: int, k: int, num_sms: Optional[int] = None) -> str:
-    """A multi-line account of :func:`get_config`'s choice for ``m x n x k`` and why.
+def _nonempty(problem: Problem) -> Problem:
+    """The problem the selector is asked about: ``m == 0`` as ``m == 1`` (nothing is launched)."""
+    if problem.m > 0:
+        return problem
+    return Problem(1, problem.n, problem.k, kind=problem.kind, num_groups=problem.num_groups, expected_m=1)
+
+
+def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dense", num_groups: int = 1,
+            expected_m: Optional[int] = None) -> str:
+    """A multi-line account of :func:`get_config`'s choice for ``m x n x k`` (and, grouped, its
+    ``kind``, ``num_groups`` and ``expected_m``, as :func:`get_config` takes them) and why.
 
     The first line names the device (or, without a CUDA device, the assumed H100 SXM). For
-    ``m == 0`` the account says that fp8_gemm launches no kernel.
+    ``m == 0`` the account says that no kernel is launched.
 
     Raises:
         TypeError, ValueError: as :func:`get_config`.
     """
-    problem = check_problem("explain", m, n, k)
+    problem = _problem("explain", m, n, k, kind, num_groups, expected_m)
     num_sms, max_smem = _resolve("explain", num_sms)
     if device.has_cuda():
         facts = device.device_facts()
@@ -87,6 +122,7 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None) -> str:
         chip = arch.DEFAULT_CHIP
         header = f"device: none found; assuming {chip.name} ({chip.num_sms} SMs)"
     if problem.m == 0:
-        return (f"{header}\nproblem: M=0 N={problem.n} K={problem.k}: the output is empty; fp8_gemm returns it without "
+        caller = "fp8_gemm" if not problem.kind.grouped else "the grouped GEMM"
+        return (f"{header}\nproblem: M=0 N={problem.n} K={problem.k}: the output is empty; {caller} returns it without "
                 f"launching a kernel (get_config reports the M=1 configuration)")
     return header + "\n" + explain_text(problem, num_sms, max_smem, chip)

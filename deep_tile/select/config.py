@@ -236,6 +236,16 @@ class KernelConfig:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
 
+    def for_problem(self, problem) -> "KernelConfig":
+        """This config as the launcher builds it for ``problem`` (a
+        :class:`deep_tile.problem.Problem`): the problem's kind, and its a_scale variant (row-major
+        when the problem reads a_scale so, see :meth:`with_row_major_a_scale`)."""
+        config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
+        if config.a_scale_row_major == problem.a_scale_row_major:
+            return config
+        return config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(
+            config, a_scale_row_major=False)
+
     @property
     def label(self) -> str:
         """Short name for tables and logs (see :func:`config_label`)."""

@@ -63,6 +63,8 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
         ("A-scale stages", f"{s} x {cfg.block_m * 4:,}", parts["a_scale_stages"]),
         ("barriers (full + empty)", f"{s} x 16", parts["barriers"]),
     ]
+    if parts.get("group_table"):
+        rows.append(("per-expert table (masked, offsets)", "", parts["group_table"]))
     lines = [f"shared memory: {parts['total']:,} of {limit:,} bytes "
              f"({100 * parts['total'] / limit:.1f}%, {limit - parts['total']:,} free)"]
     lines += [f"  {name:<32}{detail:>14} = {value:>9,}" for name, detail, value in rows]
@@ -79,7 +81,8 @@ def _register_lines(cfg: KernelConfig) -> list:
 
 
 def _model_lines(problem, e: Estimate, chip: ChipFacts) -> list:
-    flops = 2 * problem.m * problem.n * problem.k  # every row of A meets one group's B
+    rows = problem.num_groups * problem.expected_m if problem.kind.grouped else problem.m  # the real rows, expected
+    flops = 2 * rows * problem.n * problem.k  # every row of A meets one group's B
     nbytes = min_bytes(problem)
     return [
         f"work: {flops / 1e9:,.2f} GFLOP, {nbytes / 1e6:,.2f} MB compulsory HBM traffic "
@@ -123,6 +126,19 @@ def _runner_up_lines(ranked: tuple) -> list:
     return lines
 
 
+def _problem_line(problem) -> str:
+    m, n, k = problem.shape
+    if not problem.kind.grouped:
+        return f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}"
+    g, e = problem.num_groups, problem.expected_m
+    kind = problem.kind.value.split("_")[1]
+    rows = {"contiguous": f"A[M={m}, K] with m_indices[M] (runs of 128-aligned rows per expert, -1 padding)",
+            "masked": f"A[G, max_m={m}, K] with masked_m[G] real rows per expert, expected {e}",
+            "offsets": f"A[M={m}, K] with offsets[G + 1] (unpadded runs of rows per expert)"}[kind]
+    return (f"problem: {kind} grouped GEMM, G={g} experts of B[G, N={n}, K={k}] (fp8 e4m3), {rows}; "
+            f"about {e} rows per expert (the selector's count)")
+
+
 def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
                  chip: ChipFacts = arch.DEFAULT_CHIP) -> str:
     """Multi-line report of the configuration chosen for ``problem`` (a
@@ -141,9 +157,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     ranked = rank_candidates(problem, num_sms, max_smem, chip)
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip)
-    m, n, k = problem.shape
-    lines = [f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}, "
-             f"{num_sms} SMs, chip {chip.name}"]
+    lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)
     lines += _smem_lines(cfg, max_smem)
     lines += _register_lines(cfg)
