@@ -1,6 +1,7 @@
-"""The grouped kinds (default and forced multicast configs) in one process, for compute-sanitizer:
+"""The grouped kinds (default and forced multicast configs) in one process, for compute-sanitizer
+(tools/sanitize.sh runs it under each tool):
     compute-sanitizer --tool memcheck --report-api-errors no python tools/sanitize_grouped.py
-(run from the repository root; uses tests/gpu_cases.py)."""
+(run from the repository root; uses tests/gpu_cases.py). Exits 1 when a case fails its check."""
 import sys, json
 sys.path.insert(0, "tests")
 import gpu_cases
@@ -13,4 +14,5 @@ for cfg in cfgs:
         ok = r["nan"] == 0 and r["diff"] < 1e-3 and r["untouched"] and r["bitwise_repeat"]
         bad += not ok
         print(kind, cfg and cfg.get("multicast_on_a"), "ok" if ok else "BAD " + json.dumps(r))
-print("grouped sanitize cases:", 9, "bad:", bad)
+print(f"grouped sanitize cases: {len(cfgs) * 3}, bad: {bad}")
+sys.exit(1 if bad else 0)
