@@ -20,7 +20,8 @@ from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernel_args import pack_values
-from deep_tile.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, reads_row_major, reads_row_major_3d
+from deep_tile.kernels.fp8_gemm import ROW_MAJOR_A_SCALE_KINDS
+from deep_tile.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, reads_row_major
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
@@ -80,29 +81,27 @@ def run_grouped(kind: ProblemKind, a, a_scale, b, b_scale, info, out, expected_m
 def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
     """``(problem, operands)``: the grouped kernel's operands
     (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`) as 2-D views of checked arguments, and
-    the problem with the a_scale layout the kernel reads (row-major where it can, else the
-    TMA-aligned column-major one, copied into it when needed)."""
+    the problem with the a_scale layout the kernel reads (:func:`deep_tile.layouts.grouped_reads_row_major`:
+    row-major where it can, else the TMA-aligned column-major one, copied into it when needed).
+    The native path makes the same views in C++ (``views_of`` in deep_tile/native/csrc/grouped_op.cpp;
+    tests/test_native.py compares the two)."""
     rows, k, n = problem.rows, problem.k, problem.n
     k_blocks = problem.k_blocks
     a2 = a.as_strided((rows, k), (a.stride(-2), 1))
     out2 = out.as_strided((rows, n), (out.stride(-2), 1))
     b2 = b.as_strided((problem.num_groups * n, k), (b.stride(1), 1))
+    row_major = grouped_reads_row_major(problem.kind, a_scale, rows, k_blocks)
+    if row_major:
+        problem = problem.with_a_scale_row_major()
     if problem.kind is ProblemKind.GROUPED_MASKED:
-        if reads_row_major_3d(a_scale):
-            problem = problem.with_a_scale_row_major()
+        if row_major:
             scale2 = a_scale.view(rows, k_blocks)
         else:
             aligned = get_tma_aligned_a_scale(a_scale)  # [G, max_m, K blocks], per group column-major
             scale2 = aligned.as_strided((problem.num_groups * k_blocks, problem.m), (align4(problem.m), 1))
-    elif problem.kind is ProblemKind.GROUPED_OFFSETS:
-        # NOTES: a tile of this kind starts at any row, and a column-major a_scale box starting at
-        # a row that is not a multiple of 4 (16 bytes) faulted (CUDA_ERROR_ILLEGAL_INSTRUCTION on
-        # an H100); row-major boxes start at a K block that is a multiple of 4. So this kind
-        # reads a_scale row-major, copied into rows of align4(K blocks) floats when it is not so.
-        problem = problem.with_a_scale_row_major()
-        scale2 = get_row_major_a_scale(a_scale)
-    elif reads_row_major(a_scale, rows, k_blocks):
-        problem = problem.with_a_scale_row_major()
+    elif problem.kind in ROW_MAJOR_A_SCALE_KINDS:  # the offsets kind: tiles start at any row
+        scale2 = get_row_major_a_scale(a_scale)  # copied into rows of align4(K blocks) floats when not so
+    elif row_major:
         scale2 = a_scale
     else:
         scale2 = get_tma_aligned_a_scale(a_scale)

@@ -3,9 +3,11 @@
 The kernel loads ``a_scale`` with TMA either column-major (the zero-copy layout, strides
 ``(1, align4(m))``: :func:`get_tma_aligned_a_scale` makes it, :func:`is_tma_aligned` recognises
 it) or, in a kernel variant, row-major as ``per_token_cast_to_fp8`` returns it
-(:func:`reads_row_major`). Both host paths take the same decision: the native path decides it
-per call in C++ (``a_scale_layout`` in ``deep_tile/native/csrc/gemm_op.cpp``), and
-tests/test_native.py compares that rule with these functions over 240 layouts.
+(:func:`reads_row_major`). The grouped kinds choose by :func:`grouped_reads_row_major` (the
+masked kind's 3-D a_scale by :func:`reads_row_major_3d` / :func:`is_tma_aligned_3d`; the offsets
+kind reads row-major only, :func:`is_row_major_aligned` or a copy). Both host paths take the same
+decision: the native path decides it per call in C++ (``deep_tile/native/csrc/layouts.cpp``), and
+tests/test_native.py compares that rule with these functions over many layouts.
 """
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ import torch
 
 from deep_tile.common import align4
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import ProblemKind
 
 __all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_tma_aligned_3d", "reads_row_major_3d",
-           "get_row_major_a_scale"]
+           "get_row_major_a_scale", "is_row_major_aligned", "grouped_reads_row_major"]
 
 
 def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
@@ -94,13 +97,34 @@ def reads_row_major_3d(a_scale) -> bool:
 
 def get_row_major_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
     """A 2-D ``[m, g]`` a_scale the kernel's row-major variant reads as it is: row-major with rows
-    (and base) 16-byte aligned; ``a_scale`` itself when it already is, else a copy into rows of
-    ``align4(g)`` floats (the offsets kind reads only this layout). ``g`` need not be a multiple
-    of 4: the box past the last K block is zero-filled."""
-    rows, k_blocks = a_scale.shape
-    if ((a_scale.stride(1) == 1 or k_blocks == 1) and (rows <= 1 or (a_scale.stride(0) % 4 == 0
-            and a_scale.stride(0) >= k_blocks)) and a_scale.data_ptr() % 16 == 0):
+    (and base) 16-byte aligned; ``a_scale`` itself when it already is (:func:`is_row_major_aligned`),
+    else a copy into rows of ``align4(g)`` floats (the offsets kind reads only this layout). ``g``
+    need not be a multiple of 4: the box past the last K block is zero-filled."""
+    if is_row_major_aligned(a_scale):
         return a_scale
+    rows, k_blocks = a_scale.shape
     copy = torch.empty((rows, align4(k_blocks)), dtype=a_scale.dtype, device=a_scale.device)[:, :k_blocks]
     copy.copy_(a_scale)
     return copy
+
+
+def is_row_major_aligned(a_scale: torch.Tensor) -> bool:
+    """Whether a 2-D ``[m, g]`` a_scale is row-major with 16-byte rows and base, as the offsets
+    kind reads it without a copy (``a_scale_layout_offsets`` in deep_tile/native/csrc/layouts.cpp
+    is the same rule, tested so)."""
+    rows, k_blocks = a_scale.shape
+    return ((a_scale.stride(1) == 1 or k_blocks == 1) and (rows <= 1 or (a_scale.stride(0) % 4 == 0
+            and a_scale.stride(0) >= k_blocks)) and a_scale.data_ptr() % 16 == 0)
+
+
+def grouped_reads_row_major(kind: ProblemKind, a_scale, rows: int, k_blocks: int) -> bool:
+    """Whether the grouped kernel of ``kind`` reads this (checked) a_scale row-major: always for
+    the kinds of :data:`deep_tile.kernels.fp8_gemm.ROW_MAJOR_A_SCALE_KINDS` (the offsets kind: as
+    it is, or copied by :func:`get_row_major_a_scale`); the masked kind's ``[G, max_m, g]`` when
+    :func:`reads_row_major_3d`; the contiguous kind's ``[rows, g]`` as the dense GEMM's
+    (:func:`reads_row_major`)."""
+    if kind in family.ROW_MAJOR_A_SCALE_KINDS:
+        return True
+    if kind is ProblemKind.GROUPED_MASKED:
+        return reads_row_major_3d(a_scale)
+    return reads_row_major(a_scale, rows, k_blocks)
