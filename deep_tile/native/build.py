@@ -48,7 +48,7 @@ def build(key: str, tools, work: Path) -> Path:
     from torch.utils import cpp_extension
 
     name = _key.module_name(key)
-    sources = sorted(str(p) for p in _key.SOURCE_DIR.glob("*.cpp"))
+    sources = [str(p) for p in _key.source_files() if p.suffix == ".cpp"]
     cpp_extension.load(name=name, sources=sources, extra_cflags=list(_key.CFLAGS),
                        extra_ldflags=list(_key.LDFLAGS), extra_include_paths=[tools.cuda_include],
                        build_directory=str(work), with_cuda=False, verbose=True)

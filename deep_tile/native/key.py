@@ -25,8 +25,8 @@ from pathlib import Path
 
 from deep_tile import env
 
-__all__ = ["FORMAT_VERSION", "SOURCE_DIR", "CFLAGS", "LDFLAGS", "source_digest", "key_inputs", "build_key",
-           "module_name", "native_dir", "entry_dir", "library_path"]
+__all__ = ["FORMAT_VERSION", "SOURCE_DIR", "SOURCE_SUFFIXES", "CFLAGS", "LDFLAGS", "source_files", "source_digest",
+           "key_inputs", "build_key", "module_name", "native_dir", "entry_dir", "library_path"]
 
 FORMAT_VERSION = 1
 """Bumped when the layout on disk or the key recipe changes."""
@@ -37,17 +37,26 @@ CFLAGS = ("-O3", "-fvisibility=hidden")
 LDFLAGS = ("-ldl",)
 """Extra linker flags: libdl for dlopen of libcuda.so.1 (no libcuda at link time)."""
 
+SOURCE_SUFFIXES = (".cpp", ".h")
+"""What a source of the extension is: every such file of :data:`SOURCE_DIR` is hashed, and the
+``.cpp`` ones are compiled (the wheel ships the same: pyproject.toml's package data)."""
+
 _source_digest: str | None = None
 
 
+def source_files() -> list[Path]:
+    """The extension's sources: the files of :data:`SOURCE_DIR` with a :data:`SOURCE_SUFFIXES`
+    suffix, sorted by name (the build compiles the ``.cpp`` ones of this list)."""
+    return sorted(path for path in SOURCE_DIR.iterdir() if path.suffix in SOURCE_SUFFIXES)
+
+
 def source_digest() -> str:
-    """sha256 over the sorted file names and contents of :data:`SOURCE_DIR` (once per process)."""
+    """sha256 over the names and contents of :func:`source_files` (once per process)."""
     global _source_digest
     if _source_digest is None:
         h = hashlib.sha256()
-        for path in sorted(SOURCE_DIR.iterdir()):
-            if path.suffix in (".cpp", ".h"):
-                h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        for path in source_files():
+            h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         _source_digest = h.hexdigest()
     return _source_digest
 
