@@ -1,10 +1,12 @@
 """deep_tile's torch custom ops: ``torch.ops.deep_tile.*``, traceable by torch.compile.
 
-Four operators are defined in the ``deep_tile`` namespace (see :data:`SCHEMAS`):
+The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 
 - ``fp8_gemm(a, a_scale, b, b_scale) -> Tensor``: a new bf16 ``[m, n]`` output;
 - ``fp8_gemm_out(a, a_scale, b, b_scale, out) -> ()``: writes ``out`` (declared mutated,
   ``Tensor(a!)``, so torch.compile functionalises it and CUDA graphs capture it);
+- ``m_grouped_fp8_gemm_{contiguous,offsets,masked}`` and their ``_out`` variants: the
+  Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
   Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents.
 
@@ -26,7 +28,8 @@ avoids that one).
 
 The real implementations are Python kernels
 registered for ``CompositeExplicitAutograd``; once the native extension (:mod:`deep_tile.native`)
-is loaded, its C++ kernels registered for the CUDA and CPU keys take the GEMM ops over.
+is loaded, its C++ kernels registered for the CUDA and CPU keys take the GEMM ops over (the dense
+and the grouped ones, ``_out`` variants included).
 
 Importing this module needs torch and starts no CUDA context; ``import deep_tile`` imports it
 when torch is already imported, and ``deep_tile.fp8_gemm`` / the casts import it on first use.
@@ -93,14 +96,18 @@ def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
 
 def _grouped(kind_value: str):
     """The real and fake implementations of one grouped GEMM op pair (``name``, ``name_out``):
-    the Python host path (:func:`deep_tile.launch.run_grouped`), and the checks without data
-    followed by an empty output (its row count left symbolic when it is)."""
+    the native extension when it is loaded (as :func:`_gemm`), else the Python host path
+    (:func:`deep_tile.launch.run_grouped`); and the checks without data followed by an empty
+    output (its row count left symbolic when it is)."""
     from deep_tile.problem import ProblemKind
 
     kind = ProblemKind(kind_value)
     masked = kind is ProblemKind.GROUPED_MASKED
 
     def run(a, a_scale, b, b_scale, info, expected_m, out):
+        extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
+        if extension is not None:
+            return extension.m_grouped_fp8_gemm(kind.value, a, a_scale, b, b_scale, info, expected_m, out)
         from deep_tile.launch import run_grouped
 
         return run_grouped(kind, a, a_scale, b, b_scale, info, out, expected_m)

@@ -206,6 +206,20 @@ def _contiguous_ids(counts: list, num_groups: int, tail: int, bad_ids: bool, gen
     return t
 
 
+def _grouped_info(kind: str, counts: list, tail: int, bad_ids: bool, gaps: bool, gen) -> torch.Tensor:
+    """The int32 per-expert tensor of ``kind`` (contiguous / offsets / masked) for ``counts[g]``
+    real rows per expert: m_indices (:func:`_contiguous_ids`), offsets (``gaps``: 5 rows of no
+    expert before the first run) or masked_m."""
+    if kind == "masked":
+        return torch.tensor(counts, dtype=torch.int32, device=DEVICE)
+    if kind == "offsets":
+        bounds = [5 if gaps else 0]
+        for count in counts:
+            bounds.append(bounds[-1] + count)
+        return torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
+    return _contiguous_ids(counts, len(counts), tail, bad_ids, gen)
+
+
 def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config: dict | None = None,
             max_m: int = 0, tail: int = 0, bad_ids: bool = False, gaps: bool = False, seed: int = 0,
             graph_counts: list | None = None) -> dict:
@@ -222,14 +236,7 @@ def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config
     forced = KernelConfig(**config) if config else None
 
     def layout_of(counts_now):
-        if kind == "masked":
-            return torch.tensor(counts_now, dtype=torch.int32, device=DEVICE)
-        if kind == "offsets":
-            bounds = [5 if gaps else 0]  # gaps: rows of no expert before the first run
-            for count in counts_now:
-                bounds.append(bounds[-1] + count)
-            return torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
-        return _contiguous_ids(counts_now, num_groups, tail, bad_ids, gen)
+        return _grouped_info(kind, counts_now, tail, bad_ids, gaps, gen)
 
     info = layout_of(counts)
     if kind == "masked":

@@ -1,6 +1,6 @@
-"""GPU checks of the host paths (custom ops, native extension), run in a child process by
-tests/conftest.py::run_host_cases (a kernel that traps poisons its whole CUDA context: it must fail
-one test, not the session).
+"""GPU checks of the host paths (custom ops, native extension; the dense and the grouped GEMMs), run
+in a child process by tests/conftest.py::run_host_cases (a kernel that traps poisons its whole CUDA
+context: it must fail one test, not the session).
 
 Like tests/gpu_cases.py, whose ``serve`` it uses: reads {"function": name, "cases": [kwargs, ...]}
 as JSON on stdin and prints one ``RESULT {json}`` line per case.
@@ -19,7 +19,7 @@ from deep_tile.launch import run
 from deep_tile.problem import Problem
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff
-from gpu_cases import _metrics, _poisoned_out
+from gpu_cases import _grouped_activations, _grouped_info, _grouped_weights, _metrics, _poisoned_out
 from gpu_cases import serve
 
 
@@ -285,6 +285,159 @@ def gemm_with_unusable_cache(m: int, n: int, k: int, seed: int = 0) -> dict:
                 raised.append(f"{type(exc).__module__}.{type(exc).__name__}: {exc}")
     return {"raised": raised, "state": native.status()["state"],
             "warnings": [f"{w.category.__name__}: {w.message}" for w in caught]}
+
+
+# ---- grouped (Mixture-of-Experts) ops on the native path --------------------------------------
+
+def _grouped_problem(kind: str, counts: list, n: int, k: int, layout: str, max_m: int, tail: int, bad_ids: bool,
+                     gaps: bool, seed: int) -> tuple:
+    """``(a, a_scale, b, b_scale, info, expected_m)`` of a grouped GEMM of ``kind`` (contiguous /
+    offsets / masked) with ``counts[g]`` real rows per expert (as tests/gpu_cases.py ``grouped``)."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    b, b_scale = _grouped_weights(len(counts), n, k, gen)
+    info = _grouped_info(kind, counts, tail, bad_ids, gaps, gen)
+    if kind == "masked":
+        shape = (len(counts), max_m)
+    elif kind == "offsets":
+        shape = (int(info[-1].item()) + tail,)
+    else:
+        shape = (info.numel(),)
+    a, a_scale = _grouped_activations(shape, k, gen, layout)
+    expected_m = max(1, sum(counts) // len(counts)) if kind == "masked" else None
+    return a, a_scale, b, b_scale, info, expected_m
+
+
+def _grouped_op(kind: str, args: tuple, out=None):
+    """``torch.ops.deep_tile.m_grouped_fp8_gemm_<kind>`` (``_out`` when ``out`` is given) on
+    ``args`` = (a, a_scale, b, b_scale, info, expected_m); returns the output."""
+    *tensors, expected_m = args
+    hint = () if expected_m is None else (expected_m,)
+    op = getattr(torch.ops.deep_tile, f"m_grouped_fp8_gemm_{kind}")
+    if out is None:
+        return op(*tensors, *hint)
+    getattr(torch.ops.deep_tile, f"m_grouped_fp8_gemm_{kind}_out")(*tensors, *hint, out)
+    return out
+
+
+def _grouped_reference(kind: str, args: tuple):
+    """The float64 reference (NaN in the rows of no expert) and the mask of the real rows."""
+    ref = getattr(deep_tile, f"ref_m_grouped_fp8_gemm_{kind}")(*args[:5])
+    return ref, ~torch.isnan(ref[..., 0])
+
+
+def _grouped_poisoned(args: tuple, n: int):
+    return torch.full(tuple(args[0].shape[:-1]) + (n,), float("nan"), dtype=torch.bfloat16, device="cuda")
+
+
+def _grouped_rows(out, ref, real) -> dict:
+    """The real rows of ``out`` against the reference, and whether the others are still NaN."""
+    got = out[real]
+    return {"rows": int(real.sum().item()), "nan": int(torch.isnan(got).sum().item()),
+            "diff": calc_diff(got.double(), ref[real]) if got.numel() else 0.0,
+            "untouched": bool(torch.isnan(out[~real].float()).all().item())}
+
+
+def grouped_native_vs_python(kind: str, counts: list, n: int, k: int, layout: str = "tma", max_m: int = 0,
+                             tail: int = 0, bad_ids: bool = False, gaps: bool = False, seed: int = 0) -> dict:
+    """A grouped GEMM on the native path (the ``_out`` op, the public function, the extension
+    directly, the op allocating its output, repeats) against the Python path (run_grouped):
+    bitwise equal, the rows of no expert untouched, and the native path really taken."""
+    from deep_tile.launch import run_grouped
+    from deep_tile.problem import ProblemKind
+
+    extension = _native()
+    args = _grouped_problem(kind, counts, n, k, layout, max_m, tail, bad_ids, gaps, seed)
+    a, a_scale, b, b_scale, info, expected_m = args
+    python = run_grouped(ProblemKind(f"grouped_{kind}"), a, a_scale, b, b_scale, info, _grouped_poisoned(args, n),
+                         expected_m)
+    torch.cuda.synchronize()
+    hint = () if expected_m is None else (expected_m,)
+    before = extension.stats()
+    outs = [_grouped_op(kind, args, _grouped_poisoned(args, n)),
+            getattr(deep_tile, f"m_grouped_fp8_gemm_{kind}")(*args[:5], *hint, out=_grouped_poisoned(args, n)),
+            extension.m_grouped_fp8_gemm(f"grouped_{kind}", *args[:5], expected_m, _grouped_poisoned(args, n))]
+    new = _grouped_op(kind, args)  # its rows of no expert hold whatever the allocator gave
+    repeats = [_grouped_op(kind, args, _grouped_poisoned(args, n)) for _ in range(2)]
+    torch.cuda.synchronize()
+    after = extension.stats()
+    ref, real = _grouped_reference(kind, args)
+    return {"kind": kind, "layout": layout, "calls": len(outs) + 1 + len(repeats),
+            "native_equals_python": all(_same(x, python) for x in outs) and _same(new[real], python[real]),
+            "repeat_bitwise": all(_same(x, outs[0]) for x in repeats),
+            **_grouped_rows(outs[0], ref, real),
+            **{name: after[name] - before[name] for name in ("native_calls", "python_calls", "a_scale_copies")}}
+
+
+def grouped_graph_replay(kind: str, counts: list, new_counts: list, n: int, k: int, layout: str = "tma",
+                         max_m: int = 0, tail: int = 0, seed: int = 0) -> dict:
+    """Both ops of ``kind`` (``_out`` and the allocating one) captured in a CUDA graph on a side
+    stream through the native path, replayed after the counts tensor was refilled in place with
+    ``new_counts``: equal to an eager call on the new counts, real rows against the reference,
+    the rows of no expert untouched."""
+    extension = _native()
+    args = _grouped_problem(kind, counts, n, k, layout, max_m, tail, False, False, seed)
+    info = args[4]
+    out = _grouped_poisoned(args, n)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up outside capture: plan, kernel load, tensor maps
+        _grouped_op(kind, args, out)
+        _grouped_op(kind, args)
+    torch.cuda.synchronize()
+    before = extension.stats()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        _grouped_op(kind, args, out)
+        fresh = _grouped_op(kind, args)
+    captured = extension.stats()
+    new_info = _grouped_info(kind, new_counts, tail, False, False, None)
+    if new_info.shape != info.shape:
+        raise ValueError("grouped_graph_replay: new_counts must keep the layout's size")
+    info.copy_(new_info)
+    out.fill_(float("nan"))
+    fresh.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = _grouped_op(kind, args, _grouped_poisoned(args, n))
+    torch.cuda.synchronize()
+    ref, real = _grouped_reference(kind, args)
+    return {"kind": kind, "out_ok": _same(out, eager), "new_ok": _same(fresh, eager),
+            "captured_native": captured["native_calls"] - before["native_calls"],
+            "captured_python": captured["python_calls"] - before["python_calls"],
+            **_grouped_rows(out, ref, real)}
+
+
+def grouped_errors_match(kind: str, case: str) -> dict:
+    """A bad CUDA argument of a grouped op raises the same type and message on the Python path,
+    through the op and through the extension directly, before writing out."""
+    from deep_tile.launch import run_grouped
+    from deep_tile.problem import ProblemKind
+
+    extension = _native()
+    args = list(_grouped_problem(kind, [130, 0, 60], 256, 512, "tma", 192, 0, False, False, 4))
+    if case == "misaligned_a":
+        a = args[0]
+        raw = torch.empty(a.numel() + 16, dtype=torch.uint8, device="cuda")[1:a.numel() + 1]
+        args[0] = raw.view(torch.float8_e4m3fn).view(a.shape)
+    elif case == "cpu_info":
+        args[4] = args[4].cpu()
+    elif case == "info_shape":
+        args[4] = args[4][:-1]
+    out = _grouped_poisoned(args, 256)
+    a, a_scale, b, b_scale, info, expected_m = args
+    raised = {}
+    for name, call in (("python", lambda: run_grouped(ProblemKind(f"grouped_{kind}"), a, a_scale, b, b_scale, info,
+                                                      out, expected_m)),
+                       ("op", lambda: _grouped_op(kind, tuple(args), out)),
+                       ("direct", lambda: extension.m_grouped_fp8_gemm(f"grouped_{kind}", *args[:5], expected_m, out))):
+        try:
+            call()
+            raised[name] = "none"
+        except (TypeError, ValueError) as exc:
+            raised[name] = f"{type(exc).__name__}: {exc}"
+    torch.cuda.synchronize()
+    return {"kind": kind, "case": case, "raised": raised, "out_untouched": bool(torch.isnan(out.float()).all().item())}
 
 
 if __name__ == "__main__":

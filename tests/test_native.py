@@ -1,7 +1,9 @@
 """deep_tile.native: toolchain discovery, the build key, the one fallback warning, the build into
 the cache (on this machine when a compiler, ninja and cuda.h are here), and the same errors on the
-native and Python paths. GPU tests (marker ``gpu``): native vs Python bitwise, repeated calls,
-errors on CUDA tensors, the DEEP_TILE_DEBUG first-call phases."""
+native and Python paths; for the grouped ops also the fast check against check_grouped_args, the
+plan key and operands against Python's, and the grouped a_scale layout rules. GPU tests (marker
+``gpu``): native vs Python bitwise (dense and grouped), repeated calls, errors on CUDA tensors,
+CUDA graphs of the grouped ops replayed with new counts, the DEEP_TILE_DEBUG first-call phases."""
 import importlib
 import json
 import os
@@ -146,10 +148,27 @@ def test_key_covers_sources_torch_abi_and_compiler(monkeypatch, tmp_path):
     assert first != second  # the compiler's identity (size, mtime), without running it
 
 
-def test_source_digest_covers_every_source():
-    names = sorted(p.name for p in native_key.SOURCE_DIR.iterdir())
-    assert {"driver.cpp", "gemm_op.cpp", "module.cpp", "tensor_maps.cpp"} <= set(names)
+def test_source_digest_covers_every_source(monkeypatch, tmp_path):
+    """Every file of csrc/ is a source (hashed into the key; the .cpp ones compiled), and a change
+    to any of them (a new one included) changes the digest."""
+    files = native_key.source_files()
+    assert files == sorted(native_key.SOURCE_DIR.iterdir())  # nothing in csrc/ escapes the key
+    names = {p.name for p in files}
+    assert {"driver.cpp", "gemm_op.cpp", "grouped_op.cpp", "launch.cpp", "layouts.cpp", "module.cpp",
+            "ops.cpp", "tensor_maps.cpp"} <= names
     assert len(native_key.source_digest()) == 64
+    copy = tmp_path / "csrc"
+    shutil.copytree(native_key.SOURCE_DIR, copy)
+    monkeypatch.setattr(native_key, "SOURCE_DIR", copy)
+    digests = set()
+    for change in (None, "edit", "new"):
+        if change == "edit":
+            (copy / "grouped_op.h").write_text((copy / "grouped_op.h").read_text() + "\n")
+        elif change == "new":
+            (copy / "extra.h").write_text("#pragma once\n")
+        monkeypatch.setattr(native_key, "_source_digest", None)
+        digests.add(native_key.source_digest())
+    assert len(digests) == 3
 
 
 def test_every_spec_of_the_contract_encodes_to_what_the_native_side_reads():
@@ -214,7 +233,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 4
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 5
 
 
 @needs_toolchain
@@ -252,15 +271,21 @@ def test_fast_check_rejects_whatever_python_rejects(extension):
 def test_facts_the_cpp_side_holds_equal_pythons(extension):
     """What the native library states in C++ (spec kinds, tensor-map elements, the scale block, the
     op names) is what the Python side states: a disagreement fails here, not at a launch."""
-    from deep_tile import kernel_args, ops
+    from deep_tile import checks, kernel_args, ops
     from deep_tile.common import SCALE_GROUP
+    from deep_tile.kernels import fp8_gemm as family
+    from deep_tile.problem import ProblemKind
 
     assert dict(extension.SPEC_KINDS) == kernel_args.SPEC_KINDS
     assert dict(extension.ELEMENTS) == {name: code for name, (code, _) in kernel_args.ELEMENTS.items()}
     assert extension.SCALE_GROUP == SCALE_GROUP
+    assert (extension.N_MULTIPLE, extension.K_MULTIPLE) == (checks.N_MULTIPLE, checks.K_MULTIPLE)
     assert extension.MAX_OPERANDS == kernel_args.MAX_OPERANDS
-    gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS if name.startswith("fp8_gemm"))
-    assert tuple(extension.OP_NAMES) == gemm_ops
+    assert extension.MAX_TABLE_GROUPS == family.MAX_TABLE_GROUPS
+    assert tuple(extension.PROBLEM_KINDS) == tuple(kind.value for kind in ProblemKind)
+    assert tuple(extension.ROW_MAJOR_A_SCALE_KINDS) == tuple(kind.value for kind in family.ROW_MAJOR_A_SCALE_KINDS)
+    gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS if "gemm" in name)
+    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 8
 
 
 def a_scale_layouts():
@@ -301,6 +326,260 @@ def test_the_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
 
 
 M_ROWS = 96
+
+
+# ---- the grouped ops on the native path (CPU: checks, errors, plan key, operands, a_scale) ------
+
+FP8 = torch.float8_e4m3fn
+GROUPED_KINDS = ("grouped_contiguous", "grouped_offsets", "grouped_masked")
+
+
+def grouped_args(kind: str, m: int = 96, n: int = 256, k: int = 640, groups: int = 3, expected_m: int = 40,
+                 scale: str = "row") -> dict:
+    """A grouped call of ``kind`` (a ProblemKind value) on the CPU that check_grouped_args accepts
+    but for the device: a, a_scale (``scale``: row-major, or "tma": the aligned layout), b,
+    b_scale, info, expected_m (None unless masked) and out."""
+    from deep_tile.layouts import get_tma_aligned_a_scale
+
+    masked = kind == "grouped_masked"
+    k_blocks = -(-k // 128)
+    lead = (groups, m) if masked else (m,)
+    a_scale = torch.rand(lead + (k_blocks,))
+    if scale == "tma":
+        a_scale = get_tma_aligned_a_scale(a_scale)
+    info_size = {"grouped_contiguous": m, "grouped_offsets": groups + 1, "grouped_masked": groups}[kind]
+    return dict(a=torch.empty(lead + (k,), dtype=FP8), a_scale=a_scale, b=torch.empty(groups, n, k, dtype=FP8),
+                b_scale=torch.rand(groups, -(-n // 128), k_blocks), info=torch.zeros(info_size, dtype=torch.int32),
+                expected_m=expected_m if masked else None, out=torch.empty(lead + (n,), dtype=torch.bfloat16))
+
+
+def _off_by(shape: tuple, dtype: torch.dtype, offset: int) -> torch.Tensor:
+    """An empty tensor whose base address is ``offset`` bytes past a 16-byte boundary."""
+    nbytes = torch.empty(shape, dtype=dtype).nbytes
+    raw = torch.empty(nbytes + 32, dtype=torch.uint8)
+    start = (-raw.data_ptr()) % 16 + offset
+    return raw[start:start + nbytes].view(dtype).view(shape)
+
+
+def grouped_cases() -> list:
+    """(label, kind, args) of grouped calls: valid ones (on the CPU every one is refused for its
+    device alone) and bad ones from every family of check_grouped_args' rules."""
+    cases = []
+    for kind in GROUPED_KINDS:
+        masked, table = kind == "grouped_masked", kind != "grouped_contiguous"
+        base = grouped_args(kind)
+        a, a_scale, b, b_scale, info, out = (base[name] for name in ("a", "a_scale", "b", "b_scale", "info", "out"))
+        lead = tuple(a.shape[:-1])
+        flip = (lambda x: x[0]) if masked else (lambda x: x[None])
+        variants = {
+            "valid": {}, "valid_tma": grouped_args(kind, scale="tma"), "valid_no_out": {"out": None},
+            "valid_k_tail": grouped_args(kind, k=208), "valid_one_row": grouped_args(kind, m=1),
+            "valid_no_rows": grouped_args(kind, m=0),
+            "a_dtype": {"a": torch.empty(a.shape)}, "b_dtype": {"b": torch.empty(b.shape)},
+            "a_scale_dtype": {"a_scale": a_scale.double()}, "b_scale_dtype": {"b_scale": b_scale.half()},
+            "info_dtype": {"info": info.long()}, "out_dtype": {"out": out.float()},
+            "a_rank": {"a": flip(a)}, "a_scale_rank": {"a_scale": flip(a_scale)}, "b_rank": {"b": b[0]},
+            "b_scale_rank": {"b_scale": b_scale[0]}, "info_rank": {"info": info[None]}, "out_rank": {"out": flip(out)},
+            "no_groups": {"b": b[:0], "b_scale": b_scale[:0]},
+            "513_groups": {"b": b[:1].expand(513, -1, -1), "b_scale": b_scale[:1].expand(513, -1, -1)},
+            "k_mismatch": {"b": b[..., :512]}, "n_not_multiple": {"b": b[:, :250]},
+            "a_scale_shape": {"a_scale": a_scale[..., :2]}, "b_scale_shape": {"b_scale": b_scale[:, :1]},
+            "info_shape": {"info": info[:-1]}, "out_shape": {"out": out[..., :128]},
+            "a_row_stride": {"a": torch.empty(lead + (648,), dtype=FP8)[..., :640]},
+            "a_k_strided": {"a": torch.empty(lead[:-1] + (640, lead[-1]), dtype=FP8).transpose(-1, -2)},
+            "b_row_stride": {"b": torch.empty(3, 256, 648, dtype=FP8)[..., :640]},
+            "out_row_stride": {"out": torch.empty(lead + (260,), dtype=torch.bfloat16)[..., :256]},
+            "a_misaligned": {"a": _off_by(a.shape, FP8, 1)}, "b_misaligned": {"b": _off_by(b.shape, FP8, 8)},
+            "out_misaligned": {"out": _off_by(out.shape, torch.bfloat16, 2)},
+            "info_strided": {"info": torch.zeros(2 * info.numel(), dtype=torch.int32)[::2]},
+            "b_groups_apart": {"b": torch.empty(3, 257, 640, dtype=FP8)[:, :256]},
+        }
+        if masked:
+            variants.update({
+                "group_count": {"a": a[:2]},
+                "a_groups_apart": {"a": torch.empty(3, 97, 640, dtype=FP8)[:, :96]},
+                "out_groups_apart": {"out": torch.empty(3, 97, 256, dtype=torch.bfloat16)[:, :96]},
+                "expected_m_negative": {"expected_m": -1}, "valid_expected_m_0": {"expected_m": 0},
+                "valid_expected_m_large": {"expected_m": 10 ** 6}, "valid_max_m_1": grouped_args(kind, m=1),
+            })
+        if table:
+            variants["valid_512_groups"] = grouped_args(kind, n=8, k=16, groups=512, m=4)
+            variants["513_groups_small"] = grouped_args(kind, n=8, k=16, groups=513, m=4)
+        else:
+            variants["valid_513_groups"] = grouped_args(kind, n=8, k=16, groups=513, m=4)  # no table, no limit
+            variants["valid_one_info"] = grouped_args(kind, m=1) | {
+                "info": torch.zeros(2, dtype=torch.int32)[::2]}  # a single m_index may have any stride
+        for label, change in variants.items():
+            cases.append((f"{kind}-{label}", kind, {**base, **change}))
+    return cases
+
+
+def _tensors(args: dict) -> tuple:
+    return tuple(args[name] for name in ("a", "a_scale", "b", "b_scale", "info"))
+
+
+def python_grouped_verdict(kind: str, args: dict):
+    """check_grouped_args on a CPU call: None when only the device is wrong, else (type, message)."""
+    from deep_tile.checks import check_grouped_args
+    from deep_tile.problem import ProblemKind
+
+    with pytest.raises((TypeError, ValueError)) as info:
+        check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"])
+    if str(info.value).endswith("must be a CUDA tensor; got a tensor on cpu"):
+        return None
+    return info.type, str(info.value)
+
+
+@needs_toolchain
+def test_grouped_fast_check_takes_exactly_what_python_takes(extension):
+    """With the device rule left out, the C++ check accepts a grouped call iff check_grouped_args
+    finds nothing but the device to refuse ("empty" for a call without rows); with it, every CPU
+    call is refused."""
+    outcomes = set()
+    for label, kind, args in grouped_cases():
+        verdict = python_grouped_verdict(kind, args)
+        call = (kind, *_tensors(args), args["expected_m"], args["out"])
+        reason = extension.grouped_fast_check_reason(*call, check_device=False)
+        if verdict is None:
+            rows = args["a"].shape[:-1].numel()
+            assert reason == ("" if rows else "empty"), (label, reason)
+        else:
+            assert reason not in ("", "empty"), (label, verdict)
+        assert extension.grouped_fast_check_reason(*call) != "", label
+        outcomes.add(verdict is None)
+    assert outcomes == {True, False}
+
+
+@needs_toolchain
+def test_grouped_native_errors_equal_python_errors(extension):
+    """Every grouped CPU call -- bad, or good but for its device -- raises Python's exception
+    through the ops (their C++ kernels hand it over), the public functions and the extension."""
+    from deep_tile.checks import GROUPED_FUNCTIONS, check_grouped_args
+    from deep_tile.problem import ProblemKind
+
+    before = extension.stats()["python_calls"]
+    calls = 0
+    for label, kind, args in grouped_cases():
+        with pytest.raises((TypeError, ValueError)) as info:
+            check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"])
+        expected = (info.type, str(info.value))
+        name = GROUPED_FUNCTIONS[kind]
+        hint = () if args["expected_m"] is None else (args["expected_m"],)
+        out = args["out"]
+        paths = {
+            "op": lambda: (getattr(torch.ops.deep_tile, name)(*_tensors(args), *hint) if out is None else
+                           getattr(torch.ops.deep_tile, name + "_out")(*_tensors(args), *hint, out)),
+            "public": lambda: getattr(deep_tile, name)(*_tensors(args), *hint, out=out),
+            "native": lambda: extension.m_grouped_fp8_gemm(kind, *_tensors(args), args["expected_m"], out),
+        }
+        for path, call in paths.items():
+            with pytest.raises((TypeError, ValueError)) as info:
+                call()
+            assert (info.type, str(info.value)) == expected, (label, path)
+        calls += len(paths)
+    assert extension.stats()["python_calls"] - before == calls  # the C++ kernels handed every call over
+
+
+def grouped_layout_cases() -> list:
+    """(label, kind, args) of valid grouped calls over a_scale layouts: zero-copy (row-major,
+    TMA-aligned), copied (K blocks not a multiple of 4, odd pitches, misaligned), a strided b_scale,
+    and the masked kind's expected_m hints."""
+    cases = []
+    for kind in GROUPED_KINDS:
+        masked = kind == "grouped_masked"
+        for k in (512, 640, 128):
+            for scale in ("row", "tma"):
+                cases.append((f"{kind}-k{k}-{scale}", kind, grouped_args(kind, k=k, scale=scale)))
+        base = grouped_args(kind, k=512)
+        lead = tuple(base["a"].shape[:-1])
+        wide = torch.rand(lead + (8,))[..., :4]  # row-major rows of 8 floats
+        cases.append((f"{kind}-row-pitch8", kind, base | {"a_scale": wide}))
+        cases.append((f"{kind}-row+1", kind, base | {"a_scale": torch.rand(base["a_scale"].numel() + 1)[1:].view(
+            base["a_scale"].shape)}))
+        cases.append((f"{kind}-b_scale-strided", kind, base | {"b_scale": torch.rand(3, 4, 2).transpose(1, 2)}))
+        cases.append((f"{kind}-one-row", kind, grouped_args(kind, m=1, k=512)))
+        if masked:
+            for hint in (0, 1, 40, 96, 97, 10 ** 6):
+                cases.append((f"{kind}-expected_m={hint}", kind, grouped_args(kind, expected_m=hint)))
+        else:
+            groups = 200 if kind == "grouped_contiguous" else 7
+            cases.append((f"{kind}-many-groups", kind, grouped_args(kind, groups=groups)))
+    return cases
+
+
+@needs_toolchain
+def test_grouped_plan_key_and_operands_equal_pythons(extension):
+    """The problem the C++ side keys its plan with is Python's (Problem.key(): kind, m, n, k,
+    groups, expected_m, a_scale variant), and the operands it launches with are the views
+    deep_tile.launch.grouped_operands makes: same shapes and strides, the same memory where Python
+    copies nothing, equal values where it copies."""
+    from deep_tile.checks import check_grouped_args
+    from deep_tile.kernels.fp8_gemm import GROUPED_OPERANDS
+    from deep_tile.launch import grouped_operands
+    from deep_tile.problem import ProblemKind
+
+    copied = set()
+    for label, kind, args in grouped_layout_cases():
+        tensors, out, hint = _tensors(args), args["out"], args["expected_m"]
+        problem = check_grouped_args(ProblemKind(kind), *tensors, out, hint, data_checks=False)
+        problem, python = grouped_operands(problem, *tensors, out)
+        key, native_operands = extension.grouped_operands(kind, *tensors, hint, out)
+        assert tuple(key) == problem.key(), label
+        sources = tensors + (out,)
+        for name, got, want, source in zip(GROUPED_OPERANDS, native_operands, python, sources[:4] + (out, tensors[4])):
+            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, name)
+            if want.untyped_storage().data_ptr() == source.untyped_storage().data_ptr():
+                assert got.data_ptr() == want.data_ptr(), (label, name)  # the same view, no copy
+            else:
+                assert got.untyped_storage().data_ptr() != source.untyped_storage().data_ptr(), (label, name)
+                assert torch.equal(got, want), (label, name)
+                copied.add(name)
+    assert copied == {"a_scale", "b_scale"}  # the cases reach the copies too
+
+
+def a_scale_layouts_3d():
+    """[groups, m, K blocks] a_scale tensors of many layouts: row-major (aligned or not),
+    per-group column-major with several pitches, groups apart."""
+    cases = []
+    for groups in (1, 3):
+        for m in (1, 2, 5, 64):
+            for k_blocks in (1, 4, 5, 8):
+                pitch = (m + 3) // 4 * 4
+                base = torch.zeros(groups * (k_blocks + 1) * (pitch + 4) + 8)
+                size = groups * m * k_blocks
+                for offset in (0, 1, 4):
+                    cases.append((f"row+{offset} g={groups} m={m} kb={k_blocks}",
+                                  base[offset:offset + size].view(groups, m, k_blocks)))
+                for p in (m, pitch, pitch + 4):
+                    cases.append((f"col pitch={p} g={groups} m={m} kb={k_blocks}",
+                                  base[:groups * k_blocks * p].view(groups, k_blocks, p).transpose(1, 2)[:, :m]))
+                apart = base[:groups * (k_blocks + 1) * pitch].view(groups, k_blocks + 1, pitch).transpose(1, 2)
+                cases.append((f"col apart g={groups} m={m} kb={k_blocks}", apart[:, :m, :k_blocks]))
+    return cases
+
+
+@needs_toolchain
+def test_the_grouped_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
+    from deep_tile.layouts import is_row_major_aligned, is_tma_aligned, is_tma_aligned_3d, reads_row_major, \
+        reads_row_major_3d
+
+    seen = set()
+    for label, a_scale in a_scale_layouts():
+        m, k_blocks = a_scale.shape
+        dense = ("row_major" if reads_row_major(a_scale, m, k_blocks) else "aligned" if is_tma_aligned(a_scale)
+                 else "copy")
+        offsets = "row_major" if is_row_major_aligned(a_scale) else "row_major_copy"
+        assert extension.grouped_a_scale_layout("grouped_contiguous", a_scale) == dense, label
+        assert extension.grouped_a_scale_layout("grouped_offsets", a_scale) == offsets, label
+        seen |= {("contiguous", dense), ("offsets", offsets)}
+    for label, a_scale in a_scale_layouts_3d():
+        expected = ("row_major" if reads_row_major_3d(a_scale) else "aligned" if is_tma_aligned_3d(a_scale)
+                    else "copy")
+        assert extension.grouped_a_scale_layout("grouped_masked", a_scale) == expected, label
+        seen.add(("masked", expected))
+    assert len(seen) == 8  # the cases reach every answer of every kind (3 + 2 + 3)
+    with pytest.raises(ValueError, match="not a grouped problem kind"):
+        extension.grouped_a_scale_layout("dense", a_scale)
 
 
 @needs_toolchain
@@ -549,6 +828,52 @@ def test_native_path_equals_python_path_bitwise():
         copied = r["layout"] == "row" and r["k"] == 272
         assert r["a_scale_copies"] == (7 if copied else 0), r
         assert r["nan"] == 0 and r["diff"] < 1e-3, r
+
+
+# (whether the native path copies a_scale on each call, case of gpu_host_cases.grouped_native_vs_python)
+GROUPED_GPU_CASES = [
+    # contiguous: -1 padding after each run and 128 rows after the last, mixed with ids out of range
+    (False, dict(kind="contiguous", counts=[130, 0, 256, 5], n=256, k=512, tail=128, bad_ids=True)),
+    (False, dict(kind="contiguous", counts=[130, 0, 256, 5], n=256, k=512, tail=128, layout="row")),
+    (True, dict(kind="contiguous", counts=[77, 200], n=136, k=640, layout="row")),  # 5 K blocks: copied
+    # offsets: an empty expert, rows of no expert before the first run and after the last
+    (False, dict(kind="offsets", counts=[1, 0, 77, 300, 64], n=256, k=512, gaps=True, tail=9, layout="row")),
+    (True, dict(kind="offsets", counts=[1, 0, 77, 300, 64], n=256, k=512, gaps=True, tail=9)),  # to row-major
+    # masked: masked_m 0 and = max_m
+    (False, dict(kind="masked", counts=[0, 192, 13, 64], n=256, k=512, max_m=192)),
+    (False, dict(kind="masked", counts=[0, 192, 13, 64], n=256, k=512, max_m=192, layout="row")),
+]
+
+
+@pytest.mark.gpu
+def test_grouped_native_path_equals_python_path_bitwise():
+    results = run_host_cases("grouped_native_vs_python", [case for _, case in GROUPED_GPU_CASES])
+    for (copies, _), r in zip(GROUPED_GPU_CASES, results):
+        assert r["native_equals_python"] and r["repeat_bitwise"], r
+        assert r["rows"] > 0 and r["nan"] == 0 and r["diff"] < 1e-3, r
+        assert r["untouched"], r  # the rows of no expert are still NaN
+        assert r["native_calls"] == r["calls"] and r["python_calls"] == 0, r  # every call took the native path
+        assert r["a_scale_copies"] == (r["calls"] if copies else 0), r
+
+
+@pytest.mark.gpu
+def test_grouped_ops_in_cuda_graph_replay_new_counts():
+    cases = [dict(kind="contiguous", counts=[100, 200], new_counts=[200, 100], n=256, k=384),
+             dict(kind="offsets", counts=[10, 20, 0], new_counts=[25, 0, 4], n=128, k=256),
+             dict(kind="masked", counts=[5, 100], new_counts=[100, 0], n=128, k=256, max_m=128)]
+    for r in run_host_cases("grouped_graph_replay", cases):
+        assert r["captured_native"] == 2 and r["captured_python"] == 0, r  # captured from the native path
+        assert r["out_ok"] and r["new_ok"], r  # the replay equals an eager call on the new counts
+        assert r["rows"] > 0 and r["nan"] == 0 and r["diff"] < 1e-3 and r["untouched"], r
+
+
+@pytest.mark.gpu
+def test_grouped_native_errors_on_cuda_tensors():
+    cases = [dict(kind="contiguous", case="misaligned_a"), dict(kind="masked", case="cpu_info"),
+             dict(kind="offsets", case="info_shape")]
+    for r in run_host_cases("grouped_errors_match", cases):
+        assert r["raised"]["python"] != "none" and len(set(r["raised"].values())) == 1, r
+        assert r["out_untouched"], r
 
 
 @pytest.mark.gpu

@@ -1,11 +1,12 @@
-"""The native (C++) host path of fp8_gemm: built on first use, loaded from the kernel cache.
+"""The native (C++) host path of the FP8 GEMMs: built on first use, loaded from the kernel cache.
 
 Per call the Python host path spends tens of microseconds deciding to launch a 15 us kernel.
 The native extension does the same per-call work in C++: the argument checks, a plan cached per
-(shape, device, SM limit), tensor maps cached by value, and ``cuLaunchKernelEx`` with the cluster
-attribute -- registered as the CUDA (and CPU) kernels of ``torch.ops.deep_tile.fp8_gemm`` and
-``fp8_gemm_out``. Plans come from Python (:mod:`.bridge`), and any call it does not take goes to
-the Python path, so both paths raise the same errors and launch the same kernel.
+(problem, device, SM limit), tensor maps cached by value, and ``cuLaunchKernelEx`` with the
+cluster attribute -- registered as the CUDA (and CPU) kernels of ``torch.ops.deep_tile.fp8_gemm``,
+the grouped ``m_grouped_fp8_gemm_{contiguous,offsets,masked}`` and their ``_out`` variants
+(``csrc/ops.cpp``). Plans come from Python (:mod:`.bridge`), and any call it does not take goes
+to the Python path, so both paths raise the same errors and launch the same kernel.
 
 The wheel stays pure Python: the extension is compiled from ``csrc/`` with
 ``torch.utils.cpp_extension`` (ninja) into ``<DEEP_TILE_CACHE_DIR>/native/<key>/`` (:mod:`.key`)

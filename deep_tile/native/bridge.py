@@ -1,10 +1,12 @@
 """What the native extension calls back into Python for (each call under the GIL).
 
-- :func:`plan`: the first call of a problem on a device: the full argument check (so errors are
-  Python's), then :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into
-  what the C++ side launches with: the kernel, the launch geometry and the plan's argument specs
+- :func:`plan` and :func:`plan_grouped`: the first call of a problem on a device (dense, or one of
+  the M-grouped kinds): the full argument check (so errors are Python's), then
+  :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into what the C++
+  side launches with: the kernel, the launch geometry and the plan's argument specs
   (:mod:`deep_tile.kernel_args`), which the C++ side walks as the Python launcher does.
-- :func:`python_path`: every call the native path does not take (bad arguments, ``m == 0``).
+- :func:`python_path` and :func:`python_grouped_path`: every call the native path does not take
+  (bad arguments, no rows), on :func:`deep_tile.launch.run` / :func:`deep_tile.launch.run_grouped`.
 - :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, which the loader hands a library when
   it loads it (``set_sms_limit``; :func:`deep_tile.set_num_sms` hands later changes to every
   loaded library), so that calls read it in C++ without taking the GIL.
@@ -19,20 +21,22 @@ from __future__ import annotations
 import torch
 
 from deep_tile import device, kernel_args, phases
-from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.checks import check_fp8_gemm_args, check_grouped_args
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import ProblemKind
 
-__all__ = ["VERSION", "plan", "python_path", "sms_limit", "launch_error", "report_first_launch"]
+__all__ = ["VERSION", "plan", "plan_grouped", "python_path", "python_grouped_path", "sms_limit", "launch_error",
+           "report_first_launch"]
 
-VERSION = 4
+VERSION = 5
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
 
 def _record(p) -> dict:
     """The JSON-able part of a plan (what :mod:`deep_tile.plan_index` stores): the kernel's
     defines, the launch geometry and the argument specs encoded as ints (the C++ side walks them
-    in ``fill_params``, csrc/gemm_op.cpp)."""
+    in ``fill_params``, csrc/launch.cpp)."""
     return {
         "defines": p.config.defines(), "grid": p.grid, "block": p.block, "smem": p.smem,
         "cluster": p.cluster, "args": kernel_args.encode(p.args),
@@ -40,31 +44,50 @@ def _record(p) -> dict:
     }
 
 
-def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
-    """The launch plan of this call's problem on ``a``'s device, with ``limit`` SMs (0: all).
-
-    From :mod:`deep_tile.plan_index` when a record is stored for this selector and device (the
-    selector is then not even imported), else from :func:`deep_tile.planner.plan`.
-    """
+def _launch_plan(problem, where: torch.device, limit: int) -> dict:
+    """The launch plan of ``problem`` (checked, its a_scale layout decided) on device ``where``
+    with ``limit`` SMs (0: all): from :mod:`deep_tile.plan_index` when a record is stored for this
+    selector and device (the selector is then not even imported), else from
+    :func:`deep_tile.planner.plan`."""
     from deep_tile import plan_index, planner
     from deep_tile.jit.loader import get_kernel
-    from deep_tile.layouts import reads_row_major
 
-    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
-    index = a.device.index
-    # The C++ side decided the same (a_scale_layout in csrc/gemm_op.cpp; tests/test_native.py
-    # compares the two rules).
-    if reads_row_major(a_scale, problem.m, problem.k_blocks):
-        problem = problem.with_a_scale_row_major()
-    with torch.cuda.device(a.device):
+    index = where.index
+    with torch.cuda.device(where):
         num_sms = limit or device.device_facts(index).num_sms
         record = plan_index.lookup(index, problem, num_sms)
         if record is None:
             record = _record(planner.plan(problem, num_sms))
             plan_index.store(index, problem, num_sms, record)
-        kernel = get_kernel(family.ENTRY, record["defines"], family.SYMBOL)
+        kernel = get_kernel(family.ENTRY, record["defines"], family.symbol(problem.kind))
         kernel.ensure_smem_limit(index, record["smem"])
     return {**record, "kernel": int(kernel.handle), "symbol": kernel.name}
+
+
+def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
+    """The launch plan of this fp8_gemm call's problem on ``a``'s device, with ``limit`` SMs (0: all)."""
+    from deep_tile.layouts import reads_row_major
+
+    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
+    # The C++ side decided the same (a_scale_layout in csrc/layouts.cpp; tests/test_native.py
+    # compares the two rules).
+    if reads_row_major(a_scale, problem.m, problem.k_blocks):
+        problem = problem.with_a_scale_row_major()
+    return _launch_plan(problem, a.device, limit)
+
+
+def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit: int) -> dict:
+    """The launch plan of this grouped call's problem (``kind``: a grouped
+    :class:`deep_tile.problem.ProblemKind` value; ``info``: m_indices, offsets or masked_m;
+    ``expected_m``: the masked kind's hint, else None) on ``a``'s device, with ``limit`` SMs."""
+    from deep_tile.layouts import grouped_reads_row_major
+
+    problem = check_grouped_args(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m)
+    # The C++ side decided the same (grouped_a_scale_layout in csrc/layouts.cpp; compared by
+    # tests/test_native.py).
+    if grouped_reads_row_major(problem.kind, a_scale, problem.rows, problem.k_blocks):
+        problem = problem.with_a_scale_row_major()
+    return _launch_plan(problem, a.device, limit)
 
 
 def python_path(a, a_scale, b, b_scale, out):
@@ -72,6 +95,14 @@ def python_path(a, a_scale, b, b_scale, out):
     from deep_tile.launch import run
 
     return run(a, a_scale, b, b_scale, out)
+
+
+def python_grouped_path(kind: str, a, a_scale, b, b_scale, info, out, expected_m):
+    """:func:`deep_tile.launch.run_grouped` for the grouped ``kind`` (a ProblemKind value): the
+    Python host path (raises deep_tile's errors for bad arguments). Returns ``out`` (or a new one)."""
+    from deep_tile.launch import run_grouped
+
+    return run_grouped(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m)
 
 
 def sms_limit() -> int:

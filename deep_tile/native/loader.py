@@ -44,7 +44,7 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding dee
 
 
 class NativeUnavailableWarning(RuntimeWarning):
-    """The native host path cannot be used in this process; fp8_gemm runs on the Python host path."""
+    """The native host path cannot be used in this process; the GEMMs run on the Python host path."""
 
 
 class _State:
@@ -75,7 +75,7 @@ def _warn(message: str) -> None:
 
 def _give_up(state: str, reason: str) -> None:
     _s.state, _s.reason = state, reason
-    _warn(f"deep_tile: the native host path is not used ({reason}); fp8_gemm runs on the slower "
+    _warn(f"deep_tile: the native host path is not used ({reason}); the GEMMs run on the slower "
           "Python host path. Set DEEP_TILE_NATIVE=off to silence this.")
 
 

@@ -46,14 +46,27 @@ struct GemmPlan {
   mutable std::atomic<bool> reported{false};  // first launch timed and reported (deep_tile.phases)
 };
 
-// A plan is a function of the problem shape, the device and the SM limit; strides and
-// addresses only enter the tensor maps, which are cached by value (tensor_maps.h).
+// The kinds of problem (deep_tile.problem.ProblemKind, in its order; the module's PROBLEM_KINDS
+// attribute lets tests/test_native.py compare the names): the dense GEMM and the M-grouped
+// (Mixture-of-Experts) ones. The bridge is told a kind by its name (ProblemKind's value).
+enum class Kind : uint8_t { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3 };
+constexpr const char* kKindNames[] = {"dense", "grouped_contiguous", "grouped_masked", "grouped_offsets"};
+constexpr int kNumKinds = 4;
+inline const char* kind_name(Kind kind) { return kKindNames[static_cast<int>(kind)]; }
+
+// A plan is a function of the problem (the fields of deep_tile.problem.Problem.key(): kind, m,
+// n, k, groups, expected rows per group, a_scale variant), the device and the SM limit; strides
+// and addresses only enter the tensor maps, which are cached by value (tensor_maps.h).
 struct PlanKey {
-  int64_t device, m, n, k, sms_limit;
-  bool a_scale_row_major;  // a kernel variant of the same problem
+  int64_t device = 0;
+  Kind kind = Kind::kDense;
+  int64_t m = 0, n = 0, k = 0;  // m: Problem.m (the masked kind's max_m; its rows are num_groups * m)
+  int64_t num_groups = 1, expected_m = 0;
+  int64_t sms_limit = 0;
+  bool a_scale_row_major = false;  // a kernel variant of the same problem
   bool operator==(const PlanKey& o) const {
-    return device == o.device && m == o.m && n == o.n && k == o.k && sms_limit == o.sms_limit &&
-           a_scale_row_major == o.a_scale_row_major;
+    return device == o.device && kind == o.kind && m == o.m && n == o.n && k == o.k && num_groups == o.num_groups &&
+           expected_m == o.expected_m && sms_limit == o.sms_limit && a_scale_row_major == o.a_scale_row_major;
   }
 };
 

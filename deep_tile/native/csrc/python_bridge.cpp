@@ -10,7 +10,7 @@ namespace deep_tile_native {
 namespace {
 
 struct Bridge {
-  py::object plan, python_path, launch_error, report_first_launch;
+  py::object plan, python_path, plan_grouped, python_grouped_path, launch_error, report_first_launch;
 };
 
 // Leaked on purpose: Python objects must not be released after the interpreter is finalised.
@@ -25,6 +25,8 @@ const Bridge& bridge() {
 py::object optional_tensor(const std::optional<at::Tensor>& t) {
   return t.has_value() ? py::cast(*t) : py::none();
 }
+
+py::object optional_int(std::optional<int64_t> v) { return v.has_value() ? py::cast(*v) : py::none(); }
 
 [[noreturn]] void bad_spec(const std::vector<int64_t>& code) {
   std::string text;
@@ -75,8 +77,9 @@ ArgSpec spec_of(const std::vector<int64_t>& c) {
 }  // namespace
 
 void install_bridge(const py::object& module) {
-  auto* b = new Bridge{module.attr("plan"), module.attr("python_path"), module.attr("launch_error"),
-                       module.attr("report_first_launch")};
+  auto* b = new Bridge{module.attr("plan"),         module.attr("python_path"),
+                       module.attr("plan_grouped"), module.attr("python_grouped_path"),
+                       module.attr("launch_error"), module.attr("report_first_launch")};
   g_bridge = b;  // a previous bridge (re-installed by tests) is leaked, as above
 }
 
@@ -86,10 +89,10 @@ void set_sms_limit(int64_t limit) { g_sms_limit.store(limit, std::memory_order_r
 
 int64_t sms_limit() { return g_sms_limit.load(std::memory_order_relaxed); }
 
-PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
-                  const std::optional<at::Tensor>& out, int64_t limit) {
-  py::gil_scoped_acquire gil;
-  py::object result = bridge().plan(a, a_scale, b, b_scale, optional_tensor(out), limit);
+namespace {
+
+// The plan dict of bridge.plan / plan_grouped, checked (GIL held).
+PlanPtr plan_of(const py::object& result) {
   auto plan = std::make_shared<GemmPlan>();
   py::dict d = result.cast<py::dict>();
   plan->kernel = reinterpret_cast<CUkernel>(static_cast<uintptr_t>(d["kernel"].cast<uint64_t>()));
@@ -113,10 +116,35 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
   return plan;
 }
 
+}  // namespace
+
+PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                  const std::optional<at::Tensor>& out, int64_t limit) {
+  py::gil_scoped_acquire gil;
+  return plan_of(bridge().plan(a, a_scale, b, b_scale, optional_tensor(out), limit));
+}
+
+PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                          const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
+                          std::optional<int64_t> expected_m, int64_t limit) {
+  py::gil_scoped_acquire gil;
+  return plan_of(bridge().plan_grouped(kind_name(kind), a, a_scale, b, b_scale, info, optional_tensor(out),
+                                       optional_int(expected_m), limit));
+}
+
 at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                        const std::optional<at::Tensor>& out) {
   py::gil_scoped_acquire gil;
   return bridge().python_path(a, a_scale, b, b_scale, optional_tensor(out)).cast<at::Tensor>();
+}
+
+at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                               const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
+                               std::optional<int64_t> expected_m) {
+  py::gil_scoped_acquire gil;
+  py::object result = bridge().python_grouped_path(kind_name(kind), a, a_scale, b, b_scale, info,
+                                                  optional_tensor(out), optional_int(expected_m));
+  return result.cast<at::Tensor>();
 }
 
 void raise_launch_error(const std::string& message) {

@@ -1,7 +1,7 @@
 // Calls from the native path into Python (deep_tile/native/bridge.py), each under the GIL:
-// plan creation on the first call of a problem, the Python path for every call the native path
-// does not take (bad arguments included, so errors keep Python's types and messages), the SM
-// limit, and deep_tile.errors.LaunchError for driver failures.
+// plan creation on the first call of a problem (dense or grouped), the Python path for every
+// call the native path does not take (bad arguments included, so errors keep Python's types and
+// messages), the SM limit, and deep_tile.errors.LaunchError for driver failures.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -34,6 +34,15 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
 // deep_tile.launch.run: the Python path. Returns the output tensor.
 at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                        const std::optional<at::Tensor>& out);
+
+// The grouped kinds' twins (bridge.plan_grouped, bridge.python_grouped_path: deep_tile.launch.run_grouped):
+// `info` is m_indices, masked_m or offsets; `expected_m` the masked kind's hint (None otherwise).
+PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                          const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
+                          std::optional<int64_t> expected_m, int64_t sms_limit);
+at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                               const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
+                               std::optional<int64_t> expected_m);
 
 // Raises deep_tile.errors.LaunchError(message) as the pending Python exception and throws it.
 [[noreturn]] void raise_launch_error(const std::string& message);

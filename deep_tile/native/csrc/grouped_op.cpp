@@ -1,0 +1,206 @@
+#include "grouped_op.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "checks.h"
+#include "launch.h"
+#include "layouts.h"
+#include "python_bridge.h"
+
+namespace deep_tile_native {
+namespace {
+
+// One call's arguments.
+struct Call {
+  Kind kind;
+  const at::Tensor& a;
+  const at::Tensor& a_scale;
+  const at::Tensor& b;
+  const at::Tensor& b_scale;
+  const at::Tensor& info;
+  std::optional<int64_t> expected_m;
+  const std::optional<at::Tensor>& out;
+};
+
+// The native twin of deep_tile.problem.Problem for a grouped call, with the a_scale layout.
+struct Problem {
+  int64_t m = 0, n = 0, k = 0, num_groups = 1, expected_m = 0;
+  int64_t rows = 0, k_blocks = 0;  // Problem.rows, Problem.k_blocks
+  AScaleLayout a_scale_layout = AScaleLayout::kCopy;
+};
+
+bool is_masked(Kind kind) { return kind == Kind::kGroupedMasked; }
+bool has_table(Kind kind) { return kind == Kind::kGroupedMasked || kind == Kind::kGroupedOffsets; }
+
+// Every condition of deep_tile.checks.check_grouped_args but the devices (device_reason) and the
+// GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
+const char* check_arguments(const Call& c, Problem* p) {
+  for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale, &c.info}) {
+    if (!t->defined()) return "undefined";
+  }
+  const std::optional<at::Tensor>& out = c.out;
+  if (out.has_value() && !out->defined()) return "undefined";
+  if (c.a.scalar_type() != at::kFloat8_e4m3fn || c.b.scalar_type() != at::kFloat8_e4m3fn ||
+      c.a_scale.scalar_type() != at::kFloat || c.b_scale.scalar_type() != at::kFloat ||
+      c.info.scalar_type() != at::kInt || (out.has_value() && out->scalar_type() != at::kBFloat16)) {
+    return "dtype";
+  }
+  const bool masked = is_masked(c.kind);
+  const int64_t dims = masked ? 3 : 2;  // a, a_scale and out; b and b_scale are always 3-D
+  if (c.a.dim() != dims || c.a_scale.dim() != dims || c.b.dim() != 3 || c.b_scale.dim() != 3 || c.info.dim() != 1 ||
+      (out.has_value() && out->dim() != dims)) {
+    return "shape";
+  }
+  const int64_t groups = c.b.size(0), n = c.b.size(1), k = c.b.size(2);
+  if (groups < 1) return "shape";
+  if (has_table(c.kind) && groups > kMaxTableGroups) return "groups";
+  if (masked && c.a.size(0) != groups) return "shape";
+  const int64_t m = masked ? c.a.size(1) : c.a.size(0);
+  if (c.a.size(-1) != k || !n_k_ok(n, k)) return "shape";
+  const int64_t k_blocks = ceil_div(k, kScaleGroup);
+  // (groups, m, last) for the masked kind, else (m, last)
+  auto rows_then = [&](const at::Tensor& t, int64_t last) {
+    return masked ? t.size(0) == groups && t.size(1) == m && t.size(2) == last : t.size(0) == m && t.size(1) == last;
+  };
+  if (!rows_then(c.a_scale, k_blocks)) return "shape";
+  if (c.b_scale.size(0) != groups || c.b_scale.size(1) != ceil_div(n, kScaleGroup) || c.b_scale.size(2) != k_blocks) {
+    return "shape";
+  }
+  const int64_t info_size = c.kind == Kind::kGroupedContiguous ? m : groups + (c.kind == Kind::kGroupedOffsets);
+  if (c.info.size(0) != info_size) return "shape";
+  if (out.has_value() && !rows_then(*out, n)) return "shape";
+  if (const char* why = layout_reason(c.a, 16)) return why;
+  if (const char* why = layout_reason(c.b, 16)) return why;
+  if (out.has_value()) {
+    if (const char* why = layout_reason(*out, 8)) return why;
+  }
+  if (c.info.numel() > 1 && c.info.stride(0) != 1) return "layout";
+  if (masked && (!c.expected_m.has_value() || *c.expected_m < 0)) return "hint";
+  p->m = m;
+  p->n = n;
+  p->k = k;
+  p->num_groups = groups;
+  // Problem's expected_m: the masked kind's hint clamped into [1, max_m] (checks._masked_expected_m),
+  // else the rows per group rounded up (Problem.__init__); tests/test_native.py compares the keys.
+  p->expected_m = masked ? (m > 0 ? std::max<int64_t>(1, std::min(*c.expected_m, m)) : 1) : ceil_div(m, groups);
+  p->rows = masked ? groups * m : m;
+  p->k_blocks = k_blocks;
+  p->a_scale_layout = grouped_a_scale_layout(c.kind, c.a_scale);
+  return nullptr;
+}
+
+// check_arguments, then what the native path needs besides: one CUDA device, rows to compute.
+const char* inspect(const Call& c, Problem* p) {
+  if (const char* why = check_arguments(c, p)) return why;
+  if (const char* why = device_reason(c.a, {&c.a_scale, &c.b, &c.b_scale, &c.info}, c.out)) return why;
+  if (p->rows == 0) return "empty";
+  return nullptr;
+}
+
+// The kernel's operands but group_info (GROUPED_OPERANDS), as deep_tile.launch.grouped_operands
+// makes them: 2-D views of a, out and b, b_scale contiguous, a_scale as the kernel reads it.
+struct Views {
+  at::Tensor a, a_scale, b, b_scale, out;
+};
+
+Views views_of(const Call& c, const Problem& p, const at::Tensor& out) {
+  Views v;
+  v.a = c.a.as_strided({p.rows, p.k}, {c.a.stride(-2), 1});
+  v.out = out.as_strided({p.rows, p.n}, {out.stride(-2), 1});
+  v.b = c.b.as_strided({p.num_groups * p.n, p.k}, {c.b.stride(1), 1});
+  v.b_scale = c.b_scale.is_contiguous() ? c.b_scale : c.b_scale.contiguous();
+  at::Tensor scale = c.a_scale;
+  if (p.a_scale_layout == AScaleLayout::kCopy) {
+    scale = tma_aligned_copy(scale);
+    count_a_scale_copy();
+  } else if (p.a_scale_layout == AScaleLayout::kRowMajorCopy) {
+    scale = row_major_copy(scale);
+    count_a_scale_copy();
+  }
+  if (is_masked(c.kind)) {
+    // Row-major: [G * max_m, K blocks]; column-major per group: [G * K blocks, max_m], a row of
+    // max_m floats per (group, K block) (deep_tile.kernels.fp8_gemm.a_scale_masked_columns).
+    scale = reads_row_major(p.a_scale_layout) ? scale.view({p.rows, p.k_blocks})
+                                              : scale.as_strided({p.num_groups * p.k_blocks, p.m}, {align4(p.m), 1});
+  }
+  v.a_scale = scale;
+  return v;
+}
+
+}  // namespace
+
+Kind grouped_kind(const std::string& name) {
+  for (int i = 0; i < kNumKinds; ++i) {
+    if (name == kKindNames[i] && static_cast<Kind>(i) != Kind::kDense) return static_cast<Kind>(i);
+  }
+  throw std::invalid_argument("deep_tile native: not a grouped problem kind: '" + name + "'");
+}
+
+at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                              const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
+                              const std::optional<at::Tensor>& out) {
+  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out};
+  Problem p;
+  if (inspect(c, &p) != nullptr) {
+    count_python_call();
+    return python_grouped_path(kind, a, a_scale, b, b_scale, info, out, expected_m);
+  }
+  c10::DeviceGuard device_guard(a.device());
+  const int64_t limit = sms_limit();
+  PlanKey key;
+  key.device = a.device().index();
+  key.kind = kind;
+  key.m = p.m;
+  key.n = p.n;
+  key.k = p.k;
+  key.num_groups = p.num_groups;
+  key.expected_m = p.expected_m;
+  key.sms_limit = limit;
+  key.a_scale_row_major = reads_row_major(p.a_scale_layout);
+  PlanPtr plan = cached_plan(key, [&] {
+    return make_grouped_plan(kind, a, a_scale, b, b_scale, info, out, expected_m, limit);
+  });
+  at::Tensor result;
+  if (out.has_value()) {
+    result = *out;
+  } else {
+    std::vector<int64_t> sizes(a.sizes().begin(), a.sizes().end());
+    sizes.back() = p.n;
+    result = at::empty(sizes, a.options().dtype(at::kBFloat16));
+  }
+  const Views v = views_of(c, p, result);
+  launch_plan(*plan, Operands{{&v.a, &v.a_scale, &v.b, &v.b_scale, &v.out, &info}, 6});
+  count_native_call();
+  return result;
+}
+
+const char* grouped_fast_check_reason(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                                      const at::Tensor& b_scale, const at::Tensor& info,
+                                      std::optional<int64_t> expected_m, const std::optional<at::Tensor>& out,
+                                      bool check_device) {
+  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out};
+  Problem p;
+  const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);
+  if (why == nullptr && !check_device && p.rows == 0) why = "empty";
+  return why == nullptr ? "" : why;
+}
+
+std::tuple<ProblemKeyTuple, std::vector<at::Tensor>> grouped_operands(
+    Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+    const at::Tensor& info, std::optional<int64_t> expected_m, const at::Tensor& out) {
+  const std::optional<at::Tensor> out_arg = out;
+  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out_arg};
+  Problem p;
+  const char* why = check_arguments(c, &p);
+  if (why == nullptr && p.rows == 0) why = "empty";
+  if (why != nullptr) throw std::invalid_argument(std::string("deep_tile native: the fast check refuses: ") + why);
+  const Views v = views_of(c, p, out);
+  ProblemKeyTuple key{kind_name(kind), p.m, p.n, p.k, p.num_groups, p.expected_m, reads_row_major(p.a_scale_layout)};
+  return {key, {v.a, v.a_scale, v.b, v.b_scale, v.out, info}};
+}
+
+}  // namespace deep_tile_native
