@@ -19,7 +19,9 @@ of one kernel; the selector picks its tiles from ``M`` (contiguous, offsets) or 
 (masked). Rows that belong to no expert (padding, past ``masked_m``, outside the offsets) are
 never written: when ``out`` is allocated by the call they hold whatever the allocator gave.
 Each function is a torch custom op (``torch.ops.deep_tile.m_grouped_fp8_gemm_*``, with ``_out``
-variants) with a fake implementation, so torch.compile traces it without a graph break.
+variants) with a fake implementation, so torch.compile traces it without a graph break; like
+:func:`deep_tile.fp8_gemm` it runs on the native host path once that is built
+(:mod:`deep_tile.native`), else on the Python one, with the same kernels, results and errors.
 """
 from __future__ import annotations
 
