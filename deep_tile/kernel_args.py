@@ -14,14 +14,14 @@ Operands are numbered by their index in the family contract's ``OPERANDS`` (the 
 in its argument order; at most :data:`MAX_OPERANDS`). The Python
 host path packs specs with :func:`pack` (:mod:`deep_tile.launch`); the native path receives them
 as int tuples (:func:`encode`) and fills the same parameters in C++ (``fill_params`` in
-deep_tile/native/csrc/gemm_op.cpp, whose ``SpecKind`` values are :data:`SPEC_KINDS`, checked
-against this module by tests/test_native.py). So a kernel fact (dims, boxes, argument order) is
+deep_tile/native/csrc/launch.cpp; the ``SpecKind`` values of csrc/gemm_plan.h are
+:data:`SPEC_KINDS`, checked against this module by tests/test_native.py). So a kernel fact (dims, boxes, argument order) is
 written once, here and in the family's contract, and neither host path has its own copy.
 
 The row pitch of a tensor map is ``stride(outer) * element bytes``, or, when the operand has one
 row (``size(outer) == 1``, where the stride means nothing), the inner extent rounded up to 16
 bytes (TMA wants a multiple of 16 even where it never steps): :meth:`TensorMap.value`, and
-``row_pitch_bytes`` in csrc/gemm_op.cpp.
+``row_pitch_bytes`` in csrc/launch.cpp.
 
 Pure Python: no torch, no CUDA.
 """

@@ -49,7 +49,7 @@ def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
 
 def is_tma_aligned(a_scale: torch.Tensor) -> bool:
     """Whether `a_scale` is already in the TMA-aligned column-major layout (the native path's
-    ``a_scale_layout`` in deep_tile/native/csrc/gemm_op.cpp is the same rule, tested so)."""
+    ``a_scale_layout`` in deep_tile/native/csrc/layouts.cpp is the same rule, tested so)."""
     m, k_blocks = a_scale.shape
     if m == 0 or k_blocks == 0:
         return True
