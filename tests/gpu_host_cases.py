@@ -94,6 +94,20 @@ def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
             "full_equals_python": _same(full, full_python) and _same(full_again, full_python)}
 
 
+def _raised(calls) -> dict:
+    """name -> ``"none"`` or the ``TypeError`` / ``ValueError`` each ``(name, call)`` raised (then
+    the device is synchronised, so an error of a launch shows here)."""
+    raised = {}
+    for name, call in calls:
+        try:
+            call()
+            raised[name] = "none"
+        except (TypeError, ValueError) as exc:
+            raised[name] = f"{type(exc).__name__}: {exc}"
+    torch.cuda.synchronize()
+    return raised
+
+
 def errors_match(case: str) -> dict:
     """A bad CUDA argument raises the same type and message on both paths, before writing out."""
     extension = _native()
@@ -108,16 +122,9 @@ def errors_match(case: str) -> dict:
         a_scale = a_scale[:, :1]
     elif case == "out_dtype":
         out = out.float()
-    raised = {}
-    for name, call in (("python", lambda: run(a, a_scale, b, b_scale, out)),
-                       ("op", lambda: torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, out)),
-                       ("direct", lambda: extension.fp8_gemm(a, a_scale, b, b_scale, out))):
-        try:
-            call()
-            raised[name] = "none"
-        except (TypeError, ValueError) as exc:
-            raised[name] = f"{type(exc).__name__}: {exc}"
-    torch.cuda.synchronize()
+    raised = _raised((("python", lambda: run(a, a_scale, b, b_scale, out)),
+                      ("op", lambda: torch.ops.deep_tile.fp8_gemm_out(a, a_scale, b, b_scale, out)),
+                      ("direct", lambda: extension.fp8_gemm(a, a_scale, b, b_scale, out))))
     untouched = bool(torch.isnan(out.float()).all().item()) if out.dtype != torch.float32 else True
     return {"case": case, "raised": raised, "out_untouched": untouched}
 
@@ -426,17 +433,10 @@ def grouped_errors_match(kind: str, case: str) -> dict:
         args[4] = args[4][:-1]
     out = _grouped_poisoned(args, 256)
     a, a_scale, b, b_scale, info, expected_m = args
-    raised = {}
-    for name, call in (("python", lambda: run_grouped(ProblemKind(f"grouped_{kind}"), a, a_scale, b, b_scale, info,
-                                                      out, expected_m)),
-                       ("op", lambda: _grouped_op(kind, tuple(args), out)),
-                       ("direct", lambda: extension.m_grouped_fp8_gemm(f"grouped_{kind}", *args[:5], expected_m, out))):
-        try:
-            call()
-            raised[name] = "none"
-        except (TypeError, ValueError) as exc:
-            raised[name] = f"{type(exc).__name__}: {exc}"
-    torch.cuda.synchronize()
+    raised = _raised((("python", lambda: run_grouped(ProblemKind(f"grouped_{kind}"), a, a_scale, b, b_scale, info,
+                                                     out, expected_m)),
+                      ("op", lambda: _grouped_op(kind, tuple(args), out)),
+                      ("direct", lambda: extension.m_grouped_fp8_gemm(f"grouped_{kind}", *args[:5], expected_m, out))))
     return {"kind": kind, "case": case, "raised": raised, "out_untouched": bool(torch.isnan(out.float()).all().item())}
 
 
