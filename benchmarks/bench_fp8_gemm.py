@@ -133,8 +133,9 @@ def library_fns(a, a_scale, b, b_scale, out, use_deepgemm: bool) -> dict:
     return fns
 
 
-def _runnable(fns: dict) -> dict:
-    """The callables of ``fns`` that run once without raising (others are replaced by the error)."""
+def runnable(fns: dict) -> dict:
+    """The callables of ``fns`` that run once without raising (compiles, checks each runs); the
+    others are replaced in ``fns`` by their error text (bench_grouped.py uses it too)."""
     ok = {}
     for name, fn in list(fns.items()):
         if not callable(fn):
@@ -161,19 +162,19 @@ def run_shape(m, n, k, args) -> dict:
         row["status"] = "FAIL"
     del ref
     fns = library_fns(a, a_scale, b, b_scale, out, not args.no_deepgemm)
-    runnable = _runnable(fns)
+    ran = runnable(fns)
     for name, fn in fns.items():
         if not callable(fn):
             row[f"{name}_error"] = fn
     flops, nbytes = 2.0 * m * n * k, min_bytes(Problem(m, n, k))
     if args.sustained:
-        for name, fn in runnable.items():
+        for name, fn in ran.items():
             s = sustained(fn, args.seconds)
             tflops = flops / s["us"] / 1e6
             row[name] = {"us": s["us"], "tflops": tflops, "mhz": s["mhz"], "watts": s["watts"],
                          "tflops_per_ghz": tflops / (s["mhz"] / 1e3)}
         return row
-    times = bench_round_robin(runnable, warmup=args.warmup, iters=args.iters,
+    times = bench_round_robin(ran, warmup=args.warmup, iters=args.iters,
                               shuffle_seed=args.seed if args.order == "shuffled" else None)
     for name, us in times.items():
         row[name] = {"us": us, "tflops": flops / us / 1e6, "gbps": nbytes / us / 1e3}

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import deep_tile  # noqa: E402
-from bench_fp8_gemm import deepgemm_version, environment, environment_text  # noqa: E402
+from bench_fp8_gemm import deepgemm_version, environment, environment_text, runnable  # noqa: E402
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div  # noqa: E402
 from deep_tile.quant import per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
@@ -291,22 +291,6 @@ def library_fns(shape: Shape, problem: dict, args) -> tuple:
     return fns, outs, untouched
 
 
-def _run_once(fns: dict) -> dict:
-    """Call each callable once (compiles, checks it runs); returns the runnable ones and replaces the
-    others in ``fns`` by their error text."""
-    ok = {}
-    for name, fn in list(fns.items()):
-        if not callable(fn):
-            continue
-        try:
-            fn()
-            torch.cuda.synchronize()
-            ok[name] = fn
-        except Exception as e:  # noqa: BLE001 -- e.g. a shape DeepGEMM refuses
-            fns[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"
-    return ok
-
-
 # --------------------------------------------------------------------------------------------------
 # Check, cost, one shape
 # --------------------------------------------------------------------------------------------------
@@ -383,7 +367,7 @@ def run_shape(shape: Shape, args, alignment: int) -> dict:
     fns, outs, untouched = library_fns(shape, problem, args)
     if "loop_graph_error" in fns:
         row["loop_graph_error"] = fns.pop("loop_graph_error")
-    ran = _run_once(fns)
+    ran = runnable(fns)
     for name, fn in fns.items():
         if not callable(fn):
             row[f"{name}_error"] = fn

@@ -110,7 +110,7 @@ def _format_shape(shape) -> str:
     """``M,N,K``, or a grouped problem as ``--grouped`` spells it."""
     if isinstance(shape, tuple):
         return ",".join(str(v) for v in shape)
-    kind = shape.kind.value.split("_")[1]
+    kind = shape.kind.short_name
     hint = f",{shape.expected_m}" if kind == "masked" else ""
     return f"{kind},{shape.num_groups},{shape.m},{shape.n},{shape.k}{hint}"
 
@@ -172,6 +172,8 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser with one subparser per command; ``prog`` defaults to :func:`prog_name`."""
+    from deep_tile.checks import PROBLEM_KIND_NAMES
+
     parser = argparse.ArgumentParser(prog=prog or prog_name(),
                                      description="deep_tile: FP8 GEMM kernels for Hopper.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -184,7 +186,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
                                          "(as fp8_gemm requires).")
     explain.add_argument("shape", type=parse_shape, metavar="M,N,K", help="problem shape, e.g. 4096,7168,2048")
     explain.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
-    explain.add_argument("--kind", choices=("dense", "contiguous", "masked", "offsets"), default="dense",
+    explain.add_argument("--kind", choices=tuple(PROBLEM_KIND_NAMES), default="dense",
                          help="a grouped (Mixture-of-Experts) GEMM's kind; M is then the rows of A (masked: max_m)")
     explain.add_argument("--groups", type=parse_int, default=1, metavar="G", help="experts of a grouped GEMM")
     explain.add_argument("--expected-m", type=parse_int, default=None, metavar="E",

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deep_tile.common import SCALE_GROUP, ceil_div, check_int
-from deep_tile.problem import Problem
+from deep_tile.problem import Problem, ProblemKind
 
 if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are checked
     import torch
@@ -258,9 +258,8 @@ the messages of :func:`check_grouped_args`."""
 
 _INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", "grouped_offsets": "offsets"}
 
-PROBLEM_KIND_NAMES = {"dense": "dense", "contiguous": "grouped_contiguous", "masked": "grouped_masked",
-                      "offsets": "grouped_offsets"}
-"""The names :func:`check_problem_kind` takes for each :class:`deep_tile.problem.ProblemKind` (by value)."""
+PROBLEM_KIND_NAMES = {kind.short_name: kind for kind in ProblemKind}
+"""The names :func:`check_problem_kind` takes: :attr:`deep_tile.problem.ProblemKind.short_name` -> kind."""
 
 
 def check_problem_kind(func: str, kind):
@@ -270,12 +269,10 @@ def check_problem_kind(func: str, kind):
     Raises:
         ValueError: any other value (the message lists the names).
     """
-    from deep_tile.problem import ProblemKind
-
     if isinstance(kind, ProblemKind):
         return kind
     if isinstance(kind, str) and kind in PROBLEM_KIND_NAMES:
-        return ProblemKind(PROBLEM_KIND_NAMES[kind])
+        return PROBLEM_KIND_NAMES[kind]
     raise ValueError(f"{func}: kind must be one of {', '.join(map(repr, PROBLEM_KIND_NAMES))}; got {kind!r}")
 
 
@@ -321,12 +318,10 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
         raise ValueError(f"{func}: kind must be a grouped kind ('contiguous', 'masked' or 'offsets'); got {kind.value!r}")
     m, n, k = check_problem_shape(func, m, n, k)
     num_groups = _check_group_count(func, kind, num_groups, "num_groups")
-    from deep_tile.problem import ProblemKind
-
     if kind is ProblemKind.GROUPED_MASKED:
         expected = _masked_expected_m(func, m if expected_m is None else expected_m, m)
     elif expected_m is not None:
-        raise ValueError(f"{func}: expected_m is the masked kind's hint; the {kind.value.split('_')[1]} kind "
+        raise ValueError(f"{func}: expected_m is the masked kind's hint; the {kind.short_name} kind "
                          f"derives it from m and num_groups (got expected_m={expected_m!r})")
     else:
         expected = None
@@ -353,8 +348,6 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     the argument, before anything is allocated or written.
     """
     import torch
-
-    from deep_tile.problem import ProblemKind
 
     fn, info_name = GROUPED_FUNCTIONS[kind.value], _INFO_NAMES[kind.value]
     masked = kind is ProblemKind.GROUPED_MASKED

@@ -38,6 +38,12 @@ class ProblemKind(enum.Enum):
     alignment), ``b[num_groups, n, k]``."""
 
     @property
+    def short_name(self) -> str:
+        """The kind's name in arguments and labels: ``"dense"``, ``"contiguous"``, ``"masked"``,
+        ``"offsets"`` (what ``kind=`` of :func:`deep_tile.explain` and the command line take)."""
+        return self.value.rsplit("_", 1)[-1]
+
+    @property
     def grouped(self) -> bool:
         """Whether the problem stacks one weight matrix per group (expert)."""
         return self is not ProblemKind.DENSE

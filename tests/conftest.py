@@ -98,6 +98,24 @@ def compiler_params() -> list:
     ]
 
 
+DIFF_TOL, REL_TOL = 1e-3, 1e-2
+"""The GPU tests' accuracy bar against the float64 reference: calc_diff below DIFF_TOL, the largest
+relative error below REL_TOL."""
+
+
+def accuracy_problems(metrics: dict, label: str = "", nan_what: str = "NaN") -> list:
+    """What fails the accuracy bar in ``metrics`` (``nan``: NaN count, ``diff``: calc_diff,
+    ``rel``: max relative error), each phrase prefixed by ``label``."""
+    problems = []
+    if metrics["nan"]:
+        problems.append(f"{label}{metrics['nan']} {nan_what}")
+    if not metrics["diff"] < DIFF_TOL:
+        problems.append(f"{label}calc_diff {metrics['diff']:.2e}")
+    if not metrics["rel"] < REL_TOL:
+        problems.append(f"{label}max rel err {metrics['rel']:.2e}")
+    return problems
+
+
 def run_python(code: str, timeout: float = 120.0, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -c code`` in a fresh interpreter (from the repository root, output captured): for
     checks of what an import loads or starts, which an already-warm test process cannot show."""

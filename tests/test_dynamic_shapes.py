@@ -16,7 +16,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from deep_tile import ops  # noqa: F401 (registers torch.ops.deep_tile)
 from deep_tile.checks import check_fp8_gemm_args
 from deep_tile.common import SCALE_GROUP, align4, ceil_div
-from conftest import run_host_cases
+from conftest import DIFF_TOL, REL_TOL, run_host_cases
 
 # The weight's shape (a graph is specialised to it). No size here equals the first M of a test:
 # Dynamo's duck sizing gives equal sizes of a first call one symbol, and the check of the weight's
@@ -258,9 +258,6 @@ def test_symbolic_cast_errors_keep_their_messages():
 
 
 # ---- GPU: the compiled GEMM over several M -------------------------------------------------------
-
-DIFF_TOL, REL_TOL = 1e-3, 1e-2  # as tests/test_fp8_gemm.py
-
 
 @pytest.mark.gpu
 def test_compiled_gemm_with_dynamic_m_on_gpu():

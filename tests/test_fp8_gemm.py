@@ -11,24 +11,16 @@ import itertools
 
 import pytest
 
-from conftest import run_gpu_cases
+from conftest import DIFF_TOL, REL_TOL, accuracy_problems, run_gpu_cases
 from deep_tile.testing.shapes import EDGE_K, EDGE_M, EDGE_N, MODEL_SHAPES
 
 pytestmark = pytest.mark.gpu
-
-DIFF_TOL, REL_TOL = 1e-3, 1e-2
 
 
 def _failures(results: list[dict]) -> list[str]:
     bad = []
     for r in results:
-        problems = []
-        if r["nan"]:
-            problems.append(f"{r['nan']} NaN (unwritten or non-finite)")
-        if not r["diff"] < DIFF_TOL:
-            problems.append(f"calc_diff {r['diff']:.2e}")
-        if not r["rel"] < REL_TOL:
-            problems.append(f"max rel err {r['rel']:.2e}")
+        problems = accuracy_problems(r, nan_what="NaN (unwritten or non-finite)")
         if not r.get("bitwise_repeat", True):
             problems.append("repeat not bitwise identical")
         if not r.get("padding_untouched", True):

@@ -13,11 +13,9 @@ import random
 
 import pytest
 
-from conftest import run_gpu_cases
+from conftest import accuracy_problems, run_gpu_cases
 
 pytestmark = pytest.mark.gpu
-
-DIFF_TOL, REL_TOL = 1e-3, 1e-2
 
 
 def _failures(results: list) -> list:
@@ -27,12 +25,7 @@ def _failures(results: list) -> list:
         for label, part in (("", r), ("graph replay: ", r.get("graph"))):
             if part is None:
                 continue
-            if part["nan"]:
-                problems.append(f"{label}{part['nan']} NaN in computed rows")
-            if not part["diff"] < DIFF_TOL:
-                problems.append(f"{label}calc_diff {part['diff']:.2e}")
-            if not part["rel"] < REL_TOL:
-                problems.append(f"{label}max rel err {part['rel']:.2e}")
+            problems += accuracy_problems(part, label, nan_what="NaN in computed rows")
             if not part["untouched"]:
                 problems.append(f"{label}wrote rows of no expert")
         if not r["bitwise_repeat"]:

@@ -188,8 +188,7 @@ def family_id(fam: tuple) -> str:
 
 def gemm_symbol(fam: tuple) -> str:
     """The kernel symbol of a family (dense or grouped, by its DT_PROBLEM_KIND)."""
-    code = dict(fam)["DT_PROBLEM_KIND"]
-    return fp8_gemm.symbol(next(k for k, c in fp8_gemm.PROBLEM_KIND_CODES.items() if c == code))
+    return fp8_gemm.symbol(fp8_gemm.kind_of_code(dict(fam)["DT_PROBLEM_KIND"]))
 
 
 def gemm_job(name: str, fam: tuple) -> BuildJob:

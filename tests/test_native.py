@@ -23,7 +23,7 @@ from deep_tile.launch import run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
 from deep_tile.native.build import lock_path
-from conftest import run_host_cases, run_python
+from conftest import DIFF_TOL, run_host_cases, run_python
 from test_ops import bad_cases, check_message, operands
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -827,7 +827,7 @@ def test_native_path_equals_python_path_bitwise():
         # bytes (K = 7168, 2048: 56, 16 groups); with 3 groups (K = 272) it is copied per call.
         copied = r["layout"] == "row" and r["k"] == 272
         assert r["a_scale_copies"] == (7 if copied else 0), r
-        assert r["nan"] == 0 and r["diff"] < 1e-3, r
+        assert r["nan"] == 0 and r["diff"] < DIFF_TOL, r
 
 
 # (whether the native path copies a_scale on each call, case of gpu_host_cases.grouped_native_vs_python)
@@ -850,7 +850,7 @@ def test_grouped_native_path_equals_python_path_bitwise():
     results = run_host_cases("grouped_native_vs_python", [case for _, case in GROUPED_GPU_CASES])
     for (copies, _), r in zip(GROUPED_GPU_CASES, results):
         assert r["native_equals_python"] and r["repeat_bitwise"], r
-        assert r["rows"] > 0 and r["nan"] == 0 and r["diff"] < 1e-3, r
+        assert r["rows"] > 0 and r["nan"] == 0 and r["diff"] < DIFF_TOL, r
         assert r["untouched"], r  # the rows of no expert are still NaN
         assert r["native_calls"] == r["calls"] and r["python_calls"] == 0, r  # every call took the native path
         assert r["a_scale_copies"] == (r["calls"] if copies else 0), r
@@ -864,7 +864,7 @@ def test_grouped_ops_in_cuda_graph_replay_new_counts():
     for r in run_host_cases("grouped_graph_replay", cases):
         assert r["captured_native"] == 2 and r["captured_python"] == 0, r  # captured from the native path
         assert r["out_ok"] and r["new_ok"], r  # the replay equals an eager call on the new counts
-        assert r["rows"] > 0 and r["nan"] == 0 and r["diff"] < 1e-3 and r["untouched"], r
+        assert r["rows"] > 0 and r["nan"] == 0 and r["diff"] < DIFF_TOL and r["untouched"], r
 
 
 @pytest.mark.gpu

@@ -30,7 +30,7 @@ __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
-    "ROW_MAJOR_A_SCALE_KINDS", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
+    "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
@@ -115,6 +115,11 @@ array on the device (``m_indices``, ``masked_m`` or ``offsets``), the number of 
 the masked kind, the rows of each group's slab (max_m)."""
 GROUPED_ARGUMENT_KINDS = ARGUMENT_KINDS + ("ptr", "i32", "i32")
 """The kind of each of :data:`GROUPED_ARGUMENTS`."""
+
+
+def kind_of_code(code: int) -> ProblemKind:
+    """The kind whose ``DT_PROBLEM_KIND`` is ``code`` (:data:`PROBLEM_KIND_CODES` read backwards)."""
+    return next(kind for kind, c in PROBLEM_KIND_CODES.items() if c == code)
 
 
 def symbol(kind: ProblemKind) -> str:

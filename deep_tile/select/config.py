@@ -78,7 +78,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     if k_unroll != 3:
         text += f" u{k_unroll}"
     if problem_kind.grouped:
-        text += " " + problem_kind.value.split("_")[1]
+        text += " " + problem_kind.short_name
     return text
 
 

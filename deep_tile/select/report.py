@@ -131,7 +131,7 @@ def _problem_line(problem) -> str:
     if not problem.kind.grouped:
         return f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}"
     g, e = problem.num_groups, problem.expected_m
-    kind = problem.kind.value.split("_")[1]
+    kind = problem.kind.short_name
     rows = {"contiguous": f"A[M={m}, K] with m_indices[M] (runs of 128-aligned rows per expert, -1 padding)",
             "masked": f"A[G, max_m={m}, K] with masked_m[G] real rows per expert, expected {e}",
             "offsets": f"A[M={m}, K] with offsets[G + 1] (unpadded runs of rows per expert)"}[kind]

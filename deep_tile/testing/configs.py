@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from deep_tile import arch
 from deep_tile.common import ceil_div
+from deep_tile.kernels.fp8_gemm import kind_of_code
 from deep_tile.select.candidates import kernel_shape, max_stages
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import grid_size
@@ -99,7 +100,7 @@ def defines_label(defines: dict) -> str:
         text += "ef"
     if d.get("DT_K_UNROLL", 3) != 3:
         text += f"u{d['DT_K_UNROLL']}"
-    kind = d.get("DT_PROBLEM_KIND", 0)
-    if kind:
-        text += ("", "contiguous", "masked", "offsets")[kind]
+    code = d.get("DT_PROBLEM_KIND", 0)
+    if code:
+        text += kind_of_code(code).short_name
     return text
