@@ -32,6 +32,8 @@ export DG_JIT_CACHE_DIR=${DG_JIT_CACHE_DIR:-/tmp/dg_cache}
 OUT=${OUT:-/tmp/dt_out}; mkdir -p "$OUT"
 SWEEP_LARGE=${SWEEP_LARGE:-auto,128x192:mcA,128x192:mcB,256x64:mcB,128x128:b1,128x128:b2,128x128:mcA,256x128,256x128:mcA,256x128:mcB,128x256:mcA,128x256:mcB,128x256,256x64:b1,256x64:b2,256x64:mcA,128x192,128x160,256x112:mcA}
 SWEEP_SMALL=${SWEEP_SMALL:-auto,64x16:b1,64x16:b2,64x32:b2,64x64:b2,64x128:b2,128x128:b2,64x32:b2:k4,64x64:b2:k2,64x64:b2:k4,64x64:b2:k8,64x128:b2:k4,64x128:b2:k8,128x64:b2:k4,128x128:b2:k4}
+NCU_SPECS=${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}  # ncu-warm / ncu-cmp
+NCU_SHAPE=${NCU_SHAPE:-4096 7168 16384}
 dg_env() {  # use DeepGEMM latest when its build finished
   if [ -f /tmp/deepgemm-latest/deep_gemm/.built ]; then
     export PYTHONPATH=$PWD:/tmp/deepgemm-latest LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6
@@ -91,16 +93,16 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
         grep -E "Duration|SM Frequency|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" "$OUT/ncu_$name.txt" | head -24 | sed "s/^/[$spec] /"
       done ;;
     ncu-warm)  # run every ncu-cmp spec once, in parallel, outside ncu: compiles the kernels (JIT caches)
-      ( dg_env; for spec in ${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}; do
-          timeout 240 python3 tools/profile_one.py ${NCU_SHAPE:-4096 7168 16384} $spec > "$OUT/ncuwarm_${NCU_TAG:-}$(echo $spec | tr ':' '_').log" 2>&1 &
+      ( dg_env; for spec in $NCU_SPECS; do
+          timeout 240 python3 tools/profile_one.py $NCU_SHAPE $spec > "$OUT/ncuwarm_${NCU_TAG:-}$(echo $spec | tr ':' '_').log" 2>&1 &
         done; wait )
       tail -qn1 "$OUT"/ncuwarm_*.log ;;
     ncu-cmp)  # deep_tile configs beside DeepGEMM at one shape, clocks locked to base (per-clock comparison)
-      for spec in ${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}; do
+      for spec in $NCU_SPECS; do
         name=${NCU_TAG:-}$(echo $spec | tr ':' '_')
         ( dg_env; timeout 240 ncu --clock-control base --set full --import-source no \
           -k regex:"deep_tile_fp8_gemm|sm90_fp8_gemm_1d2d" -s 2 -c 1 -o "/tmp/ncucmp_$name" -f \
-          python3 tools/profile_one.py ${NCU_SHAPE:-4096 7168 16384} $spec > "$OUT/ncucmp_$name.log" 2>&1 )
+          python3 tools/profile_one.py $NCU_SHAPE $spec > "$OUT/ncucmp_$name.log" 2>&1 )
         ncu -i "/tmp/ncucmp_$name.ncu-rep" --page details --print-details all > "$OUT/ncucmp_details_$name.txt" 2>&1
         ncu -i "/tmp/ncucmp_$name.ncu-rep" --page raw --csv > "$OUT/ncucmp_raw_$name.csv" 2>&1
         ncu -i "/tmp/ncucmp_$name.ncu-rep" --page source --csv --print-source sass > "$OUT/ncucmp_sass_$name.csv" 2>&1

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 from deep_tile.launch import run, run_grouped  # noqa: E402
-from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.checks import check_problem_kind  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 
@@ -30,7 +30,6 @@ defines = {kv.split("=")[0]: int(kv.split("=")[1]) for a in argv if a.startswith
            for kv in [a.split("=", 1)[1]]}
 argv = [a for a in argv if not a.startswith("--define") and a != "auto"]
 sms = torch.cuda.get_device_properties(0).multi_processor_count
-recipe = {"recipe": (1, 128, 128), "disable_ue8m0_cast": True}
 
 
 def dense_fns():
@@ -47,6 +46,8 @@ def dense_fns():
 
 
 def grouped_fns():
+    import types
+
     import bench_grouped as bg
 
     kind, g, e = grouped[0], int(grouped[1]), int(grouped[2])
@@ -54,29 +55,17 @@ def grouped_fns():
     rest = argv[2:]
     shape = bg.Shape(kind, g, e, n, k)
     problem = bg.make_problem(shape, 0, 128)
-    b, bs = problem["b"], problem["b_scale"]
-    if kind == "masked":
-        lay = problem["masked"]
-        a, sa, info, rows = lay["a"], lay["a_scale"], lay["masked_m"], g * lay["max_m"]
-        out = torch.empty((g, lay["max_m"], n), dtype=torch.bfloat16, device="cuda")
-        pk, expected = ProblemKind.GROUPED_MASKED, e
-    else:
-        lay = problem["offsets" if kind == "offsets" else "padded"]
-        a, sa, info = lay["a"], lay["a_scale"], lay["offsets" if kind == "offsets" else "m_indices"]
-        rows, expected = a.shape[0], None
-        out = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
-        pk = ProblemKind.GROUPED_OFFSETS if kind == "offsets" else ProblemKind.GROUPED_CONTIGUOUS
-    if rest and rest[0] == "deepgemm":
-        import deep_gemm as dg
-
-        if kind == "masked":
-            return (lambda: dg.m_grouped_fp8_gemm_nt_masked((a, sa), (b, bs), out, info, e, **recipe)), "deepgemm"
-        pad = problem["padded"]
-        out = torch.empty((pad["a"].shape[0], n), dtype=torch.bfloat16, device="cuda")
-        return (lambda: dg.m_grouped_fp8_gemm_nt_contiguous((pad["a"], pad["a_scale"]), (b, bs), out,
-                                                            pad["m_indices"], **recipe)), "deepgemm"
+    if rest and rest[0] == "deepgemm":  # the benchmark's own DeepGEMM call on the same data
+        fns, _, _ = bg.library_fns(shape, problem, types.SimpleNamespace(no_deepgemm=False, loop="off"))
+        return (fns["deepgemm"] if callable(fns["deepgemm"]) else None), "deepgemm"
+    lay = problem["masked" if kind == "masked" else "offsets" if kind == "offsets" else "padded"]
+    a, sa, info = lay["a"], lay["a_scale"], lay[{"masked": "masked_m", "offsets": "offsets"}.get(kind, "m_indices")]
+    out = torch.empty(tuple(a.shape[:-1]) + (n,), dtype=torch.bfloat16, device="cuda")
+    rows = out.numel() // n
     cfg = parse_config(rest[0], rows, n, sms) if rest else None
-    return (lambda: run_grouped(pk, a, sa, b, bs, info, out, expected, config=cfg, extra_defines=defines)), \
+    expected = e if kind == "masked" else None
+    return (lambda: run_grouped(check_problem_kind("profile_one", kind), a, sa, b=problem["b"], b_scale=problem["b_scale"],
+                                info=info, out=out, expected_m=expected, config=cfg, extra_defines=defines)), \
         (cfg.label if cfg else "auto")
 
 
