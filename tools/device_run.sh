@@ -20,8 +20,11 @@
 #   host         benchmarks/bench_host.py (CPU us per call, first-call latency)
 #   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
 #   ncu          Nsight Compute on a small-M and a large-M shape
+#   ncu-warm     run each NCU_SPECS at NCU_SHAPE once, in parallel (fills the JIT caches for ncu-cmp)
 #   ncu-cmp      Nsight Compute (full set, base clocks, SASS stall table) on NCU_SPECS (deepgemm and/or
 #                configs, default: DeepGEMM beside 256x128, 256x128:mcA and 128x256) at NCU_SHAPE
+#                (tools/profile_one.py's arguments: "M N K" or "--grouped KIND,G,E N K"); NCU_TAG
+#                prefixes the file names
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
@@ -87,11 +90,16 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
           --section SchedulerStats -k deep_tile_fp8_gemm_sm90 -s 2 -c 1 python3 tools/profile_one.py $spec > "$OUT/ncu_$name.txt" 2>&1
         grep -E "Duration|SM Frequency|Memory Throughput|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issue Slots Busy|No Eligible" "$OUT/ncu_$name.txt" | head -24 | sed "s/^/[$spec] /"
       done ;;
+    ncu-warm)  # run every ncu-cmp spec once, in parallel, outside ncu: compiles the kernels (JIT caches)
+      ( dg_env; for spec in ${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}; do
+          timeout 240 python3 tools/profile_one.py ${NCU_SHAPE:-4096 7168 16384} $spec > "$OUT/ncuwarm_${NCU_TAG:-}$(echo $spec | tr ':' '_').log" 2>&1 &
+        done; wait )
+      tail -qn1 "$OUT"/ncuwarm_*.log ;;
     ncu-cmp)  # deep_tile configs beside DeepGEMM at one shape, clocks locked to base (per-clock comparison)
       for spec in ${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}; do
-        name=$(echo $spec | tr ':' '_')
+        name=${NCU_TAG:-}$(echo $spec | tr ':' '_')
         ( dg_env; timeout 240 ncu --clock-control base --set full --import-source no \
-          -k regex:"deep_tile_fp8_gemm_sm90|sm90_fp8_gemm_1d2d" -s 2 -c 1 -o "/tmp/ncucmp_$name" -f \
+          -k regex:"deep_tile_fp8_gemm|sm90_fp8_gemm_1d2d" -s 2 -c 1 -o "/tmp/ncucmp_$name" -f \
           python3 tools/profile_one.py ${NCU_SHAPE:-4096 7168 16384} $spec > "$OUT/ncucmp_$name.log" 2>&1 )
         ncu -i "/tmp/ncucmp_$name.ncu-rep" --page details --print-details all > "$OUT/ncucmp_details_$name.txt" 2>&1
         ncu -i "/tmp/ncucmp_$name.ncu-rep" --page raw --csv > "$OUT/ncucmp_raw_$name.csv" 2>&1
@@ -107,5 +115,6 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
   esac
 done
 # The device tool returns at most 8 files: everything under $OUT travels in one archive.
-( cd "$OUT" && ls | grep -v '^bundle.tgz$' > /tmp/bundle.list && [ -s /tmp/bundle.list ] && tar czf bundle.tgz -T /tmp/bundle.list && xargs rm -rf < /tmp/bundle.list )
+# Each run of this script adds its own bundle, so several runs in one device call keep all logs.
+( cd "$OUT" && ls | grep -v '^bundle.*\.tgz$' > /tmp/bundle.list && [ -s /tmp/bundle.list ] && tar czf "bundle_$(date +%H%M%S)_$$.tgz" -T /tmp/bundle.list && xargs rm -rf < /tmp/bundle.list )
 echo "== done $(date +%T)"

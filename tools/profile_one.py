@@ -1,39 +1,89 @@
 """Run one fp8_gemm shape a few times (for ncu / compute-sanitizer).
 
-    python tools/profile_one.py 4096 7168 16384 [CONFIG] [--define NAME=VALUE ...]
+    python tools/profile_one.py 4096 7168 16384 [CONFIG] [--define=NAME=VALUE ...]
+    python tools/profile_one.py --grouped masked,6,1024 4096 4096 [CONFIG]
 
 CONFIG is the text form of deep_tile.testing.configs (e.g. ``256x128:mcA``); default: the selector's.
-CONFIG ``deepgemm`` runs DeepGEMM (a baseline, when importable) on the same inputs instead.
+CONFIG ``auto`` is the selector's pick; ``deepgemm`` runs DeepGEMM (a baseline, when importable) on the same inputs instead.
+``--grouped KIND,G,E N K``: a grouped GEMM of benchmarks/bench_grouped.py's problem (KIND contiguous,
+masked or offsets; G experts of about E rows; the same random data as that benchmark, seed 0).
 """
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-from deep_tile.launch import run  # noqa: E402
+from deep_tile.launch import run, run_grouped  # noqa: E402
+from deep_tile.problem import ProblemKind  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 
-m, n, k = (int(x) for x in sys.argv[1:4])
-rest = [a for a in sys.argv[4:] if not a.startswith("--define")]
-defines = {kv.split("=")[0]: int(kv.split("=")[1]) for a in sys.argv[4:] if a.startswith("--define=")
+argv = sys.argv[1:]
+grouped = None
+if argv and argv[0] == "--grouped":
+    grouped, argv = argv[1].split(","), argv[2:]
+defines = {kv.split("=")[0]: int(kv.split("=")[1]) for a in argv if a.startswith("--define=")
            for kv in [a.split("=", 1)[1]]}
-a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=0, a_scale_layout="tma")
+argv = [a for a in argv if not a.startswith("--define") and a != "auto"]
 sms = torch.cuda.get_device_properties(0).multi_processor_count
-out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-if rest and rest[0] == "deepgemm":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    from sweep_configs import baseline_fns  # noqa: E402
+recipe = {"recipe": (1, 128, 128), "disable_ue8m0_cast": True}
 
-    fn, label = baseline_fns(a, sa, b, sb, out).get("deepgemm"), "deepgemm"
-    if fn is None:
-        sys.exit("deep_gemm is not importable")
-else:
+
+def dense_fns():
+    m, n, k = (int(x) for x in argv[:3])
+    rest = argv[3:]
+    a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=0, a_scale_layout="tma")
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    if rest and rest[0] == "deepgemm":
+        from sweep_configs import baseline_fns
+
+        return baseline_fns(a, sa, b, sb, out).get("deepgemm"), "deepgemm"
     cfg = parse_config(rest[0], m, n, sms) if rest else None
-    fn, label = (lambda: run(a, sa, b, sb, out, config=cfg, extra_defines=defines)), (cfg.label if cfg else "auto")
+    return (lambda: run(a, sa, b, sb, out, config=cfg, extra_defines=defines)), (cfg.label if cfg else "auto")
+
+
+def grouped_fns():
+    import bench_grouped as bg
+
+    kind, g, e = grouped[0], int(grouped[1]), int(grouped[2])
+    n, k = (int(x) for x in argv[:2])
+    rest = argv[2:]
+    shape = bg.Shape(kind, g, e, n, k)
+    problem = bg.make_problem(shape, 0, 128)
+    b, bs = problem["b"], problem["b_scale"]
+    if kind == "masked":
+        lay = problem["masked"]
+        a, sa, info, rows = lay["a"], lay["a_scale"], lay["masked_m"], g * lay["max_m"]
+        out = torch.empty((g, lay["max_m"], n), dtype=torch.bfloat16, device="cuda")
+        pk, expected = ProblemKind.GROUPED_MASKED, e
+    else:
+        lay = problem["offsets" if kind == "offsets" else "padded"]
+        a, sa, info = lay["a"], lay["a_scale"], lay["offsets" if kind == "offsets" else "m_indices"]
+        rows, expected = a.shape[0], None
+        out = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
+        pk = ProblemKind.GROUPED_OFFSETS if kind == "offsets" else ProblemKind.GROUPED_CONTIGUOUS
+    if rest and rest[0] == "deepgemm":
+        import deep_gemm as dg
+
+        if kind == "masked":
+            return (lambda: dg.m_grouped_fp8_gemm_nt_masked((a, sa), (b, bs), out, info, e, **recipe)), "deepgemm"
+        pad = problem["padded"]
+        out = torch.empty((pad["a"].shape[0], n), dtype=torch.bfloat16, device="cuda")
+        return (lambda: dg.m_grouped_fp8_gemm_nt_contiguous((pad["a"], pad["a_scale"]), (b, bs), out,
+                                                            pad["m_indices"], **recipe)), "deepgemm"
+    cfg = parse_config(rest[0], rows, n, sms) if rest else None
+    return (lambda: run_grouped(pk, a, sa, b, bs, info, out, expected, config=cfg, extra_defines=defines)), \
+        (cfg.label if cfg else "auto")
+
+
+fn, label = grouped_fns() if grouped else dense_fns()
+if fn is None:
+    sys.exit("deep_gemm is not importable")
 for _ in range(3):
     fn()
 torch.cuda.synchronize()
-print("ok", m, n, k, label)
+print("ok", " ".join(sys.argv[1:]), label)

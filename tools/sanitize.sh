@@ -4,7 +4,8 @@
 # (tools/sanitize_grouped.py), with memcheck, racecheck, synccheck and initcheck. Needs a GPU.
 # Exits non-zero when any tool reports a device error or a case fails its check. Arguments, if
 # any, are config texts of tools/sanitize_cases.py's CASES to run alone (e.g. 64x48:b1:k8; the
-# grouped cases are then left out). SANITIZE_SCRIPTS overrides the scripts run.
+# grouped cases are then left out). SANITIZE_SCRIPTS overrides the scripts run, SANITIZE_TOOLS the
+# tools.
 #
 # NOTES: memcheck runs with --report-api-errors no. cuda-bindings resolves the driver's entry
 # points with cuGetProcAddress when it is first used, and every version it probes that the driver
@@ -22,7 +23,7 @@ for script in $scripts; do
   name=$(basename "$script" .py)
   # Build every kernel outside the sanitizer first (compiling under it is slow, and not what it checks).
   timeout 300 python3 "$script" "$@" > "$OUT/${name}_plain.txt" 2>&1 || { cat "$OUT/${name}_plain.txt"; exit 1; }
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
     extra=""
     [ "$tool" = memcheck ] && extra="--report-api-errors no"
     log="$OUT/${name}_$tool.txt"

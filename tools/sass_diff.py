@@ -116,7 +116,8 @@ def build(args) -> int:
         jobs = []
         for entry in configs:
             defines = {renames.get(key, key): value for key, value in entry["defines"].items()}
-            jobs.append(BuildJob(str(source / ENTRY), tuple(sorted(defines.items())), family.SYMBOL, args.compiler,
+            kind = family.kind_of_code(int(entry["defines"].get("DT_PROBLEM_KIND", 0)))
+            jobs.append(BuildJob(str(source / ENTRY), tuple(sorted(defines.items())), family.symbol(kind), args.compiler,
                                  include_dir=str(source / "include"), sass_path=str(out / f"{entry['name']}.sass")))
         results = []
         for entry, report in zip(configs, run_builds(jobs, args.jobs or None)):
