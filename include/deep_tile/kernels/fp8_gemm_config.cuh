@@ -82,6 +82,9 @@ struct Fp8GemmConfig {
   // load them themselves (BScaleQueue, BScaleChunks). The 8 bytes per stage are there for every config.
   static constexpr bool kBScaleStaged = kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
   static constexpr int kSmemBScaleBytes = kNumStages * 8;
+  // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
+  // staged b_scale values (its read must precede the producer's next copy), else one.
+  static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;
   // The masked and offsets kinds keep a per-expert table after the barriers.
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
   static constexpr int kSmemBytes =

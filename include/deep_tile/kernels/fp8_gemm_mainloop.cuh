@@ -195,13 +195,22 @@ struct BScaleChunks {
 /// cluster rank r; when the peer has already finished its last tile, both lanes count here.
 /// NOTES: one predicated cluster arrive (an address in this CTA is a valid cluster address) rather
 /// than a local and a remote branch: the branches cost a divergence and reconvergence per k-block.
-/// With kBScaleStaged the producer's next copy into the stage is an ordinary shared-memory write,
-/// so every lane's read of the stage's b_scale values is ordered before the arrive (__syncwarp)
-/// that lets it overwrite them; one lane arrives per warp.
+/// With kBScaleStaged the producer's next copy into the stage is an ordinary shared-memory write
+/// that every lane's read of the stage's b_scale values must precede: every lane arrives (on both
+/// CTAs' barriers with multicast; on this one twice once the peer is done), the barrier counting
+/// 32 per warp and CTA (kReleasesPerWarp).
+/// NOTES: with one lane arriving after a __syncwarp, racecheck reported WAR hazards between lane
+/// 31's read and the producer's next copy (RESULTS.md session 14).
 template <class Cfg>
 DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
-  if constexpr (Cfg::kBScaleStaged) __syncwarp();
-  if constexpr (Cfg::kNumMulticast == 2) {
+  if constexpr (Cfg::kBScaleStaged) {
+    if constexpr (Cfg::kNumMulticast == 2) {
+      ptx::mbarrier_arrive_cluster(empty, rank);
+      ptx::mbarrier_arrive_cluster(empty, peer_alive ? rank ^ 1u : rank);
+    } else {
+      ptx::mbarrier_arrive(empty);
+    }
+  } else if constexpr (Cfg::kNumMulticast == 2) {
     if (lane < 2) ptx::mbarrier_arrive_cluster(empty, peer_alive ? static_cast<u32>(lane) : rank);
   } else {
     if (lane == 0) ptx::mbarrier_arrive(empty);

@@ -181,7 +181,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     for (int s = 0; s < Cfg::kNumStages; ++s) {
       // The producer's arrive (with the stage's TMA bytes), and with kBScaleStaged its b_scale copies'.
       ptx::mbarrier_init(&smem.full[s], Cfg::kBScaleStaged ? 2 : 1);
-      ptx::mbarrier_init(&smem.empty[s], Cfg::kNumMathWarps * Cfg::kNumMulticast);
+      ptx::mbarrier_init(&smem.empty[s], Cfg::kNumMathWarps * Cfg::kReleasesPerWarp * Cfg::kNumMulticast);
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
