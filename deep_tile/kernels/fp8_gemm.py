@@ -190,13 +190,16 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
                    a_scale_row_major: bool = False, group_table: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
-    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``barriers``,
-    ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and ``total``."""
+    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
+    floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
+    ``barriers``, ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and
+    ``total``."""
     parts = {
         "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
+        "b_scale_stages": num_stages * 2 * 4,
         "barriers": num_stages * 2 * 8,
         "group_table": GROUP_TABLE_BYTES if group_table else 0,
     }

@@ -61,6 +61,7 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
         ("A stages", f"{s} x {cfg.block_m * cfg.block_k:,}", parts["a_stages"]),
         ("B stages", f"{s} x {cfg.block_n * cfg.block_k:,}", parts["b_stages"]),
         ("A-scale stages", f"{s} x {cfg.block_m * 4:,}", parts["a_scale_stages"]),
+        ("B-scale stages", f"{s} x 8", parts["b_scale_stages"]),
         ("barriers (full + empty)", f"{s} x 16", parts["barriers"]),
     ]
     if parts.get("group_table"):

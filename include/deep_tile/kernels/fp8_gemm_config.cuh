@@ -36,7 +36,7 @@ struct Fp8GemmConfig {
   // L2 policies of the operand loads: B evict-first and A evict-last (small M, where each B tile is
   // read by one or two tiles: deep_tile/select/selector.py streams_b), else plain loads.
   static constexpr bool kEvictFirstB = kEvictFirstB_;
-  // k-blocks per unrolled body of the one-buffer k-loop: 3 (the b_scale queue's depth) or 6 (long
+  // k-blocks per unrolled body of the one-buffer k-loop: 3 (BScaleQueue's depth) or 6 (long
   // K ranges; deep_tile/select/selector.py k_unroll_for).
   static constexpr int kKUnroll = kKUnroll_;
 
@@ -61,8 +61,8 @@ struct Fp8GemmConfig {
   static constexpr int kNumAccumBuffers = kNumAccumBuffers_;
   static constexpr int kAccumPerSubtile = kWgmmaN / 2;
 
-  // Shared memory (bytes): D staging (persistent kernels only), then A, B and a_scale stages,
-  // then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
+  // Shared memory (bytes): D staging (persistent kernels only), then A, B, a_scale and b_scale
+  // stages, then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
   // NOTES: staging one 64-row slab per warpgroup at a time (half the staging of a 256-row tile)
   // cost 5% at 4096x7168x16384 on an H100, and the memory it frees is 1 KB short of a 4th stage.
   static constexpr int kStoreRows = kWgM;  // rows per consumer warpgroup and TMA store
@@ -76,9 +76,19 @@ struct Fp8GemmConfig {
   static constexpr int kAScaleCols = kAScaleRowMajor ? 4 : 1;
   static constexpr int kTileAScaleBytes = kBlockM * 4 * kAScaleCols;
   static constexpr int kStageTxBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;
+  // The one-buffer k-loop of a tile whose width is not a multiple of 128 reads the two b_scale
+  // values of each k-block (row 0 and row 1 of a tile straddling two 128-row weight blocks) from
+  // its stage, copied there by the producer (fp8_gemm_mainloop.cuh, BScaleStaged); other k-loops
+  // load them themselves (BScaleQueue, BScaleChunks). The 8 bytes per stage are there for every config.
+  static constexpr bool kBScaleStaged = kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
+  static constexpr int kSmemBScaleBytes = kNumStages * 8;
+  // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
+  // staged b_scale values (its read must precede the producer's next copy), else one.
+  static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;
   // The masked and offsets kinds keep a per-expert table after the barriers.
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
-  static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageTxBytes + kNumStages * 16 + kSmemTableBytes;
+  static constexpr int kSmemBytes =
+      kSmemDBytes + kNumStages * kStageTxBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.

@@ -24,6 +24,7 @@ struct SharedStorage {
   u8* a;            // [stages][block_m, 128] fp8, 128B-swizzled
   u8* b;            // [stages][block_n, 128] fp8, 128B-swizzled
   float* a_scale;   // [stages][block_m][kAScaleCols]
+  float* b_scale;   // [stages][2]: the tile's b_scale rows 0 and 1 of the stage's k-block (kBScaleStaged)
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
   int* group_table; // the per-expert table of the masked and offsets kinds (GroupTable)
@@ -33,7 +34,8 @@ struct SharedStorage {
         a(base + Cfg::kSmemDBytes),
         b(a + Cfg::kNumStages * Cfg::kTileABytes),
         a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
-        full(reinterpret_cast<u64*>(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols)),
+        b_scale(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols),
+        full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * 2)),
         empty(full + Cfg::kNumStages),
         group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {}
 
@@ -50,12 +52,29 @@ struct ConsumerContext {
   u32 rank;  // cluster rank (multicast)
 };
 
+/// The b_scale rows of a tile ([ceil(n / 128), K blocks] per expert): its first `first_cols`
+/// columns use row n0 / 128, the rest (a tile straddling a 128-row weight block boundary) the
+/// next row; `row1` is `row0` when the tile does not straddle. Producer and consumers both use it.
+struct TileBScaleRows {
+  const float* row0;
+  const float* row1;
+  int first_blocks;  // 8-column blocks that use row 0
+
+  template <class Cfg>
+  DT_DEVICE static TileBScaleRows of(const float* b_scale, int expert, int n0, int n, int num_k_blocks) {
+    const int first_cols = min_int(Cfg::kBlockN, kScaleGroup - n0 % kScaleGroup);
+    const float* row0 = b_scale + (expert * ceil_div(n, kScaleGroup) + n0 / kScaleGroup) * num_k_blocks;
+    const bool straddles = first_cols < Cfg::kBlockN && n0 + first_cols < n;
+    return {row0, straddles ? row0 + num_k_blocks : row0, straddles ? first_cols / 8 : Cfg::kBlockN / 8};
+  }
+};
+
 /// The b_scale values of a tile's columns for the k-blocks in flight: row 0 and, for a tile that
 /// straddles two 128-row weight blocks, row 1 (`now0`, `now1` for the k-block being promoted).
 /// Each value is loaded three k-blocks before the promotion that uses it; the index is clamped
 /// instead of tested, so the k-loop has no branch (ptxas serialises WGMMAs across data-dependent
-/// branches, see TileMainloop). Used by the one-buffer k-loop (large tiles); BScaleChunks serves
-/// the two-buffer one.
+/// branches, see TileMainloop). Used by the one-buffer k-loop of tiles whose width is a multiple
+/// of 128 (BScaleFor).
 /// NOTES: under load an L2 hit outlasts one k-block (ncu showed the promotion waiting on a load
 /// issued one iteration earlier).
 template <bool kTwoRows>
@@ -76,6 +95,7 @@ struct BScaleQueue {
     s0 = __ldg(row0 + kb);
     if (kTwoRows) s1 = __ldg(row1 + kb);
   }
+  DT_DEVICE void read_stage(const float*) {}
   /// Called when k-block kb has been promoted: kb + 1 becomes current, kb + 3 is fetched.
   DT_DEVICE void pop(int kb) {
     now0 = next0, now1 = next1;
@@ -84,7 +104,43 @@ struct BScaleQueue {
   }
 };
 
-/// BScaleQueue's values for the two-buffer k-loop (small tiles): each warp holds them in chunks
+/// The b_scale values of the one-buffer k-loop of tiles whose width is not a multiple of 128
+/// (144, 160, 192, ...; BScaleFor): the producer copies the two values of each k-block into its
+/// stage (stage_b_scales) and the consumers read them with the stage's a_scale rows, so the k-loop
+/// has no global load, address or queue of its own for them.
+/// NOTES: in place of BScaleQueue, whose addresses, loads, moves to uniform registers and
+/// rotation were ~12 of the ~170 instructions per warp and k-block on 128x192's serial chain (ncu
+/// beside DeepGEMM): 128x192 1.02-1.03x (dense 4096x2112x7168), 1.01x on grouped shapes; 128x256
+/// 0.99-1.00x, so tiles of 128-multiple widths keep the queue (H100, RESULTS.md session 14).
+template <bool kTwoRows>
+struct BScaleStaged {
+  float now0 = 0.f, now1 = 0.f;
+
+  DT_DEVICE BScaleStaged(const float*, const float*, int, int) {}
+  /// Read the k-block's values from its stage (before the stage is released).
+  DT_DEVICE void read_stage(const float* stage_scales) {
+    if constexpr (kTwoRows) {
+      const float2 v = *reinterpret_cast<const float2*>(stage_scales);
+      now0 = v.x, now1 = v.y;
+    } else {
+      now0 = stage_scales[0];
+    }
+  }
+  DT_DEVICE void pop(int) {}
+};
+
+/// The producer's side of BScaleStaged: copy k-block kb's two values into the stage and have the
+/// stage's full barrier wait for them too (it counts this arrival besides the producer's own).
+/// NOTES: asynchronous copies, because a producer that loads the values itself waits for each
+/// load at a tile's start (its first stage cannot be armed before): that cost 1-2% on grouped
+/// shapes with short K ranges, with many tiles per CTA (RESULTS.md session 14).
+DT_DEVICE void stage_b_scales(float* stage_scales, u64* full, const TileBScaleRows& rows, int kb) {
+  ptx::cp_async_4(stage_scales, rows.row0 + kb);
+  ptx::cp_async_4(stage_scales + 1, rows.row1 + kb);
+  ptx::cp_async_mbarrier_arrive_noinc(full);
+}
+
+/// The b_scale values of the two-buffer k-loop (small tiles): each warp holds them in chunks
 /// of 32 k-blocks, lane l the value of k-block (chunk start + l), and the next chunk besides: one
 /// coalesced load per 32 k-blocks, issued a whole chunk before its first use, and a shuffle per
 /// k-block. Indices past the range are clamped to its last k-block instead of tested, so the
@@ -92,8 +148,7 @@ struct BScaleQueue {
 /// TileMainloop).
 /// NOTES: with BScaleQueue the two-buffer k-loop still waited for the loads (ncu at 64x2112x7168,
 /// 64x64 tile: 7% of the consumer's stall samples on the first use of one); these chunks measured
-/// 1.00-1.03x on small-M shapes (H100), but 0.94-0.99x on the one-buffer k-loop of large tiles,
-/// which keeps the queue.
+/// 1.00-1.03x on small-M shapes (H100), but 0.94-0.99x on the one-buffer k-loop of large tiles.
 template <bool kTwoRows>
 struct BScaleChunks {
   const float* row0;
@@ -118,6 +173,7 @@ struct BScaleChunks {
     s0 = __ldg(row0 + kb);
     if (kTwoRows) s1 = __ldg(row1 + kb);
   }
+  DT_DEVICE void read_stage(const float*) {}
   DT_DEVICE void select() {
     now0 = __shfl_sync(0xffffffffu, chunk0, step % 32);
     if (kTwoRows) now1 = __shfl_sync(0xffffffffu, chunk1, step % 32);
@@ -139,19 +195,33 @@ struct BScaleChunks {
 /// cluster rank r; when the peer has already finished its last tile, both lanes count here.
 /// NOTES: one predicated cluster arrive (an address in this CTA is a valid cluster address) rather
 /// than a local and a remote branch: the branches cost a divergence and reconvergence per k-block.
+/// With kBScaleStaged the producer's next copy into the stage is an ordinary shared-memory write
+/// that every lane's read of the stage's b_scale values must precede: every lane arrives (on both
+/// CTAs' barriers with multicast; on this one twice once the peer is done), the barrier counting
+/// 32 per warp and CTA (kReleasesPerWarp).
+/// NOTES: with one lane arriving after a __syncwarp, racecheck reported WAR hazards between lane
+/// 31's read and the producer's next copy (RESULTS.md session 14).
 template <class Cfg>
 DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
-  if constexpr (Cfg::kNumMulticast == 2) {
+  if constexpr (Cfg::kBScaleStaged) {
+    if constexpr (Cfg::kNumMulticast == 2) {
+      ptx::mbarrier_arrive_cluster(empty, rank);
+      ptx::mbarrier_arrive_cluster(empty, peer_alive ? rank ^ 1u : rank);
+    } else {
+      ptx::mbarrier_arrive(empty);
+    }
+  } else if constexpr (Cfg::kNumMulticast == 2) {
     if (lane < 2) ptx::mbarrier_arrive_cluster(empty, peer_alive ? static_cast<u32>(lane) : rank);
   } else {
     if (lane == 0) ptx::mbarrier_arrive(empty);
   }
 }
 
-/// The b_scale source of a config's k-loop: chunks and shuffles for two accumulator buffers, the
-/// load queue for one.
+/// The b_scale source of a config's k-loop: chunks and shuffles for two accumulator buffers; for
+/// one, the stage's values (Cfg::kBScaleStaged) or the load queue.
 template <class Cfg, bool kTwoRows>
-using BScaleFor = typename If<Cfg::kNumAccumBuffers == 2, BScaleChunks<kTwoRows>, BScaleQueue<kTwoRows>>::type;
+using BScaleFor = typename If<Cfg::kNumAccumBuffers == 2, BScaleChunks<kTwoRows>,
+                              typename If<Cfg::kBScaleStaged, BScaleStaged<kTwoRows>, BScaleQueue<kTwoRows>>::type>::type;
 
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
 /// tile use b_scale row 0, the rest row 1.
@@ -191,6 +261,7 @@ struct TileMainloop {
                            (Cfg::kAScaleRowMajor ? (kb & 3) : 0);
     row_scale[kBuf][0] = a_scale[0];
     row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
+    if constexpr (kSub == 0) bscale.read_stage(ctx.smem.b_scale + stage * 2);
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
     // Descriptor words advance by bytes / 16: one 32-bit add per WGMMA operand (the run-time
@@ -265,9 +336,9 @@ struct TileMainloop {
   /// run serially.
   DT_DEVICE void run(int kb_begin, int kb_end) {
     if constexpr (Cfg::kNumAccumBuffers == 1) {
-      // NOTES: unrolled by a multiple of the b_scale queue's depth, so its rotation becomes
-      // register renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
-      // 4096x2112x7168: 115.3 -> 106.0 us on an H100). By 6 for long K ranges (the selector's
+      // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register
+      // renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
+      // 4096x2112x7168, before its values were staged: 115.3 -> 106.0 us on an H100). By 6 for long K ranges (the selector's
       // choice, Fp8GemmConfig::kKUnroll); both forms in one kernel behind a run-time test of the
       // range cost up to 8% on short ones (H100, 4096x32768x512: the larger code per tile).
 #pragma unroll Cfg::kKUnroll

@@ -60,7 +60,7 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
 
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                             const TmaDescriptor* tma_a_scale, const Scheduler<Cfg>& sched) {
+                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
   const u32 stage_tx_bytes = sched.stage_tx_bytes();
   const WorkRange work = sched.work();
@@ -76,9 +76,11 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     ahead = sched.load_ahead(index + work.step);
     if (!sched.has_work(tile)) continue;
     const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
+    const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, tile.n0, sched.n, sched.num_k_blocks);
     for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
+      if constexpr (Cfg::kBScaleStaged) stage_b_scales(smem.b_scale + state.index * 2, full, b_rows, kb);
       // NOTES: the byte count is the same for every stage of a launch (Scheduler::stage_tx_bytes);
       // a multicast half from the peer completes on this barrier too.
       ptx::mbarrier_arrive_expect_tx(full, stage_tx_bytes);
@@ -135,23 +137,16 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     int row_tag = 0;
     if constexpr (Cfg::kGrouped) row_tag = sched.row_tag(row);
 
-    // b_scale rows covering this tile ([ceil(n / 128), K blocks] per expert): the first
-    // `first_cols` columns use row n0/128, the rest (a tile straddling a 128-row block boundary)
-    // use the next row.
-    const int first_cols = min_int(Cfg::kBlockN, kScaleGroup - n0 % kScaleGroup);
-    const float* b_scale_row0 =
-        b_scale + (tile.expert * ceil_div(n, kScaleGroup) + n0 / kScaleGroup) * num_k_blocks;
-    const bool straddles = first_cols < Cfg::kBlockN && n0 + first_cols < n;
-    const float* b_scale_row1 = straddles ? b_scale_row0 + num_k_blocks : b_scale_row0;
+    const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, n0, n, num_k_blocks);
 
 #pragma unroll
     for (int s = 0; s < Cfg::kNumSubtiles; ++s)
 #pragma unroll
       for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
 
-    dispatch_first_blocks<Cfg>(straddles ? first_cols / 8 : Cfg::kBlockN / 8,
-                               RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_scale_row0,
-                                                    b_scale_row1, work.kb_begin, work.kb_end, tile.peer_alive});
+    dispatch_first_blocks<Cfg>(b_rows.first_blocks,
+                               RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_rows.row0,
+                                                    b_rows.row1, work.kb_begin, work.kb_end, tile.peer_alive});
 
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
@@ -184,8 +179,9 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     if constexpr (Cfg::kSplitK == 1) ptx::tma_prefetch_descriptor(&tma_d);
 #pragma unroll
     for (int s = 0; s < Cfg::kNumStages; ++s) {
-      ptx::mbarrier_init(&smem.full[s], 1);
-      ptx::mbarrier_init(&smem.empty[s], Cfg::kNumMathWarps * Cfg::kNumMulticast);
+      // The producer's arrive (with the stage's TMA bytes), and with kBScaleStaged its b_scale copies'.
+      ptx::mbarrier_init(&smem.full[s], Cfg::kBScaleStaged ? 2 : 1);
+      ptx::mbarrier_init(&smem.empty[s], Cfg::kNumMathWarps * Cfg::kReleasesPerWarp * Cfg::kNumMulticast);
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
@@ -215,7 +211,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, sched);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched);
     }
     if constexpr (Cfg::kSplitK > 1) {
       ptx::cluster_sync();

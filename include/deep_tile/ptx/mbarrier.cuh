@@ -21,6 +21,19 @@ DT_DEVICE void mbarrier_init(u64* bar, u32 arrive_count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count));
 }
 
+/// Copy 4 bytes global -> shared without waiting for them (PTX ISA 9.7.9.25 cp.async); completion
+/// is tracked by cp_async_mbarrier_arrive_noinc.
+DT_DEVICE void cp_async_4(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(smem_dst)), "l"(gmem_src) : "memory");
+}
+
+/// Arrive on `bar` once every cp.async this thread issued before has landed (PTX ISA 9.7.9.25.3.2
+/// cp.async.mbarrier.arrive). `.noinc`: the arrival counts against the count the barrier was
+/// initialised with, so that count includes it.
+DT_DEVICE void cp_async_mbarrier_arrive_noinc(u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 DT_DEVICE bool mbarrier_try_wait(u32 bar_addr, u32 parity) {
   u32 done;
   asm volatile(
