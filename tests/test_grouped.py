@@ -61,6 +61,10 @@ def test_contiguous():
     dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=16),
     dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, grid_size=16),
     dict(block_m=64, block_n=64, num_stages=6, accum_buffers=2, grid_size=10),
+    # b_scale staged in shared memory (one-buffer k-loop, width not a multiple of 128), alone in
+    # bands along M and in pairs sharing B
+    dict(block_m=128, block_n=192, num_stages=4, raster_along_m=True, raster_width=16, grid_size=16),
+    dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=16),
 ])
 def test_forced_configs_and_straddling_pairs(config):
     """Multicast pairs whose two m-blocks belong to two experts, or to an expert and padding

@@ -522,3 +522,27 @@ def test_cli_explains_a_grouped_problem(capsys):
     assert f"config: {get_config(256, 6144, 7168, num_sms=132, kind='masked', num_groups=32, expected_m=192).label}" in out
     assert main(["explain", "256,6144,7168", "--groups", "32"]) == 2
     assert "describe a grouped kind" in capsys.readouterr().err
+
+
+def test_raster_of_experts_that_fit_one_band():
+    """The masked and offsets kinds order their tiles expert by expert: a tile without multicast
+    runs in bands along M when an expert's expected m-blocks fit one band (each expert's weights
+    read once), else by its shape as for dense; multicast keeps its own axis."""
+    from deep_tile.problem import ProblemKind
+    from deep_tile.select.config import RASTER_WIDTH, WIDE_RASTER_WIDTH, raster
+
+    assert raster(256, 128) == (False, RASTER_WIDTH)
+    assert raster(256, 128, expert_m_blocks=4) == (True, WIDE_RASTER_WIDTH)
+    assert raster(256, 128, expert_m_blocks=WIDE_RASTER_WIDTH + 1) == (False, RASTER_WIDTH)
+    assert raster(128, 256, expert_m_blocks=40) == (True, WIDE_RASTER_WIDTH)
+    assert raster(256, 128, num_multicast=2, expert_m_blocks=4) == (None, RASTER_WIDTH)
+    assert raster(64, 64, split_k=2, expert_m_blocks=1) == (False, RASTER_WIDTH)
+    masked = Problem(6 * 1344, 7168, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=6, expected_m=1024)
+    cfg = select_config(masked, 132)
+    assert cfg.num_multicast == 2 or (cfg.raster_along_m and cfg.raster_width == WIDE_RASTER_WIDTH), cfg
+    large = Problem(4 * 8192, 7168, 2048, kind=ProblemKind.GROUPED_OFFSETS, num_groups=4, expected_m=8192,
+                    a_scale_row_major=True)
+    cfg = select_config(large, 132)
+    expected = raster(cfg.block_m, cfg.block_n, cfg.num_multicast, cfg.split_k)
+    if cfg.num_multicast == 1:
+        assert (cfg.raster_along_m, cfg.raster_width) == expected, cfg

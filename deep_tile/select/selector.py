@@ -155,7 +155,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
         grid = grid_size(min(most, num_sms), num_sms, c.num_multicast, chip)
     else:
         grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
-    raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k)
+    expert_m_blocks = ceil_div(max(problem.expected_m, 1), c.block_m) if problem.kind.has_table else None
+    raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
