@@ -525,14 +525,15 @@ def test_cli_explains_a_grouped_problem(capsys):
 
 
 def test_raster_of_experts_that_fit_one_band():
-    """The masked and offsets kinds order their tiles expert by expert: a tile without multicast
-    runs in bands along M when an expert's expected m-blocks fit one band (each expert's weights
-    read once), else by its shape as for dense; multicast keeps its own axis."""
+    """The masked and offsets kinds order their tiles expert by expert along M: a tile without
+    multicast runs in bands along M when an expert's expected m-blocks (two or more) fit one band
+    (each expert's weights read once), else by its shape as for dense; multicast keeps its own axis."""
     from deep_tile.problem import ProblemKind
     from deep_tile.select.config import RASTER_WIDTH, WIDE_RASTER_WIDTH, raster
 
     assert raster(256, 128) == (False, RASTER_WIDTH)
     assert raster(256, 128, expert_m_blocks=4) == (True, WIDE_RASTER_WIDTH)
+    assert raster(128, 128, expert_m_blocks=1) == (False, RASTER_WIDTH)  # one m-block: by shape
     assert raster(256, 128, expert_m_blocks=WIDE_RASTER_WIDTH + 1) == (False, RASTER_WIDTH)
     assert raster(128, 256, expert_m_blocks=40) == (True, WIDE_RASTER_WIDTH)
     assert raster(256, 128, num_multicast=2, expert_m_blocks=4) == (None, RASTER_WIDTH)

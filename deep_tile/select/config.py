@@ -33,13 +33,17 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
            expert_m_blocks: Optional[int] = None) -> tuple:
     """``(raster_along_m, raster_width)`` of the persistent schedule the selector gives a tile.
 
-    ``expert_m_blocks``: for the kinds that order their tiles expert by expert (masked and offsets,
-    ``ProblemKind.has_table``), the m-blocks an expert is expected to have. When one band of
-    :data:`WIDE_RASTER_WIDTH` m-blocks holds a whole expert, a tile without multicast runs in bands
+    ``expert_m_blocks``: for the masked and offsets kinds (``ProblemKind.has_table``), the m-blocks
+    an expert is expected to have. Along M those kinds order their tiles expert by expert
+    (include/deep_tile/scheduler/tile_scheduler.cuh). When one band of :data:`WIDE_RASTER_WIDTH`
+    m-blocks holds a whole expert of two or more m-blocks, a tile without multicast runs in bands
     along M whatever its shape: the band walks the expert's n-blocks, each expert's weights are
-    read once and its rows stay in L2 (an L2 model of the order, 25 MB effective, which matched
-    ncu's DRAM reads of two masked kernels within 4%: masked 6 x ~1024 rows at N = K = 4096 with
-    256x128 tiles 133 MB along M against 163 MB along N; benchmarks/RESULTS.md session 15).
+    read once and its rows stay in L2 (an L2 model of the order, 25 MB effective, matched ncu's
+    DRAM reads of three masked kernels within 4%: masked 6 x ~1024 rows at N = K = 4096 with
+    256x128 tiles 133 MB along M against 163 MB along N). Experts of one m-block read the same
+    bytes in either order and keep the rule by shape: the per-expert order measured 2-7% slower
+    there on an H200 at K = 2048 (offsets, 16 to 96 rows per expert; benchmarks/RESULTS.md
+    session 15).
 
     Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in bands of
     :data:`WIDE_RASTER_WIDTH` m-blocks, consecutive tiles sharing the B tile; the others and split-K
@@ -52,7 +56,7 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
     """
     if num_multicast == 2:
         return None, RASTER_WIDTH
-    if split_k == 1 and expert_m_blocks is not None and expert_m_blocks <= WIDE_RASTER_WIDTH:
+    if split_k == 1 and expert_m_blocks is not None and 2 <= expert_m_blocks <= WIDE_RASTER_WIDTH:
         return True, WIDE_RASTER_WIDTH
     if split_k == 1 and block_n > block_m:
         return True, WIDE_RASTER_WIDTH

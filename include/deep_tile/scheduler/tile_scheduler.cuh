@@ -360,13 +360,20 @@ struct Scheduler<Cfg, ProblemKind::kGroupedContiguous> {
   DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
 };
 
-/// kGroupedMasked and kGroupedOffsets: the experts' tiles one after another (expert e's first
-/// tile is m_block_start[e] * n-blocks, GroupTable), each expert's own m-blocks x n-blocks grid in
-/// raster order; every tile has work. A multicast pair shares its operand only within one expert.
-/// NOTES: one raster over all experts' m-blocks cut bands across experts, and each band re-read
-/// the weights of every expert it touched: an L2 model of the order (25 MB effective) predicted
-/// 207 MB of DRAM reads for masked 6 x ~1024 rows at N = K = 4096 (128x192), and ncu measured
-/// 215 MB; ordered per expert the model gives 133 MB (B and A read once each, 129 MB).
+/// kGroupedMasked and kGroupedOffsets: every tile has work; a multicast pair shares its operand
+/// only within one expert. The order depends on the raster axis:
+///   along M (Cfg::kRasterAlongM): the experts' tiles one after another (expert e's first tile is
+///     m_block_start[e] * n-blocks, GroupTable), each expert's own m-blocks x n-blocks grid in
+///     bands of m-blocks, so a band holding a whole expert reads its weights once;
+///   along N: one raster over the experts' m-blocks numbered one after another (the GroupTable's
+///     virtual m-blocks) times the n-blocks, bands of n-blocks walking every expert.
+/// NOTES: the single raster along M cut its bands across experts, and each band re-read the
+/// weights of every expert it touched: an L2 model of the order (25 MB effective) predicted 207 MB
+/// of DRAM reads for masked 6 x ~1024 rows at N = K = 4096 (128x192), ncu measured 215 MB; ordered
+/// per expert the model gives 133 MB and ncu measured 136 (RESULTS.md session 15). The selector
+/// (select.config.raster) takes bands along M where an expert is expected to have 2 to 16
+/// m-blocks; for experts of one m-block the per-expert order ran 2-7% slower on an H200 at K = 2048
+/// (offsets, 64 x 96 rows and fewer) and bands of n-blocks keep the order of all experts.
 template <class Cfg, ProblemKind kKind>
 struct TableScheduler {
   int m, n;
@@ -413,18 +420,25 @@ struct TableScheduler {
   DT_DEVICE int row_tag(int) const { return 0; }
   DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row, int) const { return row < t.m_end; }
 
-  /// A tile's expert and its (m-block within the expert, n-block): the experts' tiles come one
-  /// after another, so tile `index` belongs to the expert of virtual m-block index / n-blocks.
+  /// A tile's expert and its (m-block within the expert, n-block). Along M the experts' tiles
+  /// come one after another, so tile `index` belongs to the expert of virtual m-block
+  /// index / n-blocks; along N one raster runs over the virtual m-blocks of all experts.
   struct ExpertCoord {
     int expert;
     TileCoord coord;
   };
   DT_DEVICE ExpertCoord expert_coord(int index) const {
-    const int n_blocks = order.num_n_blocks;
-    const int expert = table.expert_of(index / n_blocks, num_groups);
-    const int first = table.m_block_start[expert];
-    const RasterOrder<Cfg::kRasterAlongM> own{table.m_block_start[expert + 1] - first, n_blocks, order.raster_width};
-    return ExpertCoord{expert, own.coord(index - first * n_blocks)};
+    if constexpr (Cfg::kRasterAlongM) {
+      const int n_blocks = order.num_n_blocks;
+      const int expert = table.expert_of(index / n_blocks, num_groups);
+      const int first = table.m_block_start[expert];
+      const RasterOrder<true> own{table.m_block_start[expert + 1] - first, n_blocks, order.raster_width};
+      return ExpertCoord{expert, own.coord(index - first * n_blocks)};
+    } else {
+      const TileCoord coord = order.coord(index);
+      const int expert = table.expert_of(coord.m_block, num_groups);
+      return ExpertCoord{expert, TileCoord{coord.m_block - table.m_block_start[expert], coord.n_block}};
+    }
   }
 
   DT_DEVICE Tile<Cfg> tile(int index, Ahead = Ahead{}) const {
