@@ -57,7 +57,7 @@ def test_contiguous():
     assert results[2]["rows"] == 0 and results[0]["rows"] == 391
 
 
-@pytest.mark.parametrize("config", [
+FORCED_CONFIGS = [
     dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=16),
     dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, grid_size=16),
     dict(block_m=64, block_n=64, num_stages=6, accum_buffers=2, grid_size=10),
@@ -65,7 +65,12 @@ def test_contiguous():
     # bands along M and in pairs sharing B
     dict(block_m=128, block_n=192, num_stages=4, raster_along_m=True, raster_width=16, grid_size=16),
     dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=16),
-])
+]
+"""Configs test_forced_configs_and_straddling_pairs forces on every grouped kind (KernelConfig
+fields; tests/test_kernel_build.py compiles them in the full kernel sweep)."""
+
+
+@pytest.mark.parametrize("config", FORCED_CONFIGS)
 def test_forced_configs_and_straddling_pairs(config):
     """Multicast pairs whose two m-blocks belong to two experts, or to an expert and padding
     (contiguous), or straddle two experts (offsets, masked): no hang, no corruption."""

@@ -28,6 +28,7 @@ import pytest
 
 from conftest import compiler_params
 from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
+from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
 
 from deep_tile import arch
 from deep_tile.jit import compiler, paths
@@ -109,15 +110,14 @@ def as_launched(config: KernelConfig) -> KernelConfig:
 
 def grouped_configs() -> list:
     """The grouped kernels: the selector's picks on GROUPED_SHAPES (and with 114 SMs), and the
-    multicast pairs tests/test_grouped.py forces, for each grouped kind."""
+    configs tests/test_grouped.py forces, for each grouped kind."""
     configs = []
     for problem_kind in GROUPED_KINDS:
         for num_sms in (132, 114):
             configs += [as_launched(select_config(grouped_problem(problem_kind, *shape), num_sms))
                         for shape in GROUPED_SHAPES]
-        for on_a in (True, False):
-            configs.append(as_launched(KernelConfig(block_m=128, block_n=128, num_stages=4, num_multicast=2,
-                                                    multicast_on_a=on_a, grid_size=16, problem_kind=problem_kind)))
+        configs += [as_launched(KernelConfig(**fields, problem_kind=problem_kind))
+                    for fields in GROUPED_TEST_CONFIGS]
     return configs
 
 
