@@ -38,12 +38,11 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
     (include/deep_tile/scheduler/tile_scheduler.cuh). When one band of :data:`WIDE_RASTER_WIDTH`
     m-blocks holds a whole expert of two or more m-blocks, a tile without multicast runs in bands
     along M whatever its shape: the band walks the expert's n-blocks, each expert's weights are
-    read once and its rows stay in L2 (an L2 model of the order, 25 MB effective, matched ncu's
-    DRAM reads of three masked kernels within 4%: masked 6 x ~1024 rows at N = K = 4096 with
-    256x128 tiles 133 MB along M against 163 MB along N). Experts of one m-block read the same
-    bytes in either order and keep the rule by shape: the per-expert order measured 2-7% slower
-    there on an H200 at K = 2048 (offsets, 16 to 96 rows per expert; benchmarks/RESULTS.md
-    session 15).
+    read once and its rows stay in L2 (masked 6 x ~1024 rows at N = K = 4096, 256x128 tiles: ncu
+    measured 150 MB of DRAM reads along M, 249 MB in bands along N over all experts). Experts of
+    one m-block read the same bytes in either order and keep the rule by shape: the per-expert
+    order measured 2-7% slower there on an H200 at K = 2048 (offsets, 16 to 96 rows per expert;
+    benchmarks/RESULTS.md session 15).
 
     Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in bands of
     :data:`WIDE_RASTER_WIDTH` m-blocks, consecutive tiles sharing the B tile; the others and split-K
