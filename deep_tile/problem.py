@@ -107,6 +107,11 @@ class Problem:
             return self.num_groups * ceil_div(max(self.expected_m, 0), block_m)
         return ceil_div(self.m, block_m)
 
+    def group_m_blocks(self, block_m: int) -> int:
+        """Tiles along M of ``block_m`` rows one group of ``expected_m`` rows is expected to run (at
+        least one)."""
+        return ceil_div(max(self.expected_m, 1), block_m)
+
     def max_m_blocks(self, block_m: int) -> int:
         """The most tiles along M the kernel can run for this problem, whatever the device-side
         counts: masked, ``ceil(m / block_m)`` per group; offsets, ``ceil(m / block_m)`` plus one

@@ -85,9 +85,8 @@ def overlaps_promotion(m: int) -> bool:
 def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> tuple:
     m, n, k = problem.shape
     tiles_of = lambda bm, bn: problem.m_blocks(bm) * ceil_div(n, bn)  # noqa: E731
-    group_m_blocks = lambda bm: ceil_div(max(problem.expected_m, 1), bm)  # noqa: E731
     candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K), problem.kind.grouped,
-                                      problem.kind.has_table, group_m_blocks,
+                                      problem.kind.has_table, problem.group_m_blocks,
                                       family.CONTIGUOUS_ALIGNMENT if problem.kind is ProblemKind.GROUPED_CONTIGUOUS else 256)
     if overlaps_promotion(problem.expected_m) and any(c.accum_buffers == 2 for c in candidates):
         candidates = [c for c in candidates if c.accum_buffers == 2]
@@ -155,7 +154,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
         grid = grid_size(min(most, num_sms), num_sms, c.num_multicast, chip)
     else:
         grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
-    expert_m_blocks = ceil_div(max(problem.expected_m, 1), c.block_m) if problem.kind.has_table else None
+    expert_m_blocks = problem.group_m_blocks(c.block_m) if problem.kind.has_table else None
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
