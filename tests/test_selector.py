@@ -14,9 +14,10 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select import KernelConfig, api, explain_text, rank_candidates, select_config
 from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
-from deep_tile.select.cost import DEFAULT_PARAMS, estimate, min_bytes, wgmma_efficiency
-from deep_tile.select.selector import SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, TIE_TOLERANCE
-from deep_tile.problem import Problem
+from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_bytes, table_grid_size, table_rounds,
+                                   wgmma_efficiency)
+from deep_tile.select.selector import SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, TIE_TOLERANCE, overlaps_promotion
+from deep_tile.problem import Problem, ProblemKind
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -547,3 +548,50 @@ def test_raster_of_experts_that_fit_one_band():
     expected = raster(cfg.block_m, cfg.block_n, cfg.num_multicast, cfg.split_k)
     if cfg.num_multicast == 1:
         assert (cfg.raster_along_m, cfg.raster_width) == expected, cfg
+
+
+def _masked(max_m, n, k, groups, expected):
+    return Problem(max_m, n, k, kind=ProblemKind.GROUPED_MASKED, num_groups=groups, expected_m=expected)
+
+
+def test_table_kinds_balance_their_grid_only_when_the_tile_count_is_known():
+    # 32 experts of ~192 rows in a 256-row buffer: every count of the spread (134..249 rows) runs 2
+    # m-blocks of 128, 1024 tiles of 128x256, balanced on 128 CTAs (H200: 0.937-0.947x DeepGEMM on
+    # 132 CTAs, 0.945-0.954x on 128). 6 x ~1024 rows in an 896-row buffer (the hint clamped): the
+    # counts may fall short, so the grid stays full (656 tiles: 5 rounds on 132 CTAs, 6 on 112).
+    assert table_grid_size(_masked(256, 4096, 7168, 32, 192), 128, 256, 132, 2) == 128
+    assert table_grid_size(_masked(896, 4096, 7168, 6, 896), 128, 256, 132, 1) == 132
+    assert table_grid_size(_masked(896, 4096, 7168, 6, 896), 256, 128, 132, 1) == 132
+    offsets = Problem(6144, 7168, 2048, kind=ProblemKind.GROUPED_OFFSETS, num_groups=64)
+    assert table_grid_size(offsets, 128, 128, 132, 1) == 132
+    # the launch uses the grid the estimate assumed
+    for problem in (_masked(256, 4096, 7168, 32, 192), _masked(1344, 7168, 2048, 6, 1024), offsets):
+        best = rank_candidates(problem, 132)[0]
+        assert select_config(problem, 132).grid_size == best.ctas
+
+
+def test_table_rounds_charge_the_padding_of_scattered_counts():
+    # 6 experts of ~1024 rows: with the hint alone 256x128 and 128x256 run 1344 tiles alike (7168x2048);
+    # over counts of 0.7-1.3 x 1024 a 256-row m-block is on average half empty, twice the padding of
+    # a 128-row one, so 128x256 runs fewer rounds. Measured (3 seeds, ratio to DeepGEMM): 128x256
+    # 0.997-1.001x, 256x128 0.932-0.933x (H100, H200).
+    problem = _masked(1344, 7168, 2048, 6, 1024)
+    tall, wide = table_rounds(problem, 256, 128, 132), table_rounds(problem, 128, 256, 132)
+    assert wide < tall
+    assert abs(sum(COUNT_SPREAD) / len(COUNT_SPREAD) - 1.0) < 1e-9
+    assert select_config(problem, 132).block_m == 128
+
+
+@pytest.mark.parametrize("kind,m,groups,expected,two_buffers", [
+    (ProblemKind.DENSE, 96, 1, None, True),
+    (ProblemKind.GROUPED_OFFSETS, 6144, 64, None, False),  # ~96 rows per expert, many tiles: 128x256 1.09-1.17x
+    (ProblemKind.GROUPED_MASKED, 128, 32, 64, True),        # groups fit a 64-row tile: 64x128 x2 measured faster
+    (ProblemKind.GROUPED_MASKED, 192, 16, 128, False),
+    (ProblemKind.GROUPED_MASKED, 64, 6, 20, True),
+    (ProblemKind.GROUPED_MASKED, 128, 1, 100, True),         # one group of 100 rows: as dense
+])
+def test_grouped_problems_of_many_rows_rank_one_buffer_tiles(kind, m, groups, expected, two_buffers):
+    problem = Problem(m, 4096, 7168, kind=kind, num_groups=groups, expected_m=expected)
+    assert overlaps_promotion(problem) is two_buffers
+    ranked = rank_candidates(problem, 132)
+    assert all(e.candidate.accum_buffers == 2 for e in ranked) is two_buffers

@@ -36,8 +36,9 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.candidates import Candidate
 from deep_tile.select.config import RASTER_WIDTH
 
-__all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "wgmma_efficiency",
-           "Estimate", "estimate", "grid_size", "min_bytes", "multicast_shared_fraction", "streamed_b_pair"]
+__all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "COUNT_SPREAD",
+           "wgmma_efficiency", "Estimate", "estimate", "grid_size", "table_grid_size", "table_rounds", "min_bytes",
+           "multicast_shared_fraction", "streamed_b_pair"]
 
 TENSOR_FLOP_PER_CYCLE = 8192
 """Dense FP8 tensor-core FLOP per cycle per SM (1979 TFLOPS / 132 SMs / 1.83 GHz)."""
@@ -153,7 +154,8 @@ class Estimate:
         candidate: the kernel instance.
         tiles: output tiles.
         ctas: CTAs doing work at once (grid, capped by the SM count).
-        tiles_per_cta: tiles the busiest CTA runs (persistent), 1 under split-K.
+        tiles_per_cta: tiles the busiest CTA runs (persistent), 1 under split-K; for a table kind
+            the average over group sizes (:func:`table_rounds`).
         k_blocks_per_cta: k-blocks per tile and CTA.
         tensor_cycles, l2_cycles, latency_cycles: per k-block and CTA (see the module doc).
         compute_s: the CTAs' time, ``tiles_per_cta * (k_blocks * per-k-block + tile_cycles)``.
@@ -164,7 +166,7 @@ class Estimate:
     candidate: Candidate
     tiles: int
     ctas: int
-    tiles_per_cta: int
+    tiles_per_cta: float
     k_blocks_per_cta: int
     tensor_cycles: float
     l2_cycles: float
@@ -217,6 +219,60 @@ def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = DE
     return min(grid, balanced)
 
 
+def table_grid_size(problem, block_m: int, block_n: int, num_sms: int, num_multicast: int,
+                    chip: ChipFacts = DEFAULT_CHIP) -> int:
+    """CTAs of the persistent grid of a table kind (masked, offsets), whose tile count is known
+    on the device only: full (:func:`grid_size` of at most ``num_sms`` tiles) up to the most
+    tiles the kernel can run; balanced (:func:`grid_size` of them) only for the masked kind when
+    every group size of :data:`COUNT_SPREAD` runs as many m-blocks as the buffer holds (``max_m``
+    and 0.7 x ``expected_m`` in the same m-block count), so the tile count is as good as known.
+    Where the counts may fall short of the most, a grid balanced for the most can cost a whole
+    round (masked 6 x ~1024 rows, 4096x7168, ``max_m`` 896: 656 tiles run in 5 rounds on 132 CTAs,
+    6 on 112).
+
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    a balanced grid for the masked kind when its tile count is known (cost.table_grid_size).
+    """
+    n_blocks = ceil_div(problem.n, block_n)
+    most = problem.max_m_blocks(block_m) * n_blocks
+    if problem.kind is ProblemKind.GROUPED_MASKED:
+        blocks = ceil_div(problem.m, block_m)
+        if all(ceil_div(_group_rows(problem, f), block_m) == blocks for f in COUNT_SPREAD):
+            return grid_size(most, num_sms, num_multicast, chip)
+    return grid_size(min(most, num_sms), num_sms, num_multicast, chip)
+
+
+def _group_rows(problem, fraction: float) -> int:
+    """Rows of one group at ``fraction`` of ``expected_m`` (at most ``m`` for the masked kind, at least 1)."""
+    rows = int(fraction * problem.expected_m)
+    if problem.kind is ProblemKind.GROUPED_MASKED:
+        rows = min(rows, problem.m)
+    return max(rows, 1)
+
+
+COUNT_SPREAD = tuple(0.7 + 0.05 * i for i in range(13))
+"""Rows of one group of a table kind, as fractions of ``expected_m``, over which
+:func:`table_rounds` averages: ``expected_m`` is a hint, and a group's real rows scatter around it
+(DeepGEMM's tests draw them from 0.7-1.3 x ``expected_m``; routing does the like), so its last
+m-block is on average half empty, and the tile count's rounds over the grid vary."""
+
+
+def table_rounds(problem, block_m: int, block_n: int, ctas: int) -> float:
+    """Tiles per CTA of a table kind, averaged over group sizes of :data:`COUNT_SPREAD` times
+    ``expected_m`` (at most ``m`` rows for the masked kind): a tile shape whose rows fit the hint
+    exactly is charged for the padding real counts bring (256-row tiles twice that of 128-row
+    ones), and the wave quantization of one count is not taken for certain.
+
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    tile rounds averaged over group sizes for the table kinds (cost.table_rounds).
+    """
+    n_blocks = ceil_div(problem.n, block_n)
+    rounds = 0
+    for f in COUNT_SPREAD:
+        rounds += ceil_div(problem.num_groups * ceil_div(_group_rows(problem, f), block_m) * n_blocks, ctas)
+    return rounds / len(COUNT_SPREAD)
+
+
 def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width: int = RASTER_WIDTH,
              params: ModelParams = DEFAULT_PARAMS) -> Estimate:
     """Predict the run time of candidate ``c`` on ``problem`` (a :class:`deep_tile.problem.Problem`)
@@ -230,6 +286,10 @@ def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width:
         ctas = min(tiles, fit) * c.split_k
         tiles_per_cta = ceil_div(tiles, fit)  # waves of clusters
         k_blocks = ceil_div(num_k_blocks, c.split_k)
+    elif problem.kind.has_table:
+        ctas = table_grid_size(problem, c.block_m, c.block_n, num_sms, c.num_multicast, chip)
+        tiles_per_cta = table_rounds(problem, c.block_m, c.block_n, ctas)
+        k_blocks = num_k_blocks
     else:
         ctas = grid_size(tiles, num_sms, c.num_multicast, chip)
         tiles_per_cta = ceil_div(tiles, ctas)

@@ -9,7 +9,7 @@ from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.config import KernelConfig
-from deep_tile.select.cost import Estimate, min_bytes
+from deep_tile.select.cost import COUNT_SPREAD, Estimate, min_bytes
 from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, config_from_estimate,
                                       rank_candidates)
 
@@ -90,8 +90,10 @@ def _model_lines(problem, e: Estimate, chip: ChipFacts) -> list:
         f"({flops / nbytes:,.0f} FLOP/B; {chip.name} ridge point {chip.ridge_point:,.0f} FLOP/B)",
         f"floors on {chip.name}: HBM {_us(e.memory_s)} at {chip.hbm_bytes_per_s / 1e12:.2f} TB/s, "
         f"FP8 peak {_us(flops / chip.fp8_flops)} at {chip.fp8_flops / 1e12:,.0f} TFLOPS",
-        f"schedule: {e.tiles} tiles on {e.ctas} CTAs, {e.tiles_per_cta} tile(s) per CTA of "
-        f"{e.k_blocks_per_cta} k-blocks",
+        f"schedule: {e.tiles} tiles on {e.ctas} CTAs, " + (
+            f"{e.tiles_per_cta:.2f} tile(s) per CTA on average over group sizes of "
+            f"{COUNT_SPREAD[0]:g}-{COUNT_SPREAD[-1]:g} x expected_m, of "
+            if problem.kind.has_table else f"{e.tiles_per_cta} tile(s) per CTA of ") + f"{e.k_blocks_per_cta} k-blocks",
         f"model per k-block and CTA: tensor {e.tensor_cycles:,.0f} cycles, L2 loads {e.l2_cycles:,.0f}, "
         f"dependent chain {e.latency_cycles:,.0f} -> {e.bound}-bound",
         f"predicted: {_us(e.time_s)} ({flops / e.time_s / 1e12:,.0f} TFLOPS, "

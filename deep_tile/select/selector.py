@@ -31,7 +31,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "grid_size", "GROUPED_STREAM_MAX_M", "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
@@ -71,14 +71,27 @@ SERIAL_LOOP_MIN_M = 129
 """Fewest rows of the output for which candidates with one accumulator buffer are ranked."""
 
 
-def overlaps_promotion(m: int) -> bool:
-    """Whether at ``m`` rows only candidates with two accumulator buffers are ranked (k-loops that
-    overlap the next WGMMAs with the promotion).
+GROUP_TILE_MIN_M = 65
+"""Fewest rows per group (``expected_m``) from which a grouped problem of at least
+:data:`SERIAL_LOOP_MIN_M` rows in all ranks one-buffer candidates (:func:`overlaps_promotion`)."""
+
+
+def overlaps_promotion(problem: Problem) -> bool:
+    """Whether only candidates with two accumulator buffers are ranked for ``problem`` (k-loops
+    that overlap the next WGMMAs with the promotion): when it has fewer than
+    :data:`SERIAL_LOOP_MIN_M` rows (a group's ``expected_m`` for the grouped kinds), except a
+    grouped problem of at least that many rows in all whose groups overflow a 64-row tile
+    (``expected_m`` >= :data:`GROUP_TILE_MIN_M`): its many tiles keep the tensor cores busy
+    without the overlap, and the larger one-buffer tiles measured faster there, while groups
+    that fit a 64-row tile stay with the 64-row two-buffer tiles.
 
     Measured: benchmarks/RESULTS.md, "Selector rules",
     two accumulator buffers only below 129 rows (selector.overlaps_promotion).
     """
-    return m < SERIAL_LOOP_MIN_M
+    if problem.expected_m >= SERIAL_LOOP_MIN_M:
+        return False
+    return not (problem.kind.grouped and problem.expected_m >= GROUP_TILE_MIN_M
+                and problem.expected_m * problem.num_groups >= SERIAL_LOOP_MIN_M)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -88,7 +101,7 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     candidates = enumerate_candidates(max_smem, num_sms, tiles_of, ceil_div(k, family.BLOCK_K), problem.kind.grouped,
                                       problem.kind.has_table, problem.group_m_blocks,
                                       family.CONTIGUOUS_ALIGNMENT if problem.kind is ProblemKind.GROUPED_CONTIGUOUS else 256)
-    if overlaps_promotion(problem.expected_m) and any(c.accum_buffers == 2 for c in candidates):
+    if overlaps_promotion(problem) and any(c.accum_buffers == 2 for c in candidates):
         candidates = [c for c in candidates if c.accum_buffers == 2]
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
@@ -148,12 +161,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     :data:`GROUPED_STREAM_MAX_M` rows (each expert's weights then stream once); the one-buffer k-loop is unrolled by 6 over long K ranges
     (:func:`k_unroll_for`)."""
     c = e.candidate
-    if problem.kind.has_table:
-        # The tile count is known on the device only: a full grid up to the most tiles there can be.
-        most = problem.max_m_blocks(c.block_m) * ceil_div(problem.n, c.block_n)
-        grid = grid_size(min(most, num_sms), num_sms, c.num_multicast, chip)
-    else:
-        grid = grid_size(e.tiles, num_sms, c.num_multicast, chip)
+    grid = e.ctas if c.split_k == 1 else grid_size(e.tiles, num_sms, c.num_multicast, chip)
     expert_m_blocks = problem.group_m_blocks(c.block_m) if problem.kind.has_table else None
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
