@@ -595,3 +595,16 @@ def test_grouped_problems_of_many_rows_rank_one_buffer_tiles(kind, m, groups, ex
     assert overlaps_promotion(problem) is two_buffers
     ranked = rank_candidates(problem, 132)
     assert all(e.candidate.accum_buffers == 2 for e in ranked) is two_buffers
+
+
+def test_a_tile_holding_whole_groups_goes_first_and_runs_them_one_after_another():
+    # masked 32 x ~192 rows (256-row buffer): one 256-row m-block per expert, alone and along M,
+    # measured 1.004-1.019x DeepGEMM latest on an H100 and 0.967-1.014x on an H200 against 0.978-0.990x
+    # / 0.942-0.967x for 128x256 pairs sharing B (session 16)
+    for n, k in ((7168, 2048), (6144, 7168), (4096, 4096)):
+        cfg = select_config(_masked(256, n, k, 32, 192), 132)
+        assert (cfg.block_m, cfg.block_n, cfg.num_multicast, cfg.raster_along_m) == (256, 128, 1, True), (n, k)
+        assert cfg.grid_size == 128
+    # groups of more than 256 rows keep the pair sharing B over their two m-blocks
+    cfg = select_config(_masked(512, 7168, 2048, 8, 320), 132)
+    assert cfg.block_m < 320

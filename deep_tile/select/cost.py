@@ -38,7 +38,7 @@ from deep_tile.select.config import RASTER_WIDTH
 
 __all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "COUNT_SPREAD",
            "wgmma_efficiency", "Estimate", "estimate", "grid_size", "table_grid_size", "table_rounds", "min_bytes",
-           "multicast_shared_fraction", "streamed_b_pair"]
+           "multicast_shared_fraction", "streamed_b_pair", "MAX_GROUP_TILE_M"]
 
 TENSOR_FLOP_PER_CYCLE = 8192
 """Dense FP8 tensor-core FLOP per cycle per SM (1979 TFLOPS / 132 SMs / 1.83 GHz)."""
@@ -141,9 +141,16 @@ def streamed_b_pair(c: Candidate, problem) -> bool:
 
     Measured: benchmarks/RESULTS.md, session 13 (H100, masked 32 experts x 192 rows): 128x256
     sharing B 627 us against 655 without (6144x7168), 241 / 243 (7168x2048); the model with the
-    multicast costs of L2-fed (dense) pairs ranked it 3% slower."""
+    multicast costs of L2-fed (dense) pairs ranked it 3% slower. Not where one tile of
+    :data:`MAX_GROUP_TILE_M` rows holds the whole expert: that tile reads each weight tile once
+    without the pair's coupling, and measured faster (H200, session 16, masked 32 x ~192 rows:
+    256x128 0.965-1.012x DeepGEMM, the 128x256 pair 0.947-0.972x)."""
     return (problem.kind.grouped and c.num_multicast == 2 and not c.multicast_on_a
-            and problem.expected_m <= 2 * c.block_m)
+            and MAX_GROUP_TILE_M < problem.expected_m <= 2 * c.block_m)
+
+
+MAX_GROUP_TILE_M = 256
+"""The tallest tile: a group of at most this many rows fits one m-block of it."""
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,12 @@ def check_positive_int(func: str, name: str, value) -> None:
         raise ValueError(f"{func}: {name} must be a positive int; got {value!r}")
 
 
-def _tie_break(e: Estimate) -> tuple:
+def _tie_break(e: Estimate, problem: Problem = None) -> tuple:
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels (a
-    latency-bound candidate: split-K first, which shortens its chain of k-blocks), then (equal
-    areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
+    latency-bound candidate: split-K first, which shortens its chain of k-blocks), then for the
+    masked and offsets kinds (``problem``) tiles tall enough for a whole group (masked 32 x ~192
+    rows on an H200: 256x128 0.965-1.012x DeepGEMM latest, 128x256 0.936-0.979x alone; session
+    16), then (equal areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
     tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
     measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
     rastered along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
@@ -62,7 +64,9 @@ def _tie_break(e: Estimate) -> tuple:
     c = e.candidate
     wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
     split_rank = int(c.split_k == 1) if e.bound == "latency" else c.split_k
-    return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), split_rank, c.num_multicast,
+    # a table kind's tile that holds a whole group (one m-block per expert) before one that does not
+    splits_group = problem is not None and problem.kind.has_table and c.block_m < problem.expected_m
+    return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), split_rank, c.num_multicast, splits_group,
             c.block_m * c.block_n, c.block_m if wider_first else -c.block_m, -c.num_stages, -c.accum_buffers,
             not c.multicast_on_a)
 
@@ -106,7 +110,7 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
-    return _split_latency_bound(tuple(sorted(estimates, key=_tie_break)))
+    return _split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem))))
 
 
 SPLIT_TOLERANCE = 0.07
