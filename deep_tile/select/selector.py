@@ -8,10 +8,11 @@ Steps:
 2. predict each one's time with the performance model (:func:`deep_tile.select.cost.estimate`)
    and take the fastest; ties go to fewer CTAs per tile (no multicast, no split; but to split-K
    where the k-loop is latency-bound, and a split within 7% of a latency-bound first choice goes
-   first), then the smaller tile; at small M only two-buffer k-loops are ranked
-   (:func:`overlaps_promotion`);
-3. :func:`grid_size`: the persistent grid, ``min(SMs, tiles)``, even and within the resident
-   clusters under multicast; split-K launches ``tiles * split_k`` CTAs;
+   first), then (masked, offsets) a tile holding a whole group, then the smaller tile; at small M
+   (small groups) only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
+3. the grid the estimate assumed: :func:`grid_size`, ``min(SMs, tiles)`` balanced over its rounds,
+   even and within the resident clusters under multicast; for the masked and offsets kinds
+   :func:`deep_tile.select.cost.table_grid_size`; split-K launches ``tiles * split_k`` CTAs;
 4. :func:`streams_b`: L2 policies for the loads (B evict-first when at most two m-blocks read it,
    over at least 8 k-blocks).
 """
@@ -31,7 +32,8 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "GROUP_TILE_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "grid_size", "GROUPED_STREAM_MAX_M", "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
