@@ -57,8 +57,8 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
     """
     if num_multicast == 2:
         return None, RASTER_WIDTH
-    if split_k == 1 and expert_m_blocks is not None and (2 <= expert_m_blocks <= WIDE_RASTER_WIDTH
-                                                          or (expert_m_blocks == 1 and block_m == 256)):
+    whole_expert_tile = expert_m_blocks == 1 and block_m == max(family.LEGAL_BLOCK_M)
+    if split_k == 1 and expert_m_blocks is not None and (2 <= expert_m_blocks <= WIDE_RASTER_WIDTH or whole_expert_tile):
         return True, WIDE_RASTER_WIDTH
     if split_k == 1 and block_n > block_m:
         return True, WIDE_RASTER_WIDTH

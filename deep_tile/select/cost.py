@@ -149,7 +149,7 @@ def streamed_b_pair(c: Candidate, problem) -> bool:
             and MAX_GROUP_TILE_M < problem.expected_m <= 2 * c.block_m)
 
 
-MAX_GROUP_TILE_M = 256
+MAX_GROUP_TILE_M = max(family.LEGAL_BLOCK_M)
 """The tallest tile: a group of at most this many rows fits one m-block of it."""
 
 
@@ -240,21 +240,19 @@ def table_grid_size(problem, block_m: int, block_n: int, num_sms: int, num_multi
     Measured: benchmarks/RESULTS.md, "Selector rules",
     a balanced grid for the masked kind when its tile count is known (cost.table_grid_size).
     """
-    n_blocks = ceil_div(problem.n, block_n)
-    most = problem.max_m_blocks(block_m) * n_blocks
+    most = problem.max_m_blocks(block_m) * ceil_div(problem.n, block_n)
     if problem.kind is ProblemKind.GROUPED_MASKED:
-        blocks = ceil_div(problem.m, block_m)
-        if all(ceil_div(_group_rows(problem, f), block_m) == blocks for f in COUNT_SPREAD):
+        if set(_spread_m_blocks(problem, block_m)) == {ceil_div(problem.m, block_m)}:
             return grid_size(most, num_sms, num_multicast, chip)
     return grid_size(min(most, num_sms), num_sms, num_multicast, chip)
 
 
-def _group_rows(problem, fraction: float) -> int:
-    """Rows of one group at ``fraction`` of ``expected_m`` (at most ``m`` for the masked kind, at least 1)."""
-    rows = int(fraction * problem.expected_m)
-    if problem.kind is ProblemKind.GROUPED_MASKED:
-        rows = min(rows, problem.m)
-    return max(rows, 1)
+def _spread_m_blocks(problem, block_m: int) -> tuple:
+    """M-blocks of ``block_m`` rows of one group of each size of :data:`COUNT_SPREAD` times
+    ``expected_m`` (at least 1 row; at most ``m`` rows for the masked kind)."""
+    cap = problem.m if problem.kind is ProblemKind.GROUPED_MASKED else None
+    rows = (max(int(f * problem.expected_m), 1) for f in COUNT_SPREAD)
+    return tuple(ceil_div(r if cap is None else min(r, cap), block_m) for r in rows)
 
 
 COUNT_SPREAD = tuple(0.7 + 0.05 * i for i in range(13))
@@ -274,10 +272,8 @@ def table_rounds(problem, block_m: int, block_n: int, ctas: int) -> float:
     tile rounds averaged over group sizes for the table kinds (cost.table_rounds).
     """
     n_blocks = ceil_div(problem.n, block_n)
-    rounds = 0
-    for f in COUNT_SPREAD:
-        rounds += ceil_div(problem.num_groups * ceil_div(_group_rows(problem, f), block_m) * n_blocks, ctas)
-    return rounds / len(COUNT_SPREAD)
+    spread = _spread_m_blocks(problem, block_m)
+    return sum(ceil_div(problem.num_groups * blocks * n_blocks, ctas) for blocks in spread) / len(spread)
 
 
 def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width: int = RASTER_WIDTH,

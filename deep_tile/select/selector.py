@@ -49,7 +49,7 @@ def check_positive_int(func: str, name: str, value) -> None:
         raise ValueError(f"{func}: {name} must be a positive int; got {value!r}")
 
 
-def _tie_break(e: Estimate, problem: Problem = None) -> tuple:
+def _tie_break(e: Estimate, problem: Problem) -> tuple:
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels (a
     latency-bound candidate: split-K first, which shortens its chain of k-blocks), then for the
     masked and offsets kinds (``problem``) tiles tall enough for a whole group (masked 32 x ~192
@@ -67,7 +67,7 @@ def _tie_break(e: Estimate, problem: Problem = None) -> tuple:
     wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
     split_rank = int(c.split_k == 1) if e.bound == "latency" else c.split_k
     # a table kind's tile that holds a whole group (one m-block per expert) before one that does not
-    splits_group = problem is not None and problem.kind.has_table and c.block_m < problem.expected_m
+    splits_group = problem.kind.has_table and c.block_m < problem.expected_m
     return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), split_rank, c.num_multicast, splits_group,
             c.block_m * c.block_n, c.block_m if wider_first else -c.block_m, -c.num_stages, -c.accum_buffers,
             not c.multicast_on_a)
