@@ -15,6 +15,7 @@ does:
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
 - :func:`set_num_sms`, :func:`get_num_sms` -- limit the persistent grid to fewer SMs.
+- :func:`set_pdl`, :func:`get_pdl` -- launch with programmatic dependent launch (on by default).
 - :data:`__version__` -- the package version string.
 """
 import importlib
@@ -41,6 +42,8 @@ _LAZY = {
     "explain": "deep_tile.select.api",
     "set_num_sms": "deep_tile.device",
     "get_num_sms": "deep_tile.device",
+    "set_pdl": "deep_tile.pdl",
+    "get_pdl": "deep_tile.pdl",
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

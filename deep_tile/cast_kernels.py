@@ -13,6 +13,7 @@ from deep_tile.common import SCALE_GROUP, ceil_div
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import cast_fp8
+from deep_tile.pdl import get_pdl
 
 
 def _launch(symbol: str, x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, grid, rows: int, cols: int):
@@ -22,7 +23,8 @@ def _launch(symbol: str, x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor,
     args = KernelArgs(list(zip(cast_fp8.ARGUMENT_KINDS, values)))
     with torch.cuda.device(x.device):
         kernel.launch(grid=grid, block=cast_fp8.BLOCK_THREADS, smem_bytes=0,
-                      stream=torch.cuda.current_stream(x.device).cuda_stream, args=args, device=x.device.index)
+                      stream=torch.cuda.current_stream(x.device).cuda_stream, args=args, device=x.device.index,
+                      pdl=get_pdl())
 
 
 def per_token_cast_cuda(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

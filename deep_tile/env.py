@@ -7,7 +7,7 @@ call time, so tests can ``monkeypatch.setenv`` and see the effect on the next ca
 Types:
 
 - ``bool``: ``1/0``, ``true/false``, ``yes/no``, ``on/off`` (any case); empty or unset means
-  the default (off).
+  the default (off, except ``DEEP_TILE_PDL``: on).
 - ``path``: ``~`` is expanded; empty or unset means the default.
 - ``choice``: one of a fixed set (any case); empty or unset means the default.
 
@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 __all__ = [
     "EnvVar", "REGISTRY", "get", "validate", "snapshot", "markdown_table", "subprocess_env",
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
-    "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "cxx",
+    "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "pdl", "cxx",
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -91,6 +91,11 @@ _VARS = (
            "ready), `wait` builds it on the first CUDA call and waits, `off` always uses the Python host "
            "path.",
            choices=("auto", "wait", "off")),
+    EnvVar("DEEP_TILE_PDL", "bool", "on",
+           "Launch kernels with programmatic dependent launch, so a kernel's set-up overlaps the end of the "
+           "kernel before it on the stream (`deep_tile.set_pdl` changes it at run time); read on the first "
+           "launch. Each kernel still waits on the device for its predecessor before it reads or writes "
+           "global memory."),
     EnvVar("CXX", "str", "c++",
            "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
            "its build key."),
@@ -120,7 +125,7 @@ def _bad(var: EnvVar, allowed: str, value: str) -> ValueError:
 def get(name: str):
     """Parse the declared variable ``name`` now.
 
-    Returns a ``bool`` for bool variables (False when unset), a ``Path`` for path variables,
+    Returns a ``bool`` for bool variables (their default when unset: off, or on), a ``Path`` for path variables,
     a lower-case ``str`` for choice variables and a ``str`` for str variables; ``None`` when a
     non-bool variable is unset or empty (its default is then computed by its accessor).
 
@@ -131,7 +136,7 @@ def get(name: str):
     var = REGISTRY[name]
     if var.type == "bool":
         if raw is None:
-            return False
+            return var.default == "on"
         low = raw.lower()
         if low in _TRUE:
             return True
@@ -264,6 +269,12 @@ def watchdog() -> bool:
 def native() -> str:
     """``DEEP_TILE_NATIVE``: ``"auto"`` (default), ``"wait"`` or ``"off"``."""
     return get("DEEP_TILE_NATIVE") if os.environ.get("DEEP_TILE_NATIVE") else "auto"
+
+
+def pdl() -> bool:
+    """``DEEP_TILE_PDL``: launch kernels with programmatic dependent launch (default on; the
+    setting in force is :func:`deep_tile.pdl.get_pdl`)."""
+    return get("DEEP_TILE_PDL")
 
 
 def cxx() -> str:

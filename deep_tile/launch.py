@@ -3,7 +3,8 @@
 :func:`run` is fp8_gemm on the Python host path: validate (:mod:`deep_tile.checks`) -> the plan
 (:mod:`deep_tile.planner`, memoised per problem) -> walk the plan's argument specs
 (:mod:`deep_tile.kernel_args`: tensor maps from :mod:`deep_tile.tma`, cached by address) ->
-launch on the current stream (:mod:`deep_tile.jit.runtime`).
+launch on the current stream (:mod:`deep_tile.jit.runtime`), with programmatic dependent launch
+unless :mod:`deep_tile.pdl` says otherwise.
 It runs until the native extension is built, wherever it cannot be built, for forced configs
 (tests, sweeps) and for every call the native path hands back (bad arguments: so errors are the
 same on both paths).
@@ -22,6 +23,7 @@ from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernel_args import pack_values
 from deep_tile.kernels.fp8_gemm import ROW_MAJOR_A_SCALE_KINDS
 from deep_tile.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, reads_row_major
+from deep_tile.pdl import get_pdl
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
@@ -118,7 +120,7 @@ def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> 
     mapped = time.perf_counter()
     plan.kernel.launch(grid=plan.grid, block=plan.block, smem_bytes=plan.smem,
                        stream=torch.cuda.current_stream(device).cuda_stream, args=args,
-                       device=device.index, cluster=plan.cluster)
+                       device=device.index, cluster=plan.cluster, pdl=get_pdl())
     if first:
         _launched.add(id(plan))
         phases.report_first_launch(f"{plan.problem} (python path, {plan.config.label})", mapped - start,

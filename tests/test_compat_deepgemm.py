@@ -19,7 +19,8 @@ from conftest import run_child_cases
 
 CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
            "fp8_m_grouped_gemm_nt_masked", "get_mk_alignment_for_contiguous_layout",
-           "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout", "set_num_sms", "get_num_sms"]
+           "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout", "set_num_sms", "get_num_sms",
+           "set_pdl", "get_pdl"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 
@@ -41,7 +42,7 @@ SIGNATURES = {
 }
 
 FORWARDED = ["fp8_gemm", "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_masked", "get_tma_aligned_a_scale",
-             "set_num_sms", "get_num_sms", "get_m_alignment_for_contiguous_layout"]
+             "set_num_sms", "get_num_sms", "get_m_alignment_for_contiguous_layout", "set_pdl", "get_pdl"]
 
 
 @pytest.fixture
@@ -54,6 +55,8 @@ def calls(monkeypatch):
     def recorder(name):
         def record(*args, **kwargs):
             recorded.append((name, args, kwargs))
+            if name == "get_pdl":
+                return False
             return 128 if name in ("get_num_sms", "get_m_alignment_for_contiguous_layout") else f"{name} result"
         return record
 
@@ -169,6 +172,12 @@ def test_num_sms_forwards(calls):
     assert deep_gemm.set_num_sms(100) is None
     assert deep_gemm.get_num_sms() == 128
     assert [(c[0], c[1]) for c in calls] == [("set_num_sms", (100,)), ("get_num_sms", ())]
+
+
+def test_pdl_forwards(calls):
+    assert deep_gemm.set_pdl(True) is None
+    assert deep_gemm.get_pdl() is False
+    assert [(c[0], c[1]) for c in calls] == [("set_pdl", (True,)), ("get_pdl", ())]
 
 
 def test_alignment_forwards(calls):

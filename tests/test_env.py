@@ -42,7 +42,7 @@ def test_readme_table_lists_the_registry():
     assert {n for n in table if n.startswith("DEEP_TILE_")} == {
         "DEEP_TILE_CACHE_DIR", "DEEP_TILE_DISABLE_CACHE", "DEEP_TILE_COMPILER", "DEEP_TILE_NVCC",
         "DEEP_TILE_DEBUG", "DEEP_TILE_PTXAS_CHECK", "DEEP_TILE_DUMP_ASM", "DEEP_TILE_PRINT_CONFIGS",
-        "DEEP_TILE_WATCHDOG", "DEEP_TILE_NATIVE"}
+        "DEEP_TILE_WATCHDOG", "DEEP_TILE_NATIVE", "DEEP_TILE_PDL"}
 
 
 def test_readme_rows_match_the_declarations():
@@ -67,8 +67,9 @@ def test_defaults():
     assert env.native() == "auto"
     assert env.cxx() == "c++"
     for name in BOOLS:
-        assert env.get(name) is False
+        assert env.get(name) is (name == "DEEP_TILE_PDL")  # the one bool that defaults to on
     assert not any([env.disable_cache(), env.debug(), env.ptxas_check(), env.dump_asm(), env.print_configs()])
+    assert env.pdl() is True
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -78,7 +79,8 @@ def test_defaults():
 def test_bool_values(monkeypatch, raw, expected):
     for name in BOOLS:
         monkeypatch.setenv(name, raw)
-        assert env.get(name) is expected
+        default = env.REGISTRY[name].default == "on"
+        assert env.get(name) is (default if not raw.strip() else expected)
 
 
 @pytest.mark.parametrize("name", BOOLS)

@@ -583,7 +583,7 @@ LAYERS = (
                   "deep_tile.layouts", "deep_tile.cast_kernels", "deep_tile.tma")),
     ("JIT", ("deep_tile.jit", "deep_tile.jit.*")),
     ("kernel contracts, checks, device facts", ("deep_tile.kernels", "deep_tile.kernels.*", "deep_tile.checks",
-                                                 "deep_tile.device", "deep_tile.reference")),
+                                                 "deep_tile.device", "deep_tile.pdl", "deep_tile.reference")),
     ("leaves", ("deep_tile.env", "deep_tile.errors", "deep_tile.common", "deep_tile.arch", "deep_tile.phases",
                 "deep_tile.disk", "deep_tile.cuda_stack", "deep_tile.json_records", "deep_tile.problem",
                 "deep_tile.kernel_args")),

@@ -13,7 +13,7 @@ The names, parameter names, order and defaults are DeepGEMM's (its current API a
 returns None, as DeepGEMM does. Each function forwards to one public deep_tile function
 (:func:`deep_tile.fp8_gemm`, :func:`deep_tile.m_grouped_fp8_gemm_contiguous`,
 :func:`deep_tile.m_grouped_fp8_gemm_masked`, :func:`deep_tile.get_tma_aligned_a_scale`,
-:func:`deep_tile.set_num_sms`), looked up on the package at call time; deep_tile checks the tensors.
+:func:`deep_tile.set_num_sms`, :func:`deep_tile.set_pdl`), looked up on the package at call time; deep_tile checks the tensors.
 
 Supported: DeepGEMM's SM90 FP8 format -- float8_e4m3fn operands, float32 scales, 1x128 for ``a``
 and 128x128 for ``b`` (recipe ``(1, 128, 128)``, the default), NT layout, bfloat16 output. The
@@ -42,7 +42,7 @@ __all__ = [
     "gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
     "get_mk_alignment_for_contiguous_layout", "get_m_alignment_for_contiguous_layout",
     "get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor", "transform_sf_into_required_layout",
-    "set_num_sms", "get_num_sms",
+    "set_num_sms", "get_num_sms", "set_pdl", "get_pdl",
 ]
 
 Pair = Tuple[torch.Tensor, torch.Tensor]
@@ -227,6 +227,17 @@ def set_num_sms(new_num_sms: int) -> None:
 def get_num_sms() -> int:
     """DeepGEMM's ``get_num_sms``: the SMs GEMMs may use, from :func:`deep_tile.get_num_sms`."""
     return deep_tile.get_num_sms()
+
+
+def set_pdl(new_enable_pdl: bool) -> None:
+    """DeepGEMM's ``set_pdl``: launch later GEMMs with programmatic dependent launch or not, by
+    :func:`deep_tile.set_pdl` (deep_tile's default is on; DeepGEMM's is off)."""
+    deep_tile.set_pdl(new_enable_pdl)
+
+
+def get_pdl() -> bool:
+    """DeepGEMM's ``get_pdl``: whether GEMMs are launched with programmatic dependent launch."""
+    return deep_tile.get_pdl()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Load cubins and launch their kernels through the CUDA driver API (cuda-python).
 
 The kernels are taken from a ``CUlibrary`` (context-independent, loaded lazily per device) and
-launched with ``cuLaunchKernelEx`` on the caller's stream, with an optional cluster dimension.
+launched with ``cuLaunchKernelEx`` on the caller's stream, with an optional cluster dimension and
+programmatic stream serialization (:mod:`deep_tile.pdl`).
 Kernel arguments are packed by :class:`KernelArgs` into one ctypes buffer plus an array of
 pointers whose address is handed to the driver, which copies the values at launch time (so the
 launch can be captured in a CUDA graph).
@@ -118,31 +119,39 @@ class Kernel:
         return count
 
     @staticmethod
-    def _config(grid, block: int, smem_bytes: int, stream: int, cluster: int):
+    def _config(grid, block: int, smem_bytes: int, stream: int, cluster: int, pdl: bool = False):
         gx, gy, gz = (grid, 1, 1) if isinstance(grid, int) else (tuple(grid) + (1, 1))[:3]
         config = _cu.CUlaunchConfig()
         config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
         config.blockDimX, config.blockDimY, config.blockDimZ = block, 1, 1
         config.sharedMemBytes = smem_bytes
         config.hStream = _cu.CUstream(stream)
+        attrs = []
         if cluster > 1:
             attr = _cu.CUlaunchAttribute()
             attr.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
             attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
-            config.attrs = [attr]
-            config.numAttrs = 1
-        else:
-            config.numAttrs = 0
+            attrs.append(attr)
+        if pdl:
+            attr = _cu.CUlaunchAttribute()
+            attr.id = _cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(attr)
+        config.attrs = attrs
+        config.numAttrs = len(attrs)
         return config
 
     def launch(self, *, grid: int | tuple, block: int, smem_bytes: int, stream: int, args: KernelArgs,
-               device: int, cluster: int = 1) -> None:
-        """Launch on `stream` (a raw ``cudaStream_t`` as int) of device ordinal `device`."""
+               device: int, cluster: int = 1, pdl: bool = False) -> None:
+        """Launch on `stream` (a raw ``cudaStream_t`` as int) of device ordinal `device`; with
+        `pdl`, with programmatic stream serialization (the kernel must wait for its predecessor
+        itself: ptx/grid_dependency.cuh)."""
         self.ensure_smem_limit(device, smem_bytes)
-        config = self._config(grid, block, smem_bytes, stream, cluster)
+        config = self._config(grid, block, smem_bytes, stream, cluster, pdl)
         gx, gy, gz = config.gridDimX, config.gridDimY, config.gridDimZ
         check(_cu.cuLaunchKernelEx(config, self.handle, args.address, 0),
-              f"cuLaunchKernelEx({self.name}, grid={gx}x{gy}x{gz}, block={block}, smem={smem_bytes}, cluster={cluster})")
+              f"cuLaunchKernelEx({self.name}, grid={gx}x{gy}x{gz}, block={block}, smem={smem_bytes}, cluster={cluster}, "
+              f"pdl={int(pdl)})")
 
 
 def _ensure_current_context(device: int) -> None:

@@ -27,14 +27,14 @@ import time
 import warnings
 from pathlib import Path
 
-from deep_tile import device, env, phases
+from deep_tile import device, env, pdl, phases
 from deep_tile.errors import CacheError
 from deep_tile.disk import discard as _discard
 from deep_tile.native.build import in_progress as _build_in_progress, published as _published
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
 
-__all__ = ["NativeUnavailableWarning", "module", "build", "status", "reset", "push_sms_limit"]
+__all__ = ["NativeUnavailableWarning", "module", "build", "status", "reset", "push_sms_limit", "push_pdl"]
 
 POLL_SECONDS = 0.2
 """How often a process whose build runs in the background looks for the published library."""
@@ -96,6 +96,8 @@ def _load(key: str):
         loaded.install_bridge(bridge)
         loaded.set_sms_limit(bridge.sms_limit())
         device.add_sms_limit_listener(push_sms_limit)
+        loaded.set_pdl(pdl.get_pdl())
+        pdl.add_pdl_listener(push_pdl)
         _loaded_modules[key] = loaded
     loaded.register_ops()
     phases.add("native", time.perf_counter() - start)
@@ -307,6 +309,13 @@ def push_sms_limit(limit: int | None) -> None:
     (registered with :func:`deep_tile.device.add_sms_limit_listener` when a library loads)."""
     for loaded in _loaded_modules.values():
         loaded.set_sms_limit(limit or 0)
+
+
+def push_pdl(enabled: bool) -> None:
+    """Hand the :func:`deep_tile.set_pdl` setting to every loaded library (registered with
+    :func:`deep_tile.pdl.add_pdl_listener` when a library loads)."""
+    for loaded in _loaded_modules.values():
+        loaded.set_pdl(enabled)
 
 
 def status() -> dict:

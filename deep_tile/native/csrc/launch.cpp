@@ -83,20 +83,28 @@ void launch(const GemmPlan& plan, void** slots, CUstream stream, int device) {
   config.blockDimY = config.blockDimZ = 1;
   config.sharedMemBytes = plan.smem;
   config.hStream = stream;
-  CUlaunchAttribute cluster{};
+  CUlaunchAttribute attrs[2]{};
+  unsigned num_attrs = 0;
   if (plan.cluster > 1) {
-    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    cluster.value.clusterDim.x = plan.cluster;
-    cluster.value.clusterDim.y = cluster.value.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    attrs[num_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[num_attrs].value.clusterDim.x = plan.cluster;
+    attrs[num_attrs].value.clusterDim.y = attrs[num_attrs].value.clusterDim.z = 1;
+    ++num_attrs;
   }
+  const bool with_pdl = pdl();  // deep_tile.pdl (every kernel waits for its predecessor itself)
+  if (with_pdl) {
+    attrs[num_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[num_attrs].value.programmaticStreamSerializationAllowed = 1;
+    ++num_attrs;
+  }
+  config.attrs = num_attrs > 0 ? attrs : nullptr;
+  config.numAttrs = num_attrs;
   CUresult status = driver().launch_kernel_ex(&config, reinterpret_cast<CUfunction>(plan.kernel), slots, nullptr);
   if (status != CUDA_SUCCESS) {
     // Same message as deep_tile.jit.runtime.Kernel.launch.
     check(status, "cuLaunchKernelEx(" + plan.symbol + ", grid=" + std::to_string(plan.grid) + "x1x1, block=" +
                       std::to_string(plan.block) + ", smem=" + std::to_string(plan.smem) +
-                      ", cluster=" + std::to_string(plan.cluster) + ")");
+                      ", cluster=" + std::to_string(plan.cluster) + ", pdl=" + std::to_string(int(with_pdl)) + ")");
   }
 }
 

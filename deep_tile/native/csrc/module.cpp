@@ -17,7 +17,7 @@ namespace py = pybind11;
 using namespace deep_tile_native;
 
 // Bumped when the bridge protocol (plan dict, callbacks) changes; checked by the loader.
-constexpr int kBridgeVersion = 5;
+constexpr int kBridgeVersion = 6;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deep_tile's native host path for the FP8 GEMMs (see deep_tile/native/__init__.py)";
@@ -61,6 +61,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("install_bridge", &install_bridge, "Remember the Python bridge module (deep_tile.native.bridge).");
   m.def("set_sms_limit", &set_sms_limit, py::arg("limit"),
         "The deep_tile.set_num_sms limit (0: none) the next calls plan with.");
+  m.def("set_pdl", &set_pdl, py::arg("enabled"),
+        "The deep_tile.set_pdl setting the next launches use (programmatic stream serialization).");
   m.def("register_ops", &register_ops, "Register the native kernels of the ops in OP_NAMES (CUDA and CPU keys).");
   m.def("deregister_ops", &deregister_ops, "Remove those registrations (the Python kernels take over again).");
   m.def("ops_registered", &ops_registered);

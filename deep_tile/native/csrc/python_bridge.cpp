@@ -16,6 +16,7 @@ struct Bridge {
 // Leaked on purpose: Python objects must not be released after the interpreter is finalised.
 Bridge* g_bridge = nullptr;
 std::atomic<int64_t> g_sms_limit{0};
+std::atomic<bool> g_pdl{true};
 
 const Bridge& bridge() {
   if (g_bridge == nullptr) throw std::runtime_error("deep_tile native: the Python bridge is not installed");
@@ -88,6 +89,10 @@ bool bridge_installed() { return g_bridge != nullptr; }
 void set_sms_limit(int64_t limit) { g_sms_limit.store(limit, std::memory_order_relaxed); }
 
 int64_t sms_limit() { return g_sms_limit.load(std::memory_order_relaxed); }
+
+void set_pdl(bool enabled) { g_pdl.store(enabled, std::memory_order_relaxed); }
+
+bool pdl() { return g_pdl.load(std::memory_order_relaxed); }
 
 namespace {
 

@@ -25,6 +25,11 @@ bool bridge_installed();
 // to every loaded library, the loader at load), sms_limit reads it on every call without the GIL.
 void set_sms_limit(int64_t limit);
 int64_t sms_limit();
+// deep_tile.pdl's setting: whether kernels are launched with programmatic stream serialization;
+// set_pdl stores it (deep_tile.set_pdl pushes it to every loaded library, the loader at load), pdl
+// reads it on every launch without the GIL.
+void set_pdl(bool enabled);
+bool pdl();
 
 // The plan of this problem; Python raises (as a Python exception, kept through the dispatcher)
 // when the arguments are bad.

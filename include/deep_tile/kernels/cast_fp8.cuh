@@ -6,6 +6,7 @@
 // GPU results are bitwise equal.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/grid_dependency.cuh"
 
 #ifndef DT_IN_DTYPE
 #error "DT_IN_DTYPE (0 = float32, 1 = bfloat16, 2 = float16) is set by deep_tile.cast_kernels"
@@ -48,6 +49,8 @@ DT_DEVICE u8 quantize_one(float x, float inv_scale) { return static_cast<u8>(pac
 
 /// One warp per (row, 128-column group); lane i handles columns 4i..4i+3 of the group.
 DT_DEVICE void per_token_cast(const InputT* x, u8* q, float* scales, int m, int k) {
+  ptx::grid_dependency_wait();  // the stream predecessor may write x or read q and scales
+  ptx::launch_dependents();
   const int num_groups = ceil_div(k, 128);
   const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   if (warp >= static_cast<long long>(m) * num_groups) return;
@@ -74,6 +77,8 @@ DT_DEVICE void per_token_cast(const InputT* x, u8* q, float* scales, int m, int 
 /// One 256-thread CTA per 128x128 block; thread t covers row t/2, columns 64*(t%2) .. +63.
 DT_DEVICE void per_block_cast(const InputT* x, u8* q, float* scales, int n, int k) {
   __shared__ float warp_amax[8];
+  ptx::grid_dependency_wait();  // the stream predecessor may write x or read q and scales
+  ptx::launch_dependents();
   const int row = blockIdx.y * 128 + threadIdx.x / 2;
   const int col0 = blockIdx.x * 128 + (threadIdx.x % 2) * 64;
   const bool row_ok = row < n;

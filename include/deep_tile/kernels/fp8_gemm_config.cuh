@@ -40,6 +40,19 @@ struct Fp8GemmConfig {
   // K ranges; deep_tile/select/selector.py k_unroll_for).
   static constexpr int kKUnroll = kKUnroll_;
 
+  // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
+  // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
+  // in during the predecessor's tail; the dense kind only (a grouped tile's expert is read from
+  // memory the predecessor may write). DT_L2_PREFETCH_KBLOCKS overrides it for measurements.
+  // NOTES: 2 measured best in a decode chain (H200: 0-1.4% faster than none); a pipeline's worth
+  // (8-16 k-blocks) was 0.3-7% slower than none, and 64 (a whole tile, up to 57 MB over a grid,
+  // more than L2 holds) 2-41% slower (benchmarks/RESULTS.md, session 17).
+#ifdef DT_L2_PREFETCH_KBLOCKS
+  static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? DT_L2_PREFETCH_KBLOCKS : 0;
+#else
+  static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? 2 : 0;
+#endif
+
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
   static constexpr int kWgM = kBlockM / kNumMathWarpgroups;  // rows per consumer warpgroup

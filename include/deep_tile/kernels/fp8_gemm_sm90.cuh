@@ -17,6 +17,7 @@
 #include "deep_tile/kernels/fp8_gemm_config.cuh"
 #include "deep_tile/kernels/fp8_gemm_mainloop.cuh"
 #include "deep_tile/pipeline/pipeline_state.cuh"
+#include "deep_tile/ptx/grid_dependency.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
@@ -54,6 +55,22 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
     } else {
       load_box<kHinted>(dst, desc, bar, k0, row0, policy);
       load_box<kHinted>(dst + kHalfRows * 128, desc, bar, k0, row0 + kHalfRows, policy);
+    }
+  }
+}
+
+/// Before the grid-dependency wait: ask L2 for the weight (B) boxes of the first
+/// Cfg::kL2PrefetchKBlocks k-blocks of this CTA's first tile (both halves of a multicast operand).
+template <class Cfg>
+DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Scheduler<Cfg>& sched) {
+  if constexpr (Cfg::kL2PrefetchKBlocks > 0) {
+    const WorkRange work = sched.work();
+    if (work.first >= sched.num_tiles) return;
+    const int n0 = sched.tile(work.first).n0;
+    const int kb_end = min_int(work.kb_end, work.kb_begin + Cfg::kL2PrefetchKBlocks);
+    for (int kb = work.kb_begin; kb < kb_end; ++kb) {
+      ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, n0);
+      if constexpr (Cfg::kMulticastB) ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, n0 + Cfg::kBlockN / 2);
     }
   }
 }
@@ -185,7 +202,13 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
+    prefetch_first_weights<Cfg>(&tma_b, sched);
   }
+  // NOTES (programmatic dependent launch): the stream predecessor may still run, and may write
+  // anything this kernel reads (A, the scales, B, the group metadata) or read what it writes (D):
+  // every thread waits here, after the set-up that touches no global memory (tensor maps, the
+  // barriers, the scheduler's arithmetic, L2 prefetches) and before its first global access.
+  ptx::grid_dependency_wait();
   if constexpr (has_group_table(Cfg::kProblemKind)) {
     // The producer warpgroup's second warp builds the expert table while the first inits barriers.
     if (threadIdx.x / 32 == Cfg::kNumMathWarps + 1) {
@@ -212,6 +235,12 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
       producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched);
+      // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
+      // this grid leaves free (its wait still waits for this grid to complete).
+      // NOTES: measured in decode chains: triggering right after the wait instead was -0.6% to
+      // +4% slower (H100, H200); never triggering (the dependent starts when this grid
+      // completes) as slow as no PDL at all (H100; benchmarks/RESULTS.md, session 17).
+      ptx::launch_dependents();
     }
     if constexpr (Cfg::kSplitK > 1) {
       ptx::cluster_sync();

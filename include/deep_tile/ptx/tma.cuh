@@ -1,5 +1,5 @@
 // TMA (bulk tensor copy) wrappers: PTX ISA 9.7.9.25 cp.async.bulk.tensor, cp.async.bulk.commit_group /
-// wait_group, prefetch.tensormap, and the generic<->async proxy fence.
+// wait_group, prefetch.tensormap, cp.async.bulk.prefetch.tensor (L2), and the generic<->async proxy fence.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
@@ -8,6 +8,15 @@ namespace deep_tile::ptx {
 
 DT_DEVICE void tma_prefetch_descriptor(const TmaDescriptor* desc) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(desc)) : "memory");
+}
+
+/// Ask L2 for the 2-D box of `desc` at (c0, c1) (no shared memory, no barrier). L2 is the point
+/// of coherence of global memory, so the lines hold the latest values even if another grid
+/// writes them later.
+DT_DEVICE void tma_prefetch_2d_l2(const TmaDescriptor* desc, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<u64>(desc)),
+               "r"(c0), "r"(c1)
+               : "memory");
 }
 
 /// 2-D tile load into this CTA's shared memory; completes `bytes` on `bar`.
