@@ -139,5 +139,53 @@ def pdl_chain(pdl: bool, m: int, n: int, k: int, config2: str | None = None, rou
     return result
 
 
+def graph_edge_types(pdl: bool, path: str) -> dict:
+    """Two GEMMs and a cast captured in a CUDA graph through ``path`` ("native": the C++ host path,
+    built first; "python": the Python launcher): the types of the graph's edges (stream capture
+    turns a launch with programmatic stream serialization into a programmatic edge) and which
+    path launched."""
+    from cuda.bindings import driver as cu
+    from deep_tile import native
+    from deep_tile.testing.data import make_fp8_problem
+
+    deep_tile.set_pdl(pdl)
+    a, sa, b, sb = make_fp8_problem(64, 2048, 7168, DEVICE, seed=0, a_scale_layout="tma")
+    x = torch.randn((64, 7168), device=DEVICE).to(torch.bfloat16)
+    outs = [torch.empty((64, 2048), dtype=torch.bfloat16, device=DEVICE) for _ in range(2)]
+    extension = None
+    if path == "native":
+        if not native.build(wait=True):
+            raise RuntimeError(f"the native extension is not available: {native.status()}")
+        extension = native.module()
+
+    def calls():
+        if extension is not None:
+            extension.fp8_gemm(a, sa, b, sb, outs[0])
+            deep_tile.per_token_cast_to_fp8(x)
+            extension.fp8_gemm(a, sa, b, sb, outs[1])
+        else:
+            run(a, sa, b, sb, outs[0])
+            deep_tile.per_token_cast_to_fp8(x)
+            run(a, sa, b, sb, outs[1])
+
+    calls()  # compile, load, encode outside the capture
+    torch.cuda.synchronize()
+    before = extension.stats()["native_calls"] if extension is not None else 0
+    graph = torch.cuda.CUDAGraph(keep_graph=True)
+    with torch.cuda.graph(graph):
+        calls()
+    native_calls = (extension.stats()["native_calls"] - before) if extension is not None else 0
+    err, _, _, edge_data, count = cu.cuGraphGetEdges(cu.CUgraph(graph.raw_cuda_graph()), 16)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuGraphGetEdges: {err}")
+    types = [int(d.type) for d in edge_data[:count]]
+    graph.instantiate()
+    graph.replay()
+    torch.cuda.synchronize()
+    same = bool(torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)))
+    return {"pdl": pdl, "path": path, "edge_types": types, "native_calls": native_calls, "same": same,
+            "programmatic": int(cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)}
+
+
 if __name__ == "__main__":
     serve(globals())

@@ -128,6 +128,16 @@ CHAINS = [
 
 
 @pytest.mark.gpu
+def test_both_host_paths_capture_programmatic_edges_only_when_on():
+    cases = [dict(pdl=on, path=path) for on in (True, False) for path in ("native", "python")]
+    for r in run_child_cases("gpu_pdl_cases.py", "graph_edge_types", cases, timeout=600):
+        # GEMM -> cast -> GEMM: two edges, each programmatic exactly when PDL is on.
+        assert len(r["edge_types"]) == 2 and r["same"], r
+        assert all((t == r["programmatic"]) == r["pdl"] for t in r["edge_types"]), r
+        assert r["native_calls"] == (2 if r["path"] == "native" else 0), r
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("on", [True, False], ids=["pdl_on", "pdl_off"])
 def test_chains_read_what_the_kernel_before_wrote(on):
     results = run_child_cases("gpu_pdl_cases.py", "pdl_chain", [dict(pdl=on, **c) for c in CHAINS], timeout=600)
