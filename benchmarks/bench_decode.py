@@ -27,9 +27,11 @@ latest with ``set_pdl(True)`` and ``set_pdl(False)`` when importable, and cuBLAS
 compulsory bytes (weights and their scales of every GEMM, of the experts with rows only; A, its
 scales and the output of real rows) and is set against the HBM copy rate measured in the same run.
 
-Beside it, each GEMM alone (``--no-profile`` skips this): per-call device time of its kernels
+Beside it (``--no-profile`` skips both): each GEMM alone, the per-call device time of its kernels
 from the profiler (kineto; L2 flushed before every call; launch cost excluded), as a share of
-the copy rate.
+the copy rate; and a timeline of one replay of the dense chain (deep_tile with PDL on and off,
+DeepGEMM with PDL): each kernel's start and end, and what it adds after its predecessor's end
+against its bytes at the copy rate.
 
 Correctness: before timing, every deep_tile output of a replayed chain (PDL on and off, NaN-poisoned
 first) is compared with the float64 reference (calc_diff < 1e-3, max rel error < 1e-2, masked rows
@@ -347,6 +349,11 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
             record["chains"].setdefault(chain, {})[n] = {"us_per_layer": per_layer, "tbps": tbps,
                                                          "pct_copy": tbps * 1e12 / copy_rate * 100}
         record["chains"][chain]["bytes_per_layer"] = nbytes // args.layers
+    if not args.no_profile:
+        for name in ("deep_tile", "deep_tile_nopdl", "deepgemm_pdl"):
+            if ("dense", name) in graphs:
+                graph, outs = graphs[("dense", name)]
+                record.setdefault("timeline", {})[name] = timeline(graph, outs, copy_rate)
     del graphs
     for layer in layers:
         for _, ops in layer:
@@ -356,6 +363,34 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
         for gemm, ops in layers[0]:
             record["gemms"][gemm.name] = profile_gemm(gemm, ops, dg, args, copy_rate)
     return record
+
+
+def timeline(graph, outs: list, copy_rate: float) -> list:
+    """One replay of a chain's graph under the profiler (after one replay unprofiled): each kernel's
+    start and end in us from the first kernel's start, and the bytes its GEMM must move over the
+    copy rate (``ideal_us``). With PDL a kernel starts before its predecessor ends; ``after_prev``
+    (end minus the predecessor's end) is what the chain pays for it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
+    graph.replay()
+    flush.zero_()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    kernels = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                     key=lambda e: e.time_range.start)
+    if len(kernels) != len(outs):
+        return [{"error": f"{len(kernels)} kernels for {len(outs)} GEMMs"}]
+    t0, rows, prev_end = kernels[0].time_range.start, [], None
+    for e, (gemm, ops, _) in zip(kernels, outs):
+        start, end = e.time_range.start - t0, e.time_range.end - t0
+        rows.append({"gemm": gemm.name, "start": start, "end": end,
+                     "after_prev": end - (prev_end if prev_end is not None else start),
+                     "ideal_us": compulsory_bytes(gemm, ops) / copy_rate * 1e6})
+        prev_end = end
+    return rows
 
 
 def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
@@ -428,6 +463,16 @@ def print_report(records: list, copy_rate: float) -> None:
                 line.append(f"{dgv['us'] / dt['us']:.3f}" if dt and dgv and dt.get("us") and dgv.get("us") else "-")
                 rows.append(line)
         print_table(["M", "GEMM"] + list(libs) + ["DG/dt"], rows, "><" + ">" * 4)
+    for r in records:
+        for name, rows in r.get("timeline", {}).items():
+            if rows and "error" in rows[0]:
+                print(f"\ntimeline M={r['m']} {name}: {rows[0]['error']}")
+                continue
+            print(f"\ntimeline of one replay, M={r['m']}, {name} (us from the first kernel's start; the last layer)")
+            half = rows[len(rows) // 2:] if len(rows) > 6 else rows
+            print_table(["GEMM", "start", "end", "after prev end", "bytes at copy rate"],
+                        [[x["gemm"], f"{x['start']:.1f}", f"{x['end']:.1f}", f"{x['after_prev']:.1f}",
+                          f"{x['ideal_us']:.1f}"] for x in half], "<>>>>")
     print("\nchecks (float64 reference, worst over the chain):")
     for r in records:
         bad = sorted(k for k, v in r["checks"].items() if not v["ok"])
