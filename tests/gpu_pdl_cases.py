@@ -175,7 +175,9 @@ def graph_edge_types(pdl: bool, path: str) -> dict:
     with torch.cuda.graph(graph):
         calls()
     native_calls = (extension.stats()["native_calls"] - before) if extension is not None else 0
-    err, _, _, edge_data, count = cu.cuGraphGetEdges(cu.CUgraph(graph.raw_cuda_graph()), 16)
+    # cuda-bindings 12 name the edge-data form cuGraphGetEdges_v2; 13 name it cuGraphGetEdges.
+    get_edges = getattr(cu, "cuGraphGetEdges_v2", cu.cuGraphGetEdges)
+    err, _, _, edge_data, count = get_edges(cu.CUgraph(graph.raw_cuda_graph()), 16)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuGraphGetEdges: {err}")
     types = [int(d.type) for d in edge_data[:count]]
