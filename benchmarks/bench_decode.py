@@ -59,9 +59,9 @@ from deep_tile.problem import ProblemKind  # noqa: E402
 from deep_tile.quant import per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm, ref_m_grouped_fp8_gemm_masked  # noqa: E402
 from deep_tile.testing.moe import make_expert_weights, tma_aligned_scale_buffer  # noqa: E402
-from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
+from deep_tile.testing.numeric import DIFF_TOL, REL_TOL, calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402
-from deep_tile.testing.timing import FLUSH_BYTES, bench_round_robin, copy_bandwidth  # noqa: E402
+from deep_tile.testing.timing import FLUSH_BYTES, bench_round_robin, capture_graph, copy_bandwidth  # noqa: E402
 
 DENSE_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
 """(N, K) of a DeepSeek-V3 layer's dense GEMMs, in the order the chain runs them."""
@@ -72,7 +72,6 @@ NUM_EXPERTS, TOP_K, EP = 256, 8, 8
 LOCAL_EXPERTS = NUM_EXPERTS // EP
 """Experts held by this GPU (32)."""
 DEFAULT_M = (1, 16, 64, 128)
-DIFF_TOL, REL_TOL = 1e-3, 1e-2
 DEVICE = "cuda"
 
 
@@ -152,7 +151,7 @@ def chain_gemms(m: int, seed: int, with_experts: bool) -> list:
 
 def make_operands(gemm: Gemm, m: int, gen) -> dict:
     """Random FP8 operands of one GEMM (weights [N, K] or [E, N, K]); a_scale already in the
-    TMA-aligned layout every library reads without a copy."""
+    TMA-aligned layout every library reads without a copy; a masked GEMM's hint ``expected_m``."""
     n, k = gemm.n, gemm.k
     kb = ceil_div(k, SCALE_GROUP)
     if not gemm.masked:
@@ -172,7 +171,8 @@ def make_operands(gemm: Gemm, m: int, gen) -> dict:
             a[e, :c] = q.view(torch.uint8)
             a_scale[e, :c] = s
     return {"a": a.view(torch.float8_e4m3fn), "a_scale": a_scale, "b": b, "b_scale": b_scale, "max_m": max_m,
-            "masked_m": torch.tensor(counts, dtype=torch.int32, device=DEVICE), "rows": sum(counts)}
+            "masked_m": torch.tensor(counts, dtype=torch.int32, device=DEVICE), "rows": sum(counts),
+            "expected_m": expected_m(m)}
 
 
 def compulsory_bytes(gemm: Gemm, ops: dict) -> int:
@@ -253,22 +253,6 @@ def check(gemm: Gemm, ops: dict, out) -> tuple:
 # Chains
 # --------------------------------------------------------------------------------------------------
 
-def capture(calls: list):
-    """One CUDA graph of ``calls`` in order (each already run once outside the capture)."""
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for call in calls:
-            call()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    torch.cuda.synchronize()
-    return graph
-
-
 def set_library_pdl(dg, enabled: bool) -> None:
     deep_tile.set_pdl(enabled)
     if dg is not None and hasattr(dg, "set_pdl"):
@@ -284,10 +268,7 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
     for _ in range(args.layers):
         layer = []
         for gemm in layer_gemms:
-            ops = make_operands(gemm, m, gen)
-            if gemm.masked:
-                ops["expected_m"] = expected_m(m)
-            layer.append((gemm, ops))
+            layer.append((gemm, make_operands(gemm, m, gen)))
         layers.append(layer)
     record = {"m": m, "counts": list(layer_gemms[-1].counts), "expected_m": expected_m(m), "status": "ok",
               "chains": {}, "checks": {}, "gemms": {}}
@@ -318,7 +299,7 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
                         out = _nan(out_shape(gemm, ops))
                         calls.append(make(gemm, ops, out))
                         outs.append((gemm, ops, out))
-                graph = capture(calls)
+                graph = capture_graph(lambda: [call() for call in calls])
             except Exception as exc:  # noqa: BLE001 -- a library that cannot run the chain is reported
                 record["chains"].setdefault(chain, {})[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
                 continue
@@ -491,8 +472,6 @@ def warm(args, dg) -> int:
     for m, gemm in pairs[index::count]:
         gen.manual_seed(m)
         ops = make_operands(gemm, m, gen)
-        if gemm.masked:
-            ops["expected_m"] = expected_m(m)
         out = _nan(out_shape(gemm, ops))
         calls = [deep_tile_call(gemm, ops, out)] + [deep_tile_call(gemm, ops, out, d) for d in args.variants.values()]
         if dg is not None:

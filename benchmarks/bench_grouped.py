@@ -55,9 +55,9 @@ from deep_tile.common import SCALE_GROUP, align_up, ceil_div  # noqa: E402
 from deep_tile.quant import per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
 from deep_tile.testing.moe import make_expert_weights, tma_aligned_scale_buffer  # noqa: E402
-from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
+from deep_tile.testing.numeric import DIFF_TOL, REL_TOL, calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
-from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin, capture_graph, copy_bandwidth  # noqa: E402
 
 KINDS = ("contiguous", "masked", "offsets")
 DSV3_NK = ((4096, 7168), (7168, 2048))
@@ -68,7 +68,6 @@ DG_CONTIGUOUS_GROUPS = ((4, 8192), (8, 4096))
 DG_MASKED_GROUPS = ((32, 192), (6, 1024), (32, 20), (6, 20))
 MANY_EXPERTS_GROUPS = ((64, 96), (128, 32), (256, 16))
 """Many experts with few rows each: padding to 128 rows costs the contiguous layout most here."""
-DIFF_TOL, REL_TOL = 1e-3, 1e-2
 DEVICE = "cuda"
 
 
@@ -210,17 +209,8 @@ def _dense_loop(a, a_scale, b, b_scale, out, row_ranges):
 
 
 def _graphed(fn):
-    """``fn`` captured in a CUDA graph (after one eager warm-up on a side stream): returns the replay."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
+    """``fn`` captured in a CUDA graph (testing.timing.capture_graph): returns the replay."""
+    return capture_graph(fn).replay
 
 
 def library_fns(shape: Shape, problem: dict, args) -> tuple:

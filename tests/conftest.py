@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from deep_tile.testing.numeric import DIFF_TOL, REL_TOL  # noqa: F401 -- the GPU tests' accuracy bar, imported from here
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -96,11 +98,6 @@ def compiler_params() -> list:
         pytest.param("nvcc", marks=[pytest.mark.nvcc, pytest.mark.skipif(
             "nvcc" not in available, reason="nvcc not found (DEEP_TILE_NVCC / PATH / CUDA_HOME)")]),
     ]
-
-
-DIFF_TOL, REL_TOL = 1e-3, 1e-2
-"""The GPU tests' accuracy bar against the float64 reference: calc_diff below DIFF_TOL, the largest
-relative error below REL_TOL."""
 
 
 def accuracy_problems(metrics: dict, label: str = "", nan_what: str = "NaN") -> list:

@@ -1,5 +1,9 @@
-"""Accuracy metrics for GEMM outputs against a (float64) reference."""
+"""Accuracy metrics for GEMM outputs against a (float64) reference, and the bar they are held to."""
 import torch
+
+DIFF_TOL, REL_TOL = 1e-3, 1e-2
+"""The accuracy bar of the GPU tests and the benchmarks' checks against the float64 reference:
+calc_diff below DIFF_TOL, the largest relative error below REL_TOL."""
 
 
 def _as_f64_flat(t: torch.Tensor) -> torch.Tensor:
@@ -47,7 +51,7 @@ def max_rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def assert_gemm_close(
-    out: torch.Tensor, ref: torch.Tensor, diff_tol: float = 1e-3, rel_tol: float = 1e-2
+    out: torch.Tensor, ref: torch.Tensor, diff_tol: float = DIFF_TOL, rel_tol: float = REL_TOL
 ) -> None:
     """Raise AssertionError unless ``out`` is finite and close to ``ref``.
 

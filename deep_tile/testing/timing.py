@@ -124,6 +124,22 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
     return {name: statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs) for name, pairs in events.items()}
 
 
+def capture_graph(fn) -> "torch.cuda.CUDAGraph":
+    """``fn`` (no arguments, enqueueing GPU work) captured in a CUDA graph, after one eager run on a
+    side stream (compiles, loads and allocates outside the capture)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
 def copy_bandwidth(nbytes: int = 1 << 30, iters: int = 10) -> float:
     """Device-to-device copy rate in bytes per second, counting bytes read plus bytes written
     (the HBM ceiling a memory-bound kernel is held against); median of ``iters`` copies."""
