@@ -98,11 +98,15 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=15, help="timed rounds (median taken)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:DEF=V[,DEF=V]",
-                   help="a deep_tile build with extra compile-time defines, timed beside (PDL on; repeatable)")
+                   help="a deep_tile build with extra compile-time defines, timed beside (PDL on; repeatable); "
+                        "the pseudo-define SMS=N plans its kernels for N SMs (deep_tile.set_num_sms)")
     p.add_argument("--no-deepgemm", action="store_true", help="leave DeepGEMM out even if importable")
     p.add_argument("--no-cublas", action="store_true", help="leave cuBLAS out")
     p.add_argument("--no-profile", action="store_true", help="skip the per-GEMM profiler times")
     p.add_argument("--warm", metavar="I/N", help="only compile the kernels of every N-th (M, GEMM) pair from the I-th")
+    p.add_argument("--flush", choices=("write", "read"), default="write",
+                   help="L2 flush before each timed sample: the benchmarks' 256 MB write (leaves the L2 full of dirty "
+                        "lines, whose write-back the first kernels pay) or a 256 MB read (a cold, clean L2)")
     p.add_argument("--seed", type=int, default=0, help="data and routing seed")
     p.add_argument("--json", metavar="PATH", help="write environment, rows and per-GEMM times as JSON")
     args = p.parse_args(argv)
@@ -193,10 +197,33 @@ def _nan(shape):
 # Libraries: one callable per GEMM, writing into its own output
 # --------------------------------------------------------------------------------------------------
 
+class _NumSms:
+    """``with _NumSms(defines):`` plans deep_tile's kernels for the variant's ``SMS`` SMs, if any."""
+
+    def __init__(self, defines):
+        self.sms = (defines or {}).get("SMS")
+
+    def __enter__(self):
+        if self.sms:
+            deep_tile.set_num_sms(self.sms)
+
+    def __exit__(self, *exc):
+        if self.sms:
+            deep_tile.set_num_sms(None)
+
+
 def deep_tile_call(gemm: Gemm, ops: dict, out, defines=None):
     """deep_tile's public call (``defines``: the launcher's forced path with extra defines, the
-    selector's config unchanged)."""
+    selector's config unchanged; the pseudo-define ``SMS`` plans for that many SMs)."""
     a, sa, b, sb = ops["a"], ops["a_scale"], ops["b"], ops["b_scale"]
+    if defines and "SMS" in defines:
+        sms = defines["SMS"]
+        inner = deep_tile_call(gemm, ops, out, {k: v for k, v in defines.items() if k != "SMS"} or None)
+
+        def call():
+            with _NumSms({"SMS": sms}):
+                return inner()
+        return call
     if gemm.masked:
         if defines:
             return lambda: launch.run_grouped(ProblemKind.GROUPED_MASKED, a, sa, b, sb, ops["masked_m"], out,
@@ -271,6 +298,7 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
             layer.append((gemm, make_operands(gemm, m, gen)))
         layers.append(layer)
     record = {"m": m, "counts": list(layer_gemms[-1].counts), "expected_m": expected_m(m), "status": "ok",
+              "variants": list(args.variants),
               "chains": {}, "checks": {}, "gemms": {}}
 
     # Libraries: name -> (pdl setting, per-(layer, gemm) callable maker, dense only)
@@ -322,7 +350,8 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
     for chain in ("dense", "layer"):
         names = [n for (c, n) in graphs if c == chain]
         fns = {n: (lambda g=graphs[(chain, n)][0]: [g.replay() for _ in range(args.replays)]) for n in names}
-        times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+        times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed,
+                                  flush_kind=args.flush)
         nbytes = sum(compulsory_bytes(g, o) for layer in layers for g, o in layer if chain == "layer" or not g.masked)
         for n, us in times.items():
             per_layer = us / args.replays / args.layers
@@ -334,7 +363,7 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
         for name in ("deep_tile", "deep_tile_nopdl", "deepgemm_pdl"):
             if ("dense", name) in graphs:
                 graph, outs = graphs[("dense", name)]
-                record.setdefault("timeline", {})[name] = timeline(graph, outs, copy_rate)
+                record.setdefault("timeline", {})[name] = timeline(graph, outs, copy_rate, args.flush)
     del graphs
     for layer in layers:
         for _, ops in layer:
@@ -346,7 +375,7 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
     return record
 
 
-def timeline(graph, outs: list, copy_rate: float) -> list:
+def timeline(graph, outs: list, copy_rate: float, flush_kind: str = "write") -> list:
     """One replay of a chain's graph under the profiler (after one replay unprofiled): each kernel's
     start and end in us from the first kernel's start, and the bytes its GEMM must move over the
     copy rate (``ideal_us``). With PDL a kernel starts before its predecessor ends; ``after_prev``
@@ -355,7 +384,7 @@ def timeline(graph, outs: list, copy_rate: float) -> list:
 
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
     graph.replay()
-    flush.zero_()
+    flush.zero_() if flush_kind == "write" else flush.max()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
@@ -382,6 +411,8 @@ def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
     out = _nan(out_shape(gemm, ops))
     calls = {"deep_tile": deep_tile_call(gemm, ops, out)}
+    for name, defines in args.variants.items():
+        calls[f"deep_tile_{name}"] = deep_tile_call(gemm, ops, out, defines)
     if dg is not None:
         calls["deepgemm"] = deepgemm_call(dg, gemm, ops, out)
     if not gemm.masked and not args.no_cublas and ops["rows"] % 4 == 0:
@@ -394,11 +425,12 @@ def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(reps):
-                flush.zero_()
+                flush.zero_() if args.flush == "write" else flush.max()
                 call()
             torch.cuda.synchronize()
         kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and "elementwise" not in e.name and "fill" not in e.name.lower() and "Memset" not in e.name]
+                   and "at::native::" not in e.name and "elementwise" not in e.name and "fill" not in e.name.lower()
+                   and "Memset" not in e.name]  # the flush's and torch's own kernels
         total_us = sum(e.time_range.elapsed_us() for e in kernels)
         us = total_us / reps
         result[name] = {"us": us, "pct_copy": nbytes / (us * 1e-6) / copy_rate * 100 if us else None,
@@ -432,7 +464,7 @@ def print_report(records: list, copy_rate: float) -> None:
         print_table(headers, rows)
     if any(r["gemms"] for r in records):
         print("\neach GEMM alone (profiler device time, L2 flushed): us (% of copy rate)")
-        libs = ("deep_tile", "deepgemm", "cublas")
+        libs = ["deep_tile"] + [f"deep_tile_{v}" for v in records[0].get("variants", ())] + ["deepgemm", "cublas"]
         rows = []
         for r in records:
             for name, g in r["gemms"].items():
@@ -443,7 +475,7 @@ def print_report(records: list, copy_rate: float) -> None:
                 dt, dgv = g.get("deep_tile"), g.get("deepgemm")
                 line.append(f"{dgv['us'] / dt['us']:.3f}" if dt and dgv and dt.get("us") and dgv.get("us") else "-")
                 rows.append(line)
-        print_table(["M", "GEMM"] + list(libs) + ["DG/dt"], rows, "><" + ">" * 4)
+        print_table(["M", "GEMM"] + list(libs) + ["DG/dt"], rows, "><" + ">" * (len(libs) + 1))
     for r in records:
         for name, rows in r.get("timeline", {}).items():
             if rows and "error" in rows[0]:

@@ -14,6 +14,9 @@
 #   sweep-large / sweep-small / sweep-decode   forced configs + the model's top candidates
 #   bench        benchmarks/bench_fp8_gemm.py (18 shapes + 8192^3) with the baselines
 #   decode       benchmarks/bench_fp8_gemm.py --decode
+#   chain-warm   compile bench_decode.py's kernels ($CHAIN_ARGS) in 8 processes
+#   chain        benchmarks/bench_decode.py $CHAIN_ARGS (the layer's GEMMs chained in a CUDA graph); CHAIN_TAG
+#                names the output files, so several chain stages in one call keep their logs
 #   sustained    benchmarks/bench_fp8_gemm.py --sustained at 4096x7168x16384
 #   dg2025       the benchmark with DeepGEMM's 2025 version as the baseline
 #   sanitize     tools/sanitize.sh
@@ -73,6 +76,11 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
       ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40 ) ;;
     decode)
       ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --decode --json "$OUT/decode.json" 2>&1 | tee "$OUT/decode.txt" | tail -60 ) ;;
+    chain-warm)
+      ( dg_env; for i in 0 1 2 3 4 5 6 7; do timeout 300 python3 benchmarks/bench_decode.py $CHAIN_ARGS --warm $i/8 > "/tmp/chainwarm$i.log" 2>&1 & done; wait )
+      for f in /tmp/chainwarm*.log; do tail -n 1 "$f"; done ;;
+    chain)
+      ( dg_env; timeout 500 python3 benchmarks/bench_decode.py $CHAIN_ARGS --json "$OUT/chain_${CHAIN_TAG:-run}.json" 2>&1 | tee "$OUT/chain_${CHAIN_TAG:-run}.txt" | tail -${CHAIN_TAIL:-60} ) ;;
     sustained)
       ( dg_env; timeout 300 python3 benchmarks/bench_fp8_gemm.py --sustained --shapes 4096,7168,16384 --json "$OUT/sustained.json" 2>&1 | tee "$OUT/sustained.txt" | tail -8 ) ;;
     dg2025)  # the 2025 DeepGEMM (pure Python JIT) in place of the latest, for the 18 shapes + 8192^3

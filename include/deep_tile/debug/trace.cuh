@@ -1,0 +1,47 @@
+// Per-CTA timeline of one kernel (measurement builds only: DT_TRACE=<any non-zero id>). Each CTA
+// stores the global nanosecond timer at fixed points into the module's buffer `dt_trace_buf`
+// (CTA c at [c * 8 + point]; its SM at [c * 8 + 7]), which tools/trace_chain.py reads after the
+// launch. Give each launch to be told apart its own DT_TRACE value (its own module). Without
+// DT_TRACE nothing here is compiled in.
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/address.cuh"
+
+namespace deep_tile::trace {
+
+#ifdef DT_TRACE
+constexpr bool kEnabled = DT_TRACE != 0;
+#else
+constexpr bool kEnabled = false;
+#endif
+
+enum Point { kEntry, kWaited, kFirstData, kLastIssue, kLoopDone, kEnd, kNumPoints };
+constexpr int kSlots = 8;      // per CTA: the points, then the SM
+constexpr int kMaxCtas = 1024;
+
+}  // namespace deep_tile::trace
+
+#ifdef DT_TRACE
+extern "C" __device__ deep_tile::u64 dt_trace_buf[deep_tile::trace::kMaxCtas * deep_tile::trace::kSlots];
+__device__ deep_tile::u64 dt_trace_buf[deep_tile::trace::kMaxCtas * deep_tile::trace::kSlots];
+#endif
+
+namespace deep_tile::trace {
+
+template <Point kPoint>
+DT_DEVICE void stamp() {
+#ifdef DT_TRACE
+  if (blockIdx.x < kMaxCtas) {
+    const u64 now = ptx::global_timer_ns();
+    volatile u64* slot = dt_trace_buf + blockIdx.x * kSlots;
+    slot[kPoint] = now;
+    if constexpr (kPoint == kEntry) {
+      u32 sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      slot[7] = sm;
+    }
+  }
+#endif
+}
+
+}  // namespace deep_tile::trace

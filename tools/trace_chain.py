@@ -1,0 +1,121 @@
+"""Per-CTA timeline of a decode chain (GPU; a measurement tool, not a test).
+
+    python tools/trace_chain.py --m 64                 # the dense chain of benchmarks/bench_decode.py
+    python tools/trace_chain.py --m 64 --pdl off --defines DT_L2_PREFETCH_KBLOCKS=0
+
+Builds every GEMM of the dense chain (two layers, each with its own weights) with ``DT_TRACE`` set
+(include/deep_tile/debug/trace.cuh: each CTA stores the global timer at its entry, after the
+grid-dependency wait, when its first stage's data has landed, when its producer has issued its
+last load, when its consumers' k-loop is done, and at its end, into its module's buffer), captures
+the chain in a CUDA graph, replays it after an L2 flush and prints, for each GEMM of the second
+layer, those points in microseconds (min / median / max over its CTAs) after the end of its
+predecessor's last CTA; the first GEMM's are after its own first wait returned. Each GEMM gets its
+own DT_TRACE value, so its own module and buffer; the second layer's launch writes last.
+"""
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import deep_tile  # noqa: E402
+from bench_decode import DENSE_NK, Gemm, make_operands  # noqa: E402
+from deep_tile import launch, planner  # noqa: E402
+from deep_tile.checks import check_fp8_gemm_args  # noqa: E402
+from deep_tile.device import get_num_sms  # noqa: E402
+from deep_tile.testing.timing import FLUSH_BYTES, capture_graph  # noqa: E402
+
+POINTS = ("entry", "waited", "first_data", "last_issue", "loop_done", "end")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--m", type=int, default=64)
+    p.add_argument("--pdl", choices=("on", "off"), default="on")
+    p.add_argument("--flush", choices=("write", "read"), default="write")
+    p.add_argument("--defines", default="", help="extra defines, NAME=V[,NAME=V]")
+    args = p.parse_args(argv)
+    args.extra = {}
+    for item in filter(None, args.defines.split(",")):
+        name, value = item.split("=")
+        args.extra[name] = int(value)
+    return args
+
+
+def replay(graph, flush_kind: str) -> None:
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    flush.zero_() if flush_kind == "write" else flush.max()
+    graph.replay()
+    torch.cuda.synchronize()
+
+
+def read_trace(kernel) -> list:
+    """The CTAs' points of the last launch of ``kernel`` (a deep_tile.jit.runtime.Kernel)."""
+    from cuda.bindings import driver as cu
+
+    err, dptr, size = cu.cuLibraryGetGlobal(kernel.library, b"dt_trace_buf")
+    if int(err) != 0:
+        raise RuntimeError(f"cuLibraryGetGlobal(dt_trace_buf): {err}")
+    host = np.zeros(size // 8, dtype=np.uint64)
+    (err,) = cu.cuMemcpyDtoH(host.ctypes.data, dptr, size)
+    if int(err) != 0:
+        raise RuntimeError(f"cuMemcpyDtoH: {err}")
+    rows = host.reshape(-1, 8)
+    return [{"cta": i, "sm": int(r[7]), **{p: int(v) for p, v in zip(POINTS, r)}} for i, r in enumerate(rows)
+            if r[POINTS.index("end")]]
+
+
+def report(kernels: list) -> None:
+    """Print the table of the module docstring for ``kernels`` (chain order)."""
+    print(f"{'GEMM':<11} {'CTAs':>4} " + " ".join(f"{p:>20}" for p in POINTS))
+    prev_end = min(c["waited"] for c in kernels[0]["ctas"])
+    for kern in kernels:
+        cells = []
+        for point in POINTS:
+            values = [(c[point] - prev_end) / 1e3 for c in kern["ctas"] if c[point]]
+            cells.append(f"{min(values):6.1f}/{statistics.median(values):6.1f}/{max(values):6.1f}" if values else "-")
+        print(f"{kern['n']:>5}x{kern['k']:<5} {len(kern['ctas']):>4} " + " ".join(f"{c:>20}" for c in cells))
+        prev_end = max(c["end"] for c in kern["ctas"])
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("trace_chain: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    deep_tile.set_pdl(args.pdl == "on")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(args.m)
+    calls, kernels = [], []
+    for layer in range(2):
+        for index, (n, k) in enumerate(DENSE_NK):
+            ops = make_operands(Gemm(f"{n}x{k}", n, k), args.m, gen)
+            out = torch.empty((args.m, n), dtype=torch.bfloat16, device="cuda")
+            defines = {**args.extra, "DT_TRACE": index + 1}
+            calls.append(lambda o=ops, out=out, d=defines: launch.run(o["a"], o["a_scale"], o["b"], o["b_scale"],
+                                                                     out, extra_defines=d))
+            if layer == 0:
+                problem = check_fp8_gemm_args(ops["a"], ops["a_scale"], ops["b"], ops["b_scale"], out)
+                plan = planner.plan_for_config(planner.select(problem, get_num_sms()), problem, defines)
+                kernels.append({"n": n, "k": k, "kernel": plan.kernel, "config": plan.config.label})
+    graph = capture_graph(lambda: [call() for call in calls])
+    replay(graph, args.flush)
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(200):  # clocks up (an idle GPU starts at a low SM clock)
+        x @ x
+    replay(graph, args.flush)
+    for kern in kernels:
+        kern["ctas"] = read_trace(kern["kernel"])
+    print(f"M={args.m}, PDL {args.pdl}, flush {args.flush}, defines {args.extra}; "
+          + ", ".join(f"{k['n']}x{k['k']} {k['config']}" for k in kernels))
+    report(kernels)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
