@@ -10,7 +10,10 @@ last load, when its consumers' k-loop is done, and at its end, into its module's
 the chain in a CUDA graph, replays it after an L2 flush and prints, for each GEMM of the second
 layer, those points in microseconds (min / median / max over its CTAs) after the end of its
 predecessor's last CTA; the first GEMM's are after its own first wait returned. Each GEMM gets its
-own DT_TRACE value, so its own module and buffer; the second layer's launch writes last.
+own DT_TRACE value, so its own module and buffer; the second layer's launch writes last. Without
+DT_TRACE the kernels are instruction for instruction the product's (tools/sass_diff.py); with it
+the decode chain's 64-row tiles compile without spills, while 256-row or 256-wide tiles spill, so
+their timelines would not be the product's.
 """
 import argparse
 import statistics

@@ -2,7 +2,11 @@
 // stores the global nanosecond timer at fixed points into the module's buffer `dt_trace_buf`
 // (CTA c at [c * 8 + point]; its SM at [c * 8 + 7]), which tools/trace_chain.py reads after the
 // launch. Give each launch to be told apart its own DT_TRACE value (its own module). Without
-// DT_TRACE nothing here is compiled in.
+// DT_TRACE nothing here is compiled in: the product's kernels are the same instruction for
+// instruction (tools/sass_diff.py).
+// NOTES: the entry stamp is a global store before the grid-dependency wait; the buffer is the
+// module's own, which no other kernel reads or writes, so PDL's rule (nothing the predecessor
+// may touch before the wait) still holds.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
@@ -42,6 +46,14 @@ DT_DEVICE void stamp() {
     }
   }
 #endif
+}
+
+/// stamp() when `cond` holds (one thread of several).
+template <Point kPoint>
+DT_DEVICE void stamp_if(bool cond) {
+  if constexpr (kEnabled) {
+    if (cond) stamp<kPoint>();
+  }
 }
 
 }  // namespace deep_tile::trace

@@ -53,52 +53,6 @@ struct Fp8GemmConfig {
   static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? 2 : 0;
 #endif
 
-  // Where each CTA starts its K range (scheduler/tile_scheduler.cuh cta_work_range): with
-  // kKRotate, CTA (cluster) c of C begins at k-block c * nk / C of its nk and wraps around, so the
-  // grid's loads at any moment spread over every K offset of the weights instead of all CTAs
-  // reading the same 128-byte column of every weight row. DT_K_ROTATE sets it.
-#ifdef DT_K_ROTATE
-  static constexpr bool kKRotate = DT_K_ROTATE != 0;
-#else
-  static constexpr bool kKRotate = false;
-#endif
-  // k-blocks the producer issues back to back once as many stages are free (1: each as its stage
-  // frees), so a weight row's adjacent 128-byte segments are requested together. DT_LOAD_GROUP.
-#ifdef DT_LOAD_GROUP
-  static constexpr int kLoadGroup = DT_LOAD_GROUP;
-#else
-  static constexpr int kLoadGroup = 1;
-#endif
-
-  // Paced L2 prefetch while waiting (dense kind): instead of asking L2 for kL2PrefetchKBlocks
-  // k-blocks at once before the wait, a spare producer warp asks for the first
-  // kL2PrefetchEagerKBlocks at once and then one more every kTileBBytes / DT_L2_PREFETCH_GBPS ns
-  // until the wait returns or kL2PrefetchKBlocks are asked for: a CTA that starts long before its
-  // predecessor ends (on an SM the predecessor leaves free) streams its first tile into L2 meanwhile,
-  // one that starts as it ends asks for little more than its loads. 0: off.
-#ifdef DT_L2_PREFETCH_GBPS
-  static constexpr int kL2PrefetchGbps = kProblemKind_ == ProblemKind::kDense ? DT_L2_PREFETCH_GBPS : 0;
-#else
-  static constexpr int kL2PrefetchGbps = 0;
-#endif
-  static constexpr int kL2PrefetchEagerKBlocks = 2;
-  // Whether the L2 prefetch before the wait also asks for the first tile's activation (A) boxes of
-  // those k-blocks (coherent as the weights' are: a predecessor's later write lands in L2).
-  // DT_L2_PREFETCH_A.
-#ifdef DT_L2_PREFETCH_A
-  static constexpr bool kL2PrefetchA = DT_L2_PREFETCH_A != 0;
-#else
-  static constexpr bool kL2PrefetchA = false;
-#endif
-  // When the producer lets the dependent grid launch: after its last load (0), or right after its
-  // grid-dependency wait (1), so a dependent on the SMs this grid leaves free runs its set-up and
-  // L2 prefetch during this grid's whole run. DT_EARLY_TRIGGER.
-#ifdef DT_EARLY_TRIGGER
-  static constexpr bool kEarlyTrigger = DT_EARLY_TRIGGER != 0;
-#else
-  static constexpr bool kEarlyTrigger = false;
-#endif
-
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
   static constexpr int kWgM = kBlockM / kNumMathWarpgroups;  // rows per consumer warpgroup
@@ -174,7 +128,6 @@ struct Fp8GemmConfig {
                    "DT_K_UNROLL must be 3, or 6 with one accumulator buffer");
   DT_STATIC_ASSERT(kNumStages >= kMinStages && kNumStages <= kMaxStages, "DT_NUM_STAGES must be in [2, 16]");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
-  DT_STATIC_ASSERT(kLoadGroup >= 1 && kLoadGroup <= kNumStages, "DT_LOAD_GROUP must be in [1, DT_NUM_STAGES]");
   DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");
   DT_STATIC_ASSERT(kSplitK == 1 || kNumMulticast == 1, "DT_SPLIT_K > 1 needs DT_NUM_MULTICAST == 1");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kRasterAlongM == kMulticastB,

@@ -401,29 +401,14 @@ struct RunTileMainloop {
   const float* b_scale_row0;
   const float* b_scale_row1;
   int kb_begin, kb_end;
-  int kb_first;  // the first k-block visited (WorkRange::kb_rotate): [kb_first, kb_end), then [kb_begin, kb_first)
   bool peer_alive;
 
   template <int kFirstBlocks>
   DT_DEVICE void operator()(IntConstant<kFirstBlocks>) const {
     using Loop = TileMainloop<Cfg, kFirstBlocks>;
-    using BScale = BScaleFor<Cfg, Loop::kTwoRows>;
-    Loop loop{ctx, issue_state, release_state, result, BScale(b_scale_row0, b_scale_row1, kb_first, kb_end),
-              peer_alive};
-    if constexpr (!Cfg::kKRotate) {
-      loop.run(kb_first, kb_end);
-    } else {
-      // [kb_first, kb_end), then the wrapped part [kb_begin, kb_first): the producer's order
-      // (WorkRange::k_block). A loop, so the k-loop's code is there once.
-#pragma unroll 1
-      for (int part = 0; part < 2; ++part) {
-        const int begin = part == 0 ? kb_first : kb_begin, end = part == 0 ? kb_end : kb_first;
-        if (begin < end) {
-          if (part == 1) loop.bscale = BScale(b_scale_row0, b_scale_row1, begin, end);
-          loop.run(begin, end);
-        }
-      }
-    }
+    Loop loop{ctx, issue_state, release_state, result,
+              BScaleFor<Cfg, Loop::kTwoRows>(b_scale_row0, b_scale_row1, kb_begin, kb_end), peer_alive};
+    loop.run(kb_begin, kb_end);
   }
 };
 

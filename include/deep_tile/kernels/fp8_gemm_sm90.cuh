@@ -63,45 +63,16 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
 /// Before the grid-dependency wait: ask L2 for the weight (B) boxes of the first
 /// Cfg::kL2PrefetchKBlocks k-blocks of this CTA's first tile (both halves of a multicast operand).
 template <class Cfg>
-DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                                      const Scheduler<Cfg>& sched) {
+DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Scheduler<Cfg>& sched) {
   if constexpr (Cfg::kL2PrefetchKBlocks > 0) {
     const WorkRange work = sched.work();
     if (work.first >= sched.num_tiles) return;
-    const Tile<Cfg> tile = sched.tile(work.first);
-    const int steps = min_int(work.kb_end - work.kb_begin, Cfg::kL2PrefetchKBlocks);
-    for (int step = 0; step < steps; ++step) {
-      const int kb = work.k_block(step);
-      ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, tile.n0);
-      if constexpr (Cfg::kMulticastB) ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, tile.n0 + Cfg::kBlockN / 2);
-      if constexpr (Cfg::kL2PrefetchA) {
-        ptx::tma_prefetch_2d_l2(tma_a, kb * Cfg::kBlockK, tile.m0);
-        if constexpr (Cfg::kMulticastA) ptx::tma_prefetch_2d_l2(tma_a, kb * Cfg::kBlockK, tile.m0 + Cfg::kBlockM / 2);
-      }
+    const int n0 = sched.tile(work.first).n0;
+    const int kb_end = min_int(work.kb_end, work.kb_begin + Cfg::kL2PrefetchKBlocks);
+    for (int kb = work.kb_begin; kb < kb_end; ++kb) {
+      ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, n0);
+      if constexpr (Cfg::kMulticastB) ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, n0 + Cfg::kBlockN / 2);
     }
-  }
-}
-
-/// Cfg::kL2PrefetchGbps: the paced form of prefetch_first_weights, run by one lane of a spare
-/// producer warp before its own wait, while `waited` (set by another warp once its wait returned)
-/// is 0.
-template <class Cfg>
-DT_DEVICE void prefetch_first_weights_paced(const TmaDescriptor* tma_b, const Scheduler<Cfg>& sched,
-                                            const volatile int* waited) {
-  constexpr u32 kPaceNs = static_cast<u32>(Cfg::kTileBBytes / (Cfg::kL2PrefetchGbps > 0 ? Cfg::kL2PrefetchGbps : 1));
-  const WorkRange work = sched.work();
-  if (work.first >= sched.num_tiles) return;
-  const int n0 = sched.tile(work.first).n0;
-  const int steps = min_int(work.kb_end - work.kb_begin, Cfg::kL2PrefetchKBlocks);
-  for (int step = 0; step < steps; ++step) {
-    if (step >= Cfg::kL2PrefetchEagerKBlocks) {
-      if (*waited) break;
-      __nanosleep(kPaceNs);
-      if (*waited) break;
-    }
-    const int kb = work.k_block(step);
-    ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, n0);
-    if constexpr (Cfg::kMulticastB) ptx::tma_prefetch_2d_l2(tma_b, kb * Cfg::kBlockK, n0 + Cfg::kBlockN / 2);
   }
 }
 
@@ -124,22 +95,8 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     if (!sched.has_work(tile)) continue;
     const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, tile.n0, sched.n, sched.num_k_blocks);
-    const int num_steps = work.kb_end - work.kb_begin;
-    for (int step = 0; step < num_steps; ++step) {
-      const int kb = work.k_block(step);
-      if constexpr (Cfg::kLoadGroup > 1) {
-        // Wait until the group's stages are all free, then issue them back to back.
-        if (step % Cfg::kLoadGroup == 0) {
-          PipelineState<Cfg::kNumStages> ahead_state = state;
-          const int group = min_int(Cfg::kLoadGroup, num_steps - step);
-          for (int j = 0; j < group; ++j) {
-            ptx::mbarrier_wait(&smem.empty[ahead_state.index], ahead_state.empty_parity());
-            ahead_state.advance();
-          }
-        }
-      } else {
-        ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
-      }
+    for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
+      ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
       if constexpr (Cfg::kBScaleStaged) stage_b_scales(smem.b_scale + state.index * 2, full, b_rows, kb);
       // NOTES: the byte count is the same for every stage of a launch (Scheduler::stage_tx_bytes);
@@ -213,8 +170,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
     dispatch_first_blocks<Cfg>(b_rows.first_blocks,
                                RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_rows.row0,
-                                                    b_rows.row1, work.kb_begin, work.kb_end,
-                                                    work.kb_begin + work.kb_rotate, tile.peer_alive});
+                                                    b_rows.row1, work.kb_begin, work.kb_end, tile.peer_alive});
 
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
@@ -222,7 +178,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
     }
   }
-  if (threadIdx.x == 0) trace::stamp<trace::kLoopDone>();
+  trace::stamp_if<trace::kLoopDone>(threadIdx.x == 0);
   if constexpr (Cfg::kSplitK == 1) {
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
   }
@@ -255,33 +211,14 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
-    if constexpr (Cfg::kL2PrefetchGbps == 0) prefetch_first_weights<Cfg>(&tma_a, &tma_b, sched);
-  }
-  if constexpr (Cfg::kL2PrefetchGbps > 0) {
-    // The producer warpgroup's warps 2 and 3 (idle otherwise): one lane of warp 2 prefetches while
-    // warp 3 waits and then says so (named barrier 4 orders the flag's reset before both).
-    __shared__ volatile int waited;
-    const int warp = static_cast<int>(threadIdx.x / 32) - Cfg::kNumMathWarps;
-    if (warp == 2 || warp == 3) {
-      if (warp == 2 && threadIdx.x % 32 == 0) waited = 0;
-      ptx::named_barrier_sync(4, 64);
-      if (warp == 3) {
-        ptx::grid_dependency_wait();
-        if (threadIdx.x % 32 == 0) waited = 1;
-      } else if (threadIdx.x % 32 == 0) {
-        prefetch_first_weights_paced<Cfg>(&tma_b, sched, &waited);
-      }
-    }
+    prefetch_first_weights<Cfg>(&tma_b, sched);
   }
   // NOTES (programmatic dependent launch): the stream predecessor may still run, and may write
   // anything this kernel reads (A, the scales, B, the group metadata) or read what it writes (D):
   // every thread waits here, after the set-up that touches no global memory (tensor maps, the
   // barriers, the scheduler's arithmetic, L2 prefetches) and before its first global access.
   ptx::grid_dependency_wait();
-  if (threadIdx.x == Cfg::kNumMathThreads) {
-    trace::stamp<trace::kWaited>();
-    if constexpr (Cfg::kEarlyTrigger) ptx::launch_dependents();
-  }
+  trace::stamp_if<trace::kWaited>(threadIdx.x == Cfg::kNumMathThreads);
   if constexpr (has_group_table(Cfg::kProblemKind)) {
     // The producer warpgroup's second warp builds the expert table while the first inits barriers.
     if (threadIdx.x / 32 == Cfg::kNumMathWarps + 1) {

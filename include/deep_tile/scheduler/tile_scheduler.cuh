@@ -69,33 +69,11 @@ constexpr int kMaxTableGroups = 512;
 constexpr int kGroupTableBytes = align_up((3 * kMaxTableGroups + 1) * 4, 16);
 
 /// The tiles and K blocks of one CTA: tiles first, first + step, ... below Scheduler::num_tiles,
-/// each over K blocks [kb_begin, kb_end), visited from kb_begin + kb_rotate to the end, then from
-/// kb_begin (Cfg::kKRotate; else kb_rotate is 0).
+/// each over K blocks [kb_begin, kb_end).
 struct WorkRange {
   int first, step;
   int kb_begin, kb_end;
-  int kb_rotate;
-
-  /// The k-block of step `step` (0 <= step < kb_end - kb_begin) in the visiting order.
-  DT_DEVICE int k_block(int step) const {
-    const int kb = kb_begin + kb_rotate + step;
-    return kb < kb_end ? kb : kb - (kb_end - kb_begin);
-  }
 };
-
-/// Cfg::kKRotate: the k-block offset at which this CTA's cluster starts its range of `num` k-blocks,
-/// spread evenly over the clusters of the grid (both CTAs of a multicast pair load one stage
-/// together, so they share it).
-template <class Cfg>
-DT_DEVICE int k_rotation(int num) {
-  if constexpr (!Cfg::kKRotate) {
-    return 0;
-  } else {
-    const int clusters = static_cast<int>(gridDim.x) / Cfg::kClusterSize;
-    const int cluster = static_cast<int>(blockIdx.x) / Cfg::kClusterSize;
-    return num > 0 ? static_cast<int>(static_cast<long long>(cluster) * num / clusters) % num : 0;
-  }
-}
 
 /// One output tile, as the producer, the consumers and the epilogues see it: Tile<Cfg>.
 template <bool kPaired>
@@ -160,8 +138,7 @@ DT_DEVICE int cta_first_tile() {
 template <class Cfg>
 DT_DEVICE WorkRange cta_work_range(int num_tiles, int num_k_blocks) {
   if constexpr (Cfg::kSplitK == 1) {
-    return WorkRange{cta_first_tile<Cfg>(), static_cast<int>(gridDim.x), 0, num_k_blocks,
-                     k_rotation<Cfg>(num_k_blocks)};
+    return WorkRange{cta_first_tile<Cfg>(), static_cast<int>(gridDim.x), 0, num_k_blocks};
   } else {
     // NOTES: the host launches exactly num_tiles * kSplitK CTAs, so each cluster has one tile
     // (a step of num_tiles ends the loop after it without overflowing).
@@ -169,8 +146,7 @@ DT_DEVICE WorkRange cta_work_range(int num_tiles, int num_k_blocks) {
     const int per_rank = ceil_div(num_k_blocks, Cfg::kSplitK);
     const int first = cta_first_tile<Cfg>();
     const int kb_begin = min_int(num_k_blocks, rank * per_rank);
-    const int kb_end = min_int(num_k_blocks, kb_begin + per_rank);
-    return WorkRange{first, num_tiles, kb_begin, kb_end, k_rotation<Cfg>(kb_end - kb_begin)};
+    return WorkRange{first, num_tiles, kb_begin, min_int(num_k_blocks, kb_begin + per_rank)};
   }
 }
 
