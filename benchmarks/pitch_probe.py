@@ -10,7 +10,6 @@ kernel, median of ``--reps`` calls, each after an L2 flush by a 256 MB read, so 
 are written back during the call), and checked against the float64 reference.
 """
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,24 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import deep_tile  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
 from deep_tile.testing.numeric import DIFF_TOL, calc_diff  # noqa: E402
-from deep_tile.testing.timing import FLUSH_BYTES, copy_bandwidth  # noqa: E402
-
-
-def kernel_us(fn, reps: int) -> float:
-    """Median device time of ``fn``'s deep_tile kernel over ``reps`` calls, each after a read flush."""
-    from torch.profiler import ProfilerActivity, profile
-
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            flush.max()
-            fn()
-        torch.cuda.synchronize()
-    times = [e.time_range.elapsed_us() for e in prof.events()
-             if e.device_type == torch.autograd.DeviceType.CUDA and "deep_tile" in e.name]
-    return statistics.median(times)
+from deep_tile.testing.timing import copy_bandwidth, kernel_device_us  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -69,15 +51,14 @@ def main(argv=None) -> int:
             store[:, :k].copy_(b_dense.view(torch.uint8))
             b = store.view(torch.float8_e4m3fn)[:, :k]
             out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            fn = lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, out=out)  # noqa: E731
-            us = kernel_us(fn, args.reps)
+            us = kernel_device_us(lambda b=b, out=out: deep_tile.fp8_gemm(a, a_scale, b, b_scale, out=out),
+                                  reps=args.reps)
             diff = calc_diff(out.double(), ref)
             ok = bool(torch.isfinite(out).all()) and diff < DIFF_TOL
             status |= 0 if ok else 1
             rate = n * k / (us * 1e-6)
             print(f"  pitch {k + pad:6d} B: {us:6.1f} us  {rate / 1e12:5.2f} TB/s of B  "
                   f"{rate / copy_rate * 100:5.1f}% of copy  {'ok' if ok else 'FAIL'} (calc_diff {diff:.1e})")
-            del store, b
     return status
 
 

@@ -35,11 +35,31 @@ def test_chain_and_bytes():
     assert bench.compulsory_bytes(expert, rows) == 2 * (256 * 512 + 2 * 4 * 4) + 8 * (512 + 4 * 4 + 256 * 2)
 
 
+def test_sms_variant_plans_for_its_sms_and_restores_the_limit(monkeypatch):
+    """A variant's SMS pseudo-define sets deep_tile's SM limit around each call (the defines it
+    passes on lose it) and puts the limit back afterwards."""
+    import deep_tile
+
+    seen = []
+    monkeypatch.setattr(bench.launch, "run", lambda *a, extra_defines=None: seen.append(
+        (deep_tile.get_num_sms(), extra_defines)))
+    gemm = bench.Gemm("g", 256, 512)
+    ops = {"a": None, "a_scale": None, "b": None, "b_scale": None}
+    before = deep_tile.get_num_sms()
+    bench.deep_tile_call(gemm, ops, None, {"SMS": 66, "DT_TRACE": 1})()
+    assert seen == [(66, {"DT_TRACE": 1})] and deep_tile.get_num_sms() == before
+
+
 def test_command_line():
     args = bench.parse_args(["--m", "1,64", "--variant", "pf0:DT_L2_PREFETCH_KBLOCKS=0"])
     assert args.m_list == [1, 64] and args.variants == {"pf0": {"DT_L2_PREFETCH_KBLOCKS": 0}}
+    assert args.flush == "write"  # the benchmarks' flush unless asked otherwise
+    args = bench.parse_args(["--flush", "read", "--variant", "half:SMS=66,DT_L2_PREFETCH_KBLOCKS=8"])
+    assert args.flush == "read" and args.variants == {"half": {"SMS": 66, "DT_L2_PREFETCH_KBLOCKS": 8}}
     with pytest.raises(SystemExit):
         bench.parse_args(["--m", "0"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--flush", "none"])
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_decode.py"), "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "CUDA graph" in out.stdout

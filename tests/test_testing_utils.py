@@ -8,7 +8,7 @@ from deep_tile.testing import shapes
 from deep_tile.testing.data import align4, make_fp8_problem, to_tma_layout
 from deep_tile.testing.numeric import assert_gemm_close, calc_diff, max_rel_error
 from deep_tile.testing.table import format_table, geomean
-from deep_tile.testing.timing import bench_gpu
+from deep_tile.testing.timing import bench_gpu, kernel_device_us
 
 
 # --- numeric -----------------------------------------------------------------------------------
@@ -149,6 +149,21 @@ def test_format_table():
 def test_bench_gpu_needs_cuda():
     with pytest.raises(RuntimeError, match="bench_gpu: needs a CUDA device"):
         bench_gpu(lambda: None)
+
+
+def test_kernel_device_us_checks_the_flush_kind_first():
+    with pytest.raises(ValueError, match="flush_kind must be 'write' or 'read'"):
+        kernel_device_us(lambda: None, flush_kind="none")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_kernel_device_us_on_gpu():
+    x = torch.randn(1024, 1024, device="cuda")
+    us = kernel_device_us(lambda: x @ x, reps=3, name="")  # every kernel of the call (the matmul)
+    assert us > 0
+    with pytest.raises(RuntimeError, match="no kernel named like"):
+        kernel_device_us(lambda: x @ x, reps=1, name="no such kernel")
 
 
 @pytest.mark.gpu

@@ -124,6 +124,30 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
     return {name: statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs) for name, pairs in events.items()}
 
 
+def kernel_device_us(fn, *, reps: int = 15, flush_kind: str = "read", name: str = "deep_tile") -> float:
+    """Median device time, in microseconds, of the kernels whose name contains ``name`` that
+    ``fn`` (no arguments) launches, over ``reps`` calls each after an L2 flush (``flush_kind`` as
+    :func:`bench_round_robin`'s), from the profiler (kineto): no launch cost. One untimed call first.
+    Raises ValueError for another ``flush_kind`` and RuntimeError when no such kernel ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if flush_kind not in ("write", "read"):
+        raise ValueError(f"kernel_device_us: flush_kind must be 'write' or 'read'; got {flush_kind!r}")
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.zero_() if flush_kind == "write" else flush.max()
+            fn()
+        torch.cuda.synchronize()
+    times = [e.time_range.elapsed_us() for e in prof.events()
+             if e.device_type == torch.autograd.DeviceType.CUDA and name in e.name]
+    if not times:
+        raise RuntimeError(f"kernel_device_us: no kernel named like {name!r} ran")
+    return statistics.median(times)
+
+
 def capture_graph(fn) -> "torch.cuda.CUDAGraph":
     """``fn`` (no arguments, enqueueing GPU work) captured in a CUDA graph, after one eager run on a
     side stream (compiles, loads and allocates outside the capture)."""
