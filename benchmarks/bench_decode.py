@@ -40,6 +40,7 @@ are checked the same way, for information (it writes rows past ``masked_m``, whi
 allows).
 """
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -99,7 +100,8 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     p.add_argument("--variant", action="append", default=[], metavar="NAME:DEF=V[,DEF=V]",
                    help="a deep_tile build with extra compile-time defines, timed beside (PDL on; repeatable); "
-                        "the pseudo-define SMS=N plans its kernels for N SMs (deep_tile.set_num_sms)")
+                        "the pseudo-define SMS=N plans its kernels for N SMs (deep_tile.set_num_sms), L2P=N forces "
+                        "the selector's configs with an L2 promotion of N bytes")
     p.add_argument("--no-deepgemm", action="store_true", help="leave DeepGEMM out even if importable")
     p.add_argument("--no-cublas", action="store_true", help="leave cuBLAS out")
     p.add_argument("--no-profile", action="store_true", help="skip the per-GEMM profiler times")
@@ -214,8 +216,19 @@ class _NumSms:
 
 def deep_tile_call(gemm: Gemm, ops: dict, out, defines=None):
     """deep_tile's public call (``defines``: the launcher's forced path with extra defines, the
-    selector's config unchanged; the pseudo-define ``SMS`` plans for that many SMs)."""
+    selector's config unchanged; the pseudo-define ``SMS`` plans for that many SMs, ``L2P`` forces
+    the selector's config with that L2 promotion of the FP8 maps)."""
     a, sa, b, sb = ops["a"], ops["a_scale"], ops["b"], ops["b_scale"]
+    if defines and "L2P" in defines:
+        rest = {k: v for k, v in defines.items() if k != "L2P"} or None
+        if gemm.masked:
+            config = deep_tile.get_config(ops["max_m"], gemm.n, gemm.k, kind="masked", num_groups=len(gemm.counts),
+                                          expected_m=ops["expected_m"])
+            config = dataclasses.replace(config, l2_promotion=defines["L2P"])
+            return lambda: launch.run_grouped(ProblemKind.GROUPED_MASKED, a, sa, b, sb, ops["masked_m"], out,
+                                              expected_m=ops["expected_m"], config=config, extra_defines=rest)
+        config = dataclasses.replace(deep_tile.get_config(ops["rows"], gemm.n, gemm.k), l2_promotion=defines["L2P"])
+        return lambda: launch.run(a, sa, b, sb, out, config=config, extra_defines=rest)
     if defines and "SMS" in defines:
         sms = defines["SMS"]
         inner = deep_tile_call(gemm, ops, out, {k: v for k, v in defines.items() if k != "SMS"} or None)

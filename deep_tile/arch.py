@@ -42,6 +42,9 @@ class ChipFacts:
         max_clusters: clusters of 1, 2, ..., 8 CTAs that can be resident at once when each CTA
             fills an SM (clusters stay inside a GPC, so sizes that do not divide a GPC's SM
             count leave SMs idle); None where not measured (then ``num_sms // size``).
+        stream_l2_promotion: bytes an L2 miss fetches (tensor-map L2 promotion) that measured
+            fastest for a GEMM streaming its weights (``KernelConfig.l2_promotion``, chosen by
+            :func:`deep_tile.select.selector.l2_promotion_for`); 256 where not measured.
     """
 
     name: str
@@ -51,6 +54,7 @@ class ChipFacts:
     bf16_flops: float
     l2_bytes: int
     max_clusters: tuple | None = None
+    stream_l2_promotion: int = 256
 
     @property
     def ridge_point(self) -> float:
@@ -81,10 +85,12 @@ CHIPS = {
     "H100 PCIe": ChipFacts("H100 PCIe", 114, 2.0e12, 1513e12, 756e12, 50 * _MB),
     "H100 NVL": ChipFacts("H100 NVL", 132, 3.9e12, 1671e12, 835e12, 50 * _MB),
     "H800 SXM": ChipFacts("H800 SXM", 132, 3.35e12, 1979e12, 989e12, 50 * _MB, _GH100_132_CLUSTERS),
-    "H200": ChipFacts("H200", 132, 4.8e12, 1979e12, 989e12, 60 * _MB, _GH100_132_CLUSTERS),
+    "H200": ChipFacts("H200", 132, 4.8e12, 1979e12, 989e12, 60 * _MB, _GH100_132_CLUSTERS, stream_l2_promotion=128),
     "H20": ChipFacts("H20", 78, 4.0e12, 296e12, 148e12, 60 * _MB),
 }
-"""Known parts by key. H800 keeps H100's compute and memory (only NVLink is cut)."""
+"""Known parts by key. H800 keeps H100's compute and memory (only NVLink is cut). The H200's
+stream_l2_promotion: 128-byte promotion took 1-3.5% off the dense decode chain (M <= 64) in three
+runs and nothing at M = 128, where the H100 gained nothing (benchmarks/RESULTS.md, session 18)."""
 
 DEFAULT_CHIP = CHIPS["H100 SXM"]
 """The chip assumed when the device is unknown or absent."""

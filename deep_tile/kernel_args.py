@@ -4,7 +4,8 @@ A kernel family's contract (e.g. :func:`deep_tile.kernels.fp8_gemm.argument_spec
 kernel parameter, in declaration order, as one spec that names where its value comes from:
 
 - :class:`TensorMap`: a 2-D TMA descriptor over one operand tensor: which dimension is the
-  contiguous ("inner") one and which the rows ("outer"), the element type, box and swizzle;
+  contiguous ("inner") one and which the rows ("outer"), the element type, box, swizzle and L2
+  promotion (bytes an L2 miss fetches: 0, 64, 128 or 256);
 - :class:`ZeroMap`: 128 zero bytes (a tensor map the kernel variant does not use);
 - :class:`Pointer`: an operand's data pointer;
 - :class:`Size`, :class:`Stride`: an operand's size or stride (elements) along a dimension, int32;
@@ -27,7 +28,7 @@ Pure Python: no torch, no CUDA.
 """
 from __future__ import annotations
 
-__all__ = ["MAX_OPERANDS", "ELEMENTS", "SPEC_KINDS", "CODE_LENGTHS", "TensorMap", "ZeroMap", "Pointer", "Size",
+__all__ = ["MAX_OPERANDS", "ELEMENTS", "SPEC_KINDS", "L2_PROMOTIONS", "CODE_LENGTHS", "TensorMap", "ZeroMap", "Pointer", "Size",
            "Stride", "Value", "encode", "pack_values"]
 
 MAX_OPERANDS = 8
@@ -39,7 +40,10 @@ ELEMENTS = {"uint8": (0, 1), "bfloat16": (1, 2), "float32": (2, 4)}
 SPEC_KINDS = {"tensor_map": 0, "zero_map": 1, "pointer": 2, "size": 3, "stride": 4, "value": 5}
 """Spec kind -> its code in :func:`encode` (``SpecKind`` in csrc/gemm_plan.h)."""
 
-CODE_LENGTHS = {SPEC_KINDS["tensor_map"]: 8, SPEC_KINDS["zero_map"]: 1, SPEC_KINDS["pointer"]: 2,
+L2_PROMOTIONS = (0, 64, 128, 256)
+"""The L2 promotions a tensor map may have, in bytes (0: none; ``CU_TENSOR_MAP_L2_PROMOTION_*``)."""
+
+CODE_LENGTHS = {SPEC_KINDS["tensor_map"]: 9, SPEC_KINDS["zero_map"]: 1, SPEC_KINDS["pointer"]: 2,
                 SPEC_KINDS["size"]: 3, SPEC_KINDS["stride"]: 3, SPEC_KINDS["value"]: 2}
 """Spec kind code -> the ints of its encoding (the kind code included)."""
 
@@ -49,19 +53,23 @@ _ZERO_MAP = bytes(128)
 
 class TensorMap:
     """A 2-D tensor map over operand ``operand`` (an index into the family's ``OPERANDS``): its
-    ``inner_dim`` is contiguous, ``outer_dim`` the rows; ``box`` is ``(inner, outer)`` elements."""
+    ``inner_dim`` is contiguous, ``outer_dim`` the rows; ``box`` is ``(inner, outer)`` elements;
+    ``l2_promotion`` one of :data:`L2_PROMOTIONS`."""
 
-    __slots__ = ("operand", "element", "inner_dim", "outer_dim", "box", "swizzle", "_element_bytes")
+    __slots__ = ("operand", "element", "inner_dim", "outer_dim", "box", "swizzle", "l2_promotion", "_element_bytes")
     kind = "tensormap"
 
-    def __init__(self, operand: int, element: str, inner_dim: int, outer_dim: int, box: tuple, swizzle: int):
+    def __init__(self, operand: int, element: str, inner_dim: int, outer_dim: int, box: tuple, swizzle: int,
+                 l2_promotion: int = 256):
+        if l2_promotion not in L2_PROMOTIONS:
+            raise ValueError(f"TensorMap: l2_promotion must be one of {L2_PROMOTIONS}; got {l2_promotion!r}")
         self.operand, self.element, self.inner_dim, self.outer_dim = operand, element, inner_dim, outer_dim
-        self.box, self.swizzle = tuple(box), swizzle
+        self.box, self.swizzle, self.l2_promotion = tuple(box), swizzle, l2_promotion
         self._element_bytes = ELEMENTS[element][1]
 
     def code(self) -> tuple:
         return (SPEC_KINDS["tensor_map"], self.operand, ELEMENTS[self.element][0], self.inner_dim, self.outer_dim,
-                self.box[0], self.box[1], self.swizzle)
+                self.box[0], self.box[1], self.swizzle, self.l2_promotion)
 
     def value(self, operands, encode_map):
         t = operands[self.operand]
@@ -71,7 +79,8 @@ class TensorMap:
             pitch = t.stride(self.outer_dim) * self._element_bytes
         else:
             pitch = (inner * self._element_bytes + 15) // 16 * 16
-        return encode_map(t.data_ptr(), self.element, inner, outer, pitch, self.box[0], self.box[1], self.swizzle)
+        return encode_map(t.data_ptr(), self.element, inner, outer, pitch, self.box[0], self.box[1], self.swizzle,
+                          self.l2_promotion)
 
 
 class ZeroMap:
@@ -155,5 +164,5 @@ def encode(specs) -> list:
 def pack_values(specs, operands, encode_map) -> list:
     """``(kind, value)`` of each spec over ``operands`` (tensors in the family's ``OPERANDS`` order), for
     :class:`deep_tile.jit.runtime.KernelArgs`; ``encode_map(address, element, inner, outer,
-    pitch_bytes, box_inner, box_outer, swizzle)`` makes a tensor map's 128 bytes."""
+    pitch_bytes, box_inner, box_outer, swizzle, l2_promotion)`` makes a tensor map's 128 bytes."""
     return [(spec.kind, spec.value(operands, encode_map)) for spec in specs]

@@ -19,18 +19,21 @@ _ELEMENT = {  # dtype name -> (CUtensorMapDataType member, bytes per element)
 }
 _SWIZZLE = {0: "CU_TENSOR_MAP_SWIZZLE_NONE", 32: "CU_TENSOR_MAP_SWIZZLE_32B",
             64: "CU_TENSOR_MAP_SWIZZLE_64B", 128: "CU_TENSOR_MAP_SWIZZLE_128B"}
+_L2_PROMOTION = {0: "CU_TENSOR_MAP_L2_PROMOTION_NONE", 64: "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
+                 128: "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", 256: "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
 _CACHE_CAPACITY = 4096
 _cache: "OrderedDict[tuple, bytes]" = OrderedDict()
 
 
 def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_bytes: int,
-              box_inner: int, box_outer: int, swizzle: int) -> bytes:
+              box_inner: int, box_outer: int, swizzle: int, l2_promotion: int = 256) -> bytes:
     """The 128 bytes of a 2-D tiled tensor map.
 
     `inner` is the contiguous dimension (elements), `outer` the rows, `outer_stride_bytes` the
-    row pitch. Out-of-bounds box elements load as zero and are not stored.
+    row pitch; `l2_promotion` the bytes an L2 miss of the map's loads fetches (0, 64, 128, 256).
+    Out-of-bounds box elements load as zero and are not stored.
     """
-    key = (address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle)
+    key = (address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle, l2_promotion)
     cached = _cache.get(key)
     if cached is not None:
         _cache.move_to_end(key)
@@ -44,10 +47,10 @@ def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_b
             [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle]),
-            cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            getattr(cu.CUtensorMapL2promotion, _L2_PROMOTION[l2_promotion]),
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         f"cuTensorMapEncodeTiled({element}, dims=({inner}, {outer}), row pitch={outer_stride_bytes} B, "
-        f"box=({box_inner}, {box_outer}), swizzle={swizzle})")
+        f"box=({box_inner}, {box_outer}), swizzle={swizzle}, L2 promotion={l2_promotion})")
     raw = ctypes.string_at(tensor_map.getPtr(), 128)
     _cache[key] = raw
     if len(_cache) > _CACHE_CAPACITY:

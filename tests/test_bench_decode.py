@@ -50,6 +50,24 @@ def test_sms_variant_plans_for_its_sms_and_restores_the_limit(monkeypatch):
     assert seen == [(66, {"DT_TRACE": 1})] and deep_tile.get_num_sms() == before
 
 
+def test_l2p_variant_forces_the_selected_config_with_that_promotion(monkeypatch):
+    """A variant's L2P pseudo-define runs the selector's config with that L2 promotion (the other
+    defines passed on)."""
+    import deep_tile
+
+    seen = []
+    monkeypatch.setattr(bench.launch, "run", lambda *a, config=None, extra_defines=None: seen.append(
+        (config, extra_defines)))
+    gemm = bench.Gemm("g", 7168, 2048)
+    ops = {"a": None, "a_scale": None, "b": None, "b_scale": None, "rows": 64}
+    bench.deep_tile_call(gemm, ops, None, {"L2P": 128, "DT_TRACE": 2})()
+    (config, defines), = seen
+    selected = deep_tile.get_config(64, 7168, 2048)
+    assert config.l2_promotion == 128 and defines == {"DT_TRACE": 2}
+    assert (config.block_m, config.block_n, config.num_stages) == (selected.block_m, selected.block_n,
+                                                                    selected.num_stages)
+
+
 def test_command_line():
     args = bench.parse_args(["--m", "1,64", "--variant", "pf0:DT_L2_PREFETCH_KBLOCKS=0"])
     assert args.m_list == [1, 64] and args.variants == {"pf0": {"DT_L2_PREFETCH_KBLOCKS": 0}}

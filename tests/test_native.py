@@ -233,7 +233,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 6
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 7
 
 
 @needs_toolchain

@@ -27,7 +27,7 @@ from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 from deep_tile.problem import ProblemKind
 
 __all__ = [
-    "ENTRY", "SYMBOL", "BLOCK_K", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
+    "ENTRY", "SYMBOL", "BLOCK_K", "L2_PROMOTIONS", "DEFAULT_L2_PROMOTION", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
@@ -38,6 +38,11 @@ __all__ = [
 
 ENTRY = "fp8_gemm_sm90"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
+
+L2_PROMOTIONS = spec.L2_PROMOTIONS
+"""The L2 promotions (bytes an L2 miss fetches) the FP8 operands' tensor maps may have."""
+DEFAULT_L2_PROMOTION = 256
+"""The FP8 operands' L2 promotion unless the selector picks another (KernelConfig.l2_promotion)."""
 SYMBOL = "deep_tile_fp8_gemm_sm90"
 """The ``extern "C"`` kernel symbol in the cubin (dense kind)."""
 GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
@@ -366,7 +371,8 @@ def argument_specs(config, problem) -> tuple:
     fill the kernel's parameters from these, the Python one in :mod:`deep_tile.launch`, the native
     one in C++.
 
-    A and B are ``[rows, k]`` FP8 (read as bytes, 128-byte swizzle); a_scale is read column-major
+    A and B are ``[rows, k]`` FP8 (read as bytes, 128-byte swizzle, the config's L2 promotion);
+    a_scale is read column-major
     (dim 0, the rows of A, contiguous) or, in the row-major variant, row-major (dim 1, the K
     blocks, contiguous); the output map is a zero map under split-K, which stores through
     ``d`` and ``ldd`` instead. For the grouped kinds (operands :data:`GROUPED_OPERANDS`) ``n``,
@@ -381,7 +387,8 @@ def argument_specs(config, problem) -> tuple:
     d = spec.ZeroMap() if config.split_k > 1 else spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
     if a_scale_masked_columns(problem, config):  # [G * K blocks, max_m]: rows of one expert's K block
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
-    head = (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128), spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128),
+    head = (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128, config.l2_promotion),
+            spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128, config.l2_promotion),
             a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0), spec.Size(_A, 0))
     if not problem.kind.grouped:
         return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width))

@@ -29,7 +29,7 @@ from deep_tile.problem import ProblemKind
 __all__ = ["VERSION", "plan", "plan_grouped", "python_path", "python_grouped_path", "sms_limit", "launch_error",
            "report_first_launch"]
 
-VERSION = 6
+VERSION = 7
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
 

@@ -68,14 +68,15 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
 def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int = 1, multicast_on_a: bool = False,
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
-                 k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE) -> str:
+                 k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
+                 l2_promotion: int = family.DEFAULT_L2_PROMOTION) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
     ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: raster bands along M
     without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
-    ``u6``: the one-buffer k-loop unrolled by 6; ``contiguous``/``masked``/``offsets``: the grouped
-    kind's kernel.
+    ``u6``: the one-buffer k-loop unrolled by 6; ``p128``: the FP8 maps' L2 promotion when not
+    the default 256 bytes; ``contiguous``/``masked``/``offsets``: the grouped kind's kernel.
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -94,6 +95,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " ef"
     if k_unroll != 3:
         text += f" u{k_unroll}"
+    if l2_promotion != family.DEFAULT_L2_PROMOTION:
+        text += f" p{l2_promotion}"
     if problem_kind.grouped:
         text += " " + problem_kind.short_name
     return text
@@ -141,6 +144,10 @@ class KernelConfig:
             :func:`deep_tile.select.selector.k_unroll_for`).
         problem_kind: the :class:`deep_tile.problem.ProblemKind` the kernel runs (its scheduler;
             ``DT_PROBLEM_KIND``); the grouped kinds are persistent (``split_k == 1``).
+        l2_promotion: bytes an L2 miss of the A and B loads fetches, one of
+            :data:`deep_tile.kernels.fp8_gemm.L2_PROMOTIONS` (a launch-time choice: the tensor
+            maps' ``CU_TENSOR_MAP_L2_PROMOTION``; the kernel is the same). Default 256; see
+            :func:`deep_tile.select.selector.l2_promotion_for`.
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -163,6 +170,7 @@ class KernelConfig:
     evict_first_b: bool = False
     k_unroll: int = 3
     problem_kind: ProblemKind = ProblemKind.DENSE
+    l2_promotion: int = family.DEFAULT_L2_PROMOTION
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -177,6 +185,8 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: problem_kind must be a deep_tile.problem.ProblemKind; got {self.problem_kind!r}")
         if not isinstance(self.evict_first_b, bool):
             raise ValueError(f"KernelConfig: evict_first_b must be a bool; got {self.evict_first_b!r}")
+        _check_int("l2_promotion", self.l2_promotion, f"one of {family.L2_PROMOTIONS}",
+                   self.l2_promotion in family.L2_PROMOTIONS)
         _check_int("k_unroll", self.k_unroll, f"one of {family.K_UNROLLS} (6 with accum_buffers == 1 only)",
                    self.k_unroll in family.K_UNROLLS and (self.k_unroll == 3 or self.accum_buffers == 1))
         if self.num_multicast == 1:
@@ -268,7 +278,8 @@ class KernelConfig:
         """Short name for tables and logs (see :func:`config_label`)."""
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
-                            self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind)
+                            self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
+                            self.l2_promotion)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -38,6 +38,8 @@ def _config_lines(cfg: KernelConfig) -> list:
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
     l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles)"
           if cfg.evict_first_b else "plain loads")
+    if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
+        l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
     loop = (f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")

@@ -176,7 +176,25 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k)
                         if not problem.kind.grouped else (problem.expected_m <= GROUPED_STREAM_MAX_M
                                                           and streams_b(1, e.k_blocks_per_cta)),
-                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind)
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind,
+                        l2_promotion=l2_promotion_for(problem, streams_b(ceil_div(problem.m, c.block_m),
+                                                                         e.k_blocks_per_cta * c.split_k), chip))
+
+
+def l2_promotion_for(problem: Problem, b_streams: bool, chip: ChipFacts) -> int:
+    """The L2 promotion of the FP8 maps (``KernelConfig.l2_promotion``): the chip's
+    ``stream_l2_promotion`` for a dense problem whose weights stream (``b_streams``,
+    :func:`streams_b`), else the default 256 bytes.
+
+    Measured (benchmarks/RESULTS.md, session 18, benchmarks/l2_promotion_probe.py): on an H200 the
+    dense decode chain at M = 1 / 16 / 64 ran 76.5-76.8 -> 73.8-74.8, 77.6 -> 76.8 and
+    80.8-81.1 -> 79.9-80.4 us per layer with 128-byte promotion (M = 128 91.7 -> 91.9); on an H100
+    96.0 -> 96.6 and 101.2 -> 101.3 (kept at 256). Large M loses with it (4096x32768x512 -11% on
+    the H200, -19% on the H100), and the grouped kinds were not measured: both keep 256.
+    """
+    if problem.kind is ProblemKind.DENSE and b_streams:
+        return chip.stream_l2_promotion
+    return family.DEFAULT_L2_PROMOTION
 
 
 GROUPED_STREAM_MAX_M = 64

@@ -11,13 +11,15 @@
 - ``gN``: raster band width (default 8);
 - ``gM``: raster bands along M (consecutive tiles share an n-block; implied by ``mcB``);
 - ``ef``: B loaded evict-first and A evict-last in L2 (``KernelConfig.evict_first_b``);
-- ``uN``: k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``, default 3).
+- ``uN``: k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``, default 3);
+- ``pN``: the FP8 maps' L2 promotion in bytes, 0, 64, 128 or 256 (``KernelConfig.l2_promotion``,
+  default 256).
 """
 from __future__ import annotations
 
 from deep_tile import arch
 from deep_tile.common import ceil_div
-from deep_tile.kernels.fp8_gemm import kind_of_code
+from deep_tile.kernels.fp8_gemm import DEFAULT_L2_PROMOTION, kind_of_code
 from deep_tile.select.candidates import kernel_shape, max_stages
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import grid_size
@@ -48,9 +50,9 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             fields["raster_along_m"] = True
         elif option == "ef":
             fields["evict_first_b"] = True
-        elif kind in "skbwgu" and value.isdigit():
+        elif kind in "skbwgup" and value.isdigit():
             key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "raster_width",
-                   "u": "k_unroll"}[kind]
+                   "u": "k_unroll", "p": "l2_promotion"}[kind]
             if key is None:
                 stages = int(value)
             else:
@@ -78,6 +80,8 @@ def format_config(config: KernelConfig) -> str:
         text += ":ef"
     if config.k_unroll != 3:
         text += f":u{config.k_unroll}"
+    if config.l2_promotion != DEFAULT_L2_PROMOTION:
+        text += f":p{config.l2_promotion}"
     return text
 
 

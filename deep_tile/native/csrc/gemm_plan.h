@@ -33,7 +33,7 @@ struct ArgSpec {
   uint8_t element = 0;      // kTensorMap: Element (tensor_maps.h)
   int8_t inner_dim = 0;     // kTensorMap: the operand's contiguous dimension; kSize/kStride: the dimension
   int8_t outer_dim = 1;     // kTensorMap: the rows
-  uint32_t box_inner = 0, box_outer = 0, swizzle = 0;  // kTensorMap
+  uint32_t box_inner = 0, box_outer = 0, swizzle = 0, l2_promotion = 256;  // kTensorMap
   int32_t value = 0;        // kValue
 };
 

@@ -17,7 +17,7 @@ namespace py = pybind11;
 using namespace deep_tile_native;
 
 // Bumped when the bridge protocol (plan dict, callbacks) changes; checked by the loader.
-constexpr int kBridgeVersion = 6;
+constexpr int kBridgeVersion = 7;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deep_tile's native host path for the FP8 GEMMs (see deep_tile/native/__init__.py)";

@@ -21,7 +21,7 @@ struct SpecHash {
     mix(s.outer);
     mix(s.pitch_bytes);
     mix((uint64_t(s.box_inner) << 32) | s.box_outer);
-    mix((uint64_t(s.swizzle_bytes) << 8) | uint64_t(s.element));
+    mix((uint64_t(s.l2_promotion_bytes) << 16) | (uint64_t(s.swizzle_bytes) << 8) | uint64_t(s.element));
     return static_cast<size_t>(h);
   }
 };
@@ -54,6 +54,15 @@ CUtensorMapDataType element_type(Element e) {
   }
 }
 
+CUtensorMapL2promotion promotion_mode(uint32_t bytes) {
+  switch (bytes) {
+    case 64: return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    case 128: return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    case 256: return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    default: return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  }
+}
+
 CUtensorMapSwizzle swizzle_mode(uint32_t bytes) {
   switch (bytes) {
     case 32: return CU_TENSOR_MAP_SWIZZLE_32B;
@@ -70,13 +79,14 @@ void encode(const MapSpec& s, CUtensorMap* out) {
   const cuuint32_t element_strides[2] = {1, 1};
   CUresult status = driver().tensor_map_encode_tiled(
       out, element_type(s.element), 2, reinterpret_cast<void*>(s.address), dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_mode(s.swizzle_bytes), CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_mode(s.swizzle_bytes), promotion_mode(s.l2_promotion_bytes),
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
     check(status, std::string("cuTensorMapEncodeTiled(") + element_name(s.element) + ", dims=(" +
                       std::to_string(s.inner) + ", " + std::to_string(s.outer) + "), row pitch=" +
                       std::to_string(s.pitch_bytes) + " B, box=(" + std::to_string(s.box_inner) + ", " +
-                      std::to_string(s.box_outer) + "), swizzle=" + std::to_string(s.swizzle_bytes) + ")");
+                      std::to_string(s.box_outer) + "), swizzle=" + std::to_string(s.swizzle_bytes) +
+                      ", L2 promotion=" + std::to_string(s.l2_promotion_bytes) + ")");
   }
 }
 
@@ -85,7 +95,7 @@ void encode(const MapSpec& s, CUtensorMap* out) {
 bool MapSpec::operator==(const MapSpec& o) const {
   return address == o.address && inner == o.inner && outer == o.outer && pitch_bytes == o.pitch_bytes &&
          box_inner == o.box_inner && box_outer == o.box_outer && swizzle_bytes == o.swizzle_bytes &&
-         element == o.element;
+         l2_promotion_bytes == o.l2_promotion_bytes && element == o.element;
 }
 
 void encode_tensor_map(const MapSpec& spec, CUtensorMap* out) {

@@ -18,7 +18,8 @@ struct MapSpec {
   uint64_t pitch_bytes;    // row pitch
   uint32_t box_inner;
   uint32_t box_outer;
-  uint32_t swizzle_bytes;  // 0, 32, 64 or 128
+  uint32_t swizzle_bytes;       // 0, 32, 64 or 128
+  uint32_t l2_promotion_bytes;  // 0, 64, 128 or 256: what an L2 miss fetches
   Element element;
 
   bool operator==(const MapSpec& other) const;
