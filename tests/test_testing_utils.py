@@ -178,13 +178,16 @@ def test_bench_gpu_on_gpu():
 def test_parse_and_format_config_round_trip():
     from deep_tile.testing.configs import format_config, parse_config
     for text in ("256x128:s3:b1:w128:mcA", "128x256:s3:b1:w128:g16:gM", "64x64:s13:b2:w64:k4", "128x128:s4:b2:w128:mcB",
-                 "64x32:s16:b2:w32:ef", "128x256:s3:b1:w128:g16:gM:u6"):
+                 "64x32:s16:b2:w32:ef", "128x256:s3:b1:w128:g16:gM:u6", "64x64:s13:b2:w64:k2:ef:p128"):
         config = parse_config(text, 4096, 7168, 132)
         assert format_config(config) == text
         assert parse_config(format_config(config), 4096, 7168, 132) == config
     assert parse_config("128x256:gM", 4096, 7168, 132).raster_along_m is True
     assert parse_config("64x32:ef", 64, 2112, 132).evict_first_b is True
     assert parse_config("256x128:u6", 4096, 7168, 132).k_unroll == 6
+    assert parse_config("64x64:p0", 64, 7168, 132).l2_promotion == 0
+    with pytest.raises(ValueError, match="l2_promotion"):
+        parse_config("64x64:p100", 64, 7168, 132)
     with pytest.raises(ValueError, match="k_unroll"):
         parse_config("64x64:b2:u6", 4096, 7168, 132)
     assert parse_config("128x128:mcB", 4096, 7168, 132).raster_along_m is True  # the pair shares B
