@@ -89,8 +89,8 @@ CHIPS = {
     "H20": ChipFacts("H20", 78, 4.0e12, 296e12, 148e12, 60 * _MB),
 }
 """Known parts by key. H800 keeps H100's compute and memory (only NVLink is cut). The H200's
-stream_l2_promotion: 128-byte promotion took 1-3.5% off the dense decode chain (M <= 64) in three
-runs and nothing at M = 128, where the H100 gained nothing (benchmarks/RESULTS.md, session 18)."""
+stream_l2_promotion: 128-byte promotion took 0.4-3.5% off its decode chains, where the H100 gained
+nothing (benchmarks/RESULTS.md, session 18; deep_tile.select.selector.l2_promotion_for)."""
 
 DEFAULT_CHIP = CHIPS["H100 SXM"]
 """The chip assumed when the device is unknown or absent."""

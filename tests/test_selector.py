@@ -442,22 +442,28 @@ def test_evict_first_b_where_b_is_a_long_stream():
     assert "L2 policies: B loads evict-first" in explain_text(Problem(64, 2112, 7168), 132)
 
 
-def test_l2_promotion_128_for_dense_weight_streams_on_the_h200_only():
-    """The FP8 maps' L2 promotion: the chip's stream_l2_promotion (H200: 128) for a dense problem
-    whose weights stream, 256 everywhere else; the host's tensor-map specs carry it."""
+def test_l2_promotion_128_for_weight_streams_on_the_h200_only():
+    """The FP8 maps' L2 promotion: the chip's stream_l2_promotion (H200: 128) where few tiles read
+    each weight tile (small M dense, masked with few rows per group), 256 everywhere else; the
+    host's tensor-map specs carry it."""
     h200, h100 = arch.CHIPS["H200"], arch.CHIPS["H100 SXM"]
-    for shape in ((1, 7168, 16384), (64, 2112, 7168), (128, 7168, 2048)):
+    for shape in ((1, 7168, 16384), (64, 2112, 7168), (128, 7168, 2048), (64, 32768, 512)):
         on_h200, on_h100 = select_config(Problem(*shape), 132, chip=h200), select_config(Problem(*shape), 132, chip=h100)
-        assert on_h200.evict_first_b and on_h200.l2_promotion == 128 and on_h200.label.endswith(" p128"), shape
+        assert on_h200.l2_promotion == 128 and on_h200.label.endswith(" p128"), shape
         assert on_h100.l2_promotion == 256 and "p128" not in on_h100.label, shape
         assert (on_h200.block_m, on_h200.block_n, on_h200.num_stages) == (on_h100.block_m, on_h100.block_n,
                                                                          on_h100.num_stages)
         b_map = family.argument_specs(on_h200, Problem(*shape))[1]
         assert b_map.code()[-1] == 128 and family.argument_specs(on_h100, Problem(*shape))[1].code()[-1] == 256
-    for shape in ((4096, 32768, 512), (4096, 7168, 16384), (64, 32768, 512)):  # no weight stream: 256
+    for shape in ((4096, 32768, 512), (4096, 7168, 16384), (2048, 2112, 7168)):  # B tiles re-read: 256
         assert select_config(Problem(*shape), 132, chip=h200).l2_promotion == 256, shape
     masked = Problem(256, 4096, 7168, kind=ProblemKind.GROUPED_MASKED, num_groups=32, expected_m=16)
-    assert select_config(masked, 132, chip=h200).l2_promotion == 256  # grouped kinds: not measured
+    assert select_config(masked, 132, chip=h200).l2_promotion == 128
+    assert select_config(masked, 132, chip=h100).l2_promotion == 256
+    many = Problem(2048, 4096, 7168, kind=ProblemKind.GROUPED_MASKED, num_groups=8, expected_m=1024)
+    assert select_config(many, 132, chip=h200).l2_promotion == 256
+    contiguous = Problem(4096, 4096, 7168, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=32)
+    assert select_config(contiguous, 132, chip=h200).l2_promotion == 256  # not measured
     assert "promote L2 misses to 128 bytes" in explain_text(Problem(64, 2112, 7168), 132, chip=h200)
     with pytest.raises(ValueError, match="l2_promotion must be one of"):
         KernelConfig(block_m=64, block_n=64, num_stages=4, grid_size=8, l2_promotion=96)

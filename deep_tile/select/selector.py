@@ -177,24 +177,30 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         if not problem.kind.grouped else (problem.expected_m <= GROUPED_STREAM_MAX_M
                                                           and streams_b(1, e.k_blocks_per_cta)),
                         k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind,
-                        l2_promotion=l2_promotion_for(problem, streams_b(ceil_div(problem.m, c.block_m),
-                                                                         e.k_blocks_per_cta * c.split_k), chip))
+                        l2_promotion=l2_promotion_for(problem, c.block_m, chip))
 
 
-def l2_promotion_for(problem: Problem, b_streams: bool, chip: ChipFacts) -> int:
+def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:
     """The L2 promotion of the FP8 maps (``KernelConfig.l2_promotion``): the chip's
-    ``stream_l2_promotion`` for a dense problem whose weights stream (``b_streams``,
-    :func:`streams_b`), else the default 256 bytes.
+    ``stream_l2_promotion`` where each weight tile is read by few tiles (a dense problem within
+    :data:`STREAM_MAX_M_BLOCKS` m-blocks of ``block_m`` rows, any K; a masked one with at most
+    :data:`GROUPED_STREAM_MAX_M` rows per group), else the default 256 bytes.
 
-    Measured (benchmarks/RESULTS.md, session 18, benchmarks/l2_promotion_probe.py): on an H200 the
-    dense decode chain at M = 1 / 16 / 64 ran 76.5-76.8 -> 73.8-74.8, 77.6 -> 76.8 and
-    80.8-81.1 -> 79.9-80.4 us per layer with 128-byte promotion (M = 128 91.7 -> 91.9); on an H100
-    96.0 -> 96.6 and 101.2 -> 101.3 (kept at 256). Large M loses with it (4096x32768x512 -11% on
-    the H200, -19% on the H100), and the grouped kinds were not measured: both keep 256.
+    Measured on an H200 (benchmarks/RESULTS.md, session 18; bench_decode.py beside the same configs
+    at 256 bytes, one process): 128 bytes for the dense GEMMs that stream B over >= 8 k-blocks took
+    the dense decode chain from 76.4-76.8 / 77.6 / 80.4-81.6 / 90.5-90.6 to 74.5-75.1 / 76.4-76.8 /
+    80.3-81.3 / 89.5-90.0 us per layer (M = 1 / 16 / 64 / 128); 128 bytes for every GEMM of the
+    layer (32768x512 and the masked experts too) to 73.8 / 76.1 / 80.1 / 89.2, and the layer
+    chain from 146.5 / 412.1 / 429.1 / 447.5 to 142.1 / 401.7 / 424.6 / 443.8 us. On an H100 the
+    dense chain gained nothing (96.0 -> 96.6, 101.2 -> 101.3 us: it keeps 256). Large M loses with
+    128 (4096x32768x512 -11% on the H200, -19% on the H100); the contiguous and offsets kinds were
+    not measured: both keep 256.
     """
-    if problem.kind is ProblemKind.DENSE and b_streams:
-        return chip.stream_l2_promotion
-    return family.DEFAULT_L2_PROMOTION
+    if problem.kind is ProblemKind.DENSE:
+        few_readers = ceil_div(problem.m, block_m) <= STREAM_MAX_M_BLOCKS
+    else:
+        few_readers = problem.kind is ProblemKind.GROUPED_MASKED and problem.expected_m <= GROUPED_STREAM_MAX_M
+    return chip.stream_l2_promotion if few_readers else family.DEFAULT_L2_PROMOTION
 
 
 GROUPED_STREAM_MAX_M = 64
