@@ -28,7 +28,8 @@ compulsory bytes (weights and their scales of every GEMM, of the experts with ro
 scales and the output of real rows) and is set against the HBM copy rate measured in the same run.
 
 Beside it (``--no-profile`` skips both): each GEMM alone, the per-call device time of its kernels
-from the profiler (kineto; L2 flushed before every call; launch cost excluded), as a share of
+from the profiler (kineto; the libraries interleaved in a shuffled order, L2 flushed before every
+call, PDL off; launch cost excluded), as a share of
 the copy rate; and a timeline of one replay of the dense chain (deep_tile with PDL on and off,
 DeepGEMM with PDL): each kernel's start and end, and what it adds after its predecessor's end
 against its bytes at the copy rate.
@@ -43,6 +44,7 @@ import argparse
 import dataclasses
 import json
 import random
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -383,8 +385,14 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
             ops.pop("ref", None)
 
     if not args.no_profile:
+        # NOTES: without PDL, so a kernel's device time holds no wait for its predecessor (the
+        # flush): launched early by a fast host path, a PDL kernel starts before the flush's
+        # memory is visible and its wait counts (the native path's calls measured 0.1-0.7 us
+        # longer than the Python path's of the same config, H100, session 18).
+        set_library_pdl(dg, False)
         for gemm, ops in layers[0]:
             record["gemms"][gemm.name] = profile_gemm(gemm, ops, dg, args, copy_rate)
+        set_library_pdl(dg, True)
     return record
 
 
@@ -416,9 +424,21 @@ def timeline(graph, outs: list, copy_rate: float, flush_kind: str = "write") -> 
     return rows
 
 
+def _library_kernels(prof) -> list:
+    """The profiled GPU kernels in start order, less the flush's and torch's own."""
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and "at::native::" not in e.name and "elementwise" not in e.name and "fill" not in e.name.lower()
+               and "Memset" not in e.name]
+    return sorted(kernels, key=lambda e: e.time_range.start)
+
+
 def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
-    """Per-call device time of each library's kernels for one GEMM alone (L2 flushed before each
-    call; the flush's own kernels excluded), from the profiler."""
+    """Per-call device time of each library's kernels for one GEMM alone, from the profiler: the
+    libraries' calls interleaved round-robin in a fresh seeded order per round (as the chains are
+    timed), each after an L2 flush (``--flush``); median over the rounds of each call's kernels.
+    The caller turns PDL off for it (run_m).
+    NOTES: timed one library after another, the first one measured ran up to 7% slower than an
+    identical second (H100, session 18)."""
     from torch.profiler import ProfilerActivity, profile
 
     flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
@@ -432,22 +452,34 @@ def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
         calls["cublas"] = cublas_call(gemm, ops)
     nbytes = compulsory_bytes(gemm, ops)
     result = {"bytes": nbytes}
-    reps = 10
-    for name, call in calls.items():
+    launched, names = {}, {}
+    for name, call in calls.items():  # warm, and the kernels one call launches
         call()
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                flush.zero_() if args.flush == "write" else flush.max()
-                call()
+            call()
             torch.cuda.synchronize()
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and "at::native::" not in e.name and "elementwise" not in e.name and "fill" not in e.name.lower()
-                   and "Memset" not in e.name]  # the flush's and torch's own kernels
-        total_us = sum(e.time_range.elapsed_us() for e in kernels)
-        us = total_us / reps
+        kernels = _library_kernels(prof)
+        launched[name], names[name] = len(kernels), sorted({e.name[:60] for e in kernels})
+    rng = random.Random(f"profile-{args.seed}-{gemm.name}")
+    order = [name for _ in range(10) for name in rng.sample(list(calls), len(calls))]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for name in order:
+            flush.zero_() if args.flush == "write" else flush.max()
+            calls[name]()
+        torch.cuda.synchronize()
+    kernels = _library_kernels(prof)
+    if len(kernels) != sum(launched[name] for name in order):
+        result["error"] = f"{len(kernels)} kernels for {sum(launched[n] for n in order)} expected: not attributed"
+        return result
+    samples, index = {name: [] for name in calls}, 0
+    for name in order:
+        samples[name].append(sum(e.time_range.elapsed_us() for e in kernels[index:index + launched[name]]))
+        index += launched[name]
+    for name, times in samples.items():
+        us = statistics.median(times)
         result[name] = {"us": us, "pct_copy": nbytes / (us * 1e-6) / copy_rate * 100 if us else None,
-                        "kernels": sorted({e.name[:60] for e in kernels})}
+                        "kernels": names[name]}
     return result
 
 
@@ -489,6 +521,10 @@ def print_report(records: list, copy_rate: float) -> None:
                 line.append(f"{dgv['us'] / dt['us']:.3f}" if dt and dgv and dt.get("us") and dgv.get("us") else "-")
                 rows.append(line)
         print_table(["M", "GEMM"] + list(libs) + ["DG/dt"], rows, "><" + ">" * (len(libs) + 1))
+        for r in records:
+            for name, g in r["gemms"].items():
+                if "error" in g:
+                    print(f"  M={r['m']} {name}: {g['error']}")
     for r in records:
         for name, rows in r.get("timeline", {}).items():
             if rows and "error" in rows[0]:
