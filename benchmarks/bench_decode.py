@@ -201,26 +201,23 @@ def _nan(shape):
 # Libraries: one callable per GEMM, writing into its own output
 # --------------------------------------------------------------------------------------------------
 
-class _NumSms:
-    """``with _NumSms(defines):`` plans deep_tile's kernels for the variant's ``SMS`` SMs, if any."""
-
-    def __init__(self, defines):
-        self.sms = (defines or {}).get("SMS")
-
-    def __enter__(self):
-        if self.sms:
-            deep_tile.set_num_sms(self.sms)
-
-    def __exit__(self, *exc):
-        if self.sms:
-            deep_tile.set_num_sms(None)
-
-
 def deep_tile_call(gemm: Gemm, ops: dict, out, defines=None):
     """deep_tile's public call (``defines``: the launcher's forced path with extra defines, the
     selector's config unchanged; the pseudo-define ``SMS`` plans for that many SMs, ``L2P`` forces
     the selector's config with that L2 promotion of the FP8 maps)."""
     a, sa, b, sb = ops["a"], ops["a_scale"], ops["b"], ops["b_scale"]
+    if defines and "SMS" in defines:
+        sms = defines["SMS"]
+
+        def planned_for_sms(fn):
+            deep_tile.set_num_sms(sms)
+            try:
+                return fn()
+            finally:
+                deep_tile.set_num_sms(None)
+        inner = planned_for_sms(lambda: deep_tile_call(gemm, ops, out, {k: v for k, v in defines.items() if k != "SMS"}
+                                                       or None))
+        return lambda: planned_for_sms(inner)
     if defines and "L2P" in defines:
         rest = {k: v for k, v in defines.items() if k != "L2P"} or None
         if gemm.masked:
@@ -231,14 +228,6 @@ def deep_tile_call(gemm: Gemm, ops: dict, out, defines=None):
                                               expected_m=ops["expected_m"], config=config, extra_defines=rest)
         config = dataclasses.replace(deep_tile.get_config(ops["rows"], gemm.n, gemm.k), l2_promotion=defines["L2P"])
         return lambda: launch.run(a, sa, b, sb, out, config=config, extra_defines=rest)
-    if defines and "SMS" in defines:
-        sms = defines["SMS"]
-        inner = deep_tile_call(gemm, ops, out, {k: v for k, v in defines.items() if k != "SMS"} or None)
-
-        def call():
-            with _NumSms({"SMS": sms}):
-                return inner()
-        return call
     if gemm.masked:
         if defines:
             return lambda: launch.run_grouped(ProblemKind.GROUPED_MASKED, a, sa, b, sb, ops["masked_m"], out,

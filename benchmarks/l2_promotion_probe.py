@@ -2,15 +2,15 @@
 
     python benchmarks/l2_promotion_probe.py                 # the dense decode chain at M = 1, 64
 
-deep_tile encodes its tensor maps with ``CU_TENSOR_MAP_L2_PROMOTION_L2_256B``: an L2 miss of a
-box row (128 bytes of one weight row per k-block) fetches 256 bytes, the next k-block's too. This
-times the same kernels (Python host path) with the FP8 maps (A and B) encoded with each
-promotion: each GEMM alone (profiler device time after a 256 MB read flush, median) and the
+An L2 miss of a TMA box row (128 bytes of one weight row per k-block) fetches the FP8 tensor
+maps' L2 promotion: 256 bytes (the next k-block's too) unless the selector picks another
+(``KernelConfig.l2_promotion``, :func:`deep_tile.select.selector.l2_promotion_for`). This times
+the selector's configs (Python host path) with each promotion forced on every GEMM
+(bench_decode.py's ``L2P`` pseudo-define): each GEMM alone (profiler device time after a 256 MB read flush, median) and the
 dense chain of benchmarks/bench_decode.py (two layers in a CUDA graph, replayed 4 times, write
 flush, round-robin, median), and checks every output against the float64 reference.
 """
 import argparse
-import ctypes
 import sys
 from pathlib import Path
 
@@ -19,45 +19,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_decode import DENSE_NK, Gemm, compulsory_bytes, make_operands  # noqa: E402
-from deep_tile import launch  # noqa: E402
-from deep_tile import tma as tma_module  # noqa: E402
-from deep_tile.jit.runtime import check, driver  # noqa: E402
+from bench_decode import DENSE_NK, Gemm, compulsory_bytes, deep_tile_call, make_operands  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
 from deep_tile.testing.numeric import DIFF_TOL, calc_diff  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, capture_graph, copy_bandwidth, kernel_device_us  # noqa: E402
 
-PROMOTIONS = {"none": "CU_TENSOR_MAP_L2_PROMOTION_NONE", "64": "CU_TENSOR_MAP_L2_PROMOTION_L2_64B",
-              "128": "CU_TENSOR_MAP_L2_PROMOTION_L2_128B", "256": "CU_TENSOR_MAP_L2_PROMOTION_L2_256B"}
-_original = tma_module.encode_2d
-
-
-def encoder(promotion: str):
-    """encode_2d with ``promotion`` for the uint8 (FP8) maps, the original for the others."""
-    def encode(address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle):
-        if element != "uint8" or promotion == "256":
-            return _original(address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle)
-        cu = driver()
-        tensor_map = check(cu.cuTensorMapEncodeTiled(
-            cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, address,
-            [cu.cuuint64_t(inner), cu.cuuint64_t(outer)], [cu.cuuint64_t(outer_stride_bytes)],
-            [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
-            cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            getattr(cu.CUtensorMapSwizzle, tma_module._SWIZZLE[swizzle]),
-            getattr(cu.CUtensorMapL2promotion, PROMOTIONS[promotion]),
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
-        return ctypes.string_at(tensor_map.getPtr(), 128)
-    return encode
-
-
-def use(promotion: str) -> None:
-    launch.encode_2d = encoder(promotion)
+PROMOTIONS = {"none": 0, "64": 64, "128": 128, "256": 256}
+"""``--promotions`` names -> bytes (``KernelConfig.l2_promotion``)."""
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--m", default="1,64")
-    p.add_argument("--promotions", default="256,128,none")
+    p.add_argument("--promotions", default="256,128,none", help=f"comma-separated, of {', '.join(PROMOTIONS)}")
     p.add_argument("--iters", type=int, default=12)
     p.add_argument("--shapes", default="", help="also time these M,N,K GEMMs alone (space-separated)")
     args = p.parse_args(argv)
@@ -76,15 +50,13 @@ def main(argv=None) -> int:
         ref = ref_fp8_gemm(ops["a"], ops["a_scale"], ops["b"], ops["b_scale"])
         cells = []
         for promo in promotions:
-            use(promo)
             out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-            us = kernel_device_us(lambda: launch.run(ops["a"], ops["a_scale"], ops["b"], ops["b_scale"], out))
+            us = kernel_device_us(deep_tile_call(Gemm(text, n, k), ops, out, {"L2P": PROMOTIONS[promo]}))
             ok = bool(torch.isfinite(out).all()) and calc_diff(out.double(), ref) < DIFF_TOL
             status |= 0 if ok else 1
             cells.append(f"{promo} {us:7.1f} us {2 * m * n * k / us / 1e6:6.0f} TF{'' if ok else ' FAIL'}")
         print(f"{m}x{n}x{k}: " + "  ".join(cells))
         del ops, ref
-    use("256")
     for m in (int(v) for v in filter(None, args.m.split(","))):
         gen = torch.Generator(device="cuda")
         gen.manual_seed(m)
@@ -92,13 +64,12 @@ def main(argv=None) -> int:
                   for _ in range(2)]
         alone, graphs = {}, {}
         for promo in promotions:
-            use(promo)
             calls = []
             for layer in layers:
                 for gemm, ops in layer:
                     out = torch.full((m, gemm.n), float("nan"), dtype=torch.bfloat16, device="cuda")
                     ops.setdefault("outs", {})[promo] = out
-                    calls.append(lambda o=ops, out=out: launch.run(o["a"], o["a_scale"], o["b"], o["b_scale"], out))
+                    calls.append(deep_tile_call(gemm, ops, out, {"L2P": PROMOTIONS[promo]}))
             for index, (gemm, _) in enumerate(layers[0]):
                 alone[(promo, gemm.name)] = kernel_device_us(calls[index])
             graphs[promo] = capture_graph(lambda c=calls: [call() for call in c])
@@ -116,7 +87,6 @@ def main(argv=None) -> int:
                     if not (bool(torch.isfinite(got).all()) and calc_diff(got.double(), ref) < DIFF_TOL):
                         print(f"FAIL M={m} {gemm.name} promotion {promo}")
                         status = 1
-        use("256")
         fns = {promo: (lambda g=graphs[promo]: [g.replay() for _ in range(4)]) for promo in promotions}
         times = bench_round_robin(fns, warmup=2, iters=args.iters, shuffle_seed=0)
         nbytes = sum(compulsory_bytes(g, o) for layer in layers for g, o in layer)

@@ -28,7 +28,7 @@ Pure Python: no torch, no CUDA.
 """
 from __future__ import annotations
 
-__all__ = ["MAX_OPERANDS", "ELEMENTS", "SPEC_KINDS", "L2_PROMOTIONS", "CODE_LENGTHS", "TensorMap", "ZeroMap", "Pointer", "Size",
+__all__ = ["MAX_OPERANDS", "ELEMENTS", "SPEC_KINDS", "L2_PROMOTIONS", "DEFAULT_L2_PROMOTION", "CODE_LENGTHS", "TensorMap", "ZeroMap", "Pointer", "Size",
            "Stride", "Value", "encode", "pack_values"]
 
 MAX_OPERANDS = 8
@@ -42,6 +42,8 @@ SPEC_KINDS = {"tensor_map": 0, "zero_map": 1, "pointer": 2, "size": 3, "stride":
 
 L2_PROMOTIONS = (0, 64, 128, 256)
 """The L2 promotions a tensor map may have, in bytes (0: none; ``CU_TENSOR_MAP_L2_PROMOTION_*``)."""
+DEFAULT_L2_PROMOTION = 256
+"""A tensor map's L2 promotion unless its spec names another."""
 
 CODE_LENGTHS = {SPEC_KINDS["tensor_map"]: 9, SPEC_KINDS["zero_map"]: 1, SPEC_KINDS["pointer"]: 2,
                 SPEC_KINDS["size"]: 3, SPEC_KINDS["stride"]: 3, SPEC_KINDS["value"]: 2}
@@ -60,7 +62,7 @@ class TensorMap:
     kind = "tensormap"
 
     def __init__(self, operand: int, element: str, inner_dim: int, outer_dim: int, box: tuple, swizzle: int,
-                 l2_promotion: int = 256):
+                 l2_promotion: int = DEFAULT_L2_PROMOTION):
         if l2_promotion not in L2_PROMOTIONS:
             raise ValueError(f"TensorMap: l2_promotion must be one of {L2_PROMOTIONS}; got {l2_promotion!r}")
         self.operand, self.element, self.inner_dim, self.outer_dim = operand, element, inner_dim, outer_dim

@@ -26,7 +26,7 @@ _cache: "OrderedDict[tuple, bytes]" = OrderedDict()
 
 
 def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_bytes: int,
-              box_inner: int, box_outer: int, swizzle: int, l2_promotion: int = 256) -> bytes:
+              box_inner: int, box_outer: int, swizzle: int, l2_promotion: int) -> bytes:
     """The 128 bytes of a 2-D tiled tensor map.
 
     `inner` is the contiguous dimension (elements), `outer` the rows, `outer_stride_bytes` the

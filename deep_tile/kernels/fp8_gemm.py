@@ -38,11 +38,6 @@ __all__ = [
 
 ENTRY = "fp8_gemm_sm90"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
-
-L2_PROMOTIONS = spec.L2_PROMOTIONS
-"""The L2 promotions (bytes an L2 miss fetches) the FP8 operands' tensor maps may have."""
-DEFAULT_L2_PROMOTION = 256
-"""The FP8 operands' L2 promotion unless the selector picks another (KernelConfig.l2_promotion)."""
 SYMBOL = "deep_tile_fp8_gemm_sm90"
 """The ``extern "C"`` kernel symbol in the cubin (dense kind)."""
 GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
@@ -50,6 +45,10 @@ GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
 PROBLEM_KIND_CODES = {ProblemKind.DENSE: 0, ProblemKind.GROUPED_CONTIGUOUS: 1, ProblemKind.GROUPED_MASKED: 2,
                       ProblemKind.GROUPED_OFFSETS: 3}
 """``DT_PROBLEM_KIND`` of each kind (the value of the kernel's ``ProblemKind``)."""
+L2_PROMOTIONS = spec.L2_PROMOTIONS
+"""The L2 promotions (bytes an L2 miss fetches) the FP8 operands' tensor maps may have."""
+DEFAULT_L2_PROMOTION = spec.DEFAULT_L2_PROMOTION
+"""The FP8 operands' L2 promotion unless the selector picks another (KernelConfig.l2_promotion)."""
 ROW_MAJOR_A_SCALE_KINDS = (ProblemKind.GROUPED_OFFSETS,)
 """The kinds whose kernels read a_scale row-major only (their tiles start at any row, and a
 column-major a_scale box starting at a row that is not a multiple of 4 faulted; the kernel

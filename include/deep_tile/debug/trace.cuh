@@ -2,7 +2,7 @@
 // stores the global nanosecond timer at fixed points into the module's buffer `dt_trace_buf`
 // (CTA c at [c * 8 + point]; its SM at [c * 8 + 7]), which tools/trace_chain.py reads after the
 // launch. Give each launch to be told apart its own DT_TRACE value (its own module). Without
-// DT_TRACE nothing here is compiled in: the product's kernels are the same instruction for
+// DT_TRACE (or with 0) nothing here is compiled in: the product's kernels are the same instruction for
 // instruction (tools/sass_diff.py).
 // NOTES: the entry stamp is a global store before the grid-dependency wait; the buffer is the
 // module's own, which no other kernel reads or writes, so PDL's rule (nothing the predecessor
@@ -13,8 +13,9 @@
 
 namespace deep_tile::trace {
 
-#ifdef DT_TRACE
-constexpr bool kEnabled = DT_TRACE != 0;
+#if defined(DT_TRACE) && DT_TRACE
+#define DT_TRACE_ON 1
+constexpr bool kEnabled = true;
 #else
 constexpr bool kEnabled = false;
 #endif
@@ -25,7 +26,7 @@ constexpr int kMaxCtas = 1024;
 
 }  // namespace deep_tile::trace
 
-#ifdef DT_TRACE
+#ifdef DT_TRACE_ON
 extern "C" __device__ deep_tile::u64 dt_trace_buf[deep_tile::trace::kMaxCtas * deep_tile::trace::kSlots];
 __device__ deep_tile::u64 dt_trace_buf[deep_tile::trace::kMaxCtas * deep_tile::trace::kSlots];
 #endif
@@ -34,7 +35,7 @@ namespace deep_tile::trace {
 
 template <Point kPoint>
 DT_DEVICE void stamp() {
-#ifdef DT_TRACE
+#ifdef DT_TRACE_ON
   if (blockIdx.x < kMaxCtas) {
     const u64 now = ptx::global_timer_ns();
     volatile u64* slot = dt_trace_buf + blockIdx.x * kSlots;
