@@ -1,13 +1,19 @@
-// Probes for benchmarks/read_floor.py: the least any kernel launched like deep_tile's can take
-// under the benchmarks' timer. `deep_tile_empty` does nothing; `deep_tile_stream_read` reads
-// `n16` 16-byte words once (a grid-stride loop, four independent loads in flight per thread)
-// and folds them with XOR, storing only when a CTA's fold equals `key` (for random data, with
-// probability 2^-32): the loads cannot be dropped, and in practice nothing is written.
+// Probes for benchmarks/read_floor.py and benchmarks/chain_floor.py: the least any kernel launched
+// like deep_tile's can take under the benchmarks' timer. `deep_tile_empty` does nothing;
+// `deep_tile_stream_read` reads `n16` 16-byte words once (a grid-stride loop, four independent
+// loads in flight per thread) and folds them with XOR, storing only when a CTA's fold equals `key`
+// (for random data, with probability 2^-32): the loads cannot be dropped, and in practice nothing
+// is written. Launched with programmatic dependent launch (chain_floor.py), it first waits for its
+// predecessor when `wait` is non-zero (griddepcontrol.wait, as deep_tile's kernels do before they
+// read), then lets its dependents launch (early: its CTAs fill every SM, so a dependent's CTAs
+// start as this grid's finish); launched plainly (read_floor.py), both instructions do nothing.
 extern "C" __global__ void deep_tile_empty() {}
 
 extern "C" __global__ void __launch_bounds__(512) deep_tile_stream_read(const uint4* __restrict__ src,
                                                                         long long n16, unsigned key,
-                                                                        unsigned* sink) {
+                                                                        unsigned* sink, int wait) {
+  if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
   long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
   unsigned fold = 0;

@@ -34,6 +34,9 @@ READ_CTAS_PER_SM, READ_THREADS = 4, 512
 
 
 PROBE_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")
+READ_KEY = 0x9E3779B9 - (1 << 32)
+"""The probes' ``key`` (int32): the XOR fold of random FP8 data equals it with probability 2^-32
+per CTA, and a store would only touch ``sink``."""
 
 
 def load_probes() -> dict:
@@ -48,7 +51,7 @@ def probe_fns(probes: dict, b: torch.Tensor) -> dict:
     device = b.device.index
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     sink = torch.zeros(sms * READ_CTAS_PER_SM, dtype=torch.int32, device=b.device)
-    assert b.numel() % 16 == 0 and b.data_ptr() % 16 == 0
+    args = read_args(b, sink)
 
     def empty():
         probes["deep_tile_empty"].launch(grid=1, block=32, smem_bytes=0, stream=torch.cuda.current_stream().cuda_stream,
@@ -57,17 +60,19 @@ def probe_fns(probes: dict, b: torch.Tensor) -> dict:
     def read():
         probes["deep_tile_stream_read"].launch(grid=sms * READ_CTAS_PER_SM, block=READ_THREADS, smem_bytes=0,
                                                stream=torch.cuda.current_stream().cuda_stream,
-                                               args=_read_args(b, sink), device=device)
+                                               args=args, device=device)
 
     return {"empty": empty, "read_b": read}
 
 
-def _read_args(b: torch.Tensor, sink: torch.Tensor) -> runtime.KernelArgs:
-    """(src, n16 (64-bit), key, sink) in the kernel's layout. Key 0x9E3779B9: the XOR fold of
-    random FP8 data equals it with probability 2^-32 per CTA, and a store would only touch `sink`."""
-    n16 = b.numel() // 16
-    return runtime.KernelArgs([("ptr", b.data_ptr()), ("ptr", n16), ("i32", 0x9E3779B9 - (1 << 32)),
-                               ("ptr", sink.data_ptr())])
+def read_args(b: torch.Tensor, sink: torch.Tensor, wait: bool = False) -> runtime.KernelArgs:
+    """(src, n16 (64-bit), key, sink, wait) in the read kernel's layout, for ``b`` (16-byte aligned,
+    a multiple of 16 bytes)."""
+    if b.numel() * b.element_size() % 16 or b.data_ptr() % 16:
+        raise ValueError("read_args: the buffer must be 16-byte aligned and a multiple of 16 bytes")
+    n16 = b.numel() * b.element_size() // 16
+    return runtime.KernelArgs([("ptr", b.data_ptr()), ("ptr", n16), ("i32", READ_KEY), ("ptr", sink.data_ptr()),
+                               ("i32", int(wait))])
 
 
 def main(argv=None) -> int:

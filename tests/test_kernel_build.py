@@ -302,12 +302,14 @@ READ_FLOOR_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")  # benchmarks/
 @pytest.mark.parametrize("name", COMPILERS)
 def test_read_floor_probes_build(name):
     """benchmarks/read_floor.py's probes compile clean, and the read probe keeps its loads (the
-    fold is only stored under a key, so ptxas could have dropped them if it were not used)."""
+    fold is only stored under a key, so ptxas could have dropped them if it were not used) and
+    waits for its predecessor (griddepcontrol.wait: ACQBULK) before them."""
     result = compiler.compile_cubin(READ_FLOOR_SOURCE, {}, READ_FLOOR_SYMBOLS[1], name)
     assert_ptxas_clean(result.log, compiler.elf_functions(result.cubin), READ_FLOOR_SYMBOLS)
     sass = sass_or_skip(result.cubin)
     read_body = sass.split(f"Function : {READ_FLOOR_SYMBOLS[1]}")[1].split("Function :")[0]
     assert read_body.count("LDG.E.128") >= 5, read_body  # four in the unrolled loop, one in the tail
+    assert read_body.index("ACQBULK") < read_body.index("LDG.E.128"), read_body
 
 
 # ---- the list above covers what the selector does ----------------------------------------------
