@@ -2,6 +2,7 @@
 process under a timeout, as every GPU check)."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -41,8 +42,6 @@ def test_small_run_checks_its_outputs(tmp_path):
                           "--forced", "16:7168,2048=64x128:k2", "--json", str(report)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    import json
-
     record, = json.loads(report.read_text())["records"]
     assert record["ok"] and record["max_calc_diff"] < 1e-3
     assert set(record["chains"]) == {"deep_tile", "deep_tile forced", "read", "read nopdl", "read nowait",
