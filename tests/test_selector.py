@@ -308,7 +308,7 @@ def test_explain_contains_the_key_facts():
     tie = explain_text(Problem(4096, 24576, 1536), 132)
     assert "config: 256x128 s3" in tie and "128x256 s3 /128 is predicted faster by" in tie and "rank as ties" in tie
     small = explain_text(Problem(1, 2112, 7168), 132)
-    assert "split-K: clusters of" in small and "deterministic" in small and "split-K receive buffer" in small
+    assert "split-K: clusters of" in small and "deterministic" in small and "reuses the A/B stages" in small
 
 
 def test_ranking_is_by_predicted_time():

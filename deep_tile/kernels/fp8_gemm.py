@@ -30,7 +30,7 @@ __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "L2_PROMOTIONS", "DEFAULT_L2_PROMOTION", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
-    "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "splitk_receive_bytes", "smem_bytes", "partial_pitch", "partial_bytes",
+    "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
@@ -191,32 +191,20 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
     return k_blocks % 4 == 0
 
 
-def splitk_receive_bytes(block_m: int, block_n: int, split_k: int) -> int:
-    """Bytes of the split-K receive buffer (``Fp8GemmConfig::kSmemReceiveBytes``): the tile's rows
-    are dealt out to the ``split_k`` CTAs of a cluster in units of 8 rows, and each CTA receives
-    every peer's FP32 partial of the units it owns (at most ``ceil(block_m / 8 / split_k)``),
-    rounded up to 1 KB so the stages after it stay 1024-aligned; 0 without split-K."""
-    if split_k <= 1:
-        return 0
-    return align_up((split_k - 1) * ceil_div(block_m // 8, split_k) * 8 * block_n * 4, 1024)
-
-
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
                    a_scale_row_major: bool = False, group_table: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
-    only: the bf16 tile), ``splitk_receive`` (split-K only: :func:`splitk_receive_bytes`),
-    ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two floats per stage: the
-    one-buffer k-loop reads each k-block's b_scale values there), ``barriers`` (full and empty per
-    stage, and split-K's receive barrier), ``group_table`` (the masked and offsets kinds,
-    :data:`GROUP_TABLE_BYTES`) and ``total``."""
+    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
+    floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
+    ``barriers``, ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and
+    ``total``."""
     parts = {
         "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
-        "splitk_receive": splitk_receive_bytes(block_m, block_n, split_k),
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
         "b_scale_stages": num_stages * 2 * 4,
-        "barriers": num_stages * 2 * 8 + (8 if split_k > 1 else 0),
+        "barriers": num_stages * 2 * 8,
         "group_table": GROUP_TABLE_BYTES if group_table else 0,
     }
     parts["total"] = sum(parts.values())

@@ -26,8 +26,7 @@ def _us(seconds: float) -> str:
 def _config_lines(cfg: KernelConfig) -> list:
     if cfg.split_k > 1:
         launch = (f"split-K: clusters of {cfg.split_k} CTAs share each output tile, each a 1/{cfg.split_k} of K, "
-                  f"each CTA pushes its partials of the rows it does not own to their owner in the cluster, "
-                  f"which sums them in rank order (deterministic)")
+                  f"partials summed in rank order through distributed shared memory (deterministic)")
     elif cfg.num_multicast == 2:
         launch = (f"persistent grid of {cfg.grid_size} CTAs in clusters of 2 sharing the "
                   f"{'A' if cfg.multicast_on_a else 'B'} tile (TMA multicast), raster band {cfg.raster_width}")
@@ -61,19 +60,20 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
     limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
     rows = [
         ("D staging (bf16, 1024-aligned)", "", parts["d_staging"]),
-        ("split-K receive buffer (fp32)", "", parts["splitk_receive"]),
         ("A stages", f"{s} x {cfg.block_m * cfg.block_k:,}", parts["a_stages"]),
         ("B stages", f"{s} x {cfg.block_n * cfg.block_k:,}", parts["b_stages"]),
         ("A-scale stages", f"{s} x {cfg.block_m * 4:,}", parts["a_scale_stages"]),
         ("B-scale stages", f"{s} x 8", parts["b_scale_stages"]),
-        ("barriers (full + empty" + (" + receive)" if cfg.split_k > 1 else ")"),
-         f"{s} x 16" + (" + 8" if cfg.split_k > 1 else ""), parts["barriers"]),
+        ("barriers (full + empty)", f"{s} x 16", parts["barriers"]),
     ]
     if parts.get("group_table"):
         rows.append(("per-expert table (masked, offsets)", "", parts["group_table"]))
     lines = [f"shared memory: {parts['total']:,} of {limit:,} bytes "
              f"({100 * parts['total'] / limit:.1f}%, {limit - parts['total']:,} free)"]
     lines += [f"  {name:<32}{detail:>14} = {value:>9,}" for name, detail, value in rows]
+    if cfg.split_k > 1:
+        lines.append(f"  split-K fp32 partial tile {family.partial_bytes(cfg.block_m, cfg.block_n):,} bytes "
+                     "reuses the A/B stages after the k-loop")
     return lines
 
 

@@ -100,26 +100,8 @@ struct Fp8GemmConfig {
   static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;
   // The masked and offsets kinds keep a per-expert table after the barriers.
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
-  // Split-K: the output tile's rows are dealt out to the cluster's CTAs in units of 8 rows (one
-  // half of a warp's 16 fragment rows of a 64-row slab), unit u to rank u * kSplitK / units; each
-  // CTA pushes the units it does not own into the owner's receive buffer, which holds per peer
-  // (slot) up to ceil(units / kSplitK) units of 8 x kBlockN floats, and a barrier counting their
-  // bytes (epilogue/splitk_reduce.cuh). The buffer lies before the stages, which a peer may
-  // still be reading when the first partial arrives.
-  static constexpr int kSplitKUnits = kBlockM / 8;
-  static constexpr int kSplitKUnitBytes = 8 * kBlockN * 4;
-  static constexpr int kSplitKSlotBytes = ceil_div(kSplitKUnits, kSplitK) * kSplitKUnitBytes;
-  static constexpr int kSmemReceiveBytes = kSplitK > 1 ? align_up((kSplitK - 1) * kSplitKSlotBytes, 1024) : 0;
-  static constexpr int kSmemBarrierBytes = kNumStages * 16 + (kSplitK > 1 ? 8 : 0);
-  static constexpr int kSmemBytes = kSmemDBytes + kSmemReceiveBytes + kNumStages * kStageTxBytes + kSmemBScaleBytes +
-                                    kSmemBarrierBytes + kSmemTableBytes;
-#ifdef DT_SPLITK_PULL
-  // Measurement only: the former reduction (two cluster barriers, partials read through
-  // distributed shared memory from the stages); the receive buffer is allotted but unused.
-  static constexpr bool kSplitKPull = DT_SPLITK_PULL != 0;
-#else
-  static constexpr bool kSplitKPull = false;
-#endif
+  static constexpr int kSmemBytes =
+      kSmemDBytes + kNumStages * kStageTxBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.
@@ -150,7 +132,7 @@ struct Fp8GemmConfig {
   DT_STATIC_ASSERT(kSplitK == 1 || kNumMulticast == 1, "DT_SPLIT_K > 1 needs DT_NUM_MULTICAST == 1");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kRasterAlongM == kMulticastB,
                    "DT_RASTER_ALONG_M must be 1 with multicast of B and 0 with multicast of A (the pair shares the operand)");
-  DT_STATIC_ASSERT(kSplitK == 1 || !kSplitKPull || kPartialBytes <= kNumStages * (kTileABytes + kTileBBytes),
+  DT_STATIC_ASSERT(kSplitK == 1 || kPartialBytes <= kNumStages * (kTileABytes + kTileBBytes),
                    "the split-K partial tile must fit in the A and B stage memory it reuses");
   DT_STATIC_ASSERT(kProblemKind_ != ProblemKind::kGroupedOffsets || kAScaleRowMajor,
                    "the offsets kind (DT_PROBLEM_KIND 3) needs DT_A_SCALE_ROW_MAJOR: its tiles start at any row, and a "

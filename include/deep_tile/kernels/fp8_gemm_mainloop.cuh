@@ -21,29 +21,25 @@ namespace deep_tile {
 template <class Cfg>
 struct SharedStorage {
   u8* d;            // [block_m, block_n] bf16 staging for the TMA-store epilogue (persistent kernel)
-  float* receive;   // split-K: the peers' partials of the rows this CTA owns (Fp8GemmConfig::kSmemReceiveBytes)
   u8* a;            // [stages][block_m, 128] fp8, 128B-swizzled
   u8* b;            // [stages][block_n, 128] fp8, 128B-swizzled
   float* a_scale;   // [stages][block_m][kAScaleCols]
   float* b_scale;   // [stages][2]: the tile's b_scale rows 0 and 1 of the stage's k-block (kBScaleStaged)
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
-  u64* received;    // split-K: the peers' partials have landed in `receive`
   int* group_table; // the per-expert table of the masked and offsets kinds (GroupTable)
 
   DT_DEVICE explicit SharedStorage(u8* base)
       : d(base),
-        receive(reinterpret_cast<float*>(base + Cfg::kSmemDBytes)),
-        a(base + Cfg::kSmemDBytes + Cfg::kSmemReceiveBytes),
+        a(base + Cfg::kSmemDBytes),
         b(a + Cfg::kNumStages * Cfg::kTileABytes),
         a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
         b_scale(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols),
         full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * 2)),
         empty(full + Cfg::kNumStages),
-        received(empty + Cfg::kNumStages),
-        group_table(reinterpret_cast<int*>(received + (Cfg::kSplitK > 1 ? 1 : 0))) {}
+        group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {}
 
-  /// The pull reduction's partial tile (DT_SPLITK_PULL): fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
+  /// The split-K partial tile: fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
   DT_DEVICE float* partial() const { return reinterpret_cast<float*>(a); }
 };
 

@@ -7,8 +7,7 @@
 //   - persistent (kSplitK == 1): each CTA walks tiles of a raster order and stores each through
 //     shared memory and TMA; optionally clusters of 2 CTAs multicast the shared A or B tile;
 //   - split-K (kSplitK > 1): one tile per cluster of kSplitK CTAs, each CTA a range of K blocks,
-//     the FP32 partials pushed to the rows' owners in the cluster and summed in rank order
-//     (epilogue/splitk_reduce.cuh).
+//     the FP32 partials reduced in rank order through distributed shared memory.
 // Which tiles, their origins and real rows, and the multicast pairing come from the tile
 // scheduler of the problem's kind (scheduler/tile_scheduler.cuh); this body knows no more of them.
 #pragma once
@@ -210,19 +209,6 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::mbarrier_init(&smem.full[s], Cfg::kBScaleStaged ? 2 : 1);
       ptx::mbarrier_init(&smem.empty[s], Cfg::kNumMathWarps * Cfg::kReleasesPerWarp * Cfg::kNumMulticast);
     }
-    if constexpr (Cfg::kSplitK > 1 && !Cfg::kSplitKPull) {
-      // This thread's arrival, and the bytes the peers will push for the cluster's tile
-      // (splitk_reduce.cuh; the dense scheduler's tile is arithmetic, no global read).
-      const int index = sched.first_tile();
-      int units = 0;
-      if (index < sched.num_tiles) {
-        const Tile<Cfg> tile = sched.tile(index);
-        units = SplitKUnits<Cfg>::real_units(tile.m_end - tile.m0);
-      }
-      ptx::mbarrier_init(smem.received, 1);
-      ptx::mbarrier_arrive_expect_tx(smem.received,
-                                     SplitKUnits<Cfg>::received_bytes(static_cast<int>(ptx::cluster_cta_rank()), units));
-    }
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
     prefetch_first_weights<Cfg>(&tma_b, sched);
@@ -246,18 +232,14 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   } else {
     __syncthreads();
   }
-  // Split-K: a peer may push into this CTA's receive buffer once it has passed the cluster
-  // barrier this arrival opens (the `received` barrier is initialised); each thread waits on it
-  // in its role's branch, long after.
-  if constexpr (Cfg::kSplitK > 1 && !Cfg::kSplitKPull) ptx::cluster_arrive_relaxed();
   if constexpr (has_group_table(Cfg::kProblemKind)) sched.read_table();
 
-  // NOTES (split-K): every thread of both roles takes part in the cluster barriers (they count
-  // all threads), each role in its own branch: after the branches merge, ptxas holds the code to
-  // the producer's register count, and the reduction spilled there. The pull reduction
-  // (DT_SPLITK_PULL) passes two: the first publishes the partials cluster-wide, the second keeps
-  // each CTA's shared memory alive until its peers have read it (relaxed: the reads have
-  // returned, their values were summed and stored, before a thread arrives).
+  // NOTES (split-K): every thread of both roles takes part in both cluster barriers (they count
+  // all threads): the first publishes the partials cluster-wide, the second keeps each CTA's
+  // shared memory alive until its peers have read it (relaxed: the reads have returned, their
+  // values were summed and stored, before a thread arrives). Each role passes them in its own
+  // branch: after the branches merge, ptxas holds the code to the producer's register count, and
+  // the reduction spilled there.
   float result[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile];  // FP32 sums of the scaled partial sums
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
@@ -271,28 +253,14 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       // completes) as slow as no PDL at all (H100; benchmarks/RESULTS.md, session 17).
       ptx::launch_dependents();
     }
-    if constexpr (Cfg::kSplitK > 1 && Cfg::kSplitKPull) {
+    if constexpr (Cfg::kSplitK > 1) {
       ptx::cluster_sync();
       ptx::cluster_sync_relaxed();
-    } else if constexpr (Cfg::kSplitK > 1) {
-      ptx::cluster_wait();
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
     consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result, d, ldd);
-    if constexpr (Cfg::kSplitK > 1 && !Cfg::kSplitKPull) {
-      ptx::cluster_wait();  // every peer's `received` barrier is initialised
-      const int index = sched.first_tile();  // the cluster's one tile
-      if (index < sched.num_tiles) {
-        const int rank = static_cast<int>(ptx::cluster_cta_rank());
-        const int thread_in_wg = threadIdx.x % 128;
-        const Tile<Cfg> tile = sched.tile(index);
-        push_partials<Cfg>(smem.receive, smem.received, result, wg, thread_in_wg / 32, thread_in_wg % 32, rank,
-                           SplitKUnits<Cfg>::real_units(tile.m_end - tile.m0));
-        reduce_received_and_store<Cfg>(smem.receive, smem.received, result, wg, thread_in_wg / 32, thread_in_wg % 32,
-                                       rank, d, ldd, tile.m0, tile.n0, tile.m_end, sched.n);
-      }
-    } else if constexpr (Cfg::kSplitK > 1) {
+    if constexpr (Cfg::kSplitK > 1) {
       // Every consumer WGMMA has read its last stage before the partial overwrites the stages
       // (named barrier 3: 1 and 2 belong to the persistent epilogue's warpgroups).
       ptx::named_barrier_sync(3, Cfg::kNumMathThreads);

@@ -121,32 +121,6 @@ DT_DEVICE void load_cluster_f32x4(u32 cluster_addr, float (&v)[4]) {
                : "memory");
 }
 
-/// Sixteen bytes to the shared memory of a cluster CTA at `cluster_addr` (16-byte aligned, from
-/// map_to_cluster_rank), completing 16 transaction bytes on the barrier at `cluster_bar` in that
-/// CTA (PTX ISA 9.7.9.12 st.async). The barrier's waiter sees the bytes once its phase completes.
-DT_DEVICE void store_async_cluster_u32x4(u32 cluster_addr, u32 a, u32 b, u32 c, u32 d, u32 cluster_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
-                   cluster_addr),
-               "r"(a), "r"(b), "r"(c), "r"(d), "r"(cluster_bar)
-               : "memory");
-}
-
-/// Four floats from this CTA's shared memory (16-byte aligned).
-DT_DEVICE void load_shared_f32x4(const float* ptr, float (&v)[4]) {
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
-               : "r"(smem_addr(ptr))
-               : "memory");
-}
-
-/// The arrive half of a cluster barrier, ordering no memory of its own: after
-/// fence_barrier_init, it publishes this CTA's initialised barriers to the peers that pass
-/// cluster_wait.
-DT_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-
-/// The wait half of a cluster barrier: every thread of every CTA in the cluster has arrived.
-DT_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-
 /// Full barrier over every thread of every CTA in the cluster.
 DT_DEVICE void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");

@@ -37,11 +37,6 @@ DT_DEVICE void store_shared_f32x2(void* ptr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_addr(ptr)), "f"(a), "f"(b) : "memory");
 }
 
-/// Four bytes to global memory (4-byte aligned).
-DT_DEVICE void store_global_u32(void* ptr, u32 a) {
-  asm volatile("st.global.b32 [%0], %1;" ::"l"(reinterpret_cast<u64>(ptr)), "r"(a) : "memory");
-}
-
 /// Sixteen bytes to global memory (16-byte aligned).
 DT_DEVICE void store_global_u32x4(void* ptr, u32 a, u32 b, u32 c, u32 d) {
   asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(reinterpret_cast<u64>(ptr)), "r"(a), "r"(b), "r"(c),
