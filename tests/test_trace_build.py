@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -38,3 +39,25 @@ def test_trace_chain_command_line():
     out = subprocess.run([sys.executable, str(ROOT / "tools" / "trace_chain.py"), "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "DT_TRACE" in out.stdout
+
+
+def _ctas(ends_us, waited=1000):
+    return [{"cta": i, "waited": waited, "loop_done": waited + int(e * 1e3)} for i, e in enumerate(ends_us)]
+
+
+def test_tail_consistency_tells_a_fixed_tail_from_a_random_one():
+    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import trace_chain
+    except ImportError as err:  # torch is a dependency; numpy comes with it
+        pytest.skip(f"trace_chain not importable: {err}")
+    rng = np.random.default_rng(1)
+    fixed = [_ctas(list(np.r_[np.full(8, 5.0), np.full(2, 9.0)] + rng.normal(0, 0.05, 10))) for _ in range(4)]
+    spread, corr = trace_chain.tail_consistency(fixed)
+    assert 3.7 < spread < 4.3 and corr > 0.9
+    random = [_ctas(list(5.0 + rng.uniform(0, 4, 200))) for _ in range(4)]
+    spread, corr = trace_chain.tail_consistency(random)
+    assert 3.5 < spread < 4.1 and abs(corr) < 0.3
+    flat = [_ctas([5.0] * 4) for _ in range(2)]
+    assert trace_chain.tail_consistency(flat)[0] == 0 and np.isnan(trace_chain.tail_consistency(flat)[1])

@@ -2,6 +2,7 @@
 
     python tools/trace_chain.py --m 64                 # the dense chain of benchmarks/bench_decode.py
     python tools/trace_chain.py --m 64 --pdl off --defines DT_L2_PREFETCH_KBLOCKS=0
+    python tools/trace_chain.py --m 1 --replays 5     # also: is each GEMM's CTA tail the same CTAs each time?
 
 Builds every GEMM of the dense chain (two layers, each with its own weights) with ``DT_TRACE`` set
 (include/deep_tile/debug/trace.cuh: each CTA stores the global timer at its entry, after the
@@ -14,6 +15,13 @@ own DT_TRACE value, so its own module and buffer; the second layer's launch writ
 DT_TRACE the kernels are instruction for instruction the product's (tools/sass_diff.py); with it
 the decode chain's 64-row tiles compile without spills, while 256-row or 256-wide tiles spill, so
 their timelines would not be the product's.
+
+With ``--replays N`` (N >= 2) the graph is replayed N times more and, for each GEMM, the spread of
+its CTAs' k-loop ends (max - min, microseconds after the GEMM's first wait returned, mean over the
+replays) is printed beside the mean correlation of the CTAs' k-loop ends between replays
+(:func:`tail_consistency`): near 1, the same CTAs end last every time (their work differs, e.g.
+one tile more); near 0, the tail is the luck of the replay (how DRAM served each SM), which only
+work handed out at run time could even out.
 """
 import argparse
 import statistics
@@ -42,7 +50,11 @@ def parse_args(argv=None):
     p.add_argument("--pdl", choices=("on", "off"), default="on")
     p.add_argument("--flush", choices=("write", "read"), default="write")
     p.add_argument("--defines", default="", help="extra defines, NAME=V[,NAME=V]")
+    p.add_argument("--replays", type=int, default=1,
+                   help="N >= 2: N more replays, and each GEMM's tail spread and run-to-run correlation")
     args = p.parse_args(argv)
+    if args.replays < 1:
+        p.error(f"--replays must be >= 1; got {args.replays}")
     args.extra = {}
     for item in filter(None, args.defines.split(",")):
         name, value = item.split("=")
@@ -86,6 +98,25 @@ def report(kernels: list) -> None:
         prev_end = max(c["end"] for c in kern["ctas"])
 
 
+def tail_consistency(runs: list) -> tuple:
+    """(spread, correlation) of one GEMM's CTAs over replays: ``runs`` holds, per replay, the
+    CTAs' points (read_trace). Spread: max - min of the CTAs' ``loop_done`` after the replay's
+    first ``waited``, in microseconds, mean over the replays; correlation: mean Pearson
+    correlation of the CTAs' ``loop_done`` (by CTA index) between every two replays (nan when the
+    ends do not vary)."""
+    ends = []
+    for ctas in runs:
+        first = min(c["waited"] for c in ctas)
+        by_cta = {c["cta"]: (c["loop_done"] - first) / 1e3 for c in ctas}
+        ends.append([by_cta[i] for i in sorted(by_cta)])
+    ends = np.array(ends, dtype=np.float64)
+    spread = float(np.mean(ends.max(axis=1) - ends.min(axis=1)))
+    if len(ends) < 2 or np.any(ends.std(axis=1) == 0):
+        return spread, float("nan")
+    corr = np.corrcoef(ends)
+    return spread, float(np.mean(corr[np.triu_indices(len(ends), 1)]))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -117,6 +148,15 @@ def main(argv=None) -> int:
     print(f"M={args.m}, PDL {args.pdl}, flush {args.flush}, defines {args.extra}; "
           + ", ".join(f"{k['n']}x{k['k']} {k['config']}" for k in kernels))
     report(kernels)
+    if args.replays >= 2:
+        runs = []
+        for _ in range(args.replays):
+            replay(graph, args.flush)
+            runs.append([read_trace(kern["kernel"]) for kern in kernels])
+        print(f"\nk-loop ends over {args.replays} replays: spread (max - min, us) and run-to-run correlation of the CTAs'")
+        for index, kern in enumerate(kernels):
+            spread, corr = tail_consistency([run[index] for run in runs])
+            print(f"{kern['n']:>5}x{kern['k']:<5} spread {spread:5.2f} us  correlation {corr:5.2f}")
     return 0
 
 
