@@ -75,7 +75,9 @@ _VARS = (
            "Log each kernel build to stderr: entry, defines, compiler, seconds, cache hit/miss, command."),
     EnvVar("DEEP_TILE_PTXAS_CHECK", "bool", "off",
            "Reject (raise `CompileError`) kernels whose ptxas report shows spills, a nonzero stack "
-           "frame, or warnings C7508/C7511/C7517/C7519."),
+           "frame, or warnings C7508/C7511/C7517/C7519. On a GPU machine with NVRTC 12.9 or later, start "
+           "the process with `CUDA_CACHE_DISABLE=1`: a program the driver's compute cache serves comes "
+           "back with no report, which the check rejects."),
     EnvVar("DEEP_TILE_DUMP_ASM", "bool", "off",
            "Write `kernel.ptx` (when compiling) and `kernel.sass` (cuobjdump) next to each cached "
            "`kernel.cubin`; never fatal: without `cuobjdump` and `nvdisasm` (the `test` extra has both) "

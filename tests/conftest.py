@@ -18,6 +18,12 @@ from deep_tile.testing.numeric import DIFF_TOL, REL_TOL  # noqa: F401 -- the GPU
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The build tests read each kernel's ptxas -v report. On a GPU machine NVRTC 12.9+ serves a
+# program compiled before (in any process) from the driver's compute cache, with an empty log;
+# the variable must be set before CUDA starts (deep_tile/jit/compiler.py ptxas_problems). The GPU
+# tests' child processes inherit it.
+os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+
 
 def has_sm90() -> bool:
     """True when a CUDA device of compute capability 9.0 is visible."""
