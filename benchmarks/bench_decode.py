@@ -64,7 +64,7 @@ from deep_tile.reference import ref_fp8_gemm, ref_m_grouped_fp8_gemm_masked  # n
 from deep_tile.testing.moe import make_expert_weights, tma_aligned_scale_buffer  # noqa: E402
 from deep_tile.testing.numeric import DIFF_TOL, REL_TOL, calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402
-from deep_tile.testing.timing import FLUSH_BYTES, bench_round_robin, capture_graph, copy_bandwidth  # noqa: E402
+from deep_tile.testing.timing import L2Flush, bench_round_robin, capture_graph, copy_bandwidth  # noqa: E402
 
 DENSE_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
 """(N, K) of a DeepSeek-V3 layer's dense GEMMs, in the order the chain runs them."""
@@ -392,9 +392,9 @@ def timeline(graph, outs: list, copy_rate: float, flush_kind: str = "write") -> 
     (end minus the predecessor's end) is what the chain pays for it."""
     from torch.profiler import ProfilerActivity, profile
 
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
+    flush = L2Flush(flush_kind, "timeline")
     graph.replay()
-    flush.zero_() if flush_kind == "write" else flush.max()
+    flush()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         graph.replay()
@@ -430,7 +430,7 @@ def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
     identical second (H100, session 18)."""
     from torch.profiler import ProfilerActivity, profile
 
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=DEVICE)
+    flush = L2Flush(args.flush, "profile_gemm")
     out = _nan(out_shape(gemm, ops))
     calls = {"deep_tile": deep_tile_call(gemm, ops, out)}
     for name, defines in args.variants.items():
@@ -454,7 +454,7 @@ def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
     order = [name for _ in range(10) for name in rng.sample(list(calls), len(calls))]
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for name in order:
-            flush.zero_() if args.flush == "write" else flush.max()
+            flush()
             calls[name]()
         torch.cuda.synchronize()
     kernels = _library_kernels(prof)

@@ -39,7 +39,7 @@ from bench_decode import DENSE_NK, Gemm, make_operands  # noqa: E402
 from deep_tile import launch, planner  # noqa: E402
 from deep_tile.checks import check_fp8_gemm_args  # noqa: E402
 from deep_tile.device import get_num_sms  # noqa: E402
-from deep_tile.testing.timing import FLUSH_BYTES, capture_graph  # noqa: E402
+from deep_tile.testing.timing import L2Flush, capture_graph  # noqa: E402
 
 POINTS = ("entry", "waited", "first_data", "last_issue", "loop_done", "end")
 
@@ -62,9 +62,8 @@ def parse_args(argv=None):
     return args
 
 
-def replay(graph, flush_kind: str) -> None:
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    flush.zero_() if flush_kind == "write" else flush.max()
+def replay(graph, flush: L2Flush) -> None:
+    flush()
     graph.replay()
     torch.cuda.synchronize()
 
@@ -138,11 +137,12 @@ def main(argv=None) -> int:
                 plan = planner.plan_for_config(planner.select(problem, get_num_sms()), problem, defines)
                 kernels.append({"n": n, "k": k, "kernel": plan.kernel, "config": plan.config.label})
     graph = capture_graph(lambda: [call() for call in calls])
-    replay(graph, args.flush)
+    flush = L2Flush(args.flush)
+    replay(graph, flush)
     x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     for _ in range(200):  # clocks up (an idle GPU starts at a low SM clock)
         x @ x
-    replay(graph, args.flush)
+    replay(graph, flush)
     for kern in kernels:
         kern["ctas"] = read_trace(kern["kernel"])
     print(f"M={args.m}, PDL {args.pdl}, flush {args.flush}, defines {args.extra}; "
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     if args.replays >= 2:
         runs = []
         for _ in range(args.replays):
-            replay(graph, args.flush)
+            replay(graph, flush)
             runs.append([read_trace(kern["kernel"]) for kern in kernels])
         print(f"\nk-loop ends over {args.replays} replays: spread (max - min, us) and run-to-run correlation of the CTAs'")
         for index, kern in enumerate(kernels):

@@ -13,6 +13,27 @@ import torch
 
 FLUSH_BYTES = 256 * 1024 * 1024
 """Bytes written before every timed call to evict the L2 cache."""
+FLUSH_KINDS = ("write", "read")
+"""How :class:`L2Flush` evicts L2: ``"write"`` (the benchmarks' flush: the buffer written, which
+leaves the L2 full of dirty lines) or ``"read"`` (the buffer read: a cold, clean L2)."""
+
+
+class L2Flush:
+    """A :data:`FLUSH_BYTES` buffer that evicts the L2 cache when called, on the current stream,
+    the way ``kind`` (one of :data:`FLUSH_KINDS`) says. ``who`` names the caller in the
+    ValueError raised for another kind, which is checked before anything is allocated."""
+
+    def __init__(self, kind: str = "write", who: str = "L2Flush"):
+        if kind not in FLUSH_KINDS:
+            raise ValueError(f"{who}: flush_kind must be 'write' or 'read'; got {kind!r}")
+        self.kind = kind
+        self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+
+    def __call__(self) -> None:
+        if self.kind == "write":
+            self.buffer.zero_()
+        else:
+            self.buffer.max()
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,7 +73,7 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
     if iters < 1 or warmup < 0:
         raise ValueError(f"bench_gpu: need iters >= 1 and warmup >= 0; got iters={iters}, warmup={warmup}.")
     device_index = torch.cuda.current_device()
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    flush = L2Flush("write") if flush_l2 else None
     sleep_cycles = int(pad_us * _sleep_cycles_per_us(device_index)) if pad_us > 0 else 0
 
     for _ in range(warmup):
@@ -63,7 +84,7 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for start, end in zip(starts, ends):
         if flush is not None:
-            flush.zero_()
+            flush()
         if sleep_cycles:
             torch.cuda._sleep(sleep_cycles)
         start.record()
@@ -95,10 +116,10 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
     L2). Returns ``name -> median microseconds``. Raises what a callable raises, and ValueError
     for another ``flush_kind``.
     """
-    if flush_kind not in ("write", "read"):
+    if flush_kind not in FLUSH_KINDS:
         raise ValueError(f"bench_round_robin: flush_kind must be 'write' or 'read'; got {flush_kind!r}")
     device_index = torch.cuda.current_device()
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda") if flush_l2 else None
+    flush = L2Flush(flush_kind) if flush_l2 else None
     sleep_cycles = int(pad_us * _sleep_cycles_per_us(device_index)) if pad_us > 0 else 0
     for fn in fns.values():
         for _ in range(warmup):
@@ -112,7 +133,7 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
             rng.shuffle(order)
         for name, fn in order:
             if flush is not None:
-                flush.zero_() if flush_kind == "write" else flush.max()
+                flush()
             if sleep_cycles:
                 torch.cuda._sleep(sleep_cycles)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -131,14 +152,12 @@ def kernel_device_us(fn, *, reps: int = 15, flush_kind: str = "read", name: str 
     Raises ValueError for another ``flush_kind`` and RuntimeError when no such kernel ran."""
     from torch.profiler import ProfilerActivity, profile
 
-    if flush_kind not in ("write", "read"):
-        raise ValueError(f"kernel_device_us: flush_kind must be 'write' or 'read'; got {flush_kind!r}")
-    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    flush = L2Flush(flush_kind, "kernel_device_us")
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
-            flush.zero_() if flush_kind == "write" else flush.max()
+            flush()
             fn()
         torch.cuda.synchronize()
     times = [e.time_range.elapsed_us() for e in prof.events()
