@@ -53,12 +53,6 @@ struct Fp8GemmConfig {
   static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? 2 : 0;
 #endif
 
-#ifdef DT_PRODUCER_WARPS
-  static constexpr int kProducerWarps = DT_PRODUCER_WARPS;
-#else
-  static constexpr int kProducerWarps = 1;
-#endif
-
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
   static constexpr int kWgM = kBlockM / kNumMathWarpgroups;  // rows per consumer warpgroup

@@ -268,13 +268,11 @@ struct TileMainloop {
     // stage part once per sub-tile, the rest constants).
     const u32 a_lo = ctx.desc_a0 + stage * (Cfg::kTileABytes / 16) + kSlab * 64 * Cfg::kBlockK / 16;
     const u32 b_lo = ctx.desc_b0 + stage * (Cfg::kTileBBytes / 16) + kPart * Cfg::kWgmmaN * Cfg::kBlockK / 16;
-#ifndef DT_SKIP_MATH
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
       // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
       Wgmma::mma(ptx::sw128_desc(a_lo + kk * 2), ptx::sw128_desc(b_lo + kk * 2), acc[kBuf], kk > 0);
     }
-#endif
     ptx::wgmma_commit_group();
     if constexpr (kSub == kLast) issue_state.advance();
   }

@@ -78,8 +78,7 @@ DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Schedule
 
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched,
-                             int producer_warp) {
+                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
   const u32 stage_tx_bytes = sched.stage_tx_bytes();
   const WorkRange work = sched.work();
@@ -89,7 +88,6 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const u64 policy_a = Cfg::kEvictFirstB ? ptx::l2_policy_evict_last() : 0;
   const u64 policy_b = Cfg::kEvictFirstB ? ptx::l2_policy_evict_first() : 0;
   PipelineState<Cfg::kNumStages> state;
-  int turn = 0;
   auto ahead = sched.load_ahead(work.first);
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
     const Tile<Cfg> tile = sched.tile(index, ahead);
@@ -98,10 +96,6 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, tile.n0, sched.n, sched.num_k_blocks);
     for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
-      if (Cfg::kProducerWarps > 1 && turn++ % Cfg::kProducerWarps != producer_warp) {
-        state.advance();
-        continue;
-      }
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
       if constexpr (Cfg::kBScaleStaged) stage_b_scales(smem.b_scale + state.index * 2, full, b_rows, kb);
@@ -109,21 +103,17 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       // a multicast half from the peer completes on this barrier too.
       ptx::mbarrier_arrive_expect_tx(full, stage_tx_bytes);
       const int k0 = kb * Cfg::kBlockK;
-#ifndef DT_SKIP_A
       load_operand<Cfg::kMulticastA, Cfg::kBlockM, Cfg::kEvictFirstB>(
           smem.a + state.index * Cfg::kTileABytes, tma_a, full, k0, tile.m0, tile.multicast, rank, policy_a);
-#endif
       load_operand<Cfg::kMulticastB, Cfg::kBlockN, Cfg::kEvictFirstB>(
           smem.b + state.index * Cfg::kTileBBytes, tma_b, full, k0, b_row0, tile.multicast, rank, policy_b);
       float* a_scale = smem.a_scale + state.index * Cfg::kBlockM * Cfg::kAScaleCols;
-#ifndef DT_SKIP_ASCALE
       if constexpr (Cfg::kAScaleRowMajor) {
         ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, tile.m0);  // [block_m][4 K blocks]
       } else {
         // [block_m] of K block kb (the masked kind's map has a row per expert and K block)
         ptx::tma_load_2d(a_scale, tma_a_scale, full, sched.a_scale_row(tile), sched.a_scale_kb0(tile) + kb);
       }
-#endif
       state.advance();
     }
   }
@@ -253,12 +243,8 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   float result[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile];  // FP32 sums of the scaled partial sums
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
-    const int producer_warp = (threadIdx.x - Cfg::kNumMathThreads) / 32;
-    if (threadIdx.x % 32 == 0 && producer_warp > 0 && producer_warp < Cfg::kProducerWarps) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, producer_warp);
-    }
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, 0);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched);
       trace::stamp<trace::kLastIssue>();
       // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
       // this grid leaves free (its wait still waits for this grid to complete).

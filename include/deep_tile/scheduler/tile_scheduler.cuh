@@ -162,16 +162,8 @@ DT_DEVICE bool shares_multicast_operand(TileCoord mine, TileCoord theirs) {
 /// of deep_tile/kernels/fp8_gemm.py a_box_rows); the other boxes are whole tiles.
 template <class Cfg>
 DT_DEVICE u32 stage_tx_bytes_for(int m) {
-#ifdef DT_SKIP_A
-  const int a_rows = 0;
-#else
   const int a_rows = Cfg::kMulticastA ? Cfg::kBlockM : min_int(Cfg::kBlockM, m);
-#endif
-#ifdef DT_SKIP_ASCALE
-  return static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK - Cfg::kTileAScaleBytes);
-#else
   return static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
-#endif
 }
 
 template <class Cfg, ProblemKind kKind = Cfg::kProblemKind>
