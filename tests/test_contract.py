@@ -131,6 +131,17 @@ def test_the_a_box_shrinks_to_m_below_one_tile_except_under_multicast_of_a():
     assert family.a_box_rows(mc_b, 5) == 5 and family.tensor_map_boxes(mc_b, 5).b == (128, 64)
 
 
+def test_the_a_scale_box_shrinks_to_m_rounded_up_to_4_below_one_tile():
+    # The kernel's expected bytes per stage follow the same rule (stage_tx_bytes_for); a mismatch hangs.
+    tall = KernelConfig(block_m=256, block_n=128, num_stages=3, grid_size=132)
+    assert [family.a_scale_box_rows(tall, m) for m in (0, 1, 4, 5, 37, 253, 256, 4096)] == [4, 4, 4, 8, 40, 256, 256,
+                                                                                             256]
+    assert family.tensor_map_boxes(tall, 37).a_scale == (40, 1)
+    assert family.tensor_map_boxes(tall.with_row_major_a_scale(), 37).a_scale == (4, 40)
+    mc_a = KernelConfig(block_m=128, block_n=128, num_stages=5, num_multicast=2, multicast_on_a=True, grid_size=132)
+    assert family.tensor_map_boxes(mc_a, 5).a_scale == (8, 1)  # each CTA loads its tile's rows itself
+
+
 def test_the_kernel_names_the_problem_kinds_python_names():
     """The device scheduler's ``ProblemKind`` (include/deep_tile/scheduler/tile_scheduler.cuh) and
     deep_tile.problem.ProblemKind list the same kinds, in the same order, with the values of

@@ -114,14 +114,16 @@ def test_every_config_family_below_one_tile():
 
 def test_every_kind_reads_a_row_major_a_scale():
     # K = 1536 (12 groups) and 7168 (56): the kernel variant reads the row-major a_scale as it is,
-    # through 4-group TMA boxes; every kernel kind, ragged M and N.
+    # through 4-group TMA boxes; every kernel kind, ragged M and N, and M = 5 below every tile (a
+    # box of 8 a_scale rows: fp8_gemm.a_scale_box_rows).
     kinds = [dict(block_m=64, block_n=16, num_stages=8, accum_buffers=2), dict(block_m=128, block_n=144, num_stages=5),
              dict(block_m=256, block_n=128, num_stages=3), dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3),
              dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
              dict(block_m=64, block_n=64, num_stages=8, split_k=3, accum_buffers=2),
              dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2)]
     cases = [dict(m=m, n=n, k=k, layout="row", seed=i, config=dict(kind, grid_size=132))
-             for i, (kind, (m, n, k)) in enumerate(itertools.product(kinds, [(1000, 2112, 7168), (4097, 1160, 1536)]))]
+             for i, (kind, (m, n, k)) in enumerate(itertools.product(kinds, [(1000, 2112, 7168), (4097, 1160, 1536),
+                                                                             (5, 520, 1536)]))]
     _check(run_gpu_cases("gemm", cases))
 
 

@@ -31,7 +31,7 @@ __all__ = [
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
-    "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "tensor_map_boxes", "cluster_size",
+    "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
 ]
@@ -298,8 +298,9 @@ class TensorMapBoxes:
         a: box of A ``(128, rows)``, 128B swizzle; ``rows`` is half the tile under multicast on A,
             and M itself when M is below one tile (:func:`a_box_rows`).
         b: box of B, likewise for multicast on B.
-        a_scale: box of a_scale, no swizzle: ``(block_m, 1)`` in the column-major layout, or
-            ``(4, block_m)`` (4 K blocks of block_m rows) from a row-major tensor.
+        a_scale: box of a_scale, no swizzle: ``(rows, 1)`` in the column-major layout, or
+            ``(4, rows)`` (4 K blocks of ``rows`` rows) from a row-major tensor; ``rows`` is the
+            tile's, or M rounded up to 4 when M is below one tile (:func:`a_scale_box_rows`).
         d: box of the bf16 output ``(swizzle / 2, rows per consumer warpgroup)``.
         d_swizzle: the output map's swizzle span in bytes.
     """
@@ -327,13 +328,30 @@ def a_box_rows(config, m: int) -> int:
     return max(1, min(config.block_m, m))
 
 
+def a_scale_box_rows(config, m: int) -> int:
+    """Rows of a_scale one TMA load brings: the tile's, or ``m`` rounded up to 4 (a column-major
+    box's row span must be a multiple of 16 bytes) when ``m`` is below one tile. Each CTA loads
+    its tile's whole a_scale rows, multicast or not.
+
+    The kernel's expected byte count per stage follows the same rule (``stage_tx_bytes_for`` in
+    include/deep_tile/scheduler/tile_scheduler.cuh); keep the two together.
+    NOTES: as for A (:func:`a_box_rows`), a box mostly beyond M is zero-filled at a cost: with the
+    whole tile's 64 rows at M = 1, the a_scale loads alone cost 7168x16384's 64x64 tile 34.8 against
+    29.6 us without them, and the dense decode chain 1.5 us per layer (H200, benchmarks/RESULTS.md
+    session 21). The rows a short box leaves untouched hold stale values; they only scale output
+    rows >= M, which are never stored.
+    """
+    return min(config.block_m, align_up(max(1, m), 4))
+
+
 def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
     """The tensor-map boxes ``config``'s kernel loads and stores with, for an ``m``-row A."""
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     swizzle = store_swizzle(config.block_n)
     return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
-                          a_scale=(4, config.block_m) if config.a_scale_row_major else (config.block_m, 1),
+                          a_scale=((4, a_scale_box_rows(config, m)) if config.a_scale_row_major
+                                   else (a_scale_box_rows(config, m), 1)),
                           d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),
                           d_swizzle=swizzle)
 

@@ -159,11 +159,14 @@ DT_DEVICE bool shares_multicast_operand(TileCoord mine, TileCoord theirs) {
 /// Bytes the TMA loads of one stage bring, the same for every stage of a launch (out-of-bounds
 /// box elements are zero-filled and count), for an A of `m` rows. The host's A box has
 /// min(block_m, m) rows, or half a tile under multicast of A with both halves landing here (twin
-/// of deep_tile/kernels/fp8_gemm.py a_box_rows); the other boxes are whole tiles.
+/// of deep_tile/kernels/fp8_gemm.py a_box_rows); its a_scale box min(block_m, m rounded up to 4)
+/// rows (twin of a_scale_box_rows); the B box is whole tiles.
 template <class Cfg>
 DT_DEVICE u32 stage_tx_bytes_for(int m) {
   const int a_rows = Cfg::kMulticastA ? Cfg::kBlockM : min_int(Cfg::kBlockM, m);
-  return static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK);
+  const int a_scale_rows = min_int(Cfg::kBlockM, (max_int(m, 1) + 3) / 4 * 4);
+  return static_cast<u32>(Cfg::kStageTxBytes - (Cfg::kBlockM - a_rows) * Cfg::kBlockK -
+                          (Cfg::kBlockM - a_scale_rows) * 4 * Cfg::kAScaleCols);
 }
 
 template <class Cfg, ProblemKind kKind = Cfg::kProblemKind>
