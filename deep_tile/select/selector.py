@@ -8,7 +8,8 @@ Steps:
 2. predict each one's time with the performance model (:func:`deep_tile.select.cost.estimate`)
    and take the fastest; ties go to fewer CTAs per tile (no multicast, no split; but to split-K
    where the k-loop is latency-bound, and a split within 7% of a latency-bound first choice goes
-   first), then (masked, offsets) a tile holding a whole group, then the smaller tile; at small M
+   first; an unsplit candidate within 4% of an HBM-bound split first choice goes first), then
+   (masked, offsets) a tile holding a whole group, then the smaller tile; at small M
    (small groups) only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
 3. the grid the estimate assumed: :func:`grid_size`, ``min(SMs, tiles)`` balanced over its rounds,
    even and within the resident clusters under multicast; for the masked and offsets kinds
@@ -34,7 +35,7 @@ from deep_tile.select.cost import Estimate, estimate, grid_size
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
-           "SPLIT_TOLERANCE", "grid_size", "GROUPED_STREAM_MAX_M", "RASTER_WIDTH", "check_positive_int"]
+           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M", "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
@@ -112,7 +113,7 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
-    return _split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem))))
+    return _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
 
 
 SPLIT_TOLERANCE = 0.07
@@ -132,6 +133,37 @@ def _split_latency_bound(ranked: tuple) -> tuple:
         return ranked
     for e in ranked[1:]:
         if e.candidate.split_k > 1 and e.time_s <= best.time_s * (1 + SPLIT_TOLERANCE):
+            return (e,) + tuple(x for x in ranked if x is not e)
+    return ranked
+
+
+UNSPLIT_TOLERANCE = 0.04
+"""How much slower than an HBM-bound split-K first choice an unsplit candidate may be predicted and
+still go first (:func:`_unsplit_hbm_bound`)."""
+STREAM_MIN_BLOCK_N = 64
+"""Fewest rows of B per TMA box (tile columns) for which :func:`_unsplit_hbm_bound` trusts an
+unsplit candidate to stream as fast as the split one."""
+
+
+def _unsplit_hbm_bound(ranked: tuple) -> tuple:
+    """``ranked`` with an unsplit candidate first when the first is an HBM-bound split-K one and the
+    unsplit candidate is HBM-bound too, predicted within :data:`UNSPLIT_TOLERANCE`, runs at least as
+    many CTAs and loads B boxes of at least :data:`STREAM_MIN_BLOCK_N` rows. When both stream HBM
+    the stream sets the time, but the model's soft maximum of k-loop and HBM time still credits the
+    split for halving each CTA's k-loop, more than its reduction costs it; measured, the unsplit
+    kernel was faster. Narrower boxes stream more slowly than the model predicts, so they are left
+    out.
+
+    Measured: benchmarks/RESULTS.md, "Selector rules",
+    an unsplit candidate within 4% goes before an HBM-bound split (selector._unsplit_hbm_bound).
+    """
+    best = ranked[0]
+    if best.bound != "hbm" or best.candidate.split_k == 1:
+        return ranked
+    for e in ranked[1:]:
+        c = e.candidate
+        if (c.split_k == 1 and e.bound == "hbm" and e.ctas >= best.ctas and c.block_n >= STREAM_MIN_BLOCK_N
+                and e.time_s <= best.time_s * (1 + UNSPLIT_TOLERANCE)):
             return (e,) + tuple(x for x in ranked if x is not e)
     return ranked
 
