@@ -10,8 +10,8 @@ from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, Estimate, min_bytes
-from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, config_from_estimate,
-                                      rank_candidates)
+from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS,
+                                      config_from_estimate, rank_candidates)
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -124,7 +124,8 @@ def _runner_up_lines(ranked: tuple) -> list:
     if best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
         lines.append(f"{lead}, but its k-loop is latency-bound, and a split-K candidate within "
                      f"{SPLIT_TOLERANCE:.0%} goes first: the model overprices halving that chain)")
-    elif best.candidate.split_k == 1 and faster[0].bound == "hbm" and faster[0].candidate.split_k > 1:
+    elif (best.candidate.split_k == 1 and faster[0].bound == "hbm" and faster[0].candidate.split_k > 1
+          and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
         lines.append(f"{lead}, but both stream HBM, and an unsplit candidate as wide as its B boxes need, on as "
                      f"many CTAs, within {UNSPLIT_TOLERANCE:.0%} goes first: the model credits the split for its "
                      f"shorter k-loop, which the stream hides)")

@@ -35,7 +35,8 @@ from deep_tile.select.cost import Estimate, estimate, grid_size
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
-           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M", "RASTER_WIDTH", "check_positive_int"]
+           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
+           "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
 """Predicted times within this fraction of each other rank as equal (the tie-break decides)."""
