@@ -18,14 +18,19 @@ FLUSH_KINDS = ("write", "read")
 leaves the L2 full of dirty lines) or ``"read"`` (the buffer read: a cold, clean L2)."""
 
 
+def check_flush_kind(kind: str, who: str) -> None:
+    """Raise ValueError naming ``who`` unless ``kind`` is one of :data:`FLUSH_KINDS`."""
+    if kind not in FLUSH_KINDS:
+        raise ValueError(f"{who}: flush_kind must be 'write' or 'read'; got {kind!r}")
+
+
 class L2Flush:
     """A :data:`FLUSH_BYTES` buffer that evicts the L2 cache when called, on the current stream,
     the way ``kind`` (one of :data:`FLUSH_KINDS`) says. ``who`` names the caller in the
     ValueError raised for another kind, which is checked before anything is allocated."""
 
     def __init__(self, kind: str = "write", who: str = "L2Flush"):
-        if kind not in FLUSH_KINDS:
-            raise ValueError(f"{who}: flush_kind must be 'write' or 'read'; got {kind!r}")
+        check_flush_kind(kind, who)
         self.kind = kind
         self.buffer = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
 
@@ -116,8 +121,7 @@ def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: 
     L2). Returns ``name -> median microseconds``. Raises what a callable raises, and ValueError
     for another ``flush_kind``.
     """
-    if flush_kind not in FLUSH_KINDS:
-        raise ValueError(f"bench_round_robin: flush_kind must be 'write' or 'read'; got {flush_kind!r}")
+    check_flush_kind(flush_kind, "bench_round_robin")
     device_index = torch.cuda.current_device()
     flush = L2Flush(flush_kind) if flush_l2 else None
     sleep_cycles = int(pad_us * _sleep_cycles_per_us(device_index)) if pad_us > 0 else 0
