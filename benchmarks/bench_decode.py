@@ -218,42 +218,6 @@ def deep_tile_call(gemm: Gemm, ops: dict, out, defines=None):
         inner = planned_for_sms(lambda: deep_tile_call(gemm, ops, out, {k: v for k, v in defines.items() if k != "SMS"}
                                                        or None))
         return lambda: planned_for_sms(inner)
-    if defines and ("CAP" in defines or "CO" in defines):  # MEASUREMENT ONLY: 2 CTAs per SM
-        rest = {k: v for k, v in defines.items() if k not in ("CAP", "CO")} or None
-        pick = None if gemm.masked else deep_tile.get_config(ops["rows"], gemm.n, gemm.k)
-        if pick is None or pick.block_m != 64:
-            return deep_tile_call(gemm, ops, out, rest)
-        from deep_tile.testing.configs import format_config
-        config = dataclasses.replace(pick, accum_buffers=1, wgmma_n=pick.block_n if pick.block_n <= 96 else 64)
-        while config.smem_bytes > 115712:
-            config = dataclasses.replace(config, num_stages=config.num_stages - 1)
-        extra = {**(rest or {}), **({"DT_COSIDENT": 1} if "CO" in defines else {})}
-        if "CO" in defines:
-            from cuda.bindings import driver as cu
-            from deep_tile.jit.loader import get_kernel
-            from deep_tile.kernels import fp8_gemm as family
-            kernel = get_kernel(family.ENTRY, {**config.defines(), **extra}, family.symbol(ProblemKind.DENSE))
-            cu.cuKernelSetAttribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100,
-                                    kernel.handle, cu.CUdevice(torch.cuda.current_device()))
-            kernel.ensure_smem_limit(torch.cuda.current_device(), config.smem_bytes)
-            fn = cu.cuKernelGetFunction(kernel.handle)[1]
-            occ = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, config.num_threads, config.smem_bytes)[1]
-            print(f"CO {gemm.name} M={ops['rows']}: {format_config(pick)} -> {format_config(config)} "
-                  f"smem {config.smem_bytes} blocks/SM {occ}")
-        return lambda: launch.run(a, sa, b, sb, out, config=config, extra_defines=extra)
-    if defines and "FSK" in defines:  # MEASUREMENT ONLY: DT_FAKE_STREAMK over every SM (dense)
-        rest = {k: v for k, v in defines.items() if k not in ("FSK", "FSKN")} or None
-        if gemm.masked:
-            return deep_tile_call(gemm, ops, out, rest)
-        from deep_tile.testing.configs import format_config, parse_config
-        pick = deep_tile.get_config(ops["rows"], gemm.n, gemm.k)
-        text = ":".join(o for o in format_config(pick).split(":") if not (o[:1] in "skbw" and o[1:].isdigit()))
-        if "FSKN" in defines:
-            text = f"{pick.block_m}x{defines['FSKN']}:" + text.split(":", 1)[1]
-        sms = torch.cuda.get_device_properties(DEVICE).multi_processor_count
-        config = dataclasses.replace(parse_config(text, ops["rows"], gemm.n, sms), grid_size=sms)
-        print(f"FSK {gemm.name} M={ops['rows']}: pick {format_config(pick)} -> {format_config(config)} grid {sms}")
-        return lambda: launch.run(a, sa, b, sb, out, config=config, extra_defines={**(rest or {}), "DT_FAKE_STREAMK": 1})
     if defines and "L2P" in defines:
         rest = {k: v for k, v in defines.items() if k != "L2P"} or None
         if gemm.masked:

@@ -36,13 +36,8 @@ static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 3,
 
 // NOTES: the bound of 384 threads (not Cfg::kNumThreads) fixes the register count at entry to 168
 // for every config, so setmaxnreg.dec 40 / .inc 232 are valid for 256- and 384-thread blocks.
-#ifdef DT_COSIDENT  // MEASUREMENT ONLY: two 256-thread CTAs per SM (no setmaxnreg)
-#define DT_BOUNDS __launch_bounds__(256, 2)
-#else
-#define DT_BOUNDS __launch_bounds__(384, 1)
-#endif
 #if DT_PROBLEM_KIND == 0
-extern "C" __global__ void DT_BOUNDS
+extern "C" __global__ void __launch_bounds__(384, 1)
     deep_tile_fp8_gemm_sm90(const __grid_constant__ deep_tile::TmaDescriptor tma_a,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_b,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
@@ -53,7 +48,7 @@ extern "C" __global__ void DT_BOUNDS
 #else
 // The grouped kinds (deep_tile/kernels/fp8_gemm.py GROUPED_ARGUMENTS): the dense parameters, then
 // the kind's int32 array (m_indices, masked_m or offsets), the expert count and max_m (masked).
-extern "C" __global__ void DT_BOUNDS
+extern "C" __global__ void __launch_bounds__(384, 1)
     deep_tile_fp8_gemm_grouped_sm90(const __grid_constant__ deep_tile::TmaDescriptor tma_a,
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_b,
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,

@@ -60,37 +60,12 @@ DT_DEVICE void load_operand(u8* dst, const TmaDescriptor* desc, u64* bar, int k0
   }
 }
 
-#ifdef DT_FAKE_STREAMK
-// MEASUREMENT ONLY (not a product path; wrong results): each CTA of a persistent dense launch
-// takes an equal share of the (tile, k-block) units, and a tile whose K range it covers only in
-// part is not reduced (stored only by the CTA holding its last k-block). Bounds what an even
-// split of the work over every SM (stream-K) could gain, without its reduction.
-template <class Cfg>
-constexpr bool kFakeStreamK = Cfg::kProblemKind == ProblemKind::kDense && Cfg::kSplitK == 1 && Cfg::kNumMulticast == 1;
-struct FakeUnits {
-  int begin, end;
-};
-DT_DEVICE FakeUnits fake_units(int num_tiles, int num_k_blocks) {
-  const long long total = static_cast<long long>(num_tiles) * num_k_blocks;
-  return FakeUnits{static_cast<int>(total * blockIdx.x / gridDim.x), static_cast<int>(total * (blockIdx.x + 1) / gridDim.x)};
-}
-#endif
-
 /// Before the grid-dependency wait: ask L2 for the weight (B) boxes of the first
 /// Cfg::kL2PrefetchKBlocks k-blocks of this CTA's first tile (both halves of a multicast operand).
 template <class Cfg>
 DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Scheduler<Cfg>& sched) {
   if constexpr (Cfg::kL2PrefetchKBlocks > 0) {
-    WorkRange work = sched.work();
-#ifdef DT_FAKE_STREAMK
-    if constexpr (kFakeStreamK<Cfg>) {
-      const FakeUnits units = fake_units(sched.num_tiles, sched.num_k_blocks);
-      if (units.begin >= units.end) return;
-      work.first = units.begin / sched.num_k_blocks;
-      work.kb_begin = units.begin - work.first * sched.num_k_blocks;
-      work.kb_end = min_int(sched.num_k_blocks, work.kb_begin + units.end - units.begin);
-    }
-#endif
+    const WorkRange work = sched.work();
     if (work.first >= sched.num_tiles) return;
     const int n0 = sched.tile(work.first).n0;
     const int kb_end = min_int(work.kb_end, work.kb_begin + Cfg::kL2PrefetchKBlocks);
@@ -114,25 +89,13 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const u64 policy_b = Cfg::kEvictFirstB ? ptx::l2_policy_evict_first() : 0;
   PipelineState<Cfg::kNumStages> state;
   auto ahead = sched.load_ahead(work.first);
-#ifdef DT_FAKE_STREAMK
-  static_assert(kFakeStreamK<Cfg>, "DT_FAKE_STREAMK: dense persistent kernels without multicast only");
-  const FakeUnits units = fake_units(sched.num_tiles, sched.num_k_blocks);
-  for (int u = units.begin; u < units.end;) {
-    const int index = u / sched.num_k_blocks;
-    const int seg_begin = u - index * sched.num_k_blocks;
-    const int seg_end = min_int(sched.num_k_blocks, seg_begin + units.end - u);
-    u += seg_end - seg_begin;
-    const Tile<Cfg> tile = sched.tile(index, ahead);
-#else
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
     const Tile<Cfg> tile = sched.tile(index, ahead);
     ahead = sched.load_ahead(index + work.step);
-    const int seg_begin = work.kb_begin, seg_end = work.kb_end;
-#endif
     if (!sched.has_work(tile)) continue;
     const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, tile.n0, sched.n, sched.num_k_blocks);
-    for (int kb = seg_begin; kb < seg_end; ++kb) {
+    for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
       if constexpr (Cfg::kBScaleStaged) stage_b_scales(smem.b_scale + state.index * 2, full, b_rows, kb);
@@ -187,20 +150,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       trace::stamp<trace::kFirstData>();
     }
   }
-#ifdef DT_FAKE_STREAMK
-  const FakeUnits units = fake_units(sched.num_tiles, num_k_blocks);
-  for (int u = units.begin; u < units.end;) {
-    const int index = u / num_k_blocks;
-    const int seg_begin = u - index * num_k_blocks;
-    const int seg_end = min_int(num_k_blocks, seg_begin + units.end - u);
-    u += seg_end - seg_begin;
-    const Tile<Cfg> tile = sched.tile(index, ahead);
-#else
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
     const Tile<Cfg> tile = sched.tile(index, ahead);
     ahead = sched.load_ahead(index + work.step);
-    const int seg_begin = work.kb_begin, seg_end = work.kb_end;
-#endif
     if (!sched.has_work(tile)) continue;
     const int n0 = tile.n0;
     // Grouped kinds: this thread's row of its warpgroup's slab, and what decides whether it is
@@ -218,11 +170,8 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
     dispatch_first_blocks<Cfg>(b_rows.first_blocks,
                                RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_rows.row0,
-                                                    b_rows.row1, seg_begin, seg_end, tile.peer_alive});
+                                                    b_rows.row1, work.kb_begin, work.kb_end, tile.peer_alive});
 
-#ifdef DT_FAKE_STREAMK
-    if (seg_end != num_k_blocks) continue;  // a head part of the tile: its reduction is left out
-#endif
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
@@ -293,11 +242,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   // the reduction spilled there.
   float result[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile];  // FP32 sums of the scaled partial sums
   if (wg == Cfg::kNumMathWarpgroups) {
-#ifndef DT_COSIDENT
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
-#else
-    static_assert(Cfg::kBlockM == 64, "DT_COSIDENT: 256-thread CTAs only");
-#endif
     if (threadIdx.x == Cfg::kNumMathThreads) {
       producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched);
       trace::stamp<trace::kLastIssue>();
@@ -313,9 +258,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::cluster_sync_relaxed();
     }
   } else {
-#ifndef DT_COSIDENT
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
-#endif
     consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result, d, ldd);
     if constexpr (Cfg::kSplitK > 1) {
       // Every consumer WGMMA has read its last stage before the partial overwrites the stages
