@@ -348,10 +348,10 @@ def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
     """The tensor-map boxes ``config``'s kernel loads and stores with, for an ``m``-row A."""
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     swizzle = store_swizzle(config.block_n)
+    scale_rows = a_scale_box_rows(config, m)
     return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
-                          a_scale=((4, a_scale_box_rows(config, m)) if config.a_scale_row_major
-                                   else (a_scale_box_rows(config, m), 1)),
+                          a_scale=(4, scale_rows) if config.a_scale_row_major else (scale_rows, 1),
                           d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),
                           d_swizzle=swizzle)
 
