@@ -20,13 +20,16 @@ written) over the same weight buffers, timed in the same rounds:
 - ``read layer``: one read of the layer's six weights at once (they share one buffer): no
   boundaries at all;
 - ``deep_tile forced`` (with ``--forced M:N,K=config ...``): deep_tile with those configurations
-  (testing.configs texts) for those GEMMs and the selector's elsewhere.
+  (testing.configs texts) for those GEMMs and the selector's elsewhere;
+- ``ldg`` (with ``--ldg``, M <= 16): the probe GEMM of benchmarks/ldg_gemm.cu, which streams the
+  weights with plain 16-byte loads as the read kernel does (PDL, waiting before it reads); its
+  outputs are checked like deep_tile's.
 
 Bandwidth counts the weights for the reads and deep_tile's compulsory bytes (as bench_decode)
 over the HBM copy rate measured in the same run; below the table, each kernel's time after its
 predecessor's end in one profiled replay (bench_decode.timeline). deep_tile's outputs are checked
 against the float64 reference (bench_decode.check). ``--alone N,K``: instead of the chains, the
-profiler device time of each call alone after a read flush (deep_tile, the ``--configs``, the
+profiler device time of each call alone after a read (or ``--alone-flush write``) flush (deep_tile, the ``--configs``, the
 read kernel at the default grid and ``--read-grids``), ``--passes`` times in turn, median.
 """
 import argparse
@@ -47,10 +50,11 @@ from deep_tile.jit import compiler, runtime  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, capture_graph, copy_bandwidth, kernel_device_us  # noqa: E402
+import ldg_probe  # noqa: E402
 from read_floor import PROBE_SOURCE, PROBE_SYMBOLS, READ_CTAS_PER_SM, READ_THREADS, read_args  # noqa: E402
 
 READ = PROBE_SYMBOLS[1]
-TIMELINE_CHAINS = ("deep_tile", "read", "deep_tile forced")
+TIMELINE_CHAINS = ("deep_tile", "read", "deep_tile forced", "ldg")
 """Chains whose per-kernel times are printed (when run)."""
 
 
@@ -76,6 +80,39 @@ def read_call(kernel, buf: torch.Tensor, sink: torch.Tensor, *, pdl: bool, wait:
     return lambda: kernel.launch(grid=grid, block=READ_THREADS, smem_bytes=0,
                                  stream=torch.cuda.current_stream().cuda_stream, args=args,
                                  device=buf.device.index, pdl=pdl)
+
+
+STRIP = "deep_tile_strip_read"
+
+
+def strip_call(b: torch.Tensor, rows: int, depth: int):
+    """A plain launch of read_floor.cu's strip read over ``b`` (N x K bytes): ``rows`` rows per CTA
+    (a divisor of 64), ``depth`` steps of 8 KB in flight per CTA."""
+    n, k = b.shape
+    if 64 % rows or k % (8192 // rows):
+        raise ValueError(f"strip_call: rows {rows} must divide 64 and its step {8192 // rows} bytes divide K {k}")
+    kernel = runtime.load_kernel(compiler.compile_cubin(PROBE_SOURCE, {"STRIP_DEPTH": depth}, STRIP).cubin, STRIP)
+    args = runtime.KernelArgs([("ptr", b.data_ptr()), ("i32", n), ("i32", k), ("i32", rows), ("i32", 0)])
+    return lambda: kernel.launch(grid=-(-n // rows), block=512, smem_bytes=depth * 8192,
+                                 stream=torch.cuda.current_stream().cuda_stream, args=args, device=b.device.index)
+
+
+TMA_STRIP_SOURCE = Path(__file__).resolve().parent / "tma_strip.cu"
+TMA_STRIP = "deep_tile_tma_strip"
+
+
+def tma_strip_call(b: torch.Tensor, rows: int, depth: int):
+    """A plain launch of tma_strip.cu over ``b`` (N x K bytes): one thread per CTA streams ``rows``
+    rows through K in 128 x ``rows`` TMA boxes (as deep_tile's B map), ``depth`` boxes in flight."""
+    from deep_tile import tma
+
+    n, k = b.shape
+    kernel = runtime.load_kernel(compiler.compile_cubin(TMA_STRIP_SOURCE, {"TMA_DEPTH": depth, "BOX_ROWS": rows},
+                                                        TMA_STRIP).cubin, TMA_STRIP)
+    desc = tma.encode_2d(b.data_ptr(), "uint8", k, n, k, 128, rows, 128, 256)
+    args = runtime.KernelArgs([("tensormap", desc), ("i32", k // 128)])
+    return lambda: kernel.launch(grid=-(-n // rows), block=32, smem_bytes=depth * 128 * rows,
+                                 stream=torch.cuda.current_stream().cuda_stream, args=args, device=b.device.index)
 
 
 def forced_call(text: str, m: int, gemm, ops: dict, out):
@@ -112,7 +149,9 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
     chains = {"deep_tile": [], "read": [], "read nopdl": [], "read nowait": [], "read layer": []}
     if forced:
         chains["deep_tile forced"] = []
-    outs = []
+    if args.ldg:
+        chains["ldg"] = []
+    outs, ldg_outs = [], []
     for buffer, pairs in layers:
         chains["read layer"].append(read_call(read, buffer, sink, pdl=True, wait=True))
         for gemm, ops in pairs:
@@ -123,6 +162,10 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
                 text = forced.get((m, gemm.n, gemm.k))
                 chains["deep_tile forced"].append(bench_decode.deep_tile_call(gemm, ops, out) if text is None
                                                   else forced_call(text, m, gemm, ops, out))
+            if args.ldg:
+                ldg_out = torch.full((m, gemm.n), float("nan"), dtype=torch.bfloat16, device="cuda")
+                ldg_outs.append((gemm, ops, ldg_out))
+                chains["ldg"].append(ldg_probe.ldg_call(ops, ldg_out))
             b = ops["b"].view(torch.uint8).view(-1)
             chains["read"].append(read_call(read, b, sink, pdl=True, wait=True))
             chains["read nopdl"].append(read_call(read, b, sink, pdl=False, wait=True))
@@ -130,13 +173,13 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
     deep_tile.set_pdl(True)
     graphs = {name: capture_graph(lambda calls=calls: [c() for c in calls]) for name, calls in chains.items()}
     checks = []
-    for name in ("deep_tile", "deep_tile forced"):
+    for name, written in (("deep_tile", outs), ("deep_tile forced", outs), ("ldg", ldg_outs)):
         if name in graphs:  # what one replay writes, the outputs poisoned first
-            for _, _, out in outs:
+            for _, _, out in written:
                 out.fill_(float("nan"))
             graphs[name].replay()
             torch.cuda.synchronize()
-            checks += [bench_decode.check(g, o, out) for g, o, out in outs]
+            checks += [bench_decode.check(g, o, out) for g, o, out in written]
     fns = {name: (lambda g=g: [g.replay() for _ in range(args.replays)]) for name, g in graphs.items()}
     times = bench_round_robin(fns, warmup=2, iters=args.iters, shuffle_seed=args.seed, flush_kind=args.flush)
     weight_bytes = sum(g.n * g.k for g, _ in layers[0][1])
@@ -155,7 +198,7 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
 
 def run_alone(args, read, copy_rate: float) -> list:
     """Each call alone over one ``--alone`` N x K weight at the first ``--m``: profiler device time
-    after a read flush, ``--passes`` passes over the calls in turn (so drift shows as spread)."""
+    after an ``--alone-flush`` flush (default read), ``--passes`` passes over the calls in turn (so drift shows as spread)."""
     n, k = (int(v) for v in args.alone.split(","))
     m = int(args.m.split(",")[0])
     gen = torch.Generator(device="cuda")
@@ -168,13 +211,23 @@ def run_alone(args, read, copy_rate: float) -> list:
     for text in args.configs:
         outs[text] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         calls[f"deep_tile {text}"] = (forced_call(text, m, gemm, ops, outs[text]), "deep_tile_fp8")
+    if args.ldg:
+        outs["ldg"] = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        calls["ldg"] = (ldg_probe.ldg_call(ops, outs["ldg"], pdl=False), ldg_probe.SYMBOL)
+    for spec in args.strips:  # the GEMM's access pattern without its math (read_floor.cu)
+        rows, depth = (int(v) for v in spec.split(":"))
+        calls[f"strip rows={rows} depth={depth}"] = (strip_call(ops["b"], rows, depth), STRIP)
+    for spec in args.tma_strips:  # the same through TMA, one thread per CTA (tma_strip.cu)
+        rows, depth = (int(v) for v in spec.split(":"))
+        calls[f"tma strip rows={rows} depth={depth}"] = (tma_strip_call(ops["b"].view(torch.uint8), rows, depth),
+                                                         TMA_STRIP)
     for grid in [0] + [int(g) for g in args.read_grids.split(",") if g]:
         calls[f"read grid={grid or 'default'}"] = (
             read_call(read, ops["b"].view(torch.uint8).view(-1), sink, pdl=False, wait=True, grid=grid), READ)
     times = {name: [] for name in calls}
     for _ in range(args.passes):
         for name, (fn, kernel) in calls.items():
-            times[name].append(kernel_device_us(fn, reps=args.iters, flush_kind="read", name=kernel))
+            times[name].append(kernel_device_us(fn, reps=args.iters, flush_kind=args.alone_flush, name=kernel))
     rows = []
     for name, values in times.items():
         us = statistics.median(values)
@@ -198,9 +251,16 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--forced", nargs="*", default=[],
                    help="M:N,K=config entries: a 'deep_tile forced' chain with these configs for those GEMMs")
+    p.add_argument("--ldg", action="store_true", help="add the ldg probe GEMM (M <= 16; benchmarks/ldg_gemm.cu)")
     p.add_argument("--alone", help="N,K: time each call alone over this weight instead of the chains")
     p.add_argument("--configs", nargs="*", default=[], help="with --alone: deep_tile configs (testing.configs texts)")
+    p.add_argument("--strips", nargs="*", default=[],
+                   help="with --alone: read_floor.cu's strip read (the GEMM's B pattern) as ROWS:DEPTH entries")
+    p.add_argument("--tma-strips", nargs="*", default=[],
+                   help="with --alone: tma_strip.cu's TMA stream of B (one thread per CTA) as ROWS:DEPTH entries")
     p.add_argument("--read-grids", default="", help="with --alone: the read kernel at these grids too")
+    p.add_argument("--alone-flush", choices=("write", "read"), default="read",
+                   help="with --alone: the L2 flush before each call (write: dirty lines, as the chains start)")
     p.add_argument("--passes", type=int, default=3, help="with --alone: passes over the calls (median)")
     p.add_argument("--json")
     args = p.parse_args(argv)

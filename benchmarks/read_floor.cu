@@ -29,3 +29,35 @@ extern "C" __global__ void __launch_bounds__(512) deep_tile_stream_read(const ui
   }
   if (fold == key) sink[blockIdx.x] = fold;
 }
+
+// `deep_tile_strip_read` reads an N x K byte matrix (row pitch K, a multiple of 128) the way a
+// GEMM's producer streams B: CTA c owns rows [c * rows, (c + 1) * rows) and walks them through K
+// one step of 512 x 16 bytes at a time (consecutive threads read consecutive 16-byte words of one
+// row's current columns; rows = 64: one 128-byte column of 64 rows per step, the GEMM's B box).
+// The bytes land in shared memory through cp.async (as TMA's do, no registers held),
+// STRIP_DEPTH steps in flight (dynamic shared memory: STRIP_DEPTH x 8 KB), and nothing reads
+// them. 512 threads; rows must divide 64 and the step (8192 / rows bytes) divide K.
+#ifndef STRIP_DEPTH
+#define STRIP_DEPTH 13
+#endif
+extern "C" __global__ void __launch_bounds__(512) deep_tile_strip_read(const unsigned char* __restrict__ src,
+                                                                       int n, int k, int rows,
+                                                                       int wait) {
+  extern __shared__ __align__(16) unsigned char slots[];
+  if (wait) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  const int words_per_row = 512 / rows;
+  const int row = blockIdx.x * rows + threadIdx.x / words_per_row;
+  const int step_bytes = words_per_row * 16;
+  const int steps = k / step_bytes;
+  if (row >= n) return;
+  const unsigned char* p = src + static_cast<long long>(row) * k + (threadIdx.x % words_per_row) * 16;
+  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(slots)) + threadIdx.x * 16;
+  for (int s = 0; s < steps; ++s) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(base + (s % STRIP_DEPTH) * 8192), "l"(p + s * step_bytes)
+                 : "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group %0;" :: "n"(STRIP_DEPTH - 1) : "memory");
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
