@@ -35,6 +35,7 @@ class Plan:
 
     @property
     def threads(self) -> int:
+        """Threads per CTA."""
         return 32 * self.groups * self.warps_per_group
 
 

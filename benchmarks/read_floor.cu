@@ -7,6 +7,7 @@
 // predecessor when `wait` is non-zero (griddepcontrol.wait, as deep_tile's kernels do before they
 // read), then lets its dependents launch (early: its CTAs fill every SM, so a dependent's CTAs
 // start as this grid's finish); launched plainly (read_floor.py), both instructions do nothing.
+// `deep_tile_strip_read` (below; chain_floor.py --strips) reads B in the GEMM's pattern instead.
 extern "C" __global__ void deep_tile_empty() {}
 
 extern "C" __global__ void __launch_bounds__(512) deep_tile_stream_read(const uint4* __restrict__ src,
