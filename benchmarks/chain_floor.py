@@ -33,6 +33,7 @@ profiler device time of each call alone after a read (or ``--alone-flush write``
 read kernel at the default grid and ``--read-grids``), ``--passes`` times in turn, median.
 """
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -49,7 +50,8 @@ from deep_tile import launch  # noqa: E402
 from deep_tile.jit import compiler, runtime  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402
-from deep_tile.testing.timing import bench_round_robin, capture_graph, copy_bandwidth, kernel_device_us  # noqa: E402
+from deep_tile.testing.timing import (FLUSH_KINDS, bench_round_robin, capture_graph, copy_bandwidth,  # noqa: E402
+                                     kernel_device_us)
 import ldg_probe  # noqa: E402
 from read_floor import PROBE_SOURCE, PROBE_SYMBOLS, READ_CTAS_PER_SM, READ_THREADS, read_args  # noqa: E402
 
@@ -85,13 +87,20 @@ def read_call(kernel, buf: torch.Tensor, sink: torch.Tensor, *, pdl: bool, wait:
 STRIP = "deep_tile_strip_read"
 
 
+@functools.lru_cache(maxsize=None)
+def load_probe(source: Path, symbol: str, defines: tuple = ()):
+    """The loaded probe kernel ``symbol`` of ``source`` built with ``defines`` (``(name, value)``
+    pairs), compiled once per process (deep_tile's default compiler)."""
+    return runtime.load_kernel(compiler.compile_cubin(source, dict(defines), symbol).cubin, symbol)
+
+
 def strip_call(b: torch.Tensor, rows: int, depth: int):
     """A plain launch of read_floor.cu's strip read over ``b`` (N x K bytes): ``rows`` rows per CTA
     (a divisor of 64), ``depth`` steps of 8 KB in flight per CTA."""
     n, k = b.shape
     if 64 % rows or k % (8192 // rows):
         raise ValueError(f"strip_call: rows {rows} must divide 64 and its step {8192 // rows} bytes divide K {k}")
-    kernel = runtime.load_kernel(compiler.compile_cubin(PROBE_SOURCE, {"STRIP_DEPTH": depth}, STRIP).cubin, STRIP)
+    kernel = load_probe(PROBE_SOURCE, STRIP, (("STRIP_DEPTH", depth),))
     args = runtime.KernelArgs([("ptr", b.data_ptr()), ("i32", n), ("i32", k), ("i32", rows), ("i32", 0)])
     return lambda: kernel.launch(grid=-(-n // rows), block=512, smem_bytes=depth * 8192,
                                  stream=torch.cuda.current_stream().cuda_stream, args=args, device=b.device.index)
@@ -107,8 +116,7 @@ def tma_strip_call(b: torch.Tensor, rows: int, depth: int):
     from deep_tile import tma
 
     n, k = b.shape
-    kernel = runtime.load_kernel(compiler.compile_cubin(TMA_STRIP_SOURCE, {"TMA_DEPTH": depth, "BOX_ROWS": rows},
-                                                        TMA_STRIP).cubin, TMA_STRIP)
+    kernel = load_probe(TMA_STRIP_SOURCE, TMA_STRIP, (("TMA_DEPTH", depth), ("BOX_ROWS", rows)))
     desc = tma.encode_2d(b.data_ptr(), "uint8", k, n, k, 128, rows, 128, 256)
     args = runtime.KernelArgs([("tensormap", desc), ("i32", k // 128)])
     return lambda: kernel.launch(grid=-(-n // rows), block=32, smem_bytes=depth * 128 * rows,
@@ -247,7 +255,7 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--replays", type=int, default=4)
     p.add_argument("--iters", type=int, default=15)
-    p.add_argument("--flush", choices=("write", "read"), default="write")
+    p.add_argument("--flush", choices=FLUSH_KINDS, default="write")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--forced", nargs="*", default=[],
                    help="M:N,K=config entries: a 'deep_tile forced' chain with these configs for those GEMMs")
@@ -259,7 +267,7 @@ def parse_args(argv=None):
     p.add_argument("--tma-strips", nargs="*", default=[],
                    help="with --alone: tma_strip.cu's TMA stream of B (one thread per CTA) as ROWS:DEPTH entries")
     p.add_argument("--read-grids", default="", help="with --alone: the read kernel at these grids too")
-    p.add_argument("--alone-flush", choices=("write", "read"), default="read",
+    p.add_argument("--alone-flush", choices=FLUSH_KINDS, default="read",
                    help="with --alone: the L2 flush before each call (write: dirty lines, as the chains start)")
     p.add_argument("--passes", type=int, default=3, help="with --alone: passes over the calls (median)")
     p.add_argument("--json")
@@ -282,7 +290,7 @@ def main(argv=None) -> int:
     print(bench_decode.environment_text(env))
     copy_rate = copy_bandwidth()
     print(f"HBM copy rate (read + write of 1 GiB): {copy_rate / 1e12:.2f} TB/s")
-    read = runtime.load_kernel(compiler.compile_cubin(PROBE_SOURCE, {}, READ).cubin, READ)
+    read = load_probe(PROBE_SOURCE, READ)
     if args.alone:
         rows = run_alone(args, read, copy_rate)
         result = {"alone": rows}

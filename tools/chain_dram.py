@@ -20,18 +20,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import bench_decode  # noqa: E402
 import chain_floor  # noqa: E402
-from deep_tile.jit import compiler, runtime  # noqa: E402
-from deep_tile.testing.timing import L2Flush  # noqa: E402
+from deep_tile.testing.timing import FLUSH_KINDS, L2Flush  # noqa: E402
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--m", type=int, default=1)
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--flush", choices=("write", "read"), default="write")
+    p.add_argument("--flush", choices=FLUSH_KINDS, default="write")
     args = p.parse_args(argv)
-    read = runtime.load_kernel(compiler.compile_cubin(chain_floor.PROBE_SOURCE, {}, chain_floor.READ).cubin,
-                               chain_floor.READ)
+    read = chain_floor.load_probe(chain_floor.PROBE_SOURCE, chain_floor.READ)
     layers = chain_floor.build_layers(args.m, args.layers, 0)
     sink = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")
     dt, rd, names = [], [], []
