@@ -110,15 +110,18 @@ TMA_STRIP_SOURCE = Path(__file__).resolve().parent / "tma_strip.cu"
 TMA_STRIP = "deep_tile_tma_strip"
 
 
-def tma_strip_call(b: torch.Tensor, rows: int, depth: int):
+def tma_strip_call(b: torch.Tensor, rows: int, depth: int, small_boxes: int = 0):
     """A plain launch of tma_strip.cu over ``b`` (N x K bytes): one thread per CTA streams ``rows``
-    rows through K in 128 x ``rows`` TMA boxes (as deep_tile's B map), ``depth`` boxes in flight."""
+    rows through K in 128 x ``rows`` TMA boxes (as deep_tile's B map), ``depth`` boxes in flight,
+    each with ``small_boxes`` one-row boxes beside it (as deep_tile's A and a_scale boxes at M = 1)."""
     from deep_tile import tma
 
     n, k = b.shape
-    kernel = load_probe(TMA_STRIP_SOURCE, TMA_STRIP, (("TMA_DEPTH", depth), ("BOX_ROWS", rows)))
+    kernel = load_probe(TMA_STRIP_SOURCE, TMA_STRIP, (("TMA_DEPTH", depth), ("BOX_ROWS", rows),
+                                                      ("SMALL_BOXES", small_boxes)))
     desc = tma.encode_2d(b.data_ptr(), "uint8", k, n, k, 128, rows, 128, 256)
-    args = runtime.KernelArgs([("tensormap", desc), ("i32", k // 128)])
+    small = tma.encode_2d(b.data_ptr(), "uint8", k, n, k, 128, 1, 0, 256)
+    args = runtime.KernelArgs([("tensormap", desc), ("i32", k // 128), ("tensormap", small)])
     return lambda: kernel.launch(grid=-(-n // rows), block=32, smem_bytes=depth * 128 * rows,
                                  stream=torch.cuda.current_stream().cuda_stream, args=args, device=b.device.index)
 
@@ -226,9 +229,9 @@ def run_alone(args, read, copy_rate: float) -> list:
         rows, depth = (int(v) for v in spec.split(":"))
         calls[f"strip rows={rows} depth={depth}"] = (strip_call(ops["b"], rows, depth), STRIP)
     for spec in args.tma_strips:  # the same through TMA, one thread per CTA (tma_strip.cu)
-        rows, depth = (int(v) for v in spec.split(":"))
-        calls[f"tma strip rows={rows} depth={depth}"] = (tma_strip_call(ops["b"].view(torch.uint8), rows, depth),
-                                                         TMA_STRIP)
+        rows, depth, *small = (int(v) for v in spec.split(":"))
+        name = f"tma strip rows={rows} depth={depth}" + (f" small={small[0]}" if small else "")
+        calls[name] = (tma_strip_call(ops["b"].view(torch.uint8), rows, depth, *small), TMA_STRIP)
     for grid in [0] + [int(g) for g in args.read_grids.split(",") if g]:
         calls[f"read grid={grid or 'default'}"] = (
             read_call(read, ops["b"].view(torch.uint8).view(-1), sink, pdl=False, wait=True, grid=grid), READ)
@@ -265,7 +268,8 @@ def parse_args(argv=None):
     p.add_argument("--strips", nargs="*", default=[],
                    help="with --alone: read_floor.cu's strip read (the GEMM's B pattern) as ROWS:DEPTH entries")
     p.add_argument("--tma-strips", nargs="*", default=[],
-                   help="with --alone: tma_strip.cu's TMA stream of B (one thread per CTA) as ROWS:DEPTH entries")
+                   help="with --alone: tma_strip.cu's TMA stream of B (one thread per CTA) as ROWS:DEPTH[:SMALL] "
+                        "entries (SMALL one-row boxes beside each box)")
     p.add_argument("--read-grids", default="", help="with --alone: the read kernel at these grids too")
     p.add_argument("--alone-flush", choices=FLUSH_KINDS, default="read",
                    help="with --alone: the L2 flush before each call (write: dirty lines, as the chains start)")

@@ -316,6 +316,7 @@ STRIP_READ = "deep_tile_strip_read"  # benchmarks/chain_floor.py STRIP
 BENCH_DIR = READ_FLOOR_SOURCE.parent
 PROBES = (  # (source, defines, symbol): the stream probes of benchmarks/chain_floor.py --alone / --ldg
     (BENCH_DIR / "tma_strip.cu", {"TMA_DEPTH": 13, "BOX_ROWS": 64}, "deep_tile_tma_strip"),
+    (BENCH_DIR / "tma_strip.cu", {"TMA_DEPTH": 13, "BOX_ROWS": 64, "SMALL_BOXES": 2}, "deep_tile_tma_strip"),
     (BENCH_DIR / "ldg_gemm.cu", {"TOKENS": 8, "UNROLL": 4}, "deep_tile_ldg_gemm"),  # benchmarks/ldg_probe.plan's
     (BENCH_DIR / "ldg_gemm.cu", {"TOKENS": 16, "UNROLL": 2}, "deep_tile_ldg_gemm"),  # two variants
 )
@@ -335,14 +336,18 @@ def test_strip_read_builds(name):
 @pytest.mark.parametrize("probe", PROBES, ids=lambda p: f"{p[2]}-{'-'.join(map(str, p[1].values()))}")
 def test_stream_probes_build(probe):
     """The TMA strip and the ldg GEMM probe compile clean (no spills: the ldg probe's variants are
-    the ones ldg_probe.plan picks); the ldg probe's math is tensor-core MMAs (on sm_90a ptxas turns
-    each e4m3 mma.sync m16n8k32 into conversions and two f16 HMMA.16816)."""
+    the ones ldg_probe.plan picks); the strip issues one TMA load per box (its own and each small
+    one); the ldg probe's math is tensor-core MMAs (on sm_90a ptxas turns each e4m3 mma.sync
+    m16n8k32 into conversions and two f16 HMMA.16816)."""
     source, defines, symbol = probe
     result = compiler.compile_cubin(source, defines, symbol)
     assert_ptxas_clean(result.log, compiler.elf_functions(result.cubin), (symbol,))
     if symbol == "deep_tile_ldg_gemm":
         sass = sass_or_skip(result.cubin)
         assert "HMMA.16816.F32" in sass, sass
+    else:  # one TMA load of the strip's box, and one per small box beside it
+        sass = sass_or_skip(result.cubin)
+        assert sass.count("UTMALDG") == 1 + defines.get("SMALL_BOXES", 0), sass
 
 
 # ---- the list above covers what the selector does ----------------------------------------------
