@@ -115,6 +115,38 @@ def test_every_config_family_below_one_tile():
     _check(run_gpu_cases("gemm", cases))
 
 
+# Swap-AB (KernelConfig.swap_n, M <= 16): the weights are each WGMMA's 64-row operand and 8 or 16
+# rows of A its N side, the output stored transposed back. Tiles 64, 128 and 192 wide (192: a tile
+# straddling two b_scale blocks at odd n-blocks), one and two buffers, split-K over 2 and 3, a
+# persistent grid at full size and shrunk (several tiles per CTA), N not a multiple of 64, K
+# tails, and the row-major a_scale.
+SWAP_FAMILIES = [
+    dict(block_m=64, block_n=64, num_stages=13, accum_buffers=2, evict_first_b=True),
+    dict(block_m=64, block_n=64, num_stages=8),
+    dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2, raster_along_m=True, raster_width=16),
+    dict(block_m=64, block_n=192, num_stages=6),
+    dict(block_m=64, block_n=64, num_stages=13, split_k=3, accum_buffers=2, evict_first_b=True),
+    dict(block_m=64, block_n=128, num_stages=8, split_k=2, accum_buffers=2),
+]
+SWAP_SHAPES = [(1, 2112, 7168), (3, 1160, 400), (8, 520, 1536), (9, 4096, 16), (13, 7168, 2048), (16, 328, 7168)]
+
+
+def test_swap_ab_families():
+    cases = []
+    for i, (family, (m, n, k)) in enumerate(itertools.product(SWAP_FAMILIES, SWAP_SHAPES)):
+        swap = dict(family, swap_n=8 if m <= 8 else 16)
+        for grid in ((132, 30) if family.get("split_k", 1) == 1 else (132,)):
+            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict({"raster_width": 8, **swap}, grid_size=grid)))
+    cases += [dict(m=m, n=n, k=k, layout="row", seed=i, config=dict({"raster_width": 8, **family}, swap_n=8, grid_size=132))
+              for i, (family, (m, n, k)) in enumerate(itertools.product(SWAP_FAMILIES[:2] + SWAP_FAMILIES[4:5],
+                                                                        [(5, 520, 1536), (1, 2112, 7168)]))]
+    cases += [dict(m=m, n=n, k=k, row_stride=row_stride, seed=i, config=dict({"raster_width": 8, **family},
+                                                                               swap_n=16, grid_size=132))
+              for i, (family, (m, n, k, row_stride)) in enumerate(itertools.product(
+                  SWAP_FAMILIES[:1] + SWAP_FAMILIES[5:], [(12, 1160, 1536, 1160 + 64), (16, 520, 400, 600)]))]
+    _check(run_gpu_cases("gemm", cases))
+
+
 def test_every_kind_reads_a_row_major_a_scale():
     # K = 1536 (12 groups) and 7168 (56): the kernel variant reads the row-major a_scale as it is,
     # through 4-group TMA boxes; every kernel kind, ragged M and N, and M = 5 below every tile (a

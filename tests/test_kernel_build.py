@@ -28,6 +28,7 @@ import pytest
 
 from conftest import compiler_params
 from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
+from test_fp8_gemm import SWAP_FAMILIES as GPU_TEST_SWAP_FAMILIES
 from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
 
 from deep_tile import arch
@@ -57,9 +58,10 @@ def family(config: KernelConfig) -> tuple:
 def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand, whether it splits K, the a_scale layout, the L2 policies and the k-loop's
-    unrolling (stage counts and split factors are constants)."""
+    unrolling, swap-AB (stage counts and split factors are constants)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
-            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll)
+            config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll,
+            config.swap_n)
 
 
 def selector_kinds() -> list:
@@ -82,12 +84,17 @@ def selector_kinds() -> list:
         # and one-buffer loops unrolled by 6, as the selector picks them for long K ranges
         configs += variants + [dataclasses.replace(config, k_unroll=6) for config in variants
                                if config.accum_buffers == 1 and config.split_k == 1]
+        # and swapped (8 and 16 token columns) where the tile allows it (selector.swap_n_for)
+        configs += [dataclasses.replace(config, swap_n=swap) for config in variants for swap in (8, 16)
+                    if not fp8_gemm.swap_problems(swap, config.block_m, config.block_n, config.wgmma_n,
+                                                  config.num_multicast, config.problem_kind)]
     return configs
 
 
 def gpu_test_configs() -> list:
     """The families tests/test_fp8_gemm.py forces on the GPU."""
-    return [KernelConfig(**fam, grid_size=2) for fam in GPU_TEST_FAMILIES]
+    return ([KernelConfig(**fam, grid_size=2) for fam in GPU_TEST_FAMILIES]
+            + [KernelConfig(**fam, grid_size=2, swap_n=swap) for fam in GPU_TEST_SWAP_FAMILIES for swap in (8, 16)])
 
 
 GROUPED_KINDS = (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS)
@@ -140,6 +147,8 @@ CODE_PATHS = {
     "L2 policies": lambda d: d["DT_EVICT_FIRST_B"] == 1,
     "k-loop unrolled by 6": lambda d: d["DT_K_UNROLL"] == 6,
     "narrow store swizzle": lambda d: d["DT_STORE_SWIZZLE"] < 128,
+    "swap-AB, 8 columns": lambda d: d["DT_SWAP_N"] == 8,
+    "swap-AB, 16 columns, split-K": lambda d: d["DT_SWAP_N"] == 16 and d["DT_SPLIT_K"] > 1,
 }
 # ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
 # contiguous one and under the table (masked and offsets share it).

@@ -253,6 +253,12 @@ def test_kernel_config_derived_values():
                                                "raster_along_m must be False with multicast of A"),
     (dict(num_multicast=2, raster_along_m=False), "raster_along_m must be True with multicast of B"),
     (dict(k_unroll=4), "k_unroll"), (dict(k_unroll=6, accum_buffers=2), "k_unroll"), (dict(k_unroll=6.0), "k_unroll"),
+    (dict(swap_n=4), "swap_n"), (dict(swap_n=8.0), "swap_n"), (dict(swap_n=8), "swap_n needs block_m 64"),
+    (dict(block_m=64, block_n=96, num_stages=8, swap_n=8), "swap_n needs block_m 64"),
+    (dict(block_m=64, block_n=128, wgmma_n=64, num_stages=8, swap_n=16), "swap_n needs block_m 64"),
+    (dict(block_m=64, block_n=64, num_stages=8, num_multicast=2, swap_n=8), "swap_n needs the dense kind"),
+    (dict(block_m=64, block_n=64, num_stages=8, problem_kind=ProblemKind.GROUPED_MASKED, swap_n=8),
+     "swap_n needs the dense kind"),
 ])
 def test_kernel_config_rejects_bad_fields(kwargs, name):
     fields = dict(block_m=128, block_n=128, num_stages=4, grid_size=132)
@@ -476,7 +482,7 @@ def test_l2_promotion_128_for_weight_streams_on_the_h200_only():
     h200, h100 = arch.CHIPS["H200"], arch.CHIPS["H100 SXM"]
     for shape in ((1, 7168, 16384), (64, 2112, 7168), (128, 7168, 2048), (64, 32768, 512)):
         on_h200, on_h100 = select_config(Problem(*shape), 132, chip=h200), select_config(Problem(*shape), 132, chip=h100)
-        assert on_h200.l2_promotion == 128 and on_h200.label.endswith(" p128"), shape
+        assert on_h200.l2_promotion == 128 and " p128" in on_h200.label, shape
         assert on_h100.l2_promotion == 256 and "p128" not in on_h100.label, shape
         assert (on_h200.block_m, on_h200.block_n, on_h200.num_stages) == (on_h100.block_m, on_h100.block_n,
                                                                          on_h100.num_stages)
@@ -662,3 +668,26 @@ def test_a_tile_holding_whole_groups_goes_first_and_runs_them_one_after_another(
     # groups of more than 256 rows keep the pair sharing B over their two m-blocks
     cfg = select_config(_masked(512, 7168, 2048, 8, 320), 132)
     assert cfg.block_m < 320
+
+
+def test_swap_ab_for_small_dense_problems_only():
+    """selector.swap_n_for: 8 token columns up to M = 8, 16 up to SWAP_MAX_M, on 64-row tiles whose
+    width is a multiple of 64 in one column part; the config reaches the kernel as DT_SWAP_N and
+    refuses a problem of more rows than it swaps."""
+    from deep_tile.select.candidates import Candidate
+    from deep_tile.select.selector import SWAP_MAX_M, swap_n_for
+
+    tile = Candidate(64, 64, 64, 2, 13, 1, False, 1)
+    assert [swap_n_for(Problem(m, 2112, 7168), tile) for m in (1, 8, 9, SWAP_MAX_M, SWAP_MAX_M + 1)] == [8, 8, 16, 16, 0]
+    for other in (Candidate(64, 96, 96, 2, 10, 1, False, 1), Candidate(64, 128, 64, 2, 8, 1, False, 1),
+                  Candidate(128, 64, 64, 2, 8, 1, False, 1), Candidate(64, 64, 64, 2, 8, 2, True, 1)):
+        assert swap_n_for(Problem(4, 2112, 7168), other) == 0
+    assert swap_n_for(Problem(4, 2112, 7168, kind=ProblemKind.GROUPED_MASKED, num_groups=4, expected_m=4), tile) == 0
+    for m, swap in ((1, 8), (16, 16), (17, 0), (64, 0)):
+        cfg = select_config(Problem(m, 7168, 16384), 132)
+        assert cfg.swap_n == swap and cfg.defines()["DT_SWAP_N"] == swap, (m, cfg.label)
+        assert (f" sw{swap}" in cfg.label) == bool(swap), cfg.label
+    swapped = select_config(Problem(8, 7168, 16384), 132)
+    assert swapped.for_problem(Problem(8, 7168, 16384)).swap_n == 8
+    with pytest.raises(ValueError, match="swap_n=8 needs a dense problem of at most 8 rows; got dense with M=9"):
+        swapped.for_problem(Problem(9, 7168, 16384))

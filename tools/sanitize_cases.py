@@ -4,7 +4,7 @@ Each family the selector can emit is represented by a forced configuration (pers
 or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
 tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
 ranks that get no k-block, the row-major a_scale variant, M below one tile, the k-loop unrolled by
-6), plus the selector's
+6, swap-AB), plus the selector's
 own choice for a few shapes and the casts. Every
 output is NaN-poisoned before the run and compared with the float64 reference, so the run also
 fails on a wrong answer. Exit status 1 if any check fails.
@@ -43,6 +43,10 @@ CASES = [
     ("128x256:w128:g16:gM:u6", 600, 1160, 4480), ("256x128:mcA:u6", 520, 1160, 1664), ("128x160:u6", 520, 1160, 400),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
+    # swap-AB (M <= 16): persistent with one and two buffers and several tiles per CTA, a tile
+    # straddling b_scale blocks, split-K, the row-major a_scale; the selector's pick at M = 1
+    ("64x64:b2:ef:sw8", 1, 1160, 1536), ("64x128:b1:sw16", 13, 4096, 400), ("64x192:sw16", 16, 1160, 400),
+    ("64x64:b2:k3:ef:sw8", 5, 2112, 1040), ("64x128:b2:k2:sw16", 16, 1160, 1536, "row"), ("auto", 1, 7168, 16384),
 ]
 
 

@@ -7,8 +7,8 @@
 #if !defined(DT_BLOCK_M) || !defined(DT_BLOCK_N) || !defined(DT_NUM_STAGES) || !defined(DT_NUM_MULTICAST) || \
     !defined(DT_MULTICAST_ON_A) || !defined(DT_SPLIT_K) || !defined(DT_ACCUM_BUFFERS) || !defined(DT_WGMMA_N) || \
     !defined(DT_A_SCALE_ROW_MAJOR) || !defined(DT_RASTER_ALONG_M) || !defined(DT_EVICT_FIRST_B) || !defined(DT_K_UNROLL) || \
-    !defined(DT_PROBLEM_KIND)
-#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B, DT_K_UNROLL and DT_PROBLEM_KIND are set by deep_tile.kernels.fp8_gemm"
+    !defined(DT_PROBLEM_KIND) || !defined(DT_SWAP_N)
+#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B, DT_K_UNROLL, DT_PROBLEM_KIND and DT_SWAP_N are set by deep_tile.kernels.fp8_gemm"
 #endif
 #if !defined(DT_SMEM_BYTES) || !defined(DT_MIN_STAGES) || !defined(DT_MAX_STAGES) || !defined(DT_STORE_SWIZZLE) || \
     !defined(DT_SCALE_GROUP) || !defined(DT_NUM_THREADS)
@@ -18,7 +18,7 @@
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
                                      DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
-                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND)>;
+                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");

@@ -34,6 +34,7 @@ __all__ = [
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
+    "K_UNROLLS", "SWAP_NS", "swap_problems",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -82,6 +83,23 @@ MAX_SPLIT_K = 8
 K_UNROLLS = (3, 6)
 """k-blocks per unrolled body of the one-buffer k-loop (``DT_K_UNROLL``): 3, the depth of the
 b_scale queue, or 6 (one accumulator buffer only; the two-buffer loop has its own unrolling)."""
+SWAP_NS = (0, 8, 16)
+"""Swap-AB (``DT_SWAP_N``): 0 (off), or the token columns of each WGMMA when the weights are its
+64-row operand, 8 or 16; an A of at most that many rows (``KernelConfig.swap_n``)."""
+
+
+def swap_problems(swap_n: int, block_m: int, block_n: int, wgmma_n: int, num_multicast: int,
+                  problem_kind: ProblemKind) -> list:
+    """Why a swap-AB kernel (``swap_n`` > 0) cannot be built, one phrase per broken rule."""
+    if swap_n == 0:
+        return []
+    problems = []
+    if block_m != 64 or block_n % 64 or wgmma_n != block_n:
+        problems.append(f"swap_n needs block_m 64 and block_n a multiple of 64 in one column part (wgmma_n == block_n); "
+                        f"got {block_m}x{block_n} with wgmma_n={wgmma_n}")
+    if num_multicast != 1 or problem_kind is not ProblemKind.DENSE:
+        problems.append("swap_n needs the dense kind without multicast")
+    return problems
 ACCUM_REGISTER_BUDGET = 192
 """Most accumulator registers per consumer thread, ``(sub-tiles + buffers) * wgmma_n / 2``; the
 rest of the 232 after ``setmaxnreg`` holds addresses, scales and loop state (checked spill-free
@@ -282,6 +300,7 @@ def defines(config) -> dict:
         "DT_EVICT_FIRST_B": int(config.evict_first_b),
         "DT_K_UNROLL": config.k_unroll,
         "DT_PROBLEM_KIND": PROBLEM_KIND_CODES[config.problem_kind],
+        "DT_SWAP_N": config.swap_n,
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,

@@ -69,14 +69,15 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
-                 l2_promotion: int = family.DEFAULT_L2_PROMOTION) -> str:
+                 l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
     ``/N``: WGMMAs of N columns; ``rm``: reads a row-major a_scale; ``gM``: raster bands along M
     without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
     ``u6``: the one-buffer k-loop unrolled by 6; ``p128``: the FP8 maps' L2 promotion when not
-    the default 256 bytes; ``contiguous``/``masked``/``offsets``: the grouped kind's kernel.
+    the default 256 bytes; ``sw8``/``sw16``: swap-AB with 8 or 16 token columns per WGMMA;
+    ``contiguous``/``masked``/``offsets``: the grouped kind's kernel.
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -97,6 +98,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += f" u{k_unroll}"
     if l2_promotion != family.DEFAULT_L2_PROMOTION:
         text += f" p{l2_promotion}"
+    if swap_n:
+        text += f" sw{swap_n}"
     if problem_kind.grouped:
         text += " " + problem_kind.short_name
     return text
@@ -148,6 +151,12 @@ class KernelConfig:
             :data:`deep_tile.kernels.fp8_gemm.L2_PROMOTIONS` (a launch-time choice: the tensor
             maps' ``CU_TENSOR_MAP_L2_PROMOTION``; the kernel is the same). Default 256; see
             :func:`deep_tile.select.selector.l2_promotion_for`.
+        swap_n: swap-AB, one of :data:`deep_tile.kernels.fp8_gemm.SWAP_NS`: 0 (default, off), or
+            8 or 16: the weights are each WGMMA's 64-row operand and the first ``swap_n`` rows of
+            A its N side (the output transposed back in the epilogue), for an A of at most
+            ``swap_n`` rows (the launcher checks M). Needs ``block_m == 64``, ``block_n`` a multiple
+            of 64 with ``wgmma_n == block_n``, the dense kind and no multicast. See
+            :func:`deep_tile.select.selector.swap_n_for`.
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -171,6 +180,7 @@ class KernelConfig:
     k_unroll: int = 3
     problem_kind: ProblemKind = ProblemKind.DENSE
     l2_promotion: int = family.DEFAULT_L2_PROMOTION
+    swap_n: int = 0
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -205,6 +215,9 @@ class KernelConfig:
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
                                         self.a_scale_row_major, self.problem_kind)
+        _check_int("swap_n", self.swap_n, f"one of {family.SWAP_NS}", self.swap_n in family.SWAP_NS)
+        problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
+                                         self.problem_kind)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
         _check_int("raster_width", self.raster_width, "an even int >= 2", self.raster_width >= 2 and self.raster_width % 2 == 0)
@@ -266,7 +279,14 @@ class KernelConfig:
     def for_problem(self, problem) -> "KernelConfig":
         """This config as the launcher builds it for ``problem`` (a
         :class:`deep_tile.problem.Problem`): the problem's kind, and its a_scale variant (row-major
-        when the problem reads a_scale so, see :meth:`with_row_major_a_scale`)."""
+        when the problem reads a_scale so, see :meth:`with_row_major_a_scale`).
+
+        Raises:
+            ValueError: a swap-AB config (``swap_n``) for a problem of more rows than ``swap_n``
+                (or not dense)."""
+        if self.swap_n and (problem.kind is not ProblemKind.DENSE or problem.m > self.swap_n):
+            raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
+                             f"got {problem.kind.value} with M={problem.m}")
         config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
         if config.a_scale_row_major == problem.a_scale_row_major:
             return config
@@ -279,7 +299,7 @@ class KernelConfig:
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
-                            self.l2_promotion)
+                            self.l2_promotion, self.swap_n)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -43,6 +43,9 @@ def _config_lines(cfg: KernelConfig) -> list:
     loop = (f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")
+    if cfg.swap_n:
+        loop += (f"; swap-AB: each 64 weight rows are a WGMMA's 64-row operand and A's first {cfg.swap_n} rows its "
+                 f"N side, the output stored transposed (M <= {cfg.swap_n}: selector.swap_n_for)")
     return [
         f"config: {cfg.label}",
         f"  tile {cfg.block_m}x{cfg.block_n}x{cfg.block_k}, {cfg.num_stages} stages; {launch}",

@@ -33,7 +33,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
 __all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "RASTER_WIDTH", "check_positive_int"]
@@ -210,7 +210,26 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         if not problem.kind.grouped else (problem.expected_m <= GROUPED_STREAM_MAX_M
                                                           and streams_b(1, e.k_blocks_per_cta)),
                         k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind,
-                        l2_promotion=l2_promotion_for(problem, c.block_m, chip))
+                        l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
+
+
+SWAP_MAX_M = 16
+"""Most rows of A for which :func:`swap_n_for` swaps the WGMMA operands."""
+
+
+def swap_n_for(problem: Problem, c) -> int:
+    """Swap-AB (``KernelConfig.swap_n``) for candidate ``c`` (a
+    :class:`deep_tile.select.candidates.Candidate`) of ``problem``: a dense problem of at most
+    :data:`SWAP_MAX_M` rows on a tile that allows it (64 rows, a width that is a multiple of 64 in
+    one column part, no multicast) gets 8 token columns per WGMMA up to 8 rows, else 16; otherwise
+    0. The model's ranking does not see it: it is applied to the pick, like :func:`k_unroll_for`.
+
+    Measured: benchmarks/RESULTS.md, "Selector rules", swap-AB at small M (selector.swap_n_for).
+    """
+    if (problem.kind is not ProblemKind.DENSE or problem.m > SWAP_MAX_M or c.block_m != 64 or c.block_n % 64
+            or c.wgmma_n != c.block_n or c.num_multicast != 1):
+        return 0
+    return 8 if problem.m <= 8 else 16
 
 
 def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:

@@ -13,7 +13,8 @@
 - ``ef``: B loaded evict-first and A evict-last in L2 (``KernelConfig.evict_first_b``);
 - ``uN``: k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``, default 3);
 - ``pN``: the FP8 maps' L2 promotion in bytes, 0, 64, 128 or 256 (``KernelConfig.l2_promotion``,
-  default 256).
+  default 256);
+- ``swN``: swap-AB with N (8 or 16) token columns per WGMMA (``KernelConfig.swap_n``; M <= N).
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             fields["raster_along_m"] = True
         elif option == "ef":
             fields["evict_first_b"] = True
+        elif option.startswith("sw") and option[2:].isdigit():
+            fields["swap_n"] = int(option[2:])
         elif kind in "skbwgup" and value.isdigit():
             key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "raster_width",
                    "u": "k_unroll", "p": "l2_promotion"}[kind]
@@ -82,13 +85,15 @@ def format_config(config: KernelConfig) -> str:
         text += f":u{config.k_unroll}"
     if config.l2_promotion != DEFAULT_L2_PROMOTION:
         text += f":p{config.l2_promotion}"
+    if config.swap_n:
+        text += f":sw{config.swap_n}"
     return text
 
 
 def defines_label(defines: dict) -> str:
     """A compact, file-name-safe label of a GEMM kernel's defines, e.g. ``128x144s5b1w144mcAefu6``
     (tile, stages, buffers, WGMMA width, then ``mcA``/``mcB``, ``gM``, ``kN``, ``rm``, ``ef``,
-    ``uN`` where they differ from the default, then the grouped kind): test ids and
+    ``uN``, ``swN`` where they differ from the default, then the grouped kind): test ids and
     tools/sass_diff.py's file names."""
     d = defines
     text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
@@ -104,6 +109,8 @@ def defines_label(defines: dict) -> str:
         text += "ef"
     if d.get("DT_K_UNROLL", 3) != 3:
         text += f"u{d['DT_K_UNROLL']}"
+    if d.get("DT_SWAP_N", 0):
+        text += f"sw{d['DT_SWAP_N']}"
     code = d.get("DT_PROBLEM_KIND", 0)
     if code:
         text += kind_of_code(code).short_name

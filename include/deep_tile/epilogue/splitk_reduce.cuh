@@ -15,6 +15,20 @@ template <class Cfg>
 DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
                              int thread_in_wg) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+  if constexpr (Cfg::kSwapAB) {  // result[0] is D^T (store_tile_swapped's layout): written back transposed
+#pragma unroll
+    for (int mb = 0; mb < Cfg::kBlockN / 64; ++mb) {
+#pragma unroll
+      for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int row = 8 * j + 2 * (lane % 4) + q % 2, col = mb * 64 + warp_in_wg * 16 + lane / 4 + 8 * (q / 2);
+          partial[row * Cfg::kPartialPitch + col] = result[0][mb * (Cfg::kSwapN / 2) + 4 * j + q];
+        }
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
     const int row = wg * Cfg::kWgM + slab * 64 + warp_in_wg * 16 + lane / 4;

@@ -12,7 +12,7 @@ namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense>
+          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -39,6 +39,13 @@ struct Fp8GemmConfig {
   // k-blocks per unrolled body of the one-buffer k-loop: 3 (BScaleQueue's depth) or 6 (long
   // K ranges; deep_tile/select/selector.py k_unroll_for).
   static constexpr int kKUnroll = kKUnroll_;
+  // Swap-AB (small M, dense): the weights are each WGMMA's 64-row operand and the first kSwapN
+  // rows of the A tile (every real row: M <= kSwapN) its N side, so a k-block's tensor work and
+  // promotion shrink from 64 x kBlockN to kBlockN x kSwapN. Sub-tile t of the tile is weight rows
+  // [64t, 64t + 64); the output is stored transposed back (store_tile_swapped, write_partial).
+  // 0: off. The host picks it for M <= 16 (deep_tile/select/selector.py swap_n_for).
+  static constexpr int kSwapN = kSwapN_;
+  static constexpr bool kSwapAB = kSwapN_ > 0;
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
@@ -138,6 +145,10 @@ struct Fp8GemmConfig {
                    "the offsets kind (DT_PROBLEM_KIND 3) needs DT_A_SCALE_ROW_MAJOR: its tiles start at any row, and a "
                    "column-major a_scale box must start 16-byte aligned");
   DT_STATIC_ASSERT(!kGrouped || kSplitK == 1, "the grouped kinds (DT_PROBLEM_KIND != 0) need DT_SPLIT_K == 1");
+  DT_STATIC_ASSERT(kSwapN == 0 || ((kSwapN == 8 || kSwapN == 16) && kBlockM == 64 && kBlockN % 64 == 0 &&
+                                    kNumNParts == 1 && kNumMulticast == 1 && !kGrouped),
+                   "DT_SWAP_N must be 0, or 8 or 16 with DT_BLOCK_M 64, DT_BLOCK_N a multiple of 64 equal to DT_WGMMA_N, "
+                   "no multicast and the dense kind");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

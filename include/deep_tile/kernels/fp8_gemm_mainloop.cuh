@@ -9,6 +9,10 @@
 // the next step are issued before this one is promoted (wgmma.wait_group 1), so the tensor cores
 // and the promotion overlap inside one warpgroup: a small tile's k-loop is otherwise one
 // dependent chain per K block (wait for data, WGMMA, wait, promote) and latency bound.
+//
+// Swap-AB (Cfg::kSwapAB) swaps the WGMMA operands: each 64-row block of the B (weight) stage is
+// the 64-row operand, the first kSwapN rows of the A stage the N side, so the accumulator holds
+// D^T (weight rows x tokens) and the promotion scales columns by a_scale instead of rows.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/pipeline/pipeline_state.cuh"
@@ -241,7 +245,10 @@ struct TileMainloop {
   BScaleFor<Cfg, kTwoRows> bscale;
   bool peer_alive;
   float acc[Cfg::kNumAccumBuffers][kAcc];
-  float row_scale[Cfg::kNumAccumBuffers][2];
+  // a_scale of this thread's two rows, or under swap-AB of its kSwapN / 4 token columns
+  // (2 * (lane % 4) + {0, 1} of each 8-column block).
+  static constexpr int kRowScales = Cfg::kSwapAB ? Cfg::kSwapN / 4 : 2;
+  float row_scale[Cfg::kNumAccumBuffers][kRowScales];
 
   template <int kBuf>
   DT_DEVICE void fence_accumulator() {
@@ -255,12 +262,21 @@ struct TileMainloop {
     constexpr int kSlab = kSub / Cfg::kNumNParts, kPart = kSub % Cfg::kNumNParts;
     const int stage = issue_state.index;
     if constexpr (kSub == 0) ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
-    // The two rows of this thread in the slab; read before the stage can be released.
-    const int row = ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
+    // The two rows of this thread in the slab (swap-AB: its token columns); read before the stage
+    // can be released.
+    const int row = Cfg::kSwapAB ? 2 * (ctx.lane % 4) : ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
     const float* a_scale = ctx.smem.a_scale + (stage * Cfg::kBlockM + row) * Cfg::kAScaleCols +
                            (Cfg::kAScaleRowMajor ? (kb & 3) : 0);
-    row_scale[kBuf][0] = a_scale[0];
-    row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
+    if constexpr (Cfg::kSwapAB) {
+#pragma unroll
+      for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
+        row_scale[kBuf][2 * j] = a_scale[8 * j * Cfg::kAScaleCols];
+        row_scale[kBuf][2 * j + 1] = a_scale[(8 * j + 1) * Cfg::kAScaleCols];
+      }
+    } else {
+      row_scale[kBuf][0] = a_scale[0];
+      row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
+    }
     if constexpr (kSub == 0) bscale.read_stage(ctx.smem.b_scale + stage * 2);
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
@@ -268,10 +284,23 @@ struct TileMainloop {
     // stage part once per sub-tile, the rest constants).
     const u32 a_lo = ctx.desc_a0 + stage * (Cfg::kTileABytes / 16) + kSlab * 64 * Cfg::kBlockK / 16;
     const u32 b_lo = ctx.desc_b0 + stage * (Cfg::kTileBBytes / 16) + kPart * Cfg::kWgmmaN * Cfg::kBlockK / 16;
+    if constexpr (Cfg::kSwapAB) {
+      // Weight rows [64 mb, 64 mb + 64) times the A stage's first kSwapN rows into accumulator
+      // floats [mb * kSwapN / 2, ...).
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-      // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
-      Wgmma::mma(ptx::sw128_desc(a_lo + kk * 2), ptx::sw128_desc(b_lo + kk * 2), acc[kBuf], kk > 0);
+      for (int mb = 0; mb < Cfg::kBlockN / 64; ++mb) {
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+          ptx::WgmmaFp8<Cfg::kSwapN>::mma(ptx::sw128_desc(b_lo + mb * 64 * Cfg::kBlockK / 16 + kk * 2),
+                                          ptx::sw128_desc(a_lo + kk * 2), acc[kBuf] + mb * (Cfg::kSwapN / 2), kk > 0);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+        // k-slice kk of a 128B-swizzled K-major tile starts 32 bytes further along the row.
+        Wgmma::mma(ptx::sw128_desc(a_lo + kk * 2), ptx::sw128_desc(b_lo + kk * 2), acc[kBuf], kk > 0);
+      }
     }
     ptx::wgmma_commit_group();
     if constexpr (kSub == kLast) issue_state.advance();
@@ -286,6 +315,24 @@ struct TileMainloop {
     if constexpr (kSub == kLast) {
       release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
       release_state.advance();
+    }
+    if constexpr (Cfg::kSwapAB) {
+      // Accumulator 4j + q of weight block mb: weight row (lane / 4) + 8 (q / 2), token column
+      // 8j + 2 (lane % 4) + q % 2; the block's b_scale row is row 1 from the straddle point on.
+#pragma unroll
+      for (int mb = 0; mb < Cfg::kBlockN / 64; ++mb) {
+        const float b = mb * 8 < kFirstBlocks ? bscale.now0 : bscale.now1;
+#pragma unroll
+        for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
+          const float s0 = row_scale[kBuf][2 * j] * b, s1 = row_scale[kBuf][2 * j + 1] * b;
+          const int i = mb * (Cfg::kSwapN / 2) + 4 * j;
+          result[kSub][i + 0] += s0 * acc[kBuf][i + 0];
+          result[kSub][i + 1] += s1 * acc[kBuf][i + 1];
+          result[kSub][i + 2] += s0 * acc[kBuf][i + 2];
+          result[kSub][i + 3] += s1 * acc[kBuf][i + 3];
+        }
+      }
+      return;
     }
     const float lo0 = row_scale[kBuf][0] * bscale.now0, hi0 = row_scale[kBuf][1] * bscale.now0;
     const float lo1 = row_scale[kBuf][0] * bscale.now1, hi1 = row_scale[kBuf][1] * bscale.now1;

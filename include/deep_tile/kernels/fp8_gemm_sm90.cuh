@@ -175,7 +175,11 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
-      store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
+      if constexpr (Cfg::kSwapAB) {
+        store_tile_swapped<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd);
+      } else {
+        store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
+      }
     }
   }
   trace::stamp_if<trace::kLoopDone>(threadIdx.x == 0);
