@@ -213,8 +213,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
 
 
-SWAP_MAX_M = 16
-"""Most rows of A for which :func:`swap_n_for` swaps the WGMMA operands."""
+SWAP_MAX_M = max(family.SWAP_NS)
+"""Most rows of A for which :func:`swap_n_for` swaps the WGMMA operands (the widest swap)."""
 
 
 def swap_n_for(problem: Problem, c) -> int:
@@ -226,10 +226,11 @@ def swap_n_for(problem: Problem, c) -> int:
 
     Measured: benchmarks/RESULTS.md, "Selector rules", swap-AB at small M (selector.swap_n_for).
     """
-    if (problem.kind is not ProblemKind.DENSE or problem.m > SWAP_MAX_M or c.block_m != 64 or c.block_n % 64
-            or c.wgmma_n != c.block_n or c.num_multicast != 1):
+    if problem.m > SWAP_MAX_M:
         return 0
-    return 8 if problem.m <= 8 else 16
+    swap_n = min(n for n in family.SWAP_NS if n >= problem.m and n > 0)
+    legal = not family.swap_problems(swap_n, c.block_m, c.block_n, c.wgmma_n, c.num_multicast, problem.kind)
+    return swap_n if legal else 0
 
 
 def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:
