@@ -3,6 +3,7 @@ decode chain's measure (benchmarks/bench_decode.py) for any design of one kernel
 
     python benchmarks/chain_floor.py                      # M = 1 and 64, under a minute warm
     python benchmarks/chain_floor.py --m 1,16,64 --forced "64:2112,7168=64x64:k3:ef:p128"
+    python benchmarks/chain_floor.py --m 16 --forced "w@16:7168,16384=64x128:k2:ef:p128:sw16" "n@16:32768,512=64x128:gM"
     python benchmarks/chain_floor.py --alone 7168,16384 --m 64 --configs 64x128:k2:ef:p128
 
 The dense chain of bench_decode (a DeepSeek-V3 layer's six dense GEMMs, ``--layers`` copies with
@@ -20,7 +21,9 @@ written) over the same weight buffers, timed in the same rounds:
 - ``read layer``: one read of the layer's six weights at once (they share one buffer): no
   boundaries at all;
 - ``deep_tile forced`` (with ``--forced M:N,K=config ...``): deep_tile with those configurations
-  (testing.configs texts) for those GEMMs and the selector's elsewhere;
+  (testing.configs texts) for those GEMMs and the selector's elsewhere; entries spelled
+  ``NAME@M:N,K=config`` make one chain ``forced NAME`` per NAME instead, so several sets are timed
+  in the same rounds (``--warm I/N`` compiles their kernels in N processes first);
 - ``ldg`` (with ``--ldg``, M <= 16): the probe GEMM of benchmarks/ldg_gemm.cu, which streams the
   weights with plain 16-byte loads as the read kernel does (PDL, waiting before it reads); its
   outputs are checked like deep_tile's.
@@ -35,6 +38,7 @@ read kernel at the default grid and ``--read-grids``), ``--passes`` times in tur
 import argparse
 import functools
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -57,20 +61,24 @@ from read_floor import PROBE_SOURCE, PROBE_SYMBOLS, READ_CTAS_PER_SM, READ_THREA
 
 READ = PROBE_SYMBOLS[1]
 TIMELINE_CHAINS = ("deep_tile", "read", "deep_tile forced", "ldg")
-"""Chains whose per-kernel times are printed (when run)."""
+"""Chains whose per-kernel times are printed (when run), beside every named ``forced NAME`` chain."""
 
 
 def parse_forced(items) -> dict:
-    """``["M:N,K=config", ...]`` -> ``{(M, N, K): config text}``; ValueError on a malformed item."""
+    """``["[NAME@]M:N,K=config", ...]`` -> ``{chain name: {(M, N, K): config text}}``: the unnamed
+    entries make the chain ``deep_tile forced``, each NAME a chain ``forced NAME`` (so one run can
+    time several sets of configurations side by side); ValueError on a malformed item."""
     forced = {}
     for item in items:
         try:
-            key, text = item.split("=")
+            name, _, entry = item.rpartition("@")
+            key, text = entry.split("=")
             m, nk = key.split(":")
             n, k = nk.split(",")
-            forced[(int(m), int(n), int(k))] = text
+            chain = f"forced {name}" if name else "deep_tile forced"
+            forced.setdefault(chain, {})[(int(m), int(n), int(k))] = text
         except ValueError:
-            raise ValueError(f"--forced: expected M:N,K=config; got {item!r}") from None
+            raise ValueError(f"--forced: expected [NAME@]M:N,K=config; got {item!r}") from None
     return forced
 
 
@@ -154,12 +162,13 @@ def build_layers(m: int, layers: int, seed: int) -> list:
 
 
 def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
-    """Check and time every chain at ``m`` tokens; one profiled replay of TIMELINE_CHAINS."""
+    """Check and time every chain at ``m`` tokens (``forced``: parse_forced's sets); one profiled
+    replay of TIMELINE_CHAINS and of every forced chain."""
     layers = build_layers(m, args.layers, args.seed)
     sink = torch.zeros(1 << 16, dtype=torch.int32, device="cuda")
     chains = {"deep_tile": [], "read": [], "read nopdl": [], "read nowait": [], "read layer": []}
-    if forced:
-        chains["deep_tile forced"] = []
+    for name in forced:
+        chains[name] = []
     if args.ldg:
         chains["ldg"] = []
     outs, ldg_outs = [], []
@@ -169,10 +178,10 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
             out = torch.full((m, gemm.n), float("nan"), dtype=torch.bfloat16, device="cuda")
             outs.append((gemm, ops, out))
             chains["deep_tile"].append(bench_decode.deep_tile_call(gemm, ops, out))
-            if forced:
-                text = forced.get((m, gemm.n, gemm.k))
-                chains["deep_tile forced"].append(bench_decode.deep_tile_call(gemm, ops, out) if text is None
-                                                  else forced_call(text, m, gemm, ops, out))
+            for name, texts in forced.items():
+                text = texts.get((m, gemm.n, gemm.k))
+                chains[name].append(bench_decode.deep_tile_call(gemm, ops, out) if text is None
+                                    else forced_call(text, m, gemm, ops, out))
             if args.ldg:
                 ldg_out = torch.full((m, gemm.n), float("nan"), dtype=torch.bfloat16, device="cuda")
                 ldg_outs.append((gemm, ops, ldg_out))
@@ -184,7 +193,7 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
     deep_tile.set_pdl(True)
     graphs = {name: capture_graph(lambda calls=calls: [c() for c in calls]) for name, calls in chains.items()}
     checks = []
-    for name, written in (("deep_tile", outs), ("deep_tile forced", outs), ("ldg", ldg_outs)):
+    for name, written in [("deep_tile", outs)] + [(name, outs) for name in forced] + [("ldg", ldg_outs)]:
         if name in graphs:  # what one replay writes, the outputs poisoned first
             for _, _, out in written:
                 out.fill_(float("nan"))
@@ -202,9 +211,25 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
         rows[name] = {"us_per_layer": per_layer, "pct_copy": nbytes / (per_layer * 1e-6) / copy_rate * 100}
     kernels = [(g, o, None) for _, pairs in layers for g, o in pairs]
     timelines = {name: bench_decode.timeline(graphs[name], kernels, copy_rate, args.flush)
-                 for name in TIMELINE_CHAINS if name in graphs}
+                 for name in graphs if name in TIMELINE_CHAINS or name in forced}
     return {"m": m, "ok": all(c[2] and c[3] for c in checks), "max_calc_diff": max(c[0] for c in checks),
             "weight_bytes": weight_bytes, "gemm_bytes": gemm_bytes, "chains": rows, "timelines": timelines}
+
+
+def warm_forced(args) -> int:
+    """Compile (and run once) the forced kernels of a slice of the (chain, M, GEMM) entries; no timing."""
+    index, count = (int(v) for v in args.warm.split("/"))
+    entries = sorted((name, m, n, k, text) for name, texts in args.forced_map.items()
+                     for (m, n, k), text in texts.items())
+    gen = torch.Generator(device="cuda")
+    for name, m, n, k, text in entries[index::count]:
+        gen.manual_seed(m)
+        gemm = bench_decode.Gemm(f"{n}x{k}", n, k)
+        ops = bench_decode.make_operands(gemm, m, gen)
+        forced_call(text, m, gemm, ops, torch.empty((m, n), dtype=torch.bfloat16, device="cuda"))()
+        torch.cuda.synchronize()
+        print(f"warm {name} M={m} {gemm.name} {text}", flush=True)
+    return 0
 
 
 def run_alone(args, read, copy_rate: float) -> list:
@@ -261,7 +286,10 @@ def parse_args(argv=None):
     p.add_argument("--flush", choices=FLUSH_KINDS, default="write")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--forced", nargs="*", default=[],
-                   help="M:N,K=config entries: a 'deep_tile forced' chain with these configs for those GEMMs")
+                   help="[NAME@]M:N,K=config entries: a 'deep_tile forced' chain (a 'forced NAME' chain per NAME) "
+                        "with these configs for those GEMMs")
+    p.add_argument("--warm", metavar="I/N", help="only compile the forced kernels of every N-th (chain, M, GEMM) "
+                   "entry from the I-th (run N such processes at once before timing)")
     p.add_argument("--ldg", action="store_true", help="add the ldg probe GEMM (M <= 16; benchmarks/ldg_gemm.cu)")
     p.add_argument("--alone", help="N,K: time each call alone over this weight instead of the chains")
     p.add_argument("--configs", nargs="*", default=[], help="with --alone: deep_tile configs (testing.configs texts)")
@@ -280,6 +308,8 @@ def parse_args(argv=None):
         args.forced_map = parse_forced(args.forced)
     except ValueError as exc:
         p.error(str(exc))
+    if args.warm is not None and not re.fullmatch(r"\d+/[1-9]\d*", args.warm):
+        p.error(f"--warm: expected I/N; got {args.warm!r}")
     if min(args.layers, args.replays, args.iters, args.passes) < 1:
         p.error("need --layers, --replays, --iters and --passes >= 1")
     return args
@@ -290,6 +320,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("chain_floor: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.warm:
+        return warm_forced(args)
     env = bench_decode.environment()
     print(bench_decode.environment_text(env))
     copy_rate = copy_bandwidth()
