@@ -4,6 +4,7 @@
 // result is bitwise identical run to run), and stores bf16 to global memory.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/swap_fragment.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
 
@@ -15,15 +16,19 @@ template <class Cfg>
 DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
                              int thread_in_wg) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
-  if constexpr (Cfg::kSwapAB) {  // result[0] is D^T (store_tile_swapped's layout): written back transposed
+  if constexpr (Cfg::kSwapAB) {  // result[0] is D^T (SwapFragment's layout): written back transposed
+    using Frag = SwapFragment<Cfg>;
 #pragma unroll
-    for (int mb = 0; mb < Cfg::kBlockN / 64; ++mb) {
+    for (int mb = 0; mb < Frag::kBlocks; ++mb) {
 #pragma unroll
-      for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
+      for (int j = 0; j < Frag::kTokenBlocks; ++j) {
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int row = 8 * j + 2 * (lane % 4) + q % 2, col = mb * 64 + warp_in_wg * 16 + lane / 4 + 8 * (q / 2);
-          partial[row * Cfg::kPartialPitch + col] = result[0][mb * (Cfg::kSwapN / 2) + 4 * j + q];
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int row = Frag::token(j, q, lane), col = Frag::weight_row(mb, h, warp_in_wg, lane);
+            partial[row * Cfg::kPartialPitch + col] = result[0][Frag::index(mb, j, h, q)];
+          }
         }
       }
     }

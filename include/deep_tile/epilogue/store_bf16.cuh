@@ -3,6 +3,7 @@
 // own staging region, so the two warpgroups never wait for each other.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/swap_fragment.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
@@ -109,29 +110,27 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   }
 }
 
-/// Store a swap-AB tile (Cfg::kSwapAB: `result[0]` holds D^T, weight rows x tokens, see
-/// TileMainloop) straight from registers: thread (warp w, lane l) has output columns
-/// n0 + 64 mb + 16 w + l / 4 (+ 8) of tokens m0 + 8 j + 2 (l % 4) (+ 1); columns past n and rows
-/// at or past m_end are skipped. A swap-AB tile has at most 16 real rows, a few KB of output, so
-/// bf16 stores of 2 bytes (each 8 lanes of a warp writing 16 contiguous bytes) replace the
-/// staging and TMA store.
+/// Store a swap-AB tile (Cfg::kSwapAB: `result[0]` holds D^T, weight rows x tokens, laid out as
+/// SwapFragment says) straight from registers; columns past n and rows at or past m_end are
+/// skipped. A swap-AB tile has at most 16 real rows, a few KB of output, so bf16 stores of 2
+/// bytes (each 8 lanes of a warp writing 16 contiguous bytes) replace the staging and TMA store.
 template <class Cfg>
 DT_DEVICE void store_tile_swapped(const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int thread_in_wg,
                                   int m0, int n0, int m_end, int n, u8* d, int ldd) {
+  using Frag = SwapFragment<Cfg>;
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
 #pragma unroll
-  for (int mb = 0; mb < Cfg::kBlockN / 64; ++mb) {
+  for (int mb = 0; mb < Frag::kBlocks; ++mb) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int col = n0 + mb * 64 + warp_in_wg * 16 + lane / 4 + 8 * half;
+    for (int h = 0; h < 2; ++h) {
+      const int col = n0 + Frag::weight_row(mb, h, warp_in_wg, lane);
 #pragma unroll
-      for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
+      for (int j = 0; j < Frag::kTokenBlocks; ++j) {
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
-          const int row = m0 + 8 * j + 2 * (lane % 4) + q;
+          const int row = m0 + Frag::token(j, q, lane);
           if (col < n && row < m_end) {
-            ptx::store_global_bf16(d + (static_cast<long long>(row) * ldd + col) * 2,
-                                   result[0][mb * (Cfg::kSwapN / 2) + 4 * j + 2 * half + q]);
+            ptx::store_global_bf16(d + (static_cast<long long>(row) * ldd + col) * 2, result[0][Frag::index(mb, j, h, q)]);
           }
         }
       }

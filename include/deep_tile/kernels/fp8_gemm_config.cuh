@@ -41,8 +41,9 @@ struct Fp8GemmConfig {
   static constexpr int kKUnroll = kKUnroll_;
   // Swap-AB (small M, dense): the weights are each WGMMA's 64-row operand and the first kSwapN
   // rows of the A tile (every real row: M <= kSwapN) its N side, so a k-block's tensor work and
-  // promotion shrink from 64 x kBlockN to kBlockN x kSwapN. Sub-tile t of the tile is weight rows
-  // [64t, 64t + 64); the output is stored transposed back (store_tile_swapped, write_partial).
+  // promotion shrink from 64 x kBlockN to kBlockN x kSwapN. The one sub-tile's accumulators hold
+  // D^T as kernels/swap_fragment.cuh lays it out; the output is stored transposed back
+  // (store_tile_swapped, write_partial).
   // 0: off. The host picks it for M <= 16 (deep_tile/select/selector.py swap_n_for).
   static constexpr int kSwapN = kSwapN_;
   static constexpr bool kSwapAB = kSwapN_ > 0;

@@ -15,6 +15,7 @@
 // D^T (weight rows x tokens) and the promotion scales columns by a_scale instead of rows.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/swap_fragment.cuh"
 #include "deep_tile/pipeline/pipeline_state.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/wgmma_fp8.cuh"
@@ -245,9 +246,9 @@ struct TileMainloop {
   BScaleFor<Cfg, kTwoRows> bscale;
   bool peer_alive;
   float acc[Cfg::kNumAccumBuffers][kAcc];
-  // a_scale of this thread's two rows, or under swap-AB of its kSwapN / 4 token columns
-  // (2 * (lane % 4) + {0, 1} of each 8-column block).
-  static constexpr int kRowScales = Cfg::kSwapAB ? Cfg::kSwapN / 4 : 2;
+  // a_scale of this thread's two rows, or under swap-AB of its token columns (SwapFragment's
+  // token slots).
+  static constexpr int kRowScales = Cfg::kSwapAB ? SwapFragment<Cfg>::kTokenSlots : 2;
   float row_scale[Cfg::kNumAccumBuffers][kRowScales];
 
   template <int kBuf>
@@ -264,14 +265,18 @@ struct TileMainloop {
     if constexpr (kSub == 0) ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
     // The two rows of this thread in the slab (swap-AB: its token columns); read before the stage
     // can be released.
-    const int row = Cfg::kSwapAB ? 2 * (ctx.lane % 4) : ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
+    const int row = Cfg::kSwapAB ? SwapFragment<Cfg>::token(0, 0, ctx.lane)
+                                 : ctx.wg * Cfg::kWgM + kSlab * 64 + ctx.warp_in_wg * 16 + ctx.lane / 4;
     const float* a_scale = ctx.smem.a_scale + (stage * Cfg::kBlockM + row) * Cfg::kAScaleCols +
                            (Cfg::kAScaleRowMajor ? (kb & 3) : 0);
     if constexpr (Cfg::kSwapAB) {
+      using Frag = SwapFragment<Cfg>;
 #pragma unroll
-      for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
-        row_scale[kBuf][2 * j] = a_scale[8 * j * Cfg::kAScaleCols];
-        row_scale[kBuf][2 * j + 1] = a_scale[(8 * j + 1) * Cfg::kAScaleCols];
+      for (int j = 0; j < Frag::kTokenBlocks; ++j) {
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          row_scale[kBuf][Frag::token_slot(j, q)] = a_scale[(Frag::token(j, q, ctx.lane) - row) * Cfg::kAScaleCols];
+        }
       }
     } else {
       row_scale[kBuf][0] = a_scale[0];
@@ -317,19 +322,22 @@ struct TileMainloop {
       release_state.advance();
     }
     if constexpr (Cfg::kSwapAB) {
-      // Accumulator 4j + q of weight block mb: weight row (lane / 4) + 8 (q / 2), token column
-      // 8j + 2 (lane % 4) + q % 2; the block's b_scale row is row 1 from the straddle point on.
+      // Each accumulator scales by its token's a_scale and its 64-row weight block's b_scale (row
+      // 1 of the tile's b_scale from the straddle point on; kFirstBlocks counts 8-column blocks).
+      using Frag = SwapFragment<Cfg>;
 #pragma unroll
-      for (int mb = 0; mb < Cfg::kBlockN / 64; ++mb) {
+      for (int mb = 0; mb < Frag::kBlocks; ++mb) {
         const float b = mb * 8 < kFirstBlocks ? bscale.now0 : bscale.now1;
 #pragma unroll
-        for (int j = 0; j < Cfg::kSwapN / 8; ++j) {
-          const float s0 = row_scale[kBuf][2 * j] * b, s1 = row_scale[kBuf][2 * j + 1] * b;
-          const int i = mb * (Cfg::kSwapN / 2) + 4 * j;
-          result[kSub][i + 0] += s0 * acc[kBuf][i + 0];
-          result[kSub][i + 1] += s1 * acc[kBuf][i + 1];
-          result[kSub][i + 2] += s0 * acc[kBuf][i + 2];
-          result[kSub][i + 3] += s1 * acc[kBuf][i + 3];
+        for (int j = 0; j < Frag::kTokenBlocks; ++j) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const int i = Frag::index(mb, j, h, q);
+              result[kSub][i] += (row_scale[kBuf][Frag::token_slot(j, q)] * b) * acc[kBuf][i];
+            }
+          }
         }
       }
       return;

@@ -274,6 +274,10 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
   /// m-block before and stores the same values there again.
   /// NOTES: a box half or more past M is zero-filled by the TMA unit at a cost: 4096x7168 with
   /// 64x64 tiles ran 17.6 us at M = 96 against 13.1 us at M = 128 (H200, RESULTS.md session 21).
+  /// `(x + 3) & ~3` rounds x up to a multiple of 4 for negative x too (M below one tile), where
+  /// align_up's division rounds toward zero (the clamp to 0 would hide it). Spelling this or
+  /// stage_tx_bytes_for's rounding as align_up changed every kernel's SASS (tools/sass_diff.py,
+  /// session 25), so both stay as they are.
   DT_DEVICE int tile_m0(int m_block) const {
     return max_int(0, min_int(m_block * Cfg::kBlockM, (m - Cfg::kBlockM + 3) & ~3));
   }
