@@ -61,3 +61,19 @@ def test_tail_consistency_tells_a_fixed_tail_from_a_random_one():
     assert 3.5 < spread < 4.1 and abs(corr) < 0.3
     flat = [_ctas([5.0] * 4) for _ in range(2)]
     assert trace_chain.tail_consistency(flat)[0] == 0 and np.isnan(trace_chain.tail_consistency(flat)[1])
+
+
+def test_epilogue_gaps_split_the_wait_from_the_reduction():
+    sys.path.insert(0, str(ROOT / "tools"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import trace_chain
+    except ImportError as err:
+        pytest.skip(f"trace_chain not importable: {err}")
+    # CTA 2 ends last: 0.3 us waiting at the barrier, then 1.5 us to its end; a persistent CTA
+    # (published 0) is left out.
+    ctas = [{"loop_done": 1000, "published": 1200, "end": 1700}, {"loop_done": 1100, "published": 1200, "end": 1600},
+            {"loop_done": 900, "published": 1200, "end": 2700}, {"loop_done": 500, "published": 0, "end": 9000}]
+    gaps = trace_chain.epilogue_gaps(ctas)
+    assert gaps["barrier"] == pytest.approx((0.2, 0.3)) and gaps["reduce"] == pytest.approx((0.5, 1.5))
+    assert trace_chain.POINTS.index("published") == 6 and set(trace_chain.SHOWN) == set(trace_chain.POINTS)

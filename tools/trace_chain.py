@@ -41,7 +41,11 @@ from deep_tile.checks import check_fp8_gemm_args  # noqa: E402
 from deep_tile.device import get_num_sms  # noqa: E402
 from deep_tile.testing.timing import L2Flush, capture_graph  # noqa: E402
 
-POINTS = ("entry", "waited", "first_data", "last_issue", "loop_done", "end")
+POINTS = ("entry", "waited", "first_data", "last_issue", "loop_done", "end", "published")
+"""The points of a CTA's row in the trace buffer, in slot order (include/deep_tile/debug/trace.cuh);
+``published`` only in split-K kernels."""
+SHOWN = ("entry", "waited", "first_data", "last_issue", "loop_done", "published", "end")
+"""The same in the order of a CTA's life, as the table prints them."""
 
 
 def parse_args(argv=None):
@@ -86,15 +90,33 @@ def read_trace(kernel) -> list:
 
 def report(kernels: list) -> None:
     """Print the table of the module docstring for ``kernels`` (chain order)."""
-    print(f"{'GEMM':<11} {'CTAs':>4} " + " ".join(f"{p:>20}" for p in POINTS))
+    print(f"{'GEMM':<11} {'CTAs':>4} " + " ".join(f"{p:>20}" for p in SHOWN))
     prev_end = min(c["waited"] for c in kernels[0]["ctas"])
     for kern in kernels:
         cells = []
-        for point in POINTS:
+        for point in SHOWN:
             values = [(c[point] - prev_end) / 1e3 for c in kern["ctas"] if c[point]]
             cells.append(f"{min(values):6.1f}/{statistics.median(values):6.1f}/{max(values):6.1f}" if values else "-")
         print(f"{kern['n']:>5}x{kern['k']:<5} {len(kern['ctas']):>4} " + " ".join(f"{c:>20}" for c in cells))
         prev_end = max(c["end"] for c in kern["ctas"])
+    split = [kern for kern in kernels if any(c["published"] for c in kern["ctas"])]
+    if split:
+        print("\nsplit-K epilogues, us per CTA (median / the CTA that ends last): k-loop done -> partials "
+              "published (the cluster barrier: the wait for the slowest peer), published -> end")
+        for kern in split:
+            gaps = epilogue_gaps(kern["ctas"])
+            print(f"{kern['n']:>5}x{kern['k']:<5} " + "   ".join(f"{name} {med:4.2f} / {last:4.2f}"
+                                                       for name, (med, last) in gaps.items()))
+
+
+def epilogue_gaps(ctas: list) -> dict:
+    """Per split-K CTA, the microseconds from its k-loop's end to the cluster barrier's pass and from
+    there to its end: ``{name: (median over the CTAs, that of the CTA that ends last)}``."""
+    ctas = [c for c in ctas if c["published"]]
+    last = max(ctas, key=lambda c: c["end"])
+    pairs = {"barrier": ("loop_done", "published"), "reduce": ("published", "end")}
+    return {name: (statistics.median((c[b] - c[a]) / 1e3 for c in ctas), (last[b] - last[a]) / 1e3)
+            for name, (a, b) in pairs.items()}
 
 
 def tail_consistency(runs: list) -> tuple:

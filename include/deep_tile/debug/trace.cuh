@@ -20,8 +20,12 @@ constexpr bool kEnabled = true;
 constexpr bool kEnabled = false;
 #endif
 
-enum Point { kEntry, kWaited, kFirstData, kLastIssue, kLoopDone, kEnd, kNumPoints };
+// kPublished: split-K kernels only, when the cluster barrier after the partials' write has
+// passed (so kLoopDone -> kPublished is the wait for the cluster's slowest CTA, kPublished ->
+// kEnd the reduction and the second barrier).
+enum Point { kEntry, kWaited, kFirstData, kLastIssue, kLoopDone, kEnd, kPublished, kNumPoints };
 constexpr int kSlots = 8;      // per CTA: the points, then the SM
+static_assert(kNumPoints < kSlots, "the SM takes the last slot");
 constexpr int kMaxCtas = 1024;
 
 }  // namespace deep_tile::trace

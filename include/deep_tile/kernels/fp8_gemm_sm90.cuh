@@ -270,7 +270,13 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::named_barrier_sync(3, Cfg::kNumMathThreads);
       ptx::fence_proxy_async_shared();
       write_partial<Cfg>(smem.partial(), result, wg, threadIdx.x % 128);
+      // NOTES: the release at cluster scope compiles to MEMBAR.ALL.GPU, about 0.3 us here: a
+      // CTA-scope fence before a relaxed arrive (not enough for the PTX memory model, measured
+      // only) took the barrier from 0.5 to 0.16-0.19 us per CTA (H200, RESULTS.md session 25).
+      // Sending the partials through the async proxy (st.async / cp.async.bulk completing on the
+      // owner's mbarrier) avoids it; session 20 built that and the chain did not show it.
       ptx::cluster_sync();
+      trace::stamp_if<trace::kPublished>(threadIdx.x == 0);
       const int index = sched.first_tile();  // the cluster's one tile
       if (index < sched.num_tiles) {
         const Tile<Cfg> tile = sched.tile(index);
