@@ -52,10 +52,14 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
   }
 }
 
-/// Sum rows [rank * ceil(kBlockM / kSplitK), ...) of the cluster's kSplitK partials in rank order
-/// and store them as bf16 to `d` (row pitch `ldd` elements) at the tile's origin (m0, n0), clipped
-/// to the real rows (below m_end, Tile::m_end) and columns (below n).
-/// `tid` runs over the kNumMathThreads consumer threads.
+/// Sum this rank's share of the tile's real rows (those below m_end, Tile::m_end; rows
+/// [rank * ceil(real / kSplitK), ...)) over the cluster's kSplitK partials in rank order and store
+/// them as bf16 to `d` (row pitch `ldd` elements) at the tile's origin (m0, n0), clipped to the
+/// columns below n. `tid` runs over the kNumMathThreads consumer threads.
+/// NOTES: the share is of the real rows, not of the tile's: with a share of the tile's 64 rows
+/// the first rank of a tile with 16 real rows summed them all while its peers waited at the
+/// cluster barrier (H200, M = 16, 2112x7168 split-K 3: 1.06 us from the barrier to the CTA's end,
+/// median, against 0.93 with the real rows shared; benchmarks/RESULTS.md session 25).
 /// NOTES: the loop over this thread's 8-column chunks has a compile-time bound (the chunks past
 /// the valid rows are predicated off), so every remote load of every chunk is issued before the
 /// first sum waits: a loop with a run-time bound waited for one distributed-shared-memory round
@@ -67,8 +71,10 @@ DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, i
   constexpr int kRowsPerRank = ceil_div(Cfg::kBlockM, Cfg::kSplitK);
   constexpr int kChunks = Cfg::kBlockN / 8;  // 8 columns = 16 bytes of bf16 per store
   constexpr int kItems = ceil_div(kRowsPerRank * kChunks, Cfg::kNumMathThreads);  // chunks per thread
-  const int row_begin = static_cast<int>(rank) * kRowsPerRank;
-  const int rows = min_int(min_int(Cfg::kBlockM - row_begin, kRowsPerRank), m_end - m0 - row_begin);
+  const int real_rows = min_int(Cfg::kBlockM, m_end - m0);
+  const int rows_per_rank = ceil_div(real_rows, Cfg::kSplitK);  // at most kRowsPerRank
+  const int row_begin = static_cast<int>(rank) * rows_per_rank;
+  const int rows = min_int(rows_per_rank, real_rows - row_begin);
   float part[kItems][Cfg::kSplitK][8];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
