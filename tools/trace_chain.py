@@ -7,10 +7,14 @@
 Builds every GEMM of the dense chain (two layers, each with its own weights) with ``DT_TRACE`` set
 (include/deep_tile/debug/trace.cuh: each CTA stores the global timer at its entry, after the
 grid-dependency wait, when its first stage's data has landed, when its producer has issued its
-last load, when its consumers' k-loop is done, and at its end, into its module's buffer), captures
+last load, when its consumers' k-loop is done, in split-K kernels when the cluster barrier after
+the partials' write has passed, and at its end, into its module's buffer), captures
 the chain in a CUDA graph, replays it after an L2 flush and prints, for each GEMM of the second
 layer, those points in microseconds (min / median / max over its CTAs) after the end of its
-predecessor's last CTA; the first GEMM's are after its own first wait returned. Each GEMM gets its
+predecessor's last CTA; the first GEMM's are after its own first wait returned. Below, for each
+split-K GEMM, its CTAs' epilogue in two parts: from the k-loop's end to the cluster barrier's
+pass (the wait for the slowest peer, and the barrier's own cost) and from there to the end (the
+reduction and the second barrier), the median and that of the CTA that ends last. Each GEMM gets its
 own DT_TRACE value, so its own module and buffer; the second layer's launch writes last. Without
 DT_TRACE the kernels are instruction for instruction the product's (tools/sass_diff.py); with it
 the decode chain's 64-row tiles compile without spills, while 256-row or 256-wide tiles spill, so

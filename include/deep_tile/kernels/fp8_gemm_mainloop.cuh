@@ -274,7 +274,7 @@ struct TileMainloop {
 #pragma unroll
       for (int j = 0; j < Frag::kTokenBlocks; ++j) {
 #pragma unroll
-        for (int q = 0; q < 2; ++q) {
+        for (int q = 0; q < 2; ++q) {  // a_scale points at token(0, 0, lane)'s row
           row_scale[kBuf][Frag::token_slot(j, q)] = a_scale[(Frag::token(j, q, ctx.lane) - row) * Cfg::kAScaleCols];
         }
       }
