@@ -18,20 +18,10 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   if constexpr (Cfg::kSwapAB) {  // result[0] is D^T (SwapFragment's layout): written back transposed
     using Frag = SwapFragment<Cfg>;
-#pragma unroll
-    for (int mb = 0; mb < Frag::kBlocks; ++mb) {
-#pragma unroll
-      for (int j = 0; j < Frag::kTokenBlocks; ++j) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const int row = Frag::token(j, q, lane), col = Frag::weight_row(mb, h, warp_in_wg, lane);
-            partial[row * Cfg::kPartialPitch + col] = result[0][Frag::index(mb, j, h, q)];
-          }
-        }
-      }
-    }
+    Frag::for_each([&](int mb, int j, int h, int q) {
+      const int row = Frag::token(j, q, lane), col = Frag::weight_row(mb, h, warp_in_wg, lane);
+      partial[row * Cfg::kPartialPitch + col] = result[0][Frag::index(mb, j, h, q)];
+    });
     return;
   }
 #pragma unroll

@@ -325,21 +325,11 @@ struct TileMainloop {
       // Each accumulator scales by its token's a_scale and its 64-row weight block's b_scale (row
       // 1 of the tile's b_scale from the straddle point on; kFirstBlocks counts 8-column blocks).
       using Frag = SwapFragment<Cfg>;
-#pragma unroll
-      for (int mb = 0; mb < Frag::kBlocks; ++mb) {
+      Frag::for_each([&](int mb, int j, int h, int q) {
         const float b = mb * 8 < kFirstBlocks ? bscale.now0 : bscale.now1;
-#pragma unroll
-        for (int j = 0; j < Frag::kTokenBlocks; ++j) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const int i = Frag::index(mb, j, h, q);
-              result[kSub][i] += (row_scale[kBuf][Frag::token_slot(j, q)] * b) * acc[kBuf][i];
-            }
-          }
-        }
-      }
+        const int i = Frag::index(mb, j, h, q);
+        result[kSub][i] += (row_scale[kBuf][Frag::token_slot(j, q)] * b) * acc[kBuf][i];
+      });
       return;
     }
     const float lo0 = row_scale[kBuf][0] * bscale.now0, hi0 = row_scale[kBuf][1] * bscale.now0;

@@ -27,6 +27,22 @@ struct SwapFragment {
   static DT_DEVICE int token(int j, int q, int lane) { return 8 * j + 2 * (lane % 4) + q; }
   /// Which of this thread's kTokenSlots token columns token(j, q, lane) is.
   static constexpr DT_DEVICE int token_slot(int j, int q) { return 2 * j + q; }
+
+  /// f(mb, j, h, q) for every accumulator of the thread, in index order (unrolled).
+  template <class F>
+  static DT_DEVICE void for_each(F&& f) {
+#pragma unroll
+    for (int mb = 0; mb < kBlocks; ++mb) {
+#pragma unroll
+      for (int j = 0; j < kTokenBlocks; ++j) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int q = 0; q < 2; ++q) f(mb, j, h, q);
+        }
+      }
+    }
+  }
 };
 
 }  // namespace deep_tile
