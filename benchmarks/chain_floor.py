@@ -34,6 +34,9 @@ predecessor's end in one profiled replay (bench_decode.timeline). deep_tile's ou
 against the float64 reference (bench_decode.check). ``--alone N,K``: instead of the chains, the
 profiler device time of each call alone after a read (or ``--alone-flush write``) flush (deep_tile, the ``--configs``, the
 read kernel at the default grid and ``--read-grids``), ``--passes`` times in turn, median.
+``--sustained SECONDS``: each chain also replayed back to back for that long while nvidia-smi samples
+the SM clock and the power (deep_tile/testing/timing.py ``sustained``): a chain that reaches the
+power cap runs below the top clock.
 """
 import argparse
 import functools
@@ -55,7 +58,7 @@ from deep_tile.jit import compiler, runtime  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402
 from deep_tile.testing.timing import (FLUSH_KINDS, bench_round_robin, capture_graph, copy_bandwidth,  # noqa: E402
-                                     kernel_device_us)
+                                     kernel_device_us, sustained)
 import ldg_probe  # noqa: E402
 from read_floor import PROBE_SOURCE, PROBE_SYMBOLS, READ_CTAS_PER_SM, READ_THREADS, read_args  # noqa: E402
 
@@ -209,6 +212,11 @@ def run_m(m: int, args, read, forced: dict, copy_rate: float) -> dict:
         per_layer = us / args.replays / args.layers
         nbytes = weight_bytes if name.startswith("read") else gemm_bytes
         rows[name] = {"us_per_layer": per_layer, "pct_copy": nbytes / (per_layer * 1e-6) / copy_rate * 100}
+    if args.sustained:  # the clock and power each chain runs at
+        for name in rows:
+            run = sustained(fns[name], seconds=args.sustained)
+            rows[name]["sustained"] = {"us_per_layer": run["us"] / args.replays / args.layers, "mhz": run["mhz"],
+                                       "watts": run["watts"]}
     kernels = [(g, o, None) for _, pairs in layers for g, o in pairs]
     timelines = {name: bench_decode.timeline(graphs[name], kernels, copy_rate, args.flush)
                  for name in graphs if name in TIMELINE_CHAINS or name in forced}
@@ -302,6 +310,9 @@ def parse_args(argv=None):
     p.add_argument("--alone-flush", choices=FLUSH_KINDS, default="read",
                    help="with --alone: the L2 flush before each call (write: dirty lines, as the chains start)")
     p.add_argument("--passes", type=int, default=3, help="with --alone: passes over the calls (median)")
+    p.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                   help="also replay each chain back to back (no flush) for SECONDS while nvidia-smi samples the "
+                        "SM clock and the power (a chain at the power cap runs below the top clock)")
     p.add_argument("--json")
     args = p.parse_args(argv)
     try:
@@ -310,9 +321,15 @@ def parse_args(argv=None):
         p.error(str(exc))
     if args.warm is not None and not re.fullmatch(r"\d+/[1-9]\d*", args.warm):
         p.error(f"--warm: expected I/N; got {args.warm!r}")
+    if args.sustained < 0:
+        p.error(f"--sustained: expected seconds >= 0; got {args.sustained}")
     if min(args.layers, args.replays, args.iters, args.passes) < 1:
         p.error("need --layers, --replays, --iters and --passes >= 1")
     return args
+
+
+def _sustained_text(run: dict) -> str:
+    return f"{run['us_per_layer']:.1f} {run['mhz']:.0f} MHz {run['watts']:.0f} W"
 
 
 def main(argv=None) -> int:
@@ -340,6 +357,10 @@ def main(argv=None) -> int:
                                   for n in names] + ["ok" if r["ok"] else "FAIL"] for r in records]
         print("\nus per layer (% of the copy rate: deep_tile over its compulsory bytes, the reads over the weights)")
         print_table(["M"] + names + ["check"], table)
+        if args.sustained:
+            print(f"\nsustained ({args.sustained:g} s back to back, no flush): us per layer, median SM clock (MHz) and power (W)")
+            print_table(["M"] + names, [[str(r["m"])] + [_sustained_text(r["chains"][n]["sustained"]) for n in names]
+                                        for r in records])
         for r in records:
             print(f"\nM={r['m']}: each kernel's us after its predecessor's end (last layer of one profiled replay)")
             count = len(bench_decode.DENSE_NK)

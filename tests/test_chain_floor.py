@@ -33,7 +33,9 @@ def test_command_line():
     assert args.forced_map == {"deep_tile forced": {(16, 7168, 2048): "64x128:k2"}}
     assert args.flush == "write" and args.passes == 3 and args.warm is None
     assert chain_floor.parse_args(["--warm", "3/8"]).warm == "3/8"
-    for bad in (["--forced", "64x64"], ["--iters", "0"], ["--flush", "none"], ["--warm", "3"], ["--warm", "1/0"]):
+    assert args.sustained == 0 and chain_floor.parse_args(["--sustained", "2.5"]).sustained == 2.5
+    for bad in (["--forced", "64x64"], ["--iters", "0"], ["--flush", "none"], ["--warm", "3"], ["--warm", "1/0"],
+                ["--sustained", "-1"]):
         with pytest.raises(SystemExit):
             chain_floor.parse_args(bad)
     out = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=120)
@@ -43,14 +45,15 @@ def test_command_line():
 @pytest.mark.gpu
 def test_small_run_checks_its_outputs(tmp_path):
     """One layer at M = 16 with a forced config and a named set: deep_tile's outputs of every chain
-    match the reference (the exit status says so) and every chain has a time."""
+    match the reference (the exit status says so) and every chain has a time, and a sustained run
+    with the clock and power it ran at."""
     report = tmp_path / "floor.json"
     forced = ["16:7168,2048=64x128:k2", "w@16:24576,1536=64x192:ef:sw16"]
     warm = subprocess.run([sys.executable, str(SCRIPT), "--m", "16", "--warm", "0/1", "--forced", *forced],
                           capture_output=True, text=True, timeout=600)
     assert warm.returncode == 0 and warm.stdout.count("warm ") == 2, warm.stdout[-3000:] + warm.stderr[-3000:]
     out = subprocess.run([sys.executable, str(SCRIPT), "--m", "16", "--layers", "1", "--replays", "1", "--iters", "2",
-                          "--forced", *forced, "--json", str(report)],
+                          "--sustained", "1", "--forced", *forced, "--json", str(report)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     record, = json.loads(report.read_text())["records"]
@@ -59,3 +62,6 @@ def test_small_run_checks_its_outputs(tmp_path):
                                      "read layer"}
     assert "forced w" in record["timelines"]
     assert all(c["us_per_layer"] > 0 for c in record["chains"].values())
+    sustained = [c["sustained"] for c in record["chains"].values()]
+    assert all(s["us_per_layer"] > 0 and s["mhz"] > 0 and s["watts"] > 0 for s in sustained), sustained
+    assert "sustained (1 s back to back" in out.stdout
