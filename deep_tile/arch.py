@@ -90,7 +90,8 @@ CHIPS = {
 }
 """Known parts by key. H800 keeps H100's compute and memory (only NVLink is cut). The H200's
 stream_l2_promotion: 128-byte promotion took 0.4-3.5% off its decode chains, where the H100 gained
-nothing (benchmarks/RESULTS.md, session 18; deep_tile.select.selector.l2_promotion_for)."""
+nothing (benchmarks/RESULTS.md, 2026-11-24 'Where a decode chain's time goes, and 128-byte L2
+promotion'; deep_tile.select.selector.l2_promotion_for)."""
 
 DEFAULT_CHIP = CHIPS["H100 SXM"]
 """The chip assumed when the device is unknown or absent."""

@@ -1,7 +1,7 @@
 """Shared pytest setup: GPU/nvcc markers that skip cleanly, and isolated GPU runs.
 
 GPU checks run in a child Python process under a timeout (see `run_gpu_cases`): a kernel that
-traps or hangs poisons its whole CUDA context, so it must fail one test, not the session.
+traps or hangs poisons its whole CUDA context, so it must fail one test, not the whole pytest run.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GPU checks of the host paths (custom ops, native extension; the dense and the grouped GEMMs), run
 in a child process by tests/conftest.py::run_host_cases (a kernel that traps poisons its whole CUDA
-context: it must fail one test, not the session).
+context: it must fail one test, not the whole pytest run).
 
 Like tests/gpu_cases.py, whose ``serve`` it uses: reads {"function": name, "cases": [kwargs, ...]}
 as JSON on stdin and prints one ``RESULT {json}`` line per case.

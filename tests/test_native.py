@@ -200,7 +200,7 @@ def test_every_spec_of_the_contract_encodes_to_what_the_native_side_reads():
 
 @pytest.fixture(scope="session")
 def native_cache(tmp_path_factory):
-    """A cache dir holding a build of the extension (built once per session; ~1 min on 2 cores)."""
+    """A cache dir holding a build of the extension (built once per pytest run; ~1 min on 2 cores)."""
     if TOOLS.missing:
         pytest.skip(f"cannot build the extension here: {TOOLS.missing}")
     directory = tmp_path_factory.mktemp("native-cache")
@@ -660,8 +660,8 @@ def test_a_lock_or_marker_that_is_a_directory_is_not_a_build(fresh, monkeypatch)
     assert native_build.entry_problem(key) is None and not native_build.published(key)  # absent
 
 
-# A fresh process asks for the extension (the builder's compile replaced by a copy of the session's
-# build when STUB is set: everything else -- discard, lock, publish with its sha256, load -- is real).
+# A fresh process asks for the extension (the builder's compile replaced by a copy of the pytest
+# run's build when STUB is set: everything else -- discard, lock, publish with its sha256, load -- is real).
 NATIVE_FRESH = r"""
 import json, subprocess, sys, time, warnings
 import torch
@@ -701,7 +701,7 @@ print("RESULT " + json.dumps(result))
 
 
 def _stub_builder(native_cache: Path) -> str:
-    """``python -c`` code of a builder whose compile copies the session's library (see NATIVE_FRESH)."""
+    """``python -c`` code of a builder whose compile copies the pytest run's library (see NATIVE_FRESH)."""
     [library] = (native_cache / "native").glob("*/*.so")
     return ("import importlib, shutil, sys\nfrom pathlib import Path\nb = importlib.import_module('deep_tile.native.build')\n"
             f"b.build = lambda key, tools, work: Path(shutil.copy({str(library)!r}, work))\n"

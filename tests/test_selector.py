@@ -163,7 +163,7 @@ def test_an_unsplit_stream_within_tolerance_goes_before_an_hbm_bound_split():
     # Mx7168x16384 at M = 1..31 (both chips): 64x128 split-K 2 predicted 1.1-2.8% faster than 64x64
     # on the same 112 CTAs; measured 64x64 30.0 / 29.7 / 30.1 us against 31.7 / 31.6 / 32.1 at M = 1 /
     # 16 / 32 (H200), 42.4 / 42.7 / 42.9 against 43.0 / 43.1 / 43.6 (H100; benchmarks/RESULTS.md,
-    # session 21). 4096x7168 keeps its split (64x32 boxes are narrower than STREAM_MIN_BLOCK_N).
+    # 2026-11-24 'Where a decode GEMM's time goes, and the a_scale box below one tile'). 4096x7168 keeps its split (64x32 boxes are narrower than STREAM_MIN_BLOCK_N).
     for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
         for m in (1, 16, 31):
             ranked = rank_candidates(Problem(m, 7168, 16384), 132, chip=chip)
@@ -660,7 +660,8 @@ def test_grouped_problems_of_many_rows_rank_one_buffer_tiles(kind, m, groups, ex
 def test_a_tile_holding_whole_groups_goes_first_and_runs_them_one_after_another():
     # masked 32 x ~192 rows (256-row buffer): one 256-row m-block per expert, alone and along M,
     # measured 1.004-1.019x DeepGEMM latest on an H100 and 0.967-1.014x on an H200 against 0.978-0.990x
-    # / 0.942-0.967x for 128x256 pairs sharing B (session 16)
+    # / 0.942-0.967x for 128x256 pairs sharing B (RESULTS.md, 2026-11-23 'The selector's model of the
+    # grouped kinds; the grouped floor met')
     for n, k in ((7168, 2048), (6144, 7168), (4096, 4096)):
         cfg = select_config(_masked(256, n, k, 32, 192), 132)
         assert (cfg.block_m, cfg.block_n, cfg.num_multicast, cfg.raster_along_m) == (256, 128, 1, True), (n, k)

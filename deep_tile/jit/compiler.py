@@ -353,7 +353,8 @@ def ptxas_problems(log: str) -> list[str]:
         # NOTES: NVRTC 12.9+ on a machine with a CUDA driver serves a program compiled before (in
         # any process) from the driver's compute cache with an empty log; CUDA_CACHE_DISABLE=1 at
         # process start turns that cache off, set later it does nothing (measured with NVRTC 13.0
-        # on an H200, benchmarks/RESULTS.md session 20).
+        # on an H200, benchmarks/RESULTS.md, 2026-11-24 'A split-K reduction without cluster barriers,
+        # and the chain's CTA tails').
         problems.append("no ptxas -v report (stack frame / spill lines) in the log (NVRTC 12.9+ with a CUDA "
                         "driver returns none for a program its compute cache serves: start the process with "
                         "CUDA_CACHE_DISABLE=1)")

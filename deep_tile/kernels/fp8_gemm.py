@@ -356,8 +356,9 @@ def a_scale_box_rows(config, m: int) -> int:
     include/deep_tile/scheduler/tile_scheduler.cuh); keep the two together.
     NOTES: as for A (:func:`a_box_rows`), a box mostly beyond M is zero-filled at a cost: with the
     whole tile's 64 rows at M = 1, the a_scale loads alone cost 7168x16384's 64x64 tile 34.8 against
-    29.6 us without them, and the dense decode chain 1.5 us per layer (H200, benchmarks/RESULTS.md
-    session 21). The rows a short box leaves untouched hold stale values; they only scale output
+    29.6 us without them, and the dense decode chain 1.5 us per layer (H200, benchmarks/RESULTS.md,
+    2026-11-24 'Where a decode GEMM's time goes, and the a_scale box below one tile'). The rows a
+    short box leaves untouched hold stale values; they only scale output
     rows >= M, which are never stored.
     """
     return min(config.block_m, align_up(max(1, m), 4))

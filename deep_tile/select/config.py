@@ -42,9 +42,11 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
     measured 150 MB of DRAM reads along M, 249 MB in bands along N over all experts). Experts of
     one m-block read the same bytes in either order and keep the rule by shape: the per-expert
     order measured 2-7% slower there on an H200 at K = 2048 (offsets, 16 to 96 rows per expert,
-    128x128 tiles; benchmarks/RESULTS.md session 15), except for 256-row tiles, each holding a
+    128x128 tiles; benchmarks/RESULTS.md, 2026-11-23 'b_scale staged in shared memory, and tiles
+    ordered expert by expert'), except for 256-row tiles, each holding a
     whole expert: along M 3-4% faster on an H200 (masked 32 x ~192 rows, 256x128: 0.965-1.012x
-    DeepGEMM latest along M, 0.936-0.979x along N; session 16).
+    DeepGEMM latest along M, 0.936-0.979x along N; RESULTS.md,
+    2026-11-23 'The selector's model of the grouped kinds; the grouped floor met').
 
     Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in bands of
     :data:`WIDE_RASTER_WIDTH` m-blocks, consecutive tiles sharing the B tile; the others and split-K

@@ -55,8 +55,9 @@ def _tie_break(e: Estimate, problem: Problem) -> tuple:
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels (a
     latency-bound candidate: split-K first, which shortens its chain of k-blocks), then for the
     masked and offsets kinds (``problem``) tiles tall enough for a whole group (masked 32 x ~192
-    rows on an H200: 256x128 0.965-1.012x DeepGEMM latest, 128x256 0.936-0.979x alone; session
-    16), then (equal areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
+    rows on an H200: 256x128 0.965-1.012x DeepGEMM latest, 128x256 0.936-0.979x alone; RESULTS.md,
+    2026-11-23 'The selector's model of the grouped kinds; the grouped floor met'), then (equal
+    areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
     tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
     measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
     rastered along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
@@ -239,7 +240,8 @@ def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:
     :data:`STREAM_MAX_M_BLOCKS` m-blocks of ``block_m`` rows, any K; a masked one with at most
     :data:`GROUPED_STREAM_MAX_M` rows per group), else the default 256 bytes.
 
-    Measured on an H200 (benchmarks/RESULTS.md, session 18; bench_decode.py beside the same configs
+    Measured on an H200 (benchmarks/RESULTS.md, 2026-11-24 'Where a decode chain's time goes, and
+    128-byte L2 promotion'; bench_decode.py beside the same configs
     at 256 bytes, one process): 128 bytes for the dense GEMMs that stream B over >= 8 k-blocks took
     the dense decode chain from 76.4-76.8 / 77.6 / 80.4-81.6 / 90.5-90.6 to 74.5-75.1 / 76.4-76.8 /
     80.3-81.3 / 89.5-90.0 us per layer (M = 1 / 16 / 64 / 128); 128 bytes for every GEMM of the
@@ -259,7 +261,8 @@ def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:
 GROUPED_STREAM_MAX_M = 64
 """Most rows per group (``expected_m``) for which a grouped problem's weights load evict-first.
 
-Measured: benchmarks/RESULTS.md, session 12 (H100): with evict-first, masked 32 experts x 20 rows
+Measured: benchmarks/RESULTS.md, 2026-11-23 'M-grouped MoE GEMMs beside DeepGEMM latest' (H100):
+with evict-first, masked 32 experts x 20 rows
 ran 1-10% faster on all 12 shapes; 32 x 192 rows (256x128 tile) 10-13% slower."""
 
 LONG_K_BLOCKS = 32

@@ -54,7 +54,8 @@ struct Fp8GemmConfig {
   // memory the predecessor may write). DT_L2_PREFETCH_KBLOCKS overrides it for measurements.
   // NOTES: 2 measured best in a decode chain (H200: 0-1.4% faster than none); a pipeline's worth
   // (8-16 k-blocks) was 0.3-7% slower than none, and 64 (a whole tile, up to 57 MB over a grid,
-  // more than L2 holds) 2-41% slower (benchmarks/RESULTS.md, session 17).
+  // more than L2 holds) 2-41% slower (benchmarks/RESULTS.md, 2026-11-24 'Programmatic dependent
+  // launch, and the decode chain in one CUDA graph').
 #ifdef DT_L2_PREFETCH_KBLOCKS
   static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? DT_L2_PREFETCH_KBLOCKS : 0;
 #else

@@ -116,7 +116,8 @@ struct BScaleQueue {
 /// NOTES: in place of BScaleQueue, whose addresses, loads, moves to uniform registers and
 /// rotation were ~12 of the ~170 instructions per warp and k-block on 128x192's serial chain (ncu
 /// beside DeepGEMM): 128x192 1.02-1.03x (dense 4096x2112x7168), 1.01x on grouped shapes; 128x256
-/// 0.99-1.00x, so tiles of 128-multiple widths keep the queue (H100, RESULTS.md session 14).
+/// 0.99-1.00x, so tiles of 128-multiple widths keep the queue (H100; RESULTS.md, 2026-11-23
+/// 'Where 128x192 loses to DeepGEMM, and a staged b_scale').
 template <bool kTwoRows>
 struct BScaleStaged {
   float now0 = 0.f, now1 = 0.f;
@@ -138,7 +139,8 @@ struct BScaleStaged {
 /// stage's full barrier wait for them too (it counts this arrival besides the producer's own).
 /// NOTES: asynchronous copies, because a producer that loads the values itself waits for each
 /// load at a tile's start (its first stage cannot be armed before): that cost 1-2% on grouped
-/// shapes with short K ranges, with many tiles per CTA (RESULTS.md session 14).
+/// shapes with short K ranges, with many tiles per CTA (RESULTS.md, 2026-11-23 'Where 128x192
+/// loses to DeepGEMM, and a staged b_scale').
 DT_DEVICE void stage_b_scales(float* stage_scales, u64* full, const TileBScaleRows& rows, int kb) {
   ptx::cp_async_4(stage_scales, rows.row0 + kb);
   ptx::cp_async_4(stage_scales + 1, rows.row1 + kb);
@@ -205,7 +207,8 @@ struct BScaleChunks {
 /// CTAs' barriers with multicast; on this one twice once the peer is done), the barrier counting
 /// 32 per warp and CTA (kReleasesPerWarp).
 /// NOTES: with one lane arriving after a __syncwarp, racecheck reported WAR hazards between lane
-/// 31's read and the producer's next copy (RESULTS.md session 14).
+/// 31's read and the producer's next copy (RESULTS.md, 2026-11-23 'Where 128x192 loses to
+/// DeepGEMM, and a staged b_scale').
 template <class Cfg>
 DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
   if constexpr (Cfg::kBScaleStaged) {

@@ -142,7 +142,8 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
   // NOTES: a grouped kind's tile() may decode values from global memory (the contiguous kind's
   // m_indices); they are loaded one tile ahead, so the next tile's loads are in flight during
-  // this tile's k-loop instead of stalling its start (measured: RESULTS.md session 13).
+  // this tile's k-loop instead of stalling its start (measured: RESULTS.md, 2026-11-23 'Grouped
+  // kernels load the expert ids one tile ahead').
   auto ahead = sched.load_ahead(work.first);
   if constexpr (trace::kEnabled) {
     if (threadIdx.x == 0 && work.first < sched.num_tiles) {
@@ -254,7 +255,8 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       // this grid leaves free (its wait still waits for this grid to complete).
       // NOTES: measured in decode chains: triggering right after the wait instead was -0.6% to
       // +4% slower (H100, H200); never triggering (the dependent starts when this grid
-      // completes) as slow as no PDL at all (H100; benchmarks/RESULTS.md, session 17).
+      // completes) as slow as no PDL at all (H100; benchmarks/RESULTS.md, 2026-11-24 'Programmatic
+      // dependent launch, and the decode chain in one CUDA graph').
       ptx::launch_dependents();
     }
     if constexpr (Cfg::kSplitK > 1) {
@@ -272,9 +274,11 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       write_partial<Cfg>(smem.partial(), result, wg, threadIdx.x % 128);
       // NOTES: the release at cluster scope compiles to MEMBAR.ALL.GPU, about 0.3 us here: a
       // CTA-scope fence before a relaxed arrive (not enough for the PTX memory model, measured
-      // only) took the barrier from 0.5 to 0.16-0.19 us per CTA (H200, RESULTS.md session 25).
+      // only) took the barrier from 0.5 to 0.16-0.19 us per CTA (H200; RESULTS.md, 2026-11-24
+      // 'Wider swap-AB tiles and the split-K epilogue split at its cluster barrier').
       // Sending the partials through the async proxy (st.async / cp.async.bulk completing on the
-      // owner's mbarrier) avoids it; session 20 built that and the chain did not show it.
+      // owner's mbarrier) avoids it; built and measured, the chain did not show it (RESULTS.md,
+      // 2026-11-24 'A split-K reduction without cluster barriers, and the chain's CTA tails').
       ptx::cluster_sync();
       trace::stamp_if<trace::kPublished>(threadIdx.x == 0);
       const int index = sched.first_tile();  // the cluster's one tile
