@@ -40,7 +40,7 @@ LABEL_PATTERNS = (
 
 
 def find_labels(text: str) -> list[tuple[int, str]]:
-    """(1-based line, the line stripped) of every label in ``text``, in order of position."""
+    """(1-based line, the line stripped) of every label in ``text``, in line order."""
     hits: dict[int, str] = {}
     lines = text.split("\n")
     for pattern in LABEL_PATTERNS:
