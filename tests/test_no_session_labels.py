@@ -4,8 +4,9 @@ A measurement is cited by its date and the title of its benchmarks/RESULTS.md en
 "RESULTS.md, 2026-11-24 'Decode chain beside the read chain, and its power'"), never by a
 numbered label of the work that produced it, which nothing in the repository resolves. This test
 scans the README, docs/, benchmarks/RESULTS.md and the source, test and tool trees for such
-labels and names file:line of each one. (benchmarks/data/ keeps its file names and headers as
-they were recorded; it is not scanned.)
+labels and names file:line of each one (benchmarks/data/ keeps its file names and headers as
+they were recorded; it is not scanned), and checks that every citation of the form
+"<date> '<title>'" names an entry of RESULTS.md that exists.
 
 The patterns are assembled from pieces so that this file, which is scanned too, does not match
 itself.
@@ -117,3 +118,56 @@ def test_no_work_session_labels_in_the_project():
     if found:
         pytest.fail("work-session labels (cite the RESULTS.md entry's date and title instead):\n"
                     + "\n".join(found), pytrace=False)
+
+
+_HEADING = re.compile(r"(?m)^### (\d{4}-\d\d-\d\d) [^\n]*· ([^·\n]+)$")
+_CITATION = re.compile(r"(\d{4}-\d\d-\d\d)(?: \d\d:\d\d(?:-\d\d:\d\d)?)?" + _GAP + "'")
+
+
+def entry_titles(results: str) -> dict[str, set[str]]:
+    """The titles of RESULTS.md's entries by date: the heading's text after its last ' · '."""
+    titles: dict[str, set[str]] = {}
+    for date, title in _HEADING.findall(results):
+        titles.setdefault(date, set()).add(title.strip())
+    return titles
+
+
+def unresolved_citations(text: str, titles: dict[str, set[str]]) -> list[tuple[int, str]]:
+    """(line, cited text) of each "<date> '<title>'" in ``text`` whose title is not an entry of that
+    date. A title may wrap over lines and comment leaders (blanks, //, #, * are read as one blank)."""
+    bad = []
+    for m in _CITATION.finditer(text):
+        rest = re.sub(_GAP, " ", text[m.end():m.end() + 400])
+        if not any(rest.startswith(t + "'") for t in titles.get(m.group(1), ())):
+            line = text.count("\n", 0, m.start()) + 1
+            bad.append((line, re.sub(_GAP, " ", text[m.start():m.end()]) + rest[:70]))
+    return bad
+
+
+def test_the_citation_check_finds_a_wrong_title():
+    day, other_day = "2026-11-" + "24", "2026-11-" + "23"  # split: this file is scanned too
+    title = "Decode chain beside the read chain, and its power"
+    titles = {day: {title}}
+    good = f"(RESULTS.md, {day} 'Decode chain beside the read chain,\n    // and its power')"
+    assert unresolved_citations(good, titles) == []
+    wrong = f"x\n(RESULTS.md, {day} 'Decode chain beside the read chain')"
+    assert [line for line, _ in unresolved_citations(wrong, titles)] == [2]
+    assert unresolved_citations(f"on {other_day} '{title}'", titles)
+    assert entry_titles(f"## Results\n\n### {day} 20:15-21:20 · H200, H100 · driver 580.159.04 · "
+                        f"NVRTC 13.0 · {title}\n\ntext\n") == titles
+
+
+def test_every_cited_entry_exists():
+    results = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    titles = entry_titles(results)
+    assert sum(len(t) for t in titles.values()) >= 10, "RESULTS.md headings not recognised"
+    found = []
+    for path in _scanned_paths():
+        text = _text(path)
+        if text is None:
+            continue
+        for line, cited in unresolved_citations(text, titles):
+            found.append(f"{path.relative_to(ROOT)}:{line}: {cited}")
+    if found:
+        pytest.fail("citations of RESULTS.md entries that do not exist (date and title as in the "
+                    "entry's heading):\n" + "\n".join(found), pytrace=False)
