@@ -22,7 +22,7 @@ and adds the reduction (``split_k_cycles``, ``split_k_cycles_per_cta`` per CTA o
 cluster, and reading the valid rows of the partials at ``dsmem_bytes_per_cycle``). The whole problem is
 also held to its compulsory HBM traffic at ``hbm_efficiency`` of the chip's bandwidth (soft
 maximum again), plus ``launch_seconds``. The constants are a :class:`ModelParams`, fitted by
-benchmarks/fit_model.py to sweeps of forced configurations (benchmarks/data/); the model ranks
+benchmarks/probes/fit_model.py to sweeps of forced configurations (benchmarks/data/); the model ranks
 candidates, its absolute times are estimates. Pure Python.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ TENSOR_FLOP_PER_CYCLE = 8192
 @dataclass(frozen=True)
 class ModelParams:
     """The model's constants (see the module doc for where each enters). The defaults were
-    fitted by benchmarks/fit_model.py (``--picks 400``) to the H100 sweeps
+    fitted by benchmarks/probes/fit_model.py (``--picks 400``) to the H100 sweeps
     benchmarks/data/sweep_*_h100_diet_2026-11-22.json (999 timed configurations on 55 shapes,
     taken after the k-loop diet of that day): the selector's pick is within 0.9% of the best
     measured configuration in geometric mean and 7% at worst. (``clock_hz`` and

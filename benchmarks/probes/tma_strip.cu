@@ -1,4 +1,4 @@
-// A probe for benchmarks/chain_floor.py (--tma-strips): the GEMM's stream of B through TMA without
+// A probe for benchmarks/probes/chain_floor.py (--tma-strips): the GEMM's stream of B through TMA without
 // the GEMM. CTA c owns rows [c * BOX_ROWS, (c + 1) * BOX_ROWS) of an N x K byte matrix (a 2-D
 // tensor map with 128 x BOX_ROWS boxes, 128B swizzle, as deep_tile's B map) and one thread walks
 // them through K, one box per 128-byte column, TMA_DEPTH boxes in flight in a ring of shared-memory
