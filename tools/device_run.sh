@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device session, stages picked by arguments, each under `timeout` so a hung kernel cannot
+# One device run, stages picked by arguments, each under `timeout` so a hung kernel cannot
 # stall the machine; logs go to $OUT (set by the device tool) or /tmp/dt_out.
 #   tools/device_run.sh info dgbuild compile tests sweep-large sweep-small bench
 # Stages:

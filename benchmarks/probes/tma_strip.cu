@@ -6,7 +6,8 @@
 // and TMA deliver when nothing else waits. Nothing reads the boxes. One warp per CTA.
 // SMALL_BOXES > 0 adds that many one-row boxes (`small`, 128 x 1, no swizzle: rows 0, 1, ... of the
 // same matrix) to each slot, as deep_tile's A and a_scale boxes sit beside B at M = 1: what each
-// extra box costs the stream (RESULTS.md session 24).
+// extra box costs the stream (RESULTS.md, 2026-11-24 'The k-loop's cost per k-block, and swap-AB for
+// M <= 16').
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
 

@@ -139,12 +139,14 @@ def streamed_b_pair(c: Candidate, problem) -> bool:
     experts have at most two m-blocks (``expected_m <= 2 * block_m``): each weight tile is then read
     once, by the pair, as a stream from HBM.
 
-    Measured: benchmarks/RESULTS.md, session 13 (H100, masked 32 experts x 192 rows): 128x256
+    Measured (RESULTS.md, 2026-11-23 'Grouped kernels load the expert ids one tile ahead'; H100,
+    masked 32 experts x 192 rows): 128x256
     sharing B 627 us against 655 without (6144x7168), 241 / 243 (7168x2048); the model with the
     multicast costs of L2-fed (dense) pairs ranked it 3% slower. Not where one tile of
     :data:`MAX_GROUP_TILE_M` rows holds the whole expert: that tile reads each weight tile once
-    without the pair's coupling, and measured faster (H200, session 16, masked 32 x ~192 rows:
-    256x128 0.965-1.012x DeepGEMM, the 128x256 pair 0.947-0.972x)."""
+    without the pair's coupling, and measured faster (RESULTS.md, 2026-11-23 'The selector's model
+    of the grouped kinds; the grouped floor met'; H200, masked 32 x ~192 rows: 256x128
+    0.965-1.012x DeepGEMM, the 128x256 pair 0.947-0.972x)."""
     return (problem.kind.grouped and c.num_multicast == 2 and not c.multicast_on_a
             and MAX_GROUP_TILE_M < problem.expected_m <= 2 * c.block_m)
 
