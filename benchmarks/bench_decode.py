@@ -377,7 +377,8 @@ def run_m(m: int, args, dg, copy_rate: float) -> dict:
         # NOTES: without PDL, so a kernel's device time holds no wait for its predecessor (the
         # flush): launched early by a fast host path, a PDL kernel starts before the flush's
         # memory is visible and its wait counts (the native path's calls measured 0.1-0.7 us
-        # longer than the Python path's of the same config, H100, session 18).
+        # longer than the Python path's of the same config on the H100: RESULTS.md, 2026-11-24
+        # 'Where a decode chain's time goes, and 128-byte L2 promotion').
         set_library_pdl(dg, False)
         for gemm, ops in layers[0]:
             record["gemms"][gemm.name] = profile_gemm(gemm, ops, dg, args, copy_rate)
@@ -427,7 +428,8 @@ def profile_gemm(gemm: Gemm, ops: dict, dg, args, copy_rate: float) -> dict:
     timed), each after an L2 flush (``--flush``); median over the rounds of each call's kernels.
     The caller turns PDL off for it (run_m).
     NOTES: timed one library after another, the first one measured ran up to 7% slower than an
-    identical second (H100, session 18)."""
+    identical second (H100: RESULTS.md, 2026-11-24 'Where a decode chain's time goes, and 128-byte
+    L2 promotion')."""
     from torch.profiler import ProfilerActivity, profile
 
     flush = L2Flush(args.flush, "profile_gemm")

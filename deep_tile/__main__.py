@@ -11,6 +11,10 @@ Commands:
 Shapes and SM counts are checked by the library (:func:`deep_tile.checks.check_problem_shape`,
 :func:`deep_tile.device.check_num_sms`), so the command line accepts exactly what
 :func:`deep_tile.fp8_gemm` accepts and prints the same messages; a bad value exits with status 2.
+An error of the environment rather than of the arguments -- no CUDA stack installed, a bad
+``DEEP_TILE_*`` value, a cache directory that cannot be written, a GPU or driver deep_tile cannot
+use -- prints one line that says what to do and exits with status 1; ``DEEP_TILE_DEBUG=1`` prints
+its traceback instead (see :func:`main`).
 
 Adding a command takes one ``cmd_<name>(args) -> int`` function and one entry in
 :func:`build_parser` (``sub.add_parser(...)`` with ``set_defaults(func=cmd_<name>)``).
@@ -28,8 +32,13 @@ SCRIPT_NAME = "deep-tile"
 """The console script's name (``[project.scripts]`` in pyproject.toml)."""
 BROKEN_PIPE_STATUS = 141
 """Exit status when the reader of stdout closed the pipe (128 + SIGPIPE, as a killed tool reports)."""
+USAGE_STATUS = 2
+"""Exit status of bad arguments (argparse's own, and values deep_tile rejects)."""
+ERROR_STATUS = 1
+"""Exit status of an error of the environment (CUDA stack, ``DEEP_TILE_*`` values, cache directory,
+GPU) and of a kernel that failed to build."""
 
-__all__ = ["SCRIPT_NAME", "BROKEN_PIPE_STATUS", "prog_name", "plural", "parse_shape", "parse_grouped", "parse_int", "cmd_explain", "cmd_warmup",
+__all__ = ["SCRIPT_NAME", "BROKEN_PIPE_STATUS", "USAGE_STATUS", "ERROR_STATUS", "prog_name", "plural", "parse_shape", "parse_grouped", "parse_int", "cmd_explain", "cmd_warmup",
            "build_parser", "main"]
 
 # A token such as "-1,8,16": a shape with a negative first value. argparse would take it for an
@@ -210,23 +219,50 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _debug() -> bool:
+    """Whether ``DEEP_TILE_DEBUG`` asks for tracebacks (a bad value of it counts as off: the error
+    it causes is then reported in one line like any other)."""
+    from deep_tile import env
+
+    try:
+        return env.debug()
+    except ValueError:
+        return False
+
+
+def _one_line(prog: str, error: BaseException) -> str:
+    """``<prog>: error: <the message's first line>``, pointing at ``DEEP_TILE_DEBUG=1`` when the
+    message had more lines (a compiler log) than the one printed."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    more = " (DEEP_TILE_DEBUG=1 prints the rest and the traceback)" if len(lines) > 1 else ""
+    return f"{prog}: error: {lines[0]}{more}"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status.
 
     Malformed arguments exit through argparse (status 2, with usage); values deep_tile rejects
     (a ``ValueError``, e.g. ``explain: n must be a positive multiple of 8; got 12``) print
-    ``<prog>: error: <message>`` to stderr and return 2. A reader that closes stdout early
-    (``| head``) ends the command quietly with :data:`BROKEN_PIPE_STATUS`.
+    ``<prog>: error: <message>`` to stderr and return :data:`USAGE_STATUS` (2). Errors of the
+    environment print one such line and return :data:`ERROR_STATUS` (1): no CUDA stack
+    (:class:`deep_tile.cuda_stack.MissingCudaStackError`, whose message names the pip extra), a bad
+    ``DEEP_TILE_*`` value (:class:`deep_tile.env.EnvValueError`), an unusable cache directory
+    (:class:`deep_tile.errors.CacheError`), any other :class:`deep_tile.errors.DeepTileError` (the
+    GPU, the driver, a failed build) and an ``OSError`` (a file or directory that cannot be used).
+    With ``DEEP_TILE_DEBUG=1`` those errors propagate with their traceback instead. Anything else is
+    a bug of deep_tile and keeps its traceback. A reader that closes stdout early (``| head``) ends
+    the command quietly with :data:`BROKEN_PIPE_STATUS`.
     """
+    from deep_tile.cuda_stack import MissingCudaStackError
+    from deep_tile.env import EnvValueError
+    from deep_tile.errors import DeepTileError, UnsupportedProblemError
+
     parser = build_parser()
     args = parser.parse_args(_protect_negative_shapes(sys.argv[1:] if argv is None else argv))
     try:
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
         return status
-    except ValueError as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader went away (`... | head -2`): stop quietly, as tools killed by SIGPIPE do.
         # stdout is pointed at /dev/null so the interpreter's last flush cannot raise again.
@@ -234,6 +270,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
         return BROKEN_PIPE_STATUS
+    except UnsupportedProblemError as error:  # a DeepTileError, but the arguments' fault: no kernel runs them
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return USAGE_STATUS
+    except (MissingCudaStackError, EnvValueError, DeepTileError, OSError) as error:
+        if _debug():
+            raise
+        print(_one_line(parser.prog, error), file=sys.stderr)
+        return ERROR_STATUS
+    except ValueError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return USAGE_STATUS
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 from importlib import metadata
 
-__all__ = ["EXTRAS", "INSTALL_HINT", "bindings_version", "bindings_major", "missing_bindings", "driver_mismatch"]
+__all__ = ["EXTRAS", "INSTALL_HINT", "MissingCudaStackError", "bindings_version", "bindings_major", "missing_bindings",
+           "driver_mismatch"]
 
 EXTRAS = {13: "cu13", 12: "cu12"}
 """CUDA major version -> the pip extra of deep_tile that installs its cuda-bindings and NVRTC."""
@@ -39,9 +40,14 @@ def bindings_major() -> int | None:
         return None
 
 
-def missing_bindings(error: BaseException) -> ImportError:
+class MissingCudaStackError(ImportError):
+    """``cuda.bindings`` does not import: no CUDA stack is installed. The message says how to
+    install one (:data:`INSTALL_HINT`); the command line prints it as its one line of error."""
+
+
+def missing_bindings(error: BaseException) -> MissingCudaStackError:
     """The ImportError to raise when ``cuda.bindings`` does not import (``error`` is the cause)."""
-    return ImportError(f"deep_tile needs cuda-bindings and NVRTC to compile and launch kernels, and "
+    return MissingCudaStackError(f"deep_tile needs cuda-bindings and NVRTC to compile and launch kernels, and "
                        f"`import cuda.bindings` failed ({error}). Install one CUDA stack: {INSTALL_HINT}.")
 
 

@@ -11,10 +11,10 @@ Types:
 - ``path``: ``~`` is expanded; empty or unset means the default.
 - ``choice``: one of a fixed set (any case); empty or unset means the default.
 
-A bad value raises ``ValueError`` naming the variable, the allowed values and the value. Each
-accessor parses its own variable when it is read; :func:`validate` parses them all at once, and the
-code that writes into the cache (a kernel cache miss, a native build) calls it first, so that a
-typo fails before anything is written, not half-way through.
+A bad value raises :class:`EnvValueError` (a ``ValueError``) naming the variable, the allowed
+values and the value. Each accessor parses its own variable when it is read; :func:`validate`
+parses them all at once, and the code that writes into the cache (a kernel cache miss, a native
+build) calls it first, so that a typo fails before anything is written, not half-way through.
 
 This module imports nothing from deep_tile.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = [
-    "EnvVar", "REGISTRY", "get", "validate", "snapshot", "markdown_table", "subprocess_env",
+    "EnvVar", "EnvValueError", "REGISTRY", "get", "validate", "snapshot", "markdown_table", "subprocess_env",
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
     "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "pdl", "cxx",
 ]
@@ -34,6 +34,11 @@ __all__ = [
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _TYPES = ("bool", "str", "path", "choice")
+
+
+class EnvValueError(ValueError):
+    """A declared variable has a value that is not allowed; the message names the variable, the
+    allowed values and the value (the command line prints it as its one line of error)."""
 
 
 class EnvVar:
@@ -72,7 +77,9 @@ _VARS = (
            "`nvcc` on PATH, then `$CUDA_HOME/bin/nvcc`, then `/usr/local/cuda/bin/nvcc`",
            "Path of the nvcc executable used when the compiler is `nvcc`."),
     EnvVar("DEEP_TILE_DEBUG", "bool", "off",
-           "Log each kernel build to stderr: entry, defines, compiler, seconds, cache hit/miss, command."),
+           "Log each kernel build to stderr: entry, defines, compiler, seconds, cache hit/miss, command. "
+           "The command line (`python -m deep_tile`) then also prints the traceback of an error, which it "
+           "otherwise reports in one line."),
     EnvVar("DEEP_TILE_PTXAS_CHECK", "bool", "off",
            "Reject (raise `CompileError`) kernels whose ptxas report shows spills, a nonzero stack "
            "frame, or warnings C7508/C7511/C7517/C7519. On a GPU machine with NVRTC 12.9 or later, start "
@@ -120,8 +127,8 @@ def _raw(name: str) -> str | None:
     return value.strip()
 
 
-def _bad(var: EnvVar, allowed: str, value: str) -> ValueError:
-    return ValueError(f"environment variable {var.name} must be {allowed}; got {value!r}")
+def _bad(var: EnvVar, allowed: str, value: str) -> EnvValueError:
+    return EnvValueError(f"environment variable {var.name} must be {allowed}; got {value!r}")
 
 
 def get(name: str):
@@ -132,7 +139,7 @@ def get(name: str):
     non-bool variable is unset or empty (its default is then computed by its accessor).
 
     Raises:
-        ValueError: ``name`` is not declared, or its value is not allowed.
+        ValueError: ``name`` is not declared; :class:`EnvValueError` when its value is not allowed.
     """
     raw = _raw(name)
     var = REGISTRY[name]
@@ -160,7 +167,7 @@ def validate() -> None:
     """Parse every declared variable now (cold paths only: before writing into the cache).
 
     Raises:
-        ValueError: the first declared variable, in :data:`REGISTRY` order, whose value is not
+        EnvValueError: the first declared variable, in :data:`REGISTRY` order, whose value is not
             allowed (the same message its accessor raises).
     """
     for name in REGISTRY:

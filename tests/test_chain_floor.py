@@ -1,4 +1,4 @@
-"""benchmarks/chain_floor.py: its command line on the CPU; one small run on a GPU (in a child
+"""benchmarks/probes/chain_floor.py: its command line on the CPU; one small run on a GPU (in a child
 process under a timeout, as every GPU check)."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 chain_floor = pytest.importorskip("chain_floor")
-SCRIPT = ROOT / "benchmarks" / "chain_floor.py"
+SCRIPT = ROOT / "benchmarks" / "probes" / "chain_floor.py"
 
 
 def test_forced_entries():

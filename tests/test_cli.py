@@ -1,5 +1,7 @@
 """The command line (python -m deep_tile, deep-tile): shapes and SM counts checked as fp8_gemm checks
-them, negative values taken as values, exit codes, its own name, plurals."""
+them, negative values taken as values, exit codes, its own name, plurals, and errors of the
+environment (no CUDA stack, a bad DEEP_TILE_* value, an unusable cache directory, no usable GPU)
+reported in one line with exit status 1, their traceback only with DEEP_TILE_DEBUG=1."""
 import os
 import subprocess
 import sys
@@ -9,6 +11,7 @@ import pytest
 import torch
 
 from deep_tile.__main__ import BROKEN_PIPE_STATUS, main, plural, prog_name
+from deep_tile.errors import CompileError, LaunchError
 from deep_tile.checks import check_fp8_gemm_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
@@ -16,11 +19,53 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / "deep-tile"
 
 
-def run(*argv: str, script=None) -> subprocess.CompletedProcess:
-    """Run the command line in a child process (``python -m deep_tile``, or ``script``)."""
-    command = [str(script)] if script else [sys.executable, "-m", "deep_tile"]
-    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+# Runs ``python -m deep_tile`` (argv from the command line) with ``import cuda`` failing as it does
+# where no CUDA stack is installed (ModuleNotFoundError), whether or not one is installed here.
+WITHOUT_CUDA = """
+import importlib.abc, runpy, sys
+
+class NoCuda(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "cuda" or name.startswith("cuda."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoCuda())
+runpy.run_module("deep_tile", run_name="__main__", alter_sys=True)
+"""
+
+
+def run(*argv: str, script=None, without_cuda=False, env=None) -> subprocess.CompletedProcess:
+    """Run the command line in a child process (``python -m deep_tile``, or ``script``), with
+    ``env`` added to this environment (its DEEP_TILE_* variables left out), optionally as if no
+    CUDA stack were installed."""
+    if script:
+        command = [str(script)]
+    elif without_cuda:
+        command = [sys.executable, "-c", WITHOUT_CUDA]
+    else:
+        command = [sys.executable, "-m", "deep_tile"]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("DEEP_TILE_")}
+    environ.update(PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **(env or {}))
     return subprocess.run(command + list(argv), cwd=ROOT, capture_output=True, text=True, timeout=120, env=environ)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *words: str) -> str:
+    """``result`` exited 1 with exactly one line on stderr, ``python -m deep_tile: error: ...``,
+    holding each of ``words``, and no traceback. Returns that line."""
+    lines = result.stderr.splitlines()
+    assert result.returncode == 1 and len(lines) == 1, f"exit {result.returncode}, stderr:\n{result.stderr}"
+    assert "Traceback" not in result.stderr + result.stdout
+    assert lines[0].startswith("python -m deep_tile") and ": error" in lines[0], lines[0]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def assert_traceback(result: subprocess.CompletedProcess, error: str) -> None:
+    """``result`` failed (exit 1) with a traceback that ends in ``error`` (DEEP_TILE_DEBUG=1)."""
+    assert result.returncode == 1, result.stderr
+    assert "Traceback (most recent call last):" in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(error), result.stderr
 
 
 def fp8_gemm_error(m: int, n: int, k: int) -> str:
@@ -109,3 +154,84 @@ def test_a_closed_pipe_ends_quietly():
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == BROKEN_PIPE_STATUS == 141, stderr.decode()
     assert b"Traceback" not in stderr and b"BrokenPipeError" not in stderr, stderr.decode()
+
+
+WARMUP = ("warmup", "--shape", "64,2112,7168", "--num-sms", "132")
+
+
+@pytest.mark.parametrize("command", [WARMUP, ("warmup", "--grouped", "masked,4,256,4096,7168,192")])
+def test_no_cuda_stack_is_one_line_that_names_the_install(command):
+    line = assert_one_line_error(run(*command, without_cuda=True), "No module named 'cuda'",
+                                 'pip install "deep_tile[cu13]"', 'pip install "deep_tile[cu12]"')
+    assert "MissingCudaStackError" not in line  # the message, not the exception's repr
+
+
+def test_no_cuda_stack_leaves_explain_working():
+    """explain needs no CUDA stack: the selector is plain Python."""
+    result = run("explain", "64,2112,7168", "--num-sms", "132", without_cuda=True)
+    assert result.returncode == 0 and "M=64 N=2112 K=7168" in result.stdout, result.stderr
+
+
+def test_no_cuda_stack_with_debug_shows_the_traceback():
+    result = run(*WARMUP, without_cuda=True, env={"DEEP_TILE_DEBUG": "1"})
+    assert_traceback(result, "deep_tile.cuda_stack.MissingCudaStackError: deep_tile needs cuda-bindings")
+
+
+@pytest.mark.parametrize("name, value", [("DEEP_TILE_COMPILER", "clang"), ("DEEP_TILE_DISABLE_CACHE", "maybe"),
+                                         ("DEEP_TILE_DEBUG", "loud")])
+def test_a_bad_environment_value_is_one_line_that_names_the_variable(tmp_path, name, value):
+    env = {"DEEP_TILE_CACHE_DIR": str(tmp_path / "cache"), name: value}
+    assert_one_line_error(run(*WARMUP, env=env), f"environment variable {name} must be", repr(value))
+    assert not (tmp_path / "cache").exists()  # nothing written
+
+
+def test_a_bad_environment_value_with_debug_shows_the_traceback(tmp_path):
+    env = {"DEEP_TILE_CACHE_DIR": str(tmp_path / "cache"), "DEEP_TILE_COMPILER": "clang", "DEEP_TILE_DEBUG": "1"}
+    assert_traceback(run(*WARMUP, env=env), "deep_tile.env.EnvValueError: environment variable DEEP_TILE_COMPILER")
+
+
+@pytest.mark.parametrize("command", [WARMUP, WARMUP + ("--shape", "4096,7168,2048", "--shape", "128,4096,7168")])
+def test_an_unusable_cache_directory_is_one_line_that_names_the_variable(tmp_path, command):
+    """A file where the cache directory belongs (root may write anywhere, so a read-only directory
+    would not fail here): one line however many kernels, naming DEEP_TILE_CACHE_DIR."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = run(*command, env={"DEEP_TILE_CACHE_DIR": str(blocker / "cache")})
+    line = assert_one_line_error(result, "DEEP_TILE_CACHE_DIR", str(blocker / "cache"))
+    assert "kernel cache directory" in line and "Not a directory" in line
+    assert " 0 compiled" in result.stdout  # the summary still says what happened
+    assert blocker.read_text() == ""
+
+
+def test_environment_errors_in_process(monkeypatch, capsys):
+    """A deep_tile error of the GPU or driver (here from the SM count), a multi-line one (a compiler
+    log) and an OSError: one line each, exit 1; with DEEP_TILE_DEBUG=1 they propagate."""
+    from deep_tile import device
+
+    for error in (LaunchError("device_facts: no CUDA device is available"),
+                  CompileError("NVRTC failed", command="nvrtc -arch=sm_90a", log="line 1\nline 2"),
+                  PermissionError(13, "Permission denied", "/cache/kernels")):
+        def fail():
+            raise error
+        monkeypatch.setattr(device, "get_num_sms", fail)
+        monkeypatch.delenv("DEEP_TILE_DEBUG", raising=False)
+        assert main(["warmup", "--shape", "64,2112,7168"]) == 1
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and err.startswith("python -m deep_tile: error: "), err
+        assert str(error).splitlines()[0] in err
+        multi_line = len(str(error).splitlines()) > 1
+        assert ("DEEP_TILE_DEBUG=1 prints the rest" in err) == multi_line, err
+        monkeypatch.setenv("DEEP_TILE_DEBUG", "1")
+        with pytest.raises(type(error)):
+            main(["warmup", "--shape", "64,2112,7168"])
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    """An error that is not the environment's (here a KeyError) is a bug: it is not swallowed."""
+    from deep_tile import device
+
+    def fail():
+        raise KeyError("bug")
+    monkeypatch.setattr(device, "get_num_sms", fail)
+    with pytest.raises(KeyError):
+        main(["warmup", "--shape", "64,2112,7168"])

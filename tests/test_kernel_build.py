@@ -304,13 +304,13 @@ def test_cast_sass(builds, name, dtype):
         assert symbol in sass, sorted(sass)
 
 
-READ_FLOOR_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "read_floor.cu"
-READ_FLOOR_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")  # benchmarks/read_floor.py PROBE_SYMBOLS
+READ_FLOOR_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "read_floor.cu"
+READ_FLOOR_SYMBOLS = ("deep_tile_empty", "deep_tile_stream_read")  # benchmarks/probes/read_floor.py PROBE_SYMBOLS
 
 
 @pytest.mark.parametrize("name", COMPILERS)
 def test_read_floor_probes_build(name):
-    """benchmarks/read_floor.py's probes compile clean, and the read probe keeps its loads (the
+    """benchmarks/probes/read_floor.py's probes compile clean, and the read probe keeps its loads (the
     fold is only stored under a key, so ptxas could have dropped them if it were not used) and
     waits for its predecessor (griddepcontrol.wait: ACQBULK) before them."""
     result = compiler.compile_cubin(READ_FLOOR_SOURCE, {}, READ_FLOOR_SYMBOLS[1], name)
@@ -321,13 +321,13 @@ def test_read_floor_probes_build(name):
     assert read_body.index("ACQBULK") < read_body.index("LDG.E.128"), read_body
 
 
-STRIP_READ = "deep_tile_strip_read"  # benchmarks/chain_floor.py STRIP
-BENCH_DIR = READ_FLOOR_SOURCE.parent
-PROBES = (  # (source, defines, symbol): the stream probes of benchmarks/chain_floor.py --alone / --ldg
-    (BENCH_DIR / "tma_strip.cu", {"TMA_DEPTH": 13, "BOX_ROWS": 64}, "deep_tile_tma_strip"),
-    (BENCH_DIR / "tma_strip.cu", {"TMA_DEPTH": 13, "BOX_ROWS": 64, "SMALL_BOXES": 2}, "deep_tile_tma_strip"),
-    (BENCH_DIR / "ldg_gemm.cu", {"TOKENS": 8, "UNROLL": 4}, "deep_tile_ldg_gemm"),  # benchmarks/ldg_probe.plan's
-    (BENCH_DIR / "ldg_gemm.cu", {"TOKENS": 16, "UNROLL": 2}, "deep_tile_ldg_gemm"),  # two variants
+STRIP_READ = "deep_tile_strip_read"  # benchmarks/probes/chain_floor.py STRIP
+PROBE_DIR = READ_FLOOR_SOURCE.parent
+PROBES = (  # (source, defines, symbol): the stream probes of benchmarks/probes/chain_floor.py --alone / --ldg
+    (PROBE_DIR / "tma_strip.cu", {"TMA_DEPTH": 13, "BOX_ROWS": 64}, "deep_tile_tma_strip"),
+    (PROBE_DIR / "tma_strip.cu", {"TMA_DEPTH": 13, "BOX_ROWS": 64, "SMALL_BOXES": 2}, "deep_tile_tma_strip"),
+    (PROBE_DIR / "ldg_gemm.cu", {"TOKENS": 8, "UNROLL": 4}, "deep_tile_ldg_gemm"),  # benchmarks/probes/ldg_probe.plan's
+    (PROBE_DIR / "ldg_gemm.cu", {"TOKENS": 16, "UNROLL": 2}, "deep_tile_ldg_gemm"),  # two variants
 )
 
 

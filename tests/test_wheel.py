@@ -2,10 +2,13 @@
 
 An editable install reads the checkout, so it hides files a wheel lacks (the native extension's
 C++ sources were missing from every wheel until 2026-11-23, and every GPU call of a regular
-install failed). This builds the wheel from the checkout, installs it into a fresh virtual
-environment, and from a directory outside the checkout checks that:
+install failed). This builds the wheel from the checkout, installs it into a fresh directory
+outside the checkout (``pip install --target``), and runs this interpreter from another such
+directory with only that install on ``PYTHONPATH``, so the dependencies (torch, cuda-bindings, the
+NVIDIA library wheels) come from the environment the tests run in, a virtual environment or not.
+It checks that:
 
-- ``deep_tile`` is imported from that environment, not from the checkout;
+- ``deep_tile`` is imported from that install, not from the checkout;
 - every file of the checkout's ``deep_tile/`` package, ``include/`` and ``csrc/`` trees is in the
   installed package (``_data/`` for the kernel sources), plus ``py.typed`` and the licence;
 - the code that names files on disk finds them: the kernel entry files and headers
@@ -54,8 +57,13 @@ def _setuptools_builds_here() -> bool:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    """The wheel built from the checkout and installed into a fresh venv (which sees this
-    interpreter's packages for the dependencies). Yields (wheel path, venv python, work dir)."""
+    """The wheel built from the checkout and installed into a fresh directory. Yields (wheel path,
+    install directory, work dir).
+
+    Not a child venv: ``venv --system-site-packages`` made from inside a venv exposes the base
+    interpreter's packages rather than this environment's, and a venv that lists this
+    environment's directories on its path still reports only its own ``site.getsitepackages()``,
+    where cuda.pathfinder looks for the NVIDIA library wheels (NVRTC)."""
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
     # Built from a clean copy: pip builds a local directory in place, and a stale build/ left in the
@@ -68,22 +76,24 @@ def installed(tmp_path_factory):
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *no_isolation, *isolation, "-q", "-w", str(dist),
           str(source)], cwd=base)
     [wheel] = dist.glob("deep_tile-*.whl")
-    venv = base / "venv"
-    _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)])
-    python = venv / "bin" / "python"
-    site = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--ignore-installed",
-          "--target", site, str(wheel)])
+    target = base / "installed"
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(target), str(wheel)])
     work = base / "elsewhere"
     work.mkdir()
-    yield wheel, python, work
+    yield wheel, target, work
 
 
-def _child(python: Path, work: Path, code: str, env: dict | None = None, timeout: float = 600) -> str:
-    child_env = {k: v for k, v in os.environ.items() if not k.startswith("DEEP_TILE_") and k != "PYTHONPATH"}
-    child_env.update({"DEEP_TILE_CACHE_DIR": str(work / "cache"), **(env or {})})
-    proc = subprocess.run([str(python), "-c", textwrap.dedent(code)], cwd=work, capture_output=True, text=True,
-                          timeout=timeout, env=child_env)
+def _child_env(target: Path, work: Path, env: dict | None = None) -> dict:
+    """This process's environment with only the install on PYTHONPATH (never the checkout), no
+    DEEP_TILE_* settings, and a fresh cache under ``work``."""
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("DEEP_TILE_")}
+    child_env.update({"PYTHONPATH": str(target), "DEEP_TILE_CACHE_DIR": str(work / "cache"), **(env or {})})
+    return child_env
+
+
+def _child(target: Path, work: Path, code: str, env: dict | None = None, timeout: float = 600) -> str:
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=work, capture_output=True, text=True,
+                          timeout=timeout, env=_child_env(target, work, env))
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-4000:]}"
     return proc.stdout
 
@@ -121,8 +131,8 @@ def test_the_wheel_holds_every_file_of_the_package(installed):
 
 
 def test_the_installed_package_finds_its_files(installed):
-    _, python, work = installed
-    out = _child(python, work, """
+    _, target, work = installed
+    out = _child(target, work, """
         import json, os
         import deep_tile
         from deep_tile import plan_index
@@ -143,7 +153,7 @@ def test_the_installed_package_finds_its_files(installed):
         print(json.dumps(checks))
     """)
     facts = json.loads(out.strip().splitlines()[-1])
-    assert Path(facts["package"]).is_relative_to(python.parent.parent), facts["package"]
+    assert Path(facts["package"]) == target / "deep_tile", facts["package"]
     assert Path(facts["data_root"]) == Path(facts["package"]) / "_data"
     assert all(Path(entry).is_relative_to(facts["package"]) for entry in facts["entries"])
     assert facts["native_sources"] == sorted(p.name for p in (ROOT / "deep_tile" / "native" / "csrc").iterdir())
@@ -154,8 +164,8 @@ def test_the_installed_package_finds_its_files(installed):
 
 @pytest.mark.skipif("nvrtc" not in compiler.available_compilers(), reason="NVRTC does not load here")
 def test_the_installed_package_compiles_and_runs_its_command_line(installed):
-    _, python, work = installed
-    out = _child(python, work, """
+    _, target, work = installed
+    out = _child(target, work, """
         from deep_tile.jit import cache
         from deep_tile.kernels import cast_fp8
         cubin = cache.get_cubin(cast_fp8.ENTRY, cast_fp8.defines("bfloat16"), cast_fp8.PER_TOKEN_SYMBOL,
@@ -163,17 +173,18 @@ def test_the_installed_package_compiles_and_runs_its_command_line(installed):
         print("cubin", len(cubin), cache.cache_stats()["compiles"])
     """)
     assert out.startswith("cubin ") and int(out.split()[2]) == 1
-    proc = subprocess.run([str(python), "-m", "deep_tile", "warmup", "--shape", "64,2112,7168", "--num-sms", "132",
+    # the same environment as the import check, so ``-m deep_tile`` runs the installed package
+    proc = subprocess.run([sys.executable, "-m", "deep_tile", "warmup", "--shape", "64,2112,7168", "--num-sms", "132",
                            "--compiler", "nvrtc"], cwd=work, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, DEEP_TILE_CACHE_DIR=str(work / "cache")))
+                          env=_child_env(target, work))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 compiled, 0 cache hits, 0 errors" in proc.stdout, proc.stdout
 
 
 @pytest.mark.skipif(bool(toolchain.find().missing), reason="no C++ compiler, ninja or cuda.h here")
 def test_the_native_extension_builds_from_the_installed_package(installed):
-    _, python, work = installed
-    out = _child(python, work, """
+    _, target, work = installed
+    out = _child(target, work, """
         from deep_tile import native
         assert native.build(wait=True), native.status()
         status = native.status()

@@ -5,7 +5,7 @@ measurement tool, not a test).
         -k regex:"deep_tile_fp8|stream_read" --csv python tools/chain_dram.py --m 1
 
 Runs, after an L2 flush (``--flush``), ``--layers`` layers of the dense chain with deep_tile, then
-after another flush the same layers with benchmarks/read_floor.cu's read of each weight, launched
+after another flush the same layers with benchmarks/probes/read_floor.cu's read of each weight, launched
 plainly (ncu serializes kernels anyway) so that ncu, told not to touch the caches, sees the L2 as
 the chain leaves it. Prints each GEMM's weight bytes in launch order, to set beside ncu's rows.
 """
@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "probes"))
 
 import bench_decode  # noqa: E402
 import chain_floor  # noqa: E402

@@ -58,8 +58,8 @@ for stage in ${*:-info smoke}; do
       ( dg_env; for i in 0 1 2 3 4 5 6 7; do timeout 400 python3 tools/deepgemm_warm.py --set large --set small --set decode --part $i/8 > "/tmp/dgwarm$i.log" 2>&1 & done; wait )
       for f in /tmp/dgwarm*.log; do tail -n 1 "$f"; done; grep -il "error\|not importable" /tmp/dgwarm*.log && head -5 /tmp/dgwarm0.log ;;
     compile)
-      timeout 300 python3 benchmarks/sweep_configs.py --set large --configs "$SWEEP_LARGE" --top 4 --compile-only --jobs 16 2>&1 | tail -5
-      timeout 300 python3 benchmarks/sweep_configs.py --set small --set decode --configs "$SWEEP_SMALL" --top 8 --compile-only --jobs 16 2>&1 | tail -5 ;;
+      timeout 300 python3 benchmarks/probes/sweep_configs.py --set large --configs "$SWEEP_LARGE" --top 4 --compile-only --jobs 16 2>&1 | tail -5
+      timeout 300 python3 benchmarks/probes/sweep_configs.py --set small --set decode --configs "$SWEEP_SMALL" --top 8 --compile-only --jobs 16 2>&1 | tail -5 ;;
     smoke)
       timeout 150 python3 tools/sanitize_cases.py 2>&1 | tee "$OUT/smoke.txt" | tail -20
       python3 -c "from deep_tile.gemm import _plan_for_config as p; from deep_tile.testing.configs import parse_config as c
@@ -69,9 +69,9 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
     tests)
       timeout 560 python3 -m pytest -q -m gpu tests/ -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" | tail -25 ;;
     sweep-large)
-      ( dg_env; timeout 200 python3 benchmarks/sweep_configs.py --set large --configs "$SWEEP_LARGE" --top 4 --baselines --iters 20 --json "$OUT/sweep_large.json" > "$OUT/sweep_large.txt" 2>&1 ); tail -3 "$OUT/sweep_large.txt" ;;
+      ( dg_env; timeout 200 python3 benchmarks/probes/sweep_configs.py --set large --configs "$SWEEP_LARGE" --top 4 --baselines --iters 20 --json "$OUT/sweep_large.json" > "$OUT/sweep_large.txt" 2>&1 ); tail -3 "$OUT/sweep_large.txt" ;;
     sweep-small)
-      ( dg_env; timeout 290 python3 benchmarks/sweep_configs.py --set small --set decode --configs "$SWEEP_SMALL" --top 6 --baselines --iters 20 --json "$OUT/sweep_small.json" > "$OUT/sweep_small.txt" 2>&1 ); tail -3 "$OUT/sweep_small.txt" ;;
+      ( dg_env; timeout 290 python3 benchmarks/probes/sweep_configs.py --set small --set decode --configs "$SWEEP_SMALL" --top 6 --baselines --iters 20 --json "$OUT/sweep_small.json" > "$OUT/sweep_small.txt" 2>&1 ); tail -3 "$OUT/sweep_small.txt" ;;
     bench)
       ( dg_env; timeout 500 python3 benchmarks/bench_fp8_gemm.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt" | tail -40 ) ;;
     decode)
@@ -91,8 +91,8 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
     clusters)
       timeout 100 python3 tools/explore_overheads.py --clusters-only 2>&1 | tee "$OUT/clusters.txt" ;;
     sweep-custom)  # SWEEP_SHAPES / SWEEP_CUSTOM configs, no baselines
-      timeout 300 python3 benchmarks/sweep_configs.py --shapes $SWEEP_SHAPES --configs "$SWEEP_CUSTOM" --compile-only --jobs 16 2>&1 | tail -2
-      timeout 300 python3 benchmarks/sweep_configs.py --shapes $SWEEP_SHAPES --configs "$SWEEP_CUSTOM" --iters 20 --json "$OUT/sweep_${SWEEP_NAME:-custom}.json" > "$OUT/sweep_${SWEEP_NAME:-custom}.txt" 2>&1; tail -3 "$OUT/sweep_${SWEEP_NAME:-custom}.txt" ;;
+      timeout 300 python3 benchmarks/probes/sweep_configs.py --shapes $SWEEP_SHAPES --configs "$SWEEP_CUSTOM" --compile-only --jobs 16 2>&1 | tail -2
+      timeout 300 python3 benchmarks/probes/sweep_configs.py --shapes $SWEEP_SHAPES --configs "$SWEEP_CUSTOM" --iters 20 --json "$OUT/sweep_${SWEEP_NAME:-custom}.json" > "$OUT/sweep_${SWEEP_NAME:-custom}.txt" 2>&1; tail -3 "$OUT/sweep_${SWEEP_NAME:-custom}.txt" ;;
     ncu)
       for spec in "64 2112 7168 64x64:b2:k2" "64 2112 7168 64x16:b2" "4096 7168 16384 256x128"; do
         name=$(echo $spec | tr ' :' '__')

@@ -22,7 +22,7 @@ and adds the reduction (``split_k_cycles``, ``split_k_cycles_per_cta`` per CTA o
 cluster, and reading the valid rows of the partials at ``dsmem_bytes_per_cycle``). The whole problem is
 also held to its compulsory HBM traffic at ``hbm_efficiency`` of the chip's bandwidth (soft
 maximum again), plus ``launch_seconds``. The constants are a :class:`ModelParams`, fitted by
-benchmarks/fit_model.py to sweeps of forced configurations (benchmarks/data/); the model ranks
+benchmarks/probes/fit_model.py to sweeps of forced configurations (benchmarks/data/); the model ranks
 candidates, its absolute times are estimates. Pure Python.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ TENSOR_FLOP_PER_CYCLE = 8192
 @dataclass(frozen=True)
 class ModelParams:
     """The model's constants (see the module doc for where each enters). The defaults were
-    fitted by benchmarks/fit_model.py (``--picks 400``) to the H100 sweeps
+    fitted by benchmarks/probes/fit_model.py (``--picks 400``) to the H100 sweeps
     benchmarks/data/sweep_*_h100_diet_2026-11-22.json (999 timed configurations on 55 shapes,
     taken after the k-loop diet of that day): the selector's pick is within 0.9% of the best
     measured configuration in geometric mean and 7% at worst. (``clock_hz`` and
@@ -139,15 +139,14 @@ def streamed_b_pair(c: Candidate, problem) -> bool:
     experts have at most two m-blocks (``expected_m <= 2 * block_m``): each weight tile is then read
     once, by the pair, as a stream from HBM.
 
-    Measured: benchmarks/RESULTS.md, 2026-11-23 'Grouped kernels load the expert ids one tile ahead'
-    (H100, masked 32 experts x 192 rows): 128x256
+    Measured (RESULTS.md, 2026-11-23 'Grouped kernels load the expert ids one tile ahead'; H100,
+    masked 32 experts x 192 rows): 128x256
     sharing B 627 us against 655 without (6144x7168), 241 / 243 (7168x2048); the model with the
     multicast costs of L2-fed (dense) pairs ranked it 3% slower. Not where one tile of
     :data:`MAX_GROUP_TILE_M` rows holds the whole expert: that tile reads each weight tile once
-    without the pair's coupling, and measured faster (H200,
-    RESULTS.md, 2026-11-23 'The selector's model of the grouped kinds; the grouped floor met',
-    masked 32 x ~192 rows:
-    256x128 0.965-1.012x DeepGEMM, the 128x256 pair 0.947-0.972x)."""
+    without the pair's coupling, and measured faster (RESULTS.md, 2026-11-23 'The selector's model
+    of the grouped kinds; the grouped floor met'; H200, masked 32 x ~192 rows: 256x128
+    0.965-1.012x DeepGEMM, the 128x256 pair 0.947-0.972x)."""
     return (problem.kind.grouped and c.num_multicast == 2 and not c.multicast_on_a
             and MAX_GROUP_TILE_M < problem.expected_m <= 2 * c.block_m)
 

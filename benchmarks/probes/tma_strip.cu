@@ -1,4 +1,4 @@
-// A probe for benchmarks/chain_floor.py (--tma-strips): the GEMM's stream of B through TMA without
+// A probe for benchmarks/probes/chain_floor.py (--tma-strips): the GEMM's stream of B through TMA without
 // the GEMM. CTA c owns rows [c * BOX_ROWS, (c + 1) * BOX_ROWS) of an N x K byte matrix (a 2-D
 // tensor map with 128 x BOX_ROWS boxes, 128B swizzle, as deep_tile's B map) and one thread walks
 // them through K, one box per 128-byte column, TMA_DEPTH boxes in flight in a ring of shared-memory
@@ -6,7 +6,8 @@
 // and TMA deliver when nothing else waits. Nothing reads the boxes. One warp per CTA.
 // SMALL_BOXES > 0 adds that many one-row boxes (`small`, 128 x 1, no swizzle: rows 0, 1, ... of the
 // same matrix) to each slot, as deep_tile's A and a_scale boxes sit beside B at M = 1: what each
-// extra box costs the stream (RESULTS.md session 24).
+// extra box costs the stream (RESULTS.md, 2026-11-24 'The k-loop's cost per k-block, and swap-AB for
+// M <= 16').
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
 

@@ -1,4 +1,4 @@
-// Probes for benchmarks/read_floor.py and benchmarks/chain_floor.py: the least any kernel launched
+// Probes for benchmarks/probes/read_floor.py and benchmarks/probes/chain_floor.py: the least any kernel launched
 // like deep_tile's can take under the benchmarks' timer. `deep_tile_empty` does nothing;
 // `deep_tile_stream_read` reads `n16` 16-byte words once (a grid-stride loop, four independent
 // loads in flight per thread) and folds them with XOR, storing only when a CTA's fold equals `key`

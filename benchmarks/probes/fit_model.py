@@ -1,9 +1,9 @@
 """Fit the selector model's constants (deep_tile.select.cost.ModelParams) to measured sweeps.
 
-    python benchmarks/fit_model.py benchmarks/data/sweep_*_h100_*.json
-    python benchmarks/fit_model.py benchmarks/data/*.json --report      # the current constants only
+    python benchmarks/probes/fit_model.py benchmarks/data/sweep_*_h100_*.json
+    python benchmarks/probes/fit_model.py benchmarks/data/*.json --report      # the current constants only
 
-Each row of a benchmarks/sweep_configs.py JSON file is one forced configuration timed on one
+Each row of a benchmarks/probes/sweep_configs.py JSON file is one forced configuration timed on one
 shape. The fit minimises, per shape, the spread of the log errors of the predicted times (ranking
 depends only on them) plus a tenth of the absolute log error, then reports how
 well the model ranks: per shape, the measured time of the configuration the model would pick
@@ -19,7 +19,7 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
 
 from deep_tile import arch  # noqa: E402
 from deep_tile.problem import Problem  # noqa: E402

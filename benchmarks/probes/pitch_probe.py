@@ -1,7 +1,7 @@
 """Does the weights' row pitch set a decode GEMM's streaming rate? (GPU; a measurement, not a test)
 
-    python benchmarks/pitch_probe.py                    # 7168x16384 and 4096x7168 at M = 1 and 64
-    python benchmarks/pitch_probe.py --shapes 64,7168,16384 --pads 0,128,1024
+    python benchmarks/probes/pitch_probe.py                    # 7168x16384 and 4096x7168 at M = 1 and 64
+    python benchmarks/probes/pitch_probe.py --shapes 64,7168,16384 --pads 0,128,1024
 
 deep_tile reads B [N, K] with any row stride that is a multiple of 16 elements. Here B is the
 first K columns of a [N, K + pad] buffer: the same GEMM (same config, same bytes) over rows
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
 
 import deep_tile  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402

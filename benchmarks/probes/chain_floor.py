@@ -1,15 +1,15 @@
 """What a chain of separate kernels that only read the weights reaches (GPU): the ceiling of the
 decode chain's measure (benchmarks/bench_decode.py) for any design of one kernel per GEMM.
 
-    python benchmarks/chain_floor.py                      # M = 1 and 64, under a minute warm
-    python benchmarks/chain_floor.py --m 1,16,64 --forced "64:2112,7168=64x64:k3:ef:p128"
-    python benchmarks/chain_floor.py --m 16 --forced "w@16:7168,16384=64x128:k2:ef:p128:sw16" "n@16:32768,512=64x128:gM"
-    python benchmarks/chain_floor.py --alone 7168,16384 --m 64 --configs 64x128:k2:ef:p128
+    python benchmarks/probes/chain_floor.py                      # M = 1 and 64, under a minute warm
+    python benchmarks/probes/chain_floor.py --m 1,16,64 --forced "64:2112,7168=64x64:k3:ef:p128"
+    python benchmarks/probes/chain_floor.py --m 16 --forced "w@16:7168,16384=64x128:k2:ef:p128:sw16" "n@16:32768,512=64x128:gM"
+    python benchmarks/probes/chain_floor.py --alone 7168,16384 --m 64 --configs 64x128:k2:ef:p128
 
 The dense chain of bench_decode (a DeepSeek-V3 layer's six dense GEMMs, ``--layers`` copies with
 their own weights, captured in one CUDA graph, replayed ``--replays`` times between two CUDA
 events after an L2 flush; median of ``--iters`` shuffled rounds) beside chains of read kernels
-(benchmarks/read_floor.cu: grid-stride 16-byte loads, 4 CTAs of 512 threads per SM, nothing
+(benchmarks/probes/read_floor.cu: grid-stride 16-byte loads, 4 CTAs of 512 threads per SM, nothing
 written) over the same weight buffers, timed in the same rounds:
 
 - ``read``: one read of each GEMM's weights, launched with programmatic dependent launch (PDL),
@@ -24,7 +24,7 @@ written) over the same weight buffers, timed in the same rounds:
   (testing.configs texts) for those GEMMs and the selector's elsewhere; entries spelled
   ``NAME@M:N,K=config`` make one chain ``forced NAME`` per NAME instead, so several sets are timed
   in the same rounds (``--warm I/N`` compiles their kernels in N processes first);
-- ``ldg`` (with ``--ldg``, M <= 16): the probe GEMM of benchmarks/ldg_gemm.cu, which streams the
+- ``ldg`` (with ``--ldg``, M <= 16): the probe GEMM of benchmarks/probes/ldg_gemm.cu, which streams the
   weights with plain 16-byte loads as the read kernel does (PDL, waiting before it reads); its
   outputs are checked like deep_tile's.
 
@@ -48,8 +48,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the user benchmarks
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/probes/
 
 import bench_decode  # noqa: E402
 import deep_tile  # noqa: E402
@@ -298,7 +299,7 @@ def parse_args(argv=None):
                         "with these configs for those GEMMs")
     p.add_argument("--warm", metavar="I/N", help="only compile the forced kernels of every N-th (chain, M, GEMM) "
                    "entry from the I-th (run N such processes at once before timing)")
-    p.add_argument("--ldg", action="store_true", help="add the ldg probe GEMM (M <= 16; benchmarks/ldg_gemm.cu)")
+    p.add_argument("--ldg", action="store_true", help="add the ldg probe GEMM (M <= 16; benchmarks/probes/ldg_gemm.cu)")
     p.add_argument("--alone", help="N,K: time each call alone over this weight instead of the chains")
     p.add_argument("--configs", nargs="*", default=[], help="with --alone: deep_tile configs (testing.configs texts)")
     p.add_argument("--strips", nargs="*", default=[],

@@ -1,10 +1,10 @@
 """The least a small-M GEMM can take under the benchmarks' timer (GPU): beside deep_tile, DeepGEMM
 and cuBLAS per-tensor, an empty kernel and a kernel that only reads B's bytes once.
 
-    python benchmarks/read_floor.py                          # M=64 x the six DeepSeek (N, K) pairs
-    python benchmarks/read_floor.py --shapes 64,2112,7168 --flush write read --json f.json
+    python benchmarks/probes/read_floor.py                          # M=64 x the six DeepSeek (N, K) pairs
+    python benchmarks/probes/read_floor.py --shapes 64,2112,7168 --flush write read --json f.json
 
-Both probes (benchmarks/read_floor.cu) are launched through the driver like deep_tile's kernels.
+Both probes (benchmarks/probes/read_floor.cu) are launched through the driver like deep_tile's kernels.
 `stream_read` reads the N x K bytes of B once with 4 CTAs of 512 threads per SM, four 16-byte
 loads in flight per thread, and writes nothing: the weight stream without the GEMM's work, a
 floor for a GEMM of that shape (which must read all of B) as far as this plain read kernel
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the user benchmarks
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/probes/
 
 from bench_fp8_gemm import library_fns  # noqa: E402
 from deep_tile.jit import compiler, runtime  # noqa: E402

@@ -1,6 +1,6 @@
 """The L2 promotion of the FP8 operands' tensor maps, measured (GPU; a measurement, not a test).
 
-    python benchmarks/l2_promotion_probe.py                 # the dense decode chain at M = 1, 64
+    python benchmarks/probes/l2_promotion_probe.py                 # the dense decode chain at M = 1, 64
 
 An L2 miss of a TMA box row (128 bytes of one weight row per k-block) fetches the FP8 tensor
 maps' L2 promotion: 256 bytes (the next k-block's too) unless the selector picks another
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the user benchmarks
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/probes/
 
 from bench_decode import DENSE_NK, Gemm, compulsory_bytes, deep_tile_call, make_operands  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402

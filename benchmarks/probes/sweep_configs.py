@@ -1,8 +1,8 @@
 """Check and time forced kernel configurations on shapes (tuning aid; the timing needs a GPU).
 
-    python benchmarks/sweep_configs.py --shapes 4096,7168,16384 --configs auto,128x128,256x128:mcA
-    python benchmarks/sweep_configs.py --set large --configs 128x128,256x128:mcA --top 6 --json sweep.json
-    python benchmarks/sweep_configs.py --set decode --top 8 --compile-only --jobs 16   # fill the cache
+    python benchmarks/probes/sweep_configs.py --shapes 4096,7168,16384 --configs auto,128x128,256x128:mcA
+    python benchmarks/probes/sweep_configs.py --set large --configs 128x128,256x128:mcA --top 6 --json sweep.json
+    python benchmarks/probes/sweep_configs.py --set decode --top 8 --compile-only --jobs 16   # fill the cache
 
 Configurations are in the text form of :mod:`deep_tile.testing.configs` (``auto`` is the
 selector's choice); ``--top N`` adds the selector model's N best candidates of each shape. Each
@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
 
 from deep_tile.kernels import fp8_gemm as family  # noqa: E402
 from deep_tile.problem import Problem  # noqa: E402

@@ -1,4 +1,4 @@
-// A probe for benchmarks/chain_floor.py: an FP8 GEMM with DeepSeek-V3 scaling for M <= TOKENS that
+// A probe for benchmarks/probes/chain_floor.py: an FP8 GEMM with DeepSeek-V3 scaling for M <= TOKENS that
 // streams the weights the way the read kernel of read_floor.cu does (plain 16-byte loads into
 // registers, many small CTAs per SM, no TMA, no shared-memory pipeline), to measure whether a
 // decode GEMM built that way gets closer to the read chain than deep_tile's TMA/WGMMA kernels.

@@ -1,5 +1,5 @@
-"""Host side of benchmarks/ldg_gemm.cu (GPU): an FP8 decode GEMM that streams its weights with
-plain 16-byte loads, as the read kernel does, for benchmarks/chain_floor.py's ``--ldg`` chain.
+"""Host side of benchmarks/probes/ldg_gemm.cu (GPU): an FP8 decode GEMM that streams its weights with
+plain 16-byte loads, as the read kernel does, for benchmarks/probes/chain_floor.py's ``--ldg`` chain.
 
 A probe, not a product path: M <= 16, N a multiple of 16, K of 128, bf16 out, the operands of
 bench_decode.make_operands. :func:`plan` picks the kernel variant and the work split from the
