@@ -2,7 +2,7 @@
 functions, as DeepGEMM's package exports them there (SGLang imports ``align`` and
 ``get_tma_aligned_size`` from here). Each name is the one of :mod:`deep_tile.compat.deepgemm`
 (the same function object), so the alias and the package share one state."""
-from deep_tile.compat.deepgemm import (  # noqa: F401
+from deep_tile.compat.deepgemm._api import (  # noqa: F401
     get_k_alignment_for_contiguous_layout, get_m_alignment_for_contiguous_layout,
     get_mk_alignment_for_contiguous_layout, get_theoretical_mk_alignment_for_contiguous_layout,
     get_tma_aligned_size, set_mk_alignment_for_contiguous_layout,

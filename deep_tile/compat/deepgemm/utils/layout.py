@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile.compat.deepgemm import (  # noqa: F401
+from deep_tile.compat.deepgemm._api import (  # noqa: F401
     get_mn_major_tma_aligned_tensor, get_tma_aligned_size, transform_sf_into_required_layout,
 )
 
