@@ -323,6 +323,33 @@ def test_gpu_m_grouped_masked():
     ])
 
 
+@pytest.mark.gpu
+def test_gpu_psum_layout():
+    """vLLM's psum call: padding rows (between runs, after the last) untouched, empty experts,
+    alignment 256, and a CUDA-graph replay with new ends."""
+    _check_gpu("psum", [
+        dict(sizes=[100, 0, 300, 128, 1], n=4096, k=7168, seed=0),
+        dict(sizes=[0, 0, 77], n=576, k=896, tail=200, seed=1),
+        dict(sizes=[129, 5, 0, 256], n=1024, k=1536, alignment=256, tail=3, seed=2),
+        dict(sizes=[0, 0], n=256, k=512, tail=128, seed=3),
+        dict(sizes=[37, 250, 3, 0, 128, 90, 1, 64], n=2048, k=7168, graph=True, seed=4),
+    ])
+    _check_gpu("psum_layout", [
+        dict(sizes=[3, 3, 130, 260], alignment=128, m=400), dict(sizes=[0, 5000, 7], alignment=256, m=1000),
+        dict(sizes=list(range(0, 512 * 50, 50)), alignment=128, m=512 * 50 + 77),
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_masked_with_signals():
+    """SGLang's single-batch-overlap masked call: the GEMM right, every real block's flag at the
+    threshold, every other flag (and the guard entries) 0."""
+    _check_gpu("masked_signal", [
+        dict(max_m=256, masked_rows=[0, 37, 128, 256], expected_m=128, n=4096, k=7168, seed=0),
+        dict(max_m=200, masked_rows=[1, 64, 65, 200, 0], expected_m=64, n=7168, k=2048, seed=1),
+    ])
+
+
 # --------------------------------------------------------------------------------------------------
 # The names engines probe: alignment, compile mode, psum layout, signals, module layout, alias
 # --------------------------------------------------------------------------------------------------
@@ -440,6 +467,50 @@ def test_masked_with_signal_returns_block_m_and_threshold(calls):
         want[g * per_group: g * per_group + -(-rows // block_m)] = threshold
     assert threshold >= 1 and torch.equal(signal, want), signal.tolist()
     assert signal[:12].tolist() == [1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def _psum_rows(ends, m, alignment):
+    """Each row's expert by the psum rule, one Python loop (the test's own reference)."""
+    rows, start = [-1] * m, 0
+    for e, end in enumerate(ends):
+        start = -(-start // alignment) * alignment
+        for r in range(start, min(max(end, 0), m)):
+            rows[r] = e
+        start = max(end, 0)
+    return rows
+
+
+@pytest.mark.parametrize("alignment", [128, 256])
+def test_psum_to_m_indices_cpu(alignment):
+    import random
+
+    rng = random.Random(alignment)
+    cases = [([3, 3, 130, 260], 400), ([], 5), ([0, 0], 0), ([0, 0, 0], 300), ([500], 300), ([128, 256], 256)]
+    for _ in range(30):
+        ends, start = [], 0
+        for _ in range(rng.randint(1, 12)):
+            start = -(-start // alignment) * alignment + rng.choice([0, 0, 1, 5, 127, 128, 129, 300])
+            ends.append(start)
+        cases.append((ends, (ends[-1] if ends else 0) + rng.choice([0, 1, 200])))
+    for ends, m in cases:
+        got = deep_tile.psum_to_m_indices(torch.tensor(ends, dtype=torch.int32), m, alignment)
+        assert got.dtype == torch.int32 and got.tolist() == _psum_rows(ends, m, alignment), (ends, m)
+
+
+def test_psum_argument_checks():
+    ends = torch.tensor([3, 130], dtype=torch.int32)
+    for bad, error, words in ((ends.long(), ValueError, "int32"), (ends.view(2, 1), ValueError, "1-D"),
+                              ([3, 130], TypeError, "torch.Tensor")):
+        with pytest.raises(error, match=words):
+            deep_tile.psum_to_m_indices(bad, 256)
+    for alignment, error in ((64, ValueError), (0, ValueError), (128.0, TypeError)):
+        with pytest.raises(error, match="alignment"):
+            deep_tile.psum_to_m_indices(ends, 256, alignment)
+    with pytest.raises(ValueError, match="m must be >= 0"):
+        deep_tile.psum_to_m_indices(ends, -1)
+    (a, sfa), (b, sfb), d = grouped(groups=3)
+    with pytest.raises(ValueError, match="one entry per expert, 3"):
+        deep_tile.m_grouped_fp8_gemm_psum(a, sfa, b, sfb, ends, out=d)
 
 
 def test_masked_signal_checks(calls):

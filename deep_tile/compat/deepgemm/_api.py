@@ -175,8 +175,8 @@ def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: torch.Tensor, masked_m: to
     ``signal[g * ceil(max_m / block_m) + j]`` reaches ``threshold`` (blocks past ``masked_m[g]``
     stay 0), which the combine kernel waits for (``>= threshold``, acquire). deep_tile raises the
     flags in a second kernel on the same stream right after the GEMM (:func:`_raise_signals`),
-    so they are exact but none is raised before the whole GEMM ends: the combine gets no head
-    start. ``max_block_n`` (a cap on DeepGEMM's tile width, >= 16) is checked and not needed.
+    (a small kernel: :func:`deep_tile.moe_layout.raise_signals`), so they are exact but none is
+    raised before the whole GEMM ends: the combine gets no head start. ``max_block_n`` (a cap on DeepGEMM's tile width, >= 16) is checked and not needed.
     Without ``enable_overlap`` the call is the plain masked GEMM and returns None.
     """
     fn = "m_grouped_fp8_gemm_nt_masked"
@@ -212,15 +212,12 @@ def _check_signal(fn: str, signal, d: torch.Tensor) -> None:
 
 def _raise_signals(signal: torch.Tensor, masked_m: torch.Tensor, max_m: int, block_m: int,
                    threshold: int) -> Tuple[int, int]:
-    """Set ``signal[g * ceil(max_m / block_m) + j] = threshold`` for the blocks ``j <
-    ceil(masked_m[g] / block_m)`` of every group, on the current stream (device-side, no sync,
-    graph-safe; the other entries keep their values), and return ``(block_m, threshold)``."""
-    blocks = -(-max_m // block_m)
-    groups = masked_m.numel()
-    flags = signal[: groups * blocks].view(groups, blocks)
-    real = -(-masked_m.clamp(0, max_m).to(torch.int32) // block_m)  # ceil(masked_m / block_m)
-    index = torch.arange(blocks, device=signal.device, dtype=torch.int32)
-    flags.copy_(torch.where(index[None, :] < real[:, None], torch.full_like(flags, threshold), flags))
+    """Raise the flags of the real ``block_m``-row blocks of every group to ``threshold``
+    (:func:`deep_tile.moe_layout.raise_signals`: one small kernel after the GEMM on the current
+    stream, no host sync, graph-safe) and return ``(block_m, threshold)``."""
+    from deep_tile.moe_layout import raise_signals
+
+    raise_signals(signal, masked_m, max_m, block_m, threshold)
     return block_m, threshold
 
 
