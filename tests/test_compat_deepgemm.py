@@ -589,3 +589,26 @@ def test_install_alias_in_a_child():
         refused = subprocess.run([sys.executable, "-c", "import deep_tile.compat.deepgemm as c; c.install_alias()"],
                                  capture_output=True, text=True, timeout=120, env=env2)
         assert refused.returncode != 0 and "will not hide it" in refused.stderr, refused.stderr
+
+
+def test_alias_distribution_in_a_child():
+    """compat/deep_gemm_alias (the installable switch): on the path, ``import deep_gemm`` and its
+    submodules are deep_tile's; with DEEP_TILE_DEEPGEMM_ALIAS=0 the import raises ImportError (what
+    the engines take as "not installed")."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    alias = Path(__file__).resolve().parents[1] / "compat" / "deep_gemm_alias"
+    path = os.pathsep.join([str(alias), os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    code = ("import deep_gemm, deep_gemm.utils.layout, deep_tile.compat.deepgemm as c\n"
+            "from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor\n"
+            "assert deep_gemm is c and deep_gemm.utils.layout is c.utils.layout\n"
+            "print('alias on')")
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=path))
+    assert on.returncode == 0 and "alias on" in on.stdout, on.stderr
+    off = subprocess.run([sys.executable, "-c", "import deep_gemm"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=path, DEEP_TILE_DEEPGEMM_ALIAS="0"))
+    assert off.returncode != 0 and "ImportError" in off.stderr and "turned off" in off.stderr, off.stderr

@@ -13,9 +13,11 @@ What it does:
 
 1. ``pip download --no-deps`` the two wheels (kept in ``--wheels``), make a throwaway venv
    (``--venv``) that sees this interpreter's packages (torch) and this checkout (deep_tile) through a
-   ``.pth`` file, ``pip install --no-deps`` the wheels into it, and run step 2 in it.
-2. ``deep_tile.compat.deepgemm.install_alias()``, so the engines' ``import deep_gemm`` (and
-   ``deep_gemm.utils.layout``) get deep_tile; the engines' other third-party imports that are not
+   ``.pth`` file, ``pip install --no-deps`` the wheels and the ``deep_gemm`` alias distribution
+   (compat/deep_gemm_alias, the switch users install) into it, and run step 2 in it.
+2. The engines' ``import deep_gemm`` (and ``deep_gemm.utils.layout``) get deep_tile: through the
+   installed alias, or (``--engines-dir``, no venv) ``deep_tile.compat.deepgemm.install_alias()``;
+   the engines' other third-party imports that are not
    installed (their dependencies: psutil, orjson, triton, ...) are answered by stub modules, every
    one listed in the report; a few engine functions that need a running server (vLLM's data-parallel
    group and workspace manager, SGLang's GPU-memory probe and symmetric-memory context) are replaced
@@ -88,6 +90,9 @@ def prepare(args) -> tuple[Path, list[Path]]:
     (site / "deep_tile_check.pth").write_text(f"{sysconfig.get_paths()['purelib']}\n{ROOT}\n")
     _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "--quiet",
           *picked])
+    # the switch a user installs: the deep_gemm alias distribution (compat/deep_gemm_alias)
+    _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "--no-index", "--quiet",
+          "--no-build-isolation", ROOT / "compat" / "deep_gemm_alias"])
     return python, picked
 
 
@@ -635,7 +640,18 @@ def drive(args) -> int:
     import deep_tile
     import deep_tile.compat.deepgemm as compat
 
-    compat.install_alias()
+    spec = importlib.util.find_spec("deep_gemm")
+    if spec is not None:  # the alias distribution is installed (the venv run): the engines' own import
+        import deep_gemm
+
+        assert deep_gemm is compat, f"deep_gemm is {deep_gemm!r}, not deep_tile.compat.deepgemm"
+        print(f"deep_gemm: the installed alias distribution ({spec.origin}) -> deep_tile.compat.deepgemm")
+    elif hasattr(compat, "install_alias"):
+        compat.install_alias()
+        print("deep_gemm: deep_tile.compat.deepgemm.install_alias()")
+    else:  # an older deep_tile: the package alone stands in for deep_gemm
+        sys.modules["deep_gemm"] = compat
+        print("deep_tile.compat.deepgemm has no install_alias: deep_gemm is the module alone, no submodules")
     device = "cuda" if torch.cuda.is_available() and not args.cpu else "cpu"
     recorder = Recorder()
     if device == "cpu":
