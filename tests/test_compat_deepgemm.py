@@ -331,7 +331,7 @@ def test_gpu_psum_layout():
         dict(sizes=[100, 0, 300, 128, 1], n=4096, k=7168, seed=0),
         dict(sizes=[0, 0, 77], n=576, k=896, tail=200, seed=1),
         dict(sizes=[129, 5, 0, 256], n=1024, k=1536, alignment=256, tail=3, seed=2),
-        dict(sizes=[0, 0], n=256, k=512, tail=128, seed=3),
+        dict(sizes=[0, 0, 5], n=256, k=512, tail=128, seed=3),
         dict(sizes=[37, 250, 3, 0, 128, 90, 1, 64], n=2048, k=7168, graph=True, seed=4),
     ])
     _check_gpu("psum_layout", [

@@ -228,9 +228,12 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def find_spec(self, fullname, path=None, target=None):
         top = fullname.split(".")[0]
-        if top in NEVER_STUB or top in sys.stdlib_module_names:
+        if (top in NEVER_STUB and top not in ENGINE_ROOTS) or top in sys.stdlib_module_names:
             return None
-        if not _imported_by_engine():  # torch's and sympy's optional probes keep their ImportError
+        if top in ENGINE_ROOTS:  # an engine's compiled extension (vllm._C, ...) that is not there
+            if not fullname.rsplit(".", 1)[-1].startswith("_"):
+                return None
+        elif not _imported_by_engine():  # torch's and sympy's optional probes keep their ImportError
             return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
@@ -240,7 +243,8 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return importlib.import_module(STUB_ALIASES[spec.name])
         module = _StubModule(spec.name)
         module.__path__ = []
-        if spec.name.split(".")[0] not in {s.split(".")[0].split()[0] for s in self.stubbed}:
+        known = {s.split()[0] if s.split(".")[0] in ENGINE_ROOTS else s.split(".")[0].split()[0] for s in self.stubbed}
+        if (spec.name if spec.name.split(".")[0] in ENGINE_ROOTS else spec.name.split(".")[0]) not in known:
             self.stubbed.append(spec.name)
         return module
 
