@@ -8,6 +8,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 import deep_tile
+from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
 
 __all__ = [
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
@@ -29,13 +30,13 @@ RECIPE_A, RECIPE_B = (1, 128), (128, 128)
 
 SM90_MK_ALIGNMENT = 128
 """The contiguous-layout alignment DeepGEMM starts with and, on SM90, always calls theoretical
-(its ``HeuristicsRuntime``: 128 unless the GPU is an SM100); also deep_tile's contiguous kind's."""
+(its ``HeuristicsRuntime``: 128 unless the GPU is an SM100)."""
 
 SIGNAL_BLOCK_M = 64
 """The rows per completion flag of the signalling masked GEMM: SGLang sizes its ``signal`` for
 blocks of 64 rows (its ``MIN_BLOCK_M``), so every block size it can be told fits the buffer."""
 
-_mk_alignment = SM90_MK_ALIGNMENT  # set_mk_alignment_for_contiguous_layout's value
+_mk_alignment = CONTIGUOUS_ALIGNMENT  # set_mk_alignment_for_contiguous_layout's value
 _compile_mode = 0                  # set_compile_mode's value
 
 
@@ -241,10 +242,10 @@ def set_mk_alignment_for_contiguous_layout(new_value: int) -> None:
     global _mk_alignment
     fn = "set_mk_alignment_for_contiguous_layout"
     _check_int(fn, "new_value", new_value, 1)
-    if new_value % SM90_MK_ALIGNMENT:
+    if new_value % CONTIGUOUS_ALIGNMENT:
         raise NotImplementedError(
             f"{fn}: alignment {new_value} is not supported; deep_tile supports the multiples of "
-            f"{SM90_MK_ALIGNMENT} (use 128, what "
+            f"{CONTIGUOUS_ALIGNMENT} (use {SM90_MK_ALIGNMENT}, what "
             "get_theoretical_mk_alignment_for_contiguous_layout returns on SM90).")
     _mk_alignment = new_value
 
