@@ -18,6 +18,17 @@ every layout is already in the zero-copy TMA-aligned column-major layout):
   contiguous layout holding the same real rows (same useful work) run by deep_tile and by DeepGEMM
   (DeepGEMM has no unpadded layout), and the loop.
 
+Layout flags (DeepGEMM's engine-facing variants; docs/deepgemm-compat.md):
+
+- ``--psum`` (contiguous): deep_tile runs ``m_grouped_fp8_gemm_psum`` and DeepGEMM
+  ``m_grouped_fp8_gemm_nt_contiguous(..., use_psum_layout=True)``, both given each expert's row end
+  (int32 [G]) on the same padded rows; deep_tile's ``m_indices`` contiguous GEMM runs beside them
+  (column "alt us", speedups "vs alt").
+- ``--signal`` (masked): deep_tile runs the masked GEMM as SGLang's single-batch overlap calls it
+  (``deep_tile.compat.deepgemm.m_grouped_fp8_gemm_nt_masked(..., enable_overlap=True, signal=...)``,
+  GEMM + completion flags) against DeepGEMM's plain masked GEMM, with deep_tile's plain masked GEMM
+  beside them (column "alt us").
+
 The loop is one ``deep_tile.fp8_gemm`` per non-empty expert on its real rows (it knows the counts
 on the host), captured once in a CUDA graph and replayed (``--loop graph``, the default: GPU time
 without Python launch cost; ``--loop eager`` times the Python loop itself, launch-bound for many
@@ -110,6 +121,9 @@ def parse_args(argv=None):
     p.add_argument("--check-rows", type=int, default=256, help="real rows checked against float64 per shape")
     p.add_argument("--seed", type=int, default=0, help="data seed")
     p.add_argument("--json", metavar="PATH", help="write environment + rows + summary as JSON")
+    p.add_argument("--psum", action="store_true", help="contiguous: the psum layout (expert ends) in both libraries")
+    p.add_argument("--signal", action="store_true",
+                   help="masked: deep_tile with SGLang's completion signals (compat enable_overlap=True)")
     args = p.parse_args(argv)
     args.kinds = tuple(dict.fromkeys(args.kind or KINDS))
     if args.shapes:
@@ -229,10 +243,19 @@ def library_fns(shape: Shape, problem: dict, args) -> tuple:
         out_shape = (g, lay["max_m"], n)
         for name in ("deep_tile", "deepgemm", "loop"):
             outs[name] = _poisoned(out_shape)
-        fns["deep_tile"] = lambda: deep_tile.m_grouped_fp8_gemm_masked(a, sa, b, b_scale, masked_m, expected_m,
-                                                                       out=outs["deep_tile"])
         rows = torch.arange(lay["max_m"], device=DEVICE)
-        untouched["deep_tile"] = rows.unsqueeze(0) >= masked_m.unsqueeze(1)
+        plain = "deep_tile_plain" if args.signal else "deep_tile"
+        if args.signal:
+            import deep_tile.compat.deepgemm as compat
+
+            outs[plain] = _poisoned(out_shape)
+            signal = torch.zeros(g * ceil_div(lay["max_m"], compat.SIGNAL_BLOCK_M), dtype=torch.int32, device=DEVICE)
+            fns["deep_tile"] = lambda: compat.m_grouped_fp8_gemm_nt_masked(
+                (a, sa), (b, b_scale), outs["deep_tile"], masked_m, expected_m, enable_overlap=True, signal=signal)
+            untouched["deep_tile"] = rows.unsqueeze(0) >= masked_m.unsqueeze(1)
+        fns[plain] = lambda: deep_tile.m_grouped_fp8_gemm_masked(a, sa, b, b_scale, masked_m, expected_m,
+                                                                 out=outs[plain])
+        untouched[plain] = rows.unsqueeze(0) >= masked_m.unsqueeze(1)
         if use_dg and version == "latest":
             fns["deepgemm"] = lambda: dg.m_grouped_fp8_gemm_nt_masked((a, sa), (b, b_scale), outs["deepgemm"],
                                                                       masked_m, expected_m, **recipe)
@@ -249,7 +272,14 @@ def library_fns(shape: Shape, problem: dict, args) -> tuple:
         for name in names:
             rows = problem["offsets"]["a"].shape[0] if name == "deep_tile" and shape.kind == "offsets" else a.shape[0]
             outs[name] = _poisoned((rows, n))
-        padded_name = "deep_tile" if shape.kind == "contiguous" else "deep_tile_padded"
+        psum = args.psum and shape.kind == "contiguous"
+        padded_name = "deep_tile" if shape.kind == "contiguous" and not psum else "deep_tile_padded"
+        if psum:
+            outs[padded_name] = _poisoned((a.shape[0], n))
+            ends = torch.tensor([st + c for st, c in zip(pad["starts"], counts)], dtype=torch.int32, device=DEVICE)
+            fns["deep_tile"] = lambda: deep_tile.m_grouped_fp8_gemm_psum(a, sa, b, b_scale, ends,
+                                                                         out=outs["deep_tile"])
+            untouched["deep_tile"] = m_indices < 0
         fns[padded_name] = lambda: deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices,
                                                                            out=outs[padded_name])
         untouched[padded_name] = m_indices < 0
@@ -257,7 +287,10 @@ def library_fns(shape: Shape, problem: dict, args) -> tuple:
             off = problem["offsets"]
             fns["deep_tile"] = lambda: deep_tile.m_grouped_fp8_gemm_offsets(off["a"], off["a_scale"], b, b_scale,
                                                                             off["offsets"], out=outs["deep_tile"])
-        if use_dg and version == "latest":
+        if use_dg and version == "latest" and psum:
+            fns["deepgemm"] = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), outs["deepgemm"],
+                                                                          ends, use_psum_layout=True, **recipe)
+        elif use_dg and version == "latest":
             fns["deepgemm"] = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), outs["deepgemm"],
                                                                           m_indices, **recipe)
         elif use_dg:
@@ -317,7 +350,7 @@ def check_outputs(shape: Shape, problem: dict, outs: dict, untouched: dict, ran:
             out = outs[name]
             if shape.kind == "masked":
                 got[name].append(out[e, idx])
-            elif shape.kind == "offsets" and name == "deep_tile":
+            elif shape.kind == "offsets" and name == "deep_tile":  # psum: the padded rows, as contiguous
                 got[name].append(out[problem["offsets"]["starts"][e] + idx])
             else:
                 got[name].append(out[problem["padded"]["starts"][e] + idx])
@@ -364,7 +397,7 @@ def run_shape(shape: Shape, args, alignment: int) -> dict:
     checks = check_outputs(shape, problem, outs, untouched, ran, args.check_rows, args.seed)
     row["check"] = checks
     reasons = []
-    for name in ("deep_tile", "deep_tile_padded"):
+    for name in ("deep_tile", "deep_tile_padded", "deep_tile_plain"):
         if name in fns and name not in ran:
             row["status"] = "ERROR"
         c = checks.get(name)
@@ -422,7 +455,8 @@ def print_kind(kind, rows, copy_rate):
     if kind == "offsets":
         headers += ["padded us", "DG(padded) us", "loop us", "vs padded", "vs DG", "vs loop", "check"]
     else:
-        headers += ["DG us", "loop us", "vs DG", "vs loop", "check"]
+        alt = any(_us(r, "deep_tile_padded") or _us(r, "deep_tile_plain") for r in rows)
+        headers += ["DG us"] + (["alt us", "vs alt"] if alt else []) + ["loop us", "vs DG", "vs loop", "check"]
     cells = []
     for r in rows:
         dt = r.get("deep_tile") if isinstance(r.get("deep_tile"), dict) else {}
@@ -436,7 +470,11 @@ def print_kind(kind, rows, copy_rate):
             line += [_fmt(_us(r, "deep_tile_padded"), ".1f"), _fmt(_us(r, "deepgemm"), ".1f"),
                      _fmt(_us(r, "loop"), ".1f"), _fmt(speedup(r, "deep_tile_padded"), ".3f")]
         else:
-            line += [_fmt(_us(r, "deepgemm"), ".1f"), _fmt(_us(r, "loop"), ".1f")]
+            line += [_fmt(_us(r, "deepgemm"), ".1f")]
+            if alt:
+                other = "deep_tile_padded" if _us(r, "deep_tile_padded") else "deep_tile_plain"
+                line += [_fmt(_us(r, other), ".1f"), _fmt(speedup(r, other), ".3f")]
+            line += [_fmt(_us(r, "loop"), ".1f")]
         line += [_fmt(speedup(r, "deepgemm"), ".3f"), _fmt(speedup(r, "loop"), ".3f"), _check_cell(r)]
         cells.append(line)
     print_table(headers, cells, ">" * (len(headers) - 1) + "<")
@@ -446,7 +484,8 @@ def summary_lines(rows, env) -> list:
     """Geomean speedups per kind (deep_tile over each other library)."""
     lines = []
     others = (("deepgemm", f"DeepGEMM {env.get('deepgemm')}"), ("loop", "fp8_gemm loop"),
-              ("deep_tile_padded", "deep_tile padded contiguous"))
+              ("deep_tile_padded", "deep_tile padded contiguous (m_indices)"),
+              ("deep_tile_plain", "deep_tile masked without signals"))
     for kind in KINDS:
         for other, label in others:
             values = [speedup(r, other) for r in rows if r["kind"] == kind and speedup(r, other)]
@@ -471,7 +510,8 @@ def main(argv=None) -> int:
     alignment = deep_tile.get_m_alignment_for_contiguous_layout()
     if dg is not None and not args.no_deepgemm:
         alignment = math.lcm(alignment, dg_alignment(dg))
-    env.update({"alignment": alignment, "iters": args.iters, "loop": args.loop, "check_rows": args.check_rows})
+    env.update({"alignment": alignment, "iters": args.iters, "loop": args.loop, "check_rows": args.check_rows,
+                "psum": args.psum, "signal": args.signal})
     print(environment_text(env))
     copy_rate = copy_bandwidth()
     env["copy_bytes_per_s"] = copy_rate
@@ -488,7 +528,8 @@ def main(argv=None) -> int:
             rows.append({**asdict(shape), "status": "ERROR", "error": f"{type(e).__name__}: {e}".replace("\n", " ")})
         r = rows[-1]
         mine = _us(r, "deep_tile")
-        ratios = " ".join(f"{name} {speedup(r, name):.3f}x" for name in ("deepgemm", "deep_tile_padded", "loop")
+        ratios = " ".join(f"{name} {speedup(r, name):.3f}x" for name in ("deepgemm", "deep_tile_padded",
+                                                                          "deep_tile_plain", "loop")
                           if speedup(r, name) is not None)
         print(f"  [{time.perf_counter() - start:6.1f} s] {shape.kind} {shape.num_groups}x{shape.expected_m} "
               f"{shape.n}x{shape.k}: {r['status']} deep_tile {_fmt(mine, '.1f')} us {ratios}", flush=True)

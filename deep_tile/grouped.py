@@ -8,6 +8,8 @@ Three layouts of the rows (M-grouped: the experts share ``n`` and ``k``, the row
   multiple of :func:`get_m_alignment_for_contiguous_layout`, id -1 for padding rows);
 - :func:`m_grouped_fp8_gemm_offsets`: the same without padding: expert ``g`` owns rows
   ``offsets[g] .. offsets[g+1]-1``, starting anywhere;
+- :func:`m_grouped_fp8_gemm_psum`: DeepGEMM's psum contiguous layout: expert ``g``'s rows end at
+  ``expert_ends[g]`` and start at the previous end rounded up to the alignment (padding between);
 - :func:`m_grouped_fp8_gemm_masked`: a slab ``a[g]`` of ``max_m`` rows per expert of which the
   first ``masked_m[g]`` are real (DeepGEMM's masked layout, as DeepEP's low-latency dispatch
   fills it).
@@ -28,12 +30,12 @@ from __future__ import annotations
 import torch
 
 from deep_tile import ops
-from deep_tile.checks import check_grouped_args
+from deep_tile.checks import check_grouped_args, check_int
 from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
 from deep_tile.problem import ProblemKind
 
 __all__ = ["M_ALIGNMENT", "get_m_alignment_for_contiguous_layout", "m_grouped_fp8_gemm_contiguous",
-           "m_grouped_fp8_gemm_offsets", "m_grouped_fp8_gemm_masked"]
+           "m_grouped_fp8_gemm_offsets", "m_grouped_fp8_gemm_psum", "psum_to_m_indices", "m_grouped_fp8_gemm_masked"]
 
 M_ALIGNMENT = CONTIGUOUS_ALIGNMENT
 """Row alignment of each expert's run in the contiguous layout (128, as DeepGEMM's)."""
@@ -81,6 +83,65 @@ def m_grouped_fp8_gemm_offsets(a: torch.Tensor, a_scale: torch.Tensor, b: torch.
     (:data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS`). Other arguments as the contiguous GEMM.
     """
     return _call(ProblemKind.GROUPED_OFFSETS, (a, a_scale, b, b_scale, offsets), (), out)
+
+
+def psum_to_m_indices(expert_ends: torch.Tensor, m: int, alignment: int = M_ALIGNMENT) -> torch.Tensor:
+    """The ``m_indices`` [m] int32 of :func:`m_grouped_fp8_gemm_contiguous` for DeepGEMM's psum
+    layout: expert ``g`` owns rows ``[align_up(expert_ends[g-1], alignment), expert_ends[g])``
+    (``expert_ends[-1] = 0``; ends clamped into ``[0, m]``), every other row is padding (-1).
+
+    ``expert_ends``: int32 [G], 1-D, contiguous, on the GPU (one small kernel, on the current stream,
+    no host sync: graph-safe) or the CPU (torch). ``alignment``: a positive multiple of
+    :data:`M_ALIGNMENT` (the contiguous kind's runs start on 128-row boundaries). Ends that decrease
+    are the caller's error (some rows get a wrong expert, never an access out of bounds).
+    """
+    _check_psum_args("psum_to_m_indices", expert_ends, alignment)
+    m = check_int("psum_to_m_indices", "m", m)
+    if m < 0:
+        raise ValueError(f"psum_to_m_indices: m must be >= 0; got {m}.")
+    from deep_tile.moe_layout import psum_to_m_indices_into
+
+    out = torch.empty(m, dtype=torch.int32, device=expert_ends.device)
+    return psum_to_m_indices_into(expert_ends, out, alignment)
+
+
+def m_grouped_fp8_gemm_psum(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
+                            expert_ends: torch.Tensor, alignment: int = M_ALIGNMENT,
+                            out: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`m_grouped_fp8_gemm_contiguous` with the experts' rows given as DeepGEMM's psum layout.
+
+    ``expert_ends``: int32 [G] on the GPU, G = ``b.shape[0]``: expert ``g`` owns rows
+    ``[align_up(expert_ends[g-1], alignment), expert_ends[g])`` of ``a`` and ``out``
+    (``expert_ends[-1] = 0``); rows between the experts' runs and after the last one are padding,
+    never written. ``alignment``: a positive multiple of 128 (what DeepGEMM's
+    ``get_mk_alignment_for_contiguous_layout`` says). Runs as :func:`psum_to_m_indices` (one small
+    kernel) and the contiguous kernel, both on the current stream without a host sync, so a CUDA
+    graph replays it with new ends. Other arguments and errors as the contiguous GEMM.
+    """
+    fn = "m_grouped_fp8_gemm_psum"
+    _check_psum_args(fn, expert_ends, alignment)
+    if isinstance(b, torch.Tensor) and b.dim() == 3 and expert_ends.numel() != b.shape[0]:
+        raise ValueError(f"{fn}: expert_ends must have one entry per expert, {b.shape[0]} (b.shape[0]); "
+                         f"got {expert_ends.numel()}.")
+    if not isinstance(a, torch.Tensor) or a.dim() != 2:
+        check_grouped_args(ProblemKind.GROUPED_CONTIGUOUS, a, a_scale, b, b_scale, None, out, data_checks=False)
+    from deep_tile.moe_layout import psum_to_m_indices_into
+
+    m_indices = torch.empty(a.shape[0], dtype=torch.int32, device=expert_ends.device)
+    psum_to_m_indices_into(expert_ends, m_indices, alignment)
+    return m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices, out)
+
+
+def _check_psum_args(fn: str, expert_ends, alignment) -> None:
+    if not isinstance(expert_ends, torch.Tensor):
+        raise TypeError(f"{fn}: expert_ends must be a torch.Tensor; got {type(expert_ends).__name__}.")
+    if expert_ends.dtype != torch.int32 or expert_ends.dim() != 1 or not expert_ends.is_contiguous():
+        raise ValueError(f"{fn}: expert_ends must be a contiguous 1-D torch.int32 tensor; got {expert_ends.dtype} "
+                         f"shape {tuple(expert_ends.shape)}.")
+    alignment = check_int(fn, "alignment", alignment)
+    if alignment <= 0 or alignment % M_ALIGNMENT:
+        raise ValueError(f"{fn}: alignment must be a multiple of {M_ALIGNMENT} (the contiguous kernel's runs start "
+                         f"on {M_ALIGNMENT}-row boundaries); got {alignment}.")
 
 
 def m_grouped_fp8_gemm_masked(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,

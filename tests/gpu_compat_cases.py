@@ -112,5 +112,90 @@ def masked(max_m: int, masked_rows: list, expected_m: int, n: int, k: int, api: 
             "returned_none": returned is None, **_compare(d, ref)}
 
 
+def psum(sizes: list, n: int, k: int, alignment: int = 128, tail: int = 0, graph: bool = False,
+         seed: int = 0) -> dict:
+    """``m_grouped_fp8_gemm_nt_contiguous(..., use_psum_layout=True)`` as vLLM calls it: expert g has
+    ``sizes[g]`` rows (0: an empty expert) starting at the previous end rounded up to ``alignment``
+    (set by ``set_mk_alignment_for_contiguous_layout``), ``tail`` more padding rows after the last;
+    ``grouped_layout`` holds each expert's end. ``graph``: the call is captured in a CUDA graph with
+    other ends first and replayed after the real ends are copied in (no host sync inside)."""
+    gen, num_groups = _generator(seed), len(sizes)
+    ends, start = [], 0
+    for size in sizes:
+        start = -(-start // alignment) * alignment
+        ends.append(start + size)
+        start += size
+    m = ends[-1] + tail if ends else tail
+    ends_gpu = torch.tensor(ends, dtype=torch.int32, device=DEVICE)
+    a, sfa = deep_tile.per_token_cast_to_fp8(_randn((m, k), gen))
+    b, sfb = _weights(num_groups, n, k, gen)
+    d = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    previous = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    deep_gemm.set_mk_alignment_for_contiguous_layout(alignment)
+    try:
+        call = lambda: deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ends_gpu,  # noqa: E731
+                                                                  use_psum_layout=True)
+        if graph:
+            real = ends_gpu.clone()
+            ends_gpu.zero_()  # captured with every expert empty
+            returned = call()  # compile and warm outside the capture
+            torch.cuda.synchronize()
+            graph_ = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph_):
+                call()
+            ends_gpu.copy_(real)
+            d.fill_(float("nan"))
+            graph_.replay()
+        else:
+            returned = call()
+        torch.cuda.synchronize()
+    finally:
+        deep_gemm.set_mk_alignment_for_contiguous_layout(previous)
+    m_indices = deep_tile.psum_to_m_indices(ends_gpu.cpu(), m, alignment).to(DEVICE)
+    ref = deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, sfa, b, sfb, m_indices)
+    return {"case": f"psum sizes={sizes} tail={tail} align={alignment} n={n} k={k} graph={graph}",
+            "returned_none": returned is None, **_compare(d, ref)}
+
+
+def psum_layout(sizes: list, alignment: int, m: int, seed: int = 0) -> dict:
+    """The device psum -> m_indices kernel against its CPU rule, on random or given ends (ends past
+    m, equal ends); reported in _compare's form (diff 0 when equal, mismatches as written entries)."""
+    ends = torch.tensor(sizes, dtype=torch.int32)
+    want = deep_tile.psum_to_m_indices(ends, m, alignment)
+    got = deep_tile.psum_to_m_indices(ends.to(DEVICE), m, alignment).cpu()
+    bad = int((got != want).sum().item())
+    return {"case": f"psum_to_m_indices ends={sizes} m={m} align={alignment}", "returned_none": True,
+            "computed": m, "diff": float(bad), "nan_computed": 0, "untouched_written": bad}
+
+
+def masked_signal(max_m: int, masked_rows: list, expected_m: int, n: int, k: int, seed: int = 0) -> dict:
+    """SGLang's single-batch-overlap call: ``enable_overlap=True, max_block_n=256, signal=...`` into a
+    zeroed signal of ``G * ceil(max_m / 64)`` int32 (SGLang's size) plus 3 guard entries; checks the
+    GEMM as :func:`masked` and that exactly the real blocks' flags equal the returned threshold
+    (the others and the guards stay 0), the combine's read ``signal[g * ceil(max_m / block_m) + j]``."""
+    gen, num_groups = _generator(seed), len(masked_rows)
+    a, sfa = deep_tile.per_token_cast_to_fp8(_randn((num_groups * max_m, k), gen))
+    a, sfa = a.view(num_groups, max_m, k), sfa.view(num_groups, max_m, -1)
+    b, sfb = _weights(num_groups, n, k, gen)
+    masked_m = torch.tensor(masked_rows, dtype=torch.int32, device=DEVICE)
+    d = torch.full((num_groups, max_m, n), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    size = num_groups * -(-max_m // 64)
+    signal = torch.zeros(size + 3, dtype=torch.int32, device=DEVICE)
+    block_m, threshold = deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m,
+                                                                max_block_n=256, enable_overlap=True, signal=signal)
+    torch.cuda.synchronize()
+    per_group = -(-max_m // block_m)
+    want = torch.zeros(size + 3, dtype=torch.int32)
+    for g, rows in enumerate(masked_rows):
+        want[g * per_group: g * per_group + -(-min(rows, max_m) // block_m)] = threshold
+    wrong_flags = int((signal.cpu() != want).sum().item())
+    ref = deep_tile.ref_m_grouped_fp8_gemm_masked(a, sfa, b, sfb, masked_m)
+    result = _compare(d, ref)
+    result["untouched_written"] += wrong_flags  # a wrong flag fails the case like a stray store
+    return {"case": f"masked+signal max_m={max_m} masked_m={masked_rows} n={n} k={k} block_m={block_m} "
+                    f"threshold={threshold} wrong_flags={wrong_flags}",
+            "returned_none": threshold >= 1, **result}
+
+
 if __name__ == "__main__":
     serve(globals())

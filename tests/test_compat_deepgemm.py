@@ -20,7 +20,9 @@ from conftest import run_child_cases
 CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
            "fp8_m_grouped_gemm_nt_masked", "get_mk_alignment_for_contiguous_layout",
            "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout", "set_num_sms", "get_num_sms",
-           "set_pdl", "get_pdl"]
+           "set_pdl", "get_pdl", "set_mk_alignment_for_contiguous_layout",
+           "get_theoretical_mk_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
+           "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 
@@ -34,14 +36,15 @@ SIGNATURES = {
         ("ensure_zero_padding", True), ("expected_m_for_psum_layout", None)],
     "m_grouped_fp8_gemm_nt_masked": [
         ("a", None), ("b", None), ("d", None), ("masked_m", None), ("expected_m", None), ("recipe", None),
-        ("recipe_a", None), ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False)],
+        ("recipe_a", None), ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False),
+        ("max_block_n", 256), ("enable_overlap", False), ("signal", None)],
     "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),
                                               ("expected_m", None)],
 }
 
-FORWARDED = ["fp8_gemm", "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_masked", "get_tma_aligned_a_scale",
+FORWARDED = ["fp8_gemm", "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_masked", "get_tma_aligned_a_scale",
              "set_num_sms", "get_num_sms", "get_m_alignment_for_contiguous_layout", "set_pdl", "get_pdl"]
 
 
@@ -180,10 +183,10 @@ def test_pdl_forwards(calls):
     assert [(c[0], c[1]) for c in calls] == [("set_pdl", (True,)), ("get_pdl", ())]
 
 
-def test_alignment_forwards(calls):
+def test_alignment_default():
     assert deep_gemm.get_mk_alignment_for_contiguous_layout() == 128
     assert deep_gemm.get_m_alignment_for_contiguous_layout() == 128
-    assert [c[0] for c in calls] == ["get_m_alignment_for_contiguous_layout"] * 2
+    assert deep_gemm.get_k_alignment_for_contiguous_layout() == 128
 
 
 def test_alignment_values():
@@ -259,9 +262,6 @@ UNSUPPORTED = [
     (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, sfa=PACKED), ["a[1]", "torch.int32"]),
     (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, d_dtype=torch.float32), ["d", "torch.float32"]),
     (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, recipe=(1, 1, 128)), ["recipe=(1, 1, 128)"]),
-    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, use_psum_layout=True), ["use_psum_layout"]),
-    (_grouped_call("m_grouped_fp8_gemm_nt_contiguous", False, expected_m_for_psum_layout=64),
-     ["expected_m_for_psum_layout"]),
     (_grouped_call("m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", False, d_dtype=torch.float32), ["out"]),
     (_grouped_call("m_grouped_fp8_gemm_nt_masked", True, sfb=torch.ones(2, 1, 2, dtype=torch.int32)),
      ["b[1]", "torch.int32"]),
@@ -321,3 +321,293 @@ def test_gpu_m_grouped_masked():
         dict(max_m=128, masked_rows=[1, 64, 127], expected_m=64, n=576, k=896, sfa_layout="tma", seed=1),
         dict(max_m=192, masked_rows=[192, 5], expected_m=96, n=1024, k=1536, api="2025", seed=2),
     ])
+
+
+@pytest.mark.gpu
+def test_gpu_psum_layout():
+    """vLLM's psum call: padding rows (between runs, after the last) untouched, empty experts,
+    alignment 256, and a CUDA-graph replay with new ends."""
+    _check_gpu("psum", [
+        dict(sizes=[100, 0, 300, 128, 1], n=4096, k=7168, seed=0),
+        dict(sizes=[0, 0, 77], n=576, k=896, tail=200, seed=1),
+        dict(sizes=[129, 5, 0, 256], n=1024, k=1536, alignment=256, tail=3, seed=2),
+        dict(sizes=[0, 0, 5], n=256, k=512, tail=128, seed=3),
+        dict(sizes=[37, 250, 3, 0, 128, 90, 1, 64], n=2048, k=7168, graph=True, seed=4),
+    ])
+    _check_gpu("psum_layout", [
+        dict(sizes=[3, 3, 130, 260], alignment=128, m=400), dict(sizes=[0, 5000, 7], alignment=256, m=1000),
+        dict(sizes=list(range(0, 512 * 50, 50)), alignment=128, m=512 * 50 + 77),
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_masked_with_signals():
+    """SGLang's single-batch-overlap masked call: the GEMM right, every real block's flag at the
+    threshold, every other flag (and the guard entries) 0."""
+    _check_gpu("masked_signal", [
+        dict(max_m=256, masked_rows=[0, 37, 128, 256], expected_m=128, n=4096, k=7168, seed=0),
+        dict(max_m=200, masked_rows=[1, 64, 65, 200, 0], expected_m=64, n=7168, k=2048, seed=1),
+    ])
+
+
+# --------------------------------------------------------------------------------------------------
+# The names engines probe: alignment, compile mode, psum layout, signals, module layout, alias
+# --------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def alignment():
+    """Restore the compat module's alignment after a test that sets it."""
+    before = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    yield
+    deep_gemm.set_mk_alignment_for_contiguous_layout(before)
+
+
+def test_set_mk_alignment(calls, alignment):
+    for value in (256, 128, 384):
+        assert deep_gemm.set_mk_alignment_for_contiguous_layout(value) is None
+        assert deep_gemm.get_mk_alignment_for_contiguous_layout() == value
+        assert deep_gemm.get_m_alignment_for_contiguous_layout() == value
+        assert deep_gemm.utils.get_mk_alignment_for_contiguous_layout() == value
+    for value in (64, 32, 192, 1):
+        with pytest.raises(NotImplementedError, match=rf"alignment {value} is not supported.*multiples of 128"):
+            deep_gemm.set_mk_alignment_for_contiguous_layout(value)
+    for value, error in ((0, ValueError), (-128, ValueError), (128.0, TypeError), ("128", TypeError),
+                         (True, TypeError)):
+        with pytest.raises(error, match="new_value"):
+            deep_gemm.set_mk_alignment_for_contiguous_layout(value)
+    assert deep_gemm.get_mk_alignment_for_contiguous_layout() == 384  # unchanged by the refusals
+
+
+def test_alignment_scope_as_vllm_and_sglang_use_it(alignment):
+    """vLLM's mk_alignment_scope and SGLang's contiguous_layout_alignment_scope: read, set, restore."""
+    previous = deep_gemm.get_mk_alignment_for_contiguous_layout()
+    deep_gemm.set_mk_alignment_for_contiguous_layout(256)
+    try:
+        assert deep_gemm.get_mk_alignment_for_contiguous_layout() == 256
+    finally:
+        deep_gemm.set_mk_alignment_for_contiguous_layout(previous)
+    assert deep_gemm.get_mk_alignment_for_contiguous_layout() == previous == 128
+
+
+def test_theoretical_alignment_both_calling_forms():
+    theoretical = deep_gemm.get_theoretical_mk_alignment_for_contiguous_layout
+    assert theoretical() == 128
+    assert theoretical(7) == 128                             # SGLang: (per_group_m)
+    assert theoretical(4096, 256) == 128                     # vLLM: (expected_m, num_groups)
+    assert theoretical(expected_m=4096, num_groups=256) == 128  # SGLang's fallback, vLLM's keywords
+    assert theoretical(expected_m=None, num_groups=None) == 128
+    assert theoretical(0) == 128
+    with pytest.raises(ValueError, match="num_groups"):
+        theoretical(64, 0)
+    with pytest.raises(ValueError, match="expected_m"):
+        theoretical(-1)
+    with pytest.raises(TypeError, match="expected_m"):
+        theoretical(64.0)
+    with pytest.raises(TypeError):
+        theoretical(64, 8, 1)
+
+
+def test_compile_mode():
+    assert deep_gemm.get_compile_mode() == 0
+    deep_gemm.set_compile_mode(1)
+    try:
+        assert deep_gemm.get_compile_mode() == 1
+        for bad in (2, -1, True, "1"):
+            with pytest.raises(ValueError, match="mode must be 0 or 1"):
+                deep_gemm.set_compile_mode(bad)
+        assert deep_gemm.get_compile_mode() == 1
+    finally:
+        deep_gemm.set_compile_mode(0)
+    assert deep_gemm.get_compile_mode() == 0
+
+
+def test_tma_aligned_size():
+    assert [deep_gemm.get_tma_aligned_size(x, 4) for x in (0, 1, 4, 5, 8)] == [0, 4, 4, 8, 8]
+    assert deep_gemm.get_tma_aligned_size(3, 1) == 16 and deep_gemm.get_tma_aligned_size(9, 2) == 16
+    with pytest.raises(ValueError, match="divide 16"):
+        deep_gemm.get_tma_aligned_size(5, 3)
+
+
+def test_psum_layout_forwards(calls, alignment):
+    (a, sfa), (b, sfb), d = grouped()
+    ends = torch.tensor([3, 130], dtype=torch.int32)
+    assert deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ends, use_psum_layout=True) is None
+    deep_gemm.set_mk_alignment_for_contiguous_layout(256)
+    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ends, use_psum_layout=True,
+                                               expected_m_for_psum_layout=64)
+    assert [c[0] for c in calls] == ["m_grouped_fp8_gemm_psum"] * 2
+    assert same(calls[0][1], (a, sfa, b, sfb, ends, 128)) and calls[0][2]["out"] is d
+    assert same(calls[1][1], (a, sfa, b, sfb, ends, 256)) and calls[1][2]["out"] is d
+
+
+def test_psum_hint_checks(calls):
+    (a, sfa), (b, sfb), d = grouped()
+    layout = torch.zeros(8, dtype=torch.int32)
+    with pytest.raises(ValueError, match="without use_psum_layout=True"):
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout, expected_m_for_psum_layout=64)
+    with pytest.raises(ValueError, match="int >= 0"):
+        deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, layout[:2], use_psum_layout=True,
+                                                   expected_m_for_psum_layout=-1)
+    assert calls == []
+
+
+def test_masked_with_signal_returns_block_m_and_threshold(calls):
+    """SGLang's single-batch overlap call: the flags of the real 64-row blocks reach the threshold,
+    the others keep 0, and (block_m, threshold) index the signal as the combine reads it."""
+    (a, sfa), (b, sfb), d = grouped(groups=3, m=200, masked=True)
+    masked_m = torch.tensor([130, 0, 200], dtype=torch.int32)
+    signal = torch.zeros(3 * 4 + 2, dtype=torch.int32)  # G * ceil(200 / 64) and two spare entries
+    result = deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, 100, max_block_n=256,
+                                                    enable_overlap=True, signal=signal)
+    block_m, threshold = result
+    assert [c[0] for c in calls] == ["m_grouped_fp8_gemm_masked"] and calls[0][2]["out"] is d
+    per_group = -(-200 // block_m)
+    want = torch.zeros_like(signal)
+    for g, rows in enumerate(masked_m.tolist()):
+        want[g * per_group: g * per_group + -(-rows // block_m)] = threshold
+    assert threshold >= 1 and torch.equal(signal, want), signal.tolist()
+    assert signal[:12].tolist() == [1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def _psum_rows(ends, m, alignment):
+    """Each row's expert by the psum rule, one Python loop (the test's own reference)."""
+    rows, start = [-1] * m, 0
+    for e, end in enumerate(ends):
+        start = -(-start // alignment) * alignment
+        for r in range(start, min(max(end, 0), m)):
+            rows[r] = e
+        start = max(end, 0)
+    return rows
+
+
+@pytest.mark.parametrize("alignment", [128, 256])
+def test_psum_to_m_indices_cpu(alignment):
+    import random
+
+    rng = random.Random(alignment)
+    cases = [([3, 3, 130, 260], 400), ([], 5), ([0, 0], 0), ([0, 0, 0], 300), ([500], 300), ([128, 256], 256)]
+    for _ in range(30):
+        ends, start = [], 0
+        for _ in range(rng.randint(1, 12)):
+            start = -(-start // alignment) * alignment + rng.choice([0, 0, 1, 5, 127, 128, 129, 300])
+            ends.append(start)
+        cases.append((ends, (ends[-1] if ends else 0) + rng.choice([0, 1, 200])))
+    for ends, m in cases:
+        got = deep_tile.psum_to_m_indices(torch.tensor(ends, dtype=torch.int32), m, alignment)
+        assert got.dtype == torch.int32 and got.tolist() == _psum_rows(ends, m, alignment), (ends, m)
+
+
+def test_psum_argument_checks():
+    ends = torch.tensor([3, 130], dtype=torch.int32)
+    for bad, error, words in ((ends.long(), ValueError, "int32"), (ends.view(2, 1), ValueError, "1-D"),
+                              ([3, 130], TypeError, "torch.Tensor")):
+        with pytest.raises(error, match=words):
+            deep_tile.psum_to_m_indices(bad, 256)
+    for alignment, error in ((64, ValueError), (0, ValueError), (128.0, TypeError)):
+        with pytest.raises(error, match="alignment"):
+            deep_tile.psum_to_m_indices(ends, 256, alignment)
+    with pytest.raises(ValueError, match="m must be >= 0"):
+        deep_tile.psum_to_m_indices(ends, -1)
+    (a, sfa), (b, sfb), d = grouped(groups=3)
+    with pytest.raises(ValueError, match="one entry per expert, 3"):
+        deep_tile.m_grouped_fp8_gemm_psum(a, sfa, b, sfb, ends, out=d)
+
+
+def test_masked_signal_checks(calls):
+    (a, sfa), (b, sfb), d = grouped(groups=2, m=128, masked=True)
+    masked_m = torch.ones(2, dtype=torch.int32)
+    call = deep_gemm.m_grouped_fp8_gemm_nt_masked
+    with pytest.raises(TypeError, match="signal"):
+        call((a, sfa), (b, sfb), d, masked_m, 1, enable_overlap=True)
+    with pytest.raises(ValueError, match="int32"):
+        call((a, sfa), (b, sfb), d, masked_m, 1, enable_overlap=True, signal=torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="4 are needed"):
+        call((a, sfa), (b, sfb), d, masked_m, 1, enable_overlap=True, signal=torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(ValueError, match="without enable_overlap"):
+        call((a, sfa), (b, sfb), d, masked_m, 1, signal=torch.zeros(4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="max_block_n"):
+        call((a, sfa), (b, sfb), d, masked_m, 1, enable_overlap=True, max_block_n=8,
+             signal=torch.zeros(4, dtype=torch.int32))
+    assert calls == []
+    assert call((a, sfa), (b, sfb), d, masked_m, 1, max_block_n=160) is None  # plain GEMM without overlap
+
+
+def test_module_layout_and_helpers():
+    import deep_tile.compat.deepgemm.utils as utils
+    import deep_tile.compat.deepgemm.utils.layout as layout
+    import deep_tile.compat.deepgemm.utils.math as dg_math
+
+    assert utils.layout is layout and utils.math is dg_math and deep_gemm.utils is utils
+    assert layout.get_mn_major_tma_aligned_tensor is deep_gemm.get_mn_major_tma_aligned_tensor
+    assert utils.get_mn_major_tma_aligned_tensor is deep_gemm.get_mn_major_tma_aligned_tensor
+    assert utils.set_mk_alignment_for_contiguous_layout is deep_gemm.set_mk_alignment_for_contiguous_layout
+    assert utils.align(5, 4) == 8 and utils.ceil_div(9, 4) == 3 and utils.get_tma_aligned_size(5, 4) == 8
+    for module in (utils, layout, dg_math):
+        for name in module.__all__:
+            assert getattr(module, name).__doc__, f"{module.__name__}.{name} has no docstring"
+    with pytest.raises(NotImplementedError, match="UE8M0"):
+        layout.get_mn_major_tma_aligned_packed_ue8m0_tensor(torch.ones(4, 4))
+    with pytest.raises(NotImplementedError, match="UE8M0"):
+        dg_math.pack_ue8m0_to_int(torch.ones(4, 4))
+    with pytest.raises(NotImplementedError, match="use_ue8m0"):
+        dg_math.per_token_cast_to_fp8(torch.ones(4, 128), use_ue8m0=True)
+    q, s = dg_math.per_token_cast_to_fp8(torch.ones(4, 256), use_ue8m0=False)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (4, 2) and s.dtype == torch.float32
+    q, s = dg_math.per_block_cast_to_fp8(torch.ones(256, 256), use_ue8m0=False)
+    assert s.shape == (2, 2)
+
+
+def test_install_alias_in_a_child():
+    """install_alias maps deep_gemm and its submodules onto these modules (one state); run in a child so
+    this process's sys.modules stays clean (its refusal to hide an importable deep_gemm: the next test)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        import deep_tile.compat.deepgemm as compat
+        compat.install_alias()
+        import deep_gemm, deep_gemm.utils.layout
+        from deep_gemm.utils import align, get_tma_aligned_size
+        from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor
+        assert deep_gemm is compat and deep_gemm.utils.layout is compat.utils.layout
+        deep_gemm.set_mk_alignment_for_contiguous_layout(256)
+        assert compat.get_mk_alignment_for_contiguous_layout() == 256
+        compat.install_alias()  # again: harmless
+        print("alias ok")
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "alias ok" in done.stdout, done.stderr
+
+
+def test_alias_distribution_in_a_child():
+    """compat/deep_gemm_alias (the installable switch): on the path, ``install_alias()`` refuses to
+    hide it (an importable deep_gemm), ``import deep_gemm`` and its submodules are deep_tile's; with
+    DEEP_TILE_DEEPGEMM_ALIAS=0 the import raises ImportError (what the engines take as "not installed")."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    alias = Path(__file__).resolve().parents[1] / "compat" / "deep_gemm_alias"
+    path = os.pathsep.join([str(alias), os.getcwd(), os.environ.get("PYTHONPATH", "")])
+    code = ("import deep_tile.compat.deepgemm as c\n"
+            "try:\n"
+            "    c.install_alias()  # another deep_gemm (this one) is importable: refused\n"
+            "except RuntimeError as e:\n"
+            "    assert 'will not hide it' in str(e), e\n"
+            "else:\n"
+            "    raise AssertionError('install_alias hid an importable deep_gemm')\n"
+            "import deep_gemm, deep_gemm.utils.layout\n"
+            "from deep_gemm.utils.layout import get_mn_major_tma_aligned_tensor\n"
+            "assert deep_gemm is c and deep_gemm.utils.layout is c.utils.layout\n"
+            "print('alias on')")
+    on = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONPATH=path))
+    assert on.returncode == 0 and "alias on" in on.stdout, on.stderr
+    off = subprocess.run([sys.executable, "-c", "import deep_gemm"], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=path, DEEP_TILE_DEEPGEMM_ALIAS="0"))
+    assert off.returncode != 0 and "ImportError" in off.stderr and "turned off" in off.stderr, off.stderr

@@ -33,7 +33,7 @@ from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
 
 from deep_tile import arch
 from deep_tile.jit import compiler, paths
-from deep_tile.kernels import cast_fp8, fp8_gemm
+from deep_tile.kernels import cast_fp8, fp8_gemm, moe_layout
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
@@ -210,6 +210,11 @@ def cast_job(name: str, dtype: str) -> BuildJob:
                     cast_fp8.PER_TOKEN_SYMBOL, name)
 
 
+def layout_job(name: str) -> BuildJob:
+    """The MoE layout kernels (psum -> m_indices, signal flags; one translation unit, no defines)."""
+    return BuildJob(str(paths.entry_path(moe_layout.ENTRY)), (), moe_layout.PSUM_SYMBOL, name)
+
+
 @pytest.fixture(scope="session")
 def builds(request):
     """Every build this run's selected tests check, made once, in parallel: job -> BuildReport."""
@@ -225,6 +230,8 @@ def builds(request):
             jobs[gemm_job(params["name"], params["fam"])] = None
         elif "dtype" in params:
             jobs[cast_job(params["name"], params["dtype"])] = None
+        elif "layout_entry" in params:
+            jobs[layout_job(params["name"])] = None
     jobs = list(jobs)
     # workers inherit the environment: no DEEP_TILE_* choice (ptxas check, compiler) from the shell
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DEEP_TILE_") and k != "DEEP_TILE_NVCC"}
@@ -301,6 +308,17 @@ def test_cast_builds_spill_free(builds, name, dtype):
 def test_cast_sass(builds, name, dtype):
     sass = sass_facts_or_skip(built(builds, cast_job(name, dtype)))
     for symbol in cast_fp8.SYMBOLS:  # plain SIMT kernels: no WGMMA, no setmaxnreg to look for
+        assert symbol in sass, sorted(sass)
+
+
+@pytest.mark.parametrize("layout_entry", [moe_layout.ENTRY])
+@pytest.mark.parametrize("name", COMPILERS)
+def test_moe_layout_builds_spill_free(builds, name, layout_entry):
+    report = built(builds, layout_job(name))
+    assert report.compiler == name and report.elf
+    assert_ptxas_clean(report.log, report.functions, (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL))
+    sass = sass_facts_or_skip(report)
+    for symbol in (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL):
         assert symbol in sass, sorted(sass)
 
 

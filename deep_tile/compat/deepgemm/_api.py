@@ -1,33 +1,6 @@
-"""DeepGEMM's FP8 GEMM API over deep_tile: switch a serving engine with one import.
-
-::
-
-    import deep_tile.compat.deepgemm as deep_gemm
-
-    deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)
-    deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, m_indices)
-    deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
-
-The names, parameter names, order and defaults are DeepGEMM's (its current API and the 2025 one,
-``gemm_fp8_fp8_bf16_nt`` and friends); every call writes its result into ``d`` (``out``) and
-returns None, as DeepGEMM does. Each function forwards to one public deep_tile function
-(:func:`deep_tile.fp8_gemm`, :func:`deep_tile.m_grouped_fp8_gemm_contiguous`,
-:func:`deep_tile.m_grouped_fp8_gemm_masked`, :func:`deep_tile.get_tma_aligned_a_scale`,
-:func:`deep_tile.set_num_sms`, :func:`deep_tile.set_pdl`), looked up on the package at call time; deep_tile checks the tensors.
-
-Supported: DeepGEMM's SM90 FP8 format -- float8_e4m3fn operands, float32 scales, 1x128 for ``a``
-and 128x128 for ``b`` (recipe ``(1, 128, 128)``, the default), NT layout, bfloat16 output. The
-scale of ``a`` may come in any layout: deep_tile reads the TMA-aligned column-major one
-(:func:`get_mn_major_tma_aligned_tensor`) without a copy and copies any other once per call.
-
-Not supported (raises NotImplementedError naming the argument, before anything is launched):
-packed UE8M0 or any other non-float32 scales; ``c`` (accumulation); a float32 ``d``; recipes other
-than ``(1, 128, 128)``; ``use_psum_layout=True`` and ``expected_m_for_psum_layout``. Accepted and
-ignored, because they only steer DeepGEMM's compilation or its SM100 kernels: ``compiled_dims``,
-``disable_ue8m0_cast`` (deep_tile always uses the float32 scales as given, which is what DeepGEMM
-does on SM90 whatever this flag says) and ``ensure_zero_padding``. DeepGEMM's other kernels (NN/TN/TT
-layouts, FP4, BF16, K-grouped, attention, einsum) are not provided here.
-"""
+"""The functions and state of :mod:`deep_tile.compat.deepgemm` (the package re-exports them; its
+submodules import them from here, so the package, its submodules and the ``deep_gemm`` alias share
+one state). See the package's docstring."""
 from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
@@ -35,6 +8,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 import deep_tile
+from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
 
 __all__ = [
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
@@ -43,6 +17,8 @@ __all__ = [
     "get_mk_alignment_for_contiguous_layout", "get_m_alignment_for_contiguous_layout",
     "get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor", "transform_sf_into_required_layout",
     "set_num_sms", "get_num_sms", "set_pdl", "get_pdl",
+    "set_mk_alignment_for_contiguous_layout", "get_theoretical_mk_alignment_for_contiguous_layout",
+    "get_k_alignment_for_contiguous_layout", "get_tma_aligned_size", "get_compile_mode", "set_compile_mode",
 ]
 
 Pair = Tuple[torch.Tensor, torch.Tensor]
@@ -51,6 +27,17 @@ RECIPE = (1, 128, 128)
 """The one scaling recipe deep_tile runs: (a rows, b rows, k) per scale = 1x128 for a, 128x128 for b."""
 RECIPE_A, RECIPE_B = (1, 128), (128, 128)
 """The same recipe given per operand (DeepGEMM's ``recipe_a`` / ``recipe_b``)."""
+
+SM90_MK_ALIGNMENT = 128
+"""The contiguous-layout alignment DeepGEMM starts with and, on SM90, always calls theoretical
+(its ``HeuristicsRuntime``: 128 unless the GPU is an SM100)."""
+
+SIGNAL_BLOCK_M = 64
+"""The rows per completion flag of the signalling masked GEMM: SGLang sizes its ``signal`` for
+blocks of 64 rows (its ``MIN_BLOCK_M``), so every block size it can be told fits the buffer."""
+
+_mk_alignment = CONTIGUOUS_ALIGNMENT  # set_mk_alignment_for_contiguous_layout's value
+_compile_mode = 0                  # set_compile_mode's value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -83,14 +70,23 @@ def _check_recipe(fn: str, recipe, recipe_a, recipe_b) -> None:
 
 
 def _check_psum(fn: str, use_psum_layout, expected_m_for_psum_layout) -> None:
-    if use_psum_layout:
-        raise NotImplementedError(
-            f"{fn}: use_psum_layout=True is not supported; deep_tile supports only use_psum_layout=False "
-            "(grouped_layout holds the group of each row of a, -1 for padding rows).")
-    if expected_m_for_psum_layout is not None:
-        raise NotImplementedError(
-            f"{fn}: expected_m_for_psum_layout={expected_m_for_psum_layout!r} is not supported (it belongs to "
-            "use_psum_layout=True); deep_tile supports only expected_m_for_psum_layout=None.")
+    if expected_m_for_psum_layout is None:
+        return
+    if not use_psum_layout:  # DeepGEMM asserts the same
+        raise ValueError(f"{fn}: expected_m_for_psum_layout={expected_m_for_psum_layout!r} is given without "
+                         "use_psum_layout=True; it is a hint of the psum layout only.")
+    if isinstance(expected_m_for_psum_layout, bool) or not isinstance(expected_m_for_psum_layout, int) \
+            or expected_m_for_psum_layout < 0:
+        raise ValueError(f"{fn}: expected_m_for_psum_layout must be an int >= 0 or None; "
+                         f"got {expected_m_for_psum_layout!r}.")
+
+
+def _check_int(fn: str, name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{fn}: {name} must be an int; got {type(value).__name__} {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{fn}: {name} must be >= {minimum}; got {value}.")
+    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -131,12 +127,20 @@ def m_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, grouped_
     :func:`deep_tile.m_grouped_fp8_gemm_contiguous`.
 
     ``a = (a [M, K], sfa [M, ceil(K/128)])``, ``b = (b [G, N, K], sfb [G, ceil(N/128), ceil(K/128)])``,
-    ``d`` [M, N] bfloat16, ``grouped_layout`` int32 [M] on the GPU: the group (expert) of each row,
-    each group's rows one run starting at a multiple of :func:`get_mk_alignment_for_contiguous_layout`;
-    -1 marks padding rows, which are left untouched in ``d``. Non-float32 scales, a float32 ``d``,
-    other recipes, ``use_psum_layout=True`` and ``expected_m_for_psum_layout`` raise
-    NotImplementedError; ``compiled_dims``, ``disable_ue8m0_cast`` and ``ensure_zero_padding`` (an
-    SM100 option) are accepted and ignored.
+    ``d`` [M, N] bfloat16, written in place. ``grouped_layout`` int32 on the GPU is either
+
+    - (``use_psum_layout=False``) [M]: the group (expert) of each row, each group's rows one run
+      starting at a multiple of :func:`get_mk_alignment_for_contiguous_layout`; -1 marks padding
+      rows; run by :func:`deep_tile.m_grouped_fp8_gemm_contiguous`;
+    - (``use_psum_layout=True``) [G]: entry g is the end of group g's rows, which start at the
+      previous entry (0 for g = 0) rounded up to :func:`get_mk_alignment_for_contiguous_layout`;
+      rows outside every group are padding; run by :func:`deep_tile.m_grouped_fp8_gemm_psum`,
+      whose kernel reads the ends on the device (no host sync, graph-safe).
+
+    Padding rows are left untouched in ``d``. Non-float32 scales, a float32 ``d`` and other
+    recipes raise NotImplementedError; ``expected_m_for_psum_layout`` (psum only, as DeepGEMM
+    asserts) is a tile-size hint deep_tile does not need; ``compiled_dims``, ``disable_ue8m0_cast``
+    and ``ensure_zero_padding`` (an SM100 option) are accepted and ignored.
     """
     fn = "m_grouped_fp8_gemm_nt_contiguous"
     (a_data, sfa), (b_data, sfb) = a, b
@@ -144,13 +148,18 @@ def m_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, grouped_
     _check_output(fn, "d", d)
     _check_recipe(fn, recipe, recipe_a, recipe_b)
     _check_psum(fn, use_psum_layout, expected_m_for_psum_layout)
-    deep_tile.m_grouped_fp8_gemm_contiguous(a_data, sfa, b_data, sfb, grouped_layout, out=d)
+    if use_psum_layout:
+        deep_tile.m_grouped_fp8_gemm_psum(a_data, sfa, b_data, sfb, grouped_layout, _mk_alignment, out=d)
+    else:
+        deep_tile.m_grouped_fp8_gemm_contiguous(a_data, sfa, b_data, sfb, grouped_layout, out=d)
 
 
 def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: torch.Tensor, masked_m: torch.Tensor, expected_m: int,
                                  recipe: Optional[Sequence[int]] = None, recipe_a: Optional[Sequence[int]] = None,
                                  recipe_b: Optional[Sequence[int]] = None, compiled_dims: str = "nk",
-                                 disable_ue8m0_cast: bool = False) -> None:
+                                 disable_ue8m0_cast: bool = False, max_block_n: int = 256,
+                                 enable_overlap: bool = False,
+                                 signal: Optional[torch.Tensor] = None) -> Optional[Tuple[int, int]]:
     """DeepGEMM's ``m_grouped_fp8_gemm_nt_masked`` (MoE, masked layout), run by
     :func:`deep_tile.m_grouped_fp8_gemm_masked`.
 
@@ -159,13 +168,58 @@ def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: torch.Tensor, masked_m: to
     to compute; rows from ``masked_m[g]`` on are left untouched), ``expected_m`` an int hint of the
     typical ``masked_m``. Non-float32 scales, a float32 ``d`` and other recipes raise
     NotImplementedError; ``compiled_dims`` and ``disable_ue8m0_cast`` are accepted and ignored.
+
+    ``enable_overlap=True`` with ``signal`` (SGLang's single-batch overlap, the keywords of the
+    DeepGEMM it ships): ``signal`` is an int32 CUDA tensor, zeroed by the caller, of at least
+    ``G * ceil(max_m / 64)`` elements; the call returns ``(block_m, threshold)`` and, once the
+    GEMM's rows of block ``j`` (rows ``j * block_m ..``) of group ``g`` are in ``d``,
+    ``signal[g * ceil(max_m / block_m) + j]`` reaches ``threshold`` (blocks past ``masked_m[g]``
+    stay 0), which the combine kernel waits for (``>= threshold``, acquire). deep_tile raises the
+    flags in a second kernel on the same stream right after the GEMM (:func:`_raise_signals`),
+    (a small kernel: :func:`deep_tile.moe_layout.raise_signals`), so they are exact but none is
+    raised before the whole GEMM ends: the combine gets no head start. ``max_block_n`` (a cap on DeepGEMM's tile width, >= 16) is checked and not needed.
+    Without ``enable_overlap`` the call is the plain masked GEMM and returns None.
     """
     fn = "m_grouped_fp8_gemm_nt_masked"
     (a_data, sfa), (b_data, sfb) = a, b
     _check_scales(fn, **{"a[1]": sfa, "b[1]": sfb})
     _check_output(fn, "d", d)
     _check_recipe(fn, recipe, recipe_a, recipe_b)
+    if not enable_overlap:
+        if signal is not None:
+            raise ValueError(f"{fn}: signal is given without enable_overlap=True; it is used only with it.")
+        deep_tile.m_grouped_fp8_gemm_masked(a_data, sfa, b_data, sfb, masked_m, expected_m, out=d)
+        return None
+    _check_int(fn, "max_block_n", max_block_n, 16)
+    _check_signal(fn, signal, d)
     deep_tile.m_grouped_fp8_gemm_masked(a_data, sfa, b_data, sfb, masked_m, expected_m, out=d)
+    return _raise_signals(signal, masked_m, d.shape[1], SIGNAL_BLOCK_M, 1)
+
+
+def _check_signal(fn: str, signal, d: torch.Tensor) -> None:
+    if not isinstance(signal, torch.Tensor):
+        raise TypeError(f"{fn}: enable_overlap=True needs signal, an int32 tensor; got {type(signal).__name__}.")
+    if signal.dtype != torch.int32 or signal.dim() != 1 or not signal.is_contiguous():
+        raise ValueError(f"{fn}: signal must be a contiguous 1-D torch.int32 tensor; got {signal.dtype} "
+                         f"shape {tuple(signal.shape)}.")
+    if isinstance(d, torch.Tensor) and d.dim() == 3:
+        need = d.shape[0] * (-(-d.shape[1] // SIGNAL_BLOCK_M))
+        if signal.numel() < need:
+            raise ValueError(f"{fn}: signal has {signal.numel()} elements; G * ceil(max_m / {SIGNAL_BLOCK_M}) = "
+                             f"{need} are needed.")
+        if signal.device != d.device:
+            raise ValueError(f"{fn}: signal is on {signal.device}, d on {d.device}; they must share the device.")
+
+
+def _raise_signals(signal: torch.Tensor, masked_m: torch.Tensor, max_m: int, block_m: int,
+                   threshold: int) -> Tuple[int, int]:
+    """Raise the flags of the real ``block_m``-row blocks of every group to ``threshold``
+    (:func:`deep_tile.moe_layout.raise_signals`: one small kernel after the GEMM on the current
+    stream, no host sync, graph-safe) and return ``(block_m, threshold)``."""
+    from deep_tile.moe_layout import raise_signals
+
+    raise_signals(signal, masked_m, max_m, block_m, threshold)
+    return block_m, threshold
 
 
 fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
@@ -174,8 +228,73 @@ fp8_m_grouped_gemm_nt_masked = m_grouped_fp8_gemm_nt_masked
 
 def get_mk_alignment_for_contiguous_layout() -> int:
     """DeepGEMM's ``get_mk_alignment_for_contiguous_layout``: the row alignment of each group in the
-    contiguous layout (128 on SM90), from :func:`deep_tile.get_m_alignment_for_contiguous_layout`."""
-    return deep_tile.get_m_alignment_for_contiguous_layout()
+    contiguous layouts, 128 (:func:`deep_tile.get_m_alignment_for_contiguous_layout`) unless
+    :func:`set_mk_alignment_for_contiguous_layout` set another multiple of 128."""
+    return _mk_alignment
+
+
+def set_mk_alignment_for_contiguous_layout(new_value: int) -> None:
+    """DeepGEMM's ``set_mk_alignment_for_contiguous_layout``: the alignment later contiguous GEMMs
+    assume (the psum layout's group starts; for the ``m_indices`` layout, where each group's run
+    starts). DeepGEMM takes it as its tile height BLOCK_M; deep_tile supports the multiples of 128
+    (its tiles read a group's rows from 128-row boundaries): 128, 256, ... Any other int raises
+    NotImplementedError (64 and smaller: use 128), a non-int TypeError, and the setting is unchanged."""
+    global _mk_alignment
+    fn = "set_mk_alignment_for_contiguous_layout"
+    _check_int(fn, "new_value", new_value, 1)
+    if new_value % CONTIGUOUS_ALIGNMENT:
+        raise NotImplementedError(
+            f"{fn}: alignment {new_value} is not supported; deep_tile supports the multiples of "
+            f"{CONTIGUOUS_ALIGNMENT} (use {SM90_MK_ALIGNMENT}, what "
+            "get_theoretical_mk_alignment_for_contiguous_layout returns on SM90).")
+    _mk_alignment = new_value
+
+
+def get_theoretical_mk_alignment_for_contiguous_layout(expected_m: Optional[int] = None,
+                                                       num_groups: Optional[int] = None) -> int:
+    """DeepGEMM's ``get_theoretical_mk_alignment_for_contiguous_layout``: the alignment it would pick
+    for ``expected_m`` rows, which on SM90 is 128 whatever the rows (DeepGEMM shrinks it on SM100
+    only). Both calling forms engines use are accepted: ``(per_group_m)`` and ``(expected_m,
+    num_groups)``, positional or by keyword; the arguments are checked (ints >= 0, num_groups >= 1)."""
+    fn = "get_theoretical_mk_alignment_for_contiguous_layout"
+    if expected_m is not None:
+        _check_int(fn, "expected_m", expected_m, 0)
+    if num_groups is not None:
+        _check_int(fn, "num_groups", num_groups, 1)
+    return SM90_MK_ALIGNMENT
+
+
+get_k_alignment_for_contiguous_layout = get_mk_alignment_for_contiguous_layout
+"""DeepGEMM's alias of :func:`get_mk_alignment_for_contiguous_layout` (for its K-grouped GEMMs)."""
+
+
+def get_tma_aligned_size(x: int, element_size: int) -> int:
+    """DeepGEMM's ``get_tma_aligned_size``: ``x`` elements of ``element_size`` bytes rounded up to a
+    16-byte multiple (the TMA's stride alignment), in elements."""
+    fn = "get_tma_aligned_size"
+    _check_int(fn, "x", x, 0)
+    _check_int(fn, "element_size", element_size, 1)
+    if 16 % element_size:
+        raise ValueError(f"{fn}: element_size must divide 16; got {element_size}.")
+    step = 16 // element_size
+    return -(-x // step) * step
+
+
+def get_compile_mode() -> int:
+    """The compile mode of SGLang's DeepGEMM (``sgl-deep-gemm``): 0 normal, 1 while its warm-up
+    compiles kernels. Set by :func:`set_compile_mode`; 0 at start."""
+    return _compile_mode
+
+
+def set_compile_mode(mode: int) -> None:
+    """SGLang's DeepGEMM ``set_compile_mode``: 0 or 1, the warm-up sets 1 around its calls and restores
+    the old mode. deep_tile runs every call in either mode (it compiles a kernel on first use, so
+    a warm-up call compiles it; the warm-up's buffers are allocated and its masked counts zero).
+    Other values raise ValueError."""
+    global _compile_mode
+    if isinstance(mode, bool) or mode not in (0, 1):
+        raise ValueError(f"set_compile_mode: mode must be 0 or 1; got {mode!r}.")
+    _compile_mode = mode
 
 
 def get_mn_major_tma_aligned_tensor(sf: torch.Tensor) -> torch.Tensor:
@@ -278,9 +397,8 @@ def m_grouped_gemm_fp8_fp8_bf16_nt_masked(lhs: Pair, rhs: Pair, out: torch.Tenso
 
 
 def get_m_alignment_for_contiguous_layout() -> int:
-    """DeepGEMM 2025's ``get_m_alignment_for_contiguous_layout`` (128), from
-    :func:`deep_tile.get_m_alignment_for_contiguous_layout`."""
-    return deep_tile.get_m_alignment_for_contiguous_layout()
+    """DeepGEMM's older name of :func:`get_mk_alignment_for_contiguous_layout` (128 unless set)."""
+    return get_mk_alignment_for_contiguous_layout()
 
 
 def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:

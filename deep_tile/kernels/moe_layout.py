@@ -1,0 +1,32 @@
+"""The MoE layout kernels' contract: entry file, symbols, launch geometry, arguments.
+
+``csrc/entry/moe_layout.cu`` holds two one-thread-per-element kernels (no defines):
+``deep_tile_psum_to_m_indices`` turns DeepGEMM's psum contiguous layout (each expert's row end)
+into the contiguous kind's ``m_indices`` (each row's expert, -1 for padding), and
+``deep_tile_raise_signals`` raises the completion flags of a masked GEMM's real row blocks
+(SGLang's single-batch overlap). Pure Python.
+"""
+from __future__ import annotations
+
+from deep_tile.common import ceil_div
+
+__all__ = ["ENTRY", "PSUM_SYMBOL", "SIGNAL_SYMBOL", "BLOCK_THREADS", "PSUM_ARGUMENT_KINDS", "SIGNAL_ARGUMENT_KINDS",
+           "grid"]
+
+ENTRY = "moe_layout"
+"""Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
+PSUM_SYMBOL = "deep_tile_psum_to_m_indices"
+"""Symbol of the psum -> m_indices kernel: (ends, m_indices, num_groups, m, alignment)."""
+SIGNAL_SYMBOL = "deep_tile_raise_signals"
+"""Symbol of the signal kernel: (signal, masked_m, num_groups, blocks_per_group, max_m, block_m, threshold)."""
+BLOCK_THREADS = 256
+"""Threads per CTA of both kernels (their ``__launch_bounds__``)."""
+PSUM_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32")
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the psum kernel's parameters."""
+SIGNAL_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the signal kernel's parameters."""
+
+
+def grid(elements: int) -> int:
+    """CTAs covering ``elements`` threads (at least one)."""
+    return max(1, ceil_div(elements, BLOCK_THREADS))

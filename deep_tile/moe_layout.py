@@ -1,0 +1,67 @@
+"""The MoE layout kernels' host side: DeepGEMM's psum contiguous layout turned into the contiguous
+kind's ``m_indices``, and the completion flags of a masked GEMM (SGLang's single-batch overlap).
+
+Each function runs one JIT kernel of ``csrc/entry/moe_layout.cu`` (contract:
+:mod:`deep_tile.kernels.moe_layout`) for CUDA tensors, on the current stream, without a host
+sync (a CUDA graph replays it with new contents), and the same rule in torch for CPU tensors (the
+tests' reference). The callers (:mod:`deep_tile.grouped`, :mod:`deep_tile.compat.deepgemm`) check
+the arguments.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile.jit.loader import get_kernel
+from deep_tile.jit.runtime import KernelArgs
+from deep_tile.kernels import moe_layout
+from deep_tile.pdl import get_pdl
+
+__all__ = ["psum_to_m_indices_into", "raise_signals"]
+
+
+def _launch(symbol: str, kinds: tuple, values: tuple, elements: int, device: torch.device) -> None:
+    kernel = get_kernel(moe_layout.ENTRY, {}, symbol)
+    args = KernelArgs(list(zip(kinds, values)))
+    with torch.cuda.device(device):
+        kernel.launch(grid=moe_layout.grid(elements), block=moe_layout.BLOCK_THREADS, smem_bytes=0,
+                      stream=torch.cuda.current_stream(device).cuda_stream, args=args, device=device.index,
+                      pdl=get_pdl())
+
+
+def psum_to_m_indices_into(ends: torch.Tensor, m_indices: torch.Tensor, alignment: int) -> torch.Tensor:
+    """Fill ``m_indices`` [M] int32 from ``ends`` [G] int32 (DeepGEMM's psum layout: expert e owns
+    rows ``[align_up(ends[e-1], alignment), ends[e])``, ``ends[-1] = 0``; ends clamped into
+    ``[0, M]``): each row's expert, -1 for rows of no expert. Returns ``m_indices``."""
+    m, groups = m_indices.numel(), ends.numel()
+    if m_indices.is_cuda:
+        if m:
+            _launch(moe_layout.PSUM_SYMBOL, moe_layout.PSUM_ARGUMENT_KINDS,
+                    (ends.data_ptr(), m_indices.data_ptr(), groups, m, alignment), m, m_indices.device)
+        return m_indices
+    end = ends.to(torch.int64).clamp(0, m)
+    rows = torch.arange(m, dtype=torch.int64)
+    expert = torch.searchsorted(end, rows, right=True) if groups else torch.zeros_like(rows)
+    prev = torch.cat([end.new_zeros(1), end])[expert.clamp(max=groups)]
+    start = (prev + alignment - 1) // alignment * alignment
+    real = (expert < groups) & (rows >= start)
+    m_indices.copy_(torch.where(real, expert, torch.full_like(expert, -1)).to(torch.int32))
+    return m_indices
+
+
+def raise_signals(signal: torch.Tensor, masked_m: torch.Tensor, max_m: int, block_m: int, threshold: int) -> None:
+    """Set ``signal[g * ceil(max_m / block_m) + j] = threshold`` for the blocks ``j <
+    ceil(min(masked_m[g], max_m) / block_m)`` of every group ``g``; the other entries keep their
+    values. On CUDA, after the kernels before it on the stream (each flag written with a fence
+    first, so a reader that sees it sees those kernels' stores)."""
+    groups = masked_m.numel()
+    blocks = -(-max_m // block_m)
+    if signal.is_cuda:
+        if groups * blocks:
+            _launch(moe_layout.SIGNAL_SYMBOL, moe_layout.SIGNAL_ARGUMENT_KINDS,
+                    (signal.data_ptr(), masked_m.data_ptr(), groups, blocks, max_m, block_m, threshold),
+                    groups * blocks, signal.device)
+        return
+    flags = signal[: groups * blocks].view(groups, blocks)
+    real = -(-masked_m.to(torch.int64).clamp(0, max_m) // block_m)
+    index = torch.arange(blocks, dtype=torch.int64)
+    flags.copy_(torch.where(index[None, :] < real[:, None], torch.full_like(flags, threshold), flags))
