@@ -69,15 +69,19 @@ class Problem:
             ``m / num_groups`` rounded up by default for the contiguous and offsets kinds).
         a_scale_row_major: whether the kernel reads ``a_scale`` row-major as it is (a kernel
             variant), not in the TMA-aligned column-major layout.
+        out_dtype: the output's type, ``"bfloat16"`` (default) or ``"float32"``.
+        c_dtype: the type of the addend C of ``out = C + A.B^T`` (``"bfloat16"`` or
+            ``"float32"``; C may be ``out`` itself), or None (no C, default).
 
     Equal problems compare and hash equal (a plain class with ``__slots__``, cheap to import:
     the first call of a process builds one).
     """
 
-    __slots__ = ("kind", "m", "n", "k", "num_groups", "expected_m", "a_scale_row_major", "_key")
+    __slots__ = ("kind", "m", "n", "k", "num_groups", "expected_m", "a_scale_row_major", "out_dtype", "c_dtype",
+                 "_key")
 
     def __init__(self, m, n: int, k: int, *, kind: ProblemKind = ProblemKind.DENSE, num_groups: int = 1,
-                 expected_m=None, a_scale_row_major: bool = False):
+                 expected_m=None, a_scale_row_major: bool = False, out_dtype: str = "bfloat16", c_dtype=None):
         self.kind = kind
         self.m, self.n, self.k = m, n, k
         self.num_groups = num_groups
@@ -85,8 +89,11 @@ class Problem:
             expected_m = m if kind in (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED) else -(-m // num_groups)
         self.expected_m = expected_m
         self.a_scale_row_major = bool(a_scale_row_major)
+        self.out_dtype, self.c_dtype = out_dtype, c_dtype
         # key(), made once: the plan caches hash and compare a problem on every call
         self._key = (kind.value, m, n, k, num_groups, self.expected_m, self.a_scale_row_major)
+        if out_dtype != "bfloat16" or c_dtype is not None:  # the default output keeps the key it had
+            self._key += (out_dtype, c_dtype)
 
     @property
     def k_blocks(self) -> int:
@@ -135,7 +142,14 @@ class Problem:
     def with_a_scale_row_major(self, row_major: bool = True) -> "Problem":
         """This problem with ``a_scale`` read row-major (or not)."""
         return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
-                       expected_m=self.expected_m, a_scale_row_major=row_major)
+                       expected_m=self.expected_m, a_scale_row_major=row_major, out_dtype=self.out_dtype,
+                       c_dtype=self.c_dtype)
+
+    def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "Problem":
+        """This problem with output type ``out_dtype`` and addend type ``c_dtype`` (None: no C)."""
+        return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
+                       expected_m=self.expected_m, a_scale_row_major=self.a_scale_row_major, out_dtype=out_dtype,
+                       c_dtype=c_dtype)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Problem) and self._key == other._key
@@ -146,6 +160,8 @@ class Problem:
     def __repr__(self) -> str:
         extra = "" if self.num_groups == 1 else f", num_groups={self.num_groups}, expected_m={self.expected_m}"
         layout = ", a_scale_row_major=True" if self.a_scale_row_major else ""
+        if self.out_dtype != "bfloat16" or self.c_dtype is not None:
+            layout += f", out_dtype={self.out_dtype!r}, c_dtype={self.c_dtype!r}"
         return f"Problem({self.kind.value}, m={self.m}, n={self.n}, k={self.k}{extra}{layout})"
 
     def __str__(self) -> str:

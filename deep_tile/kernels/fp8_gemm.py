@@ -34,7 +34,8 @@ __all__ = [
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
-    "K_UNROLLS", "SWAP_NS", "swap_problems",
+    "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
+    "C_ARGUMENTS", "C_ARGUMENT_KINDS",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -88,6 +89,32 @@ SWAP_NS = (0, 8, 16)
 64-row operand, 8 or 16; an A of at most that many rows (``KernelConfig.swap_n``)."""
 
 
+OUT_DTYPES = ("bfloat16", "float32")
+"""The output types (``DT_OUT_KIND``: the index here): bf16, or FP32 (training: a weight gradient
+accumulated in FP32)."""
+C_DTYPES = (None, "bfloat16", "float32")
+"""The types of the optional addend C of ``D = C + A.B^T`` (``DT_C_KIND``: the index here): none,
+bf16 or FP32. C may be D itself (in-place accumulation)."""
+
+
+def direct_store(out_dtype: str = "bfloat16", c_dtype=None) -> bool:
+    """Whether the kernel of this output variant stores straight from registers
+    (include/deep_tile/epilogue/store_direct.cuh, ``Fp8GemmConfig::kDirectStore``): every variant
+    but bf16 without C, which stores through shared memory and TMA. It has no output staging in
+    shared memory, no D tensor map, and takes :data:`C_ARGUMENTS` after the others."""
+    return out_dtype != OUT_DTYPES[0] or c_dtype is not None
+
+
+def output_problems(out_dtype, c_dtype) -> list:
+    """Why an output variant cannot be built, one phrase per broken rule."""
+    problems = []
+    if out_dtype not in OUT_DTYPES:
+        problems.append(f"out_dtype must be one of {OUT_DTYPES}; got {out_dtype!r}")
+    if c_dtype not in C_DTYPES:
+        problems.append(f"c_dtype must be one of {C_DTYPES}; got {c_dtype!r}")
+    return problems
+
+
 def swap_problems(swap_n: int, block_m: int, block_n: int, wgmma_n: int, num_multicast: int,
                   problem_kind: ProblemKind) -> list:
     """Why a swap-AB kernel (``swap_n`` > 0) cannot be built, one phrase per broken rule."""
@@ -137,6 +164,11 @@ array on the device (``m_indices``, ``masked_m`` or ``offsets``), the number of 
 the masked kind, the rows of each group's slab (max_m)."""
 GROUPED_ARGUMENT_KINDS = ARGUMENT_KINDS + ("ptr", "i32", "i32")
 """The kind of each of :data:`GROUPED_ARGUMENTS`."""
+C_ARGUMENTS = ("c", "ldc")
+"""The parameters the output variants (:func:`direct_store`) take after the others: C's pointer
+(D's when there is no C; C may be D) and row pitch in elements (``DT_C_PARAMS`` in the entry)."""
+C_ARGUMENT_KINDS = ("ptr", "i32")
+"""The kind of each of :data:`C_ARGUMENTS`."""
 
 
 def kind_of_code(code: int) -> ProblemKind:
@@ -149,9 +181,10 @@ def symbol(kind: ProblemKind) -> str:
     return SYMBOL if kind is ProblemKind.DENSE else GROUPED_SYMBOL
 
 
-def arguments(kind: ProblemKind) -> tuple:
-    """The kernel parameters of a problem kind, in declaration order."""
-    return ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS
+def arguments(kind: ProblemKind, direct: bool = False) -> tuple:
+    """The kernel parameters of a problem kind, in declaration order (``direct``: of an output
+    variant that stores directly, :func:`direct_store`, with :data:`C_ARGUMENTS` last)."""
+    return (ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS) + (C_ARGUMENTS if direct else ())
 
 
 def math_warpgroups(block_m: int) -> int:
@@ -210,14 +243,14 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
-                   a_scale_row_major: bool = False, group_table: bool = False) -> dict:
+                   a_scale_row_major: bool = False, group_table: bool = False, direct: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
-    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
+    of the bf16 output without C only, not ``direct``: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
     ``barriers``, ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and
     ``total``."""
     parts = {
-        "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
+        "d_staging": 0 if split_k > 1 or direct else align_up(block_m * block_n * 2, 1024),
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
@@ -230,9 +263,9 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-               group_table: bool = False) -> int:
+               group_table: bool = False, direct: bool = False) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
-    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table)["total"]
+    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, direct)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
@@ -301,6 +334,8 @@ def defines(config) -> dict:
         "DT_K_UNROLL": config.k_unroll,
         "DT_PROBLEM_KIND": PROBLEM_KIND_CODES[config.problem_kind],
         "DT_SWAP_N": config.swap_n,
+        "DT_OUT_KIND": OUT_DTYPES.index(config.out_dtype),
+        "DT_C_KIND": C_DTYPES.index(config.c_dtype),
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,
@@ -390,7 +425,9 @@ def launch_grid(config, m: int, n: int) -> int:
 
 OPERANDS = ("a", "a_scale", "b", "b_scale", "out")
 """The tensors :func:`argument_specs` refers to, by index: the op's arguments in order (a_scale as
-the kernel reads it, b_scale contiguous, out allocated when the op was not given one)."""
+the kernel reads it, b_scale contiguous, out allocated when the op was not given one). The output
+variants (:func:`direct_store`) take one more after these (and after ``group_info`` when grouped):
+``c``, C as a 2-D view, or ``out`` again when there is no C."""
 GROUPED_OPERANDS = OPERANDS + ("group_info",)
 """The tensors of the grouped kinds, each as a 2-D view: ``a`` [rows, k] (the masked kind's
 [G, max_m, k] flattened), ``a_scale`` as the kernel reads it (the masked kind's column-major
@@ -420,17 +457,23 @@ def argument_specs(config, problem) -> tuple:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
     else:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
-    d = spec.ZeroMap() if config.split_k > 1 else spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
+    direct = direct_store(config.out_dtype, config.c_dtype)
+    if config.split_k > 1 or direct:
+        d = spec.ZeroMap()
+    else:
+        d = spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
+    c_index = len(OPERANDS) + (1 if problem.kind.grouped else 0)  # the operand after the kind's others
+    tail = (spec.Pointer(c_index), spec.Stride(c_index, 0)) if direct else ()
     if a_scale_masked_columns(problem, config):  # [G * K blocks, max_m]: rows of one expert's K block
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
     head = (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128, config.l2_promotion),
             spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128, config.l2_promotion),
             a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0), spec.Size(_A, 0))
     if not problem.kind.grouped:
-        return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width))
+        return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width)) + tail
     group_rows = problem.m if problem.kind is ProblemKind.GROUPED_MASKED else 0
     return head + (spec.Value(problem.n), spec.Size(_A, 1), spec.Value(config.raster_width),
-                   spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows))
+                   spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows)) + tail
 
 
 def a_scale_masked_columns(problem, config) -> bool:

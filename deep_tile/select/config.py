@@ -69,7 +69,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
-                 l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0) -> str:
+                 l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0, out_dtype: str = "bfloat16",
+                 c_dtype: Optional[str] = None) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
@@ -77,7 +78,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
     ``u6``: the one-buffer k-loop unrolled by 6; ``p128``: the FP8 maps' L2 promotion when not
     the default 256 bytes; ``sw8``/``sw16``: swap-AB with 8 or 16 token columns per WGMMA;
-    ``contiguous``/``masked``/``offsets``: the grouped kind's kernel.
+    ``contiguous``/``masked``/``offsets``: the grouped kind's kernel; ``f32``: FP32 output;
+    ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -102,6 +104,10 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += f" sw{swap_n}"
     if problem_kind.grouped:
         text += " " + problem_kind.short_name
+    if out_dtype == "float32":
+        text += " f32"
+    if c_dtype is not None:
+        text += " +c" + ("32" if c_dtype == "float32" else "16")
     return text
 
 
@@ -157,6 +163,12 @@ class KernelConfig:
             ``swap_n`` rows (the launcher checks M). Needs ``block_m == 64``, ``block_n`` a multiple
             of 64 with ``wgmma_n == block_n``, the dense kind and no multicast. See
             :func:`deep_tile.select.selector.swap_n_for`.
+        out_dtype: the output's type, one of :data:`deep_tile.kernels.fp8_gemm.OUT_DTYPES`
+            (``"bfloat16"``, default, or ``"float32"``).
+        c_dtype: the type of the addend C of ``D = C + A.B^T``, one of
+            :data:`deep_tile.kernels.fp8_gemm.C_DTYPES` (None: no C). Every variant but bf16
+            without C stores straight from registers and has no output staging in shared memory
+            (:attr:`direct_store`). :meth:`for_problem` takes both from the problem.
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -181,6 +193,8 @@ class KernelConfig:
     problem_kind: ProblemKind = ProblemKind.DENSE
     l2_promotion: int = family.DEFAULT_L2_PROMOTION
     swap_n: int = 0
+    out_dtype: str = "bfloat16"
+    c_dtype: Optional[str] = None
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -216,6 +230,7 @@ class KernelConfig:
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
                                         self.a_scale_row_major, self.problem_kind)
         _check_int("swap_n", self.swap_n, f"one of {family.SWAP_NS}", self.swap_n in family.SWAP_NS)
+        problems += family.output_problems(self.out_dtype, self.c_dtype)
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
                                          self.problem_kind)
         if problems:
@@ -260,12 +275,18 @@ class KernelConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
-                                 self.problem_kind.has_table)
+                                 self.problem_kind.has_table, self.direct_store)
+
+    @property
+    def direct_store(self) -> bool:
+        """Whether this output variant stores straight from registers
+        (:func:`deep_tile.kernels.fp8_gemm.direct_store`: FP32 out, or a C to add)."""
+        return family.direct_store(self.out_dtype, self.c_dtype)
 
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
-                                     self.a_scale_row_major, self.problem_kind.has_table)
+                                     self.a_scale_row_major, self.problem_kind.has_table, self.direct_store)
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
@@ -288,6 +309,8 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
         config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
+        if (config.out_dtype, config.c_dtype) != (problem.out_dtype, problem.c_dtype):
+            config = dataclasses.replace(config, out_dtype=problem.out_dtype, c_dtype=problem.c_dtype)
         if config.a_scale_row_major == problem.a_scale_row_major:
             return config
         return config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(
@@ -299,7 +322,7 @@ class KernelConfig:
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
-                            self.l2_promotion, self.swap_n)
+                            self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

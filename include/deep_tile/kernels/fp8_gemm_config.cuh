@@ -12,7 +12,8 @@ namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0>
+          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
+          int kCKind_ = 0>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -47,6 +48,15 @@ struct Fp8GemmConfig {
   // 0: off. The host picks it for M <= 16 (deep_tile/select/selector.py swap_n_for).
   static constexpr int kSwapN = kSwapN_;
   static constexpr bool kSwapAB = kSwapN_ > 0;
+
+  // Output (epilogue/store_direct.cuh): D in bf16 (kOutKind 0) or FP32 (1), and an optional C
+  // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32; C may be D itself, in-place
+  // accumulation). The default (bf16, no C) stores through shared memory and TMA; every other
+  // variant stores each thread's accumulators straight to global memory (kDirectStore), reading C
+  // beside them, and needs no staging.
+  static constexpr int kOutKind = kOutKind_;
+  static constexpr int kCKind = kCKind_;
+  static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
@@ -87,7 +97,7 @@ struct Fp8GemmConfig {
   // NOTES: staging one 64-row slab per warpgroup at a time (half the staging of a 256-row tile)
   // cost 5% at 4096x7168x16384 on an H100, and the memory it frees is 1 KB short of a 4th stage.
   static constexpr int kStoreRows = kWgM;  // rows per consumer warpgroup and TMA store
-  static constexpr int kSmemDBytes = kSplitK > 1 ? 0 : align_up(kBlockM * kBlockN * 2, 1024);
+  static constexpr int kSmemDBytes = kSplitK > 1 || kDirectStore ? 0 : align_up(kBlockM * kBlockN * 2, 1024);
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
   // a_scale arrives by TMA per stage: from the TMA-aligned column-major layout one float per row;
@@ -150,6 +160,8 @@ struct Fp8GemmConfig {
                                     kNumNParts == 1 && kNumMulticast == 1 && !kGrouped),
                    "DT_SWAP_N must be 0, or 8 or 16 with DT_BLOCK_M 64, DT_BLOCK_N a multiple of 64 equal to DT_WGMMA_N, "
                    "no multicast and the dense kind");
+  DT_STATIC_ASSERT((kOutKind == 0 || kOutKind == 1) && kCKind >= 0 && kCKind <= 2,
+                   "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16) or 2 (FP32)");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -1,0 +1,144 @@
+// Epilogue of the output variants other than plain bf16 (Cfg::kDirectStore): D in FP32
+// (Cfg::kOutKind 1) or bf16, plus an optional C (Cfg::kCKind 1: bf16, 2: FP32), D = C + A.B^T.
+// Each thread stores its accumulators straight from registers to global memory, two neighbouring
+// columns (8 bytes of FP32, 4 of bf16) at a time: the four lanes of a row cover 32 contiguous
+// bytes of FP32, one whole sector. C is read beside D with the same pattern; C may be D itself
+// (in-place accumulation into a main gradient): every element is read and then written by the one
+// thread that owns it, and each thread issues all its loads of C for a sub-tile before its first
+// store of that sub-tile, so no store of D can overtake a read of C.
+//
+// Which rows a tile stores: a dense tile stores its own m-block only. The last m-block of a
+// dense problem starts earlier than its own rows (Scheduler::tile_m0) and recomputes rows of the
+// m-block before it; the bf16 store writes those again with the same values, but with C == D
+// they would be accumulated twice, so here a dense tile stores from align_up(m0, kBlockM) on.
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/swap_fragment.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/warpgroup.cuh"
+
+namespace deep_tile {
+
+/// C's two elements at element offset `at` (row * ldc + col, col even) as floats (0 without C).
+template <class Cfg>
+DT_DEVICE float2 load_c_pair(const u8* c, long long at) {
+  if constexpr (Cfg::kCKind == 2) {
+    return *reinterpret_cast<const float2*>(c + at * 4);
+  } else if constexpr (Cfg::kCKind == 1) {
+    const u32 v = *reinterpret_cast<const u32*>(c + at * 2);
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  } else {
+    return make_float2(0.0f, 0.0f);
+  }
+}
+
+/// C's element at element offset `at` as a float (0 without C).
+template <class Cfg>
+DT_DEVICE float load_c(const u8* c, long long at) {
+  if constexpr (Cfg::kCKind == 2) {
+    return *reinterpret_cast<const float*>(c + at * 4);
+  } else if constexpr (Cfg::kCKind == 1) {
+    return __uint_as_float(static_cast<u32>(*reinterpret_cast<const unsigned short*>(c + at * 2)) << 16);
+  } else {
+    return 0.0f;
+  }
+}
+
+/// Two values to D at element offset `at` (col even) in D's type.
+template <class Cfg>
+DT_DEVICE void store_d_pair(u8* d, long long at, float v0, float v1) {
+  if constexpr (Cfg::kOutKind == 1) {
+    *reinterpret_cast<float2*>(d + at * 4) = make_float2(v0, v1);
+  } else {
+    *reinterpret_cast<u32*>(d + at * 2) = ptx::pack_bf16x2(v0, v1);
+  }
+}
+
+/// One value to D at element offset `at` in D's type.
+template <class Cfg>
+DT_DEVICE void store_d(u8* d, long long at, float v) {
+  if constexpr (Cfg::kOutKind == 1) {
+    *reinterpret_cast<float*>(d + at * 4) = v;
+  } else {
+    ptx::store_global_bf16(d + at * 2, v);
+  }
+}
+
+/// The first row of D a tile stores (see the header): its own m-block's for the dense kind, m0
+/// for the grouped kinds (whose tiles never overlap).
+template <class Cfg>
+DT_DEVICE int first_stored_row(int m0) {
+  if constexpr (Cfg::kGrouped) {
+    return m0;
+  } else {
+    return align_up(m0, Cfg::kBlockM);
+  }
+}
+
+/// Store (C +) the tile at (m0, n0) from the WGMMA accumulator layout (`result[t]`: sub-tile
+/// t = slab * kNumNParts + part, as store_tile_bf16 reads it) to D, row pitch `ldd`, C row pitch
+/// `ldc` (elements). Rows outside [first_stored_row(m0), m_end) and columns past n are skipped;
+/// the grouped kinds store the real rows of this warpgroup only (`row_real`: whether this
+/// thread's row, thread_in_wg of the warpgroup's rows, is one; they are a prefix).
+template <class Cfg>
+DT_DEVICE void store_tile_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
+                                 int thread_in_wg, int m0, int n0, int m_end, int n, bool row_real, u8* d, int ldd,
+                                 const u8* c, int ldc) {
+  const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+  const int wg_row0 = m0 + wg * Cfg::kWgM;
+  int row_begin = first_stored_row<Cfg>(m0), row_end = m_end;
+  if constexpr (Cfg::kGrouped) {
+    row_begin = wg_row0;
+    row_end = wg_row0 + ptx::named_barrier_popc(1 + wg, 128, row_real);
+  }
+#pragma unroll
+  for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
+    const int row_lo = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4;  // and row_lo + 8
+    const bool ok_lo = row_lo >= row_begin && row_lo < row_end;
+    const bool ok_hi = row_lo + 8 >= row_begin && row_lo + 8 < row_end;
+    const long long d_lo = static_cast<long long>(row_lo) * ldd, d_hi = d_lo + 8ll * ldd;
+    const long long c_lo = static_cast<long long>(row_lo) * ldc, c_hi = c_lo + 8ll * ldc;
+#pragma unroll
+    for (int part = 0; part < Cfg::kNumNParts; ++part) {
+      const float* r = result[slab * Cfg::kNumNParts + part];
+      const int col0 = n0 + part * Cfg::kWgmmaN + 2 * (lane % 4);
+      // Every load of C for this sub-tile first, then the stores (see the header).
+      float2 cv[Cfg::kAccumPerSubtile / 4][2];
+#pragma unroll
+      for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+        const int col = col0 + 8 * j;
+        cv[j][0] = ok_lo && col < n ? load_c_pair<Cfg>(c, c_lo + col) : make_float2(0.0f, 0.0f);
+        cv[j][1] = ok_hi && col < n ? load_c_pair<Cfg>(c, c_hi + col) : make_float2(0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+        const int col = col0 + 8 * j;
+        if (ok_lo && col < n) store_d_pair<Cfg>(d, d_lo + col, r[4 * j + 0] + cv[j][0].x, r[4 * j + 1] + cv[j][0].y);
+        if (ok_hi && col < n) store_d_pair<Cfg>(d, d_hi + col, r[4 * j + 2] + cv[j][1].x, r[4 * j + 3] + cv[j][1].y);
+      }
+    }
+  }
+}
+
+/// store_tile_swapped (store_bf16.cuh) for the direct-store variants: `result[0]` holds D^T as
+/// SwapFragment lays it out; every load of C before the first store.
+template <class Cfg>
+DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile],
+                                         int thread_in_wg, int m0, int n0, int m_end, int n, u8* d, int ldd,
+                                         const u8* c, int ldc) {
+  using Frag = SwapFragment<Cfg>;
+  const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+  float cv[Cfg::kAccumPerSubtile];
+  Frag::for_each([&](int mb, int j, int h, int q) {
+    const int col = n0 + Frag::weight_row(mb, h, warp_in_wg, lane), row = m0 + Frag::token(j, q, lane);
+    cv[Frag::index(mb, j, h, q)] =
+        col < n && row < m_end ? load_c<Cfg>(c, static_cast<long long>(row) * ldc + col) : 0.0f;
+  });
+  Frag::for_each([&](int mb, int j, int h, int q) {
+    const int col = n0 + Frag::weight_row(mb, h, warp_in_wg, lane), row = m0 + Frag::token(j, q, lane);
+    const int i = Frag::index(mb, j, h, q);
+    if (col < n && row < m_end) store_d<Cfg>(d, static_cast<long long>(row) * ldd + col, result[0][i] + cv[i]);
+  });
+}
+
+}  // namespace deep_tile
