@@ -1,0 +1,124 @@
+"""The FP8 training GEMMs beside DeepGEMM latest and cuBLAS blockwise: one process, same inputs,
+L2 flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
+
+Sets (``--set``, repeatable):
+
+- ``dense``: ``main_grad += A.B^T`` with A 1x128 and B 128x128 scaled (the 1D2D operands: dgrad's
+  form, accumulated into an FP32 output), DeepSeek-V3's (N, K) pairs at ``--tokens`` rows.
+  deep_tile accumulates in place (``fp8_gemm(..., out=d, c=d)``, FP32). DeepGEMM latest's 1D2D
+  kernel has neither FP32 output nor C: its bf16 ``fp8_gemm_nt`` is shown for scale only, not in
+  the ratio. cuBLAS blockwise (``torch._scaled_mm``, 1x128 x 128x128, FP32 out) writes the product
+  without accumulating (the add it would need is not timed).
+
+Each row checks every library's output against the float64 reference of the quantised operands
+(``calc_diff`` < 1e-3; deep_tile's from a NaN-free known C) and prints microseconds, TFLOPS and
+the ratio of deep_tile's time to the faster baseline's. ``--json PATH`` writes the rows.
+
+Needs an sm_90 GPU; DeepGEMM when ``import deep_gemm`` works (tools/device_run.sh dg_env).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import deep_tile  # noqa: E402
+from deep_tile.reference import ref_fp8_gemm  # noqa: E402
+from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.numeric import calc_diff  # noqa: E402
+from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
+from deep_tile.testing.table import geomean  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin  # noqa: E402
+
+DENSE_NK = MODEL_NK + [(7168, 4608)]
+"""(N, K) of the dense set: DeepGEMM's DeepSeek-V3 pairs plus the MoE shared expert's down
+projection."""
+
+
+def deepgemm():
+    """DeepGEMM latest (``fp8_gemm_nt``), or None."""
+    try:
+        import deep_gemm
+    except ImportError:
+        return None
+    return deep_gemm if hasattr(deep_gemm, "fp8_gemm_nt") else None
+
+
+def dense_row(m: int, n: int, k: int, args) -> dict:
+    """One shape of the ``dense`` set: checked, then timed."""
+    a, a_scale, b, b_scale = make_fp8_problem(m, n, k, "cuda", seed=args.seed, a_scale_layout="tma")
+    ref = ref_fp8_gemm(a, a_scale, b, b_scale)
+    start = torch.randn((m, n), device="cuda", dtype=torch.float32)
+    d = start.clone()
+    deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)
+    row = {"set": "dense", "m": m, "n": n, "k": k, "config": deep_tile.get_config(m, n, k).label,
+           "diff": {"deep_tile": calc_diff(d.double(), start.double() + ref)}}
+    fns = {"deep_tile": lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)}
+    if k % 128 == 0 and m % 4 == 0:
+        sa, sb = a_scale.t().contiguous().t(), b_scale.contiguous().t()
+        cublas = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        row["diff"]["cublas"] = calc_diff(cublas.double(), ref)
+        fns["cublas"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    dg = None if args.no_deepgemm else deepgemm()
+    if dg is not None:
+        bf16 = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+        dg.fp8_gemm_nt((a, a_scale), (b, b_scale), bf16, recipe=(1, 128, 128), disable_ue8m0_cast=True)
+        row["diff"]["deepgemm_bf16"] = calc_diff(bf16.double(), ref)
+        fns["deepgemm_bf16"] = lambda: dg.fp8_gemm_nt((a, a_scale), (b, b_scale), bf16, recipe=(1, 128, 128),
+                                                      disable_ue8m0_cast=True)
+    del ref
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    flops = 2.0 * m * n * k
+    row["us"] = times
+    row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
+    baselines = [times[name] for name in ("cublas",) if name in times]
+    row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
+    return row
+
+
+def print_rows(rows: list) -> None:
+    names = sorted({name for r in rows for name in r["us"]}, key=lambda x: (x != "deep_tile", x))
+    head = f"{'set':<6} {'M':>6} {'N':>6} {'K':>6} " + " ".join(f"{n + ' us':>17} {'TF':>5}" for n in names)
+    print(head + f" {'vs best':>8} {'diff ok':>8}  config")
+    for r in rows:
+        cells = " ".join(f"{r['us'].get(n, float('nan')):>17.1f} {r['tflops'].get(n, float('nan')):>5.0f}"
+                         for n in names)
+        ok = all(v < 1e-3 for v in r["diff"].values())
+        speed = f"{r['speedup']:.3f}" if r["speedup"] else "-"
+        print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}")
+    speedups = [r["speedup"] for r in rows if r["speedup"]]
+    if speedups:
+        print(f"geomean deep_tile vs the faster baseline: {geomean(speedups):.3f}x over {len(speedups)} shapes "
+              f"(min {min(speedups):.3f}); every row correct: {all(all(v < 1e-3 for v in r['diff'].values()) for r in rows)}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", action="append", choices=["dense"], help="which GEMMs (default: all)")
+    parser.add_argument("--tokens", type=int, action="append", help="rows of the dense set (default 4096)")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-deepgemm", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    sets = args.set or ["dense"]
+    rows = []
+    if "dense" in sets:
+        for m in args.tokens or [4096]:
+            for n, k in DENSE_NK:
+                rows.append(dense_row(m, n, k, args))
+                print(json.dumps({key: rows[-1][key] for key in ("m", "n", "k", "us", "diff")}), flush=True)
+    print_rows(rows)
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
