@@ -325,7 +325,7 @@ def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, ou
             _require_no_overlap(fn, out, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("c", c)))
     c_dtype = None
     if accumulate:
-        c_dtype = OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")]
+        c_dtype = "out"
     elif c is not None:
         c_dtype = OUT_DTYPE_NAMES[str(c.dtype).removeprefix("torch.")]
     return problem.with_output(OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype)

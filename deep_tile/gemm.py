@@ -56,7 +56,7 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
         ``fp8_gemm_acc_out`` (``c`` that is ``out`` passed as ``accumulate=True``), which run on
         the Python host path; ``out`` must then share no memory with the inputs.
     """
-    if c is not None or out_dtype is not None or (isinstance(out, torch.Tensor) and out.dtype == torch.float32):
+    if c is not None or out_dtype is not None or (isinstance(out, torch.Tensor) and out.dtype != torch.bfloat16):
         return _fp8_gemm_acc(a, a_scale, b, b_scale, out, c, out_dtype)
     try:
         if out is None:

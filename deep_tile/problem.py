@@ -70,8 +70,9 @@ class Problem:
         a_scale_row_major: whether the kernel reads ``a_scale`` row-major as it is (a kernel
             variant), not in the TMA-aligned column-major layout.
         out_dtype: the output's type, ``"bfloat16"`` (default) or ``"float32"``.
-        c_dtype: the type of the addend C of ``out = C + A.B^T`` (``"bfloat16"`` or
-            ``"float32"``; C may be ``out`` itself), or None (no C, default).
+        c_dtype: the addend C of ``out = C + A.B^T``: ``"bfloat16"`` or ``"float32"`` (a tensor
+            apart from ``out``), ``"out"`` (``out`` itself: in-place accumulation), or None (no C,
+            default).
 
     Equal problems compare and hash equal (a plain class with ``__slots__``, cheap to import:
     the first call of a process builds one).

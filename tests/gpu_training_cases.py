@@ -46,7 +46,10 @@ def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict |
     product = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
     scale = float(product.abs().max()) if product.numel() else 1.0
     c_values = torch.randn((m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
-    forced = KernelConfig(**config) if config else None
+    forced = None
+    if config:  # the tile's fields, then its output variant (with the stages its staging leaves)
+        tile = {key: value for key, value in config.items() if key not in ("out_dtype", "c_dtype")}
+        forced = KernelConfig(**tile).with_output(config.get("out_dtype", "bfloat16"), config.get("c_dtype"))
     dtype = DTYPES[out_dtype]
 
     def once():

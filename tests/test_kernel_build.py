@@ -131,7 +131,7 @@ def grouped_configs() -> list:
 
 def output_configs() -> list:
     """The output variants (FP32 out, a C added) tests/test_training.py forces on the GPU."""
-    return [KernelConfig(**fields, grid_size=2, out_dtype=out, c_dtype=c) for fields, out, c in output_test_configs()]
+    return [KernelConfig(**fields, grid_size=2).with_output(out, c) for fields, out, c in output_test_configs()]
 
 
 FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()})
@@ -156,6 +156,8 @@ CODE_PATHS = {
     "swap-AB, 8 columns": lambda d: d["DT_SWAP_N"] == 8,
     "swap-AB, 16 columns, split-K": lambda d: d["DT_SWAP_N"] == 16 and d["DT_SPLIT_K"] > 1,
     "FP32 out, FP32 C, persistent": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_C_KIND"] == 2 and d["DT_SPLIT_K"] == 1,
+    "FP32 out accumulated in place by the TMA unit": lambda d: (d["DT_OUT_KIND"] == 1 and d["DT_C_KIND"] == 3
+                                                                 and d["DT_SPLIT_K"] == 1 and d["DT_SWAP_N"] == 0),
     "bf16 out, bf16 C": lambda d: d["DT_OUT_KIND"] == 0 and d["DT_C_KIND"] == 1,
     "FP32 out, split-K": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SPLIT_K"] > 1,
     "FP32 out, swap-AB": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SWAP_N"] > 0,

@@ -19,39 +19,42 @@ import pytest
 import torch
 
 from conftest import DIFF_TOL, REL_TOL, accuracy_problems, run_child_cases
-from deep_tile import checks
+from deep_tile import arch, checks
 from deep_tile.jit import paths
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select import KernelConfig
 
-VARIANTS = [("float32", None), ("float32", "float32"), ("float32", "bfloat16"), ("bfloat16", "bfloat16"),
-            ("bfloat16", "float32")]
-"""Every (out_dtype, c_dtype) but the default (bf16, no C)."""
+VARIANTS = [("float32", None), ("float32", "out"), ("float32", "float32"), ("float32", "bfloat16"),
+            ("bfloat16", "bfloat16"), ("bfloat16", "out"), ("bfloat16", "float32")]
+"""Every (out_dtype, c_dtype) but the default (bf16, no C); ``"out"``: accumulated in place."""
+F32, F32_INPLACE, F32_C32, F32_C16, BF16_C16, BF16_INPLACE, BF16_C32 = VARIANTS
 
-# The families the GPU tests force, each with the output variants it runs (rotated so every
-# variant meets each launch kind): persistent tiles of every height, one and two buffers, a WGMMA
-# narrower than the tile, multicast of A and of B, b_scale straddles (144, 160), split-K clusters
-# (2, 4, 8) and swap-AB (8 and 16 token columns, one of them split).
+# The families the GPU tests force, each with the output variants it runs: the FP32 TMA store and
+# reduce-add (F32, F32_INPLACE) on persistent tiles of every height, one and two buffers, a WGMMA
+# narrower than the tile, multicast of A and of B, sub-tiles of 128 and 64-byte atoms (144, 48);
+# the direct store (a C apart from D, bf16 with C) on the same launch kinds, split-K clusters (2,
+# 4, 8) and swap-AB (8 and 16 token columns, one of them split).
 FAMILIES = [
     (dict(block_m=128, block_n=128, num_stages=5), VARIANTS),
-    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), [VARIANTS[1], VARIANTS[3]]),
-    (dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True), [VARIANTS[1], VARIANTS[2]]),
+    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), [F32_INPLACE, BF16_C16]),
+    (dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True), [F32_INPLACE, F32_C16]),
     (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16),
-     [VARIANTS[1], VARIANTS[4]]),
-    (dict(block_m=64, block_n=144, num_stages=6), [VARIANTS[0], VARIANTS[3]]),
-    (dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False), [VARIANTS[1]]),
-    (dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2), [VARIANTS[1], VARIANTS[3]]),
-    (dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2), [VARIANTS[2]]),
-    (dict(block_m=64, block_n=48, num_stages=8, split_k=8), [VARIANTS[0]]),
+     [F32_INPLACE, BF16_C32]),
+    (dict(block_m=64, block_n=144, num_stages=6), [F32, BF16_INPLACE]),
+    (dict(block_m=128, block_n=144, num_stages=5, num_multicast=2, multicast_on_a=False), [F32_INPLACE]),
+    (dict(block_m=64, block_n=48, num_stages=8, num_multicast=2, multicast_on_a=True, accum_buffers=2), [F32_INPLACE]),
+    (dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2), [F32_INPLACE, BF16_C16]),
+    (dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2), [F32_C16]),
+    (dict(block_m=64, block_n=48, num_stages=8, split_k=8), [F32]),
 ]
 SWAP_FAMILIES = [
-    (dict(block_m=64, block_n=128, num_stages=8, swap_n=16), [VARIANTS[1], VARIANTS[3]]),
-    (dict(block_m=64, block_n=64, num_stages=8, swap_n=8, split_k=2, accum_buffers=2), [VARIANTS[1]]),
+    (dict(block_m=64, block_n=128, num_stages=8, swap_n=16), [F32_INPLACE, BF16_C16]),
+    (dict(block_m=64, block_n=64, num_stages=8, swap_n=8, split_k=2, accum_buffers=2), [F32_C32]),
 ]
 SHAPES = [(1000, 2112, 1536), (4097, 1160, 400), (520, 4096, 16), (37, 2112, 1536)]
 """M = 1000, 4097 and 520 fill their last m-block only partly; 37 is below every tile."""
-SWAP_SHAPES = [(7, 2112, 1536), (16, 1160, 400)]
+SWAP_SHAPES = [(7, 2112, 1536), (8, 1160, 400)]
 
 
 def configs() -> list:
@@ -60,23 +63,20 @@ def configs() -> list:
     return [(fields, out, c) for fields, variants in FAMILIES + SWAP_FAMILIES for out, c in variants]
 
 
-def _c_mode(out_dtype: str, c_dtype) -> list:
-    """The c modes that exercise (out_dtype, c_dtype): a separate C, and in place when the types match."""
-    if c_dtype is None:
-        return ["none"]
-    return [c_dtype] + (["inplace"] if c_dtype == out_dtype else [])
+def _c_mode(c_dtype) -> str:
+    """The gemm_acc case's c_mode of a variant's c_dtype."""
+    return {None: "none", "out": "inplace"}.get(c_dtype, c_dtype)
 
 
 def _cases(families, shapes) -> list:
     cases = []
     for i, ((fields, variants), (m, n, k)) in enumerate(itertools.product(families, shapes)):
         for out_dtype, c_dtype in variants:
-            for mode in _c_mode(out_dtype, c_dtype):
-                config = dict({"raster_width": 8, "grid_size": 132 if i % 2 else 30}, **fields)
-                if config.get("split_k", 1) > 1:
-                    config["grid_size"] = 132
-                config.update(out_dtype=out_dtype, c_dtype=c_dtype)
-                cases.append(dict(m=m, n=n, k=k, out_dtype=out_dtype, c_mode=mode, config=config, seed=i))
+            config = dict({"raster_width": 8, "grid_size": 132 if i % 2 else 30}, **fields)
+            if config.get("split_k", 1) > 1:
+                config["grid_size"] = 132
+            config.update(out_dtype=out_dtype, c_dtype=c_dtype)
+            cases.append(dict(m=m, n=n, k=k, out_dtype=out_dtype, c_mode=_c_mode(c_dtype), config=config, seed=i))
     return cases
 
 
@@ -137,17 +137,27 @@ def test_the_variants_defines_smem_and_labels():
     base = KernelConfig(block_m=128, block_n=128, num_stages=5, grid_size=132)
     assert (base.defines()["DT_OUT_KIND"], base.defines()["DT_C_KIND"]) == (0, 0) and not base.direct_store
     for out_dtype, c_dtype in VARIANTS:
-        config = dataclasses.replace(base, out_dtype=out_dtype, c_dtype=c_dtype)
+        config = base.with_output(out_dtype, c_dtype)
         d = config.defines()
         assert d["DT_OUT_KIND"] == family.OUT_DTYPES.index(out_dtype)
         assert d["DT_C_KIND"] == family.C_DTYPES.index(c_dtype)
         assert config.direct_store
-        # no output staging: the smem the bf16 TMA store needs is free
-        assert config.smem_breakdown()["d_staging"] == 0
-        assert config.smem_bytes == base.smem_bytes - base.smem_breakdown()["d_staging"]
+        staging = config.smem_breakdown()["d_staging"]
+        if family.tma_f32_store(config):  # a 64-row FP32 sub-tile per consumer warpgroup: 2 x 64 x 128 x 4
+            assert staging == 65536 and config.smem_bytes <= arch.MAX_SMEM_PER_BLOCK
+            boxes = family.tensor_map_boxes(config, 4096)
+            assert (boxes.d, boxes.d_swizzle) == ((32, 64), 128)
+        else:  # no staging: straight from registers
+            assert staging == 0 and config.num_stages == 5
+    assert family.tensor_map_boxes(KernelConfig(block_m=64, block_n=144, num_stages=4, grid_size=1,
+                                                out_dtype="float32"), 64).d == (16, 64)  # 64-byte atoms
     assert dataclasses.replace(base, out_dtype="float32").label == base.label + " f32"
     assert dataclasses.replace(base, c_dtype="float32").label == base.label + " +c32"
     assert dataclasses.replace(base, out_dtype="float32", c_dtype="bfloat16").label == base.label + " f32 +c16"
+    wide = KernelConfig(block_m=128, block_n=256, wgmma_n=128, num_stages=3, grid_size=132)
+    assert wide.with_output("float32", "out").label == "128x256 s3 /128 f32 +="  # 64 KB staging, as bf16's
+    big = KernelConfig(block_m=128, block_n=192, num_stages=4, grid_size=132)  # staging 48 KB -> 96 KB
+    assert big.with_output("float32", "out").num_stages == 3 and big.with_output("float32", "float32").num_stages == 4
     with pytest.raises(ValueError, match="out_dtype must be one of"):
         KernelConfig(block_m=128, block_n=128, num_stages=5, grid_size=132, out_dtype="float16")
     with pytest.raises(ValueError, match="c_dtype must be one of"):
@@ -169,15 +179,18 @@ def test_the_kernel_parameters_of_the_variants():
     params = re.search(r"#define DT_C_PARAMS , (.*)\n", source).group(1).split(",")
     assert tuple(re.search(r"(\w+)$", p.strip()).group(1) for p in params) == family.C_ARGUMENTS
     assert tuple("ptr" if "*" in p else "i32" for p in params) == family.C_ARGUMENT_KINDS
-    for kind in (ProblemKind.DENSE, ProblemKind.GROUPED_CONTIGUOUS):
-        config = KernelConfig(block_m=128, block_n=128, num_stages=5, grid_size=132, out_dtype="float32",
-                              problem_kind=kind)
+    for kind, c_dtype in ((ProblemKind.DENSE, "float32"), (ProblemKind.GROUPED_CONTIGUOUS, None)):
+        config = KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, out_dtype="float32",
+                              c_dtype=c_dtype, problem_kind=kind)
         problem = Problem(256, 512, 1024, kind=kind, num_groups=1 if kind is ProblemKind.DENSE else 2)
         specs = family.argument_specs(config, problem)
         assert len(specs) == len(family.arguments(kind, direct=True))
-        assert specs[3].code() == (1,)  # ZeroMap: no D tensor map
+        assert specs[3].code() == (1,)  # ZeroMap: stored straight from registers, no D tensor map
         c_index = len(family.OPERANDS) + (kind is not ProblemKind.DENSE)
         assert specs[-2].code() == (2, c_index) and specs[-1].code() == (4, c_index, 0)
+    config = KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, out_dtype="float32", c_dtype="out")
+    d_map = family.argument_specs(config, Problem(256, 512, 1024))[3]
+    assert d_map.code()[:3] == (0, 4, 2) and d_map.box == (32, 64) and d_map.swizzle == 128  # FP32 map of out
 
 
 def _operands(m=256, n=512, k=1024, device="cpu"):
@@ -196,7 +209,7 @@ def test_checks_of_out_and_c():
               data_checks=False)
     assert (p.out_dtype, p.c_dtype) == ("float32", "bfloat16")
     p = check(a, sa, b, sb, None, True, torch.empty((256, 512), dtype=torch.bfloat16), data_checks=False)
-    assert (p.out_dtype, p.c_dtype) == ("bfloat16", "bfloat16")
+    assert (p.out_dtype, p.c_dtype) == ("bfloat16", "out")
     p = check(a, sa, b, sb, None, False, None, torch.float32, data_checks=False)
     assert (p.out_dtype, p.c_dtype) == ("float32", None)
     with pytest.raises(TypeError, match="out must have dtype torch.bfloat16 or torch.float32; got torch.float16"):

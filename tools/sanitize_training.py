@@ -30,6 +30,9 @@ CASES = [
     (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16), "float32",
      "bfloat16", 600, 1160, 400),
     (dict(block_m=64, block_n=144, num_stages=6), "float32", "none", 130, 1160, 400),
+    (dict(block_m=64, block_n=48, num_stages=8, num_multicast=2, multicast_on_a=True, accum_buffers=2), "float32",
+     "inplace", 130, 1160, 400),
+    (dict(block_m=128, block_n=144, num_stages=5), "bfloat16", "inplace", 130, 1160, 400),
     (dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2), "float32", "inplace", 200, 1160, 400),
     (dict(block_m=64, block_n=48, num_stages=8, split_k=8), "bfloat16", "inplace", 64, 2112, 1024),
     (dict(block_m=64, block_n=128, num_stages=8, swap_n=16), "float32", "inplace", 13, 4096, 400),
@@ -43,8 +46,8 @@ def main() -> int:
     for fields, out_dtype, mode, m, n, k in CASES:
         a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
         dtype = getattr(torch, out_dtype)
-        c_dtype = None if mode == "none" else (out_dtype if mode == "inplace" else mode)
-        config = KernelConfig(**{**P, **fields}, out_dtype=out_dtype, c_dtype=c_dtype)
+        c_dtype = None if mode == "none" else ("out" if mode == "inplace" else mode)
+        config = KernelConfig(**{**P, **fields}).with_output(out_dtype, c_dtype)
         start = torch.randn((m, n), device="cuda", dtype=torch.float32)
         c = None
         if mode == "inplace":

@@ -22,14 +22,14 @@ def configs(num_sms: int) -> list:
     from sanitize_training import CASES, P
     from bench_training import DENSE_NK
 
-    found = [KernelConfig(**{"raster_width": 8, "grid_size": num_sms, **fields}, out_dtype=out, c_dtype=c)
+    found = [KernelConfig(**{"raster_width": 8, "grid_size": num_sms, **fields}).with_output(out, c)
              for fields, out, c in test_configs()]
     for fields, out, mode, *_ in CASES:
-        c = None if mode == "none" else (out if mode == "inplace" else mode)
-        found.append(KernelConfig(**{**P, **fields}, out_dtype=out, c_dtype=c))
+        c = None if mode == "none" else ("out" if mode == "inplace" else mode)
+        found.append(KernelConfig(**{**P, **fields}).with_output(out, c))
     shapes = [(7168, 2048, 4096), (2112, 7168, 4096), (576, 7168, 4096), (1, 4096, 512), (64, 1160, 1536),
               (1000, 2112, 1536), (520, 1160, 400), (4096, 512, 2048)] + [(4096, n, k) for n, k in DENSE_NK]
-    variants = [("float32", "float32"), ("float32", None), ("bfloat16", "bfloat16")]
+    variants = [("float32", "out"), ("float32", "float32"), ("float32", None), ("bfloat16", "bfloat16")]
     for (m, n, k) in shapes:
         for out, c in variants:
             problem = Problem(m, n, k).with_output(out, c)

@@ -35,7 +35,7 @@ __all__ = [
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
-    "C_ARGUMENTS", "C_ARGUMENT_KINDS",
+    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -92,9 +92,9 @@ SWAP_NS = (0, 8, 16)
 OUT_DTYPES = ("bfloat16", "float32")
 """The output types (``DT_OUT_KIND``: the index here): bf16, or FP32 (training: a weight gradient
 accumulated in FP32)."""
-C_DTYPES = (None, "bfloat16", "float32")
-"""The types of the optional addend C of ``D = C + A.B^T`` (``DT_C_KIND``: the index here): none,
-bf16 or FP32. C may be D itself (in-place accumulation)."""
+C_DTYPES = (None, "bfloat16", "float32", "out")
+"""The addend C of ``D = C + A.B^T`` (``DT_C_KIND``: the index here): none, a bf16 or FP32 tensor
+apart from D, or ``"out"``: D itself (in-place accumulation, in D's type)."""
 
 
 def direct_store(out_dtype: str = "bfloat16", c_dtype=None) -> bool:
@@ -103,6 +103,32 @@ def direct_store(out_dtype: str = "bfloat16", c_dtype=None) -> bool:
     but bf16 without C, which stores through shared memory and TMA. It has no output staging in
     shared memory, no D tensor map, and takes :data:`C_ARGUMENTS` after the others."""
     return out_dtype != OUT_DTYPES[0] or c_dtype is not None
+
+
+def tma_f32_store(config) -> bool:
+    """Whether ``config``'s kernel stores an FP32 D through shared memory and the TMA unit
+    (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out with no C or D
+    accumulated in place, then by the unit's reduce-add); its D tensor map is FP32
+    (:func:`tensor_map_boxes`)."""
+    return (config.out_dtype == "float32" and config.c_dtype in (None, "out") and config.split_k == 1
+            and config.swap_n == 0 and config.problem_kind is ProblemKind.DENSE)
+
+
+def f32_atom_cols(wgmma_n: int) -> int:
+    """FP32 columns of one TMA atom of the FP32 staging (``kF32AtomCols``): the widest of 32, 16, 8
+    dividing a sub-tile's width (a 128-, 64- or 32-byte swizzle span)."""
+    return 32 if wgmma_n % 32 == 0 else (16 if wgmma_n % 16 == 0 else 8)
+
+
+def d_staging_bytes(config) -> int:
+    """Shared-memory bytes of the output staging of ``config``'s kernel (``kSmemDBytes``): the bf16
+    tile (the default persistent kernel), a 64-row FP32 sub-tile per consumer warpgroup
+    (:func:`tma_f32_store`), or none (split-K and the other output variants)."""
+    if tma_f32_store(config):
+        return align_up(math_warpgroups(config.block_m) * 64 * config.wgmma_n * 4, 1024)
+    if config.split_k > 1 or direct_store(config.out_dtype, config.c_dtype):
+        return 0
+    return align_up(config.block_m * config.block_n * 2, 1024)
 
 
 def output_problems(out_dtype, c_dtype) -> list:
@@ -243,14 +269,14 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
-                   a_scale_row_major: bool = False, group_table: bool = False, direct: bool = False) -> dict:
+                   a_scale_row_major: bool = False, group_table: bool = False, d_staging=None) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
-    of the bf16 output without C only, not ``direct``: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
+    only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
     ``barriers``, ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and
     ``total``."""
     parts = {
-        "d_staging": 0 if split_k > 1 or direct else align_up(block_m * block_n * 2, 1024),
+        "d_staging": (0 if split_k > 1 else align_up(block_m * block_n * 2, 1024)) if d_staging is None else d_staging,
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
@@ -263,15 +289,16 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-               group_table: bool = False, direct: bool = False) -> int:
+               group_table: bool = False, d_staging=None) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
-    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, direct)["total"]
+    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
                   wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False,
-                  problem_kind: ProblemKind = ProblemKind.DENSE) -> list:
-    """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal)."""
+                  problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None) -> list:
+    """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal).
+    ``d_staging``: the output staging's bytes when not the bf16 tile's (:func:`d_staging_bytes`)."""
     problems = []
     if problem_kind.grouped and split_k != 1:
         problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
@@ -303,7 +330,7 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
         problems.append(f"{block_m}x{block_n} with wgmma_n={wgmma_n} and {accum_buffers} accumulator buffer(s) needs "
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
-    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table)
+    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table, d_staging)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
@@ -403,11 +430,14 @@ def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     swizzle = store_swizzle(config.block_n)
     scale_rows = a_scale_box_rows(config, m)
+    d = (swizzle // 2, config.block_m // math_warpgroups(config.block_m))
+    if tma_f32_store(config):  # FP32 atoms of one 64-row sub-tile
+        atom = f32_atom_cols(config.wgmma_n)
+        d, swizzle = (atom, 64), atom * 4
     return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
                           a_scale=(4, scale_rows) if config.a_scale_row_major else (scale_rows, 1),
-                          d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),
-                          d_swizzle=swizzle)
+                          d=d, d_swizzle=swizzle)
 
 
 def cluster_size(config) -> int:
@@ -458,7 +488,9 @@ def argument_specs(config, problem) -> tuple:
     else:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
     direct = direct_store(config.out_dtype, config.c_dtype)
-    if config.split_k > 1 or direct:
+    if tma_f32_store(config):
+        d = spec.TensorMap(_OUT, "float32", 1, 0, boxes.d, boxes.d_swizzle)
+    elif config.split_k > 1 or direct:
         d = spec.ZeroMap()
     else:
         d = spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)

@@ -79,7 +79,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     ``u6``: the one-buffer k-loop unrolled by 6; ``p128``: the FP8 maps' L2 promotion when not
     the default 256 bytes; ``sw8``/``sw16``: swap-AB with 8 or 16 token columns per WGMMA;
     ``contiguous``/``masked``/``offsets``: the grouped kind's kernel; ``f32``: FP32 output;
-    ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``).
+    ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``); ``+=``: D accumulated in place.
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -106,7 +106,9 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " " + problem_kind.short_name
     if out_dtype == "float32":
         text += " f32"
-    if c_dtype is not None:
+    if c_dtype == "out":
+        text += " +="
+    elif c_dtype is not None:
         text += " +c" + ("32" if c_dtype == "float32" else "16")
     return text
 
@@ -165,10 +167,13 @@ class KernelConfig:
             :func:`deep_tile.select.selector.swap_n_for`.
         out_dtype: the output's type, one of :data:`deep_tile.kernels.fp8_gemm.OUT_DTYPES`
             (``"bfloat16"``, default, or ``"float32"``).
-        c_dtype: the type of the addend C of ``D = C + A.B^T``, one of
-            :data:`deep_tile.kernels.fp8_gemm.C_DTYPES` (None: no C). Every variant but bf16
-            without C stores straight from registers and has no output staging in shared memory
-            (:attr:`direct_store`). :meth:`for_problem` takes both from the problem.
+        c_dtype: the addend C of ``D = C + A.B^T``, one of
+            :data:`deep_tile.kernels.fp8_gemm.C_DTYPES`: None (no C), ``"bfloat16"`` /
+            ``"float32"`` (a tensor apart from D) or ``"out"`` (D itself, in place). Every variant
+            but bf16 without C is an output variant (:attr:`direct_store`): an FP32 D without C or
+            accumulated in place is stored by the TMA unit through a 64-row FP32 staging
+            (:func:`deep_tile.kernels.fp8_gemm.tma_f32_store`), the others straight from
+            registers. :meth:`for_problem` takes both from the problem (:meth:`with_output`).
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -226,11 +231,13 @@ class KernelConfig:
         if self.wgmma_n is None:
             object.__setattr__(self, "wgmma_n", self.block_n)
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
+        problems_of_output = family.output_problems(self.out_dtype, self.c_dtype)
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
-                                        self.a_scale_row_major, self.problem_kind)
+                                        self.a_scale_row_major, self.problem_kind,
+                                        None if problems_of_output else family.d_staging_bytes(self))
         _check_int("swap_n", self.swap_n, f"one of {family.SWAP_NS}", self.swap_n in family.SWAP_NS)
-        problems += family.output_problems(self.out_dtype, self.c_dtype)
+        problems += problems_of_output
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
                                          self.problem_kind)
         if problems:
@@ -275,7 +282,7 @@ class KernelConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
-                                 self.problem_kind.has_table, self.direct_store)
+                                 self.problem_kind.has_table, family.d_staging_bytes(self))
 
     @property
     def direct_store(self) -> bool:
@@ -286,16 +293,30 @@ class KernelConfig:
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
-                                     self.a_scale_row_major, self.problem_kind.has_table, self.direct_store)
+                                     self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self))
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
         tiles would not fit the shared memory."""
         stages = self.num_stages
-        while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k,
-                                                                 True, self.problem_kind.has_table) > arch.MAX_SMEM_PER_BLOCK:
+        staging = family.d_staging_bytes(self)
+        while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k, True,
+                                                                 self.problem_kind.has_table, staging) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
+
+    def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "KernelConfig":
+        """This config with another output variant (``out_dtype``, ``c_dtype``), with the stages that
+        fit its output staging (the FP32 one can be larger than the bf16 tile's: a stage fewer;
+        the other variants have none: the same stages)."""
+        probe = dataclasses.replace(self, out_dtype=out_dtype, c_dtype=c_dtype, num_stages=family.MIN_STAGES)
+        staging = family.d_staging_bytes(probe)
+        stages = self.num_stages
+        while stages > family.MIN_STAGES and family.smem_bytes(
+                self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major, self.problem_kind.has_table,
+                staging) > arch.MAX_SMEM_PER_BLOCK:
+            stages -= 1
+        return dataclasses.replace(self, out_dtype=out_dtype, c_dtype=c_dtype, num_stages=stages)
 
     def for_problem(self, problem) -> "KernelConfig":
         """This config as the launcher builds it for ``problem`` (a
@@ -310,7 +331,7 @@ class KernelConfig:
                              f"got {problem.kind.value} with M={problem.m}")
         config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
         if (config.out_dtype, config.c_dtype) != (problem.out_dtype, problem.c_dtype):
-            config = dataclasses.replace(config, out_dtype=problem.out_dtype, c_dtype=problem.c_dtype)
+            config = config.with_output(problem.out_dtype, problem.c_dtype)
         if config.a_scale_row_major == problem.a_scale_row_major:
             return config
         return config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(

@@ -56,20 +56,14 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
 /// first sum waits: a loop with a run-time bound waited for one distributed-shared-memory round
 /// trip per chunk (64x2112x128, 64x64 k2 on an H200: the split cost 1.5 us at M = 64, 0.5 us at
 /// M = 1).
-/// The direct-store variants (Cfg::kDirectStore: FP32 D, or C added, store_direct.cuh) store the
-/// rows of the tile's own m-block only (first_stored_row), load C's 8 values of each chunk with the
-/// partials (before any store: C may be D) and store D = C + sum in D's type.
+/// The output variants (Cfg::kDirectStore: FP32 D, or C added, store_direct.cuh) load C's 8 values
+/// of each chunk with the partials (before any store: C may be D) and store D = C + sum in D's type.
 template <class Cfg>
 DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, int m0, int n0, int m_end, int n, u32 rank,
                                          int tid, const u8* c = nullptr, int ldc = 0) {
   constexpr int kRowsPerRank = ceil_div(Cfg::kBlockM, Cfg::kSplitK);
   constexpr int kChunks = Cfg::kBlockN / 8;  // 8 columns = 16 bytes of bf16 per store
   constexpr int kItems = ceil_div(kRowsPerRank * kChunks, Cfg::kNumMathThreads);  // chunks per thread
-  if constexpr (Cfg::kDirectStore) {
-    const int skipped = first_stored_row<Cfg>(m0) - m0;  // rows of the m-block before (dense last m-block)
-    m0 += skipped;
-    partial += skipped * Cfg::kPartialPitch;
-  }
   const int real_rows = min_int(Cfg::kBlockM, m_end - m0);
   const int rows_per_rank = ceil_div(real_rows, Cfg::kSplitK);  // at most kRowsPerRank
   const int row_begin = static_cast<int>(rank) * rows_per_rank;

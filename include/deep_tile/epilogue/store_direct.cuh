@@ -1,20 +1,27 @@
-// Epilogue of the output variants other than plain bf16 (Cfg::kDirectStore): D in FP32
-// (Cfg::kOutKind 1) or bf16, plus an optional C (Cfg::kCKind 1: bf16, 2: FP32), D = C + A.B^T.
-// Each thread stores its accumulators straight from registers to global memory, two neighbouring
-// columns (8 bytes of FP32, 4 of bf16) at a time: the four lanes of a row cover 32 contiguous
-// bytes of FP32, one whole sector. C is read beside D with the same pattern; C may be D itself
-// (in-place accumulation into a main gradient): every element is read and then written by the one
-// thread that owns it, and each thread issues all its loads of C for a sub-tile before its first
-// store of that sub-tile, so no store of D can overtake a read of C.
+// Epilogues of the output variants other than plain bf16 (Cfg::kDirectStore): D in FP32
+// (Cfg::kOutKind 1) or bf16, plus an optional C (Cfg::kCKind: bf16, FP32, or D itself),
+// D = C + A.B^T.
 //
-// Which rows a tile stores: a dense tile stores its own m-block only. The last m-block of a
-// dense problem starts earlier than its own rows (Scheduler::tile_m0) and recomputes rows of the
-// m-block before it; the bf16 store writes those again with the same values, but with C == D
-// they would be accumulated twice, so here a dense tile stores from align_up(m0, kBlockM) on.
+// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D, no C or D accumulated in
+// place): each consumer warpgroup stages one 64-row sub-tile of FP32 at a time in shared memory
+// (swizzled atoms of kF32AtomCols floats) and the TMA unit stores it, or reduce-adds it into D; the
+// warpgroup goes on to the next sub-tile as soon as the unit has read the staging, so the global
+// traffic (a read and a write of D per element when accumulating) overlaps the next tile's k-loop.
+//
+// store_tile_direct (the other variants): each thread stores its accumulators straight from
+// registers to global memory, two neighbouring columns at a time (8 bytes of FP32, 4 of bf16: the
+// four lanes of a row cover 32 contiguous bytes of FP32, one sector). C is read beside D with the
+// same pattern; C may be D itself: every element is read and then written by the one thread that
+// owns it, and each thread issues all its loads of C for a sub-tile before its first store of it,
+// so no store of D overtakes a read of C.
+//
+// Every m-block of these variants starts at its own rows (Scheduler::tile_m0): no row is stored
+// twice, which in place would add the product twice.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/kernels/swap_fragment.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/tma.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
 
 namespace deep_tile {
@@ -22,9 +29,9 @@ namespace deep_tile {
 /// C's two elements at element offset `at` (row * ldc + col, col even) as floats (0 without C).
 template <class Cfg>
 DT_DEVICE float2 load_c_pair(const u8* c, long long at) {
-  if constexpr (Cfg::kCKind == 2) {
+  if constexpr (Cfg::kCType == 2) {
     return *reinterpret_cast<const float2*>(c + at * 4);
-  } else if constexpr (Cfg::kCKind == 1) {
+  } else if constexpr (Cfg::kCType == 1) {
     const u32 v = *reinterpret_cast<const u32*>(c + at * 2);
     return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
   } else {
@@ -35,9 +42,9 @@ DT_DEVICE float2 load_c_pair(const u8* c, long long at) {
 /// C's element at element offset `at` as a float (0 without C).
 template <class Cfg>
 DT_DEVICE float load_c(const u8* c, long long at) {
-  if constexpr (Cfg::kCKind == 2) {
+  if constexpr (Cfg::kCType == 2) {
     return *reinterpret_cast<const float*>(c + at * 4);
-  } else if constexpr (Cfg::kCKind == 1) {
+  } else if constexpr (Cfg::kCType == 1) {
     return __uint_as_float(static_cast<u32>(*reinterpret_cast<const unsigned short*>(c + at * 2)) << 16);
   } else {
     return 0.0f;
@@ -64,20 +71,9 @@ DT_DEVICE void store_d(u8* d, long long at, float v) {
   }
 }
 
-/// The first row of D a tile stores (see the header): its own m-block's for the dense kind, m0
-/// for the grouped kinds (whose tiles never overlap).
-template <class Cfg>
-DT_DEVICE int first_stored_row(int m0) {
-  if constexpr (Cfg::kGrouped) {
-    return m0;
-  } else {
-    return align_up(m0, Cfg::kBlockM);
-  }
-}
-
 /// Store (C +) the tile at (m0, n0) from the WGMMA accumulator layout (`result[t]`: sub-tile
 /// t = slab * kNumNParts + part, as store_tile_bf16 reads it) to D, row pitch `ldd`, C row pitch
-/// `ldc` (elements). Rows outside [first_stored_row(m0), m_end) and columns past n are skipped;
+/// `ldc` (elements). Rows at or past m_end and columns past n are skipped;
 /// the grouped kinds store the real rows of this warpgroup only (`row_real`: whether this
 /// thread's row, thread_in_wg of the warpgroup's rows, is one; they are a prefix).
 template <class Cfg>
@@ -86,7 +82,7 @@ DT_DEVICE void store_tile_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::k
                                  const u8* c, int ldc) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const int wg_row0 = m0 + wg * Cfg::kWgM;
-  int row_begin = first_stored_row<Cfg>(m0), row_end = m_end;
+  int row_begin = m0, row_end = m_end;
   if constexpr (Cfg::kGrouped) {
     row_begin = wg_row0;
     row_end = wg_row0 + ptx::named_barrier_popc(1 + wg, 128, row_real);
@@ -139,6 +135,69 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
     const int i = Frag::index(mb, j, h, q);
     if (col < n && row < m_end) store_d<Cfg>(d, static_cast<long long>(row) * ldd + col, result[0][i] + cv[i]);
   });
+}
+
+/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store): a plain store, or,
+/// when D is accumulated in place (Cfg::kCKind 3), a reduce-add into D. Each of this warpgroup's
+/// sub-tiles (`result[t]`, t = slab * kNumNParts + part) is written to the warpgroup's staging
+/// (`smem_d`: per warpgroup 64 x kWgmmaN floats, kWgmmaN / kF32AtomCols atoms of [64 rows x
+/// kF32AtomCols floats], 16-byte chunks swizzled as the D tensor map's swizzle) and handed to the
+/// unit, which clips rows at or past m_end (D's rows) and columns past n.
+/// NOTES: a thread's two neighbouring columns (8 bytes) go to one chunk; the eight rows of a
+/// store phase fall on distinct chunks of each bank pair by the swizzle, so a warp's 256 bytes
+/// take the two wavefronts they must.
+template <class Cfg>
+DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
+                                  const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
+                                  int thread_in_wg, int m0, int n0, int m_end, int n) {
+  constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // the swizzle span
+  constexpr int kChunksPerRow = kAtomBytes / 16;
+  constexpr int kAtoms = Cfg::kWgmmaN / Cfg::kF32AtomCols;
+  const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+  const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
+  u8* staging = smem_d + wg * 64 * Cfg::kWgmmaN * 4;
+#pragma unroll
+  for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
+#pragma unroll
+    for (int part = 0; part < Cfg::kNumNParts; ++part) {
+      const float* r = result[slab * Cfg::kNumNParts + part];
+      // The unit must have read the previous sub-tile out of the staging before it is overwritten.
+      if (thread_in_wg == 0) ptx::tma_store_wait_read<0>();
+      ptx::named_barrier_sync(barrier_id, 128);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = warp_in_wg * 16 + lane / 4 + 8 * h;  // of the 64-row sub-tile
+        const int swizzle = (row * kAtomBytes >> 7) & (kChunksPerRow - 1);
+#pragma unroll
+        for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+          const int col = 8 * j + 2 * (lane % 4);
+          const int atom = col / Cfg::kF32AtomCols, chunk = (col % Cfg::kF32AtomCols) / 4;
+          ptx::store_shared_f32x2(staging + atom * 64 * kAtomBytes + row * kAtomBytes + ((chunk ^ swizzle) << 4) +
+                                      (col % 4) * 4,
+                                  r[4 * j + 2 * h], r[4 * j + 2 * h + 1]);
+        }
+      }
+      ptx::fence_proxy_async_shared();
+      ptx::named_barrier_sync(barrier_id, 128);
+      if (thread_in_wg == 0) {
+        const int row0 = m0 + wg * Cfg::kWgM + slab * 64;
+        if (row0 < m_end) {
+#pragma unroll
+          for (int atom = 0; atom < kAtoms; ++atom) {
+            const int col0 = n0 + part * Cfg::kWgmmaN + atom * Cfg::kF32AtomCols;
+            if (col0 < n) {
+              if constexpr (Cfg::kCKind == 3) {
+                ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              } else {
+                ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              }
+            }
+          }
+        }
+        ptx::tma_store_commit();
+      }
+    }
+  }
 }
 
 }  // namespace deep_tile

@@ -50,13 +50,23 @@ struct Fp8GemmConfig {
   static constexpr bool kSwapAB = kSwapN_ > 0;
 
   // Output (epilogue/store_direct.cuh): D in bf16 (kOutKind 0) or FP32 (1), and an optional C
-  // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32; C may be D itself, in-place
-  // accumulation). The default (bf16, no C) stores through shared memory and TMA; every other
-  // variant stores each thread's accumulators straight to global memory (kDirectStore), reading C
-  // beside them, and needs no staging.
+  // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself, in-place
+  // accumulation; kCType: C's type, 1 bf16 or 2 FP32). The default (bf16, no C) stores through
+  // shared memory and TMA (store_bf16.cuh). The other variants (kDirectStore): a dense
+  // persistent FP32 D without C or accumulated in place (kTmaF32Store) is staged per 64-row
+  // sub-tile and stored, or reduce-added into D, by the TMA unit (store_tile_f32_tma), which
+  // overlaps the global traffic with the next tile; every other variant (a C apart from D, a bf16
+  // D with C, split-K, swap-AB, the grouped kinds) stores each thread's accumulators straight to
+  // global memory, reading C beside them (store_tile_direct).
   static constexpr int kOutKind = kOutKind_;
   static constexpr int kCKind = kCKind_;
+  static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
   static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
+  static constexpr bool kTmaF32Store = kOutKind_ == 1 && (kCKind_ == 0 || kCKind_ == 3) && kSplitK_ == 1 &&
+                                       kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+  // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
+  // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
+  static constexpr int kF32AtomCols = kWgmmaN_ % 32 == 0 ? 32 : (kWgmmaN_ % 16 == 0 ? 16 : 8);
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
@@ -97,7 +107,9 @@ struct Fp8GemmConfig {
   // NOTES: staging one 64-row slab per warpgroup at a time (half the staging of a 256-row tile)
   // cost 5% at 4096x7168x16384 on an H100, and the memory it frees is 1 KB short of a 4th stage.
   static constexpr int kStoreRows = kWgM;  // rows per consumer warpgroup and TMA store
-  static constexpr int kSmemDBytes = kSplitK > 1 || kDirectStore ? 0 : align_up(kBlockM * kBlockN * 2, 1024);
+  static constexpr int kSmemDBytes =
+      kTmaF32Store ? align_up(kNumMathWarpgroups * 64 * kWgmmaN * 4, 1024)
+                   : (kSplitK > 1 || kDirectStore ? 0 : align_up(kBlockM * kBlockN * 2, 1024));
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
   // a_scale arrives by TMA per stage: from the TMA-aligned column-major layout one float per row;
@@ -160,8 +172,8 @@ struct Fp8GemmConfig {
                                     kNumNParts == 1 && kNumMulticast == 1 && !kGrouped),
                    "DT_SWAP_N must be 0, or 8 or 16 with DT_BLOCK_M 64, DT_BLOCK_N a multiple of 64 equal to DT_WGMMA_N, "
                    "no multicast and the dense kind");
-  DT_STATIC_ASSERT((kOutKind == 0 || kOutKind == 1) && kCKind >= 0 && kCKind <= 2,
-                   "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16) or 2 (FP32)");
+  DT_STATIC_ASSERT((kOutKind == 0 || kOutKind == 1) && kCKind >= 0 && kCKind <= 3,
+                   "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16), 2 (FP32) or 3 (D itself)");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

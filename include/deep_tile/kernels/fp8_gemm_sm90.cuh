@@ -177,7 +177,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
-      if constexpr (Cfg::kDirectStore && Cfg::kSwapAB) {
+      if constexpr (Cfg::kTmaF32Store) {
+        store_tile_f32_tma<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
+      } else if constexpr (Cfg::kDirectStore && Cfg::kSwapAB) {
         store_tile_swapped_direct<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd, c, ldc);
       } else if constexpr (Cfg::kDirectStore) {
         store_tile_direct<Cfg>(result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd, c, ldc);
@@ -189,7 +191,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     }
   }
   trace::stamp_if<trace::kLoopDone>(threadIdx.x == 0);
-  if constexpr (Cfg::kSplitK == 1 && !Cfg::kDirectStore) {
+  if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) {
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
   }
 }
@@ -215,7 +217,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     ptx::tma_prefetch_descriptor(&tma_a);
     ptx::tma_prefetch_descriptor(&tma_b);
     ptx::tma_prefetch_descriptor(&tma_a_scale);
-    if constexpr (Cfg::kSplitK == 1 && !Cfg::kDirectStore) ptx::tma_prefetch_descriptor(&tma_d);
+    if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) ptx::tma_prefetch_descriptor(&tma_d);
 #pragma unroll
     for (int s = 0; s < Cfg::kNumStages; ++s) {
       // The producer's arrive (with the stage's TMA bytes), and with kBScaleStaged its b_scale copies'.

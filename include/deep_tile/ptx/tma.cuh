@@ -80,6 +80,15 @@ DT_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* src, int c0, 
                : "memory");
 }
 
+/// Add a shared-memory box into global memory at (c0, c1) (element-wise reduce-add performed by the
+/// TMA unit; out-of-bounds elements are skipped), in the store's bulk group.
+DT_DEVICE void tma_reduce_add_2d(const TmaDescriptor* desc, const void* src, int c0, int c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<u64>(desc)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
 DT_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 /// Wait until at most N committed store groups of this thread still read shared memory.
