@@ -5,7 +5,8 @@ Sets (``--set``, repeatable):
 
 - ``dense``: ``main_grad += A.B^T`` with A 1x128 and B 128x128 scaled (the 1D2D operands: dgrad's
   form, accumulated into an FP32 output), DeepSeek-V3's (N, K) pairs at ``--tokens`` rows.
-  deep_tile accumulates in place (``fp8_gemm(..., out=d, c=d)``, FP32). DeepGEMM latest's 1D2D
+  deep_tile accumulates in place (``fp8_gemm(..., out=d, c=d)``, FP32; ``deep_tile_write``: the
+  same product written to an FP32 output without accumulating, for scale). DeepGEMM latest's 1D2D
   kernel has neither FP32 output nor C: its bf16 ``fp8_gemm_nt`` is shown for scale only, not in
   the ratio. cuBLAS blockwise (``torch._scaled_mm``, 1x128 x 128x128, FP32 out) writes the product
   without accumulating (the add it would need is not timed).
@@ -59,6 +60,11 @@ def dense_row(m: int, n: int, k: int, args) -> dict:
     row = {"set": "dense", "m": m, "n": n, "k": k, "config": deep_tile.get_config(m, n, k).label,
            "diff": {"deep_tile": calc_diff(d.double(), start.double() + ref)}}
     fns = {"deep_tile": lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)}
+    # the same product written without accumulating (cuBLAS's work), for scale: not in the ratio
+    plain = torch.empty((m, n), device="cuda", dtype=torch.float32)
+    deep_tile.fp8_gemm(a, a_scale, b, b_scale, plain)
+    row["diff"]["deep_tile_write"] = calc_diff(plain.double(), ref)
+    fns["deep_tile_write"] = lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, plain)
     if k % 128 == 0 and m % 4 == 0:
         sa, sb = a_scale.t().contiguous().t(), b_scale.contiguous().t()
         cublas = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)

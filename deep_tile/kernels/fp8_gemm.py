@@ -107,10 +107,10 @@ def direct_store(out_dtype: str = "bfloat16", c_dtype=None) -> bool:
 
 def tma_f32_store(config) -> bool:
     """Whether ``config``'s kernel stores an FP32 D through shared memory and the TMA unit
-    (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out with no C or D
-    accumulated in place, then by the unit's reduce-add); its D tensor map is FP32
-    (:func:`tensor_map_boxes`)."""
-    return (config.out_dtype == "float32" and config.c_dtype in (None, "out") and config.split_k == 1
+    (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out without C); its D
+    tensor map is FP32 (:func:`tensor_map_boxes`). The variants with C store straight from
+    registers (a reduce-add by the unit measured slower, include/deep_tile/kernels/fp8_gemm_config.cuh)."""
+    return (config.out_dtype == "float32" and config.c_dtype is None and config.split_k == 1
             and config.swap_n == 0 and config.problem_kind is ProblemKind.DENSE)
 
 

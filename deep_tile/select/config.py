@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 from deep_tile import arch
@@ -308,14 +309,23 @@ class KernelConfig:
     def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "KernelConfig":
         """This config with another output variant (``out_dtype``, ``c_dtype``), with the stages that
         fit its output staging (the FP32 one can be larger than the bf16 tile's: a stage fewer;
-        the other variants have none: the same stages)."""
-        probe = dataclasses.replace(self, out_dtype=out_dtype, c_dtype=c_dtype, num_stages=family.MIN_STAGES)
-        staging = family.d_staging_bytes(probe)
-        stages = self.num_stages
-        while stages > family.MIN_STAGES and family.smem_bytes(
-                self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major, self.problem_kind.has_table,
-                staging) > arch.MAX_SMEM_PER_BLOCK:
-            stages -= 1
+        the variants with C have none: a config at the most stages the bf16 staging left gets the
+        most that fit without it, others keep theirs)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        staging = family.d_staging_bytes(SimpleNamespace(**{**fields, "out_dtype": out_dtype, "c_dtype": c_dtype}))
+
+        def most_stages(d_staging) -> int:
+            stages = family.MAX_STAGES
+            while stages > family.MIN_STAGES and family.smem_bytes(
+                    self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major,
+                    self.problem_kind.has_table, d_staging) > arch.MAX_SMEM_PER_BLOCK:
+                stages -= 1
+            return stages
+
+        most = most_stages(staging)
+        # a config at the most stages its own staging allows gets the most the new one allows
+        at_most = self.num_stages == most_stages(family.d_staging_bytes(self))
+        stages = most if at_most else min(self.num_stages, most)
         return dataclasses.replace(self, out_dtype=out_dtype, c_dtype=c_dtype, num_stages=stages)
 
     def for_problem(self, problem) -> "KernelConfig":

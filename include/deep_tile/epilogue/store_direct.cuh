@@ -2,18 +2,18 @@
 // (Cfg::kOutKind 1) or bf16, plus an optional C (Cfg::kCKind: bf16, FP32, or D itself),
 // D = C + A.B^T.
 //
-// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D, no C or D accumulated in
-// place): each consumer warpgroup stages one 64-row sub-tile of FP32 at a time in shared memory
-// (swizzled atoms of kF32AtomCols floats) and the TMA unit stores it, or reduce-adds it into D; the
-// warpgroup goes on to the next sub-tile as soon as the unit has read the staging, so the global
-// traffic (a read and a write of D per element when accumulating) overlaps the next tile's k-loop.
+// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D without C): each consumer
+// warpgroup stages one 64-row sub-tile of FP32 at a time in shared memory (swizzled atoms of
+// kF32AtomCols floats) and the TMA unit stores it; the warpgroup goes on as soon as the unit has
+// read the staging, so the stores overlap the next tile's k-loop.
 //
 // store_tile_direct (the other variants): each thread stores its accumulators straight from
 // registers to global memory, two neighbouring columns at a time (8 bytes of FP32, 4 of bf16: the
 // four lanes of a row cover 32 contiguous bytes of FP32, one sector). C is read beside D with the
 // same pattern; C may be D itself: every element is read and then written by the one thread that
 // owns it, and each thread issues all its loads of C for a sub-tile before its first store of it,
-// so no store of D overtakes a read of C.
+// so no store of D overtakes a read of C. The dense persistent kernel asks L2 for the tile's rows
+// of C when the tile starts (prefetch_c_rows), so these loads find them there.
 //
 // Every m-block of these variants starts at its own rows (Scheduler::tile_m0): no row is stored
 // twice, which in place would add the product twice.
@@ -137,8 +137,20 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
   });
 }
 
-/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store): a plain store, or,
-/// when D is accumulated in place (Cfg::kCKind 3), a reduce-add into D. Each of this warpgroup's
+/// Ask L2 for this thread's row of C in the tile at (m0, n0) (Cfg::kPrefetchC: the first kWgM
+/// threads of each consumer warpgroup, one row each), before the tile's k-loop: C's DRAM reads then
+/// overlap the k-loop, and store_tile_direct's loads hit L2.
+template <class Cfg>
+DT_DEVICE void prefetch_c_rows(const u8* c, int ldc, int wg, int thread_in_wg, int m0, int n0, int m_end, int n) {
+  constexpr int kBytes = Cfg::kCType == 2 ? 4 : 2;
+  const int row = m0 + wg * Cfg::kWgM + thread_in_wg;
+  if (thread_in_wg < Cfg::kWgM && row < m_end) {
+    ptx::prefetch_bulk_l2(c + (static_cast<long long>(row) * ldc + n0) * kBytes,
+                          static_cast<u32>(min_int(Cfg::kBlockN, n - n0) * kBytes));
+  }
+}
+
+/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store). Each of this warpgroup's
 /// sub-tiles (`result[t]`, t = slab * kNumNParts + part) is written to the warpgroup's staging
 /// (`smem_d`: per warpgroup 64 x kWgmmaN floats, kWgmmaN / kF32AtomCols atoms of [64 rows x
 /// kF32AtomCols floats], 16-byte chunks swizzled as the D tensor map's swizzle) and handed to the
@@ -186,11 +198,7 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
           for (int atom = 0; atom < kAtoms; ++atom) {
             const int col0 = n0 + part * Cfg::kWgmmaN + atom * Cfg::kF32AtomCols;
             if (col0 < n) {
-              if constexpr (Cfg::kCKind == 3) {
-                ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
-              } else {
-                ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
-              }
+              ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
             }
           }
         }

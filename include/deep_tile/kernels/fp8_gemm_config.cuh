@@ -53,17 +53,22 @@ struct Fp8GemmConfig {
   // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself, in-place
   // accumulation; kCType: C's type, 1 bf16 or 2 FP32). The default (bf16, no C) stores through
   // shared memory and TMA (store_bf16.cuh). The other variants (kDirectStore): a dense
-  // persistent FP32 D without C or accumulated in place (kTmaF32Store) is staged per 64-row
-  // sub-tile and stored, or reduce-added into D, by the TMA unit (store_tile_f32_tma), which
-  // overlaps the global traffic with the next tile; every other variant (a C apart from D, a bf16
-  // D with C, split-K, swap-AB, the grouped kinds) stores each thread's accumulators straight to
-  // global memory, reading C beside them (store_tile_direct).
+  // persistent FP32 D without C (kTmaF32Store) is staged per 64-row sub-tile and stored by the
+  // TMA unit (store_tile_f32_tma), which overlaps the stores with the next tile; every other
+  // variant (with C, a bf16 D with C, split-K, swap-AB, the grouped kinds) stores each thread's
+  // accumulators straight to global memory, reading C beside them (store_tile_direct), C's rows
+  // asked of L2 when the tile starts (kPrefetchC).
+  // NOTES: D accumulated in place by the TMA unit's reduce-add (staged as for kTmaF32Store) was
+  // slower than the direct store on every DeepSeek-V3 shape at M = 4096 (H100, 2026-11-24:
+  // 4096x32768x512 562 against 468 us, 4096x24576x1536 492 against 462, 4096x7168x2048 175
+  // against 163; docs/training.md).
   static constexpr int kOutKind = kOutKind_;
   static constexpr int kCKind = kCKind_;
   static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
   static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
-  static constexpr bool kTmaF32Store = kOutKind_ == 1 && (kCKind_ == 0 || kCKind_ == 3) && kSplitK_ == 1 &&
-                                       kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+  static constexpr bool kTmaF32Store =
+      kOutKind_ == 1 && kCKind_ == 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+  static constexpr bool kPrefetchC = kCKind_ != 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
   static constexpr int kF32AtomCols = kWgmmaN_ % 32 == 0 ? 32 : (kWgmmaN_ % 16 == 0 ? 16 : 8);

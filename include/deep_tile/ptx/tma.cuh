@@ -80,13 +80,10 @@ DT_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* src, int c0, 
                : "memory");
 }
 
-/// Add a shared-memory box into global memory at (c0, c1) (element-wise reduce-add performed by the
-/// TMA unit; out-of-bounds elements are skipped), in the store's bulk group.
-DT_DEVICE void tma_reduce_add_2d(const TmaDescriptor* desc, const void* src, int c0, int c1) {
-  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<u64>(desc)),
-               "r"(smem_addr(src)), "r"(c0), "r"(c1)
-               : "memory");
+/// Ask L2 for `bytes` (a multiple of 16) of global memory from `src` (16-byte aligned), without
+/// waiting: one bulk prefetch.
+DT_DEVICE void prefetch_bulk_l2(const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<u64>(src)), "r"(bytes) : "memory");
 }
 
 DT_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
