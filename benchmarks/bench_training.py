@@ -11,6 +11,12 @@ Sets (``--set``, repeatable):
   the ratio. cuBLAS blockwise (``torch._scaled_mm``, 1x128 x 128x128, FP32 out) writes the product
   without accumulating (the add it would need is not timed).
 
+- ``wgrad``: the weight gradient ``dW[N, K] += dY^T X`` (1D1D: both operands 1x128 along the
+  tokens) over ``--tokens`` tokens for each of :data:`WGRAD_NK`. deep_tile
+  (``fp8_gemm_1d1d(..., out=dw, c=dw)``) and DeepGEMM latest (``fp8_gemm_nt(..., dw, c=dw,
+  recipe=(1, 1, 128))``) accumulate in place into FP32; cuBLAS blockwise (``torch._scaled_mm``,
+  1x128 x 1x128, FP32 out) writes without accumulating (the add it would need is not timed).
+
 Each row checks every library's output against the float64 reference of the quantised operands
 (``calc_diff`` < 1e-3; deep_tile's from a NaN-free known C) and prints microseconds, TFLOPS and
 the ratio of deep_tile's time to the faster baseline's. ``--json PATH`` writes the rows.
@@ -39,6 +45,9 @@ from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 DENSE_NK = MODEL_NK + [(7168, 4608)]
 """(N, K) of the dense set: DeepGEMM's DeepSeek-V3 pairs plus the MoE shared expert's down
 projection."""
+WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+"""(N, K) of the weight gradients ``dW[N, K] += dY^T X`` (DeepGEMM's DeepSeek-V3 pairs): the GEMM
+is M = N, N = K over K = the tokens."""
 
 
 def deepgemm():
@@ -82,7 +91,67 @@ def dense_row(m: int, n: int, k: int, args) -> dict:
     flops = 2.0 * m * n * k
     row["us"] = times
     row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
-    baselines = [times[name] for name in ("cublas",) if name in times]
+    baselines = [times[name] for name in ("cublas",) if name in times]  # DeepGEMM's bf16 is not this GEMM
+    row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
+    return row
+
+
+def _cublas_1d1d(a, a_scale, b, b_scale):
+    """A callable running cuBLAS's 1x128 x 1x128 blockwise GEMM on these operands (FP32 out), or
+    the reason it cannot (a str): the scale layouts torch._scaled_mm accepts are tried in turn."""
+    sa = a_scale.t().contiguous().t()
+    errors = []
+    for sb in (b_scale.t().contiguous().t(), b_scale.contiguous(), b_scale.t().contiguous()):
+        try:
+            torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        except Exception as exc:  # noqa: BLE001 -- recorded: cuBLAS or torch refuses this layout
+            errors.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    return "; ".join(errors)
+
+
+def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
+    """One weight gradient dW[n, k] += dY^T X over ``tokens`` (M = n, N = k, K = tokens): checked, timed."""
+    from deep_tile.reference import ref_fp8_gemm_1d1d
+
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    dy_t = torch.randn((n, tokens), generator=gen, device="cuda").to(torch.bfloat16)
+    x_t = torch.randn((k, tokens), generator=gen, device="cuda").to(torch.bfloat16)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(dy_t)
+    b, b_scale = deep_tile.per_token_cast_to_fp8(x_t)
+    a_scale_tma, b_scale_tma = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    ref = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+    start = torch.randn((n, k), device="cuda", dtype=torch.float32)
+    dw = start.clone()
+    deep_tile.fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)
+    problem = deep_tile.get_config(n, k, tokens)  # the 1D1D variant of this config runs
+    row = {"set": "wgrad", "m": n, "n": k, "k": tokens, "config": problem.label + " (1d1d)",
+           "diff": {"deep_tile": calc_diff(dw.double(), start.double() + ref)}}
+    fns = {"deep_tile": lambda: deep_tile.fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)}
+    cublas = _cublas_1d1d(a, a_scale, b, b_scale)
+    if callable(cublas):
+        row["diff"]["cublas"] = calc_diff(cublas().double(), ref)
+        fns["cublas"] = cublas
+    else:
+        row["cublas_error"] = cublas
+    dg = None if args.no_deepgemm else deepgemm()
+    if dg is not None:
+        dg_d = start.clone()
+        try:
+            dg.fp8_gemm_nt((a, a_scale_tma), (b, b_scale_tma), dg_d, c=dg_d, recipe=(1, 1, 128))
+            torch.cuda.synchronize()
+            row["diff"]["deepgemm"] = calc_diff(dg_d.double(), start.double() + ref)
+            fns["deepgemm"] = lambda: dg.fp8_gemm_nt((a, a_scale_tma), (b, b_scale_tma), dg_d, c=dg_d,
+                                                     recipe=(1, 1, 128))
+        except Exception as exc:  # noqa: BLE001 -- recorded, not fatal
+            row["deepgemm_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    del ref
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    flops = 2.0 * n * k * tokens
+    row["us"] = times
+    row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
+    baselines = [times[name] for name in ("cublas", "deepgemm") if name in times]
     row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
     return row
 
@@ -105,21 +174,28 @@ def print_rows(rows: list) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", action="append", choices=["dense"], help="which GEMMs (default: all)")
-    parser.add_argument("--tokens", type=int, action="append", help="rows of the dense set (default 4096)")
+    parser.add_argument("--set", action="append", choices=["dense", "wgrad"], help="which GEMMs (default: all)")
+    parser.add_argument("--tokens", type=int, action="append",
+                        help="rows of the dense set, the reduction of the wgrad set (default 4096)")
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-deepgemm", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    sets = args.set or ["dense"]
+    sets = args.set or ["dense", "wgrad"]
     rows = []
     if "dense" in sets:
         for m in args.tokens or [4096]:
             for n, k in DENSE_NK:
                 rows.append(dense_row(m, n, k, args))
                 print(json.dumps({key: rows[-1][key] for key in ("m", "n", "k", "us", "diff")}), flush=True)
+    if "wgrad" in sets:
+        for tokens in args.tokens or [4096]:
+            for n, k in WGRAD_NK:
+                rows.append(wgrad_row(n, k, tokens, args))
+                print(json.dumps({key: rows[-1].get(key) for key in ("m", "n", "k", "us", "diff", "cublas_error",
+                                                                      "deepgemm_error")}), flush=True)
     print_rows(rows)
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))

@@ -261,7 +261,7 @@ def _require_no_overlap(fn: str, out, others: tuple) -> None:
 
 
 def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype=None, *,
-                            data_checks: bool = True) -> Problem:
+                            data_checks: bool = True, b_scale_1d: bool = False) -> Problem:
     """Validate the arguments of :func:`deep_tile.fp8_gemm` with an FP32 output or an addend C
     (``out = C + A.B^T``) and return the :class:`deep_tile.problem.Problem` (its ``out_dtype`` and
     ``c_dtype`` set).
@@ -277,13 +277,17 @@ def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, ou
     - aliasing: ``out`` must not share memory with a, a_scale, b, b_scale or ``c`` (a ``c`` that is
       exactly ``out`` is passed as ``accumulate``; one that overlaps it otherwise is refused).
 
+    ``b_scale_1d``: the 1D1D GEMM (:func:`deep_tile.fp8_gemm_1d1d`): b_scale is ``[n, ceil(k/128)]``
+    (one scale per row of b and 128-wide K block), checked like a_scale, and the function named in
+    the messages is ``fp8_gemm_1d1d``.
+
     Raises:
         TypeError: a non-tensor argument or a wrong dtype.
         ValueError: a wrong rank, shape, layout, alignment, device, or an overlap.
     """
     import torch
 
-    fn = _FN
+    fn = "fp8_gemm_1d1d" if b_scale_1d else _FN
     if c is not None and not isinstance(c, torch.Tensor):
         raise TypeError(f"{fn}: c must be a torch.Tensor or None; got {type(c).__name__}")
     if out is not None and not isinstance(out, torch.Tensor):
@@ -306,7 +310,10 @@ def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, ou
     if c is not None and c.dtype not in allowed:
         raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
     # the operands' shapes first, then out's and c's, then what needs data (alignment, devices)
-    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
+    if b_scale_1d:
+        problem = _check_1d1d_operands(fn, a, a_scale, b, b_scale)
+    else:
+        problem = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
     m, n = problem.m, problem.n
     require_rows = _require_symbolic_shape if isinstance(m, torch.SymInt) else _require_shape
     for name, x in (("out", out), ("c", c)):
@@ -316,7 +323,11 @@ def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, ou
         require_rows(name, x, (m, n), "(m, n)")
         _require_aligned(name, x, 16 // x.element_size(), "n", data_checks)
     if data_checks:
-        check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=True)
+        if b_scale_1d:
+            _require_aligned("a", a, 16, "k", True, fn)
+            _require_aligned("b", b, 16, "k", True, fn)
+        else:
+            check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=True)
         _require_device(fn, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out),
                              ("c", c)))
         if out is not None:
@@ -328,7 +339,39 @@ def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, ou
         c_dtype = "out"
     elif c is not None:
         c_dtype = OUT_DTYPE_NAMES[str(c.dtype).removeprefix("torch.")]
-    return problem.with_output(OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype)
+    problem = problem.with_output(OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype)
+    return problem.with_b_scale_1d() if b_scale_1d else problem
+
+
+def _check_1d1d_operands(fn: str, a, a_scale, b, b_scale) -> Problem:
+    """The operand checks of the 1D1D GEMM (as :func:`check_fp8_gemm_args`'s, b_scale per row of
+    b: ``[n, ceil(k/128)]``), without data; the dense problem."""
+    import torch
+
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    _require_dtype("a", a, torch.float8_e4m3fn, fn)
+    _require_dtype("b", b, torch.float8_e4m3fn, fn)
+    _require_dtype("a_scale", a_scale, torch.float32, fn)
+    _require_dtype("b_scale", b_scale, torch.float32, fn)
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        _require_2d(name, x, fn)
+    m, k = a.shape
+    n = b.shape[0]
+    if b.shape[1] != k:
+        raise ValueError(f"{fn}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
+                         f"got {shown(tuple(b.shape))}")
+    m, n, k, require_m_rows = _checked_shape(fn, m, n, k, isinstance(m, torch.SymInt))
+    g = SCALE_GROUP
+    k_groups = ceil_div(k, g)
+    require_m_rows("a_scale", a_scale, (m, k_groups), lambda: f"(m, ceil(k/{g})) for a of shape {shown(tuple(a.shape))}",
+                   fn)
+    _require_shape("b_scale", b_scale, (n, k_groups), lambda: f"(n, ceil(k/{g})) for b of shape {shown(tuple(b.shape))}",
+                   fn)
+    _require_aligned("a", a, 16, "k", False, fn)
+    _require_aligned("b", b, 16, "k", False, fn)
+    return Problem(m, n, k)
 
 
 def _require_device(fn: str, named: tuple) -> None:

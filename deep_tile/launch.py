@@ -53,11 +53,13 @@ def run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
     return out
 
 
-def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=None, extra_defines=None):
+def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=None, extra_defines=None,
+            b_scale_1d=False):
     """fp8_gemm with an FP32 output and/or an addend, ``out = C + A.B^T``, on the Python host path
     (the arguments of :func:`deep_tile.checks.check_fp8_gemm_acc_args`: ``accumulate`` means C is
-    ``out``), with an optional forced KernelConfig and extra defines. Returns ``out``."""
-    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype)
+    ``out``; ``b_scale_1d``: the 1D1D GEMM, b_scale ``[n, ceil(k/128)]``), with an optional forced
+    KernelConfig and extra defines. Returns ``out``."""
+    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
     device = a.device
     if out is None:
         out = torch.empty((problem.m, problem.n), dtype=getattr(torch, problem.out_dtype), device=device)
@@ -68,7 +70,8 @@ def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=N
             problem = problem.with_a_scale_row_major()
         else:
             a_scale = get_tma_aligned_a_scale(a_scale)
-        b_scale = b_scale.contiguous()
+        # 1D1D: b_scale read as a_scale is, column-major ([K blocks][align4(n)], copied when not so)
+        b_scale = get_tma_aligned_a_scale(b_scale) if b_scale_1d else b_scale.contiguous()
         # the kernel's C operand: c, or out itself (accumulate, or no C: the parameter is unused)
         _plan_and_launch(problem, (a, a_scale, b, b_scale, out, out if c is None else c), device, config,
                          extra_defines)

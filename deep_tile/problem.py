@@ -70,6 +70,8 @@ class Problem:
         a_scale_row_major: whether the kernel reads ``a_scale`` row-major as it is (a kernel
             variant), not in the TMA-aligned column-major layout.
         out_dtype: the output's type, ``"bfloat16"`` (default) or ``"float32"``.
+        b_scale_1d: b_scale is per row of B (``[n, ceil(k/128)]``, the 1D1D weight-gradient GEMM)
+            instead of per 128x128 block.
         c_dtype: the addend C of ``out = C + A.B^T``: ``"bfloat16"`` or ``"float32"`` (a tensor
             apart from ``out``), ``"out"`` (``out`` itself: in-place accumulation), or None (no C,
             default).
@@ -79,10 +81,11 @@ class Problem:
     """
 
     __slots__ = ("kind", "m", "n", "k", "num_groups", "expected_m", "a_scale_row_major", "out_dtype", "c_dtype",
-                 "_key")
+                 "b_scale_1d", "_key")
 
     def __init__(self, m, n: int, k: int, *, kind: ProblemKind = ProblemKind.DENSE, num_groups: int = 1,
-                 expected_m=None, a_scale_row_major: bool = False, out_dtype: str = "bfloat16", c_dtype=None):
+                 expected_m=None, a_scale_row_major: bool = False, out_dtype: str = "bfloat16", c_dtype=None,
+                 b_scale_1d: bool = False):
         self.kind = kind
         self.m, self.n, self.k = m, n, k
         self.num_groups = num_groups
@@ -90,11 +93,13 @@ class Problem:
             expected_m = m if kind in (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED) else -(-m // num_groups)
         self.expected_m = expected_m
         self.a_scale_row_major = bool(a_scale_row_major)
-        self.out_dtype, self.c_dtype = out_dtype, c_dtype
+        self.out_dtype, self.c_dtype, self.b_scale_1d = out_dtype, c_dtype, bool(b_scale_1d)
         # key(), made once: the plan caches hash and compare a problem on every call
         self._key = (kind.value, m, n, k, num_groups, self.expected_m, self.a_scale_row_major)
         if out_dtype != "bfloat16" or c_dtype is not None:  # the default output keeps the key it had
             self._key += (out_dtype, c_dtype)
+        if self.b_scale_1d:
+            self._key += ("1d1d",)
 
     @property
     def k_blocks(self) -> int:
@@ -144,13 +149,19 @@ class Problem:
         """This problem with ``a_scale`` read row-major (or not)."""
         return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
                        expected_m=self.expected_m, a_scale_row_major=row_major, out_dtype=self.out_dtype,
-                       c_dtype=self.c_dtype)
+                       c_dtype=self.c_dtype, b_scale_1d=self.b_scale_1d)
 
     def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "Problem":
         """This problem with output type ``out_dtype`` and addend type ``c_dtype`` (None: no C)."""
         return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
                        expected_m=self.expected_m, a_scale_row_major=self.a_scale_row_major, out_dtype=out_dtype,
-                       c_dtype=c_dtype)
+                       c_dtype=c_dtype, b_scale_1d=self.b_scale_1d)
+
+    def with_b_scale_1d(self, b_scale_1d: bool = True) -> "Problem":
+        """This problem with b_scale per row of B (1D1D: ``[n, ceil(k/128)]``) or not."""
+        return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
+                       expected_m=self.expected_m, a_scale_row_major=self.a_scale_row_major,
+                       out_dtype=self.out_dtype, c_dtype=self.c_dtype, b_scale_1d=b_scale_1d)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Problem) and self._key == other._key
@@ -163,6 +174,8 @@ class Problem:
         layout = ", a_scale_row_major=True" if self.a_scale_row_major else ""
         if self.out_dtype != "bfloat16" or self.c_dtype is not None:
             layout += f", out_dtype={self.out_dtype!r}, c_dtype={self.c_dtype!r}"
+        if self.b_scale_1d:
+            layout += ", b_scale_1d=True"
         return f"Problem({self.kind.value}, m={self.m}, n={self.n}, k={self.k}{extra}{layout})"
 
     def __str__(self) -> str:

@@ -36,20 +36,38 @@ def _storage(m: int, n: int, dtype, row_stride: int | None, fill) -> torch.Tenso
     return full[:, :n]
 
 
+def operands_1d1d(m: int, n: int, k: int, seed: int = 0) -> tuple:
+    """Random ``(a, a_scale, b, b_scale)`` of the 1D1D GEMM: both quantised 1x128 from fresh randn
+    bf16 data (per_token_cast_to_fp8); b_scale [n, K blocks] row-major."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn((m, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    w = torch.randn((n, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(x)
+    b, b_scale = deep_tile.per_token_cast_to_fp8(w)
+    return a, a_scale, b, b_scale
+
+
 def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict | None = None, seed: int = 0,
-             row_stride: int | None = None, public: bool = False) -> dict:
+             row_stride: int | None = None, public: bool = False, one_d: bool = False) -> dict:
     """One output-variant GEMM. ``c_mode``: ``"none"``, ``"bfloat16"`` / ``"float32"`` (a separate
     C of that type) or ``"inplace"`` (C is ``out``). ``public``: through ``deep_tile.fp8_gemm``
-    (the selector's config), else ``run_acc`` with the forced ``config``."""
-    a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout="tma")
+    (the selector's config), else ``run_acc`` with the forced ``config``. ``one_d``: the 1D1D GEMM
+    (``deep_tile.fp8_gemm_1d1d``, b_scale per row of b)."""
+    if one_d:
+        a, a_scale, b, b_scale = operands_1d1d(m, n, k, seed)
+        product = deep_tile.ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+    else:
+        a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout="tma")
+        product = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
     gen = torch.Generator(device=DEVICE).manual_seed(seed + 7)
-    product = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
     scale = float(product.abs().max()) if product.numel() else 1.0
     c_values = torch.randn((m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
     forced = None
     if config:  # the tile's fields, then its output variant (with the stages its staging leaves)
         tile = {key: value for key, value in config.items() if key not in ("out_dtype", "c_dtype")}
-        forced = KernelConfig(**tile).with_output(config.get("out_dtype", "bfloat16"), config.get("c_dtype"))
+        forced = KernelConfig(**tile)
+        forced = (forced.with_b_scale_1d() if one_d else forced).with_output(config.get("out_dtype", "bfloat16"),
+                                                                            config.get("c_dtype"))
     dtype = DTYPES[out_dtype]
 
     def once():
@@ -63,16 +81,17 @@ def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict |
                 c = _storage(m, n, DTYPES[c_mode], row_stride, c_values)
             c_ref = c.double() if c is not None else None
         if public:
-            deep_tile.fp8_gemm(a, a_scale, b, b_scale, out, c=out if c_mode == "inplace" else c)
+            fn = deep_tile.fp8_gemm_1d1d if one_d else deep_tile.fp8_gemm
+            fn(a, a_scale, b, b_scale, out, c=out if c_mode == "inplace" else c)
         else:
-            run_acc(a, a_scale, b, b_scale, c, c_mode == "inplace", out, config=forced)
+            run_acc(a, a_scale, b, b_scale, c, c_mode == "inplace", out, config=forced, b_scale_1d=one_d)
         torch.cuda.synchronize()
         return out, c_ref
 
     out, c_ref = once()
     ref = product if c_ref is None else product + c_ref
     valid = out[:, :n].double()
-    result = {"m": m, "n": n, "k": k, "out_dtype": out_dtype, "c_mode": c_mode, "config": config,
+    result = {"m": m, "n": n, "k": k, "out_dtype": out_dtype, "c_mode": c_mode, "config": config, "one_d": one_d,
               "nan": int(torch.isnan(valid).sum().item()),
               "diff": calc_diff(valid, ref) if ref.numel() else 0.0,
               "rel": max_rel_error(valid, ref) if ref.numel() else 0.0}

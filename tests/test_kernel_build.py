@@ -131,7 +131,11 @@ def grouped_configs() -> list:
 
 def output_configs() -> list:
     """The output variants (FP32 out, a C added) tests/test_training.py forces on the GPU."""
-    return [KernelConfig(**fields, grid_size=2).with_output(out, c) for fields, out, c in output_test_configs()]
+    configs = []
+    for fields, out, c, one_d in output_test_configs():
+        config = KernelConfig(**fields, grid_size=2)
+        configs.append((config.with_b_scale_1d() if one_d else config).with_output(out, c))
+    return configs
 
 
 FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()})
@@ -161,6 +165,8 @@ CODE_PATHS = {
     "bf16 out, bf16 C": lambda d: d["DT_OUT_KIND"] == 0 and d["DT_C_KIND"] == 1,
     "FP32 out, split-K": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SPLIT_K"] > 1,
     "FP32 out, swap-AB": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SWAP_N"] > 0,
+    "1D1D, FP32 accumulated, persistent": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_C_KIND"] == 3 and d["DT_SPLIT_K"] == 1,
+    "1D1D, split-K": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_SPLIT_K"] > 1,
 }
 # ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
 # contiguous one and under the table (masked and offsets share it).

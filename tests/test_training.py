@@ -52,15 +52,28 @@ SWAP_FAMILIES = [
     (dict(block_m=64, block_n=128, num_stages=8, swap_n=16), [F32_INPLACE, BF16_C16]),
     (dict(block_m=64, block_n=64, num_stages=8, swap_n=8, split_k=2, accum_buffers=2), [F32_C32]),
 ]
+# 1D1D (b_scale per row of b): the families of the weight gradient (FP32 accumulated in place),
+# and the others with a bf16 and an FP32 output; the promotion reads each column's b_scale.
+FAMILIES_1D1D = [
+    (dict(block_m=128, block_n=128, num_stages=5), [F32_INPLACE, F32, (BF16_C16[0], None)]),
+    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), [F32_INPLACE]),
+    (dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True), [F32_INPLACE]),
+    (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16), [F32_INPLACE]),
+    (dict(block_m=128, block_n=160, num_stages=4), [F32_INPLACE, BF16_C16]),
+    (dict(block_m=64, block_n=144, num_stages=6, num_multicast=2, multicast_on_a=False), [F32_C32]),
+    (dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2), [F32_INPLACE]),
+    (dict(block_m=64, block_n=48, num_stages=8, split_k=8), [(BF16_C16[0], None)]),
+]
 SHAPES = [(1000, 2112, 1536), (4097, 1160, 400), (520, 4096, 16), (37, 2112, 1536)]
 """M = 1000, 4097 and 520 fill their last m-block only partly; 37 is below every tile."""
 SWAP_SHAPES = [(7, 2112, 1536), (8, 1160, 400)]
 
 
 def configs() -> list:
-    """Every (config fields, out_dtype, c_dtype) the GPU tests force (tests/test_kernel_build.py
-    compiles them)."""
-    return [(fields, out, c) for fields, variants in FAMILIES + SWAP_FAMILIES for out, c in variants]
+    """Every (config fields, out_dtype, c_dtype, b_scale_1d) the GPU tests force
+    (tests/test_kernel_build.py compiles them)."""
+    return ([(fields, out, c, False) for fields, variants in FAMILIES + SWAP_FAMILIES for out, c in variants]
+            + [(fields, out, c, True) for fields, variants in FAMILIES_1D1D for out, c in variants])
 
 
 def _c_mode(c_dtype) -> str:
@@ -68,7 +81,7 @@ def _c_mode(c_dtype) -> str:
     return {None: "none", "out": "inplace"}.get(c_dtype, c_dtype)
 
 
-def _cases(families, shapes) -> list:
+def _cases(families, shapes, one_d: bool = False) -> list:
     cases = []
     for i, ((fields, variants), (m, n, k)) in enumerate(itertools.product(families, shapes)):
         for out_dtype, c_dtype in variants:
@@ -76,7 +89,8 @@ def _cases(families, shapes) -> list:
             if config.get("split_k", 1) > 1:
                 config["grid_size"] = 132
             config.update(out_dtype=out_dtype, c_dtype=c_dtype)
-            cases.append(dict(m=m, n=n, k=k, out_dtype=out_dtype, c_mode=_c_mode(c_dtype), config=config, seed=i))
+            cases.append(dict(m=m, n=n, k=k, out_dtype=out_dtype, c_mode=_c_mode(c_dtype), config=config, seed=i,
+                              one_d=one_d))
     return cases
 
 
@@ -108,6 +122,26 @@ def _run(function: str, cases: list) -> list:
 @pytest.mark.gpu
 def test_every_output_family():
     _check(_run("gemm_acc", _cases(FAMILIES, SHAPES) + _cases(SWAP_FAMILIES, SWAP_SHAPES)))
+
+
+@pytest.mark.gpu
+def test_every_1d1d_family():
+    _check(_run("gemm_acc", _cases(FAMILIES_1D1D, SHAPES, one_d=True)))
+
+
+@pytest.mark.gpu
+def test_1d1d_weight_gradients():
+    """deep_tile.fp8_gemm_1d1d with the selector's config on DeepSeek-V3's weight gradients
+    (N x K of each layer over 4096 tokens) accumulated in place into FP32, a bf16 output, M = 1,
+    K not a multiple of 128, N % 16 == 8."""
+    shapes = [(7168, 2048, 4096), (2112, 7168, 4096), (4096, 7168, 4096), (7168, 16384, 4096), (1536, 7168, 4096),
+              (512, 32768, 4096), (1, 4096, 512), (2048, 1160, 400), (520, 4104, 1040)]
+    cases = [dict(m=m, n=n, k=k, out_dtype="float32", c_mode="inplace", public=True, one_d=True, seed=i)
+             for i, (m, n, k) in enumerate(shapes)]
+    cases += [dict(m=1000, n=2112, k=1536, out_dtype="bfloat16", c_mode="none", public=True, one_d=True, seed=20),
+              dict(m=520, n=1160, k=400, out_dtype="float32", c_mode="float32", public=True, one_d=True,
+                   row_stride=1168, seed=21)]
+    _check(_run("gemm_acc", cases))
 
 
 @pytest.mark.gpu

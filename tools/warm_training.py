@@ -20,10 +20,12 @@ def configs(num_sms: int) -> list:
     from deep_tile.select import KernelConfig, select_config
     from test_training import configs as test_configs
     from sanitize_training import CASES, P
-    from bench_training import DENSE_NK
+    from bench_training import DENSE_NK, WGRAD_NK
 
-    found = [KernelConfig(**{"raster_width": 8, "grid_size": num_sms, **fields}).with_output(out, c)
-             for fields, out, c in test_configs()]
+    found = []
+    for fields, out, c, one_d in test_configs():
+        config = KernelConfig(**{"raster_width": 8, "grid_size": num_sms, **fields})
+        found.append((config.with_b_scale_1d() if one_d else config).with_output(out, c))
     for fields, out, mode, *_ in CASES:
         c = None if mode == "none" else ("out" if mode == "inplace" else mode)
         found.append(KernelConfig(**{**P, **fields}).with_output(out, c))
@@ -33,6 +35,15 @@ def configs(num_sms: int) -> list:
     for (m, n, k) in shapes:
         for out, c in variants:
             problem = Problem(m, n, k).with_output(out, c)
+            found.append(select_config(problem, num_sms).for_problem(problem))
+    wgrad = [(7168, 2048, 4096), (2112, 7168, 4096), (4096, 7168, 4096), (7168, 16384, 4096), (1536, 7168, 4096),
+             (512, 32768, 4096), (1, 4096, 512), (2048, 1160, 400), (520, 4104, 1040), (1000, 2112, 1536),
+             (520, 1160, 400)]
+    for tokens in (4096, 16384):  # benchmarks/bench_training.py's wgrad set
+        wgrad += [(n, k, tokens) for n, k in WGRAD_NK]
+    for (m, n, k) in wgrad:
+        for out, c in (("float32", "out"), ("bfloat16", None), ("float32", "float32")):
+            problem = Problem(m, n, k).with_output(out, c).with_b_scale_1d()
             found.append(select_config(problem, num_sms).for_problem(problem))
     unique = {}
     for config in found:

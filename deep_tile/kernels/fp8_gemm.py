@@ -36,6 +36,7 @@ __all__ = [
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
     "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
+    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -195,6 +196,24 @@ C_ARGUMENTS = ("c", "ldc")
 (D's when there is no C; C may be D) and row pitch in elements (``DT_C_PARAMS`` in the entry)."""
 C_ARGUMENT_KINDS = ("ptr", "i32")
 """The kind of each of :data:`C_ARGUMENTS`."""
+B_SCALE_1D_ARGUMENTS = ("tma_b_scale",)
+"""The parameter the 1D1D variant (``KernelConfig.b_scale_1d``) takes last: b_scale's tensor map
+(``DT_B1D_PARAMS`` in the entry)."""
+B_SCALE_1D_ARGUMENT_KINDS = ("tensormap",)
+"""The kind of each of :data:`B_SCALE_1D_ARGUMENTS`."""
+
+
+def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind) -> list:
+    """Why a 1D1D kernel (b_scale per row of B, ``DT_B_SCALE_1D``) cannot be built."""
+    if b_scale_1d and (swap_n or problem_kind is not ProblemKind.DENSE):
+        return ["b_scale_1d needs the dense kind without swap-AB (swap_n == 0)"]
+    return []
+
+
+def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
+    """Floats of a stage's b_scale slot (``kBScalePitch``): the two rows' values, or under 1D1D the
+    tile's ``block_n`` column values in whole 128-byte lines (a TMA destination)."""
+    return align_up(block_n * 4, 128) // 4 if b_scale_1d else 2
 
 
 def kind_of_code(code: int) -> ProblemKind:
@@ -207,10 +226,12 @@ def symbol(kind: ProblemKind) -> str:
     return SYMBOL if kind is ProblemKind.DENSE else GROUPED_SYMBOL
 
 
-def arguments(kind: ProblemKind, direct: bool = False) -> tuple:
+def arguments(kind: ProblemKind, direct: bool = False, b_scale_1d: bool = False) -> tuple:
     """The kernel parameters of a problem kind, in declaration order (``direct``: of an output
-    variant that stores directly, :func:`direct_store`, with :data:`C_ARGUMENTS` last)."""
-    return (ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS) + (C_ARGUMENTS if direct else ())
+    variant, :func:`direct_store`, with :data:`C_ARGUMENTS` after the others; ``b_scale_1d``: the
+    1D1D variant, with :data:`B_SCALE_1D_ARGUMENTS` last)."""
+    return ((ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS) + (C_ARGUMENTS if direct else ())
+            + (B_SCALE_1D_ARGUMENTS if b_scale_1d else ()))
 
 
 def math_warpgroups(block_m: int) -> int:
@@ -269,7 +290,8 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
-                   a_scale_row_major: bool = False, group_table: bool = False, d_staging=None) -> dict:
+                   a_scale_row_major: bool = False, group_table: bool = False, d_staging=None,
+                   b_scale_1d: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
     only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
@@ -280,7 +302,7 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
-        "b_scale_stages": num_stages * 2 * 4,
+        "b_scale_stages": num_stages * b_scale_pitch(block_n, b_scale_1d) * 4,
         "barriers": num_stages * 2 * 8,
         "group_table": GROUP_TABLE_BYTES if group_table else 0,
     }
@@ -289,14 +311,15 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-               group_table: bool = False, d_staging=None) -> int:
+               group_table: bool = False, d_staging=None, b_scale_1d: bool = False) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
-    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging)["total"]
+    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging,
+                          b_scale_1d)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
                   wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False,
-                  problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None) -> list:
+                  problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None, b_scale_1d: bool = False) -> list:
     """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal).
     ``d_staging``: the output staging's bytes when not the bf16 tile's (:func:`d_staging_bytes`)."""
     problems = []
@@ -330,7 +353,8 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
         problems.append(f"{block_m}x{block_n} with wgmma_n={wgmma_n} and {accum_buffers} accumulator buffer(s) needs "
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
-    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table, d_staging)
+    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table, d_staging,
+                       b_scale_1d)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
@@ -363,6 +387,7 @@ def defines(config) -> dict:
         "DT_SWAP_N": config.swap_n,
         "DT_OUT_KIND": OUT_DTYPES.index(config.out_dtype),
         "DT_C_KIND": C_DTYPES.index(config.c_dtype),
+        "DT_B_SCALE_1D": int(config.b_scale_1d),
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,
@@ -501,6 +526,8 @@ def argument_specs(config, problem) -> tuple:
     head = (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128, config.l2_promotion),
             spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128, config.l2_promotion),
             a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0), spec.Size(_A, 0))
+    if config.b_scale_1d:  # b_scale [n, K blocks] read column-major: [block_n] of a K block per stage
+        tail += (spec.TensorMap(_B_SCALE, "float32", 0, 1, (config.block_n, 1), 0),)
     if not problem.kind.grouped:
         return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width)) + tail
     group_rows = problem.m if problem.kind is ProblemKind.GROUPED_MASKED else 0

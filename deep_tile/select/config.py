@@ -71,7 +71,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
                  l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0, out_dtype: str = "bfloat16",
-                 c_dtype: Optional[str] = None) -> str:
+                 c_dtype: Optional[str] = None, b_scale_1d: bool = False) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
@@ -80,7 +80,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     ``u6``: the one-buffer k-loop unrolled by 6; ``p128``: the FP8 maps' L2 promotion when not
     the default 256 bytes; ``sw8``/``sw16``: swap-AB with 8 or 16 token columns per WGMMA;
     ``contiguous``/``masked``/``offsets``: the grouped kind's kernel; ``f32``: FP32 output;
-    ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``); ``+=``: D accumulated in place.
+    ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``); ``+=``: D accumulated in place;
+    ``1d1d``: b_scale per row of B (the weight gradient's operands).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -107,6 +108,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " " + problem_kind.short_name
     if out_dtype == "float32":
         text += " f32"
+    if b_scale_1d:
+        text += " 1d1d"
     if c_dtype == "out":
         text += " +="
     elif c_dtype is not None:
@@ -175,6 +178,10 @@ class KernelConfig:
             accumulated in place is stored by the TMA unit through a 64-row FP32 staging
             (:func:`deep_tile.kernels.fp8_gemm.tma_f32_store`), the others straight from
             registers. :meth:`for_problem` takes both from the problem (:meth:`with_output`).
+        b_scale_1d: the 1D1D variant: b_scale ``[n, ceil(k/128)]`` per row of B (read in the
+            TMA-aligned column-major layout), each accumulator promoted with ``a_scale[row] *
+            b_scale[col]``; dense, no swap-AB (:meth:`with_b_scale_1d`, which :meth:`for_problem`
+            applies to a 1D1D problem).
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -201,6 +208,7 @@ class KernelConfig:
     swap_n: int = 0
     out_dtype: str = "bfloat16"
     c_dtype: Optional[str] = None
+    b_scale_1d: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -236,7 +244,11 @@ class KernelConfig:
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
                                         self.a_scale_row_major, self.problem_kind,
-                                        None if problems_of_output else family.d_staging_bytes(self))
+                                        None if problems_of_output else family.d_staging_bytes(self),
+                                        bool(self.b_scale_1d))
+        if not isinstance(self.b_scale_1d, bool):
+            raise ValueError(f"KernelConfig: b_scale_1d must be a bool; got {self.b_scale_1d!r}")
+        problems += family.b_scale_1d_problems(self.b_scale_1d, self.swap_n, self.problem_kind)
         _check_int("swap_n", self.swap_n, f"one of {family.SWAP_NS}", self.swap_n in family.SWAP_NS)
         problems += problems_of_output
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
@@ -283,7 +295,7 @@ class KernelConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
-                                 self.problem_kind.has_table, family.d_staging_bytes(self))
+                                 self.problem_kind.has_table, family.d_staging_bytes(self), self.b_scale_1d)
 
     @property
     def direct_store(self) -> bool:
@@ -294,7 +306,8 @@ class KernelConfig:
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
-                                     self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self))
+                                     self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self),
+                                     self.b_scale_1d)
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
@@ -302,9 +315,20 @@ class KernelConfig:
         stages = self.num_stages
         staging = family.d_staging_bytes(self)
         while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k, True,
-                                                                 self.problem_kind.has_table, staging) > arch.MAX_SMEM_PER_BLOCK:
+                                                                 self.problem_kind.has_table, staging,
+                                                                 self.b_scale_1d) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
+
+    def with_b_scale_1d(self) -> "KernelConfig":
+        """This config as the 1D1D variant (b_scale per row of B): swap-AB off, and one stage fewer
+        where the stages' b_scale columns do not fit the shared memory."""
+        stages = self.num_stages
+        while stages > family.MIN_STAGES and family.smem_bytes(
+                self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major, self.problem_kind.has_table,
+                family.d_staging_bytes(self), True) > arch.MAX_SMEM_PER_BLOCK:
+            stages -= 1
+        return dataclasses.replace(self, b_scale_1d=True, swap_n=0, num_stages=stages)
 
     def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "KernelConfig":
         """This config with another output variant (``out_dtype``, ``c_dtype``), with the stages that
@@ -318,7 +342,7 @@ class KernelConfig:
             stages = family.MAX_STAGES
             while stages > family.MIN_STAGES and family.smem_bytes(
                     self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major,
-                    self.problem_kind.has_table, d_staging) > arch.MAX_SMEM_PER_BLOCK:
+                    self.problem_kind.has_table, d_staging, self.b_scale_1d) > arch.MAX_SMEM_PER_BLOCK:
                 stages -= 1
             return stages
 
@@ -340,6 +364,8 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
         config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
+        if problem.b_scale_1d and not config.b_scale_1d:
+            config = config.with_b_scale_1d()
         if (config.out_dtype, config.c_dtype) != (problem.out_dtype, problem.c_dtype):
             config = config.with_output(problem.out_dtype, problem.c_dtype)
         if config.a_scale_row_major == problem.a_scale_row_major:
@@ -353,7 +379,7 @@ class KernelConfig:
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
-                            self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype)
+                            self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype, self.b_scale_1d)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -11,8 +11,8 @@
 // registers to global memory, two neighbouring columns at a time (8 bytes of FP32, 4 of bf16: the
 // four lanes of a row cover 32 contiguous bytes of FP32, one sector). C is read beside D with the
 // same pattern; C may be D itself: every element is read and then written by the one thread that
-// owns it, and each thread issues all its loads of C for a sub-tile before its first store of it,
-// so no store of D overtakes a read of C. The dense persistent kernel asks L2 for the tile's rows
+// owns it, and each thread issues all its loads of C for a row of a sub-tile before its first
+// store of that row, so no store of D overtakes a read of C. The dense persistent kernel asks L2 for the tile's rows
 // of C when the tile starts (prefetch_c_rows), so these loads find them there.
 //
 // Every m-block of these variants starts at its own rows (Scheduler::tile_m0): no row is stored
@@ -89,28 +89,29 @@ DT_DEVICE void store_tile_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::k
   }
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
-    const int row_lo = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4;  // and row_lo + 8
-    const bool ok_lo = row_lo >= row_begin && row_lo < row_end;
-    const bool ok_hi = row_lo + 8 >= row_begin && row_lo + 8 < row_end;
-    const long long d_lo = static_cast<long long>(row_lo) * ldd, d_hi = d_lo + 8ll * ldd;
-    const long long c_lo = static_cast<long long>(row_lo) * ldc, c_hi = c_lo + 8ll * ldc;
 #pragma unroll
-    for (int part = 0; part < Cfg::kNumNParts; ++part) {
-      const float* r = result[slab * Cfg::kNumNParts + part];
-      const int col0 = n0 + part * Cfg::kWgmmaN + 2 * (lane % 4);
-      // Every load of C for this sub-tile first, then the stores (see the header).
-      float2 cv[Cfg::kAccumPerSubtile / 4][2];
+    for (int h = 0; h < 2; ++h) {  // this thread's rows of the slab: lane / 4 and 8 below it
+      const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
+      const bool ok = row >= row_begin && row < row_end;
+      const long long d_row = static_cast<long long>(row) * ldd, c_row = static_cast<long long>(row) * ldc;
 #pragma unroll
-      for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-        const int col = col0 + 8 * j;
-        cv[j][0] = ok_lo && col < n ? load_c_pair<Cfg>(c, c_lo + col) : make_float2(0.0f, 0.0f);
-        cv[j][1] = ok_hi && col < n ? load_c_pair<Cfg>(c, c_hi + col) : make_float2(0.0f, 0.0f);
-      }
+      for (int part = 0; part < Cfg::kNumNParts; ++part) {
+        const float* r = result[slab * Cfg::kNumNParts + part];
+        const int col0 = n0 + part * Cfg::kWgmmaN + 2 * (lane % 4);
+        // Every load of C for this row of the sub-tile first, then the stores (see the header).
+        float2 cv[Cfg::kAccumPerSubtile / 4];
 #pragma unroll
-      for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-        const int col = col0 + 8 * j;
-        if (ok_lo && col < n) store_d_pair<Cfg>(d, d_lo + col, r[4 * j + 0] + cv[j][0].x, r[4 * j + 1] + cv[j][0].y);
-        if (ok_hi && col < n) store_d_pair<Cfg>(d, d_hi + col, r[4 * j + 2] + cv[j][1].x, r[4 * j + 3] + cv[j][1].y);
+        for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+          const int col = col0 + 8 * j;
+          cv[j] = ok && col < n ? load_c_pair<Cfg>(c, c_row + col) : make_float2(0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+          const int col = col0 + 8 * j;
+          if (ok && col < n) {
+            store_d_pair<Cfg>(d, d_row + col, r[4 * j + 2 * h] + cv[j].x, r[4 * j + 2 * h + 1] + cv[j].y);
+          }
+        }
       }
     }
   }

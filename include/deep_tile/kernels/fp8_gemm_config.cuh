@@ -13,7 +13,7 @@ namespace deep_tile {
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
           int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
-          int kCKind_ = 0>
+          int kCKind_ = 0, bool kBScale1D_ = false>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -71,6 +71,11 @@ struct Fp8GemmConfig {
   static constexpr bool kPrefetchC = kCKind_ != 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
+  // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read
+  // column-major, [K/128][align4(N)], like a_scale's TMA-aligned layout), the weight gradient's
+  // operands; the producer loads the stage's kBlockN values by TMA beside a_scale, and each
+  // accumulator is promoted with a_scale(row) * b_scale(column) (TileMainloop::finish).
+  static constexpr bool kBScale1D = kBScale1D_;
   static constexpr int kF32AtomCols = kWgmmaN_ % 32 == 0 ? 32 : (kWgmmaN_ % 16 == 0 ? 16 : 8);
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
@@ -123,20 +128,24 @@ struct Fp8GemmConfig {
   static constexpr bool kAScaleRowMajor = kAScaleRowMajor_;
   static constexpr int kAScaleCols = kAScaleRowMajor ? 4 : 1;
   static constexpr int kTileAScaleBytes = kBlockM * 4 * kAScaleCols;
-  static constexpr int kStageTxBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;  // the stages' region
+  static constexpr int kTileBScaleBytes = kBScale1D_ ? kBlockN * 4 : 0;  // 1D1D: a TMA box per stage
+  static constexpr int kStageTxBytes = kStageBytes + kTileBScaleBytes;
   // The one-buffer k-loop of a tile whose width is not a multiple of 128 reads the two b_scale
   // values of each k-block (row 0 and row 1 of a tile straddling two 128-row weight blocks) from
   // its stage, copied there by the producer (fp8_gemm_mainloop.cuh, BScaleStaged); other k-loops
   // load them themselves (BScaleQueue, BScaleChunks). The 8 bytes per stage are there for every config.
-  static constexpr bool kBScaleStaged = kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
-  static constexpr int kSmemBScaleBytes = kNumStages * 8;
+  static constexpr bool kBScaleStaged = !kBScale1D_ && kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
+  // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
+  static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
+  static constexpr int kSmemBScaleBytes = kNumStages * kBScalePitch * 4;
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
   // staged b_scale values (its read must precede the producer's next copy), else one.
   static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;
   // The masked and offsets kinds keep a per-expert table after the barriers.
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
   static constexpr int kSmemBytes =
-      kSmemDBytes + kNumStages * kStageTxBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
+      kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.
@@ -179,6 +188,8 @@ struct Fp8GemmConfig {
                    "no multicast and the dense kind");
   DT_STATIC_ASSERT((kOutKind == 0 || kOutKind == 1) && kCKind >= 0 && kCKind <= 3,
                    "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16), 2 (FP32) or 3 (D itself)");
+  DT_STATIC_ASSERT(!kBScale1D || (kSwapN == 0 && !kGrouped),
+                   "DT_B_SCALE_1D (1D1D) needs the dense kind without swap-AB");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -80,7 +80,8 @@ DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Schedule
 
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched) {
+                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched,
+                             const TmaDescriptor* tma_b_scale) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
   const u32 stage_tx_bytes = sched.stage_tx_bytes();
   const WorkRange work = sched.work();
@@ -115,6 +116,9 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       } else {
         // [block_m] of K block kb (the masked kind's map has a row per expert and K block)
         ptx::tma_load_2d(a_scale, tma_a_scale, full, sched.a_scale_row(tile), sched.a_scale_kb0(tile) + kb);
+      }
+      if constexpr (Cfg::kBScale1D) {  // [block_n] of K block kb
+        ptx::tma_load_2d(smem.b_scale + state.index * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
       }
       state.advance();
     }
@@ -171,9 +175,13 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
 
-    dispatch_first_blocks<Cfg>(b_rows.first_blocks,
-                               RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_rows.row0,
-                                                    b_rows.row1, work.kb_begin, work.kb_end, tile.peer_alive});
+    const RunTileMainloop<Cfg> mainloop{ctx,        issue_state, release_state, result, b_rows.row0,
+                                        b_rows.row1, work.kb_begin, work.kb_end,  tile.peer_alive};
+    if constexpr (Cfg::kBScale1D) {
+      mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
+    } else {
+      dispatch_first_blocks<Cfg>(b_rows.first_blocks, mainloop);
+    }
 
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
@@ -207,7 +215,7 @@ template <class Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
                              int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0},
-                             const u8* c = nullptr, int ldc = 0) {
+                             const u8* c = nullptr, int ldc = 0, const TmaDescriptor* tma_b_scale = nullptr) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
   Scheduler<Cfg> sched(m, n, k, raster_width, group, smem.group_table);
@@ -218,6 +226,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     ptx::tma_prefetch_descriptor(&tma_a);
     ptx::tma_prefetch_descriptor(&tma_b);
     ptx::tma_prefetch_descriptor(&tma_a_scale);
+    if constexpr (Cfg::kBScale1D) ptx::tma_prefetch_descriptor(tma_b_scale);
     if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) ptx::tma_prefetch_descriptor(&tma_d);
 #pragma unroll
     for (int s = 0; s < Cfg::kNumStages; ++s) {
@@ -260,7 +269,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, tma_b_scale);
       trace::stamp<trace::kLastIssue>();
       // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
       // this grid leaves free (its wait still waits for this grid to complete).
