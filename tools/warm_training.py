@@ -28,7 +28,7 @@ def configs(num_sms: int) -> list:
         found.append((config.with_b_scale_1d() if one_d else config).with_output(out, c))
     for fields, out, mode, *_ in CASES:
         c = None if mode == "none" else ("out" if mode == "inplace" else mode)
-        found.append(KernelConfig(**{**P, **fields}).with_output(out, c))
+        found.append(KernelConfig(**{**P, **fields}).with_output(out, c))  # b_scale_1d in the fields
     shapes = [(7168, 2048, 4096), (2112, 7168, 4096), (576, 7168, 4096), (1, 4096, 512), (64, 1160, 1536),
               (1000, 2112, 1536), (520, 1160, 400), (4096, 512, 2048)] + [(4096, n, k) for n, k in DENSE_NK]
     variants = [("float32", "out"), ("float32", "float32"), ("float32", None), ("bfloat16", "bfloat16")]
