@@ -87,29 +87,40 @@ DT_DEVICE void store_tile_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::k
     row_begin = wg_row0;
     row_end = wg_row0 + ptx::named_barrier_popc(1 + wg, 128, row_real);
   }
+  constexpr int kRows = Cfg::kCLoadRows;  // rows loaded together: 1 or 2
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {  // this thread's rows of the slab: lane / 4 and 8 below it
-      const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
-      const bool ok = row >= row_begin && row < row_end;
-      const long long d_row = static_cast<long long>(row) * ldd, c_row = static_cast<long long>(row) * ldc;
+    for (int h0 = 0; h0 < 2; h0 += kRows) {  // this thread's rows of the slab: lane / 4 and 8 below it
 #pragma unroll
       for (int part = 0; part < Cfg::kNumNParts; ++part) {
         const float* r = result[slab * Cfg::kNumNParts + part];
         const int col0 = n0 + part * Cfg::kWgmmaN + 2 * (lane % 4);
-        // Every load of C for this row of the sub-tile first, then the stores (see the header).
-        float2 cv[Cfg::kAccumPerSubtile / 4];
+        // Every load of C for these rows of the sub-tile first, then the stores (see the header).
+        float2 cv[kRows][Cfg::kAccumPerSubtile / 4];
 #pragma unroll
-        for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-          const int col = col0 + 8 * j;
-          cv[j] = ok && col < n ? load_c_pair<Cfg>(c, c_row + col) : make_float2(0.0f, 0.0f);
+        for (int h = h0; h < h0 + kRows; ++h) {
+          const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
+          const bool ok = row >= row_begin && row < row_end;
+          const long long c_row = static_cast<long long>(row) * ldc;
+#pragma unroll
+          for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+            const int col = col0 + 8 * j;
+            cv[h - h0][j] = ok && col < n ? load_c_pair<Cfg>(c, c_row + col) : make_float2(0.0f, 0.0f);
+          }
         }
 #pragma unroll
-        for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-          const int col = col0 + 8 * j;
-          if (ok && col < n) {
-            store_d_pair<Cfg>(d, d_row + col, r[4 * j + 2 * h] + cv[j].x, r[4 * j + 2 * h + 1] + cv[j].y);
+        for (int h = h0; h < h0 + kRows; ++h) {
+          const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
+          const bool ok = row >= row_begin && row < row_end;
+          const long long d_row = static_cast<long long>(row) * ldd;
+#pragma unroll
+          for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
+            const int col = col0 + 8 * j;
+            if (ok && col < n) {
+              store_d_pair<Cfg>(d, d_row + col, r[4 * j + 2 * h] + cv[h - h0][j].x,
+                                r[4 * j + 2 * h + 1] + cv[h - h0][j].y);
+            }
           }
         }
       }

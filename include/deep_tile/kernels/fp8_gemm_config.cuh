@@ -68,7 +68,19 @@ struct Fp8GemmConfig {
   static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
   static constexpr bool kTmaF32Store =
       kOutKind_ == 1 && kCKind_ == 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+#ifdef DT_PREFETCH_C  // measurements only (tools: extra defines)
+  static constexpr bool kPrefetchC = DT_PREFETCH_C && kCKind_ != 0 && kSplitK_ == 1 && kSwapN_ == 0 &&
+                                     kProblemKind_ == ProblemKind::kDense;
+#else
   static constexpr bool kPrefetchC = kCKind_ != 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+#endif
+  // Rows of a sub-tile whose loads of C the direct store issues before their stores: 1 (each of a
+  // thread's two rows in turn: fewer registers) or 2. DT_C_LOAD_ROWS overrides it for measurements.
+#ifdef DT_C_LOAD_ROWS
+  static constexpr int kCLoadRows = DT_C_LOAD_ROWS;
+#else
+  static constexpr int kCLoadRows = 1;
+#endif
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
   // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read
