@@ -11,9 +11,9 @@
 // registers to global memory, two neighbouring columns at a time (8 bytes of FP32, 4 of bf16: the
 // four lanes of a row cover 32 contiguous bytes of FP32, one sector). C is read beside D with the
 // same pattern; C may be D itself: every element is read and then written by the one thread that
-// owns it, and each thread issues all its loads of C for a row of a sub-tile before its first
-// store of that row, so no store of D overtakes a read of C. The dense persistent kernel asks L2 for the tile's rows
-// of C when the tile starts (prefetch_c_rows), so these loads find them there.
+// owns it, and each thread issues all its loads of C for a row (or both its rows,
+// Fp8GemmConfig::kCLoadRows) of a sub-tile before its first store there, so no store of D
+// overtakes a read of C.
 //
 // Every m-block of these variants starts at its own rows (Scheduler::tile_m0): no row is stored
 // twice, which in place would add the product twice.
@@ -88,6 +88,7 @@ DT_DEVICE void store_tile_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::k
     row_end = wg_row0 + ptx::named_barrier_popc(1 + wg, 128, row_real);
   }
   constexpr int kRows = Cfg::kCLoadRows;  // rows loaded together: 1 or 2
+  constexpr int kPairs = Cfg::kCLoadPairs;  // and column pairs of each
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
 #pragma unroll
@@ -96,30 +97,34 @@ DT_DEVICE void store_tile_direct(const float (&result)[Cfg::kNumSubtiles][Cfg::k
       for (int part = 0; part < Cfg::kNumNParts; ++part) {
         const float* r = result[slab * Cfg::kNumNParts + part];
         const int col0 = n0 + part * Cfg::kWgmmaN + 2 * (lane % 4);
-        // Every load of C for these rows of the sub-tile first, then the stores (see the header).
-        float2 cv[kRows][Cfg::kAccumPerSubtile / 4];
+        // Every load of C for these rows' columns [8 j0, 8 (j0 + kPairs)) of the sub-tile first,
+        // then their stores (see the header).
 #pragma unroll
-        for (int h = h0; h < h0 + kRows; ++h) {
-          const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
-          const bool ok = row >= row_begin && row < row_end;
-          const long long c_row = static_cast<long long>(row) * ldc;
+        for (int j0 = 0; j0 < Cfg::kAccumPerSubtile / 4; j0 += kPairs) {
+          float2 cv[kRows][kPairs];
 #pragma unroll
-          for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-            const int col = col0 + 8 * j;
-            cv[h - h0][j] = ok && col < n ? load_c_pair<Cfg>(c, c_row + col) : make_float2(0.0f, 0.0f);
+          for (int h = h0; h < h0 + kRows; ++h) {
+            const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
+            const bool ok = row >= row_begin && row < row_end;
+            const long long c_row = static_cast<long long>(row) * ldc;
+#pragma unroll
+            for (int j = j0; j < j0 + kPairs; ++j) {
+              const int col = col0 + 8 * j;
+              cv[h - h0][j - j0] = ok && col < n ? load_c_pair<Cfg>(c, c_row + col) : make_float2(0.0f, 0.0f);
+            }
           }
-        }
 #pragma unroll
-        for (int h = h0; h < h0 + kRows; ++h) {
-          const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
-          const bool ok = row >= row_begin && row < row_end;
-          const long long d_row = static_cast<long long>(row) * ldd;
+          for (int h = h0; h < h0 + kRows; ++h) {
+            const int row = wg_row0 + slab * 64 + warp_in_wg * 16 + lane / 4 + 8 * h;
+            const bool ok = row >= row_begin && row < row_end;
+            const long long d_row = static_cast<long long>(row) * ldd;
 #pragma unroll
-          for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-            const int col = col0 + 8 * j;
-            if (ok && col < n) {
-              store_d_pair<Cfg>(d, d_row + col, r[4 * j + 2 * h] + cv[h - h0][j].x,
-                                r[4 * j + 2 * h + 1] + cv[h - h0][j].y);
+            for (int j = j0; j < j0 + kPairs; ++j) {
+              const int col = col0 + 8 * j;
+              if (ok && col < n) {
+                store_d_pair<Cfg>(d, d_row + col, r[4 * j + 2 * h] + cv[h - h0][j - j0].x,
+                                  r[4 * j + 2 * h + 1] + cv[h - h0][j - j0].y);
+              }
             }
           }
         }
@@ -147,19 +152,6 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
     const int i = Frag::index(mb, j, h, q);
     if (col < n && row < m_end) store_d<Cfg>(d, static_cast<long long>(row) * ldd + col, result[0][i] + cv[i]);
   });
-}
-
-/// Ask L2 for this thread's row of C in the tile at (m0, n0) (Cfg::kPrefetchC: the first kWgM
-/// threads of each consumer warpgroup, one row each), before the tile's k-loop: C's DRAM reads then
-/// overlap the k-loop, and store_tile_direct's loads hit L2.
-template <class Cfg>
-DT_DEVICE void prefetch_c_rows(const u8* c, int ldc, int wg, int thread_in_wg, int m0, int n0, int m_end, int n) {
-  constexpr int kBytes = Cfg::kCType == 2 ? 4 : 2;
-  const int row = m0 + wg * Cfg::kWgM + thread_in_wg;
-  if (thread_in_wg < Cfg::kWgM && row < m_end) {
-    ptx::prefetch_bulk_l2(c + (static_cast<long long>(row) * ldc + n0) * kBytes,
-                          static_cast<u32>(min_int(Cfg::kBlockN, n - n0) * kBytes));
-  }
 }
 
 /// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store). Each of this warpgroup's

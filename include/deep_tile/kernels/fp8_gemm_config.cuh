@@ -56,8 +56,7 @@ struct Fp8GemmConfig {
   // persistent FP32 D without C (kTmaF32Store) is staged per 64-row sub-tile and stored by the
   // TMA unit (store_tile_f32_tma), which overlaps the stores with the next tile; every other
   // variant (with C, a bf16 D with C, split-K, swap-AB, the grouped kinds) stores each thread's
-  // accumulators straight to global memory, reading C beside them (store_tile_direct), C's rows
-  // asked of L2 when the tile starts (kPrefetchC).
+  // accumulators straight to global memory, reading C beside them (store_tile_direct).
   // NOTES: D accumulated in place by the TMA unit's reduce-add (staged as for kTmaF32Store) was
   // slower than the direct store on every DeepSeek-V3 shape at M = 4096 (H100, 2026-11-24:
   // 4096x32768x512 562 against 468 us, 4096x24576x1536 492 against 462, 4096x7168x2048 175
@@ -68,19 +67,6 @@ struct Fp8GemmConfig {
   static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
   static constexpr bool kTmaF32Store =
       kOutKind_ == 1 && kCKind_ == 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
-#ifdef DT_PREFETCH_C  // measurements only (tools: extra defines)
-  static constexpr bool kPrefetchC = DT_PREFETCH_C && kCKind_ != 0 && kSplitK_ == 1 && kSwapN_ == 0 &&
-                                     kProblemKind_ == ProblemKind::kDense;
-#else
-  static constexpr bool kPrefetchC = kCKind_ != 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
-#endif
-  // Rows of a sub-tile whose loads of C the direct store issues before their stores: 1 (each of a
-  // thread's two rows in turn: fewer registers) or 2. DT_C_LOAD_ROWS overrides it for measurements.
-#ifdef DT_C_LOAD_ROWS
-  static constexpr int kCLoadRows = DT_C_LOAD_ROWS;
-#else
-  static constexpr int kCLoadRows = 1;
-#endif
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
   // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read
@@ -123,6 +109,22 @@ struct Fp8GemmConfig {
   static constexpr int kNumSubtiles = kNumSlabs * kNumNParts;
   static constexpr int kNumAccumBuffers = kNumAccumBuffers_;
   static constexpr int kAccumPerSubtile = kWgmmaN / 2;
+  // Rows of a sub-tile whose loads of C the direct store issues before their stores: both of a
+  // thread's two rows (more loads in flight) where a warpgroup has several sub-tiles, one at a time
+  // otherwise and under 1D1D (whose 192-register tiles spilled with both).
+  // NOTES: in-place FP32 on an H100 (2026-11-25, tools/probe_epilogue.py): 128x256 /128 at
+  // 4096x7168x7168 352.9 us with both rows against 385.3 with one; 128x128 x2 at 7168x2048x4096
+  // 125.7 with one against 132.1 with both. Asking L2 for the tile's rows of C when the tile starts
+  // (cp.async.bulk.prefetch.L2) was slower in every case (410.7, 371.2 and 132.7 us).
+  // DT_C_LOAD_ROWS overrides it for measurements.
+#ifdef DT_C_LOAD_ROWS
+  static constexpr int kCLoadRows = DT_C_LOAD_ROWS;
+#else
+  static constexpr int kCLoadRows = kNumSubtiles > 1 && !kBScale1D_ ? 2 : 1;
+#endif
+  // Column pairs of each such row loaded before their stores: all of the sub-tile's, or under
+  // 1D1D with several sub-tiles 8 at a time (256x128 spilled 28 bytes with all 16).
+  static constexpr int kCLoadPairs = kBScale1D_ && kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8 ? 8 : kAccumPerSubtile / 4;
 
   // Shared memory (bytes): D staging (persistent kernels only), then A, B, a_scale and b_scale
   // stages, then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.

@@ -168,7 +168,6 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     if constexpr (Cfg::kGrouped) row_tag = sched.row_tag(row);
 
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, n0, n, num_k_blocks);
-    if constexpr (Cfg::kPrefetchC) prefetch_c_rows<Cfg>(c, ldc, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
 
 #pragma unroll
     for (int s = 0; s < Cfg::kNumSubtiles; ++s)

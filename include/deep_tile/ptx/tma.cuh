@@ -80,12 +80,6 @@ DT_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* src, int c0, 
                : "memory");
 }
 
-/// Ask L2 for `bytes` (a multiple of 16) of global memory from `src` (16-byte aligned), without
-/// waiting: one bulk prefetch.
-DT_DEVICE void prefetch_bulk_l2(const void* src, u32 bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<u64>(src)), "r"(bytes) : "memory");
-}
-
 DT_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 /// Wait until at most N committed store groups of this thread still read shared memory.
