@@ -35,7 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
-from deep_tile.reference import ref_fp8_gemm  # noqa: E402
+from deep_tile.gemm import fp8_gemm_1d1d  # noqa: E402
+from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
 from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
@@ -113,8 +114,6 @@ def _cublas_1d1d(a, a_scale, b, b_scale):
 
 def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
     """One weight gradient dW[n, k] += dY^T X over ``tokens`` (M = n, N = k, K = tokens): checked, timed."""
-    from deep_tile.reference import ref_fp8_gemm_1d1d
-
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     dy_t = torch.randn((n, tokens), generator=gen, device="cuda").to(torch.bfloat16)
     x_t = torch.randn((k, tokens), generator=gen, device="cuda").to(torch.bfloat16)
@@ -124,11 +123,11 @@ def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
     ref = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
     start = torch.randn((n, k), device="cuda", dtype=torch.float32)
     dw = start.clone()
-    deep_tile.fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)
+    fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)
     problem = deep_tile.get_config(n, k, tokens)  # the 1D1D variant of this config runs
     row = {"set": "wgrad", "m": n, "n": k, "k": tokens, "config": problem.label + " (1d1d)",
            "diff": {"deep_tile": calc_diff(dw.double(), start.double() + ref)}}
-    fns = {"deep_tile": lambda: deep_tile.fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)}
+    fns = {"deep_tile": lambda: fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)}
     cublas = _cublas_1d1d(a, a_scale, b, b_scale)
     if callable(cublas):
         row["diff"]["cublas"] = calc_diff(cublas().double(), ref)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import torch
 
 import deep_tile
+from deep_tile.gemm import fp8_gemm_1d1d
 from deep_tile.launch import run_acc
+from deep_tile.reference import ref_fp8_gemm_1d1d
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff, max_rel_error
@@ -52,10 +54,10 @@ def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict |
     """One output-variant GEMM. ``c_mode``: ``"none"``, ``"bfloat16"`` / ``"float32"`` (a separate
     C of that type) or ``"inplace"`` (C is ``out``). ``public``: through ``deep_tile.fp8_gemm``
     (the selector's config), else ``run_acc`` with the forced ``config``. ``one_d``: the 1D1D GEMM
-    (``deep_tile.fp8_gemm_1d1d``, b_scale per row of b)."""
+    (``fp8_gemm_1d1d``, b_scale per row of b)."""
     if one_d:
         a, a_scale, b, b_scale = operands_1d1d(m, n, k, seed)
-        product = deep_tile.ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+        product = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
     else:
         a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout="tma")
         product = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
@@ -81,7 +83,7 @@ def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict |
                 c = _storage(m, n, DTYPES[c_mode], row_stride, c_values)
             c_ref = c.double() if c is not None else None
         if public:
-            fn = deep_tile.fp8_gemm_1d1d if one_d else deep_tile.fp8_gemm
+            fn = fp8_gemm_1d1d if one_d else deep_tile.fp8_gemm
             fn(a, a_scale, b, b_scale, out, c=out if c_mode == "inplace" else c)
         else:
             run_acc(a, a_scale, b, b_scale, c, c_mode == "inplace", out, config=forced, b_scale_1d=one_d)

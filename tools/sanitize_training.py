@@ -16,6 +16,7 @@ import torch  # noqa: E402
 
 import deep_tile  # noqa: E402
 from deep_tile.launch import run_acc  # noqa: E402
+from deep_tile.reference import ref_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.select.config import KernelConfig  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
@@ -58,7 +59,7 @@ def main() -> int:
         one_d = fields.get("b_scale_1d", False)
         if one_d:
             a, sa, b, sb = operands_1d1d(m, n, k, seed=m + n + k)
-            ref = deep_tile.ref_fp8_gemm_1d1d(a, sa, b, sb)
+            ref = ref_fp8_gemm_1d1d(a, sa, b, sb)
         else:
             a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
             ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
