@@ -5,7 +5,9 @@ torch is already imported, ``import deep_tile`` also registers the custom ops
 ``torch.ops.deep_tile.*`` (:mod:`deep_tile.ops`); otherwise the first use of an op-backed function
 does:
 
-- :func:`fp8_gemm` -- ``out = (a * a_scale) @ (b * b_scale).T`` in bf16.
+- :func:`fp8_gemm` -- ``out = (a * a_scale) @ (b * b_scale).T`` in bf16 or FP32, optionally ``+ c``
+  (``c`` may be ``out``: in-place accumulation). The 1D1D form (b scaled per row, the weight
+  gradient's GEMM): :func:`deep_tile.gemm.fp8_gemm_1d1d` (docs/training.md).
 - :func:`m_grouped_fp8_gemm_contiguous`, :func:`m_grouped_fp8_gemm_offsets`,
   :func:`m_grouped_fp8_gemm_psum`, :func:`m_grouped_fp8_gemm_masked` -- Mixture-of-Experts GEMMs
   (one weight matrix per expert); :func:`psum_to_m_indices` -- DeepGEMM's psum layout as m_indices;

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are c
 
 __all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_problem", "check_fp8_gemm_args",
            "shown", "GROUPED_FUNCTIONS", "PROBLEM_KIND_NAMES", "check_problem_kind", "check_grouped_problem",
-           "check_grouped_args"]
+           "check_grouped_args", "check_fp8_gemm_acc_args", "OUT_DTYPE_NAMES"]
 
 N_MULTIPLE = 8
 """``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
@@ -225,6 +225,152 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
         _require_aligned("out", out, 8, "n", data_checks)
     if data_checks:
         _require_device(_FN, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out)))
+    return Problem(m, n, k)
+
+
+OUT_DTYPE_NAMES = {"bfloat16": "bfloat16", "float32": "float32"}
+"""The output and C types of :func:`deep_tile.fp8_gemm` (torch dtype name -> the name the kernel
+contract, :data:`deep_tile.kernels.fp8_gemm.OUT_DTYPES`, uses)."""
+
+
+def _span(x) -> tuple:
+    """``[first, end)`` byte addresses of the memory ``x`` can reach (its strides' hull)."""
+    start = x.data_ptr()
+    extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(x.shape, x.stride()) if size > 0)
+    return start, start + extent * x.element_size()
+
+
+def _same_view(x, y) -> bool:
+    """Whether ``x`` and ``y`` view the same elements the same way (``c`` given as ``out``)."""
+    return (x.data_ptr() == y.data_ptr() and x.dtype == y.dtype and tuple(x.shape) == tuple(y.shape)
+            and x.stride() == y.stride())
+
+
+def _require_no_overlap(fn: str, out, others: tuple) -> None:
+    """``out`` (written) shares no memory with any ``(name, tensor)`` of ``others`` (read)."""
+    o0, o1 = _span(out)
+    if o0 == o1:
+        return
+    for name, x in others:
+        if x is None or x.numel() == 0:
+            continue
+        x0, x1 = _span(x)
+        if x0 < o1 and o0 < x1:
+            raise ValueError(f"{fn}: out must not overlap {name} in memory (out is written while {name} is read); "
+                             f"out spans [{o0:#x}, {o1:#x}), {name} [{x0:#x}, {x1:#x})")
+
+
+def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype=None, *,
+                            data_checks: bool = True, b_scale_1d: bool = False) -> Problem:
+    """Validate the arguments of :func:`deep_tile.fp8_gemm` with an FP32 output or an addend C
+    (``out = C + A.B^T``) and return the :class:`deep_tile.problem.Problem` (its ``out_dtype`` and
+    ``c_dtype`` set).
+
+    The operands are checked as :func:`check_fp8_gemm_args` checks them. Then:
+
+    - ``out``: None (allocated; ``out_dtype`` then says its type, bf16 by default) or an ``[m, n]``
+      tensor of dtype bfloat16 or float32, n contiguous, row stride a multiple of 16 bytes,
+      16-byte aligned; ``out_dtype``, when given with ``out``, must be its dtype;
+    - ``c``: None or an ``[m, n]`` bfloat16 or float32 tensor laid out as ``out`` must be;
+      ``accumulate=True`` means C is ``out`` itself (``c`` must then be None and ``out`` given):
+      the op schema passes an in-place accumulation so, not as two aliasing tensors;
+    - aliasing: ``out`` must not share memory with a, a_scale, b, b_scale or ``c`` (a ``c`` that is
+      exactly ``out`` is passed as ``accumulate``; one that overlaps it otherwise is refused).
+
+    ``b_scale_1d``: the 1D1D GEMM (:func:`deep_tile.fp8_gemm_1d1d`): b_scale is ``[n, ceil(k/128)]``
+    (one scale per row of b and 128-wide K block), checked like a_scale, and the function named in
+    the messages is ``fp8_gemm_1d1d``.
+
+    Raises:
+        TypeError: a non-tensor argument or a wrong dtype.
+        ValueError: a wrong rank, shape, layout, alignment, device, or an overlap.
+    """
+    import torch
+
+    fn = "fp8_gemm_1d1d" if b_scale_1d else _FN
+    if c is not None and not isinstance(c, torch.Tensor):
+        raise TypeError(f"{fn}: c must be a torch.Tensor or None; got {type(c).__name__}")
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise TypeError(f"{fn}: out must be a torch.Tensor or None; got {type(out).__name__}")
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"{fn}: accumulate must be a bool; got {type(accumulate).__name__}")
+    if accumulate and (c is not None or out is None):
+        raise ValueError(f"{fn}: accumulate=True adds out to itself: it needs out and no separate c")
+    allowed = (torch.bfloat16, torch.float32)
+    if out is not None:
+        if out.dtype not in allowed:
+            raise TypeError(f"{fn}: out must have dtype torch.bfloat16 or torch.float32; got {out.dtype}")
+        if out_dtype is not None and out_dtype != out.dtype:
+            raise ValueError(f"{fn}: out_dtype={out_dtype} differs from out.dtype={out.dtype}")
+        out_dtype = out.dtype
+    elif out_dtype is None:
+        out_dtype = torch.bfloat16
+    elif out_dtype not in allowed:
+        raise TypeError(f"{fn}: out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype}")
+    if c is not None and c.dtype not in allowed:
+        raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
+    # the operands' shapes first, then out's and c's, then what needs data (alignment, devices)
+    if b_scale_1d:
+        problem = _check_1d1d_operands(fn, a, a_scale, b, b_scale)
+    else:
+        problem = check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=False)
+    m, n = problem.m, problem.n
+    require_rows = _require_symbolic_shape if isinstance(m, torch.SymInt) else _require_shape
+    for name, x in (("out", out), ("c", c)):
+        if x is None:
+            continue
+        _require_2d(name, x)
+        require_rows(name, x, (m, n), "(m, n)")
+        _require_aligned(name, x, 16 // x.element_size(), "n", data_checks)
+    if data_checks:
+        if b_scale_1d:
+            _require_aligned("a", a, 16, "k", True, fn)
+            _require_aligned("b", b, 16, "k", True, fn)
+        else:
+            check_fp8_gemm_args(a, a_scale, b, b_scale, None, data_checks=True)
+        _require_device(fn, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("out", out),
+                             ("c", c)))
+        if out is not None:
+            if c is not None and _same_view(c, out):
+                raise ValueError(f"{fn}: c is out: pass it as accumulate=True (deep_tile.fp8_gemm does so)")
+            _require_no_overlap(fn, out, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("c", c)))
+    c_dtype = None
+    if accumulate:
+        c_dtype = "out"
+    elif c is not None:
+        c_dtype = OUT_DTYPE_NAMES[str(c.dtype).removeprefix("torch.")]
+    problem = problem.with_output(OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype)
+    return problem.with_b_scale_1d() if b_scale_1d else problem
+
+
+def _check_1d1d_operands(fn: str, a, a_scale, b, b_scale) -> Problem:
+    """The operand checks of the 1D1D GEMM (as :func:`check_fp8_gemm_args`'s, b_scale per row of
+    b: ``[n, ceil(k/128)]``), without data; the dense problem."""
+    import torch
+
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    _require_dtype("a", a, torch.float8_e4m3fn, fn)
+    _require_dtype("b", b, torch.float8_e4m3fn, fn)
+    _require_dtype("a_scale", a_scale, torch.float32, fn)
+    _require_dtype("b_scale", b_scale, torch.float32, fn)
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        _require_2d(name, x, fn)
+    m, k = a.shape
+    n = b.shape[0]
+    if b.shape[1] != k:
+        raise ValueError(f"{fn}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
+                         f"got {shown(tuple(b.shape))}")
+    m, n, k, require_m_rows = _checked_shape(fn, m, n, k, isinstance(m, torch.SymInt))
+    g = SCALE_GROUP
+    k_groups = ceil_div(k, g)
+    require_m_rows("a_scale", a_scale, (m, k_groups), lambda: f"(m, ceil(k/{g})) for a of shape {shown(tuple(a.shape))}",
+                   fn)
+    _require_shape("b_scale", b_scale, (n, k_groups), lambda: f"(n, ceil(k/{g})) for b of shape {shown(tuple(b.shape))}",
+                   fn)
+    _require_aligned("a", a, 16, "k", False, fn)
+    _require_aligned("b", b, 16, "k", False, fn)
     return Problem(m, n, k)
 
 

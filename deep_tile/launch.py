@@ -16,7 +16,7 @@ import time
 import torch
 
 from deep_tile import phases, planner
-from deep_tile.checks import check_fp8_gemm_args, check_grouped_args
+from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args
 from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.runtime import KernelArgs
@@ -27,7 +27,7 @@ from deep_tile.pdl import get_pdl
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
-__all__ = ["run", "run_grouped", "grouped_operands", "launch"]
+__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "launch"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -50,6 +50,31 @@ def run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
             a_scale = get_tma_aligned_a_scale(a_scale)
         b_scale = b_scale.contiguous()
         _plan_and_launch(problem, (a, a_scale, b, b_scale, out), device, config, extra_defines)
+    return out
+
+
+def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=None, extra_defines=None,
+            b_scale_1d=False):
+    """fp8_gemm with an FP32 output and/or an addend, ``out = C + A.B^T``, on the Python host path
+    (the arguments of :func:`deep_tile.checks.check_fp8_gemm_acc_args`: ``accumulate`` means C is
+    ``out``; ``b_scale_1d``: the 1D1D GEMM, b_scale ``[n, ceil(k/128)]``), with an optional forced
+    KernelConfig and extra defines. Returns ``out``."""
+    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
+    device = a.device
+    if out is None:
+        out = torch.empty((problem.m, problem.n), dtype=getattr(torch, problem.out_dtype), device=device)
+    if problem.m == 0:
+        return out
+    with torch.cuda.device(device):
+        if reads_row_major(a_scale, problem.m, problem.k_blocks):
+            problem = problem.with_a_scale_row_major()
+        else:
+            a_scale = get_tma_aligned_a_scale(a_scale)
+        # 1D1D: b_scale read as a_scale is, column-major ([K blocks][align4(n)], copied when not so)
+        b_scale = get_tma_aligned_a_scale(b_scale) if b_scale_1d else b_scale.contiguous()
+        # the kernel's C operand: c, or out itself (accumulate, or no C: the parameter is unused)
+        _plan_and_launch(problem, (a, a_scale, b, b_scale, out, out if c is None else c), device, config,
+                         extra_defines)
     return out
 
 

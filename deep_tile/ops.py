@@ -5,6 +5,13 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 - ``fp8_gemm(a, a_scale, b, b_scale) -> Tensor``: a new bf16 ``[m, n]`` output;
 - ``fp8_gemm_out(a, a_scale, b, b_scale, out) -> ()``: writes ``out`` (declared mutated,
   ``Tensor(a!)``, so torch.compile functionalises it and CUDA graphs capture it);
+- ``fp8_gemm_acc(a, a_scale, b, b_scale, c, out_dtype) -> Tensor`` and
+  ``fp8_gemm_acc_out(a, a_scale, b, b_scale, c, accumulate, out) -> ()``: the output variants,
+  ``out = C + A.B^T`` in bf16 or FP32 (``c`` optional; ``accumulate`` adds ``out`` to itself, the
+  in-place accumulation of a main gradient, without passing one tensor twice); Python host path;
+- ``fp8_gemm_1d1d(a, a_scale, b, b_scale, c, out_dtype) -> Tensor`` and ``fp8_gemm_1d1d_out(a,
+  a_scale, b, b_scale, c, accumulate, out) -> ()``: the same with b_scale per row of b (1D1D, the
+  weight gradient's GEMM, :func:`deep_tile.fp8_gemm_1d1d`);
 - ``m_grouped_fp8_gemm_{contiguous,offsets,masked}`` and their ``_out`` variants: the
   Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
@@ -39,10 +46,10 @@ from __future__ import annotations
 import torch
 
 from deep_tile import native
-from deep_tile.checks import check_fp8_gemm_args, check_grouped_args
+from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
-__all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+__all__ = ["NAMESPACE", "SCHEMAS", "PYTHON_ONLY_OPS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
            "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out"]
 
@@ -52,6 +59,14 @@ NAMESPACE = "deep_tile"
 SCHEMAS = {
     "fp8_gemm": "fp8_gemm(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale) -> Tensor",
     "fp8_gemm_out": "fp8_gemm_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor(a!) out) -> ()",
+    "fp8_gemm_acc": ("fp8_gemm_acc(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? c, "
+                     "ScalarType out_dtype) -> Tensor"),
+    "fp8_gemm_acc_out": ("fp8_gemm_acc_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? c, "
+                         "bool accumulate, Tensor(a!) out) -> ()"),
+    "fp8_gemm_1d1d": ("fp8_gemm_1d1d(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? c, "
+                      "ScalarType out_dtype) -> Tensor"),
+    "fp8_gemm_1d1d_out": ("fp8_gemm_1d1d_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? c, "
+                          "bool accumulate, Tensor(a!) out) -> ()"),
     "m_grouped_fp8_gemm_contiguous": ("m_grouped_fp8_gemm_contiguous(Tensor a, Tensor a_scale, Tensor b, "
                                       "Tensor b_scale, Tensor m_indices) -> Tensor"),
     "m_grouped_fp8_gemm_contiguous_out": ("m_grouped_fp8_gemm_contiguous_out(Tensor a, Tensor a_scale, Tensor b, "
@@ -68,6 +83,9 @@ SCHEMAS = {
     "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
 }
 """Operator name -> schema, as registered in :data:`NAMESPACE`."""
+PYTHON_ONLY_OPS = ("fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out")
+"""The GEMM ops the native extension does not take over (they always run on the Python host
+path): the output variants and the 1D1D GEMM."""
 
 
 # ---- real implementations (Python; the native extension replaces the GEMM ones) --------------
@@ -92,6 +110,30 @@ def _fp8_gemm_impl(a, a_scale, b, b_scale):
 
 def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
     _gemm(a, a_scale, b, b_scale, out)
+
+
+def _fp8_gemm_acc_impl(a, a_scale, b, b_scale, c, out_dtype):
+    from deep_tile.launch import run_acc
+
+    return run_acc(a, a_scale, b, b_scale, c, False, None, out_dtype)
+
+
+def _fp8_gemm_acc_out_impl(a, a_scale, b, b_scale, c, accumulate, out):
+    from deep_tile.launch import run_acc
+
+    run_acc(a, a_scale, b, b_scale, c, accumulate, out)
+
+
+def _fp8_gemm_1d1d_impl(a, a_scale, b, b_scale, c, out_dtype):
+    from deep_tile.launch import run_acc
+
+    return run_acc(a, a_scale, b, b_scale, c, False, None, out_dtype, b_scale_1d=True)
+
+
+def _fp8_gemm_1d1d_out_impl(a, a_scale, b, b_scale, c, accumulate, out):
+    from deep_tile.launch import run_acc
+
+    run_acc(a, a_scale, b, b_scale, c, accumulate, out, b_scale_1d=True)
 
 
 def _grouped(kind_value: str):
@@ -164,6 +206,29 @@ def _fp8_gemm_out_fake(a, a_scale, b, b_scale, out):
     check_fp8_gemm_args(a, a_scale, b, b_scale, out, data_checks=False)
 
 
+def _fp8_gemm_acc_fake(a, a_scale, b, b_scale, c, out_dtype):
+    """The checks without data, then an empty ``[m, n]`` of ``out_dtype``."""
+    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, False, None, out_dtype, data_checks=False)
+    return a.new_empty((problem.m, problem.n), dtype=out_dtype)
+
+
+def _fp8_gemm_acc_out_fake(a, a_scale, b, b_scale, c, accumulate, out):
+    """The checks without data (``out`` is mutated in place)."""
+    check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, data_checks=False)
+
+
+def _fp8_gemm_1d1d_fake(a, a_scale, b, b_scale, c, out_dtype):
+    """The checks without data, then an empty ``[m, n]`` of ``out_dtype``."""
+    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, False, None, out_dtype, data_checks=False,
+                                      b_scale_1d=True)
+    return a.new_empty((problem.m, problem.n), dtype=out_dtype)
+
+
+def _fp8_gemm_1d1d_out_fake(a, a_scale, b, b_scale, c, accumulate, out):
+    """The checks without data (``out`` is mutated in place)."""
+    check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, data_checks=False, b_scale_1d=True)
+
+
 def _cast_fake(fn: str, arg: str, x, scale_rows):
     """The input checks, then empty ``(q, s)``; ``scale_rows(rows)``: the row count of ``s``.
     ``rows`` is only used in sizes (never made an int), so a symbolic one stays symbolic."""
@@ -187,6 +252,10 @@ def _per_block_fake(w):
 _IMPLS = {
     "fp8_gemm": (_fp8_gemm_impl, _fp8_gemm_fake),
     "fp8_gemm_out": (_fp8_gemm_out_impl, _fp8_gemm_out_fake),
+    "fp8_gemm_acc": (_fp8_gemm_acc_impl, _fp8_gemm_acc_fake),
+    "fp8_gemm_acc_out": (_fp8_gemm_acc_out_impl, _fp8_gemm_acc_out_fake),
+    "fp8_gemm_1d1d": (_fp8_gemm_1d1d_impl, _fp8_gemm_1d1d_fake),
+    "fp8_gemm_1d1d_out": (_fp8_gemm_1d1d_out_impl, _fp8_gemm_1d1d_out_fake),
     "per_token_cast_to_fp8": (_per_token_impl, _per_token_fake),
     "per_block_cast_to_fp8": (_per_block_impl, _per_block_fake),
 }
@@ -221,6 +290,15 @@ fp8_gemm = _ops.fp8_gemm.default
 """``torch.ops.deep_tile.fp8_gemm.default``: ``(a, a_scale, b, b_scale) -> out`` (a new bf16 tensor)."""
 fp8_gemm_out = _ops.fp8_gemm_out.default
 """``torch.ops.deep_tile.fp8_gemm_out.default``: ``(a, a_scale, b, b_scale, out) -> None``, writes out."""
+fp8_gemm_acc = _ops.fp8_gemm_acc.default
+"""``(a, a_scale, b, b_scale, c, out_dtype) -> out``: a new ``[m, n]`` of ``out_dtype``, ``C + A.B^T``."""
+fp8_gemm_acc_out = _ops.fp8_gemm_acc_out.default
+"""``(a, a_scale, b, b_scale, c, accumulate, out) -> None``: writes ``out = C + A.B^T`` (C: ``c``, or
+``out`` itself when ``accumulate``, or none)."""
+fp8_gemm_1d1d = _ops.fp8_gemm_1d1d.default
+"""``(a, a_scale, b, b_scale, c, out_dtype) -> out``: :func:`deep_tile.fp8_gemm_1d1d` into a new tensor."""
+fp8_gemm_1d1d_out = _ops.fp8_gemm_1d1d_out.default
+"""``(a, a_scale, b, b_scale, c, accumulate, out) -> None``: :func:`deep_tile.fp8_gemm_1d1d` into ``out``."""
 per_token_cast_to_fp8 = _ops.per_token_cast_to_fp8.default
 """``torch.ops.deep_tile.per_token_cast_to_fp8.default``: ``x -> (q, s)``."""
 per_block_cast_to_fp8 = _ops.per_block_cast_to_fp8.default

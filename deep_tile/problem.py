@@ -69,15 +69,23 @@ class Problem:
             ``m / num_groups`` rounded up by default for the contiguous and offsets kinds).
         a_scale_row_major: whether the kernel reads ``a_scale`` row-major as it is (a kernel
             variant), not in the TMA-aligned column-major layout.
+        out_dtype: the output's type, ``"bfloat16"`` (default) or ``"float32"``.
+        b_scale_1d: b_scale is per row of B (``[n, ceil(k/128)]``, the 1D1D weight-gradient GEMM)
+            instead of per 128x128 block.
+        c_dtype: the addend C of ``out = C + A.B^T``: ``"bfloat16"`` or ``"float32"`` (a tensor
+            apart from ``out``), ``"out"`` (``out`` itself: in-place accumulation), or None (no C,
+            default).
 
     Equal problems compare and hash equal (a plain class with ``__slots__``, cheap to import:
     the first call of a process builds one).
     """
 
-    __slots__ = ("kind", "m", "n", "k", "num_groups", "expected_m", "a_scale_row_major", "_key")
+    __slots__ = ("kind", "m", "n", "k", "num_groups", "expected_m", "a_scale_row_major", "out_dtype", "c_dtype",
+                 "b_scale_1d", "_key")
 
     def __init__(self, m, n: int, k: int, *, kind: ProblemKind = ProblemKind.DENSE, num_groups: int = 1,
-                 expected_m=None, a_scale_row_major: bool = False):
+                 expected_m=None, a_scale_row_major: bool = False, out_dtype: str = "bfloat16", c_dtype=None,
+                 b_scale_1d: bool = False):
         self.kind = kind
         self.m, self.n, self.k = m, n, k
         self.num_groups = num_groups
@@ -85,8 +93,13 @@ class Problem:
             expected_m = m if kind in (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED) else -(-m // num_groups)
         self.expected_m = expected_m
         self.a_scale_row_major = bool(a_scale_row_major)
+        self.out_dtype, self.c_dtype, self.b_scale_1d = out_dtype, c_dtype, bool(b_scale_1d)
         # key(), made once: the plan caches hash and compare a problem on every call
         self._key = (kind.value, m, n, k, num_groups, self.expected_m, self.a_scale_row_major)
+        if out_dtype != "bfloat16" or c_dtype is not None:  # the default output keeps the key it had
+            self._key += (out_dtype, c_dtype)
+        if self.b_scale_1d:
+            self._key += ("1d1d",)
 
     @property
     def k_blocks(self) -> int:
@@ -135,7 +148,20 @@ class Problem:
     def with_a_scale_row_major(self, row_major: bool = True) -> "Problem":
         """This problem with ``a_scale`` read row-major (or not)."""
         return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
-                       expected_m=self.expected_m, a_scale_row_major=row_major)
+                       expected_m=self.expected_m, a_scale_row_major=row_major, out_dtype=self.out_dtype,
+                       c_dtype=self.c_dtype, b_scale_1d=self.b_scale_1d)
+
+    def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "Problem":
+        """This problem with output type ``out_dtype`` and addend type ``c_dtype`` (None: no C)."""
+        return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
+                       expected_m=self.expected_m, a_scale_row_major=self.a_scale_row_major, out_dtype=out_dtype,
+                       c_dtype=c_dtype, b_scale_1d=self.b_scale_1d)
+
+    def with_b_scale_1d(self, b_scale_1d: bool = True) -> "Problem":
+        """This problem with b_scale per row of B (1D1D: ``[n, ceil(k/128)]``) or not."""
+        return Problem(self.m, self.n, self.k, kind=self.kind, num_groups=self.num_groups,
+                       expected_m=self.expected_m, a_scale_row_major=self.a_scale_row_major,
+                       out_dtype=self.out_dtype, c_dtype=self.c_dtype, b_scale_1d=b_scale_1d)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Problem) and self._key == other._key
@@ -146,6 +172,10 @@ class Problem:
     def __repr__(self) -> str:
         extra = "" if self.num_groups == 1 else f", num_groups={self.num_groups}, expected_m={self.expected_m}"
         layout = ", a_scale_row_major=True" if self.a_scale_row_major else ""
+        if self.out_dtype != "bfloat16" or self.c_dtype is not None:
+            layout += f", out_dtype={self.out_dtype!r}, c_dtype={self.c_dtype!r}"
+        if self.b_scale_1d:
+            layout += ", b_scale_1d=True"
         return f"Problem({self.kind.value}, m={self.m}, n={self.n}, k={self.k}{extra}{layout})"
 
     def __str__(self) -> str:

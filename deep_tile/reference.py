@@ -10,8 +10,7 @@ import torch
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 
-def _check(a, a_scale, b, b_scale) -> None:
-    fn = "ref_fp8_gemm"
+def _check(a, a_scale, b, b_scale, fn: str = "ref_fp8_gemm", b_per_row: bool = False) -> None:
     for name, t in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(t).__name__}.")
@@ -30,9 +29,9 @@ def _check(a, a_scale, b, b_scale) -> None:
             f"got {tuple(b.shape)}."
         )
     num_k_blocks = ceil_div(k, SCALE_GROUP)
-    expected = {"a_scale": (m, num_k_blocks), "b_scale": (ceil_div(n, SCALE_GROUP), num_k_blocks)}
+    expected = {"a_scale": (m, num_k_blocks), "b_scale": (n if b_per_row else ceil_div(n, SCALE_GROUP), num_k_blocks)}
     g = SCALE_GROUP
-    unit = {"a": f"row and {g} columns", "b": f"{g}x{g} block"}
+    unit = {"a": f"row and {g} columns", "b": f"row and {g} columns" if b_per_row else f"{g}x{g} block"}
     for name, t in (("a_scale", a_scale), ("b_scale", b_scale)):
         if tuple(t.shape) != expected[name]:
             operand = "a" if name == "a_scale" else "b"
@@ -139,4 +138,40 @@ def ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, masked_m) -> torch.Ten
         rows = counts[expert]
         if rows:
             out[expert, :rows] = ref_fp8_gemm(a[expert, :rows], a_scale[expert, :rows], b[expert], b_scale[expert])
+    return out
+
+
+def ref_fp8_gemm_1d1d(
+    a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, c: "torch.Tensor | None" = None
+) -> torch.Tensor:
+    """Float64 ``c + (a * a_scale) @ (b * b_scale).T`` with both operands scaled per row and
+    128-wide K block (the 1D1D weight-gradient GEMM, :func:`deep_tile.fp8_gemm_1d1d`).
+
+    ``out[i, j] = c[i, j] + sum_k a[i, k] * a_scale[i, k // 128] * b[j, k] * b_scale[j, k // 128]``
+    with every operand converted to float64 first.
+
+    Args:
+        a: [M, K] floating tensor (typically float8_e4m3fn), any strides.
+        a_scale: [M, ceil(K/128)] floating tensor, any strides.
+        b: [N, K] floating tensor, any strides.
+        b_scale: [N, ceil(K/128)] floating tensor, any strides.
+        c: optional [M, N] addend (any floating dtype).
+
+    Returns:
+        float64 tensor [M, N] on the device of ``a``.
+
+    Raises:
+        TypeError, ValueError: non-tensor or non-floating inputs, wrong ranks or shapes, mixed
+            devices.
+    """
+    _check(a, a_scale, b, b_scale, "ref_fp8_gemm_1d1d", b_per_row=True)
+    a64 = a.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    _scale_groups_(a64, a_scale.to(torch.float64))
+    b64 = b.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    _scale_groups_(b64, b_scale.to(torch.float64))
+    out = a64 @ b64.t()
+    if c is not None:
+        if tuple(c.shape) != tuple(out.shape):
+            raise ValueError(f"ref_fp8_gemm_1d1d: c must have shape {tuple(out.shape)}; got {tuple(c.shape)}.")
+        out += c.to(torch.float64)
     return out

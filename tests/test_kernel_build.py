@@ -30,6 +30,7 @@ from conftest import compiler_params
 from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
 from test_fp8_gemm import SWAP_FAMILIES as GPU_TEST_SWAP_FAMILIES
 from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
+from test_training import configs as output_test_configs
 
 from deep_tile import arch
 from deep_tile.jit import compiler, paths
@@ -128,7 +129,16 @@ def grouped_configs() -> list:
     return configs
 
 
-FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs()})
+def output_configs() -> list:
+    """The output variants (FP32 out, a C added) tests/test_training.py forces on the GPU."""
+    configs = []
+    for fields, out, c, one_d in output_test_configs():
+        config = KernelConfig(**fields, grid_size=2)
+        configs.append((config.with_b_scale_1d() if one_d else config).with_output(out, c))
+    return configs
+
+
+FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()})
 KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
 # What a kernel's code paths depend on, as predicates over its defines: SMOKE_FAMILIES covers each.
@@ -149,6 +159,14 @@ CODE_PATHS = {
     "narrow store swizzle": lambda d: d["DT_STORE_SWIZZLE"] < 128,
     "swap-AB, 8 columns": lambda d: d["DT_SWAP_N"] == 8,
     "swap-AB, 16 columns, split-K": lambda d: d["DT_SWAP_N"] == 16 and d["DT_SPLIT_K"] > 1,
+    "FP32 out, FP32 C, persistent": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_C_KIND"] == 2 and d["DT_SPLIT_K"] == 1,
+    "FP32 out accumulated in place by the TMA unit": lambda d: (d["DT_OUT_KIND"] == 1 and d["DT_C_KIND"] == 3
+                                                                 and d["DT_SPLIT_K"] == 1 and d["DT_SWAP_N"] == 0),
+    "bf16 out, bf16 C": lambda d: d["DT_OUT_KIND"] == 0 and d["DT_C_KIND"] == 1,
+    "FP32 out, split-K": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SPLIT_K"] > 1,
+    "FP32 out, swap-AB": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SWAP_N"] > 0,
+    "1D1D, FP32 accumulated, persistent": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_C_KIND"] == 3 and d["DT_SPLIT_K"] == 1,
+    "1D1D, split-K": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_SPLIT_K"] > 1,
 }
 # ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
 # contiguous one and under the table (masked and offsets share it).

@@ -124,8 +124,7 @@ def bad_cases():
         ("n_not_multiple", (a, a_scale, b[:250], b_scale), None),
         ("a_stride", (torch.empty(M, K + 8, dtype=torch.float8_e4m3fn)[:, :K], a_scale, b, b_scale), out),
         ("out_shape", (a, a_scale, b, b_scale), out[:, :128]),
-        ("out_dtype", (a, a_scale, b, b_scale), out.float()),
-    ]
+    ]  # an out of another dtype goes to the output variants: tests/test_training.py checks its errors
 
 
 @pytest.mark.parametrize("label,args,out", bad_cases(), ids=[c[0] for c in bad_cases()])

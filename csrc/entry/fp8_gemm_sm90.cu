@@ -7,8 +7,9 @@
 #if !defined(DT_BLOCK_M) || !defined(DT_BLOCK_N) || !defined(DT_NUM_STAGES) || !defined(DT_NUM_MULTICAST) || \
     !defined(DT_MULTICAST_ON_A) || !defined(DT_SPLIT_K) || !defined(DT_ACCUM_BUFFERS) || !defined(DT_WGMMA_N) || \
     !defined(DT_A_SCALE_ROW_MAJOR) || !defined(DT_RASTER_ALONG_M) || !defined(DT_EVICT_FIRST_B) || !defined(DT_K_UNROLL) || \
-    !defined(DT_PROBLEM_KIND) || !defined(DT_SWAP_N)
-#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B, DT_K_UNROLL, DT_PROBLEM_KIND and DT_SWAP_N are set by deep_tile.kernels.fp8_gemm"
+    !defined(DT_PROBLEM_KIND) || !defined(DT_SWAP_N) || !defined(DT_OUT_KIND) || !defined(DT_C_KIND) || \
+    !defined(DT_B_SCALE_1D)
+#error "DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A, DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR, DT_RASTER_ALONG_M, DT_EVICT_FIRST_B, DT_K_UNROLL, DT_PROBLEM_KIND, DT_SWAP_N, DT_OUT_KIND, DT_C_KIND and DT_B_SCALE_1D are set by deep_tile.kernels.fp8_gemm"
 #endif
 #if !defined(DT_SMEM_BYTES) || !defined(DT_MIN_STAGES) || !defined(DT_MAX_STAGES) || !defined(DT_STORE_SWIZZLE) || \
     !defined(DT_SCALE_GROUP) || !defined(DT_NUM_THREADS)
@@ -18,7 +19,8 @@
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
                                      DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
-                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N>;
+                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N, DT_OUT_KIND,
+                                     DT_C_KIND, DT_B_SCALE_1D != 0>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");
@@ -34,6 +36,29 @@ static_assert(DT_NUM_THREADS == Cfg::kNumThreads,
 static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 3,
               "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets)");
 
+// The output variants (DT_OUT_KIND != 0 or DT_C_KIND != 0: FP32 D, or D = C + A.B^T) take two
+// more parameters, C and its row pitch (elements; deep_tile/kernels/fp8_gemm.py C_ARGUMENTS),
+// and store through `d` (which C may be: not __restrict__ there). The default variant's parameter
+// list is unchanged.
+#if DT_OUT_KIND != 0 || DT_C_KIND != 0
+#define DT_D_RESTRICT
+#define DT_C_PARAMS , const deep_tile::u8* c, int ldc
+#define DT_C_VALUES c, ldc
+#else
+#define DT_D_RESTRICT __restrict__
+#define DT_C_PARAMS
+#define DT_C_VALUES nullptr, 0
+#endif
+// The 1D1D variant (DT_B_SCALE_1D) takes b_scale's tensor map last (deep_tile/kernels/fp8_gemm.py
+// B_SCALE_1D_ARGUMENTS).
+#if DT_B_SCALE_1D
+#define DT_B1D_PARAMS , const __grid_constant__ deep_tile::TmaDescriptor tma_b_scale
+#define DT_B1D_VALUES , &tma_b_scale
+#else
+#define DT_B1D_PARAMS
+#define DT_B1D_VALUES
+#endif
+
 // NOTES: the bound of 384 threads (not Cfg::kNumThreads) fixes the register count at entry to 168
 // for every config, so setmaxnreg.dec 40 / .inc 232 are valid for 256- and 384-thread blocks.
 #if DT_PROBLEM_KIND == 0
@@ -42,8 +67,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             const __grid_constant__ deep_tile::TmaDescriptor tma_b,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_d, const float* __restrict__ b_scale,
-                            deep_tile::u8* __restrict__ d, int ldd, int m, int n, int k, int raster_width) {
-  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width);
+                            deep_tile::u8* DT_D_RESTRICT d, int ldd, int m, int n, int k, int raster_width DT_C_PARAMS DT_B1D_PARAMS) {
+  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
+                                deep_tile::GroupArgs{nullptr, 1, 0}, DT_C_VALUES DT_B1D_VALUES);
 }
 #else
 // The grouped kinds (deep_tile/kernels/fp8_gemm.py GROUPED_ARGUMENTS): the dense parameters, then
@@ -53,10 +79,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_b,
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_d,
-                                    const float* __restrict__ b_scale, deep_tile::u8* __restrict__ d, int ldd, int m,
+                                    const float* __restrict__ b_scale, deep_tile::u8* DT_D_RESTRICT d, int ldd, int m,
                                     int n, int k, int raster_width, const int* __restrict__ group_info,
-                                    int num_groups, int group_rows) {
+                                    int num_groups, int group_rows DT_C_PARAMS) {
   deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
-                                deep_tile::GroupArgs{group_info, num_groups, group_rows});
+                                deep_tile::GroupArgs{group_info, num_groups, group_rows}, DT_C_VALUES);
 }
 #endif

@@ -34,7 +34,9 @@ __all__ = [
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
-    "K_UNROLLS", "SWAP_NS", "swap_problems",
+    "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
+    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
+    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -88,6 +90,58 @@ SWAP_NS = (0, 8, 16)
 64-row operand, 8 or 16; an A of at most that many rows (``KernelConfig.swap_n``)."""
 
 
+OUT_DTYPES = ("bfloat16", "float32")
+"""The output types (``DT_OUT_KIND``: the index here): bf16, or FP32 (training: a weight gradient
+accumulated in FP32)."""
+C_DTYPES = (None, "bfloat16", "float32", "out")
+"""The addend C of ``D = C + A.B^T`` (``DT_C_KIND``: the index here): none, a bf16 or FP32 tensor
+apart from D, or ``"out"``: D itself (in-place accumulation, in D's type)."""
+
+
+def direct_store(out_dtype: str = "bfloat16", c_dtype=None) -> bool:
+    """Whether the kernel of this output variant stores straight from registers
+    (include/deep_tile/epilogue/store_direct.cuh, ``Fp8GemmConfig::kDirectStore``): every variant
+    but bf16 without C, which stores through shared memory and TMA. It has no output staging in
+    shared memory, no D tensor map, and takes :data:`C_ARGUMENTS` after the others."""
+    return out_dtype != OUT_DTYPES[0] or c_dtype is not None
+
+
+def tma_f32_store(config) -> bool:
+    """Whether ``config``'s kernel stores an FP32 D through shared memory and the TMA unit
+    (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out without C); its D
+    tensor map is FP32 (:func:`tensor_map_boxes`). The variants with C store straight from
+    registers (a reduce-add by the unit measured slower, include/deep_tile/kernels/fp8_gemm_config.cuh)."""
+    return (config.out_dtype == "float32" and config.c_dtype is None and config.split_k == 1
+            and config.swap_n == 0 and config.problem_kind is ProblemKind.DENSE)
+
+
+def f32_atom_cols(wgmma_n: int) -> int:
+    """FP32 columns of one TMA atom of the FP32 staging (``kF32AtomCols``): the widest of 32, 16, 8
+    dividing a sub-tile's width (a 128-, 64- or 32-byte swizzle span)."""
+    return 32 if wgmma_n % 32 == 0 else (16 if wgmma_n % 16 == 0 else 8)
+
+
+def d_staging_bytes(config) -> int:
+    """Shared-memory bytes of the output staging of ``config``'s kernel (``kSmemDBytes``): the bf16
+    tile (the default persistent kernel), a 64-row FP32 sub-tile per consumer warpgroup
+    (:func:`tma_f32_store`), or none (split-K and the other output variants)."""
+    if tma_f32_store(config):
+        return align_up(math_warpgroups(config.block_m) * 64 * config.wgmma_n * 4, 1024)
+    if config.split_k > 1 or direct_store(config.out_dtype, config.c_dtype):
+        return 0
+    return align_up(config.block_m * config.block_n * 2, 1024)
+
+
+def output_problems(out_dtype, c_dtype) -> list:
+    """Why an output variant cannot be built, one phrase per broken rule."""
+    problems = []
+    if out_dtype not in OUT_DTYPES:
+        problems.append(f"out_dtype must be one of {OUT_DTYPES}; got {out_dtype!r}")
+    if c_dtype not in C_DTYPES:
+        problems.append(f"c_dtype must be one of {C_DTYPES}; got {c_dtype!r}")
+    return problems
+
+
 def swap_problems(swap_n: int, block_m: int, block_n: int, wgmma_n: int, num_multicast: int,
                   problem_kind: ProblemKind) -> list:
     """Why a swap-AB kernel (``swap_n`` > 0) cannot be built, one phrase per broken rule."""
@@ -137,6 +191,29 @@ array on the device (``m_indices``, ``masked_m`` or ``offsets``), the number of 
 the masked kind, the rows of each group's slab (max_m)."""
 GROUPED_ARGUMENT_KINDS = ARGUMENT_KINDS + ("ptr", "i32", "i32")
 """The kind of each of :data:`GROUPED_ARGUMENTS`."""
+C_ARGUMENTS = ("c", "ldc")
+"""The parameters the output variants (:func:`direct_store`) take after the others: C's pointer
+(D's when there is no C; C may be D) and row pitch in elements (``DT_C_PARAMS`` in the entry)."""
+C_ARGUMENT_KINDS = ("ptr", "i32")
+"""The kind of each of :data:`C_ARGUMENTS`."""
+B_SCALE_1D_ARGUMENTS = ("tma_b_scale",)
+"""The parameter the 1D1D variant (``KernelConfig.b_scale_1d``) takes last: b_scale's tensor map
+(``DT_B1D_PARAMS`` in the entry)."""
+B_SCALE_1D_ARGUMENT_KINDS = ("tensormap",)
+"""The kind of each of :data:`B_SCALE_1D_ARGUMENTS`."""
+
+
+def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind) -> list:
+    """Why a 1D1D kernel (b_scale per row of B, ``DT_B_SCALE_1D``) cannot be built."""
+    if b_scale_1d and (swap_n or problem_kind is not ProblemKind.DENSE):
+        return ["b_scale_1d needs the dense kind without swap-AB (swap_n == 0)"]
+    return []
+
+
+def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
+    """Floats of a stage's b_scale slot (``kBScalePitch``): the two rows' values, or under 1D1D the
+    tile's ``block_n`` column values in whole 128-byte lines (a TMA destination)."""
+    return align_up(block_n * 4, 128) // 4 if b_scale_1d else 2
 
 
 def kind_of_code(code: int) -> ProblemKind:
@@ -149,9 +226,12 @@ def symbol(kind: ProblemKind) -> str:
     return SYMBOL if kind is ProblemKind.DENSE else GROUPED_SYMBOL
 
 
-def arguments(kind: ProblemKind) -> tuple:
-    """The kernel parameters of a problem kind, in declaration order."""
-    return ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS
+def arguments(kind: ProblemKind, direct: bool = False, b_scale_1d: bool = False) -> tuple:
+    """The kernel parameters of a problem kind, in declaration order (``direct``: of an output
+    variant, :func:`direct_store`, with :data:`C_ARGUMENTS` after the others; ``b_scale_1d``: the
+    1D1D variant, with :data:`B_SCALE_1D_ARGUMENTS` last)."""
+    return ((ARGUMENTS if kind is ProblemKind.DENSE else GROUPED_ARGUMENTS) + (C_ARGUMENTS if direct else ())
+            + (B_SCALE_1D_ARGUMENTS if b_scale_1d else ()))
 
 
 def math_warpgroups(block_m: int) -> int:
@@ -210,18 +290,19 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
-                   a_scale_row_major: bool = False, group_table: bool = False) -> dict:
+                   a_scale_row_major: bool = False, group_table: bool = False, d_staging=None,
+                   b_scale_1d: bool = False) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
-    only: the bf16 tile), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
+    only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
     ``barriers``, ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and
     ``total``."""
     parts = {
-        "d_staging": 0 if split_k > 1 else align_up(block_m * block_n * 2, 1024),
+        "d_staging": (0 if split_k > 1 else align_up(block_m * block_n * 2, 1024)) if d_staging is None else d_staging,
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
-        "b_scale_stages": num_stages * 2 * 4,
+        "b_scale_stages": num_stages * b_scale_pitch(block_n, b_scale_1d) * 4,
         "barriers": num_stages * 2 * 8,
         "group_table": GROUP_TABLE_BYTES if group_table else 0,
     }
@@ -230,15 +311,17 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-               group_table: bool = False) -> int:
+               group_table: bool = False, d_staging=None, b_scale_1d: bool = False) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
-    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table)["total"]
+    return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging,
+                          b_scale_1d)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
                   wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False,
-                  problem_kind: ProblemKind = ProblemKind.DENSE) -> list:
-    """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal)."""
+                  problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None, b_scale_1d: bool = False) -> list:
+    """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal).
+    ``d_staging``: the output staging's bytes when not the bf16 tile's (:func:`d_staging_bytes`)."""
     problems = []
     if problem_kind.grouped and split_k != 1:
         problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
@@ -270,7 +353,8 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
         problems.append(f"{block_m}x{block_n} with wgmma_n={wgmma_n} and {accum_buffers} accumulator buffer(s) needs "
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
-    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table)
+    total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table, d_staging,
+                       b_scale_1d)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
@@ -301,6 +385,9 @@ def defines(config) -> dict:
         "DT_K_UNROLL": config.k_unroll,
         "DT_PROBLEM_KIND": PROBLEM_KIND_CODES[config.problem_kind],
         "DT_SWAP_N": config.swap_n,
+        "DT_OUT_KIND": OUT_DTYPES.index(config.out_dtype),
+        "DT_C_KIND": C_DTYPES.index(config.c_dtype),
+        "DT_B_SCALE_1D": int(config.b_scale_1d),
         "DT_SMEM_BYTES": config.smem_bytes,
         "DT_MIN_STAGES": MIN_STAGES,
         "DT_MAX_STAGES": MAX_STAGES,
@@ -369,11 +456,14 @@ def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
     multicast_b = config.num_multicast == 2 and not config.multicast_on_a
     swizzle = store_swizzle(config.block_n)
     scale_rows = a_scale_box_rows(config, m)
+    d = (swizzle // 2, config.block_m // math_warpgroups(config.block_m))
+    if tma_f32_store(config):  # FP32 atoms of one 64-row sub-tile
+        atom = f32_atom_cols(config.wgmma_n)
+        d, swizzle = (atom, 64), atom * 4
     return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
                           a_scale=(4, scale_rows) if config.a_scale_row_major else (scale_rows, 1),
-                          d=(swizzle // 2, config.block_m // math_warpgroups(config.block_m)),
-                          d_swizzle=swizzle)
+                          d=d, d_swizzle=swizzle)
 
 
 def cluster_size(config) -> int:
@@ -391,7 +481,9 @@ def launch_grid(config, m: int, n: int) -> int:
 
 OPERANDS = ("a", "a_scale", "b", "b_scale", "out")
 """The tensors :func:`argument_specs` refers to, by index: the op's arguments in order (a_scale as
-the kernel reads it, b_scale contiguous, out allocated when the op was not given one)."""
+the kernel reads it, b_scale contiguous, out allocated when the op was not given one). The output
+variants (:func:`direct_store`) take one more after these (and after ``group_info`` when grouped):
+``c``, C as a 2-D view, or ``out`` again when there is no C."""
 GROUPED_OPERANDS = OPERANDS + ("group_info",)
 """The tensors of the grouped kinds, each as a 2-D view: ``a`` [rows, k] (the masked kind's
 [G, max_m, k] flattened), ``a_scale`` as the kernel reads it (the masked kind's column-major
@@ -421,17 +513,27 @@ def argument_specs(config, problem) -> tuple:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
     else:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
-    d = spec.ZeroMap() if config.split_k > 1 else spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
+    direct = direct_store(config.out_dtype, config.c_dtype)
+    if tma_f32_store(config):
+        d = spec.TensorMap(_OUT, "float32", 1, 0, boxes.d, boxes.d_swizzle)
+    elif config.split_k > 1 or direct:
+        d = spec.ZeroMap()
+    else:
+        d = spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
+    c_index = len(OPERANDS) + (1 if problem.kind.grouped else 0)  # the operand after the kind's others
+    tail = (spec.Pointer(c_index), spec.Stride(c_index, 0)) if direct else ()
     if a_scale_masked_columns(problem, config):  # [G * K blocks, max_m]: rows of one expert's K block
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
     head = (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128, config.l2_promotion),
             spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128, config.l2_promotion),
             a_scale, d, spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0), spec.Size(_A, 0))
+    if config.b_scale_1d:  # b_scale [n, K blocks] read column-major: [block_n] of a K block per stage
+        tail += (spec.TensorMap(_B_SCALE, "float32", 0, 1, (config.block_n, 1), 0),)
     if not problem.kind.grouped:
-        return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width))
+        return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width)) + tail
     group_rows = problem.m if problem.kind is ProblemKind.GROUPED_MASKED else 0
     return head + (spec.Value(problem.n), spec.Size(_A, 1), spec.Value(config.raster_width),
-                   spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows))
+                   spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows)) + tail
 
 
 def a_scale_masked_columns(problem, config) -> bool:

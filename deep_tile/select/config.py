@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Optional
 
 from deep_tile import arch
@@ -71,7 +72,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  split_k: int = 1, accum_buffers: int = 1, wgmma_n: Optional[int] = None,
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
-                 l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0) -> str:
+                 l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0, out_dtype: str = "bfloat16",
+                 c_dtype: Optional[str] = None, b_scale_1d: bool = False) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
@@ -79,7 +81,9 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     without multicast (``mcB`` implies it); ``ef``: B loaded evict-first, A evict-last in L2;
     ``u6``: the one-buffer k-loop unrolled by 6; ``p128``: the FP8 maps' L2 promotion when not
     the default 256 bytes; ``sw8``/``sw16``: swap-AB with 8 or 16 token columns per WGMMA;
-    ``contiguous``/``masked``/``offsets``: the grouped kind's kernel.
+    ``contiguous``/``masked``/``offsets``: the grouped kind's kernel; ``f32``: FP32 output;
+    ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``); ``+=``: D accumulated in place;
+    ``1d1d``: b_scale per row of B (the weight gradient's operands).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -104,6 +108,14 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += f" sw{swap_n}"
     if problem_kind.grouped:
         text += " " + problem_kind.short_name
+    if out_dtype == "float32":
+        text += " f32"
+    if b_scale_1d:
+        text += " 1d1d"
+    if c_dtype == "out":
+        text += " +="
+    elif c_dtype is not None:
+        text += " +c" + ("32" if c_dtype == "float32" else "16")
     return text
 
 
@@ -159,6 +171,19 @@ class KernelConfig:
             ``swap_n`` rows (the launcher checks M). Needs ``block_m == 64``, ``block_n`` a multiple
             of 64 with ``wgmma_n == block_n``, the dense kind and no multicast. See
             :func:`deep_tile.select.selector.swap_n_for`.
+        out_dtype: the output's type, one of :data:`deep_tile.kernels.fp8_gemm.OUT_DTYPES`
+            (``"bfloat16"``, default, or ``"float32"``).
+        c_dtype: the addend C of ``D = C + A.B^T``, one of
+            :data:`deep_tile.kernels.fp8_gemm.C_DTYPES`: None (no C), ``"bfloat16"`` /
+            ``"float32"`` (a tensor apart from D) or ``"out"`` (D itself, in place). Every variant
+            but bf16 without C is an output variant (:attr:`direct_store`): an FP32 D without C or
+            accumulated in place is stored by the TMA unit through a 64-row FP32 staging
+            (:func:`deep_tile.kernels.fp8_gemm.tma_f32_store`), the others straight from
+            registers. :meth:`for_problem` takes both from the problem (:meth:`with_output`).
+        b_scale_1d: the 1D1D variant: b_scale ``[n, ceil(k/128)]`` per row of B (read in the
+            TMA-aligned column-major layout), each accumulator promoted with ``a_scale[row] *
+            b_scale[col]``; dense, no swap-AB (:meth:`with_b_scale_1d`, which :meth:`for_problem`
+            applies to a 1D1D problem).
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -183,6 +208,9 @@ class KernelConfig:
     problem_kind: ProblemKind = ProblemKind.DENSE
     l2_promotion: int = family.DEFAULT_L2_PROMOTION
     swap_n: int = 0
+    out_dtype: str = "bfloat16"
+    c_dtype: Optional[str] = None
+    b_scale_1d: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -214,10 +242,17 @@ class KernelConfig:
         if self.wgmma_n is None:
             object.__setattr__(self, "wgmma_n", self.block_n)
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
+        problems_of_output = family.output_problems(self.out_dtype, self.c_dtype)
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
-                                        self.a_scale_row_major, self.problem_kind)
+                                        self.a_scale_row_major, self.problem_kind,
+                                        None if problems_of_output else family.d_staging_bytes(self),
+                                        bool(self.b_scale_1d))
+        if not isinstance(self.b_scale_1d, bool):
+            raise ValueError(f"KernelConfig: b_scale_1d must be a bool; got {self.b_scale_1d!r}")
+        problems += family.b_scale_1d_problems(self.b_scale_1d, self.swap_n, self.problem_kind)
         _check_int("swap_n", self.swap_n, f"one of {family.SWAP_NS}", self.swap_n in family.SWAP_NS)
+        problems += problems_of_output
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
                                          self.problem_kind)
         if problems:
@@ -262,21 +297,62 @@ class KernelConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
-                                 self.problem_kind.has_table)
+                                 self.problem_kind.has_table, family.d_staging_bytes(self), self.b_scale_1d)
+
+    @property
+    def direct_store(self) -> bool:
+        """Whether this output variant stores straight from registers
+        (:func:`deep_tile.kernels.fp8_gemm.direct_store`: FP32 out, or a C to add)."""
+        return family.direct_store(self.out_dtype, self.c_dtype)
 
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
-                                     self.a_scale_row_major, self.problem_kind.has_table)
+                                     self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self),
+                                     self.b_scale_1d)
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
         tiles would not fit the shared memory."""
         stages = self.num_stages
-        while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k,
-                                                                 True, self.problem_kind.has_table) > arch.MAX_SMEM_PER_BLOCK:
+        staging = family.d_staging_bytes(self)
+        while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k, True,
+                                                                 self.problem_kind.has_table, staging,
+                                                                 self.b_scale_1d) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
+
+    def with_b_scale_1d(self) -> "KernelConfig":
+        """This config as the 1D1D variant (b_scale per row of B): swap-AB off, and one stage fewer
+        where the stages' b_scale columns do not fit the shared memory."""
+        stages = self.num_stages
+        while stages > family.MIN_STAGES and family.smem_bytes(
+                self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major, self.problem_kind.has_table,
+                family.d_staging_bytes(self), True) > arch.MAX_SMEM_PER_BLOCK:
+            stages -= 1
+        return dataclasses.replace(self, b_scale_1d=True, swap_n=0, num_stages=stages)
+
+    def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "KernelConfig":
+        """This config with another output variant (``out_dtype``, ``c_dtype``), with the stages that
+        fit its output staging (the FP32 one can be larger than the bf16 tile's: a stage fewer;
+        the variants with C have none: a config at the most stages the bf16 staging left gets the
+        most that fit without it, others keep theirs)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        staging = family.d_staging_bytes(SimpleNamespace(**{**fields, "out_dtype": out_dtype, "c_dtype": c_dtype}))
+
+        def most_stages(d_staging) -> int:
+            stages = family.MAX_STAGES
+            while stages > family.MIN_STAGES and family.smem_bytes(
+                    self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major,
+                    self.problem_kind.has_table, d_staging, self.b_scale_1d) > arch.MAX_SMEM_PER_BLOCK:
+                stages -= 1
+            return stages
+
+        most = most_stages(staging)
+        # a config at the most stages its own staging allows gets the most the new one allows
+        at_most = self.num_stages == most_stages(family.d_staging_bytes(self))
+        stages = most if at_most else min(self.num_stages, most)
+        return dataclasses.replace(self, out_dtype=out_dtype, c_dtype=c_dtype, num_stages=stages)
 
     def for_problem(self, problem) -> "KernelConfig":
         """This config as the launcher builds it for ``problem`` (a
@@ -290,6 +366,10 @@ class KernelConfig:
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
         config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
+        if problem.b_scale_1d and not config.b_scale_1d:
+            config = config.with_b_scale_1d()
+        if (config.out_dtype, config.c_dtype) != (problem.out_dtype, problem.c_dtype):
+            config = config.with_output(problem.out_dtype, problem.c_dtype)
         if config.a_scale_row_major == problem.a_scale_row_major:
             return config
         return config.with_row_major_a_scale() if problem.a_scale_row_major else dataclasses.replace(
@@ -301,7 +381,7 @@ class KernelConfig:
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
-                            self.l2_promotion, self.swap_n)
+                            self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype, self.b_scale_1d)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -93,7 +93,8 @@ def format_config(config: KernelConfig) -> str:
 def defines_label(defines: dict) -> str:
     """A compact, file-name-safe label of a GEMM kernel's defines, e.g. ``128x144s5b1w144mcAefu6``
     (tile, stages, buffers, WGMMA width, then ``mcA``/``mcB``, ``gM``, ``kN``, ``rm``, ``ef``,
-    ``uN``, ``swN`` where they differ from the default, then the grouped kind): test ids and
+    ``uN``, ``swN`` where they differ from the default, then the grouped kind, then the output
+    variant: ``1d`` (1D1D), ``o32`` (FP32 out), ``c16``/``c32``/``cD`` (C bf16, FP32, D itself)): test ids and
     tools/sass_diff.py's file names."""
     d = defines
     text = f"{d['DT_BLOCK_M']}x{d['DT_BLOCK_N']}s{d['DT_NUM_STAGES']}b{d['DT_ACCUM_BUFFERS']}w{d['DT_WGMMA_N']}"
@@ -114,4 +115,9 @@ def defines_label(defines: dict) -> str:
     code = d.get("DT_PROBLEM_KIND", 0)
     if code:
         text += kind_of_code(code).short_name
+    if d.get("DT_B_SCALE_1D", 0):
+        text += "1d"
+    if d.get("DT_OUT_KIND", 0):
+        text += "o32"
+    text += {0: "", 1: "c16", 2: "c32", 3: "cD"}[d.get("DT_C_KIND", 0)]
     return text

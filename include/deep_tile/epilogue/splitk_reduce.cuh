@@ -4,6 +4,7 @@
 // result is bitwise identical run to run), and stores bf16 to global memory.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/epilogue/store_direct.cuh"
 #include "deep_tile/kernels/swap_fragment.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
@@ -56,9 +57,11 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
 /// first sum waits: a loop with a run-time bound waited for one distributed-shared-memory round
 /// trip per chunk (64x2112x128, 64x64 k2 on an H200: the split cost 1.5 us at M = 64, 0.5 us at
 /// M = 1).
+/// The output variants (Cfg::kDirectStore: FP32 D, or C added, store_direct.cuh) load C's 8 values
+/// of each chunk with the partials (before any store: C may be D) and store D = C + sum in D's type.
 template <class Cfg>
 DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, int m0, int n0, int m_end, int n, u32 rank,
-                                         int tid) {
+                                         int tid, const u8* c = nullptr, int ldc = 0) {
   constexpr int kRowsPerRank = ceil_div(Cfg::kBlockM, Cfg::kSplitK);
   constexpr int kChunks = Cfg::kBlockN / 8;  // 8 columns = 16 bytes of bf16 per store
   constexpr int kItems = ceil_div(kRowsPerRank * kChunks, Cfg::kNumMathThreads);  // chunks per thread
@@ -67,6 +70,7 @@ DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, i
   const int row_begin = static_cast<int>(rank) * rows_per_rank;
   const int rows = min_int(rows_per_rank, real_rows - row_begin);
   float part[kItems][Cfg::kSplitK][8];
+  float cv[Cfg::kCKind != 0 ? kItems : 1][8];
 #pragma unroll
   for (int i = 0; i < kItems; ++i) {
     const int idx = tid + i * Cfg::kNumMathThreads;
@@ -79,6 +83,15 @@ DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, i
         ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src, static_cast<u32>(peer)), *reinterpret_cast<float(*)[4]>(v));
         ptx::load_cluster_f32x4(ptx::map_to_cluster_rank(src + 4, static_cast<u32>(peer)),
                                 *reinterpret_cast<float(*)[4]>(v + 4));
+      }
+      if constexpr (Cfg::kCKind != 0) {
+        const long long at = static_cast<long long>(m0 + row) * ldc + n0 + chunk * 8;
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          const float2 pair = load_c_pair<Cfg>(c, at + j);
+          cv[i][j] = pair.x;
+          cv[i][j + 1] = pair.y;
+        }
       }
     }
   }
@@ -93,9 +106,21 @@ DT_DEVICE void reduce_partials_and_store(const float* partial, u8* d, int ldd, i
       for (int peer = 0; peer < Cfg::kSplitK; ++peer)
 #pragma unroll
         for (int j = 0; j < 8; ++j) sum[j] += part[i][peer][j];
-      u8* dst = d + (static_cast<long long>(m0 + row) * ldd + col) * 2;
-      ptx::store_global_u32x4(dst, ptx::pack_bf16x2(sum[0], sum[1]), ptx::pack_bf16x2(sum[2], sum[3]),
-                              ptx::pack_bf16x2(sum[4], sum[5]), ptx::pack_bf16x2(sum[6], sum[7]));
+      if constexpr (Cfg::kDirectStore) {
+        const long long at = static_cast<long long>(m0 + row) * ldd + col;
+#pragma unroll
+        for (int j = 0; j < 8; j += 2) {
+          if constexpr (Cfg::kCKind != 0) {
+            store_d_pair<Cfg>(d, at + j, sum[j] + cv[i][j], sum[j + 1] + cv[i][j + 1]);
+          } else {
+            store_d_pair<Cfg>(d, at + j, sum[j], sum[j + 1]);
+          }
+        }
+      } else {
+        u8* dst = d + (static_cast<long long>(m0 + row) * ldd + col) * 2;
+        ptx::store_global_u32x4(dst, ptx::pack_bf16x2(sum[0], sum[1]), ptx::pack_bf16x2(sum[2], sum[3]),
+                                ptx::pack_bf16x2(sum[4], sum[5]), ptx::pack_bf16x2(sum[6], sum[7]));
+      }
     }
   }
 }

@@ -12,7 +12,8 @@ namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0>
+          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
+          int kCKind_ = 0, bool kBScale1D_ = false>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -48,6 +49,33 @@ struct Fp8GemmConfig {
   static constexpr int kSwapN = kSwapN_;
   static constexpr bool kSwapAB = kSwapN_ > 0;
 
+  // Output (epilogue/store_direct.cuh): D in bf16 (kOutKind 0) or FP32 (1), and an optional C
+  // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself, in-place
+  // accumulation; kCType: C's type, 1 bf16 or 2 FP32). The default (bf16, no C) stores through
+  // shared memory and TMA (store_bf16.cuh). The other variants (kDirectStore): a dense
+  // persistent FP32 D without C (kTmaF32Store) is staged per 64-row sub-tile and stored by the
+  // TMA unit (store_tile_f32_tma), which overlaps the stores with the next tile; every other
+  // variant (with C, a bf16 D with C, split-K, swap-AB, the grouped kinds) stores each thread's
+  // accumulators straight to global memory, reading C beside them (store_tile_direct).
+  // NOTES: D accumulated in place by the TMA unit's reduce-add (staged as for kTmaF32Store) was
+  // slower than the direct store on every DeepSeek-V3 shape at M = 4096 (H100, 2026-11-24:
+  // 4096x32768x512 562 against 468 us, 4096x24576x1536 492 against 462, 4096x7168x2048 175
+  // against 163; docs/training.md).
+  static constexpr int kOutKind = kOutKind_;
+  static constexpr int kCKind = kCKind_;
+  static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
+  static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
+  static constexpr bool kTmaF32Store =
+      kOutKind_ == 1 && kCKind_ == 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+  // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
+  // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
+  // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read
+  // column-major, [K/128][align4(N)], like a_scale's TMA-aligned layout), the weight gradient's
+  // operands; the producer loads the stage's kBlockN values by TMA beside a_scale, and each
+  // accumulator is promoted with a_scale(row) * b_scale(column) (TileMainloop::finish).
+  static constexpr bool kBScale1D = kBScale1D_;
+  static constexpr int kF32AtomCols = kWgmmaN_ % 32 == 0 ? 32 : (kWgmmaN_ % 16 == 0 ? 16 : 8);
+
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
   // in during the predecessor's tail; the dense kind only (a grouped tile's expert is read from
@@ -82,13 +110,31 @@ struct Fp8GemmConfig {
   static constexpr int kNumSubtiles = kNumSlabs * kNumNParts;
   static constexpr int kNumAccumBuffers = kNumAccumBuffers_;
   static constexpr int kAccumPerSubtile = kWgmmaN / 2;
+  // Rows of a sub-tile whose loads of C the direct store issues before their stores: both of a
+  // thread's two rows (more loads in flight) where a warpgroup has several sub-tiles, one at a time
+  // otherwise and under 1D1D (whose 192-register tiles spilled with both).
+  // NOTES: in-place FP32 on an H100 (2026-11-25, tools/probe_epilogue.py): 128x256 /128 at
+  // 4096x7168x7168 352.9 us with both rows against 385.3 with one; 128x128 x2 at 7168x2048x4096
+  // 125.7 with one against 132.1 with both. Asking L2 for the tile's rows of C when the tile starts
+  // (cp.async.bulk.prefetch.L2) was slower in every case (410.7, 371.2 and 132.7 us).
+  // DT_C_LOAD_ROWS overrides it for measurements.
+#ifdef DT_C_LOAD_ROWS
+  static constexpr int kCLoadRows = DT_C_LOAD_ROWS;
+#else
+  static constexpr int kCLoadRows = kNumSubtiles > 1 && !kBScale1D_ ? 2 : 1;
+#endif
+  // Column pairs of each such row loaded before their stores: all of the sub-tile's, or under
+  // 1D1D with several sub-tiles 8 at a time (256x128 spilled 28 bytes with all 16).
+  static constexpr int kCLoadPairs = kBScale1D_ && kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8 ? 8 : kAccumPerSubtile / 4;
 
   // Shared memory (bytes): D staging (persistent kernels only), then A, B, a_scale and b_scale
   // stages, then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
   // NOTES: staging one 64-row slab per warpgroup at a time (half the staging of a 256-row tile)
   // cost 5% at 4096x7168x16384 on an H100, and the memory it frees is 1 KB short of a 4th stage.
   static constexpr int kStoreRows = kWgM;  // rows per consumer warpgroup and TMA store
-  static constexpr int kSmemDBytes = kSplitK > 1 ? 0 : align_up(kBlockM * kBlockN * 2, 1024);
+  static constexpr int kSmemDBytes =
+      kTmaF32Store ? align_up(kNumMathWarpgroups * 64 * kWgmmaN * 4, 1024)
+                   : (kSplitK > 1 || kDirectStore ? 0 : align_up(kBlockM * kBlockN * 2, 1024));
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
   // a_scale arrives by TMA per stage: from the TMA-aligned column-major layout one float per row;
@@ -97,20 +143,24 @@ struct Fp8GemmConfig {
   static constexpr bool kAScaleRowMajor = kAScaleRowMajor_;
   static constexpr int kAScaleCols = kAScaleRowMajor ? 4 : 1;
   static constexpr int kTileAScaleBytes = kBlockM * 4 * kAScaleCols;
-  static constexpr int kStageTxBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes + kTileAScaleBytes;  // the stages' region
+  static constexpr int kTileBScaleBytes = kBScale1D_ ? kBlockN * 4 : 0;  // 1D1D: a TMA box per stage
+  static constexpr int kStageTxBytes = kStageBytes + kTileBScaleBytes;
   // The one-buffer k-loop of a tile whose width is not a multiple of 128 reads the two b_scale
   // values of each k-block (row 0 and row 1 of a tile straddling two 128-row weight blocks) from
   // its stage, copied there by the producer (fp8_gemm_mainloop.cuh, BScaleStaged); other k-loops
   // load them themselves (BScaleQueue, BScaleChunks). The 8 bytes per stage are there for every config.
-  static constexpr bool kBScaleStaged = kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
-  static constexpr int kSmemBScaleBytes = kNumStages * 8;
+  static constexpr bool kBScaleStaged = !kBScale1D_ && kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
+  // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
+  static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
+  static constexpr int kSmemBScaleBytes = kNumStages * kBScalePitch * 4;
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
   // staged b_scale values (its read must precede the producer's next copy), else one.
   static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;
   // The masked and offsets kinds keep a per-expert table after the barriers.
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
   static constexpr int kSmemBytes =
-      kSmemDBytes + kNumStages * kStageTxBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
+      kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.
@@ -151,6 +201,10 @@ struct Fp8GemmConfig {
                                     kNumNParts == 1 && kNumMulticast == 1 && !kGrouped),
                    "DT_SWAP_N must be 0, or 8 or 16 with DT_BLOCK_M 64, DT_BLOCK_N a multiple of 64 equal to DT_WGMMA_N, "
                    "no multicast and the dense kind");
+  DT_STATIC_ASSERT((kOutKind == 0 || kOutKind == 1) && kCKind >= 0 && kCKind <= 3,
+                   "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16), 2 (FP32) or 3 (D itself)");
+  DT_STATIC_ASSERT(!kBScale1D || (kSwapN == 0 && !kGrouped),
+                   "DT_B_SCALE_1D (1D1D) needs the dense kind without swap-AB");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -29,7 +29,8 @@ struct SharedStorage {
   u8* a;            // [stages][block_m, 128] fp8, 128B-swizzled
   u8* b;            // [stages][block_n, 128] fp8, 128B-swizzled
   float* a_scale;   // [stages][block_m][kAScaleCols]
-  float* b_scale;   // [stages][2]: the tile's b_scale rows 0 and 1 of the stage's k-block (kBScaleStaged)
+  float* b_scale;   // [stages][kBScalePitch]: the tile's b_scale rows 0 and 1 of the stage's k-block
+                    // (kBScaleStaged), or its columns' values (kBScale1D)
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
   int* group_table; // the per-expert table of the masked and offsets kinds (GroupTable)
@@ -40,7 +41,7 @@ struct SharedStorage {
         b(a + Cfg::kNumStages * Cfg::kTileABytes),
         a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
         b_scale(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols),
-        full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * 2)),
+        full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * Cfg::kBScalePitch)),
         empty(full + Cfg::kNumStages),
         group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {}
 
@@ -225,11 +226,22 @@ DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
   }
 }
 
+/// The 1D1D kernels' (Cfg::kBScale1D) b_scale source: none here; the promotion reads each column's
+/// value from the stage (TileMainloop::finish).
+struct BScaleColumns {
+  float now0 = 0.f, now1 = 0.f;
+  DT_DEVICE BScaleColumns(const float*, const float*, int, int) {}
+  DT_DEVICE void read_stage(const float*) {}
+  DT_DEVICE void pop(int) {}
+};
+
 /// The b_scale source of a config's k-loop: chunks and shuffles for two accumulator buffers; for
-/// one, the stage's values (Cfg::kBScaleStaged) or the load queue.
+/// one, the stage's values (Cfg::kBScaleStaged) or the load queue; the stage's columns for 1D1D.
 template <class Cfg, bool kTwoRows>
-using BScaleFor = typename If<Cfg::kNumAccumBuffers == 2, BScaleChunks<kTwoRows>,
-                              typename If<Cfg::kBScaleStaged, BScaleStaged<kTwoRows>, BScaleQueue<kTwoRows>>::type>::type;
+using BScaleFor = typename If<
+    Cfg::kBScale1D, BScaleColumns,
+    typename If<Cfg::kNumAccumBuffers == 2, BScaleChunks<kTwoRows>,
+                typename If<Cfg::kBScaleStaged, BScaleStaged<kTwoRows>, BScaleQueue<kTwoRows>>::type>::type>::type;
 
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
 /// tile use b_scale row 0, the rest row 1.
@@ -320,6 +332,25 @@ struct TileMainloop {
   DT_DEVICE void finish() {
     constexpr int kPart = kSub % Cfg::kNumNParts;
     fence_accumulator<kBuf>();
+    if constexpr (Cfg::kBScale1D) {
+      // 1D1D: columns 8j + 2 (lane % 4) + {0, 1} of this part scale by their own b_scale, read
+      // from the stage before it is handed back.
+      const float* cols = ctx.smem.b_scale + release_state.index * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
+                          2 * (ctx.lane % 4);
+#pragma unroll
+      for (int j = 0; j < kAcc / 4; ++j) {
+        const float2 b = *reinterpret_cast<const float2*>(cols + 8 * j);
+        result[kSub][4 * j + 0] += (row_scale[kBuf][0] * b.x) * acc[kBuf][4 * j + 0];
+        result[kSub][4 * j + 1] += (row_scale[kBuf][0] * b.y) * acc[kBuf][4 * j + 1];
+        result[kSub][4 * j + 2] += (row_scale[kBuf][1] * b.x) * acc[kBuf][4 * j + 2];
+        result[kSub][4 * j + 3] += (row_scale[kBuf][1] * b.y) * acc[kBuf][4 * j + 3];
+      }
+      if constexpr (kSub == kLast) {
+        release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
+        release_state.advance();
+      }
+      return;
+    }
     if constexpr (kSub == kLast) {
       release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
       release_state.advance();

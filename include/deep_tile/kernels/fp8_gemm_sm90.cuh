@@ -1,5 +1,6 @@
 // FP8 GEMM with DeepSeek-V3 fine-grained scaling for sm_90a:
 //   D[M, N] (bf16) = (A[M, K] * a_scale[M, K/128]) @ (B[N, K] * b_scale[N/128, K/128])^T
+// or, in the output variants of Fp8GemmConfig (kOutKind, kCKind), D in FP32 and/or D = C + that.
 //
 // One producer warpgroup (one thread issues TMA into a ring of shared-memory stages) and one or
 // two consumer warpgroups (WGMMA from shared memory, FP32 promotion of each 128-wide K block with
@@ -15,6 +16,7 @@
 #include "deep_tile/debug/trace.cuh"
 #include "deep_tile/epilogue/splitk_reduce.cuh"
 #include "deep_tile/epilogue/store_bf16.cuh"
+#include "deep_tile/epilogue/store_direct.cuh"
 #include "deep_tile/kernels/fp8_gemm_config.cuh"
 #include "deep_tile/kernels/fp8_gemm_mainloop.cuh"
 #include "deep_tile/pipeline/pipeline_state.cuh"
@@ -78,7 +80,8 @@ DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Schedule
 
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
-                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched) {
+                             const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched,
+                             const TmaDescriptor* tma_b_scale) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
   const u32 stage_tx_bytes = sched.stage_tx_bytes();
   const WorkRange work = sched.work();
@@ -114,6 +117,9 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         // [block_m] of K block kb (the masked kind's map has a row per expert and K block)
         ptx::tma_load_2d(a_scale, tma_a_scale, full, sched.a_scale_row(tile), sched.a_scale_kb0(tile) + kb);
       }
+      if constexpr (Cfg::kBScale1D) {  // [block_n] of K block kb
+        ptx::tma_load_2d(smem.b_scale + state.index * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
+      }
       state.advance();
     }
   }
@@ -124,7 +130,7 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
                              const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile],
-                             u8* d, int ldd) {
+                             u8* d, int ldd, const u8* c, int ldc) {
   // NOTES: broadcast so ptxas knows the warpgroup index is warp-uniform and keeps the WGMMA
   // descriptors derived from it in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
@@ -169,14 +175,24 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
 
-    dispatch_first_blocks<Cfg>(b_rows.first_blocks,
-                               RunTileMainloop<Cfg>{ctx, issue_state, release_state, result, b_rows.row0,
-                                                    b_rows.row1, work.kb_begin, work.kb_end, tile.peer_alive});
+    const RunTileMainloop<Cfg> mainloop{ctx,        issue_state, release_state, result, b_rows.row0,
+                                        b_rows.row1, work.kb_begin, work.kb_end,  tile.peer_alive};
+    if constexpr (Cfg::kBScale1D) {
+      mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
+    } else {
+      dispatch_first_blocks<Cfg>(b_rows.first_blocks, mainloop);
+    }
 
     if constexpr (Cfg::kSplitK == 1) {
       bool row_real = false;
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
-      if constexpr (Cfg::kSwapAB) {
+      if constexpr (Cfg::kTmaF32Store) {
+        store_tile_f32_tma<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
+      } else if constexpr (Cfg::kDirectStore && Cfg::kSwapAB) {
+        store_tile_swapped_direct<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd, c, ldc);
+      } else if constexpr (Cfg::kDirectStore) {
+        store_tile_direct<Cfg>(result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd, c, ldc);
+      } else if constexpr (Cfg::kSwapAB) {
         store_tile_swapped<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd);
       } else {
         store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
@@ -184,7 +200,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     }
   }
   trace::stamp_if<trace::kLoopDone>(threadIdx.x == 0);
-  if constexpr (Cfg::kSplitK == 1) {
+  if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) {
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
   }
 }
@@ -192,11 +208,14 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 /// The kernel body; csrc/entry/fp8_gemm_sm90.cu wraps it in an extern "C" __global__ symbol.
 /// `d`/`ldd` (the output and its row pitch in elements) serve the split-K epilogue and the
 /// grouped kinds' partial tiles; the persistent one stores through `tma_d`. `group` describes a
-/// grouped problem (Cfg::kProblemKind; unused when dense).
+/// grouped problem (Cfg::kProblemKind; unused when dense). The direct-store variants
+/// (Cfg::kDirectStore: FP32 D and/or C) store through `d` only, adding C (`c`, row pitch `ldc`
+/// elements, possibly `d` itself) when Cfg::kCKind says there is one.
 template <class Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
-                             int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0}) {
+                             int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0},
+                             const u8* c = nullptr, int ldc = 0, const TmaDescriptor* tma_b_scale = nullptr) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
   Scheduler<Cfg> sched(m, n, k, raster_width, group, smem.group_table);
@@ -207,7 +226,8 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     ptx::tma_prefetch_descriptor(&tma_a);
     ptx::tma_prefetch_descriptor(&tma_b);
     ptx::tma_prefetch_descriptor(&tma_a_scale);
-    if constexpr (Cfg::kSplitK == 1) ptx::tma_prefetch_descriptor(&tma_d);
+    if constexpr (Cfg::kBScale1D) ptx::tma_prefetch_descriptor(tma_b_scale);
+    if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) ptx::tma_prefetch_descriptor(&tma_d);
 #pragma unroll
     for (int s = 0; s < Cfg::kNumStages; ++s) {
       // The producer's arrive (with the stage's TMA bytes), and with kBScaleStaged its b_scale copies'.
@@ -249,7 +269,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, tma_b_scale);
       trace::stamp<trace::kLastIssue>();
       // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
       // this grid leaves free (its wait still waits for this grid to complete).
@@ -265,7 +285,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     }
   } else {
     ptx::setmaxnreg_inc<Cfg::kConsumerRegisters>();
-    consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result, d, ldd);
+    consumer_loop<Cfg>(smem, &tma_d, b_scale, sched, result, d, ldd, c, ldc);
     if constexpr (Cfg::kSplitK > 1) {
       // Every consumer WGMMA has read its last stage before the partial overwrites the stages
       // (named barrier 3: 1 and 2 belong to the persistent epilogue's warpgroups).
@@ -285,7 +305,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       if (index < sched.num_tiles) {
         const Tile<Cfg> tile = sched.tile(index);
         reduce_partials_and_store<Cfg>(smem.partial(), d, ldd, tile.m0, tile.n0, tile.m_end, sched.n,
-                                       ptx::cluster_cta_rank(), threadIdx.x);
+                                       ptx::cluster_cta_rank(), threadIdx.x, c, ldc);
       }
       ptx::cluster_sync_relaxed();
     }

@@ -279,8 +279,14 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
   /// align_up's division rounds toward zero (the clamp to 0 would hide it). Spelling this or
   /// stage_tx_bytes_for's rounding as align_up changed every kernel's SASS (tools/sass_diff.py;
   /// RESULTS.md, 2026-11-24 'Wider swap-AB tiles and the split-K epilogue split at its cluster barrier'), so both stay as they are.
+  /// NOTES: the output variants (Cfg::kDirectStore) keep every m-block at its own rows: with C
+  /// read from D (in place), rows stored twice would be accumulated twice.
   DT_DEVICE int tile_m0(int m_block) const {
-    return max_int(0, min_int(m_block * Cfg::kBlockM, (m - Cfg::kBlockM + 3) & ~3));
+    if constexpr (Cfg::kDirectStore) {
+      return m_block * Cfg::kBlockM;
+    } else {
+      return max_int(0, min_int(m_block * Cfg::kBlockM, (m - Cfg::kBlockM + 3) & ~3));
+    }
   }
 
   DT_DEVICE Tile<Cfg> tile(int index, Ahead = Ahead{}) const {

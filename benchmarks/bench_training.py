@@ -1,0 +1,205 @@
+"""The FP8 training GEMMs beside DeepGEMM latest and cuBLAS blockwise: one process, same inputs,
+L2 flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
+
+Sets (``--set``, repeatable):
+
+- ``dense``: ``main_grad += A.B^T`` with A 1x128 and B 128x128 scaled (the 1D2D operands: dgrad's
+  form, accumulated into an FP32 output), DeepSeek-V3's (N, K) pairs at ``--tokens`` rows.
+  deep_tile accumulates in place (``fp8_gemm(..., out=d, c=d)``, FP32; ``deep_tile_write``: the
+  same product written to an FP32 output without accumulating, for scale). DeepGEMM latest's 1D2D
+  kernel has neither FP32 output nor C: its bf16 ``fp8_gemm_nt`` is shown for scale only, not in
+  the ratio. cuBLAS blockwise (``torch._scaled_mm``, 1x128 x 128x128, FP32 out) writes the product
+  without accumulating (the add it would need is not timed).
+
+- ``wgrad``: the weight gradient ``dW[N, K] += dY^T X`` (1D1D: both operands 1x128 along the
+  tokens) over ``--tokens`` tokens for each of :data:`WGRAD_NK`. deep_tile
+  (``fp8_gemm_1d1d(..., out=dw, c=dw)``) and DeepGEMM latest (``fp8_gemm_nt(..., dw, c=dw,
+  recipe=(1, 1, 128))``) accumulate in place into FP32; cuBLAS blockwise (``torch._scaled_mm``,
+  1x128 x 1x128, FP32 out) writes without accumulating (the add it would need is not timed).
+
+Each row checks every library's output against the float64 reference of the quantised operands
+(``calc_diff`` < 1e-3; deep_tile's from a NaN-free known C) and prints microseconds, TFLOPS and
+the ratio of deep_tile's time to the faster baseline's. ``--json PATH`` writes the rows.
+
+Needs an sm_90 GPU; DeepGEMM when ``import deep_gemm`` works (tools/device_run.sh dg_env).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import deep_tile  # noqa: E402
+from deep_tile.gemm import fp8_gemm_1d1d  # noqa: E402
+from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d  # noqa: E402
+from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.numeric import calc_diff  # noqa: E402
+from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
+from deep_tile.testing.table import geomean  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin  # noqa: E402
+
+DENSE_NK = MODEL_NK + [(7168, 4608)]
+"""(N, K) of the dense set: DeepGEMM's DeepSeek-V3 pairs plus the MoE shared expert's down
+projection."""
+WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+"""(N, K) of the weight gradients ``dW[N, K] += dY^T X`` (DeepGEMM's DeepSeek-V3 pairs): the GEMM
+is M = N, N = K over K = the tokens."""
+
+
+def deepgemm():
+    """DeepGEMM latest (``fp8_gemm_nt``), or None."""
+    try:
+        import deep_gemm
+    except ImportError:
+        return None
+    return deep_gemm if hasattr(deep_gemm, "fp8_gemm_nt") else None
+
+
+def dense_row(m: int, n: int, k: int, args) -> dict:
+    """One shape of the ``dense`` set: checked, then timed."""
+    a, a_scale, b, b_scale = make_fp8_problem(m, n, k, "cuda", seed=args.seed, a_scale_layout="tma")
+    ref = ref_fp8_gemm(a, a_scale, b, b_scale)
+    start = torch.randn((m, n), device="cuda", dtype=torch.float32)
+    d = start.clone()
+    deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)
+    row = {"set": "dense", "m": m, "n": n, "k": k, "config": deep_tile.get_config(m, n, k).label,
+           "diff": {"deep_tile": calc_diff(d.double(), start.double() + ref)}}
+    fns = {"deep_tile": lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)}
+    # the same product written without accumulating (cuBLAS's work), for scale: not in the ratio
+    plain = torch.empty((m, n), device="cuda", dtype=torch.float32)
+    deep_tile.fp8_gemm(a, a_scale, b, b_scale, plain)
+    row["diff"]["deep_tile_write"] = calc_diff(plain.double(), ref)
+    fns["deep_tile_write"] = lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, plain)
+    if k % 128 == 0 and m % 4 == 0:
+        sa, sb = a_scale.t().contiguous().t(), b_scale.contiguous().t()
+        cublas = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        row["diff"]["cublas"] = calc_diff(cublas.double(), ref)
+        fns["cublas"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    dg = None if args.no_deepgemm else deepgemm()
+    if dg is not None:
+        bf16 = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
+        dg.fp8_gemm_nt((a, a_scale), (b, b_scale), bf16, recipe=(1, 128, 128), disable_ue8m0_cast=True)
+        row["diff"]["deepgemm_bf16"] = calc_diff(bf16.double(), ref)
+        fns["deepgemm_bf16"] = lambda: dg.fp8_gemm_nt((a, a_scale), (b, b_scale), bf16, recipe=(1, 128, 128),
+                                                      disable_ue8m0_cast=True)
+    del ref
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    flops = 2.0 * m * n * k
+    row["us"] = times
+    row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
+    baselines = [times[name] for name in ("cublas",) if name in times]  # DeepGEMM's bf16 is not this GEMM
+    row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
+    return row
+
+
+def _cublas_1d1d(a, a_scale, b, b_scale):
+    """A callable running cuBLAS's 1x128 x 1x128 blockwise GEMM on these operands (FP32 out), or
+    the reason it cannot (a str): the scale layouts torch._scaled_mm accepts are tried in turn."""
+    sa = a_scale.t().contiguous().t()
+    errors = []
+    for sb in (b_scale.t().contiguous().t(), b_scale.contiguous(), b_scale.t().contiguous()):
+        try:
+            torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        except Exception as exc:  # noqa: BLE001 -- recorded: cuBLAS or torch refuses this layout
+            errors.append(f"{type(exc).__name__}: {str(exc)[:120]}")
+            continue
+        return lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    return "; ".join(errors)
+
+
+def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
+    """One weight gradient dW[n, k] += dY^T X over ``tokens`` (M = n, N = k, K = tokens): checked, timed."""
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    dy_t = torch.randn((n, tokens), generator=gen, device="cuda").to(torch.bfloat16)
+    x_t = torch.randn((k, tokens), generator=gen, device="cuda").to(torch.bfloat16)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(dy_t)
+    b, b_scale = deep_tile.per_token_cast_to_fp8(x_t)
+    a_scale_tma, b_scale_tma = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    ref = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+    start = torch.randn((n, k), device="cuda", dtype=torch.float32)
+    dw = start.clone()
+    fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)
+    problem = deep_tile.get_config(n, k, tokens)  # the 1D1D variant of this config runs
+    row = {"set": "wgrad", "m": n, "n": k, "k": tokens, "config": problem.label + " (1d1d)",
+           "diff": {"deep_tile": calc_diff(dw.double(), start.double() + ref)}}
+    fns = {"deep_tile": lambda: fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)}
+    cublas = _cublas_1d1d(a, a_scale, b, b_scale)
+    if callable(cublas):
+        row["diff"]["cublas"] = calc_diff(cublas().double(), ref)
+        fns["cublas"] = cublas
+    else:
+        row["cublas_error"] = cublas
+    dg = None if args.no_deepgemm else deepgemm()
+    if dg is not None:
+        dg_d = start.clone()
+        try:
+            dg.fp8_gemm_nt((a, a_scale_tma), (b, b_scale_tma), dg_d, c=dg_d, recipe=(1, 1, 128))
+            torch.cuda.synchronize()
+            row["diff"]["deepgemm"] = calc_diff(dg_d.double(), start.double() + ref)
+            fns["deepgemm"] = lambda: dg.fp8_gemm_nt((a, a_scale_tma), (b, b_scale_tma), dg_d, c=dg_d,
+                                                     recipe=(1, 1, 128))
+        except Exception as exc:  # noqa: BLE001 -- recorded, not fatal
+            row["deepgemm_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    del ref
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    flops = 2.0 * n * k * tokens
+    row["us"] = times
+    row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
+    baselines = [times[name] for name in ("cublas", "deepgemm") if name in times]
+    row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
+    return row
+
+
+def print_rows(rows: list) -> None:
+    names = sorted({name for r in rows for name in r["us"]}, key=lambda x: (x != "deep_tile", x))
+    head = f"{'set':<6} {'M':>6} {'N':>6} {'K':>6} " + " ".join(f"{n + ' us':>17} {'TF':>5}" for n in names)
+    print(head + f" {'vs best':>8} {'diff ok':>8}  config")
+    for r in rows:
+        cells = " ".join(f"{r['us'].get(n, float('nan')):>17.1f} {r['tflops'].get(n, float('nan')):>5.0f}"
+                         for n in names)
+        ok = all(v < 1e-3 for v in r["diff"].values())
+        speed = f"{r['speedup']:.3f}" if r["speedup"] else "-"
+        print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}")
+    speedups = [r["speedup"] for r in rows if r["speedup"]]
+    if speedups:
+        print(f"geomean deep_tile vs the faster baseline: {geomean(speedups):.3f}x over {len(speedups)} shapes "
+              f"(min {min(speedups):.3f}); every row correct: {all(all(v < 1e-3 for v in r['diff'].values()) for r in rows)}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", action="append", choices=["dense", "wgrad"], help="which GEMMs (default: all)")
+    parser.add_argument("--tokens", type=int, action="append",
+                        help="rows of the dense set, the reduction of the wgrad set (default 4096)")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-deepgemm", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    sets = args.set or ["dense", "wgrad"]
+    rows = []
+    if "dense" in sets:
+        for m in args.tokens or [4096]:
+            for n, k in DENSE_NK:
+                rows.append(dense_row(m, n, k, args))
+                print(json.dumps({key: rows[-1][key] for key in ("m", "n", "k", "us", "diff")}), flush=True)
+    if "wgrad" in sets:
+        for tokens in args.tokens or [4096]:
+            for n, k in WGRAD_NK:
+                rows.append(wgrad_row(n, k, tokens, args))
+                print(json.dumps({key: rows[-1].get(key) for key in ("m", "n", "k", "us", "diff", "cublas_error",
+                                                                      "deepgemm_error")}), flush=True)
+    print_rows(rows)
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

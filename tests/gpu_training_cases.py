@@ -1,0 +1,142 @@
+"""GPU checks of the output variants (FP32 out, ``out = C + A.B^T``), run in a child process by
+tests/test_training.py (conftest.run_child_cases; the protocol of tests/gpu_cases.py).
+
+Every case draws fresh random data and compares against the float64 reference ``C + A.B^T`` of
+the quantised operands. A separate ``out`` is NaN-poisoned before each run, so an element the
+kernel leaves unwritten shows; an in-place accumulation (``c`` is ``out``) starts from random C and
+additionally counts the elements still bitwise equal to C where the product is not negligible
+(unwritten), and its error bar catches an element accumulated twice.
+"""
+from __future__ import annotations
+
+import torch
+
+import deep_tile
+from deep_tile.gemm import fp8_gemm_1d1d
+from deep_tile.launch import run_acc
+from deep_tile.reference import ref_fp8_gemm_1d1d
+from deep_tile.select.config import KernelConfig
+from deep_tile.testing.data import make_fp8_problem
+from deep_tile.testing.numeric import calc_diff, max_rel_error
+from gpu_cases import serve
+
+DEVICE = "cuda"
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _storage(m: int, n: int, dtype, row_stride: int | None, fill) -> torch.Tensor:
+    """An [m, n] view of ``dtype`` with row pitch ``row_stride`` (padding columns after n)."""
+    stride = row_stride or n
+    if fill == "nan":
+        full = torch.full((m, stride), float("nan"), dtype=dtype, device=DEVICE)
+    else:
+        full = fill.to(dtype)
+        if stride != n:
+            padded = torch.full((m, stride), float("nan"), dtype=dtype, device=DEVICE)
+            padded[:, :n] = full
+            full = padded
+    return full[:, :n]
+
+
+def operands_1d1d(m: int, n: int, k: int, seed: int = 0) -> tuple:
+    """Random ``(a, a_scale, b, b_scale)`` of the 1D1D GEMM: both quantised 1x128 from fresh randn
+    bf16 data (per_token_cast_to_fp8); b_scale [n, K blocks] row-major."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn((m, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    w = torch.randn((n, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(x)
+    b, b_scale = deep_tile.per_token_cast_to_fp8(w)
+    return a, a_scale, b, b_scale
+
+
+def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict | None = None, seed: int = 0,
+             row_stride: int | None = None, public: bool = False, one_d: bool = False) -> dict:
+    """One output-variant GEMM. ``c_mode``: ``"none"``, ``"bfloat16"`` / ``"float32"`` (a separate
+    C of that type) or ``"inplace"`` (C is ``out``). ``public``: through ``deep_tile.fp8_gemm``
+    (the selector's config), else ``run_acc`` with the forced ``config``. ``one_d``: the 1D1D GEMM
+    (``fp8_gemm_1d1d``, b_scale per row of b)."""
+    if one_d:
+        a, a_scale, b, b_scale = operands_1d1d(m, n, k, seed)
+        product = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+    else:
+        a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout="tma")
+        product = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed + 7)
+    scale = float(product.abs().max()) if product.numel() else 1.0
+    c_values = torch.randn((m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
+    forced = None
+    if config:  # the tile's fields, then its output variant (with the stages its staging leaves)
+        tile = {key: value for key, value in config.items() if key not in ("out_dtype", "c_dtype")}
+        forced = KernelConfig(**tile)
+        forced = (forced.with_b_scale_1d() if one_d else forced).with_output(config.get("out_dtype", "bfloat16"),
+                                                                            config.get("c_dtype"))
+    dtype = DTYPES[out_dtype]
+
+    def once():
+        c = None
+        if c_mode == "inplace":
+            out = _storage(m, n, dtype, row_stride, c_values)
+            c_ref = out.double().clone()
+        else:
+            out = _storage(m, n, dtype, row_stride, "nan")
+            if c_mode != "none":
+                c = _storage(m, n, DTYPES[c_mode], row_stride, c_values)
+            c_ref = c.double() if c is not None else None
+        if public:
+            fn = fp8_gemm_1d1d if one_d else deep_tile.fp8_gemm
+            fn(a, a_scale, b, b_scale, out, c=out if c_mode == "inplace" else c)
+        else:
+            run_acc(a, a_scale, b, b_scale, c, c_mode == "inplace", out, config=forced, b_scale_1d=one_d)
+        torch.cuda.synchronize()
+        return out, c_ref
+
+    out, c_ref = once()
+    ref = product if c_ref is None else product + c_ref
+    valid = out[:, :n].double()
+    result = {"m": m, "n": n, "k": k, "out_dtype": out_dtype, "c_mode": c_mode, "config": config, "one_d": one_d,
+              "nan": int(torch.isnan(valid).sum().item()),
+              "diff": calc_diff(valid, ref) if ref.numel() else 0.0,
+              "rel": max_rel_error(valid, ref) if ref.numel() else 0.0}
+    if c_mode == "inplace":
+        # products large enough to move C by more than a few units in the last place of out's type
+        # (a bf16 C + a small product rounds back to C)
+        ulps = 2.0 ** -5 if dtype == torch.bfloat16 else 2.0 ** -20
+        significant = (product.abs() > 1e-3 * scale) & (product.abs() > ulps * c_ref.abs())
+        result["unwritten"] = int(((valid == c_ref) & significant).sum().item())
+    again, _ = once()
+    result["bitwise_repeat"] = bool(torch.equal(out.contiguous().view(torch.uint8), again.contiguous().view(torch.uint8)))
+    if row_stride:
+        base = out.as_strided((m, row_stride), (row_stride, 1))
+        result["padding_untouched"] = bool(torch.isnan(base[:, n:].float()).all().item())
+    return result
+
+
+def graph_acc(m: int, n: int, k: int, seed: int = 0) -> dict:
+    """In-place FP32 accumulation captured in a CUDA graph: replayed twice with new operands it must
+    hold C + A1.B1^T + A2.B2^T."""
+    a, a_scale, b, b_scale = make_fp8_problem(m, n, k, DEVICE, seed=seed, a_scale_layout="tma")
+    out = torch.randn((m, n), device=DEVICE, dtype=torch.float32)
+    start = out.double().clone()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # warm-up outside capture (compiles, loads)
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, out, c=out)
+    torch.cuda.synchronize()
+    out.copy_(start)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        deep_tile.fp8_gemm(a, a_scale, b, b_scale, out, c=out)
+    graph.replay()
+    first = deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
+    a2, a_scale2, b2, b_scale2 = make_fp8_problem(m, n, k, DEVICE, seed=seed + 1, a_scale_layout="tma")
+    torch.cuda.synchronize()
+    a.copy_(a2), a_scale.copy_(a_scale2), b.copy_(b2), b_scale.copy_(b_scale2)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = start + first + deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
+    valid = out.double()
+    return {"m": m, "n": n, "k": k, "nan": int(torch.isnan(valid).sum().item()), "diff": calc_diff(valid, ref),
+            "rel": max_rel_error(valid, ref)}
+
+
+if __name__ == "__main__":
+    serve(globals())

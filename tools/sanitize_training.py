@@ -1,0 +1,88 @@
+"""The workload of tools/sanitize.sh for the output variants (FP32 out, ``out = C + A.B^T``; GPU).
+
+One small problem per direct-store family: persistent with one and two buffers, a 256-row tile
+with multicast of A, two column parts, a tile straddling b_scale blocks, split-K (2 and 8), swap-AB
+(persistent and split), each with an FP32 or bf16 output and a C that is separate or ``out``
+itself (in place). Outputs are NaN-poisoned (in place: start from C) and compared with the float64
+reference, so the run also fails on a wrong answer. Exit status 1 if any check fails.
+Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``.
+"""
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "tests")]
+
+import torch  # noqa: E402
+
+import deep_tile  # noqa: E402
+from deep_tile.launch import run_acc  # noqa: E402
+from deep_tile.reference import ref_fp8_gemm_1d1d  # noqa: E402
+from deep_tile.select.config import KernelConfig  # noqa: E402
+from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.numeric import calc_diff  # noqa: E402
+from gpu_training_cases import operands_1d1d  # noqa: E402
+
+P = dict(raster_width=8, grid_size=132)
+# (config fields, out dtype, c mode: "none", "bfloat16", "float32" or "inplace", m, n, k)
+CASES = [
+    (dict(block_m=128, block_n=128, num_stages=5), "float32", "inplace", 520, 1160, 400),
+    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), "bfloat16", "bfloat16", 520, 1160, 400),
+    (dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True), "float32", "float32",
+     520, 1160, 400),
+    (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16), "float32",
+     "bfloat16", 600, 1160, 400),
+    (dict(block_m=64, block_n=144, num_stages=6), "float32", "none", 130, 1160, 400),
+    (dict(block_m=64, block_n=48, num_stages=8, num_multicast=2, multicast_on_a=True, accum_buffers=2), "float32",
+     "inplace", 130, 1160, 400),
+    (dict(block_m=128, block_n=144, num_stages=5), "bfloat16", "inplace", 130, 1160, 400),
+    (dict(block_m=128, block_n=128, num_stages=5, split_k=2, accum_buffers=2), "float32", "inplace", 200, 1160, 400),
+    (dict(block_m=64, block_n=48, num_stages=8, split_k=8), "bfloat16", "inplace", 64, 2112, 1024),
+    (dict(block_m=64, block_n=128, num_stages=8, swap_n=16), "float32", "inplace", 13, 4096, 400),
+    (dict(block_m=64, block_n=64, num_stages=8, swap_n=8, split_k=2, accum_buffers=2), "float32", "float32",
+     5, 2112, 1040),
+    # 1D1D (b_scale per row of b): persistent with one and two buffers, multicast of A, split-K
+    (dict(block_m=128, block_n=128, num_stages=5, b_scale_1d=True), "float32", "inplace", 520, 1160, 400),
+    (dict(block_m=128, block_n=160, num_stages=4, accum_buffers=1, b_scale_1d=True), "bfloat16", "none",
+     520, 1160, 400),
+    (dict(block_m=64, block_n=64, num_stages=8, accum_buffers=2, b_scale_1d=True), "float32", "float32",
+     130, 1160, 400),
+    (dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True, b_scale_1d=True), "float32",
+     "inplace", 520, 1160, 400),
+    (dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2, b_scale_1d=True), "float32", "inplace",
+     100, 1160, 1040),
+]
+
+
+def main() -> int:
+    failures = 0
+    for fields, out_dtype, mode, m, n, k in CASES:
+        one_d = fields.get("b_scale_1d", False)
+        if one_d:
+            a, sa, b, sb = operands_1d1d(m, n, k, seed=m + n + k)
+            ref = ref_fp8_gemm_1d1d(a, sa, b, sb)
+        else:
+            a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
+            ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
+        dtype = getattr(torch, out_dtype)
+        c_dtype = None if mode == "none" else ("out" if mode == "inplace" else mode)
+        config = KernelConfig(**{**P, **fields}).with_output(out_dtype, c_dtype)
+        start = torch.randn((m, n), device="cuda", dtype=torch.float32)
+        c = None
+        if mode == "inplace":
+            out = start.to(dtype)
+        else:
+            out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+            c = None if mode == "none" else start.to(getattr(torch, mode))
+        base = out.double() if mode == "inplace" else (c.double() if c is not None else 0.0)
+        run_acc(a, sa, b, sb, c, mode == "inplace", out, config=config, b_scale_1d=one_d)
+        torch.cuda.synchronize()
+        diff = calc_diff(out.double(), base + ref)
+        ok = not torch.isnan(out).any().item() and diff < 1e-3
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
+    print(f"{len(CASES)} GEMM cases, {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
