@@ -60,7 +60,8 @@ struct Fp8GemmConfig {
   // NOTES: D accumulated in place by the TMA unit's reduce-add (staged as for kTmaF32Store) was
   // slower than the direct store on every DeepSeek-V3 shape at M = 4096 (H100, 2026-11-24:
   // 4096x32768x512 562 against 468 us, 4096x24576x1536 492 against 462, 4096x7168x2048 175
-  // against 163; docs/training.md).
+  // against 163; RESULTS.md,
+  // 2026-11-25 'FP32 accumulation and the 1D1D weight gradient beside cuBLAS and DeepGEMM latest').
   static constexpr int kOutKind = kOutKind_;
   static constexpr int kCKind = kCKind_;
   static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
