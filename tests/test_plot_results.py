@@ -48,6 +48,17 @@ def test_the_markdown_names_each_file_and_its_setup():
     assert "driver 580" in text and "nvrtc 13.0" in text
 
 
+def test_the_readme_table_is_the_scripts():
+    """README's performance table is what the script computes from the committed JSON (regenerate
+    it with `python benchmarks/plot_results.py` when a newer run replaces a file of SOURCES)."""
+    table = [line for line in plot_results.markdown(plot_results.summary()).splitlines() if line.startswith("|")]
+    readme = (ROOT / "README.md").read_text()
+    performance = readme.split("\n## Performance\n")[1].split("\n## ")[0]
+    assert [line for line in performance.splitlines() if line.startswith("|")] == table
+    for name in plot_results.PLOTS:
+        assert f"(docs/img/{name})" in performance, name
+
+
 def test_geomean_refuses_what_it_cannot_average():
     assert plot_results.geomean([1.0, 4.0]) == pytest.approx(2.0)
     for bad in ([], [1.0, 0.0], [-1.0]):
