@@ -162,22 +162,23 @@ def markdown(result: dict) -> str:
 
     ms = " / ".join(str(m) for m in sorted(result[CHIPS[0]]["chain"]))
     lines = [
-        "| deep_tile's speedup (geomean; > 1: faster) | " + " | ".join(CHIPS) + " |",
+        "| Speedup: geomean of the other library's time over deep_tile's (> 1: deep_tile faster) | "
+        + " | ".join(CHIPS) + " |",
         "|---|" + "---|" * len(CHIPS),
-        row(f"Dense, {result[CHIPS[0]]['dense_shapes']} shapes, vs DeepGEMM latest / cuBLAS blockwise",
+        row(f"Dense, {result[CHIPS[0]]['dense_shapes']} shapes (M = 64-8192), over DeepGEMM latest / cuBLAS blockwise",
             lambda c: f"{c['dense_dg']:.3f} / {c['dense_bw']:.3f}"),
         row("... of which M = 64 and 128", lambda c: f"{c['dense_small_dg']:.3f} / {c['dense_small_bw']:.3f}"),
         row("... of which M = 4096 and 8192", lambda c: f"{c['dense_large_dg']:.3f} / {c['dense_large_bw']:.3f}"),
         row(f"Dense decode GEMMs alone, M = 1-128 ({result[CHIPS[0]]['decode_alone_shapes']} shapes; "
-            "cuBLAS: M >= 16), vs DeepGEMM latest / cuBLAS blockwise",
+            "cuBLAS: M >= 16), over DeepGEMM latest / cuBLAS blockwise",
             lambda c: f"{c['decode_alone_dg']:.3f} / {c['decode_alone_bw']:.3f}"),
-        row(f"MoE contiguous ({result[CHIPS[0]]['moe_counts']['contiguous']} shapes) vs DeepGEMM latest",
+        row(f"MoE contiguous ({result[CHIPS[0]]['moe_counts']['contiguous']} shapes) over DeepGEMM latest",
             lambda c: f"{c['contiguous']:.3f}"),
-        row(f"MoE masked ({result[CHIPS[0]]['moe_counts']['masked']} shapes) vs DeepGEMM latest",
+        row(f"MoE masked ({result[CHIPS[0]]['moe_counts']['masked']} shapes) over DeepGEMM latest",
             lambda c: f"{c['masked']:.3f}"),
-        row(f"MoE offsets ({result[CHIPS[0]]['moe_counts']['offsets']}) vs DeepGEMM on padded rows",
+        row(f"MoE offsets ({result[CHIPS[0]]['moe_counts']['offsets']} shapes) over DeepGEMM on padded rows",
             lambda c: f"{c['offsets']:.3f}"),
-        row(f"Decode chain (six dense GEMMs, one CUDA graph), M = {ms}: % of the HBM copy rate, deep_tile",
+        row(f"**Decode chain** (six dense GEMMs, one CUDA graph), M = {ms}: % of the HBM copy rate, deep_tile",
             lambda c: pct(c, "deep_tile")),
         row("... DeepGEMM latest with PDL", lambda c: pct(c, "deepgemm_pdl")),
         row("HBM copy rate in that run", lambda c: f"{c['copy_rate_tbps']:.2f} TB/s"),
