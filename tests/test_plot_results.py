@@ -78,7 +78,7 @@ def test_the_plots_are_written(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot_results.py"), "--plots", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert "| deep_tile's speedup" in run.stdout
+    assert "| Speedup: geomean" in run.stdout
     for name in plot_results.PLOTS:
         data = (tmp_path / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and 10_000 < len(data) < 100_000, (name, len(data))
