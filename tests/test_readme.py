@@ -1,8 +1,10 @@
-"""README.md and .ci/run agree with the code: the API table, the main job, the test command, the layout.
+"""README.md, docs/ and .ci/run agree with the code: the API table, the main job, the test command,
+the links, the project layout (docs/layout.md).
 
 .ci/run must run the README's one-line commands -- "Main job", "Tests", "Full kernel sweep" and
-"CUDA 12 check" -- verbatim, in that order, and install nothing else: what CI installs is what a
-newcomer following the README installs.
+"CUDA 12 check" -- verbatim, in that order, inside a fresh virtual environment it activates first
+(as a newcomer runs them: a test that needs the system interpreter's packages fails there), and
+install nothing else: what CI installs is what a newcomer following the README installs.
 """
 import os
 import re
@@ -83,6 +85,28 @@ def test_ci_runs_exactly_the_readme_lines():
     assert "set -euo pipefail" in commands
 
 
+def test_ci_runs_the_readme_lines_inside_a_fresh_activated_venv():
+    commands = ci_commands()
+    first = commands.index(one_line("Main job"))
+    made = [i for i, line in enumerate(commands) if re.match(r"python3 -m venv (--clear )?\S+$", line)]
+    activated = [i for i, line in enumerate(commands) if re.match(r"(\.|source) \S+/bin/activate\"?$", line)]
+    assert made and activated and made[0] < activated[0] < first, \
+        ".ci/run must make a fresh venv with `python3 -m venv` and activate it before the README's lines"
+    venv = commands[made[0]].split()[-1].strip('"')
+    assert commands[activated[0]].split()[1].strip('"') == f"{venv}/bin/activate", "activate the venv just made"
+    # `pip` and `python` are the venv's: no wrapper scripts on PATH, no other interpreter named
+    text = CI.read_text()
+    assert "PATH=" not in text and "exec " not in text, ".ci/run must not put its own pip/python on PATH"
+    readme_lines = [one_line(title) for title in CI_SECTIONS]
+    for line in readme_lines[:3]:
+        assert not re.search(r"(^|[\s/])(python3|/usr/bin/python\S*)\b", line), line
+
+
+def test_the_readme_says_to_use_a_venv():
+    install = section("Install")
+    assert "python3 -m venv .venv && . .venv/bin/activate" in install
+
+
 def test_install_check_catches_extra_installs():
     """The pattern that guards .ci/run sees the usual ways of installing something."""
     for line in ("python3 -m pip install pytest", "pip3 install nvidia-cuda-nvdisasm", "apt-get install -y cuda",
@@ -93,8 +117,8 @@ def test_install_check_catches_extra_installs():
 
 
 def layout_paths() -> list[str]:
-    """The paths named in README's ``## Project layout`` block (nesting by two-space indent)."""
-    [block] = code_blocks(section("Project layout"))
+    """The paths named in docs/layout.md's block (nesting by two-space indent)."""
+    [block] = code_blocks((ROOT / "docs" / "layout.md").read_text())
     stack: list[tuple[int, str]] = []
     found = []
     for line in block.splitlines():
@@ -114,9 +138,30 @@ def test_project_layout_names_real_files():
     for path in ("deep_tile/common.py", "deep_tile/select/api.py", "deep_tile/jit/loader.py"):
         assert path in paths, path
     missing = [path for path in paths if not (ROOT / path).exists()]
-    assert not missing, f"README's project layout names paths that do not exist: {missing}"
+    assert not missing, f"docs/layout.md names paths that do not exist: {missing}"
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "deep_tile").glob("*.py") if p.name != "__init__.py"}
-    assert not modules - set(paths), f"modules missing from README's project layout: {sorted(modules - set(paths))}"
+    assert not modules - set(paths), f"modules missing from docs/layout.md: {sorted(modules - set(paths))}"
+
+
+def test_links_of_the_readme_and_docs_resolve():
+    """Every relative link and image of README.md and docs/*.md names an existing file, and every
+    in-page anchor of the README a section of it."""
+    anchors = {re.sub(r"[^a-z0-9 _-]", "", title.lower()).replace(" ", "-")
+               for title in re.findall(r"^#+ (.*)$", README, re.M)}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+://", target):
+                continue
+            if target.startswith("#"):
+                assert page.name != "README.md" or target[1:] in anchors, f"{page.name}: no section {target}"
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
+
+
+def test_the_readme_links_every_docs_page():
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"(docs/{page.name})" in README, f"README.md does not link docs/{page.name}"
 
 
 def test_readme_commands_name_real_things():
