@@ -7,14 +7,14 @@ does:
 
 - :func:`fp8_gemm` -- ``out = (a * a_scale) @ (b * b_scale).T`` in bf16 or FP32, optionally ``+ c``
   (``c`` may be ``out``: in-place accumulation). The 1D1D form (b scaled per row, the weight
-  gradient's GEMM): :func:`deep_tile.gemm.fp8_gemm_1d1d` (docs/training.md).
+  gradient's GEMM): :func:`fp8_gemm_1d1d` (docs/training.md).
 - :func:`m_grouped_fp8_gemm_contiguous`, :func:`m_grouped_fp8_gemm_offsets`,
   :func:`m_grouped_fp8_gemm_psum`, :func:`m_grouped_fp8_gemm_masked` -- Mixture-of-Experts GEMMs
   (one weight matrix per expert); :func:`psum_to_m_indices` -- DeepGEMM's psum layout as m_indices;
   :func:`get_m_alignment_for_contiguous_layout` -- the row alignment of the contiguous layout.
 - :func:`get_tma_aligned_a_scale` -- the zero-copy (column-major, TMA-aligned) a_scale layout.
 - :func:`per_token_cast_to_fp8`, :func:`per_block_cast_to_fp8` -- DeepSeek-V3 FP8 quantisation.
-- :func:`ref_fp8_gemm`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
+- :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
 - :func:`set_num_sms`, :func:`get_num_sms` -- limit the persistent grid to fewer SMs.
@@ -40,6 +40,8 @@ _LAZY = {
     "per_token_cast_to_fp8": "deep_tile.quant",
     "per_block_cast_to_fp8": "deep_tile.quant",
     "ref_fp8_gemm": "deep_tile.reference",
+    "ref_fp8_gemm_1d1d": "deep_tile.reference",
+    "fp8_gemm_1d1d": "deep_tile.gemm",
     "ref_m_grouped_fp8_gemm_contiguous": "deep_tile.reference",
     "ref_m_grouped_fp8_gemm_offsets": "deep_tile.reference",
     "ref_m_grouped_fp8_gemm_masked": "deep_tile.reference",
