@@ -34,7 +34,8 @@ __all__ = [
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
-    "K_UNROLLS", "SWAP_NS", "swap_problems",
+    "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_ARGUMENTS",
+    "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -137,6 +138,15 @@ array on the device (``m_indices``, ``masked_m`` or ``offsets``), the number of 
 the masked kind, the rows of each group's slab (max_m)."""
 GROUPED_ARGUMENT_KINDS = ARGUMENT_KINDS + ("ptr", "i32", "i32")
 """The kind of each of :data:`GROUPED_ARGUMENTS`."""
+SIGNAL_SYMBOL = "deep_tile_fp8_gemm_masked_signal_sm90"
+"""The symbol of the masked kernel with completion signals (the entry built with
+``DT_PROBLEM_KIND == 2`` and :data:`SIGNAL_DEFINE` = 1; SGLang's single-batch overlap)."""
+SIGNAL_DEFINE = "DT_SIGNAL"
+"""The define (1) that builds the signalling masked kernel; absent or 0 the kernels are unchanged."""
+SIGNAL_ARGUMENTS = GROUPED_ARGUMENTS + ("signal",)
+"""The signalling kernel's parameters: the grouped ones, then the int32 completion counters."""
+SIGNAL_ARGUMENT_KINDS = GROUPED_ARGUMENT_KINDS + ("ptr",)
+"""The kind of each of :data:`SIGNAL_ARGUMENTS`."""
 
 
 def kind_of_code(code: int) -> ProblemKind:
@@ -399,6 +409,30 @@ GROUPED_OPERANDS = OPERANDS + ("group_info",)
 [G * n, k], ``b_scale`` contiguous, ``out`` [rows, n], then the int32 ``m_indices`` / ``masked_m``
 / ``offsets``."""
 _A, _A_SCALE, _B, _B_SCALE, _OUT, _GROUP_INFO = range(len(GROUPED_OPERANDS))
+SIGNAL_OPERANDS = GROUPED_OPERANDS + ("signal",)
+"""The signalling masked kernel's tensors: the grouped ones, then the int32 counters [at least
+``G * ceil(max_m / signal_rows(config))``]."""
+_SIGNAL = len(GROUPED_OPERANDS)
+
+
+def signal_rows(config) -> int:
+    """Rows per completion counter of the signalling masked kernel: each consumer warpgroup
+    counts its own ``block_m / math_warpgroups`` rows of a tile (64 for block_m 64 and 128, 128
+    for 256), so SGLang's ``block_m``. Counter ``g * ceil(max_m / rows) + j`` covers rows
+    ``j * rows ..`` of expert ``g``."""
+    return config.block_m // math_warpgroups(config.block_m)
+
+
+def signal_threshold(config, n: int) -> int:
+    """The value a counter reaches once its rows are written in all ``n`` columns: one add per
+    tile column, ``ceil(n / block_n)`` (SGLang's ``threshold``)."""
+    return ceil_div(n, config.block_n)
+
+
+def signal_argument_specs(config, problem) -> tuple:
+    """:func:`argument_specs` of the masked ``problem`` for the signalling kernel
+    (:data:`SIGNAL_ARGUMENTS`, operands :data:`SIGNAL_OPERANDS`)."""
+    return argument_specs(config, problem) + (spec.Pointer(_SIGNAL),)
 
 
 def argument_specs(config, problem) -> tuple:

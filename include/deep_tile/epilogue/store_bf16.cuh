@@ -7,6 +7,7 @@
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
+#include "deep_tile/scheduler/tile_scheduler.cuh"
 
 namespace deep_tile {
 
@@ -36,6 +37,35 @@ DT_DEVICE void store_rows_direct(const u8* staging, u8* d, int ldd, int row0, in
   }
 }
 
+/// The completion counters of the signalling masked kernel (Cfg::kSignal): ceil(rows / kWgM)
+/// counters per expert, whose slab of `rows` rows (max_m) starts at row expert * rows of D. The
+/// pointer and `rows` are kept in spare words after the group table in shared memory, written
+/// once by the set-up thread (publish) and read where a counter is added (at).
+/// NOTES: any value of them held across the k-loop (the kernel parameter, an index computed before
+/// the epilogue, even the table's address in SharedStorage) made ptxas 13 spill 4-300 bytes in
+/// signalling builds from 64x128 to 128x256; found from the staging address after the stores,
+/// nothing is.
+struct SignalCounters {
+  static constexpr int kWord = 3 * kMaxTableGroups + 1;  // first spare word of the group table
+  static_assert(kGroupTableBytes >= (kWord + 3) * 4 && kWord % 2 == 1,
+                "the group table needs 3 spare words after its entries: rows, then an 8-byte aligned pointer");
+
+  static DT_DEVICE void publish(int* table, int* counters, int rows) {
+    table[kWord] = rows;
+    *reinterpret_cast<int**>(table + kWord + 1) = counters;
+  }
+
+  /// The counter of the kWgM-row slab starting at row `row0` of D.
+  template <int kWgM>
+  static DT_DEVICE int* at(const u8* table_bytes, int row0) {
+    const int* table = reinterpret_cast<const int*>(table_bytes);
+    const int rows = *reinterpret_cast<const volatile int*>(table + kWord);
+    int* const counters = *reinterpret_cast<int* const volatile*>(table + kWord + 1);
+    const int expert = row0 / rows;
+    return counters + expert * ceil_div(rows, kWgM) + (row0 - expert * rows) / kWgM;
+  }
+};
+
 /// Store the tile at (m0, n0) of D, clipped by the TMA unit to D's bounds; a warpgroup whose rows
 /// all lie at or past m_end (Tile::m_end) stores nothing, and columns past n are skipped by atom.
 /// `result[t]` is sub-tile t = slab * kNumNParts + part: rows slab*64 .. +63 of this warpgroup,
@@ -43,6 +73,10 @@ DT_DEVICE void store_rows_direct(const u8* staging, u8* d, int ldd, int row0, in
 /// The grouped kinds (Cfg::kGrouped) store exactly the real rows: `row_real` says whether this
 /// thread's row (thread_in_wg of the warpgroup's rows) is one, and the real rows are a prefix; a
 /// whole slab goes by TMA, a part of one by store_rows_direct through `d` (row pitch `ldd`).
+/// Cfg::kSignal: once this warpgroup's rows of the tile are written and visible at GPU scope,
+/// its slab's completion counter (SignalCounters, in the group table after `smem_d`, the start of
+/// shared memory) gets 1 added with a release; a slab with no real
+/// row stores nothing and adds nothing.
 template <class Cfg>
 DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
                                const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
@@ -94,6 +128,17 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   if constexpr (Cfg::kGrouped) {
     if (rows < Cfg::kStoreRows) {
       store_rows_direct<Cfg>(staging, d, ldd, m0 + wg * Cfg::kWgM, rows, n0, n, thread_in_wg);
+      if constexpr (Cfg::kSignal) {
+        // NOTES: the barrier orders every thread's stores before thread 0's release, which is
+        // cumulative: a reader that acquires the count sees them all (PTX memory model, causality
+        // order through bar.sync). `rows` is the same in every thread of the warpgroup.
+        if (rows > 0) {
+          ptx::named_barrier_sync(barrier_id, 128);
+          if (thread_in_wg == 0) {
+            ptx::red_release_gpu_add(SignalCounters::at<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, m0 + wg * Cfg::kWgM), 1);
+          }
+        }
+      }
       return;
     }
   }
@@ -107,6 +152,17 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
       }
     }
     ptx::tma_store_commit();
+    if constexpr (Cfg::kSignal) {
+      // The stores' writes complete (wait_group without .read: written, not only read from shared
+      // memory), ordered before this thread's generic release by the proxy fence.
+      // NOTES: this thread waits for its slab's writes before the warpgroup's next tile; the cost
+      // is measured by benchmarks/bench_grouped.py --signal.
+      if (row0 < m_end) {
+        ptx::tma_store_wait_all();
+        ptx::fence_proxy_async_global();
+        ptx::red_release_gpu_add(SignalCounters::at<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0), 1);
+      }
+    }
   }
 }
 

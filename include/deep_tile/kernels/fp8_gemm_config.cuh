@@ -12,7 +12,7 @@ namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0>
+          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, bool kSignal_ = false>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -47,6 +47,11 @@ struct Fp8GemmConfig {
   // 0: off. The host picks it for M <= 16 (deep_tile/select/selector.py swap_n_for).
   static constexpr int kSwapN = kSwapN_;
   static constexpr bool kSwapAB = kSwapN_ > 0;
+  // Completion signals (SGLang's single-batch overlap; DT_SIGNAL, masked kind only): after each
+  // consumer warpgroup's rows of a tile are stored and visible at GPU scope, it adds 1 to the
+  // counter of its kWgM-row slab (store_tile_bf16), so a slab's counter reaches ceil(N / kBlockN)
+  // once every column of it is written. Off (the default) the kernel is unchanged.
+  static constexpr bool kSignal = kSignal_;
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
@@ -111,6 +116,8 @@ struct Fp8GemmConfig {
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
   static constexpr int kSmemBytes =
       kSmemDBytes + kNumStages * kStageTxBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
+  // The table's offset from the start of shared memory (the last region, SharedStorage::group_table).
+  static constexpr int kSmemTableOffset = kSmemBytes - kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.
@@ -151,6 +158,8 @@ struct Fp8GemmConfig {
                                     kNumNParts == 1 && kNumMulticast == 1 && !kGrouped),
                    "DT_SWAP_N must be 0, or 8 or 16 with DT_BLOCK_M 64, DT_BLOCK_N a multiple of 64 equal to DT_WGMMA_N, "
                    "no multicast and the dense kind");
+  DT_STATIC_ASSERT(!kSignal || (kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
+                   "DT_SIGNAL needs the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

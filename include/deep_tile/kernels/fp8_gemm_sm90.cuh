@@ -192,11 +192,13 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 /// The kernel body; csrc/entry/fp8_gemm_sm90.cu wraps it in an extern "C" __global__ symbol.
 /// `d`/`ldd` (the output and its row pitch in elements) serve the split-K epilogue and the
 /// grouped kinds' partial tiles; the persistent one stores through `tma_d`. `group` describes a
-/// grouped problem (Cfg::kProblemKind; unused when dense).
+/// grouped problem (Cfg::kProblemKind; unused when dense); `signal` the completion counters of
+/// the signalling masked kernel (Cfg::kSignal; unused otherwise).
 template <class Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
-                             int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0}) {
+                             int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0},
+                             int* signal = nullptr) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
   Scheduler<Cfg> sched(m, n, k, raster_width, group, smem.group_table);
@@ -228,6 +230,9 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     // The producer warpgroup's second warp builds the expert table while the first inits barriers.
     if (threadIdx.x / 32 == Cfg::kNumMathWarps + 1) {
       GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
+      if constexpr (Cfg::kSignal) {
+        if (threadIdx.x % 32 == 0) SignalCounters::publish(smem.group_table, signal, group.group_rows);
+      }
     }
   }
   // Barriers (and the expert table) must be initialised everywhere before any local, remote or
