@@ -176,16 +176,20 @@ SIGNAL_MIN_ROWS = 64
 
 def m_grouped_fp8_gemm_masked_signal(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                                      masked_m: torch.Tensor, expected_m: int, signal: torch.Tensor,
-                                     out: torch.Tensor | None = None, max_block_n: int = 256) -> tuple:
+                                     out: torch.Tensor | None = None, max_block_n: int = 256, *,
+                                     eager: bool = False) -> tuple:
     """:func:`m_grouped_fp8_gemm_masked` with completion signals, for a consumer on another stream
     that starts on a block of rows as soon as the GEMM has written it (SGLang's single-batch
     overlap: DeepEP's combine sends a block once its counter reaches the threshold).
 
-    The kernel, as each consumer warpgroup's rows of an output tile are stored and visible at GPU
+    The kernel, once each consumer warpgroup's rows of an output tile are stored and visible at GPU
     scope (TMA store waited for, proxy fence, ``red.release.gpu``), adds 1 to
     ``signal[g * ceil(max_m / block_m) + j]``, the counter of rows ``j * block_m ..`` of group
     ``g``; once all ``threshold = ceil(N / block_n)`` tile columns of a block are written its
-    counter equals ``threshold``. A reader that sees that value with an acquire load sees the
+    counter equals ``threshold``. By default a counter is raised when the warpgroup stores its
+    next tile (the wait for its staging buffer then waits for the previous store to complete; the
+    last tile's after the loop); ``eager=True`` raises it right after the tile's own store, the
+    storing thread waiting for it (earlier signals, a slower GEMM: benchmarks/RESULTS.md). A reader that sees that value with an acquire load sees the
     block's rows. Counters of blocks with no real row (``j * block_m >= masked_m[g]``) are not
     touched. ``signal`` must be zeroed by the caller before each call (the kernel adds).
 
@@ -194,6 +198,7 @@ def m_grouped_fp8_gemm_masked_signal(a: torch.Tensor, a_scale: torch.Tensor, b: 
         signal: int32, contiguous, 1-D, on ``a``'s device, at least ``G * ceil(max_m / 64)``
             elements (:data:`SIGNAL_MIN_ROWS`).
         max_block_n: an int >= 16: the widest output tile the kernel may use (SGLang's cap).
+        eager: raise each counter right after its tile's store instead of at the next one.
 
     Returns:
         ``(out, block_m, threshold)``: ``block_m`` (64 or 128) the rows per counter.
@@ -224,7 +229,8 @@ def m_grouped_fp8_gemm_masked_signal(a: torch.Tensor, a_scale: torch.Tensor, b: 
         out = torch.empty(tuple(a.shape[:-1]) + (problem.n,), dtype=torch.bfloat16, device=device)
     with torch.cuda.device(device):
         problem, operands = launch.grouped_operands(problem, a, a_scale, b, b_scale, masked_m, out)
-        plan = planner.plan_signal(problem, get_num_sms(), max_block_n)
+        mode = family.SIGNAL_AFTER_STORE if eager else family.SIGNAL_AT_NEXT_STORE
+        plan = planner.plan_signal(problem, get_num_sms(), max_block_n, mode)
         if problem.rows:
             launch.launch(plan, operands + (signal,), device)
     return out, family.signal_rows(plan.config), family.signal_threshold(plan.config, problem.n)

@@ -694,29 +694,29 @@ def test_swap_ab_for_small_dense_problems_only():
         swapped.for_problem(Problem(9, 7168, 16384))
 
 
+@pytest.mark.parametrize("mode", [1, 2])
 @pytest.mark.parametrize("expected_m", [1, 20, 64, 192, 512, 1024, 4096])
 @pytest.mark.parametrize("max_block_n", [256, 160, 64, 16])
-def test_signal_config_respects_the_cap_and_its_build_rules(expected_m, max_block_n):
+def test_signal_config_respects_the_cap_and_its_build_rules(expected_m, max_block_n, mode):
     """The signalling masked kernel's pick: at most max_block_n wide (SGLang's cap, which its
-    threshold ceil(N / block_n) reflects), 64 or 128 rows (64-row counters), two accumulator
-    buffers, no multicast, no split-K; and the fastest-ranked such candidate."""
+    threshold ceil(N / block_n) reflects), never split-K, the fastest-ranked such candidate (the
+    plain pick when that is narrow enough); mode 1 also 64 or 128 rows (64-row counters), two
+    accumulator buffers, no multicast."""
     from deep_tile.select.selector import select_signal_config
 
     problem = Problem(max(expected_m, 64) * 2, 7168, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=8,
                       expected_m=expected_m)
-    config = select_signal_config(problem, 132, max_block_n)
-    assert config.block_n <= max_block_n and config.block_m in (64, 128) and config.accum_buffers == 2
-    assert config.num_multicast == 1 and config.split_k == 1
-    assert config.block_m == 64 or family.accum_registers(config.block_m, config.block_n, config.wgmma_n, 2) < 192
-    assert family.signal_rows(config) == 64
+    config = select_signal_config(problem, 132, max_block_n, mode=mode)
+    plain = select_config(problem, 132)
+    assert config.block_n <= max_block_n and config.split_k == 1
+    assert family.signal_rows(config) == config.block_m // family.math_warpgroups(config.block_m)
     assert family.signal_threshold(config, 7168) == ceil_div(7168, config.block_n)
-    first = next(e for e in rank_candidates(problem, 132) if (e.candidate.block_m, e.candidate.block_n,
-                                                              e.candidate.num_stages, e.candidate.wgmma_n)
-                 == (config.block_m, config.block_n, config.num_stages, config.wgmma_n))
-    assert first.candidate.accum_buffers == 2
-    if max_block_n == 256 and select_config(problem, 132).accum_buffers == 2 and \
-            select_config(problem, 132).num_multicast == 1 and select_config(problem, 132).block_m <= 128:
-        assert config == select_config(problem, 132)  # no rule broken: the plain pick
+    if mode == 1:
+        assert config.block_m in (64, 128) and config.accum_buffers == 2 and config.num_multicast == 1
+        assert config.block_m == 64 or family.accum_registers(config.block_m, config.block_n, config.wgmma_n, 2) < 192
+        assert family.signal_rows(config) == 64
+    elif plain.block_n <= max_block_n:
+        assert config == plain  # no rule broken: the plain pick
 
 
 def test_signal_config_checks_its_cap():

@@ -15,7 +15,8 @@
 #error "the contract macros DT_SMEM_BYTES, DT_MIN_STAGES, DT_MAX_STAGES, DT_STORE_SWIZZLE, DT_SCALE_GROUP and DT_NUM_THREADS are set by deep_tile.kernels.fp8_gemm"
 #endif
 
-// DT_SIGNAL (optional, 0 when absent): the masked kernel with completion signals, its own symbol.
+// DT_SIGNAL (optional, 0 when absent): the masked kernel with completion signals, its own symbol
+// (1: each raised right after its tile's store, 2: at the warpgroup's next store; Fp8GemmConfig::kSignal).
 #ifndef DT_SIGNAL
 #define DT_SIGNAL 0
 #endif
@@ -23,7 +24,7 @@
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
                                      DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
-                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N, DT_SIGNAL != 0>;
+                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N, DT_SIGNAL>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");

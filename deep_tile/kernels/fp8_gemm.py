@@ -34,7 +34,7 @@ __all__ = [
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
-    "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_ARGUMENTS",
+    "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
 ]
 
@@ -142,7 +142,16 @@ SIGNAL_SYMBOL = "deep_tile_fp8_gemm_masked_signal_sm90"
 """The symbol of the masked kernel with completion signals (the entry built with
 ``DT_PROBLEM_KIND == 2`` and :data:`SIGNAL_DEFINE` = 1; SGLang's single-batch overlap)."""
 SIGNAL_DEFINE = "DT_SIGNAL"
-"""The define (1) that builds the signalling masked kernel; absent or 0 the kernels are unchanged."""
+"""The define that builds the signalling masked kernel, set to one of :data:`SIGNAL_MODES`; absent
+or 0 the kernels are unchanged."""
+SIGNAL_AFTER_STORE = 1
+"""``DT_SIGNAL`` 1: a slab's counter is raised right after its tile's store (the storing thread
+waits for its bulk stores to complete before the warpgroup's next tile)."""
+SIGNAL_AT_NEXT_STORE = 2
+"""``DT_SIGNAL`` 2: a slab's counter is raised when the warpgroup stores its next tile (whose wait
+for the staging buffer then waits for completion), the last one after the CTA's last tile: no
+wait of its own, one tile later."""
+SIGNAL_MODES = (SIGNAL_AFTER_STORE, SIGNAL_AT_NEXT_STORE)
 SIGNAL_ARGUMENTS = GROUPED_ARGUMENTS + ("signal",)
 """The signalling kernel's parameters: the grouped ones, then the int32 completion counters."""
 SIGNAL_ARGUMENT_KINDS = GROUPED_ARGUMENT_KINDS + ("ptr",)

@@ -93,13 +93,14 @@ def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: st
     return config
 
 
-def get_signal_config(problem: Problem, max_block_n: int, num_sms: Optional[int] = None) -> KernelConfig:
+def get_signal_config(problem: Problem, max_block_n: int, num_sms: Optional[int] = None,
+                      mode: int = 2) -> KernelConfig:
     """The :class:`KernelConfig` of the signalling masked kernel for a checked masked ``problem``
     on the current device: :func:`deep_tile.select.selector.select_signal_config` (tiles at most
-    ``max_block_n`` columns wide)."""
+    ``max_block_n`` columns wide; ``mode``: deep_tile.kernels.fp8_gemm.SIGNAL_MODES)."""
     num_sms, max_smem = _resolve("get_signal_config", num_sms)
     chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
-    return select_signal_config(_nonempty(problem), num_sms, max_block_n, max_smem, chip)
+    return select_signal_config(_nonempty(problem), num_sms, max_block_n, max_smem, chip, mode)
 
 
 def _nonempty(problem: Problem) -> Problem:

@@ -12,7 +12,7 @@ namespace deep_tile {
 
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, bool kSignal_ = false>
+          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kSignal_ = 0>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -50,8 +50,11 @@ struct Fp8GemmConfig {
   // Completion signals (SGLang's single-batch overlap; DT_SIGNAL, masked kind only): after each
   // consumer warpgroup's rows of a tile are stored and visible at GPU scope, it adds 1 to the
   // counter of its kWgM-row slab (store_tile_bf16), so a slab's counter reaches ceil(N / kBlockN)
-  // once every column of it is written. Off (the default) the kernel is unchanged.
-  static constexpr bool kSignal = kSignal_;
+  // once every column of it is written. 1: right after the tile's store (the storing thread waits
+  // for its bulk stores to complete); 2: when the warpgroup stores its next tile, whose wait for
+  // the staging buffer then waits for completion (and after the last tile). 0 (the default): off,
+  // the kernel unchanged.
+  static constexpr int kSignal = kSignal_;
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
@@ -158,8 +161,8 @@ struct Fp8GemmConfig {
                                     kNumNParts == 1 && kNumMulticast == 1 && !kGrouped),
                    "DT_SWAP_N must be 0, or 8 or 16 with DT_BLOCK_M 64, DT_BLOCK_N a multiple of 64 equal to DT_WGMMA_N, "
                    "no multicast and the dense kind");
-  DT_STATIC_ASSERT(!kSignal || (kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
-                   "DT_SIGNAL needs the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
+  DT_STATIC_ASSERT(kSignal == 0 || ((kSignal == 1 || kSignal == 2) && kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
+                   "DT_SIGNAL must be 0, or 1 or 2 with the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -121,6 +121,17 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
 /// Runs every tile of this CTA; the persistent kernel stores each, the split-K kernel leaves its
 /// one tile's partial in `result` for the cluster reduction.
+/// kSignal == 2: the first row of warpgroup `wg`'s slab of tile `index`, or -1 when it has no real row.
+/// NOTES: recomputed from the tile index where it is raised (not carried across the k-loop, where
+/// every register is taken).
+template <class Cfg>
+DT_DEVICE int signal_row0(const Scheduler<Cfg>& sched, int index, int wg) {
+  asm volatile("" : "+r"(index));  // computed here, after the mainloop, not hoisted into it
+  const Tile<Cfg> tile = sched.tile(index);
+  const int row0 = tile.m0 + wg * Cfg::kWgM;
+  return row0 < tile.m_end ? row0 : -1;
+}
+
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
                              const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile],
@@ -178,6 +189,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
       if constexpr (Cfg::kSwapAB) {
         store_tile_swapped<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd);
+      } else if constexpr (Cfg::kSignal == 2) {
+        store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd,
+                             index == work.first ? -1 : signal_row0<Cfg>(sched, index - work.step, wg));
       } else {
         store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
       }
@@ -186,6 +200,15 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   trace::stamp_if<trace::kLoopDone>(threadIdx.x == 0);
   if constexpr (Cfg::kSplitK == 1) {
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
+  }
+  if constexpr (Cfg::kSignal == 2) {
+    // The last tile's slab: its TMA stores completed above, its direct stores ordered by the barrier.
+    if (work.first < sched.num_tiles) {
+      const int last = work.first + (sched.num_tiles - 1 - work.first) / work.step * work.step;
+      const int row0 = signal_row0<Cfg>(sched, last, wg);
+      ptx::named_barrier_sync(1 + wg, 128);
+      if (thread_in_wg == 0 && row0 >= 0) SignalCounters::raise<Cfg::kWgM>(smem.d + Cfg::kSmemTableOffset, row0);
+    }
   }
 }
 
