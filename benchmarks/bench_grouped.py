@@ -25,9 +25,10 @@ Layout flags (DeepGEMM's engine-facing variants; docs/deepgemm-compat.md):
   (int32 [G]) on the same padded rows; deep_tile's ``m_indices`` contiguous GEMM runs beside them
   (column "alt us", speedups "vs alt").
 - ``--signal`` (masked): deep_tile runs the masked GEMM as SGLang's single-batch overlap calls it
-  (``deep_tile.compat.deepgemm.m_grouped_fp8_gemm_nt_masked(..., enable_overlap=True, signal=...)``,
-  GEMM + completion flags) against DeepGEMM's plain masked GEMM, with deep_tile's plain masked GEMM
-  beside them (column "alt us").
+  (``deep_tile.compat.deepgemm.m_grouped_fp8_gemm_nt_masked(..., enable_overlap=True, signal=...)``:
+  the signalling kernel, each block's counter raised in the kernel as its rows are written; the
+  counters are not zeroed between calls, the kernel only adds) against DeepGEMM's plain masked GEMM,
+  with deep_tile's plain masked GEMM beside them (column "alt us").
 
 The loop is one ``deep_tile.fp8_gemm`` per non-empty expert on its real rows (it knows the counts
 on the host), captured once in a CUDA graph and replayed (``--loop graph``, the default: GPU time

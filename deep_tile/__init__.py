@@ -10,7 +10,8 @@ does:
   gradient's GEMM): :func:`fp8_gemm_1d1d` (docs/training.md).
 - :func:`m_grouped_fp8_gemm_contiguous`, :func:`m_grouped_fp8_gemm_offsets`,
   :func:`m_grouped_fp8_gemm_psum`, :func:`m_grouped_fp8_gemm_masked` -- Mixture-of-Experts GEMMs
-  (one weight matrix per expert); :func:`psum_to_m_indices` -- DeepGEMM's psum layout as m_indices;
+  (one weight matrix per expert); :func:`m_grouped_fp8_gemm_masked_signal` -- the masked one with
+  per-block completion signals; :func:`psum_to_m_indices` -- DeepGEMM's psum layout as m_indices;
   :func:`get_m_alignment_for_contiguous_layout` -- the row alignment of the contiguous layout.
 - :func:`get_tma_aligned_a_scale` -- the zero-copy (column-major, TMA-aligned) a_scale layout.
 - :func:`per_token_cast_to_fp8`, :func:`per_block_cast_to_fp8` -- DeepSeek-V3 FP8 quantisation.
@@ -35,6 +36,7 @@ _LAZY = {
     "m_grouped_fp8_gemm_psum": "deep_tile.grouped",
     "psum_to_m_indices": "deep_tile.grouped",
     "m_grouped_fp8_gemm_masked": "deep_tile.grouped",
+    "m_grouped_fp8_gemm_masked_signal": "deep_tile.grouped",
     "get_m_alignment_for_contiguous_layout": "deep_tile.grouped",
     "get_tma_aligned_a_scale": "deep_tile.layouts",
     "per_token_cast_to_fp8": "deep_tile.quant",

@@ -19,7 +19,7 @@ import torch
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["Plan", "plan", "plan_for_config", "fit_clusters", "select"]
+__all__ = ["Plan", "plan", "plan_for_config", "plan_signal", "fit_clusters", "select"]
 
 
 class Plan:
@@ -99,4 +99,25 @@ def plan(problem, num_sms: int) -> Plan:
     found = _plans.get(key)
     if found is None:
         found = _plans[key] = plan_for_config(select(problem, num_sms), problem)
+    return found
+
+
+def plan_signal(problem, num_sms: int, max_block_n: int, mode: int = family.SIGNAL_AT_NEXT_STORE) -> Plan:
+    """The memoised plan of the signalling masked kernel (``DT_SIGNAL``, symbol
+    :data:`deep_tile.kernels.fp8_gemm.SIGNAL_SYMBOL`) for the masked ``problem`` on the current
+    device with ``num_sms`` SMs, its tile at most ``max_block_n`` columns wide, ``mode`` one of
+    :data:`deep_tile.kernels.fp8_gemm.SIGNAL_MODES` (when each counter is raised); its arguments are
+    :func:`deep_tile.kernels.fp8_gemm.signal_argument_specs` (operands
+    :data:`~deep_tile.kernels.fp8_gemm.SIGNAL_OPERANDS`)."""
+    from deep_tile.jit.loader import get_kernel
+    from deep_tile.select.api import get_signal_config
+
+    key = ("signal", problem, num_sms, max_block_n, mode, torch.cuda.current_device())
+    found = _plans.get(key)
+    if found is None:
+        config = get_signal_config(problem, max_block_n, num_sms, mode).for_problem(problem)
+        kernel = get_kernel(family.ENTRY, {**config.defines(), family.SIGNAL_DEFINE: mode}, family.SIGNAL_SYMBOL)
+        config = fit_clusters(config, kernel)
+        found = _plans[key] = Plan(problem, config, kernel, family.signal_argument_specs(config, problem),
+                                   family.launch_grid(config, problem.rows, problem.n), family.cluster_size(config))
     return found

@@ -168,11 +168,13 @@ def psum_layout(sizes: list, alignment: int, m: int, seed: int = 0) -> dict:
             "computed": m, "diff": float(bad), "nan_computed": 0, "untouched_written": bad}
 
 
-def masked_signal(max_m: int, masked_rows: list, expected_m: int, n: int, k: int, seed: int = 0) -> dict:
-    """SGLang's single-batch-overlap call: ``enable_overlap=True, max_block_n=256, signal=...`` into a
+def masked_signal(max_m: int, masked_rows: list, expected_m: int, n: int, k: int, seed: int = 0,
+                  max_block_n: int = 256) -> dict:
+    """SGLang's single-batch-overlap call: ``enable_overlap=True, max_block_n=..., signal=...`` into a
     zeroed signal of ``G * ceil(max_m / 64)`` int32 (SGLang's size) plus 3 guard entries; checks the
-    GEMM as :func:`masked` and that exactly the real blocks' flags equal the returned threshold
-    (the others and the guards stay 0), the combine's read ``signal[g * ceil(max_m / block_m) + j]``."""
+    GEMM as :func:`masked` and that exactly the real blocks' counters equal the returned threshold
+    (the others and the guards stay 0), the combine's read ``signal[g * ceil(max_m / block_m) + j]``;
+    the threshold is at least ``ceil(n / max_block_n)`` (tiles no wider than the cap)."""
     gen, num_groups = _generator(seed), len(masked_rows)
     a, sfa = deep_tile.per_token_cast_to_fp8(_randn((num_groups * max_m, k), gen))
     a, sfa = a.view(num_groups, max_m, k), sfa.view(num_groups, max_m, -1)
@@ -182,7 +184,8 @@ def masked_signal(max_m: int, masked_rows: list, expected_m: int, n: int, k: int
     size = num_groups * -(-max_m // 64)
     signal = torch.zeros(size + 3, dtype=torch.int32, device=DEVICE)
     block_m, threshold = deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m,
-                                                                max_block_n=256, enable_overlap=True, signal=signal)
+                                                                max_block_n=max_block_n, enable_overlap=True,
+                                                                signal=signal)
     torch.cuda.synchronize()
     per_group = -(-max_m // block_m)
     want = torch.zeros(size + 3, dtype=torch.int32)
@@ -192,9 +195,103 @@ def masked_signal(max_m: int, masked_rows: list, expected_m: int, n: int, k: int
     ref = deep_tile.ref_m_grouped_fp8_gemm_masked(a, sfa, b, sfb, masked_m)
     result = _compare(d, ref)
     result["untouched_written"] += wrong_flags  # a wrong flag fails the case like a stray store
-    return {"case": f"masked+signal max_m={max_m} masked_m={masked_rows} n={n} k={k} block_m={block_m} "
-                    f"threshold={threshold} wrong_flags={wrong_flags}",
-            "returned_none": threshold >= 1, **result}
+    sane = block_m in (64, 128) and threshold >= -(-n // max_block_n)
+    return {"case": f"masked+signal max_m={max_m} masked_m={masked_rows} n={n} k={k} max_block_n={max_block_n} "
+                    f"block_m={block_m} threshold={threshold} wrong_flags={wrong_flags}",
+            "returned_none": sane, **result}
+
+
+_consumer = None
+
+
+def _consumer_kernel():
+    """tests/data/csrc/entry/signal_consumer.cu, compiled once per process."""
+    global _consumer
+    if _consumer is None:
+        from pathlib import Path
+
+        from deep_tile.jit import compiler
+        from deep_tile.jit.runtime import load_kernel
+
+        data = Path(__file__).resolve().parent / "data"
+        built = compiler.compile_cubin(data / "csrc" / "entry" / "signal_consumer.cu", {}, "dt_signal_consumer",
+                                       include_dir=data / "include")
+        _consumer = load_kernel(built.cubin, "dt_signal_consumer")
+    return _consumer
+
+
+def signal_consumer(max_m: int, masked_rows: list, expected_m: int, n: int, k: int, watch: int = 8,
+                    seed: int = 0, budget_kcycles: int = 2_000_000, allow_timeout: bool = False) -> dict:
+    """A consumer on another stream, as SGLang's combine: ``watch`` CTAs (one per real block, spread
+    over them, the last included) spin (acquire, a clock64 budget: a missing signal fails the case
+    instead of hanging) on their block's counter while the signalling GEMM runs on ``watch`` fewer
+    SMs (SGLang's set_num_sms), then copy the block's rows of ``d``. Checks: every CTA saw its
+    counter at the threshold, each copy equals the final ``d`` bit for bit (the rows were complete
+    when the counter said so; ``d`` is NaN-poisoned before), and the GEMM against float64. Reports
+    how many CTAs were released while other counters were still below the threshold (the in-kernel
+    signal's head start; informational). ``allow_timeout``: a CTA whose budget runs out is not a
+    failure (compute-sanitizer may run the two kernels one after the other); it copies nothing."""
+    from deep_tile.jit.runtime import KernelArgs
+
+    gen, num_groups = _generator(seed), len(masked_rows)
+    a, sfa = deep_tile.per_token_cast_to_fp8(_randn((num_groups * max_m, k), gen))
+    a, sfa = a.view(num_groups, max_m, k), sfa.view(num_groups, max_m, -1)
+    b, sfb = _weights(num_groups, n, k, gen)
+    masked_m = torch.tensor(masked_rows, dtype=torch.int32, device=DEVICE)
+    d = torch.full((num_groups, max_m, n), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    signal = torch.zeros(num_groups * -(-max_m // 64), dtype=torch.int32, device=DEVICE)
+    total_sms = deep_gemm.get_num_sms()
+
+    def gemm():
+        return deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m,
+                                                      enable_overlap=True, signal=signal)
+
+    kernel = _consumer_kernel()
+    deep_gemm.set_num_sms(total_sms - watch)
+    try:
+        block_m, threshold = gemm()  # compiles the GEMM before the consumer spins
+        torch.cuda.synchronize()
+        per_group = -(-max_m // block_m)
+        blocks = [(g, j) for g, rows in enumerate(masked_rows) for j in range(-(-min(rows, max_m) // block_m))]
+        picked = sorted({blocks[round(i * (len(blocks) - 1) / max(1, watch - 1))] for i in range(watch)})
+        ints = lambda values: torch.tensor(values, dtype=torch.int32, device=DEVICE)  # noqa: E731
+        watch_index = ints([g * per_group + j for g, j in picked])
+        row0 = ints([g * max_m + j * block_m for g, j in picked])
+        rows = ints([min(block_m, min(masked_rows[g], max_m) - j * block_m) for g, j in picked])
+        real = ints([g * per_group + j for g, j in blocks])
+        copy = torch.zeros((len(picked), block_m, n), dtype=torch.int16, device=DEVICE)
+        status = torch.zeros(2 * len(picked), dtype=torch.int32, device=DEVICE)
+        d.fill_(float("nan"))
+        signal.zero_()
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        args = KernelArgs([("ptr", signal.data_ptr()), ("ptr", watch_index.data_ptr()), ("ptr", row0.data_ptr()),
+                           ("ptr", rows.data_ptr()), ("i32", threshold), ("ptr", d.data_ptr()), ("i32", n),
+                           ("i32", block_m), ("ptr", copy.data_ptr()), ("ptr", real.data_ptr()), ("i32", len(blocks)),
+                           ("i32", budget_kcycles), ("ptr", status.data_ptr())])
+        kernel.launch(grid=len(picked), block=256, smem_bytes=0, stream=side.cuda_stream, args=args,
+                      device=torch.cuda.current_device())
+        gemm()
+        torch.cuda.synchronize()
+    finally:
+        deep_gemm.set_num_sms(total_sms)
+    state = status.view(-1, 2).cpu()
+    timed_out = int((state[:, 0] != 1).sum().item())
+    early = int((state[:, 1] > 0).sum().item())
+    flat = d.view(num_groups * max_m, n).view(torch.int16)
+    mismatched = 0
+    for i, (g, j) in enumerate(picked):
+        if state[i, 0] != 1:
+            continue
+        r0, count = g * max_m + j * block_m, int(rows[i].item())
+        mismatched += int((copy[i, :count] != flat[r0:r0 + count]).sum().item())
+    ref = deep_tile.ref_m_grouped_fp8_gemm_masked(a, sfa, b, sfb, masked_m)
+    result = _compare(d, ref)
+    result["untouched_written"] += (0 if allow_timeout else timed_out) + mismatched  # either fails the case
+    return {"case": f"signal consumer max_m={max_m} masked_m={masked_rows} n={n} k={k} block_m={block_m} "
+                    f"threshold={threshold} watched={len(picked)} timed_out={timed_out} stale_copied={mismatched} "
+                    f"released_early={early}/{len(picked)}",
+            "returned_none": True, "released_early": early, **result}
 
 
 if __name__ == "__main__":

@@ -347,7 +347,25 @@ def test_gpu_masked_with_signals():
     _check_gpu("masked_signal", [
         dict(max_m=256, masked_rows=[0, 37, 128, 256], expected_m=128, n=4096, k=7168, seed=0),
         dict(max_m=200, masked_rows=[1, 64, 65, 200, 0], expected_m=64, n=7168, k=2048, seed=1),
+        dict(max_m=200, masked_rows=[1, 64, 65, 200, 0], expected_m=64, n=7168, k=2048, max_block_n=64, seed=2),
+        dict(max_m=1000, masked_rows=[1000, 513, 0, 129], expected_m=700, n=4096, k=7168, seed=3),  # 128-row tiles
+        dict(max_m=96, masked_rows=[96, 1, 63, 64, 0, 95, 33, 2], expected_m=48, n=576, k=896, max_block_n=160,
+             seed=4),
     ])
+
+
+@pytest.mark.gpu
+def test_gpu_signal_consumer_reads_complete_blocks():
+    """A consumer on another stream that waits on a block's counter (acquire, with a clock budget)
+    while the signalling GEMM runs, then copies the block's rows: none times out and every copy
+    equals the final output bit for bit."""
+    results = run_child_cases("gpu_compat_cases.py", "signal_consumer", [
+        dict(max_m=256, masked_rows=[256, 200, 0, 129, 64, 1, 256, 77] * 4, expected_m=128, n=7168, k=2048, seed=0),
+        dict(max_m=1024, masked_rows=[1024, 700, 333, 1], expected_m=512, n=4096, k=7168, watch=6, seed=1),
+    ], timeout=600)
+    bad = [r["case"] for r in results
+           if not (r["diff"] < 1e-3 and r["nan_computed"] == 0 and r["untouched_written"] == 0 and r["computed"] > 0)]
+    assert not bad, "\n".join(r["case"] for r in results)
 
 
 # --------------------------------------------------------------------------------------------------

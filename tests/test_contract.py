@@ -183,3 +183,23 @@ def test_the_grouped_entry_parameters_and_build(kind):
                                     "nvrtc")
     assert compiler.has_symbol(result.cubin, family.GROUPED_SYMBOL)
     assert compiler.ptxas_problems(result.log) == []
+
+
+def test_the_signal_entry_parameters_and_build():
+    """The signalling masked kernel's parameters are SIGNAL_ARGUMENTS with their kinds; the define
+    refuses every kind but masked (and values other than 0, 1, 2) with a message naming it."""
+    import dataclasses
+    import re
+
+    from deep_tile.problem import ProblemKind
+
+    source = paths.entry_path(family.ENTRY).read_text()
+    signature = re.search(rf"{family.SIGNAL_SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
+    params = [p.strip() for p in signature.split(",")]
+    assert tuple(re.search(r"(\w+)$", p).group(1) for p in params) == family.SIGNAL_ARGUMENTS
+    kinds = ["tensormap" if "TmaDescriptor" in p else "ptr" if "*" in p else "i32" for p in params]
+    assert tuple(kinds) == family.SIGNAL_ARGUMENT_KINDS
+    config = dataclasses.replace(CONFIG, problem_kind=ProblemKind.GROUPED_CONTIGUOUS, num_stages=3)
+    with pytest.raises(CompileError, match="DT_SIGNAL must be 0, or 1 or 2 with the masked kind"):
+        compiler.compile_cubin(paths.entry_path(family.ENTRY), {**family.defines(config), family.SIGNAL_DEFINE: 1},
+                               family.SIGNAL_SYMBOL, "nvrtc")

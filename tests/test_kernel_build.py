@@ -443,3 +443,36 @@ def test_ci_installs_the_sass_tools():
         assert f'"{package}' in extra, f"the test extra in pyproject.toml lacks {package}"
     assert line in [ci.strip() for ci in (ROOT / ".ci" / "run").read_text().splitlines()], \
         ".ci/run does not run the README's test line"
+
+
+def _signal_problems():
+    from deep_tile.problem import Problem, ProblemKind
+
+    masked = ProblemKind.GROUPED_MASKED
+    return (Problem(256, 7168, 2048, kind=masked, num_groups=8, expected_m=64),     # SGLang's decode down GEMM
+            Problem(1024, 4096, 7168, kind=masked, num_groups=4, expected_m=512))  # two consumer warpgroups
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("name", COMPILERS)
+def test_signal_kernel_builds_with_release_adds(name, index, mode):
+    """The signalling masked kernel (DT_SIGNAL) of the selector's picks builds spill-free, and its
+    SASS holds the release adds (mode 1: after the TMA store and after the direct stores; mode 2:
+    at the next store and after the loop) with their proxy and GPU-scope fences; the same config
+    without the define has none."""
+    from deep_tile.select.selector import select_signal_config
+
+    problem = _signal_problems()[index]
+    config = select_signal_config(problem, 132, 256, mode=mode).for_problem(problem)
+    entry = paths.entry_path(fp8_gemm.ENTRY)
+    result = compiler.compile_cubin(entry, {**config.defines(), fp8_gemm.SIGNAL_DEFINE: mode},
+                                    fp8_gemm.SIGNAL_SYMBOL, name)
+    assert compiler.has_symbol(result.cubin, fp8_gemm.SIGNAL_SYMBOL)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    sass = sass_or_skip(result.cubin)
+    assert sass.count("REDG.E.ADD.S32.STRONG.GPU") >= 2, config.label
+    assert "FENCE.VIEW.ASYNC.G" in sass and sass.count("MEMBAR.ALL.GPU") >= 2, config.label
+    if mode == 1:  # one plain build per pick is enough
+        plain = compiler.compile_cubin(entry, config.defines(), fp8_gemm.GROUPED_SYMBOL, name)
+        assert "REDG" not in sass_or_skip(plain.cubin) and "FENCE.VIEW.ASYNC.G" not in sass_or_skip(plain.cubin)

@@ -692,3 +692,36 @@ def test_swap_ab_for_small_dense_problems_only():
     assert swapped.for_problem(Problem(8, 7168, 16384)).swap_n == 8
     with pytest.raises(ValueError, match="swap_n=8 needs a dense problem of at most 8 rows; got dense with M=9"):
         swapped.for_problem(Problem(9, 7168, 16384))
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("expected_m", [1, 20, 64, 192, 512, 1024, 4096])
+@pytest.mark.parametrize("max_block_n", [256, 160, 64, 16])
+def test_signal_config_respects_the_cap_and_its_build_rules(expected_m, max_block_n, mode):
+    """The signalling masked kernel's pick: at most max_block_n wide (SGLang's cap, which its
+    threshold ceil(N / block_n) reflects), never split-K, the fastest-ranked such candidate (the
+    plain pick when that is narrow enough); mode 1 also 64 or 128 rows (64-row counters), two
+    accumulator buffers, no multicast."""
+    from deep_tile.select.selector import select_signal_config
+
+    problem = Problem(max(expected_m, 64) * 2, 7168, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=8,
+                      expected_m=expected_m)
+    config = select_signal_config(problem, 132, max_block_n, mode=mode)
+    plain = select_config(problem, 132)
+    assert config.block_n <= max_block_n and config.split_k == 1
+    assert family.signal_rows(config) == config.block_m // family.math_warpgroups(config.block_m)
+    assert family.signal_threshold(config, 7168) == ceil_div(7168, config.block_n)
+    if mode == 1:
+        assert config.block_m in (64, 128) and config.accum_buffers == 2 and config.num_multicast == 1
+        assert config.block_m == 64 or family.accum_registers(config.block_m, config.block_n, config.wgmma_n, 2) < 192
+        assert family.signal_rows(config) == 64
+    elif plain.block_n <= max_block_n:
+        assert config == plain  # no rule broken: the plain pick
+
+
+def test_signal_config_checks_its_cap():
+    from deep_tile.select.selector import select_signal_config
+
+    problem = Problem(128, 4096, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=2, expected_m=64)
+    with pytest.raises(ValueError, match="max_block_n"):
+        select_signal_config(problem, 132, 0)

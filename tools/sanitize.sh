@@ -29,8 +29,8 @@ for script in $scripts; do
     log="$OUT/${name}_$tool.txt"
     timeout 900 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 python3 "$script" "$@" > "$log" 2>&1
     rc=$?
-    line=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
-    cases=$(grep -E "cases" "$log" | tail -1)
+    line=$(grep -aE "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+    cases=$(grep -aE "cases" "$log" | tail -1)
     echo "$name $tool: rc=$rc ${line:-no summary} | ${cases:-no case summary}"
     [ "$rc" -eq 0 ] || status=1
   done

@@ -1,4 +1,5 @@
-"""The MoE layout kernels (psum -> m_indices, completion signals) and the GEMMs around them, in one
+"""The MoE layout kernels (psum -> m_indices) and the signalling masked GEMM (its in-kernel
+completion signals, and a consumer kernel reading blocks as they are signalled), in one
 process, for compute-sanitizer (tools/sanitize.sh runs it under each tool):
     SANITIZE_SCRIPTS=tools/sanitize_moe_layout.py bash tools/sanitize.sh
 (run from the repository root; uses tests/gpu_compat_cases.py). Exits 1 when a case fails its check."""
@@ -15,6 +16,10 @@ runs = [
     ("psum_layout", dict(sizes=[3, 3, 130, 260], alignment=128, m=400)),
     ("psum_layout", dict(sizes=[0, 5000, 7], alignment=256, m=1000)),
     ("masked_signal", dict(max_m=200, masked_rows=[1, 64, 65, 200, 0], expected_m=64, n=256, k=512, seed=1)),
+    ("masked_signal", dict(max_m=300, masked_rows=[300, 129, 0], expected_m=256, n=384, k=512, seed=2)),
+    # the sanitizer may serialise the two kernels: the consumer then times out (copying nothing)
+    ("signal_consumer", dict(max_m=128, masked_rows=[128, 65, 0, 3], expected_m=64, n=256, k=512, watch=3, seed=3,
+                             budget_kcycles=100_000, allow_timeout=True)),
 ]
 bad = 0
 for name, kwargs in runs:

@@ -16,11 +16,17 @@
 #error "the contract macros DT_SMEM_BYTES, DT_MIN_STAGES, DT_MAX_STAGES, DT_STORE_SWIZZLE, DT_SCALE_GROUP and DT_NUM_THREADS are set by deep_tile.kernels.fp8_gemm"
 #endif
 
+// DT_SIGNAL (optional, 0 when absent): the masked kernel with completion signals, its own symbol
+// (1: each raised right after its tile's store, 2: at the warpgroup's next store; Fp8GemmConfig::kSignal).
+#ifndef DT_SIGNAL
+#define DT_SIGNAL 0
+#endif
+
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
                                      DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
                                      static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N, DT_OUT_KIND,
-                                     DT_C_KIND, DT_B_SCALE_1D != 0>;
+                                     DT_C_KIND, DT_B_SCALE_1D != 0, DT_SIGNAL>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");
@@ -70,6 +76,20 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             deep_tile::u8* DT_D_RESTRICT d, int ldd, int m, int n, int k, int raster_width DT_C_PARAMS DT_B1D_PARAMS) {
   deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
                                 deep_tile::GroupArgs{nullptr, 1, 0}, DT_C_VALUES DT_B1D_VALUES);
+}
+#elif DT_SIGNAL
+// The masked kind with completion signals (deep_tile/kernels/fp8_gemm.py SIGNAL_ARGUMENTS): the
+// grouped parameters, then the int32 counters, one per (expert, DT_BLOCK_M / warpgroups rows).
+extern "C" __global__ void __launch_bounds__(384, 1)
+    deep_tile_fp8_gemm_masked_signal_sm90(const __grid_constant__ deep_tile::TmaDescriptor tma_a,
+                                          const __grid_constant__ deep_tile::TmaDescriptor tma_b,
+                                          const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
+                                          const __grid_constant__ deep_tile::TmaDescriptor tma_d,
+                                          const float* __restrict__ b_scale, deep_tile::u8* __restrict__ d, int ldd,
+                                          int m, int n, int k, int raster_width, const int* __restrict__ group_info,
+                                          int num_groups, int group_rows, int* __restrict__ signal) {
+  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
+                                deep_tile::GroupArgs{group_info, num_groups, group_rows}, nullptr, 0, nullptr, signal);
 }
 #else
 // The grouped kinds (deep_tile/kernels/fp8_gemm.py GROUPED_ARGUMENTS): the dense parameters, then

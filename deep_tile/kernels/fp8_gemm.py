@@ -37,6 +37,8 @@ __all__ = [
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
     "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
     "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch",
+    "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
+    "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -214,6 +216,24 @@ def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
     """Floats of a stage's b_scale slot (``kBScalePitch``): the two rows' values, or under 1D1D the
     tile's ``block_n`` column values in whole 128-byte lines (a TMA destination)."""
     return align_up(block_n * 4, 128) // 4 if b_scale_1d else 2
+SIGNAL_SYMBOL = "deep_tile_fp8_gemm_masked_signal_sm90"
+"""The symbol of the masked kernel with completion signals (the entry built with
+``DT_PROBLEM_KIND == 2`` and :data:`SIGNAL_DEFINE` = 1; SGLang's single-batch overlap)."""
+SIGNAL_DEFINE = "DT_SIGNAL"
+"""The define that builds the signalling masked kernel, set to one of :data:`SIGNAL_MODES`; absent
+or 0 the kernels are unchanged."""
+SIGNAL_AFTER_STORE = 1
+"""``DT_SIGNAL`` 1: a slab's counter is raised right after its tile's store (the storing thread
+waits for its bulk stores to complete before the warpgroup's next tile)."""
+SIGNAL_AT_NEXT_STORE = 2
+"""``DT_SIGNAL`` 2: a slab's counter is raised when the warpgroup stores its next tile (whose wait
+for the staging buffer then waits for completion), the last one after the CTA's last tile: no
+wait of its own, one tile later."""
+SIGNAL_MODES = (SIGNAL_AFTER_STORE, SIGNAL_AT_NEXT_STORE)
+SIGNAL_ARGUMENTS = GROUPED_ARGUMENTS + ("signal",)
+"""The signalling kernel's parameters: the grouped ones, then the int32 completion counters."""
+SIGNAL_ARGUMENT_KINDS = GROUPED_ARGUMENT_KINDS + ("ptr",)
+"""The kind of each of :data:`SIGNAL_ARGUMENTS`."""
 
 
 def kind_of_code(code: int) -> ProblemKind:
@@ -491,6 +511,30 @@ GROUPED_OPERANDS = OPERANDS + ("group_info",)
 [G * n, k], ``b_scale`` contiguous, ``out`` [rows, n], then the int32 ``m_indices`` / ``masked_m``
 / ``offsets``."""
 _A, _A_SCALE, _B, _B_SCALE, _OUT, _GROUP_INFO = range(len(GROUPED_OPERANDS))
+SIGNAL_OPERANDS = GROUPED_OPERANDS + ("signal",)
+"""The signalling masked kernel's tensors: the grouped ones, then the int32 counters [at least
+``G * ceil(max_m / signal_rows(config))``]."""
+_SIGNAL = len(GROUPED_OPERANDS)
+
+
+def signal_rows(config) -> int:
+    """Rows per completion counter of the signalling masked kernel: each consumer warpgroup
+    counts its own ``block_m / math_warpgroups`` rows of a tile (64 for block_m 64 and 128, 128
+    for 256), so SGLang's ``block_m``. Counter ``g * ceil(max_m / rows) + j`` covers rows
+    ``j * rows ..`` of expert ``g``."""
+    return config.block_m // math_warpgroups(config.block_m)
+
+
+def signal_threshold(config, n: int) -> int:
+    """The value a counter reaches once its rows are written in all ``n`` columns: one add per
+    tile column, ``ceil(n / block_n)`` (SGLang's ``threshold``)."""
+    return ceil_div(n, config.block_n)
+
+
+def signal_argument_specs(config, problem) -> tuple:
+    """:func:`argument_specs` of the masked ``problem`` for the signalling kernel
+    (:data:`SIGNAL_ARGUMENTS`, operands :data:`SIGNAL_OPERANDS`)."""
+    return argument_specs(config, problem) + (spec.Pointer(_SIGNAL),)
 
 
 def argument_specs(config, problem) -> tuple:

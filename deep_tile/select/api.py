@@ -25,9 +25,9 @@ from deep_tile.checks import check_grouped_problem, check_problem, check_problem
 from deep_tile.problem import Problem
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.report import explain_text
-from deep_tile.select.selector import select_config
+from deep_tile.select.selector import select_config, select_signal_config
 
-__all__ = ["get_config", "get_problem_config", "explain"]
+__all__ = ["get_config", "get_problem_config", "get_signal_config", "explain"]
 
 _printed: set = set()
 """Keys ``(m, n, k, num_sms, max_smem)`` already printed under ``DEEP_TILE_PRINT_CONFIGS``."""
@@ -91,6 +91,16 @@ def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: st
               f"raster={config.raster_width} smem={config.smem_bytes} threads={config.num_threads}",
               file=sys.stderr)
     return config
+
+
+def get_signal_config(problem: Problem, max_block_n: int, num_sms: Optional[int] = None,
+                      mode: int = 2) -> KernelConfig:
+    """The :class:`KernelConfig` of the signalling masked kernel for a checked masked ``problem``
+    on the current device: :func:`deep_tile.select.selector.select_signal_config` (tiles at most
+    ``max_block_n`` columns wide; ``mode``: deep_tile.kernels.fp8_gemm.SIGNAL_MODES)."""
+    num_sms, max_smem = _resolve("get_signal_config", num_sms)
+    chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
+    return select_signal_config(_nonempty(problem), num_sms, max_block_n, max_smem, chip, mode)
 
 
 def _nonempty(problem: Problem) -> Problem:

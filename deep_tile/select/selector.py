@@ -32,7 +32,7 @@ from deep_tile.select.candidates import enumerate_candidates
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import Estimate, estimate, grid_size
 
-__all__ = ["select_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
+__all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
@@ -303,6 +303,47 @@ def streams_b(m_blocks: int, k_blocks: int) -> bool:
 def _select(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> KernelConfig:
     best = _ranked(problem, num_sms, max_smem, chip)[0]
     return config_from_estimate(problem, best, num_sms, chip)
+
+
+@functools.lru_cache(maxsize=256)
+def _select_capped(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts, max_block_n: int,
+                   mode: int) -> KernelConfig:
+    for e in _ranked(problem, num_sms, max_smem, chip):
+        c = e.candidate
+        if c.block_n > max_block_n or c.split_k > 1:
+            continue
+        registers = family.accum_registers(c.block_m, c.block_n, c.wgmma_n, c.accum_buffers)
+        if mode == family.SIGNAL_AFTER_STORE and not (
+                c.block_m <= 128 and c.accum_buffers == 2 and c.num_multicast == 1
+                and (c.block_m == 64 or registers < family.ACCUM_REGISTER_BUDGET)):
+            continue
+        return config_from_estimate(problem, e, num_sms, chip)
+    raise UnsupportedProblemError(f"select_config: no tile of at most {max_block_n} columns fits max_smem={max_smem} bytes")
+
+
+def select_signal_config(problem: Problem, num_sms: int, max_block_n: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
+                         chip: ChipFacts = arch.DEFAULT_CHIP, mode: int = family.SIGNAL_AT_NEXT_STORE) -> KernelConfig:
+    """:func:`select_config` for the signalling masked kernel (``mode``, one of
+    :data:`deep_tile.kernels.fp8_gemm.SIGNAL_MODES`): the fastest-ranked candidate whose tile is at
+    most ``max_block_n`` columns wide (SGLang's cap on DeepGEMM's tile width; the counters'
+    threshold is ``ceil(N / block_n)``) and not split-K (the grouped kinds never are). Mode
+    SIGNAL_AFTER_STORE also needs at most 128 rows, two accumulator buffers, no multicast, and with
+    two consumer warpgroups fewer accumulator registers than the budget.
+    NOTES: built with the counters raised right after each store (mode 1), configs at the register
+    limit spilled (nvrtc/nvcc 13, 2026-11-25): 256-row tiles 144-232 bytes, one-buffer k-loops
+    (128x256 /128, 128x192) 24-650 bytes, 64x128 with multicast of A 8 bytes, 128x128 with two
+    buffers of 64 registers 4-8 bytes (nvcc); raised at the next store (mode 2) the plain selector's
+    picks of 11 masked shapes (256x128 and 128x256 one-buffer, multicast included) built
+    spill-free with both compilers (tests/test_kernel_build.py builds a few of each mode).
+
+    Raises:
+        as :func:`select_config`; UnsupportedProblemError also when no candidate is narrow enough.
+    """
+    problem = _checked("select_signal_config", problem, num_sms, max_smem)
+    check_positive_int("select_signal_config", "max_block_n", max_block_n)
+    if mode not in family.SIGNAL_MODES:
+        raise ValueError(f"select_signal_config: mode must be one of {family.SIGNAL_MODES}; got {mode!r}")
+    return _select_capped(problem, num_sms, min(max_smem, arch.MAX_SMEM_PER_BLOCK), chip, max_block_n, mode)
 
 
 def select_config(problem: Problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,

@@ -174,10 +174,11 @@ def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: torch.Tensor, masked_m: to
     ``G * ceil(max_m / 64)`` elements; the call returns ``(block_m, threshold)`` and, once the
     GEMM's rows of block ``j`` (rows ``j * block_m ..``) of group ``g`` are in ``d``,
     ``signal[g * ceil(max_m / block_m) + j]`` reaches ``threshold`` (blocks past ``masked_m[g]``
-    stay 0), which the combine kernel waits for (``>= threshold``, acquire). deep_tile raises the
-    flags in a second kernel on the same stream right after the GEMM (:func:`_raise_signals`),
-    (a small kernel: :func:`deep_tile.moe_layout.raise_signals`), so they are exact but none is
-    raised before the whole GEMM ends: the combine gets no head start. ``max_block_n`` (a cap on DeepGEMM's tile width, >= 16) is checked and not needed.
+    stay 0), which the combine kernel waits for (acquire). On CUDA the GEMM kernel itself raises
+    them, block by block as it writes them (:func:`deep_tile.m_grouped_fp8_gemm_masked_signal`:
+    ``block_m`` 64 or 128, ``threshold = ceil(N / block_n)``, ``block_n <= max_block_n``); CPU
+    tensors (recording stand-ins) get the flags by the CPU rule, ``(64, 1)``. ``max_block_n``:
+    an int >= 16.
     Without ``enable_overlap`` the call is the plain masked GEMM and returns None.
     """
     fn = "m_grouped_fp8_gemm_nt_masked"
@@ -192,6 +193,12 @@ def m_grouped_fp8_gemm_nt_masked(a: Pair, b: Pair, d: torch.Tensor, masked_m: to
         return None
     _check_int(fn, "max_block_n", max_block_n, 16)
     _check_signal(fn, signal, d)
+    if isinstance(d, torch.Tensor) and d.is_cuda:
+        _, block_m, threshold = deep_tile.m_grouped_fp8_gemm_masked_signal(
+            a_data, sfa, b_data, sfb, masked_m, expected_m, signal, out=d, max_block_n=max_block_n)
+        return block_m, threshold
+    # CPU tensors (the recording stand-ins of the tests and tools/check_engines.py): the GEMM,
+    # then the flags by the CPU rule.
     deep_tile.m_grouped_fp8_gemm_masked(a_data, sfa, b_data, sfb, masked_m, expected_m, out=d)
     return _raise_signals(signal, masked_m, d.shape[1], SIGNAL_BLOCK_M, 1)
 

@@ -7,6 +7,7 @@
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
 #include "deep_tile/ptx/warpgroup.cuh"
+#include "deep_tile/scheduler/tile_scheduler.cuh"
 
 namespace deep_tile {
 
@@ -36,6 +37,39 @@ DT_DEVICE void store_rows_direct(const u8* staging, u8* d, int ldd, int row0, in
   }
 }
 
+/// The completion counters of the signalling masked kernel (Cfg::kSignal): ceil(rows / kWgM)
+/// counters per expert, whose slab of `rows` rows (max_m) starts at row expert * rows of D. The
+/// pointer and `rows` are kept in spare words after the group table in shared memory, written
+/// once by the set-up thread (publish) and read where a counter is added (at).
+/// NOTES: any value of them held across the k-loop (the kernel parameter, an index computed before
+/// the epilogue, even the table's address in SharedStorage) made ptxas 13 spill 4-300 bytes in
+/// signalling builds from 64x128 to 128x256; found from the staging address after the stores,
+/// nothing is.
+struct SignalCounters {
+  static constexpr int kWord = 3 * kMaxTableGroups + 1;  // first spare word of the group table
+  static_assert(kGroupTableBytes >= (kWord + 3) * 4 && kWord % 2 == 1,
+                "the group table needs 3 spare words after its entries: rows, then an 8-byte aligned pointer");
+
+  static DT_DEVICE void publish(int* table, int* counters, int rows) {
+    table[kWord] = rows;
+    *reinterpret_cast<int**>(table + kWord + 1) = counters;
+  }
+
+  /// Add 1, with a release at GPU scope, to the counter of the kWgM-row slab starting at row
+  /// `row0` of D (`table_bytes`: the group table). The caller has made the slab's writes its own:
+  /// completed bulk stores of this thread (the proxy fence orders them before the generic
+  /// release), or other threads' stores before a barrier with them (the release is cumulative).
+  template <int kWgM>
+  static DT_DEVICE void raise(const u8* table_bytes, int row0) {
+    const int* table = reinterpret_cast<const int*>(table_bytes);
+    const int rows = *reinterpret_cast<const volatile int*>(table + kWord);
+    int* const counters = *reinterpret_cast<int* const volatile*>(table + kWord + 1);
+    const int expert = row0 / rows;
+    ptx::fence_proxy_async_global();
+    ptx::red_release_gpu_add(counters + expert * ceil_div(rows, kWgM) + (row0 - expert * rows) / kWgM, 1);
+  }
+};
+
 /// Store the tile at (m0, n0) of D, clipped by the TMA unit to D's bounds; a warpgroup whose rows
 /// all lie at or past m_end (Tile::m_end) stores nothing, and columns past n are skipped by atom.
 /// `result[t]` is sub-tile t = slab * kNumNParts + part: rows slab*64 .. +63 of this warpgroup,
@@ -43,11 +77,17 @@ DT_DEVICE void store_rows_direct(const u8* staging, u8* d, int ldd, int row0, in
 /// The grouped kinds (Cfg::kGrouped) store exactly the real rows: `row_real` says whether this
 /// thread's row (thread_in_wg of the warpgroup's rows) is one, and the real rows are a prefix; a
 /// whole slab goes by TMA, a part of one by store_rows_direct through `d` (row pitch `ldd`).
+/// Cfg::kSignal: once this warpgroup's rows of the tile are written and visible at GPU scope,
+/// its slab's completion counter (SignalCounters, in the group table after `smem_d`, the start of
+/// shared memory) gets 1 added with a release: right after the store (kSignal == 1), or when the
+/// warpgroup stores its next tile (kSignal == 2: `prev_row0`, the previous tile's slab, or -1;
+/// consumer_loop raises the last tile's after its loop); a slab with no real
+/// row stores nothing and adds nothing.
 template <class Cfg>
 DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
                                const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
                                int thread_in_wg, int m0, int n0, int m_end, int n, bool row_real = false,
-                               u8* d = nullptr, int ldd = 0) {
+                               u8* d = nullptr, int ldd = 0, int prev_row0 = -1) {
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
   u8* staging = smem_d + wg * Cfg::kStoreRows * Cfg::kBlockN * 2;
@@ -62,13 +102,25 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   constexpr int kSwizzle = Cfg::kStoreSwizzleBytes;
   constexpr int kChunksPerRow = kSwizzle / 16;
   constexpr int kBlocksPerPart = Cfg::kWgmmaN / 8;
-  // The previous tile's store must have finished reading the staging slab.
-  if (thread_in_wg == 0) ptx::tma_store_wait_read<0>();
+  // The previous tile's store must have finished reading the staging slab (kSignal == 2: have
+  // completed, its writes visible, for its counter raised below).
+  if (thread_in_wg == 0) {
+    if constexpr (Cfg::kSignal == 2) {
+      ptx::tma_store_wait_all();
+    } else {
+      ptx::tma_store_wait_read<0>();
+    }
+  }
   int rows = Cfg::kStoreRows;  // real rows of this warpgroup's slab (grouped kinds)
   if constexpr (Cfg::kGrouped) {
     rows = ptx::named_barrier_popc(barrier_id, 128, row_real);
   } else {
     ptx::named_barrier_sync(barrier_id, 128);
+  }
+  if constexpr (Cfg::kSignal == 2) {
+    // The previous tile's slab (prev_row0 >= 0: it had real rows): its TMA stores completed
+    // above, its direct stores ordered by the barrier (bar.sync, then a cumulative release).
+    if (thread_in_wg == 0 && prev_row0 >= 0) SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, prev_row0);
   }
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
@@ -94,6 +146,17 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   if constexpr (Cfg::kGrouped) {
     if (rows < Cfg::kStoreRows) {
       store_rows_direct<Cfg>(staging, d, ldd, m0 + wg * Cfg::kWgM, rows, n0, n, thread_in_wg);
+      if constexpr (Cfg::kSignal == 1) {
+        // NOTES: the barrier orders every thread's stores before thread 0's release, which is
+        // cumulative: a reader that acquires the count sees them all (PTX memory model, causality
+        // order through bar.sync). `rows` is the same in every thread of the warpgroup.
+        if (rows > 0) {
+          ptx::named_barrier_sync(barrier_id, 128);
+          if (thread_in_wg == 0) {
+            SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, m0 + wg * Cfg::kWgM);
+          }
+        }
+      }
       return;
     }
   }
@@ -107,6 +170,14 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
       }
     }
     ptx::tma_store_commit();
+    if constexpr (Cfg::kSignal == 1) {
+      // The stores' writes complete (wait_group without .read: written, not only read from shared
+      // memory); this thread waits for them before the warpgroup's next tile.
+      if (row0 < m_end) {
+        ptx::tma_store_wait_all();
+        SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0);
+      }
+    }
   }
 }
 

@@ -13,7 +13,7 @@ namespace deep_tile {
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
           int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
-          int kCKind_ = 0, bool kBScale1D_ = false>
+          int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -48,6 +48,14 @@ struct Fp8GemmConfig {
   // 0: off. The host picks it for M <= 16 (deep_tile/select/selector.py swap_n_for).
   static constexpr int kSwapN = kSwapN_;
   static constexpr bool kSwapAB = kSwapN_ > 0;
+  // Completion signals (SGLang's single-batch overlap; DT_SIGNAL, masked kind only): after each
+  // consumer warpgroup's rows of a tile are stored and visible at GPU scope, it adds 1 to the
+  // counter of its kWgM-row slab (store_tile_bf16), so a slab's counter reaches ceil(N / kBlockN)
+  // once every column of it is written. 1: right after the tile's store (the storing thread waits
+  // for its bulk stores to complete); 2: when the warpgroup stores its next tile, whose wait for
+  // the staging buffer then waits for completion (and after the last tile). 0 (the default): off,
+  // the kernel unchanged.
+  static constexpr int kSignal = kSignal_;
 
   // Output (epilogue/store_direct.cuh): D in bf16 (kOutKind 0) or FP32 (1), and an optional C
   // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself, in-place
@@ -162,6 +170,8 @@ struct Fp8GemmConfig {
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
   static constexpr int kSmemBytes =
       kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
+  // The table's offset from the start of shared memory (the last region, SharedStorage::group_table).
+  static constexpr int kSmemTableOffset = kSmemBytes - kSmemTableBytes;
 
   // Split-K partial tile: fp32 rows of kPartialPitch floats; a pitch of 8 (mod 32) words makes the
   // 8-byte fragment stores of a half-warp hit 32 distinct banks.
@@ -206,6 +216,8 @@ struct Fp8GemmConfig {
                    "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16), 2 (FP32) or 3 (D itself)");
   DT_STATIC_ASSERT(!kBScale1D || (kSwapN == 0 && !kGrouped),
                    "DT_B_SCALE_1D (1D1D) needs the dense kind without swap-AB");
+  DT_STATIC_ASSERT(kSignal == 0 || ((kSignal == 1 || kSignal == 2) && kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
+                   "DT_SIGNAL must be 0, or 1 or 2 with the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -43,7 +43,12 @@ struct SharedStorage {
         b_scale(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols),
         full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * Cfg::kBScalePitch)),
         empty(full + Cfg::kNumStages),
-        group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {}
+        group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {
+    static_assert(Cfg::kSmemDBytes + Cfg::kNumStages * (Cfg::kTileABytes + Cfg::kTileBBytes) +
+                          Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols * 4 + Cfg::kSmemBScaleBytes +
+                          Cfg::kNumStages * 16 == Cfg::kSmemTableOffset,
+                  "Fp8GemmConfig::kSmemTableOffset differs from SharedStorage's group_table");
+  }
 
   /// The split-K partial tile: fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
   DT_DEVICE float* partial() const { return reinterpret_cast<float*>(a); }

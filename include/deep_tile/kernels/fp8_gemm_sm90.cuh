@@ -127,6 +127,17 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
 /// Runs every tile of this CTA; the persistent kernel stores each, the split-K kernel leaves its
 /// one tile's partial in `result` for the cluster reduction.
+/// kSignal == 2: the first row of warpgroup `wg`'s slab of tile `index`, or -1 when it has no real row.
+/// NOTES: recomputed from the tile index where it is raised (not carried across the k-loop, where
+/// every register is taken).
+template <class Cfg>
+DT_DEVICE int signal_row0(const Scheduler<Cfg>& sched, int index, int wg) {
+  asm volatile("" : "+r"(index));  // computed here, after the mainloop, not hoisted into it
+  const Tile<Cfg> tile = sched.tile(index);
+  const int row0 = tile.m0 + wg * Cfg::kWgM;
+  return row0 < tile.m_end ? row0 : -1;
+}
+
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
                              const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile],
@@ -194,6 +205,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         store_tile_direct<Cfg>(result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd, c, ldc);
       } else if constexpr (Cfg::kSwapAB) {
         store_tile_swapped<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd);
+      } else if constexpr (Cfg::kSignal == 2) {
+        store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd,
+                             index == work.first ? -1 : signal_row0<Cfg>(sched, index - work.step, wg));
       } else {
         store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
       }
@@ -203,6 +217,15 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) {
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
   }
+  if constexpr (Cfg::kSignal == 2) {
+    // The last tile's slab: its TMA stores completed above, its direct stores ordered by the barrier.
+    if (work.first < sched.num_tiles) {
+      const int last = work.first + (sched.num_tiles - 1 - work.first) / work.step * work.step;
+      const int row0 = signal_row0<Cfg>(sched, last, wg);
+      ptx::named_barrier_sync(1 + wg, 128);
+      if (thread_in_wg == 0 && row0 >= 0) SignalCounters::raise<Cfg::kWgM>(smem.d + Cfg::kSmemTableOffset, row0);
+    }
+  }
 }
 
 /// The kernel body; csrc/entry/fp8_gemm_sm90.cu wraps it in an extern "C" __global__ symbol.
@@ -211,11 +234,13 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 /// grouped problem (Cfg::kProblemKind; unused when dense). The direct-store variants
 /// (Cfg::kDirectStore: FP32 D and/or C) store through `d` only, adding C (`c`, row pitch `ldc`
 /// elements, possibly `d` itself) when Cfg::kCKind says there is one.
+/// `signal`: the completion counters of the signalling masked kernel (Cfg::kSignal; unused otherwise).
 template <class Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
                              int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0},
-                             const u8* c = nullptr, int ldc = 0, const TmaDescriptor* tma_b_scale = nullptr) {
+                             const u8* c = nullptr, int ldc = 0, const TmaDescriptor* tma_b_scale = nullptr,
+                             int* signal = nullptr) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
   Scheduler<Cfg> sched(m, n, k, raster_width, group, smem.group_table);
@@ -248,6 +273,9 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     // The producer warpgroup's second warp builds the expert table while the first inits barriers.
     if (threadIdx.x / 32 == Cfg::kNumMathWarps + 1) {
       GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
+      if constexpr (Cfg::kSignal) {
+        if (threadIdx.x % 32 == 0) SignalCounters::publish(smem.group_table, signal, group.group_rows);
+      }
     }
   }
   // Barriers (and the expert table) must be initialised everywhere before any local, remote or

@@ -95,4 +95,15 @@ DT_DEVICE void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;"
 /// (TMA store, wgmma) and vice versa.
 DT_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+/// Order this thread's completed async-proxy global writes (TMA stores waited for with
+/// tma_store_wait_all) before its later generic-proxy accesses (a release that publishes them).
+DT_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
+
+/// `*counter += value` as a release at GPU scope (PTX red.release.gpu): every write this thread
+/// has performed or observed (a named barrier's other threads' included) is visible to a thread
+/// that reads the new value with an acquire.
+DT_DEVICE void red_release_gpu_add(int* counter, int value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(counter), "r"(value) : "memory");
+}
+
 }  // namespace deep_tile::ptx
