@@ -44,7 +44,7 @@ SIGNATURES = {
                                               ("expected_m", None)],
 }
 
-FORWARDED = ["fp8_gemm", "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_masked", "get_tma_aligned_a_scale",
+FORWARDED = ["fp8_gemm", "fp8_gemm_1d1d", "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_masked", "get_tma_aligned_a_scale",
              "set_num_sms", "get_num_sms", "get_m_alignment_for_contiguous_layout", "set_pdl", "get_pdl"]
 
 
@@ -222,6 +222,27 @@ def test_transform_sf_into_required_layout(calls):
 # What deep_tile does not run
 # --------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("d_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("c_kind", [None, "d", "other"])
+@pytest.mark.parametrize("recipe", [{}, {"recipe": (1, 128, 128)}, {"recipe": (1, 1, 128)},
+                                    {"recipe_a": (1, 128), "recipe_b": (1, 128)}],
+                         ids=["default", "1x128x128", "1x1x128", "recipe_ab_1d"])
+def test_dense_gemm_accumulates_and_picks_the_recipe(calls, d_dtype, c_kind, recipe):
+    """fp8_gemm_nt with ``c`` (``d`` itself or another tensor), a float32 ``d`` and the 1D1D recipe
+    forwards to fp8_gemm / fp8_gemm_1d1d with ``out=d`` and ``c``, as a trainer calls it."""
+    (a, sfa), (b, sfb), d = dense(d_dtype=d_dtype)
+    c = {None: None, "d": d, "other": torch.zeros(8, 16, dtype=torch.float32)}[c_kind]
+    assert deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d, c=c, **recipe) is None
+    one_d = recipe.get("recipe") == (1, 1, 128) or recipe.get("recipe_b") == (1, 128)
+    assert [name for name, _, _ in calls] == ["fp8_gemm_1d1d" if one_d else "fp8_gemm"]
+    _, args, kwargs = calls[0]
+    assert same(args, (a, sfa, b, sfb)) and kwargs["out"] is d
+    if c is None:
+        assert "c" not in kwargs
+    else:
+        assert kwargs["c"] is c
+
+
 def _dense_call(name, **options):
     def call():
         overrides = dict(options)
@@ -250,11 +271,8 @@ UNSUPPORTED = [
     (_dense_call("fp8_gemm_nt", sfa=PACKED), ["a[1]", "torch.int32", "float32"]),
     (_dense_call("fp8_gemm_nt", sfb=torch.ones(1, 2, dtype=torch.int32)), ["b[1]", "torch.int32", "float32"]),
     (_dense_call("fp8_gemm_nt", sfa=torch.ones(8, 2, dtype=torch.bfloat16)), ["a[1]", "torch.bfloat16"]),
-    (_dense_call("fp8_gemm_nt", c=torch.zeros(8, 16, dtype=torch.bfloat16)), ["c", "c=None"]),
-    (_dense_call("fp8_gemm_nt", d_dtype=torch.float32), ["d", "torch.float32", "bfloat16"]),
-    (_dense_call("fp8_gemm_nt", recipe=(1, 1, 128)), ["recipe=(1, 1, 128)", "(1, 128, 128)"]),
     (_dense_call("fp8_gemm_nt", recipe=(1, 128, 32)), ["recipe=(1, 128, 32)"]),
-    (_dense_call("fp8_gemm_nt", recipe_a=(1, 128), recipe_b=(1, 128)), ["recipe_b=(1, 128)", "(128, 128)"]),
+    (_dense_call("fp8_gemm_nt", recipe_a=(1, 128), recipe_b=(128, 1)), ["recipe_b=(128, 1)", "(128, 128)"]),
     (_dense_call("fp8_gemm_nt", recipe_a=(1, 32), recipe_b=(128, 128)), ["recipe_a=(1, 32)", "(1, 128)"]),
     (_dense_call("gemm_fp8_fp8_bf16_nt", sfa=PACKED), ["lhs[1]", "torch.int32"]),
     (_dense_call("gemm_fp8_fp8_bf16_nt", sfb=torch.ones(1, 2, dtype=torch.int32)), ["rhs[1]", "torch.int32"]),

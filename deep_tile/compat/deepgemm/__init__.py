@@ -20,13 +20,15 @@ the tensors. The package has DeepGEMM's module layout: :mod:`.utils`, :mod:`.uti
 ``deep_gemm`` itself (docs/deepgemm-compat.md says how to switch an engine and back).
 
 Supported: DeepGEMM's SM90 FP8 format -- float8_e4m3fn operands, float32 scales, 1x128 for ``a``
-and 128x128 for ``b`` (recipe ``(1, 128, 128)``, the default), NT layout, bfloat16 output. The
+and 128x128 for ``b`` (recipe ``(1, 128, 128)``, the default), NT layout, bfloat16 output; and for
+the dense ``fp8_gemm_nt`` also a float32 ``d``, ``c`` (``d = c + a @ b.T``, ``c`` may be ``d``) and
+the weight gradient's recipe ``(1, 1, 128)`` (1x128 scales for both operands). The
 scale of ``a`` may come in any layout: deep_tile reads the TMA-aligned column-major one
 (:func:`get_mn_major_tma_aligned_tensor`) without a copy and copies any other once per call.
 
 Not supported (raises NotImplementedError naming the argument, before anything is launched):
-packed UE8M0 or any other non-float32 scales; ``c`` (accumulation); a float32 ``d``; recipes other
-than ``(1, 128, 128)``; a contiguous-layout alignment that is not a multiple of 128. Accepted and
+packed UE8M0 or any other non-float32 scales; for the grouped GEMMs ``c``, a float32 ``d`` and
+recipes other than ``(1, 128, 128)``; a contiguous-layout alignment that is not a multiple of 128. Accepted and
 ignored, because they only steer DeepGEMM's compilation or its SM100 kernels: ``compiled_dims``,
 ``disable_ue8m0_cast`` (deep_tile always uses the float32 scales as given, which is what DeepGEMM
 does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_for_psum_layout``

@@ -27,6 +27,8 @@ RECIPE = (1, 128, 128)
 """The one scaling recipe deep_tile runs: (a rows, b rows, k) per scale = 1x128 for a, 128x128 for b."""
 RECIPE_A, RECIPE_B = (1, 128), (128, 128)
 """The same recipe given per operand (DeepGEMM's ``recipe_a`` / ``recipe_b``)."""
+RECIPE_1D1D = (1, 1, 128)
+"""DeepGEMM's recipe of the weight gradient: 1x128 scales for both a and b (fp8_gemm_nt only)."""
 
 SM90_MK_ALIGNMENT = 128
 """The contiguous-layout alignment DeepGEMM starts with and, on SM90, always calls theoretical
@@ -97,23 +99,39 @@ def fp8_gemm_nt(a: Pair, b: Pair, d: torch.Tensor, c: Optional[torch.Tensor] = N
                 recipe: Optional[Sequence[int]] = None, recipe_a: Optional[Sequence[int]] = None,
                 recipe_b: Optional[Sequence[int]] = None, compiled_dims: str = "nk",
                 disable_ue8m0_cast: bool = False) -> None:
-    """DeepGEMM's ``fp8_gemm_nt``: ``d = a[0] @ b[0].T`` with the block scales, run by :func:`deep_tile.fp8_gemm`.
+    """DeepGEMM's ``fp8_gemm_nt``: ``d = c + a[0] @ b[0].T`` with the scales, written into ``d``.
 
-    ``a = (a [M, K] float8_e4m3fn, sfa [M, ceil(K/128)] float32)``, ``b = (b [N, K], sfb
-    [ceil(N/128), ceil(K/128)] float32)``, ``d`` [M, N] bfloat16, written in place. ``c``, a float32
-    ``d``, non-float32 scales and recipes other than ``(1, 128, 128)`` raise NotImplementedError;
-    ``compiled_dims`` and ``disable_ue8m0_cast`` are accepted and ignored (see the module docstring).
+    ``a = (a [M, K] float8_e4m3fn, sfa [M, ceil(K/128)] float32)``, ``b = (b [N, K], sfb)``, ``d``
+    [M, N] bfloat16 or float32, ``c`` optional (bfloat16 or float32, [M, N]; it may be ``d`` itself:
+    accumulation in place). The recipe picks the kernel:
+
+    - ``None`` or ``(1, 128, 128)`` (``recipe_a=(1, 128)``, ``recipe_b=(128, 128)``): ``sfb``
+      [ceil(N/128), ceil(K/128)], run by :func:`deep_tile.fp8_gemm`;
+    - ``(1, 1, 128)`` (``recipe_a=recipe_b=(1, 128)``; the weight gradient): ``sfb`` [N, ceil(K/128)],
+      one scale per row of ``b``, run by :func:`deep_tile.fp8_gemm_1d1d`. DeepGEMM takes only a
+      float32 ``d`` with a ``c`` there; deep_tile also takes bf16 and no ``c``, and reads a ``c`` that
+      is not ``d`` directly instead of copying it into ``d`` first (same result).
+
+    Non-float32 scales and other recipes raise NotImplementedError; ``compiled_dims`` and
+    ``disable_ue8m0_cast`` are accepted and ignored (see the module docstring).
     """
     fn = "fp8_gemm_nt"
     (a_data, sfa), (b_data, sfb) = a, b
     _check_scales(fn, **{"a[1]": sfa, "b[1]": sfb})
-    _check_output(fn, "d", d)
-    if c is not None:
-        raise NotImplementedError(
-            f"{fn}: c (accumulation, d = a @ b.T + c) is not supported; deep_tile supports only c=None "
-            "(d = a @ b.T).")
+    options = {"out": d} if c is None else {"out": d, "c": c}
+    if _is_1d1d(recipe, recipe_a, recipe_b):
+        deep_tile.fp8_gemm_1d1d(a_data, sfa, b_data, sfb, **options)
+        return
     _check_recipe(fn, recipe, recipe_a, recipe_b)
-    deep_tile.fp8_gemm(a_data, sfa, b_data, sfb, out=d)
+    deep_tile.fp8_gemm(a_data, sfa, b_data, sfb, **options)
+
+
+def _is_1d1d(recipe, recipe_a, recipe_b) -> bool:
+    """Whether DeepGEMM's arguments ask for the 1D1D recipe (1x128 scales for both operands)."""
+    if recipe is not None:
+        return tuple(recipe) == RECIPE_1D1D
+    return (recipe_a is not None and tuple(recipe_a) == RECIPE_A
+            and recipe_b is not None and tuple(recipe_b) == RECIPE_A)
 
 
 def m_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, grouped_layout: torch.Tensor,
