@@ -169,6 +169,28 @@ def _require_aligned(name: str, x: torch.Tensor, row_multiple: int, what: str, d
                              f"got address ending in {x.data_ptr() % 16:#x} modulo 16")
 
 
+def _operand_shapes(fn: str, a, a_scale, b, b_scale) -> tuple:
+    """The shape checks both the 1D2D and the 1D1D GEMM make of their operands (after their dtype
+    checks): every operand 2-D, ``b``'s K that of ``a``, the problem shape, ``a_scale``'s rows and K
+    groups. ``b_scale`` (checked 2-D here) is the caller's to check further.
+    ``(m, n, k, k_groups, require_m_rows)``."""
+    import torch
+
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        _require_2d(name, x, fn)
+    m, k = a.shape
+    n = b.shape[0]
+    if b.shape[1] != k:
+        raise ValueError(f"{fn}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
+                         f"got {shown(tuple(b.shape))}")
+    m, n, k, require_m_rows = _checked_shape(fn, m, n, k, isinstance(m, torch.SymInt))
+    g = SCALE_GROUP
+    k_groups = ceil_div(k, g)
+    require_m_rows("a_scale", a_scale, (m, k_groups), lambda: f"(m, ceil(k/{g})) for a of shape {shown(tuple(a.shape))}",
+                   fn)
+    return m, n, k, k_groups, require_m_rows
+
+
 def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True) -> Problem:
     """Validate fp8_gemm's arguments and return the dense :class:`deep_tile.problem.Problem` they
     describe (its a_scale layout is the launcher's to decide: :mod:`deep_tile.layouts`).
@@ -200,19 +222,8 @@ def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True
     _require_dtype("b_scale", b_scale, torch.float32)
     if out is not None:
         _require_dtype("out", out, torch.bfloat16)
-    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
-        _require_2d(name, x)
-
-    m, k = a.shape
-    n = b.shape[0]
-    if b.shape[1] != k:
-        raise ValueError(f"{_FN}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
-                         f"got {shown(tuple(b.shape))}")
-    m, n, k, require_m_rows = _checked_shape(_FN, m, n, k, isinstance(m, torch.SymInt))
+    m, n, k, k_groups, require_m_rows = _operand_shapes(_FN, a, a_scale, b, b_scale)
     g = SCALE_GROUP
-    k_groups = ceil_div(k, g)
-    require_m_rows("a_scale", a_scale, (m, k_groups),
-                   lambda: f"(m, ceil(k/{g})) for a of shape {shown(tuple(a.shape))}")
     _require_shape("b_scale", b_scale, (ceil_div(n, g), k_groups),
                    lambda: f"(ceil(n/{g}), ceil(k/{g})) for b of shape {shown(tuple(b.shape))}")
     if out is not None:
@@ -355,18 +366,8 @@ def _check_1d1d_operands(fn: str, a, a_scale, b, b_scale) -> Problem:
     _require_dtype("b", b, torch.float8_e4m3fn, fn)
     _require_dtype("a_scale", a_scale, torch.float32, fn)
     _require_dtype("b_scale", b_scale, torch.float32, fn)
-    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
-        _require_2d(name, x, fn)
-    m, k = a.shape
-    n = b.shape[0]
-    if b.shape[1] != k:
-        raise ValueError(f"{fn}: b must have shape (n, k) with k = a.shape[1] = {shown(k)}; "
-                         f"got {shown(tuple(b.shape))}")
-    m, n, k, require_m_rows = _checked_shape(fn, m, n, k, isinstance(m, torch.SymInt))
+    m, n, k, k_groups, require_m_rows = _operand_shapes(fn, a, a_scale, b, b_scale)
     g = SCALE_GROUP
-    k_groups = ceil_div(k, g)
-    require_m_rows("a_scale", a_scale, (m, k_groups), lambda: f"(m, ceil(k/{g})) for a of shape {shown(tuple(a.shape))}",
-                   fn)
     _require_shape("b_scale", b_scale, (n, k_groups), lambda: f"(n, ceil(k/{g})) for b of shape {shown(tuple(b.shape))}",
                    fn)
     _require_aligned("a", a, 16, "k", False, fn)
