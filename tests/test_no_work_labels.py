@@ -1,4 +1,4 @@
-"""The project speaks of itself alone: no work-session labels in what a reader sees.
+"""The project speaks of itself alone: no numbered labels of work periods in what a reader sees.
 
 A measurement is cited by its date and the title of its benchmarks/RESULTS.md entry (e.g.
 "RESULTS.md, 2026-11-24 'Decode chain beside the read chain, and its power'"), never by a
@@ -105,7 +105,7 @@ def test_the_patterns_find_labels_and_leave_other_uses_of_the_word():
         assert find_labels(text) == [], text
 
 
-def test_no_work_session_labels_in_the_project():
+def test_no_work_labels_in_the_project():
     paths = _scanned_paths()
     assert any(p.name == "RESULTS.md" for p in paths), "benchmarks/RESULTS.md not found"
     found = []
@@ -116,7 +116,7 @@ def test_no_work_session_labels_in_the_project():
         for line, content in find_labels(text):
             found.append(f"{path.relative_to(ROOT)}:{line}: {content[:160]}")
     if found:
-        pytest.fail("work-session labels (cite the RESULTS.md entry's date and title instead):\n"
+        pytest.fail("numbered work labels (cite the RESULTS.md entry's date and title instead):\n"
                     + "\n".join(found), pytrace=False)
 
 
