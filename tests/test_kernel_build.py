@@ -13,11 +13,13 @@ Which GEMM kernels:
   selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
   tile, multicast of A and of B, split-K, the row-major a_scale variant, the L2 policies, the
   k-loop unrolled by 6, a narrow store swizzle), and the three input-dtype variants of the casts;
-- with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES`: every kernel kind the
-  selector can emit -- each tile shape it considers as a persistent kernel, with multicast on A
-  and on B, split along K where the selector may split it, each with its most stages and each also
-  as the row-major-a_scale variant, with the L2 policies and unrolled by 6 -- plus the families
-  the GPU tests force.
+- with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES` with NVRTC (the
+  compiler the JIT uses by default): every kernel kind the selector can emit -- each tile shape it
+  considers as a persistent kernel, with multicast on A and on B, split along K where the selector
+  may split it, each with its most stages and each also as the row-major-a_scale variant, with the
+  L2 policies and unrolled by 6 -- plus the families the GPU tests force. nvcc keeps the smoke set
+  there (it already proves every code path; the whole set twice took over 20 minutes of CI's 30 on
+  2 cores); ``--sweep-nvcc`` builds every family with nvcc as well.
 """
 import dataclasses
 import itertools
@@ -203,10 +205,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
 
 
 def pytest_generate_tests(metafunc):
-    """``fam``: SMOKE_FAMILIES, or every family with ``--kernel-sweep``."""
+    """``(name, fam)``: each compiler with SMOKE_FAMILIES; with ``--kernel-sweep``, NVRTC (the
+    default compiler) with every family and nvcc with SMOKE_FAMILIES, or with every family too
+    under ``--sweep-nvcc``."""
     if "fam" in metafunc.fixturenames:
         sweep = metafunc.config.getoption("--kernel-sweep")
-        metafunc.parametrize("fam", FAMILIES if sweep else SMOKE_FAMILIES, ids=family_id)
+        sweep_nvcc = sweep and metafunc.config.getoption("--sweep-nvcc")
+        pairs = []
+        for compiler_param in COMPILERS:
+            name = compiler_param.values[0]
+            families = FAMILIES if sweep and (name == "nvrtc" or sweep_nvcc) else SMOKE_FAMILIES
+            pairs += [pytest.param(name, fam, marks=compiler_param.marks, id=f"{name}-{family_id(fam)}")
+                      for fam in families]
+        metafunc.parametrize(("name", "fam"), pairs)
 
 
 def family_id(fam: tuple) -> str:
@@ -297,14 +308,12 @@ def sass_facts_or_skip(report) -> dict:
     return report.sass
 
 
-@pytest.mark.parametrize("name", COMPILERS)
 def test_gemm_builds_spill_free(builds, name, fam):
     report = built(builds, gemm_job(name, fam))
     assert report.compiler == name and report.elf
     assert_ptxas_clean(report.log, report.functions, [gemm_symbol(fam)])
 
 
-@pytest.mark.parametrize("name", COMPILERS)
 def test_gemm_sass(builds, name, fam):
     sass = sass_facts_or_skip(built(builds, gemm_job(name, fam)))
     symbol = gemm_symbol(fam)
