@@ -4,8 +4,8 @@
 
 For each shape (G experts of about M rows, N, K; benchmarks/bench_grouped.py's random problem) it
 runs deep_tile's plain masked GEMM, the signalling kernel in each ``DT_SIGNAL`` mode
-(deep_tile.kernels.fp8_gemm.SIGNAL_MODES: 1 right after the store, 2 at the next store, 3 handed
-to a producer warp) and, when importable, DeepGEMM latest's masked GEMM, round-robin with the L2
+(deep_tile.kernels.fp8_gemm.SIGNAL_MODES: 1 raised by the storing thread right after the store,
+2 raised by a producer warp once the slab is handed over at the next store) and, when importable, DeepGEMM latest's masked GEMM, round-robin with the L2
 flushed (testing.timing.bench_round_robin), and checks each signalling run first: NaN-poisoned
 output against the plain kernel's (bitwise: the same per-element k order), every real block's
 counter equal to the threshold and every other counter 0. Prints one row per shape and, with
