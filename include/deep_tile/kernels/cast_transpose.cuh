@@ -6,12 +6,12 @@
 //   block (128x128) kind: w [rows, cols] -> q with one scale per 128x128 block, and on request
 //     qt = the bit-exact transpose of q with the transposed scales.
 //
-// One 256-thread CTA per 128x128 tile, x along the columns. Each thread loads 16 consecutive bf16
-// of 4 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of its row with
+// One CTA of DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads
+// 16 consecutive bf16 of 2 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of its row with
 // shuffles, writes its 16 FP8 bytes with one 128-bit store, and (transposed) stages the raw bf16
-// tile in shared memory; then each thread reads two neighbouring columns over 32 rows of the tile
-// (one 32-bit shared load per row, conflict-free) and writes each column's 32 FP8 bytes with two
-// 128-bit stores, so global reads and writes are both coalesced.
+// tile in shared memory; then each thread reads one column over 32 rows of the tile (a warp reads
+// 64 contiguous bytes of a row: no bank conflict) and writes that column's 32 FP8 bytes, a whole
+// 32-byte sector of the transposed row, with two 128-bit stores.
 //
 // Math (same float32 operations as deep_tile/cast_transpose.py's torch reference, so bitwise equal):
 //   amax = max(max |x|, 1e-4); inv = 448 / amax (correctly rounded);
@@ -34,7 +34,8 @@ constexpr int kThreads = DT_CT_THREADS;  // threads per CTA (deep_tile/kernels/c
 constexpr int kChunk = 16;        // columns per thread in the row pass (two 16-byte loads)
 constexpr int kRowsPerPass = kThreads / (kTile / kChunk);  // 32
 constexpr int kPasses = kTile / kRowsPerPass;              // 4
-constexpr int kColRows = kTile / (kThreads / (kTile / 2)); // rows per thread in the column pass: 32
+constexpr int kSegs = kThreads / kTile;                    // threads per column in the column pass
+constexpr int kColRows = kTile / kSegs;                    // rows per thread in the column pass
 constexpr float kFp8Max = 448.0f;
 constexpr float kMinAmax = 1e-4f;
 constexpr int kPowerOfTwoFlag = 1;
@@ -96,7 +97,7 @@ struct Args {
 template <bool kBlock>
 DT_DEVICE void cast_tile(const Args& a) {
   __shared__ __align__(16) u16 tile[kTile][kTile];  // raw bf16, only with a transposed output
-  __shared__ float2 col_amax[kThreads / (kTile / 2)][kTile / 2];  // column pass partial amax
+  __shared__ float col_amax[kSegs][kTile];                         // column pass partial amax
   __shared__ float warp_amax[kThreads / 32];                      // block kind
   ptx::grid_dependency_wait();  // the stream predecessor may write x or read the outputs
   ptx::launch_dependents();
@@ -108,7 +109,7 @@ DT_DEVICE void cast_tile(const Args& a) {
   const int col = col0 + chunk * kChunk;
   const bool col_ok = col < a.cols;
 
-  // ---- load 4 rows x 16 columns; zeros outside the tensor
+  // ---- load kPasses rows x 16 columns; zeros outside the tensor
   uint4 v[kPasses][2];
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
@@ -177,56 +178,37 @@ DT_DEVICE void cast_tile(const Args& a) {
     dst[1] = v[p][1];
   }
   __syncthreads();
-  const int pair = tid % (kTile / 2), seg = tid / (kTile / 2);  // columns 2*pair, 2*pair+1; rows 32*seg..
-  u32 w[kColRows];
-  float m0 = 0.0f, m1 = 0.0f;
+  const int d_local = tid % kTile, seg = tid / kTile;  // column d_local of the tile, rows kColRows*seg ..
+  float h[kColRows];
+  float m = 0.0f;
 #pragma unroll
   for (int i = 0; i < kColRows; ++i) {
-    w[i] = reinterpret_cast<const u32*>(tile[seg * kColRows + i])[pair];
-    m0 = fmaxf(m0, fabsf(bf16_lo(w[i])));
-    m1 = fmaxf(m1, fabsf(bf16_hi(w[i])));
+    h[i] = __uint_as_float(static_cast<u32>(tile[seg * kColRows + i][d_local]) << 16);
+    m = fmaxf(m, fabsf(h[i]));
   }
-  float2 inv0, inv1;
+  float inv;
   if constexpr (kBlock) {
-    inv0 = inv1 = row_inv[0];
+    inv = row_inv[0].x;
   } else {
-    col_amax[seg][pair] = make_float2(m0, m1);
+    col_amax[seg][d_local] = m;
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < kThreads / (kTile / 2); ++i) {
-      const float2 c = col_amax[i][pair];
-      m0 = fmaxf(m0, c.x);
-      m1 = fmaxf(m1, c.y);
-    }
-    inv0 = inv_and_scale(fmaxf(m0, kMinAmax), power_of_two);
-    inv1 = inv_and_scale(fmaxf(m1, kMinAmax), power_of_two);
-    const int d = col0 + 2 * pair;
-    if (seg == 0 && d < a.cols) {  // cols % 16 == 0: d + 1 < cols too
-      float* st = a.st + static_cast<long long>(blockIdx.y) * a.st_pitch + d;
-      st[0] = inv0.y;
-      st[1] = inv1.y;
-    }
+    for (int i = 0; i < kSegs; ++i) m = fmaxf(m, col_amax[i][d_local]);
+    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+    inv = is.x;
+    if (seg == 0 && col0 + d_local < a.cols) a.st[static_cast<long long>(blockIdx.y) * a.st_pitch + col0 + d_local] = is.y;
   }
-  const int d = col0 + 2 * pair;
+  const int d = col0 + d_local;
   if (d >= a.cols) return;
   const int t = row0 + seg * kColRows;
+  u8* dst = a.qt + static_cast<long long>(d) * a.qt_ld + t;
 #pragma unroll
-  for (int half = 0; half < kColRows / 16; ++half) {
-    const int t16 = t + half * 16;
-    if (t16 >= a.qt_ld) break;  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
-    const u32* h = w + half * 16;
-    uint4 c0, c1;
-    c0.x = e4m3x4(bf16_lo(h[0]), bf16_lo(h[1]), bf16_lo(h[2]), bf16_lo(h[3]), inv0.x);
-    c0.y = e4m3x4(bf16_lo(h[4]), bf16_lo(h[5]), bf16_lo(h[6]), bf16_lo(h[7]), inv0.x);
-    c0.z = e4m3x4(bf16_lo(h[8]), bf16_lo(h[9]), bf16_lo(h[10]), bf16_lo(h[11]), inv0.x);
-    c0.w = e4m3x4(bf16_lo(h[12]), bf16_lo(h[13]), bf16_lo(h[14]), bf16_lo(h[15]), inv0.x);
-    c1.x = e4m3x4(bf16_hi(h[0]), bf16_hi(h[1]), bf16_hi(h[2]), bf16_hi(h[3]), inv1.x);
-    c1.y = e4m3x4(bf16_hi(h[4]), bf16_hi(h[5]), bf16_hi(h[6]), bf16_hi(h[7]), inv1.x);
-    c1.z = e4m3x4(bf16_hi(h[8]), bf16_hi(h[9]), bf16_hi(h[10]), bf16_hi(h[11]), inv1.x);
-    c1.w = e4m3x4(bf16_hi(h[12]), bf16_hi(h[13]), bf16_hi(h[14]), bf16_hi(h[15]), inv1.x);
-    u8* dst = a.qt + static_cast<long long>(d) * a.qt_ld + t16;
-    *reinterpret_cast<uint4*>(dst) = c0;
-    *reinterpret_cast<uint4*>(dst + a.qt_ld) = c1;
+  for (int c = 0; c < kColRows / 16; ++c) {
+    if (t + 16 * c >= a.qt_ld) break;  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
+    const float* f = h + 16 * c;
+    *reinterpret_cast<uint4*>(dst + 16 * c) =
+        make_uint4(e4m3x4(f[0], f[1], f[2], f[3], inv), e4m3x4(f[4], f[5], f[6], f[7], inv),
+                   e4m3x4(f[8], f[9], f[10], f[11], inv), e4m3x4(f[12], f[13], f[14], f[15], inv));
   }
 }
 
