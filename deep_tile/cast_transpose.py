@@ -1,5 +1,5 @@
 """Fused FP8 casts for training: one pass over a bf16 tensor writes its FP8 copy and, on request,
-its transposed FP8 copy, each with the scales the FP8 GEMMs read without a copy (docs/casts.md).
+its transposed FP8 copy, each with the scales the FP8 GEMMs read without a copy (docs/training.md, "Fused FP8 casts").
 
 - :func:`per_token_cast_transpose_to_fp8` -- activations and gradients ``x [T, D]``: row-wise
   1x128 groups along D (fprop / dgrad operand) and ``x^T [D, T]`` with 1x128 groups along T

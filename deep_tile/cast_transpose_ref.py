@@ -48,14 +48,15 @@ def token_cast_transpose_ref(x: torch.Tensor, transpose: bool = True, power_of_t
     xt = _tiles(x)                                                    # [rb, 128 t, cb, 128 d]
     inv, s = inv_and_scale(xt.abs().amax(dim=3), power_of_two)        # [rb, 128, cb]
     q = (xt * inv.unsqueeze(3)).to(torch.float8_e4m3fn)
-    q = q.reshape(xt.shape[0] * SCALE_GROUP, -1)[:rows, :cols]
-    s = s.reshape(-1, s.shape[2])[:rows]
+    rb, cb = xt.shape[0], xt.shape[2]
+    q = q.reshape(rb * SCALE_GROUP, cb * SCALE_GROUP)[:rows, :cols]
+    s = s.reshape(rb * SCALE_GROUP, cb)[:rows]
     if not transpose:
         return q.contiguous(), s.contiguous(), None, None
     inv_t, s_t = inv_and_scale(xt.abs().amax(dim=1), power_of_two)    # [rb, cb, 128 d]
     qt = (xt * inv_t.unsqueeze(1)).to(torch.float8_e4m3fn)            # [rb, 128 t, cb, 128 d]
-    qt = qt.permute(2, 3, 0, 1).reshape(-1, xt.shape[0] * SCALE_GROUP)[:cols, :align_up(rows, 16)]
-    s_t = s_t.permute(1, 2, 0).reshape(-1, s_t.shape[0])[:cols]
+    qt = qt.permute(2, 3, 0, 1).reshape(cb * SCALE_GROUP, rb * SCALE_GROUP)[:cols, :align_up(rows, 16)]
+    s_t = s_t.permute(1, 2, 0).reshape(cb * SCALE_GROUP, rb)[:cols]
     return q.contiguous(), s.contiguous(), qt.contiguous(), s_t.contiguous()
 
 
@@ -67,7 +68,7 @@ def block_cast_transpose_ref(w: torch.Tensor, transpose: bool = True, power_of_t
     wt = _tiles(w)
     inv, s = inv_and_scale(wt.abs().amax(dim=(1, 3)), power_of_two)  # [rb, cb]
     q = (wt * inv[:, None, :, None]).to(torch.float8_e4m3fn)
-    q = q.reshape(wt.shape[0] * SCALE_GROUP, -1)[:rows, :cols].contiguous()
+    q = q.reshape(wt.shape[0] * SCALE_GROUP, wt.shape[2] * SCALE_GROUP)[:rows, :cols].contiguous()
     if not transpose:
         return q, s, None, None
     return q, s, q.t().contiguous(), s.t().contiguous()

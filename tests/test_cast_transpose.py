@@ -188,6 +188,17 @@ def test_flags_must_be_bools():
         per_block_cast_transpose_to_fp8(torch.zeros(16, 16, dtype=torch.bfloat16), power_of_two_scales=None)
 
 
+@pytest.mark.parametrize("transpose", [False, True])
+def test_no_rows_gives_empty_outputs(transpose):
+    x = torch.zeros(0, 272, dtype=torch.bfloat16)
+    q, s, qt, st = per_token_cast_transpose_to_fp8(x, transpose=transpose)
+    assert q.shape == (0, 272) and s.shape == (0, 3)
+    assert not transpose or (qt.shape == (272, 0) and st.shape == (272, 0))
+    q, s, qt, st = per_block_cast_transpose_to_fp8(x, transpose=transpose)
+    assert q.shape == (0, 272) and s.shape == (0, 3)
+    assert not transpose or (qt.shape == (272, 0) and st.shape == (3, 0))
+
+
 def test_block_without_transpose_takes_any_rows():
     w = sample(24, 16, 1, False)
     q, s, qt, st = per_block_cast_transpose_to_fp8(w, transpose=False)
