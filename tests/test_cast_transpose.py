@@ -211,7 +211,7 @@ def test_contract_matches_the_entry_file():
     names = [n for n in re.findall(r"\b(\w+)\s*(?=,|$)", " ".join(params.replace("\\", " ").split()))]
     assert tuple(names) == contract.ARGUMENTS
     for symbol in contract.SYMBOLS:
-        assert f"void __launch_bounds__(DT_CT_THREADS, DT_CT_MIN_BLOCKS) {symbol}(" in text
+        assert re.search(rf"__global__ void __launch_bounds__\(DT_CT_THREADS, DT_CT_MIN_BLOCKS\)\s+{symbol}\(", text)
     assert contract.grid(129, 7168) == (56, 2) and contract.grid(1, 16) == (1, 1)
     assert contract.defines() == {"DT_CT_THREADS": contract.THREADS, "DT_CT_MIN_BLOCKS": contract.MIN_BLOCKS}
 

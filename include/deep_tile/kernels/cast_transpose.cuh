@@ -196,7 +196,8 @@ DT_DEVICE void cast_tile(const Args& a) {
     for (int i = 0; i < kSegs; ++i) m = fmaxf(m, col_amax[i][d_local]);
     const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
     inv = is.x;
-    if (seg == 0 && col0 + d_local < a.cols) a.st[static_cast<long long>(blockIdx.y) * a.st_pitch + col0 + d_local] = is.y;
+    if (seg == 0 && col0 + d_local < a.cols)
+      a.st[static_cast<long long>(blockIdx.y) * a.st_pitch + col0 + d_local] = is.y;
   }
   const int d = col0 + d_local;
   if (d >= a.cols) return;
