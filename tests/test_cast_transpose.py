@@ -234,7 +234,8 @@ def test_token_kernel_bitwise():
                  [(t, d, True, False, False) for t in (1, 127, 128, 129, 4097) for d in (128, 7168, 2048)]
                  + [(t, 2048, True, True, False) for t in (1, 129, 4097)]
                  + [(t, 7168, False, p2, False) for t in (129, 4096) for p2 in (False, True)]
-                 + [(t, d, True, p2, True) for t in (3, 129, 300) for d in (128, 272) for p2 in (False, True)])]
+                 + [(t, d, True, p2, True) for t in (3, 129, 300) for d in (128, 272) for p2 in (False, True)]
+                 + [(4097, 2048, True, False, True), (129, 7168, True, True, True), (1, 7168, True, False, True)])]
     _check(_run("cast_case", cases))
 
 
