@@ -12,7 +12,8 @@ Which GEMM kernels:
 - by default, :data:`SMOKE_FAMILIES`: a few kernels that together take every code path the
   selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
   tile, multicast of A and of B, split-K, the row-major a_scale variant, the L2 policies, the
-  k-loop unrolled by 6, a narrow store swizzle), and the three input-dtype variants of the casts;
+  k-loop unrolled by 6, a narrow store swizzle), the three input-dtype variants of the casts and
+  the fused cast-and-transpose kernels;
 - with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES` with NVRTC (the
   compiler the JIT uses by default): every kernel kind the selector can emit -- each tile shape it
   considers as a persistent kernel, with multicast on A and on B, split along K where the selector
@@ -36,7 +37,7 @@ from test_training import configs as output_test_configs
 
 from deep_tile import arch
 from deep_tile.jit import compiler, paths
-from deep_tile.kernels import cast_fp8, fp8_gemm, moe_layout
+from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
@@ -239,6 +240,12 @@ def cast_job(name: str, dtype: str) -> BuildJob:
                     cast_fp8.PER_TOKEN_SYMBOL, name)
 
 
+def cast_transpose_job(name: str) -> BuildJob:
+    """The fused cast-and-transpose kernels (both symbols in one translation unit)."""
+    return BuildJob(str(paths.entry_path(cast_transpose.ENTRY)), tuple(sorted(cast_transpose.defines().items())),
+                    cast_transpose.TOKEN_SYMBOL, name)
+
+
 def layout_job(name: str) -> BuildJob:
     """The MoE layout kernels (psum -> m_indices, signal flags; one translation unit, no defines)."""
     return BuildJob(str(paths.entry_path(moe_layout.ENTRY)), (), moe_layout.PSUM_SYMBOL, name)
@@ -261,6 +268,8 @@ def builds(request):
             jobs[cast_job(params["name"], params["dtype"])] = None
         elif "layout_entry" in params:
             jobs[layout_job(params["name"])] = None
+        elif "ct_entry" in params:
+            jobs[cast_transpose_job(params["name"])] = None
     jobs = list(jobs)
     # workers inherit the environment: no DEEP_TILE_* choice (ptxas check, compiler) from the shell
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DEEP_TILE_") and k != "DEEP_TILE_NVCC"}
@@ -336,6 +345,19 @@ def test_cast_sass(builds, name, dtype):
     sass = sass_facts_or_skip(built(builds, cast_job(name, dtype)))
     for symbol in cast_fp8.SYMBOLS:  # plain SIMT kernels: no WGMMA, no setmaxnreg to look for
         assert symbol in sass, sorted(sass)
+
+
+@pytest.mark.parametrize("ct_entry", [cast_transpose.ENTRY])
+@pytest.mark.parametrize("name", COMPILERS)
+def test_cast_transpose_builds_spill_free(builds, name, ct_entry):
+    """The fused casts compile clean, and their global loads and stores are 128-bit (the row
+    pass's loads and stores, the transposed copy's stores)."""
+    report = built(builds, cast_transpose_job(name))
+    assert report.compiler == name and report.elf
+    assert_ptxas_clean(report.log, report.functions, cast_transpose.SYMBOLS)
+    sass = sass_facts_or_skip(report)
+    for symbol in cast_transpose.SYMBOLS:
+        assert sass[symbol]["LDG.E.128"] >= 2 and sass[symbol]["STG.E.128"] >= 2, (symbol, sass[symbol])
 
 
 @pytest.mark.parametrize("layout_entry", [moe_layout.ENTRY])
