@@ -19,79 +19,53 @@ bf16. The forward keeps for the backward Xᵀ quantised (FP8 + scales, half of b
 Wᵀ quantised. Token counts that are not a multiple of 16 are padded with zero tokens for the
 weight gradient only (1D1D needs K, here T, to be a multiple of 16; zeros add nothing).
 
-Casts: :func:`deep_tile.per_token_cast_to_fp8` and :func:`deep_tile.per_block_cast_to_fp8`;
-needs an sm_90 GPU for the GEMMs.
+Casts: :mod:`deep_tile.cast_transpose` (one pass writes a tensor's FP8 copy and its transposed
+one); needs an sm_90 GPU for the GEMMs.
 """
 from __future__ import annotations
 
 import torch
 
-from deep_tile.common import align_up
+from deep_tile import cast_transpose, gemm
 
 __all__ = ["Fp8Linear", "fp8_linear"]
 
 
-def _quantize_rows(x: torch.Tensor):
-    """``x [R, C]`` as FP8 with one scale per row and 128 columns."""
-    from deep_tile import per_token_cast_to_fp8
-
-    return per_token_cast_to_fp8(x)
-
-
-def _quantize_cols(x: torch.Tensor, tokens: int):
-    """``x [T, C]`` transposed, ``[C, align16(T)]`` FP8 with one scale per row and 128 tokens;
-    padded tokens are zeros."""
-    xt = x.t()
-    padded = align_up(tokens, 16)
-    if padded != tokens:
-        xt = torch.nn.functional.pad(xt, (0, padded - tokens))
-    return _quantize_rows(xt)
+def _quantize_acts(x: torch.Tensor):
+    """``(q, s, qt, st)``: ``x [T, C]`` 1x128 along C and its transpose ``[C, align16(T)]`` 1x128
+    along T (padded tokens zero), in one pass, in the layouts the GEMMs read without a copy."""
+    return cast_transpose.per_token_cast_transpose_to_fp8(x, transpose=True)
 
 
 def _quantize_weight(w: torch.Tensor):
-    """``(wq, ws, wtq, wts)``: W 128x128-quantised and its exact transpose."""
-    from deep_tile import per_block_cast_to_fp8
-
-    wq, ws = per_block_cast_to_fp8(w)
-    return wq, ws, wq.t().contiguous(), ws.t().contiguous()
+    """``(wq, ws, wtq, wts)``: W 128x128-quantised and its exact transpose, in one pass."""
+    return cast_transpose.per_block_cast_transpose_to_fp8(w, transpose=True)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor):
-        from deep_tile import fp8_gemm
-
         n, k = weight.shape
-        x2 = x.reshape(-1, k)
-        tokens = x2.shape[0]
-        xq, xs = _quantize_rows(x2)
+        xq, xs, xtq, xts = _quantize_acts(x.reshape(-1, k))
         wq, ws, wtq, wts = _quantize_weight(weight)
-        y = fp8_gemm(xq, xs, wq, ws)
-        xtq, xts = _quantize_cols(x2, tokens)
+        y = gemm.fp8_gemm(xq, xs, wq, ws)
         ctx.save_for_backward(xtq, xts, wtq, wts, weight)
-        ctx.tokens = tokens
         ctx.x_shape = x.shape
         return y.view(*x.shape[:-1], n)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        from deep_tile import fp8_gemm, fp8_gemm_1d1d
-
         xtq, xts, wtq, wts, weight = ctx.saved_tensors
         n, k = weight.shape
-        dy2 = dy.reshape(-1, n).to(torch.bfloat16)
-        dx = None
-        if ctx.needs_input_grad[0]:
-            dyq, dys = _quantize_rows(dy2)
-            dx = fp8_gemm(dyq, dys, wtq, wts).view(ctx.x_shape)
+        dyq, dys, dytq, dyts = _quantize_acts(dy.reshape(-1, n).to(torch.bfloat16))
+        dx = gemm.fp8_gemm(dyq, dys, wtq, wts).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:
-            dytq, dyts = _quantize_cols(dy2, ctx.tokens)
             main_grad = getattr(weight, "main_grad", None)
             if main_grad is not None:
-                fp8_gemm_1d1d(dytq, dyts, xtq, xts, main_grad, c=main_grad)
+                gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, main_grad, c=main_grad)
             else:
-                dw = fp8_gemm_1d1d(dytq, dyts, xtq, xts, out_dtype=torch.float32).to(weight.dtype)
+                dw = gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, out_dtype=torch.float32).to(weight.dtype)
         return dx, dw
 
 
