@@ -1,4 +1,4 @@
-"""A training step of a DeepSeek-V3 MLP block in FP8 (deep_tile.nn) against the same block in BF16.
+"""A training step of a DeepSeek-V3 MLP block (and, with --moe, routed experts) in FP8 (deep_tile.nn) against BF16.
 
     python benchmarks/bench_layers.py                       # T = 8192 and 16384 tokens
     python benchmarks/bench_layers.py --tokens 4096 --hidden 7168 --inter 18432 --json layers.json
@@ -10,6 +10,10 @@ weight gradients are added into FP32 main gradients (deep_tile.nn.Fp8Linear), th
 (torch.nn.Linear, cuBLAS) into bf16 ``.grad``. Each step is timed with CUDA events, the two blocks
 interleaved, median of ``--iters``; TFLOPS count the six GEMMs (3 x the forward's 2 T (H 2I + I H)
 FLOP). The share of the FP8 step spent in casts comes from the profiler (kernel time by name).
+``--moe``: the routed experts of an MoE block (``--experts`` E SwiGLU experts, ``hidden -> 2 x
+--moe-inter -> hidden``, tokens sorted by expert with uneven random counts), deep_tile.nn.Fp8Experts
+against the same experts in BF16 through ``torch._grouped_mm`` (or a per-expert loop where that
+does not run; the row says which).
 Needs an sm_90 GPU.
 """
 from __future__ import annotations
@@ -37,6 +41,82 @@ class Block(torch.nn.Module):
     def forward(self, x):
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         return self.down(torch.nn.functional.silu(gate) * up)
+
+
+class Bf16Experts(torch.nn.Module):
+    """The routed experts in BF16 (``torch._grouped_mm`` when it runs here, else a loop of
+    ``torch.matmul`` per expert): the baseline of :class:`deep_tile.nn.Fp8Experts`."""
+
+    def __init__(self, fp8: "dnn.Fp8Experts", sizes: list):
+        super().__init__()
+        self.w13 = torch.nn.Parameter(fp8.w13.detach().clone())
+        self.w2 = torch.nn.Parameter(fp8.w2.detach().clone())
+        self.sizes = sizes
+        self.ends = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+        self.grouped = True
+        try:  # forward and backward once, and the forward against the loop's
+            x = torch.randn(sum(sizes), self.w13.shape[2], device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            y = self(x, None)
+            y.sum().backward()
+            self.grouped = False
+            loop = self(x, None)
+            self.grouped = bool(((y.float() - loop.float()).norm() / loop.float().norm()).item() < 1e-2)
+        except Exception:  # noqa: BLE001 -- no grouped BF16 GEMM here: the loop
+            self.grouped = False
+        self.w13.grad = self.w2.grad = None
+
+    def forward(self, x, _sizes):
+        inter = self.w2.shape[2]
+        if self.grouped:
+            h13 = torch._grouped_mm(x, self.w13.transpose(1, 2), offs=self.ends)
+            gate, up = h13[:, :inter], h13[:, inter:]
+            return torch._grouped_mm(torch.nn.functional.silu(gate) * up, self.w2.transpose(1, 2), offs=self.ends)
+        outs, start = [], 0
+        for e, n in enumerate(self.sizes):
+            h13 = x[start:start + n] @ self.w13[e].t()
+            gate, up = h13[:, :inter], h13[:, inter:]
+            outs.append((torch.nn.functional.silu(gate) * up) @ self.w2[e].t())
+            start += n
+        return torch.cat(outs)
+
+
+def moe_rows(args) -> list:
+    """FP8 against BF16 routed experts (forward + backward) at each ``--moe-tokens`` and ``--experts``."""
+    rows = []
+    print(f"\n{'experts':>7} {'tokens':>7} {'FP8 ms':>8} {'BF16 ms':>8} {'speedup':>7} {'FP8 TFLOPS':>10} "
+          f"{'BF16 TFLOPS':>11} {'casts %':>7} {'BF16 path':>9}")
+    for experts in args.experts:
+        for tokens in args.moe_tokens:
+            gen = torch.Generator().manual_seed(experts + tokens)
+            weights = torch.rand(experts, generator=gen) + 0.5
+            sizes = (weights / weights.sum() * tokens).long().tolist()
+            sizes[0] += tokens - sum(sizes)
+            fp8 = dnn.Fp8Experts(experts, args.hidden, args.moe_inter, device="cuda")
+            bf16 = Bf16Experts(fp8, sizes)
+            sizes_t = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+            x = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            dy = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.bfloat16)
+
+            def step(block):
+                def run():
+                    x.grad = None
+                    block(x, sizes_t).backward(dy)
+                return run
+            fns = {"fp8": step(fp8), "bf16": step(bf16)}
+            for fn in fns.values():
+                fn(), fn()
+            times = time_interleaved(fns, args.iters)
+            shares = kernel_shares(fns["fp8"])
+            flop = 3 * 2 * tokens * (args.hidden * 2 * args.moe_inter + args.moe_inter * args.hidden)
+            row = {"experts": experts, "tokens": tokens, "sizes": sizes, "hidden": args.hidden, "inter": args.moe_inter,
+                   "fp8_us": times["fp8"], "bf16_us": times["bf16"], "speedup": times["bf16"] / times["fp8"],
+                   "fp8_tflops": flop / times["fp8"] / 1e6, "bf16_tflops": flop / times["bf16"] / 1e6,
+                   "kernel_us": shares, "bf16_path": "grouped_mm" if bf16.grouped else "loop"}
+            rows.append(row)
+            print(f"{experts:>7} {tokens:>7} {times['fp8'] / 1e3:>8.2f} {times['bf16'] / 1e3:>8.2f} "
+                  f"{row['speedup']:>7.3f} {row['fp8_tflops']:>10.0f} {row['bf16_tflops']:>11.0f} "
+                  f"{100 * shares['casts'] / sum(shares.values()):>7.1f} {row['bf16_path']:>9}", flush=True)
+    return rows
 
 
 def step_fn(block, x, dy):
@@ -81,6 +161,11 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=7168)
     p.add_argument("--inter", type=int, default=18432)
     p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--moe", action="store_true", help="also the routed experts (deep_tile.nn.Fp8Experts)")
+    p.add_argument("--experts", type=int, nargs="+", default=[8, 32])
+    p.add_argument("--moe-tokens", type=int, nargs="+", default=[16384, 32768])
+    p.add_argument("--moe-inter", type=int, default=2048)
+    p.add_argument("--no-mlp", action="store_true", help="skip the dense MLP block")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
     torch.manual_seed(0)
@@ -93,7 +178,7 @@ def main() -> int:
     rows = []
     print(f"{'tokens':>7} {'FP8 ms':>8} {'BF16 ms':>8} {'speedup':>7} {'FP8 TFLOPS':>10} {'BF16 TFLOPS':>11} "
           f"{'casts %':>7} {'GEMM %':>6} {'rel err y':>9}")
-    for tokens in args.tokens:
+    for tokens in ([] if args.no_mlp else args.tokens):
         x = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         dy = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.bfloat16)
         with torch.no_grad():
@@ -113,9 +198,10 @@ def main() -> int:
         print(f"{tokens:>7} {times['fp8'] / 1e3:>8.2f} {times['bf16'] / 1e3:>8.2f} {row['speedup']:>7.3f} "
               f"{row['fp8_tflops']:>10.0f} {row['bf16_tflops']:>11.0f} {100 * shares['casts'] / total:>7.1f} "
               f"{100 * shares['fp8_gemm'] / total:>6.1f} {err:>9.2e}", flush=True)
+    moe = moe_rows(args) if args.moe else []
     if args.json:
         env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
-        Path(args.json).write_text(json.dumps({"environment": env, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"environment": env, "rows": rows, "moe": moe}, indent=1))
     return 0
 
 

@@ -77,3 +77,55 @@ def test_gpu_linear_against_float64():
     ], timeout=600)
     bad = [f"{r['case']}: y {r['y']}, dx {r['dx']}, dw {r['dw']}" for r in results if not r["ok"]]
     assert not bad, "\n".join(bad)
+
+
+def _reference_grouped_gemms(monkeypatch):
+    """The experts layer's M-grouped and K-grouped GEMMs replaced by their float64 references (CPU)."""
+    from deep_tile import grouped, k_grouped
+    from deep_tile.reference import ref_k_grouped_fp8_gemm_1d1d, ref_m_grouped_fp8_gemm_offsets
+
+    def offsets_gemm(a, a_scale, b, b_scale, offsets, out=None):
+        assert out is None
+        return ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, offsets).to(torch.bfloat16)
+
+    def k_grouped_gemm(a, a_scale, b, b_scale, group_sizes, out=None, *, c=None, out_dtype=None):
+        result = ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, c).float()
+        if out is None:
+            return result
+        out.copy_(result)
+        return out
+
+    monkeypatch.setattr(grouped, "m_grouped_fp8_gemm_offsets", offsets_gemm)
+    monkeypatch.setattr(k_grouped, "k_grouped_fp8_gemm_1d1d", k_grouped_gemm)
+
+
+@pytest.mark.parametrize("sizes,main_grad", [([100, 0, 3, 153], True), ([1, 127], False)])
+def test_experts_wiring_matches_float64(monkeypatch, sizes, main_grad):
+    from deep_tile.nn import experts
+    from deep_tile.testing.linear_check import expected_experts
+
+    _reference_grouped_gemms(monkeypatch)
+    gen = torch.Generator().manual_seed(sum(sizes))
+    e, h, inter, tokens = len(sizes), 256, 128, sum(sizes)
+    x = torch.randn(tokens, h, generator=gen).to(torch.bfloat16).requires_grad_(True)
+    w13 = torch.nn.Parameter((torch.randn(e, 2 * inter, h, generator=gen) / 16).to(torch.bfloat16))
+    w2 = torch.nn.Parameter((torch.randn(e, h, inter, generator=gen) / 11).to(torch.bfloat16))
+    starts = {}
+    if main_grad:
+        for name, w in (("w13", w13), ("w2", w2)):
+            starts[name] = torch.randn(w.shape, generator=gen)
+            w.main_grad = starts[name].clone()
+    dy = torch.randn(tokens, h, generator=gen).to(torch.bfloat16)
+    sizes_t = torch.tensor(sizes, dtype=torch.int32)
+    offsets = torch.tensor([0] + [sum(sizes[:i + 1]) for i in range(e)], dtype=torch.int32)
+    y = experts._Fp8ExpertsFunction.apply(x, sizes_t, offsets, w13, w2)
+    y.backward(dy)
+    want = expected_experts(x.detach(), sizes, w13.detach(), w2.detach(), dy)
+    for got, name in ((y, "y"), (x.grad, "dx")):
+        metrics = compare(got, want[name])
+        assert metrics["diff"] < 1e-3 and metrics["max_rel"] < 2e-2, (name, metrics)
+    for w, name in ((w13, "w13"), (w2, "w2")):
+        got = w.main_grad - starts[name] if main_grad else w.grad
+        metrics = compare(got, want["d" + name])
+        assert metrics["diff"] < 1e-3 and metrics["max_rel"] < 2e-2, (name, metrics)
+        assert (w.grad is None) == main_grad

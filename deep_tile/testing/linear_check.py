@@ -1,4 +1,4 @@
-"""The expected values of :mod:`deep_tile.nn`'s FP8 linear layer, computed independently in float64.
+"""The expected values of :mod:`deep_tile.nn`'s FP8 layers, computed independently in float64.
 
 :func:`expected_linear` quantises with deep_tile's casts and contracts the dequantised operands in
 float64 the way the DeepSeek-V3 recipe defines each GEMM (module doc of :mod:`deep_tile.nn`), without
@@ -12,7 +12,7 @@ import torch
 
 from deep_tile.quant import dequantize_per_block, dequantize_per_token, per_block_cast_to_fp8, per_token_cast_to_fp8
 
-__all__ = ["expected_linear", "compare"]
+__all__ = ["expected_linear", "expected_experts", "compare"]
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -31,6 +31,41 @@ def expected_linear(x: torch.Tensor, weight: torch.Tensor, dy: torch.Tensor) -> 
     dx = _rows(dy) @ w                                              # [T, K]
     dw = _rows(dy.t().contiguous()) @ _rows(x.t().contiguous()).t()  # [N, T] @ [T, K]
     return {"y": y, "dx": dx, "dw": dw}
+
+
+def _bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16)
+
+
+def expected_experts(x: torch.Tensor, sizes: list, w13: torch.Tensor, w2: torch.Tensor, dy: torch.Tensor) -> dict:
+    """``{"y", "dx", "dw13", "dw2"}`` in float64 for the routed experts of
+    :mod:`deep_tile.nn.experts` (x ``[T, H]`` sorted by expert, ``sizes`` a list of E ints, w13
+    ``[E, 2I, H]``, w2 ``[E, H, I]``, dy ``[T, H]``), rounded to bf16 where the layer's GEMM
+    outputs and SwiGLU are: per expert, the products of the dequantised operands (activations and
+    gradients 1x128 along the features; weights 128x128; for the weight gradients the transposed
+    activations 1x128 along all T tokens, sliced per expert)."""
+    starts = [sum(sizes[:e]) for e in range(len(sizes))]
+    rows = [slice(st, st + n) for st, n in zip(starts, sizes)]
+    w13d = [dequantize_per_block(*per_block_cast_to_fp8(w)).double() for w in w13]
+    w2d = [dequantize_per_block(*per_block_cast_to_fp8(w)).double() for w in w2]
+    inter = w2.shape[2]
+    xr = _rows(x)
+    h13 = torch.cat([xr[r] @ w13d[e].t() for e, r in enumerate(rows)])
+    h13 = _bf16(h13).float()
+    gate, up = h13[:, :inter], h13[:, inter:]
+    h = _bf16(gate * torch.sigmoid(gate) * up)
+    hr = _rows(h)
+    y = torch.cat([hr[r] @ w2d[e].t() for e, r in enumerate(rows)])
+    dyr = _rows(dy)
+    dh = _bf16(torch.cat([dyr[r] @ w2d[e] for e, r in enumerate(rows)])).float()
+    sig = torch.sigmoid(gate)
+    d13 = _bf16(torch.cat([dh * up * sig * (1 + gate * (1 - sig)), dh * gate * sig], dim=1))
+    d13r = _rows(d13)
+    dx = torch.cat([d13r[r] @ w13d[e] for e, r in enumerate(rows)])
+    dyt, ht, d13t, xt = (_rows(t.t().contiguous()) for t in (dy, h, d13, x))   # 1x128 along all tokens
+    dw2 = torch.stack([dyt[:, r] @ ht[:, r].t() for r in rows])
+    dw13 = torch.stack([d13t[:, r] @ xt[:, r].t() for r in rows])
+    return {"y": y, "dx": dx, "dw13": dw13, "dw2": dw2}
 
 
 def compare(got: torch.Tensor, want: torch.Tensor) -> dict:
