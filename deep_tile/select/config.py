@@ -303,7 +303,7 @@ class KernelConfig:
     def direct_store(self) -> bool:
         """Whether this output variant stores straight from registers
         (:func:`deep_tile.kernels.fp8_gemm.direct_store`: FP32 out, or a C to add)."""
-        return family.direct_store(self.out_dtype, self.c_dtype)
+        return family.direct_store(self.out_dtype, self.c_dtype, self.problem_kind)
 
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
