@@ -27,7 +27,7 @@ from deep_tile.pdl import get_pdl
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
-__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "launch"]
+__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "launch_k_grouped", "launch"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -133,6 +133,24 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
     else:
         scale2 = get_tma_aligned_a_scale(a_scale)
     return problem, (a2, scale2, b2, b_scale.contiguous(), out2, info)
+
+
+def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None, extra_defines=None) -> None:
+    """Launch the K-grouped GEMM (checked ``problem``, :func:`deep_tile.checks.check_k_grouped_args`)
+    over its tensors: both scales read in the TMA-aligned column-major layout (copied into it when
+    not so), ``out`` and ``c`` ([G, m, n], ``c`` may be ``out``) as 2-D [G * m, n] views, ``sizes``
+    the int32 group sizes on the device (operands: GROUPED_OPERANDS, then C)."""
+    device = a.device
+    with torch.cuda.device(device):
+        a_scale = get_tma_aligned_a_scale(a_scale)
+        b_scale = get_tma_aligned_a_scale(b_scale)
+        rows = problem.num_groups * problem.m
+
+        def flat(x):
+            return x.as_strided((rows, problem.n), (x.stride(1), 1))
+
+        _plan_and_launch(problem, (a, a_scale, b, b_scale, flat(out), sizes, flat(c)), device, config,
+                         extra_defines)
 
 
 def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> None:
