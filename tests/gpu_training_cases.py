@@ -15,6 +15,7 @@ import deep_tile
 from deep_tile.gemm import fp8_gemm_1d1d
 from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d, run_k_grouped
 from deep_tile.launch import run_acc
+from deep_tile.problem import ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
@@ -172,7 +173,9 @@ def k_grouped(m: int, n: int, sizes: list, out_dtype: str = "float32", c_mode: s
     scale = float(product.abs().max()) if product.numel() and product.abs().max() > 0 else 1.0
     c_values = torch.randn((g, m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
     dtype = DTYPES[out_dtype]
-    forced = KernelConfig(**config) if config else None
+    c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
+    forced = KernelConfig(**config, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=out_dtype,
+                          c_dtype=c_dtype) if config else None  # as tests/test_k_grouped.py configs() builds it
     group_sizes = list(sizes) if host_sizes else torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
 
     def once():
