@@ -333,6 +333,19 @@ def test_gpu_fp8_gemm_nt():
 
 
 @pytest.mark.gpu
+def test_gpu_k_grouped_as_a_trainer_calls_it():
+    """DeepGEMM's K-grouped weight gradients, NT (its SM90 form) and TN, in place (c=d) and without
+    c, with an empty group."""
+    ks = [256, 0, 1024, 384, 128]
+    _check_gpu("k_grouped", [
+        dict(form="nt", m=4096, n=7168, ks=[1024, 0, 2048, 1536], seed=0),
+        dict(form="nt", m=520, n=1160, ks=ks, in_place=False, seed=1),
+        dict(form="tn", m=7168, n=2048, ks=ks, seed=2),
+        dict(form="tn", m=256, n=384, ks=[128, 128, 0], in_place=False, seed=3),
+    ])
+
+
+@pytest.mark.gpu
 def test_gpu_m_grouped_contiguous():
     _check_gpu("contiguous", [
         dict(num_groups=4, expected_m=192, n=4096, k=7168, seed=0),
