@@ -588,7 +588,7 @@ def _check_group_sizes(fn: str, group_sizes, k: int):
     return sizes
 
 
-def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=None, *,
+def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=None, *, accumulate: bool = False,
                          data_checks: bool = True) -> tuple:
     """Validate the arguments of :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d` and return
     ``(problem, group_sizes)``: the K-grouped :class:`deep_tile.problem.Problem` (``m``, ``n``,
@@ -607,7 +607,8 @@ def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=
       its groups one after another (``stride(0) == m * stride(1)``);
     - ``c``: None, ``out`` itself (in-place accumulation), or a [G, m, n] bfloat16 / float32
       tensor laid out as out must be; ``out`` must not overlap any input, nor ``c`` unless it is
-      ``out``.
+      ``out``; ``accumulate=True`` (the custom op's form of ``c is out``) with ``c`` None and
+      ``out`` given.
 
     Raises:
         TypeError: a non-tensor argument, a wrong dtype, a non-int group size.
@@ -643,6 +644,10 @@ def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=
         raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
     if c is not None and out is None:
         raise ValueError(f"{fn}: c needs out (pass out=c to accumulate in place, or an out of its own)")
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"{fn}: accumulate must be a bool; got {type(accumulate).__name__}")
+    if accumulate and (c is not None or out is None):
+        raise ValueError(f"{fn}: accumulate=True adds out to itself: it needs out and no separate c")
 
     m, n, k, k_groups, require_m_rows = _operand_shapes(fn, a, a_scale, b, b_scale)
     g = SCALE_GROUP
@@ -665,14 +670,14 @@ def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=
         _require_aligned(name, flat, 16 // x.element_size(), "n", data_checks, fn)
     _require_aligned("a", a, 16, "k", data_checks, fn)
     _require_aligned("b", b, 16, "k", data_checks, fn)
-    accumulate = c is not None and c is out
+    accumulate = accumulate or (c is not None and c is out)
     if data_checks:
         sizes_tensor = sizes if isinstance(sizes, torch.Tensor) else None
         _require_device(fn, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale),
                              ("group_sizes", sizes_tensor), ("out", out), ("c", c)))
         if out is not None:
             others = (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("group_sizes", sizes_tensor))
-            _require_no_overlap(fn, out, others + ((() if accumulate else (("c", c),))))
+            _require_no_overlap(fn, out, others + ((() if c is None or c is out else (("c", c),))))
     c_dtype = "out" if accumulate else (None if c is None else OUT_DTYPE_NAMES[str(c.dtype).removeprefix("torch.")])
     problem = Problem(m, n, k, kind=ProblemKind.K_GROUPED, num_groups=num_groups, b_scale_1d=True,
                       out_dtype=OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype=c_dtype)

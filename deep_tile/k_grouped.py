@@ -18,14 +18,17 @@ accepted too), any size (0, 1, 127, 129: a group's first and last 128-token bloc
 its own tokens in shared memory), FP32 or bf16 output, with or without ``c`` (``c=out``
 accumulates in place), and a tile schedule over every SM whatever the sizes.
 
-Runs on the Python host path (not a torch custom op), on the current stream without a host sync
-for a device ``group_sizes``. Kernel and schedule: docs/training.md.
+With a device ``group_sizes`` it is the custom op ``torch.ops.deep_tile.k_grouped_fp8_gemm_1d1d`` (or
+``k_grouped_fp8_gemm_1d1d_out``; fake implementations, so torch.compile traces it), on the Python
+host path, on the current stream without a host sync. Kernel and schedule: docs/training.md.
 """
 from __future__ import annotations
 
 import torch
 
+from deep_tile import ops
 from deep_tile.checks import check_k_grouped_args
+from deep_tile.launch import run_k_grouped
 
 __all__ = ["k_grouped_fp8_gemm_1d1d", "run_k_grouped"]
 
@@ -64,23 +67,12 @@ def k_grouped_fp8_gemm_1d1d(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
         accumulating in place). ``m == 0`` returns at once. Bad arguments raise TypeError /
         ValueError naming this function before anything is written.
     """
-    return run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype)
-
-
-def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dtype=None, config=None,
-                  extra_defines=None) -> torch.Tensor:
-    """:func:`k_grouped_fp8_gemm_1d1d` with an optional forced
-    :class:`deep_tile.select.KernelConfig` (its tile; made K-grouped for the problem) and extra
-    compile-time defines (tests, sweeps)."""
-    from deep_tile.launch import launch_k_grouped
-
-    problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype)
-    if out is None:
-        out = torch.empty((problem.num_groups, problem.m, problem.n), dtype=getattr(torch, problem.out_dtype),
-                          device=a.device)
-    if problem.m == 0:
-        return out
+    # the checks that need no data first (a host list of sizes checked and copied to the device)
+    _, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, data_checks=False)
     if isinstance(sizes, tuple):
-        sizes = torch.tensor(sizes, dtype=torch.int32, device=a.device)
-    launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config, extra_defines)
+        group_sizes = torch.tensor(sizes, dtype=torch.int32, device=a.device)
+    if out is None:
+        return ops.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, c, out_dtype or torch.float32)
+    accumulate = c is out
+    ops.k_grouped_fp8_gemm_1d1d_out(a, a_scale, b, b_scale, group_sizes, None if accumulate else c, accumulate, out)
     return out

@@ -256,3 +256,27 @@ def test_reference_sums_the_groups_tokens():
     torch.testing.assert_close(ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, torch.tensor(sizes), c), out + c.double())
     with pytest.raises(ValueError, match="sum to at most K"):
         ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, [k, 1])
+
+
+@pytest.mark.parametrize("device", ["meta", "fake-cuda"])
+def test_custom_ops_trace(device):
+    """torch.ops.deep_tile.k_grouped_fp8_gemm_1d1d(_out): schemas, fake implementations (shape and
+    dtype of the new output; the checks without data), opcheck."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from deep_tile import ops
+
+    mode = FakeTensorMode() if device == "fake-cuda" else None
+    with mode or torch.device("meta"):
+        a, sa, b, sb = _operands(device="cuda" if mode else "meta")
+        sizes = torch.empty(3, dtype=torch.int32, device=a.device)
+        out = ops.k_grouped_fp8_gemm_1d1d(a, sa, b, sb, sizes, None, torch.float32)
+        assert out.shape == (3, 256, 512) and out.dtype == torch.float32
+        main_grad = torch.empty((3, 256, 512), device=a.device)
+        for op, args in ((ops.k_grouped_fp8_gemm_1d1d, (a, sa, b, sb, sizes, None, torch.bfloat16)),
+                         (ops.k_grouped_fp8_gemm_1d1d_out, (a, sa, b, sb, sizes, None, True, main_grad))):
+            result = torch.library.opcheck(op, args)
+            assert set(result.values()) == {"SUCCESS"}, result
+        with pytest.raises(ValueError, match=r"out must have shape \(num_groups, m, n\)"):
+            ops.k_grouped_fp8_gemm_1d1d_out(a, sa, b, sb, sizes, None, True, torch.empty((2, 256, 512),
+                                                                                     device=a.device))
