@@ -9,6 +9,7 @@ sizes, and a CUDA graph replayed with new sizes.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -22,7 +23,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select import KernelConfig
-from deep_tile.select.k_grouped import select_k_grouped_config
+from deep_tile.select.k_grouped import SPILLING_TILES, select_k_grouped_config
 
 KG = ProblemKind.K_GROUPED
 EDGE_SIZES = [128, 0, 1, 127, 129, 256, 5, 384]
@@ -71,7 +72,21 @@ def rule_configs() -> list:
                 problem = Problem(m, n, groups * tokens, kind=KG, num_groups=groups, b_scale_1d=True,
                                   out_dtype="float32", c_dtype="out")
                 picks.append(select_k_grouped_config(problem, num_sms).for_problem(problem))
+    for block_m, block_n, wgmma_n, accum_buffers in SPILLING_TILES.values():  # the replacements, in place
+        config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
+                              num_stages=2, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
+                              c_dtype="out")
+        picks.append(dataclasses.replace(config, num_stages=max_stages(config)))
     return picks
+
+
+def max_stages(config: KernelConfig) -> int:
+    """The most stages ``config``'s tile fits (the rule's stage count)."""
+    stages = family.MAX_STAGES
+    while family.smem_bytes(config.block_m, config.block_n, stages, 1, False, True, family.d_staging_bytes(config),
+                            True) > arch.MAX_SMEM_PER_BLOCK:
+        stages -= 1
+    return stages
 
 
 def _run(function: str, cases: list) -> list:

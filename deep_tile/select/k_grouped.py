@@ -11,7 +11,8 @@ tiles in lock step would need the same K range), no swap-AB, column-major a_scal
 unrolled by 3 (by 6 the builds with C spilled: 128x256 /128 and 256x128 40-48 bytes of stack,
 NVRTC 13, 2026-11-25; by 3 they build spill-free). A dense pick
 that is split-K or swap-AB (small ``m x n``) is replaced by the 128x128 tile with two
-accumulator buffers (64x128 when ``m <= 64``). The stages are the most that fit.
+accumulator buffers (64x128 when ``m <= 64``), a tile whose K-grouped build spills by its
+replacement (:data:`SPILLING_TILES`). The stages are the most that fit.
 
 Pure Python, no torch.
 """
@@ -25,7 +26,13 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
-__all__ = ["select_k_grouped_config", "dense_problem_of"]
+__all__ = ["select_k_grouped_config", "dense_problem_of", "SPILLING_TILES"]
+
+SPILLING_TILES = {(128, 192, 192, 1): (128, 192, 96, 1)}
+"""(block_m, block_n, wgmma_n, accum_buffers) of dense picks whose K-grouped build spills, and the
+tile used instead: 128x192 in one column part with FP32 accumulated in place spilled 56 bytes of
+stack (NVRTC and nvcc 13, 2026-11-25; every other tile the rule picked over 378 (m, n, tokens per
+group, groups, SMs) built spill-free); in two column parts of 96 it holds fewer accumulators."""
 
 
 def dense_problem_of(problem: Problem) -> Problem:
@@ -57,8 +64,9 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
         block_m = 64 if problem.m <= 64 else 128
         fields = dict(block_m=block_m, block_n=128, wgmma_n=128, accum_buffers=2, k_unroll=3)
     else:
-        fields = dict(block_m=dense.block_m, block_n=dense.block_n, wgmma_n=dense.wgmma_n,
-                      accum_buffers=dense.accum_buffers, k_unroll=3)
+        tile = (dense.block_m, dense.block_n, dense.wgmma_n, dense.accum_buffers)
+        block_m, block_n, wgmma_n, accum_buffers = SPILLING_TILES.get(tile, tile)
+        fields = dict(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers, k_unroll=3)
     config = KernelConfig(**fields, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
                           c_dtype=problem.c_dtype)
