@@ -186,12 +186,13 @@ def m_grouped_fp8_gemm_masked_signal(a: torch.Tensor, a_scale: torch.Tensor, b: 
     scope (TMA store waited for, proxy fence, ``red.release.gpu``), adds 1 to
     ``signal[g * ceil(max_m / block_m) + j]``, the counter of rows ``j * block_m ..`` of group
     ``g``; once all ``threshold = ceil(N / block_n)`` tile columns of a block are written its
-    counter equals ``threshold``. By default a counter is raised when the warpgroup stores its
+    counter equals ``threshold``. By default a counter is raised once the warpgroup stores its
     next tile (the wait for its staging buffer then waits for the previous store to complete; the
-    last tile's after the loop); ``eager=True`` raises it right after the tile's own store, the
-    storing thread waiting for it (earlier signals; fewer tile shapes: its builds at the register
-    limit spill, deep_tile.select.selector.select_signal_config). Measured on an H100 the GEMM runs
-    0.88-0.98x of :func:`m_grouped_fp8_gemm_masked` (docs/deepgemm-compat.md). A reader that sees that value with an acquire load sees the
+    last tile's after the loop), by a warp of the producer warpgroup the slab is handed to, so the
+    consumers pay no release; ``eager=True`` raises it right after the tile's own store, the
+    storing thread waiting for it (earlier signals, slower; fewer tile shapes: its builds at the
+    register limit spill, deep_tile.select.selector.select_signal_config). Measured on an H100 the
+    default runs 0.98-1.00x of :func:`m_grouped_fp8_gemm_masked` (docs/deepgemm-compat.md). A reader that sees that value with an acquire load sees the
     block's rows. Counters of blocks with no real row (``j * block_m >= masked_m[g]``) are not
     touched. ``signal`` must be zeroed by the caller before each call (the kernel adds).
 

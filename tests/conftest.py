@@ -38,6 +38,9 @@ def pytest_addoption(parser):
     parser.addoption("--kernel-sweep", action="store_true", default=False,
                      help="tests/test_kernel_build.py: compile every kernel variant the selector can emit "
                           "(README, 'Full kernel sweep'), not one kernel per code path")
+    parser.addoption("--sweep-nvcc", action="store_true", default=False,
+                     help="with --kernel-sweep: build every variant with nvcc too, not only the smoke set "
+                          "(about twice the time)")
 
 
 def pytest_collection_modifyitems(config, items):

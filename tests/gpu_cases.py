@@ -91,6 +91,35 @@ def gemm_stream_and_graph(m: int, n: int, k: int, seed: int = 0) -> dict:
     return {"m": m, "n": n, "k": k, "stream": stream_metrics, "graph": graph_metrics}
 
 
+def cast_in_new_thread(m: int, k: int, seed: int = 0) -> dict:
+    """The casts and an FP8 GEMM launched from a thread that never used the GPU before, on the
+    default stream (as autograd's backward threads do): no context error, results equal to the
+    main thread's."""
+    import threading
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16).to(DEVICE)
+    want = deep_tile.per_token_cast_to_fp8(x)
+    wq, ws = deep_tile.per_block_cast_to_fp8(torch.randn(256, k, generator=gen).to(torch.bfloat16).to(DEVICE))
+    want_gemm = deep_tile.fp8_gemm(want[0], want[1], wq, ws)
+    got, errors = {}, []
+
+    def work():
+        try:
+            got["cast"] = deep_tile.per_token_cast_to_fp8(x)
+            got["gemm"] = deep_tile.fp8_gemm(got["cast"][0], got["cast"][1], wq, ws)
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - reported
+            errors.append(f"{type(error).__name__}: {error}")
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    same = (not errors and torch.equal(got["cast"][0].view(torch.uint8), want[0].view(torch.uint8))
+            and torch.equal(got["cast"][1], want[1]) and torch.equal(got["gemm"], want_gemm))
+    return {"case": f"new thread m={m} k={k}", "errors": errors, "same": bool(same)}
+
+
 def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
     """FP8 casts on a non-default stream, then captured in a CUDA graph and replayed with new data;
     each result must be bitwise equal to the CPU (torch) implementation."""

@@ -12,12 +12,15 @@ Which GEMM kernels:
 - by default, :data:`SMOKE_FAMILIES`: a few kernels that together take every code path the
   selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
   tile, multicast of A and of B, split-K, the row-major a_scale variant, the L2 policies, the
-  k-loop unrolled by 6, a narrow store swizzle), and the three input-dtype variants of the casts;
-- with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES`: every kernel kind the
-  selector can emit -- each tile shape it considers as a persistent kernel, with multicast on A
-  and on B, split along K where the selector may split it, each with its most stages and each also
-  as the row-major-a_scale variant, with the L2 policies and unrolled by 6 -- plus the families
-  the GPU tests force.
+  k-loop unrolled by 6, a narrow store swizzle), the three input-dtype variants of the casts and
+  the fused cast-and-transpose kernels;
+- with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES` with NVRTC (the
+  compiler the JIT uses by default): every kernel kind the selector can emit -- each tile shape it
+  considers as a persistent kernel, with multicast on A and on B, split along K where the selector
+  may split it, each with its most stages and each also as the row-major-a_scale variant, with the
+  L2 policies and unrolled by 6 -- plus the families the GPU tests force. nvcc keeps the smoke set
+  there (it already proves every code path; the whole set twice took over 20 minutes of CI's 30 on
+  2 cores); ``--sweep-nvcc`` builds every family with nvcc as well.
 """
 import dataclasses
 import itertools
@@ -36,7 +39,7 @@ from test_training import configs as output_test_configs
 
 from deep_tile import arch
 from deep_tile.jit import compiler, paths
-from deep_tile.kernels import cast_fp8, fp8_gemm, moe_layout
+from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
@@ -210,10 +213,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
 
 
 def pytest_generate_tests(metafunc):
-    """``fam``: SMOKE_FAMILIES, or every family with ``--kernel-sweep``."""
+    """``(name, fam)``: each compiler with SMOKE_FAMILIES; with ``--kernel-sweep``, NVRTC (the
+    default compiler) with every family and nvcc with SMOKE_FAMILIES, or with every family too
+    under ``--sweep-nvcc``."""
     if "fam" in metafunc.fixturenames:
         sweep = metafunc.config.getoption("--kernel-sweep")
-        metafunc.parametrize("fam", FAMILIES if sweep else SMOKE_FAMILIES, ids=family_id)
+        sweep_nvcc = sweep and metafunc.config.getoption("--sweep-nvcc")
+        pairs = []
+        for compiler_param in COMPILERS:
+            name = compiler_param.values[0]
+            families = FAMILIES if sweep and (name == "nvrtc" or sweep_nvcc) else SMOKE_FAMILIES
+            pairs += [pytest.param(name, fam, marks=compiler_param.marks, id=f"{name}-{family_id(fam)}")
+                      for fam in families]
+        metafunc.parametrize(("name", "fam"), pairs)
 
 
 def family_id(fam: tuple) -> str:
@@ -233,6 +245,12 @@ def cast_job(name: str, dtype: str) -> BuildJob:
     """The cast kernels of one input dtype (both symbols live in one translation unit)."""
     return BuildJob(str(paths.entry_path(cast_fp8.ENTRY)), tuple(sorted(cast_fp8.defines(dtype).items())),
                     cast_fp8.PER_TOKEN_SYMBOL, name)
+
+
+def cast_transpose_job(name: str) -> BuildJob:
+    """The fused cast-and-transpose kernels (both symbols in one translation unit)."""
+    return BuildJob(str(paths.entry_path(cast_transpose.ENTRY)), tuple(sorted(cast_transpose.defines().items())),
+                    cast_transpose.TOKEN_SYMBOL, name)
 
 
 def layout_job(name: str) -> BuildJob:
@@ -257,6 +275,8 @@ def builds(request):
             jobs[cast_job(params["name"], params["dtype"])] = None
         elif "layout_entry" in params:
             jobs[layout_job(params["name"])] = None
+        elif "ct_entry" in params:
+            jobs[cast_transpose_job(params["name"])] = None
     jobs = list(jobs)
     # workers inherit the environment: no DEEP_TILE_* choice (ptxas check, compiler) from the shell
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DEEP_TILE_") and k != "DEEP_TILE_NVCC"}
@@ -304,14 +324,12 @@ def sass_facts_or_skip(report) -> dict:
     return report.sass
 
 
-@pytest.mark.parametrize("name", COMPILERS)
 def test_gemm_builds_spill_free(builds, name, fam):
     report = built(builds, gemm_job(name, fam))
     assert report.compiler == name and report.elf
     assert_ptxas_clean(report.log, report.functions, [gemm_symbol(fam)])
 
 
-@pytest.mark.parametrize("name", COMPILERS)
 def test_gemm_sass(builds, name, fam):
     sass = sass_facts_or_skip(built(builds, gemm_job(name, fam)))
     symbol = gemm_symbol(fam)
@@ -334,6 +352,19 @@ def test_cast_sass(builds, name, dtype):
     sass = sass_facts_or_skip(built(builds, cast_job(name, dtype)))
     for symbol in cast_fp8.SYMBOLS:  # plain SIMT kernels: no WGMMA, no setmaxnreg to look for
         assert symbol in sass, sorted(sass)
+
+
+@pytest.mark.parametrize("ct_entry", [cast_transpose.ENTRY])
+@pytest.mark.parametrize("name", COMPILERS)
+def test_cast_transpose_builds_spill_free(builds, name, ct_entry):
+    """The fused casts compile clean, and their global loads and stores are 128-bit (the row
+    pass's loads and stores, the transposed copy's stores)."""
+    report = built(builds, cast_transpose_job(name))
+    assert report.compiler == name and report.elf
+    assert_ptxas_clean(report.log, report.functions, cast_transpose.SYMBOLS)
+    sass = sass_facts_or_skip(report)
+    for symbol in cast_transpose.SYMBOLS:
+        assert sass[symbol]["LDG.E.128"] >= 2 and sass[symbol]["STG.E.128"] >= 2, (symbol, sass[symbol])
 
 
 @pytest.mark.parametrize("layout_entry", [moe_layout.ENTRY])
@@ -485,8 +516,12 @@ def test_signal_kernel_builds_with_release_adds(name, index, mode):
     else:
         assert problems == [], result.log
     sass = sass_or_skip(result.cubin)
-    assert sass.count("REDG.E.ADD.S32.STRONG.GPU") >= 2, config.label
-    assert "FENCE.VIEW.ASYNC.G" in sass and sass.count("MEMBAR.ALL.GPU") >= 2, config.label
+    if mode == fp8_gemm.SIGNAL_AT_NEXT_STORE:  # the consumers hand off (bar.arrive), one warp raises
+        assert "REDG.E.ADD.S32.STRONG.GPU" in sass and "MEMBAR.ALL.GPU" in sass and "BAR.ARV" in sass, config.label
+        assert "FENCE.VIEW.ASYNC.G" in sass, config.label
+    else:
+        assert sass.count("REDG.E.ADD.S32.STRONG.GPU") >= 2, config.label
+        assert "FENCE.VIEW.ASYNC.G" in sass and sass.count("MEMBAR.ALL.GPU") >= 2, config.label
     if mode == 1:  # one plain build per pick is enough
         plain = compiler.compile_cubin(entry, config.defines(), fp8_gemm.GROUPED_SYMBOL, name)
         assert "REDG" not in sass_or_skip(plain.cubin) and "FENCE.VIEW.ASYNC.G" not in sass_or_skip(plain.cubin)

@@ -147,11 +147,21 @@ class Kernel:
         `pdl`, with programmatic stream serialization (the kernel must wait for its predecessor
         itself: ptx/grid_dependency.cuh)."""
         self.ensure_smem_limit(device, smem_bytes)
+        if getattr(_thread, "device", None) != device:
+            # NOTES: a thread that never touched the device (autograd's backward threads) has no
+            # current context, and a launch on the legacy default stream (0, torch's default)
+            # then fails with CUDA_ERROR_INVALID_CONTEXT; checked once per thread and device.
+            _ensure_current_context(device)
+            _thread.device = device
         config = self._config(grid, block, smem_bytes, stream, cluster, pdl)
         gx, gy, gz = config.gridDimX, config.gridDimY, config.gridDimZ
         check(_cu.cuLaunchKernelEx(config, self.handle, args.address, 0),
               f"cuLaunchKernelEx({self.name}, grid={gx}x{gy}x{gz}, block={block}, smem={smem_bytes}, cluster={cluster}, "
               f"pdl={int(pdl)})")
+
+
+_thread = threading.local()
+"""Per thread: ``device``, the device whose context Kernel.launch last made sure of."""
 
 
 def _ensure_current_context(device: int) -> None:

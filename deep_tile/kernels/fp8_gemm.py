@@ -230,9 +230,10 @@ SIGNAL_AFTER_STORE = 1
 """``DT_SIGNAL`` 1: a slab's counter is raised right after its tile's store (the storing thread
 waits for its bulk stores to complete before the warpgroup's next tile)."""
 SIGNAL_AT_NEXT_STORE = 2
-"""``DT_SIGNAL`` 2: a slab's counter is raised when the warpgroup stores its next tile (whose wait
-for the staging buffer then waits for completion), the last one after the CTA's last tile: no
-wait of its own, one tile later."""
+"""``DT_SIGNAL`` 2: a slab's counter is raised once the warpgroup stores its next tile (whose wait
+for the staging buffer then waits for completion; the last one after the CTA's last tile), by a
+warp of the producer warpgroup the storing warpgroup hands the slab to (named barriers): no wait
+and no GPU-scope release on the consumers' path, one tile later."""
 SIGNAL_MODES = (SIGNAL_AFTER_STORE, SIGNAL_AT_NEXT_STORE)
 SIGNAL_ARGUMENTS = GROUPED_ARGUMENTS + ("signal",)
 """The signalling kernel's parameters: the grouped ones, then the int32 completion counters."""

@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds",
            "default_workers"]
 
-SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128")
+SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128", "STG.E.128")
 """SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads)."""
 
 FUNCTION = re.compile(r"Function : (\S+)")

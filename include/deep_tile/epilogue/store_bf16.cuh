@@ -64,10 +64,41 @@ struct SignalCounters {
     const int* table = reinterpret_cast<const int*>(table_bytes);
     const int rows = *reinterpret_cast<const volatile int*>(table + kWord);
     int* const counters = *reinterpret_cast<int* const volatile*>(table + kWord + 1);
+    raise_at<kWgM>(counters, rows, row0);
+  }
+  /// raise() with the counters and `rows` given (the signal warp of kSignal == 2 holds them).
+  template <int kWgM>
+  static DT_DEVICE void raise_at(int* counters, int rows, int row0) {
     const int expert = row0 / rows;
     ptx::fence_proxy_async_global();
     ptx::red_release_gpu_add(counters + expert * ceil_div(rows, kWgM) + (row0 - expert * rows) / kWgM, 1);
   }
+};
+
+/// Cfg::kSignal == 2: the consumer warpgroups hand each stored slab to the signal warp (a warp of
+/// the producer warpgroup, signal_loop), which raises its counter. Per consumer warpgroup `wg`, two
+/// named barriers pair its threads with the signal warp: `ready` (the warpgroup's
+/// previous tile is stored: its bulk stores completed, its direct stores ordered by the warpgroup's
+/// barrier) and `done` (the signal warp has raised it; the first one given at the start), so a
+/// warpgroup is at most one tile ahead of the signal warp and the two barriers alternate.
+/// NOTES: bar.arrive orders the arriving warp's earlier accesses before those after the bar.sync
+/// that completes the barrier, and the signal warp's release is cumulative: a reader that
+/// acquires the counter sees the slab.
+struct SignalHandOff {
+  // ids 4 + wg and 6 + wg (1-3 are taken); the warpgroup's 128 threads and the signal warp's 32.
+  static constexpr u32 kReady = 4, kDone = 6, kThreads = 160;
+
+  /// Consumer warpgroup `wg` (all its threads): its previous tile is stored.
+  /// NOTES: every thread of the warpgroup takes part, so no branch of the consumer's code holds a
+  /// barrier: with only its first warp in them (a branch on the thread index around them), ptxas
+  /// kept the next k-loop's WGMMA descriptors in regular registers (R2UR per WGMMA).
+  static DT_DEVICE void pass(int wg, int thread_in_wg) {
+    if (thread_in_wg == 0) ptx::fence_proxy_async_global();  // its bulk stores, for the generic release
+    ptx::named_barrier_sync(kDone + wg, kThreads);
+    ptx::named_barrier_arrive(kReady + wg, kThreads);
+  }
+  /// After the warpgroup's last pass: the signal warp's last `done`.
+  static DT_DEVICE void finish(int wg) { ptx::named_barrier_sync(kDone + wg, kThreads); }
 };
 
 /// Store the tile at (m0, n0) of D, clipped by the TMA unit to D's bounds; a warpgroup whose rows
@@ -79,10 +110,10 @@ struct SignalCounters {
 /// whole slab goes by TMA, a part of one by store_rows_direct through `d` (row pitch `ldd`).
 /// Cfg::kSignal: once this warpgroup's rows of the tile are written and visible at GPU scope,
 /// its slab's completion counter (SignalCounters, in the group table after `smem_d`, the start of
-/// shared memory) gets 1 added with a release: right after the store (kSignal == 1), or when the
-/// warpgroup stores its next tile (kSignal == 2: `prev_row0`, the previous tile's slab, or -1;
-/// consumer_loop raises the last tile's after its loop); a slab with no real
-/// row stores nothing and adds nothing.
+/// shared memory) gets 1 added with a release: right after the store (kSignal == 1), or, handed
+/// to the signal warp (SignalHandOff), when the warpgroup stores its next tile (kSignal == 2:
+/// `prev_row0` >= 0 when there was a previous tile; consumer_loop hands off the last one after its
+/// loop). A slab with no real row stores nothing and adds nothing.
 template <class Cfg>
 DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
                                const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
@@ -103,7 +134,7 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   constexpr int kChunksPerRow = kSwizzle / 16;
   constexpr int kBlocksPerPart = Cfg::kWgmmaN / 8;
   // The previous tile's store must have finished reading the staging slab (kSignal == 2: have
-  // completed, its writes visible, for its counter raised below).
+  // completed, its writes visible, for the hand-off below).
   if (thread_in_wg == 0) {
     if constexpr (Cfg::kSignal == 2) {
       ptx::tma_store_wait_all();
@@ -118,9 +149,9 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
     ptx::named_barrier_sync(barrier_id, 128);
   }
   if constexpr (Cfg::kSignal == 2) {
-    // The previous tile's slab (prev_row0 >= 0: it had real rows): its TMA stores completed
-    // above, its direct stores ordered by the barrier (bar.sync, then a cumulative release).
-    if (thread_in_wg == 0 && prev_row0 >= 0) SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, prev_row0);
+    // The previous tile's slab: its TMA stores completed above, its direct stores ordered by the
+    // warpgroup's barrier.
+    if (prev_row0 >= 0) SignalHandOff::pass(wg, thread_in_wg);
   }
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {

@@ -52,12 +52,13 @@ struct Fp8GemmConfig {
   static constexpr int kSwapN = kSwapN_;
   static constexpr bool kSwapAB = kSwapN_ > 0;
   // Completion signals (SGLang's single-batch overlap; DT_SIGNAL, masked kind only): after each
-  // consumer warpgroup's rows of a tile are stored and visible at GPU scope, it adds 1 to the
+  // consumer warpgroup's rows of a tile are stored and visible at GPU scope, 1 is added to the
   // counter of its kWgM-row slab (store_tile_bf16), so a slab's counter reaches ceil(N / kBlockN)
-  // once every column of it is written. 1: right after the tile's store (the storing thread waits
-  // for its bulk stores to complete); 2: when the warpgroup stores its next tile, whose wait for
-  // the staging buffer then waits for completion (and after the last tile). 0 (the default): off,
-  // the kernel unchanged.
+  // once every column of it is written. 1: by the storing thread right after the tile's store (it
+  // waits for its bulk stores to complete); 2: by a warp of the producer warpgroup once the
+  // warpgroup hands the slab over at its next store, whose wait for the staging buffer then waits
+  // for completion (and after the last tile), the GPU-scope release off the consumers' path.
+  // 0 (the default): off, the kernel unchanged.
   static constexpr int kSignal = kSignal_;
 
   // Output (epilogue/store_direct.cuh): D in bf16 (kOutKind 0) or FP32 (1), and an optional C

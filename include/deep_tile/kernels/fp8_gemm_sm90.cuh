@@ -132,8 +132,8 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 }
 
 /// Named barrier of the consumer warpgroups around a K-grouped stage's zeroing (1 and 2: the
-/// epilogue's per-warpgroup barriers; 3: split-K's).
-constexpr u32 kKMaskBarrier = 4;
+/// epilogue's per-warpgroup barriers; 3: split-K's; 4-7: the signalling masked kernel's hand-off).
+constexpr u32 kKMaskBarrier = 8;
 
 /// The bytes kept of the 4 at K columns b0.. of a stage row: those in [lo, hi), as a mask.
 DT_DEVICE u32 k_keep_mask(int b0, int lo, int hi) {
@@ -211,17 +211,6 @@ DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState
 
 /// Runs every tile of this CTA; the persistent kernel stores each, the split-K kernel leaves its
 /// one tile's partial in `result` for the cluster reduction.
-/// kSignal == 2: the first row of warpgroup `wg`'s slab of tile `index`, or -1 when it has no real row.
-/// NOTES: recomputed from the tile index where it is raised (not carried across the k-loop, where
-/// every register is taken).
-template <class Cfg>
-DT_DEVICE int signal_row0(const Scheduler<Cfg>& sched, int index, int wg) {
-  asm volatile("" : "+r"(index));  // computed here, after the mainloop, not hoisted into it
-  const Tile<Cfg> tile = sched.tile(index);
-  const int row0 = tile.m0 + wg * Cfg::kWgM;
-  return row0 < tile.m_end ? row0 : -1;
-}
-
 template <class Cfg>
 DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_d, const float* b_scale,
                              const Scheduler<Cfg>& sched, float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile],
@@ -303,7 +292,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         store_tile_swapped<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd);
       } else if constexpr (Cfg::kSignal == 2) {
         store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd,
-                             index == work.first ? -1 : signal_row0<Cfg>(sched, index - work.step, wg));
+                             index == work.first ? -1 : 0);
       } else {
         store_tile_bf16<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real, d, ldd);
       }
@@ -314,12 +303,33 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     if (thread_in_wg == 0) ptx::tma_store_wait_all();
   }
   if constexpr (Cfg::kSignal == 2) {
-    // The last tile's slab: its TMA stores completed above, its direct stores ordered by the barrier.
     if (work.first < sched.num_tiles) {
-      const int last = work.first + (sched.num_tiles - 1 - work.first) / work.step * work.step;
-      const int row0 = signal_row0<Cfg>(sched, last, wg);
-      ptx::named_barrier_sync(1 + wg, 128);
-      if (thread_in_wg == 0 && row0 >= 0) SignalCounters::raise<Cfg::kWgM>(smem.d + Cfg::kSmemTableOffset, row0);
+      ptx::named_barrier_sync(1 + wg, 128);  // the last tile's direct stores, before the hand-off
+      SignalHandOff::pass(wg, thread_in_wg);
+    }
+    SignalHandOff::finish(wg);
+  }
+}
+
+/// Cfg::kSignal == 2: the signal warp (one warp of the producer warpgroup) raises the counter of each
+/// consumer warpgroup's slab of each of this CTA's tiles, in the consumers' order, as each is
+/// handed off (SignalHandOff); a slab with no real row is handed off and not raised.
+template <class Cfg>
+DT_DEVICE void signal_loop(const Scheduler<Cfg>& sched, int* counters, int group_rows, int lane) {
+  using HandOff = SignalHandOff;
+#pragma unroll
+  for (int wg = 0; wg < Cfg::kNumMathWarpgroups; ++wg) ptx::named_barrier_arrive(HandOff::kDone + wg, HandOff::kThreads);
+  const WorkRange work = sched.work();
+  for (int index = work.first; index < sched.num_tiles; index += work.step) {
+    const Tile<Cfg> tile = sched.tile(index);
+    if (!sched.has_work(tile)) continue;
+#pragma unroll
+    for (int wg = 0; wg < Cfg::kNumMathWarpgroups; ++wg) {
+      ptx::named_barrier_sync(HandOff::kReady + wg, HandOff::kThreads);
+      const int row0 = tile.m0 + wg * Cfg::kWgM;
+      if (lane == 0 && row0 < tile.m_end) SignalCounters::raise_at<Cfg::kWgM>(counters, group_rows, row0);
+      __syncwarp();
+      ptx::named_barrier_arrive(HandOff::kDone + wg, HandOff::kThreads);
     }
   }
 }
@@ -372,7 +382,11 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
         GroupTable(smem.group_table).build_k_ranges(group, k, threadIdx.x % 32);
       } else {
         GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
-        if constexpr (Cfg::kSignal) {
+        // NOTES: mode 2's signal warp takes the counters from the kernel parameter instead: with
+        // them published here, ptxas moved every consumer k-loop's WGMMA descriptors out of uniform
+        // registers (about 10x the R2UR moves; the kernel 0.89-0.97x of the plain masked one, H100,
+        // RESULTS.md 2026-11-25 'Completion signals off the consumers' path').
+        if constexpr (Cfg::kSignal == 1) {
           if (threadIdx.x % 32 == 0) SignalCounters::publish(smem.group_table, signal, group.group_rows);
         }
       }
@@ -406,6 +420,8 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       // completes) as slow as no PDL at all (H100; benchmarks/RESULTS.md, 2026-11-24 'Programmatic
       // dependent launch, and the decode chain in one CUDA graph').
       ptx::launch_dependents();
+    } else if constexpr (Cfg::kSignal == 2) {
+      if (threadIdx.x / 32 == Cfg::kNumMathWarps + 2) signal_loop<Cfg>(sched, signal, group.group_rows, threadIdx.x % 32);
     }
     if constexpr (Cfg::kSplitK > 1) {
       ptx::cluster_sync();

@@ -139,6 +139,12 @@ DT_DEVICE void named_barrier_sync(u32 id, u32 num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
 
+/// Arrive on named barrier `id` over `num_threads` threads without waiting (PTX bar.arrive): the
+/// memory accesses before it are ordered before those after a bar.sync that completes the barrier.
+DT_DEVICE void named_barrier_arrive(u32 id, u32 num_threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
 /// named_barrier_sync that also counts the threads arriving with `pred` true (PTX barrier.red.popc).
 DT_DEVICE int named_barrier_popc(u32 id, u32 num_threads, bool pred) {
   int count;

@@ -1,0 +1,92 @@
+"""Forced kernel configurations of the contiguous grouped GEMM beside DeepGEMM's (needs a GPU).
+
+    python benchmarks/probes/grouped_configs.py --shapes 8,512,4096,7168 --configs auto,128x192,128x256:mcB
+
+For each shape (G experts of about M rows, N, K; benchmarks/bench_grouped.py's random problem,
+rows padded to 128 per expert with ``m_indices``) it checks and times deep_tile's contiguous kernel
+with each configuration (text form of deep_tile.testing.configs; ``auto`` the selector's pick,
+``gM`` rasters along M as the grouped picks do) and, when importable, DeepGEMM latest's
+contiguous GEMM on the same data, with ``m_indices`` and with the psum layout (expert ends),
+round-robin with the L2 flushed (testing.timing.bench_round_robin). Each deep_tile run is checked
+bitwise against the selector's pick (the per-element k order does not depend on the tile).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+import bench_grouped as bg  # noqa: E402
+import deep_tile  # noqa: E402
+from deep_tile.launch import run_grouped  # noqa: E402
+from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin  # noqa: E402
+
+
+def one_shape(shape, configs, args) -> None:
+    problem = bg.make_problem(shape, args.seed, 128)
+    pad = problem["padded"]
+    a, sa, m_indices, starts = pad["a"], pad["a_scale"], pad["m_indices"], pad["starts"]
+    b, b_scale, counts = problem["b"], problem["b_scale"], problem["counts"]
+    rows, n = a.shape[0], shape.n
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    real = m_indices >= 0
+    want = deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices)
+    fns, bad = {}, []
+    for text in configs:
+        out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if text == "auto":
+            fn = (lambda o=out: deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices, out=o))
+        else:
+            config = parse_config(text, rows, n, sms)
+            fn = (lambda o=out, c=config: run_grouped(ProblemKind.GROUPED_CONTIGUOUS, a, sa, b, b_scale, m_indices, o,
+                                                      config=c))
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
+            bad.append(f"{text}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            continue
+        if not torch.equal(out[real], want[real]):
+            bad.append(f"{text}: output differs from the selector's pick")
+        fns[text] = fn
+    dg, version = bg.deepgemm_version()
+    if dg is not None and version == "latest":
+        recipe = {"recipe": (1, 128, 128), "disable_ue8m0_cast": True}
+        ends = torch.tensor([st + c for st, c in zip(starts, counts)], dtype=torch.int32, device="cuda")
+        dg_out = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
+        fns["deepgemm"] = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), dg_out, m_indices,
+                                                                      **recipe)
+        fns["deepgemm_psum"] = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), dg_out, ends,
+                                                                           use_psum_layout=True, **recipe)
+    times = bench_round_robin(fns, warmup=3, iters=args.iters, shuffle_seed=args.seed)
+    base = times.get("deepgemm_psum", times.get("deepgemm"))
+    print(f"{shape.num_groups}x{shape.expected_m} {n}x{shape.k} rows {rows} (real {sum(counts)})", flush=True)
+    for name, us in times.items():
+        print(f"  {name:>24} {us:8.1f} us" + (f"  DG psum / this {base / us:.3f}" if base else ""), flush=True)
+    for line in bad:
+        print("  !", line, flush=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="+", default=["8,512,4096,7168"], metavar="G,M,N,K")
+    p.add_argument("--configs", default="auto,128x192:gM,128x256:gM,128x256:mcB:gM,128x128:b2:gM")
+    p.add_argument("--iters", type=int, default=15)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    for text in args.shapes:
+        g, m, n, k = (int(v) for v in text.split(","))
+        one_shape(bg.Shape("contiguous", g, m, n, k), args.configs.split(","), args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

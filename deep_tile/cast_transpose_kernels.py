@@ -1,0 +1,44 @@
+"""CUDA path of the fused casts: launches the kernels of csrc/entry/cast_transpose.cu on outputs
+the caller allocated, as their contract (:mod:`deep_tile.kernels.cast_transpose`) says.
+
+:mod:`deep_tile.cast_transpose` checks the input and allocates the outputs in the layouts the GEMMs
+read, then calls :func:`launch`; the GPU tests call it on poisoned outputs of the same layouts.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile.jit.loader import get_kernel
+from deep_tile.jit.runtime import KernelArgs
+from deep_tile.kernels import cast_transpose as contract
+from deep_tile.pdl import get_pdl
+
+__all__ = ["launch"]
+
+
+def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, st, power_of_two: bool) -> None:
+    """Launch the 128x128 (``block``) or 1x128 cast of the bf16 ``x [rows, cols]`` (contiguous,
+    16-byte aligned, cols % 16 == 0) into ``q``/``s`` and, when ``qt`` is a tensor, ``qt``/``st``.
+
+    Layouts (not checked here): ``q`` contiguous ``[rows, cols]``; ``qt`` ``[cols, *]`` with row
+    pitch ``qt.stride(0)`` (a multiple of 16, >= rows; the 1x128 cast writes zeros up to it);
+    1x128: ``s``, ``st`` column-major (``stride(0) == 1``, pitch ``stride(1)``); 128x128: ``s``,
+    ``st`` row-major (pitch ``stride(0)``)."""
+    rows, cols = x.shape
+    if rows == 0:
+        return
+    symbol = contract.BLOCK_SYMBOL if block else contract.TOKEN_SYMBOL
+    kernel = get_kernel(contract.ENTRY, contract.defines(), symbol)
+    s_pitch = s.stride(0) if block else s.stride(1)
+    if qt is None:
+        qt_ptr = st_ptr = st_pitch = qt_ld = 0
+    else:
+        qt_ptr, st_ptr, qt_ld = qt.data_ptr(), st.data_ptr(), qt.stride(0)
+        st_pitch = st.stride(0) if block else st.stride(1)
+    flags = contract.POWER_OF_TWO_FLAG if power_of_two else 0
+    values = (x.data_ptr(), q.data_ptr(), s.data_ptr(), qt_ptr, st_ptr, rows, cols, s_pitch, st_pitch, qt_ld, flags)
+    args = KernelArgs(list(zip(contract.ARGUMENT_KINDS, values)))
+    with torch.cuda.device(x.device):
+        kernel.launch(grid=contract.grid(rows, cols), block=contract.THREADS, smem_bytes=0,
+                      stream=torch.cuda.current_stream(x.device).cuda_stream, args=args, device=x.device.index,
+                      pdl=get_pdl())

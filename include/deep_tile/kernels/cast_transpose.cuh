@@ -1,0 +1,218 @@
+// Fused bf16 -> FP8 (e4m3) casts with an optional transposed copy, one pass over the input.
+//
+//   token (1x128) kind: x [rows, cols] -> q [rows, cols] with one scale per row per 128 columns,
+//     and on request qt [cols, qt_ld] (x transposed, padded columns zero) with one scale per
+//     column of x per 128 rows: what the FP8 GEMMs read for fprop/dgrad and for the weight gradient.
+//   block (128x128) kind: w [rows, cols] -> q with one scale per 128x128 block, and on request
+//     qt = the bit-exact transpose of q with the transposed scales.
+//
+// One CTA of DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads
+// 16 consecutive bf16 of 2 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of its row with
+// shuffles, writes its 16 FP8 bytes with one 128-bit store, and (transposed) stages the raw bf16
+// tile in shared memory; then each thread reads one column over 32 rows of the tile (a warp reads
+// 64 contiguous bytes of a row: no bank conflict) and writes that column's 32 FP8 bytes, a whole
+// 32-byte sector of the transposed row, with two 128-bit stores.
+//
+// Math (same float32 operations as deep_tile/cast_transpose.py's torch reference, so bitwise equal):
+//   amax = max(max |x|, 1e-4); inv = 448 / amax (correctly rounded);
+//   power-of-two scales: inv = 2^floor(log2(inv)) (exponent bits kept);
+//   scale = amax / 448, or 1 / inv for power-of-two scales; q = e4m3_rn_satfinite(x * inv).
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/grid_dependency.cuh"
+
+#ifndef DT_CT_THREADS
+#error "DT_CT_THREADS (threads per CTA) is set by deep_tile/kernels/cast_transpose.py"
+#endif
+
+namespace deep_tile {
+
+namespace cast_transpose {
+
+constexpr int kTile = 128;        // tile edge (= kScaleGroup)
+constexpr int kThreads = DT_CT_THREADS;  // threads per CTA (deep_tile/kernels/cast_transpose.py)
+constexpr int kChunk = 16;        // columns per thread in the row pass (two 16-byte loads)
+constexpr int kRowsPerPass = kThreads / (kTile / kChunk);  // 32
+constexpr int kPasses = kTile / kRowsPerPass;              // 4
+constexpr int kSegs = kThreads / kTile;                    // threads per column in the column pass
+constexpr int kColRows = kTile / kSegs;                    // rows per thread in the column pass
+constexpr float kFp8Max = 448.0f;
+constexpr float kMinAmax = 1e-4f;
+constexpr int kPowerOfTwoFlag = 1;
+
+static_assert(kTile == kScaleGroup, "the cast tile is one scale group");
+static_assert(kThreads == 256 || kThreads == 512, "DT_CT_THREADS must be 256 or 512");
+
+DT_DEVICE float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
+DT_DEVICE float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
+
+/// |lo|, |hi| of a bf16 pair folded into a running amax (NaN inputs are ignored, not propagated).
+DT_DEVICE float amax2(float a, u32 w) { return fmaxf(a, fmaxf(fabsf(bf16_lo(w)), fabsf(bf16_hi(w)))); }
+
+/// Two floats -> two e4m3 bytes (round to nearest even, saturating); `lo` in the low byte.
+DT_DEVICE u32 e4m3x2(float lo, float hi) {
+  u16 packed;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
+/// Four products -> four e4m3 bytes, the first in the low byte.
+DT_DEVICE u32 e4m3x4(float a, float b, float c, float d, float inv) {
+  return e4m3x2(__fmul_rn(a, inv), __fmul_rn(b, inv)) | (e4m3x2(__fmul_rn(c, inv), __fmul_rn(d, inv)) << 16);
+}
+
+/// 8 bf16 (one 16-byte word) -> 8 e4m3 bytes (two 32-bit words).
+DT_DEVICE uint2 quantize8(uint4 v, float inv) {
+  return make_uint2(e4m3x4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y), inv),
+                    e4m3x4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w), inv));
+}
+
+/// (inv, scale) of a clamped amax: 448 / amax and amax / 448, or the power-of-two pair.
+DT_DEVICE float2 inv_and_scale(float amax, bool power_of_two) {
+  float inv = __fdiv_rn(kFp8Max, amax);
+  if (power_of_two) {
+    inv = __uint_as_float(__float_as_uint(inv) & 0x7f800000u);
+    return make_float2(inv, __fdiv_rn(1.0f, inv));
+  }
+  return make_float2(inv, __fdiv_rn(amax, kFp8Max));
+}
+
+DT_DEVICE float shfl_max(float v, int lane_mask) {
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1)
+    if (offset & lane_mask) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+struct Args {
+  const u16* x;  // [rows, cols] bf16, row-major, 16-byte aligned, cols % 16 == 0
+  u8* q;         // [rows, cols] e4m3
+  float* s;      // token: column-major [ceil(cols/128)][s_pitch]; block: row-major [.., s_pitch]
+  u8* qt;        // [cols, qt_ld] e4m3, or null (no transposed output)
+  float* st;     // token: column-major [ceil(rows/128)][st_pitch]; block: row-major [.., st_pitch]
+  int rows, cols, s_pitch, st_pitch, qt_ld, flags;
+};
+
+/// The cast of one 128x128 tile; kBlock: one scale for the tile (weights), else 1x128 groups.
+template <bool kBlock>
+DT_DEVICE void cast_tile(const Args& a) {
+  __shared__ __align__(16) u16 tile[kTile][kTile];  // raw bf16, only with a transposed output
+  __shared__ float col_amax[kSegs][kTile];                         // column pass partial amax
+  __shared__ float warp_amax[kThreads / 32];                      // block kind
+  ptx::grid_dependency_wait();  // the stream predecessor may write x or read the outputs
+  ptx::launch_dependents();
+  const bool power_of_two = (a.flags & kPowerOfTwoFlag) != 0;
+  const bool transposed = a.qt != nullptr;
+  const int tid = threadIdx.x;
+  const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
+  const int chunk = tid % (kTile / kChunk), sub_row = tid / (kTile / kChunk);
+  const int col = col0 + chunk * kChunk;
+  const bool col_ok = col < a.cols;
+
+  // ---- load kPasses rows x 16 columns; zeros outside the tensor
+  uint4 v[kPasses][2];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int row = row0 + sub_row + p * kRowsPerPass;
+    v[p][0] = v[p][1] = make_uint4(0, 0, 0, 0);
+    if (col_ok && row < a.rows) {
+      const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<long long>(row) * a.cols + col);
+      v[p][0] = src[0];
+      v[p][1] = src[1];
+    }
+  }
+  float amax[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    float m = 0.0f;
+    const u32* w = reinterpret_cast<const u32*>(&v[p][0]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = amax2(m, w[i]);
+    amax[p] = m;
+  }
+
+  // ---- amax and scale of the row pass
+  float2 row_inv[kPasses];
+  if constexpr (kBlock) {
+    float m = amax[0];
+#pragma unroll
+    for (int p = 1; p < kPasses; ++p) m = fmaxf(m, amax[p]);
+    m = shfl_max(m, 31);
+    if (tid % 32 == 0) warp_amax[tid / 32] = m;
+    __syncthreads();
+    m = warp_amax[0];
+#pragma unroll
+    for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, warp_amax[i]);
+    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) row_inv[p] = is;
+    if (tid == 0) {
+      a.s[blockIdx.y * a.s_pitch + blockIdx.x] = is.y;
+      if (transposed) a.st[blockIdx.x * a.st_pitch + blockIdx.y] = is.y;
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      row_inv[p] = inv_and_scale(fmaxf(shfl_max(amax[p], kTile / kChunk - 1), kMinAmax), power_of_two);
+      const int row = row0 + sub_row + p * kRowsPerPass;
+      if (chunk == 0 && row < a.rows) a.s[static_cast<long long>(blockIdx.x) * a.s_pitch + row] = row_inv[p].y;
+    }
+  }
+
+  // ---- row pass: 16 FP8 bytes per row with one 16-byte store
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int row = row0 + sub_row + p * kRowsPerPass;
+    if (col_ok && row < a.rows) {
+      const uint2 lo = quantize8(v[p][0], row_inv[p].x), hi = quantize8(v[p][1], row_inv[p].x);
+      *reinterpret_cast<uint4*>(a.q + static_cast<long long>(row) * a.cols + col) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+  }
+  if (!transposed) return;
+
+  // ---- column pass through shared memory
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    uint4* dst = reinterpret_cast<uint4*>(&tile[sub_row + p * kRowsPerPass][chunk * kChunk]);
+    dst[0] = v[p][0];
+    dst[1] = v[p][1];
+  }
+  __syncthreads();
+  const int d_local = tid % kTile, seg = tid / kTile;  // column d_local of the tile, rows kColRows*seg ..
+  float h[kColRows];
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kColRows; ++i) {
+    h[i] = __uint_as_float(static_cast<u32>(tile[seg * kColRows + i][d_local]) << 16);
+    m = fmaxf(m, fabsf(h[i]));
+  }
+  float inv;
+  if constexpr (kBlock) {
+    inv = row_inv[0].x;
+  } else {
+    col_amax[seg][d_local] = m;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kSegs; ++i) m = fmaxf(m, col_amax[i][d_local]);
+    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+    inv = is.x;
+    if (seg == 0 && col0 + d_local < a.cols)
+      a.st[static_cast<long long>(blockIdx.y) * a.st_pitch + col0 + d_local] = is.y;
+  }
+  const int d = col0 + d_local;
+  if (d >= a.cols) return;
+  const int t = row0 + seg * kColRows;
+  u8* dst = a.qt + static_cast<long long>(d) * a.qt_ld + t;
+#pragma unroll
+  for (int c = 0; c < kColRows / 16; ++c) {
+    if (t + 16 * c >= a.qt_ld) break;  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
+    const float* f = h + 16 * c;
+    *reinterpret_cast<uint4*>(dst + 16 * c) =
+        make_uint4(e4m3x4(f[0], f[1], f[2], f[3], inv), e4m3x4(f[4], f[5], f[6], f[7], inv),
+                   e4m3x4(f[8], f[9], f[10], f[11], inv), e4m3x4(f[12], f[13], f[14], f[15], inv));
+  }
+}
+
+}  // namespace cast_transpose
+
+}  // namespace deep_tile

@@ -1,0 +1,79 @@
+"""deep_tile.nn: the FP8 linear layer's checks, its wiring of casts and GEMMs (CPU, with the GEMMs
+replaced by the float64 references), and on a GPU the real kernels against float64."""
+import pytest
+import torch
+
+import deep_tile
+import deep_tile.gemm
+from conftest import run_child_cases
+from deep_tile import nn as dnn
+from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d
+from deep_tile.testing.linear_check import compare, expected_linear
+
+
+def _reference_gemms(monkeypatch):
+    """Replace deep_tile's GEMMs by their float64 references (CPU): what the layer passes is then
+    what is checked."""
+    def fp8_gemm(a, a_scale, b, b_scale, out=None, **kwargs):
+        assert not kwargs and out is None
+        return ref_fp8_gemm(a, a_scale, b, b_scale).to(torch.bfloat16)
+
+    def fp8_gemm_1d1d(a, a_scale, b, b_scale, out=None, *, c=None, out_dtype=None):
+        result = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale, c).float()
+        if out is None:
+            assert out_dtype == torch.float32
+            return result
+        out.copy_(result)
+        return out
+
+    monkeypatch.setattr(deep_tile.gemm, "fp8_gemm", fp8_gemm)
+    monkeypatch.setattr(deep_tile.gemm, "fp8_gemm_1d1d", fp8_gemm_1d1d)
+
+
+@pytest.mark.parametrize("tokens,k,n,main_grad", [(100, 272, 144, True), (256, 128, 256, False), (1, 16, 32, True)])
+def test_linear_wiring_matches_float64(monkeypatch, tokens, k, n, main_grad):
+    _reference_gemms(monkeypatch)
+    gen = torch.Generator().manual_seed(tokens + k + n)
+    x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16).requires_grad_(True)
+    weight = torch.nn.Parameter(torch.randn(n, k, generator=gen).to(torch.bfloat16))
+    start = torch.randn(n, k, generator=gen)
+    if main_grad:
+        weight.main_grad = start.clone()
+    dy = torch.randn(tokens, n, generator=gen).to(torch.bfloat16)
+    y = dnn._Fp8LinearFunction.apply(x, weight)
+    y.backward(dy)
+    want = expected_linear(x.detach(), weight.detach(), dy)
+    assert y.dtype == torch.bfloat16 and y.shape == (tokens, n)
+    assert compare(y, want["y"])["max_rel"] < 1e-2
+    assert compare(x.grad, want["dx"])["max_rel"] < 1e-2
+    if main_grad:
+        assert weight.grad is None
+        assert compare(weight.main_grad - start, want["dw"])["max_rel"] < 1e-5  # FP32 accumulation
+    else:
+        assert weight.grad.dtype == torch.bfloat16 and compare(weight.grad, want["dw"])["max_rel"] < 1e-2
+    # and the quantised math is close to the unquantised product (the recipe's error, not a bug)
+    exact = x.detach().double() @ weight.detach().double().t()
+    assert compare(y, exact)["max_rel"] < 0.1
+
+
+def test_linear_checks_its_arguments():
+    x = torch.zeros(4, 32, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bfloat16 CUDA tensor"):
+        dnn.fp8_linear(x, torch.zeros(16, 32, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        dnn.fp8_linear(x, [1, 2])
+    with pytest.raises(ValueError, match="multiples of 16"):
+        dnn.Fp8Linear(24, 32)
+    layer = dnn.Fp8Linear(32, 16)
+    assert layer.weight.main_grad.dtype == torch.float32 and layer.weight.main_grad.shape == (16, 32)
+    assert dnn.Fp8Linear(32, 16, main_grad=False).weight.__dict__.get("main_grad") is None
+
+
+@pytest.mark.gpu
+def test_gpu_linear_against_float64():
+    results = run_child_cases("gpu_nn_cases.py", "linear", [
+        dict(tokens=4096, k=7168, n=2048), dict(tokens=1000, k=2048, n=7168), dict(tokens=1, k=512, n=256),
+        dict(tokens=129, k=7168, n=576, main_grad=False), dict(tokens=127, k=256, n=128),
+    ], timeout=600)
+    bad = [f"{r['case']}: y {r['y']}, dx {r['dx']}, dw {r['dw']}" for r in results if not r["ok"]]
+    assert not bad, "\n".join(bad)

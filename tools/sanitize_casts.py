@@ -1,0 +1,26 @@
+"""The fused cast kernels (deep_tile/cast_transpose.py) on small ragged problems, in one process,
+for compute-sanitizer (tools/sanitize.sh runs it under each tool):
+    SANITIZE_SCRIPTS=tools/sanitize_casts.py bash tools/sanitize.sh
+(run from the repository root; uses tests/gpu_cast_cases.py). Exits 1 when a case fails its check."""
+import json
+import sys
+
+sys.path.insert(0, "tests")
+import gpu_cast_cases as cases  # noqa: E402
+
+runs = [
+    dict(kind="token", rows=1, cols=128, transpose=True, power_of_two=False, special=False, seed=0),
+    dict(kind="token", rows=129, cols=272, transpose=True, power_of_two=True, special=True, seed=1),
+    dict(kind="token", rows=300, cols=2048, transpose=True, power_of_two=False, special=False, seed=2),
+    dict(kind="token", rows=131, cols=144, transpose=False, power_of_two=False, special=False, seed=3),
+    dict(kind="block", rows=144, cols=272, transpose=True, power_of_two=False, special=True, seed=4),
+    dict(kind="block", rows=256, cols=400, transpose=True, power_of_two=True, special=False, seed=5),
+    dict(kind="block", rows=129, cols=16, transpose=False, power_of_two=False, special=False, seed=6),
+]
+bad = 0
+for kwargs in runs:
+    r = cases.cast_case(**kwargs)
+    bad += not r["ok"]
+    print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
+print(f"cast sanitize cases: {len(runs)}, bad: {bad}")
+sys.exit(1 if bad else 0)
