@@ -17,6 +17,16 @@ Sets (``--set``, repeatable):
   recipe=(1, 1, 128))``) accumulate in place into FP32; cuBLAS blockwise (``torch._scaled_mm``,
   1x128 x 1x128, FP32 out) writes without accumulating (the add it would need is not timed).
 
+- ``kgrouped``: MoE weight gradients, ``d[g] += a_g b_g^T`` over each group's tokens (1D1D), at
+  DeepGEMM's k-grouped test shapes (m, n) = (4096, 7168) and (7168, 2048) with 4 / 8 / 16 groups of
+  8192 / 4096 / 2048 tokens x U(0.7, 1.3) (multiples of 128, one group empty), plus 32 and 64
+  groups of ~1024 tokens and 8 groups sharing 2048 tokens (0, 128, 256, ...). deep_tile
+  (``k_grouped_fp8_gemm_1d1d(..., out=d, c=d)``, operands [m, T] with the groups' tokens side by
+  side) and DeepGEMM latest (``k_grouped_fp8_gemm_nt_contiguous(..., c=d, recipe=(1, 1, 128))``,
+  each group's [m, k_g] block K-major, its own layout of the same FP8 values) accumulate in place
+  into FP32. ``deep_tile_dense`` (not in the ratio): deep_tile's dense 1D1D GEMM over all T tokens
+  into one [m, n] output, the same FLOPs, for the k-grouped kernel's efficiency against it.
+
 Each row checks every library's output against the float64 reference of the quantised operands
 (``calc_diff`` < 1e-3; deep_tile's from a NaN-free known C) and prints microseconds, TFLOPS and
 the ratio of deep_tile's time to the faster baseline's. ``--json PATH`` writes the rows.
@@ -27,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -36,7 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
 from deep_tile.gemm import fp8_gemm_1d1d  # noqa: E402
+from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d  # noqa: E402
+from deep_tile.problem import Problem, ProblemKind  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d  # noqa: E402
+from deep_tile.select.api import get_problem_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
 from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
@@ -49,6 +63,23 @@ projection."""
 WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 """(N, K) of the weight gradients ``dW[N, K] += dY^T X`` (DeepGEMM's DeepSeek-V3 pairs): the GEMM
 is M = N, N = K over K = the tokens."""
+
+KGROUPED_MN = [(4096, 7168), (7168, 2048)]
+"""(m, n) of the k-grouped set: DeepGEMM's k-grouped test shapes (output [G, m, n])."""
+
+
+def kgrouped_sizes(seed: int) -> list:
+    """``(label, sizes)`` of the k-grouped set: DeepGEMM's test groups (4 x 8192, 8 x 4096, 16 x 2048
+    tokens, each x U(0.7, 1.3) rounded to 128, one group empty), 32 and 64 groups of ~1024 tokens,
+    and 8 groups sharing 2048 tokens (0, 128, 256, 384, 512, then 256 each)."""
+    rng = random.Random(seed)
+    sets = []
+    for groups, expected in ((4, 8192), (8, 4096), (16, 2048), (32, 1024), (64, 1024)):
+        sizes = [max(128, round(expected * rng.uniform(0.7, 1.3) / 128) * 128) for _ in range(groups)]
+        sizes[rng.randrange(groups)] = 0
+        sets.append((f"{groups}x~{expected}", sizes))
+    sets.append(("8 share 2048", [0, 128, 256, 384, 512, 256, 256, 256]))
+    return sets
 
 
 def deepgemm():
@@ -155,6 +186,79 @@ def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
     return row
 
 
+def _k_major_blocks(x: torch.Tensor, ks: list) -> torch.Tensor:
+    """DeepGEMM's NT K-grouped operand of ``x`` [rows, T] (tokens side by side): each group's
+    [rows, k_g] block, K-major, one after another in a flat buffer."""
+    starts = [0]
+    for k in ks[:-1]:
+        starts.append(starts[-1] + k)
+    return torch.cat([x[:, s:s + k].contiguous().view(-1) for s, k in zip(starts, ks)])
+
+
+def _kgrouped_diffs(outputs: dict, start: torch.Tensor, a, a_scale, b, b_scale, ks: list) -> dict:
+    """calc_diff of each ``outputs[name]`` ([G, m, n]) against ``start + `` the float64 product of
+    each group, one group at a time (the whole float64 output would not fit beside the rest)."""
+    sums = {name: [0.0, 0.0] for name in outputs}
+    s = 0
+    for g, k in enumerate(ks):
+        ref = start[g].double()
+        if k:
+            blocks = slice(s // 128, (s + k) // 128)
+            ref += ref_fp8_gemm_1d1d(a[:, s:s + k], a_scale[:, blocks], b[:, s:s + k], b_scale[:, blocks])
+        for name, out in outputs.items():
+            x = out[g].double()
+            sums[name][0] += float((x * ref).sum())
+            sums[name][1] += float((x * x + ref * ref).sum())
+        s += k
+    return {name: (1.0 - 2.0 * xy / sq) if sq else 0.0 for name, (xy, sq) in sums.items()}
+
+
+def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
+    """One k-grouped shape: checked, then timed."""
+    tokens = sum(ks)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    dy_t = torch.randn((m, tokens), generator=gen, device="cuda").to(torch.bfloat16)
+    x_t = torch.randn((n, tokens), generator=gen, device="cuda").to(torch.bfloat16)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(dy_t)
+    b, b_scale = deep_tile.per_token_cast_to_fp8(x_t)
+    del dy_t, x_t
+    a_scale, b_scale = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    sizes = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    start = torch.randn((len(ks), m, n), device="cuda", dtype=torch.float32)
+    d = start.clone()
+    k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, d, c=d)
+    problem = Problem(m, n, tokens, kind=ProblemKind.K_GROUPED, num_groups=len(ks), b_scale_1d=True,
+                      out_dtype="float32", c_dtype="out")
+    config = get_problem_config(problem).for_problem(problem).label
+    row = {"set": "kgrp", "m": m, "n": n, "k": tokens, "groups": label, "config": config}
+    outputs = {"deep_tile": d}
+    fns = {"deep_tile": lambda: k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, d, c=d)}
+    dense = torch.zeros((m, n), device="cuda", dtype=torch.float32)
+    fns["deep_tile_dense"] = lambda: fp8_gemm_1d1d(a, a_scale, b, b_scale, dense, c=dense)
+    dg = None if args.no_deepgemm else deepgemm()
+    if dg is not None and hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
+        dg_a, dg_b = _k_major_blocks(a, ks), _k_major_blocks(b, ks)
+        dg_d = start.clone()
+        try:
+            dg.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), dg_d, ks, sizes, dg_d,
+                                                recipe=(1, 1, 128))
+            torch.cuda.synchronize()
+            outputs["deepgemm"] = dg_d
+            fns["deepgemm"] = lambda: dg.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), dg_d, ks,
+                                                                          sizes, dg_d, recipe=(1, 1, 128))
+        except Exception as exc:  # noqa: BLE001 -- recorded, not fatal
+            row["deepgemm_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    row["diff"] = _kgrouped_diffs(outputs, start, a, a_scale, b, b_scale, ks)
+    del start
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    flops = 2.0 * m * n * tokens
+    row["us"] = times
+    row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
+    row["speedup"] = times["deepgemm"] / times["deep_tile"] if "deepgemm" in times else None
+    row["vs_dense"] = times["deep_tile_dense"] / times["deep_tile"]
+    return row
+
+
 def print_rows(rows: list) -> None:
     names = sorted({name for r in rows for name in r["us"]}, key=lambda x: (x != "deep_tile", x))
     head = f"{'set':<6} {'M':>6} {'N':>6} {'K':>6} " + " ".join(f"{n + ' us':>17} {'TF':>5}" for n in names)
@@ -164,7 +268,12 @@ def print_rows(rows: list) -> None:
                          for n in names)
         ok = all(v < 1e-3 for v in r["diff"].values())
         speed = f"{r['speedup']:.3f}" if r["speedup"] else "-"
-        print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}")
+        extra = f"  [{r['groups']}; {r['vs_dense']:.2f}x the dense 1D1D's TFLOPS]" if "groups" in r else ""
+        print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}{extra}")
+    for kind in sorted({r["set"] for r in rows}):
+        ratios = [r["speedup"] for r in rows if r["set"] == kind and r["speedup"]]
+        if ratios and len({r["set"] for r in rows}) > 1:
+            print(f"  {kind}: geomean {geomean(ratios):.3f}x (min {min(ratios):.3f}) over {len(ratios)} shapes")
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     if speedups:
         print(f"geomean deep_tile vs the faster baseline: {geomean(speedups):.3f}x over {len(speedups)} shapes "
@@ -173,7 +282,8 @@ def print_rows(rows: list) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", action="append", choices=["dense", "wgrad"], help="which GEMMs (default: all)")
+    parser.add_argument("--set", action="append", choices=["dense", "wgrad", "kgrouped"],
+                        help="which GEMMs (default: all)")
     parser.add_argument("--tokens", type=int, action="append",
                         help="rows of the dense set, the reduction of the wgrad set (default 4096)")
     parser.add_argument("--iters", type=int, default=30)
@@ -182,7 +292,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-deepgemm", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    sets = args.set or ["dense", "wgrad"]
+    sets = args.set or ["dense", "wgrad", "kgrouped"]
     rows = []
     if "dense" in sets:
         for m in args.tokens or [4096]:
@@ -194,6 +304,12 @@ def main(argv=None) -> int:
             for n, k in WGRAD_NK:
                 rows.append(wgrad_row(n, k, tokens, args))
                 print(json.dumps({key: rows[-1].get(key) for key in ("m", "n", "k", "us", "diff", "cublas_error",
+                                                                      "deepgemm_error")}), flush=True)
+    if "kgrouped" in sets:
+        for m, n in KGROUPED_MN:
+            for label, ks in kgrouped_sizes(args.seed):
+                rows.append(kgrouped_row(m, n, label, ks, args))
+                print(json.dumps({key: rows[-1].get(key) for key in ("m", "n", "k", "groups", "us", "diff",
                                                                       "deepgemm_error")}), flush=True)
     print_rows(rows)
     if args.json:

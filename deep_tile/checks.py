@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are c
 
 __all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_problem", "check_fp8_gemm_args",
            "shown", "GROUPED_FUNCTIONS", "PROBLEM_KIND_NAMES", "check_problem_kind", "check_grouped_problem",
-           "check_grouped_args", "check_fp8_gemm_acc_args", "OUT_DTYPE_NAMES"]
+           "check_grouped_args", "check_fp8_gemm_acc_args", "OUT_DTYPE_NAMES", "K_GROUPED_FN", "check_k_grouped_args"]
 
 N_MULTIPLE = 8
 """``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
@@ -472,7 +472,8 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
                          f"derives it from m and num_groups (got expected_m={expected_m!r})")
     else:
         expected = None
-    return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)
+    return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected,
+                   b_scale_1d=kind is ProblemKind.K_GROUPED)
 
 
 def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None, *,
@@ -559,3 +560,125 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     if data_checks:
         _require_device(fn, named)
     return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)
+
+
+K_GROUPED_FN = "k_grouped_fp8_gemm_1d1d"
+"""The K-grouped GEMM's public name, in the messages of :func:`check_k_grouped_args`."""
+
+
+def _check_group_sizes(fn: str, group_sizes, k: int):
+    """The K-grouped GEMM's ``group_sizes``: an int32 1-D contiguous tensor (returned as it is), or
+    a list / tuple of ints >= 0 summing to at most ``k`` (returned as a tuple of ints)."""
+    import torch
+
+    if isinstance(group_sizes, torch.Tensor):
+        if group_sizes.dtype != torch.int32 or group_sizes.dim() != 1 or not group_sizes.is_contiguous():
+            raise ValueError(f"{fn}: group_sizes must be a contiguous 1-D torch.int32 tensor (or a list of ints); got "
+                             f"{group_sizes.dtype} shape {tuple(group_sizes.shape)} strides {tuple(group_sizes.stride())}")
+        return group_sizes
+    if not isinstance(group_sizes, (list, tuple)):
+        raise TypeError(f"{fn}: group_sizes must be an int32 tensor or a list / tuple of ints; got "
+                        f"{type(group_sizes).__name__}")
+    sizes = tuple(check_int(fn, f"group_sizes[{i}]", v) for i, v in enumerate(group_sizes))
+    if any(v < 0 for v in sizes):
+        raise ValueError(f"{fn}: group_sizes must be >= 0; got {list(sizes)}")
+    if sum(sizes) > k:
+        raise ValueError(f"{fn}: the group sizes sum to {sum(sizes)}, more than k = a.shape[1] = {k} (the groups' K "
+                         f"ranges follow one another from K = 0)")
+    return sizes
+
+
+def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=None, *, accumulate: bool = False,
+                         data_checks: bool = True) -> tuple:
+    """Validate the arguments of :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d` and return
+    ``(problem, group_sizes)``: the K-grouped :class:`deep_tile.problem.Problem` (``m``, ``n``,
+    ``k`` = total tokens, ``num_groups``, output and C types; ``c_dtype`` ``"out"`` when ``c is
+    out``) and the group sizes (the int32 tensor, or a tuple of ints from a host list).
+
+    - ``a`` [m, k], ``b`` [n, k] float8_e4m3fn, k contiguous, 16-byte rows, 16-byte aligned; ``n``
+      a positive multiple of 8, ``k`` of 16 (:func:`check_problem_shape`), ``m >= 0``;
+    - ``a_scale`` [m, ceil(k/128)], ``b_scale`` [n, ceil(k/128)] float32 (any layout: the
+      launcher reads the TMA-aligned column-major one, copied into it when needed);
+    - ``group_sizes``: int32 [G] (1-D, contiguous, on a's device; its values are the kernel's to
+      clamp) or a list / tuple of G ints >= 0 summing to at most k; 1 <= G <=
+      :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS`;
+    - ``out``: None (allocated, ``out_dtype``: float32 by default, or bfloat16) or a [G, m, n]
+      bfloat16 / float32 tensor, n contiguous, row stride a multiple of 16 bytes, 16-byte aligned,
+      its groups one after another (``stride(0) == m * stride(1)``);
+    - ``c``: None, ``out`` itself (in-place accumulation), or a [G, m, n] bfloat16 / float32
+      tensor laid out as out must be; ``out`` must not overlap any input, nor ``c`` unless it is
+      ``out``; ``accumulate=True`` (the custom op's form of ``c is out``) with ``c`` None and
+      ``out`` given.
+
+    Raises:
+        TypeError: a non-tensor argument, a wrong dtype, a non-int group size.
+        ValueError: a wrong rank, shape, layout, alignment, device, group count or size, or an
+            overlap.
+    """
+    import torch
+
+    from deep_tile.kernels.fp8_gemm import MAX_TABLE_GROUPS
+
+    fn = K_GROUPED_FN
+    for name, x in (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    for name, x in (("out", out), ("c", c)):
+        if x is not None and not isinstance(x, torch.Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor or None; got {type(x).__name__}")
+    for name, x, dtype in (("a", a, torch.float8_e4m3fn), ("b", b, torch.float8_e4m3fn),
+                           ("a_scale", a_scale, torch.float32), ("b_scale", b_scale, torch.float32)):
+        _require_dtype(name, x, dtype, fn)
+    allowed = (torch.bfloat16, torch.float32)
+    if out is not None:
+        if out.dtype not in allowed:
+            raise TypeError(f"{fn}: out must have dtype torch.bfloat16 or torch.float32; got {out.dtype}")
+        if out_dtype is not None and out_dtype != out.dtype:
+            raise ValueError(f"{fn}: out_dtype={out_dtype} differs from out.dtype={out.dtype}")
+        out_dtype = out.dtype
+    elif out_dtype is None:
+        out_dtype = torch.float32
+    elif out_dtype not in allowed:
+        raise TypeError(f"{fn}: out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype}")
+    if c is not None and c.dtype not in allowed:
+        raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
+    if c is not None and out is None:
+        raise ValueError(f"{fn}: c needs out (pass out=c to accumulate in place, or an out of its own)")
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"{fn}: accumulate must be a bool; got {type(accumulate).__name__}")
+    if accumulate and (c is not None or out is None):
+        raise ValueError(f"{fn}: accumulate=True adds out to itself: it needs out and no separate c")
+
+    m, n, k, k_groups, require_m_rows = _operand_shapes(fn, a, a_scale, b, b_scale)
+    g = SCALE_GROUP
+    _require_shape("b_scale", b_scale, (n, k_groups), lambda: f"(n, ceil(k/{g})) for b of shape {shown(tuple(b.shape))}",
+                   fn)
+    sizes = _check_group_sizes(fn, group_sizes, k)
+    num_groups = len(sizes) if isinstance(sizes, tuple) else sizes.shape[0]
+    if not 1 <= num_groups <= MAX_TABLE_GROUPS:
+        raise ValueError(f"{fn}: group_sizes must name 1 to {MAX_TABLE_GROUPS} groups; got {num_groups}")
+    for name, x in (("out", out), ("c", c)):
+        if x is None:
+            continue
+        _require_2d(name, x, fn, dims=3)
+        _require_shape(name, x, (num_groups, m, n), "(num_groups, m, n)", fn)
+        groups, rows, cols = x.shape
+        if groups > 1 and rows > 0 and cols > 0 and x.stride(0) != rows * x.stride(1):
+            raise ValueError(f"{fn}: {name}'s groups must follow one another (stride(0) == shape[1] * stride(1), so "
+                             f"it can be read as 2-D); got strides {tuple(x.stride())}")
+        flat = x.as_strided((groups * rows, cols), (x.stride(1), x.stride(2)))
+        _require_aligned(name, flat, 16 // x.element_size(), "n", data_checks, fn)
+    _require_aligned("a", a, 16, "k", data_checks, fn)
+    _require_aligned("b", b, 16, "k", data_checks, fn)
+    accumulate = accumulate or (c is not None and c is out)
+    if data_checks:
+        sizes_tensor = sizes if isinstance(sizes, torch.Tensor) else None
+        _require_device(fn, (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale),
+                             ("group_sizes", sizes_tensor), ("out", out), ("c", c)))
+        if out is not None:
+            others = (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), ("group_sizes", sizes_tensor))
+            _require_no_overlap(fn, out, others + ((() if c is None or c is out else (("c", c),))))
+    c_dtype = "out" if accumulate else (None if c is None else OUT_DTYPE_NAMES[str(c.dtype).removeprefix("torch.")])
+    problem = Problem(m, n, k, kind=ProblemKind.K_GROUPED, num_groups=num_groups, b_scale_1d=True,
+                      out_dtype=OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype=c_dtype)
+    return problem, sizes

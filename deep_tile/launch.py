@@ -16,7 +16,7 @@ import time
 import torch
 
 from deep_tile import phases, planner
-from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args
+from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.runtime import KernelArgs
@@ -27,7 +27,7 @@ from deep_tile.pdl import get_pdl
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
-__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "launch"]
+__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped", "launch"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -133,6 +133,43 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
     else:
         scale2 = get_tma_aligned_a_scale(a_scale)
     return problem, (a2, scale2, b2, b_scale.contiguous(), out2, info)
+
+
+def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dtype=None, accumulate=False,
+                  config=None, extra_defines=None):
+    """The K-grouped GEMM (:func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`) on the Python host
+    path: checked (:func:`deep_tile.checks.check_k_grouped_args`; ``accumulate``: C is ``out``),
+    ``out`` allocated when None, a host list of sizes copied to the device, then launched; with
+    an optional forced KernelConfig (its tile, made K-grouped) and extra defines. Returns ``out``."""
+    problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
+                                          accumulate=accumulate)
+    if out is None:
+        out = torch.empty((problem.num_groups, problem.m, problem.n), dtype=getattr(torch, problem.out_dtype),
+                          device=a.device)
+    if problem.m == 0:
+        return out
+    if isinstance(sizes, tuple):
+        sizes = torch.tensor(sizes, dtype=torch.int32, device=a.device)
+    launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config, extra_defines)
+    return out
+
+
+def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None, extra_defines=None) -> None:
+    """Launch the K-grouped GEMM (checked ``problem``, :func:`deep_tile.checks.check_k_grouped_args`)
+    over its tensors: both scales read in the TMA-aligned column-major layout (copied into it when
+    not so), ``out`` and ``c`` ([G, m, n], ``c`` may be ``out``) as 2-D [G * m, n] views, ``sizes``
+    the int32 group sizes on the device (operands: GROUPED_OPERANDS, then C)."""
+    device = a.device
+    with torch.cuda.device(device):
+        a_scale = get_tma_aligned_a_scale(a_scale)
+        b_scale = get_tma_aligned_a_scale(b_scale)
+        rows = problem.num_groups * problem.m
+
+        def flat(x):
+            return x.as_strided((rows, problem.n), (x.stride(1), 1))
+
+        _plan_and_launch(problem, (a, a_scale, b, b_scale, flat(out), sizes, flat(c)), device, config,
+                         extra_defines)
 
 
 def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> None:

@@ -12,6 +12,9 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 - ``fp8_gemm_1d1d(a, a_scale, b, b_scale, c, out_dtype) -> Tensor`` and ``fp8_gemm_1d1d_out(a,
   a_scale, b, b_scale, c, accumulate, out) -> ()``: the same with b_scale per row of b (1D1D, the
   weight gradient's GEMM, :func:`deep_tile.fp8_gemm_1d1d`);
+- ``k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> Tensor`` and
+  ``k_grouped_fp8_gemm_1d1d_out(a, a_scale, b, b_scale, group_sizes, c, accumulate, out) -> ()``:
+  the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.k_grouped`); Python host path;
 - ``m_grouped_fp8_gemm_{contiguous,offsets,masked}`` and their ``_out`` variants: the
   Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
@@ -46,10 +49,10 @@ from __future__ import annotations
 import torch
 
 from deep_tile import native
-from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args
+from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
-__all__ = ["NAMESPACE", "SCHEMAS", "PYTHON_ONLY_OPS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+__all__ = ["NAMESPACE", "SCHEMAS", "PYTHON_ONLY_OPS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
            "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out"]
 
@@ -67,6 +70,10 @@ SCHEMAS = {
                       "ScalarType out_dtype) -> Tensor"),
     "fp8_gemm_1d1d_out": ("fp8_gemm_1d1d_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor? c, "
                           "bool accumulate, Tensor(a!) out) -> ()"),
+    "k_grouped_fp8_gemm_1d1d": ("k_grouped_fp8_gemm_1d1d(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, "
+                                "Tensor group_sizes, Tensor? c, ScalarType out_dtype) -> Tensor"),
+    "k_grouped_fp8_gemm_1d1d_out": ("k_grouped_fp8_gemm_1d1d_out(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, "
+                                    "Tensor group_sizes, Tensor? c, bool accumulate, Tensor(a!) out) -> ()"),
     "m_grouped_fp8_gemm_contiguous": ("m_grouped_fp8_gemm_contiguous(Tensor a, Tensor a_scale, Tensor b, "
                                       "Tensor b_scale, Tensor m_indices) -> Tensor"),
     "m_grouped_fp8_gemm_contiguous_out": ("m_grouped_fp8_gemm_contiguous_out(Tensor a, Tensor a_scale, Tensor b, "
@@ -83,9 +90,10 @@ SCHEMAS = {
     "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
 }
 """Operator name -> schema, as registered in :data:`NAMESPACE`."""
-PYTHON_ONLY_OPS = ("fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out")
+PYTHON_ONLY_OPS = ("fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d",
+                   "k_grouped_fp8_gemm_1d1d_out")
 """The GEMM ops the native extension does not take over (they always run on the Python host
-path): the output variants and the 1D1D GEMM."""
+path): the output variants, the 1D1D GEMM and the K-grouped one."""
 
 
 # ---- real implementations (Python; the native extension replaces the GEMM ones) --------------
@@ -134,6 +142,18 @@ def _fp8_gemm_1d1d_out_impl(a, a_scale, b, b_scale, c, accumulate, out):
     from deep_tile.launch import run_acc
 
     run_acc(a, a_scale, b, b_scale, c, accumulate, out, b_scale_1d=True)
+
+
+def _k_grouped_impl(a, a_scale, b, b_scale, group_sizes, c, out_dtype):
+    from deep_tile.launch import run_k_grouped
+
+    return run_k_grouped(a, a_scale, b, b_scale, group_sizes, None, c, out_dtype)
+
+
+def _k_grouped_out_impl(a, a_scale, b, b_scale, group_sizes, c, accumulate, out):
+    from deep_tile.launch import run_k_grouped
+
+    run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, accumulate=accumulate)
 
 
 def _grouped(kind_value: str):
@@ -229,6 +249,17 @@ def _fp8_gemm_1d1d_out_fake(a, a_scale, b, b_scale, c, accumulate, out):
     check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, data_checks=False, b_scale_1d=True)
 
 
+def _k_grouped_fake(a, a_scale, b, b_scale, group_sizes, c, out_dtype):
+    """The checks without data (c needs out: none here), then an empty ``[G, m, n]`` of ``out_dtype``."""
+    problem, _ = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, None, c, out_dtype, data_checks=False)
+    return a.new_empty((problem.num_groups, problem.m, problem.n), dtype=out_dtype)
+
+
+def _k_grouped_out_fake(a, a_scale, b, b_scale, group_sizes, c, accumulate, out):
+    """The checks without data (``out`` is mutated in place)."""
+    check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, accumulate=accumulate, data_checks=False)
+
+
 def _cast_fake(fn: str, arg: str, x, scale_rows):
     """The input checks, then empty ``(q, s)``; ``scale_rows(rows)``: the row count of ``s``.
     ``rows`` is only used in sizes (never made an int), so a symbolic one stays symbolic."""
@@ -256,6 +287,8 @@ _IMPLS = {
     "fp8_gemm_acc_out": (_fp8_gemm_acc_out_impl, _fp8_gemm_acc_out_fake),
     "fp8_gemm_1d1d": (_fp8_gemm_1d1d_impl, _fp8_gemm_1d1d_fake),
     "fp8_gemm_1d1d_out": (_fp8_gemm_1d1d_out_impl, _fp8_gemm_1d1d_out_fake),
+    "k_grouped_fp8_gemm_1d1d": (_k_grouped_impl, _k_grouped_fake),
+    "k_grouped_fp8_gemm_1d1d_out": (_k_grouped_out_impl, _k_grouped_out_fake),
     "per_token_cast_to_fp8": (_per_token_impl, _per_token_fake),
     "per_block_cast_to_fp8": (_per_block_impl, _per_block_fake),
 }
@@ -315,3 +348,9 @@ m_grouped_fp8_gemm_masked = _ops.m_grouped_fp8_gemm_masked.default
 """``(a, a_scale, b, b_scale, masked_m, expected_m) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_masked`)."""
 m_grouped_fp8_gemm_masked_out = _ops.m_grouped_fp8_gemm_masked_out.default
 """``(a, a_scale, b, b_scale, masked_m, expected_m, out) -> None``, writes out."""
+k_grouped_fp8_gemm_1d1d = _ops.k_grouped_fp8_gemm_1d1d.default
+"""``(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> out``: :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`
+into a new ``[G, m, n]`` tensor."""
+k_grouped_fp8_gemm_1d1d_out = _ops.k_grouped_fp8_gemm_1d1d_out.default
+"""``(a, a_scale, b, b_scale, group_sizes, c, accumulate, out) -> None``: the same into ``out`` (C: ``c``, or
+``out`` itself when ``accumulate``, or none)."""

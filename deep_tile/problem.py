@@ -36,23 +36,29 @@ class ProblemKind(enum.Enum):
     GROUPED_OFFSETS = "grouped_offsets"
     """Mixture-of-Experts, ``a[m, k]`` with expert g on rows ``offsets[g] .. offsets[g+1]-1`` (no
     alignment), ``b[num_groups, n, k]``."""
+    K_GROUPED = "k_grouped"
+    """Mixture-of-Experts weight gradients (1D1D): ``out[g] = a[:, K_g] @ b[:, K_g]^T`` for each
+    group g, ``a[m, k]`` and ``b[n, k]`` shared, group g owning the K range of its size (device
+    int32 sizes, any values); ``out[num_groups, m, n]``."""
 
     @property
     def short_name(self) -> str:
         """The kind's name in arguments and labels: ``"dense"``, ``"contiguous"``, ``"masked"``,
         ``"offsets"`` (what ``kind=`` of :func:`deep_tile.explain` and the command line take)."""
-        return self.value.rsplit("_", 1)[-1]
+        return "k_grouped" if self is ProblemKind.K_GROUPED else self.value.rsplit("_", 1)[-1]
 
     @property
     def grouped(self) -> bool:
-        """Whether the problem stacks one weight matrix per group (expert)."""
+        """Whether the problem has groups (experts): one weight matrix per group (the M-grouped
+        kinds), or one output per group (the K-grouped kind)."""
         return self is not ProblemKind.DENSE
 
     @property
     def has_table(self) -> bool:
-        """Whether the kernel numbers the tiles through a per-expert table in shared memory (the
-        masked and offsets kinds: their tile count is known on the device only)."""
-        return self in (ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS)
+        """Whether the kernel keeps a per-group table in shared memory: the masked and offsets
+        kinds number their tiles through it (their tile count is known on the device only), the
+        K-grouped kind reads each group's K range there."""
+        return self in (ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS, ProblemKind.K_GROUPED)
 
 
 class Problem:
@@ -90,7 +96,8 @@ class Problem:
         self.m, self.n, self.k = m, n, k
         self.num_groups = num_groups
         if expected_m is None:
-            expected_m = m if kind in (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED) else -(-m // num_groups)
+            expected_m = m if kind in (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED, ProblemKind.K_GROUPED) \
+                else -(-m // num_groups)
         self.expected_m = expected_m
         self.a_scale_row_major = bool(a_scale_row_major)
         self.out_dtype, self.c_dtype, self.b_scale_1d = out_dtype, c_dtype, bool(b_scale_1d)

@@ -175,3 +175,46 @@ def ref_fp8_gemm_1d1d(
             raise ValueError(f"ref_fp8_gemm_1d1d: c must have shape {tuple(out.shape)}; got {tuple(c.shape)}.")
         out += c.to(torch.float64)
     return out
+
+
+def ref_k_grouped_fp8_gemm_1d1d(
+    a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, group_sizes,
+    c: "torch.Tensor | None" = None,
+) -> torch.Tensor:
+    """Float64 reference of the K-grouped 1D1D GEMM (:func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`):
+    ``out[g] = c[g] + (a * a_scale)[:, K_g] @ ((b * b_scale)[:, K_g]).T`` with
+    ``K_g = [sum(sizes[:g]), sum(sizes[:g + 1]))``, each token scaled by the scale of its 128-wide
+    block of the whole K axis.
+
+    Args:
+        a, a_scale, b, b_scale: as :func:`ref_fp8_gemm_1d1d` (a [M, K], b [N, K], scales per row
+            and 128-wide K block).
+        group_sizes: the tokens of each group: a list / tuple of ints >= 0 or a 1-D integer
+            tensor (any device), summing to at most K.
+        c: optional [G, M, N] addend (any floating dtype).
+
+    Returns:
+        float64 tensor [G, M, N] on the device of ``a``.
+
+    Raises:
+        TypeError, ValueError: as :func:`ref_fp8_gemm_1d1d`; negative sizes, or sizes summing past K.
+    """
+    _check(a, a_scale, b, b_scale, "ref_k_grouped_fp8_gemm_1d1d", b_per_row=True)
+    sizes = [int(v) for v in (group_sizes.tolist() if isinstance(group_sizes, torch.Tensor) else group_sizes)]
+    if any(v < 0 for v in sizes) or sum(sizes) > a.shape[1]:
+        raise ValueError(f"ref_k_grouped_fp8_gemm_1d1d: group sizes must be >= 0 and sum to at most K = "
+                         f"{a.shape[1]}; got {sizes}.")
+    a64 = a.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    _scale_groups_(a64, a_scale.to(torch.float64))
+    b64 = b.to(torch.float64, copy=True, memory_format=torch.contiguous_format)
+    _scale_groups_(b64, b_scale.to(torch.float64))
+    out = torch.empty((len(sizes), a.shape[0], b.shape[0]), dtype=torch.float64, device=a.device)
+    start = 0
+    for g, size in enumerate(sizes):
+        torch.matmul(a64[:, start:start + size], b64[:, start:start + size].t(), out=out[g])
+        start += size
+    if c is not None:
+        if tuple(c.shape) != tuple(out.shape):
+            raise ValueError(f"ref_k_grouped_fp8_gemm_1d1d: c must have shape {tuple(out.shape)}; got {tuple(c.shape)}.")
+        out += c.to(torch.float64)
+    return out

@@ -13,6 +13,7 @@ import torch
 
 import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
+from deep_tile.reference import ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.testing.numeric import calc_diff
 from gpu_cases import serve
 
@@ -292,6 +293,38 @@ def signal_consumer(max_m: int, masked_rows: list, expected_m: int, n: int, k: i
                     f"threshold={threshold} watched={len(picked)} timed_out={timed_out} stale_copied={mismatched} "
                     f"released_early={early}/{len(picked)}",
             "returned_none": True, "released_early": early, **result}
+
+
+def k_grouped(form: str, m: int, n: int, ks: list, in_place: bool = True, seed: int = 0) -> dict:
+    """``k_grouped_fp8_gemm_{form}_contiguous`` as a trainer calls DeepGEMM's: dY [sum_k, m] and X
+    [sum_k, n] quantised per channel along 128 tokens, NT form each group's K-major block in a flat
+    buffer (scales [m, sum_k/128]), TN form the token rows as they are (scales [sum_k/128, m]);
+    ``d`` [G, m, n] FP32 accumulated in place (``c=d``, as DeepGEMM's test) or, without ``c``,
+    NaN-poisoned and written."""
+    gen = _generator(seed)
+    total = sum(ks)
+    a_t, sfa = deep_tile.per_token_cast_to_fp8(_randn((m, total), gen))  # [m, T]: tokens contiguous
+    b_t, sfb = deep_tile.per_token_cast_to_fp8(_randn((n, total), gen))
+    ref = ref_k_grouped_fp8_gemm_1d1d(a_t, sfa, b_t, sfb, ks)
+    if form == "nt":
+        starts = [sum(ks[:g]) for g in range(len(ks))]
+        a = (torch.cat([a_t[:, s:s + k].contiguous().view(-1) for s, k in zip(starts, ks)]), sfa)
+        b = (torch.cat([b_t[:, s:s + k].contiguous().view(-1) for s, k in zip(starts, ks)]), sfb)
+    else:
+        a = (a_t.view(torch.uint8).t().contiguous().view(torch.float8_e4m3fn), sfa.t().contiguous())
+        b = (b_t.view(torch.uint8).t().contiguous().view(torch.float8_e4m3fn), sfb.t().contiguous())
+    layout = torch.tensor(ks, dtype=torch.int32, device=DEVICE)
+    if in_place:
+        d = torch.randn((len(ks), m, n), generator=gen, device=DEVICE, dtype=torch.float32)
+        ref = ref + d.double()
+        fn = getattr(deep_gemm, f"k_grouped_fp8_gemm_{form}_contiguous")
+        returned = fn(a, b, d, ks, layout, d, recipe=(1, 1, 128))
+    else:
+        d = torch.full((len(ks), m, n), float("nan"), dtype=torch.float32, device=DEVICE)
+        returned = getattr(deep_gemm, f"k_grouped_fp8_gemm_{form}_contiguous")(a, b, d, ks, layout)
+    torch.cuda.synchronize()
+    return {"case": f"k_grouped {form} m={m} n={n} ks={ks} in_place={in_place}", "returned_none": returned is None,
+            **_compare(d, ref)}
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ import torch
 
 import deep_tile
 from deep_tile.gemm import fp8_gemm_1d1d
+from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d, run_k_grouped
 from deep_tile.launch import run_acc
-from deep_tile.reference import ref_fp8_gemm_1d1d
+from deep_tile.problem import ProblemKind
+from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff, max_rel_error
@@ -135,6 +137,114 @@ def graph_acc(m: int, n: int, k: int, seed: int = 0) -> dict:
     ref = start + first + deep_tile.ref_fp8_gemm(a, a_scale, b, b_scale)
     valid = out.double()
     return {"m": m, "n": n, "k": k, "nan": int(torch.isnan(valid).sum().item()), "diff": calc_diff(valid, ref),
+            "rel": max_rel_error(valid, ref)}
+
+
+
+def k_grouped_operands(m: int, n: int, sizes: list, seed: int = 0, pad: int = 0) -> tuple:
+    """Random ``(a, a_scale, b, b_scale)`` of the K-grouped GEMM over ``sum(sizes) + pad`` tokens
+    (rounded up to 16): ``a = dY^T`` [m, T], ``b = X^T`` [n, T], quantised 1x128 along the tokens
+    (the whole T axis at once). The tokens past the groups (``pad`` and the rounding) hold FP8 NaN
+    (0x7f) in a and b: a kernel that reads them into a group's sums makes that group NaN."""
+    used = sum(sizes)
+    k = max(16, -(-(used + pad) // 16) * 16)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn((m, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    w = torch.randn((n, k), generator=gen, device=DEVICE, dtype=torch.float32).to(torch.bfloat16)
+    x[:, used:] = 0
+    w[:, used:] = 0
+    a, a_scale = deep_tile.per_token_cast_to_fp8(x)
+    b, b_scale = deep_tile.per_token_cast_to_fp8(w)
+    a.view(torch.uint8)[:, used:] = 0x7F
+    b.view(torch.uint8)[:, used:] = 0x7F
+    return a, a_scale, b, b_scale
+
+
+def k_grouped(m: int, n: int, sizes: list, out_dtype: str = "float32", c_mode: str = "inplace",
+              config: dict | None = None, seed: int = 0, pad: int = 0, host_sizes: bool = False) -> dict:
+    """One K-grouped GEMM (``out[g] (+)= a[:, K_g] b[:, K_g]^T``) against the float64 reference.
+    ``c_mode`` as :func:`gemm_acc`; ``config``: forced tile fields (else the selector's rule);
+    ``host_sizes``: the sizes passed as a list instead of a device tensor. A separate out is
+    NaN-poisoned; each empty group must hold exactly C (zeros without C; C rounded to out's type)."""
+    a, a_scale, b, b_scale = k_grouped_operands(m, n, sizes, seed, pad)
+    g = len(sizes)
+    product = ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed + 7)
+    scale = float(product.abs().max()) if product.numel() and product.abs().max() > 0 else 1.0
+    c_values = torch.randn((g, m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
+    dtype = DTYPES[out_dtype]
+    c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
+    forced = KernelConfig(**config, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=out_dtype,
+                          c_dtype=c_dtype) if config else None  # as tests/test_k_grouped.py configs() builds it
+    group_sizes = list(sizes) if host_sizes else torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+
+    def once():
+        c = None
+        if c_mode == "inplace":
+            out = c_values.to(dtype)
+            c_ref = out.double().clone()
+            c = out
+        else:
+            out = torch.full((g, m, n), float("nan"), dtype=dtype, device=DEVICE)
+            if c_mode != "none":
+                c = c_values.to(DTYPES[c_mode])
+            c_ref = c.double() if c is not None else None
+        if forced is None:
+            k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=c)
+        else:
+            run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, config=forced)
+        torch.cuda.synchronize()
+        return out, c_ref
+
+    out, c_ref = once()
+    ref = product if c_ref is None else product + c_ref
+    valid = out.double()
+    result = {"m": m, "n": n, "k": a.shape[1], "sizes": list(sizes), "out_dtype": out_dtype, "c_mode": c_mode,
+              "config": config, "nan": int(torch.isnan(valid).sum().item()),
+              "diff": calc_diff(valid, ref) if ref.numel() else 0.0,
+              "rel": max_rel_error(valid, ref) if ref.numel() else 0.0}
+    empty = [i for i, size in enumerate(sizes) if size == 0]
+    expect = torch.zeros_like(valid) if c_ref is None else c_ref.to(dtype).double()
+    result["empty_wrong"] = int(sum((valid[i] != expect[i]).sum().item() for i in empty))
+    if c_mode == "inplace":
+        ulps = 2.0 ** -5 if dtype == torch.bfloat16 else 2.0 ** -20
+        significant = (product.abs() > 1e-3 * scale) & (product.abs() > ulps * c_ref.abs())
+        result["unwritten"] = int(((valid == c_ref) & significant).sum().item())
+    again, _ = once()
+    result["bitwise_repeat"] = bool(torch.equal(out.view(torch.uint8), again.view(torch.uint8)))
+    return result
+
+
+def k_grouped_graph(m: int, n: int, sizes: list, new_sizes: list, seed: int = 0) -> dict:
+    """The K-grouped GEMM accumulating in place into FP32, captured once in a CUDA graph with a
+    device ``group_sizes``; replayed, then replayed again after new sizes and operands were copied
+    into the same tensors: out must hold C + the first products + the second."""
+    assert len(sizes) == len(new_sizes)
+    k_tokens = max(sum(sizes), sum(new_sizes))
+    pad = k_tokens - sum(sizes)
+    a, a_scale, b, b_scale = k_grouped_operands(m, n, sizes, seed, pad)
+    a2, a_scale2, b2, b_scale2 = k_grouped_operands(m, n, new_sizes, seed + 1, k_tokens - sum(new_sizes))
+    group_sizes = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    out = torch.randn((len(sizes), m, n), device=DEVICE, dtype=torch.float32)
+    start = out.double().clone()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):  # warm-up outside capture (compiles, loads)
+        k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=out)
+    torch.cuda.synchronize()
+    out.copy_(start)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=out)
+    graph.replay()
+    first = ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes)
+    torch.cuda.synchronize()
+    a.copy_(a2), a_scale.copy_(a_scale2), b.copy_(b2), b_scale.copy_(b_scale2)
+    group_sizes.copy_(torch.tensor(new_sizes, dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = start + first + ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, new_sizes)
+    valid = out.double()
+    return {"m": m, "n": n, "k": a.shape[1], "nan": int(torch.isnan(valid).sum().item()), "diff": calc_diff(valid, ref),
             "rel": max_rel_error(valid, ref)}
 
 

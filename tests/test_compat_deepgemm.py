@@ -9,6 +9,8 @@ call time) with recorders, so they run without a GPU and without deep_tile.group
 from __future__ import annotations
 
 import inspect
+import itertools
+import re
 
 import pytest
 import torch
@@ -18,7 +20,8 @@ import deep_tile.compat.deepgemm as deep_gemm
 from conftest import run_child_cases
 
 CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
-           "fp8_m_grouped_gemm_nt_masked", "get_mk_alignment_for_contiguous_layout",
+           "fp8_m_grouped_gemm_nt_masked", "k_grouped_fp8_gemm_nt_contiguous", "k_grouped_fp8_gemm_tn_contiguous",
+           "get_mk_alignment_for_contiguous_layout",
            "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout", "set_num_sms", "get_num_sms",
            "set_pdl", "get_pdl", "set_mk_alignment_for_contiguous_layout",
            "get_theoretical_mk_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
@@ -38,6 +41,12 @@ SIGNATURES = {
         ("a", None), ("b", None), ("d", None), ("masked_m", None), ("expected_m", None), ("recipe", None),
         ("recipe_a", None), ("recipe_b", None), ("compiled_dims", "nk"), ("disable_ue8m0_cast", False),
         ("max_block_n", 256), ("enable_overlap", False), ("signal", None)],
+    "k_grouped_fp8_gemm_nt_contiguous": [
+        ("a", None), ("b", None), ("d", None), ("ks_cpu", None), ("grouped_layout", None), ("c", None),
+        ("recipe", (1, 1, 128)), ("compiled_dims", "mn"), ("use_psum_layout", False)],
+    "k_grouped_fp8_gemm_tn_contiguous": [
+        ("a", None), ("b", None), ("d", None), ("ks_cpu", None), ("grouped_layout", None), ("c", None),
+        ("recipe", (1, 1, 128)), ("compiled_dims", "mn"), ("use_psum_layout", False)],
     "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),
@@ -320,6 +329,19 @@ def test_gpu_fp8_gemm_nt():
         dict(m=128, n=4096, k=7168, seed=0), dict(m=4096, n=2112, k=7168, sfa_layout="tma", seed=1),
         dict(m=77, n=576, k=896, seed=2), dict(m=1, n=256, k=512, sfa_layout="tma", seed=3),
         dict(m=257, n=1024, k=1536, api="2025", seed=4), dict(m=64, n=7168, k=2048, api="2025", sfa_layout="tma"),
+    ])
+
+
+@pytest.mark.gpu
+def test_gpu_k_grouped_as_a_trainer_calls_it():
+    """DeepGEMM's K-grouped weight gradients, NT (its SM90 form) and TN, in place (c=d) and without
+    c, with an empty group."""
+    ks = [256, 0, 1024, 384, 128]
+    _check_gpu("k_grouped", [
+        dict(form="nt", m=4096, n=7168, ks=[1024, 0, 2048, 1536], seed=0),
+        dict(form="nt", m=520, n=1160, ks=ks, in_place=False, seed=1),
+        dict(form="tn", m=7168, n=2048, ks=ks, seed=2),
+        dict(form="tn", m=256, n=384, ks=[128, 128, 0], in_place=False, seed=3),
     ])
 
 
@@ -647,3 +669,92 @@ def test_alias_distribution_in_a_child():
     off = subprocess.run([sys.executable, "-c", "import deep_gemm"], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=path, DEEP_TILE_DEEPGEMM_ALIAS="0"))
     assert off.returncode != 0 and "ImportError" in off.stderr and "turned off" in off.stderr, off.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# K-grouped GEMMs (MoE weight gradients), as a trainer calls DeepGEMM's
+# --------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def k_grouped_calls(monkeypatch):
+    """deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d replaced by a recorder (the compat module looks
+    it up at call time)."""
+    import deep_tile.k_grouped
+
+    recorded = []
+    monkeypatch.setattr(deep_tile.k_grouped, "k_grouped_fp8_gemm_1d1d",
+                        lambda *args, **kwargs: recorded.append((args, kwargs)))
+    return recorded
+
+
+def k_grouped_operands(ks, m=8, n=16):
+    """DeepGEMM's test data of its K-grouped GEMM, on the CPU with distinct bytes: ``x [sum_k, rows]``
+    (tokens are rows) for a (m) and b (n), their per-channel scales [sum_k / 128, rows], and the
+    K-major form DeepGEMM's NT kernel takes (each group's [rows, k_g] block flattened, one after
+    another; the scales transposed)."""
+    total = sum(ks)
+    out = {}
+    for name, rows in (("a", m), ("b", n)):
+        x = (torch.arange(total * rows, dtype=torch.int32) % 113).to(torch.uint8).view(total, rows)
+        x = x.view(torch.float8_e4m3fn)
+        sf = torch.rand(total // 128, rows)
+        flat = torch.cat([x[s:s + k].t().reshape(-1) for s, k in zip([0, *itertools.accumulate(ks)], ks)]) \
+            if total else torch.empty(0, dtype=torch.float8_e4m3fn)
+        out[name] = dict(x=x, sf=sf, nt=(flat, sf.t()), tn=(x, sf))
+    return out
+
+
+@pytest.mark.parametrize("form", ["nt", "tn"])
+def test_k_grouped_forwards_with_tokens_side_by_side(k_grouped_calls, form):
+    """Both forms reach deep_tile's K-grouped GEMM with a [m, sum_k] / [n, sum_k] (the groups' tokens
+    side by side, each row the transposed token column), the scales as [rows, sum_k / 128], the
+    device sizes, d as out and c (d itself: in place)."""
+    ks = [256, 0, 128, 384]
+    ops = k_grouped_operands(ks)
+    d = torch.zeros(4, 8, 16)
+    layout = torch.tensor(ks, dtype=torch.int32)
+    fn = getattr(deep_gemm, f"k_grouped_fp8_gemm_{form}_contiguous")
+    fn(ops["a"][form], ops["b"][form], d, ks, layout, d, recipe=(1, 1, 128))
+    (args, kwargs), = k_grouped_calls
+    a_rows, sfa, b_rows, sfb, sizes, out = args
+    for got, want in ((a_rows, ops["a"]["x"]), (b_rows, ops["b"]["x"])):
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8).t())
+    assert torch.equal(sfa, ops["a"]["sf"].t()) and torch.equal(sfb, ops["b"]["sf"].t())
+    assert sizes is layout and out is d and kwargs == {"c": d}
+
+
+def test_k_grouped_host_sizes_and_empty_k(k_grouped_calls):
+    """Without an int32 grouped_layout the host list is the sizes; all groups empty: d = c (zeros
+    without c) and no kernel, as DeepGEMM's early return."""
+    ks = [128, 128]
+    ops = k_grouped_operands(ks)
+    d = torch.zeros(2, 8, 16)
+    deep_gemm.k_grouped_fp8_gemm_nt_contiguous(ops["a"]["nt"], ops["b"]["nt"], d, ks, None)
+    (args, kwargs), = k_grouped_calls
+    assert args[4] == [128, 128] and kwargs == {"c": None}
+    empty = k_grouped_operands([0, 0])
+    c = torch.randn(2, 8, 16)
+    d = torch.full((2, 8, 16), float("nan"))
+    deep_gemm.k_grouped_fp8_gemm_nt_contiguous(empty["a"]["nt"], empty["b"]["nt"], d, [0, 0], None, c)
+    assert torch.equal(d, c)
+    deep_gemm.k_grouped_fp8_gemm_tn_contiguous(empty["a"]["tn"], empty["b"]["tn"], d, [0, 0], None)
+    assert (d == 0).all() and len(k_grouped_calls) == 1
+
+
+@pytest.mark.parametrize("change, error, words", [
+    (dict(recipe=(1, 128, 128)), NotImplementedError, "recipe=(1, 128, 128) is not supported"),
+    (dict(use_psum_layout=True), NotImplementedError, "use_psum_layout=True is not supported"),
+    (dict(ks_cpu=[100, 156]), ValueError, "multiple of 128"),
+    (dict(ks_cpu=[256]), ValueError, "ks_cpu must be a host list of num_groups"),
+    (dict(scale_dtype=torch.int32), NotImplementedError, "float32 scales"),
+])
+def test_k_grouped_refusals_before_any_call(k_grouped_calls, change, error, words):
+    ks = change.pop("ks_cpu", [128, 128])
+    ops = k_grouped_operands([128, 128])
+    a, b = ops["a"]["nt"], ops["b"]["nt"]
+    if change.pop("scale_dtype", None) is not None:
+        a = (a[0], a[1].to(torch.int32))
+    d = torch.zeros(2, 8, 16)
+    with pytest.raises(error, match=re.escape(words)):
+        deep_gemm.k_grouped_fp8_gemm_nt_contiguous(a, b, d, ks, None, **change)
+    assert k_grouped_calls == []

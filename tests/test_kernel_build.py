@@ -33,6 +33,8 @@ from conftest import compiler_params
 from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
 from test_fp8_gemm import SWAP_FAMILIES as GPU_TEST_SWAP_FAMILIES
 from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
+from test_k_grouped import configs as k_grouped_test_configs
+from test_k_grouped import rule_configs as k_grouped_rule_configs
 from test_training import configs as output_test_configs
 
 from deep_tile import arch
@@ -141,7 +143,8 @@ def output_configs() -> list:
     return configs
 
 
-FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()})
+FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()
+                   + k_grouped_test_configs() + k_grouped_rule_configs()})
 KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
 # What a kernel's code paths depend on, as predicates over its defines: SMOKE_FAMILIES covers each.
@@ -179,6 +182,10 @@ GROUPED_CODE_PATHS = {
     "masked": lambda d: d["DT_PROBLEM_KIND"] == 2,
     "offsets": lambda d: d["DT_PROBLEM_KIND"] == 3,
     "table, multicast": lambda d: d["DT_PROBLEM_KIND"] in (2, 3) and d["DT_NUM_MULTICAST"] == 2,
+    "k-grouped, FP32 accumulated, two buffers": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_C_KIND"] == 3
+                                                            and d["DT_ACCUM_BUFFERS"] == 2),
+    "k-grouped, bf16 out, C apart, two sub-tiles": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_OUT_KIND"] == 0
+                                                               and d["DT_C_KIND"] in (1, 2) and d["DT_BLOCK_M"] == 256),
 }
 
 

@@ -555,7 +555,7 @@ def test_get_config_and_explain_cover_the_grouped_kinds(kind, m, n, k, groups, e
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(num_groups=2), "get_config: num_groups and expected_m describe a grouped kind; got kind='dense'"),
-    (dict(kind="sparse"), "get_config: kind must be one of 'dense', 'contiguous', 'masked', 'offsets'; got 'sparse'"),
+    (dict(kind="sparse"), "get_config: kind must be one of 'dense', 'contiguous', 'masked', 'offsets', 'k_grouped'; got 'sparse'"),
     (dict(kind="masked", num_groups=0), "get_config: num_groups must be at least 1; got 0"),
     (dict(kind="offsets", num_groups=513), "get_config: at most 512 groups are supported; num_groups is 513"),
     (dict(kind="masked", num_groups=4, expected_m=-1), "get_config: expected_m must be an int >= 0; got -1"),

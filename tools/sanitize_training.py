@@ -4,7 +4,10 @@ One small problem per direct-store family: persistent with one and two buffers, 
 with multicast of A, two column parts, a tile straddling b_scale blocks, split-K (2 and 8), swap-AB
 (persistent and split), each with an FP32 or bf16 output and a C that is separate or ``out``
 itself (in place). Outputs are NaN-poisoned (in place: start from C) and compared with the float64
-reference, so the run also fails on a wrong answer. Exit status 1 if any check fails.
+reference, so the run also fails on a wrong answer. Then the K-grouped GEMM (MoE weight gradients):
+two buffers, one buffer with two sub-tiles (256 rows), one consumer warpgroup, no C, over groups of 0, 1,
+127, 128, 129 tokens (a group's partial first and last k-blocks zeroed in shared memory), FP8 NaN
+in the tokens past the groups. Exit status 1 if any check fails.
 Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``.
 """
 import sys
@@ -16,11 +19,13 @@ import torch  # noqa: E402
 
 import deep_tile  # noqa: E402
 from deep_tile.launch import run_acc  # noqa: E402
-from deep_tile.reference import ref_fp8_gemm_1d1d  # noqa: E402
+from deep_tile.k_grouped import run_k_grouped  # noqa: E402
+from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.select.config import KernelConfig  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
-from gpu_training_cases import operands_1d1d  # noqa: E402
+from gpu_training_cases import k_grouped_operands, operands_1d1d  # noqa: E402
 
 P = dict(raster_width=8, grid_size=132)
 # (config fields, out dtype, c mode: "none", "bfloat16", "float32" or "inplace", m, n, k)
@@ -52,6 +57,39 @@ CASES = [
      100, 1160, 1040),
 ]
 
+# The K-grouped GEMM: (config fields, out dtype, c mode, m, n, group sizes)
+K_GROUPED_CASES = [
+    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), "float32", "inplace", 260, 384,
+     [128, 0, 1, 127, 129, 5]),
+    (dict(block_m=256, block_n=128, num_stages=3), "bfloat16", "float32", 260, 272, [300, 0, 77]),
+    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), "float32", "none", 100, 256, [0, 0, 200]),
+    (dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2), "bfloat16", "bfloat16", 100, 256, [3, 0, 200]),
+]
+
+
+def k_grouped_case(fields, out_dtype, mode, m, n, sizes) -> bool:
+    a, sa, b, sb = k_grouped_operands(m, n, sizes, seed=m + n, pad=8)
+    ref = ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, sizes)
+    dtype = getattr(torch, out_dtype)
+    c_dtype = None if mode == "none" else ("out" if mode == "inplace" else mode)
+    config = KernelConfig(**{**P, **fields}, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True,
+                          out_dtype=out_dtype, c_dtype=c_dtype)
+    start = torch.randn((len(sizes), m, n), device="cuda", dtype=torch.float32)
+    c = None
+    if mode == "inplace":
+        out = c = start.to(dtype)
+    else:
+        out = torch.full((len(sizes), m, n), float("nan"), dtype=dtype, device="cuda")
+        c = None if mode == "none" else start.to(getattr(torch, mode))
+    base = out.double() if mode == "inplace" else (c.double() if c is not None else 0.0)
+    run_k_grouped(a, sa, b, sb, torch.tensor(sizes, dtype=torch.int32, device="cuda"), out, c, config=config)
+    torch.cuda.synchronize()
+    diff = calc_diff(out.double(), base + ref)
+    ok = not torch.isnan(out).any().item() and diff < 1e-3
+    print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n} sizes {sizes} diff {diff:.1e}",
+          flush=True)
+    return ok
+
 
 def main() -> int:
     failures = 0
@@ -80,7 +118,9 @@ def main() -> int:
         ok = not torch.isnan(out).any().item() and diff < 1e-3
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
-    print(f"{len(CASES)} GEMM cases, {failures} failed")
+    for case in K_GROUPED_CASES:
+        failures += not k_grouped_case(*case)
+    print(f"{len(CASES) + len(K_GROUPED_CASES)} GEMM cases, {failures} failed")
     return 1 if failures else 0
 
 

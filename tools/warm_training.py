@@ -1,5 +1,6 @@
-"""Fill deep_tile's kernel cache with the output-variant kernels (FP32 out, C added) that
-tests/test_training.py, tools/sanitize_training.py and benchmarks/bench_training.py run, compiled
+"""Fill deep_tile's kernel cache with the output-variant kernels (FP32 out, C added) and the
+K-grouped ones that tests/test_training.py, tests/test_k_grouped.py, tools/sanitize_training.py and
+benchmarks/bench_training.py run, compiled
 in parallel processes (``--jobs``), so the GPU runs that follow spend no time compiling. Needs the
 compiler only (no GPU); prints one line per kernel and a count.
 """
@@ -45,10 +46,39 @@ def configs(num_sms: int) -> list:
         for out, c in (("float32", "out"), ("bfloat16", None), ("float32", "float32")):
             problem = Problem(m, n, k).with_output(out, c).with_b_scale_1d()
             found.append(select_config(problem, num_sms).for_problem(problem))
+    found += k_grouped_configs(num_sms)
     unique = {}
     for config in found:
         unique[tuple(sorted(config.defines().items()))] = config
     return [(c.label, build_defines(c.defines()), family.symbol(c.problem_kind)) for c in unique.values()]
+
+
+def k_grouped_configs(num_sms: int) -> list:
+    """The K-grouped kernels: tests/test_k_grouped.py's forced ones and the rule's picks for its
+    public cases, tools/sanitize_training.py's, and the rule's picks for bench_training.py's set."""
+    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.select import KernelConfig
+    from deep_tile.select.k_grouped import select_k_grouped_config
+    from bench_training import KGROUPED_MN, kgrouped_sizes
+    from sanitize_training import K_GROUPED_CASES, P
+    from test_k_grouped import EDGE_SIZES, MANY_SIZES, configs as test_configs
+
+    found = list(test_configs())
+    for fields, out, mode, *_ in K_GROUPED_CASES:
+        c = None if mode == "none" else ("out" if mode == "inplace" else mode)
+        found.append(KernelConfig(**{**P, **fields}, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True,
+                                  out_dtype=out, c_dtype=c))
+    problems = [(4096, 7168, 10880, 8, "float32", "out"), (7168, 2048, sum(MANY_SIZES), 32, "float32", "out"),
+                (1000, 2112, sum(EDGE_SIZES) + 10, len(EDGE_SIZES), "float32", "out"),
+                (520, 1160, 16, 3, "bfloat16", None), (256, 512, 4096, 1, "float32", "float32"),
+                (1000, 2112, 4336, 8, "float32", "out"), (4096, 512, 2048, 4, "float32", "out")]
+    for seed in (0,):
+        problems += [(m, n, sum(ks), len(ks), "float32", "out") for m, n in KGROUPED_MN for _, ks in kgrouped_sizes(seed)]
+    for m, n, k, groups, out, c in problems:
+        problem = Problem(m, n, -(-k // 16) * 16, kind=ProblemKind.K_GROUPED, num_groups=groups, b_scale_1d=True,
+                          out_dtype=out, c_dtype=c)
+        found.append(select_k_grouped_config(problem, num_sms).for_problem(problem))
+    return found
 
 
 def build(job) -> str:

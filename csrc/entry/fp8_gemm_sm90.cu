@@ -39,14 +39,14 @@ static_assert(DT_SCALE_GROUP == deep_tile::kScaleGroup,
 static_assert(DT_NUM_THREADS == Cfg::kNumThreads,
               "contract: DT_NUM_THREADS (the launch's block size) differs from Fp8GemmConfig::kNumThreads");
 
-static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 3,
-              "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets)");
+static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 4,
+              "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets, 4 K-grouped)");
 
 // The output variants (DT_OUT_KIND != 0 or DT_C_KIND != 0: FP32 D, or D = C + A.B^T) take two
 // more parameters, C and its row pitch (elements; deep_tile/kernels/fp8_gemm.py C_ARGUMENTS),
 // and store through `d` (which C may be: not __restrict__ there). The default variant's parameter
-// list is unchanged.
-#if DT_OUT_KIND != 0 || DT_C_KIND != 0
+// list is unchanged. The K-grouped kind always stores so (bf16 without C too).
+#if DT_OUT_KIND != 0 || DT_C_KIND != 0 || DT_PROBLEM_KIND == 4
 #define DT_D_RESTRICT
 #define DT_C_PARAMS , const deep_tile::u8* c, int ldc
 #define DT_C_VALUES c, ldc
@@ -93,7 +93,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 }
 #else
 // The grouped kinds (deep_tile/kernels/fp8_gemm.py GROUPED_ARGUMENTS): the dense parameters, then
-// the kind's int32 array (m_indices, masked_m or offsets), the expert count and max_m (masked).
+// the kind's int32 array (m_indices, masked_m, offsets or the K-grouped kind's sizes), the expert
+// count and max_m (masked); C's, and the 1D1D b_scale map (the K-grouped kind).
 extern "C" __global__ void __launch_bounds__(384, 1)
     deep_tile_fp8_gemm_grouped_sm90(const __grid_constant__ deep_tile::TmaDescriptor tma_a,
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_b,
@@ -101,8 +102,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_d,
                                     const float* __restrict__ b_scale, deep_tile::u8* DT_D_RESTRICT d, int ldd, int m,
                                     int n, int k, int raster_width, const int* __restrict__ group_info,
-                                    int num_groups, int group_rows DT_C_PARAMS) {
+                                    int num_groups, int group_rows DT_C_PARAMS DT_B1D_PARAMS) {
   deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
-                                deep_tile::GroupArgs{group_info, num_groups, group_rows}, DT_C_VALUES);
+                                deep_tile::GroupArgs{group_info, num_groups, group_rows}, DT_C_VALUES DT_B1D_VALUES);
 }
 #endif

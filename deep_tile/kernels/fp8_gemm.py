@@ -48,7 +48,7 @@ SYMBOL = "deep_tile_fp8_gemm_sm90"
 GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
 """The kernel symbol of the grouped kinds (the same entry file built with ``DT_PROBLEM_KIND != 0``)."""
 PROBLEM_KIND_CODES = {ProblemKind.DENSE: 0, ProblemKind.GROUPED_CONTIGUOUS: 1, ProblemKind.GROUPED_MASKED: 2,
-                      ProblemKind.GROUPED_OFFSETS: 3}
+                      ProblemKind.GROUPED_OFFSETS: 3, ProblemKind.K_GROUPED: 4}
 """``DT_PROBLEM_KIND`` of each kind (the value of the kernel's ``ProblemKind``)."""
 L2_PROMOTIONS = spec.L2_PROMOTIONS
 """The L2 promotions (bytes an L2 miss fetches) the FP8 operands' tensor maps may have."""
@@ -100,12 +100,13 @@ C_DTYPES = (None, "bfloat16", "float32", "out")
 apart from D, or ``"out"``: D itself (in-place accumulation, in D's type)."""
 
 
-def direct_store(out_dtype: str = "bfloat16", c_dtype=None) -> bool:
+def direct_store(out_dtype: str = "bfloat16", c_dtype=None, kind: ProblemKind = ProblemKind.DENSE) -> bool:
     """Whether the kernel of this output variant stores straight from registers
     (include/deep_tile/epilogue/store_direct.cuh, ``Fp8GemmConfig::kDirectStore``): every variant
-    but bf16 without C, which stores through shared memory and TMA. It has no output staging in
-    shared memory, no D tensor map, and takes :data:`C_ARGUMENTS` after the others."""
-    return out_dtype != OUT_DTYPES[0] or c_dtype is not None
+    but bf16 without C, which stores through shared memory and TMA, and every K-grouped kernel.
+    It has no output staging in shared memory, no D tensor map, and takes :data:`C_ARGUMENTS`
+    after the others."""
+    return out_dtype != OUT_DTYPES[0] or c_dtype is not None or kind is ProblemKind.K_GROUPED
 
 
 def tma_f32_store(config) -> bool:
@@ -129,7 +130,7 @@ def d_staging_bytes(config) -> int:
     (:func:`tma_f32_store`), or none (split-K and the other output variants)."""
     if tma_f32_store(config):
         return align_up(math_warpgroups(config.block_m) * 64 * config.wgmma_n * 4, 1024)
-    if config.split_k > 1 or direct_store(config.out_dtype, config.c_dtype):
+    if config.split_k > 1 or direct_store(config.out_dtype, config.c_dtype, config.problem_kind):
         return 0
     return align_up(config.block_m * config.block_n * 2, 1024)
 
@@ -206,9 +207,12 @@ B_SCALE_1D_ARGUMENT_KINDS = ("tensormap",)
 
 
 def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind) -> list:
-    """Why a 1D1D kernel (b_scale per row of B, ``DT_B_SCALE_1D``) cannot be built."""
-    if b_scale_1d and (swap_n or problem_kind is not ProblemKind.DENSE):
-        return ["b_scale_1d needs the dense kind without swap-AB (swap_n == 0)"]
+    """Why a 1D1D kernel (b_scale per row of B, ``DT_B_SCALE_1D``) cannot be built, and why a
+    K-grouped one (always 1D1D) cannot."""
+    if b_scale_1d and (swap_n or problem_kind not in (ProblemKind.DENSE, ProblemKind.K_GROUPED)):
+        return ["b_scale_1d needs the dense or the k_grouped kind without swap-AB (swap_n == 0)"]
+    if problem_kind is ProblemKind.K_GROUPED and not b_scale_1d:
+        return ["the k_grouped kind needs b_scale_1d (both operands scaled 1x128 along K)"]
     return []
 
 
@@ -346,6 +350,9 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
     problems = []
     if problem_kind.grouped and split_k != 1:
         problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
+    if problem_kind is ProblemKind.K_GROUPED and (num_multicast != 1 or a_scale_row_major):
+        problems.append("the k_grouped kind needs num_multicast == 1 (a pair's K ranges may differ) and the "
+                        "column-major a_scale")
     if problem_kind is ProblemKind.GROUPED_CONTIGUOUS and block_m > CONTIGUOUS_ALIGNMENT:
         problems.append(f"the grouped_contiguous kind needs block_m <= {CONTIGUOUS_ALIGNMENT} (a tile must not span two "
                         f"experts' runs, which start at multiples of {CONTIGUOUS_ALIGNMENT} rows); got {block_m}")
@@ -558,7 +565,7 @@ def argument_specs(config, problem) -> tuple:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0)
     else:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
-    direct = direct_store(config.out_dtype, config.c_dtype)
+    direct = direct_store(config.out_dtype, config.c_dtype, config.problem_kind)
     if tma_f32_store(config):
         d = spec.TensorMap(_OUT, "float32", 1, 0, boxes.d, boxes.d_swizzle)
     elif config.split_k > 1 or direct:

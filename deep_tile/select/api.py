@@ -22,7 +22,7 @@ from typing import Optional
 
 from deep_tile import arch, device, env
 from deep_tile.checks import check_grouped_problem, check_problem, check_problem_kind
-from deep_tile.problem import Problem
+from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.report import explain_text
 from deep_tile.select.selector import select_config, select_signal_config
@@ -81,7 +81,12 @@ def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: st
     """:func:`get_config` for a checked :class:`deep_tile.problem.Problem` (the planner's entry)."""
     num_sms, max_smem = _resolve(func, num_sms)
     chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
-    config = select_config(_nonempty(problem), num_sms, max_smem, chip)
+    if problem.kind is ProblemKind.K_GROUPED:  # a rule of its own (deep_tile.select.k_grouped)
+        from deep_tile.select.k_grouped import select_k_grouped_config
+
+        config = select_k_grouped_config(_nonempty(problem), num_sms, max_smem)
+    else:
+        config = select_config(_nonempty(problem), num_sms, max_smem, chip)
     key = (problem, num_sms, max_smem)
     if key not in _printed and env.print_configs():
         _printed.add(key)
@@ -135,4 +140,10 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dens
         caller = "fp8_gemm" if not problem.kind.grouped else "the grouped GEMM"
         return (f"{header}\nproblem: M=0 N={problem.n} K={problem.k}: the output is empty; {caller} returns it without "
                 f"launching a kernel (get_config reports the M=1 configuration)")
+    if problem.kind is ProblemKind.K_GROUPED:
+        config = get_problem_config(problem, num_sms, func="explain")
+        return (f"{header}\nproblem: k_grouped M={problem.m} N={problem.n} K={problem.k} (tokens of all groups) "
+                f"num_groups={problem.num_groups}\nchosen: {config.label}, grid {config.grid_size}: the rule of "
+                f"deep_tile.select.k_grouped (the dense 1D1D pick for one group's expected tokens, made K-grouped), "
+                f"not the cost model")
     return header + "\n" + explain_text(problem, num_sms, max_smem, chip)

@@ -303,7 +303,7 @@ class KernelConfig:
     def direct_store(self) -> bool:
         """Whether this output variant stores straight from registers
         (:func:`deep_tile.kernels.fp8_gemm.direct_store`: FP32 out, or a C to add)."""
-        return family.direct_store(self.out_dtype, self.c_dtype)
+        return family.direct_store(self.out_dtype, self.c_dtype, self.problem_kind)
 
     def smem_breakdown(self) -> dict:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
@@ -365,7 +365,10 @@ class KernelConfig:
         if self.swap_n and (problem.kind is not ProblemKind.DENSE or problem.m > self.swap_n):
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
-        config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
+        if problem.kind is ProblemKind.K_GROUPED and not self.b_scale_1d:  # the kind is 1D1D only
+            config = dataclasses.replace(self.with_b_scale_1d(), problem_kind=problem.kind)
+        else:
+            config = self if self.problem_kind is problem.kind else dataclasses.replace(self, problem_kind=problem.kind)
         if problem.b_scale_1d and not config.b_scale_1d:
             config = config.with_b_scale_1d()
         if (config.out_dtype, config.c_dtype) != (problem.out_dtype, problem.c_dtype):

@@ -12,7 +12,7 @@ from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
 
 __all__ = [
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
-    "fp8_m_grouped_gemm_nt_masked",
+    "fp8_m_grouped_gemm_nt_masked", "k_grouped_fp8_gemm_nt_contiguous", "k_grouped_fp8_gemm_tn_contiguous",
     "gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
     "get_mk_alignment_for_contiguous_layout", "get_m_alignment_for_contiguous_layout",
     "get_mn_major_tma_aligned_tensor", "get_col_major_tma_aligned_tensor", "transform_sf_into_required_layout",
@@ -124,6 +124,115 @@ def fp8_gemm_nt(a: Pair, b: Pair, d: torch.Tensor, c: Optional[torch.Tensor] = N
         return
     _check_recipe(fn, recipe, recipe_a, recipe_b)
     deep_tile.fp8_gemm(a_data, sfa, b_data, sfb, **options)
+
+
+def _k_grouped_checks(fn: str, a: Pair, b: Pair, d, ks_cpu, recipe, use_psum_layout) -> list:
+    """DeepGEMM's arguments of a K-grouped GEMM checked as far as the layout change needs (the
+    rest is deep_tile's :func:`deep_tile.checks.check_k_grouped_args`); the host list of sizes."""
+    if recipe is None or tuple(recipe) != RECIPE_1D1D:
+        raise NotImplementedError(f"{fn}: recipe={None if recipe is None else tuple(recipe)} is not supported; "
+                                  f"deep_tile supports only recipe={RECIPE_1D1D} (1x128 scales for a and b).")
+    if use_psum_layout:
+        raise NotImplementedError(f"{fn}: use_psum_layout=True is not supported (DeepGEMM's SM90 kernel has no psum "
+                                  "layout either); pass the sizes in ks_cpu and grouped_layout.")
+    _check_scales(fn, **{"a[1]": a[1], "b[1]": b[1]})
+    if not isinstance(d, torch.Tensor) or d.dim() != 3:
+        raise ValueError(f"{fn}: d must be a 3-D tensor [num_groups, m, n]; got "
+                         f"{tuple(d.shape) if isinstance(d, torch.Tensor) else type(d).__name__}.")
+    if ks_cpu is None or isinstance(ks_cpu, torch.Tensor) or len(ks_cpu) != d.shape[0]:
+        raise ValueError(f"{fn}: ks_cpu must be a host list of num_groups = d.shape[0] = {d.shape[0]} sizes (as "
+                         f"DeepGEMM's SM90 kernel needs); got {ks_cpu!r}.")
+    ks = [_check_int(fn, f"ks_cpu[{i}]", k, 0) for i, k in enumerate(ks_cpu)]
+    if any(k % 128 for k in ks):
+        raise ValueError(f"{fn}: every size in ks_cpu must be a multiple of 128 (DeepGEMM's layout: each group's "
+                         f"scale rows are its own 128-token blocks); got {ks}. deep_tile.k_grouped."
+                         "k_grouped_fp8_gemm_1d1d takes any sizes.")
+    return ks
+
+
+def _k_grouped_run(a_rows, sfa, b_rows, sfb, d, ks: list, grouped_layout, c) -> None:
+    """Run deep_tile's K-grouped GEMM on [m, sum_k] / [n, sum_k] operands (the sizes from the device
+    ``grouped_layout``, or the host list when it is not an int32 tensor); an empty K leaves
+    ``d = c`` (zeros without c), as DeepGEMM's early return."""
+    from deep_tile import k_grouped
+
+    if sum(ks) == 0:
+        if c is None:
+            d.zero_()
+        elif c is not d:
+            d.copy_(c)
+        return
+    sizes = grouped_layout if isinstance(grouped_layout, torch.Tensor) and grouped_layout.dtype == torch.int32 else ks
+    k_grouped.k_grouped_fp8_gemm_1d1d(a_rows, sfa, b_rows, sfb, sizes, d, c=c)
+
+
+def _blocks_to_rows(flat: torch.Tensor, ks: list, rows: int, fn: str, name: str) -> torch.Tensor:
+    """DeepGEMM's K-major K-grouped operand (group g's [rows, k_g] block row-major, the groups one
+    after another in a flat buffer) as one [rows, sum_k] matrix, tokens contiguous (one copy)."""
+    if not isinstance(flat, torch.Tensor) or flat.numel() != rows * sum(ks) or not flat.is_contiguous():
+        raise ValueError(f"{fn}: {name}[0] must be a contiguous buffer of sum(ks) * {rows} = {rows * sum(ks)} elements "
+                         f"(each group's [{rows}, k_g] block K-major, one after another); got "
+                         f"{tuple(flat.shape) if isinstance(flat, torch.Tensor) else type(flat).__name__}.")
+    data = flat.view(torch.uint8).reshape(-1)
+    blocks, start = [], 0
+    for k in ks:
+        blocks.append(data[start:start + rows * k].view(rows, k))
+        start += rows * k
+    return torch.cat(blocks, dim=1).view(flat.dtype)
+
+
+def k_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,
+                                     c: Optional[torch.Tensor] = None, recipe: Sequence[int] = RECIPE_1D1D,
+                                     compiled_dims: str = "mn", use_psum_layout: bool = False) -> None:
+    """DeepGEMM's ``k_grouped_fp8_gemm_nt_contiguous`` (MoE weight gradients, SM90):
+    ``d[g] = c[g] + a_g @ b_g.T`` over group g's ``ks_cpu[g]`` tokens, written into ``d``.
+
+    DeepGEMM's layout: ``a = (a, sfa)`` with ``a`` a contiguous float8_e4m3fn buffer of
+    ``sum(ks) * m`` elements holding each group's [m, k_g] block (tokens contiguous) one after
+    another, ``sfa`` float32 [m, sum(ks) / 128] (DeepGEMM passes the transposed [sum(ks)/128, m]
+    per-channel scales); ``b = (b, sfb)`` likewise with n; ``d`` float32 [G, m, n]; ``ks_cpu`` the
+    host list of sizes (multiples of 128), ``grouped_layout`` the same as an int32 tensor on the
+    GPU; ``c`` optional, may be ``d``; ``recipe`` (1, 1, 128).
+
+    Runs :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`, which reads [m, sum(ks)] operands
+    (the groups' tokens side by side): this wrapper copies each operand into that layout once per
+    call (``a`` and ``b``, one FP8 read and write each). Other recipes, ``use_psum_layout=True``,
+    non-float32 scales: NotImplementedError; ``compiled_dims``: accepted, no effect.
+    """
+    fn = "k_grouped_fp8_gemm_nt_contiguous"
+    ks = _k_grouped_checks(fn, a, b, d, ks_cpu, recipe, use_psum_layout)
+    g, m, n = d.shape
+    a_rows = _blocks_to_rows(a[0], ks, m, fn, "a")
+    b_rows = _blocks_to_rows(b[0], ks, n, fn, "b")
+    _k_grouped_run(a_rows, a[1], b_rows, b[1], d, ks, grouped_layout, c)
+
+
+def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,
+                                     c: Optional[torch.Tensor] = None, recipe: Sequence[int] = RECIPE_1D1D,
+                                     compiled_dims: str = "mn", use_psum_layout: bool = False) -> None:
+    """DeepGEMM's ``k_grouped_fp8_gemm_tn_contiguous`` (an SM100 kernel in DeepGEMM; deep_tile runs
+    it on SM90): ``d[g] = c[g] + a[K_g].T @ b[K_g]`` over group g's ``ks_cpu[g]`` tokens.
+
+    DeepGEMM's layout: ``a = (a, sfa)`` with ``a`` float8_e4m3fn [sum(ks), m] (tokens are rows:
+    ``dY`` as it is), ``sfa`` float32 [sum(ks) / 128, m] (per-channel scales of 128 tokens);
+    ``b = (b, sfb)`` likewise with n (``X``); ``d``, ``ks_cpu``, ``grouped_layout``, ``c``,
+    ``recipe`` as :func:`k_grouped_fp8_gemm_nt_contiguous`.
+
+    Runs :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d` on ``a.T`` and ``b.T`` made contiguous
+    (one transposing copy of each FP8 operand per call; the scales are read as their transposed
+    views). Refusals as :func:`k_grouped_fp8_gemm_nt_contiguous`.
+    """
+    fn = "k_grouped_fp8_gemm_tn_contiguous"
+    ks = _k_grouped_checks(fn, a, b, d, ks_cpu, recipe, use_psum_layout)
+    operands = []
+    for name, (data, sf), rows in (("a", a, d.shape[1]), ("b", b, d.shape[2])):
+        if not isinstance(data, torch.Tensor) or data.dim() != 2 or tuple(data.shape) != (sum(ks), rows):
+            raise ValueError(f"{fn}: {name}[0] must have shape (sum(ks), {rows}) = ({sum(ks)}, {rows}); got "
+                             f"{tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__}.")
+        if not isinstance(sf, torch.Tensor) or sf.dim() != 2:
+            raise ValueError(f"{fn}: {name}[1] must be 2-D [sum(ks) / 128, {rows}].")
+        operands += [data.view(torch.uint8).t().contiguous().view(data.dtype), sf.t()]
+    _k_grouped_run(operands[0], operands[1], operands[2], operands[3], d, ks, grouped_layout, c)
 
 
 def _is_1d1d(recipe, recipe_a, recipe_b) -> bool:

@@ -48,10 +48,11 @@ struct GemmPlan {
 
 // The kinds of problem (deep_tile.problem.ProblemKind, in its order; the module's PROBLEM_KINDS
 // attribute lets tests/test_native.py compare the names): the dense GEMM and the M-grouped
-// (Mixture-of-Experts) ones. The bridge is told a kind by its name (ProblemKind's value).
-enum class Kind : uint8_t { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3 };
-constexpr const char* kKindNames[] = {"dense", "grouped_contiguous", "grouped_masked", "grouped_offsets"};
-constexpr int kNumKinds = 4;
+// (Mixture-of-Experts) ones. The bridge is told a kind by its name (ProblemKind's value). The
+// K-grouped kind runs on the Python host path only; it is listed to keep the names in step.
+enum class Kind : uint8_t { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3, kKGrouped = 4 };
+constexpr const char* kKindNames[] = {"dense", "grouped_contiguous", "grouped_masked", "grouped_offsets", "k_grouped"};
+constexpr int kNumKinds = 5;
 inline const char* kind_name(Kind kind) { return kKindNames[static_cast<int>(kind)]; }
 
 // A plan is a function of the problem (the fields of deep_tile.problem.Problem.key(): kind, m,

@@ -135,7 +135,9 @@ Views views_of(const Call& c, const Problem& p, const at::Tensor& out) {
 
 Kind grouped_kind(const std::string& name) {
   for (int i = 0; i < kNumKinds; ++i) {
-    if (name == kKindNames[i] && static_cast<Kind>(i) != Kind::kDense) return static_cast<Kind>(i);
+    if (name == kKindNames[i] && static_cast<Kind>(i) != Kind::kDense && static_cast<Kind>(i) != Kind::kKGrouped) {
+      return static_cast<Kind>(i);
+    }
   }
   throw std::invalid_argument("deep_tile native: not a grouped problem kind: '" + name + "'");
 }

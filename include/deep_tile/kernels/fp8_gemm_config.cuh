@@ -31,6 +31,9 @@ struct Fp8GemmConfig {
   // What the kernel multiplies (the tile scheduler's kind, scheduler/tile_scheduler.cuh).
   static constexpr ProblemKind kProblemKind = kProblemKind_;
   static constexpr bool kGrouped = kProblemKind_ != ProblemKind::kDense;
+  // The K-grouped kind (MoE weight gradients): D[g] = A[:, K_g] B[:, K_g]^T per group g, 1D1D,
+  // stored from registers (store_tile_direct) into D's group g, every tile with its own K range.
+  static constexpr bool kKGrouped = kProblemKind_ == ProblemKind::kKGrouped;
   // The raster order's bands span m-blocks (consecutive tiles share an n-block) or n-blocks
   // (consecutive tiles share an m-block); a multicast pair must share its operand.
   static constexpr bool kRasterAlongM = kRasterAlongM_;
@@ -74,7 +77,7 @@ struct Fp8GemmConfig {
   static constexpr int kOutKind = kOutKind_;
   static constexpr int kCKind = kCKind_;
   static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
-  static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0;
+  static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0 || kKGrouped;
   static constexpr bool kTmaF32Store =
       kOutKind_ == 1 && kCKind_ == 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
@@ -215,8 +218,10 @@ struct Fp8GemmConfig {
                    "no multicast and the dense kind");
   DT_STATIC_ASSERT((kOutKind == 0 || kOutKind == 1) && kCKind >= 0 && kCKind <= 3,
                    "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16), 2 (FP32) or 3 (D itself)");
-  DT_STATIC_ASSERT(!kBScale1D || (kSwapN == 0 && !kGrouped),
-                   "DT_B_SCALE_1D (1D1D) needs the dense kind without swap-AB");
+  DT_STATIC_ASSERT(!kBScale1D || (kSwapN == 0 && (!kGrouped || kKGrouped)),
+                   "DT_B_SCALE_1D (1D1D) needs the dense or the K-grouped kind without swap-AB");
+  DT_STATIC_ASSERT(!kKGrouped || (kBScale1D && kNumMulticast == 1 && !kAScaleRowMajor),
+                   "the K-grouped kind (DT_PROBLEM_KIND 4) needs DT_B_SCALE_1D, no multicast and the column-major a_scale");
   DT_STATIC_ASSERT(kSignal == 0 || ((kSignal == 1 || kSignal == 2) && kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
                    "DT_SIGNAL must be 0, or 1 or 2 with the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");

@@ -96,9 +96,15 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     const Tile<Cfg> tile = sched.tile(index, ahead);
     ahead = sched.load_ahead(index + work.step);
     if (!sched.has_work(tile)) continue;
-    const int b_row0 = tile.expert * sched.n + tile.n0;  // B stacks one [n, k] matrix per expert
+    // B stacks one [n, k] matrix per expert (the K-grouped kind's groups share one B)
+    const int b_row0 = Cfg::kKGrouped ? tile.n0 : tile.expert * sched.n + tile.n0;
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, tile.n0, sched.n, sched.num_k_blocks);
-    for (int kb = work.kb_begin; kb < work.kb_end; ++kb) {
+    int kb_begin = work.kb_begin, kb_end = work.kb_end;
+    if constexpr (Cfg::kKGrouped) {  // the tile's group's k-blocks
+      const KRange range = sched.k_range(tile);
+      kb_begin = range.kb_begin, kb_end = range.kb_end;
+    }
+    for (int kb = kb_begin; kb < kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       u64* full = &smem.full[state.index];
       if constexpr (Cfg::kBScaleStaged) stage_b_scales(smem.b_scale + state.index * 2, full, b_rows, kb);
@@ -122,6 +128,84 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       }
       state.advance();
     }
+  }
+}
+
+/// Named barrier of the consumer warpgroups around a K-grouped stage's zeroing (1 and 2: the
+/// epilogue's per-warpgroup barriers; 3: split-K's; 4-7: the signalling masked kernel's hand-off).
+constexpr u32 kKMaskBarrier = 8;
+
+/// The bytes kept of the 4 at K columns b0.. of a stage row: those in [lo, hi), as a mask.
+DT_DEVICE u32 k_keep_mask(int b0, int lo, int hi) {
+  u32 mask = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) mask |= (b0 + i >= lo && b0 + i < hi) ? 0xffu << (8 * i) : 0u;
+  return mask;
+}
+
+/// Zero the K columns outside [lo, hi) of the `rows` 128-byte rows (128B-swizzled: chunk c of row
+/// r at chunk c ^ (r % 8)) of one operand's stage, rows shared among the consumer threads.
+template <class Cfg>
+DT_DEVICE void zero_k_columns(u8* stage, int rows, int lo, int hi, int thread) {
+#pragma unroll 1
+  for (int r = thread; r < rows; r += Cfg::kNumMathThreads) {
+#pragma unroll
+    for (int c = 0; c < Cfg::kBlockK / 16; ++c) {
+      const int b0 = 16 * c;
+      if (b0 >= lo && b0 + 16 <= hi) continue;  // all kept
+      uint4* chunk = reinterpret_cast<uint4*>(stage + r * Cfg::kBlockK + ((c ^ (r % 8)) << 4));
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (b0 + 16 > lo && b0 < hi) {  // some kept
+        v = *chunk;
+        v.x &= k_keep_mask(b0, lo, hi), v.y &= k_keep_mask(b0 + 4, lo, hi);
+        v.z &= k_keep_mask(b0 + 8, lo, hi), v.w &= k_keep_mask(b0 + 12, lo, hi);
+      }
+      *chunk = v;
+    }
+  }
+}
+
+/// kKGrouped: one k-block of which only columns [lo, hi) belong to the tile's group (its first or
+/// last; the others are the neighbouring groups' tokens, or past K): wait for the stage, zero the
+/// other columns of A and B there (both: a NaN in a neighbour's tokens must not reach this group
+/// through 0 * NaN), make the writes visible to the tensor cores (async proxy), then run it.
+template <class Cfg>
+DT_DEVICE void run_masked_k_block(const ConsumerContext<Cfg>& ctx, PipelineState<Cfg::kNumStages>& issue_state,
+                                  PipelineState<Cfg::kNumStages>& release_state,
+                                  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int kb, int lo, int hi) {
+  const int stage = issue_state.index;
+  ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
+  const int thread = ctx.wg * 128 + ctx.warp_in_wg * 32 + ctx.lane;
+  zero_k_columns<Cfg>(ctx.smem.a + stage * Cfg::kTileABytes, Cfg::kBlockM, lo, hi, thread);
+  zero_k_columns<Cfg>(ctx.smem.b + stage * Cfg::kTileBBytes, Cfg::kBlockN, lo, hi, thread);
+  ptx::fence_proxy_async_shared();
+  ptx::named_barrier_sync(kKMaskBarrier, Cfg::kNumMathThreads);
+  const RunTileMainloop<Cfg> step{ctx, issue_state, release_state, result, nullptr, nullptr, kb, kb + 1, false};
+  step(IntConstant<Cfg::kBlockN / 8>{});
+}
+
+/// kKGrouped: a tile's k-loop over its group's K range: a partial first and last k-block masked
+/// (run_masked_k_block), the whole ones between them in one run.
+/// NOTES: the masked blocks run apart from the whole ones, so the k-loop of the whole ones has no
+/// branch of its own (ptxas serialises WGMMAs across data-dependent branches, TileMainloop).
+template <class Cfg>
+DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState<Cfg::kNumStages>& issue_state,
+                                  PipelineState<Cfg::kNumStages>& release_state,
+                                  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], const KRange& range) {
+  if (range.kb_begin >= range.kb_end) return;
+  const int first_whole = range.kb_begin + (range.lo > 0 ? 1 : 0);
+  const int end_whole = range.kb_end - (range.hi < Cfg::kBlockK ? 1 : 0);
+  if (range.lo > 0) {
+    run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_begin, range.lo,
+                            range.kb_end - range.kb_begin == 1 ? range.hi : Cfg::kBlockK);
+  }
+  if (first_whole < end_whole) {
+    const RunTileMainloop<Cfg> whole{ctx, issue_state, release_state, result, nullptr, nullptr,
+                                     first_whole, end_whole, false};
+    whole(IntConstant<Cfg::kBlockN / 8>{});
+  }
+  if (range.hi < Cfg::kBlockK && range.kb_end - 1 >= first_whole) {
+    run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_end - 1, 0, range.hi);
   }
 }
 
@@ -175,12 +259,19 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
 
-    const RunTileMainloop<Cfg> mainloop{ctx,        issue_state, release_state, result, b_rows.row0,
-                                        b_rows.row1, work.kb_begin, work.kb_end,  tile.peer_alive};
-    if constexpr (Cfg::kBScale1D) {
-      mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
+    if constexpr (Cfg::kKGrouped) {
+      const KRange range = sched.k_range(tile);
+      // An empty group accumulated in place leaves D[g] as it is: nothing to store.
+      if (Cfg::kCKind == 3 && range.kb_begin >= range.kb_end) continue;
+      run_k_grouped_tile<Cfg>(ctx, issue_state, release_state, result, range);
     } else {
-      dispatch_first_blocks<Cfg>(b_rows.first_blocks, mainloop);
+      const RunTileMainloop<Cfg> mainloop{ctx,        issue_state, release_state, result, b_rows.row0,
+                                          b_rows.row1, work.kb_begin, work.kb_end,  tile.peer_alive};
+      if constexpr (Cfg::kBScale1D) {
+        mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
+      } else {
+        dispatch_first_blocks<Cfg>(b_rows.first_blocks, mainloop);
+      }
     }
 
     if constexpr (Cfg::kSplitK == 1) {
@@ -188,6 +279,11 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
       if constexpr (Cfg::kTmaF32Store) {
         store_tile_f32_tma<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
+      } else if constexpr (Cfg::kKGrouped) {  // into D[g] (and from C[g]): rows g * m on
+        const long long rows_before = static_cast<long long>(tile.expert) * sched.m;
+        store_tile_direct<Cfg>(result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real,
+                               d + rows_before * ldd * (Cfg::kOutKind == 1 ? 4 : 2), ldd,
+                               c + rows_before * ldc * (Cfg::kCType == 2 ? 4 : 2), ldc);
       } else if constexpr (Cfg::kDirectStore && Cfg::kSwapAB) {
         store_tile_swapped_direct<Cfg>(result, thread_in_wg, tile.m0, n0, tile.m_end, n, d, ldd, c, ldc);
       } else if constexpr (Cfg::kDirectStore) {
@@ -282,13 +378,17 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if constexpr (has_group_table(Cfg::kProblemKind)) {
     // The producer warpgroup's second warp builds the expert table while the first inits barriers.
     if (threadIdx.x / 32 == Cfg::kNumMathWarps + 1) {
-      GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
-      // NOTES: mode 2's signal warp takes the counters from the kernel parameter instead: with
-      // them published here, ptxas moved every consumer k-loop's WGMMA descriptors out of uniform
-      // registers (about 10x the R2UR moves; the kernel 0.89-0.97x of the plain masked one, H100,
-      // RESULTS.md 2026-11-25 'Completion signals off the consumers' path').
-      if constexpr (Cfg::kSignal == 1) {
-        if (threadIdx.x % 32 == 0) SignalCounters::publish(smem.group_table, signal, group.group_rows);
+      if constexpr (Cfg::kKGrouped) {
+        GroupTable(smem.group_table).build_k_ranges(group, k, threadIdx.x % 32);
+      } else {
+        GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
+        // NOTES: mode 2's signal warp takes the counters from the kernel parameter instead: with
+        // them published here, ptxas moved every consumer k-loop's WGMMA descriptors out of uniform
+        // registers (about 10x the R2UR moves; the kernel 0.89-0.97x of the plain masked one, H100,
+        // RESULTS.md 2026-11-25 'Completion signals off the consumers' path').
+        if constexpr (Cfg::kSignal == 1) {
+          if (threadIdx.x % 32 == 0) SignalCounters::publish(smem.group_table, signal, group.group_rows);
+        }
       }
     }
   }

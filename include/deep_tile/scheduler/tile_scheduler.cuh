@@ -48,18 +48,24 @@ namespace deep_tile {
 ///   kGroupedOffsets: expert g owns rows [offsets[g], offsets[g + 1]) (any start, no padding).
 /// The masked and offsets kinds keep a table of each expert's m-blocks in shared memory (built
 /// by one warp before the kernel's first barrier), so their tiles are numbered without holes.
-enum class ProblemKind { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3 };
+/// The K-grouped kind (Mixture-of-Experts weight gradients, 1D1D only) groups along K instead:
+///   kKGrouped: D[g] (M x N, the groups' outputs one after another) = A[:, K_g] B[:, K_g]^T, where
+///     group g owns the K range [sum_{h<g} sizes[h], + sizes[g]) of A and B (sizes: int32 [G] on
+///     the device, any values: clamped into [0, K]); every group has all M x N tiles, each with
+///     its own K range (KGroupedScheduler).
+enum class ProblemKind { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3, kKGrouped = 4 };
 
 /// The run-time description of a grouped problem (kernel arguments; unused by kDense).
 struct GroupArgs {
-  const int* info;  // kGroupedContiguous: m_indices [M]; kGroupedMasked: masked_m [G]; kGroupedOffsets: offsets [G + 1]
+  const int* info;  // kGroupedContiguous: m_indices [M]; kGroupedMasked: masked_m [G]; kGroupedOffsets: offsets [G + 1];
+                    // kKGrouped: the groups' sizes along K [G]
   int num_groups;   // G, the experts stacked in B
   int group_rows;   // kGroupedMasked: max_m, the rows of each expert's slab; else unused
 };
 
 /// Whether a kind keeps the per-expert table in shared memory (GroupTable).
 __host__ __device__ constexpr bool has_group_table(ProblemKind kind) {
-  return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets;
+  return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets || kind == ProblemKind::kKGrouped;
 }
 
 /// Most experts of the kinds with a table (deep_tile/kernels/fp8_gemm.py MAX_TABLE_GROUPS).
@@ -223,6 +229,30 @@ struct GroupTable {
       }
     }
     if (lane == 0) m_block_start[group.num_groups] = carry;
+  }
+
+  /// kKGrouped: each group's K range [row_begin[e], row_end[e]) from the sizes (negative ones as
+  /// 0), clamped into [0, k): the exclusive prefix sums, by one warp (`lane` 0..31), 32 groups per
+  /// round. The scan saturates at k, so no sum overflows whatever the sizes.
+  DT_DEVICE void build_k_ranges(const GroupArgs& group, int k, int lane) const {
+    int carry = 0;
+    for (int base = 0; base < group.num_groups; base += 32) {
+      const int e = base + lane;
+      const int size = e < group.num_groups ? min_int(max_int(__ldg(group.info + e), 0), k) : 0;
+      int inclusive = size;  // warp-wide inclusive scan, saturating at k
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive = min_int(inclusive + v, k);
+      }
+      int exclusive = __shfl_up_sync(0xffffffffu, inclusive, 1);
+      if (lane == 0) exclusive = 0;
+      if (e < group.num_groups) {
+        row_begin[e] = min_int(carry + exclusive, k);
+        row_end[e] = min_int(carry + inclusive, k);
+      }
+      carry = min_int(carry + __shfl_sync(0xffffffffu, inclusive, 31), k);
+    }
   }
 
   /// The expert owning virtual m-block v (< the total): the last e with m_block_start[e] <= v.
@@ -491,6 +521,72 @@ struct Scheduler<Cfg, ProblemKind::kGroupedMasked> : TableScheduler<Cfg, Problem
 template <class Cfg>
 struct Scheduler<Cfg, ProblemKind::kGroupedOffsets> : TableScheduler<Cfg, ProblemKind::kGroupedOffsets> {
   using TableScheduler<Cfg, ProblemKind::kGroupedOffsets>::TableScheduler;
+};
+
+/// A K-grouped tile's K range: k-blocks [kb_begin, kb_end) (128-wide, numbered from K = 0), of
+/// which the first holds the group's tokens from column `lo` on and the last up to column `hi`
+/// (exclusive; 128: the whole block). The other columns of those two blocks belong to the
+/// neighbouring groups (or lie past K) and are zeroed in the stage before the WGMMAs read it
+/// (fp8_gemm_sm90.cuh, run_k_grouped_tile).
+struct KRange {
+  int kb_begin, kb_end;
+  int lo, hi;
+};
+
+/// kKGrouped: G x ceil(m / block_m) x ceil(n / block_n) tiles, group by group, each group's tiles
+/// in the raster order; every CTA takes every gridDim.x-th tile (persistent). A tile's expert is
+/// its group (which output D[g], which K range); A, a_scale, B and b_scale are shared by all
+/// groups, their K coordinates those of the group's range. A tile's work is proportional to its
+/// group's size, and consecutive tiles go to different CTAs, so uneven groups spread over every
+/// CTA (no CTA takes a whole large group). No multicast (a pair's K ranges could differ).
+/// The table (GroupTable::build_k_ranges) holds each group's token range.
+template <class Cfg>
+struct Scheduler<Cfg, ProblemKind::kKGrouped> {
+  int m, n;
+  int num_groups;
+  GroupTable table;
+  RasterOrder<Cfg::kRasterAlongM> order;
+  int tiles_per_group;
+  int num_tiles;
+  int num_k_blocks;
+
+  DT_DEVICE Scheduler(int m_, int n_, int k, int raster_width, const GroupArgs& group, int* table_base)
+      : m(m_),
+        n(n_),
+        num_groups(group.num_groups),
+        table(table_base),
+        order{ceil_div(m_, Cfg::kBlockM), ceil_div(n_, Cfg::kBlockN), raster_width},
+        tiles_per_group(order.num_tiles()),
+        num_tiles(order.num_tiles() * group.num_groups),
+        num_k_blocks(ceil_div(k, Cfg::kBlockK)) {}
+
+  DT_DEVICE void read_table() {}
+  DT_DEVICE WorkRange work() const { return cta_work_range<Cfg>(num_tiles, num_k_blocks); }
+  DT_DEVICE int first_tile() const { return cta_first_tile<Cfg>(); }
+  static DT_DEVICE bool has_work(const Tile<Cfg>&) { return true; }
+  DT_DEVICE int a_scale_row(const Tile<Cfg>& t) const { return t.m0; }
+  DT_DEVICE int a_scale_kb0(const Tile<Cfg>&) const { return 0; }
+
+  struct Ahead {};
+  DT_DEVICE Ahead load_ahead(int) const { return Ahead{}; }
+  DT_DEVICE int row_tag(int) const { return 0; }
+  DT_DEVICE bool row_is_real(const Tile<Cfg>& t, int row, int) const { return row < t.m_end; }
+
+  DT_DEVICE Tile<Cfg> tile(int index, Ahead = Ahead{}) const {
+    const int group = index / tiles_per_group;
+    const TileCoord coord = order.coord(index - group * tiles_per_group);
+    return Tile<Cfg>{coord.m_block * Cfg::kBlockM, coord.n_block * Cfg::kBlockN, m, group};
+  }
+
+  /// The K range of tile `t`'s group (an empty group: kb_begin == kb_end).
+  DT_DEVICE KRange k_range(const Tile<Cfg>& t) const {
+    const int begin = table.row_begin[t.expert], end = table.row_end[t.expert];
+    if (begin >= end) return KRange{0, 0, 0, Cfg::kBlockK};
+    const int kb_begin = begin / Cfg::kBlockK, kb_end = ceil_div(end, Cfg::kBlockK);
+    return KRange{kb_begin, kb_end, begin - kb_begin * Cfg::kBlockK, end - (kb_end - 1) * Cfg::kBlockK};
+  }
+
+  DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
 };
 
 }  // namespace deep_tile

@@ -1,0 +1,297 @@
+"""The K-grouped 1D1D FP8 GEMM (MoE weight gradients, deep_tile.k_grouped).
+
+Host-side tests (no GPU): the kind and its contract (defines, kernel parameters, shared memory),
+the selection rule, the checks (nothing written on error), the float64 reference. GPU tests
+(marker ``gpu``, in a child process, tests/gpu_training_cases.py): forced tile families and the
+selector's rule against the float64 reference with poisoned outputs, groups of 0 / 1 / 127 / 128 /
+129 tokens, uneven groups, tokens past the groups holding FP8 NaN, bitwise repeats, a host list of
+sizes, and a CUDA graph replayed with new sizes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+from conftest import accuracy_problems, run_child_cases
+from deep_tile import arch, checks
+from deep_tile.jit import paths
+from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d
+from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import Problem, ProblemKind
+from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
+from deep_tile.select import KernelConfig
+from deep_tile.select.k_grouped import SPILLING_TILES, select_k_grouped_config
+
+KG = ProblemKind.K_GROUPED
+EDGE_SIZES = [128, 0, 1, 127, 129, 256, 5, 384]
+"""A group of exactly one block, an empty one, 1 / 127 / 129 tokens, and groups starting mid-block."""
+UNEVEN_SIZES = [1000, 24, 3000, 0, 1, 700]
+MANY_SIZES = [1024 + 37 * ((7 * i) % 5 - 2) for i in range(32)]
+"""32 experts of about 1k tokens each."""
+
+# Forced tiles of the GPU tests (each with the output variants it runs): two accumulator buffers,
+# one buffer with two sub-tiles (256 rows; 256 columns in two parts), one consumer warpgroup (64
+# rows), a width that is not a multiple of 128.
+FAMILIES = [
+    (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2),
+     [("float32", "inplace"), ("float32", "none"), ("bfloat16", "none"), ("float32", "bfloat16")]),
+    (dict(block_m=256, block_n=128, num_stages=3), [("float32", "inplace"), ("bfloat16", "float32")]),
+    (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3), [("float32", "inplace")]),
+    (dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2), [("float32", "inplace"), ("bfloat16", "bfloat16")]),
+    (dict(block_m=128, block_n=160, num_stages=4), [("float32", "inplace")]),
+]
+SHAPES = [(256, 384), (1000, 2112), (520, 1160)]
+"""(m, n): whole tiles; a partial last m-block and 2112 = 16.5 x 128 columns; n % 16 == 8."""
+
+
+def configs() -> list:
+    """Every KernelConfig the GPU tests force (tests/test_kernel_build.py compiles them)."""
+    out = []
+    for fields, variants in FAMILIES:
+        for out_dtype, c_mode in variants:
+            c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
+            out.append(KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype=out_dtype,
+                                    c_dtype=c_dtype))
+    return out
+
+
+BENCH_SHAPES = [(4096, 7168), (7168, 2048)]
+"""(m, n) of DeepGEMM's k-grouped test (and benchmarks/bench_training.py's k-grouped set)."""
+
+
+def rule_configs() -> list:
+    """The selection rule's picks on the k-grouped benchmark set (4 to 64 groups of 1k-8k tokens),
+    FP32 accumulated in place, on 132 and 114 SMs (tests/test_kernel_build.py compiles them)."""
+    picks = []
+    for m, n in BENCH_SHAPES:
+        for groups, tokens in ((4, 8192), (8, 4096), (16, 2048), (32, 1024), (64, 1024)):
+            for num_sms in (132, 114):
+                problem = Problem(m, n, groups * tokens, kind=KG, num_groups=groups, b_scale_1d=True,
+                                  out_dtype="float32", c_dtype="out")
+                picks.append(select_k_grouped_config(problem, num_sms).for_problem(problem))
+    for block_m, block_n, wgmma_n, accum_buffers in SPILLING_TILES.values():  # the replacements, in place
+        config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
+                              num_stages=2, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
+                              c_dtype="out")
+        picks.append(dataclasses.replace(config, num_stages=max_stages(config)))
+    return picks
+
+
+def max_stages(config: KernelConfig) -> int:
+    """The most stages ``config``'s tile fits (the rule's stage count)."""
+    stages = family.MAX_STAGES
+    while family.smem_bytes(config.block_m, config.block_n, stages, 1, False, True, family.d_staging_bytes(config),
+                            True) > arch.MAX_SMEM_PER_BLOCK:
+        stages -= 1
+    return stages
+
+
+def _run(function: str, cases: list) -> list:
+    return run_child_cases("gpu_training_cases.py", function, cases, timeout=900.0)
+
+
+def _check(results: list) -> None:
+    bad = []
+    for r in results:
+        problems = accuracy_problems(r, nan_what="NaN (unwritten, or a neighbour's tokens read)")
+        if r.get("unwritten"):
+            problems.append(f"{r['unwritten']} elements still hold C (unwritten)")
+        if r.get("empty_wrong"):
+            problems.append(f"{r['empty_wrong']} elements of empty groups differ from C (or 0)")
+        if not r.get("bitwise_repeat", True):
+            problems.append("repeat not bitwise identical")
+        if problems:
+            bad.append(f"m={r['m']} n={r['n']} k={r['k']} sizes={r.get('sizes')} out={r.get('out_dtype')} "
+                       f"c={r.get('c_mode')} config={r.get('config')}: " + "; ".join(problems))
+    assert not bad, f"{len(bad)}/{len(results)} cases failed:\n" + "\n".join(bad)
+
+
+# ---- GPU -------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_every_k_grouped_family():
+    cases = []
+    for i, (fields, variants) in enumerate(FAMILIES):
+        for j, (m, n) in enumerate(SHAPES):
+            sizes = (EDGE_SIZES, UNEVEN_SIZES, [0, 0, 3])[j]
+            for out_dtype, c_mode in variants:
+                config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
+                cases.append(dict(m=m, n=n, sizes=sizes, out_dtype=out_dtype, c_mode=c_mode, config=config,
+                                  seed=10 * i + j, pad=40 if j == 1 else 0))
+    _check(_run("k_grouped", cases))
+
+
+@pytest.mark.gpu
+def test_k_grouped_public_api():
+    """The selector's rule through k_grouped_fp8_gemm_1d1d: DeepGEMM's shapes with 8 and 32 experts
+    (uneven, one empty), a host list of sizes, every group empty, one group."""
+    cases = [dict(m=4096, n=7168, sizes=[0] + [1536 + 128 * (i % 3) for i in range(7)], seed=1),
+             dict(m=7168, n=2048, sizes=MANY_SIZES, seed=2),
+             dict(m=1000, n=2112, sizes=EDGE_SIZES, host_sizes=True, seed=3),
+             dict(m=520, n=1160, sizes=[0, 0, 0], out_dtype="bfloat16", c_mode="none", seed=4),
+             dict(m=256, n=512, sizes=[4000], out_dtype="float32", c_mode="float32", pad=96, seed=5)]
+    _check(_run("k_grouped", cases))
+
+
+@pytest.mark.gpu
+def test_k_grouped_graph_replay_with_new_sizes():
+    results = _run("k_grouped_graph", [dict(m=1000, n=2112, sizes=EDGE_SIZES, new_sizes=UNEVEN_SIZES[:5] + [9, 300, 2]),
+                                       dict(m=4096, n=512, sizes=[512] * 4, new_sizes=[0, 1, 1900, 129], seed=3)])
+    bad = [f"{r}" for r in results if accuracy_problems(r)]
+    assert not bad, bad
+
+
+# ---- host side -------------------------------------------------------------------------------
+
+def test_the_kind_and_its_problem():
+    assert KG.short_name == "k_grouped" and KG.grouped and KG.has_table
+    assert checks.PROBLEM_KIND_NAMES["k_grouped"] is KG
+    assert family.PROBLEM_KIND_CODES[KG] == 4
+    p = Problem(4096, 7168, 8192, kind=KG, num_groups=8, b_scale_1d=True, out_dtype="float32", c_dtype="out")
+    assert p.expected_m == 4096 and p.m_blocks(128) == 8 * 32 and p.rows == 4096
+    assert p != Problem(4096, 7168, 8192, kind=KG, num_groups=4, b_scale_1d=True, out_dtype="float32", c_dtype="out")
+
+
+def test_the_rule_makes_k_grouped_kernels():
+    for m, n in BENCH_SHAPES + [(512, 512), (64, 4096), (4096, 64)]:
+        for groups in (1, 4, 32, 512):
+            for out_dtype, c_dtype in (("float32", "out"), ("bfloat16", None), ("float32", "bfloat16")):
+                p = Problem(m, n, groups * 1024, kind=KG, num_groups=groups, b_scale_1d=True, out_dtype=out_dtype,
+                            c_dtype=c_dtype)
+                c = select_k_grouped_config(p, 132).for_problem(p)
+                assert (c.problem_kind, c.b_scale_1d, c.num_multicast, c.split_k, c.swap_n, c.k_unroll) == \
+                    (KG, True, 1, 1, 0, 3), c.label
+                assert (c.out_dtype, c.c_dtype, c.grid_size) == (out_dtype, c_dtype, 132)
+                assert c.direct_store and family.d_staging_bytes(c) == 0
+                assert c.smem_bytes <= arch.MAX_SMEM_PER_BLOCK
+                assert c.smem_breakdown()["group_table"] == family.GROUP_TABLE_BYTES
+    with pytest.raises(ValueError, match="needs a k_grouped problem"):
+        select_k_grouped_config(Problem(256, 256, 256), 132)
+
+
+def test_the_kernel_contract():
+    """DT_PROBLEM_KIND 4; the grouped entry's parameters, C's and the 1D1D b_scale map; the argument
+    specs (the sizes as the group info, C after it, b_scale's map last); what cannot be built."""
+    config = configs()[0]
+    assert config.defines()["DT_PROBLEM_KIND"] == 4 and family.symbol(KG) == family.GROUPED_SYMBOL
+    source = paths.entry_path(family.ENTRY).read_text()
+    assert "DT_PROBLEM_KIND == 4" in source and "int num_groups, int group_rows DT_C_PARAMS DT_B1D_PARAMS" in source
+    problem = Problem(1000, 2112, 4096, kind=KG, num_groups=8, b_scale_1d=True, out_dtype="float32", c_dtype="out")
+    specs = family.argument_specs(config, problem)
+    assert len(specs) == len(family.arguments(KG, direct=True, b_scale_1d=True))
+    assert specs[3].code() == (1,)  # no D tensor map: stored from registers
+    c_index = len(family.GROUPED_OPERANDS)
+    assert specs[-3].code() == (2, c_index) and specs[-2].code() == (4, c_index, 0)
+    bf16 = KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True)
+    assert bf16.direct_store and family.d_staging_bytes(bf16) == 0  # bf16 without C: stored from registers too
+    with pytest.raises(ValueError, match="k_grouped kind needs num_multicast == 1"):
+        KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
+                     num_multicast=2)
+    with pytest.raises(ValueError, match="k_grouped kind needs b_scale_1d"):
+        KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG)
+    with pytest.raises(ValueError, match="persistent kernels only"):
+        KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
+                     split_k=2)
+
+
+def test_the_device_scheduler_states_the_kind():
+    header = (paths.include_dir() / "deep_tile" / "scheduler" / "tile_scheduler.cuh").read_text()
+    assert re.search(r"struct Scheduler<Cfg, ProblemKind::kKGrouped>", header)
+    assert "build_k_ranges" in header and "KRange k_range(" in header
+
+
+def _operands(m=256, n=512, k=1024, device="cpu"):
+    a = torch.zeros((m, k), dtype=torch.float8_e4m3fn, device=device)
+    b = torch.zeros((n, k), dtype=torch.float8_e4m3fn, device=device)
+    return a, torch.ones((m, -(-k // 128)), device=device), b, torch.ones((n, -(-k // 128)), device=device)
+
+
+def test_checks():
+    a, sa, b, sb = _operands()
+    check = checks.check_k_grouped_args
+    sizes = torch.tensor([100, 0, 900], dtype=torch.int32)
+    p, s = check(a, sa, b, sb, sizes, None, None, data_checks=False)
+    assert (p.kind, p.m, p.n, p.k, p.num_groups, p.out_dtype, p.c_dtype, p.b_scale_1d) == \
+        (KG, 256, 512, 1024, 3, "float32", None, True) and s is sizes
+    out = torch.empty((3, 256, 512))
+    p, s = check(a, sa, b, sb, [1, 2, 3], out, out, data_checks=False)
+    assert p.c_dtype == "out" and s == (1, 2, 3)
+    p, _ = check(a, sa, b, sb, [1, 2, 3], out, torch.empty((3, 256, 512), dtype=torch.bfloat16), data_checks=False)
+    assert p.c_dtype == "bfloat16"
+    p, _ = check(a, sa, b, sb, [5], None, None, torch.bfloat16, data_checks=False)
+    assert p.out_dtype == "bfloat16"
+    fn = "k_grouped_fp8_gemm_1d1d"
+    bad = [
+        (TypeError, "a must be a torch.Tensor", dict(a=None)),
+        (TypeError, "b must have dtype torch.float8_e4m3fn", dict(b=b.float())),
+        (ValueError, r"b_scale must have shape \(n, ceil\(k/128\)\)", dict(b_scale=torch.ones((4, 8)))),
+        (ValueError, r"a_scale must have shape \(m, ceil\(k/128\)\)", dict(a_scale=torch.ones((256, 7)))),
+        (ValueError, "group_sizes must be a contiguous 1-D torch.int32 tensor", dict(group_sizes=sizes.long())),
+        (TypeError, "group_sizes must be an int32 tensor or a list", dict(group_sizes=3)),
+        (ValueError, "group_sizes must be >= 0", dict(group_sizes=[4, -1])),
+        (ValueError, "the group sizes sum to 1025, more than k", dict(group_sizes=[1000, 25])),
+        (ValueError, "group_sizes must name 1 to 512 groups; got 0", dict(group_sizes=[])),
+        (ValueError, "group_sizes must name 1 to 512 groups; got 513", dict(group_sizes=[0] * 513)),
+        (ValueError, r"out must have shape \(num_groups, m, n\) = \(3, 256, 512\)", dict(out=torch.empty((3, 256, 504)))),
+        (ValueError, "out must be 3-D", dict(out=torch.empty((256, 512)))),
+        (TypeError, "out must have dtype torch.bfloat16 or torch.float32", dict(out=torch.empty((3, 256, 512),
+                                                                                          dtype=torch.float16))),
+        (ValueError, "out's groups must follow one another", dict(out=torch.empty((3, 300, 512))[:, :256])),
+        (ValueError, "c needs out", dict(c=torch.empty((3, 256, 512)))),
+        (ValueError, "out_dtype=torch.bfloat16 differs", dict(out=out, out_dtype=torch.bfloat16)),
+    ]
+    args = dict(a=a, a_scale=sa, b=b, b_scale=sb, group_sizes=sizes, out=None, c=None, out_dtype=None)
+    for error, message, change in bad:
+        with pytest.raises(error, match=f"{fn}: {message}"):
+            check(**dict(args, **change), data_checks=False)
+    # the public function checks before it allocates or launches: CPU tensors are refused
+    poisoned = torch.full((3, 256, 512), float("nan"))
+    with pytest.raises(ValueError, match=f"{fn}: a must be a CUDA tensor"):
+        k_grouped_fp8_gemm_1d1d(a, sa, b, sb, sizes, poisoned, c=poisoned)
+    assert torch.isnan(poisoned).all()
+
+
+def test_reference_sums_the_groups_tokens():
+    gen = torch.Generator().manual_seed(0)
+    m, n, k = 24, 40, 700
+    a = torch.randn((m, k), generator=gen).to(torch.float8_e4m3fn)
+    b = torch.randn((n, k), generator=gen).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand((m, 6), generator=gen), torch.rand((n, 6), generator=gen)
+    sizes = [0, 129, 1, 127, 443]  # sum = k: the groups' products add up to the whole GEMM
+    out = ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, sizes)
+    assert out.shape == (5, m, n) and out.dtype == torch.float64 and (out[0] == 0).all()
+    torch.testing.assert_close(out.sum(0), ref_fp8_gemm_1d1d(a, sa, b, sb))
+    # group 2 is token 129 alone, scaled by its 128-token block's scales (block 1)
+    one = a[:, 129].double()[:, None] * sa[:, 1:2].double() * (b[:, 129].double() * sb[:, 1].double())[None, :]
+    torch.testing.assert_close(out[2], one)
+    c = torch.randn((5, m, n), generator=gen)
+    torch.testing.assert_close(ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, torch.tensor(sizes), c), out + c.double())
+    with pytest.raises(ValueError, match="sum to at most K"):
+        ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, [k, 1])
+
+
+@pytest.mark.parametrize("device", ["meta", "fake-cuda"])
+def test_custom_ops_trace(device):
+    """torch.ops.deep_tile.k_grouped_fp8_gemm_1d1d(_out): schemas, fake implementations (shape and
+    dtype of the new output; the checks without data), opcheck."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from deep_tile import ops
+
+    mode = FakeTensorMode() if device == "fake-cuda" else None
+    with mode or torch.device("meta"):
+        a, sa, b, sb = _operands(device="cuda" if mode else "meta")
+        sizes = torch.empty(3, dtype=torch.int32, device=a.device)
+        out = ops.k_grouped_fp8_gemm_1d1d(a, sa, b, sb, sizes, None, torch.float32)
+        assert out.shape == (3, 256, 512) and out.dtype == torch.float32
+        main_grad = torch.empty((3, 256, 512), device=a.device)
+        for op, args in ((ops.k_grouped_fp8_gemm_1d1d, (a, sa, b, sb, sizes, None, torch.bfloat16)),
+                         (ops.k_grouped_fp8_gemm_1d1d_out, (a, sa, b, sb, sizes, None, True, main_grad))):
+            result = torch.library.opcheck(op, args)
+            assert set(result.values()) == {"SUCCESS"}, result
+        with pytest.raises(ValueError, match=r"out must have shape \(num_groups, m, n\)"):
+            ops.k_grouped_fp8_gemm_1d1d_out(a, sa, b, sb, sizes, None, True, torch.empty((2, 256, 512),
+                                                                                     device=a.device))
