@@ -48,6 +48,8 @@ _LAZY = {
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",
     "fp8_gemm_1d1d": "deep_tile.gemm",
+    "k_grouped_fp8_gemm_1d1d": "deep_tile.k_grouped",
+    "ref_k_grouped_fp8_gemm_1d1d": "deep_tile.reference",
     "ref_m_grouped_fp8_gemm_contiguous": "deep_tile.reference",
     "ref_m_grouped_fp8_gemm_offsets": "deep_tile.reference",
     "ref_m_grouped_fp8_gemm_masked": "deep_tile.reference",

@@ -6,7 +6,7 @@ import torch
 import deep_tile
 import deep_tile.gemm
 from conftest import run_child_cases
-from deep_tile import nn as dnn
+from deep_tile.nn import linear as dnn
 from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d
 from deep_tile.testing.linear_check import compare, expected_linear
 
@@ -129,3 +129,14 @@ def test_experts_wiring_matches_float64(monkeypatch, sizes, main_grad):
         metrics = compare(got, want["d" + name])
         assert metrics["diff"] < 1e-3 and metrics["max_rel"] < 2e-2, (name, metrics)
         assert (w.grad is None) == main_grad
+
+
+@pytest.mark.gpu
+def test_gpu_experts_against_float64():
+    results = run_child_cases("gpu_nn_cases.py", "experts", [
+        dict(sizes=[1000, 0, 129, 1, 2966], hidden=1024, inter=256),
+        dict(sizes=[128] * 8, hidden=7168, inter=2048, main_grad=False),
+        dict(sizes=[127, 1], hidden=256, inter=128),
+    ], timeout=600)
+    bad = [f"{r['case']}: " + ", ".join(f"{k} {r[k]}" for k in ("y", "dx", "dw13", "dw2")) for r in results if not r["ok"]]
+    assert not bad, "\n".join(bad)
