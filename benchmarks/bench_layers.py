@@ -60,9 +60,12 @@ class Bf16Experts(torch.nn.Module):
             y.sum().backward()
             self.grouped = False
             loop = self(x, None)
-            self.grouped = bool(((y.float() - loop.float()).norm() / loop.float().norm()).item() < 1e-2)
-        except Exception:  # noqa: BLE001 -- no grouped BF16 GEMM here: the loop
+            error = ((y.float() - loop.float()).norm() / loop.float().norm()).item()
+            self.grouped = error < 1e-2
+            self.why = "" if self.grouped else f"torch._grouped_mm differs from the loop: {error:.2e}"
+        except Exception as exc:  # noqa: BLE001 -- no grouped BF16 GEMM here: the loop
             self.grouped = False
+            self.why = f"torch._grouped_mm: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
         self.w13.grad = self.w2.grad = None
 
     def forward(self, x, _sizes):
@@ -111,11 +114,11 @@ def moe_rows(args) -> list:
             row = {"experts": experts, "tokens": tokens, "sizes": sizes, "hidden": args.hidden, "inter": args.moe_inter,
                    "fp8_us": times["fp8"], "bf16_us": times["bf16"], "speedup": times["bf16"] / times["fp8"],
                    "fp8_tflops": flop / times["fp8"] / 1e6, "bf16_tflops": flop / times["bf16"] / 1e6,
-                   "kernel_us": shares, "bf16_path": "grouped_mm" if bf16.grouped else "loop"}
+                   "kernel_us": shares, "bf16_path": "grouped_mm" if bf16.grouped else "loop", "bf16_why": bf16.why}
             rows.append(row)
             print(f"{experts:>7} {tokens:>7} {times['fp8'] / 1e3:>8.2f} {times['bf16'] / 1e3:>8.2f} "
                   f"{row['speedup']:>7.3f} {row['fp8_tflops']:>10.0f} {row['bf16_tflops']:>11.0f} "
-                  f"{100 * shares['casts'] / sum(shares.values()):>7.1f} {row['bf16_path']:>9}", flush=True)
+                  f"{100 * shares['casts'] / sum(shares.values()):>7.1f} {row['bf16_path']:>9} {bf16.why}", flush=True)
     return rows
 
 
