@@ -6,12 +6,16 @@
 //   block (128x128) kind: w [rows, cols] -> q with one scale per 128x128 block, and on request
 //     qt = the bit-exact transpose of q with the transposed scales.
 //
-// One CTA of DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads
-// 16 consecutive bf16 of 2 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of its row with
-// shuffles, writes its 16 FP8 bytes with one 128-bit store, and (transposed) stages the raw bf16
-// tile in shared memory; then each thread reads one column over 32 rows of the tile (a warp reads
-// 64 contiguous bytes of a row: no bank conflict) and writes that column's 32 FP8 bytes, a whole
-// 32-byte sector of the transposed row, with two 128-bit stores.
+// DT_CT_STAGES == 0 (the "tile" design), and every cast without a transposed output: one CTA of
+// DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads 16
+// consecutive bf16 of 2 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of
+// its row with shuffles, writes its 16 FP8 bytes with one 128-bit store, and (transposed) stages
+// the raw bf16 tile in shared memory; then each thread reads one column over 32 rows of the tile
+// (a warp reads 64 contiguous bytes of a row: no bank conflict) and writes that column's 32 FP8
+// bytes, a whole 32-byte sector of the transposed row, with two 128-bit stores.
+// DT_CT_STAGES >= 2 (the "pipe" designs) with a transposed output: cast_tiles_pipelined, a
+// persistent grid whose CTAs stream their tiles into DT_CT_STAGES shared-memory buffers with
+// cp.async, DT_CT_STAGES - 1 tiles ahead, and run the same two passes from shared memory.
 //
 // Math (same float32 operations as deep_tile/cast_transpose.py's torch reference, so bitwise equal):
 //   amax = max(max |x|, 1e-4); inv = 448 / amax (correctly rounded);
@@ -50,6 +54,7 @@ constexpr int kCopiesPerThread = kTileBytes / 16 / kThreads;  // 16-byte cp.asyn
 static_assert(kTile == kScaleGroup, "the cast tile is one scale group");
 static_assert(kThreads == 256 || kThreads == 512, "DT_CT_THREADS must be 256 or 512");
 static_assert(kStages == 0 || kStages >= 2, "DT_CT_STAGES must be 0 or >= 2");
+static_assert(kTileBytes % (16 * kThreads) == 0, "a tile is whole 16-byte copies per thread");
 
 DT_DEVICE float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
 DT_DEVICE float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
