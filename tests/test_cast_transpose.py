@@ -216,7 +216,8 @@ def test_contract_matches_the_entry_file():
     for design in contract.DESIGNS:
         stages = contract.STAGES[design]
         assert contract.defines(design) == {"DT_CT_THREADS": contract.THREADS, "DT_CT_MIN_BLOCKS": contract.MIN_BLOCKS,
-                                            "DT_CT_STAGES": stages}
+                                            "DT_CT_STAGES": stages, "DT_CT_LINES": contract.LINES[design]}
+        assert stages or not contract.LINES[design]
         # without a transposed copy every design runs one CTA per tile, no dynamic shared memory
         assert contract.grid(129, 7168, False, 132, design) == (56, 2) and contract.grid(1, 16, False, 0, design) == (1, 1)
         assert contract.smem_bytes(False, design) == 0

@@ -240,9 +240,9 @@ def cast_job(name: str, dtype: str) -> BuildJob:
                     cast_fp8.PER_TOKEN_SYMBOL, name)
 
 
-CT_DESIGNS = ("pipe", "tile")
-"""The fused casts' designs CI builds: the default and the per-tile one ("pipe3" differs from
-"pipe" only in its buffer count, a constant: no code path of its own)."""
+CT_DESIGNS = ("pipe", "pipe_sectors", "tile")
+"""The fused casts' designs CI builds, one per code path ("pipe3" differs from "pipe" only in its
+buffer count, a constant)."""
 
 
 def cast_transpose_job(name: str, design: str) -> BuildJob:

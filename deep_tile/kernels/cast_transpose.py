@@ -11,11 +11,11 @@ Two designs (:data:`DESIGNS`, one build each; :data:`DESIGN` is the one launched
 - ``"tile"``: one CTA per tile (grid x along the columns, y along the rows); load, quantise the
   rows, stage the tile in shared memory, quantise the columns -- no overlap of a tile's loads with
   its stores: the transposed casts reach ~60-80% of the copy rate on an H100.
-- ``"pipe"`` (default) and ``"pipe3"``: without a transposed copy the same per-tile kernel; with
-  one, a persistent grid of :data:`MIN_BLOCKS` CTAs per SM, each walking tiles
-  ``blockIdx.x + i * gridDim.x`` and streaming them with cp.async into 2 (``"pipe"``) or 3
-  (``"pipe3"``) shared-memory buffers (dynamic shared memory, :func:`smem_bytes`), one or two
-  tiles ahead of the one it quantises.
+- ``"pipe"`` (default), ``"pipe3"``, ``"pipe_sectors"``: without a transposed copy the same
+  per-tile kernel; with one, a persistent grid of :data:`MIN_BLOCKS` CTAs per SM, each walking
+  tiles ``blockIdx.x + i * gridDim.x`` and streaming them with cp.async into 2 (3 for ``"pipe3"``)
+  shared-memory buffers (dynamic shared memory, :func:`smem_bytes`), one (two) tiles ahead of the
+  one it quantises; ``"pipe_sectors"`` keeps the per-tile kernel's column pass (:data:`LINES`).
 
 Pure Python.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["ENTRY", "TOKEN_SYMBOL", "BLOCK_SYMBOL", "SYMBOLS", "THREADS", "MIN_BLOCKS", "COL_ALIGN",
-           "POWER_OF_TWO_FLAG", "ARGUMENTS", "ARGUMENT_KINDS", "DESIGNS", "DESIGN", "STAGES", "TILE_BYTES",
+           "POWER_OF_TWO_FLAG", "ARGUMENTS", "ARGUMENT_KINDS", "DESIGNS", "DESIGN", "STAGES", "LINES", "TILE_BYTES",
            "defines", "grid", "smem_bytes", "pipelined"]
 
 ENTRY = "cast_transpose"
@@ -43,8 +43,13 @@ MIN_BLOCKS = 2
 """CTAs per SM asked of ptxas (``__launch_bounds__`` second argument, ``DT_CT_MIN_BLOCKS``), and
 the persistent grid's CTAs per SM in the pipelined designs (their shared memory fits them:
 2 x (3 x 32 KiB + 2 KiB) at most)."""
-STAGES = {"tile": 0, "pipe": 2, "pipe3": 3}
+STAGES = {"tile": 0, "pipe": 2, "pipe3": 3, "pipe_sectors": 2}
 """Shared-memory tile buffers of each design (``DT_CT_STAGES``; 0: the per-tile kernel)."""
+LINES = {"tile": 0, "pipe": 1, "pipe3": 1, "pipe_sectors": 0}
+"""``DT_CT_LINES`` of each design: 1, the pipelined column pass stores whole 128-byte ``qt`` lines
+per warp (8 lanes of a column, 16 rows each, their amax met with shuffles); 0, a thread stores a
+column's 32 bytes over 32 rows (one sector; the partial amaxes meet in shared memory behind a
+barrier), as the per-tile kernel does."""
 DESIGNS = tuple(STAGES)
 """The kernel designs (module docstring), one build each."""
 DESIGN = "pipe"
@@ -74,7 +79,9 @@ def _design(design) -> str:
 def defines(design: str = None) -> dict:
     """Compile-time defines of the kernels of ``design`` (default :data:`DESIGN`; one build holds
     both symbols)."""
-    return {"DT_CT_THREADS": THREADS, "DT_CT_MIN_BLOCKS": MIN_BLOCKS, "DT_CT_STAGES": STAGES[_design(design)]}
+    design = _design(design)
+    return {"DT_CT_THREADS": THREADS, "DT_CT_MIN_BLOCKS": MIN_BLOCKS, "DT_CT_STAGES": STAGES[design],
+            "DT_CT_LINES": LINES[design]}
 
 
 def pipelined(transposed: bool, design: str = None) -> bool:

@@ -32,6 +32,9 @@
 #ifndef DT_CT_STAGES
 #error "DT_CT_STAGES (0: one CTA per tile; >= 2: pipelined transposed casts) is set by deep_tile/kernels/cast_transpose.py"
 #endif
+#ifndef DT_CT_LINES
+#error "DT_CT_LINES (pipelined column pass: 1 whole 128-byte qt lines per warp store, 0 one sector per thread) is set by deep_tile/kernels/cast_transpose.py"
+#endif
 
 namespace deep_tile {
 
@@ -50,11 +53,17 @@ constexpr int kPowerOfTwoFlag = 1;
 constexpr int kStages = DT_CT_STAGES;  // smem tile buffers of the pipelined transposed cast (0: per-tile design)
 constexpr int kTileBytes = kTile * kTile * 2;              // one bf16 tile in shared memory
 constexpr int kCopiesPerThread = kTileBytes / 16 / kThreads;  // 16-byte cp.async per thread per tile
+constexpr bool kLines = DT_CT_LINES != 0;  // pipelined column pass writes whole 128-byte qt lines per warp
+constexpr int kLineRows = 16;              // kLines: tile rows (qt bytes) per thread per column
+constexpr int kLineCols = 32 / (kTile / kLineRows);        // kLines: columns per warp (4)
+constexpr int kLineTasks = kTile / (kThreads / 32 * kLineCols);  // kLines: columns per thread (2)
 
 static_assert(kTile == kScaleGroup, "the cast tile is one scale group");
 static_assert(kThreads == 256 || kThreads == 512, "DT_CT_THREADS must be 256 or 512");
 static_assert(kStages == 0 || kStages >= 2, "DT_CT_STAGES must be 0 or >= 2");
 static_assert(kTileBytes % (16 * kThreads) == 0, "a tile is whole 16-byte copies per thread");
+static_assert(kLineTasks * (kThreads / 32) * kLineCols == kTile, "the line column pass covers the tile");
+static_assert(kLineRows == 16 && kColRows % 16 == 0, "16-row runs share one swizzle (tile_offset)");
 
 DT_DEVICE float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
 DT_DEVICE float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
@@ -243,22 +252,38 @@ DT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "me
 template <int N>
 DT_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
-/// Start the loads of tile `tile` (row-major over the tiles) into the [kTile][kTile] bf16 buffer at `buf`.
+/// Byte offset of element (row, col) of a tile buffer: rows of 256 bytes whose 16-byte words are
+/// XOR-swizzled by bits 4-6 of the row, so the 8 rows 16 apart that a warp of the line column pass
+/// reads at once fall in 8 different bank groups (rows and 16-byte words stay whole).
+DT_DEVICE int tile_offset(int row, int col) {
+  return row * (kTile * 2) + (((col >> 3) ^ ((row >> 4) & 7)) << 4) + (col & 7) * 2;
+}
+
+/// Start the loads of tile `tile` (row-major over the tiles) into the [kTile][kTile] bf16 buffer at
+/// `buf`. Warp w copies rows kWarpRows * w ..: two whole rows (512 contiguous bytes) per copy, and
+/// all of a thread's copies share one swizzle, so their shared addresses are one register plus
+/// immediates (the loop-invariant addresses of the persistent loop stay few).
 DT_DEVICE void load_tile(const Args& a, int tile, int tiles_x, u32 buf) {
+  constexpr int kWords = kTile / 8;                       // 16-byte words per row
+  constexpr int kWarpRows = kTile / (kThreads / 32);     // 8
+  static_assert(kWarpRows % 2 == 0 && kWarpRows / 2 == kCopiesPerThread && 16 % kWarpRows == 0,
+                "a warp copies two rows at a time, within one 16-row swizzle run");
   const int row0 = tile / tiles_x * kTile, col0 = tile % tiles_x * kTile;
+  const int lane = threadIdx.x % 32, r_first = threadIdx.x / 32 * kWarpRows + lane / kWords;
+  const int word = lane % kWords, col = col0 + word * 8;
+  const u32 dst = buf + tile_offset(r_first, word * 8);
 #pragma unroll
   for (int k = 0; k < kCopiesPerThread; ++k) {
-    const int c = threadIdx.x + k * kThreads;  // 16-byte word c of the tile: a warp copies 512 contiguous bytes
-    const int row = row0 + c / (kTile / 8), col = col0 + c % (kTile / 8) * 8;
+    const int row = row0 + r_first + 2 * k;
     const bool ok = row < a.rows && col < a.cols;  // cols % 16 == 0: a word is all inside or all outside
     const u16* src = ok ? a.x + static_cast<long long>(row) * a.cols + col : a.x;
-    cp_async_16(buf + 16 * c, src, ok ? 16u : 0u);
+    cp_async_16(dst + 2 * k * (kTile * 2), src, ok ? 16u : 0u);
   }
 }
 
 /// The cast of the tile (tile_y, tile_x) whose raw bf16 (zeros outside the tensor) is in `tile`.
 template <bool kBlock>
-DT_DEVICE void cast_smem_tile(const Args& a, const u16* tile, int tile_y, int tile_x, float (*col_amax)[kTile],
+DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int tile_x, float (*col_amax)[kTile],
                               float* warp_amax, bool power_of_two) {
   const int tid = threadIdx.x;
   const int row0 = tile_y * kTile, col0 = tile_x * kTile;
@@ -271,9 +296,9 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u16* tile, int tile_y, int ti
   float amax[kPasses];
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
-    const uint4* src = reinterpret_cast<const uint4*>(tile + (sub_row + p * kRowsPerPass) * kTile + chunk * kChunk);
-    v[p][0] = src[0];
-    v[p][1] = src[1];
+    const int r = sub_row + p * kRowsPerPass;
+    v[p][0] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk));
+    v[p][1] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk + 8));
     float m = 0.0f;
     const u32* w = reinterpret_cast<const u32*>(&v[p][0]);
 #pragma unroll
@@ -315,13 +340,55 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u16* tile, int tile_y, int ti
     }
   }
 
-  // ---- column pass: column d_local over kColRows rows (a warp reads 64 contiguous bytes of a row)
+  if constexpr (kLines) {
+    // ---- column pass, whole lines: a warp takes kLineCols columns; its 8 lanes of a column take
+    // 16 rows each, meet their amax with shuffles, and store the column's 128 FP8 bytes (a whole
+    // 128-byte line of the qt row) as 8 x 16 bytes in one warp store.
+    const int lane = tid % 32, warp = tid / 32;
+    const int rseg = lane / kLineCols;  // rows kLineRows * rseg ..
+#pragma unroll
+    for (int j = 0; j < kLineTasks; ++j) {
+      const int d_local = (j * (kThreads / 32) + warp) * kLineCols + lane % kLineCols;
+      float h[kLineRows];
+      float m = 0.0f;
+#pragma unroll
+      // rows kLineRows * rseg + i share one swizzle (kLineRows == 16): one address, immediate offsets
+      const u8* col_ptr = tile + tile_offset(rseg * kLineRows, d_local);
+      for (int i = 0; i < kLineRows; ++i) {
+        const u16 raw = *reinterpret_cast<const u16*>(col_ptr + i * (kTile * 2));
+        h[i] = __uint_as_float(static_cast<u32>(raw) << 16);
+        m = fmaxf(m, fabsf(h[i]));
+      }
+      const int d = col0 + d_local;
+      float inv;
+      if constexpr (kBlock) {
+        inv = row_inv[0].x;
+      } else {
+        m = shfl_max(m, 32 - kLineCols);  // over the lanes of this column (lane bits 2-4)
+        const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+        inv = is.x;
+        if (rseg == 0 && d < a.cols) a.st[static_cast<long long>(tile_y) * a.st_pitch + d] = is.y;
+      }
+      const int t = row0 + rseg * kLineRows;
+      if (d < a.cols && t < a.qt_ld) {  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
+        const float* f = h;
+        *reinterpret_cast<uint4*>(a.qt + static_cast<long long>(d) * a.qt_ld + t) =
+            make_uint4(e4m3x4(f[0], f[1], f[2], f[3], inv), e4m3x4(f[4], f[5], f[6], f[7], inv),
+                       e4m3x4(f[8], f[9], f[10], f[11], inv), e4m3x4(f[12], f[13], f[14], f[15], inv));
+      }
+    }
+    return;
+  }
+  // ---- column pass, one sector per thread (kLines off): as cast_tile's, from the swizzled buffer
+  // (a warp reads 64 contiguous bytes of a row: 4 words that the swizzle keeps in distinct banks)
   const int d_local = tid % kTile, seg = tid / kTile;
   float h[kColRows];
   float m = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kColRows; ++i) {
-    h[i] = __uint_as_float(static_cast<u32>(tile[(seg * kColRows + i) * kTile + d_local]) << 16);
+  for (int i = 0; i < kColRows; ++i) {  // one address per 16 rows (one swizzle), immediate offsets
+    const u8* run = tile + tile_offset(seg * kColRows + i / 16 * 16, d_local);
+    const u16 raw = *reinterpret_cast<const u16*>(run + i % 16 * (kTile * 2));
+    h[i] = __uint_as_float(static_cast<u32>(raw) << 16);
     m = fmaxf(m, fabsf(h[i]));
   }
   const int d = col0 + d_local;
@@ -369,19 +436,19 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
     if (t < tiles) load_tile(a, t, tiles_x, base + s * kTileBytes);
     cp_async_commit();
   }
-  int stage = 0;
+  u32 stage_off = 0;  // byte offset of this iteration's buffer: stage * kTileBytes
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     // refill the buffer consumed last iteration (the trailing barrier ordered its reads first)
     const int ahead = tile + (kStages - 1) * gridDim.x;
-    const int ahead_stage = stage == 0 ? kStages - 1 : stage - 1;
-    if (ahead < tiles) load_tile(a, ahead, tiles_x, base + ahead_stage * kTileBytes);
+    const u32 ahead_off = stage_off == 0 ? (kStages - 1) * kTileBytes : stage_off - kTileBytes;
+    if (ahead < tiles) load_tile(a, ahead, tiles_x, base + ahead_off);
     cp_async_commit();                  // one group per iteration, empty or not: the count below holds
     cp_async_wait<kStages - 1>();       // this thread's copies of `tile` have landed
     __syncthreads();                    // ... and every thread's
-    cast_smem_tile<kBlock>(a, reinterpret_cast<const u16*>(tile_bufs + stage * kTileBytes), tile / tiles_x,
+    cast_smem_tile<kBlock>(a, tile_bufs + stage_off, tile / tiles_x,
                            tile % tiles_x, col_amax, warp_amax, power_of_two);
     __syncthreads();  // all reads of this buffer (and of col_amax / warp_amax) before they are rewritten
-    stage = stage + 1 == kStages ? 0 : stage + 1;
+    stage_off = stage_off + kTileBytes == kStages * kTileBytes ? 0 : stage_off + kTileBytes;
   }
 }
 #endif
