@@ -14,6 +14,8 @@ bytes as the cast (half each way), so ``% copy`` is the cast's achieved bandwidt
   ``per_token_cast_to_fp8(x)`` plus ``per_token_cast_to_fp8(x.t().contiguous())`` (its time, in
   the last column, beside ``token+T``'s).
 
+``--design`` (one or more of ``deep_tile.kernels.cast_transpose.DESIGNS``; default the contract's
+``DESIGN``) times each kernel design in the same run, its name after the cast's (``token+T pipe``).
 Before timing, every cast's outputs are compared bitwise with the torch reference run on the GPU
 (``--no-check`` skips it). The target (issue 44) is >= 85% of the copy rate. ``--json PATH``
 writes the rows. Needs an sm_90 GPU.
@@ -33,6 +35,7 @@ import deep_tile  # noqa: E402
 from deep_tile.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8  # noqa: E402
 from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref  # noqa: E402
 from deep_tile.common import align_up, ceil_div  # noqa: E402
+from deep_tile.kernels import cast_transpose as contract  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
@@ -59,6 +62,17 @@ CASTS = {
 }
 
 
+def with_design(fn, design: str):
+    """``fn`` run with the casts' kernel design set to ``design`` (contract.DESIGN, restored after)."""
+    def run(x):
+        saved, contract.DESIGN = contract.DESIGN, design
+        try:
+            return fn(x)
+        finally:
+            contract.DESIGN = saved
+    return run
+
+
 def same(got, want) -> bool:
     """Bitwise equal (NaN-free inputs here)."""
     for g, w in zip(got, want):
@@ -73,10 +87,11 @@ def same(got, want) -> bool:
     return True
 
 
-def run_shape(t: int, d: int, check: bool, iters: int, flush: str) -> list:
+def run_shape(t: int, d: int, check: bool, iters: int, flush: str, designs: list) -> list:
     x = torch.randn(t, d, device="cuda").bfloat16()
     rows = []
-    for kind, (cast, ref) in CASTS.items():
+    for (kind, (plain_cast, ref)), design in [(item, design) for item in CASTS.items() for design in designs]:
+        cast = with_design(plain_cast, design)
         ok = "-"
         if check:
             ok = "ok" if same(cast(x), ref(x)) else "MISMATCH"
@@ -89,7 +104,8 @@ def run_shape(t: int, d: int, check: bool, iters: int, flush: str) -> list:
                                       deep_tile.per_token_cast_to_fp8(x.t().contiguous()))
         times = bench_round_robin(fns, iters=iters, flush_kind=flush, shuffle_seed=0)
         cast_gbs, copy_gbs = nbytes / times["cast"] / 1e3, 2 * (nbytes // 2) / times["copy"] / 1e3
-        rows.append(dict(tokens=t, dim=d, cast=kind, mbytes=nbytes / 2**20, cast_us=times["cast"],
+        label = kind if len(designs) == 1 else f"{kind} {design}"
+        rows.append(dict(tokens=t, dim=d, cast=label, design=design, mbytes=nbytes / 2**20, cast_us=times["cast"],
                          cast_gbs=cast_gbs, copy_us=times["copy"], copy_gbs=copy_gbs, share=cast_gbs / copy_gbs,
                          unfused_us=times.get("unfused"), check=ok))
         del src, dst
@@ -103,21 +119,23 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=30)
     parser.add_argument("--flush", choices=("write", "read"), default="write",
                         help="how the L2 is flushed before each call (deep_tile.testing.timing.L2Flush)")
+    parser.add_argument("--design", nargs="+", choices=contract.DESIGNS, default=[contract.DESIGN],
+                        help="kernel design(s) of the casts to time (deep_tile/kernels/cast_transpose.py)")
     parser.add_argument("--no-check", action="store_true", help="skip the bitwise check against the torch reference")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
-          f"L2 flush: {args.flush} | median of {args.iters} interleaved runs")
+          f"L2 flush: {args.flush} | median of {args.iters} interleaved runs | design {' '.join(args.design)}")
     rows = []
     for t in args.tokens:
         for d in args.dims:
-            rows += run_shape(t, d, not args.no_check, args.iters, args.flush)
+            rows += run_shape(t, d, not args.no_check, args.iters, args.flush, args.design)
     print_table(["T", "D", "cast", "MB", "us", "GB/s", "copy us", "copy GB/s", "% copy", "unfused us", "check"],
                 [(r["tokens"], r["dim"], r["cast"], f"{r['mbytes']:.0f}", f"{r['cast_us']:.1f}", f"{r['cast_gbs']:.0f}",
                   f"{r['copy_us']:.1f}", f"{r['copy_gbs']:.0f}", f"{100 * r['share']:.1f}",
                   "" if r["unfused_us"] is None else f"{r['unfused_us']:.1f}", r["check"]) for r in rows],
                 aligns=[">", ">", "<"] + [">"] * 7 + ["<"])
-    for kind in CASTS:
+    for kind in dict.fromkeys(r["cast"] for r in rows):
         shares = [r["share"] for r in rows if r["cast"] == kind]
         print(f"{kind}: geomean {100 * geomean(shares):.1f}% of the copy rate, min {100 * min(shares):.1f}% "
               f"(target {100 * TARGET:.0f}%)")

@@ -16,19 +16,33 @@ from deep_tile.pdl import get_pdl
 __all__ = ["launch"]
 
 
-def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, st, power_of_two: bool) -> None:
+_SMS: dict = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    """Multiprocessors of ``device`` (cached)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _SMS.get(index)
+    if count is None:
+        count = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, st, power_of_two: bool,
+           design: str = None) -> None:
     """Launch the 128x128 (``block``) or 1x128 cast of the bf16 ``x [rows, cols]`` (contiguous,
     16-byte aligned, cols % 16 == 0) into ``q``/``s`` and, when ``qt`` is a tensor, ``qt``/``st``.
 
     Layouts (not checked here): ``q`` contiguous ``[rows, cols]``; ``qt`` ``[cols, *]`` with row
     pitch ``qt.stride(0)`` (a multiple of 16, >= rows; the 1x128 cast writes zeros up to it);
     1x128: ``s``, ``st`` column-major (``stride(0) == 1``, pitch ``stride(1)``); 128x128: ``s``,
-    ``st`` row-major (pitch ``stride(0)``)."""
+    ``st`` row-major (pitch ``stride(0)``). ``design``: one of ``contract.DESIGNS`` (default
+    ``contract.DESIGN``)."""
     rows, cols = x.shape
     if rows == 0:
         return
     symbol = contract.BLOCK_SYMBOL if block else contract.TOKEN_SYMBOL
-    kernel = get_kernel(contract.ENTRY, contract.defines(), symbol)
+    kernel = get_kernel(contract.ENTRY, contract.defines(design), symbol)
     s_pitch = s.stride(0) if block else s.stride(1)
     if qt is None:
         qt_ptr = st_ptr = st_pitch = qt_ld = 0
@@ -39,6 +53,9 @@ def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, s
     values = (x.data_ptr(), q.data_ptr(), s.data_ptr(), qt_ptr, st_ptr, rows, cols, s_pitch, st_pitch, qt_ld, flags)
     args = KernelArgs(list(zip(contract.ARGUMENT_KINDS, values)))
     with torch.cuda.device(x.device):
-        kernel.launch(grid=contract.grid(rows, cols), block=contract.THREADS, smem_bytes=0,
+        transposed = qt is not None
+        sms = _sm_count(x.device) if contract.pipelined(transposed, design) else 0
+        kernel.launch(grid=contract.grid(rows, cols, transposed, sms, design), block=contract.THREADS,
+                      smem_bytes=contract.smem_bytes(transposed, design),
                       stream=torch.cuda.current_stream(x.device).cuda_stream, args=args, device=x.device.index,
                       pdl=get_pdl())

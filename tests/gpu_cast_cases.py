@@ -88,16 +88,19 @@ def _pitch_untouched(s: torch.Tensor) -> bool:
 
 
 def cast_case(kind: str, rows: int, cols: int, transpose: bool, power_of_two: bool, special: bool,
-              seed: int = 0) -> dict:
+              seed: int = 0, design: str = None) -> dict:
+    """The kernels of ``design`` (default: the contract's) on poisoned outputs against the
+    reference; then the public function (default design) against them."""
     x = _sample(rows, cols, seed, special)
     ref_fn = token_cast_transpose_ref if kind == "token" else block_cast_transpose_ref
     want = ref_fn(x.cpu(), transpose, power_of_two)
-    result = dict(case=f"{kind} {rows}x{cols} t{int(transpose)} p2{int(power_of_two)} sp{int(special)}")
+    result = dict(case=f"{kind} {rows}x{cols} t{int(transpose)} p2{int(power_of_two)} sp{int(special)}"
+                       + (f" {design}" if design else ""))
     ok = True
     outs = None
     for byte in (0xFF, 0x55):
         outs = _outputs(kind, rows, cols, transpose, byte)
-        launch(kind == "block", x, *outs, power_of_two)
+        launch(kind == "block", x, *outs, power_of_two, design=design)
         torch.cuda.synchronize()
         for name, got, ref in zip("q s qt st".split(), outs, want):
             if got is None:

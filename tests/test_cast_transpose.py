@@ -212,8 +212,27 @@ def test_contract_matches_the_entry_file():
     assert tuple(names) == contract.ARGUMENTS
     for symbol in contract.SYMBOLS:
         assert re.search(rf"__global__ void __launch_bounds__\(DT_CT_THREADS, DT_CT_MIN_BLOCKS\)\s+{symbol}\(", text)
-    assert contract.grid(129, 7168) == (56, 2) and contract.grid(1, 16) == (1, 1)
-    assert contract.defines() == {"DT_CT_THREADS": contract.THREADS, "DT_CT_MIN_BLOCKS": contract.MIN_BLOCKS}
+    assert contract.DESIGN in contract.DESIGNS
+    for design in contract.DESIGNS:
+        stages = contract.STAGES[design]
+        assert contract.defines(design) == {"DT_CT_THREADS": contract.THREADS, "DT_CT_MIN_BLOCKS": contract.MIN_BLOCKS,
+                                            "DT_CT_STAGES": stages, "DT_CT_LINES": contract.LINES[design]}
+        assert stages or not contract.LINES[design]
+        # without a transposed copy every design runs one CTA per tile, no dynamic shared memory
+        assert contract.grid(129, 7168, False, 132, design) == (56, 2) and contract.grid(1, 16, False, 0, design) == (1, 1)
+        assert contract.smem_bytes(False, design) == 0
+        if stages:  # the persistent grid: at most MIN_BLOCKS CTAs per SM, never more than the tiles
+            assert contract.grid(129, 7168, True, 132, design) == (112, 1)
+            assert contract.grid(16384, 18432, True, 132, design) == (contract.MIN_BLOCKS * 132, 1)
+            assert contract.smem_bytes(True, design) == stages * 128 * 128 * 2
+            # MIN_BLOCKS CTAs fit an SM's 228 KiB (1 KiB reserved per CTA, 2 KiB of static smem)
+            assert contract.MIN_BLOCKS * (contract.smem_bytes(True, design) + 3 * 1024) <= 228 * 1024
+        else:
+            assert contract.grid(129, 7168, True, 132, design) == (56, 2) and contract.smem_bytes(True, design) == 0
+    with pytest.raises(ValueError, match="design"):
+        contract.defines("fast")
+    with pytest.raises(ValueError, match="SM count"):
+        contract.grid(128, 128, True, 0, "pipe")
 
 
 # ---- GPU -------------------------------------------------------------------------------------------
@@ -246,6 +265,17 @@ def test_block_kernel_bitwise():
                  [(n, k, True, False, False) for n, k in ((128, 128), (7168, 2048), (2048, 7168), (4112, 2064))]
                  + [(n, k, True, True, sp) for n, k in ((144, 272), (2048, 7168)) for sp in (False, True)]
                  + [(n, k, False, False, False) for n, k in ((129, 7168), (1, 16))])]
+    _check(_run("cast_case", cases))
+
+
+@pytest.mark.gpu
+def test_every_design_bitwise():
+    """Each kernel design (contract.DESIGNS) on ragged shapes, from one tile to more tiles than
+    the persistent grid has CTAs (several tiles per CTA: the pipelined buffers are reused)."""
+    shapes = [(1, 128), (129, 272), (4097, 2048), (2200, 2448)]
+    cases = [dict(kind=kind, rows=r if kind == "token" else r + (-r) % 16, cols=c, transpose=True,
+                  power_of_two=i % 2 == 1, special=i % 3 == 0, seed=100 + i, design=design)
+             for design in contract.DESIGNS for kind in ("token", "block") for i, (r, c) in enumerate(shapes)]
     _check(_run("cast_case", cases))
 
 

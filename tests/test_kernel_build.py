@@ -247,10 +247,15 @@ def cast_job(name: str, dtype: str) -> BuildJob:
                     cast_fp8.PER_TOKEN_SYMBOL, name)
 
 
-def cast_transpose_job(name: str) -> BuildJob:
-    """The fused cast-and-transpose kernels (both symbols in one translation unit)."""
-    return BuildJob(str(paths.entry_path(cast_transpose.ENTRY)), tuple(sorted(cast_transpose.defines().items())),
-                    cast_transpose.TOKEN_SYMBOL, name)
+CT_DESIGNS = ("pipe", "pipe_sectors", "tile")
+"""The fused casts' designs CI builds, one per code path ("pipe3" differs from "pipe" only in its
+buffer count, a constant)."""
+
+
+def cast_transpose_job(name: str, design: str) -> BuildJob:
+    """The fused cast-and-transpose kernels of one design (both symbols in one translation unit)."""
+    return BuildJob(str(paths.entry_path(cast_transpose.ENTRY)),
+                    tuple(sorted(cast_transpose.defines(design).items())), cast_transpose.TOKEN_SYMBOL, name)
 
 
 def layout_job(name: str) -> BuildJob:
@@ -275,8 +280,8 @@ def builds(request):
             jobs[cast_job(params["name"], params["dtype"])] = None
         elif "layout_entry" in params:
             jobs[layout_job(params["name"])] = None
-        elif "ct_entry" in params:
-            jobs[cast_transpose_job(params["name"])] = None
+        elif "ct_design" in params:
+            jobs[cast_transpose_job(params["name"], params["ct_design"])] = None
     jobs = list(jobs)
     # workers inherit the environment: no DEEP_TILE_* choice (ptxas check, compiler) from the shell
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("DEEP_TILE_") and k != "DEEP_TILE_NVCC"}
@@ -354,17 +359,20 @@ def test_cast_sass(builds, name, dtype):
         assert symbol in sass, sorted(sass)
 
 
-@pytest.mark.parametrize("ct_entry", [cast_transpose.ENTRY])
+@pytest.mark.parametrize("ct_design", CT_DESIGNS)
 @pytest.mark.parametrize("name", COMPILERS)
-def test_cast_transpose_builds_spill_free(builds, name, ct_entry):
+def test_cast_transpose_builds_spill_free(builds, name, ct_design):
     """The fused casts compile clean, and their global loads and stores are 128-bit (the row
-    pass's loads and stores, the transposed copy's stores)."""
-    report = built(builds, cast_transpose_job(name))
+    pass's loads and stores, the transposed copy's stores); the pipelined design streams its
+    tiles with 16-byte cp.async (LDGSTS), the per-tile one has none."""
+    report = built(builds, cast_transpose_job(name, ct_design))
     assert report.compiler == name and report.elf
     assert_ptxas_clean(report.log, report.functions, cast_transpose.SYMBOLS)
     sass = sass_facts_or_skip(report)
     for symbol in cast_transpose.SYMBOLS:
-        assert sass[symbol]["LDG.E.128"] >= 2 and sass[symbol]["STG.E.128"] >= 2, (symbol, sass[symbol])
+        facts = sass[symbol]
+        assert facts["LDG.E.128"] >= 2 and facts["STG.E.128"] >= 4, (symbol, facts)
+        assert (facts["LDGSTS.E.BYPASS.128"] >= 2) == (cast_transpose.STAGES[ct_design] > 0), (symbol, facts)
 
 
 @pytest.mark.parametrize("layout_entry", [moe_layout.ENTRY])

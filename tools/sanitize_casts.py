@@ -1,12 +1,19 @@
 """The fused cast kernels (deep_tile/cast_transpose.py) on small ragged problems, in one process,
 for compute-sanitizer (tools/sanitize.sh runs it under each tool):
     SANITIZE_SCRIPTS=tools/sanitize_casts.py bash tools/sanitize.sh
-(run from the repository root; uses tests/gpu_cast_cases.py). Exits 1 when a case fails its check."""
+(run from the repository root; uses tests/gpu_cast_cases.py). The last cases have more 128x128
+tiles (272) than the pipelined kernels' persistent grid has CTAs on an H100/H200 (2 per SM, 264),
+so each CTA reuses its shared-memory buffers (racecheck, synccheck); they run for each design
+(deep_tile.kernels.cast_transpose.DESIGNS).
+Exits 1 when a case fails its check."""
 import json
 import sys
 
 sys.path.insert(0, "tests")
 import gpu_cast_cases as cases  # noqa: E402
+
+sys.path.insert(0, ".")
+from deep_tile.kernels.cast_transpose import DESIGNS  # noqa: E402
 
 runs = [
     dict(kind="token", rows=1, cols=128, transpose=True, power_of_two=False, special=False, seed=0),
@@ -17,6 +24,11 @@ runs = [
     dict(kind="block", rows=256, cols=400, transpose=True, power_of_two=True, special=False, seed=5),
     dict(kind="block", rows=129, cols=16, transpose=False, power_of_two=False, special=False, seed=6),
 ]
+for i, design in enumerate(DESIGNS):
+    runs += [dict(kind="token", rows=2100, cols=2048, transpose=True, power_of_two=False, special=True, seed=7 + 2 * i,
+                  design=design),
+             dict(kind="block", rows=2064, cols=2048, transpose=True, power_of_two=True, special=False, seed=8 + 2 * i,
+                  design=design)]
 bad = 0
 for kwargs in runs:
     r = cases.cast_case(**kwargs)

@@ -10,11 +10,11 @@
 /// 1x128 groups: q [rows, cols] + column-major s; qt [cols, qt_ld] + column-major st (qt may be null).
 extern "C" __global__ void __launch_bounds__(DT_CT_THREADS, DT_CT_MIN_BLOCKS)
     deep_tile_cast_transpose_token(DT_CAST_TRANSPOSE_PARAMS) {
-  deep_tile::cast_transpose::cast_tile<false>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags});
+  deep_tile::cast_transpose::cast<false>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags});
 }
 
 /// 128x128 blocks: q [rows, cols] + row-major s; qt = q transposed + st = s transposed (qt may be null).
 extern "C" __global__ void __launch_bounds__(DT_CT_THREADS, DT_CT_MIN_BLOCKS)
     deep_tile_cast_transpose_block(DT_CAST_TRANSPOSE_PARAMS) {
-  deep_tile::cast_transpose::cast_tile<true>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags});
+  deep_tile::cast_transpose::cast<true>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags});
 }

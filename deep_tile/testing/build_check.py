@@ -20,8 +20,9 @@ from pathlib import Path
 __all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds",
            "default_workers"]
 
-SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128", "STG.E.128")
-"""SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads)."""
+SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128", "STG.E.128", "LDGSTS.E.BYPASS.128")
+"""SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads
+and stores, 16-byte cp.async.cg)."""
 
 FUNCTION = re.compile(r"Function : (\S+)")
 """A function's header line in ``cuobjdump -sass`` text; group 1 is its name."""

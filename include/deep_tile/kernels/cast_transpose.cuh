@@ -6,12 +6,16 @@
 //   block (128x128) kind: w [rows, cols] -> q with one scale per 128x128 block, and on request
 //     qt = the bit-exact transpose of q with the transposed scales.
 //
-// One CTA of DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads
-// 16 consecutive bf16 of 2 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of its row with
-// shuffles, writes its 16 FP8 bytes with one 128-bit store, and (transposed) stages the raw bf16
-// tile in shared memory; then each thread reads one column over 32 rows of the tile (a warp reads
-// 64 contiguous bytes of a row: no bank conflict) and writes that column's 32 FP8 bytes, a whole
-// 32-byte sector of the transposed row, with two 128-bit stores.
+// DT_CT_STAGES == 0 (the "tile" design), and every cast without a transposed output: one CTA of
+// DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads 16
+// consecutive bf16 of 2 rows (two 128-bit loads per row), reduces the row amax over the 8 lanes of
+// its row with shuffles, writes its 16 FP8 bytes with one 128-bit store, and (transposed) stages
+// the raw bf16 tile in shared memory; then each thread reads one column over 32 rows of the tile
+// (a warp reads 64 contiguous bytes of a row: no bank conflict) and writes that column's 32 FP8
+// bytes, a whole 32-byte sector of the transposed row, with two 128-bit stores.
+// DT_CT_STAGES >= 2 (the "pipe" designs) with a transposed output: cast_tiles_pipelined, a
+// persistent grid whose CTAs stream their tiles into DT_CT_STAGES shared-memory buffers with
+// cp.async, DT_CT_STAGES - 1 tiles ahead, and run the same two passes from shared memory.
 //
 // Math (same float32 operations as deep_tile/cast_transpose.py's torch reference, so bitwise equal):
 //   amax = max(max |x|, 1e-4); inv = 448 / amax (correctly rounded);
@@ -19,10 +23,17 @@
 //   scale = amax / 448, or 1 / inv for power-of-two scales; q = e4m3_rn_satfinite(x * inv).
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/address.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
 
 #ifndef DT_CT_THREADS
 #error "DT_CT_THREADS (threads per CTA) is set by deep_tile/kernels/cast_transpose.py"
+#endif
+#ifndef DT_CT_STAGES
+#error "DT_CT_STAGES (0: one CTA per tile; >= 2: pipelined transposed casts) is set by deep_tile/kernels/cast_transpose.py"
+#endif
+#ifndef DT_CT_LINES
+#error "DT_CT_LINES (pipelined column pass: 1 whole 128-byte qt lines per warp store, 0 one sector per thread) is set by deep_tile/kernels/cast_transpose.py"
 #endif
 
 namespace deep_tile {
@@ -39,9 +50,20 @@ constexpr int kColRows = kTile / kSegs;                    // rows per thread in
 constexpr float kFp8Max = 448.0f;
 constexpr float kMinAmax = 1e-4f;
 constexpr int kPowerOfTwoFlag = 1;
+constexpr int kStages = DT_CT_STAGES;  // smem tile buffers of the pipelined transposed cast (0: per-tile design)
+constexpr int kTileBytes = kTile * kTile * 2;              // one bf16 tile in shared memory
+constexpr int kCopiesPerThread = kTileBytes / 16 / kThreads;  // 16-byte cp.async per thread per tile
+constexpr bool kLines = DT_CT_LINES != 0;  // pipelined column pass writes whole 128-byte qt lines per warp
+constexpr int kLineRows = 16;              // kLines: tile rows (qt bytes) per thread per column
+constexpr int kLineCols = 32 / (kTile / kLineRows);        // kLines: columns per warp (4)
+constexpr int kLineTasks = kTile / (kThreads / 32 * kLineCols);  // kLines: columns per thread (2)
 
 static_assert(kTile == kScaleGroup, "the cast tile is one scale group");
 static_assert(kThreads == 256 || kThreads == 512, "DT_CT_THREADS must be 256 or 512");
+static_assert(kStages == 0 || kStages >= 2, "DT_CT_STAGES must be 0 or >= 2");
+static_assert(kTileBytes % (16 * kThreads) == 0, "a tile is whole 16-byte copies per thread");
+static_assert(kLineTasks * (kThreads / 32) * kLineCols == kTile, "the line column pass covers the tile");
+static_assert(kLineRows == 16 && kColRows % 16 == 0, "16-row runs share one swizzle (tile_offset)");
 
 DT_DEVICE float bf16_lo(u32 w) { return __uint_as_float(w << 16); }
 DT_DEVICE float bf16_hi(u32 w) { return __uint_as_float(w & 0xffff0000u); }
@@ -94,10 +116,13 @@ struct Args {
 };
 
 /// The cast of one 128x128 tile; kBlock: one scale for the tile (weights), else 1x128 groups.
+/// With kStages > 0 this runs only without a transposed output (cast_tiles_pipelined does those).
 template <bool kBlock>
 DT_DEVICE void cast_tile(const Args& a) {
+#if DT_CT_STAGES == 0
   __shared__ __align__(16) u16 tile[kTile][kTile];  // raw bf16, only with a transposed output
   __shared__ float col_amax[kSegs][kTile];                         // column pass partial amax
+#endif
   __shared__ float warp_amax[kThreads / 32];                      // block kind
   ptx::grid_dependency_wait();  // the stream predecessor may write x or read the outputs
   ptx::launch_dependents();
@@ -117,8 +142,8 @@ DT_DEVICE void cast_tile(const Args& a) {
     v[p][0] = v[p][1] = make_uint4(0, 0, 0, 0);
     if (col_ok && row < a.rows) {
       const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<long long>(row) * a.cols + col);
-      v[p][0] = src[0];
-      v[p][1] = src[1];
+      v[p][0] = __ldg(src);
+      v[p][1] = __ldg(src + 1);
     }
   }
   float amax[kPasses];
@@ -169,7 +194,7 @@ DT_DEVICE void cast_tile(const Args& a) {
     }
   }
   if (!transposed) return;
-
+#if DT_CT_STAGES == 0
   // ---- column pass through shared memory
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
@@ -211,6 +236,233 @@ DT_DEVICE void cast_tile(const Args& a) {
         make_uint4(e4m3x4(f[0], f[1], f[2], f[3], inv), e4m3x4(f[4], f[5], f[6], f[7], inv),
                    e4m3x4(f[8], f[9], f[10], f[11], inv), e4m3x4(f[12], f[13], f[14], f[15], inv));
   }
+#endif
+}
+
+#if DT_CT_STAGES > 0
+// ---- pipelined transposed casts: a persistent grid, each CTA walking the tiles blockIdx.x,
+// blockIdx.x + gridDim.x, ...; the raw bf16 tiles stream into kStages shared-memory buffers with
+// 16-byte cp.async (LDGSTS, zero-filled outside the tensor), kStages - 1 tiles ahead of the one
+// being quantised, so an SM keeps a tile's loads in flight per CTA while it converts and stores.
+
+DT_DEVICE void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+DT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+DT_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+/// Byte offset of element (row, col) of a tile buffer: rows of 256 bytes whose 16-byte words are
+/// XOR-swizzled by bits 4-6 of the row, so the 8 rows 16 apart that a warp of the line column pass
+/// reads at once fall in 8 different bank groups (rows and 16-byte words stay whole).
+DT_DEVICE int tile_offset(int row, int col) {
+  return row * (kTile * 2) + (((col >> 3) ^ ((row >> 4) & 7)) << 4) + (col & 7) * 2;
+}
+
+/// Start the loads of tile `tile` (row-major over the tiles) into the [kTile][kTile] bf16 buffer at
+/// `buf`. Warp w copies rows kWarpRows * w ..: two whole rows (512 contiguous bytes) per copy, and
+/// all of a thread's copies share one swizzle, so their shared addresses are one register plus
+/// immediates (the loop-invariant addresses of the persistent loop stay few).
+DT_DEVICE void load_tile(const Args& a, int tile, int tiles_x, u32 buf) {
+  constexpr int kWords = kTile / 8;                       // 16-byte words per row
+  constexpr int kWarpRows = kTile / (kThreads / 32);     // 8
+  static_assert(kWarpRows % 2 == 0 && kWarpRows / 2 == kCopiesPerThread && 16 % kWarpRows == 0,
+                "a warp copies two rows at a time, within one 16-row swizzle run");
+  const int row0 = tile / tiles_x * kTile, col0 = tile % tiles_x * kTile;
+  const int lane = threadIdx.x % 32, r_first = threadIdx.x / 32 * kWarpRows + lane / kWords;
+  const int word = lane % kWords, col = col0 + word * 8;
+  const u32 dst = buf + tile_offset(r_first, word * 8);
+#pragma unroll
+  for (int k = 0; k < kCopiesPerThread; ++k) {
+    const int row = row0 + r_first + 2 * k;
+    const bool ok = row < a.rows && col < a.cols;  // cols % 16 == 0: a word is all inside or all outside
+    const u16* src = ok ? a.x + static_cast<long long>(row) * a.cols + col : a.x;
+    cp_async_16(dst + 2 * k * (kTile * 2), src, ok ? 16u : 0u);
+  }
+}
+
+/// The cast of the tile (tile_y, tile_x) whose raw bf16 (zeros outside the tensor) is in `tile`.
+template <bool kBlock>
+DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int tile_x, float (*col_amax)[kTile],
+                              float* warp_amax, bool power_of_two) {
+  const int tid = threadIdx.x;
+  const int row0 = tile_y * kTile, col0 = tile_x * kTile;
+  const int chunk = tid % (kTile / kChunk), sub_row = tid / (kTile / kChunk);
+  const int col = col0 + chunk * kChunk;
+  const bool col_ok = col < a.cols;
+
+  // ---- row pass: the same math as cast_tile, from shared memory
+  uint4 v[kPasses][2];
+  float amax[kPasses];
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int r = sub_row + p * kRowsPerPass;
+    v[p][0] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk));
+    v[p][1] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk + 8));
+    float m = 0.0f;
+    const u32* w = reinterpret_cast<const u32*>(&v[p][0]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = amax2(m, w[i]);
+    amax[p] = m;
+  }
+  float2 row_inv[kPasses];
+  if constexpr (kBlock) {
+    float m = amax[0];
+#pragma unroll
+    for (int p = 1; p < kPasses; ++p) m = fmaxf(m, amax[p]);
+    m = shfl_max(m, 31);
+    if (tid % 32 == 0) warp_amax[tid / 32] = m;
+    __syncthreads();
+    m = warp_amax[0];
+#pragma unroll
+    for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, warp_amax[i]);
+    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) row_inv[p] = is;
+    if (tid == 0) {
+      a.s[tile_y * a.s_pitch + tile_x] = is.y;
+      a.st[tile_x * a.st_pitch + tile_y] = is.y;
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      row_inv[p] = inv_and_scale(fmaxf(shfl_max(amax[p], kTile / kChunk - 1), kMinAmax), power_of_two);
+      const int row = row0 + sub_row + p * kRowsPerPass;
+      if (chunk == 0 && row < a.rows) a.s[static_cast<long long>(tile_x) * a.s_pitch + row] = row_inv[p].y;
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int row = row0 + sub_row + p * kRowsPerPass;
+    if (col_ok && row < a.rows) {
+      const uint2 lo = quantize8(v[p][0], row_inv[p].x), hi = quantize8(v[p][1], row_inv[p].x);
+      *reinterpret_cast<uint4*>(a.q + static_cast<long long>(row) * a.cols + col) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+  }
+
+  if constexpr (kLines) {
+    // ---- column pass, whole lines: a warp takes kLineCols columns; its 8 lanes of a column take
+    // 16 rows each, meet their amax with shuffles, and store the column's 128 FP8 bytes (a whole
+    // 128-byte line of the qt row) as 8 x 16 bytes in one warp store.
+    const int lane = tid % 32, warp = tid / 32;
+    const int rseg = lane / kLineCols;  // rows kLineRows * rseg ..
+#pragma unroll
+    for (int j = 0; j < kLineTasks; ++j) {
+      const int d_local = (j * (kThreads / 32) + warp) * kLineCols + lane % kLineCols;
+      float h[kLineRows];
+      float m = 0.0f;
+#pragma unroll
+      // rows kLineRows * rseg + i share one swizzle (kLineRows == 16): one address, immediate offsets
+      const u8* col_ptr = tile + tile_offset(rseg * kLineRows, d_local);
+      for (int i = 0; i < kLineRows; ++i) {
+        const u16 raw = *reinterpret_cast<const u16*>(col_ptr + i * (kTile * 2));
+        h[i] = __uint_as_float(static_cast<u32>(raw) << 16);
+        m = fmaxf(m, fabsf(h[i]));
+      }
+      const int d = col0 + d_local;
+      float inv;
+      if constexpr (kBlock) {
+        inv = row_inv[0].x;
+      } else {
+        m = shfl_max(m, 32 - kLineCols);  // over the lanes of this column (lane bits 2-4)
+        const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+        inv = is.x;
+        if (rseg == 0 && d < a.cols) a.st[static_cast<long long>(tile_y) * a.st_pitch + d] = is.y;
+      }
+      const int t = row0 + rseg * kLineRows;
+      if (d < a.cols && t < a.qt_ld) {  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
+        const float* f = h;
+        *reinterpret_cast<uint4*>(a.qt + static_cast<long long>(d) * a.qt_ld + t) =
+            make_uint4(e4m3x4(f[0], f[1], f[2], f[3], inv), e4m3x4(f[4], f[5], f[6], f[7], inv),
+                       e4m3x4(f[8], f[9], f[10], f[11], inv), e4m3x4(f[12], f[13], f[14], f[15], inv));
+      }
+    }
+    return;
+  }
+  // ---- column pass, one sector per thread (kLines off): as cast_tile's, from the swizzled buffer
+  // (a warp reads 64 contiguous bytes of a row: 4 words that the swizzle keeps in distinct banks)
+  const int d_local = tid % kTile, seg = tid / kTile;
+  float h[kColRows];
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kColRows; ++i) {  // one address per 16 rows (one swizzle), immediate offsets
+    const u8* run = tile + tile_offset(seg * kColRows + i / 16 * 16, d_local);
+    const u16 raw = *reinterpret_cast<const u16*>(run + i % 16 * (kTile * 2));
+    h[i] = __uint_as_float(static_cast<u32>(raw) << 16);
+    m = fmaxf(m, fabsf(h[i]));
+  }
+  const int d = col0 + d_local;
+  float inv;
+  if constexpr (kBlock) {
+    inv = row_inv[0].x;
+  } else {
+    col_amax[seg][d_local] = m;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kSegs; ++i) m = fmaxf(m, col_amax[i][d_local]);
+    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+    inv = is.x;
+    if (seg == 0 && d < a.cols) a.st[static_cast<long long>(tile_y) * a.st_pitch + d] = is.y;
+  }
+  if (d < a.cols) {
+    const int t = row0 + seg * kColRows;
+    u8* dst = a.qt + static_cast<long long>(d) * a.qt_ld + t;
+#pragma unroll
+    for (int c = 0; c < kColRows / 16; ++c) {
+      if (t + 16 * c >= a.qt_ld) break;  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
+      const float* f = h + 16 * c;
+      *reinterpret_cast<uint4*>(dst + 16 * c) =
+          make_uint4(e4m3x4(f[0], f[1], f[2], f[3], inv), e4m3x4(f[4], f[5], f[6], f[7], inv),
+                     e4m3x4(f[8], f[9], f[10], f[11], inv), e4m3x4(f[12], f[13], f[14], f[15], inv));
+    }
+  }
+}
+
+/// The transposed casts over a persistent grid (dynamic shared memory: kStages * kTileBytes).
+template <bool kBlock>
+DT_DEVICE void cast_tiles_pipelined(const Args& a) {
+  extern __shared__ __align__(128) u8 tile_bufs[];  // kStages raw bf16 tiles
+  __shared__ float col_amax[kSegs][kTile];          // column pass partial amax (token kind)
+  __shared__ float warp_amax[kThreads / 32];        // block kind
+  ptx::grid_dependency_wait();  // the stream predecessor may write x or read the outputs
+  ptx::launch_dependents();
+  const bool power_of_two = (a.flags & kPowerOfTwoFlag) != 0;
+  const int tiles_x = (a.cols + kTile - 1) / kTile;
+  const int tiles = tiles_x * ((a.rows + kTile - 1) / kTile);
+  const u32 base = ptx::smem_addr(tile_bufs);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {  // prologue: the first kStages - 1 tiles of this CTA
+    const int t = blockIdx.x + s * gridDim.x;
+    if (t < tiles) load_tile(a, t, tiles_x, base + s * kTileBytes);
+    cp_async_commit();
+  }
+  u32 stage_off = 0;  // byte offset of this iteration's buffer: stage * kTileBytes
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    // refill the buffer consumed last iteration (the trailing barrier ordered its reads first)
+    const int ahead = tile + (kStages - 1) * gridDim.x;
+    const u32 ahead_off = stage_off == 0 ? (kStages - 1) * kTileBytes : stage_off - kTileBytes;
+    if (ahead < tiles) load_tile(a, ahead, tiles_x, base + ahead_off);
+    cp_async_commit();                  // one group per iteration, empty or not: the count below holds
+    cp_async_wait<kStages - 1>();       // this thread's copies of `tile` have landed
+    __syncthreads();                    // ... and every thread's
+    cast_smem_tile<kBlock>(a, tile_bufs + stage_off, tile / tiles_x,
+                           tile % tiles_x, col_amax, warp_amax, power_of_two);
+    __syncthreads();  // all reads of this buffer (and of col_amax / warp_amax) before they are rewritten
+    stage_off = stage_off + kTileBytes == kStages * kTileBytes ? 0 : stage_off + kTileBytes;
+  }
+}
+#endif
+
+/// The kernels' body: the per-tile cast, or with kStages > 0 and a transposed output the pipelined one.
+template <bool kBlock>
+DT_DEVICE void cast(const Args& a) {
+#if DT_CT_STAGES > 0
+  if (a.qt != nullptr) {
+    cast_tiles_pipelined<kBlock>(a);
+    return;
+  }
+#endif
+  cast_tile<kBlock>(a);
 }
 
 }  // namespace cast_transpose
