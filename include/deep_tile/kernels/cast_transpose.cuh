@@ -351,9 +351,9 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int til
       const int d_local = (j * (kThreads / 32) + warp) * kLineCols + lane % kLineCols;
       float h[kLineRows];
       float m = 0.0f;
-#pragma unroll
       // rows kLineRows * rseg + i share one swizzle (kLineRows == 16): one address, immediate offsets
       const u8* col_ptr = tile + tile_offset(rseg * kLineRows, d_local);
+#pragma unroll
       for (int i = 0; i < kLineRows; ++i) {
         const u16 raw = *reinterpret_cast<const u16*>(col_ptr + i * (kTile * 2));
         h[i] = __uint_as_float(static_cast<u32>(raw) << 16);
