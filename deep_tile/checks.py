@@ -271,6 +271,28 @@ def _require_no_overlap(fn: str, out, others: tuple) -> None:
                              f"out spans [{o0:#x}, {o1:#x}), {name} [{x0:#x}, {x1:#x})")
 
 
+def _output_dtype(fn: str, out, out_dtype, c, default):
+    """The output dtype of an FP32-capable GEMM (bf16 or FP32): ``out``'s, else ``out_dtype``, else
+    ``default``; ``out``, ``out_dtype`` and ``c`` of another dtype, or an ``out_dtype`` that is not
+    ``out``'s, raise."""
+    import torch
+
+    allowed = (torch.bfloat16, torch.float32)
+    if out is not None:
+        if out.dtype not in allowed:
+            raise TypeError(f"{fn}: out must have dtype torch.bfloat16 or torch.float32; got {out.dtype}")
+        if out_dtype is not None and out_dtype != out.dtype:
+            raise ValueError(f"{fn}: out_dtype={out_dtype} differs from out.dtype={out.dtype}")
+        out_dtype = out.dtype
+    elif out_dtype is None:
+        out_dtype = default
+    elif out_dtype not in allowed:
+        raise TypeError(f"{fn}: out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype}")
+    if c is not None and c.dtype not in allowed:
+        raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
+    return out_dtype
+
+
 def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype=None, *,
                             data_checks: bool = True, b_scale_1d: bool = False) -> Problem:
     """Validate the arguments of :func:`deep_tile.fp8_gemm` with an FP32 output or an addend C
@@ -307,19 +329,7 @@ def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, ou
         raise TypeError(f"{fn}: accumulate must be a bool; got {type(accumulate).__name__}")
     if accumulate and (c is not None or out is None):
         raise ValueError(f"{fn}: accumulate=True adds out to itself: it needs out and no separate c")
-    allowed = (torch.bfloat16, torch.float32)
-    if out is not None:
-        if out.dtype not in allowed:
-            raise TypeError(f"{fn}: out must have dtype torch.bfloat16 or torch.float32; got {out.dtype}")
-        if out_dtype is not None and out_dtype != out.dtype:
-            raise ValueError(f"{fn}: out_dtype={out_dtype} differs from out.dtype={out.dtype}")
-        out_dtype = out.dtype
-    elif out_dtype is None:
-        out_dtype = torch.bfloat16
-    elif out_dtype not in allowed:
-        raise TypeError(f"{fn}: out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype}")
-    if c is not None and c.dtype not in allowed:
-        raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
+    out_dtype = _output_dtype(fn, out, out_dtype, c, torch.bfloat16)
     # the operands' shapes first, then out's and c's, then what needs data (alignment, devices)
     if b_scale_1d:
         problem = _check_1d1d_operands(fn, a, a_scale, b, b_scale)
@@ -629,19 +639,7 @@ def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=
     for name, x, dtype in (("a", a, torch.float8_e4m3fn), ("b", b, torch.float8_e4m3fn),
                            ("a_scale", a_scale, torch.float32), ("b_scale", b_scale, torch.float32)):
         _require_dtype(name, x, dtype, fn)
-    allowed = (torch.bfloat16, torch.float32)
-    if out is not None:
-        if out.dtype not in allowed:
-            raise TypeError(f"{fn}: out must have dtype torch.bfloat16 or torch.float32; got {out.dtype}")
-        if out_dtype is not None and out_dtype != out.dtype:
-            raise ValueError(f"{fn}: out_dtype={out_dtype} differs from out.dtype={out.dtype}")
-        out_dtype = out.dtype
-    elif out_dtype is None:
-        out_dtype = torch.float32
-    elif out_dtype not in allowed:
-        raise TypeError(f"{fn}: out_dtype must be torch.bfloat16 or torch.float32; got {out_dtype}")
-    if c is not None and c.dtype not in allowed:
-        raise TypeError(f"{fn}: c must have dtype torch.bfloat16 or torch.float32; got {c.dtype}")
+    out_dtype = _output_dtype(fn, out, out_dtype, c, torch.float32)
     if c is not None and out is None:
         raise ValueError(f"{fn}: c needs out (pass out=c to accumulate in place, or an out of its own)")
     if not isinstance(accumulate, bool):
