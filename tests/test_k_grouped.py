@@ -23,7 +23,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select import KernelConfig
-from deep_tile.select.k_grouped import SPILLING_TILES, select_k_grouped_config
+from deep_tile.select.k_grouped import SHORT_TILE, TILE, select_k_grouped_config
 
 KG = ProblemKind.K_GROUPED
 EDGE_SIZES = [128, 0, 1, 127, 129, 256, 5, 384]
@@ -34,14 +34,17 @@ MANY_SIZES = [1024 + 37 * ((7 * i) % 5 - 2) for i in range(32)]
 
 # Forced tiles of the GPU tests (each with the output variants it runs): two accumulator buffers,
 # one buffer with two sub-tiles (256 rows; 256 columns in two parts), one consumer warpgroup (64
-# rows), a width that is not a multiple of 128.
+# rows), a width that is not a multiple of 128 (the rule's tile, with every output variant), and
+# 192 columns in two parts of 96.
 FAMILIES = [
     (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2),
      [("float32", "inplace"), ("float32", "none"), ("bfloat16", "none"), ("float32", "bfloat16")]),
     (dict(block_m=256, block_n=128, num_stages=3), [("float32", "inplace"), ("bfloat16", "float32")]),
     (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3), [("float32", "inplace")]),
     (dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2), [("float32", "inplace"), ("bfloat16", "bfloat16")]),
-    (dict(block_m=128, block_n=160, num_stages=4), [("float32", "inplace")]),
+    (dict(block_m=128, block_n=160, num_stages=4),
+     [("float32", "inplace"), ("bfloat16", "none"), ("float32", "bfloat16")]),
+    (dict(block_m=128, block_n=192, wgmma_n=96, num_stages=4), [("float32", "inplace")]),
 ]
 SHAPES = [(256, 384), (1000, 2112), (520, 1160)]
 """(m, n): whole tiles; a partial last m-block and 2112 = 16.5 x 128 columns; n % 16 == 8."""
@@ -72,7 +75,7 @@ def rule_configs() -> list:
                 problem = Problem(m, n, groups * tokens, kind=KG, num_groups=groups, b_scale_1d=True,
                                   out_dtype="float32", c_dtype="out")
                 picks.append(select_k_grouped_config(problem, num_sms).for_problem(problem))
-    for block_m, block_n, wgmma_n, accum_buffers in SPILLING_TILES.values():  # the replacements, in place
+    for block_m, block_n, wgmma_n, accum_buffers in (TILE, SHORT_TILE):  # in place on 132 SMs, every stage count
         config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
                               num_stages=2, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
                               c_dtype="out")

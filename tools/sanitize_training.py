@@ -64,6 +64,8 @@ K_GROUPED_CASES = [
     (dict(block_m=256, block_n=128, num_stages=3), "bfloat16", "float32", 260, 272, [300, 0, 77]),
     (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2), "float32", "none", 100, 256, [0, 0, 200]),
     (dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2), "bfloat16", "bfloat16", 100, 256, [3, 0, 200]),
+    (dict(block_m=128, block_n=160, num_stages=5), "float32", "inplace", 260, 392, [128, 0, 1, 127, 129, 5]),
+    (dict(block_m=128, block_n=192, wgmma_n=96, num_stages=4), "float32", "inplace", 260, 392, [300, 0, 77]),
 ]
 
 

@@ -5,7 +5,8 @@
 For each shape (G experts of about M rows, N, K; benchmarks/bench_grouped.py's random problem,
 rows padded to 128 per expert with ``m_indices``) it checks and times deep_tile's contiguous kernel
 with each configuration (text form of deep_tile.testing.configs; ``auto`` the selector's pick,
-``gM`` rasters along M as the grouped picks do) and, when importable, DeepGEMM latest's
+``gM`` rasters along M as the grouped picks do; ``+NAME=VALUE`` adds a define to the build, a
+measurement override of include/deep_tile/kernels/fp8_gemm_config.cuh) and, when importable, DeepGEMM latest's
 contiguous GEMM on the same data, with ``m_indices`` and with the psum layout (expert ends),
 round-robin with the L2 flushed (testing.timing.bench_round_robin). Each deep_tile run is checked
 bitwise against the selector's pick (the per-element k order does not depend on the tile).
@@ -42,12 +43,18 @@ def one_shape(shape, configs, args) -> None:
     fns, bad = {}, []
     for text in configs:
         out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        if text == "auto":
+        head, *extra = text.split("+")
+        defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
+        if head == "auto" and not defines:
             fn = (lambda o=out: deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices, out=o))
         else:
-            config = parse_config(text, rows, n, sms)
-            fn = (lambda o=out, c=config: run_grouped(ProblemKind.GROUPED_CONTIGUOUS, a, sa, b, b_scale, m_indices, o,
-                                                      config=c))
+            try:
+                config = None if head == "auto" else parse_config(head, rows, n, sms)
+            except ValueError as error:  # a config the kernel cannot build, reported
+                bad.append(f"{text}: {str(error).splitlines()[0][:100]}")
+                continue
+            fn = (lambda o=out, c=config, x=defines: run_grouped(ProblemKind.GROUPED_CONTIGUOUS, a, sa, b, b_scale,
+                                                                 m_indices, o, config=c, extra_defines=x or None))
         try:
             fn()
             torch.cuda.synchronize()

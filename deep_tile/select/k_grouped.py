@@ -1,18 +1,22 @@
 """The K-grouped kernel's configuration: a simple rule, not the cost model.
 
 The K-grouped GEMM (:func:`deep_tile.k_grouped_fp8_gemm_1d1d`, MoE weight gradients) computes
-``num_groups`` outputs of ``m x n``, each over its group's share of the ``k`` tokens. Its tiles
-are those of the dense 1D1D GEMM of one group, so the rule asks the dense selector for the
-1D1D problem ``m x n x k_g`` with ``k_g`` the expected tokens per group (``k / num_groups``,
-rounded up to a 128-wide block) and keeps its tile (``block_m``, ``block_n``, ``wgmma_n``,
-accumulator buffers), then makes it a K-grouped kernel: persistent on every SM
-(no split-K: the groups already give ``num_groups`` times the tiles), no multicast (a pair of
-tiles in lock step would need the same K range), no swap-AB, column-major a_scale, the k-loop
-unrolled by 3 (by 6 the builds with C spilled: 128x256 /128 and 256x128 40-48 bytes of stack,
-NVRTC 13, 2026-11-25; by 3 they build spill-free). A dense pick
-that is split-K or swap-AB (small ``m x n``) is replaced by the 128x128 tile with two
-accumulator buffers (64x128 when ``m <= 64``), a tile whose K-grouped build spills by its
-replacement (:data:`SPILLING_TILES`). The stages are the most that fit.
+``num_groups`` outputs of ``m x n``, each over its group's share of the ``k`` tokens. The rule:
+a 128x160 tile in one WGMMA of 160 columns and one accumulator buffer (:data:`TILE`), or the
+64x128 tile with two buffers when ``m <= 64`` (:data:`SHORT_TILE`), made a K-grouped kernel:
+persistent on every SM (no split-K: the groups already give ``num_groups`` times the tiles), no
+multicast (a pair of tiles in lock step would need the same K range), no swap-AB, column-major
+a_scale, the k-loop unrolled by 3 (by 6 the builds with C spilled: 128x256 /128 and 256x128
+40-48 bytes of stack, NVRTC 13, 2026-11-25), the most stages that fit.
+
+Why 128x160: forced tiles of the kernel accumulating FP32 in place beside DeepGEMM latest
+(benchmarks/probes/k_grouped_configs.py, H100, 4096x7168 and 7168x2048 with 4 to 64 groups of
+1k-8k tokens; benchmarks/RESULTS.md, 2026-11-25 'K-grouped tiles, and the psum layout's one
+shape') ran 128x160 fastest on 8 of 10 shapes and within 1.3% and 2.1% of the fastest on the
+other two; 128x128 with two buffers and 256x128 were 0-9% slower, 256x64 8-21% slower, and
+128x256 /128 (the dense rule's pick for many of them before) up to 2.2x slower: with many groups
+each tile's k-loop is short and the in-place epilogue (C read and D written from registers)
+dominates, and the narrower tile's epilogue holds more loads of C in flight per thread.
 
 Pure Python, no torch.
 """
@@ -21,26 +25,17 @@ from __future__ import annotations
 import dataclasses
 
 from deep_tile import arch
-from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
-__all__ = ["select_k_grouped_config", "dense_problem_of", "SPILLING_TILES"]
+__all__ = ["select_k_grouped_config", "TILE", "SHORT_TILE"]
 
-SPILLING_TILES = {(128, 192, 192, 1): (128, 192, 96, 1)}
-"""(block_m, block_n, wgmma_n, accum_buffers) of dense picks whose K-grouped build spills, and the
-tile used instead: 128x192 in one column part with FP32 accumulated in place spilled 56 bytes of
-stack (NVRTC and nvcc 13, 2026-11-25; every other tile the rule picked over 378 (m, n, tokens per
-group, groups, SMs) built spill-free); in two column parts of 96 it holds fewer accumulators."""
+TILE = (128, 160, 160, 1)
+"""(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
 
-
-def dense_problem_of(problem: Problem) -> Problem:
-    """The dense 1D1D problem of one group of a K-grouped ``problem``: ``m x n`` over the expected
-    tokens per group (``k / num_groups`` rounded up to 128, at least 128)."""
-    k_group = max(SCALE_GROUP, align_up(ceil_div(problem.k, problem.num_groups), SCALE_GROUP))
-    return Problem(max(problem.m, 1), problem.n, k_group, out_dtype=problem.out_dtype, c_dtype=problem.c_dtype,
-                   b_scale_1d=True)
+SHORT_TILE = (64, 128, 128, 2)
+"""The tile for ``m <= 64`` (one consumer warpgroup of 64 rows)."""
 
 
 def _most_stages(config: KernelConfig, max_smem: int) -> int:
@@ -55,19 +50,11 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
     """The :class:`KernelConfig` of the K-grouped ``problem`` (kind ``K_GROUPED``) on ``num_sms``
     SMs (the rule of this module's docstring). Pure; the problem's output variant is applied by
     :meth:`KernelConfig.for_problem`."""
-    from deep_tile.select.selector import select_config
-
     if problem.kind is not ProblemKind.K_GROUPED:
         raise ValueError(f"select_k_grouped_config: needs a k_grouped problem; got {problem.kind.value}")
-    dense = select_config(dense_problem_of(problem), num_sms, max_smem)
-    if dense.split_k > 1 or dense.swap_n:
-        block_m = 64 if problem.m <= 64 else 128
-        fields = dict(block_m=block_m, block_n=128, wgmma_n=128, accum_buffers=2, k_unroll=3)
-    else:
-        tile = (dense.block_m, dense.block_n, dense.wgmma_n, dense.accum_buffers)
-        block_m, block_n, wgmma_n, accum_buffers = SPILLING_TILES.get(tile, tile)
-        fields = dict(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers, k_unroll=3)
-    config = KernelConfig(**fields, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
+    block_m, block_n, wgmma_n, accum_buffers = SHORT_TILE if problem.m <= 64 else TILE
+    config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
+                          k_unroll=3, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
                           c_dtype=problem.c_dtype)
     return dataclasses.replace(config, num_stages=_most_stages(config, min(max_smem, arch.MAX_SMEM_PER_BLOCK)))

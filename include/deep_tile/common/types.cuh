@@ -25,6 +25,10 @@ constexpr int kScaleGroup = 128;
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 __host__ __device__ constexpr int align_up(int a, int b) { return ceil_div(a, b) * b; }
 __host__ __device__ constexpr int gcd(int a, int b) { return b == 0 ? a : gcd(b, a % b); }
+/// The largest divisor of n (> 0) that is at most cap (>= 1).
+__host__ __device__ constexpr int largest_divisor_at_most(int n, int cap) {
+  return n % cap == 0 ? cap : largest_divisor_at_most(n, cap - 1);
+}
 __host__ __device__ constexpr int min_int(int a, int b) { return a < b ? a : b; }
 __host__ __device__ constexpr int max_int(int a, int b) { return a > b ? a : b; }
 

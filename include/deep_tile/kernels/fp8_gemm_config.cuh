@@ -137,8 +137,14 @@ struct Fp8GemmConfig {
   static constexpr int kCLoadRows = kNumSubtiles > 1 && !kBScale1D_ ? 2 : 1;
 #endif
   // Column pairs of each such row loaded before their stores: all of the sub-tile's, or under
-  // 1D1D with several sub-tiles 8 at a time (256x128 spilled 28 bytes with all 16).
-  static constexpr int kCLoadPairs = kBScale1D_ && kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8 ? 8 : kAccumPerSubtile / 4;
+  // 1D1D with several sub-tiles at most 8 at a time (256x128 spilled 28 bytes with all 16), in
+  // chunks that divide the sub-tile's pairs (96 columns: 12 pairs, two chunks of 6).
+  // NOTES: chunks of 8 over 12 pairs stored 4 pairs past the sub-tile, into the next column
+  // part's columns, with values read past its accumulators: 128x192 /96 under 1D1D gave wrong
+  // results (tests/test_k_grouped.py, 2026-11-25).
+  static constexpr int kCLoadPairs = kBScale1D_ && kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8
+                                         ? largest_divisor_at_most(kAccumPerSubtile / 4, 8)
+                                         : kAccumPerSubtile / 4;
 
   // Shared memory (bytes): D staging (persistent kernels only), then A, B, a_scale and b_scale
   // stages, then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
@@ -194,6 +200,7 @@ struct Fp8GemmConfig {
                    "DT_BLOCK_N > 128 must be 144, 160, 192 or 256 (a tile spans at most two b_scale blocks)");
   DT_STATIC_ASSERT(kWgmmaN % 8 == 0 && kWgmmaN >= 8 && kBlockN % kWgmmaN == 0 && (kNumNParts == 1 || kWgmmaN % 16 == 0),
                    "DT_WGMMA_N must divide DT_BLOCK_N (a multiple of 8; of 16 when the tile has several column parts)");
+  DT_STATIC_ASSERT((kAccumPerSubtile / 4) % kCLoadPairs == 0, "the direct store's chunks of C must divide a sub-tile's columns");
   DT_STATIC_ASSERT(kNumAccumBuffers == 1 || (kNumAccumBuffers == 2 && kNumSubtiles <= 2),
                    "DT_ACCUM_BUFFERS must be 1, or 2 with at most two sub-tiles per consumer warpgroup");
   DT_STATIC_ASSERT((kNumSubtiles + kNumAccumBuffers) * kAccumPerSubtile <= 192,

@@ -1,0 +1,121 @@
+"""Forced tiles of the K-grouped 1D1D GEMM beside DeepGEMM's (needs a GPU).
+
+    python benchmarks/probes/k_grouped_configs.py --shapes 4096,7168,16x2048 --configs auto,128x128:b2,256x128
+
+For each shape (``m,n,GxT``: G groups of about T tokens, benchmarks/bench_training.py's sizes for
+that set, or an explicit ``m,n,t1/t2/...``) it times deep_tile's K-grouped kernel accumulating in
+place into FP32 with each tile (``auto``: the rule of deep_tile/select/k_grouped.py; a text of
+deep_tile.testing.configs, made K-grouped by the host path) and, when importable, DeepGEMM
+latest's ``k_grouped_fp8_gemm_nt_contiguous`` (also in place), round-robin with the L2 flushed
+(testing.timing.bench_round_robin). Each forced tile's output of one call from the same start is
+checked bitwise against the rule's pick (the per-element k order does not depend on the tile).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import dataclasses  # noqa: E402
+
+import torch  # noqa: E402
+
+import bench_training as bt  # noqa: E402
+import deep_tile  # noqa: E402
+from deep_tile.launch import run_k_grouped  # noqa: E402
+from deep_tile.problem import Problem, ProblemKind  # noqa: E402
+from deep_tile.select.k_grouped import _most_stages  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin  # noqa: E402
+
+
+def sizes_of(spec: str, seed: int) -> tuple:
+    """``(label, sizes)`` of a ``GxT`` label of bench_training's set or an explicit ``t1/t2/...``."""
+    if "/" in spec:
+        return spec, [int(v) for v in spec.split("/")]
+    for label, sizes in bt.kgrouped_sizes(seed):
+        if label.replace("~", "") == spec.replace("~", ""):
+            return label, sizes
+    raise SystemExit(f"k_grouped_configs: no set {spec!r} (e.g. 16x2048, or 1024/0/896)")
+
+
+def forced(text: str, m: int, n: int, tokens: int, groups: int, sms: int):
+    """The K-grouped kernel of tile ``text`` as the rule would make it: persistent on every SM,
+    the most stages that fit."""
+    problem = Problem(m, n, tokens, kind=ProblemKind.K_GROUPED, num_groups=groups, b_scale_1d=True,
+                      out_dtype="float32", c_dtype="out")
+    config = dataclasses.replace(parse_config(text, m, n, sms).for_problem(problem), grid_size=sms)
+    return dataclasses.replace(config, num_stages=_most_stages(config, 232448))
+
+
+def one_shape(m: int, n: int, spec: str, configs: list, args) -> dict:
+    label, ks = sizes_of(spec, args.seed)
+    tokens = sum(ks)
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(torch.randn((m, tokens), generator=gen, device="cuda").bfloat16())
+    b, b_scale = deep_tile.per_token_cast_to_fp8(torch.randn((n, tokens), generator=gen, device="cuda").bfloat16())
+    a_scale, b_scale = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    sizes = torch.tensor(ks, dtype=torch.int32, device="cuda")
+    start = torch.randn((len(ks), m, n), device="cuda", dtype=torch.float32)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    want = start.clone()
+    deep_tile.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, want, c=want)
+    d = start.clone()
+    fns, bad = {}, []
+    for text in configs:
+        config = None if text == "auto" else forced(text, m, n, tokens, len(ks), sms)
+        fn = (lambda c=config: run_k_grouped(a, a_scale, b, b_scale, sizes, d, accumulate=True, config=c))
+        d.copy_(start)
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
+            bad.append(f"{text}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            continue
+        if not torch.equal(d, want):
+            bad.append(f"{text}: output differs from the rule's pick")
+            continue
+        fns[text] = fn
+    dg = None if args.no_deepgemm else bt.deepgemm()
+    if dg is not None and hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
+        dg_a, dg_b = bt._k_major_blocks(a, ks), bt._k_major_blocks(b, ks)
+        fns["deepgemm"] = lambda: dg.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), d, ks, sizes,
+                                                                      d, recipe=(1, 1, 128))
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    ref = times.get("deepgemm")
+    print(f"{m}x{n} {label} ({tokens} tokens)", flush=True)
+    for name, us in times.items():
+        tflops = 2.0 * m * n * tokens / us / 1e6
+        ratio = f"  DG / this {ref / us:.3f}" if ref else ""
+        print(f"  {name:>22} {us:9.1f} us {tflops:7.1f} TFLOPS{ratio}", flush=True)
+    for line in bad:
+        print(f"  ! {line}", flush=True)
+    return {"m": m, "n": n, "groups": label, "sizes": ks, "us": times, "refused": bad}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="+", default=["4096,7168,16x2048", "4096,7168,32x1024", "7168,2048,16x2048",
+                                                    "7168,2048,64x1024"], metavar="M,N,GxT")
+    p.add_argument("--configs", default="auto,128x128:b2,128x256,256x128,128x192:w96,128x160,256x64")
+    p.add_argument("--iters", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-deepgemm", action="store_true")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args()
+    rows = []
+    for spec in args.shapes:
+        m, n, groups = spec.split(",")
+        rows.append(one_shape(int(m), int(n), groups, args.configs.split(","), args))
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(0), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
