@@ -37,6 +37,28 @@ def linear(tokens: int, k: int, n: int, main_grad: bool = True, seed: int = 0) -
     return {"case": f"linear T={tokens} K={k} N={n} main_grad={main_grad}", "ok": ok, **got}
 
 
+def swiglu(rows: int, inter: int, seed: int = 0) -> dict:
+    """deep_tile.nn.swiglu's kernels against the torch float32 code they replace, on the same GPU:
+    every element within one bf16 rounding step (the kernels mirror its float32 operations, so
+    most are bit-equal), on inputs spanning exp's range (|g| up to ~40, where silu saturates)."""
+    from deep_tile.nn import swiglu as sw
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    h13 = (torch.randn(rows, 2 * inter, generator=gen, device="cuda") * 8).to(torch.bfloat16)
+    h13[:, :8] = torch.tensor([0.0, -0.0, 40.0, -40.0, 1e-3, -1e-3, 88.0, -88.0], device="cuda")
+    dh = torch.randn(rows, inter, generator=gen, device="cuda").to(torch.bfloat16)
+    results = {}
+    for name, got, want in (("forward", sw.swiglu(h13), sw.swiglu_reference(h13)),
+                            ("backward", sw.swiglu_backward(h13, dh), sw.swiglu_backward_reference(h13, dh))):
+        got_f, want_f = got.float(), want.float()
+        step = (want_f.abs() * 2.0 ** -7).clamp_min(2.0 ** -133)  # one bf16 step at want's magnitude
+        results[name] = {"bit_equal": float((got.view(torch.int16) == want.view(torch.int16)).float().mean()),
+                         "max_steps": float(((got_f - want_f).abs() / step).max()),
+                         "nan": int(torch.isnan(got_f).sum() - torch.isnan(want_f).sum())}
+    ok = all(r["max_steps"] <= 1.0 and r["nan"] == 0 for r in results.values())
+    return {"case": f"swiglu rows={rows} inter={inter}", "ok": ok, **results}
+
+
 def experts(sizes: list, hidden: int, inter: int, main_grad: bool = True, seed: int = 0) -> dict:
     """deep_tile.nn.fp8_experts forward and backward against expected_experts (float64)."""
     from deep_tile.testing.linear_check import expected_experts

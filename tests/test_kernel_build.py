@@ -39,7 +39,7 @@ from test_training import configs as output_test_configs
 
 from deep_tile import arch
 from deep_tile.jit import compiler, paths
-from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout
+from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout, swiglu
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
@@ -258,9 +258,14 @@ def cast_transpose_job(name: str, design: str) -> BuildJob:
                     tuple(sorted(cast_transpose.defines(design).items())), cast_transpose.TOKEN_SYMBOL, name)
 
 
-def layout_job(name: str) -> BuildJob:
-    """The MoE layout kernels (psum -> m_indices, signal flags; one translation unit, no defines)."""
-    return BuildJob(str(paths.entry_path(moe_layout.ENTRY)), (), moe_layout.PSUM_SYMBOL, name)
+SMALL_KERNELS = {moe_layout.ENTRY: (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL),
+                 swiglu.ENTRY: (swiglu.FORWARD_SYMBOL, swiglu.BACKWARD_SYMBOL)}
+"""Entries of the small elementwise kernels (no defines, one translation unit each) and their symbols."""
+
+
+def layout_job(name: str, entry: str = moe_layout.ENTRY) -> BuildJob:
+    """One of SMALL_KERNELS: the MoE layout kernels (psum -> m_indices, signal flags) or the SwiGLU kernels."""
+    return BuildJob(str(paths.entry_path(entry)), (), SMALL_KERNELS[entry][0], name)
 
 
 @pytest.fixture(scope="session")
@@ -279,7 +284,7 @@ def builds(request):
         elif "dtype" in params:
             jobs[cast_job(params["name"], params["dtype"])] = None
         elif "layout_entry" in params:
-            jobs[layout_job(params["name"])] = None
+            jobs[layout_job(params["name"], params["layout_entry"])] = None
         elif "ct_design" in params:
             jobs[cast_transpose_job(params["name"], params["ct_design"])] = None
     jobs = list(jobs)
@@ -381,15 +386,19 @@ def test_cast_transpose_builds_spill_free(builds, name, ct_design):
         assert (facts["LDGSTS.E.BYPASS.128"] >= 2) == (cast_transpose.STAGES[ct_design] > 0), (symbol, facts)
 
 
-@pytest.mark.parametrize("layout_entry", [moe_layout.ENTRY])
+@pytest.mark.parametrize("layout_entry", sorted(SMALL_KERNELS))
 @pytest.mark.parametrize("name", COMPILERS)
 def test_moe_layout_builds_spill_free(builds, name, layout_entry):
-    report = built(builds, layout_job(name))
+    report = built(builds, layout_job(name, layout_entry))
     assert report.compiler == name and report.elf
-    assert_ptxas_clean(report.log, report.functions, (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL))
+    assert_ptxas_clean(report.log, report.functions, SMALL_KERNELS[layout_entry])
     sass = sass_facts_or_skip(report)
-    for symbol in (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL):
+    for symbol in SMALL_KERNELS[layout_entry]:
         assert symbol in sass, sorted(sass)
+    if layout_entry == swiglu.ENTRY:  # 16-byte loads and stores (eight bf16 columns per thread)
+        for symbol, loads, stores in ((swiglu.FORWARD_SYMBOL, 2, 1), (swiglu.BACKWARD_SYMBOL, 3, 2)):
+            facts = sass[symbol]
+            assert facts["LDG.E.128"] == loads and facts["STG.E.128"] == stores, (symbol, facts)
 
 
 READ_FLOOR_SOURCE = Path(__file__).resolve().parents[1] / "benchmarks" / "probes" / "read_floor.cu"

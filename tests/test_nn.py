@@ -140,3 +140,29 @@ def test_gpu_experts_against_float64():
     ], timeout=600)
     bad = [f"{r['case']}: " + ", ".join(f"{k} {r[k]}" for k in ("y", "dx", "dw13", "dw2")) for r in results if not r["ok"]]
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.gpu
+def test_gpu_swiglu_kernels_match_the_torch_math():
+    results = run_child_cases("gpu_nn_cases.py", "swiglu", [
+        dict(rows=4099, inter=2048), dict(rows=1, inter=8), dict(rows=300, inter=136),
+    ], timeout=300)
+    bad = [f"{r['case']}: forward {r['forward']}, backward {r['backward']}" for r in results if not r["ok"]]
+    assert not bad, "\n".join(bad)
+
+
+def test_swiglu_on_the_cpu_is_the_reference_and_checks_its_arguments():
+    from deep_tile.nn import swiglu as sw
+
+    h13 = torch.randn(5, 32).to(torch.bfloat16)
+    dh = torch.randn(5, 16).to(torch.bfloat16)
+    assert torch.equal(sw.swiglu(h13), sw.swiglu_reference(h13))
+    assert torch.equal(sw.swiglu_backward(h13, dh), sw.swiglu_backward_reference(h13, dh))
+    gate, up = h13.double().chunk(2, dim=-1)
+    assert torch.allclose(sw.swiglu(h13).double(), gate * torch.sigmoid(gate) * up, rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        sw.swiglu(torch.zeros(5, 12, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="bf16"):
+        sw.swiglu(h13.float())
+    with pytest.raises(ValueError, match="dh must be"):
+        sw.swiglu_backward(h13, dh[:, :8].contiguous())

@@ -4,7 +4,7 @@ for compute-sanitizer (tools/sanitize.sh runs it under each tool):
 (run from the repository root; uses tests/gpu_cast_cases.py). The last cases have more 128x128
 tiles (272) than the pipelined kernels' persistent grid has CTAs on an H100/H200 (2 per SM, 264),
 so each CTA reuses its shared-memory buffers (racecheck, synccheck); they run for each design
-(deep_tile.kernels.cast_transpose.DESIGNS).
+(deep_tile.kernels.cast_transpose.DESIGNS). Then the experts layer's SwiGLU kernels (tests/gpu_nn_cases.py).
 Exits 1 when a case fails its check."""
 import json
 import sys
@@ -33,6 +33,14 @@ bad = 0
 for kwargs in runs:
     r = cases.cast_case(**kwargs)
     bad += not r["ok"]
+    print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
+# The experts layer's SwiGLU kernels (deep_tile/nn/swiglu.py), ragged row counts.
+import gpu_nn_cases  # noqa: E402
+
+for rows, inter in ((1, 8), (37, 136), (300, 2048)):
+    r = gpu_nn_cases.swiglu(rows, inter)
+    bad += not r["ok"]
+    runs.append(r)
     print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
 print(f"cast sanitize cases: {len(runs)}, bad: {bad}")
 sys.exit(1 if bad else 0)

@@ -6,7 +6,9 @@ For each shape (G experts of about M rows, N, K; benchmarks/bench_grouped.py's r
 rows padded to 128 per expert with ``m_indices``) it checks and times deep_tile's contiguous kernel
 with each configuration (text form of deep_tile.testing.configs; ``auto`` the selector's pick,
 ``gM`` rasters along M as the grouped picks do; ``+NAME=VALUE`` adds a define to the build, a
-measurement override of include/deep_tile/kernels/fp8_gemm_config.cuh) and, when importable, DeepGEMM latest's
+measurement override of include/deep_tile/kernels/fp8_gemm_config.cuh; ``offsets:CONFIG`` runs the
+offsets kind over the same padded rows, each expert owning its aligned run, for the table kinds'
+per-expert tile order on the same tiles) and, when importable, DeepGEMM latest's
 contiguous GEMM on the same data, with ``m_indices`` and with the psum layout (expert ends),
 round-robin with the L2 flushed (testing.timing.bench_round_robin). Each deep_tile run is checked
 bitwise against the selector's pick (the per-element k order does not depend on the tile).
@@ -40,12 +42,20 @@ def one_shape(shape, configs, args) -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     real = m_indices >= 0
     want = deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices)
+    # The offsets kind over the same rows, each expert owning its aligned run (its padding rows
+    # too: they are computed and stored, so only the real rows are compared): the per-expert tile
+    # order of the table kinds on the same tiles. Its a_scale row-major (the kind reads no other).
+    offsets = torch.tensor(list(starts) + [rows], dtype=torch.int32, device="cuda")
+    sa_rows = sa.contiguous()  # row-major [rows, K blocks]
     fns, bad = {}, []
     for text in configs:
         out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         head, *extra = text.split("+")
         defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
-        if head == "auto" and not defines:
+        kind, info, scale = ProblemKind.GROUPED_CONTIGUOUS, m_indices, sa
+        if head.startswith("offsets:"):
+            head, kind, info, scale = head[len("offsets:"):], ProblemKind.GROUPED_OFFSETS, offsets, sa_rows
+        if head == "auto" and not defines and kind is ProblemKind.GROUPED_CONTIGUOUS:
             fn = (lambda o=out: deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices, out=o))
         else:
             try:
@@ -53,8 +63,8 @@ def one_shape(shape, configs, args) -> None:
             except ValueError as error:  # a config the kernel cannot build, reported
                 bad.append(f"{text}: {str(error).splitlines()[0][:100]}")
                 continue
-            fn = (lambda o=out, c=config, x=defines: run_grouped(ProblemKind.GROUPED_CONTIGUOUS, a, sa, b, b_scale,
-                                                                 m_indices, o, config=c, extra_defines=x or None))
+            fn = (lambda o=out, c=config, x=defines, k=kind, i=info, sc=scale: run_grouped(
+                k, a, sc, b, b_scale, i, o, config=c, extra_defines=x or None))
         try:
             fn()
             torch.cuda.synchronize()
