@@ -145,6 +145,6 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dens
         return (f"{header}\nproblem: k_grouped M={problem.m} N={problem.n} K={problem.k} (tokens of all groups) "
                 f"num_groups={problem.num_groups}\nchosen: {config.label}, grid {config.grid_size}: the rule of "
                 f"deep_tile.select.k_grouped ({'64x128 with two buffers for M <= 64' if problem.m <= 64 else '128x160'}"
-                f", the fastest or within 2% of it in every measured case; persistent on every SM, the most stages "
+                f", the fastest or within 2.1% of it on every measured shape; persistent on every SM, the most stages "
                 f"that fit), not the cost model")
     return header + "\n" + explain_text(problem, num_sms, max_smem, chip)
