@@ -19,6 +19,7 @@ from deep_tile import phases, planner
 from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import align4
 from deep_tile.device import get_num_sms
+from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernel_args import pack_values
 from deep_tile.kernels.fp8_gemm import ROW_MAJOR_A_SCALE_KINDS
@@ -27,7 +28,8 @@ from deep_tile.pdl import get_pdl
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
-__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped", "launch"]
+__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped", "launch",
+           "launch_small_kernel"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -170,6 +172,16 @@ def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None
 
         _plan_and_launch(problem, (a, a_scale, b, b_scale, flat(out), sizes, flat(c)), device, config,
                          extra_defines)
+
+
+def launch_small_kernel(entry: str, symbol: str, kinds: tuple, values: tuple, grid, block: int, device) -> None:
+    """Launch ``symbol`` of the define-free JIT entry ``entry`` (the MoE layout and SwiGLU kernels:
+    no shared memory, no cluster) on ``device``'s current stream, with PDL as :func:`deep_tile.set_pdl`
+    says; ``values`` are its parameters, of :class:`deep_tile.jit.runtime.KernelArgs` ``kinds``."""
+    kernel = get_kernel(entry, {}, symbol)
+    with torch.cuda.device(device):
+        kernel.launch(grid=grid, block=block, smem_bytes=0, stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(kinds, values))), device=device.index, pdl=get_pdl())
 
 
 def launch(plan: planner.Plan, operands: tuple, device, report: bool = True) -> None:

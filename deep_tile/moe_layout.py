@@ -11,21 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile.jit.loader import get_kernel
-from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import moe_layout
-from deep_tile.pdl import get_pdl
+from deep_tile.launch import launch_small_kernel
 
 __all__ = ["psum_to_m_indices_into", "raise_signals"]
 
 
 def _launch(symbol: str, kinds: tuple, values: tuple, elements: int, device: torch.device) -> None:
-    kernel = get_kernel(moe_layout.ENTRY, {}, symbol)
-    args = KernelArgs(list(zip(kinds, values)))
-    with torch.cuda.device(device):
-        kernel.launch(grid=moe_layout.grid(elements), block=moe_layout.BLOCK_THREADS, smem_bytes=0,
-                      stream=torch.cuda.current_stream(device).cuda_stream, args=args, device=device.index,
-                      pdl=get_pdl())
+    launch_small_kernel(moe_layout.ENTRY, symbol, kinds, values, moe_layout.grid(elements), moe_layout.BLOCK_THREADS,
+                        device)
 
 
 def psum_to_m_indices_into(ends: torch.Tensor, m_indices: torch.Tensor, alignment: int) -> torch.Tensor:

@@ -166,3 +166,34 @@ def test_swiglu_on_the_cpu_is_the_reference_and_checks_its_arguments():
         sw.swiglu(h13.float())
     with pytest.raises(ValueError, match="dh must be"):
         sw.swiglu_backward(h13, dh[:, :8].contiguous())
+
+
+def test_swiglu_launches_its_contract_geometry(monkeypatch):
+    """The host side's launch (deep_tile.launch.launch_small_kernel, shared with the MoE layout
+    kernels): the contract's symbol, grid, block and parameters, on the device's current stream."""
+    import contextlib
+    import types
+
+    from deep_tile import launch
+    from deep_tile.kernels import swiglu as contract
+
+    calls = []
+
+    class FakeKernel:
+        def launch(self, **kwargs):
+            calls.append(kwargs)
+
+    monkeypatch.setattr(launch, "get_kernel", lambda entry, defines, symbol: calls.append((entry, defines, symbol))
+                        or FakeKernel())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device: types.SimpleNamespace(cuda_stream=77))
+    device = torch.device("cuda", 0)
+    launch.launch_small_kernel(contract.ENTRY, contract.FORWARD_SYMBOL, contract.FORWARD_ARGUMENT_KINDS,
+                               (1024, 2048, 300, 136), contract.grid(300, 136), contract.BLOCK_THREADS, device)
+    assert calls[0] == ("swiglu", {}, "deep_tile_swiglu_forward")
+    kwargs = calls[1]
+    assert (kwargs["grid"], kwargs["block"], kwargs["smem_bytes"], kwargs["stream"], kwargs["device"]) == \
+        (20, 256, 0, 77, 0)
+    from deep_tile.pdl import get_pdl
+
+    assert kwargs["pdl"] == get_pdl() and "cluster" not in kwargs

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile.jit.loader import get_kernel
-from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import swiglu as contract
-from deep_tile.pdl import get_pdl
+from deep_tile.launch import launch_small_kernel
 
 __all__ = ["swiglu", "swiglu_backward", "swiglu_reference", "swiglu_backward_reference"]
 
@@ -38,11 +36,8 @@ def swiglu_backward_reference(h13: torch.Tensor, dh: torch.Tensor) -> torch.Tens
 
 
 def _launch(symbol: str, kinds: tuple, values: tuple, rows: int, inter: int, device: torch.device) -> None:
-    kernel = get_kernel(contract.ENTRY, {}, symbol)
-    with torch.cuda.device(device):
-        kernel.launch(grid=contract.grid(rows, inter), block=contract.BLOCK_THREADS, smem_bytes=0,
-                      stream=torch.cuda.current_stream(device).cuda_stream, args=KernelArgs(list(zip(kinds, values))),
-                      device=device.index, pdl=get_pdl())
+    launch_small_kernel(contract.ENTRY, symbol, kinds, values, contract.grid(rows, inter), contract.BLOCK_THREADS,
+                        device)
 
 
 def _check(h13: torch.Tensor, *others: torch.Tensor) -> int:
