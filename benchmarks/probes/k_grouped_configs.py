@@ -27,9 +27,10 @@ import torch  # noqa: E402
 
 import bench_training as bt  # noqa: E402
 import deep_tile  # noqa: E402
+from deep_tile import arch  # noqa: E402
 from deep_tile.launch import run_k_grouped  # noqa: E402
 from deep_tile.problem import Problem, ProblemKind  # noqa: E402
-from deep_tile.select.k_grouped import _most_stages  # noqa: E402
+from deep_tile.select.k_grouped import most_stages  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
@@ -50,7 +51,7 @@ def forced(text: str, m: int, n: int, tokens: int, groups: int, sms: int):
     problem = Problem(m, n, tokens, kind=ProblemKind.K_GROUPED, num_groups=groups, b_scale_1d=True,
                       out_dtype="float32", c_dtype="out")
     config = dataclasses.replace(parse_config(text, m, n, sms).for_problem(problem), grid_size=sms)
-    return dataclasses.replace(config, num_stages=_most_stages(config, 232448))
+    return dataclasses.replace(config, num_stages=most_stages(config, arch.MAX_SMEM_PER_BLOCK))
 
 
 def one_shape(m: int, n: int, spec: str, configs: list, args) -> dict:

@@ -29,7 +29,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
-__all__ = ["select_k_grouped_config", "TILE", "SHORT_TILE"]
+__all__ = ["select_k_grouped_config", "most_stages", "TILE", "SHORT_TILE"]
 
 TILE = (128, 160, 160, 1)
 """(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
@@ -38,7 +38,9 @@ SHORT_TILE = (64, 128, 128, 2)
 """The tile for ``m <= 64`` (one consumer warpgroup of 64 rows)."""
 
 
-def _most_stages(config: KernelConfig, max_smem: int) -> int:
+def most_stages(config: KernelConfig, max_smem: int) -> int:
+    """The most pipeline stages the K-grouped kernel of ``config``'s tile fits in ``max_smem`` bytes
+    of shared memory (its 1D1D b_scale stages and per-group table counted), at least the minimum."""
     stages = family.MAX_STAGES
     while stages > family.MIN_STAGES and family.smem_bytes(
             config.block_m, config.block_n, stages, 1, False, True, family.d_staging_bytes(config), True) > max_smem:
@@ -57,4 +59,4 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
                           k_unroll=3, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
                           c_dtype=problem.c_dtype)
-    return dataclasses.replace(config, num_stages=_most_stages(config, min(max_smem, arch.MAX_SMEM_PER_BLOCK)))
+    return dataclasses.replace(config, num_stages=most_stages(config, min(max_smem, arch.MAX_SMEM_PER_BLOCK)))
