@@ -4,7 +4,7 @@ Commands:
 
     explain M,N,K [--num-sms N] [--kind KIND --groups G [--expected-m E]]
                                   why the selector picks its kernel configuration for a shape
-                                  (a grouped GEMM's with --kind contiguous|masked|offsets)
+                                  (a grouped GEMM's with --kind contiguous|masked|offsets|psum)
     warmup [--shape M,N,K ...] [--grouped KIND,G,M,N,K[,E] ...] [--num-sms N] [--compiler nvrtc|nvcc]
                                   compile the FP8 GEMM kernels of those shapes into the disk cache
 

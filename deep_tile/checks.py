@@ -409,11 +409,13 @@ GROUPED_FUNCTIONS = {
     "grouped_contiguous": "m_grouped_fp8_gemm_contiguous",
     "grouped_masked": "m_grouped_fp8_gemm_masked",
     "grouped_offsets": "m_grouped_fp8_gemm_offsets",
+    "grouped_psum": "m_grouped_fp8_gemm_psum",
 }
 """The public function of each grouped :class:`deep_tile.problem.ProblemKind` (by value), named in
 the messages of :func:`check_grouped_args`."""
 
-_INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", "grouped_offsets": "offsets"}
+_INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", "grouped_offsets": "offsets",
+               "grouped_psum": "expert_ends"}
 
 PROBLEM_KIND_NAMES = {kind.short_name: kind for kind in ProblemKind}
 """The names :func:`check_problem_kind` takes: :attr:`deep_tile.problem.ProblemKind.short_name` -> kind."""
@@ -421,7 +423,8 @@ PROBLEM_KIND_NAMES = {kind.short_name: kind for kind in ProblemKind}
 
 def check_problem_kind(func: str, kind):
     """``kind`` as a :class:`deep_tile.problem.ProblemKind`: one already, or its name
-    (``"dense"``, ``"contiguous"``, ``"masked"``, ``"offsets"``; :data:`PROBLEM_KIND_NAMES`).
+    (``"dense"``, ``"contiguous"``, ``"masked"``, ``"offsets"``, ``"psum"``, ``"k_grouped"``;
+    :data:`PROBLEM_KIND_NAMES`).
 
     Raises:
         ValueError: any other value (the message lists the names).
@@ -459,10 +462,10 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
     tensors' sizes (for :func:`deep_tile.explain`, :func:`deep_tile.get_config` and warmup).
 
     ``kind``: a grouped :class:`deep_tile.problem.ProblemKind` or its name (``"contiguous"``,
-    ``"masked"``, ``"offsets"``); ``m``: the rows of ``a`` (masked: ``max_m``, the rows of each
+    ``"masked"``, ``"offsets"``, ``"psum"``); ``m``: the rows of ``a`` (masked: ``max_m``, the rows of each
     group's slab); ``n``, ``k`` as :func:`check_problem_shape`; ``num_groups``: the experts
-    (at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` for the masked and offsets
-    kinds); ``expected_m``: the masked kind's hint of real rows per group (default ``m``); the
+    (at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` for the masked, offsets and
+    psum kinds); ``expected_m``: the masked kind's hint of real rows per group (default ``m``); the
     other kinds derive it (``ceil(m / num_groups)``) and take none.
 
     Raises:
@@ -472,7 +475,7 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
     """
     kind = check_problem_kind(func, kind)
     if not kind.grouped:
-        raise ValueError(f"{func}: kind must be a grouped kind ('contiguous', 'masked' or 'offsets'); got {kind.value!r}")
+        raise ValueError(f"{func}: kind must be a grouped kind ('contiguous', 'masked', 'offsets' or 'psum'); got {kind.value!r}")
     m, n, k = check_problem_shape(func, m, n, k)
     num_groups = _check_group_count(func, kind, num_groups, "num_groups")
     if kind is ProblemKind.GROUPED_MASKED:
@@ -491,17 +494,17 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     """Validate the arguments of a grouped (Mixture-of-Experts) GEMM and return its
     :class:`deep_tile.problem.Problem` (``kind`` one of the grouped ProblemKinds).
 
-    The contiguous and offsets kinds take ``a`` [M, K], ``a_scale`` [M, ceil(K/128)] and ``out``
-    [M, N]; the masked kind ``a`` [G, max_m, K], ``a_scale`` [G, max_m, ceil(K/128)] and ``out``
+    The contiguous, offsets and psum kinds take ``a`` [M, K], ``a_scale`` [M, ceil(K/128)] and
+    ``out`` [M, N]; the masked kind ``a`` [G, max_m, K], ``a_scale`` [G, max_m, ceil(K/128)] and ``out``
     [G, max_m, N] (the problem's ``m`` is max_m). All take ``b`` [G, N, K] and ``b_scale``
-    [G, ceil(N/128), ceil(K/128)]. ``info`` is the int32 ``m_indices`` [M], ``masked_m`` [G] or
-    ``offsets`` [G + 1] (contiguous). ``n``, ``k`` follow :func:`check_problem_shape`; ``a``, ``b``
+    [G, ceil(N/128), ceil(K/128)]. ``info`` is the int32 ``m_indices`` [M], ``masked_m`` [G],
+    ``offsets`` [G + 1] or ``expert_ends`` [G] (contiguous). ``n``, ``k`` follow :func:`check_problem_shape`; ``a``, ``b``
     and ``out`` must be contiguous along their last dimension with 16-byte rows, and ``b`` (and the
     masked ``a`` and ``out``) must be viewable as 2-D (their groups one after another). The masked
-    and offsets kinds take at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` groups.
+    offsets and psum kinds take at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` groups.
     ``expected_m`` (masked only): an int >= 0, a hint for the selector.
 
-    A symbolic ``M`` (fake tensors, contiguous and offsets kinds) stays symbolic, as in
+    A symbolic ``M`` (fake tensors, contiguous, offsets and psum kinds) stays symbolic, as in
     :func:`check_fp8_gemm_args`. Raises TypeError / ValueError naming the public function and
     the argument, before anything is allocated or written.
     """

@@ -114,17 +114,26 @@ def m_grouped_fp8_gemm_psum(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
 
     ``expert_ends``: int32 [G] on the GPU, G = ``b.shape[0]``: expert ``g`` owns rows
     ``[align_up(expert_ends[g-1], alignment), expert_ends[g])`` of ``a`` and ``out``
-    (``expert_ends[-1] = 0``); rows between the experts' runs and after the last one are padding,
-    never written. ``alignment``: a positive multiple of 128 (what DeepGEMM's
-    ``get_mk_alignment_for_contiguous_layout`` says). Runs as :func:`psum_to_m_indices` (one small
-    kernel) and the contiguous kernel, both on the current stream without a host sync, so a CUDA
-    graph replays it with new ends. Other arguments and errors as the contiguous GEMM.
+    (``expert_ends[-1] = 0``; ends clamped into ``[0, M]`` on the device); rows between the
+    experts' runs and after the last one are padding, never written. Ends that decrease are the
+    caller's error (some rows computed for a wrong expert, never an access out of bounds).
+    ``alignment``: a positive multiple of 128 (what DeepGEMM's
+    ``get_mk_alignment_for_contiguous_layout`` says). At most 512 experts
+    (:data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS`).
+
+    With ``alignment`` 128 (DeepGEMM's default) one kernel reads the ends on the device and walks
+    each expert's tiles together, as the offsets kind does (``torch.ops.deep_tile.m_grouped_fp8_gemm_psum``);
+    other alignments run :func:`psum_to_m_indices` (one small kernel) and the contiguous kernel.
+    Either way on the current stream without a host sync, so a CUDA graph replays it with new
+    ends. Other arguments and errors as the contiguous GEMM.
     """
     fn = "m_grouped_fp8_gemm_psum"
     _check_psum_args(fn, expert_ends, alignment)
     if isinstance(b, torch.Tensor) and b.dim() == 3 and expert_ends.numel() != b.shape[0]:
         raise ValueError(f"{fn}: expert_ends must have one entry per expert, {b.shape[0]} (b.shape[0]); "
                          f"got {expert_ends.numel()}.")
+    if alignment == M_ALIGNMENT:
+        return _call(ProblemKind.GROUPED_PSUM, (a, a_scale, b, b_scale, expert_ends), (), out)
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         check_grouped_args(ProblemKind.GROUPED_CONTIGUOUS, a, a_scale, b, b_scale, None, out, data_checks=False)
     from deep_tile.moe_layout import psum_to_m_indices_into

@@ -15,7 +15,7 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 - ``k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> Tensor`` and
   ``k_grouped_fp8_gemm_1d1d_out(a, a_scale, b, b_scale, group_sizes, c, accumulate, out) -> ()``:
   the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.k_grouped`); Python host path;
-- ``m_grouped_fp8_gemm_{contiguous,offsets,masked}`` and their ``_out`` variants: the
+- ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}`` and their ``_out`` variants: the
   Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
   Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents.
@@ -54,7 +54,8 @@ from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["NAMESPACE", "SCHEMAS", "PYTHON_ONLY_OPS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
-           "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out"]
+           "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out",
+           "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_psum_out"]
 
 NAMESPACE = "deep_tile"
 """The ``torch.ops`` namespace of the operators."""
@@ -86,6 +87,10 @@ SCHEMAS = {
                                   "Tensor masked_m, int expected_m) -> Tensor"),
     "m_grouped_fp8_gemm_masked_out": ("m_grouped_fp8_gemm_masked_out(Tensor a, Tensor a_scale, Tensor b, "
                                       "Tensor b_scale, Tensor masked_m, int expected_m, Tensor(a!) out) -> ()"),
+    "m_grouped_fp8_gemm_psum": ("m_grouped_fp8_gemm_psum(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, "
+                                "Tensor expert_ends) -> Tensor"),
+    "m_grouped_fp8_gemm_psum_out": ("m_grouped_fp8_gemm_psum_out(Tensor a, Tensor a_scale, Tensor b, "
+                                    "Tensor b_scale, Tensor expert_ends, Tensor(a!) out) -> ()"),
     "per_token_cast_to_fp8": "per_token_cast_to_fp8(Tensor x) -> (Tensor, Tensor)",
     "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
 }
@@ -294,7 +299,7 @@ _IMPLS = {
 }
 
 
-for _kind in ("grouped_contiguous", "grouped_offsets", "grouped_masked"):
+for _kind in ("grouped_contiguous", "grouped_offsets", "grouped_masked", "grouped_psum"):
     _name = "m_" + _kind.replace("grouped_", "grouped_fp8_gemm_")
     _real, _real_out, _fake, _fake_out = _grouped(_kind)
     _IMPLS[_name] = (_real, _fake)
@@ -348,6 +353,10 @@ m_grouped_fp8_gemm_masked = _ops.m_grouped_fp8_gemm_masked.default
 """``(a, a_scale, b, b_scale, masked_m, expected_m) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_masked`)."""
 m_grouped_fp8_gemm_masked_out = _ops.m_grouped_fp8_gemm_masked_out.default
 """``(a, a_scale, b, b_scale, masked_m, expected_m, out) -> None``, writes out."""
+m_grouped_fp8_gemm_psum = _ops.m_grouped_fp8_gemm_psum.default
+"""``(a, a_scale, b, b_scale, expert_ends) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_psum`, alignment 128)."""
+m_grouped_fp8_gemm_psum_out = _ops.m_grouped_fp8_gemm_psum_out.default
+"""``(a, a_scale, b, b_scale, expert_ends, out) -> None``, writes out."""
 k_grouped_fp8_gemm_1d1d = _ops.k_grouped_fp8_gemm_1d1d.default
 """``(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> out``: :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`
 into a new ``[G, m, n]`` tensor."""

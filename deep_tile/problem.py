@@ -41,10 +41,16 @@ class ProblemKind(enum.Enum):
     group g, ``a[m, k]`` and ``b[n, k]`` shared, group g owning the K range of its size (device
     int32 sizes, any values); ``out[num_groups, m, n]``."""
 
+    GROUPED_PSUM = "grouped_psum"
+    """Mixture-of-Experts, ``a[m, k]`` in DeepGEMM's psum contiguous layout: expert g's rows end at
+    ``expert_ends[g]`` and start at the previous end rounded up to 128 (rows between are padding),
+    ``b[num_groups, n, k]``."""
+
     @property
     def short_name(self) -> str:
         """The kind's name in arguments and labels: ``"dense"``, ``"contiguous"``, ``"masked"``,
-        ``"offsets"`` (what ``kind=`` of :func:`deep_tile.explain` and the command line take)."""
+        ``"offsets"``, ``"psum"``, ``"k_grouped"`` (what ``kind=`` of :func:`deep_tile.explain` and the
+        command line take)."""
         return "k_grouped" if self is ProblemKind.K_GROUPED else self.value.rsplit("_", 1)[-1]
 
     @property
@@ -55,10 +61,11 @@ class ProblemKind(enum.Enum):
 
     @property
     def has_table(self) -> bool:
-        """Whether the kernel keeps a per-group table in shared memory: the masked and offsets
+        """Whether the kernel keeps a per-group table in shared memory: the masked, offsets and psum
         kinds number their tiles through it (their tile count is known on the device only), the
         K-grouped kind reads each group's K range there."""
-        return self in (ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS, ProblemKind.K_GROUPED)
+        return self in (ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM,
+                        ProblemKind.K_GROUPED)
 
 
 class Problem:
@@ -121,8 +128,13 @@ class Problem:
 
     def m_blocks(self, block_m: int) -> int:
         """Tiles along M of ``block_m`` rows the kernel runs, expected: ``ceil(m / block_m)`` when
-        dense or contiguous (padding blocks included), else one run per group of ``expected_m``
-        rows."""
+        dense or contiguous (padding blocks included); psum, the runs in ``m`` rows (128-aligned
+        starts leave half a 128-row block of padding per group on average, and each run's last
+        block is half empty: ``(m - 64 G) / block_m + G / 2``, ``m / 128`` for 128-row tiles);
+        else one run per group of ``expected_m`` rows."""
+        if self.kind is ProblemKind.GROUPED_PSUM:
+            real = max(self.m - 64 * self.num_groups, 0)
+            return min(max(1, ceil_div(2 * real + self.num_groups * block_m, 2 * block_m)), self.max_m_blocks(block_m))
         if self.kind.has_table:
             return self.num_groups * ceil_div(max(self.expected_m, 0), block_m)
         return ceil_div(self.m, block_m)
@@ -135,10 +147,13 @@ class Problem:
     def max_m_blocks(self, block_m: int) -> int:
         """The most tiles along M the kernel can run for this problem, whatever the device-side
         counts: masked, ``ceil(m / block_m)`` per group; offsets, ``ceil(m / block_m)`` plus one
-        partial block per group; else :meth:`m_blocks`."""
+        partial block per group; psum the same, but ``ceil(m / block_m)`` for tiles of at most 128
+        rows (a 128-aligned run's blocks lie in its own rows); else :meth:`m_blocks`."""
         if self.kind is ProblemKind.GROUPED_MASKED:
             return self.num_groups * ceil_div(self.m, block_m)
-        if self.kind is ProblemKind.GROUPED_OFFSETS:
+        if self.kind is ProblemKind.GROUPED_PSUM and block_m <= 128:
+            return max(1, ceil_div(self.m, block_m))
+        if self.kind in (ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM):
             return ceil_div(self.m, block_m) + self.num_groups
         return self.m_blocks(block_m)
 

@@ -238,7 +238,7 @@ def _contiguous_ids(counts: list, num_groups: int, tail: int, bad_ids: bool, gen
 def _grouped_info(kind: str, counts: list, tail: int, bad_ids: bool, gaps: bool, gen) -> torch.Tensor:
     """The int32 per-expert tensor of ``kind`` (contiguous / offsets / masked) for ``counts[g]``
     real rows per expert: m_indices (:func:`_contiguous_ids`), offsets (``gaps``: 5 rows of no
-    expert before the first run) or masked_m."""
+    expert before the first run), masked_m, or psum expert ends (runs aligned to 128)."""
     if kind == "masked":
         return torch.tensor(counts, dtype=torch.int32, device=DEVICE)
     if kind == "offsets":
@@ -246,13 +246,19 @@ def _grouped_info(kind: str, counts: list, tail: int, bad_ids: bool, gaps: bool,
         for count in counts:
             bounds.append(bounds[-1] + count)
         return torch.tensor(bounds, dtype=torch.int32, device=DEVICE)
+    if kind == "psum":  # each expert's end; its start is the previous end rounded up to 128
+        ends, end = [], 0
+        for count in counts:
+            end = -(-end // 128) * 128 + count
+            ends.append(end)
+        return torch.tensor(ends, dtype=torch.int32, device=DEVICE)
     return _contiguous_ids(counts, len(counts), tail, bad_ids, gen)
 
 
 def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config: dict | None = None,
             max_m: int = 0, tail: int = 0, bad_ids: bool = False, gaps: bool = False, seed: int = 0,
             graph_counts: list | None = None) -> dict:
-    """One grouped GEMM of ``kind`` (contiguous / offsets / masked) with ``counts[g]`` real rows
+    """One grouped GEMM of ``kind`` (contiguous / offsets / masked / psum) with ``counts[g]`` real rows
     per expert against the float64 reference: computed rows compared, the rows of no expert
     checked still NaN (untouched), a repeat checked bitwise. ``graph_counts``: also capture the
     call in a CUDA graph, change the counts in place and replay (the same checks)."""
@@ -270,13 +276,13 @@ def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config
     info = layout_of(counts)
     if kind == "masked":
         shape = (num_groups, max_m)
-    elif kind == "offsets":
-        shape = (int(info[-1].item()) + tail,)
+    elif kind in ("offsets", "psum"):
+        shape = ((int(info[-1].item()) if info.numel() else 0) + tail,)
     else:
         shape = (info.numel(),)
     a, a_scale = _grouped_activations(shape, k, gen, layout)
     kinds = {"contiguous": ProblemKind.GROUPED_CONTIGUOUS, "offsets": ProblemKind.GROUPED_OFFSETS,
-             "masked": ProblemKind.GROUPED_MASKED}
+             "masked": ProblemKind.GROUPED_MASKED, "psum": ProblemKind.GROUPED_PSUM}
     expected_m = max(1, sum(counts) // max(1, num_groups)) if kind == "masked" else None
 
     def call(info_now, out):
@@ -287,6 +293,9 @@ def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config
             return deep_tile.ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, info_now)
         if kind == "offsets":
             return deep_tile.ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, info_now)
+        if kind == "psum":  # the CPU rule of the layout kernel names each row's expert
+            m_indices = deep_tile.psum_to_m_indices(info_now.cpu(), a.shape[0]).to(DEVICE)
+            return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices)
         return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, info_now)
 
     def check(out, ref) -> dict:

@@ -4,8 +4,9 @@ sm_90 GPU).
 Each test runs its cases in a child process under a timeout (conftest.run_gpu_cases,
 tests/gpu_cases.py ``grouped``): fresh random data, NaN-poisoned outputs, the float64 reference
 per expert. Pass: the rows of an expert have no NaN, calc_diff < 1e-3 and max relative error
-< 1e-2; the rows of no expert (padding, past masked_m, outside the offsets) are still NaN; a
-repeat is bitwise identical; a CUDA graph replayed with new counts passes the same checks.
+< 1e-2; the rows of no expert (padding, past masked_m, outside the offsets or the psum runs) are
+still NaN; a repeat is bitwise identical; a CUDA graph replayed with new counts passes the same
+checks.
 """
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def test_forced_configs_and_straddling_pairs(config):
         dict(kind="contiguous", counts=[128, 129, 0, 300, 1], n=384, k=512, tail=128, config=config),
         dict(kind="offsets", counts=[128, 129, 0, 300, 1], n=384, k=512, tail=7, gaps=True, config=config),
         dict(kind="masked", counts=[0, 256, 129, 3], n=384, k=512, max_m=256, config=config),
+        dict(kind="psum", counts=[128, 129, 0, 300, 1], n=384, k=512, tail=77, config=config),
     ])
 
 
@@ -90,6 +92,22 @@ def test_offsets():
         dict(kind="offsets", counts=[0, 0], n=128, k=128, tail=50),
         dict(kind="offsets", counts=many, n=136, k=208),
         dict(kind="offsets", counts=[10, 20], n=128, k=256, graph_counts=[25, 4]),
+    ])
+
+
+def test_psum():
+    """DeepGEMM's psum layout in its own kind: the rows between the runs and after the last are
+    padding; empty experts, a 256-row tile over two experts' runs, 256 experts, a graph replay."""
+    rng = random.Random(4)
+    many = [rng.randrange(0, 40) for _ in range(256)]
+    big = dict(block_m=256, block_n=128, num_stages=3, raster_along_m=True, grid_size=16)
+    _check([
+        dict(kind="psum", counts=[100, 0, 300, 128, 1], n=256, k=512, tail=200),
+        dict(kind="psum", counts=[100, 0, 300, 128, 1], n=256, k=512, layout="row"),
+        dict(kind="psum", counts=[0, 0, 5], n=128, k=128, tail=128),
+        dict(kind="psum", counts=[129, 77, 256], n=136, k=208, config=big),
+        dict(kind="psum", counts=many, n=136, k=208),
+        dict(kind="psum", counts=[10, 200], n=128, k=256, graph_counts=[128, 4]),
     ])
 
 

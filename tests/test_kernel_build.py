@@ -103,7 +103,8 @@ def gpu_test_configs() -> list:
             + [KernelConfig(**fam, grid_size=2, swap_n=swap) for fam in GPU_TEST_SWAP_FAMILIES for swap in (8, 16)])
 
 
-GROUPED_KINDS = (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS)
+GROUPED_KINDS = (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS,
+                 ProblemKind.GROUPED_PSUM)
 GROUPED_SHAPES = [(g, rows, n, k) for g, rows in ((4, 8192), (6, 1024), (32, 192), (64, 96), (32, 20), (256, 16))
                   for n, k in ((4096, 7168), (7168, 2048), (6144, 7168), (7168, 3072))]
 """(experts, rows per expert, n, k) of the grouped problems whose picks are compiled."""
@@ -112,8 +113,8 @@ GROUPED_SHAPES = [(g, rows, n, k) for g, rows in ((4, 8192), (6, 1024), (32, 192
 def grouped_problem(kind: ProblemKind, g: int, rows: int, n: int, k: int) -> Problem:
     if kind is ProblemKind.GROUPED_MASKED:
         return Problem(rows + rows // 4, n, k, kind=kind, num_groups=g, expected_m=rows)
-    return Problem(g * max(rows, 128 if kind is ProblemKind.GROUPED_CONTIGUOUS else 1), n, k, kind=kind,
-                   num_groups=g, expected_m=rows)
+    padded = kind in (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_PSUM)  # runs aligned to 128
+    return Problem(g * max(rows, 128 if padded else 1), n, k, kind=kind, num_groups=g, expected_m=rows)
 
 
 def as_launched(config: KernelConfig) -> KernelConfig:
@@ -175,13 +176,14 @@ CODE_PATHS = {
     "1D1D, split-K": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_SPLIT_K"] > 1,
 }
 # ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
-# contiguous one and under the table (masked and offsets share it).
+# contiguous one and under the table (masked, offsets and psum share it).
 GROUPED_CODE_PATHS = {
     "contiguous": lambda d: d["DT_PROBLEM_KIND"] == 1,
     "contiguous, multicast": lambda d: d["DT_PROBLEM_KIND"] == 1 and d["DT_NUM_MULTICAST"] == 2,
     "masked": lambda d: d["DT_PROBLEM_KIND"] == 2,
     "offsets": lambda d: d["DT_PROBLEM_KIND"] == 3,
-    "table, multicast": lambda d: d["DT_PROBLEM_KIND"] in (2, 3) and d["DT_NUM_MULTICAST"] == 2,
+    "psum": lambda d: d["DT_PROBLEM_KIND"] == 5,
+    "table, multicast": lambda d: d["DT_PROBLEM_KIND"] in (2, 3, 5) and d["DT_NUM_MULTICAST"] == 2,
     "k-grouped, FP32 accumulated, two buffers": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_C_KIND"] == 3
                                                             and d["DT_ACCUM_BUFFERS"] == 2),
     "k-grouped, bf16 out, C apart, two sub-tiles": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_OUT_KIND"] == 0

@@ -286,7 +286,7 @@ def test_facts_the_cpp_side_holds_equal_pythons(extension):
     assert tuple(extension.ROW_MAJOR_A_SCALE_KINDS) == tuple(kind.value for kind in family.ROW_MAJOR_A_SCALE_KINDS)
     gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS
                      if "gemm" in name and name not in ops.PYTHON_ONLY_OPS)
-    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 8
+    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 10
 
 
 def a_scale_layouts():

@@ -530,7 +530,7 @@ def test_every_ranked_candidate_makes_a_config():
 # ---- grouped kinds in get_config / explain --------------------------------------------------
 
 GROUPED_ARGS = [("contiguous", 8192, 4096, 7168, 8, None), ("masked", 256, 6144, 7168, 32, 192),
-                ("offsets", 4096, 4096, 7168, 64, None)]
+                ("offsets", 4096, 4096, 7168, 64, None), ("psum", 4352, 4096, 7168, 8, None)]
 
 
 @pytest.mark.parametrize("kind,m,n,k,groups,expected", GROUPED_ARGS)
@@ -546,7 +546,7 @@ def test_get_config_and_explain_cover_the_grouped_kinds(kind, m, n, k, groups, e
                  f"DT_PROBLEM_KIND={family.PROBLEM_KIND_CODES[problem.kind]}"):
         assert fact in text, (fact, text)
     if problem.kind.has_table:
-        assert "per-expert table (masked, offsets)" in text
+        assert "per-expert table" in text
     # the work counts the real rows, not the padded slab or runs
     assert f"{2 * groups * problem.expected_m * n * k / 1e9:,.2f} GFLOP" in text
     zero = explain(0, n, k, num_sms=132, kind=kind, num_groups=groups, expected_m=expected and 0)
@@ -555,7 +555,7 @@ def test_get_config_and_explain_cover_the_grouped_kinds(kind, m, n, k, groups, e
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(num_groups=2), "get_config: num_groups and expected_m describe a grouped kind; got kind='dense'"),
-    (dict(kind="sparse"), "get_config: kind must be one of 'dense', 'contiguous', 'masked', 'offsets', 'k_grouped'; got 'sparse'"),
+    (dict(kind="sparse"), "get_config: kind must be one of 'dense', 'contiguous', 'masked', 'offsets', 'k_grouped', 'psum'; got 'sparse'"),
     (dict(kind="masked", num_groups=0), "get_config: num_groups must be at least 1; got 0"),
     (dict(kind="offsets", num_groups=513), "get_config: at most 512 groups are supported; num_groups is 513"),
     (dict(kind="masked", num_groups=4, expected_m=-1), "get_config: expected_m must be an int >= 0; got -1"),
@@ -725,3 +725,13 @@ def test_signal_config_checks_its_cap():
     problem = Problem(128, 4096, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=2, expected_m=64)
     with pytest.raises(ValueError, match="max_block_n"):
         select_signal_config(problem, 132, 0)
+
+
+def test_psum_tile_counts_follow_the_rows():
+    """The psum kind's m-blocks come from its padded rows, not from groups of expected_m: 128-row
+    tiles count the 128-row blocks (each holds one expert's rows or padding), other heights the
+    runs with half a block of padding each, so the count is exact where the rows are."""
+    psum = Problem(4352, 4096, 7168, kind=ProblemKind.GROUPED_PSUM, num_groups=8)
+    assert psum.m_blocks(128) == 34 and psum.m_blocks(64) == 64 and psum.m_blocks(256) == 19
+    assert Problem(128, 4096, 7168, kind=ProblemKind.GROUPED_PSUM, num_groups=8).m_blocks(128) == 1
+    assert psum.max_m_blocks(128) >= psum.m_blocks(128)

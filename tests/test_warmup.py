@@ -145,7 +145,7 @@ def test_cli_rejects_bad_arguments(capsys):
     assert main(["warmup", "--grouped", "masked,0,256,4096,7168"]) == 2
     assert "warmup: num_groups must be at least 1; got 0" in capsys.readouterr().err
     assert main(["warmup", "--grouped", "sparse,4,256,4096,7168"]) == 2
-    assert "warmup: kind must be one of 'dense', 'contiguous', 'masked', 'offsets', 'k_grouped'; got 'sparse'" in capsys.readouterr().err
+    assert "warmup: kind must be one of 'dense', 'contiguous', 'masked', 'offsets', 'k_grouped', 'psum'; got 'sparse'" in capsys.readouterr().err
     assert main(["warmup", "--grouped", "contiguous,4,256,4096,7168,64"]) == 2
     assert "expected_m is the masked kind's hint" in capsys.readouterr().err
     for argv in (["warmup", "--shape", "1,2"], ["warmup", "--shape", "64,128,128", "--compiler", "gcc"],

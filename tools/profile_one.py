@@ -5,9 +5,10 @@
 
 CONFIG is the text form of deep_tile.testing.configs (e.g. ``256x128:mcA``); default: the selector's.
 CONFIG ``auto`` is the selector's pick; ``deepgemm`` runs DeepGEMM (a baseline, when importable) on the same inputs instead
-(``deepgemm_psum``: its psum layout path, contiguous kind only).
+(``deepgemm_psum``: its psum layout path, contiguous and psum kinds only).
 ``--grouped KIND,G,E N K``: a grouped GEMM of benchmarks/bench_grouped.py's problem (KIND contiguous,
-masked or offsets; G experts of about E rows; the same random data as that benchmark, seed 0).
+masked, offsets or psum, the last over the contiguous kind's padded rows with each expert's end; G
+experts of about E rows; the same random data as that benchmark, seed 0).
 """
 import sys
 from pathlib import Path
@@ -55,23 +56,24 @@ def grouped_fns():
     kind, g, e = grouped[0], int(grouped[1]), int(grouped[2])
     n, k = (int(x) for x in argv[:2])
     rest = argv[2:]
-    shape = bg.Shape(kind, g, e, n, k)
+    shape = bg.Shape("contiguous" if kind == "psum" else kind, g, e, n, k)  # psum: the contiguous kind's rows
     problem = bg.make_problem(shape, 0, 128)
     if rest and rest[0] == "deepgemm":  # the benchmark's own DeepGEMM call on the same data
         fns, _, _ = bg.library_fns(shape, problem, types.SimpleNamespace(no_deepgemm=False, loop="off"))
         return (fns["deepgemm"] if callable(fns["deepgemm"]) else None), "deepgemm"
-    if rest and rest[0] == "deepgemm_psum" and kind == "contiguous":  # DeepGEMM latest's psum path, same rows
+    pad = problem["padded"]
+    ends = torch.tensor([st + c for st, c in zip(pad["starts"], problem["counts"])], dtype=torch.int32,
+                        device="cuda")
+    if rest and rest[0] == "deepgemm_psum" and kind in ("contiguous", "psum"):  # DeepGEMM latest's psum path
         import deep_gemm as dg
 
-        pad = problem["padded"]
-        ends = torch.tensor([st + c for st, c in zip(pad["starts"], problem["counts"])], dtype=torch.int32,
-                            device="cuda")
         out = torch.empty((pad["a"].shape[0], n), dtype=torch.bfloat16, device="cuda")
         return (lambda: dg.m_grouped_fp8_gemm_nt_contiguous(
             (pad["a"], pad["a_scale"]), (problem["b"], problem["b_scale"]), out, ends, use_psum_layout=True,
             recipe=(1, 128, 128), disable_ue8m0_cast=True)), "deepgemm_psum"
     lay = problem["masked" if kind == "masked" else "offsets" if kind == "offsets" else "padded"]
-    a, sa, info = lay["a"], lay["a_scale"], lay[{"masked": "masked_m", "offsets": "offsets"}.get(kind, "m_indices")]
+    a, sa = lay["a"], lay["a_scale"]
+    info = ends if kind == "psum" else lay[{"masked": "masked_m", "offsets": "offsets"}.get(kind, "m_indices")]
     out = torch.empty(tuple(a.shape[:-1]) + (n,), dtype=torch.bfloat16, device="cuda")
     rows = out.numel() // n
     cfg = parse_config(rest[0], rows, n, sms) if rest else None

@@ -8,7 +8,8 @@ with each configuration (text form of deep_tile.testing.configs; ``auto`` the se
 ``gM`` rasters along M as the grouped picks do; ``+NAME=VALUE`` adds a define to the build, a
 measurement override of include/deep_tile/kernels/fp8_gemm_config.cuh; ``offsets:CONFIG`` runs the
 offsets kind over the same padded rows, each expert owning its aligned run, for the table kinds'
-per-expert tile order on the same tiles) and, when importable, DeepGEMM latest's
+per-expert tile order on the same tiles; ``psum:CONFIG`` the psum kind over the experts' ends; the
+table kinds' configs get the grid the selector gives them, cost.table_grid_size) and, when importable, DeepGEMM latest's
 contiguous GEMM on the same data, with ``m_indices`` and with the psum layout (expert ends),
 round-robin with the L2 flushed (testing.timing.bench_round_robin). Each deep_tile run is checked
 bitwise against the selector's pick (the per-element k order does not depend on the tile).
@@ -16,6 +17,7 @@ bitwise against the selector's pick (the per-element k order does not depend on 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -28,7 +30,8 @@ import torch  # noqa: E402
 import bench_grouped as bg  # noqa: E402
 import deep_tile  # noqa: E402
 from deep_tile.launch import run_grouped  # noqa: E402
-from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.problem import Problem, ProblemKind  # noqa: E402
+from deep_tile.select.cost import table_grid_size  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
@@ -47,6 +50,9 @@ def one_shape(shape, configs, args) -> None:
     # order of the table kinds on the same tiles. Its a_scale row-major (the kind reads no other).
     offsets = torch.tensor(list(starts) + [rows], dtype=torch.int32, device="cuda")
     sa_rows = sa.contiguous()  # row-major [rows, K blocks]
+    # The psum kind over the same rows: each expert's end (its start is the previous end rounded up
+    # to 128, as the padded layout has it), a_scale as the contiguous kind reads it.
+    ends = torch.tensor([st + c for st, c in zip(starts, counts)], dtype=torch.int32, device="cuda")
     fns, bad = {}, []
     for text in configs:
         out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
@@ -55,11 +61,17 @@ def one_shape(shape, configs, args) -> None:
         kind, info, scale = ProblemKind.GROUPED_CONTIGUOUS, m_indices, sa
         if head.startswith("offsets:"):
             head, kind, info, scale = head[len("offsets:"):], ProblemKind.GROUPED_OFFSETS, offsets, sa_rows
+        elif head.startswith("psum:"):
+            head, kind, info = head[len("psum:"):], ProblemKind.GROUPED_PSUM, ends
         if head == "auto" and not defines and kind is ProblemKind.GROUPED_CONTIGUOUS:
             fn = (lambda o=out: deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices, out=o))
         else:
             try:
                 config = None if head == "auto" else parse_config(head, rows, n, sms)
+                if config is not None and kind.has_table:  # the grid the selector gives a table kind
+                    table = Problem(rows, n, shape.k, kind=kind, num_groups=shape.num_groups)
+                    config = dataclasses.replace(config, grid_size=table_grid_size(
+                        table, config.block_m, config.block_n, sms, config.num_multicast))
             except ValueError as error:  # a config the kernel cannot build, reported
                 bad.append(f"{text}: {str(error).splitlines()[0][:100]}")
                 continue
@@ -77,7 +89,6 @@ def one_shape(shape, configs, args) -> None:
     dg, version = bg.deepgemm_version()
     if dg is not None and version == "latest":
         recipe = {"recipe": (1, 128, 128), "disable_ue8m0_cast": True}
-        ends = torch.tensor([st + c for st, c in zip(starts, counts)], dtype=torch.int32, device="cuda")
         dg_out = torch.empty((rows, n), dtype=torch.bfloat16, device="cuda")
         fns["deepgemm"] = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), dg_out, m_indices,
                                                                       **recipe)

@@ -39,8 +39,9 @@ static_assert(DT_SCALE_GROUP == deep_tile::kScaleGroup,
 static_assert(DT_NUM_THREADS == Cfg::kNumThreads,
               "contract: DT_NUM_THREADS (the launch's block size) differs from Fp8GemmConfig::kNumThreads");
 
-static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 4,
-              "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets, 4 K-grouped)");
+static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 5,
+              "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets, 4 K-grouped, "
+              "5 psum)");
 
 // The output variants (DT_OUT_KIND != 0 or DT_C_KIND != 0: FP32 D, or D = C + A.B^T) take two
 // more parameters, C and its row pitch (elements; deep_tile/kernels/fp8_gemm.py C_ARGUMENTS),

@@ -48,7 +48,7 @@ SYMBOL = "deep_tile_fp8_gemm_sm90"
 GROUPED_SYMBOL = "deep_tile_fp8_gemm_grouped_sm90"
 """The kernel symbol of the grouped kinds (the same entry file built with ``DT_PROBLEM_KIND != 0``)."""
 PROBLEM_KIND_CODES = {ProblemKind.DENSE: 0, ProblemKind.GROUPED_CONTIGUOUS: 1, ProblemKind.GROUPED_MASKED: 2,
-                      ProblemKind.GROUPED_OFFSETS: 3, ProblemKind.K_GROUPED: 4}
+                      ProblemKind.GROUPED_OFFSETS: 3, ProblemKind.K_GROUPED: 4, ProblemKind.GROUPED_PSUM: 5}
 """``DT_PROBLEM_KIND`` of each kind (the value of the kernel's ``ProblemKind``)."""
 L2_PROMOTIONS = spec.L2_PROMOTIONS
 """The L2 promotions (bytes an L2 miss fetches) the FP8 operands' tensor maps may have."""
@@ -63,7 +63,7 @@ CONTIGUOUS_ALIGNMENT = 128
 (:func:`deep_tile.get_m_alignment_for_contiguous_layout`): the contiguous kind's tiles are at most
 this high, so a tile's rows belong to one expert (or are padding)."""
 MAX_TABLE_GROUPS = 512
-"""Most groups (experts) of the masked and offsets kinds, whose kernel keeps a per-expert table in
+"""Most groups (experts) of the masked, offsets and psum kinds, whose kernel keeps a per-expert table in
 shared memory (``kMaxTableGroups``); the contiguous kind has no limit."""
 GROUP_TABLE_BYTES = align_up((3 * MAX_TABLE_GROUPS + 1) * 4, 16)
 """Shared-memory bytes of that table (``kGroupTableBytes``): each expert's first m-block, first row
@@ -190,8 +190,9 @@ ARGUMENT_KINDS = ("tensormap",) * 4 + ("ptr", "ptr") + ("i32",) * 5
 """The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
 GROUPED_ARGUMENTS = ARGUMENTS + ("group_info", "num_groups", "group_rows")
 """The grouped kernel's parameters (:data:`GROUPED_SYMBOL`): the dense ones, then the kind's int32
-array on the device (``m_indices``, ``masked_m`` or ``offsets``), the number of groups and, for
-the masked kind, the rows of each group's slab (max_m)."""
+array on the device (``m_indices``, ``masked_m``, ``offsets`` or the psum kind's expert ends), the
+number of groups and, for the masked kind, the rows of each group's slab (max_m), for the psum
+kind the alignment of the experts' starts (:data:`CONTIGUOUS_ALIGNMENT`)."""
 GROUPED_ARGUMENT_KINDS = ARGUMENT_KINDS + ("ptr", "i32", "i32")
 """The kind of each of :data:`GROUPED_ARGUMENTS`."""
 C_ARGUMENTS = ("c", "ldc")
@@ -320,7 +321,7 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
     only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
-    ``barriers``, ``group_table`` (the masked and offsets kinds, :data:`GROUP_TABLE_BYTES`) and
+    ``barriers``, ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES`) and
     ``total``."""
     parts = {
         "d_staging": (0 if split_k > 1 else align_up(block_m * block_n * 2, 1024)) if d_staging is None else d_staging,
@@ -517,7 +518,7 @@ GROUPED_OPERANDS = OPERANDS + ("group_info",)
 [G, max_m, k] flattened), ``a_scale`` as the kernel reads it (the masked kind's column-major
 [G, max_m, K blocks] as [G * K blocks, max_m], its row-major one as [G * max_m, K blocks]), ``b``
 [G * n, k], ``b_scale`` contiguous, ``out`` [rows, n], then the int32 ``m_indices`` / ``masked_m``
-/ ``offsets``."""
+/ ``offsets`` / psum ``expert_ends``."""
 _A, _A_SCALE, _B, _B_SCALE, _OUT, _GROUP_INFO = range(len(GROUPED_OPERANDS))
 SIGNAL_OPERANDS = GROUPED_OPERANDS + ("signal",)
 """The signalling masked kernel's tensors: the grouped ones, then the int32 counters [at least
@@ -583,7 +584,9 @@ def argument_specs(config, problem) -> tuple:
         tail += (spec.TensorMap(_B_SCALE, "float32", 0, 1, (config.block_n, 1), 0),)
     if not problem.kind.grouped:
         return head + (spec.Size(_B, 0), spec.Size(_A, 1), spec.Value(config.raster_width)) + tail
-    group_rows = problem.m if problem.kind is ProblemKind.GROUPED_MASKED else 0
+    # GroupArgs.group_rows: the masked kind's slab rows, the psum kind's alignment of the experts' starts
+    group_rows = {ProblemKind.GROUPED_MASKED: problem.m, ProblemKind.GROUPED_PSUM: CONTIGUOUS_ALIGNMENT}.get(
+        problem.kind, 0)
     return head + (spec.Value(problem.n), spec.Size(_A, 1), spec.Value(config.raster_width),
                    spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows)) + tail
 

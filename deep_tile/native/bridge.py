@@ -78,7 +78,7 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
 
 def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit: int) -> dict:
     """The launch plan of this grouped call's problem (``kind``: a grouped
-    :class:`deep_tile.problem.ProblemKind` value; ``info``: m_indices, offsets or masked_m;
+    :class:`deep_tile.problem.ProblemKind` value; ``info``: m_indices, offsets, masked_m or expert_ends;
     ``expected_m``: the masked kind's hint, else None) on ``a``'s device, with ``limit`` SMs."""
     from deep_tile.layouts import grouped_reads_row_major
 

@@ -291,6 +291,10 @@ def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width:
         ctas = min(tiles, fit) * c.split_k
         tiles_per_cta = ceil_div(tiles, fit)  # waves of clusters
         k_blocks = ceil_div(num_k_blocks, c.split_k)
+    elif problem.kind is ProblemKind.GROUPED_PSUM:  # m says how many tiles: as the contiguous kind's
+        ctas = table_grid_size(problem, c.block_m, c.block_n, num_sms, c.num_multicast, chip)
+        tiles_per_cta = ceil_div(tiles, ctas)
+        k_blocks = num_k_blocks
     elif problem.kind.has_table:
         ctas = table_grid_size(problem, c.block_m, c.block_n, num_sms, c.num_multicast, chip)
         tiles_per_cta = table_rounds(problem, c.block_m, c.block_n, ctas)

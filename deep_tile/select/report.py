@@ -8,6 +8,7 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import ProblemKind
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, Estimate, min_bytes
 from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS,
@@ -70,7 +71,7 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
         ("barriers (full + empty)", f"{s} x 16", parts["barriers"]),
     ]
     if parts.get("group_table"):
-        rows.append(("per-expert table (masked, offsets)", "", parts["group_table"]))
+        rows.append(("per-expert table", "", parts["group_table"]))
     lines = [f"shared memory: {parts['total']:,} of {limit:,} bytes "
              f"({100 * parts['total'] / limit:.1f}%, {limit - parts['total']:,} free)"]
     lines += [f"  {name:<32}{detail:>14} = {value:>9,}" for name, detail, value in rows]
@@ -98,7 +99,8 @@ def _model_lines(problem, e: Estimate, chip: ChipFacts) -> list:
         f"schedule: {e.tiles} tiles on {e.ctas} CTAs, " + (
             f"{e.tiles_per_cta:.2f} tile(s) per CTA on average over group sizes of "
             f"{COUNT_SPREAD[0]:g}-{COUNT_SPREAD[-1]:g} x expected_m, of "
-            if problem.kind.has_table else f"{e.tiles_per_cta} tile(s) per CTA of ") + f"{e.k_blocks_per_cta} k-blocks",
+            if problem.kind.has_table and problem.kind is not ProblemKind.GROUPED_PSUM
+            else f"{e.tiles_per_cta} tile(s) per CTA of ") + f"{e.k_blocks_per_cta} k-blocks",
         f"model per k-block and CTA: tensor {e.tensor_cycles:,.0f} cycles, L2 loads {e.l2_cycles:,.0f}, "
         f"dependent chain {e.latency_cycles:,.0f} -> {e.bound}-bound",
         f"predicted: {_us(e.time_s)} ({flops / e.time_s / 1e12:,.0f} TFLOPS, "
@@ -147,7 +149,8 @@ def _problem_line(problem) -> str:
     kind = problem.kind.short_name
     rows = {"contiguous": f"A[M={m}, K] with m_indices[M] (runs of 128-aligned rows per expert, -1 padding)",
             "masked": f"A[G, max_m={m}, K] with masked_m[G] real rows per expert, expected {e}",
-            "offsets": f"A[M={m}, K] with offsets[G + 1] (unpadded runs of rows per expert)"}[kind]
+            "offsets": f"A[M={m}, K] with offsets[G + 1] (unpadded runs of rows per expert)",
+            "psum": f"A[M={m}, K] with expert_ends[G] (runs starting at the previous end rounded up to 128)"}[kind]
     return (f"problem: {kind} grouped GEMM, G={g} experts of B[G, N={n}, K={k}] (fp8 e4m3), {rows}; "
             f"about {e} rows per expert (the selector's count)")
 

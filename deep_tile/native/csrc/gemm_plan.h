@@ -50,9 +50,17 @@ struct GemmPlan {
 // attribute lets tests/test_native.py compare the names): the dense GEMM and the M-grouped
 // (Mixture-of-Experts) ones. The bridge is told a kind by its name (ProblemKind's value). The
 // K-grouped kind runs on the Python host path only; it is listed to keep the names in step.
-enum class Kind : uint8_t { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3, kKGrouped = 4 };
-constexpr const char* kKindNames[] = {"dense", "grouped_contiguous", "grouped_masked", "grouped_offsets", "k_grouped"};
-constexpr int kNumKinds = 5;
+enum class Kind : uint8_t {
+  kDense = 0,
+  kGroupedContiguous = 1,
+  kGroupedMasked = 2,
+  kGroupedOffsets = 3,
+  kKGrouped = 4,
+  kGroupedPsum = 5
+};
+constexpr const char* kKindNames[] = {"dense",           "grouped_contiguous", "grouped_masked",
+                                      "grouped_offsets", "k_grouped",          "grouped_psum"};
+constexpr int kNumKinds = 6;
 inline const char* kind_name(Kind kind) { return kKindNames[static_cast<int>(kind)]; }
 
 // A plan is a function of the problem (the fields of deep_tile.problem.Problem.key(): kind, m,

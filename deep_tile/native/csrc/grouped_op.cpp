@@ -34,7 +34,9 @@ struct Problem {
 };
 
 bool is_masked(Kind kind) { return kind == Kind::kGroupedMasked; }
-bool has_table(Kind kind) { return kind == Kind::kGroupedMasked || kind == Kind::kGroupedOffsets; }
+bool has_table(Kind kind) {
+  return kind == Kind::kGroupedMasked || kind == Kind::kGroupedOffsets || kind == Kind::kGroupedPsum;
+}
 
 // Every condition of deep_tile.checks.check_grouped_args but the devices (device_reason) and the
 // GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.

@@ -19,7 +19,7 @@ void op_fp8_gemm_out(const at::Tensor& a, const at::Tensor& a_scale, const at::T
   fp8_gemm(a, a_scale, b, b_scale, out);
 }
 
-// The contiguous and offsets kinds: (a, a_scale, b, b_scale, info[, out]).
+// The contiguous, offsets and psum kinds: (a, a_scale, b, b_scale, info[, out]).
 template <Kind kKind>
 at::Tensor op_grouped(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                       const at::Tensor& info) {
@@ -47,6 +47,8 @@ constexpr auto op_contiguous = op_grouped<Kind::kGroupedContiguous>;
 constexpr auto op_contiguous_out = op_grouped_out<Kind::kGroupedContiguous>;
 constexpr auto op_offsets = op_grouped<Kind::kGroupedOffsets>;
 constexpr auto op_offsets_out = op_grouped_out<Kind::kGroupedOffsets>;
+constexpr auto op_psum = op_grouped<Kind::kGroupedPsum>;
+constexpr auto op_psum_out = op_grouped_out<Kind::kGroupedPsum>;
 
 // Leaked on purpose when registered: deregistering at process exit could run after the
 // dispatcher is gone.
@@ -67,6 +69,8 @@ void register_ops() {
     library->impl(kOpNames[5], torch::dispatch(key, TORCH_FN(op_offsets_out)));
     library->impl(kOpNames[6], torch::dispatch(key, TORCH_FN(op_masked)));
     library->impl(kOpNames[7], torch::dispatch(key, TORCH_FN(op_masked_out)));
+    library->impl(kOpNames[8], torch::dispatch(key, TORCH_FN(op_psum)));
+    library->impl(kOpNames[9], torch::dispatch(key, TORCH_FN(op_psum_out)));
   }
   g_library = library;
 }

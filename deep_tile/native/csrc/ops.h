@@ -1,5 +1,5 @@
 // The ops this library implements, and their registration as dispatcher kernels: the dense GEMM
-// (gemm_op.h) and the three grouped GEMMs (grouped_op.h), each with its _out variant. The ops
+// (gemm_op.h) and the four grouped GEMMs (grouped_op.h), each with its _out variant. The ops
 // themselves are defined by deep_tile/ops.py (its NAMESPACE and SCHEMAS; the module's OP_NAMES
 // attribute lets tests/test_native.py compare the two).
 #pragma once
@@ -16,6 +16,8 @@ constexpr const char* kOpNames[] = {
     "m_grouped_fp8_gemm_offsets_out",
     "m_grouped_fp8_gemm_masked",
     "m_grouped_fp8_gemm_masked_out",
+    "m_grouped_fp8_gemm_psum",
+    "m_grouped_fp8_gemm_psum_out",
 };
 
 // Registers the kernels of these ops for the CUDA and CPU dispatch keys (CPU: so CPU tensors get

@@ -41,7 +41,7 @@ at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at:
                        const std::optional<at::Tensor>& out);
 
 // The grouped kinds' twins (bridge.plan_grouped, bridge.python_grouped_path: deep_tile.launch.run_grouped):
-// `info` is m_indices, masked_m or offsets; `expected_m` the masked kind's hint (None otherwise).
+// `info` is m_indices, masked_m, offsets or expert_ends; `expected_m` the masked kind's hint (None otherwise).
 PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                           const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
                           std::optional<int64_t> expected_m, int64_t sms_limit);

@@ -45,27 +45,40 @@ namespace deep_tile {
 ///     the id of its first row, and its real rows are those carrying that id (a prefix);
 ///   kGroupedMasked: expert g owns the slab of rows [g * max_m, (g + 1) * max_m) of which the
 ///     first min(masked_m[g], max_m) are real;
-///   kGroupedOffsets: expert g owns rows [offsets[g], offsets[g + 1]) (any start, no padding).
-/// The masked and offsets kinds keep a table of each expert's m-blocks in shared memory (built
+///   kGroupedOffsets: expert g owns rows [offsets[g], offsets[g + 1]) (any start, no padding);
+///   kGroupedPsum: DeepGEMM's psum contiguous layout: expert g owns rows
+///     [align_up(ends[g - 1], group_rows), ends[g]) (ends[-1] = 0; ends clamped into [0, M]; rows
+///     between the runs are padding). The starts are multiples of 128, so a column-major a_scale
+///     box starts 16-byte aligned.
+/// The masked, offsets and psum kinds keep a table of each expert's m-blocks in shared memory (built
 /// by one warp before the kernel's first barrier), so their tiles are numbered without holes.
 /// The K-grouped kind (Mixture-of-Experts weight gradients, 1D1D only) groups along K instead:
 ///   kKGrouped: D[g] (M x N, the groups' outputs one after another) = A[:, K_g] B[:, K_g]^T, where
 ///     group g owns the K range [sum_{h<g} sizes[h], + sizes[g]) of A and B (sizes: int32 [G] on
 ///     the device, any values: clamped into [0, K]); every group has all M x N tiles, each with
 ///     its own K range (KGroupedScheduler).
-enum class ProblemKind { kDense = 0, kGroupedContiguous = 1, kGroupedMasked = 2, kGroupedOffsets = 3, kKGrouped = 4 };
+enum class ProblemKind {
+  kDense = 0,
+  kGroupedContiguous = 1,
+  kGroupedMasked = 2,
+  kGroupedOffsets = 3,
+  kKGrouped = 4,
+  kGroupedPsum = 5
+};
 
 /// The run-time description of a grouped problem (kernel arguments; unused by kDense).
 struct GroupArgs {
   const int* info;  // kGroupedContiguous: m_indices [M]; kGroupedMasked: masked_m [G]; kGroupedOffsets: offsets [G + 1];
-                    // kKGrouped: the groups' sizes along K [G]
+                    // kKGrouped: the groups' sizes along K [G]; kGroupedPsum: the experts' row ends [G]
   int num_groups;   // G, the experts stacked in B
-  int group_rows;   // kGroupedMasked: max_m, the rows of each expert's slab; else unused
+  int group_rows;   // kGroupedMasked: max_m, the rows of each expert's slab; kGroupedPsum: the alignment of
+                    // the experts' starts (a multiple of 128); else unused
 };
 
 /// Whether a kind keeps the per-expert table in shared memory (GroupTable).
 __host__ __device__ constexpr bool has_group_table(ProblemKind kind) {
-  return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets || kind == ProblemKind::kKGrouped;
+  return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets || kind == ProblemKind::kKGrouped ||
+         kind == ProblemKind::kGroupedPsum;
 }
 
 /// Most experts of the kinds with a table (deep_tile/kernels/fp8_gemm.py MAX_TABLE_GROUPS).
@@ -178,7 +191,7 @@ DT_DEVICE u32 stage_tx_bytes_for(int m) {
 template <class Cfg, ProblemKind kKind = Cfg::kProblemKind>
 struct Scheduler;
 
-/// The shared-memory table of the masked and offsets kinds: for expert e, its first virtual
+/// The shared-memory table of the masked, offsets and psum kinds: for expert e, its first virtual
 /// m-block (the m-blocks of all experts numbered one after another; m_block_start[G] is their
 /// total), its first row in A/D and the end of its real rows.
 struct GroupTable {
@@ -204,6 +217,12 @@ struct GroupTable {
           if constexpr (kKind == ProblemKind::kGroupedMasked) {
             begin[j] = e * group.group_rows;
             end[j] = begin[j] + min_int(max_int(__ldg(group.info + e), 0), group.group_rows);
+          } else if constexpr (kKind == ProblemKind::kGroupedPsum) {
+            // the previous end (clamped into [0, m]) rounded up to the alignment; an end before
+            // its start (decreasing ends, the caller's error) leaves the expert without rows
+            const int previous = e == 0 ? 0 : min_int(max_int(__ldg(group.info + e - 1), 0), m);
+            begin[j] = min_int((previous + group.group_rows - 1) / group.group_rows * group.group_rows, m);
+            end[j] = min_int(max_int(__ldg(group.info + e), begin[j]), m);
           } else {  // offsets, clamped into [0, m] and non-decreasing per expert
             begin[j] = min_int(max_int(__ldg(group.info + e), 0), m);
             end[j] = min_int(max_int(__ldg(group.info + e + 1), begin[j]), m);
@@ -414,7 +433,7 @@ struct Scheduler<Cfg, ProblemKind::kGroupedContiguous> {
   DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
 };
 
-/// kGroupedMasked and kGroupedOffsets: every tile has work; a multicast pair shares its operand
+/// kGroupedMasked, kGroupedOffsets and kGroupedPsum: every tile has work; a multicast pair shares its operand
 /// only within one expert. The order depends on the raster axis:
 ///   along M (Cfg::kRasterAlongM): the experts' tiles one after another (expert e's first tile is
 ///     m_block_start[e] * n-blocks, GroupTable), each expert's own m-blocks x n-blocks grid in
@@ -521,6 +540,10 @@ struct Scheduler<Cfg, ProblemKind::kGroupedMasked> : TableScheduler<Cfg, Problem
 template <class Cfg>
 struct Scheduler<Cfg, ProblemKind::kGroupedOffsets> : TableScheduler<Cfg, ProblemKind::kGroupedOffsets> {
   using TableScheduler<Cfg, ProblemKind::kGroupedOffsets>::TableScheduler;
+};
+template <class Cfg>
+struct Scheduler<Cfg, ProblemKind::kGroupedPsum> : TableScheduler<Cfg, ProblemKind::kGroupedPsum> {
+  using TableScheduler<Cfg, ProblemKind::kGroupedPsum>::TableScheduler;
 };
 
 /// A K-grouped tile's K range: k-blocks [kb_begin, kb_end) (128-wide, numbered from K = 0), of
