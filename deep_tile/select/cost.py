@@ -57,9 +57,13 @@ class ModelParams:
         clock_hz: SM clock the cycle counts are converted at.
         tensor_efficiency: fraction of the FP8 tensor peak a full-width WGMMA chain reaches.
         irregular_width_efficiency: relative speed of WGMMA widths that are multiples of 32 but
-            not powers of two (96, 160, 192, ...); other widths (80, 112, 144, ...) count it
-            twice. The square is set by hand: the benchmark ran 64x112 at 128x7168x2048 in
-            17.6 us where the sweep had 14.2 (64x128: 13.3).
+            not powers of two (96, 160, 192, ...). Set by hand to 0.9 (the fit gave 0.763 before
+            b_scale was staged in shared memory): 128x192 tiles ran at about 0.94 of 128x256's
+            speed per FLOP, and the two dense picks that move ran 8-9% faster (RESULTS.md,
+            2026-11-25 'The psum layout in its own kernel kind').
+        odd_width_efficiency: the same for widths that are not multiples of 32 (80, 112, 144,
+            ...): the fit's 0.763 squared, set by hand: the benchmark ran 64x112 at
+            128x7168x2048 in 17.6 us where the sweep had 14.2 (64x128: 13.3).
         l2_bytes_per_cycle: L2 -> shared memory bytes per cycle per SM with every SM loading.
         chain_cycles: one k-block's dependent chain per sub-tile.
         overlap_factor: fraction of the chain left with two accumulator buffers.
@@ -78,7 +82,8 @@ class ModelParams:
 
     clock_hz: float = 2.0e9
     tensor_efficiency: float = 0.921
-    irregular_width_efficiency: float = 0.763
+    irregular_width_efficiency: float = 0.9
+    odd_width_efficiency: float = 0.763 ** 2
     l2_bytes_per_cycle: float = 65.9
     chain_cycles: float = 180.4
     overlap_factor: float = 1.0
@@ -100,15 +105,15 @@ DEFAULT_PARAMS = ModelParams()
 def wgmma_efficiency(wgmma_n: int, params: "ModelParams | None" = None) -> float:
     """Tensor-pipe efficiency of a chain of ``m64 x wgmma_n x k32`` WGMMAs relative to 128 columns:
     narrow ones cannot keep the pipe full (assumed linear below 64 columns), and widths that are
-    not a power of two ran measurably slower (``irregular_width_efficiency``, squared for widths
-    that are not a multiple of 32; cause unknown)."""
+    not a power of two ran measurably slower (``irregular_width_efficiency``, and
+    ``odd_width_efficiency`` for widths that are not a multiple of 32; cause unknown)."""
     params = params or DEFAULT_PARAMS
     if wgmma_n & (wgmma_n - 1) == 0:
         irregular = 1.0
     elif wgmma_n % 32 == 0:
         irregular = params.irregular_width_efficiency
     else:  # 80, 112, 144, ...: slower still
-        irregular = params.irregular_width_efficiency ** 2
+        irregular = params.odd_width_efficiency
     return min(1.0, 0.3 + 0.7 * wgmma_n / 64) * irregular
 
 
