@@ -115,6 +115,71 @@ struct Args {
   int rows, cols, s_pitch, st_pitch, qt_ld, flags;
 };
 
+/// The row pass's geometry of one thread in a 128x128 tile: its 16 columns (`chunk`), its first
+/// row in the tile (`sub_row`, then every kRowsPerPass rows), and the tile's origin.
+struct RowPass {
+  int tid, row0, chunk, sub_row, col;
+  bool col_ok;
+};
+
+/// The amax of 16 bf16 (two 16-byte words).
+DT_DEVICE float amax16(const uint4 (&v)[2]) {
+  float m = 0.0f;
+  const u32* w = reinterpret_cast<const u32*>(&v[0]);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = amax2(m, w[i]);
+  return m;
+}
+
+/// The row pass's (inv, scale) per pass from each pass's chunk amax, and the row scales stored:
+/// kBlock, one scale for the tile (the block's amax through `warp_amax`; stored by thread 0 at
+/// s[tile_y][tile_x] and, with `store_transposed`, st[tile_x][tile_y]); else one per row (the 8
+/// lanes of a row meet their amax with shuffles; stored column-major, s[tile_x][row]).
+/// NOTES: `Index` keeps the caller's type of the tile's indices (blockIdx's unsigned, or int): the
+/// index arithmetic, and so the SASS, stay those of the code this was taken out of.
+template <bool kBlock, class Index>
+DT_DEVICE void row_scales(const Args& a, const RowPass& t, const float (&amax)[kPasses], Index tile_y, Index tile_x,
+                          float* warp_amax, bool store_transposed, bool power_of_two, float2 (&row_inv)[kPasses]) {
+  if constexpr (kBlock) {
+    float m = amax[0];
+#pragma unroll
+    for (int p = 1; p < kPasses; ++p) m = fmaxf(m, amax[p]);
+    m = shfl_max(m, 31);
+    if (t.tid % 32 == 0) warp_amax[t.tid / 32] = m;
+    __syncthreads();
+    m = warp_amax[0];
+#pragma unroll
+    for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, warp_amax[i]);
+    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) row_inv[p] = is;
+    if (t.tid == 0) {
+      a.s[tile_y * a.s_pitch + tile_x] = is.y;
+      if (store_transposed) a.st[tile_x * a.st_pitch + tile_y] = is.y;
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < kPasses; ++p) {
+      row_inv[p] = inv_and_scale(fmaxf(shfl_max(amax[p], kTile / kChunk - 1), kMinAmax), power_of_two);
+      const int row = t.row0 + t.sub_row + p * kRowsPerPass;
+      if (t.chunk == 0 && row < a.rows) a.s[static_cast<long long>(tile_x) * a.s_pitch + row] = row_inv[p].y;
+    }
+  }
+}
+
+/// The row pass's stores: each pass's 16 FP8 bytes of a row with one 16-byte store.
+DT_DEVICE void store_row_pass(const Args& a, const RowPass& t, const uint4 (&v)[kPasses][2],
+                              const float2 (&row_inv)[kPasses]) {
+#pragma unroll
+  for (int p = 0; p < kPasses; ++p) {
+    const int row = t.row0 + t.sub_row + p * kRowsPerPass;
+    if (t.col_ok && row < a.rows) {
+      const uint2 lo = quantize8(v[p][0], row_inv[p].x), hi = quantize8(v[p][1], row_inv[p].x);
+      *reinterpret_cast<uint4*>(a.q + static_cast<long long>(row) * a.cols + t.col) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+  }
+}
+
 /// The cast of one 128x128 tile; kBlock: one scale for the tile (weights), else 1x128 groups.
 /// With kStages > 0 this runs only without a transposed output (cast_tiles_pipelined does those).
 template <bool kBlock>
@@ -148,51 +213,13 @@ DT_DEVICE void cast_tile(const Args& a) {
   }
   float amax[kPasses];
 #pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    float m = 0.0f;
-    const u32* w = reinterpret_cast<const u32*>(&v[p][0]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m = amax2(m, w[i]);
-    amax[p] = m;
-  }
+  for (int p = 0; p < kPasses; ++p) amax[p] = amax16(v[p]);
 
-  // ---- amax and scale of the row pass
+  // ---- amax and scale of the row pass, then its stores: 16 FP8 bytes per row, one 16-byte store
+  const RowPass rp{tid, row0, chunk, sub_row, col, col_ok};
   float2 row_inv[kPasses];
-  if constexpr (kBlock) {
-    float m = amax[0];
-#pragma unroll
-    for (int p = 1; p < kPasses; ++p) m = fmaxf(m, amax[p]);
-    m = shfl_max(m, 31);
-    if (tid % 32 == 0) warp_amax[tid / 32] = m;
-    __syncthreads();
-    m = warp_amax[0];
-#pragma unroll
-    for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, warp_amax[i]);
-    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
-#pragma unroll
-    for (int p = 0; p < kPasses; ++p) row_inv[p] = is;
-    if (tid == 0) {
-      a.s[blockIdx.y * a.s_pitch + blockIdx.x] = is.y;
-      if (transposed) a.st[blockIdx.x * a.st_pitch + blockIdx.y] = is.y;
-    }
-  } else {
-#pragma unroll
-    for (int p = 0; p < kPasses; ++p) {
-      row_inv[p] = inv_and_scale(fmaxf(shfl_max(amax[p], kTile / kChunk - 1), kMinAmax), power_of_two);
-      const int row = row0 + sub_row + p * kRowsPerPass;
-      if (chunk == 0 && row < a.rows) a.s[static_cast<long long>(blockIdx.x) * a.s_pitch + row] = row_inv[p].y;
-    }
-  }
-
-  // ---- row pass: 16 FP8 bytes per row with one 16-byte store
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int row = row0 + sub_row + p * kRowsPerPass;
-    if (col_ok && row < a.rows) {
-      const uint2 lo = quantize8(v[p][0], row_inv[p].x), hi = quantize8(v[p][1], row_inv[p].x);
-      *reinterpret_cast<uint4*>(a.q + static_cast<long long>(row) * a.cols + col) = make_uint4(lo.x, lo.y, hi.x, hi.y);
-    }
-  }
+  row_scales<kBlock>(a, rp, amax, blockIdx.y, blockIdx.x, warp_amax, transposed, power_of_two, row_inv);
+  store_row_pass(a, rp, v, row_inv);
   if (!transposed) return;
 #if DT_CT_STAGES == 0
   // ---- column pass through shared memory
@@ -299,46 +326,12 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int til
     const int r = sub_row + p * kRowsPerPass;
     v[p][0] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk));
     v[p][1] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk + 8));
-    float m = 0.0f;
-    const u32* w = reinterpret_cast<const u32*>(&v[p][0]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m = amax2(m, w[i]);
-    amax[p] = m;
+    amax[p] = amax16(v[p]);
   }
+  const RowPass rp{tid, row0, chunk, sub_row, col, col_ok};
   float2 row_inv[kPasses];
-  if constexpr (kBlock) {
-    float m = amax[0];
-#pragma unroll
-    for (int p = 1; p < kPasses; ++p) m = fmaxf(m, amax[p]);
-    m = shfl_max(m, 31);
-    if (tid % 32 == 0) warp_amax[tid / 32] = m;
-    __syncthreads();
-    m = warp_amax[0];
-#pragma unroll
-    for (int i = 1; i < kThreads / 32; ++i) m = fmaxf(m, warp_amax[i]);
-    const float2 is = inv_and_scale(fmaxf(m, kMinAmax), power_of_two);
-#pragma unroll
-    for (int p = 0; p < kPasses; ++p) row_inv[p] = is;
-    if (tid == 0) {
-      a.s[tile_y * a.s_pitch + tile_x] = is.y;
-      a.st[tile_x * a.st_pitch + tile_y] = is.y;
-    }
-  } else {
-#pragma unroll
-    for (int p = 0; p < kPasses; ++p) {
-      row_inv[p] = inv_and_scale(fmaxf(shfl_max(amax[p], kTile / kChunk - 1), kMinAmax), power_of_two);
-      const int row = row0 + sub_row + p * kRowsPerPass;
-      if (chunk == 0 && row < a.rows) a.s[static_cast<long long>(tile_x) * a.s_pitch + row] = row_inv[p].y;
-    }
-  }
-#pragma unroll
-  for (int p = 0; p < kPasses; ++p) {
-    const int row = row0 + sub_row + p * kRowsPerPass;
-    if (col_ok && row < a.rows) {
-      const uint2 lo = quantize8(v[p][0], row_inv[p].x), hi = quantize8(v[p][1], row_inv[p].x);
-      *reinterpret_cast<uint4*>(a.q + static_cast<long long>(row) * a.cols + col) = make_uint4(lo.x, lo.y, hi.x, hi.y);
-    }
-  }
+  row_scales<kBlock>(a, rp, amax, tile_y, tile_x, warp_amax, true, power_of_two, row_inv);
+  store_row_pass(a, rp, v, row_inv);
 
   if constexpr (kLines) {
     // ---- column pass, whole lines: a warp takes kLineCols columns; its 8 lanes of a column take
