@@ -10,6 +10,10 @@ its transposed FP8 copy, each with the scales the FP8 GEMMs read without a copy 
 Both take ``power_of_two_scales``: each scale rounded up to a power of two (as DeepSeek-V3 and
 TransformerEngine do). CUDA tensors run the kernels of :mod:`deep_tile.cast_transpose_kernels`;
 CPU tensors the torch reference :mod:`deep_tile.cast_transpose_ref`, which they match bitwise.
+Each runs as a torch custom op (``torch.ops.deep_tile.per_token_cast_transpose_to_fp8`` /
+``per_block_cast_transpose_to_fp8(x, transpose, power_of_two_scales) -> (q, s, qt, st)``, with
+empty ``qt``/``st`` without ``transpose``) with a fake implementation, so ``torch.compile`` traces
+the casts (and the layers of :mod:`deep_tile.nn` around them) without a graph break.
 """
 from __future__ import annotations
 
@@ -17,15 +21,10 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from deep_tile import cast_transpose_kernels
-from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
-from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
-from deep_tile.kernels import cast_transpose as contract
+from deep_tile import ops
+from deep_tile.cast_transpose_impl import BLOCK_OP, MAX_ROWS, TOKEN_OP, check
 
 __all__ = ["CastOutputs", "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8", "MAX_ROWS"]
-
-MAX_ROWS = 65535 * SCALE_GROUP
-"""Most rows a cast takes (the grid's y dimension holds one CTA per 128 rows)."""
 
 
 class CastOutputs(NamedTuple):
@@ -35,41 +34,6 @@ class CastOutputs(NamedTuple):
     s: torch.Tensor
     qt: Optional[torch.Tensor]
     st: Optional[torch.Tensor]
-
-
-def _check(fn: str, name: str, x, transpose, power_of_two_scales, rows_multiple: int) -> None:
-    """TypeError/ValueError, naming ``fn`` and the argument, unless ``x`` is a bf16 2-D tensor that
-    the kernels take (nothing is allocated or written before)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}.")
-    if x.dtype != torch.bfloat16:
-        raise TypeError(f"{fn}: {name} must have dtype bfloat16 (the values to quantise); got {x.dtype}.")
-    if x.dim() != 2:
-        raise ValueError(f"{fn}: {name} must be 2-D; got {x.dim()}-D of shape {tuple(x.shape)}.")
-    for flag, value in (("transpose", transpose), ("power_of_two_scales", power_of_two_scales)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{fn}: {flag} must be a bool; got {value!r}.")
-    rows, cols = x.shape
-    if cols == 0 or cols % contract.COL_ALIGN:
-        raise ValueError(f"{fn}: {name} must have a positive multiple of {contract.COL_ALIGN} columns (16-byte FP8 "
-                         f"rows, the GEMMs' K rule); got shape {tuple(x.shape)}.")
-    if transpose and rows % rows_multiple:
-        raise ValueError(f"{fn}: with transpose=True, {name} must have a multiple of {rows_multiple} rows (the "
-                         f"transposed copy's rows must be 16-byte aligned); got shape {tuple(x.shape)}.")
-    if rows > MAX_ROWS:
-        raise ValueError(f"{fn}: {name} has {rows} rows; at most {MAX_ROWS} are supported.")
-
-
-def _column_major(rows: int, cols: int, device) -> torch.Tensor:
-    """A float32 ``[rows, cols]`` with strides ``(1, align4(rows))``: the TMA-aligned a_scale layout."""
-    return torch.empty((cols, align4(rows)), dtype=torch.float32, device=device).t()[:rows]
-
-
-def _input(x: torch.Tensor) -> torch.Tensor:
-    """``x`` contiguous and 16-byte aligned (a copy only when it is not)."""
-    if not x.is_contiguous() or x.data_ptr() % 16:
-        x = x.clone(memory_format=torch.contiguous_format)
-    return x
 
 
 def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
@@ -106,24 +70,8 @@ def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
         TypeError, ValueError: not a bf16 2-D tensor, D not a positive multiple of 16, T > MAX_ROWS,
             flags not bools (nothing written).
     """
-    fn = "per_token_cast_transpose_to_fp8"
-    _check(fn, "x", x, transpose, power_of_two_scales, 1)
-    rows, cols = x.shape
-    device = x.device
-    if not x.is_cuda:
-        q, s, qt, st = token_cast_transpose_ref(x, transpose, power_of_two_scales)
-        s = _column_major(rows, s.shape[1], device).copy_(s)
-        if transpose:
-            st = _column_major(cols, st.shape[1], device).copy_(st)
-        return CastOutputs(q, s, qt, st)
-    q = torch.empty((rows, cols), dtype=torch.float8_e4m3fn, device=device)
-    s = _column_major(rows, ceil_div(cols, SCALE_GROUP), device)
-    qt = st = None
-    if transpose:
-        qt = torch.empty((cols, align_up(rows, 16)), dtype=torch.float8_e4m3fn, device=device)
-        st = _column_major(cols, ceil_div(rows, SCALE_GROUP), device)
-    cast_transpose_kernels.launch(False, _input(x), q, s, qt, st, power_of_two_scales)
-    return CastOutputs(q, s, qt, st)
+    check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
+    return _outputs(ops.per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales), transpose)
 
 
 def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,
@@ -150,16 +98,12 @@ def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,
         TypeError, ValueError: as :func:`per_token_cast_transpose_to_fp8`, and N % 16 with
             ``transpose`` (nothing written).
     """
-    _check("per_block_cast_transpose_to_fp8", "w", w, transpose, power_of_two_scales, 16)
-    rows, cols = w.shape
-    if not w.is_cuda:
-        return CastOutputs(*block_cast_transpose_ref(w, transpose, power_of_two_scales))
-    rb, cb = ceil_div(rows, SCALE_GROUP), ceil_div(cols, SCALE_GROUP)
-    q = torch.empty((rows, cols), dtype=torch.float8_e4m3fn, device=w.device)
-    s = torch.empty((rb, cb), dtype=torch.float32, device=w.device)
-    qt = st = None
-    if transpose:
-        qt = torch.empty((cols, rows), dtype=torch.float8_e4m3fn, device=w.device)
-        st = torch.empty((cb, rb), dtype=torch.float32, device=w.device)
-    cast_transpose_kernels.launch(True, _input(w), q, s, qt, st, power_of_two_scales)
-    return CastOutputs(q, s, qt, st)
+    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+    return _outputs(ops.per_block_cast_transpose_to_fp8(w, transpose, power_of_two_scales), transpose)
+
+
+def _outputs(results, transpose: bool) -> CastOutputs:
+    """The op's four tensors as :class:`CastOutputs` (``qt``/``st`` None without ``transpose``:
+    the op returns empty tensors there, a schema has no optional outputs)."""
+    q, s, qt, st = results
+    return CastOutputs(q, s, qt, st) if transpose else CastOutputs(q, s, None, None)

@@ -18,7 +18,10 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 - ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}`` and their ``_out`` variants: the
   Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
-  Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents.
+  Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents;
+- ``per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales)`` and
+  ``per_block_cast_transpose_to_fp8(w, transpose, power_of_two_scales) -> (q, s, qt, st)``: the
+  fused casts of :mod:`deep_tile.cast_transpose` (``qt``/``st`` empty without ``transpose``).
 
 Each has a fake (meta) implementation that checks what can be checked without data (types,
 dtypes, shapes, strides: the messages of :mod:`deep_tile.checks` and :mod:`deep_tile.quant`)
@@ -53,6 +56,7 @@ from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["NAMESPACE", "SCHEMAS", "PYTHON_ONLY_OPS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+           "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
            "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out",
            "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_psum_out"]
@@ -93,6 +97,10 @@ SCHEMAS = {
                                     "Tensor b_scale, Tensor expert_ends, Tensor(a!) out) -> ()"),
     "per_token_cast_to_fp8": "per_token_cast_to_fp8(Tensor x) -> (Tensor, Tensor)",
     "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
+    "per_token_cast_transpose_to_fp8": ("per_token_cast_transpose_to_fp8(Tensor x, bool transpose, "
+                                        "bool power_of_two_scales) -> (Tensor, Tensor, Tensor, Tensor)"),
+    "per_block_cast_transpose_to_fp8": ("per_block_cast_transpose_to_fp8(Tensor w, bool transpose, "
+                                        "bool power_of_two_scales) -> (Tensor, Tensor, Tensor, Tensor)"),
 }
 """Operator name -> schema, as registered in :data:`NAMESPACE`."""
 PYTHON_ONLY_OPS = ("fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d",
@@ -277,6 +285,17 @@ def _cast_fake(fn: str, arg: str, x, scale_rows):
     return q, s
 
 
+def _cast_transpose(name: str):
+    """``deep_tile.cast_transpose_impl.<name>``, imported on first call (it loads the kernels' module)."""
+
+    def call(*args):
+        from deep_tile import cast_transpose_impl
+
+        return getattr(cast_transpose_impl, name)(*args)
+
+    return call
+
+
 def _per_token_fake(x):
     return _cast_fake("per_token_cast_to_fp8", "x", x, lambda rows: rows)
 
@@ -296,6 +315,8 @@ _IMPLS = {
     "k_grouped_fp8_gemm_1d1d_out": (_k_grouped_out_impl, _k_grouped_out_fake),
     "per_token_cast_to_fp8": (_per_token_impl, _per_token_fake),
     "per_block_cast_to_fp8": (_per_block_impl, _per_block_fake),
+    "per_token_cast_transpose_to_fp8": (_cast_transpose("token_op_impl"), _cast_transpose("token_op_fake")),
+    "per_block_cast_transpose_to_fp8": (_cast_transpose("block_op_impl"), _cast_transpose("block_op_fake")),
 }
 
 
@@ -341,6 +362,12 @@ per_token_cast_to_fp8 = _ops.per_token_cast_to_fp8.default
 """``torch.ops.deep_tile.per_token_cast_to_fp8.default``: ``x -> (q, s)``."""
 per_block_cast_to_fp8 = _ops.per_block_cast_to_fp8.default
 """``torch.ops.deep_tile.per_block_cast_to_fp8.default``: ``w -> (q, s)``."""
+per_token_cast_transpose_to_fp8 = _ops.per_token_cast_transpose_to_fp8.default
+"""``(x, transpose, power_of_two_scales) -> (q, s, qt, st)``
+(:func:`deep_tile.cast_transpose.per_token_cast_transpose_to_fp8`)."""
+per_block_cast_transpose_to_fp8 = _ops.per_block_cast_transpose_to_fp8.default
+"""``(w, transpose, power_of_two_scales) -> (q, s, qt, st)``
+(:func:`deep_tile.cast_transpose.per_block_cast_transpose_to_fp8`)."""
 m_grouped_fp8_gemm_contiguous = _ops.m_grouped_fp8_gemm_contiguous.default
 """``(a, a_scale, b, b_scale, m_indices) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_contiguous`)."""
 m_grouped_fp8_gemm_contiguous_out = _ops.m_grouped_fp8_gemm_contiguous_out.default

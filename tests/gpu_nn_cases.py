@@ -16,7 +16,9 @@ from deep_tile.testing.numeric import DIFF_TOL, REL_TOL
 from gpu_cases import serve
 
 
-def linear(tokens: int, k: int, n: int, main_grad: bool = True, seed: int = 0) -> dict:
+def linear(tokens: int, k: int, n: int, main_grad: bool = True, seed: int = 0, compiled: bool = False) -> dict:
+    """``compiled``: the layer under ``torch.compile(fullgraph=True, backend="aot_eager")`` (a graph
+    break raises), forward and backward traced through the custom ops."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(tokens, k, generator=gen, device="cuda").to(torch.bfloat16).requires_grad_(True)
     weight = torch.nn.Parameter(torch.randn(n, k, generator=gen, device="cuda").to(torch.bfloat16))
@@ -24,7 +26,8 @@ def linear(tokens: int, k: int, n: int, main_grad: bool = True, seed: int = 0) -
     if main_grad:
         weight.main_grad = start.clone()
     dy = torch.randn(tokens, n, generator=gen, device="cuda").to(torch.bfloat16)
-    y = dnn.fp8_linear(x, weight)
+    layer = torch.compile(dnn.fp8_linear, fullgraph=True, backend="aot_eager") if compiled else dnn.fp8_linear
+    y = layer(x, weight)
     y.backward(dy)
     torch.cuda.synchronize()
     want = expected_linear(x.detach(), weight.detach(), dy)
@@ -34,7 +37,7 @@ def linear(tokens: int, k: int, n: int, main_grad: bool = True, seed: int = 0) -
     # largest error relative to the largest value), and no NaN.
     ok = (all(v["diff"] < DIFF_TOL and v["max_rel"] < REL_TOL and not v["nan"] for v in got.values())
           and main_grad == (weight.grad is None))
-    return {"case": f"linear T={tokens} K={k} N={n} main_grad={main_grad}", "ok": ok, **got}
+    return {"case": f"linear T={tokens} K={k} N={n} main_grad={main_grad} compiled={compiled}", "ok": ok, **got}
 
 
 def swiglu(rows: int, inter: int, seed: int = 0) -> dict:

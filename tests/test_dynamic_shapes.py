@@ -24,6 +24,7 @@ from conftest import DIFF_TOL, REL_TOL, run_host_cases
 N, K = 384, 640
 KB = ceil_div(K, SCALE_GROUP)
 CAST_K = 300  # the casts' column count
+CT_K = 304  # the fused cast-transpose's (a multiple of 16)
 
 MS = list(range(2, 65)) + [129, 300, 1000]  # Dynamo specialises sizes 0 and 1 of backed inputs
 UNBACKED_MS = [0, 1, 2, 7, 64, 129, 1000]
@@ -69,17 +70,24 @@ def per_block(w):
     return OPS.per_block_cast_to_fp8(w)
 
 
+def token_transpose(x):
+    """The fused activation cast with its transposed copy (the training layers' cast)."""
+    return OPS.per_token_cast_transpose_to_fp8(x, True, False)
+
+
 def call_args(op: str, m: int, layout: str) -> tuple:
     """The arguments of ``op`` (a function above) for m rows."""
     if op in ("gemm", "gemm_out"):
         args = a_operands(m, layout)
         return args + (torch.empty(m, N, dtype=torch.bfloat16, device="meta"),) if op == "gemm_out" else args
-    return (torch.empty(m, CAST_K, dtype=torch.bfloat16, device="meta"),)
+    cols = CT_K if op == "token_transpose" else CAST_K
+    return (torch.empty(m, cols, dtype=torch.bfloat16, device="meta"),)
 
 
 def expected_rows(op: str, m: int) -> tuple:
     """The first dimension of each output of ``op`` for m rows."""
-    return {"gemm": (m,), "gemm_out": (m,), "per_token": (m, m), "per_block": (m, ceil_div(m, SCALE_GROUP))}[op]
+    return {"gemm": (m,), "gemm_out": (m,), "per_token": (m, m), "per_block": (m, ceil_div(m, SCALE_GROUP)),
+            "token_transpose": (m, m, CT_K, CT_K)}[op]
 
 
 def run_compiled(op: str, ms: list, backend: str, layout: str = "row", unbacked: bool = False) -> int:
@@ -105,7 +113,7 @@ def run_compiled(op: str, ms: list, backend: str, layout: str = "row", unbacked:
 
 
 COMPILE_CASES = [("gemm", "row"), ("gemm", "tma"), ("gemm_out", "row"), ("gemm_out", "tma"),
-                 ("per_token", "row"), ("per_block", "row")]
+                 ("per_token", "row"), ("per_block", "row"), ("token_transpose", "row")]
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -113,20 +121,22 @@ COMPILE_CASES = [("gemm", "row"), ("gemm", "tma"), ("gemm_out", "row"), ("gemm_o
 def test_compile_dynamic_m_builds_one_graph(op, layout, backend):
     """M = 2..64, 129, 300, 1000 (backed sizes): one graph, M-dependent a_scale strides included."""
     ms = MS
-    if op == "per_block" and backend == "aot_eager":
-        # AOTAutograd's tensor metadata asks whether the scale's ceil(rows/128) rows are 1: a guard
-        # torch adds (not the fake implementation), so M up to 128 here; see the size-oblivious test.
+    if op in ("per_block", "token_transpose") and backend == "aot_eager":
+        # AOTAutograd's tensor metadata asks whether the scale's ceil(rows/128) rows (columns of the
+        # transposed copy's scales) are 1: a guard torch adds (not the fake implementation), so M up
+        # to 128 here; see the size-oblivious test.
         ms = [m for m in MS if m <= SCALE_GROUP]
     assert run_compiled(op, ms, backend, layout) == 1
 
 
-def test_per_block_rows_cross_128_in_one_graph_when_size_oblivious():
-    """With torch's size-oblivious option, per_block's rows cross 128 in one graph under AOTAutograd."""
+@pytest.mark.parametrize("op", ["per_block", "token_transpose"])
+def test_per_block_rows_cross_128_in_one_graph_when_size_oblivious(op):
+    """With torch's size-oblivious option, the rows cross 128 in one graph under AOTAutograd."""
     with shape_config.patch(backed_size_oblivious=True):
-        assert run_compiled("per_block", MS, "aot_eager") == 1
+        assert run_compiled(op, MS, "aot_eager") == 1
 
 
-@pytest.mark.parametrize("op", ["gemm", "gemm_out", "per_token", "per_block"])
+@pytest.mark.parametrize("op", ["gemm", "gemm_out", "per_token", "per_block", "token_transpose"])
 def test_compile_unbacked_m_builds_one_graph(op):
     """M = 0 and 1 included: the fake implementations add no guard on M at all."""
     assert run_compiled(op, UNBACKED_MS, "aot_eager", unbacked=True) == 1

@@ -74,6 +74,9 @@ def test_gpu_linear_against_float64():
     results = run_child_cases("gpu_nn_cases.py", "linear", [
         dict(tokens=4096, k=7168, n=2048), dict(tokens=1000, k=2048, n=7168), dict(tokens=1, k=512, n=256),
         dict(tokens=129, k=7168, n=576, main_grad=False), dict(tokens=127, k=256, n=128),
+        # under torch.compile(fullgraph=True): the casts and GEMMs are custom ops, no graph break
+        dict(tokens=1000, k=2048, n=512, main_grad=False, compiled=True),
+        dict(tokens=1000, k=2048, n=512, main_grad=True, compiled=True),
     ], timeout=600)
     bad = [f"{r['case']}: y {r['y']}, dx {r['dx']}, dw {r['dw']}" for r in results if not r["ok"]]
     assert not bad, "\n".join(bad)

@@ -1,0 +1,144 @@
+"""The fused FP8 casts' implementations (:mod:`deep_tile.cast_transpose` is their public face):
+input checks, the outputs' layouts, and the real and fake kernels of the custom ops
+``torch.ops.deep_tile.per_token_cast_transpose_to_fp8`` / ``per_block_cast_transpose_to_fp8``
+that :mod:`deep_tile.ops` registers. CUDA tensors run the kernels of
+:mod:`deep_tile.cast_transpose_kernels`; CPU tensors the torch reference
+:mod:`deep_tile.cast_transpose_ref`, copied into the same layouts.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile import cast_transpose_kernels
+from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
+from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
+from deep_tile.kernels import cast_transpose as contract
+
+__all__ = ["MAX_ROWS", "TOKEN_OP", "BLOCK_OP", "check", "token_op_impl", "token_op_fake", "block_op_impl",
+           "block_op_fake"]
+
+MAX_ROWS = 65535 * SCALE_GROUP
+"""Most rows a cast takes (the grid's y dimension holds one CTA per 128 rows)."""
+
+def check(fn: str, name: str, x, transpose, power_of_two_scales, rows_multiple: int) -> None:
+    """TypeError/ValueError, naming ``fn`` and the argument, unless ``x`` is a bf16 2-D tensor that
+    the kernels take (nothing is allocated or written before)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}.")
+    if x.dtype != torch.bfloat16:
+        raise TypeError(f"{fn}: {name} must have dtype bfloat16 (the values to quantise); got {x.dtype}.")
+    if x.dim() != 2:
+        raise ValueError(f"{fn}: {name} must be 2-D; got {x.dim()}-D of shape {tuple(x.shape)}.")
+    for flag, value in (("transpose", transpose), ("power_of_two_scales", power_of_two_scales)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{fn}: {flag} must be a bool; got {value!r}.")
+    rows, cols = x.shape
+    if cols == 0 or cols % contract.COL_ALIGN:
+        raise ValueError(f"{fn}: {name} must have a positive multiple of {contract.COL_ALIGN} columns (16-byte FP8 "
+                         f"rows, the GEMMs' K rule); got shape {tuple(x.shape)}.")
+    aligned = not transpose or rows % rows_multiple == 0
+    aligned_why = (f"{fn}: with transpose=True, {name} must have a multiple of {rows_multiple} rows (the transposed "
+                   f"copy's rows must be 16-byte aligned); got shape {tuple(x.shape)}.")
+    few = rows <= MAX_ROWS
+    few_why = f"{fn}: {name} has {rows} rows; at most {MAX_ROWS} are supported."
+    if isinstance(rows, torch.SymInt):
+        # the fake implementations: torch._check_with keeps a symbolic row count symbolic (the
+        # public functions, traced by Dynamo, test it as an int)
+        torch._check_with(ValueError, aligned, lambda: aligned_why)
+        torch._check_with(ValueError, few, lambda: few_why)
+    elif not aligned:
+        raise ValueError(aligned_why)
+    elif not few:
+        raise ValueError(few_why)
+
+
+def _column_major(like: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A float32 ``[rows, cols]`` on ``like``'s device with strides ``(1, align4(rows))``: the
+    TMA-aligned a_scale layout."""
+    pitch = align4(rows)
+    return like.new_empty((cols, pitch), dtype=torch.float32).as_strided((rows, cols), (1, pitch))
+
+
+def _input(x: torch.Tensor) -> torch.Tensor:
+    """``x`` contiguous and 16-byte aligned (a copy only when it is not)."""
+    if not x.is_contiguous() or x.data_ptr() % 16:
+        x = x.clone(memory_format=torch.contiguous_format)
+    return x
+
+
+TOKEN_OP = "per_token_cast_transpose_to_fp8"
+"""The name of the activation cast, as a function and as ``torch.ops.deep_tile.<name>``."""
+BLOCK_OP = "per_block_cast_transpose_to_fp8"
+"""The name of the weight cast, likewise."""
+
+
+def _absent(x: torch.Tensor) -> tuple:
+    """The op's ``(qt, st)`` without a transposed copy: two empty tensors."""
+    return x.new_empty((0, 0), dtype=torch.float8_e4m3fn), x.new_empty((0, 0), dtype=torch.float32)
+
+
+def _token_shapes(x: torch.Tensor, transpose: bool) -> tuple:
+    """Empty ``(q, s, qt, st)`` of the activation cast of ``x`` in their final layouts (the row
+    count left symbolic when it is)."""
+    rows, cols = x.shape
+    q = x.new_empty((rows, cols), dtype=torch.float8_e4m3fn)
+    s = _column_major(x, rows, ceil_div(cols, SCALE_GROUP))
+    if not transpose:
+        return (q, s) + _absent(x)
+    qt = x.new_empty((cols, align_up(rows, 16)), dtype=torch.float8_e4m3fn)
+    return q, s, qt, _column_major(x, cols, ceil_div(rows, SCALE_GROUP))
+
+
+def _block_shapes(w: torch.Tensor, transpose: bool) -> tuple:
+    """Empty ``(q, s, qt, st)`` of the weight cast of ``w``, all contiguous."""
+    rows, cols = w.shape
+    rb, cb = ceil_div(rows, SCALE_GROUP), ceil_div(cols, SCALE_GROUP)
+    q = w.new_empty((rows, cols), dtype=torch.float8_e4m3fn)
+    s = w.new_empty((rb, cb), dtype=torch.float32)
+    if not transpose:
+        return (q, s) + _absent(w)
+    return q, s, w.new_empty((cols, rows), dtype=torch.float8_e4m3fn), w.new_empty((cb, rb), dtype=torch.float32)
+
+
+def token_op_impl(x: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
+    """``torch.ops.deep_tile.per_token_cast_transpose_to_fp8``: the kernels for CUDA tensors, the
+    torch reference copied into the same layouts for CPU ones."""
+    check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
+    q, s, qt, st = _token_shapes(x, transpose)
+    if not x.is_cuda:
+        rq, rs, rqt, rst = token_cast_transpose_ref(x, transpose, power_of_two_scales)
+        q.copy_(rq), s.copy_(rs)
+        if transpose:
+            qt.copy_(rqt), st.copy_(rst)
+        return q, s, qt, st
+    cast_transpose_kernels.launch(False, _input(x), q, s, qt if transpose else None, st if transpose else None,
+                                  power_of_two_scales)
+    return q, s, qt, st
+
+
+def token_op_fake(x: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
+    """The checks (a symbolic row count stays symbolic), then the outputs' shapes and strides."""
+    check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
+    return _token_shapes(x, transpose)
+
+
+def block_op_impl(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
+    """``torch.ops.deep_tile.per_block_cast_transpose_to_fp8``: the kernels for CUDA tensors, the
+    torch reference for CPU ones."""
+    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+    q, s, qt, st = _block_shapes(w, transpose)
+    if not w.is_cuda:
+        rq, rs, rqt, rst = block_cast_transpose_ref(w, transpose, power_of_two_scales)
+        q.copy_(rq), s.copy_(rs)
+        if transpose:
+            qt.copy_(rqt), st.copy_(rst)
+        return q, s, qt, st
+    cast_transpose_kernels.launch(True, _input(w), q, s, qt if transpose else None, st if transpose else None,
+                                  power_of_two_scales)
+    return q, s, qt, st
+
+
+def block_op_fake(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
+    """The checks, then the outputs' shapes."""
+    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+    return _block_shapes(w, transpose)
