@@ -100,20 +100,26 @@ def _block_shapes(w: torch.Tensor, transpose: bool) -> tuple:
     return q, s, w.new_empty((cols, rows), dtype=torch.float8_e4m3fn), w.new_empty((cb, rb), dtype=torch.float32)
 
 
+def _cast_into(block: bool, x: torch.Tensor, outputs: tuple, transpose: bool, power_of_two_scales: bool) -> tuple:
+    """Fill ``outputs`` (``(q, s, qt, st)`` in their final layouts) with the cast of ``x``: the
+    kernels for a CUDA tensor, the torch reference (``block``: the weight cast) copied in for a CPU
+    one. Returns ``outputs``."""
+    q, s, qt, st = outputs
+    if not x.is_cuda:
+        reference = block_cast_transpose_ref if block else token_cast_transpose_ref
+        for into, value in zip(outputs[:4 if transpose else 2], reference(x, transpose, power_of_two_scales)):
+            into.copy_(value)
+        return outputs
+    cast_transpose_kernels.launch(block, _input(x), q, s, qt if transpose else None, st if transpose else None,
+                                  power_of_two_scales)
+    return outputs
+
+
 def token_op_impl(x: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
     """``torch.ops.deep_tile.per_token_cast_transpose_to_fp8``: the kernels for CUDA tensors, the
     torch reference copied into the same layouts for CPU ones."""
     check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
-    q, s, qt, st = _token_shapes(x, transpose)
-    if not x.is_cuda:
-        rq, rs, rqt, rst = token_cast_transpose_ref(x, transpose, power_of_two_scales)
-        q.copy_(rq), s.copy_(rs)
-        if transpose:
-            qt.copy_(rqt), st.copy_(rst)
-        return q, s, qt, st
-    cast_transpose_kernels.launch(False, _input(x), q, s, qt if transpose else None, st if transpose else None,
-                                  power_of_two_scales)
-    return q, s, qt, st
+    return _cast_into(False, x, _token_shapes(x, transpose), transpose, power_of_two_scales)
 
 
 def token_op_fake(x: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
@@ -126,16 +132,7 @@ def block_op_impl(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -
     """``torch.ops.deep_tile.per_block_cast_transpose_to_fp8``: the kernels for CUDA tensors, the
     torch reference for CPU ones."""
     check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
-    q, s, qt, st = _block_shapes(w, transpose)
-    if not w.is_cuda:
-        rq, rs, rqt, rst = block_cast_transpose_ref(w, transpose, power_of_two_scales)
-        q.copy_(rq), s.copy_(rs)
-        if transpose:
-            qt.copy_(rqt), st.copy_(rst)
-        return q, s, qt, st
-    cast_transpose_kernels.launch(True, _input(w), q, s, qt if transpose else None, st if transpose else None,
-                                  power_of_two_scales)
-    return q, s, qt, st
+    return _cast_into(True, w, _block_shapes(w, transpose), transpose, power_of_two_scales)
 
 
 def block_op_fake(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
