@@ -70,7 +70,8 @@ def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
         TypeError, ValueError: not a bf16 2-D tensor, D not a positive multiple of 16, T > MAX_ROWS,
             flags not bools (nothing written).
     """
-    check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
+    if not _schema_takes(x, transpose, power_of_two_scales):  # the op checks the rest
+        check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
     return _outputs(ops.per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales), transpose)
 
 
@@ -98,8 +99,15 @@ def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,
         TypeError, ValueError: as :func:`per_token_cast_transpose_to_fp8`, and N % 16 with
             ``transpose`` (nothing written).
     """
-    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+    if not _schema_takes(w, transpose, power_of_two_scales):  # the op checks the rest
+        check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
     return _outputs(ops.per_block_cast_transpose_to_fp8(w, transpose, power_of_two_scales), transpose)
+
+
+def _schema_takes(x, transpose, power_of_two_scales) -> bool:
+    """Whether the op's schema accepts these arguments' types (a tensor, two bools); when it would
+    not, :func:`deep_tile.cast_transpose_impl.check` raises first, with deep_tile's own words."""
+    return isinstance(x, torch.Tensor) and isinstance(transpose, bool) and isinstance(power_of_two_scales, bool)
 
 
 def _outputs(results, transpose: bool) -> CastOutputs:

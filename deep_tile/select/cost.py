@@ -37,7 +37,8 @@ from deep_tile.select.candidates import Candidate
 from deep_tile.select.config import RASTER_WIDTH
 
 __all__ = ["ModelParams", "DEFAULT_PARAMS", "TENSOR_FLOP_PER_CYCLE", "MIN_BALANCED_ROUNDS", "COUNT_SPREAD",
-           "wgmma_efficiency", "Estimate", "estimate", "grid_size", "table_grid_size", "table_rounds", "min_bytes",
+           "wgmma_efficiency", "Estimate", "estimate", "grid_size", "table_grid_size", "table_rounds",
+           "averages_over_counts", "min_bytes",
            "multicast_shared_fraction", "streamed_b_pair", "MAX_GROUP_TILE_M"]
 
 TENSOR_FLOP_PER_CYCLE = 8192
@@ -269,6 +270,13 @@ COUNT_SPREAD = tuple(0.7 + 0.05 * i for i in range(13))
 m-block is on average half empty, and the tile count's rounds over the grid vary."""
 
 
+def averages_over_counts(problem) -> bool:
+    """Whether the model averages the tile rounds of ``problem`` over group sizes
+    (:func:`table_rounds`): the table kinds whose tile count is known on the device only. The psum
+    kind's padded rows give its count (:meth:`deep_tile.problem.Problem.m_blocks`)."""
+    return problem.kind.has_table and problem.kind is not ProblemKind.GROUPED_PSUM
+
+
 def table_rounds(problem, block_m: int, block_n: int, ctas: int) -> float:
     """Tiles per CTA of a table kind, averaged over group sizes of :data:`COUNT_SPREAD` times
     ``expected_m`` (at most ``m`` rows for the masked kind): a tile shape whose rows fit the hint
@@ -296,13 +304,10 @@ def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width:
         ctas = min(tiles, fit) * c.split_k
         tiles_per_cta = ceil_div(tiles, fit)  # waves of clusters
         k_blocks = ceil_div(num_k_blocks, c.split_k)
-    elif problem.kind is ProblemKind.GROUPED_PSUM:  # m says how many tiles: as the contiguous kind's
-        ctas = table_grid_size(problem, c.block_m, c.block_n, num_sms, c.num_multicast, chip)
-        tiles_per_cta = ceil_div(tiles, ctas)
-        k_blocks = num_k_blocks
     elif problem.kind.has_table:
         ctas = table_grid_size(problem, c.block_m, c.block_n, num_sms, c.num_multicast, chip)
-        tiles_per_cta = table_rounds(problem, c.block_m, c.block_n, ctas)
+        tiles_per_cta = (table_rounds(problem, c.block_m, c.block_n, ctas) if averages_over_counts(problem)
+                         else ceil_div(tiles, ctas))
         k_blocks = num_k_blocks
     else:
         ctas = grid_size(tiles, num_sms, c.num_multicast, chip)

@@ -8,9 +8,8 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
 from deep_tile.select.config import KernelConfig
-from deep_tile.select.cost import COUNT_SPREAD, Estimate, min_bytes
+from deep_tile.select.cost import COUNT_SPREAD, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS,
                                       config_from_estimate, rank_candidates)
 
@@ -99,8 +98,8 @@ def _model_lines(problem, e: Estimate, chip: ChipFacts) -> list:
         f"schedule: {e.tiles} tiles on {e.ctas} CTAs, " + (
             f"{e.tiles_per_cta:.2f} tile(s) per CTA on average over group sizes of "
             f"{COUNT_SPREAD[0]:g}-{COUNT_SPREAD[-1]:g} x expected_m, of "
-            if problem.kind.has_table and problem.kind is not ProblemKind.GROUPED_PSUM
-            else f"{e.tiles_per_cta} tile(s) per CTA of ") + f"{e.k_blocks_per_cta} k-blocks",
+            if averages_over_counts(problem) else f"{e.tiles_per_cta} tile(s) per CTA of ")
+        + f"{e.k_blocks_per_cta} k-blocks",
         f"model per k-block and CTA: tensor {e.tensor_cycles:,.0f} cycles, L2 loads {e.l2_cycles:,.0f}, "
         f"dependent chain {e.latency_cycles:,.0f} -> {e.bound}-bound",
         f"predicted: {_us(e.time_s)} ({flops / e.time_s / 1e12:,.0f} TFLOPS, "
