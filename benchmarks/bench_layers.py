@@ -5,9 +5,12 @@
 
 The block: ``down(silu(gate) * up)`` with ``gate, up = gate_up(x).chunk(2)``, gate_up
 ``hidden -> 2 * inter`` and down ``inter -> hidden`` (DeepSeek-V3: 7168 -> 2 x 18432 -> 7168), no
-bias. One step is its forward and backward for a fixed random output gradient; the FP8 block's
-weight gradients are added into FP32 main gradients (deep_tile.nn.Fp8Linear), the BF16 block's
-(torch.nn.Linear, cuBLAS) into bf16 ``.grad``. Each step is timed with CUDA events, the two blocks
+bias. One step is its forward and backward for a fixed random output gradient; the BF16 block's
+weight gradients (torch.nn.Linear, cuBLAS) are added by autograd into bf16 ``.grad``; the FP8
+block's (``--grad main``, the default) in place into FP32 main gradients by the weight-gradient
+GEMM's epilogue (deep_tile.nn.Fp8Linear, as a Megatron-style trainer keeps them), or (``--grad
+plain``) written in bf16 by the GEMM and added into ``.grad`` by autograd exactly as the BF16
+block's are. Each step is timed with CUDA events, the two blocks
 interleaved, median of ``--iters``; TFLOPS count the six GEMMs (3 x the forward's 2 T (H 2I + I H)
 FLOP). The share of the FP8 step spent in casts comes from the profiler (kernel time by name).
 ``--moe``: the routed experts of an MoE block (``--experts`` E SwiGLU experts, ``hidden -> 2 x
@@ -94,7 +97,7 @@ def moe_rows(args) -> list:
             weights = torch.rand(experts, generator=gen) + 0.5
             sizes = (weights / weights.sum() * tokens).long().tolist()
             sizes[0] += tokens - sum(sizes)
-            fp8 = dnn.Fp8Experts(experts, args.hidden, args.moe_inter, device="cuda")
+            fp8 = dnn.Fp8Experts(experts, args.hidden, args.moe_inter, main_grad=args.grad == "main", device="cuda")
             bf16 = Bf16Experts(fp8, sizes)
             sizes_t = torch.tensor(sizes, dtype=torch.int32, device="cuda")
             x = torch.randn(tokens, args.hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -171,10 +174,14 @@ def main() -> int:
     p.add_argument("--moe-tokens", type=int, nargs="+", default=[16384, 32768])
     p.add_argument("--moe-inter", type=int, default=2048)
     p.add_argument("--no-mlp", action="store_true", help="skip the dense MLP block")
+    p.add_argument("--grad", choices=("main", "plain"), default="main",
+                   help="FP8 weight gradients into FP32 main gradients, or into bf16 .grad as BF16's (module doc)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
+    print(f"FP8 weight gradients: {'FP32 main_grad (in place)' if args.grad == 'main' else 'bf16 .grad (autograd)'}; "
+          "BF16 weight gradients: bf16 .grad (autograd)")
     torch.manual_seed(0)
-    fp8 = Block(args.hidden, args.inter, lambda i, o: dnn.Fp8Linear(i, o, device="cuda"))
+    fp8 = Block(args.hidden, args.inter, lambda i, o: dnn.Fp8Linear(i, o, main_grad=args.grad == "main", device="cuda"))
     bf16 = Block(args.hidden, args.inter,
                  lambda i, o: torch.nn.Linear(i, o, bias=False, device="cuda", dtype=torch.bfloat16))
     with torch.no_grad():
@@ -206,7 +213,8 @@ def main() -> int:
     moe = moe_rows(args) if args.moe else []
     if args.json:
         env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
-        Path(args.json).write_text(json.dumps({"environment": env, "rows": rows, "moe": moe}, indent=1))
+        Path(args.json).write_text(json.dumps({"environment": env, "grad": args.grad, "rows": rows, "moe": moe},
+                                              indent=1))
     return 0
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from deep_tile import cast_transpose, grouped, k_grouped
+from deep_tile.nn.linear import wgrad_dtype
 from deep_tile.nn.swiglu import swiglu, swiglu_backward
 
 __all__ = ["Fp8Experts", "fp8_experts"]
@@ -56,7 +57,8 @@ def _weight_grad(weight, a, a_scale, b, b_scale, sizes):
     if main_grad is not None:
         k_grouped.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, main_grad, c=main_grad)
         return None
-    return k_grouped.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes).to(weight.dtype)
+    out_dtype = wgrad_dtype(weight)
+    return k_grouped.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, out_dtype=out_dtype).to(weight.dtype)
 
 
 class _Fp8ExpertsFunction(torch.autograd.Function):

@@ -13,8 +13,9 @@ wgrad       dYᵀ and Xᵀ, each 1x128 along T              :func:`deep_tile.fp8
 Wᵀ's FP8 data and scales are the exact transposes of W's (a 128x128 block's amax does not change
 under transposition). The weight gradient is accumulated in FP32 into ``weight.main_grad`` when
 the weight has one (as Megatron-style trainers keep a main gradient; :class:`Fp8Linear` makes one
-by default) and autograd then gets no gradient for the weight; without it the FP32 gradient is
-returned to autograd in the weight's dtype. Activations and gradients flowing between layers stay
+by default) and autograd then gets no gradient for the weight; without it the gradient is
+returned to autograd in the weight's dtype, which the kernel writes itself for a bf16 or float32
+weight (rounded once from the FP32 sum, as the FP32 result converted would be). Activations and gradients flowing between layers stay
 bf16. The forward keeps for the backward Xᵀ quantised (FP8 + scales, half of bf16 X's bytes) and
 Wᵀ quantised. Token counts that are not a multiple of 16 are padded with zero tokens for the
 weight gradient only (1D1D needs K, here T, to be a multiple of 16; zeros add nothing).
@@ -29,6 +30,12 @@ import torch
 from deep_tile import cast_transpose, gemm
 
 __all__ = ["Fp8Linear", "fp8_linear"]
+
+
+def wgrad_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype a weight gradient without a main gradient is written in: the weight's own when
+    the kernels write it (bfloat16, float32), else float32 (converted afterwards)."""
+    return weight.dtype if weight.dtype in (torch.bfloat16, torch.float32) else torch.float32
 
 
 def _quantize_acts(x: torch.Tensor):
@@ -65,7 +72,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
             if main_grad is not None:
                 gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, main_grad, c=main_grad)
             else:
-                dw = gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, out_dtype=torch.float32).to(weight.dtype)
+                dw = gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, out_dtype=wgrad_dtype(weight)).to(weight.dtype)
         return dx, dw
 
 
