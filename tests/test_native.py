@@ -23,7 +23,7 @@ from deep_tile.launch import run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
 from deep_tile.native.build import lock_path
-from conftest import DIFF_TOL, run_host_cases, run_python
+from conftest import DIFF_TOL, run_child_cases, run_host_cases, run_python
 from test_ops import bad_cases, check_message, operands
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,6 +288,36 @@ def test_facts_the_cpp_side_holds_equal_pythons(extension):
                      if "gemm" in name and name not in ops.PYTHON_ONLY_OPS)
     assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 16  # every GEMM op, training ones too
     assert tuple(extension.OUT_DTYPES) == family.OUT_DTYPES and tuple(extension.C_DTYPES) == family.C_DTYPES
+
+
+@needs_toolchain
+def test_every_kinds_plan_fits_what_the_native_side_fills(extension):
+    """The argument specs of every problem kind and output variant (the most: the K-grouped kernel
+    with C and its 1D1D b_scale map) fit the C++ side's parameter and tensor-map storage, and name
+    no operand past the ones its op passes (OPERANDS, GROUPED_OPERANDS, then C)."""
+    from deep_tile.kernels import fp8_gemm as family
+    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.select.api import get_problem_config
+
+    dense = Problem(256, 512, 1024)
+    problems = [dense, dense.with_a_scale_row_major(), dense.with_output("float32"),
+                dense.with_output("float32", "out"), dense.with_output("bfloat16", "float32"),
+                dense.with_output("float32", "bfloat16").with_b_scale_1d(), dense.with_output("float32").with_b_scale_1d()]
+    problems += [Problem(256, 512, 1024, kind=kind, num_groups=4) for kind in
+                 (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS,
+                  ProblemKind.GROUPED_PSUM)]
+    problems += [Problem(256, 512, 1024, kind=ProblemKind.K_GROUPED, num_groups=4, b_scale_1d=True, out_dtype=out,
+                         c_dtype=c) for out in ("float32", "bfloat16") for c in (None, "out", "float32")]
+    most = 0
+    for problem in problems:
+        config = get_problem_config(problem, 132).for_problem(problem)
+        specs = family.argument_specs(config, problem)
+        maps = sum(spec.kind in ("tensormap", "zeromap") for spec in specs)
+        operands = len(family.GROUPED_OPERANDS if problem.kind.grouped else family.OPERANDS) + 1
+        assert len(specs) <= extension.MAX_ARGS and maps <= extension.MAX_MAPS, problem
+        assert all(getattr(spec, "operand", 0) < operands for spec in specs), problem
+        most = max(most, len(specs))
+    assert most > 16  # the K-grouped kernel with C: more than the dense kernel's storage once held
 
 
 def a_scale_layouts():
@@ -1185,6 +1215,50 @@ def test_grouped_native_path_equals_python_path_bitwise():
         assert r["untouched"], r  # the rows of no expert are still NaN
         assert r["native_calls"] == r["calls"] and r["python_calls"] == 0, r  # every call took the native path
         assert r["a_scale_copies"] == (r["calls"] if copies else 0), r
+
+
+# the training ops on both host paths (tests/gpu_host_training_cases.py): FP32 and bf16 out, no C,
+# a separate bf16 / FP32 C, in-place accumulation; a row-major a_scale read as it is; 1D1D with
+# its row-major b_scale copied; K-grouped with an empty group, a partial last K block (T = 208 and
+# 336: tokens past the groups are FP8 NaN) and c given as out itself
+ACC_GPU_CASES = [
+    dict(m=256, n=512, k=1024, out_dtype="float32", c_mode="none"),
+    dict(m=256, n=512, k=1024, out_dtype="float32", c_mode="inplace"),
+    dict(m=129, n=384, k=272, out_dtype="bfloat16", c_mode="float32", seed=1),
+    dict(m=129, n=384, k=1024, out_dtype="float32", c_mode="bfloat16", layout="row", seed=2),
+    dict(m=64, n=2112, k=7168, out_dtype="bfloat16", c_mode="inplace", layout="row", seed=3),
+    dict(m=256, n=384, k=1024, out_dtype="float32", c_mode="none", one_d=True),
+    dict(m=192, n=256, k=4096, out_dtype="float32", c_mode="inplace", one_d=True, seed=4),
+    dict(m=129, n=136, k=272, out_dtype="bfloat16", c_mode="float32", one_d=True, seed=5),
+]
+K_GROUPED_GPU_CASES = [
+    dict(m=128, n=256, sizes=[130, 0, 77], out_dtype="float32", c_mode="none"),
+    dict(m=128, n=256, sizes=[130, 0, 77], out_dtype="float32", c_mode="inplace", seed=1),
+    dict(m=96, n=128, sizes=[0, 256, 1, 127], out_dtype="float32", c_mode="c_is_out", pad=33, seed=2),
+    dict(m=256, n=384, sizes=[300, 0, 200, 500], out_dtype="bfloat16", c_mode="float32", seed=3),
+    dict(m=256, n=384, sizes=[129, 0, 511], out_dtype="bfloat16", c_mode="inplace", pad=5, seed=4),
+    dict(m=64, n=256, sizes=[200, 0], out_dtype="float32", c_mode="bfloat16", pad=8, seed=5),
+]
+
+
+@pytest.mark.gpu
+def test_training_ops_native_path_equals_python_path_bitwise():
+    results = run_child_cases("gpu_host_training_cases.py", "acc_native_vs_python", ACC_GPU_CASES, 900)
+    results += run_child_cases("gpu_host_training_cases.py", "k_grouped_native_vs_python", K_GROUPED_GPU_CASES, 900)
+    for r in results:
+        assert r["native_equals_python"], r  # the _out op, repeats, the public function, the extension, the new op
+        assert r["native_calls"] == r["calls"] and r["python_calls"] == 0, r  # every call took the native path
+        assert r["nan"] == 0 and r["diff"] < DIFF_TOL, r
+        assert r.get("empty_wrong", 0) == 0, r  # an empty group holds C (zeros without C)
+
+
+@pytest.mark.gpu
+def test_k_grouped_op_in_cuda_graph_replays_new_group_sizes():
+    cases = [dict(m=128, n=256, sizes=[130, 0, 77], new_sizes=[0, 300, 5]),
+             dict(m=64, n=128, sizes=[16, 16], new_sizes=[200, 0], seed=1)]
+    for r in run_child_cases("gpu_host_training_cases.py", "k_grouped_native_graph", cases, 900):
+        assert r["captured_native"] == 1 and r["captured_python"] == 0, r  # captured from the native path
+        assert r["graph_equals_python"] and r["nan"] == 0 and r["diff"] < DIFF_TOL, r
 
 
 @pytest.mark.gpu

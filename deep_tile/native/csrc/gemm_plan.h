@@ -22,8 +22,10 @@ enum class SpecKind : uint8_t { kTensorMap = 0, kZeroMap = 1, kPointer = 2, kSiz
 // Most operand tensors a spec may name (deep_tile.kernel_args.MAX_OPERANDS); each family's op
 // passes its own, in its contract's OPERANDS order.
 constexpr int kMaxOperands = 8;
-// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked).
-constexpr int kMaxArgs = 16;
+// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked; the
+// K-grouped kernel with C has 17 parameters; tests/test_native.py checks every kind's specs fit,
+// through the module's MAX_ARGS and MAX_MAPS attributes).
+constexpr int kMaxArgs = 24;
 constexpr int kMaxMaps = 8;
 
 // One kernel parameter: see deep_tile/kernel_args.py for the meaning of each kind.

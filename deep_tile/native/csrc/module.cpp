@@ -55,6 +55,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("N_MULTIPLE") = kNMultiple;
   m.attr("K_MULTIPLE") = kKMultiple;
   m.attr("MAX_OPERANDS") = kMaxOperands;
+  m.attr("MAX_ARGS") = kMaxArgs;
+  m.attr("MAX_MAPS") = kMaxMaps;
   m.attr("MAX_TABLE_GROUPS") = kMaxTableGroups;
   py::list op_names;
   for (const char* name : kOpNames) op_names.append(std::string(kOpNamespace) + "::" + name);
