@@ -53,8 +53,8 @@ def fp8_gemm(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: t
         CUDA graph. This is the custom op ``torch.ops.deep_tile.fp8_gemm`` (``out`` None) or
         ``torch.ops.deep_tile.fp8_gemm_out``: torch.compile traces it without a graph break.
         With an FP32 output or ``c`` it is ``torch.ops.deep_tile.fp8_gemm_acc`` /
-        ``fp8_gemm_acc_out`` (``c`` that is ``out`` passed as ``accumulate=True``), which run on
-        the Python host path; ``out`` must then share no memory with the inputs.
+        ``fp8_gemm_acc_out`` (``c`` that is ``out`` passed as ``accumulate=True``); ``out`` must
+        then share no memory with the inputs.
     """
     if c is not None or out_dtype is not None or (isinstance(out, torch.Tensor) and out.dtype != torch.bfloat16):
         return _fp8_gemm_acc(a, a_scale, b, b_scale, out, c, out_dtype)
@@ -94,7 +94,7 @@ def fp8_gemm_1d1d(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_sca
     Returns:
         `out`. Bad arguments raise TypeError/ValueError (naming ``fp8_gemm_1d1d``) before anything
         is written. The custom ops ``torch.ops.deep_tile.fp8_gemm_1d1d`` / ``fp8_gemm_1d1d_out``
-        (Python host path; CUDA graphs and torch.compile as the other ops).
+        (CUDA graphs and torch.compile as the other ops).
     """
     return _fp8_gemm_acc(a, a_scale, b, b_scale, out, c, out_dtype, b_scale_1d=True)
 

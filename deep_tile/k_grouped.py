@@ -19,8 +19,9 @@ its own tokens in shared memory), FP32 or bf16 output, with or without ``c`` (``
 accumulates in place), and a tile schedule over every SM whatever the sizes.
 
 With a device ``group_sizes`` it is the custom op ``torch.ops.deep_tile.k_grouped_fp8_gemm_1d1d`` (or
-``k_grouped_fp8_gemm_1d1d_out``; fake implementations, so torch.compile traces it), on the Python
-host path, on the current stream without a host sync. Kernel and schedule: docs/training.md.
+``k_grouped_fp8_gemm_1d1d_out``; fake implementations, so torch.compile traces it), on either host
+path (docs/host-paths.md), on the current stream without a host sync. Kernel and schedule:
+docs/training.md.
 """
 from __future__ import annotations
 

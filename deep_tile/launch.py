@@ -28,8 +28,8 @@ from deep_tile.pdl import get_pdl
 from deep_tile.problem import ProblemKind
 from deep_tile.tma import encode_2d
 
-__all__ = ["run", "run_acc", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped", "launch",
-           "launch_small_kernel"]
+__all__ = ["run", "run_acc", "acc_operands", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped",
+           "k_grouped_operands", "launch", "launch_small_kernel"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -68,16 +68,25 @@ def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=N
     if problem.m == 0:
         return out
     with torch.cuda.device(device):
-        if reads_row_major(a_scale, problem.m, problem.k_blocks):
-            problem = problem.with_a_scale_row_major()
-        else:
-            a_scale = get_tma_aligned_a_scale(a_scale)
-        # 1D1D: b_scale read as a_scale is, column-major ([K blocks][align4(n)], copied when not so)
-        b_scale = get_tma_aligned_a_scale(b_scale) if b_scale_1d else b_scale.contiguous()
-        # the kernel's C operand: c, or out itself (accumulate, or no C: the parameter is unused)
-        _plan_and_launch(problem, (a, a_scale, b, b_scale, out, out if c is None else c), device, config,
-                         extra_defines)
+        problem, operands = acc_operands(problem, a, a_scale, b, b_scale, c, out, b_scale_1d)
+        _plan_and_launch(problem, operands, device, config, extra_defines)
     return out
+
+
+def acc_operands(problem, a, a_scale, b, b_scale, c, out, b_scale_1d: bool = False) -> tuple:
+    """``(problem, operands)``: the output variants' kernel operands
+    (:data:`deep_tile.kernels.fp8_gemm.OPERANDS`, then C) of checked arguments, and the problem
+    with the a_scale layout the kernel reads (row-major where it can, else the TMA-aligned
+    column-major one, copied into it when needed). The native path makes the same (``views_of``
+    in deep_tile/native/csrc/acc_op.cpp; tests/test_native.py compares the two)."""
+    if reads_row_major(a_scale, problem.m, problem.k_blocks):
+        problem = problem.with_a_scale_row_major()
+    else:
+        a_scale = get_tma_aligned_a_scale(a_scale)
+    # 1D1D: b_scale read as a_scale is, column-major ([K blocks][align4(n)], copied when not so)
+    b_scale = get_tma_aligned_a_scale(b_scale) if b_scale_1d else b_scale.contiguous()
+    # the kernel's C operand: c, or out itself (accumulate, or no C: the parameter is unused)
+    return problem, (a, a_scale, b, b_scale, out, out if c is None else c)
 
 
 def _plan_and_launch(problem, operands: tuple, device, config, extra_defines) -> None:
@@ -163,15 +172,22 @@ def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None
     the int32 group sizes on the device (operands: GROUPED_OPERANDS, then C)."""
     device = a.device
     with torch.cuda.device(device):
-        a_scale = get_tma_aligned_a_scale(a_scale)
-        b_scale = get_tma_aligned_a_scale(b_scale)
-        rows = problem.num_groups * problem.m
-
-        def flat(x):
-            return x.as_strided((rows, problem.n), (x.stride(1), 1))
-
-        _plan_and_launch(problem, (a, a_scale, b, b_scale, flat(out), sizes, flat(c)), device, config,
+        _plan_and_launch(problem, k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, c), device, config,
                          extra_defines)
+
+
+def k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, c) -> tuple:
+    """The K-grouped kernel's operands (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`, then
+    C) of checked arguments: both scales in the TMA-aligned column-major layout (copied into it
+    when not so), ``out`` and ``c`` as 2-D [G * m, n] views, ``sizes`` as it is. The native path
+    makes the same (``views_of`` in deep_tile/native/csrc/k_grouped_op.cpp; compared by
+    tests/test_native.py)."""
+    rows = problem.num_groups * problem.m
+
+    def flat(x):
+        return x.as_strided((rows, problem.n), (x.stride(1), 1))
+
+    return (a, get_tma_aligned_a_scale(a_scale), b, get_tma_aligned_a_scale(b_scale), flat(out), sizes, flat(c))
 
 
 def launch_small_kernel(entry: str, symbol: str, kinds: tuple, values: tuple, grid, block: int, device) -> None:

@@ -8,13 +8,13 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
 - ``fp8_gemm_acc(a, a_scale, b, b_scale, c, out_dtype) -> Tensor`` and
   ``fp8_gemm_acc_out(a, a_scale, b, b_scale, c, accumulate, out) -> ()``: the output variants,
   ``out = C + A.B^T`` in bf16 or FP32 (``c`` optional; ``accumulate`` adds ``out`` to itself, the
-  in-place accumulation of a main gradient, without passing one tensor twice); Python host path;
+  in-place accumulation of a main gradient, without passing one tensor twice);
 - ``fp8_gemm_1d1d(a, a_scale, b, b_scale, c, out_dtype) -> Tensor`` and ``fp8_gemm_1d1d_out(a,
   a_scale, b, b_scale, c, accumulate, out) -> ()``: the same with b_scale per row of b (1D1D, the
   weight gradient's GEMM, :func:`deep_tile.fp8_gemm_1d1d`);
 - ``k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> Tensor`` and
   ``k_grouped_fp8_gemm_1d1d_out(a, a_scale, b, b_scale, group_sizes, c, accumulate, out) -> ()``:
-  the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.k_grouped`); Python host path;
+  the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.k_grouped`);
 - ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}`` and their ``_out`` variants: the
   Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
@@ -41,8 +41,8 @@ avoids that one).
 
 The real implementations are Python kernels
 registered for ``CompositeExplicitAutograd``; once the native extension (:mod:`deep_tile.native`)
-is loaded, its C++ kernels registered for the CUDA and CPU keys take the GEMM ops over (the dense
-and the grouped ones, ``_out`` variants included).
+is loaded, its C++ kernels registered for the CUDA and CPU keys take every GEMM op over (the dense,
+the grouped, the output-variant, the 1D1D and the K-grouped ones, ``_out`` variants included).
 
 Importing this module needs torch and starts no CUDA context; ``import deep_tile`` imports it
 when torch is already imported, and ``deep_tile.fp8_gemm`` / the casts import it on first use.
@@ -103,10 +103,9 @@ SCHEMAS = {
                                         "bool power_of_two_scales) -> (Tensor, Tensor, Tensor, Tensor)"),
 }
 """Operator name -> schema, as registered in :data:`NAMESPACE`."""
-PYTHON_ONLY_OPS = ("fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d",
-                   "k_grouped_fp8_gemm_1d1d_out")
-"""The GEMM ops the native extension does not take over (they always run on the Python host
-path): the output variants, the 1D1D GEMM and the K-grouped one."""
+PYTHON_ONLY_OPS = ()
+"""The GEMM ops the native extension does not take over (they would always run on the Python host
+path): none -- every GEMM op has both host paths."""
 
 
 # ---- real implementations (Python; the native extension replaces the GEMM ones) --------------
@@ -133,40 +132,50 @@ def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
     _gemm(a, a_scale, b, b_scale, out)
 
 
-def _fp8_gemm_acc_impl(a, a_scale, b, b_scale, c, out_dtype):
+def _acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d):
+    """The output variants (``b_scale_1d``: the 1D1D GEMM) through the native extension when it is
+    loaded (as :func:`_gemm`), else the Python host path (:func:`deep_tile.launch.run_acc`)."""
+    extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
+    if extension is not None:
+        return extension.fp8_gemm_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d)
     from deep_tile.launch import run_acc
 
-    return run_acc(a, a_scale, b, b_scale, c, False, None, out_dtype)
+    return run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
+
+
+def _fp8_gemm_acc_impl(a, a_scale, b, b_scale, c, out_dtype):
+    return _acc(a, a_scale, b, b_scale, c, False, None, out_dtype, False)
 
 
 def _fp8_gemm_acc_out_impl(a, a_scale, b, b_scale, c, accumulate, out):
-    from deep_tile.launch import run_acc
-
-    run_acc(a, a_scale, b, b_scale, c, accumulate, out)
+    _acc(a, a_scale, b, b_scale, c, accumulate, out, None, False)
 
 
 def _fp8_gemm_1d1d_impl(a, a_scale, b, b_scale, c, out_dtype):
-    from deep_tile.launch import run_acc
-
-    return run_acc(a, a_scale, b, b_scale, c, False, None, out_dtype, b_scale_1d=True)
+    return _acc(a, a_scale, b, b_scale, c, False, None, out_dtype, True)
 
 
 def _fp8_gemm_1d1d_out_impl(a, a_scale, b, b_scale, c, accumulate, out):
-    from deep_tile.launch import run_acc
+    _acc(a, a_scale, b, b_scale, c, accumulate, out, None, True)
 
-    run_acc(a, a_scale, b, b_scale, c, accumulate, out, b_scale_1d=True)
+
+def _k_grouped(a, a_scale, b, b_scale, group_sizes, c, accumulate, out, out_dtype):
+    """The K-grouped GEMM through the native extension when it is loaded (as :func:`_gemm`), else
+    the Python host path (:func:`deep_tile.launch.run_k_grouped`)."""
+    extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
+    if extension is not None:
+        return extension.k_grouped_fp8_gemm(a, a_scale, b, b_scale, group_sizes, c, accumulate, out, out_dtype)
+    from deep_tile.launch import run_k_grouped
+
+    return run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, accumulate=accumulate)
 
 
 def _k_grouped_impl(a, a_scale, b, b_scale, group_sizes, c, out_dtype):
-    from deep_tile.launch import run_k_grouped
-
-    return run_k_grouped(a, a_scale, b, b_scale, group_sizes, None, c, out_dtype)
+    return _k_grouped(a, a_scale, b, b_scale, group_sizes, c, False, None, out_dtype)
 
 
 def _k_grouped_out_impl(a, a_scale, b, b_scale, group_sizes, c, accumulate, out):
-    from deep_tile.launch import run_k_grouped
-
-    run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, accumulate=accumulate)
+    _k_grouped(a, a_scale, b, b_scale, group_sizes, c, accumulate, out, None)
 
 
 def _grouped(kind_value: str):

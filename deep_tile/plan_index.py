@@ -96,6 +96,11 @@ def _path(device_index: int, problem, num_sms: int) -> tuple[Path, int]:
     digest, newest = _fingerprint(device_index)
     groups = f"-g{problem.num_groups}-e{problem.expected_m}" if problem.num_groups != 1 else ""
     layout = "-rm" if problem.a_scale_row_major else ""
+    # the output variants and the 1D1D GEMM are kernels of their own (the default output keeps its name)
+    if problem.out_dtype != "bfloat16" or problem.c_dtype is not None:
+        layout += f"-{problem.out_dtype}-c{problem.c_dtype or 'none'}"
+    if problem.b_scale_1d:
+        layout += "-1d1d"
     name = f"{problem.kind.value}-{problem.m}x{problem.n}x{problem.k}{groups}-{num_sms}{layout}.json"
     return plans_dir() / digest[:32] / name, newest
 

@@ -23,7 +23,7 @@ from deep_tile.launch import run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
 from deep_tile.native.build import lock_path
-from conftest import DIFF_TOL, run_host_cases, run_python
+from conftest import DIFF_TOL, run_child_cases, run_host_cases, run_python
 from test_ops import bad_cases, check_message, operands
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,8 +154,8 @@ def test_source_digest_covers_every_source(monkeypatch, tmp_path):
     files = native_key.source_files()
     assert files == sorted(native_key.SOURCE_DIR.iterdir())  # nothing in csrc/ escapes the key
     names = {p.name for p in files}
-    assert {"driver.cpp", "gemm_op.cpp", "grouped_op.cpp", "launch.cpp", "layouts.cpp", "module.cpp",
-            "ops.cpp", "tensor_maps.cpp"} <= names
+    assert {"acc_op.cpp", "driver.cpp", "gemm_op.cpp", "grouped_op.cpp", "k_grouped_op.cpp", "launch.cpp",
+            "layouts.cpp", "module.cpp", "ops.cpp", "tensor_maps.cpp"} <= names
     assert len(native_key.source_digest()) == 64
     copy = tmp_path / "csrc"
     shutil.copytree(native_key.SOURCE_DIR, copy)
@@ -233,7 +233,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 7
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 8
 
 
 @needs_toolchain
@@ -286,7 +286,38 @@ def test_facts_the_cpp_side_holds_equal_pythons(extension):
     assert tuple(extension.ROW_MAJOR_A_SCALE_KINDS) == tuple(kind.value for kind in family.ROW_MAJOR_A_SCALE_KINDS)
     gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS
                      if "gemm" in name and name not in ops.PYTHON_ONLY_OPS)
-    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 10
+    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 16  # every GEMM op, training ones too
+    assert tuple(extension.OUT_DTYPES) == family.OUT_DTYPES and tuple(extension.C_DTYPES) == family.C_DTYPES
+
+
+@needs_toolchain
+def test_every_kinds_plan_fits_what_the_native_side_fills(extension):
+    """The argument specs of every problem kind and output variant (the most: the K-grouped kernel
+    with C and its 1D1D b_scale map) fit the C++ side's parameter and tensor-map storage, and name
+    no operand past the ones its op passes (OPERANDS, GROUPED_OPERANDS, then C)."""
+    from deep_tile.kernels import fp8_gemm as family
+    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.select.api import get_problem_config
+
+    dense = Problem(256, 512, 1024)
+    problems = [dense, dense.with_a_scale_row_major(), dense.with_output("float32"),
+                dense.with_output("float32", "out"), dense.with_output("bfloat16", "float32"),
+                dense.with_output("float32", "bfloat16").with_b_scale_1d(), dense.with_output("float32").with_b_scale_1d()]
+    problems += [Problem(256, 512, 1024, kind=kind, num_groups=4) for kind in
+                 (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS,
+                  ProblemKind.GROUPED_PSUM)]
+    problems += [Problem(256, 512, 1024, kind=ProblemKind.K_GROUPED, num_groups=4, b_scale_1d=True, out_dtype=out,
+                         c_dtype=c) for out in ("float32", "bfloat16") for c in (None, "out", "float32")]
+    most = 0
+    for problem in problems:
+        config = get_problem_config(problem, 132).for_problem(problem)
+        specs = family.argument_specs(config, problem)
+        maps = sum(spec.kind in ("tensormap", "zeromap") for spec in specs)
+        operands = len(family.GROUPED_OPERANDS if problem.kind.grouped else family.OPERANDS) + 1
+        assert len(specs) <= extension.MAX_ARGS and maps <= extension.MAX_MAPS, problem
+        assert all(getattr(spec, "operand", 0) < operands for spec in specs), problem
+        most = max(most, len(specs))
+    assert most > 16  # the K-grouped kernel with C: more than the dense kernel's storage once held
 
 
 def a_scale_layouts():
@@ -814,6 +845,335 @@ def test_truncated_library_is_rebuilt_for_real_instead_of_sigbus(native_cache, t
     assert "discarding the damaged native build" in stderr and "meta.json says" in stderr, stderr
 
 
+# ---- the training ops on the native path (CPU: checks, errors, plan key, operands) ------------
+
+def _no_device_rule(monkeypatch):
+    """deep_tile.checks without its device rule: a CPU call's verdict is then every other rule's."""
+    from deep_tile import checks
+
+    monkeypatch.setattr(checks, "_require_device", lambda fn, named: None)
+
+
+def acc_args(m: int = 96, n: int = 256, k: int = 640, out=torch.float32, c=None, accumulate: bool = False,
+             one_d: bool = False, scale: str = "row") -> dict:
+    """An output-variant call on the CPU (``one_d``: the 1D1D GEMM) that check_fp8_gemm_acc_args
+    accepts but for the device: ``out`` the output dtype (None: the op allocating one, of
+    float32), ``c`` the addend's dtype (None: none), ``scale`` row-major or "tma" scales."""
+    from deep_tile.layouts import get_tma_aligned_a_scale
+
+    k_blocks = -(-k // 128)
+    a_scale = torch.rand(m, k_blocks)
+    b_scale = torch.rand(n if one_d else -(-n // 128), k_blocks)
+    if scale == "tma":
+        a_scale, b_scale = get_tma_aligned_a_scale(a_scale), get_tma_aligned_a_scale(b_scale)
+    return dict(a=torch.empty(m, k, dtype=FP8), a_scale=a_scale, b=torch.empty(n, k, dtype=FP8), b_scale=b_scale,
+                c=None if c is None else torch.rand(m, n).to(c), accumulate=accumulate,
+                out=None if out is None else torch.empty(m, n, dtype=out),
+                out_dtype=torch.float32 if out is None else None, b_scale_1d=one_d)
+
+
+def acc_cases() -> list:
+    """(label, args) of output-variant calls (dense and 1D1D): valid ones (on the CPU refused for
+    their device alone) and bad ones from every family of check_fp8_gemm_acc_args' rules."""
+    cases = []
+    for one_d in (False, True):
+        base = acc_args(one_d=one_d)
+        a, a_scale, b, b_scale, out = (base[name] for name in ("a", "a_scale", "b", "b_scale", "out"))
+        shared = torch.empty(97 * 256)  # out and an addend one row apart in one buffer
+        variants = {
+            "valid": {}, "valid_bf16": acc_args(out=torch.bfloat16, one_d=one_d),
+            "valid_c_bf16": acc_args(c=torch.bfloat16, one_d=one_d), "valid_c_f32": acc_args(c=torch.float32, one_d=one_d),
+            "valid_bf16_c_f32": acc_args(out=torch.bfloat16, c=torch.float32, one_d=one_d),
+            "valid_accumulate": {"accumulate": True}, "valid_tma": acc_args(one_d=one_d, scale="tma"),
+            "valid_new": acc_args(out=None, one_d=one_d), "valid_new_c": acc_args(out=None, c=torch.bfloat16, one_d=one_d),
+            "valid_new_bf16": acc_args(out=None, one_d=one_d) | {"out_dtype": torch.bfloat16},
+            "valid_k_tail": acc_args(k=208, one_d=one_d), "valid_one_row": acc_args(m=1, one_d=one_d),
+            "valid_no_rows": acc_args(m=0, one_d=one_d), "valid_out_pitch": {"out": torch.empty(96, 260)[:, :256]},
+            "out_half": {"out": out.half()}, "new_half": acc_args(out=None, one_d=one_d) | {"out_dtype": torch.float16},
+            "out_dtype_differs": {"out_dtype": torch.bfloat16}, "c_half": {"c": torch.rand(96, 256).half()},
+            "accumulate_with_c": acc_args(c=torch.float32, one_d=one_d) | {"accumulate": True},
+            "accumulate_no_out": acc_args(out=None, one_d=one_d) | {"accumulate": True},
+            "c_is_out": {"c": out}, "c_same_view": {"c": out[:]},
+            "c_overlaps_out": {"out": shared[:96 * 256].view(96, 256), "c": shared[256:].view(96, 256)},
+            "out_overlaps_a_scale": {"out": shared[:96 * 256].view(96, 256), "a_scale": shared[:96 * 5].view(96, 5)},
+            "a_dtype": {"a": torch.empty(a.shape)}, "a_scale_dtype": {"a_scale": a_scale.double()},
+            "a_rank": {"a": a[None]}, "out_rank": {"out": out[None]}, "c_rank": {"c": torch.rand(1, 96, 256)},
+            "k_mismatch": {"b": b[:, :512]}, "n_not_multiple": {"b": b[:250]},
+            "a_scale_shape": {"a_scale": a_scale[:, :2]},
+            "b_scale_shape": {"b_scale": torch.rand(2 if one_d else 256, 5)},
+            "out_shape": {"out": out[:, :128]}, "c_shape": {"c": torch.rand(96, 128)},
+            "a_row_stride": {"a": torch.empty(96, 648, dtype=FP8)[:, :640]},
+            "out_row_stride": {"out": torch.empty(96, 258)[:, :256]},
+            "c_row_stride": {"c": torch.empty(96, 260, dtype=torch.bfloat16)[:, :256]},
+            "out_k_strided": {"out": torch.empty(256, 96).t()},
+            "a_misaligned": {"a": _off_by(a.shape, FP8, 1)}, "b_misaligned": {"b": _off_by(b.shape, FP8, 8)},
+            "out_misaligned": {"out": _off_by(out.shape, torch.float32, 4)},
+            "c_misaligned": {"c": _off_by((96, 256), torch.bfloat16, 2)},
+        }
+        for label, change in variants.items():
+            cases.append((f"{'1d1d' if one_d else 'acc'}-{label}", {**base, **change}))
+    return cases
+
+
+ACC_NAMES = ("a", "a_scale", "b", "b_scale", "c", "accumulate", "out", "out_dtype", "b_scale_1d")
+
+
+def _python_acc(args: dict):
+    """check_fp8_gemm_acc_args on a call: None when it passes, else (type, message)."""
+    from deep_tile.checks import check_fp8_gemm_acc_args
+
+    try:
+        check_fp8_gemm_acc_args(*(args[name] for name in ACC_NAMES[:-1]), b_scale_1d=args["b_scale_1d"])
+    except (TypeError, ValueError) as error:
+        return type(error), str(error)
+    return None
+
+
+def _acc_op(args: dict):
+    """The custom op of this call (fp8_gemm_acc / _1d1d, _out when out is given), or None when the
+    ops cannot express it (accumulate without out, out_dtype with out)."""
+    name = "fp8_gemm_1d1d" if args["b_scale_1d"] else "fp8_gemm_acc"
+    tensors = tuple(args[name] for name in ("a", "a_scale", "b", "b_scale", "c"))
+    if args["out"] is None:
+        if args["accumulate"]:
+            return None
+        return lambda: getattr(torch.ops.deep_tile, name)(*tensors, args["out_dtype"])
+    if args["out_dtype"] is not None:
+        return None
+    return lambda: getattr(torch.ops.deep_tile, name + "_out")(*tensors, args["accumulate"], args["out"])
+
+
+@needs_toolchain
+def test_acc_fast_check_takes_exactly_what_python_takes(extension, monkeypatch):
+    """With the device rule left out (on both sides), the C++ check accepts an output-variant call
+    iff check_fp8_gemm_acc_args does ("empty" for a call without rows); with it, every CPU call
+    is refused."""
+    _no_device_rule(monkeypatch)
+    outcomes = set()
+    for label, args in acc_cases():
+        verdict = _python_acc(args)
+        call = tuple(args[name] for name in ACC_NAMES)
+        reason = extension.acc_fast_check_reason(*call, check_device=False)
+        if verdict is None:
+            assert reason == ("" if args["a"].shape[0] else "empty"), (label, reason)
+        else:
+            assert reason not in ("", "empty"), (label, verdict)
+        assert extension.acc_fast_check_reason(*call) != "", label
+        outcomes.add(verdict is None)
+    assert outcomes == {True, False}
+
+
+@needs_toolchain
+def test_acc_native_errors_equal_python_errors(extension):
+    """Every output-variant CPU call -- bad, or good but for its device -- raises Python's exception
+    through the ops (their C++ kernels hand it over) and the extension."""
+    before = extension.stats()["python_calls"]
+    calls = 0
+    for label, args in acc_cases():
+        expected = _python_acc(args)
+        assert expected is not None, label  # CPU tensors: at least the device is wrong
+        paths = {"native": lambda: extension.fp8_gemm_acc(*(args[name] for name in ACC_NAMES))}
+        if _acc_op(args) is not None:
+            paths["op"] = _acc_op(args)
+        for path, call in paths.items():
+            with pytest.raises((TypeError, ValueError)) as info:
+                call()
+            assert (info.type, str(info.value)) == expected, (label, path)
+        calls += len(paths)
+    assert extension.stats()["python_calls"] - before == calls  # the C++ kernels handed every call over
+
+
+@needs_toolchain
+def test_acc_plan_key_and_operands_equal_pythons(extension):
+    """The problem the C++ side keys an output-variant plan with is Python's (Problem.key(): the
+    dense fields, a_scale variant, out and C types, 1D1D), and its operands are the ones
+    deep_tile.launch.acc_operands makes (same views, the same memory where Python copies nothing)."""
+    from deep_tile.checks import check_fp8_gemm_acc_args
+    from deep_tile.launch import acc_operands
+
+    copied, keys = set(), set()
+    for label, args in acc_cases():
+        if not label.split("-", 1)[1].startswith("valid") or args["out"] is None or not args["a"].shape[0]:
+            continue
+        a, a_scale, b, b_scale, c, accumulate, out, _, one_d = (args[name] for name in ACC_NAMES)
+        problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, data_checks=False,
+                                          b_scale_1d=one_d)
+        problem, python = acc_operands(problem, a, a_scale, b, b_scale, c, out, one_d)
+        key, native_operands = extension.acc_operands(a, a_scale, b, b_scale, c, accumulate, out, one_d)
+        assert tuple(key) == problem.key(), label
+        keys.add(problem.key()[7:])
+        sources = (a, a_scale, b, b_scale, out, out if c is None else c)
+        for name, got, want, source in zip(("a", "a_scale", "b", "b_scale", "out", "c"), native_operands, python,
+                                           sources):
+            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, name)
+            if want.data_ptr() == source.data_ptr():
+                assert got.data_ptr() == want.data_ptr(), (label, name)  # the same view, no copy
+            else:
+                assert got.data_ptr() != source.data_ptr() and torch.equal(got, want), (label, name)
+                copied.add(name)
+    assert copied == {"a_scale", "b_scale"}  # the cases reach the copies (k_tail's a_scale, 1D1D's b_scale)
+    assert {("float32", None), ("bfloat16", "float32"), ("float32", "out"), ("float32", "bfloat16", "1d1d")} <= keys
+
+
+def k_grouped_args(m: int = 96, n: int = 256, sizes: tuple = (100, 0, 200), k: int = 640, out=torch.float32, c=None,
+                   accumulate: bool = False, scale: str = "row") -> dict:
+    """A K-grouped call on the CPU that check_k_grouped_args accepts but for the device: ``out``
+    the output dtype (None: the op allocating one, of float32), ``c`` the addend's dtype (None:
+    none; "out": out itself), ``scale`` row-major or "tma" scales."""
+    from deep_tile.layouts import get_tma_aligned_a_scale
+
+    k_blocks = -(-k // 128)
+    a_scale, b_scale = torch.rand(m, k_blocks), torch.rand(n, k_blocks)
+    if scale == "tma":
+        a_scale, b_scale = get_tma_aligned_a_scale(a_scale), get_tma_aligned_a_scale(b_scale)
+    g = len(sizes)
+    output = None if out is None else torch.empty(g, m, n, dtype=out)
+    addend = output if c == "out" else None if c is None else torch.rand(g, m, n).to(c)
+    return dict(a=torch.empty(m, k, dtype=FP8), a_scale=a_scale, b=torch.empty(n, k, dtype=FP8), b_scale=b_scale,
+                group_sizes=torch.tensor(sizes, dtype=torch.int32), c=addend, accumulate=accumulate, out=output,
+                out_dtype=torch.float32 if out is None else None)
+
+
+def k_grouped_cases() -> list:
+    """(label, args) of K-grouped calls: valid ones (on the CPU refused for their device alone) and
+    bad ones from every family of check_k_grouped_args' rules."""
+    base = k_grouped_args()
+    a, a_scale, b, b_scale, sizes, out = (base[name] for name in ("a", "a_scale", "b", "b_scale", "group_sizes", "out"))
+    shared = torch.empty(3 * 97 * 256)
+    variants = {
+        "valid": {}, "valid_bf16": k_grouped_args(out=torch.bfloat16), "valid_c_bf16": k_grouped_args(c=torch.bfloat16),
+        "valid_c_f32": k_grouped_args(c=torch.float32), "valid_bf16_c_f32": k_grouped_args(out=torch.bfloat16, c=torch.float32),
+        "valid_accumulate": {"accumulate": True}, "valid_c_is_out": k_grouped_args(c="out"),
+        "valid_tma": k_grouped_args(scale="tma"), "valid_new": k_grouped_args(out=None),
+        "valid_new_bf16": k_grouped_args(out=None) | {"out_dtype": torch.bfloat16},
+        "valid_k_tail": k_grouped_args(sizes=(100, 0, 90), k=208), "valid_one_row": k_grouped_args(m=1),
+        "valid_no_rows": k_grouped_args(m=0), "valid_one_group": k_grouped_args(sizes=(640,)),
+        "valid_512_groups": k_grouped_args(n=8, sizes=(1,) * 512, m=4),
+        "valid_sizes_any_values": {"group_sizes": torch.tensor([-5, 10 ** 6, 3], dtype=torch.int32)},
+        "out_half": {"out": out.half()}, "new_half": k_grouped_args(out=None) | {"out_dtype": torch.float16},
+        "out_dtype_differs": {"out_dtype": torch.bfloat16}, "c_half": {"c": torch.rand(3, 96, 256).half()},
+        "c_needs_out": k_grouped_args(out=None, c=torch.float32),
+        "accumulate_with_c": k_grouped_args(c=torch.float32) | {"accumulate": True},
+        "accumulate_no_out": k_grouped_args(out=None) | {"accumulate": True},
+        "c_same_view": {"c": out[:]},
+        "c_overlaps_out": {"out": shared[:3 * 96 * 256].view(3, 96, 256), "c": shared[256:256 + 3 * 96 * 256].view(3, 96, 256)},
+        "out_overlaps_b_scale": {"out": shared[:3 * 96 * 256].view(3, 96, 256), "b_scale": shared[:256 * 5].view(256, 5)},
+        "sizes_int64": {"group_sizes": sizes.long()}, "sizes_2d": {"group_sizes": sizes[None]},
+        "sizes_strided": {"group_sizes": torch.zeros(6, dtype=torch.int32)[::2]},
+        "no_groups": {"group_sizes": sizes[:0], "out": out[:0]},
+        "513_groups": k_grouped_args(n=8, sizes=(1,) * 513, m=4),
+        "a_dtype": {"a": torch.empty(a.shape)}, "b_scale_dtype": {"b_scale": b_scale.half()},
+        "a_rank": {"a": a[None]}, "out_rank": {"out": out[0]}, "c_rank": {"c": torch.rand(96, 256)},
+        "k_mismatch": {"b": b[:, :512]}, "n_not_multiple": {"b": b[:250]},
+        "a_scale_shape": {"a_scale": a_scale[:, :2]}, "b_scale_blocks": {"b_scale": torch.rand(2, 5)},
+        "out_shape": {"out": out[:2]}, "c_shape": {"c": torch.rand(3, 96, 128)},
+        "out_groups_apart": {"out": torch.empty(3, 97, 256)[:, :96]},
+        "out_row_stride": {"out": torch.empty(3, 96, 258)[..., :256]},
+        "c_row_stride": {"c": torch.empty(3, 96, 260, dtype=torch.bfloat16)[..., :256]},
+        "a_row_stride": {"a": torch.empty(96, 648, dtype=FP8)[:, :640]},
+        "a_misaligned": {"a": _off_by(a.shape, FP8, 1)}, "out_misaligned": {"out": _off_by(out.shape, torch.float32, 4)},
+    }
+    return [(f"k_grouped-{label}", {**base, **change}) for label, change in variants.items()]
+
+
+K_GROUPED_NAMES = ("a", "a_scale", "b", "b_scale", "group_sizes", "c", "accumulate", "out", "out_dtype")
+
+
+def _python_k_grouped(args: dict):
+    """check_k_grouped_args on a call: None when it passes, else (type, message)."""
+    from deep_tile.checks import check_k_grouped_args
+
+    a, a_scale, b, b_scale, sizes, c, accumulate, out, out_dtype = (args[name] for name in K_GROUPED_NAMES)
+    try:
+        check_k_grouped_args(a, a_scale, b, b_scale, sizes, out, c, out_dtype, accumulate=accumulate)
+    except (TypeError, ValueError) as error:
+        return type(error), str(error)
+    return None
+
+
+def _k_grouped_op(args: dict):
+    """The custom op of this call (_out when out is given), or None when the ops cannot express it."""
+    a, a_scale, b, b_scale, sizes, c, accumulate, out, out_dtype = (args[name] for name in K_GROUPED_NAMES)
+    if out is None:
+        if accumulate:
+            return None
+        return lambda: torch.ops.deep_tile.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, c, out_dtype)
+    if out_dtype is not None:
+        return None
+    return lambda: torch.ops.deep_tile.k_grouped_fp8_gemm_1d1d_out(a, a_scale, b, b_scale, sizes, c, accumulate, out)
+
+
+@needs_toolchain
+def test_k_grouped_fast_check_takes_exactly_what_python_takes(extension, monkeypatch):
+    """With the device rule left out (on both sides), the C++ check accepts a K-grouped call iff
+    check_k_grouped_args does ("empty" for a call without rows); with it, every CPU call is refused."""
+    _no_device_rule(monkeypatch)
+    outcomes = set()
+    for label, args in k_grouped_cases():
+        verdict = _python_k_grouped(args)
+        call = tuple(args[name] for name in K_GROUPED_NAMES)
+        reason = extension.k_grouped_fast_check_reason(*call, check_device=False)
+        if verdict is None:
+            assert reason == ("" if args["a"].shape[0] else "empty"), (label, reason)
+        else:
+            assert reason not in ("", "empty"), (label, verdict)
+        assert extension.k_grouped_fast_check_reason(*call) != "", label
+        outcomes.add(verdict is None)
+    assert outcomes == {True, False}
+
+
+@needs_toolchain
+def test_k_grouped_native_errors_equal_python_errors(extension):
+    """Every K-grouped CPU call -- bad, or good but for its device -- raises Python's exception
+    through the ops (their C++ kernels hand it over) and the extension."""
+    before = extension.stats()["python_calls"]
+    calls = 0
+    for label, args in k_grouped_cases():
+        expected = _python_k_grouped(args)
+        assert expected is not None, label
+        paths = {"native": lambda: extension.k_grouped_fp8_gemm(*(args[name] for name in K_GROUPED_NAMES))}
+        if _k_grouped_op(args) is not None:
+            paths["op"] = _k_grouped_op(args)
+        for path, call in paths.items():
+            with pytest.raises((TypeError, ValueError)) as info:
+                call()
+            assert (info.type, str(info.value)) == expected, (label, path)
+        calls += len(paths)
+    assert extension.stats()["python_calls"] - before == calls
+
+
+@needs_toolchain
+def test_k_grouped_plan_key_and_operands_equal_pythons(extension):
+    """The problem the C++ side keys a K-grouped plan with is Python's (Problem.key(): groups, out
+    and C types -- "out" for c is out and accumulate alike --, 1D1D), and its operands are the ones
+    deep_tile.launch.k_grouped_operands makes."""
+    from deep_tile.checks import check_k_grouped_args
+    from deep_tile.kernels.fp8_gemm import GROUPED_OPERANDS
+    from deep_tile.launch import k_grouped_operands
+
+    copied, keys = set(), set()
+    for label, args in k_grouped_cases():
+        if not label.split("-", 1)[1].startswith("valid") or args["out"] is None or not args["a"].shape[0]:
+            continue
+        a, a_scale, b, b_scale, sizes, c, accumulate, out, _ = (args[name] for name in K_GROUPED_NAMES)
+        problem, _ = check_k_grouped_args(a, a_scale, b, b_scale, sizes, out, c, accumulate=accumulate,
+                                          data_checks=False)
+        python = k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c)
+        key, native_operands = extension.k_grouped_operands(a, a_scale, b, b_scale, sizes, c, accumulate, out)
+        assert tuple(key) == problem.key(), label
+        keys.add(problem.key()[7:])
+        sources = (a, a_scale, b, b_scale, out, sizes, out if c is None else c)
+        for name, got, want, source in zip(GROUPED_OPERANDS + ("c",), native_operands, python, sources):
+            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, name)
+            if want.data_ptr() == source.data_ptr():
+                assert got.data_ptr() == want.data_ptr(), (label, name)
+            else:
+                assert got.data_ptr() != source.data_ptr() and torch.equal(got, want), (label, name)
+                copied.add(name)
+    assert copied == {"a_scale", "b_scale"}  # row-major scales are copied into the column-major layout
+    assert {("float32", None, "1d1d"), ("float32", "out", "1d1d"), ("bfloat16", "float32", "1d1d")} <= keys
+
+
 # ---- GPU -------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -855,6 +1215,50 @@ def test_grouped_native_path_equals_python_path_bitwise():
         assert r["untouched"], r  # the rows of no expert are still NaN
         assert r["native_calls"] == r["calls"] and r["python_calls"] == 0, r  # every call took the native path
         assert r["a_scale_copies"] == (r["calls"] if copies else 0), r
+
+
+# the training ops on both host paths (tests/gpu_host_training_cases.py): FP32 and bf16 out, no C,
+# a separate bf16 / FP32 C, in-place accumulation; a row-major a_scale read as it is; 1D1D with
+# its row-major b_scale copied; K-grouped with an empty group, a partial last K block (T = 208 and
+# 336: tokens past the groups are FP8 NaN) and c given as out itself
+ACC_GPU_CASES = [
+    dict(m=256, n=512, k=1024, out_dtype="float32", c_mode="none"),
+    dict(m=256, n=512, k=1024, out_dtype="float32", c_mode="inplace"),
+    dict(m=129, n=384, k=272, out_dtype="bfloat16", c_mode="float32", seed=1),
+    dict(m=129, n=384, k=1024, out_dtype="float32", c_mode="bfloat16", layout="row", seed=2),
+    dict(m=64, n=2112, k=7168, out_dtype="bfloat16", c_mode="inplace", layout="row", seed=3),
+    dict(m=256, n=384, k=1024, out_dtype="float32", c_mode="none", one_d=True),
+    dict(m=192, n=256, k=4096, out_dtype="float32", c_mode="inplace", one_d=True, seed=4),
+    dict(m=129, n=136, k=272, out_dtype="bfloat16", c_mode="float32", one_d=True, seed=5),
+]
+K_GROUPED_GPU_CASES = [
+    dict(m=128, n=256, sizes=[130, 0, 77], out_dtype="float32", c_mode="none"),
+    dict(m=128, n=256, sizes=[130, 0, 77], out_dtype="float32", c_mode="inplace", seed=1),
+    dict(m=96, n=128, sizes=[0, 256, 1, 127], out_dtype="float32", c_mode="c_is_out", pad=33, seed=2),
+    dict(m=256, n=384, sizes=[300, 0, 200, 500], out_dtype="bfloat16", c_mode="float32", seed=3),
+    dict(m=256, n=384, sizes=[129, 0, 511], out_dtype="bfloat16", c_mode="inplace", pad=5, seed=4),
+    dict(m=64, n=256, sizes=[200, 0], out_dtype="float32", c_mode="bfloat16", pad=8, seed=5),
+]
+
+
+@pytest.mark.gpu
+def test_training_ops_native_path_equals_python_path_bitwise():
+    results = run_child_cases("gpu_host_training_cases.py", "acc_native_vs_python", ACC_GPU_CASES, 900)
+    results += run_child_cases("gpu_host_training_cases.py", "k_grouped_native_vs_python", K_GROUPED_GPU_CASES, 900)
+    for r in results:
+        assert r["native_equals_python"], r  # the _out op, repeats, the public function, the extension, the new op
+        assert r["native_calls"] == r["calls"] and r["python_calls"] == 0, r  # every call took the native path
+        assert r["nan"] == 0 and r["diff"] < DIFF_TOL, r
+        assert r.get("empty_wrong", 0) == 0, r  # an empty group holds C (zeros without C)
+
+
+@pytest.mark.gpu
+def test_k_grouped_op_in_cuda_graph_replays_new_group_sizes():
+    cases = [dict(m=128, n=256, sizes=[130, 0, 77], new_sizes=[0, 300, 5]),
+             dict(m=64, n=128, sizes=[16, 16], new_sizes=[200, 0], seed=1)]
+    for r in run_child_cases("gpu_host_training_cases.py", "k_grouped_native_graph", cases, 900):
+        assert r["captured_native"] == 1 and r["captured_python"] == 0, r  # captured from the native path
+        assert r["graph_equals_python"] and r["nan"] == 0 and r["diff"] < DIFF_TOL, r
 
 
 @pytest.mark.gpu

@@ -61,6 +61,26 @@ def plans(tmp_path, monkeypatch):
     return path
 
 
+def test_every_problem_field_that_picks_a_kernel_names_its_own_record(plans):
+    """Problems that differ only in what selects another kernel (a_scale variant, output and C
+    types, 1D1D, kind, groups) are stored apart: a record of one is never found for the other (the
+    native path of the training ops looks their plans up here)."""
+    from deep_tile.problem import ProblemKind
+
+    base = Problem(*SHAPE)
+    problems = [base, base.with_a_scale_row_major(), base.with_output("float32"),
+                base.with_output("float32", "out"), base.with_output("float32", "bfloat16"),
+                base.with_output("bfloat16", "float32"), base.with_output("float32").with_b_scale_1d(),
+                base.with_b_scale_1d(),
+                Problem(*SHAPE, kind=ProblemKind.K_GROUPED, num_groups=4, b_scale_1d=True, out_dtype="float32"),
+                Problem(*SHAPE, kind=ProblemKind.K_GROUPED, num_groups=4, b_scale_1d=True, out_dtype="float32",
+                        c_dtype="out"),
+                Problem(*SHAPE, kind=ProblemKind.K_GROUPED, num_groups=8, b_scale_1d=True, out_dtype="float32")]
+    assert len({p.key() for p in problems}) == len(problems)
+    assert len({plan_index._path(0, p, NUM_SMS)[0] for p in problems}) == len(problems)
+    assert plan_index._path(0, base, NUM_SMS)[0] == plans  # the default problem keeps its name
+
+
 def run_fresh(cache_dir: Path) -> dict:
     child_env = dict(os.environ, DEEP_TILE_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
     result = run_python(FRESH.format(record=json.dumps(real_record())), timeout=60, env=child_env)

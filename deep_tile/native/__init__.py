@@ -4,7 +4,8 @@ Per call the Python host path spends tens of microseconds deciding to launch a 1
 The native extension does the same per-call work in C++: the argument checks, a plan cached per
 (problem, device, SM limit), tensor maps cached by value, and ``cuLaunchKernelEx`` with the
 cluster attribute -- registered as the CUDA (and CPU) kernels of ``torch.ops.deep_tile.fp8_gemm``,
-the grouped ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}`` and their ``_out`` variants
+the grouped ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}``, the training GEMMs
+``fp8_gemm_acc``, ``fp8_gemm_1d1d`` and ``k_grouped_fp8_gemm_1d1d``, and their ``_out`` variants
 (``csrc/ops.cpp``). Plans come from Python (:mod:`.bridge`), and any call it does not take goes
 to the Python path, so both paths raise the same errors and launch the same kernel.
 

@@ -1,12 +1,15 @@
 """What the native extension calls back into Python for (each call under the GIL).
 
-- :func:`plan` and :func:`plan_grouped`: the first call of a problem on a device (dense, or one of
-  the M-grouped kinds): the full argument check (so errors are Python's), then
+- :func:`plan`, :func:`plan_grouped`, :func:`plan_acc` and :func:`plan_k_grouped`: the first call
+  of a problem on a device (dense, one of the M-grouped kinds, the dense GEMM's output variants and
+  the 1D1D GEMM, the K-grouped GEMM): the full argument check (so errors are Python's), then
   :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into what the C++
   side launches with: the kernel, the launch geometry and the plan's argument specs
   (:mod:`deep_tile.kernel_args`), which the C++ side walks as the Python launcher does.
-- :func:`python_path` and :func:`python_grouped_path`: every call the native path does not take
-  (bad arguments, no rows), on :func:`deep_tile.launch.run` / :func:`deep_tile.launch.run_grouped`.
+- :func:`python_path`, :func:`python_grouped_path`, :func:`python_acc_path` and
+  :func:`python_k_grouped_path`: every call the native path does not take (bad arguments, no rows),
+  on :func:`deep_tile.launch.run` / :func:`~deep_tile.launch.run_grouped` /
+  :func:`~deep_tile.launch.run_acc` / :func:`~deep_tile.launch.run_k_grouped`.
 - :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, which the loader hands a library when
   it loads it (``set_sms_limit``; :func:`deep_tile.set_num_sms` hands later changes to every
   loaded library), so that calls read it in C++ without taking the GIL.
@@ -21,15 +24,15 @@ from __future__ import annotations
 import torch
 
 from deep_tile import device, kernel_args, phases
-from deep_tile.checks import check_fp8_gemm_args, check_grouped_args
+from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import ProblemKind
 
-__all__ = ["VERSION", "plan", "plan_grouped", "python_path", "python_grouped_path", "sms_limit", "launch_error",
-           "report_first_launch"]
+__all__ = ["VERSION", "plan", "plan_grouped", "plan_acc", "plan_k_grouped", "python_path", "python_grouped_path",
+           "python_acc_path", "python_k_grouped_path", "sms_limit", "launch_error", "report_first_launch"]
 
-VERSION = 7
+VERSION = 8
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
 
@@ -90,6 +93,28 @@ def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit
     return _launch_plan(problem, a.device, limit)
 
 
+def plan_acc(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype, b_scale_1d: bool, limit: int) -> dict:
+    """The launch plan of this output-variant call's problem (the arguments of
+    :func:`deep_tile.launch.run_acc`; ``b_scale_1d``: the 1D1D GEMM) on ``a``'s device, with
+    ``limit`` SMs (0: all)."""
+    from deep_tile.layouts import reads_row_major
+
+    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
+    # as run_acc decides (and a_scale_layout in csrc/layouts.cpp)
+    if reads_row_major(a_scale, problem.m, problem.k_blocks):
+        problem = problem.with_a_scale_row_major()
+    return _launch_plan(problem, a.device, limit)
+
+
+def plan_k_grouped(a, a_scale, b, b_scale, group_sizes, c, accumulate: bool, out, out_dtype, limit: int) -> dict:
+    """The launch plan of this K-grouped call's problem (the arguments of
+    :func:`deep_tile.launch.run_k_grouped` from the ops: ``group_sizes`` a tensor) on ``a``'s device,
+    with ``limit`` SMs (0: all). Its a_scale is always read column-major (copied into that layout
+    when not so, by both paths)."""
+    problem, _ = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, accumulate=accumulate)
+    return _launch_plan(problem, a.device, limit)
+
+
 def python_path(a, a_scale, b, b_scale, out):
     """:func:`deep_tile.launch.run`: the Python host path (raises deep_tile's errors for bad arguments)."""
     from deep_tile.launch import run
@@ -103,6 +128,22 @@ def python_grouped_path(kind: str, a, a_scale, b, b_scale, info, out, expected_m
     from deep_tile.launch import run_grouped
 
     return run_grouped(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m)
+
+
+def python_acc_path(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype, b_scale_1d: bool):
+    """:func:`deep_tile.launch.run_acc` (the Python host path of the output variants and the 1D1D
+    GEMM; raises deep_tile's errors for bad arguments). Returns ``out`` (or a new one)."""
+    from deep_tile.launch import run_acc
+
+    return run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
+
+
+def python_k_grouped_path(a, a_scale, b, b_scale, group_sizes, c, accumulate: bool, out, out_dtype):
+    """:func:`deep_tile.launch.run_k_grouped` (the Python host path of the K-grouped GEMM; raises
+    deep_tile's errors for bad arguments). Returns ``out`` (or a new one)."""
+    from deep_tile.launch import run_k_grouped
+
+    return run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, accumulate=accumulate)
 
 
 def sms_limit() -> int:

@@ -1,5 +1,8 @@
 #include "checks.h"
 
+#include <cstdlib>
+#include <utility>
+
 namespace deep_tile_native {
 
 bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
@@ -37,6 +40,37 @@ const char* device_reason(const at::Tensor& first, std::initializer_list<const a
   }
   if (out.has_value() && out->device() != device) return "device";
   return nullptr;
+}
+
+int out_type_index(at::ScalarType type) {
+  if (type == at::kBFloat16) return 0;
+  if (type == at::kFloat) return 1;
+  return -1;
+}
+
+namespace {
+
+// _span: [first, end) byte addresses of what `x` can reach.
+std::pair<uintptr_t, uintptr_t> span(const at::Tensor& x) {
+  const uintptr_t start = reinterpret_cast<uintptr_t>(x.data_ptr());
+  int64_t extent = 1;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (x.size(d) > 0) extent += (x.size(d) - 1) * std::abs(x.stride(d));
+  }
+  return {start, start + static_cast<uintptr_t>(extent) * x.element_size()};
+}
+
+}  // namespace
+
+bool overlaps(const at::Tensor& out, std::initializer_list<const at::Tensor*> others) {
+  const auto [o0, o1] = span(out);
+  if (o0 == o1) return false;
+  for (const at::Tensor* x : others) {
+    if (x == nullptr || !x->defined() || x->numel() == 0) continue;
+    const auto [x0, x1] = span(*x);
+    if (x0 < o1 && o0 < x1) return true;
+  }
+  return false;
 }
 
 }  // namespace deep_tile_native

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 
 namespace deep_tile_native {
@@ -34,5 +35,13 @@ const char* layout_reason(const at::Tensor& x, int64_t row_multiple);
 // plan is made): every tensor given on `first`'s device, a CUDA one.
 const char* device_reason(const at::Tensor& first, std::initializer_list<const at::Tensor*> others,
                           const std::optional<at::Tensor>& out);
+
+// _output_dtype's rule for one tensor or dtype: the index of `type` in OUT_DTYPES (bf16 0, FP32 1),
+// or -1 for any other type.
+int out_type_index(at::ScalarType type);
+
+// _require_no_overlap: whether `out` (written) may reach memory any of `others` (read) may reach,
+// each tensor's reach the hull of its strides (_span); undefined and empty `others` are skipped.
+bool overlaps(const at::Tensor& out, std::initializer_list<const at::Tensor*> others);
 
 }  // namespace deep_tile_native

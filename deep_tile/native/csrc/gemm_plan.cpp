@@ -10,7 +10,7 @@ struct KeyHash {
   size_t operator()(const PlanKey& k) const {
     uint64_t h = 1469598103934665603ull;
     for (int64_t v : {k.device, int64_t(k.kind), k.m, k.n, k.k, k.num_groups, k.expected_m, k.sms_limit,
-                      int64_t(k.a_scale_row_major)}) {
+                      int64_t(k.a_scale_row_major), int64_t(k.out_type), int64_t(k.c_kind), int64_t(k.b_scale_1d)}) {
       h = (h ^ uint64_t(v)) * 1099511628211ull;
     }
     return static_cast<size_t>(h);

@@ -22,8 +22,10 @@ enum class SpecKind : uint8_t { kTensorMap = 0, kZeroMap = 1, kPointer = 2, kSiz
 // Most operand tensors a spec may name (deep_tile.kernel_args.MAX_OPERANDS); each family's op
 // passes its own, in its contract's OPERANDS order.
 constexpr int kMaxOperands = 8;
-// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked).
-constexpr int kMaxArgs = 16;
+// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked; the
+// K-grouped kernel with C has 17 parameters; tests/test_native.py checks every kind's specs fit,
+// through the module's MAX_ARGS and MAX_MAPS attributes).
+constexpr int kMaxArgs = 24;
 constexpr int kMaxMaps = 8;
 
 // One kernel parameter: see deep_tile/kernel_args.py for the meaning of each kind.
@@ -48,8 +50,8 @@ struct GemmPlan {
 
 // The kinds of problem (deep_tile.problem.ProblemKind, in its order; the module's PROBLEM_KINDS
 // attribute lets tests/test_native.py compare the names): the dense GEMM and the M-grouped
-// (Mixture-of-Experts) ones. The bridge is told a kind by its name (ProblemKind's value). The
-// K-grouped kind runs on the Python host path only; it is listed to keep the names in step.
+// (Mixture-of-Experts) ones, and the K-grouped one (MoE weight gradients, k_grouped_op.h). The
+// bridge is told a kind by its name (ProblemKind's value).
 enum class Kind : uint8_t {
   kDense = 0,
   kGroupedContiguous = 1,
@@ -63,9 +65,18 @@ constexpr const char* kKindNames[] = {"dense",           "grouped_contiguous", "
 constexpr int kNumKinds = 6;
 inline const char* kind_name(Kind kind) { return kKindNames[static_cast<int>(kind)]; }
 
+// The output types (deep_tile.kernels.fp8_gemm.OUT_DTYPES, in its order: DT_OUT_KIND) and the
+// kinds of addend C (C_DTYPES: none, a bf16 or FP32 tensor apart from out, out itself); the
+// module's OUT_DTYPES and C_DTYPES attributes let tests/test_native.py compare the names.
+enum class OutType : uint8_t { kBfloat16 = 0, kFloat32 = 1 };
+constexpr const char* kOutTypeNames[] = {"bfloat16", "float32"};
+enum class CKind : uint8_t { kNone = 0, kBfloat16 = 1, kFloat32 = 2, kOut = 3 };
+constexpr const char* kCKindNames[] = {nullptr, "bfloat16", "float32", "out"};
+
 // A plan is a function of the problem (the fields of deep_tile.problem.Problem.key(): kind, m,
-// n, k, groups, expected rows per group, a_scale variant), the device and the SM limit; strides
-// and addresses only enter the tensor maps, which are cached by value (tensor_maps.h).
+// n, k, groups, expected rows per group, a_scale variant, output and C types, 1D1D), the device
+// and the SM limit; strides and addresses only enter the tensor maps, which are cached by value
+// (tensor_maps.h).
 struct PlanKey {
   int64_t device = 0;
   Kind kind = Kind::kDense;
@@ -73,9 +84,13 @@ struct PlanKey {
   int64_t num_groups = 1, expected_m = 0;
   int64_t sms_limit = 0;
   bool a_scale_row_major = false;  // a kernel variant of the same problem
+  OutType out_type = OutType::kBfloat16;
+  CKind c_kind = CKind::kNone;
+  bool b_scale_1d = false;  // the 1D1D variant: b_scale per row of B
   bool operator==(const PlanKey& o) const {
     return device == o.device && kind == o.kind && m == o.m && n == o.n && k == o.k && num_groups == o.num_groups &&
-           expected_m == o.expected_m && sms_limit == o.sms_limit && a_scale_row_major == o.a_scale_row_major;
+           expected_m == o.expected_m && sms_limit == o.sms_limit && a_scale_row_major == o.a_scale_row_major &&
+           out_type == o.out_type && c_kind == o.c_kind && b_scale_1d == o.b_scale_1d;
   }
 };
 

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include "checks.h"
+#include "launch.h"
 
 namespace deep_tile_native {
 
@@ -12,10 +13,21 @@ AScaleLayout a_scale_layout(const at::Tensor& s, int64_t m, int64_t k_blocks) {
   if (m > 1 && k_blocks > 1 && k_blocks % 4 == 0 && s.stride(1) == 1 && s.stride(0) == k_blocks && aligned16(s)) {
     return AScaleLayout::kRowMajor;
   }
-  // deep_tile.layouts.is_tma_aligned.
+  return is_tma_aligned(s) ? AScaleLayout::kAligned : AScaleLayout::kCopy;
+}
+
+bool is_tma_aligned(const at::Tensor& s) {
+  const int64_t m = s.size(0), k_blocks = s.size(1);
+  if (m == 0 || k_blocks == 0) return true;
   const bool column_ok = s.stride(0) == 1 || m == 1;
   const bool pitch_ok = k_blocks == 1 || (s.stride(1) % 4 == 0 && s.stride(1) >= m);
-  return column_ok && pitch_ok && aligned16(s) ? AScaleLayout::kAligned : AScaleLayout::kCopy;
+  return column_ok && pitch_ok && aligned16(s);
+}
+
+at::Tensor tma_aligned(const at::Tensor& scale) {
+  if (is_tma_aligned(scale)) return scale;
+  count_a_scale_copy();
+  return tma_aligned_copy(scale);
 }
 
 namespace {

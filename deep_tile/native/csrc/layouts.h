@@ -41,6 +41,13 @@ AScaleLayout a_scale_layout(const at::Tensor& a_scale, int64_t m, int64_t k_bloc
 // contiguous kind's as the dense one's.
 AScaleLayout grouped_a_scale_layout(Kind kind, const at::Tensor& a_scale);
 
+// deep_tile.layouts.is_tma_aligned of a 2-D [rows, k_blocks] scale tensor.
+bool is_tma_aligned(const at::Tensor& scale);
+
+// get_tma_aligned_a_scale of a 2-D scale tensor (a_scale, or the 1D1D kinds' b_scale): as it is
+// when is_tma_aligned, else a copy into that layout (counted as an a_scale copy).
+at::Tensor tma_aligned(const at::Tensor& scale);
+
 // get_tma_aligned_a_scale of a 2-D or 3-D a_scale not in that layout: a copy into it.
 at::Tensor tma_aligned_copy(const at::Tensor& a_scale);
 

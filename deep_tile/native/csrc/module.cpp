@@ -3,10 +3,12 @@
 // and registers the dispatcher kernels; the other functions serve tests and benchmarks.
 #include <torch/csrc/utils/pybind.h>
 
+#include "acc_op.h"
 #include "checks.h"
 #include "gemm_op.h"
 #include "gemm_plan.h"
 #include "grouped_op.h"
+#include "k_grouped_op.h"
 #include "launch.h"
 #include "layouts.h"
 #include "ops.h"
@@ -17,7 +19,33 @@ namespace py = pybind11;
 using namespace deep_tile_native;
 
 // Bumped when the bridge protocol (plan dict, callbacks) changes; checked by the loader.
-constexpr int kBridgeVersion = 7;
+constexpr int kBridgeVersion = 8;
+
+namespace {
+
+// A plan key's problem as deep_tile.problem.Problem.key() spells it (for tests): (kind, m, n, k,
+// groups, expected_m, a_scale_row_major), then (out_dtype, c_dtype) unless bf16 without C, then
+// "1d1d" for the 1D1D variants.
+py::tuple problem_key(const PlanKey& key) {
+  py::list items;
+  for (py::object v : {py::cast(std::string(kind_name(key.kind))), py::cast(key.m), py::cast(key.n), py::cast(key.k),
+                       py::cast(key.num_groups), py::cast(key.expected_m), py::cast(key.a_scale_row_major)}) {
+    items.append(v);
+  }
+  if (key.out_type != OutType::kBfloat16 || key.c_kind != CKind::kNone) {
+    items.append(std::string(kOutTypeNames[static_cast<int>(key.out_type)]));
+    const char* c = kCKindNames[static_cast<int>(key.c_kind)];
+    items.append(c == nullptr ? py::none() : py::cast(std::string(c)));
+  }
+  if (key.b_scale_1d) items.append(std::string("1d1d"));
+  return py::tuple(items);
+}
+
+py::tuple key_and_operands(const std::tuple<PlanKey, std::vector<at::Tensor>>& result) {
+  return py::make_tuple(problem_key(std::get<0>(result)), std::get<1>(result));
+}
+
+}  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deep_tile's native host path for the FP8 GEMMs (see deep_tile/native/__init__.py)";
@@ -27,6 +55,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("N_MULTIPLE") = kNMultiple;
   m.attr("K_MULTIPLE") = kKMultiple;
   m.attr("MAX_OPERANDS") = kMaxOperands;
+  m.attr("MAX_ARGS") = kMaxArgs;
+  m.attr("MAX_MAPS") = kMaxMaps;
   m.attr("MAX_TABLE_GROUPS") = kMaxTableGroups;
   py::list op_names;
   for (const char* name : kOpNames) op_names.append(std::string(kOpNamespace) + "::" + name);
@@ -37,6 +67,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::list row_major_only;
   for (Kind kind : kRowMajorAScaleKinds) row_major_only.append(kind_name(kind));
   m.attr("ROW_MAJOR_A_SCALE_KINDS") = py::tuple(row_major_only);
+  py::list out_dtypes, c_dtypes;
+  for (const char* name : kOutTypeNames) out_dtypes.append(name);
+  for (const char* name : kCKindNames) c_dtypes.append(name == nullptr ? py::none() : py::cast(std::string(name)));
+  m.attr("OUT_DTYPES") = py::tuple(out_dtypes);
+  m.attr("C_DTYPES") = py::tuple(c_dtypes);
   py::dict spec_kinds;
   spec_kinds["tensor_map"] = static_cast<int>(SpecKind::kTensorMap);
   spec_kinds["zero_map"] = static_cast<int>(SpecKind::kZeroMap);
@@ -103,6 +138,74 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("expected_m"), py::arg("out"),
         "For tests, any device: (problem key as deep_tile.problem.Problem.key() spells it, [the kernel's operands "
         "in GROUPED_OPERANDS order]) of a grouped call the fast check takes (else ValueError).");
+  // The training ops (acc_op.h, k_grouped_op.h): the ops' arguments as they are (out_dtype None
+  // for the _out variants, out None for the others).
+  m.def("fp8_gemm_acc",
+        [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+           const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+           std::optional<at::ScalarType> out_dtype, bool b_scale_1d) {
+          return fp8_gemm_acc(AccCall{a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d});
+        },
+        py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("c") = py::none(),
+        py::arg("accumulate") = false, py::arg("out") = py::none(), py::arg("out_dtype") = py::none(),
+        py::arg("b_scale_1d") = false, py::call_guard<py::gil_scoped_release>(),
+        "The native path of the output variants (b_scale_1d: the 1D1D GEMM) without the dispatcher: "
+        "out (or a new tensor) = C + a @ b.T, scaled (deep_tile.launch.run_acc's arguments).");
+  m.def("acc_fast_check_reason",
+        [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+           const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+           std::optional<at::ScalarType> out_dtype, bool b_scale_1d, bool check_device) {
+          return std::string(acc_fast_check_reason(
+              AccCall{a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d}, check_device));
+        },
+        py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("c") = py::none(),
+        py::arg("accumulate") = false, py::arg("out") = py::none(), py::arg("out_dtype") = py::none(),
+        py::arg("b_scale_1d") = false, py::arg("check_device") = true,
+        "Why an output-variant call would go to the Python path ('' when the native path takes it).");
+  m.def("acc_operands",
+        [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+           const std::optional<at::Tensor>& c, bool accumulate, const at::Tensor& out, bool b_scale_1d) {
+          const std::optional<at::Tensor> into = out;
+          return key_and_operands(
+              acc_operands(AccCall{a, a_scale, b, b_scale, c, accumulate, into, std::nullopt, b_scale_1d}));
+        },
+        py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("c"), py::arg("accumulate"),
+        py::arg("out"), py::arg("b_scale_1d") = false,
+        "For tests, any device: (problem key as Problem.key() spells it, [the kernel's operands: OPERANDS, then C]) "
+        "of an output-variant call the fast check takes (else ValueError).");
+  m.def("k_grouped_fp8_gemm",
+        [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+           const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, bool accumulate,
+           const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype) {
+          return k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, out, out_dtype});
+        },
+        py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("group_sizes"),
+        py::arg("c") = py::none(), py::arg("accumulate") = false, py::arg("out") = py::none(),
+        py::arg("out_dtype") = py::none(), py::call_guard<py::gil_scoped_release>(),
+        "The native path of the K-grouped 1D1D GEMM without the dispatcher (deep_tile.launch.run_k_grouped's "
+        "arguments, group_sizes an int32 tensor). Returns out or a new [G, m, n] tensor.");
+  m.def("k_grouped_fast_check_reason",
+        [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+           const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, bool accumulate,
+           const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype, bool check_device) {
+          return std::string(k_grouped_fast_check_reason(
+              KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, out, out_dtype}, check_device));
+        },
+        py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("group_sizes"),
+        py::arg("c") = py::none(), py::arg("accumulate") = false, py::arg("out") = py::none(),
+        py::arg("out_dtype") = py::none(), py::arg("check_device") = true,
+        "Why a K-grouped call would go to the Python path ('' when the native path takes it).");
+  m.def("k_grouped_operands",
+        [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+           const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, bool accumulate, const at::Tensor& out) {
+          const std::optional<at::Tensor> into = out;
+          return key_and_operands(
+              k_grouped_operands(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, into, std::nullopt}));
+        },
+        py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("group_sizes"), py::arg("c"),
+        py::arg("accumulate"), py::arg("out"),
+        "For tests, any device: (problem key as Problem.key() spells it, [the kernel's operands: GROUPED_OPERANDS, "
+        "then C]) of a K-grouped call the fast check takes (else ValueError).");
   m.def("stats", []() {
     GemmStats g = gemm_stats();
     MapCacheStats t = tensor_map_cache_stats();

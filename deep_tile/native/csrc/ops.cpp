@@ -2,9 +2,11 @@
 
 #include <torch/library.h>
 
+#include "acc_op.h"
 #include "gemm_op.h"
 #include "gemm_plan.h"
 #include "grouped_op.h"
+#include "k_grouped_op.h"
 #include "python_bridge.h"
 
 namespace deep_tile_native {
@@ -50,6 +52,42 @@ constexpr auto op_offsets_out = op_grouped_out<Kind::kGroupedOffsets>;
 constexpr auto op_psum = op_grouped<Kind::kGroupedPsum>;
 constexpr auto op_psum_out = op_grouped_out<Kind::kGroupedPsum>;
 
+// The output variants: (a, a_scale, b, b_scale, c, out_dtype) -> new, or (..., c, accumulate, out);
+// kOneD: the 1D1D GEMM (b_scale per row of b).
+template <bool kOneD>
+at::Tensor op_acc(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                  const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
+  const std::optional<at::Tensor> none;
+  return fp8_gemm_acc(AccCall{a, a_scale, b, b_scale, c, false, none, out_dtype, kOneD});
+}
+
+template <bool kOneD>
+void op_acc_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                const std::optional<at::Tensor>& c, bool accumulate, at::Tensor& out) {
+  const std::optional<at::Tensor> into = out;
+  fp8_gemm_acc(AccCall{a, a_scale, b, b_scale, c, accumulate, into, std::nullopt, kOneD});
+}
+
+// The K-grouped GEMM: (a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> new, or
+// (..., group_sizes, c, accumulate, out).
+at::Tensor op_k_grouped(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                        const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
+  const std::optional<at::Tensor> none;
+  return k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, false, none, out_dtype});
+}
+
+void op_k_grouped_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                      const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, bool accumulate,
+                      at::Tensor& out) {
+  const std::optional<at::Tensor> into = out;
+  k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, into, std::nullopt});
+}
+
+constexpr auto op_fp8_gemm_acc = op_acc<false>;
+constexpr auto op_fp8_gemm_acc_out = op_acc_out<false>;
+constexpr auto op_fp8_gemm_1d1d = op_acc<true>;
+constexpr auto op_fp8_gemm_1d1d_out = op_acc_out<true>;
+
 // Leaked on purpose when registered: deregistering at process exit could run after the
 // dispatcher is gone.
 torch::Library* g_library = nullptr;
@@ -71,6 +109,12 @@ void register_ops() {
     library->impl(kOpNames[7], torch::dispatch(key, TORCH_FN(op_masked_out)));
     library->impl(kOpNames[8], torch::dispatch(key, TORCH_FN(op_psum)));
     library->impl(kOpNames[9], torch::dispatch(key, TORCH_FN(op_psum_out)));
+    library->impl(kOpNames[10], torch::dispatch(key, TORCH_FN(op_fp8_gemm_acc)));
+    library->impl(kOpNames[11], torch::dispatch(key, TORCH_FN(op_fp8_gemm_acc_out)));
+    library->impl(kOpNames[12], torch::dispatch(key, TORCH_FN(op_fp8_gemm_1d1d)));
+    library->impl(kOpNames[13], torch::dispatch(key, TORCH_FN(op_fp8_gemm_1d1d_out)));
+    library->impl(kOpNames[14], torch::dispatch(key, TORCH_FN(op_k_grouped)));
+    library->impl(kOpNames[15], torch::dispatch(key, TORCH_FN(op_k_grouped_out)));
   }
   g_library = library;
 }

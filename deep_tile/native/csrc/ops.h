@@ -1,5 +1,6 @@
 // The ops this library implements, and their registration as dispatcher kernels: the dense GEMM
-// (gemm_op.h) and the four grouped GEMMs (grouped_op.h), each with its _out variant. The ops
+// (gemm_op.h), the four grouped GEMMs (grouped_op.h), the training GEMMs -- the output variants,
+// the 1D1D GEMM (acc_op.h) and the K-grouped one (k_grouped_op.h) -- each with its _out variant. The ops
 // themselves are defined by deep_tile/ops.py (its NAMESPACE and SCHEMAS; the module's OP_NAMES
 // attribute lets tests/test_native.py compare the two).
 #pragma once
@@ -18,6 +19,12 @@ constexpr const char* kOpNames[] = {
     "m_grouped_fp8_gemm_masked_out",
     "m_grouped_fp8_gemm_psum",
     "m_grouped_fp8_gemm_psum_out",
+    "fp8_gemm_acc",
+    "fp8_gemm_acc_out",
+    "fp8_gemm_1d1d",
+    "fp8_gemm_1d1d_out",
+    "k_grouped_fp8_gemm_1d1d",
+    "k_grouped_fp8_gemm_1d1d_out",
 };
 
 // Registers the kernels of these ops for the CUDA and CPU dispatch keys (CPU: so CPU tensors get

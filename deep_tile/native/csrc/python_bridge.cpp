@@ -10,7 +10,8 @@ namespace deep_tile_native {
 namespace {
 
 struct Bridge {
-  py::object plan, python_path, plan_grouped, python_grouped_path, launch_error, report_first_launch;
+  py::object plan, python_path, plan_grouped, python_grouped_path, plan_acc, python_acc_path, plan_k_grouped,
+      python_k_grouped_path, launch_error, report_first_launch;
 };
 
 // Leaked on purpose: Python objects must not be released after the interpreter is finalised.
@@ -28,6 +29,8 @@ py::object optional_tensor(const std::optional<at::Tensor>& t) {
 }
 
 py::object optional_int(std::optional<int64_t> v) { return v.has_value() ? py::cast(*v) : py::none(); }
+
+py::object optional_dtype(std::optional<at::ScalarType> t) { return t.has_value() ? py::cast(*t) : py::none(); }
 
 [[noreturn]] void bad_spec(const std::vector<int64_t>& code) {
   std::string text;
@@ -81,9 +84,11 @@ ArgSpec spec_of(const std::vector<int64_t>& c) {
 }  // namespace
 
 void install_bridge(const py::object& module) {
-  auto* b = new Bridge{module.attr("plan"),         module.attr("python_path"),
-                       module.attr("plan_grouped"), module.attr("python_grouped_path"),
-                       module.attr("launch_error"), module.attr("report_first_launch")};
+  auto* b = new Bridge{module.attr("plan"),           module.attr("python_path"),
+                       module.attr("plan_grouped"),   module.attr("python_grouped_path"),
+                       module.attr("plan_acc"),       module.attr("python_acc_path"),
+                       module.attr("plan_k_grouped"), module.attr("python_k_grouped_path"),
+                       module.attr("launch_error"),   module.attr("report_first_launch")};
   g_bridge = b;  // a previous bridge (re-installed by tests) is leaked, as above
 }
 
@@ -153,6 +158,45 @@ at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor&
   py::object result = bridge().python_grouped_path(kind_name(kind), a, a_scale, b, b_scale, info,
                                                   optional_tensor(out), optional_int(expected_m));
   return result.cast<at::Tensor>();
+}
+
+PlanPtr make_acc_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                      const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+                      std::optional<at::ScalarType> out_dtype, bool b_scale_1d, int64_t limit) {
+  py::gil_scoped_acquire gil;
+  return plan_of(bridge().plan_acc(a, a_scale, b, b_scale, optional_tensor(c), accumulate, optional_tensor(out),
+                                   optional_dtype(out_dtype), b_scale_1d, limit));
+}
+
+at::Tensor python_acc_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                           const at::Tensor& b_scale, const std::optional<at::Tensor>& c, bool accumulate,
+                           const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype,
+                           bool b_scale_1d) {
+  py::gil_scoped_acquire gil;
+  return bridge()
+      .python_acc_path(a, a_scale, b, b_scale, optional_tensor(c), accumulate, optional_tensor(out),
+                       optional_dtype(out_dtype), b_scale_1d)
+      .cast<at::Tensor>();
+}
+
+PlanPtr make_k_grouped_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                            const at::Tensor& b_scale, const at::Tensor& group_sizes,
+                            const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+                            std::optional<at::ScalarType> out_dtype, int64_t limit) {
+  py::gil_scoped_acquire gil;
+  return plan_of(bridge().plan_k_grouped(a, a_scale, b, b_scale, group_sizes, optional_tensor(c), accumulate,
+                                         optional_tensor(out), optional_dtype(out_dtype), limit));
+}
+
+at::Tensor python_k_grouped_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                                 const at::Tensor& b_scale, const at::Tensor& group_sizes,
+                                 const std::optional<at::Tensor>& c, bool accumulate,
+                                 const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype) {
+  py::gil_scoped_acquire gil;
+  return bridge()
+      .python_k_grouped_path(a, a_scale, b, b_scale, group_sizes, optional_tensor(c), accumulate,
+                             optional_tensor(out), optional_dtype(out_dtype))
+      .cast<at::Tensor>();
 }
 
 void raise_launch_error(const std::string& message) {

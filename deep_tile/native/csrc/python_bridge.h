@@ -1,10 +1,11 @@
 // Calls from the native path into Python (deep_tile/native/bridge.py), each under the GIL:
-// plan creation on the first call of a problem (dense or grouped), the Python path for every
+// plan creation on the first call of a problem (dense, grouped, output variants, K-grouped), the Python path for every
 // call the native path does not take (bad arguments included, so errors keep Python's types and
 // messages), the SM limit, and deep_tile.errors.LaunchError for driver failures.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <optional>
 #include <string>
@@ -48,6 +49,25 @@ PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_sc
 at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                                const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
                                std::optional<int64_t> expected_m);
+
+// The training ops' twins: bridge.plan_acc / python_acc_path (deep_tile.launch.run_acc: the dense
+// GEMM's output variants and, with `b_scale_1d`, the 1D1D GEMM) and bridge.plan_k_grouped /
+// python_k_grouped_path (deep_tile.launch.run_k_grouped), with the ops' arguments as they are.
+PlanPtr make_acc_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
+                      const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+                      std::optional<at::ScalarType> out_dtype, bool b_scale_1d, int64_t sms_limit);
+at::Tensor python_acc_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                           const at::Tensor& b_scale, const std::optional<at::Tensor>& c, bool accumulate,
+                           const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype,
+                           bool b_scale_1d);
+PlanPtr make_k_grouped_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                            const at::Tensor& b_scale, const at::Tensor& group_sizes,
+                            const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+                            std::optional<at::ScalarType> out_dtype, int64_t sms_limit);
+at::Tensor python_k_grouped_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                                 const at::Tensor& b_scale, const at::Tensor& group_sizes,
+                                 const std::optional<at::Tensor>& c, bool accumulate,
+                                 const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype);
 
 // Raises deep_tile.errors.LaunchError(message) as the pending Python exception and throws it.
 [[noreturn]] void raise_launch_error(const std::string& message);
