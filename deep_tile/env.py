@@ -95,9 +95,9 @@ _VARS = (
            "Build kernels whose barrier waits trap after 10 s instead of hanging (a debugging aid: "
            "a hang then surfaces as `unspecified launch failure`); costs 5-10% speed, so off by default."),
     EnvVar("DEEP_TILE_NATIVE", "choice", "auto",
-           "The native (C++) host path of the GEMMs (`fp8_gemm` and the grouped ones): `auto` builds it "
-           "in a background process on the first CUDA call (the Python host path runs until it is "
-           "ready), `wait` builds it on the first CUDA call and waits, `off` always uses the Python host "
+           "The native (C++) host path of the GEMM ops (every one: dense, output variants, 1D1D, "
+           "M- and K-grouped): `auto` builds it in a background process on the first CUDA call (the "
+           "Python host path runs until it is ready), `wait` builds it on the first CUDA call and waits, `off` always uses the Python host "
            "path.",
            choices=("auto", "wait", "off")),
     EnvVar("DEEP_TILE_PDL", "bool", "on",
