@@ -576,7 +576,7 @@ def test_module_imports_have_no_cycles():
 LAYERS = (
     ("entry points and test helpers", ("deep_tile", "deep_tile.__main__", "deep_tile.testing", "deep_tile.testing.*",
                                        "deep_tile.compat", "deep_tile.compat.*")),
-    ("training layers", ("deep_tile.nn", "deep_tile.nn.*")),
+    ("training layers, tensor parallelism", ("deep_tile.nn", "deep_tile.nn.*", "deep_tile.tp")),
     ("public API", ("deep_tile.gemm", "deep_tile.grouped", "deep_tile.k_grouped", "deep_tile.quant", "deep_tile.warmup",
                     "deep_tile.cast_transpose")),
     ("custom ops", ("deep_tile.ops",)),

@@ -1,0 +1,430 @@
+"""Tensor-parallel FP8 GEMMs with the communication overlapped ("async TP" for blockwise FP8).
+
+A column-parallel linear waits for an all-gather of its input, a row-parallel one for a
+reduce-scatter of its output. Here both run as rings of point-to-point transfers on a side stream,
+each transfer hidden under the GEMM of the chunk that arrived before it:
+
+- :func:`all_gather_fp8_gemm` (column-parallel): every rank holds ``T`` tokens' FP8 activations
+  ``x [T, K]`` with their 1x128 scales and its rows of the weight ``w [N_r, K]`` (128x128 blocks);
+  the result is the product of every rank's tokens, ``[world * T, N_r]`` with rank ``i``'s tokens
+  at rows ``[i * T, (i + 1) * T)``. The activations travel as FP8 with their scales (``K + 4 *
+  ceil(K / 128)`` bytes per token against bf16's ``2 K``). Step ``s`` multiplies the chunk of rank
+  ``rank - s`` while the next one arrives: ``world - 1`` transfers, each under a GEMM of ``T`` rows.
+- :func:`fp8_gemm_reduce_scatter` (row-parallel): every rank holds all ``world * T`` tokens over its
+  slice of the features, ``x [world * T, K_r]``, and the matching weight columns ``w [N, K_r]``;
+  rank ``r`` gets rows ``[r * T, (r + 1) * T)`` of the sum over ranks of ``x_i @ w_i^T``. Each
+  rank computes the partial of one destination's rows at a time (FP32, or bf16 to halve the
+  bytes), sends it to its owner while it computes the next, and adds what it receives in a fixed
+  order, in FP32, rounded once: the partials of ranks ``rank - 1, ..., rank - (world - 2)``, then
+  its own (computed while the last transfer runs, added in its GEMM's epilogue as ``c``), then
+  rank ``rank - (world - 1)``'s.
+
+:func:`all_gather_then_gemm` and :func:`gemm_then_reduce_scatter` are the same products done one
+after the other (the whole transfer, then the GEMM; the GEMM, then the transfer): the baselines
+of ``benchmarks/bench_tp.py`` and the references of the tests. The overlapped results are
+bitwise equal to them whenever the selector splits K for neither a chunk's GEMM nor the whole one
+(deep_tile's per-element summation order does not depend on the tile, only on a K split; where a
+split happens the results agree to FP32 rounding).
+
+Ranks must pass tensors of equal shapes (checked with one small all-gather unless
+``check=False``); at world size 1 both functions are the plain GEMM. The transport is
+``torch.distributed`` (NCCL on GPUs; gloo works for CPU tests with a stand-in GEMM);
+:class:`LoopbackRing` runs the same code path on one device with a simulated world, each chunk
+"arriving" by a copy on the side stream (tests, and a one-GPU check of the overlap).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from deep_tile.common import SCALE_GROUP, align_up, ceil_div
+
+__all__ = ["all_gather_fp8_gemm", "fp8_gemm_reduce_scatter", "all_gather_then_gemm", "gemm_then_reduce_scatter",
+           "DistRing", "LoopbackRing", "chunk_gemm", "pack_chunk"]
+
+
+def chunk_gemm(a, a_scale, b, b_scale, out=None, *, c=None, out_dtype=None):
+    """The GEMM every chunk runs: :func:`deep_tile.fp8_gemm` (a module attribute, looked up at each
+    call, so a test without a GPU can put a stand-in in its place)."""
+    from deep_tile.gemm import fp8_gemm
+
+    return fp8_gemm(a, a_scale, b, b_scale, out, c=c, out_dtype=out_dtype)
+
+
+# ---- transports --------------------------------------------------------------------------------
+
+
+class DistRing:
+    """The ring over a ``torch.distributed`` process group: :meth:`shift` sends to the next rank
+    and receives from the previous one; :meth:`send_recv` sends to one rank and receives from
+    another. Each returns a handle whose :meth:`wait` orders the current stream after the transfer
+    (NCCL: without blocking the host; gloo: blocking)."""
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+
+        self.dist, self.group = dist, group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+
+    def _peer(self, rank: int) -> int:
+        """The global rank of ``rank`` in the group (P2P ops take global ranks)."""
+        return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
+
+    def send_recv(self, send: list, dst: int, recv: list, src: int):
+        ops = [self.dist.P2POp(self.dist.isend, _wire(t), self._peer(dst), self.group) for t in send]
+        ops += [self.dist.P2POp(self.dist.irecv, _wire(t), self._peer(src), self.group) for t in recv]
+        return _Works(self.dist.batch_isend_irecv(ops))
+
+    def shift(self, send: list, recv: list, step: int):
+        """Send to the next rank, receive from the previous one (``step``: the ring's step, 1-based;
+        what arrives is rank ``rank - step``'s chunk)."""
+        return self.send_recv(send, (self.rank + 1) % self.world, recv, (self.rank - 1) % self.world)
+
+    def gather_rows(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``t`` (contiguous, the same shape everywhere) stacked along dim 0, in rank
+        order: NCCL's all_gather_into_tensor (other backends: all_gather and a concatenation)."""
+        out = torch.empty((self.world * t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+        if self.dist.get_backend(self.group) == "nccl":
+            self.dist.all_gather_into_tensor(out, t, group=self.group)
+        else:
+            parts = list(out.chunk(self.world))
+            self.dist.all_gather(parts, t, group=self.group)
+        return out
+
+    def all_shapes(self, shape: tuple) -> list:
+        """Every rank's ``shape`` (a tuple of ints), by one small all-gather."""
+        device = torch.device("cuda", torch.cuda.current_device()) if self.dist.get_backend(self.group) == "nccl" \
+            else torch.device("cpu")
+        mine = torch.tensor(shape, dtype=torch.int64, device=device)
+        every = [torch.empty_like(mine) for _ in range(self.world)]
+        self.dist.all_gather(every, mine, group=self.group)
+        return [tuple(int(v) for v in t.tolist()) for t in every]
+
+
+def _wire(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the backends carry it: 1- and 2-byte floats as integers of their width (gloo has
+    no float8 or bfloat16; the bytes are the same)."""
+    if t.element_size() == 1 and t.dtype != torch.uint8:
+        return t.view(torch.uint8)
+    if t.element_size() == 2 and t.is_floating_point():
+        return t.view(torch.int16)
+    return t
+
+
+class _Works:
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for work in self.works:
+            work.wait()
+
+
+class LoopbackRing:
+    """A simulated world on one device, seen from rank ``rank``: the other ranks' tensors are
+    given (``peers``: for each rank, the list of tensors it would send, in the order the
+    functions send them), and a transfer is a copy from them on a side stream (CUDA) or at once
+    (CPU), so the overlapped code path runs unchanged without a process group.
+
+    ``peers[i]`` for :func:`all_gather_fp8_gemm`: rank ``i``'s ``[x bytes, x_scale buffer]`` (as
+    :func:`pack_chunk` makes them); for :func:`fp8_gemm_reduce_scatter`: rank ``i``'s partial for this
+    rank's rows (what rank ``i`` would send here).
+    """
+
+    def __init__(self, world: int, rank: int, peers: list):
+        self.world, self.rank, self.peers = world, rank, peers
+
+    def _copy(self, recv: list, tensors: list):
+        stream = _side_stream(recv[0])
+        with _on(stream, recv[0]):
+            for dst, src in zip(recv, tensors):
+                dst.copy_(src, non_blocking=True)
+        return _StreamDone(stream)
+
+    def shift(self, send: list, recv: list, step: int):
+        return self._copy(recv, self.peers[(self.rank - step) % self.world])
+
+    def send_recv(self, send: list, dst: int, recv: list, src: int):
+        return self._copy(recv, self.peers[src])
+
+    def all_shapes(self, shape: tuple) -> list:
+        return [shape] * self.world
+
+
+class _StreamDone:
+    """A loopback transfer's handle: the current stream waits for the side stream's copy."""
+
+    def __init__(self, stream):
+        self.event = None
+        if stream is not None:
+            self.event = torch.cuda.Event()
+            self.event.record(stream)
+
+    def wait(self):
+        if self.event is not None:
+            torch.cuda.current_stream().wait_event(self.event)
+
+
+_SIDE_STREAMS: dict = {}
+
+
+def _side_stream(t: torch.Tensor):
+    """The loopback's copy stream for ``t``'s device (None on the CPU); it first waits for the
+    current stream, so the receive buffer is no longer read by the GEMM of two steps before."""
+    if not t.is_cuda:
+        return None
+    stream = _SIDE_STREAMS.get(t.device)
+    if stream is None:
+        stream = _SIDE_STREAMS[t.device] = torch.cuda.Stream(t.device)
+    stream.wait_stream(torch.cuda.current_stream(t.device))
+    return stream
+
+
+def _on(stream, t):
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+# ---- checks and buffers ------------------------------------------------------------------------
+
+
+def _ring(group, ring):
+    if ring is not None:
+        return ring
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return None  # no process group: a world of one
+    return DistRing(group) if dist.get_world_size(group) > 1 else None
+
+
+def _check_fp8(fn: str, name: str, t) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.float8_e4m3fn or t.dim() != 2:
+        raise ValueError(f"{fn}: {name} must be a 2-D float8_e4m3fn tensor; got "
+                         f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}.")
+
+
+def _check_same_everywhere(fn: str, ring, shape: tuple, what: str) -> None:
+    shapes = ring.all_shapes(shape)
+    if any(s != shapes[0] for s in shapes):
+        listing = ", ".join(f"rank {i}: {s}" for i, s in enumerate(shapes))
+        raise ValueError(f"{fn}: every rank must pass the same {what}; got {listing}.")
+
+
+def pack_chunk(x: torch.Tensor, x_scale: torch.Tensor) -> list:
+    """The tensors one rank's chunk travels as: its FP8 bytes ``[T, K]`` (uint8, contiguous) and
+    its scales in the GEMM's zero-copy layout, the contiguous ``[ceil(K/128), align4(T)]`` buffer
+    under the column-major view (:func:`_scales_view`)."""
+    t, k_blocks = x_scale.shape
+    buf = torch.zeros(k_blocks, align_up(max(t, 1), 4), dtype=torch.float32, device=x_scale.device)
+    _scales_view(buf, t).copy_(x_scale)
+    return [x.contiguous().view(torch.uint8), buf]
+
+
+def _scales_view(buf: torch.Tensor, t: int) -> torch.Tensor:
+    """``[t, k_blocks]`` float32 with strides ``(1, align4(t))`` over ``buf``: the a_scale layout the
+    GEMM reads without a copy (deep_tile.layouts.get_tma_aligned_a_scale)."""
+    return buf.t()[:t]
+
+
+# ---- column-parallel: all-gather x GEMM --------------------------------------------------------
+
+
+def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+                        group=None, *, check: bool = True, ring=None) -> torch.Tensor:
+    """``all_gather(x) @ w^T`` (bf16) with the gather of the FP8 activations hidden under the GEMM.
+
+    Args:
+        x: [T, K] float8_e4m3fn, this rank's tokens (every rank the same T and K; T >= 1).
+        x_scale: [T, ceil(K/128)] float32, their 1x128 scales (any layout).
+        w: [N_r, K] float8_e4m3fn, this rank's rows of the weight; w_scale: its 128x128 scales,
+            as :func:`deep_tile.fp8_gemm` takes them.
+        group: the ``torch.distributed`` process group (default: the world); without an
+            initialised process group, or at world size 1, the plain GEMM.
+        check: compare every rank's shapes first (one small all-gather) and raise a
+            ``ValueError`` naming them when they differ, instead of a hang or a wrong transfer.
+        ring: a transport in place of the group's (:class:`LoopbackRing`: a simulated world).
+
+    Returns:
+        [world * T, N_r] bfloat16; rows ``[i * T, (i + 1) * T)`` are rank ``i``'s tokens times ``w``.
+    """
+    fn = "all_gather_fp8_gemm"
+    _check_fp8(fn, "x", x)
+    _check_fp8(fn, "w", w)
+    ring = _ring(group, ring)
+    if ring is None:
+        return chunk_gemm(x, x_scale, w, w_scale)
+    t, k = x.shape
+    if check:
+        _check_same_everywhere(fn, ring, (t, k, tuple(x_scale.shape)[1], w.shape[1]), "x [T, K] (and w's K)")
+    world, rank = ring.world, ring.rank
+    out = torch.empty(world * t, w.shape[0], dtype=torch.bfloat16, device=x.device)
+    mine = pack_chunk(x, x_scale)  # x's bytes are the caller's: sent, never received into
+    fresh = [[torch.empty_like(b) for b in mine] for _ in range(2)]
+    for step in range(world):
+        # Step s multiplies what arrived at step s (its own chunk at 0) while step s + 1's arrives
+        # into the other buffer (the one multiplied at step s - 1).
+        cur = mine if step == 0 else fresh[(step - 1) % 2]
+        pending = ring.shift(cur, fresh[step % 2], step + 1) if step + 1 < world else None
+        src = (rank - step) % world
+        chunk_gemm(cur[0].view(torch.float8_e4m3fn), _scales_view(cur[1], t), w, w_scale, out[src * t:(src + 1) * t])
+        if pending is not None:
+            pending.wait()
+    return out
+
+
+def all_gather_then_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+                         group=None, *, ring=None) -> torch.Tensor:
+    """The sequential form of :func:`all_gather_fp8_gemm`: every rank's FP8 tokens and scales
+    gathered first (``torch.distributed.all_gather_into_tensor`` over a process group; the ring's
+    transfers one after another over a :class:`LoopbackRing`), then one GEMM of ``world * T`` rows.
+    The baseline and the reference (same arguments and result)."""
+    ring = _ring(group, ring)
+    if ring is None:
+        return chunk_gemm(x, x_scale, w, w_scale)
+    t, k = x.shape
+    world, rank = ring.world, ring.rank
+    if isinstance(ring, DistRing):
+        xs = ring.gather_rows(x.contiguous().view(torch.uint8))
+        scales = ring.gather_rows(x_scale.contiguous())
+        return chunk_gemm(xs.view(torch.float8_e4m3fn), scales, w, w_scale)
+    mine = pack_chunk(x, x_scale)
+    xs = torch.empty(world * t, k, dtype=torch.uint8, device=x.device)
+    scales = torch.empty(world * t, x_scale.shape[1], dtype=torch.float32, device=x.device)
+    cur = mine
+    for step in range(world):
+        src = (rank - step) % world
+        xs[src * t:(src + 1) * t].copy_(cur[0])
+        scales[src * t:(src + 1) * t].copy_(_scales_view(cur[1], t))
+        if step + 1 < world:
+            nxt = [torch.empty_like(b) for b in mine]
+            ring.shift(cur, nxt, step + 1).wait()
+            cur = nxt
+    return chunk_gemm(xs.view(torch.float8_e4m3fn), scales, w, w_scale)
+
+
+# ---- row-parallel: GEMM x reduce-scatter -------------------------------------------------------
+
+
+def _row_parallel_args(fn, x, x_scale, w, world):
+    _check_fp8(fn, "x", x)
+    _check_fp8(fn, "w", w)
+    rows = x.shape[0]
+    if rows % world or rows == 0:
+        raise ValueError(f"{fn}: x's rows ({rows}) must be a positive multiple of the world size ({world}).")
+    if x_scale.shape[0] != rows:
+        raise ValueError(f"{fn}: x_scale must have x's {rows} rows; got {tuple(x_scale.shape)}.")
+    return rows // world
+
+
+def _check_partial_dtype(fn, partial_dtype, out_dtype):
+    if partial_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"{fn}: partial_dtype must be torch.float32 or torch.bfloat16; got {partial_dtype}.")
+    if out_dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"{fn}: out_dtype must be torch.float32 or torch.bfloat16; got {out_dtype}.")
+
+
+def fp8_gemm_reduce_scatter(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+                            group=None, *, out_dtype: torch.dtype = torch.bfloat16,
+                            partial_dtype: torch.dtype = torch.float32, check: bool = True,
+                            ring=None) -> torch.Tensor:
+    """This rank's rows of ``sum over ranks of x_i @ w_i^T``, the reduce-scatter hidden under the GEMMs.
+
+    Args:
+        x: [world * T, K_r] float8_e4m3fn: every token over this rank's slice of the features.
+        x_scale: [world * T, ceil(K_r/128)] float32, their 1x128 scales.
+        w: [N, K_r] float8_e4m3fn, the weight's columns of this rank's features; w_scale: its
+            128x128 scales.
+        group, check, ring: as :func:`all_gather_fp8_gemm`.
+        out_dtype: the result's type (bf16 or float32); the sum is FP32, rounded once.
+        partial_dtype: the type the partials travel in: float32 (exact) or bf16 (half the bytes,
+            each partial rounded once before the FP32 sum).
+
+    Returns:
+        [T, N] of ``out_dtype``: rows ``[rank * T, (rank + 1) * T)`` of the sum. At world size 1
+        the plain GEMM.
+    """
+    fn = "fp8_gemm_reduce_scatter"
+    _check_partial_dtype(fn, partial_dtype, out_dtype)
+    ring = _ring(group, ring)
+    world = 1 if ring is None else ring.world
+    t = _row_parallel_args(fn, x, x_scale, w, world)
+    if ring is None:
+        return chunk_gemm(x, x_scale, w, w_scale, out_dtype=out_dtype)
+    if check:
+        _check_same_everywhere(fn, ring, (*x.shape, *w.shape), "x [world * T, K_r] and w [N, K_r]")
+    rank, n = ring.rank, w.shape[0]
+
+    def rows(i):
+        return slice(i * t, (i + 1) * t)
+
+    acc = torch.empty(t, n, dtype=torch.float32, device=x.device)
+    sends = [torch.empty(t, n, dtype=partial_dtype, device=x.device) for _ in range(2)]
+    recvs = [torch.empty(t, n, dtype=partial_dtype, device=x.device) for _ in range(2)]
+    pending = [None, None]
+    for step in range(1, world):
+        dst, src = (rank + step) % world, (rank - step) % world
+        slot = step % 2
+        if pending[slot] is not None:  # step - 2's buffers are free once its transfer is done
+            pending[slot].wait()
+            _accumulate(acc, recvs[slot], first=step - 2 == 1)
+        chunk_gemm(x[rows(dst)], x_scale[rows(dst)], w, w_scale, sends[slot])
+        pending[slot] = ring.send_recv([sends[slot]], dst, [recvs[slot]], src)
+    if world > 2:  # step world - 2's partial (unless the loop took it)
+        slot = world % 2
+        pending[slot].wait()
+        _accumulate(acc, recvs[slot], first=world - 2 == 1)
+    # This rank's own partial (fused into the GEMM's epilogue as c when partials came before),
+    # while the last transfer is in flight; then the last received partial.
+    if world > 2:
+        chunk_gemm(x[rows(rank)], x_scale[rows(rank)], w, w_scale, acc, c=acc)
+    else:
+        chunk_gemm(x[rows(rank)], x_scale[rows(rank)], w, w_scale, acc)
+    last = (world - 1) % 2
+    pending[last].wait()
+    _accumulate(acc, recvs[last], first=False)
+    return acc if out_dtype == torch.float32 else acc.to(out_dtype)
+
+
+def _accumulate(acc: torch.Tensor, partial: torch.Tensor, first: bool) -> None:
+    """``acc = partial`` (the first received) or ``acc += partial``, in FP32."""
+    if first:
+        acc.copy_(partial)
+    else:
+        acc.add_(partial.float() if partial.dtype != torch.float32 else partial)
+
+
+def gemm_then_reduce_scatter(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
+                             group=None, *, out_dtype: torch.dtype = torch.bfloat16,
+                             partial_dtype: torch.dtype = torch.float32, ring=None) -> torch.Tensor:
+    """The sequential form of :func:`fp8_gemm_reduce_scatter`: the whole partial ``x_r @ w_r^T``
+    first (one GEMM of ``world * T`` rows), then every destination's rows sent to it, then the
+    same fixed-order FP32 sum. The baseline and the reference (same arguments and result)."""
+    fn = "gemm_then_reduce_scatter"
+    _check_partial_dtype(fn, partial_dtype, out_dtype)
+    ring = _ring(group, ring)
+    world = 1 if ring is None else ring.world
+    t = _row_parallel_args(fn, x, x_scale, w, world)
+    if ring is None:
+        return chunk_gemm(x, x_scale, w, w_scale, out_dtype=out_dtype)
+    rank = ring.rank
+    whole = chunk_gemm(x, x_scale, w, w_scale, out_dtype=torch.float32)
+    received = []
+    for step in range(1, world):
+        dst, src = (rank + step) % world, (rank - step) % world
+        send = whole[dst * t:(dst + 1) * t].to(partial_dtype).contiguous()
+        recv = torch.empty_like(send)
+        ring.send_recv([send], dst, [recv], src).wait()
+        received.append(recv)
+    # The order of fp8_gemm_reduce_scatter: steps 1 .. world - 2, this rank's own, step world - 1.
+    acc = torch.empty(t, w.shape[0], dtype=torch.float32, device=x.device)
+    for i, partial in enumerate(received[:-1]):
+        _accumulate(acc, partial, first=i == 0)
+    own = whole[rank * t:(rank + 1) * t]
+    if world > 2:
+        acc.add_(own)
+    else:
+        acc.copy_(own)
+    _accumulate(acc, received[-1], first=False)
+    return acc if out_dtype == torch.float32 else acc.to(out_dtype)
