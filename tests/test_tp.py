@@ -143,3 +143,20 @@ def test_gpu_simulated_world_and_nccl_world_of_one(tmp_path):
                        GPU_FP32_TOLERANCE)
     (results,) = _run_ranks(1, tmp_path, "--shapes", *shapes, device="cuda", timeout=600)
     _check_results(results, GPU_FP32_TOLERANCE)
+
+
+def test_tp_mlp_example_under_torchrun_matches_one_device(tmp_path):
+    # The example as a user runs it (torchrun, two ranks), on gloo with the FP32 stand-in GEMM:
+    # the overlapped layer bitwise equal to the sequential forms, and equal to the unsharded MLP
+    # and the float64 reference of the same quantized math within the bf16 output's rounding.
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           str(ROOT / "examples" / "tp_mlp.py"), "--device", "cpu", "--tokens", "64", "--hidden", "256",
+                           "--intermediate", "512"], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "overlapped == sequential (bitwise, every rank): True" in proc.stdout, proc.stdout
+    errors = {line.split()[-2].rstrip(":"): float(line.split()[-1]) for line in lines if "max |y - ref|" in line}
+    assert set(errors) == {"vs_single_device", "vs_float64"}, lines
+    assert errors["vs_single_device"] < 1e-5 and errors["vs_float64"] < 1e-2, errors
+    assert lines[-1] == "OK", lines
