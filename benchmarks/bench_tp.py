@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -49,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deep_tile import tp  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.timing import synced_call_us  # noqa: E402
 
 COLUMN_LAYERS = {"mlp.gate_up": (2 * 18432, 7168), "attn.q_b": (24576, 1536)}  # name: (N, K), N split
 ROW_LAYERS = {"mlp.down": (7168, 18432), "attn.o": (7168, 16384)}  # name: (N, K), K split
@@ -57,18 +57,7 @@ ROW_LAYERS = {"mlp.down": (7168, 18432), "attn.o": (7168, 16384)}  # name: (N, K
 def timed(fn, iters: int) -> tuple:
     """Median us of ``fn`` over ``iters`` calls (a barrier before each in a process group) on
     this rank, and its last result."""
-    times, result = [], None
-    for _ in range(iters + 2):
-        if dist.is_initialized():
-            dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        result = fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times[2:]), result
+    return synced_call_us(fn, iters, before=dist.barrier if dist.is_initialized() else None)
 
 
 def slowest(us: float) -> float:

@@ -307,15 +307,20 @@ def all_gather_then_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor
 # ---- row-parallel: GEMM x reduce-scatter -------------------------------------------------------
 
 
-def _row_parallel_args(fn, x, x_scale, w, world):
+def _row_parallel_args(fn, x, x_scale, w, group, ring, partial_dtype, out_dtype):
+    """The row-parallel calls' checks, before any transfer: ``(ring, T)`` (ring None at a world
+    of one)."""
+    _check_partial_dtype(fn, partial_dtype, out_dtype)
     _check_fp8(fn, "x", x)
     _check_fp8(fn, "w", w)
+    ring = _ring(group, ring)
+    world = 1 if ring is None else ring.world
     rows = x.shape[0]
     if rows % world or rows == 0:
         raise ValueError(f"{fn}: x's rows ({rows}) must be a positive multiple of the world size ({world}).")
     if x_scale.shape[0] != rows:
         raise ValueError(f"{fn}: x_scale must have x's {rows} rows; got {tuple(x_scale.shape)}.")
-    return rows // world
+    return ring, rows // world
 
 
 def _check_partial_dtype(fn, partial_dtype, out_dtype):
@@ -346,15 +351,12 @@ def fp8_gemm_reduce_scatter(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Ten
         the plain GEMM.
     """
     fn = "fp8_gemm_reduce_scatter"
-    _check_partial_dtype(fn, partial_dtype, out_dtype)
-    ring = _ring(group, ring)
-    world = 1 if ring is None else ring.world
-    t = _row_parallel_args(fn, x, x_scale, w, world)
+    ring, t = _row_parallel_args(fn, x, x_scale, w, group, ring, partial_dtype, out_dtype)
     if ring is None:
         return chunk_gemm(x, x_scale, w, w_scale, out_dtype=out_dtype)
     if check:
         _check_same_everywhere(fn, ring, (*x.shape, *w.shape), "x [world * T, K_r] and w [N, K_r]")
-    rank, n = ring.rank, w.shape[0]
+    world, rank, n = ring.world, ring.rank, w.shape[0]
 
     def rows(i):
         return slice(i * t, (i + 1) * t)
@@ -402,13 +404,10 @@ def gemm_then_reduce_scatter(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Te
     first (one GEMM of ``world * T`` rows), then every destination's rows sent to it, then the
     same fixed-order FP32 sum. The baseline and the reference (same arguments and result)."""
     fn = "gemm_then_reduce_scatter"
-    _check_partial_dtype(fn, partial_dtype, out_dtype)
-    ring = _ring(group, ring)
-    world = 1 if ring is None else ring.world
-    t = _row_parallel_args(fn, x, x_scale, w, world)
+    ring, t = _row_parallel_args(fn, x, x_scale, w, group, ring, partial_dtype, out_dtype)
     if ring is None:
         return chunk_gemm(x, x_scale, w, w_scale, out_dtype=out_dtype)
-    rank = ring.rank
+    world, rank = ring.world, ring.rank
     whole = chunk_gemm(x, x_scale, w, w_scale, out_dtype=torch.float32)
     received = []
     for step in range(1, world):

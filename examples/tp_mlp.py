@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from deep_tile import tp  # noqa: E402
 from deep_tile.quant import per_block_cast_to_fp8, per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
 from deep_tile.testing.linear_check import compare  # noqa: E402
+from deep_tile.testing.timing import synced_call_us  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -115,17 +115,7 @@ def float64_mlp(x, w_gate_up, w_down):
 
 def time_layer(fn, iters: int) -> float:
     """Median ms of ``fn`` (a barrier before each call) on this rank, the largest over the ranks."""
-    times = []
-    for _ in range(iters + 2):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    mine = torch.tensor([statistics.median(times[2:])], device="cuda")
+    mine = torch.tensor([synced_call_us(fn, iters, before=dist.barrier)[0] / 1e3], device="cuda")
     dist.all_reduce(mine, op=dist.ReduceOp.MAX)
     return float(mine.item())
 

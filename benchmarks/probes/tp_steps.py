@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from deep_tile import tp  # noqa: E402
 from deep_tile.device import set_num_sms  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.timing import synced_call_us  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_tp import COLUMN_LAYERS, ROW_LAYERS  # noqa: E402
@@ -43,17 +44,8 @@ COLUMNS = ("overlap", "seq", "chunks", "whole", "copies", "host", "host_gemm", "
 
 
 def device_us(fn, iters: int) -> float:
-    """Median device microseconds of ``fn`` (CUDA events around one call)."""
-    times = []
-    for _ in range(iters + 2):
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times[2:])
+    """Median device microseconds of ``fn`` (CUDA events around one call, the device drained before it)."""
+    return synced_call_us(fn, iters)[0]
 
 
 def host_us(fn, iters: int) -> float:

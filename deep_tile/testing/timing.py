@@ -109,6 +109,33 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
     }
 
 
+def synced_call_us(fn, iters: int, *, before=None, warmup: int = 2) -> tuple:
+    """Time ``fn()`` with the device drained before each call, host launch cost included (what a
+    caller that waits for each call sees; the tensor-parallel benchmark, example and probe).
+
+    Per call: ``before()`` if given (e.g. a process-group barrier), a synchronisation, then CUDA
+    events around ``fn()``, and a synchronisation. ``warmup`` untimed calls first.
+
+    Returns:
+        ``(median microseconds of the iters timed calls, fn's last result)``.
+    """
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"synced_call_us: need iters >= 1 and warmup >= 0; got iters={iters}, warmup={warmup}.")
+    times, result = [], None
+    for i in range(warmup + iters):
+        if before is not None:
+            before()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        result = fn()
+        end.record()
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times), result
+
+
 def bench_round_robin(fns: dict, *, warmup: int = 5, iters: int = 40, flush_l2: bool = True,
                       pad_us: float = 500.0, shuffle_seed: "int | None" = None, flush_kind: str = "write") -> dict:
     """Time several zero-argument callables interleaved: each iteration runs every one in turn.
