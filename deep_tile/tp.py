@@ -73,6 +73,8 @@ class DistRing:
         return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
 
     def send_recv(self, send: list, dst: int, recv: list, src: int):
+        """Send the tensors ``send`` to rank ``dst`` and receive ``recv`` (same shapes as the
+        sender's) from rank ``src`` (ranks of the group), as one batch; returns the handle."""
         ops = [self.dist.P2POp(self.dist.isend, _wire(t), self._peer(dst), self.group) for t in send]
         ops += [self.dist.P2POp(self.dist.irecv, _wire(t), self._peer(src), self.group) for t in recv]
         return _Works(self.dist.batch_isend_irecv(ops))
@@ -144,12 +146,17 @@ class LoopbackRing:
         return _StreamDone(stream)
 
     def shift(self, send: list, recv: list, step: int):
+        """Receive rank ``rank - step``'s tensors into ``recv`` (``send`` is ignored: the peers'
+        tensors are given); returns the handle."""
         return self._copy(recv, self.peers[(self.rank - step) % self.world])
 
     def send_recv(self, send: list, dst: int, recv: list, src: int):
+        """Receive rank ``src``'s tensors into ``recv`` (``send`` and ``dst`` are ignored);
+        returns the handle."""
         return self._copy(recv, self.peers[src])
 
     def all_shapes(self, shape: tuple) -> list:
+        """Every rank's shape: the simulated ranks pass the same shapes as this one."""
         return [shape] * self.world
 
 
