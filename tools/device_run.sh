@@ -20,6 +20,9 @@
 #   sustained    benchmarks/bench_fp8_gemm.py --sustained at 4096x7168x16384
 #   dg2025       the benchmark with DeepGEMM's 2025 version as the baseline
 #   sanitize     tools/sanitize.sh
+#   tp           tensor parallelism on every GPU of the machine (docs/tp.md): the GPU test of tests/test_tp.py,
+#                the NCCL cases at the machine's world size, examples/tp_mlp.py, bench_tp.py with and without
+#                --gemm-sms $TP_GEMM_SMS at $TP_TOKENS tokens, and the one-GPU probe benchmarks/probes/tp_steps.py
 #   host         benchmarks/bench_host.py (CPU us per call, first-call latency)
 #   explore      tools/explore_overheads.py (launch overhead, flush kinds, cluster cap)
 #   ncu          Nsight Compute on a small-M and a large-M shape
@@ -37,6 +40,8 @@ SWEEP_LARGE=${SWEEP_LARGE:-auto,128x192:mcA,128x192:mcB,256x64:mcB,128x128:b1,12
 SWEEP_SMALL=${SWEEP_SMALL:-auto,64x16:b1,64x16:b2,64x32:b2,64x64:b2,64x128:b2,128x128:b2,64x32:b2:k4,64x64:b2:k2,64x64:b2:k4,64x64:b2:k8,64x128:b2:k4,64x128:b2:k8,128x64:b2:k4,128x128:b2:k4}
 NCU_SPECS=${NCU_SPECS:-deepgemm 256x128 256x128:mcA 128x256}  # ncu-warm / ncu-cmp
 NCU_SHAPE=${NCU_SHAPE:-4096 7168 16384}
+TP_TOKENS=${TP_TOKENS:-8192 16384 32768}  # tp
+TP_GEMM_SMS=${TP_GEMM_SMS:-120}
 dg_env() {  # use DeepGEMM latest when its build finished
   if [ -f /tmp/deepgemm-latest/deep_gemm/.built ]; then
     export PYTHONPATH=$PWD:/tmp/deepgemm-latest LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6
@@ -119,6 +124,26 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
       done ;;
     host)
       ( dg_env; timeout 400 python3 benchmarks/bench_host.py --json "$OUT/host.json" 2>&1 | tee "$OUT/host.txt" | tail -40 ) ;;
+    tp)
+      gpus=$(nvidia-smi -L | wc -l)
+      timeout 600 python3 -m pytest -q -m gpu tests/test_tp.py 2>&1 | tee "$OUT/tp_pytest.txt" | tail -3
+      if [ "$gpus" -gt 1 ]; then
+        for r in $(seq 0 $((gpus - 1))); do
+          timeout 300 python3 -m deep_tile.testing.tp_cases --world "$gpus" --rank "$r" --init "file:///tmp/tp_rdv_$$" \
+            --device cuda --shapes 512,7168,2304 256,2048,1024 > "$OUT/tp_nccl_w${gpus}_r$r.txt" 2>&1 &
+        done
+        wait
+        grep -h -c '"bitwise": true' "$OUT"/tp_nccl_w"${gpus}"_r*.txt | paste -sd' ' | sed "s/^/bitwise-equal cases per rank: /"
+        grep -h '"bitwise": false\|Error' "$OUT"/tp_nccl_w"${gpus}"_r*.txt | head -5
+      fi
+      timeout 300 python3 -m torch.distributed.run --standalone --nproc_per_node "$gpus" examples/tp_mlp.py \
+        --tokens 8192 2>&1 | tee "$OUT/tp_mlp_w$gpus.txt" | tail -7
+      for sms in 0 "$TP_GEMM_SMS"; do
+        timeout 500 python3 -m torch.distributed.run --standalone --nproc_per_node "$gpus" benchmarks/bench_tp.py \
+          --tokens $TP_TOKENS --gemm-sms "$sms" --json "$OUT/tp_bench_w${gpus}_sms$sms.json" 2>&1 \
+          | tee "$OUT/tp_bench_w${gpus}_sms$sms.txt" | tail -14
+      done
+      timeout 300 python3 benchmarks/probes/tp_steps.py --world "$(( gpus > 1 ? gpus : 4 ))" --tokens 8192 2>&1 | tee "$OUT/tp_steps.txt" | tail -6 ;;
     sanitize)
       timeout 560 bash tools/sanitize.sh 2>&1 | tee "$OUT/sanitize.txt" | tail -30 ;;
     *) echo "unknown stage $stage" ;;
