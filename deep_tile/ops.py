@@ -55,7 +55,7 @@ from deep_tile import native
 from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
-__all__ = ["NAMESPACE", "SCHEMAS", "PYTHON_ONLY_OPS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
+__all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
            "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
            "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out",
@@ -103,9 +103,6 @@ SCHEMAS = {
                                         "bool power_of_two_scales) -> (Tensor, Tensor, Tensor, Tensor)"),
 }
 """Operator name -> schema, as registered in :data:`NAMESPACE`."""
-PYTHON_ONLY_OPS = ()
-"""The GEMM ops the native extension does not take over (they would always run on the Python host
-path): none -- every GEMM op has both host paths."""
 
 
 # ---- real implementations (Python; the native extension replaces the GEMM ones) --------------

@@ -21,7 +21,7 @@ from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff
 from gpu_cases import serve
-from gpu_training_cases import k_grouped_operands, operands_1d1d
+from gpu_training_cases import k_grouped_operands, k_grouped_problem, operands_1d1d
 
 DEVICE = "cuda"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -95,12 +95,8 @@ def k_grouped_native_vs_python(m: int, n: int, sizes: list, out_dtype: str, c_mo
     (accumulate=True) or "c_is_out" (the op given out as c). The tokens past the groups are FP8 NaN
     (tests/gpu_training_cases.k_grouped_operands); an empty group must hold C (zeros without)."""
     extension = _native()
-    a, a_scale, b, b_scale = k_grouped_operands(m, n, sizes, seed, pad)
+    (a, a_scale, b, b_scale), product, start = k_grouped_problem(m, n, sizes, seed, pad)
     g = len(sizes)
-    product = ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes)
-    gen = torch.Generator(device=DEVICE).manual_seed(seed + 7)
-    scale = float(product.abs().max()) if product.numel() and product.abs().max() > 0 else 1.0
-    start = torch.randn((g, m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
     dtype = DTYPES[out_dtype]
     inplace = c_mode in ("inplace", "c_is_out")
     c = None if c_mode in ("none", "inplace", "c_is_out") else start.to(DTYPES[c_mode])

@@ -160,18 +160,26 @@ def k_grouped_operands(m: int, n: int, sizes: list, seed: int = 0, pad: int = 0)
     return a, a_scale, b, b_scale
 
 
+def k_grouped_problem(m: int, n: int, sizes: list, seed: int = 0, pad: int = 0) -> tuple:
+    """A K-grouped problem: ``(operands, product, c_values)``, the operands of
+    :func:`k_grouped_operands`, their float64 product [G, m, n] and float64 values for an addend C
+    (randn scaled to a third of the product's largest magnitude, seeded by ``seed + 7``)."""
+    operands = k_grouped_operands(m, n, sizes, seed, pad)
+    product = ref_k_grouped_fp8_gemm_1d1d(*operands, sizes)
+    gen = torch.Generator(device=DEVICE).manual_seed(seed + 7)
+    scale = float(product.abs().max()) if product.numel() and product.abs().max() > 0 else 1.0
+    c_values = torch.randn((len(sizes), m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
+    return operands, product, c_values
+
+
 def k_grouped(m: int, n: int, sizes: list, out_dtype: str = "float32", c_mode: str = "inplace",
               config: dict | None = None, seed: int = 0, pad: int = 0, host_sizes: bool = False) -> dict:
     """One K-grouped GEMM (``out[g] (+)= a[:, K_g] b[:, K_g]^T``) against the float64 reference.
     ``c_mode`` as :func:`gemm_acc`; ``config``: forced tile fields (else the selector's rule);
     ``host_sizes``: the sizes passed as a list instead of a device tensor. A separate out is
     NaN-poisoned; each empty group must hold exactly C (zeros without C; C rounded to out's type)."""
-    a, a_scale, b, b_scale = k_grouped_operands(m, n, sizes, seed, pad)
+    (a, a_scale, b, b_scale), product, c_values = k_grouped_problem(m, n, sizes, seed, pad)
     g = len(sizes)
-    product = ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes)
-    gen = torch.Generator(device=DEVICE).manual_seed(seed + 7)
-    scale = float(product.abs().max()) if product.numel() and product.abs().max() > 0 else 1.0
-    c_values = torch.randn((g, m, n), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
     dtype = DTYPES[out_dtype]
     c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
     forced = KernelConfig(**config, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=out_dtype,

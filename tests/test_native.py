@@ -284,8 +284,7 @@ def test_facts_the_cpp_side_holds_equal_pythons(extension):
     assert extension.MAX_TABLE_GROUPS == family.MAX_TABLE_GROUPS
     assert tuple(extension.PROBLEM_KINDS) == tuple(kind.value for kind in ProblemKind)
     assert tuple(extension.ROW_MAJOR_A_SCALE_KINDS) == tuple(kind.value for kind in family.ROW_MAJOR_A_SCALE_KINDS)
-    gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS
-                     if "gemm" in name and name not in ops.PYTHON_ONLY_OPS)
+    gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS if "gemm" in name)
     assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 16  # every GEMM op, training ones too
     assert tuple(extension.OUT_DTYPES) == family.OUT_DTYPES and tuple(extension.C_DTYPES) == family.C_DTYPES
 
@@ -943,44 +942,58 @@ def _acc_op(args: dict):
     return lambda: getattr(torch.ops.deep_tile, name + "_out")(*tensors, args["accumulate"], args["out"])
 
 
-@needs_toolchain
-def test_acc_fast_check_takes_exactly_what_python_takes(extension, monkeypatch):
-    """With the device rule left out (on both sides), the C++ check accepts an output-variant call
-    iff check_fp8_gemm_acc_args does ("empty" for a call without rows); with it, every CPU call
-    is refused."""
-    _no_device_rule(monkeypatch)
+def _check_fast_check_takes_what_python_takes(cases, names, python_verdict, fast_check) -> None:
+    """For every case: the C++ check without the device rule accepts the call iff Python's check
+    does ("empty" for a call without rows), and with the device rule refuses every CPU call; both
+    verdicts occur."""
     outcomes = set()
-    for label, args in acc_cases():
-        verdict = _python_acc(args)
-        call = tuple(args[name] for name in ACC_NAMES)
-        reason = extension.acc_fast_check_reason(*call, check_device=False)
+    for label, args in cases:
+        verdict = python_verdict(args)
+        call = tuple(args[name] for name in names)
+        reason = fast_check(*call, check_device=False)
         if verdict is None:
             assert reason == ("" if args["a"].shape[0] else "empty"), (label, reason)
         else:
             assert reason not in ("", "empty"), (label, verdict)
-        assert extension.acc_fast_check_reason(*call) != "", label
+        assert fast_check(*call) != "", label
         outcomes.add(verdict is None)
     assert outcomes == {True, False}
 
 
-@needs_toolchain
-def test_acc_native_errors_equal_python_errors(extension):
-    """Every output-variant CPU call -- bad, or good but for its device -- raises Python's exception
-    through the ops (their C++ kernels hand it over) and the extension."""
+def _check_errors_equal_pythons(extension, cases, names, python_verdict, native, op_of) -> None:
+    """Every CPU case (bad, or good but for its device) raises Python's exception through the
+    extension's entry ``native`` and through the custom op (``op_of``, where it can express the
+    call), every one handed over to the Python path."""
     before = extension.stats()["python_calls"]
     calls = 0
-    for label, args in acc_cases():
-        expected = _python_acc(args)
+    for label, args in cases:
+        expected = python_verdict(args)
         assert expected is not None, label  # CPU tensors: at least the device is wrong
-        paths = {"native": lambda: extension.fp8_gemm_acc(*(args[name] for name in ACC_NAMES))}
-        if _acc_op(args) is not None:
-            paths["op"] = _acc_op(args)
+        paths = {"native": lambda: native(*(args[name] for name in names))}
+        if op_of(args) is not None:
+            paths["op"] = op_of(args)
         for path, call in paths.items():
             with pytest.raises((TypeError, ValueError)) as info:
                 call()
             assert (info.type, str(info.value)) == expected, (label, path)
         calls += len(paths)
     assert extension.stats()["python_calls"] - before == calls  # the C++ kernels handed every call over
+
+
+@needs_toolchain
+def test_acc_fast_check_takes_exactly_what_python_takes(extension, monkeypatch):
+    """With the device rule left out (on both sides), the C++ check accepts an output-variant call
+    iff check_fp8_gemm_acc_args does ("empty" for a call without rows); with it, every CPU call
+    is refused."""
+    _no_device_rule(monkeypatch)
+    _check_fast_check_takes_what_python_takes(acc_cases(), ACC_NAMES, _python_acc, extension.acc_fast_check_reason)
+
+
+@needs_toolchain
+def test_acc_native_errors_equal_python_errors(extension):
+    """Every output-variant CPU call -- bad, or good but for its device -- raises Python's exception
+    through the ops (their C++ kernels hand it over) and the extension."""
+    _check_errors_equal_pythons(extension, acc_cases(), ACC_NAMES, _python_acc, extension.fp8_gemm_acc, _acc_op)
 
 
 @needs_toolchain
@@ -1108,38 +1121,16 @@ def test_k_grouped_fast_check_takes_exactly_what_python_takes(extension, monkeyp
     """With the device rule left out (on both sides), the C++ check accepts a K-grouped call iff
     check_k_grouped_args does ("empty" for a call without rows); with it, every CPU call is refused."""
     _no_device_rule(monkeypatch)
-    outcomes = set()
-    for label, args in k_grouped_cases():
-        verdict = _python_k_grouped(args)
-        call = tuple(args[name] for name in K_GROUPED_NAMES)
-        reason = extension.k_grouped_fast_check_reason(*call, check_device=False)
-        if verdict is None:
-            assert reason == ("" if args["a"].shape[0] else "empty"), (label, reason)
-        else:
-            assert reason not in ("", "empty"), (label, verdict)
-        assert extension.k_grouped_fast_check_reason(*call) != "", label
-        outcomes.add(verdict is None)
-    assert outcomes == {True, False}
+    _check_fast_check_takes_what_python_takes(k_grouped_cases(), K_GROUPED_NAMES, _python_k_grouped,
+                                              extension.k_grouped_fast_check_reason)
 
 
 @needs_toolchain
 def test_k_grouped_native_errors_equal_python_errors(extension):
     """Every K-grouped CPU call -- bad, or good but for its device -- raises Python's exception
     through the ops (their C++ kernels hand it over) and the extension."""
-    before = extension.stats()["python_calls"]
-    calls = 0
-    for label, args in k_grouped_cases():
-        expected = _python_k_grouped(args)
-        assert expected is not None, label
-        paths = {"native": lambda: extension.k_grouped_fp8_gemm(*(args[name] for name in K_GROUPED_NAMES))}
-        if _k_grouped_op(args) is not None:
-            paths["op"] = _k_grouped_op(args)
-        for path, call in paths.items():
-            with pytest.raises((TypeError, ValueError)) as info:
-                call()
-            assert (info.type, str(info.value)) == expected, (label, path)
-        calls += len(paths)
-    assert extension.stats()["python_calls"] - before == calls
+    _check_errors_equal_pythons(extension, k_grouped_cases(), K_GROUPED_NAMES, _python_k_grouped,
+                                extension.k_grouped_fp8_gemm, _k_grouped_op)
 
 
 @needs_toolchain

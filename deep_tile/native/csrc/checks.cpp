@@ -1,6 +1,8 @@
 #include "checks.h"
 
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace deep_tile_native {
@@ -71,6 +73,17 @@ bool overlaps(const at::Tensor& out, std::initializer_list<const at::Tensor*> ot
     if (x0 < o1 && o0 < x1) return true;
   }
   return false;
+}
+
+const char* fast_check_answer(const char* why, bool check_device, bool empty) {
+  if (why == nullptr && !check_device && empty) why = "empty";
+  return why == nullptr ? "" : why;
+}
+
+void require_operands(const char* why, bool empty, bool has_out) {
+  if (why == nullptr && empty) why = "empty";
+  if (why == nullptr && !has_out) why = "no out";
+  if (why != nullptr) throw std::invalid_argument(std::string("deep_tile native: the fast check refuses: ") + why);
 }
 
 }  // namespace deep_tile_native

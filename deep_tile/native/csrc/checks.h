@@ -44,4 +44,12 @@ int out_type_index(at::ScalarType type);
 // each tensor's reach the hull of its strides (_span); undefined and empty `others` are skipped.
 bool overlaps(const at::Tensor& out, std::initializer_list<const at::Tensor*> others);
 
+// An op's *_fast_check_reason answer for the bridge: "" when the call is taken, else `why`. Without
+// the device check (check_device false) a call with no rows is refused too ("empty").
+const char* fast_check_answer(const char* why, bool check_device, bool empty);
+
+// What an op's *_operands entry needs: the argument check passed (`why` nullptr), rows to compute
+// and an out. Throws std::invalid_argument naming the first reason that fails.
+void require_operands(const char* why, bool empty, bool has_out);
+
 }  // namespace deep_tile_native

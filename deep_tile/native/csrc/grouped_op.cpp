@@ -188,9 +188,8 @@ const char* grouped_fast_check_reason(Kind kind, const at::Tensor& a, const at::
                                       bool check_device) {
   const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out};
   Problem p;
-  const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);
-  if (why == nullptr && !check_device && p.rows == 0) why = "empty";
-  return why == nullptr ? "" : why;
+  const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);  // fills p first
+  return fast_check_answer(why, check_device, p.rows == 0);
 }
 
 std::tuple<ProblemKeyTuple, std::vector<at::Tensor>> grouped_operands(
@@ -199,9 +198,8 @@ std::tuple<ProblemKeyTuple, std::vector<at::Tensor>> grouped_operands(
   const std::optional<at::Tensor> out_arg = out;
   const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out_arg};
   Problem p;
-  const char* why = check_arguments(c, &p);
-  if (why == nullptr && p.rows == 0) why = "empty";
-  if (why != nullptr) throw std::invalid_argument(std::string("deep_tile native: the fast check refuses: ") + why);
+  const char* why = check_arguments(c, &p);  // fills p first
+  require_operands(why, p.rows == 0, true);
   const Views v = views_of(c, p, out);
   ProblemKeyTuple key{kind_name(kind), p.m, p.n, p.k, p.num_groups, p.expected_m, reads_row_major(p.a_scale_layout)};
   return {key, {v.a, v.a_scale, v.b, v.b_scale, v.out, info}};

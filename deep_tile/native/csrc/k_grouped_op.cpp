@@ -144,17 +144,14 @@ at::Tensor k_grouped_fp8_gemm(const KGroupedCall& c) {
 
 const char* k_grouped_fast_check_reason(const KGroupedCall& c, bool check_device) {
   Problem p;
-  const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);
-  if (why == nullptr && !check_device && p.m == 0) why = "empty";
-  return why == nullptr ? "" : why;
+  const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);  // fills p first
+  return fast_check_answer(why, check_device, p.m == 0);
 }
 
 std::tuple<PlanKey, std::vector<at::Tensor>> k_grouped_operands(const KGroupedCall& c) {
   Problem p;
-  const char* why = check_arguments(c, &p);
-  if (why == nullptr && p.m == 0) why = "empty";
-  if (why == nullptr && !c.out.has_value()) why = "no out";
-  if (why != nullptr) throw std::invalid_argument(std::string("deep_tile native: the fast check refuses: ") + why);
+  const char* why = check_arguments(c, &p);  // fills p first
+  require_operands(why, p.m == 0, c.out.has_value());
   return {plan_key(p, 0, 0), views_of(c, p, *c.out)};
 }
 
