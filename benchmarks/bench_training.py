@@ -98,7 +98,8 @@ def dense_row(m: int, n: int, k: int, args) -> dict:
     start = torch.randn((m, n), device="cuda", dtype=torch.float32)
     d = start.clone()
     deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)
-    row = {"set": "dense", "m": m, "n": n, "k": k, "config": deep_tile.get_config(m, n, k).label,
+    problem = Problem(m, n, k, out_dtype="float32", c_dtype="out")
+    row = {"set": "dense", "m": m, "n": n, "k": k, "config": get_problem_config(problem).for_problem(problem).label,
            "diff": {"deep_tile": calc_diff(d.double(), start.double() + ref)}}
     fns = {"deep_tile": lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, d, c=d)}
     # the same product written without accumulating (cuBLAS's work), for scale: not in the ratio
@@ -155,8 +156,8 @@ def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
     start = torch.randn((n, k), device="cuda", dtype=torch.float32)
     dw = start.clone()
     fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)
-    problem = deep_tile.get_config(n, k, tokens)  # the 1D1D variant of this config runs
-    row = {"set": "wgrad", "m": n, "n": k, "k": tokens, "config": problem.label + " (1d1d)",
+    problem = Problem(n, k, tokens, out_dtype="float32", c_dtype="out", b_scale_1d=True)
+    row = {"set": "wgrad", "m": n, "n": k, "k": tokens, "config": get_problem_config(problem).for_problem(problem).label,
            "diff": {"deep_tile": calc_diff(dw.double(), start.double() + ref)}}
     fns = {"deep_tile": lambda: fp8_gemm_1d1d(a, a_scale_tma, b, b_scale_tma, dw, c=dw)}
     cublas = _cublas_1d1d(a, a_scale, b, b_scale)

@@ -2,10 +2,13 @@
 // (Cfg::kOutKind 1) or bf16, plus an optional C (Cfg::kCKind: bf16, FP32, or D itself),
 // D = C + A.B^T.
 //
-// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D without C): each consumer
-// warpgroup stages one 64-row sub-tile of FP32 at a time in shared memory (swizzled atoms of
-// kF32AtomCols floats) and the TMA unit stores it; the warpgroup goes on as soon as the unit has
-// read the staging, so the stores overlap the next tile's k-loop.
+// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D without C, or the 1D1D
+// kind's FP32 D accumulated in place): each consumer warpgroup stages one 64-row sub-tile of FP32
+// at a time in shared memory (swizzled atoms of kF32AtomCols floats) and the TMA unit stores it
+// (in place, Cfg::kTmaF32Reduce: adds it to D, a reduce-add in the memory system, so D is never
+// read into registers); the warpgroup goes on as soon as the unit has read the staging, so the
+// stores overlap the next tile's k-loop. Each element of D is added to once: the tiles do not
+// overlap.
 //
 // store_tile_direct (the other variants): each thread stores its accumulators straight from
 // registers to global memory, two neighbouring columns at a time (8 bytes of FP32, 4 of bf16: the
@@ -154,7 +157,8 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
   });
 }
 
-/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store). Each of this warpgroup's
+/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store; added to D with
+/// Cfg::kTmaF32Reduce). Each of this warpgroup's
 /// sub-tiles (`result[t]`, t = slab * kNumNParts + part) is written to the warpgroup's staging
 /// (`smem_d`: per warpgroup 64 x kWgmmaN floats, kWgmmaN / kF32AtomCols atoms of [64 rows x
 /// kF32AtomCols floats], 16-byte chunks swizzled as the D tensor map's swizzle) and handed to the
@@ -202,7 +206,11 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
           for (int atom = 0; atom < kAtoms; ++atom) {
             const int col0 = n0 + part * Cfg::kWgmmaN + atom * Cfg::kF32AtomCols;
             if (col0 < n) {
-              ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              if constexpr (Cfg::kTmaF32Reduce) {
+                ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              } else {
+                ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              }
             }
           }
         }
