@@ -1,6 +1,7 @@
 """Forced kernel configurations of the contiguous grouped GEMM beside DeepGEMM's (needs a GPU).
 
     python benchmarks/probes/grouped_configs.py --shapes 8,512,4096,7168 --configs auto,128x192,128x256:mcB
+    python benchmarks/probes/grouped_configs.py --masked --shapes 6,1024,7168,3072 --configs auto,auto+DT_SKIP_IDLE_SLABS=0
 
 For each shape (G experts of about M rows, N, K; benchmarks/bench_grouped.py's random problem,
 rows padded to 128 per expert with ``m_indices``) it checks and times deep_tile's contiguous kernel
@@ -103,16 +104,72 @@ def one_shape(shape, configs, args) -> None:
         print("  !", line, flush=True)
 
 
+def one_masked_shape(shape, configs, args) -> None:
+    """``--masked``: the masked kind's configurations on bench_grouped's masked problem ([G, max_m, K]
+    slabs, ``masked_m`` random around M) beside DeepGEMM latest's masked GEMM; each deep_tile run is
+    checked bitwise against the selector's pick on the real rows, and its rows past ``masked_m``
+    must still hold the NaN they were poisoned with."""
+    problem = bg.make_problem(shape, args.seed, 128)
+    lay = problem["masked"]
+    a, sa, masked_m, max_m = lay["a"], lay["a_scale"], lay["masked_m"], lay["max_m"]
+    b, b_scale = problem["b"], problem["b_scale"]
+    g, n, sms = shape.num_groups, shape.n, torch.cuda.get_device_properties(0).multi_processor_count
+    real = torch.arange(max_m, device="cuda").unsqueeze(0) < masked_m.unsqueeze(1)
+    want = deep_tile.m_grouped_fp8_gemm_masked(a, sa, b, b_scale, masked_m, shape.expected_m)
+    fns, bad = {}, []
+    for text in configs:
+        out = torch.full((g, max_m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        head, *extra = text.split("+")
+        defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
+        try:
+            config = None if head == "auto" else parse_config(head, g * max_m, n, sms)
+            if config is not None:
+                table = Problem(max_m, n, shape.k, kind=ProblemKind.GROUPED_MASKED, num_groups=g)
+                config = dataclasses.replace(config, grid_size=table_grid_size(
+                    table, config.block_m, config.block_n, sms, config.num_multicast))
+            fn = (lambda o=out, c=config, x=defines: run_grouped(
+                ProblemKind.GROUPED_MASKED, a, sa, b, b_scale, masked_m, o, shape.expected_m, config=c,
+                extra_defines=x or None))
+            fn()
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
+            bad.append(f"{text}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            continue
+        if not torch.equal(out[real], want[real]):
+            bad.append(f"{text}: output differs from the selector's pick")
+        if not bool(torch.isnan(out[~real].float()).all()):
+            bad.append(f"{text}: wrote rows past masked_m")
+        fns[text] = fn
+    dg, version = bg.deepgemm_version()
+    if dg is not None and version == "latest":
+        dg_out = torch.empty((g, max_m, n), dtype=torch.bfloat16, device="cuda")
+        fns["deepgemm"] = lambda: dg.m_grouped_fp8_gemm_nt_masked((a, sa), (b, b_scale), dg_out, masked_m,
+                                                                  shape.expected_m, recipe=(1, 128, 128),
+                                                                  disable_ue8m0_cast=True)
+    times = bench_round_robin(fns, warmup=3, iters=args.iters, shuffle_seed=args.seed)
+    base = times.get("deepgemm")
+    print(f"masked {g}x{shape.expected_m} {n}x{shape.k} max_m {max_m} (real {sum(problem['counts'])})", flush=True)
+    for name, us in times.items():
+        print(f"  {name:>24} {us:8.1f} us" + (f"  DG / this {base / us:.3f}" if base else ""), flush=True)
+    for line in bad:
+        print("  !", line, flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", default=["8,512,4096,7168"], metavar="G,M,N,K")
     p.add_argument("--configs", default="auto,128x192:gM,128x256:gM,128x256:mcB:gM,128x128:b2:gM")
     p.add_argument("--iters", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--masked", action="store_true",
+                   help="the masked kind on bench_grouped's masked problem (configs without a kind prefix)")
     args = p.parse_args()
     for text in args.shapes:
         g, m, n, k = (int(v) for v in text.split(","))
-        one_shape(bg.Shape("contiguous", g, m, n, k), args.configs.split(","), args)
+        if args.masked:
+            one_masked_shape(bg.Shape("masked", g, m, n, k), args.configs.split(","), args)
+        else:
+            one_shape(bg.Shape("contiguous", g, m, n, k), args.configs.split(","), args)
     return 0
 
 

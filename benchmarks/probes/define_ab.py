@@ -1,0 +1,87 @@
+"""A kernel build define's effect on the selector's dense picks, beside DeepGEMM latest (needs a GPU).
+
+    python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0
+    python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0 --shapes 4096,7168,16384 64,2112,7168
+
+For each dense shape (default: bench_fp8_gemm.py's M = 4096 set, 8192^3 and three small-M shapes)
+the selector's pick runs as built by default (``pick``) and with ``--define NAME=VALUE`` added to
+its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides),
+and DeepGEMM latest's ``fp8_gemm_nt`` when importable, round-robin with the L2 flushed
+(testing.timing.bench_round_robin, median of ``--iters``). Both deep_tile builds are checked against
+the float64 reference (NaN-poisoned outputs) and bitwise against each other. The grouped kinds'
+counterpart is grouped_configs.py (``CONFIG+NAME=VALUE``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+
+import bench_fp8_gemm as bench  # noqa: E402
+import deep_tile  # noqa: E402
+from deep_tile.launch import run  # noqa: E402
+from deep_tile.testing.data import make_fp8_problem  # noqa: E402
+from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin  # noqa: E402
+
+DEFAULT_SHAPES = ("4096,2112,7168", "4096,24576,1536", "4096,32768,512", "4096,7168,16384", "4096,4096,7168",
+                  "4096,7168,2048", "8192,8192,8192", "512,4096,7168", "64,2112,7168", "128,7168,2048")
+
+
+def one_shape(m: int, n: int, k: int, defines: dict, iters: int) -> dict:
+    a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
+    ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
+    label = "pick+" + ",".join(defines)
+    outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in ("pick", label)}
+    fns = {"pick": lambda: run(a, sa, b, sb, outs["pick"]),
+           label: lambda: run(a, sa, b, sb, outs[label], extra_defines=defines)}
+    row = {"shape": f"{m}x{n}x{k}", "checks": {}}
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        out = outs[name]
+        row["checks"][name] = {"diff": calc_diff(out.double(), ref), "rel": max_rel_error(out, ref),
+                               "nan": int(torch.isnan(out).sum())}
+    row["bitwise_equal"] = bool(torch.equal(outs["pick"].view(torch.int16), outs[label].view(torch.int16)))
+    row["ok"] = row["bitwise_equal"] and all(c["nan"] == 0 and c["diff"] < 1e-3 and c["rel"] < 1e-2
+                                             for c in row["checks"].values())
+    dg, version = bench.deepgemm_version()
+    if dg is not None and version == "latest":
+        dg_out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+        fns["deepgemm"] = lambda: dg.fp8_gemm_nt((a, sa), (b, sb), dg_out, recipe=(1, 128, 128),
+                                                 disable_ue8m0_cast=True)
+    row["us"] = {name: round(t, 2) for name, t in bench_round_robin(fns, warmup=3, iters=iters,
+                                                                    shuffle_seed=0).items()}
+    return row
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--define", action="append", required=True, metavar="NAME=VALUE")
+    p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), metavar="M,N,K")
+    p.add_argument("--iters", type=int, default=20)
+    args = p.parse_args()
+    defines = dict((key, int(value)) for key, value in (item.split("=") for item in args.define))
+    ok = True
+    for text in args.shapes:
+        m, n, k = (int(v) for v in text.split(","))
+        row = one_shape(m, n, k, defines, args.iters)
+        ok &= row["ok"]
+        us = row["us"]
+        names = list(us)
+        ratio = f"  pick / variant {us[names[1]] / us['pick']:.3f}"
+        if "deepgemm" in us:
+            ratio += f"  DG / pick {us['deepgemm'] / us['pick']:.3f}  DG / variant {us['deepgemm'] / us[names[1]]:.3f}"
+        print(f"{row['shape']:>16} " + "  ".join(f"{name} {t:8.1f}" for name, t in us.items()) + ratio
+              + ("" if row["ok"] else f"  FAIL {row['checks']} bitwise {row['bitwise_equal']}"), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
