@@ -151,5 +151,9 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
 done
 # The device tool returns at most 8 files: everything under $OUT travels in one archive.
 # Each run of this script adds its own bundle, so several runs in one device call keep all logs.
+# NOTES: the bundle takes and removes every file in $OUT, also one that another process is still
+# writing (a pytest started in the background before a later stage of this script lost its log so,
+# RESULTS.md 2026-11-25 'In-place weight gradients added by the TMA unit'): such a process writes
+# elsewhere and copies its log into $OUT after this script's last run.
 ( cd "$OUT" && ls | grep -v '^bundle.*\.tgz$' > /tmp/bundle.list && [ -s /tmp/bundle.list ] && tar czf "bundle_$(date +%H%M%S)_$$.tgz" -T /tmp/bundle.list && xargs rm -rf < /tmp/bundle.list )
 echo "== done $(date +%T)"
