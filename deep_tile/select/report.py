@@ -62,11 +62,12 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
     s = cfg.num_stages
     limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
     rows = [
-        ("D staging (bf16, 1024-aligned)", "", parts["d_staging"]),
+        (("D staging (FP32 64-row sub-tiles)" if family.tma_f32_store(cfg) else "D staging (bf16, 1024-aligned)"),
+         "", parts["d_staging"]),
         ("A stages", f"{s} x {cfg.block_m * cfg.block_k:,}", parts["a_stages"]),
         ("B stages", f"{s} x {cfg.block_n * cfg.block_k:,}", parts["b_stages"]),
         ("A-scale stages", f"{s} x {cfg.block_m * 4:,}", parts["a_scale_stages"]),
-        ("B-scale stages", f"{s} x 8", parts["b_scale_stages"]),
+        ("B-scale stages", f"{s} x {parts['b_scale_stages'] // s:,}", parts["b_scale_stages"]),
         ("barriers (full + empty)", f"{s} x 16", parts["barriers"]),
     ]
     if parts.get("group_table"):
