@@ -37,6 +37,37 @@ from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
 
+def split_defines(text: str) -> tuple:
+    """``CONFIG+NAME=VALUE+...`` -> ``(CONFIG, {NAME: VALUE})``."""
+    head, *extra = text.split("+")
+    return head, dict((key, int(value)) for key, value in (item.split("=") for item in extra))
+
+
+def table_config(head: str, m: int, n: int, k: int, kind, num_groups: int, sms: int):
+    """The forced config ``head`` (None for ``auto``) with the grid the selector gives a table
+    kind (cost.table_grid_size), for a problem of ``m`` rows (the masked kind: rows per expert).
+    Raises ValueError for a config the kernel cannot build."""
+    if head == "auto":
+        return None
+    config = parse_config(head, m, n, sms)
+    if not kind.has_table:
+        return config
+    table = Problem(m, n, k, kind=kind, num_groups=num_groups)
+    return dataclasses.replace(config, grid_size=table_grid_size(table, config.block_m, config.block_n, sms,
+                                                                 config.num_multicast))
+
+
+def first_call(fn, text: str, bad: list) -> bool:
+    """Run ``fn`` once; a refusal is reported in ``bad`` (False) rather than raised."""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        return True
+    except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
+        bad.append(f"{text}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+        return False
+
+
 def one_shape(shape, configs, args) -> None:
     problem = bg.make_problem(shape, args.seed, 128)
     pad = problem["padded"]
@@ -57,8 +88,7 @@ def one_shape(shape, configs, args) -> None:
     fns, bad = {}, []
     for text in configs:
         out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        head, *extra = text.split("+")
-        defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
+        head, defines = split_defines(text)
         kind, info, scale = ProblemKind.GROUPED_CONTIGUOUS, m_indices, sa
         if head.startswith("offsets:"):
             head, kind, info, scale = head[len("offsets:"):], ProblemKind.GROUPED_OFFSETS, offsets, sa_rows
@@ -68,21 +98,13 @@ def one_shape(shape, configs, args) -> None:
             fn = (lambda o=out: deep_tile.m_grouped_fp8_gemm_contiguous(a, sa, b, b_scale, m_indices, out=o))
         else:
             try:
-                config = None if head == "auto" else parse_config(head, rows, n, sms)
-                if config is not None and kind.has_table:  # the grid the selector gives a table kind
-                    table = Problem(rows, n, shape.k, kind=kind, num_groups=shape.num_groups)
-                    config = dataclasses.replace(config, grid_size=table_grid_size(
-                        table, config.block_m, config.block_n, sms, config.num_multicast))
+                config = table_config(head, rows, n, shape.k, kind, shape.num_groups, sms)
             except ValueError as error:  # a config the kernel cannot build, reported
                 bad.append(f"{text}: {str(error).splitlines()[0][:100]}")
                 continue
             fn = (lambda o=out, c=config, x=defines, k=kind, i=info, sc=scale: run_grouped(
                 k, a, sc, b, b_scale, i, o, config=c, extra_defines=x or None))
-        try:
-            fn()
-            torch.cuda.synchronize()
-        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
-            bad.append(f"{text}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+        if not first_call(fn, text, bad):
             continue
         if not torch.equal(out[real], want[real]):
             bad.append(f"{text}: output differs from the selector's pick")
@@ -119,21 +141,16 @@ def one_masked_shape(shape, configs, args) -> None:
     fns, bad = {}, []
     for text in configs:
         out = torch.full((g, max_m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        head, *extra = text.split("+")
-        defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
+        head, defines = split_defines(text)
         try:
-            config = None if head == "auto" else parse_config(head, g * max_m, n, sms)
-            if config is not None:
-                table = Problem(max_m, n, shape.k, kind=ProblemKind.GROUPED_MASKED, num_groups=g)
-                config = dataclasses.replace(config, grid_size=table_grid_size(
-                    table, config.block_m, config.block_n, sms, config.num_multicast))
-            fn = (lambda o=out, c=config, x=defines: run_grouped(
-                ProblemKind.GROUPED_MASKED, a, sa, b, b_scale, masked_m, o, shape.expected_m, config=c,
-                extra_defines=x or None))
-            fn()
-            torch.cuda.synchronize()
-        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
-            bad.append(f"{text}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            config = table_config(head, max_m, n, shape.k, ProblemKind.GROUPED_MASKED, g, sms)
+        except ValueError as error:  # a config the kernel cannot build, reported
+            bad.append(f"{text}: {str(error).splitlines()[0][:100]}")
+            continue
+        fn = (lambda o=out, c=config, x=defines: run_grouped(
+            ProblemKind.GROUPED_MASKED, a, sa, b, b_scale, masked_m, o, shape.expected_m, config=c,
+            extra_defines=x or None))
+        if not first_call(fn, text, bad):
             continue
         if not torch.equal(out[real], want[real]):
             bad.append(f"{text}: output differs from the selector's pick")
