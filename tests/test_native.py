@@ -503,12 +503,18 @@ def test_grouped_native_errors_equal_python_errors(extension):
             "public": lambda: getattr(deep_tile, name)(*_tensors(args), *hint, out=out),
             "native": lambda: extension.m_grouped_fp8_gemm(kind, *_tensors(args), args["expected_m"], out),
         }
-        for path, call in paths.items():
-            with pytest.raises((TypeError, ValueError)) as info:
-                call()
-            assert (info.type, str(info.value)) == expected, (label, path)
-        calls += len(paths)
+        calls += _raise_as(paths, expected, label)
     assert extension.stats()["python_calls"] - before == calls  # the C++ kernels handed every call over
+
+
+def _raise_as(paths: dict, expected: tuple, label: str) -> int:
+    """Each of ``paths`` (name -> zero-argument call) raises ``expected`` ((type, message));
+    returns how many calls were made."""
+    for path, call in paths.items():
+        with pytest.raises((TypeError, ValueError)) as info:
+            call()
+        assert (info.type, str(info.value)) == expected, (label, path)
+    return len(paths)
 
 
 def grouped_layout_cases() -> list:
@@ -972,11 +978,7 @@ def _check_errors_equal_pythons(extension, cases, names, python_verdict, native,
         paths = {"native": lambda: native(*(args[name] for name in names))}
         if op_of(args) is not None:
             paths["op"] = op_of(args)
-        for path, call in paths.items():
-            with pytest.raises((TypeError, ValueError)) as info:
-                call()
-            assert (info.type, str(info.value)) == expected, (label, path)
-        calls += len(paths)
+        calls += _raise_as(paths, expected, label)
     assert extension.stats()["python_calls"] - before == calls  # the C++ kernels handed every call over
 
 
