@@ -110,11 +110,13 @@ def direct_store(out_dtype: str = "bfloat16", c_dtype=None, kind: ProblemKind = 
 
 
 def tma_f32_store(config) -> bool:
-    """Whether ``config``'s kernel stores an FP32 D through shared memory and the TMA unit
-    (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out without C); its D
-    tensor map is FP32 (:func:`tensor_map_boxes`). The variants with C store straight from
-    registers (a reduce-add by the unit measured slower, include/deep_tile/kernels/fp8_gemm_config.cuh)."""
-    return (config.out_dtype == "float32" and config.c_dtype is None and config.split_k == 1
+    """Whether ``config``'s kernel writes an FP32 D through shared memory and the TMA unit
+    (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out without C, or the
+    1D1D kind's FP32 D accumulated in place, which the unit's reduce-add adds to D); its D tensor
+    map is FP32 (:func:`tensor_map_boxes`). The other variants with C store straight from
+    registers (the reduce-add measured slower for them, include/deep_tile/kernels/fp8_gemm_config.cuh)."""
+    c_ok = config.c_dtype is None or (config.c_dtype == "out" and bool(config.b_scale_1d))
+    return (config.out_dtype == "float32" and c_ok and config.split_k == 1
             and config.swap_n == 0 and config.problem_kind is ProblemKind.DENSE)
 
 

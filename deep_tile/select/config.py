@@ -176,8 +176,9 @@ class KernelConfig:
         c_dtype: the addend C of ``D = C + A.B^T``, one of
             :data:`deep_tile.kernels.fp8_gemm.C_DTYPES`: None (no C), ``"bfloat16"`` /
             ``"float32"`` (a tensor apart from D) or ``"out"`` (D itself, in place). Every variant
-            but bf16 without C is an output variant (:attr:`direct_store`): an FP32 D without C or
-            accumulated in place is stored by the TMA unit through a 64-row FP32 staging
+            but bf16 without C is an output variant (:attr:`direct_store`): an FP32 D without C, or
+            a 1D1D FP32 D accumulated in place (added to D by the unit's reduce-add), is written by
+            the TMA unit through a 64-row FP32 staging of dense persistent kernels
             (:func:`deep_tile.kernels.fp8_gemm.tma_f32_store`), the others straight from
             registers. :meth:`for_problem` takes both from the problem (:meth:`with_output`).
         b_scale_1d: the 1D1D variant: b_scale ``[n, ceil(k/128)]`` per row of B (read in the

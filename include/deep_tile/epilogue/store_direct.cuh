@@ -2,10 +2,13 @@
 // (Cfg::kOutKind 1) or bf16, plus an optional C (Cfg::kCKind: bf16, FP32, or D itself),
 // D = C + A.B^T.
 //
-// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D without C): each consumer
-// warpgroup stages one 64-row sub-tile of FP32 at a time in shared memory (swizzled atoms of
-// kF32AtomCols floats) and the TMA unit stores it; the warpgroup goes on as soon as the unit has
-// read the staging, so the stores overlap the next tile's k-loop.
+// store_tile_f32_tma (Cfg::kTmaF32Store: a dense persistent FP32 D without C, or the 1D1D
+// kind's FP32 D accumulated in place): each consumer warpgroup stages one 64-row sub-tile of FP32
+// at a time in shared memory (swizzled atoms of kF32AtomCols floats) and the TMA unit stores it
+// (in place, Cfg::kTmaF32Reduce: adds it to D, a reduce-add in the memory system, so D is never
+// read into registers); the warpgroup goes on as soon as the unit has read the staging, so the
+// stores overlap the next tile's k-loop. Each element of D is added to once: the tiles do not
+// overlap.
 //
 // store_tile_direct (the other variants): each thread stores its accumulators straight from
 // registers to global memory, two neighbouring columns at a time (8 bytes of FP32, 4 of bf16: the
@@ -154,7 +157,8 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
   });
 }
 
-/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store). Each of this warpgroup's
+/// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store; added to D with
+/// Cfg::kTmaF32Reduce). Each of this warpgroup's
 /// sub-tiles (`result[t]`, t = slab * kNumNParts + part) is written to the warpgroup's staging
 /// (`smem_d`: per warpgroup 64 x kWgmmaN floats, kWgmmaN / kF32AtomCols atoms of [64 rows x
 /// kF32AtomCols floats], 16-byte chunks swizzled as the D tensor map's swizzle) and handed to the
@@ -169,9 +173,26 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
   constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // the swizzle span
   constexpr int kChunksPerRow = kAtomBytes / 16;
   constexpr int kAtoms = Cfg::kWgmmaN / Cfg::kF32AtomCols;
+  constexpr int kPeriod = Cfg::kF32AtomCols / 8;  // 8-column blocks per atom
+  static_assert(((8 * kAtomBytes) >> 7) % kChunksPerRow == 0, "rows r and r + 8 must share their swizzle");
   const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
   u8* staging = smem_d + wg * 64 * Cfg::kWgmmaN * 4;
+  // This thread's rows of a sub-tile are `row` and `row` + 8, which share their swizzle, so its
+  // two columns of block j land at row_addr + 8 * kAtomBytes * h + (j / kPeriod) atoms +
+  // in_atom[j % kPeriod]: kPeriod run-time offsets, the rest immediates.
+  // NOTES: written per (h, j) from the row and column, the 2 x kAccumPerSubtile / 4 addresses were
+  // hoisted out of the tile loop by ptxas 12.9 and spilled (256x128 1D1D in place: 140 bytes,
+  // NVRTC 12.9; ptxas 13 did not).
+  const int row = warp_in_wg * 16 + lane / 4;
+  const int swizzle = (row * kAtomBytes >> 7) & (kChunksPerRow - 1);
+  const u32 row_addr = ptx::smem_addr(staging) + static_cast<u32>(row * kAtomBytes);
+  u32 in_atom[kPeriod];
+#pragma unroll
+  for (int p = 0; p < kPeriod; ++p) {
+    const int col = 8 * p + 2 * (lane % 4);  // within the atom
+    in_atom[p] = static_cast<u32>((((col / 4) ^ swizzle) << 4) + (col % 4) * 4);
+  }
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
 #pragma unroll
@@ -182,15 +203,10 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
       ptx::named_barrier_sync(barrier_id, 128);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = warp_in_wg * 16 + lane / 4 + 8 * h;  // of the 64-row sub-tile
-        const int swizzle = (row * kAtomBytes >> 7) & (kChunksPerRow - 1);
 #pragma unroll
         for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-          const int col = 8 * j + 2 * (lane % 4);
-          const int atom = col / Cfg::kF32AtomCols, chunk = (col % Cfg::kF32AtomCols) / 4;
-          ptx::store_shared_f32x2(staging + atom * 64 * kAtomBytes + row * kAtomBytes + ((chunk ^ swizzle) << 4) +
-                                      (col % 4) * 4,
-                                  r[4 * j + 2 * h], r[4 * j + 2 * h + 1]);
+          ptx::store_shared_f32x2_at(row_addr + in_atom[j % kPeriod] + (8 * h + (j / kPeriod) * 64) * kAtomBytes,
+                                     r[4 * j + 2 * h], r[4 * j + 2 * h + 1]);
         }
       }
       ptx::fence_proxy_async_shared();
@@ -202,7 +218,11 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
           for (int atom = 0; atom < kAtoms; ++atom) {
             const int col0 = n0 + part * Cfg::kWgmmaN + atom * Cfg::kF32AtomCols;
             if (col0 < n) {
-              ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              if constexpr (Cfg::kTmaF32Reduce) {
+                ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              } else {
+                ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+              }
             }
           }
         }

@@ -65,21 +65,27 @@ struct Fp8GemmConfig {
   // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself, in-place
   // accumulation; kCType: C's type, 1 bf16 or 2 FP32). The default (bf16, no C) stores through
   // shared memory and TMA (store_bf16.cuh). The other variants (kDirectStore): a dense
-  // persistent FP32 D without C (kTmaF32Store) is staged per 64-row sub-tile and stored by the
-  // TMA unit (store_tile_f32_tma), which overlaps the stores with the next tile; every other
-  // variant (with C, a bf16 D with C, split-K, swap-AB, the grouped kinds) stores each thread's
-  // accumulators straight to global memory, reading C beside them (store_tile_direct).
-  // NOTES: D accumulated in place by the TMA unit's reduce-add (staged as for kTmaF32Store) was
-  // slower than the direct store on every DeepSeek-V3 shape at M = 4096 (H100, 2026-11-24:
-  // 4096x32768x512 562 against 468 us, 4096x24576x1536 492 against 462, 4096x7168x2048 175
-  // against 163; RESULTS.md,
-  // 2026-11-25 'FP32 accumulation and the 1D1D weight gradient beside cuBLAS and DeepGEMM latest').
+  // persistent FP32 D without C, or the 1D1D weight gradient's FP32 D accumulated in place
+  // (kTmaF32Store), is staged per 64-row sub-tile and stored, or added to D by the unit's
+  // reduce-add (kTmaF32Reduce), by the TMA unit (store_tile_f32_tma), which overlaps the stores
+  // with the next tile; every other variant (with C, a bf16 D with C, split-K, swap-AB, the
+  // grouped kinds) stores each thread's accumulators straight to global memory, reading C beside
+  // them (store_tile_direct).
+  // NOTES: the reduce-add for the 1D1D weight gradients at 4096 tokens: 1.05x the direct store
+  // (geomean of 7 DeepSeek-V3 shapes, 0.99-1.11x; H200, RESULTS.md 2026-11-25 'In-place weight
+  // gradients added by the TMA unit'; H100 1.03-1.04x, 2026-11-25 'The TMA reduce-add of the
+  // weight gradient on main, checked on the GPU'). For 1D2D D in place it was slower at K <= 2048 (H100,
+  // 2026-11-24: 4096x32768x512 562 against 468 us, 4096x7168x2048 175 against 163; RESULTS.md
+  // 2026-11-25 'FP32 accumulation and the 1D1D weight gradient beside cuBLAS and DeepGEMM
+  // latest'; H200 2026-11-25: 0.87x at 4096x32768x512, 0.94x at 4096x7168x2048, 0.97x at
+  // 4096x2112x7168 where its staging costs 128x192 a stage), and those keep the direct store.
   static constexpr int kOutKind = kOutKind_;
   static constexpr int kCKind = kCKind_;
   static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
   static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0 || kKGrouped;
-  static constexpr bool kTmaF32Store =
-      kOutKind_ == 1 && kCKind_ == 0 && kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+  static constexpr bool kTmaF32Store = kOutKind_ == 1 && (kCKind_ == 0 || (kCKind_ == 3 && kBScale1D_)) &&
+                                       kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
+  static constexpr bool kTmaF32Reduce = kTmaF32Store && kCKind_ == 3;
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
   // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read

@@ -80,6 +80,16 @@ DT_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* src, int c0, 
                : "memory");
 }
 
+/// 2-D tile reduce-add from shared memory into the tensor (PTX ISA 9.7.9.27
+/// cp.reduce.async.bulk.tensor, .add on FP32): each element of the box is added to the one in
+/// global memory by the memory system; elements outside the tensor are not touched.
+DT_DEVICE void tma_reduce_add_2d(const TmaDescriptor* desc, const void* src, int c0, int c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<u64>(desc)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+
 DT_DEVICE void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 
 /// Wait until at most N committed store groups of this thread still read shared memory.
