@@ -1,0 +1,167 @@
+"""Forced tiles of the dense 1D1D weight gradient accumulated in place, beside DeepGEMM and cuBLAS.
+
+    python benchmarks/probes/wgrad_configs.py --compile-only --jobs 16     # fill the cache (no GPU)
+    python benchmarks/probes/wgrad_configs.py --configs auto,128x128,256x128:mcA --top 4
+
+For each weight gradient ``dW[N, K] += dY^T X`` of benchmarks/bench_training.py's wgrad set (M = N,
+N = K, K = the tokens; ``--shapes m,n`` for others) it times deep_tile's kernel for every tile of
+``--configs`` (``auto``: the selector's pick; a text of deep_tile.testing.configs) and the selector
+model's ``--top`` candidates, each as the launcher builds it for this output variant (FP32 D in
+place: the stages that fit beside its FP32 staging, KernelConfig.for_problem), round-robin with
+DeepGEMM latest's in-place 1D1D GEMM and cuBLAS blockwise (writes only), L2 flushed
+(testing.timing.bench_round_robin). Every tile's output from the same start is checked against
+the float64 reference (calc_diff < 1e-6) before it is timed. Why: the selector ranks the bf16
+tiles and the in-place variant then gives up stages to its staging, so the pick may not be the
+variant's best tile.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from deep_tile.kernels import fp8_gemm as family  # noqa: E402
+from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.select import rank_candidates  # noqa: E402
+from deep_tile.select.api import get_problem_config  # noqa: E402
+from deep_tile.select.selector import config_from_estimate  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
+
+WGRAD_CONFIGS = ("auto,128x144:gM:u6,128x144:mcB:u6,128x128:b1:u6,128x128:b1:mcB:u6,128x160:gM:u6,128x160:mcB:u6,"
+                 "128x112:b1:gM:u6,256x128:u6,256x128:mcA:u6,128x256:w128:gM:u6,128x192:gM:u6")
+
+
+def wgrad_problem(m: int, n: int, tokens: int) -> Problem:
+    return Problem(m, n, tokens, out_dtype="float32", c_dtype="out", b_scale_1d=True)
+
+
+def configs_for(m: int, n: int, tokens: int, args) -> list:
+    """``(text, KernelConfig)`` pairs, as launched, without duplicates."""
+    problem = wgrad_problem(m, n, tokens)
+    found = {}
+    for text in args.configs.split(","):
+        try:
+            config = get_problem_config(problem, args.num_sms) if text == "auto" else parse_config(
+                text, m, n, args.num_sms)
+            config = config.for_problem(problem)
+        except ValueError as error:
+            print(f"skip {text} on {m}x{n}x{tokens}: {error}", file=sys.stderr)
+            continue
+        found.setdefault(config.label, (text, config))
+    for estimate in rank_candidates(problem, args.num_sms)[:args.top]:
+        config = config_from_estimate(problem, estimate, args.num_sms).for_problem(problem)
+        found.setdefault(config.label, (f"top:{estimate.candidate.label}", config))
+    return list(found.values())
+
+
+def _compile(defines: tuple) -> str:
+    from deep_tile.errors import DeepTileError
+    from deep_tile.jit import cache
+
+    try:
+        cache.get_cubin(family.ENTRY, dict(defines), family.SYMBOL)
+        return "ok"
+    except DeepTileError as error:
+        return f"error: {str(error)[:300]}"
+
+
+def compile_all(shapes: list, args) -> int:
+    todo = {}
+    for m, n in shapes:
+        for _, config in configs_for(m, n, args.tokens, args):
+            todo.setdefault(tuple(sorted(config.defines().items())), config.label)
+    print(f"compiling {len(todo)} kernels with {args.jobs} processes", flush=True)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        failed = [(todo[d], s) for d, s in zip(todo, pool.map(_compile, todo)) if s != "ok"]
+    for label, status in failed:
+        print(f"  {label}: {status}", flush=True)
+    print(f"compiled: {len(todo) - len(failed)} ok, {len(failed)} failed", flush=True)
+    return 1 if failed else 0
+
+
+def one_shape(m: int, n: int, args) -> dict:
+    import torch
+
+    import bench_training as bt
+    import deep_tile
+    from deep_tile.launch import run_acc
+    from deep_tile.reference import ref_fp8_gemm_1d1d
+    from deep_tile.testing.numeric import calc_diff
+    from deep_tile.testing.timing import bench_round_robin
+
+    tokens = args.tokens
+    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+    a, a_scale = deep_tile.per_token_cast_to_fp8(torch.randn((m, tokens), generator=gen, device="cuda").bfloat16())
+    b, b_scale = deep_tile.per_token_cast_to_fp8(torch.randn((n, tokens), generator=gen, device="cuda").bfloat16())
+    a_tma, b_tma = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    start = torch.randn((m, n), device="cuda", dtype=torch.float32)
+    want = start.double() + ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+    d = start.clone()
+    fns, bad = {}, []
+    for text, config in configs_for(m, n, tokens, args):
+        def fn(c=config):
+            run_acc(a, a_tma, b, b_tma, None, True, d, config=c, b_scale_1d=True)
+        d.copy_(start)
+        try:
+            fn()
+            torch.cuda.synchronize()
+        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
+            bad.append(f"{config.label}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+            continue
+        diff = calc_diff(d.double(), want)
+        if not diff < 1e-6:
+            bad.append(f"{config.label}: calc_diff {diff:.3g} against float64")
+            continue
+        fns[f"{config.label}" + (" (pick)" if text == "auto" else "")] = fn
+    cublas = bt._cublas_1d1d(a, a_scale, b, b_scale)
+    if callable(cublas):
+        fns["cublas"] = cublas
+    dg = None if args.no_deepgemm else bt.deepgemm()
+    if dg is not None:
+        fns["deepgemm"] = lambda: dg.fp8_gemm_nt((a, a_tma), (b, b_tma), d, c=d, recipe=(1, 1, 128))
+    times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
+    best = min((times[k] for k in ("cublas", "deepgemm") if k in times), default=None)
+    print(f"wgrad {m}x{n}, {tokens} tokens", flush=True)
+    for name, us in sorted(times.items(), key=lambda kv: kv[1]):
+        ratio = f"  faster baseline / this {best / us:.3f}" if best else ""
+        print(f"  {name:>34} {us:9.1f} us {2.0 * m * n * tokens / us / 1e6:7.1f} TFLOPS{ratio}", flush=True)
+    for line in bad:
+        print(f"  ! {line}", flush=True)
+    return {"m": m, "n": n, "tokens": tokens, "us": times, "refused": bad}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="*", default=None, metavar="M,N", help="default: bench_training's wgrad set")
+    p.add_argument("--tokens", type=int, default=4096)
+    p.add_argument("--configs", default=WGRAD_CONFIGS)
+    p.add_argument("--top", type=int, default=0)
+    p.add_argument("--num-sms", type=int, default=132)
+    p.add_argument("--iters", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-deepgemm", action="store_true")
+    p.add_argument("--compile-only", action="store_true")
+    p.add_argument("--jobs", type=int, default=8)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if args.shapes:
+        shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes]
+    else:
+        from bench_training import WGRAD_NK
+        shapes = list(WGRAD_NK)
+    if args.compile_only:
+        return compile_all(shapes, args)
+    rows = [one_shape(m, n, args) for m, n in shapes]
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
