@@ -88,6 +88,7 @@ def one_shape(m: int, n: int, args) -> dict:
     import torch
 
     import bench_training as bt
+    from grouped_configs import first_call
     import deep_tile
     from deep_tile.launch import run_acc
     from deep_tile.reference import ref_fp8_gemm_1d1d
@@ -107,11 +108,7 @@ def one_shape(m: int, n: int, args) -> dict:
         def fn(c=config):
             run_acc(a, a_tma, b, b_tma, None, True, d, config=c, b_scale_1d=True)
         d.copy_(start)
-        try:
-            fn()
-            torch.cuda.synchronize()
-        except Exception as error:  # noqa: BLE001 - a config the kernel refuses, reported
-            bad.append(f"{config.label}: {type(error).__name__}: {str(error).splitlines()[0][:100]}")
+        if not first_call(fn, config.label, bad):
             continue
         diff = calc_diff(d.double(), want)
         if not diff < 1e-6:
