@@ -32,13 +32,15 @@ DT_DEVICE void stmatrix_x4(void* row_addr, u32 r0, u32 r1, u32 r2, u32 r3) {
                : "memory");
 }
 
-/// Two floats to shared memory at a shared-space address (ptx::smem_addr's; 8-byte aligned).
+/// Two floats to shared memory (8-byte aligned).
+DT_DEVICE void store_shared_f32x2(void* ptr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(smem_addr(ptr)), "f"(a), "f"(b) : "memory");
+}
+
+/// store_shared_f32x2 at a shared-space address (ptx::smem_addr's).
 DT_DEVICE void store_shared_f32x2_at(u32 addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
-
-/// Two floats to shared memory (8-byte aligned).
-DT_DEVICE void store_shared_f32x2(void* ptr, float a, float b) { store_shared_f32x2_at(smem_addr(ptr), a, b); }
 
 /// One float to global memory as bf16 (round to nearest even; 2-byte aligned).
 DT_DEVICE void store_global_bf16(void* ptr, float v) {
