@@ -144,14 +144,21 @@ def _cublas_1d1d(a, a_scale, b, b_scale):
     return "; ".join(errors)
 
 
-def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
-    """One weight gradient dW[n, k] += dY^T X over ``tokens`` (M = n, N = k, K = tokens): checked, timed."""
-    gen = torch.Generator(device="cuda").manual_seed(args.seed)
+def wgrad_operands(n: int, k: int, tokens: int, seed: int) -> tuple:
+    """The weight gradient's operands: random dY^T [n, tokens] and X^T [k, tokens] quantised 1x128
+    along the tokens, ``(a, a_scale, b, b_scale, a_scale_tma, b_scale_tma)`` (the scales also in
+    the TMA-aligned layout the kernels read without a copy)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     dy_t = torch.randn((n, tokens), generator=gen, device="cuda").to(torch.bfloat16)
     x_t = torch.randn((k, tokens), generator=gen, device="cuda").to(torch.bfloat16)
     a, a_scale = deep_tile.per_token_cast_to_fp8(dy_t)
     b, b_scale = deep_tile.per_token_cast_to_fp8(x_t)
-    a_scale_tma, b_scale_tma = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    return a, a_scale, b, b_scale, deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+
+
+def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
+    """One weight gradient dW[n, k] += dY^T X over ``tokens`` (M = n, N = k, K = tokens): checked, timed."""
+    a, a_scale, b, b_scale, a_scale_tma, b_scale_tma = wgrad_operands(n, k, tokens, args.seed)
     ref = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
     start = torch.randn((n, k), device="cuda", dtype=torch.float32)
     dw = start.clone()

@@ -89,17 +89,13 @@ def one_shape(m: int, n: int, args) -> dict:
 
     import bench_training as bt
     from grouped_configs import first_call
-    import deep_tile
     from deep_tile.launch import run_acc
     from deep_tile.reference import ref_fp8_gemm_1d1d
     from deep_tile.testing.numeric import calc_diff
     from deep_tile.testing.timing import bench_round_robin
 
     tokens = args.tokens
-    gen = torch.Generator(device="cuda").manual_seed(args.seed)
-    a, a_scale = deep_tile.per_token_cast_to_fp8(torch.randn((m, tokens), generator=gen, device="cuda").bfloat16())
-    b, b_scale = deep_tile.per_token_cast_to_fp8(torch.randn((n, tokens), generator=gen, device="cuda").bfloat16())
-    a_tma, b_tma = deep_tile.get_tma_aligned_a_scale(a_scale), deep_tile.get_tma_aligned_a_scale(b_scale)
+    a, a_scale, b, b_scale, a_tma, b_tma = bt.wgrad_operands(m, n, tokens, args.seed)
     start = torch.randn((m, n), device="cuda", dtype=torch.float32)
     want = start.double() + ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
     d = start.clone()
