@@ -2,11 +2,13 @@
 
     python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0
     python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0 --shapes 4096,7168,16384 64,2112,7168
+    python benchmarks/probes/define_ab.py --define DT_C_LOAD_ROWS=2 --acc       # FP32 D accumulated in place
 
 For each dense shape (default: bench_fp8_gemm.py's M = 4096 set, 8192^3 and three small-M shapes)
 the selector's pick runs as built by default (``pick``) and with ``--define NAME=VALUE`` added to
 its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides),
-and DeepGEMM latest's ``fp8_gemm_nt`` when importable, round-robin with the L2 flushed
+and DeepGEMM latest's ``fp8_gemm_nt`` when importable (bf16 out; with ``--acc`` both deep_tile builds
+accumulate into an FP32 D in place, the training issue's dense kind, and DeepGEMM is not run), round-robin with the L2 flushed
 (testing.timing.bench_round_robin, median of ``--iters``). Both deep_tile builds are checked against
 the float64 reference (NaN-poisoned outputs) and bitwise against each other. The grouped kinds'
 counterpart is grouped_configs.py (``CONFIG+NAME=VALUE``).
@@ -25,7 +27,7 @@ import torch  # noqa: E402
 
 import bench_fp8_gemm as bench  # noqa: E402
 import deep_tile  # noqa: E402
-from deep_tile.launch import run  # noqa: E402
+from deep_tile.launch import run, run_acc  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
@@ -34,13 +36,20 @@ DEFAULT_SHAPES = ("4096,2112,7168", "4096,24576,1536", "4096,32768,512", "4096,7
                   "4096,7168,2048", "8192,8192,8192", "512,4096,7168", "64,2112,7168", "128,7168,2048")
 
 
-def one_shape(m: int, n: int, k: int, defines: dict, iters: int) -> dict:
+def one_shape(m: int, n: int, k: int, defines: dict, iters: int, acc: bool = False) -> dict:
     a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
     ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
     label = "pick+" + ",".join(defines)
-    outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in ("pick", label)}
-    fns = {"pick": lambda: run(a, sa, b, sb, outs["pick"]),
-           label: lambda: run(a, sa, b, sb, outs[label], extra_defines=defines)}
+    if acc:  # D = D + A.B^T in FP32 from a random start (checked against start + the product)
+        start = torch.randn((m, n), dtype=torch.float32, device="cuda")
+        ref = ref + start.double()
+        outs = {name: start.clone() for name in ("pick", label)}
+        fns = {"pick": lambda: run_acc(a, sa, b, sb, None, True, outs["pick"]),
+               label: lambda: run_acc(a, sa, b, sb, None, True, outs[label], extra_defines=defines)}
+    else:
+        outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in ("pick", label)}
+        fns = {"pick": lambda: run(a, sa, b, sb, outs["pick"]),
+               label: lambda: run(a, sa, b, sb, outs[label], extra_defines=defines)}
     row = {"shape": f"{m}x{n}x{k}", "checks": {}}
     for name, fn in fns.items():
         fn()
@@ -52,7 +61,7 @@ def one_shape(m: int, n: int, k: int, defines: dict, iters: int) -> dict:
     row["ok"] = row["bitwise_equal"] and all(c["nan"] == 0 and c["diff"] < 1e-3 and c["rel"] < 1e-2
                                              for c in row["checks"].values())
     dg, version = bench.deepgemm_version()
-    if dg is not None and version == "latest":
+    if dg is not None and version == "latest" and not acc:
         dg_out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
         fns["deepgemm"] = lambda: dg.fp8_gemm_nt((a, sa), (b, sb), dg_out, recipe=(1, 128, 128),
                                                  disable_ue8m0_cast=True)
@@ -66,12 +75,13 @@ def main() -> int:
     p.add_argument("--define", action="append", required=True, metavar="NAME=VALUE")
     p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), metavar="M,N,K")
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--acc", action="store_true", help="FP32 D accumulated in place instead of bf16 D")
     args = p.parse_args()
     defines = dict((key, int(value)) for key, value in (item.split("=") for item in args.define))
     ok = True
     for text in args.shapes:
         m, n, k = (int(v) for v in text.split(","))
-        row = one_shape(m, n, k, defines, args.iters)
+        row = one_shape(m, n, k, defines, args.iters, args.acc)
         ok &= row["ok"]
         us = row["us"]
         names = list(us)

@@ -1,11 +1,15 @@
 """Forced tiles of the K-grouped 1D1D GEMM beside DeepGEMM's (needs a GPU).
 
     python benchmarks/probes/k_grouped_configs.py --shapes 4096,7168,16x2048 --configs auto,128x128:b2,256x128
+    python benchmarks/probes/k_grouped_configs.py --configs auto,auto+DT_C_LOAD_ROWS=2     # a build define's effect
+    ncu -k regex:"deep_tile_fp8|sm90_fp8_gemm_1d1d" -s 2 -c 3 python benchmarks/probes/k_grouped_configs.py \
+        --shapes 4096,7168,16x2048 --configs auto --calls 3                                  # profile both kernels
 
 For each shape (``m,n,GxT``: G groups of about T tokens, benchmarks/bench_training.py's sizes for
 that set, or an explicit ``m,n,t1/t2/...``) it times deep_tile's K-grouped kernel accumulating in
 place into FP32 with each tile (``auto``: the rule of deep_tile/select/k_grouped.py; a text of
-deep_tile.testing.configs, made K-grouped by the host path) and, when importable, DeepGEMM
+deep_tile.testing.configs, made K-grouped by the host path; ``+NAME=VALUE`` adds a build define of
+include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides) and, when importable, DeepGEMM
 latest's ``k_grouped_fp8_gemm_nt_contiguous`` (also in place), round-robin with the L2 flushed
 (testing.timing.bench_round_robin). Each forced tile's output of one call from the same start is
 checked bitwise against the rule's pick (the per-element k order does not depend on the tile).
@@ -69,8 +73,11 @@ def one_shape(m: int, n: int, spec: str, configs: list, args) -> dict:
     d = start.clone()
     fns, bad = {}, []
     for text in configs:
-        config = None if text == "auto" else forced(text, m, n, tokens, len(ks), sms)
-        fn = (lambda c=config: run_k_grouped(a, a_scale, b, b_scale, sizes, d, accumulate=True, config=c))
+        tile, *extra = text.split("+")
+        defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
+        config = None if tile == "auto" else forced(tile, m, n, tokens, len(ks), sms)
+        fn = (lambda c=config, e=defines or None: run_k_grouped(a, a_scale, b, b_scale, sizes, d, accumulate=True,
+                                                                config=c, extra_defines=e))
         d.copy_(start)
         try:
             fn()
@@ -87,6 +94,12 @@ def one_shape(m: int, n: int, spec: str, configs: list, args) -> dict:
         dg_a, dg_b = bt._k_major_blocks(a, ks), bt._k_major_blocks(b, ks)
         fns["deepgemm"] = lambda: dg.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), d, ks, sizes,
                                                                       d, recipe=(1, 1, 128))
+    if args.calls:  # for a profiler: each callable args.calls times in turn, nothing timed
+        for name, fn in fns.items():
+            for _ in range(args.calls):
+                fn()
+            torch.cuda.synchronize()
+        return {"m": m, "n": n, "groups": label, "sizes": ks, "refused": bad}
     times = bench_round_robin(fns, warmup=args.warmup, iters=args.iters, shuffle_seed=args.seed)
     ref = times.get("deepgemm")
     print(f"{m}x{n} {label} ({tokens} tokens)", flush=True)
@@ -108,6 +121,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-deepgemm", action="store_true")
+    p.add_argument("--calls", type=int, default=0,
+                   help="run each config (then DeepGEMM) this many times in turn without timing (under ncu)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     rows = []
