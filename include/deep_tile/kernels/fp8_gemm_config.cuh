@@ -142,15 +142,26 @@ struct Fp8GemmConfig {
 #else
   static constexpr int kCLoadRows = kNumSubtiles > 1 && !kBScale1D_ ? 2 : 1;
 #endif
-  // Column pairs of each such row loaded before their stores: all of the sub-tile's, or under
-  // 1D1D with several sub-tiles at most 8 at a time (256x128 spilled 28 bytes with all 16), in
-  // chunks that divide the sub-tile's pairs (96 columns: 12 pairs, two chunks of 6).
+  // Column pairs of each such row loaded before their stores: all of the sub-tile's, or where a
+  // warpgroup has several sub-tiles at most 8 at a time (so 16 loads of C in flight per thread
+  // with both rows; under 1D1D all 16 spilled 28 bytes in 256x128), in chunks that divide the
+  // sub-tile's pairs (96 columns: 12 pairs, two chunks of 6).
+  // NOTES: FP32 D in place on an H100 (RESULTS.md, 2026-11-25 'Fewer loads of C in flight in
+  // the in-place epilogue'), 8 pairs against all 16 with both rows, us: 4096x24576x1536 463.3
+  // against 482.1, 4096x32768x512 468.9 / 476.1, 4096x7168x16384 713.8 / 723.9, 4096x4096x7168
+  // 204.4 / 206.9, 4096x7168x2048 172.0 / 172.4, 4096x7168x4608 259.6 / 263.3. The K-grouped
+  // kind's one-sub-tile 128x160 was slower with fewer (10: 1.03-1.13x the time, 5: 1.11-1.38x) and
+  // with more (both rows: 1.01-1.11x).
   // NOTES: chunks of 8 over 12 pairs stored 4 pairs past the sub-tile, into the next column
   // part's columns, with values read past its accumulators: 128x192 /96 under 1D1D gave wrong
   // results (tests/test_k_grouped.py, 2026-11-25).
-  static constexpr int kCLoadPairs = kBScale1D_ && kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8
+#ifdef DT_C_LOAD_PAIRS
+  static constexpr int kCLoadPairs = DT_C_LOAD_PAIRS;
+#else
+  static constexpr int kCLoadPairs = kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8
                                          ? largest_divisor_at_most(kAccumPerSubtile / 4, 8)
                                          : kAccumPerSubtile / 4;
+#endif
 
   // Shared memory (bytes): D staging (persistent kernels only), then A, B, a_scale and b_scale
   // stages, then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
