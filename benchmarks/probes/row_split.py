@@ -40,6 +40,7 @@ from deep_tile.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates, select_config  # noqa: E402
 from deep_tile.select.cost import grid_size  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
+from deep_tile.testing.cache_fill import fill_cache  # noqa: E402
 from deep_tile.testing.configs import format_config, parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
@@ -91,31 +92,15 @@ def all_configs(m: int, n: int, k: int, args) -> list:
     return found
 
 
-def _compile(defines: tuple) -> str:
-    from deep_tile.jit import cache
-    from deep_tile.kernels import fp8_gemm as family
-
-    try:
-        cache.get_cubin(family.ENTRY, dict(defines), family.SYMBOL)
-        return "ok"
-    except Exception as error:
-        return f"error: {str(error)[:200]}"
-
-
 def compile_all(args) -> int:
     """Build every kernel of the probe into the disk cache with --jobs processes (no GPU needed)."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    todo = set()
+    todo = {}
     for text in args.shapes:
         m, n, k = (int(v) for v in text.split(","))
         for problem, config in all_configs(m, n, k, args):
-            todo.add(tuple(sorted(config.for_problem(problem).defines().items())))
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(_compile, sorted(todo)))
-    failed = [r for r in results if r != "ok"]
-    print(f"compiled {len(results) - len(failed)} kernels, {len(failed)} failed", *failed, sep="\n", flush=True)
-    return 1 if failed else 0
+            config = config.for_problem(problem)
+            todo.setdefault(tuple(sorted(config.defines().items())), f"{problem.m}x{n}x{k} {format_config(config)}")
+    return 1 if fill_cache(todo, args.jobs) else 0
 
 
 def graph_of(fn):

@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
 
-from deep_tile.kernels import fp8_gemm as family  # noqa: E402
 from deep_tile.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates, select_config  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
+from deep_tile.testing.cache_fill import fill_cache  # noqa: E402
 from deep_tile.testing.configs import format_config, parse_config  # noqa: E402
 from deep_tile.testing.shapes import MODEL_NK, MODEL_SHAPES  # noqa: E402
 
@@ -77,32 +75,12 @@ def configs_for(m: int, n: int, k: int, args) -> list:
     return list(found.values())
 
 
-def _compile(defines: tuple) -> tuple:
-    from deep_tile.errors import DeepTileError
-    from deep_tile.jit import cache
-
-    start = time.perf_counter()
-    try:
-        cache.get_cubin(family.ENTRY, dict(defines), family.SYMBOL)
-        return defines, "ok", time.perf_counter() - start
-    except DeepTileError as error:
-        return defines, f"error: {str(error)[:300]}", time.perf_counter() - start
-
-
 def compile_all(args) -> int:
     todo = {}
     for m, n, k in args.shape_list:
         for _, config in configs_for(m, n, k, args):
             todo.setdefault(tuple(sorted(config.defines().items())), config.label)
-    print(f"compiling {len(todo)} kernels with {args.jobs} processes", flush=True)
-    failures = 0
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for defines, status, seconds in pool.map(_compile, todo):
-            if status != "ok":
-                failures += 1
-                print(f"  {todo[defines]}: {status}", flush=True)
-    print(f"compiled: {len(todo) - failures} ok, {failures} failed", flush=True)
-    return 1 if failures else 0
+    return 1 if fill_cache(todo, args.jobs) else 0
 
 
 def baseline_fns(a, a_scale, b, b_scale, out):

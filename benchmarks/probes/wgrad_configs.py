@@ -19,17 +19,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from deep_tile.kernels import fp8_gemm as family  # noqa: E402
 from deep_tile.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates  # noqa: E402
 from deep_tile.select.api import get_problem_config  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
+from deep_tile.testing.cache_fill import fill_cache  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 
 WGRAD_CONFIGS = ("auto,128x144:gM:u6,128x144:mcB:u6,128x128:b1:u6,128x128:b1:mcB:u6,128x160:gM:u6,128x160:mcB:u6,"
@@ -59,29 +58,12 @@ def configs_for(m: int, n: int, tokens: int, args) -> list:
     return list(found.values())
 
 
-def _compile(defines: tuple) -> str:
-    from deep_tile.errors import DeepTileError
-    from deep_tile.jit import cache
-
-    try:
-        cache.get_cubin(family.ENTRY, dict(defines), family.SYMBOL)
-        return "ok"
-    except DeepTileError as error:
-        return f"error: {str(error)[:300]}"
-
-
 def compile_all(shapes: list, args) -> int:
     todo = {}
     for m, n in shapes:
         for _, config in configs_for(m, n, args.tokens, args):
             todo.setdefault(tuple(sorted(config.defines().items())), config.label)
-    print(f"compiling {len(todo)} kernels with {args.jobs} processes", flush=True)
-    with ProcessPoolExecutor(args.jobs) as pool:
-        failed = [(todo[d], s) for d, s in zip(todo, pool.map(_compile, todo)) if s != "ok"]
-    for label, status in failed:
-        print(f"  {label}: {status}", flush=True)
-    print(f"compiled: {len(todo) - len(failed)} ok, {len(failed)} failed", flush=True)
-    return 1 if failed else 0
+    return 1 if fill_cache(todo, args.jobs) else 0
 
 
 def one_shape(m: int, n: int, args) -> dict:
