@@ -2,8 +2,9 @@
 
     python benchmarks/probes/k_grouped_configs.py --shapes 4096,7168,16x2048 --configs auto,128x128:b2,256x128
     python benchmarks/probes/k_grouped_configs.py --configs auto,auto+DT_C_LOAD_ROWS=2     # a build define's effect
-    ncu -k regex:"deep_tile_fp8|sm90_fp8_gemm_1d1d" -s 2 -c 3 python benchmarks/probes/k_grouped_configs.py \
-        --shapes 4096,7168,16x2048 --configs auto --calls 3                                  # profile both kernels
+    ncu -k regex:"deep_tile_fp8|sm90_fp8_gemm_1d1d" -s 4 -c 3 python benchmarks/probes/k_grouped_configs.py \
+        --shapes 4096,7168,16x2048 --configs auto --calls 3    # profile both kernels (after the 2 checking calls
+                                                               # and 2 of the 3 timed ones: deep_tile once, DeepGEMM twice)
 
 For each shape (``m,n,GxT``: G groups of about T tokens, benchmarks/bench_training.py's sizes for
 that set, or an explicit ``m,n,t1/t2/...``) it times deep_tile's K-grouped kernel accumulating in
