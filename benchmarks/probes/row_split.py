@@ -29,9 +29,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
+import bench_fp8_gemm as bench  # noqa: E402
 import deep_tile  # noqa: E402
 from deep_tile.common import ceil_div  # noqa: E402
 from deep_tile.launch import run  # noqa: E402
@@ -144,12 +146,7 @@ def one_shape(m: int, n: int, k: int, args) -> dict:
             continue
         row["checks"][name] = {"diff": calc_diff(out.double(), ref), "rel": max_rel_error(out, ref),
                                "nan": int(torch.isnan(out).sum())}
-    try:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        import bench_fp8_gemm as bench
-        dg, version = bench.deepgemm_version()
-    except Exception:
-        dg, version = None, None
+    dg, version = bench.deepgemm_version()
     if dg is not None and version == "latest":
         dg_out = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
         fns["deepgemm"] = lambda: dg.fp8_gemm_nt((a, sa), (b, sb), dg_out, recipe=(1, 128, 128),

@@ -4,7 +4,6 @@ starts from a warm cache. No GPU needed.
 """
 from __future__ import annotations
 
-import time
 from concurrent.futures import ProcessPoolExecutor
 
 __all__ = ["compile_into_cache", "fill_cache"]
@@ -12,18 +11,17 @@ __all__ = ["compile_into_cache", "fill_cache"]
 
 def compile_into_cache(defines: tuple) -> tuple:
     """Build the FP8 GEMM kernel of ``defines`` (sorted ``(name, value)`` pairs) into the disk cache
-    (:func:`deep_tile.jit.cache.get_cubin`). Returns ``(defines, status, seconds)``, ``status``
-    ``"ok"`` or ``"error: ..."`` (a :class:`deep_tile.errors.DeepTileError`'s text, shortened)."""
+    (:func:`deep_tile.jit.cache.get_cubin`). Returns ``(defines, status)``, ``status`` ``"ok"`` or
+    ``"error: ..."`` (a :class:`deep_tile.errors.DeepTileError`'s text, shortened)."""
     from deep_tile.errors import DeepTileError
     from deep_tile.jit import cache
     from deep_tile.kernels import fp8_gemm as family
 
-    start = time.perf_counter()
     try:
         cache.get_cubin(family.ENTRY, dict(defines), family.SYMBOL)
-        return defines, "ok", time.perf_counter() - start
+        return defines, "ok"
     except DeepTileError as error:
-        return defines, f"error: {str(error)[:300]}", time.perf_counter() - start
+        return defines, f"error: {str(error)[:300]}"
 
 
 def fill_cache(todo: dict, jobs: int) -> int:
@@ -32,7 +30,7 @@ def fill_cache(todo: dict, jobs: int) -> int:
     print(f"compiling {len(todo)} kernels with {jobs} processes", flush=True)
     failures = 0
     with ProcessPoolExecutor(jobs) as pool:
-        for defines, status, _ in pool.map(compile_into_cache, todo):
+        for defines, status in pool.map(compile_into_cache, todo):
             if status != "ok":
                 failures += 1
                 print(f"  {todo[defines]}: {status}", flush=True)
