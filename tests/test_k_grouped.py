@@ -49,6 +49,20 @@ FAMILIES = [
 SHAPES = [(256, 384), (1000, 2112), (520, 1160)]
 """(m, n): whole tiles; a partial last m-block and 2112 = 16.5 x 128 columns; n % 16 == 8."""
 
+# Forced tiles with the staged epilogue (FP32 D without C or in place; one sub-tile per consumer
+# warpgroup): 160 columns (5 atoms), the rule's 128x128 (STAGED_TILE), 144 columns (atoms of 16
+# floats), one consumer warpgroup with two buffers.
+STAGED_FAMILIES = [
+    dict(block_m=128, block_n=160, num_stages=3, staged_epilogue=True),
+    dict(block_m=128, block_n=128, num_stages=4, accum_buffers=1, staged_epilogue=True),
+    dict(block_m=128, block_n=144, num_stages=4, staged_epilogue=True),
+    dict(block_m=64, block_n=128, num_stages=7, accum_buffers=2, staged_epilogue=True),
+]
+STAGED_SHAPES = [(256, 384), (576, 1160), (192, 2112)]
+"""(m, n) the staged epilogue takes (m % 64 == 0): whole tiles; a last m-block whose second
+warpgroup's slab lies past m, with a last atom 8 columns wide (n % 32 == 8); 2112 = 16.5 x 128
+columns."""
+
 
 def configs() -> list:
     """Every KernelConfig the GPU tests force (tests/test_kernel_build.py compiles them)."""
@@ -57,6 +71,10 @@ def configs() -> list:
         for out_dtype, c_mode in variants:
             c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
             out.append(KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype=out_dtype,
+                                    c_dtype=c_dtype))
+    for fields in STAGED_FAMILIES:
+        for c_dtype in ("out", None):
+            out.append(KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
                                     c_dtype=c_dtype))
     return out
 
@@ -112,6 +130,41 @@ def _check(results: list) -> None:
     assert not bad, f"{len(bad)}/{len(results)} cases failed:\n" + "\n".join(bad)
 
 
+def test_staged_epilogue_where_the_problem_allows():
+    """A config with the staged epilogue keeps it for the K-grouped FP32 problems it can run (m % 64
+    == 0, without C or in place), with D's FP32 tensor map and its stagings and barriers in shared
+    memory, and drops it (the direct store, every other field kept) otherwise; nothing else may
+    ask for it."""
+    for fields in STAGED_FAMILIES:
+        for m, n in STAGED_SHAPES + [(1000, 2112), (520, 1160)]:
+            for c_dtype in ("out", None, "float32"):
+                config = KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
+                                      c_dtype=c_dtype if c_dtype != "float32" else None)
+                problem = Problem(m, n, 4096, kind=KG, num_groups=4, b_scale_1d=True, out_dtype="float32",
+                                  c_dtype=c_dtype)
+                planned = config.for_problem(problem)
+                allowed = m % 64 == 0 and c_dtype != "float32"
+                assert planned.staged_epilogue == allowed == family.staged_epilogue_allowed(problem), (m, c_dtype)
+                assert (planned.block_m, planned.block_n, planned.accum_buffers) == \
+                    (config.block_m, config.block_n, config.accum_buffers)
+                defines = planned.defines()
+                assert defines.get(family.STAGED_EPILOGUE_DEFINE, 0) == int(allowed)
+                parts = planned.smem_breakdown()
+                warpgroups = family.math_warpgroups(planned.block_m)
+                assert parts["d_staging"] == (warpgroups * 64 * planned.wgmma_n * 4 if allowed else 0)
+                assert parts["barriers"] == 16 * planned.num_stages + (16 * warpgroups if allowed else 0)
+                assert defines["DT_SMEM_BYTES"] == parts["total"] <= arch.MAX_SMEM_PER_BLOCK
+                d_map = family.argument_specs(planned, problem)[3]
+                assert (type(d_map).__name__, getattr(d_map, "element", None)) == \
+                    (("TensorMap", "float32") if allowed else ("ZeroMap", None))
+    dense = dict(block_m=128, block_n=160, num_stages=3, grid_size=132, staged_epilogue=True)
+    for extra in (dict(), dict(out_dtype="float32"), dict(problem_kind=KG, b_scale_1d=True),
+                  dict(problem_kind=KG, b_scale_1d=True, out_dtype="float32", c_dtype="float32"),
+                  dict(problem_kind=KG, b_scale_1d=True, out_dtype="float32", block_n=256, wgmma_n=128)):
+        with pytest.raises(ValueError, match="staged_epilogue needs"):
+            KernelConfig(**{**dense, **extra})
+
+
 # ---- GPU -------------------------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -123,6 +176,22 @@ def test_every_k_grouped_family():
             for out_dtype, c_mode in variants:
                 config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
                 cases.append(dict(m=m, n=n, sizes=sizes, out_dtype=out_dtype, c_mode=c_mode, config=config,
+                                  seed=10 * i + j, pad=40 if j == 1 else 0))
+    _check(_run("k_grouped", cases))
+
+
+@pytest.mark.gpu
+def test_staged_epilogue():
+    """The staged epilogue's forced tiles (FP32 in place and without C) against float64, on the
+    shapes it takes (test_staged_epilogue_where_the_problem_allows checks that their plans keep
+    it), with the edge, uneven and mostly empty groups."""
+    cases = []
+    for i, fields in enumerate(STAGED_FAMILIES):
+        for j, (m, n) in enumerate(STAGED_SHAPES):
+            sizes = (EDGE_SIZES, UNEVEN_SIZES, [0, 0, 3])[j]
+            for c_mode in ("inplace", "none"):
+                config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
+                cases.append(dict(m=m, n=n, sizes=sizes, out_dtype="float32", c_mode=c_mode, config=config,
                                   seed=10 * i + j, pad=40 if j == 1 else 0))
     _check(_run("k_grouped", cases))
 
@@ -168,7 +237,11 @@ def test_the_rule_makes_k_grouped_kernels():
                 assert (c.problem_kind, c.b_scale_1d, c.num_multicast, c.split_k, c.swap_n, c.k_unroll) == \
                     (KG, True, 1, 1, 0, 3), c.label
                 assert (c.out_dtype, c.c_dtype, c.grid_size) == (out_dtype, c_dtype, 132)
-                assert c.direct_store and family.d_staging_bytes(c) == 0
+                # the staged epilogue wherever the problem takes it (FP32 without C or in place, m % 64 == 0)
+                staged = out_dtype == "float32" and c_dtype in (None, "out") and m % 64 == 0
+                assert c.staged_epilogue == staged, c.label
+                assert c.direct_store and family.d_staging_bytes(c) == (64 * 4 * c.wgmma_n * c.num_math_warpgroups
+                                                                        if staged else 0)
                 assert c.smem_bytes <= arch.MAX_SMEM_PER_BLOCK
                 assert c.smem_breakdown()["group_table"] == family.GROUP_TABLE_BYTES
     with pytest.raises(ValueError, match="needs a k_grouped problem"):

@@ -188,6 +188,8 @@ GROUPED_CODE_PATHS = {
                                                             and d["DT_ACCUM_BUFFERS"] == 2),
     "k-grouped, bf16 out, C apart, two sub-tiles": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_OUT_KIND"] == 0
                                                                and d["DT_C_KIND"] in (1, 2) and d["DT_BLOCK_M"] == 256),
+    "k-grouped, staged epilogue, in place": lambda d: d.get("DT_STAGED_EPILOGUE", 0) == 1 and d["DT_C_KIND"] == 3,
+    "k-grouped, staged epilogue, no C": lambda d: d.get("DT_STAGED_EPILOGUE", 0) == 1 and d["DT_C_KIND"] == 0,
 }
 
 

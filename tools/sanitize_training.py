@@ -7,9 +7,13 @@ itself (in place). Outputs are NaN-poisoned (in place: start from C) and compare
 reference, so the run also fails on a wrong answer. Then the K-grouped GEMM (MoE weight gradients):
 two buffers, one buffer with two sub-tiles (256 rows), one consumer warpgroup, no C, over groups of 0, 1,
 127, 128, 129 tokens (a group's partial first and last k-blocks zeroed in shared memory), FP8 NaN
-in the tokens past the groups. Exit status 1 if any check fails.
-Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``.
+in the tokens past the groups, and the staged epilogue (FP32 in place and without C; a last m-block
+whose second warpgroup has no rows, a last atom 8 columns wide, one consumer warpgroup). Exit
+status 1 if any check fails.
+Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``; with
+``SANITIZE_TRAINING=k_grouped`` in the environment only the K-grouped cases run.
 """
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +24,7 @@ import torch  # noqa: E402
 import deep_tile  # noqa: E402
 from deep_tile.launch import run_acc  # noqa: E402
 from deep_tile.k_grouped import run_k_grouped  # noqa: E402
-from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.problem import Problem, ProblemKind  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.select.config import KernelConfig  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
@@ -66,7 +70,19 @@ K_GROUPED_CASES = [
     (dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2), "bfloat16", "bfloat16", 100, 256, [3, 0, 200]),
     (dict(block_m=128, block_n=160, num_stages=5), "float32", "inplace", 260, 392, [128, 0, 1, 127, 129, 5]),
     (dict(block_m=128, block_n=192, wgmma_n=96, num_stages=4), "float32", "inplace", 260, 392, [300, 0, 77]),
+    # the staged epilogue (m % 64 == 0)
+    (dict(block_m=128, block_n=128, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
+     [128, 0, 1, 127, 129, 5]),
+    (dict(block_m=128, block_n=160, num_stages=3, staged_epilogue=True), "float32", "none", 256, 392, [300, 0, 77]),
+    (dict(block_m=64, block_n=128, num_stages=7, accum_buffers=2, staged_epilogue=True), "float32", "inplace", 64, 256,
+     [3, 0, 200]),
 ]
+
+
+def problem_of(m, n, sizes, out_dtype, c_dtype) -> Problem:
+    """The K-grouped problem a case runs (as the host path checks it)."""
+    return Problem(m, n, sum(sizes) + 8, kind=ProblemKind.K_GROUPED, num_groups=len(sizes), b_scale_1d=True,
+                   out_dtype=out_dtype, c_dtype=c_dtype)
 
 
 def k_grouped_case(fields, out_dtype, mode, m, n, sizes) -> bool:
@@ -88,6 +104,8 @@ def k_grouped_case(fields, out_dtype, mode, m, n, sizes) -> bool:
     torch.cuda.synchronize()
     diff = calc_diff(out.double(), base + ref)
     ok = not torch.isnan(out).any().item() and diff < 1e-3
+    staged = config.for_problem(problem_of(m, n, sizes, out_dtype, c_dtype)).staged_epilogue
+    assert staged == fields.get("staged_epilogue", False), "a staged case whose problem does not take it"
     print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n} sizes {sizes} diff {diff:.1e}",
           flush=True)
     return ok
@@ -95,7 +113,8 @@ def k_grouped_case(fields, out_dtype, mode, m, n, sizes) -> bool:
 
 def main() -> int:
     failures = 0
-    for fields, out_dtype, mode, m, n, k in CASES:
+    cases = [] if os.environ.get("SANITIZE_TRAINING") == "k_grouped" else CASES
+    for fields, out_dtype, mode, m, n, k in cases:
         one_d = fields.get("b_scale_1d", False)
         if one_d:
             a, sa, b, sb = operands_1d1d(m, n, k, seed=m + n + k)
@@ -122,7 +141,7 @@ def main() -> int:
         print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
     for case in K_GROUPED_CASES:
         failures += not k_grouped_case(*case)
-    print(f"{len(CASES) + len(K_GROUPED_CASES)} GEMM cases, {failures} failed")
+    print(f"{len(cases) + len(K_GROUPED_CASES)} GEMM cases, {failures} failed")
     return 1 if failures else 0
 
 

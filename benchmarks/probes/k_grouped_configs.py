@@ -2,6 +2,7 @@
 
     python benchmarks/probes/k_grouped_configs.py --shapes 4096,7168,16x2048 --configs auto,128x128:b2,256x128
     python benchmarks/probes/k_grouped_configs.py --configs auto,auto+DT_C_LOAD_ROWS=2     # a build define's effect
+    python benchmarks/probes/k_grouped_configs.py --configs auto,128x160,128x128:b2:st      # :st, the staged epilogue
     ncu -k regex:"deep_tile_fp8|sm90_fp8_gemm_1d1d" -s 4 -c 3 python benchmarks/probes/k_grouped_configs.py \
         --shapes 4096,7168,16x2048 --configs auto --calls 3    # profile both kernels (after the 2 checking calls
                                                                # and 2 of the 3 timed ones: deep_tile once, DeepGEMM twice)
@@ -52,10 +53,13 @@ def sizes_of(spec: str, seed: int) -> tuple:
 
 def forced(text: str, m: int, n: int, tokens: int, groups: int, sms: int):
     """The K-grouped kernel of tile ``text`` as the rule would make it: persistent on every SM,
-    the most stages that fit."""
+    the most stages that fit; a last option ``:st`` asks for the staged epilogue
+    (``KernelConfig.staged_epilogue``), otherwise the direct store."""
+    staged = text.endswith(":st")
     problem = Problem(m, n, tokens, kind=ProblemKind.K_GROUPED, num_groups=groups, b_scale_1d=True,
                       out_dtype="float32", c_dtype="out")
-    config = dataclasses.replace(parse_config(text, m, n, sms).for_problem(problem), grid_size=sms)
+    config = parse_config(text.removesuffix(":st"), m, n, sms).for_problem(problem)
+    config = dataclasses.replace(config, grid_size=sms, staged_epilogue=staged, num_stages=2)
     return dataclasses.replace(config, num_stages=most_stages(config, arch.MAX_SMEM_PER_BLOCK))
 
 

@@ -39,6 +39,8 @@ __all__ = [
     "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
+    "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
+    "epilogue_barriers",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -109,6 +111,44 @@ def direct_store(out_dtype: str = "bfloat16", c_dtype=None, kind: ProblemKind = 
     return out_dtype != OUT_DTYPES[0] or c_dtype is not None or kind is ProblemKind.K_GROUPED
 
 
+STAGED_EPILOGUE_DEFINE = "DT_STAGED_EPILOGUE"
+"""The define that builds a K-grouped kernel with the staged epilogue (``KernelConfig.staged_epilogue``,
+``Fp8GemmConfig::kStagedEpilogue``), set to 1; absent, the kernels are unchanged."""
+STAGED_EPILOGUE_ROWS = 64
+"""Rows of one TMA box of the staged epilogue (a consumer warpgroup's slab): the groups' outputs
+are one [G * m, n] map, so m must be a multiple of it (no box reaches the next group's rows)."""
+
+
+def staged_epilogue_problems(staged: bool, problem_kind: ProblemKind, out_dtype: str, c_dtype, subtiles: int) -> list:
+    """Why a kernel with the staged epilogue (``staged``) cannot be built, one phrase per broken rule:
+    it is the K-grouped kind's FP32 D, without C or accumulated in place, one sub-tile per consumer
+    warpgroup (include/deep_tile/epilogue/store_staged.cuh)."""
+    if not staged:
+        return []
+    problems = []
+    if problem_kind is not ProblemKind.K_GROUPED or out_dtype != "float32" or c_dtype not in (None, "out"):
+        problems.append("staged_epilogue needs the k_grouped kind with a float32 out, without c or accumulated in place "
+                        f"(c_dtype None or 'out'); got {problem_kind.value}, {out_dtype}, c_dtype={c_dtype!r}")
+    if subtiles != 1:
+        problems.append(f"staged_epilogue needs one sub-tile per consumer warpgroup (wgmma_n == block_n, at most "
+                        f"128 rows); got {subtiles}")
+    return problems
+
+
+def staged_epilogue_allowed(problem) -> bool:
+    """Whether ``problem`` (a :class:`deep_tile.problem.Problem`) can run a kernel with the staged
+    epilogue: K-grouped, FP32 out without C or in place, and ``m`` a multiple of
+    :data:`STAGED_EPILOGUE_ROWS`."""
+    return (problem.kind is ProblemKind.K_GROUPED and problem.out_dtype == "float32"
+            and problem.c_dtype in (None, "out") and problem.m % STAGED_EPILOGUE_ROWS == 0)
+
+
+def epilogue_barriers(config) -> int:
+    """The staged epilogue's mbarriers (``kNumEpilogueBarriers``): `ready` and `staged` per consumer
+    warpgroup, or none."""
+    return 2 * math_warpgroups(config.block_m) if getattr(config, "staged_epilogue", False) else 0
+
+
 def tma_f32_store(config) -> bool:
     """Whether ``config``'s kernel writes an FP32 D through shared memory and the TMA unit
     (``Fp8GemmConfig::kTmaF32Store``: dense, persistent, no swap-AB, FP32 out without C, or the
@@ -129,8 +169,8 @@ def f32_atom_cols(wgmma_n: int) -> int:
 def d_staging_bytes(config) -> int:
     """Shared-memory bytes of the output staging of ``config``'s kernel (``kSmemDBytes``): the bf16
     tile (the default persistent kernel), a 64-row FP32 sub-tile per consumer warpgroup
-    (:func:`tma_f32_store`), or none (split-K and the other output variants)."""
-    if tma_f32_store(config):
+    (:func:`tma_f32_store`, or the staged epilogue), or none (split-K and the other output variants)."""
+    if tma_f32_store(config) or getattr(config, "staged_epilogue", False):
         return align_up(math_warpgroups(config.block_m) * 64 * config.wgmma_n * 4, 1024)
     if config.split_k > 1 or direct_store(config.out_dtype, config.c_dtype, config.problem_kind):
         return 0
@@ -319,19 +359,19 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
                    a_scale_row_major: bool = False, group_table: bool = False, d_staging=None,
-                   b_scale_1d: bool = False) -> dict:
+                   b_scale_1d: bool = False, extra_barriers: int = 0) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
     only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
-    ``barriers``, ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES`) and
-    ``total``."""
+    ``barriers`` (the stages' two, plus ``extra_barriers``: the staged epilogue's, :func:`epilogue_barriers`),
+    ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES`) and ``total``."""
     parts = {
         "d_staging": (0 if split_k > 1 else align_up(block_m * block_n * 2, 1024)) if d_staging is None else d_staging,
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
         "b_scale_stages": num_stages * b_scale_pitch(block_n, b_scale_1d) * 4,
-        "barriers": num_stages * 2 * 8,
+        "barriers": (num_stages * 2 + extra_barriers) * 8,
         "group_table": GROUP_TABLE_BYTES if group_table else 0,
     }
     parts["total"] = sum(parts.values())
@@ -339,17 +379,19 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-               group_table: bool = False, d_staging=None, b_scale_1d: bool = False) -> int:
+                group_table: bool = False, d_staging=None, b_scale_1d: bool = False, extra_barriers: int = 0) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
     return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging,
-                          b_scale_1d)["total"]
+                          b_scale_1d, extra_barriers)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
                   wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False,
-                  problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None, b_scale_1d: bool = False) -> list:
+                  problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None, b_scale_1d: bool = False,
+                  extra_barriers: int = 0) -> list:
     """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal).
-    ``d_staging``: the output staging's bytes when not the bf16 tile's (:func:`d_staging_bytes`)."""
+    ``d_staging``: the output staging's bytes when not the bf16 tile's (:func:`d_staging_bytes`);
+    ``extra_barriers``: the staged epilogue's (:func:`epilogue_barriers`)."""
     problems = []
     if problem_kind.grouped and split_k != 1:
         problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
@@ -385,7 +427,7 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
     total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table, d_staging,
-                       b_scale_1d)
+                       b_scale_1d, extra_barriers)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")
@@ -400,7 +442,9 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
 
 def defines(config) -> dict:
     """The compile-time defines of ``config`` (a :class:`deep_tile.select.KernelConfig`), the
-    contract defines included; all values are ints."""
+    contract defines included; all values are ints. :data:`STAGED_EPILOGUE_DEFINE` only where the
+    config has the staged epilogue (the other kernels' defines, and so their cache keys, stay)."""
+    staged = {STAGED_EPILOGUE_DEFINE: 1} if getattr(config, "staged_epilogue", False) else {}
     return {
         "DT_BLOCK_M": config.block_m,
         "DT_BLOCK_N": config.block_n,
@@ -425,7 +469,7 @@ def defines(config) -> dict:
         "DT_STORE_SWIZZLE": store_swizzle(config.block_n),
         "DT_SCALE_GROUP": SCALE_GROUP,
         "DT_NUM_THREADS": num_threads(config.block_m),
-    }
+    } | staged
 
 
 class TensorMapBoxes:
@@ -488,7 +532,7 @@ def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
     swizzle = store_swizzle(config.block_n)
     scale_rows = a_scale_box_rows(config, m)
     d = (swizzle // 2, config.block_m // math_warpgroups(config.block_m))
-    if tma_f32_store(config):  # FP32 atoms of one 64-row sub-tile
+    if tma_f32_store(config) or config.staged_epilogue:  # FP32 atoms of one 64-row sub-tile
         atom = f32_atom_cols(config.wgmma_n)
         d, swizzle = (atom, 64), atom * 4
     return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
@@ -569,7 +613,7 @@ def argument_specs(config, problem) -> tuple:
     else:
         a_scale = spec.TensorMap(_A_SCALE, "float32", 0, 1, boxes.a_scale, 0)
     direct = direct_store(config.out_dtype, config.c_dtype, config.problem_kind)
-    if tma_f32_store(config):
+    if tma_f32_store(config) or config.staged_epilogue:  # the staged epilogue: D's [G * m, n] view
         d = spec.TensorMap(_OUT, "float32", 1, 0, boxes.d, boxes.d_swizzle)
     elif config.split_k > 1 or direct:
         d = spec.ZeroMap()

@@ -146,5 +146,7 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dens
                 f"num_groups={problem.num_groups}\nchosen: {config.label}, grid {config.grid_size}: the rule of "
                 f"deep_tile.select.k_grouped ({'64x128 with two buffers for M <= 64' if problem.m <= 64 else '128x160'}"
                 f", the fastest or within 2.1% of it on every measured shape; persistent on every SM, the most stages "
-                f"that fit), not the cost model")
+                f"that fit), not the cost model; an FP32 out accumulated in place or without c, with M a multiple "
+                f"of 64, takes the staged epilogue instead (128x128 above 64 rows: D loaded and stored by TMA "
+                f"while the tensor cores work)")
     return header + "\n" + explain_text(problem, num_sms, max_smem, chip)

@@ -73,7 +73,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
                  l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0, out_dtype: str = "bfloat16",
-                 c_dtype: Optional[str] = None, b_scale_1d: bool = False) -> str:
+                 c_dtype: Optional[str] = None, b_scale_1d: bool = False, staged_epilogue: bool = False) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
@@ -83,7 +83,9 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     the default 256 bytes; ``sw8``/``sw16``: swap-AB with 8 or 16 token columns per WGMMA;
     ``contiguous``/``masked``/``offsets``: the grouped kind's kernel; ``f32``: FP32 output;
     ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``); ``+=``: D accumulated in place;
-    ``1d1d``: b_scale per row of B (the weight gradient's operands).
+    ``1d1d``: b_scale per row of B (the weight gradient's operands); ``staged``: the K-grouped
+    kind's FP32 D loaded, added to and stored through shared memory by a storer thread
+    (``KernelConfig.staged_epilogue``).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -116,6 +118,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " +="
     elif c_dtype is not None:
         text += " +c" + ("32" if c_dtype == "float32" else "16")
+    if staged_epilogue:
+        text += " staged"
     return text
 
 
@@ -185,6 +189,14 @@ class KernelConfig:
             TMA-aligned column-major layout), each accumulator promoted with ``a_scale[row] *
             b_scale[col]``; dense, no swap-AB (:meth:`with_b_scale_1d`, which :meth:`for_problem`
             applies to a 1D1D problem).
+        staged_epilogue: the K-grouped kind's FP32 D (without C, or accumulated in place) goes
+            through a 64-row shared-memory staging per consumer warpgroup, which a storer thread
+            of the producer warpgroup fills with C by TMA during the tile's k-loop and stores by
+            TMA after the consumers added their sums (include/deep_tile/epilogue/store_staged.cuh),
+            instead of each thread reading C and writing D between two tiles' k-loops. One
+            sub-tile per consumer warpgroup; the problem's ``m`` a multiple of 64
+            (:func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`: :meth:`for_problem`
+            turns it off otherwise). Default False.
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -212,6 +224,7 @@ class KernelConfig:
     out_dtype: str = "bfloat16"
     c_dtype: Optional[str] = None
     b_scale_1d: bool = False
+    staged_epilogue: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -243,12 +256,14 @@ class KernelConfig:
         if self.wgmma_n is None:
             object.__setattr__(self, "wgmma_n", self.block_n)
         _check_int("wgmma_n", self.wgmma_n, "an int", True)
+        if not isinstance(self.staged_epilogue, bool):
+            raise ValueError(f"KernelConfig: staged_epilogue must be a bool; got {self.staged_epilogue!r}")
         problems_of_output = family.output_problems(self.out_dtype, self.c_dtype)
         problems = family.tile_problems(self.block_m, self.block_n, self.num_stages, self.num_multicast,
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
                                         self.a_scale_row_major, self.problem_kind,
                                         None if problems_of_output else family.d_staging_bytes(self),
-                                        bool(self.b_scale_1d))
+                                        bool(self.b_scale_1d), family.epilogue_barriers(self))
         if not isinstance(self.b_scale_1d, bool):
             raise ValueError(f"KernelConfig: b_scale_1d must be a bool; got {self.b_scale_1d!r}")
         problems += family.b_scale_1d_problems(self.b_scale_1d, self.swap_n, self.problem_kind)
@@ -256,6 +271,9 @@ class KernelConfig:
         problems += problems_of_output
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
                                          self.problem_kind)
+        if not problems:
+            problems += family.staged_epilogue_problems(self.staged_epilogue, self.problem_kind, self.out_dtype,
+                                                        self.c_dtype, self.num_subtiles)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
         _check_int("raster_width", self.raster_width, "an even int >= 2", self.raster_width >= 2 and self.raster_width % 2 == 0)
@@ -298,7 +316,8 @@ class KernelConfig:
     def smem_bytes(self) -> int:
         """Dynamic shared memory in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
-                                 self.problem_kind.has_table, family.d_staging_bytes(self), self.b_scale_1d)
+                                 self.problem_kind.has_table, family.d_staging_bytes(self), self.b_scale_1d,
+                                 family.epilogue_barriers(self))
 
     @property
     def direct_store(self) -> bool:
@@ -310,7 +329,7 @@ class KernelConfig:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
                                      self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self),
-                                     self.b_scale_1d)
+                                     self.b_scale_1d, family.epilogue_barriers(self))
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
@@ -318,8 +337,8 @@ class KernelConfig:
         stages = self.num_stages
         staging = family.d_staging_bytes(self)
         while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k, True,
-                                                                 self.problem_kind.has_table, staging,
-                                                                 self.b_scale_1d) > arch.MAX_SMEM_PER_BLOCK:
+                                                                 self.problem_kind.has_table, staging, self.b_scale_1d,
+                                                                 family.epilogue_barriers(self)) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
 
@@ -329,7 +348,7 @@ class KernelConfig:
         stages = self.num_stages
         while stages > family.MIN_STAGES and family.smem_bytes(
                 self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major, self.problem_kind.has_table,
-                family.d_staging_bytes(self), True) > arch.MAX_SMEM_PER_BLOCK:
+                family.d_staging_bytes(self), True, family.epilogue_barriers(self)) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, b_scale_1d=True, swap_n=0, num_stages=stages)
 
@@ -345,7 +364,8 @@ class KernelConfig:
             stages = family.MAX_STAGES
             while stages > family.MIN_STAGES and family.smem_bytes(
                     self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major,
-                    self.problem_kind.has_table, d_staging, self.b_scale_1d) > arch.MAX_SMEM_PER_BLOCK:
+                    self.problem_kind.has_table, d_staging, self.b_scale_1d,
+                    family.epilogue_barriers(self)) > arch.MAX_SMEM_PER_BLOCK:
                 stages -= 1
             return stages
 
@@ -366,6 +386,11 @@ class KernelConfig:
         if self.swap_n and (problem.kind is not ProblemKind.DENSE or problem.m > self.swap_n):
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
+        # the staged epilogue where the problem allows it (its output variant, m % 64), else off
+        staged = self.staged_epilogue and family.staged_epilogue_allowed(problem)
+        me = self if staged == self.staged_epilogue else dataclasses.replace(self, staged_epilogue=staged)
+        if me is not self:
+            return me.for_problem(problem)
         if problem.kind is ProblemKind.K_GROUPED and not self.b_scale_1d:  # the kind is 1D1D only
             config = dataclasses.replace(self.with_b_scale_1d(), problem_kind=problem.kind)
         else:
@@ -385,7 +410,8 @@ class KernelConfig:
         return config_label(self.block_m, self.block_n, self.num_stages, self.num_multicast, self.multicast_on_a,
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
-                            self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype, self.b_scale_1d)
+                            self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype, self.b_scale_1d,
+                            self.staged_epilogue)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -2,8 +2,11 @@
 
 The K-grouped GEMM (:func:`deep_tile.k_grouped_fp8_gemm_1d1d`, MoE weight gradients) computes
 ``num_groups`` outputs of ``m x n``, each over its group's share of the ``k`` tokens. The rule:
-a 128x160 tile in one WGMMA of 160 columns and one accumulator buffer (:data:`TILE`), or the
-64x128 tile with two buffers when ``m <= 64`` (:data:`SHORT_TILE`), made a K-grouped kernel:
+where the problem allows the staged epilogue (an FP32 out without C or accumulated in place, ``m``
+a multiple of 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`), it with a 128x128
+tile of one accumulator buffer (:data:`STAGED_TILE`); otherwise a 128x160 tile in one WGMMA of 160
+columns and one accumulator buffer (:data:`TILE`), stored from registers; the 64x128 tile with two
+buffers when ``m <= 64`` (:data:`SHORT_TILE`, staged where allowed); each made a K-grouped kernel:
 persistent on every SM (no split-K: the groups already give ``num_groups`` times the tiles), no
 multicast (a pair of tiles in lock step would need the same K range), no swap-AB, column-major
 a_scale, the k-loop unrolled by 3 (by 6 the builds with C spilled: 128x256 /128 and 256x128
@@ -18,6 +21,14 @@ other two; 128x128 with two buffers and 256x128 were 0-9% slower, 256x64 8-21% s
 each tile's k-loop is short and the in-place epilogue (C read and D written from registers)
 dominates, and the narrower tile's epilogue holds more loads of C in flight per thread.
 
+Why the staged epilogue with 128x128: a storer thread loads C by TMA during the tile's k-loop and
+stores the sums by TMA after it, so D's traffic overlaps the tensor cores' work (include/deep_tile/
+epilogue/store_staged.cuh). Against the direct store's 128x160 it measured 1.041x in geomean over the
+benchmark's 12 K-grouped shapes on an H100 (two machines; 0.93x at 4096x7168 with 64 groups of ~1k
+tokens, 1.05-1.12x at 8-64 groups elsewhere); with its 80 KB staging 128x160 keeps 3 stages and
+128x144 makes 64-byte TMA boxes, both slower; the same 128x128 storing from registers was 3-16%
+slower (benchmarks/RESULTS.md, 2026-11-25 'The K-grouped FP32 D through a storer thread').
+
 Pure Python, no torch.
 """
 from __future__ import annotations
@@ -29,7 +40,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
-__all__ = ["select_k_grouped_config", "most_stages", "TILE", "SHORT_TILE"]
+__all__ = ["select_k_grouped_config", "most_stages", "TILE", "SHORT_TILE", "STAGED_TILE"]
 
 TILE = (128, 160, 160, 1)
 """(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
@@ -37,13 +48,18 @@ TILE = (128, 160, 160, 1)
 SHORT_TILE = (64, 128, 128, 2)
 """The tile for ``m <= 64`` (one consumer warpgroup of 64 rows)."""
 
+STAGED_TILE = (128, 128, 128, 1)
+"""The tile with the staged epilogue (an FP32 out without C or in place, ``m`` a multiple of 64 and
+above 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`)."""
+
 
 def most_stages(config: KernelConfig, max_smem: int) -> int:
     """The most pipeline stages the K-grouped kernel of ``config``'s tile fits in ``max_smem`` bytes
     of shared memory (its 1D1D b_scale stages and per-group table counted), at least the minimum."""
     stages = family.MAX_STAGES
     while stages > family.MIN_STAGES and family.smem_bytes(
-            config.block_m, config.block_n, stages, 1, False, True, family.d_staging_bytes(config), True) > max_smem:
+            config.block_m, config.block_n, stages, 1, False, True, family.d_staging_bytes(config), True,
+            family.epilogue_barriers(config)) > max_smem:
         stages -= 1
     return stages
 
@@ -54,9 +70,10 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
     :meth:`KernelConfig.for_problem`."""
     if problem.kind is not ProblemKind.K_GROUPED:
         raise ValueError(f"select_k_grouped_config: needs a k_grouped problem; got {problem.kind.value}")
-    block_m, block_n, wgmma_n, accum_buffers = SHORT_TILE if problem.m <= 64 else TILE
+    staged = family.staged_epilogue_allowed(problem)
+    block_m, block_n, wgmma_n, accum_buffers = SHORT_TILE if problem.m <= 64 else (STAGED_TILE if staged else TILE)
     config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
                           k_unroll=3, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
-                          c_dtype=problem.c_dtype)
+                          c_dtype=problem.c_dtype, staged_epilogue=staged)
     return dataclasses.replace(config, num_stages=most_stages(config, min(max_smem, arch.MAX_SMEM_PER_BLOCK)))

@@ -62,13 +62,14 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
     s = cfg.num_stages
     limit = min(max_smem, arch.MAX_SMEM_PER_BLOCK)
     rows = [
-        (("D staging (FP32 64-row sub-tiles)" if family.tma_f32_store(cfg) else "D staging (bf16, 1024-aligned)"),
-         "", parts["d_staging"]),
+        (("D staging (FP32 64-row sub-tiles)" if family.tma_f32_store(cfg) or cfg.staged_epilogue
+          else "D staging (bf16, 1024-aligned)"), "", parts["d_staging"]),
         ("A stages", f"{s} x {cfg.block_m * cfg.block_k:,}", parts["a_stages"]),
         ("B stages", f"{s} x {cfg.block_n * cfg.block_k:,}", parts["b_stages"]),
         ("A-scale stages", f"{s} x {cfg.block_m * 4:,}", parts["a_scale_stages"]),
         ("B-scale stages", f"{s} x {parts['b_scale_stages'] // s:,}", parts["b_scale_stages"]),
-        ("barriers (full + empty)", f"{s} x 16", parts["barriers"]),
+        (("barriers (full + empty, staging)" if cfg.staged_epilogue else "barriers (full + empty)"),
+         f"{s} x 16" + (f" + {family.epilogue_barriers(cfg)} x 8" if cfg.staged_epilogue else ""), parts["barriers"]),
     ]
     if parts.get("group_table"):
         rows.append(("per-expert table", "", parts["group_table"]))

@@ -157,42 +157,61 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
   });
 }
 
+/// A thread's addresses in a consumer warpgroup's FP32 staging (`staging`: 64 x kWgmmaN floats,
+/// kWgmmaN / kF32AtomCols atoms of [64 rows x kF32AtomCols floats], 16-byte chunks swizzled as
+/// the D tensor map's swizzle): its two neighbouring columns 8 j + 2 (lane % 4) of its row
+/// warp * 16 + lane / 4 + 8 h (the WGMMA accumulator layout) are at `at(h, j)`.
+/// NOTES: a thread's rows r and r + 8 share their swizzle, so the addresses are kPeriod run-time
+/// offsets plus immediates. Written per (h, j) from the row and column, the 2 x kAccumPerSubtile / 4
+/// addresses were hoisted out of the tile loop by ptxas 12.9 and spilled (256x128 1D1D in place:
+/// 140 bytes, NVRTC 12.9; ptxas 13 did not).
+/// NOTES: a warp's 8-byte accesses here are served a half-warp (four rows) at a time, and the
+/// 128-byte swizzle puts rows r and r ^ 1 on the same two chunks: four wavefronts where two would
+/// do (ncu, K-grouped staged epilogue at 16 x ~2k tokens, 4096x7168, H100: 28.2 M bank conflicts
+/// against 1.0 M with the direct store). Odd rows writing block j ^ 2 at step j (a select per
+/// float) removes them; measured and not kept: 1-3% faster at 4-16 groups, but 8-35% slower and
+/// unsteady at 32-64 groups of ~1k tokens at 4096x7168 (benchmarks/RESULTS.md, 2026-11-25 'The
+/// K-grouped FP32 D through a storer thread').
+template <class Cfg>
+struct F32StagingSlots {
+  static constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // one row of an atom: the swizzle span
+  static constexpr int kChunksPerRow = kAtomBytes / 16;
+  static constexpr int kPeriod = Cfg::kF32AtomCols / 8;  // 8-column blocks per atom
+  static_assert(((8 * kAtomBytes) >> 7) % kChunksPerRow == 0, "rows r and r + 8 must share their swizzle");
+
+  u32 row_addr;
+  u32 in_atom[kPeriod];
+
+  DT_DEVICE F32StagingSlots(const u8* staging, int thread_in_wg) {
+    const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+    const int row = warp_in_wg * 16 + lane / 4;
+    const int swizzle = (row * kAtomBytes >> 7) & (kChunksPerRow - 1);
+    row_addr = ptx::smem_addr(staging) + static_cast<u32>(row * kAtomBytes);
+#pragma unroll
+    for (int p = 0; p < kPeriod; ++p) {
+      const int col = 8 * p + 2 * (lane % 4);  // within the atom
+      in_atom[p] = static_cast<u32>((((col / 4) ^ swizzle) << 4) + (col % 4) * 4);
+    }
+  }
+  DT_DEVICE u32 at(int h, int j) const {
+    return row_addr + in_atom[j % kPeriod] + (8 * h + (j / kPeriod) * 64) * kAtomBytes;
+  }
+};
+
 /// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store; added to D with
 /// Cfg::kTmaF32Reduce). Each of this warpgroup's
 /// sub-tiles (`result[t]`, t = slab * kNumNParts + part) is written to the warpgroup's staging
-/// (`smem_d`: per warpgroup 64 x kWgmmaN floats, kWgmmaN / kF32AtomCols atoms of [64 rows x
-/// kF32AtomCols floats], 16-byte chunks swizzled as the D tensor map's swizzle) and handed to the
+/// (`smem_d`: per warpgroup 64 x kWgmmaN floats, F32StagingSlots) and handed to the
 /// unit, which clips rows at or past m_end (D's rows) and columns past n.
-/// NOTES: a thread's two neighbouring columns (8 bytes) go to one chunk; the eight rows of a
-/// store phase fall on distinct chunks of each bank pair by the swizzle, so a warp's 256 bytes
-/// take the two wavefronts they must.
 template <class Cfg>
 DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
                                   const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
                                   int thread_in_wg, int m0, int n0, int m_end, int n) {
-  constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // the swizzle span
-  constexpr int kChunksPerRow = kAtomBytes / 16;
+  using Slots = F32StagingSlots<Cfg>;
   constexpr int kAtoms = Cfg::kWgmmaN / Cfg::kF32AtomCols;
-  constexpr int kPeriod = Cfg::kF32AtomCols / 8;  // 8-column blocks per atom
-  static_assert(((8 * kAtomBytes) >> 7) % kChunksPerRow == 0, "rows r and r + 8 must share their swizzle");
-  const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
   const u32 barrier_id = 1 + wg;  // named barrier of this warpgroup
   u8* staging = smem_d + wg * 64 * Cfg::kWgmmaN * 4;
-  // This thread's rows of a sub-tile are `row` and `row` + 8, which share their swizzle, so its
-  // two columns of block j land at row_addr + 8 * kAtomBytes * h + (j / kPeriod) atoms +
-  // in_atom[j % kPeriod]: kPeriod run-time offsets, the rest immediates.
-  // NOTES: written per (h, j) from the row and column, the 2 x kAccumPerSubtile / 4 addresses were
-  // hoisted out of the tile loop by ptxas 12.9 and spilled (256x128 1D1D in place: 140 bytes,
-  // NVRTC 12.9; ptxas 13 did not).
-  const int row = warp_in_wg * 16 + lane / 4;
-  const int swizzle = (row * kAtomBytes >> 7) & (kChunksPerRow - 1);
-  const u32 row_addr = ptx::smem_addr(staging) + static_cast<u32>(row * kAtomBytes);
-  u32 in_atom[kPeriod];
-#pragma unroll
-  for (int p = 0; p < kPeriod; ++p) {
-    const int col = 8 * p + 2 * (lane % 4);  // within the atom
-    in_atom[p] = static_cast<u32>((((col / 4) ^ swizzle) << 4) + (col % 4) * 4);
-  }
+  const Slots slots(staging, thread_in_wg);
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
 #pragma unroll
@@ -205,8 +224,7 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int j = 0; j < Cfg::kAccumPerSubtile / 4; ++j) {
-          ptx::store_shared_f32x2_at(row_addr + in_atom[j % kPeriod] + (8 * h + (j / kPeriod) * 64) * kAtomBytes,
-                                     r[4 * j + 2 * h], r[4 * j + 2 * h + 1]);
+          ptx::store_shared_f32x2_at(slots.at(h, j), r[4 * j + 2 * h], r[4 * j + 2 * h + 1]);
         }
       }
       ptx::fence_proxy_async_shared();
@@ -219,9 +237,9 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
             const int col0 = n0 + part * Cfg::kWgmmaN + atom * Cfg::kF32AtomCols;
             if (col0 < n) {
               if constexpr (Cfg::kTmaF32Reduce) {
-                ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+                ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * Slots::kAtomBytes, col0, row0);
               } else {
-                ptx::tma_store_2d(tma_d, staging + atom * 64 * kAtomBytes, col0, row0);
+                ptx::tma_store_2d(tma_d, staging + atom * 64 * Slots::kAtomBytes, col0, row0);
               }
             }
           }

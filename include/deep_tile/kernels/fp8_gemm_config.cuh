@@ -13,7 +13,7 @@ namespace deep_tile {
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
           int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
-          int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0>
+          int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0, bool kStagedEpilogue_ = false>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -94,6 +94,14 @@ struct Fp8GemmConfig {
   // accumulator is promoted with a_scale(row) * b_scale(column) (TileMainloop::finish).
   static constexpr bool kBScale1D = kBScale1D_;
   static constexpr int kF32AtomCols = kWgmmaN_ % 32 == 0 ? 32 : (kWgmmaN_ % 16 == 0 ? 16 : 8);
+  // The K-grouped kind's FP32 D through a storer (kStagedEpilogue, DT_STAGED_EPILOGUE; without C or
+  // accumulated in place, one sub-tile per consumer warpgroup): one thread of the producer
+  // warpgroup loads each tile's C (D itself) by TMA into the warpgroup's 64-row FP32 staging
+  // while the consumers run the tile's k-loop, the consumers add their sums there and go on to
+  // the next tile, and the storer hands the staging to the TMA unit's store
+  // (epilogue/store_staged.cuh). So D's reads and writes overlap the tensor cores' work, where the
+  // direct store reads C and writes D between two tiles' k-loops.
+  static constexpr bool kStagedEpilogue = kStagedEpilogue_;
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
@@ -169,7 +177,7 @@ struct Fp8GemmConfig {
   // cost 5% at 4096x7168x16384 on an H100, and the memory it frees is 1 KB short of a 4th stage.
   static constexpr int kStoreRows = kWgM;  // rows per consumer warpgroup and TMA store
   static constexpr int kSmemDBytes =
-      kTmaF32Store ? align_up(kNumMathWarpgroups * 64 * kWgmmaN * 4, 1024)
+      kTmaF32Store || kStagedEpilogue ? align_up(kNumMathWarpgroups * 64 * kWgmmaN * 4, 1024)
                    : (kSplitK > 1 || kDirectStore ? 0 : align_up(kBlockM * kBlockN * 2, 1024));
   static constexpr int kTileABytes = kBlockM * kBlockK;
   static constexpr int kTileBBytes = kBlockN * kBlockK;
@@ -193,10 +201,14 @@ struct Fp8GemmConfig {
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
   // staged b_scale values (its read must precede the producer's next copy), else one.
   static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;
+  // kStagedEpilogue: after the stages' barriers, per consumer warpgroup a `ready` barrier (the
+  // storer's: its staging holds C, or is free) and a `staged` one (the warpgroup's: its sums are
+  // there), SharedStorage::epilogue.
+  static constexpr int kNumEpilogueBarriers = kStagedEpilogue ? 2 * kNumMathWarpgroups : 0;
   // The masked and offsets kinds keep a per-expert table after the barriers.
   static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
-  static constexpr int kSmemBytes =
-      kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 + kSmemTableBytes;
+  static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 +
+                                    kNumEpilogueBarriers * 8 + kSmemTableBytes;
   // The table's offset from the start of shared memory (the last region, SharedStorage::group_table).
   static constexpr int kSmemTableOffset = kSmemBytes - kSmemTableBytes;
 
@@ -248,6 +260,9 @@ struct Fp8GemmConfig {
                    "the K-grouped kind (DT_PROBLEM_KIND 4) needs DT_B_SCALE_1D, no multicast and the column-major a_scale");
   DT_STATIC_ASSERT(kSignal == 0 || ((kSignal == 1 || kSignal == 2) && kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
                    "DT_SIGNAL must be 0, or 1 or 2 with the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
+  DT_STATIC_ASSERT(!kStagedEpilogue || (kKGrouped && kOutKind == 1 && (kCKind == 0 || kCKind == 3) && kNumSubtiles == 1),
+                   "DT_STAGED_EPILOGUE needs the K-grouped kind (DT_PROBLEM_KIND 4), FP32 D (DT_OUT_KIND 1) without C or "
+                   "accumulated in place (DT_C_KIND 0 or 3), and one sub-tile per consumer warpgroup");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
 };
 

@@ -33,6 +33,7 @@ struct SharedStorage {
                     // (kBScaleStaged), or its columns' values (kBScale1D)
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
+  u64* epilogue;    // kStagedEpilogue: [warpgroups] `ready`, then [warpgroups] `staged` (store_staged.cuh)
   int* group_table; // the per-expert table of the masked and offsets kinds (GroupTable)
 
   DT_DEVICE explicit SharedStorage(u8* base)
@@ -43,10 +44,11 @@ struct SharedStorage {
         b_scale(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols),
         full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * Cfg::kBScalePitch)),
         empty(full + Cfg::kNumStages),
-        group_table(reinterpret_cast<int*>(empty + Cfg::kNumStages)) {
+        epilogue(empty + Cfg::kNumStages),
+        group_table(reinterpret_cast<int*>(epilogue + Cfg::kNumEpilogueBarriers)) {
     static_assert(Cfg::kSmemDBytes + Cfg::kNumStages * (Cfg::kTileABytes + Cfg::kTileBBytes) +
                           Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols * 4 + Cfg::kSmemBScaleBytes +
-                          Cfg::kNumStages * 16 == Cfg::kSmemTableOffset,
+                          Cfg::kNumStages * 16 + Cfg::kNumEpilogueBarriers * 8 == Cfg::kSmemTableOffset,
                   "Fp8GemmConfig::kSmemTableOffset differs from SharedStorage's group_table");
   }
 

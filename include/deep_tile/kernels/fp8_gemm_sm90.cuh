@@ -17,6 +17,7 @@
 #include "deep_tile/epilogue/splitk_reduce.cuh"
 #include "deep_tile/epilogue/store_bf16.cuh"
 #include "deep_tile/epilogue/store_direct.cuh"
+#include "deep_tile/epilogue/store_staged.cuh"
 #include "deep_tile/kernels/fp8_gemm_config.cuh"
 #include "deep_tile/kernels/fp8_gemm_mainloop.cuh"
 #include "deep_tile/pipeline/pipeline_state.cuh"
@@ -229,6 +230,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const WorkRange work = sched.work();
   const int n = sched.n, num_k_blocks = sched.num_k_blocks;
   PipelineState<Cfg::kNumStages> issue_state, release_state;
+  u32 ready_phase = 0;  // kStagedEpilogue: this warpgroup's parity of its staging's `ready` barrier
 
   // NOTES: a grouped kind's tile() may decode values from global memory (the contiguous kind's
   // m_indices); they are loaded one tile ahead, so the next tile's loads are in flight during
@@ -279,6 +281,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       if constexpr (Cfg::kGrouped) row_real = thread_in_wg < Cfg::kWgM && sched.row_is_real(tile, row, row_tag);
       if constexpr (Cfg::kTmaF32Store) {
         store_tile_f32_tma<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
+      } else if constexpr (Cfg::kStagedEpilogue) {
+        add_to_staging<Cfg>(smem.d, StagedBarriers<Cfg>{smem.epilogue}, result, wg, thread_in_wg, tile.m0, tile.m_end,
+                            ready_phase);
       } else if constexpr (Cfg::kKGrouped) {  // into D[g] (and from C[g]): rows g * m on
         const long long rows_before = static_cast<long long>(tile.expert) * sched.m;
         store_tile_direct<Cfg>(result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real,
@@ -358,13 +363,16 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
     ptx::tma_prefetch_descriptor(&tma_b);
     ptx::tma_prefetch_descriptor(&tma_a_scale);
     if constexpr (Cfg::kBScale1D) ptx::tma_prefetch_descriptor(tma_b_scale);
-    if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store)) ptx::tma_prefetch_descriptor(&tma_d);
+    if constexpr (Cfg::kSplitK == 1 && (!Cfg::kDirectStore || Cfg::kTmaF32Store || Cfg::kStagedEpilogue)) {
+      ptx::tma_prefetch_descriptor(&tma_d);
+    }
 #pragma unroll
     for (int s = 0; s < Cfg::kNumStages; ++s) {
       // The producer's arrive (with the stage's TMA bytes), and with kBScaleStaged its b_scale copies'.
       ptx::mbarrier_init(&smem.full[s], Cfg::kBScaleStaged ? 2 : 1);
       ptx::mbarrier_init(&smem.empty[s], Cfg::kNumMathWarps * Cfg::kReleasesPerWarp * Cfg::kNumMulticast);
     }
+    if constexpr (Cfg::kStagedEpilogue) StagedBarriers<Cfg>{smem.epilogue}.init();
     ptx::fence_barrier_init();
     ptx::fence_proxy_async_shared();
     prefetch_first_weights<Cfg>(&tma_b, sched);
@@ -422,6 +430,9 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::launch_dependents();
     } else if constexpr (Cfg::kSignal == 2) {
       if (threadIdx.x / 32 == Cfg::kNumMathWarps + 2) signal_loop<Cfg>(sched, signal, group.group_rows, threadIdx.x % 32);
+    } else if constexpr (Cfg::kStagedEpilogue) {
+      // The third warp's first lane (the second warp builds the group table before the first barrier).
+      if (threadIdx.x == Cfg::kNumMathThreads + 64) storer_loop<Cfg>(smem.d, StagedBarriers<Cfg>{smem.epilogue}, &tma_d, sched);
     }
     if constexpr (Cfg::kSplitK > 1) {
       ptx::cluster_sync();

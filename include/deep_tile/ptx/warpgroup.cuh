@@ -42,6 +42,13 @@ DT_DEVICE void store_shared_f32x2_at(u32 addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 
+/// Two floats from shared memory at a shared-space address (8-byte aligned).
+DT_DEVICE float2 load_shared_f32x2_at(u32 addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+
 /// One float to global memory as bf16 (round to nearest even; 2-byte aligned).
 DT_DEVICE void store_global_bf16(void* ptr, float v) {
   asm volatile("{\n .reg .b16 h;\n cvt.rn.bf16.f32 h, %1;\n st.global.b16 [%0], h;\n}" ::"l"(reinterpret_cast<u64>(ptr)),
