@@ -146,7 +146,7 @@ def staged_epilogue_allowed(problem) -> bool:
 def epilogue_barriers(config) -> int:
     """The staged epilogue's mbarriers (``kNumEpilogueBarriers``): `ready` and `staged` per consumer
     warpgroup, or none."""
-    return 2 * math_warpgroups(config.block_m) if getattr(config, "staged_epilogue", False) else 0
+    return 2 * math_warpgroups(config.block_m) if config.staged_epilogue else 0
 
 
 def tma_f32_store(config) -> bool:
@@ -170,7 +170,7 @@ def d_staging_bytes(config) -> int:
     """Shared-memory bytes of the output staging of ``config``'s kernel (``kSmemDBytes``): the bf16
     tile (the default persistent kernel), a 64-row FP32 sub-tile per consumer warpgroup
     (:func:`tma_f32_store`, or the staged epilogue), or none (split-K and the other output variants)."""
-    if tma_f32_store(config) or getattr(config, "staged_epilogue", False):
+    if tma_f32_store(config) or config.staged_epilogue:
         return align_up(math_warpgroups(config.block_m) * 64 * config.wgmma_n * 4, 1024)
     if config.split_k > 1 or direct_store(config.out_dtype, config.c_dtype, config.problem_kind):
         return 0
@@ -379,7 +379,7 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-                group_table: bool = False, d_staging=None, b_scale_1d: bool = False, extra_barriers: int = 0) -> int:
+               group_table: bool = False, d_staging=None, b_scale_1d: bool = False, extra_barriers: int = 0) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
     return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging,
                           b_scale_1d, extra_barriers)["total"]
@@ -444,7 +444,7 @@ def defines(config) -> dict:
     """The compile-time defines of ``config`` (a :class:`deep_tile.select.KernelConfig`), the
     contract defines included; all values are ints. :data:`STAGED_EPILOGUE_DEFINE` only where the
     config has the staged epilogue (the other kernels' defines, and so their cache keys, stay)."""
-    staged = {STAGED_EPILOGUE_DEFINE: 1} if getattr(config, "staged_epilogue", False) else {}
+    staged = {STAGED_EPILOGUE_DEFINE: 1} if config.staged_epilogue else {}
     return {
         "DT_BLOCK_M": config.block_m,
         "DT_BLOCK_N": config.block_n,

@@ -386,11 +386,9 @@ class KernelConfig:
         if self.swap_n and (problem.kind is not ProblemKind.DENSE or problem.m > self.swap_n):
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
-        # the staged epilogue where the problem allows it (its output variant, m % 64), else off
-        staged = self.staged_epilogue and family.staged_epilogue_allowed(problem)
-        me = self if staged == self.staged_epilogue else dataclasses.replace(self, staged_epilogue=staged)
-        if me is not self:
-            return me.for_problem(problem)
+        # the staged epilogue only where the problem takes it (its output variant, m % 64)
+        if self.staged_epilogue and not family.staged_epilogue_allowed(problem):
+            return dataclasses.replace(self, staged_epilogue=False).for_problem(problem)
         if problem.kind is ProblemKind.K_GROUPED and not self.b_scale_1d:  # the kind is 1D1D only
             config = dataclasses.replace(self.with_b_scale_1d(), problem_kind=problem.kind)
         else:

@@ -44,6 +44,10 @@ struct StagedBarriers {
   }
 };
 
+/// Whether consumer warpgroup `wg`'s 64-row slab of the tile starting at row m0 has rows (below
+/// m_end); both sides skip a slab that has none.
+DT_DEVICE bool staged_slab_has_rows(int m0, int m_end, int wg) { return m0 + wg * 64 < m_end; }
+
 /// The bytes of C one slab's loads bring: one box of 64 rows x kF32AtomCols floats per atom
 /// that starts inside D's columns (a box partly past n is zero-filled and counts whole).
 template <class Cfg>
@@ -77,7 +81,7 @@ DT_DEVICE void storer_loop(u8* staging, const StagedBarriers<Cfg>& bars, const T
     ptx::tma_store_wait_read<0>();
 #pragma unroll
     for (int wg = 0; wg < Cfg::kNumMathWarpgroups; ++wg) {
-      if (tile.m0 + wg * 64 >= tile.m_end) continue;
+      if (!staged_slab_has_rows(tile.m0, tile.m_end, wg)) continue;
       if constexpr (Cfg::kCKind == 3) {
         ptx::mbarrier_arrive_expect_tx(bars.ready(wg), staged_slab_bytes<Cfg>(tile.n0, sched.n));
 #pragma unroll
@@ -94,7 +98,7 @@ DT_DEVICE void storer_loop(u8* staging, const StagedBarriers<Cfg>& bars, const T
     }
 #pragma unroll
     for (int wg = 0; wg < Cfg::kNumMathWarpgroups; ++wg) {
-      if (tile.m0 + wg * 64 >= tile.m_end) continue;
+      if (!staged_slab_has_rows(tile.m0, tile.m_end, wg)) continue;
       ptx::mbarrier_wait(bars.staged(wg), (staged_phase >> wg) & 1u);
       staged_phase ^= 1u << wg;
 #pragma unroll
@@ -117,7 +121,7 @@ template <class Cfg>
 DT_DEVICE void add_to_staging(u8* smem_d, const StagedBarriers<Cfg>& bars,
                               const float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int wg,
                               int thread_in_wg, int m0, int m_end, u32& ready_phase) {
-  if (m0 + wg * 64 >= m_end) return;
+  if (!staged_slab_has_rows(m0, m_end, wg)) return;
   const F32StagingSlots<Cfg> slots(smem_d + wg * 64 * Cfg::kWgmmaN * 4, thread_in_wg);
   ptx::mbarrier_wait(bars.ready(wg), ready_phase);
   ready_phase ^= 1u;
