@@ -33,7 +33,7 @@ __all__ = [
     "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
     "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
-    "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
+    "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
     "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
     "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch",
@@ -70,6 +70,10 @@ shared memory (``kMaxTableGroups``); the contiguous kind has no limit."""
 GROUP_TABLE_BYTES = align_up((3 * MAX_TABLE_GROUPS + 1) * 4, 16)
 """Shared-memory bytes of that table (``kGroupTableBytes``): each expert's first m-block, first row
 and row end, and the total."""
+TILE_SLOT_BYTES = 16
+"""Shared-memory bytes per pipeline stage after the table (``kTileSlotBytes``): the tile whose first
+k-block the stage holds, which the producer hands the consumers there (the masked, offsets and psum
+kinds; ``TileSlot``)."""
 
 BLOCK_K = SCALE_GROUP
 """Reduction depth of one pipeline stage: one 1x128 / 128x128 scale group."""
@@ -364,7 +368,8 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
     only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
     ``barriers`` (the stages' two, plus ``extra_barriers``: the staged epilogue's, :func:`epilogue_barriers`),
-    ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES`) and ``total``."""
+    ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES` and :data:`TILE_SLOT_BYTES` per
+    stage) and ``total``."""
     parts = {
         "d_staging": (0 if split_k > 1 else align_up(block_m * block_n * 2, 1024)) if d_staging is None else d_staging,
         "a_stages": num_stages * block_m * BLOCK_K,
@@ -372,7 +377,7 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
         "b_scale_stages": num_stages * b_scale_pitch(block_n, b_scale_1d) * 4,
         "barriers": (num_stages * 2 + extra_barriers) * 8,
-        "group_table": GROUP_TABLE_BYTES if group_table else 0,
+        "group_table": GROUP_TABLE_BYTES + num_stages * TILE_SLOT_BYTES if group_table else 0,
     }
     parts["total"] = sum(parts.values())
     return parts

@@ -205,8 +205,16 @@ struct Fp8GemmConfig {
   // storer's: its staging holds C, or is free) and a `staged` one (the warpgroup's: its sums are
   // there), SharedStorage::epilogue.
   static constexpr int kNumEpilogueBarriers = kStagedEpilogue ? 2 * kNumMathWarpgroups : 0;
-  // The masked and offsets kinds keep a per-expert table after the barriers.
-  static constexpr int kSmemTableBytes = has_group_table(kProblemKind_) ? kGroupTableBytes : 0;
+  // The kinds with a table keep it after the barriers, then a tile slot per stage (TileSlot).
+  static constexpr int kSmemTableBytes =
+      has_group_table(kProblemKind_) ? kGroupTableBytes + kNumStages * kTileSlotBytes : 0;
+  // The producer hands each tile to the consumers in its first stage's slot (uses_tile_slots).
+  // DT_TILE_SLOTS=0 overrides it for measurements (the consumers decode the table themselves).
+#if defined(DT_TILE_SLOTS)
+  static constexpr bool kTileSlots = DT_TILE_SLOTS != 0 && uses_tile_slots(kProblemKind_);
+#else
+  static constexpr bool kTileSlots = uses_tile_slots(kProblemKind_);
+#endif
   static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 +
                                     kNumEpilogueBarriers * 8 + kSmemTableBytes;
   // The table's offset from the start of shared memory (the last region, SharedStorage::group_table).

@@ -52,6 +52,11 @@ struct SharedStorage {
                   "Fp8GemmConfig::kSmemTableOffset differs from SharedStorage's group_table");
   }
 
+  /// The tile slot of stage `stage` (Cfg::kTileSlots; TileSlot), after the table.
+  DT_DEVICE int* tile_slot(int stage) const {
+    return group_table + (kGroupTableBytes + stage * kTileSlotBytes) / 4;
+  }
+
   /// The split-K partial tile: fp32 [block_m][kPartialPitch], over the A/B stages once they are idle.
   DT_DEVICE float* partial() const { return reinterpret_cast<float*>(a); }
 };

@@ -107,6 +107,9 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     }
     for (int kb = kb_begin; kb < kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
+      if constexpr (Cfg::kTileSlots) {
+        if (kb == kb_begin) TileSlot::write<Cfg>(smem.tile_slot(state.index), tile);
+      }
       u64* full = &smem.full[state.index];
       if constexpr (Cfg::kBScaleStaged) stage_b_scales(smem.b_scale + state.index * 2, full, b_rows, kb);
       // NOTES: the byte count is the same for every stage of a launch (Scheduler::stage_tx_bytes);
@@ -210,6 +213,23 @@ DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState
   }
 }
 
+/// The consumers' tile `index`: from the slot of its first stage once that stage is full
+/// (Cfg::kTileSlots: the producer decoded it, and the k-loop's own wait for the stage then passes
+/// at once), else decoded here.
+/// NOTES: the psum kind's tile() between two k-loops cost ~0.5 us per tile against the dense
+/// kind's on the same tiles (H200, 32 x 256 rows at 7168x2048: 242 against 229 us; RESULTS.md,
+/// 2026-11-26 'The table kinds' tiles handed over by the producer').
+template <class Cfg, class Ahead>
+DT_DEVICE Tile<Cfg> tile_of(const SharedStorage<Cfg>& smem, const Scheduler<Cfg>& sched, int index, const Ahead& ahead,
+                            const PipelineState<Cfg::kNumStages>& first_stage) {
+  if constexpr (Cfg::kTileSlots) {
+    ptx::mbarrier_wait(&smem.full[first_stage.index], first_stage.full_parity());
+    return TileSlot::read<Cfg>(smem.tile_slot(first_stage.index));
+  } else {
+    return sched.tile(index, ahead);
+  }
+}
+
 /// Runs every tile of this CTA; the persistent kernel stores each, the split-K kernel leaves its
 /// one tile's partial in `result` for the cluster reduction.
 template <class Cfg>
@@ -244,7 +264,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     }
   }
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
-    const Tile<Cfg> tile = sched.tile(index, ahead);
+    const Tile<Cfg> tile = tile_of<Cfg>(smem, sched, index, ahead, issue_state);
     ahead = sched.load_ahead(index + work.step);
     if (!sched.has_work(tile)) continue;
     const int n0 = tile.n0;

@@ -87,6 +87,18 @@ constexpr int kMaxTableGroups = 512;
 /// the total m-block count.
 constexpr int kGroupTableBytes = align_up((3 * kMaxTableGroups + 1) * 4, 16);
 
+/// Bytes per pipeline stage of the tile slots after the table (every kind with a table has them;
+/// the kinds of uses_tile_slots fill them): the tile whose first k-block a stage holds.
+constexpr int kTileSlotBytes = 16;
+
+/// Whether the producer hands each tile to the consumers in a tile slot (TileSlot) instead of
+/// every warpgroup decoding it from the table: the masked, offsets and psum kinds, whose tile()
+/// is a binary search and divisions over the table (a chain of dependent shared-memory loads)
+/// that the consumers ran between two tiles' k-loops.
+__host__ __device__ constexpr bool uses_tile_slots(ProblemKind kind) {
+  return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets || kind == ProblemKind::kGroupedPsum;
+}
+
 /// The tiles and K blocks of one CTA: tiles first, first + step, ... below Scheduler::num_tiles,
 /// each over K blocks [kb_begin, kb_end).
 struct WorkRange {
@@ -113,6 +125,34 @@ struct BasicTile<false> {
 };
 template <class Cfg>
 using Tile = BasicTile<Cfg::kNumMulticast == 2>;
+
+/// A tile in the 16-byte slot of the stage that holds its first k-block (Cfg::kTileSlots): the
+/// producer writes it after that stage's empty barrier and before arming its full barrier, whose
+/// arrival releases the write; a consumer reads it after the full barrier's phase completes and
+/// before it releases the stage, so the slot is the stage's like its data. The expert (< 512)
+/// shares its word with the pair flags. Two 8-byte accesses: the table, after the 8-byte
+/// barriers, is 8-byte aligned only.
+struct TileSlot {
+  static constexpr int kMulticastBit = 1 << 30, kPeerAliveBit = 1 << 29;
+
+  template <class Cfg>
+  static DT_DEVICE void write(int* slot, const Tile<Cfg>& t) {
+    const int flags = (t.multicast ? kMulticastBit : 0) | (t.peer_alive ? kPeerAliveBit : 0);
+    reinterpret_cast<int2*>(slot)[0] = make_int2(t.m0, t.n0);
+    reinterpret_cast<int2*>(slot)[1] = make_int2(t.m_end, t.expert | flags);
+  }
+  template <class Cfg>
+  static DT_DEVICE Tile<Cfg> read(const int* slot) {
+    const int2 lo = reinterpret_cast<const int2*>(slot)[0], hi = reinterpret_cast<const int2*>(slot)[1];
+    const int expert = hi.y & (kPeerAliveBit - 1);
+    if constexpr (Cfg::kNumMulticast == 2) {
+      return Tile<Cfg>{lo.x, lo.y, hi.x, expert, (hi.y & kMulticastBit) != 0, (hi.y & kPeerAliveBit) != 0};
+    } else {
+      return Tile<Cfg>{lo.x, lo.y, hi.x, expert};
+    }
+  }
+};
+static_assert(kGroupTableBytes % 8 == 0 && kTileSlotBytes % 8 == 0, "tile slots are read as 8-byte words");
 
 struct TileCoord {
   int m_block;
