@@ -209,7 +209,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     warm.add_argument("--shape", type=parse_shape, action="append", metavar="M,N,K",
                       help="problem shape out[M,N] = A[M,K] @ B[N,K]^T (repeat for more shapes)")
     warm.add_argument("--grouped", type=parse_grouped, action="append", metavar="KIND,G,M,N,K[,E]",
-                      help="a grouped GEMM: kind (contiguous, masked, offsets), experts, rows of A (masked: "
+                      help="a grouped GEMM: kind (contiguous, masked, offsets, psum), experts, rows of A (masked: "
                            "max_m), N, K and the masked kind's expected rows per expert (repeatable)")
     warm.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
     warm.add_argument("--compiler", choices=("nvrtc", "nvcc"), default=None,
