@@ -67,6 +67,13 @@ class ProblemKind(enum.Enum):
         return self in (ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM,
                         ProblemKind.K_GROUPED)
 
+    @property
+    def has_tile_slots(self) -> bool:
+        """Whether the kernel's producer hands each tile to the consumers in a slot per stage after
+        the table (the masked, offsets and psum kinds; twin of ``uses_tile_slots`` in
+        include/deep_tile/scheduler/tile_scheduler.cuh)."""
+        return self.has_table and self is not ProblemKind.K_GROUPED
+
 
 class Problem:
     """One GEMM problem: ``out[m, n] = (a * a_scale)[m, k] @ ((b * b_scale)[n, k])^T``.

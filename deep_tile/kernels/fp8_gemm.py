@@ -71,9 +71,9 @@ GROUP_TABLE_BYTES = align_up((3 * MAX_TABLE_GROUPS + 1) * 4, 16)
 """Shared-memory bytes of that table (``kGroupTableBytes``): each expert's first m-block, first row
 and row end, and the total."""
 TILE_SLOT_BYTES = 16
-"""Shared-memory bytes per pipeline stage after the table (``kTileSlotBytes``): the tile whose first
-k-block the stage holds, which the producer hands the consumers there (the masked, offsets and psum
-kinds; ``TileSlot``)."""
+"""Shared-memory bytes per pipeline stage after the table of the masked, offsets and psum kinds
+(``kTileSlotBytes``, ``ProblemKind.has_tile_slots``): the tile whose first k-block the stage holds,
+which the producer hands the consumers there (``TileSlot``)."""
 
 BLOCK_K = SCALE_GROUP
 """Reduction depth of one pipeline stage: one 1x128 / 128x128 scale group."""
@@ -363,13 +363,15 @@ def row_major_a_scale_readable(k_blocks: int) -> bool:
 
 def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1,
                    a_scale_row_major: bool = False, group_table: bool = False, d_staging=None,
-                   b_scale_1d: bool = False, extra_barriers: int = 0) -> dict:
+                   b_scale_1d: bool = False, extra_barriers: int = 0, tile_slots=None) -> dict:
     """Shared-memory bytes per region in kernel layout order: ``d_staging`` (persistent kernel
     only: the bf16 tile; ``d_staging`` overrides it for the output variants, :func:`d_staging_bytes`), ``a_stages``, ``b_stages``, ``a_scale_stages``, ``b_scale_stages`` (two
     floats per stage: the one-buffer k-loop reads each k-block's b_scale values there),
     ``barriers`` (the stages' two, plus ``extra_barriers``: the staged epilogue's, :func:`epilogue_barriers`),
-    ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES` and :data:`TILE_SLOT_BYTES` per
-    stage) and ``total``."""
+    ``group_table`` (the kinds with a table, :data:`GROUP_TABLE_BYTES`, and with ``tile_slots``
+    :data:`TILE_SLOT_BYTES` per stage; ``tile_slots`` None: as ``group_table``, the M-grouped table
+    kinds') and ``total``."""
+    slots = group_table if tile_slots is None else tile_slots
     parts = {
         "d_staging": (0 if split_k > 1 else align_up(block_m * block_n * 2, 1024)) if d_staging is None else d_staging,
         "a_stages": num_stages * block_m * BLOCK_K,
@@ -377,17 +379,18 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
         "b_scale_stages": num_stages * b_scale_pitch(block_n, b_scale_1d) * 4,
         "barriers": (num_stages * 2 + extra_barriers) * 8,
-        "group_table": GROUP_TABLE_BYTES + num_stages * TILE_SLOT_BYTES if group_table else 0,
+        "group_table": (GROUP_TABLE_BYTES if group_table else 0) + (num_stages * TILE_SLOT_BYTES if slots else 0),
     }
     parts["total"] = sum(parts.values())
     return parts
 
 
 def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_scale_row_major: bool = False,
-               group_table: bool = False, d_staging=None, b_scale_1d: bool = False, extra_barriers: int = 0) -> int:
+               group_table: bool = False, d_staging=None, b_scale_1d: bool = False, extra_barriers: int = 0,
+               tile_slots=None) -> int:
     """Dynamic shared memory in bytes (``Fp8GemmConfig::kSmemBytes``)."""
     return smem_breakdown(block_m, block_n, num_stages, split_k, a_scale_row_major, group_table, d_staging,
-                          b_scale_1d, extra_barriers)["total"]
+                          b_scale_1d, extra_barriers, tile_slots)["total"]
 
 
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
@@ -432,7 +435,7 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
                         f"{accum_registers(block_m, block_n, wgmma_n, accum_buffers)} accumulator registers per "
                         f"consumer thread; the budget is {ACCUM_REGISTER_BUDGET}")
     total = smem_bytes(block_m, block_n, num_stages, split_k, a_scale_row_major, problem_kind.has_table, d_staging,
-                       b_scale_1d, extra_barriers)
+                       b_scale_1d, extra_barriers, problem_kind.has_tile_slots)
     if total > max_smem:
         problems.append(f"{num_stages} stages of a {block_m}x{block_n} tile need {total} bytes of shared memory; "
                         f"the limit is {max_smem}")

@@ -317,7 +317,7 @@ class KernelConfig:
         """Dynamic shared memory in bytes."""
         return family.smem_bytes(self.block_m, self.block_n, self.num_stages, self.split_k, self.a_scale_row_major,
                                  self.problem_kind.has_table, family.d_staging_bytes(self), self.b_scale_1d,
-                                 family.epilogue_barriers(self))
+                                 family.epilogue_barriers(self), self.problem_kind.has_tile_slots)
 
     @property
     def direct_store(self) -> bool:
@@ -329,7 +329,7 @@ class KernelConfig:
         """Bytes per shared-memory region (see :func:`deep_tile.kernels.fp8_gemm.smem_breakdown`)."""
         return family.smem_breakdown(self.block_m, self.block_n, self.num_stages, self.split_k,
                                      self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self),
-                                     self.b_scale_1d, family.epilogue_barriers(self))
+                                     self.b_scale_1d, family.epilogue_barriers(self), self.problem_kind.has_tile_slots)
 
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
@@ -338,7 +338,8 @@ class KernelConfig:
         staging = family.d_staging_bytes(self)
         while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k, True,
                                                                  self.problem_kind.has_table, staging, self.b_scale_1d,
-                                                                 family.epilogue_barriers(self)) > arch.MAX_SMEM_PER_BLOCK:
+                                                                 family.epilogue_barriers(self),
+                                                                 self.problem_kind.has_tile_slots) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
 
@@ -348,7 +349,8 @@ class KernelConfig:
         stages = self.num_stages
         while stages > family.MIN_STAGES and family.smem_bytes(
                 self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major, self.problem_kind.has_table,
-                family.d_staging_bytes(self), True, family.epilogue_barriers(self)) > arch.MAX_SMEM_PER_BLOCK:
+                family.d_staging_bytes(self), True, family.epilogue_barriers(self),
+                self.problem_kind.has_tile_slots) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
         return dataclasses.replace(self, b_scale_1d=True, swap_n=0, num_stages=stages)
 
@@ -365,7 +367,7 @@ class KernelConfig:
             while stages > family.MIN_STAGES and family.smem_bytes(
                     self.block_m, self.block_n, stages, self.split_k, self.a_scale_row_major,
                     self.problem_kind.has_table, d_staging, self.b_scale_1d,
-                    family.epilogue_barriers(self)) > arch.MAX_SMEM_PER_BLOCK:
+                    family.epilogue_barriers(self), self.problem_kind.has_tile_slots) > arch.MAX_SMEM_PER_BLOCK:
                 stages -= 1
             return stages
 

@@ -59,7 +59,7 @@ def most_stages(config: KernelConfig, max_smem: int) -> int:
     stages = family.MAX_STAGES
     while stages > family.MIN_STAGES and family.smem_bytes(
             config.block_m, config.block_n, stages, 1, False, True, family.d_staging_bytes(config), True,
-            family.epilogue_barriers(config)) > max_smem:
+            family.epilogue_barriers(config), tile_slots=False) > max_smem:
         stages -= 1
     return stages
 

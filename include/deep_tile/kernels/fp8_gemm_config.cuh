@@ -205,9 +205,10 @@ struct Fp8GemmConfig {
   // storer's: its staging holds C, or is free) and a `staged` one (the warpgroup's: its sums are
   // there), SharedStorage::epilogue.
   static constexpr int kNumEpilogueBarriers = kStagedEpilogue ? 2 * kNumMathWarpgroups : 0;
-  // The kinds with a table keep it after the barriers, then a tile slot per stage (TileSlot).
-  static constexpr int kSmemTableBytes =
-      has_group_table(kProblemKind_) ? kGroupTableBytes + kNumStages * kTileSlotBytes : 0;
+  // The kinds with a table keep it after the barriers; the masked, offsets and psum kinds then a
+  // tile slot per stage (TileSlot).
+  static constexpr int kSmemTableBytes = (has_group_table(kProblemKind_) ? kGroupTableBytes : 0) +
+                                         (uses_tile_slots(kProblemKind_) ? kNumStages * kTileSlotBytes : 0);
   // The producer hands each tile to the consumers in its first stage's slot (uses_tile_slots).
   // DT_TILE_SLOTS=0 overrides it for measurements (the consumers decode the table themselves).
 #if defined(DT_TILE_SLOTS)

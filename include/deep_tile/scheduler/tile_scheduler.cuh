@@ -87,8 +87,8 @@ constexpr int kMaxTableGroups = 512;
 /// the total m-block count.
 constexpr int kGroupTableBytes = align_up((3 * kMaxTableGroups + 1) * 4, 16);
 
-/// Bytes per pipeline stage of the tile slots after the table (every kind with a table has them;
-/// the kinds of uses_tile_slots fill them): the tile whose first k-block a stage holds.
+/// Bytes per pipeline stage of the tile slots after the table (the kinds of uses_tile_slots): the
+/// tile whose first k-block a stage holds.
 constexpr int kTileSlotBytes = 16;
 
 /// Whether the producer hands each tile to the consumers in a tile slot (TileSlot) instead of
