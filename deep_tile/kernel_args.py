@@ -5,7 +5,8 @@ kernel parameter, in declaration order, as one spec that names where its value c
 
 - :class:`TensorMap`: a 2-D TMA descriptor over one operand tensor: which dimension is the
   contiguous ("inner") one and which the rows ("outer"), the element type, box, swizzle and L2
-  promotion (bytes an L2 miss fetches: 0, 64, 128 or 256);
+  promotion (bytes an L2 miss fetches: 0, 64, 128 or 256); or, given ``slab_rows``, the 3-D
+  slab view of the same rows (:class:`TensorMap`);
 - :class:`ZeroMap`: 128 zero bytes (a tensor map the kernel variant does not use);
 - :class:`Pointer`: an operand's data pointer;
 - :class:`Size`, :class:`Stride`: an operand's size or stride (elements) along a dimension, int32;
@@ -45,7 +46,7 @@ L2_PROMOTIONS = (0, 64, 128, 256)
 DEFAULT_L2_PROMOTION = 256
 """A tensor map's L2 promotion unless its spec names another."""
 
-CODE_LENGTHS = {SPEC_KINDS["tensor_map"]: 9, SPEC_KINDS["zero_map"]: 1, SPEC_KINDS["pointer"]: 2,
+CODE_LENGTHS = {SPEC_KINDS["tensor_map"]: 10, SPEC_KINDS["zero_map"]: 1, SPEC_KINDS["pointer"]: 2,
                 SPEC_KINDS["size"]: 3, SPEC_KINDS["stride"]: 3, SPEC_KINDS["value"]: 2}
 """Spec kind code -> the ints of its encoding (the kind code included)."""
 
@@ -56,22 +57,31 @@ _ZERO_MAP = bytes(128)
 class TensorMap:
     """A 2-D tensor map over operand ``operand`` (an index into the family's ``OPERANDS``): its
     ``inner_dim`` is contiguous, ``outer_dim`` the rows; ``box`` is ``(inner, outer)`` elements;
-    ``l2_promotion`` one of :data:`L2_PROMOTIONS`."""
+    ``l2_promotion`` one of :data:`L2_PROMOTIONS`.
 
-    __slots__ = ("operand", "element", "inner_dim", "outer_dim", "box", "swizzle", "l2_promotion", "_element_bytes")
+    ``slab_rows`` > 0 makes it the 3-D slab view instead: element ``(i, r, s)`` at row ``r + s``,
+    dims ``(inner, slab_rows, outer)``, both outer strides the row pitch, box
+    ``(box[0], box[1], 1)``. A store box at ``(i, c, row0 - c)`` writes rows ``row0 ..
+    row0 + slab_rows - c - 1`` only (the TMA unit clips ``r`` at ``slab_rows``): the grouped
+    kernels' partial slabs (``SlabView`` in include/deep_tile/epilogue/store_bf16.cuh)."""
+
+    __slots__ = ("operand", "element", "inner_dim", "outer_dim", "box", "swizzle", "l2_promotion", "slab_rows",
+                 "_element_bytes")
     kind = "tensormap"
 
     def __init__(self, operand: int, element: str, inner_dim: int, outer_dim: int, box: tuple, swizzle: int,
-                 l2_promotion: int = DEFAULT_L2_PROMOTION):
+                 l2_promotion: int = DEFAULT_L2_PROMOTION, slab_rows: int = 0):
         if l2_promotion not in L2_PROMOTIONS:
             raise ValueError(f"TensorMap: l2_promotion must be one of {L2_PROMOTIONS}; got {l2_promotion!r}")
+        if slab_rows < 0 or (slab_rows and slab_rows != box[1]):
+            raise ValueError(f"TensorMap: slab_rows must be 0 or the box's rows ({box[1]}); got {slab_rows!r}")
         self.operand, self.element, self.inner_dim, self.outer_dim = operand, element, inner_dim, outer_dim
-        self.box, self.swizzle, self.l2_promotion = tuple(box), swizzle, l2_promotion
+        self.box, self.swizzle, self.l2_promotion, self.slab_rows = tuple(box), swizzle, l2_promotion, slab_rows
         self._element_bytes = ELEMENTS[element][1]
 
     def code(self) -> tuple:
         return (SPEC_KINDS["tensor_map"], self.operand, ELEMENTS[self.element][0], self.inner_dim, self.outer_dim,
-                self.box[0], self.box[1], self.swizzle, self.l2_promotion)
+                self.box[0], self.box[1], self.swizzle, self.l2_promotion, self.slab_rows)
 
     def value(self, operands, encode_map):
         t = operands[self.operand]
@@ -82,7 +92,7 @@ class TensorMap:
         else:
             pitch = (inner * self._element_bytes + 15) // 16 * 16
         return encode_map(t.data_ptr(), self.element, inner, outer, pitch, self.box[0], self.box[1], self.swizzle,
-                          self.l2_promotion)
+                          self.l2_promotion, self.slab_rows)
 
 
 class ZeroMap:
@@ -166,5 +176,6 @@ def encode(specs) -> list:
 def pack_values(specs, operands, encode_map) -> list:
     """``(kind, value)`` of each spec over ``operands`` (tensors in the family's ``OPERANDS`` order), for
     :class:`deep_tile.jit.runtime.KernelArgs`; ``encode_map(address, element, inner, outer,
-    pitch_bytes, box_inner, box_outer, swizzle, l2_promotion)`` makes a tensor map's 128 bytes."""
+    pitch_bytes, box_inner, box_outer, swizzle, l2_promotion, slab_rows)`` makes a tensor map's
+    128 bytes (:func:`deep_tile.tma.encode_2d`)."""
     return [(spec.kind, spec.value(operands, encode_map)) for spec in specs]

@@ -1,4 +1,5 @@
-"""Host-built TMA descriptors (``CUtensorMap``) for 2-D tiles of torch tensors.
+"""Host-built TMA descriptors (``CUtensorMap``) for 2-D tiles of torch tensors (and the 3-D slab
+view of :class:`deep_tile.kernel_args.TensorMap`).
 
 Encoding a map costs a driver call and some Python; maps are cached by everything that goes
 into them (address, shape, strides, box, swizzle), so repeated calls on the same buffers --
@@ -26,31 +27,37 @@ _cache: "OrderedDict[tuple, bytes]" = OrderedDict()
 
 
 def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_bytes: int,
-              box_inner: int, box_outer: int, swizzle: int, l2_promotion: int) -> bytes:
+              box_inner: int, box_outer: int, swizzle: int, l2_promotion: int, slab_rows: int = 0) -> bytes:
     """The 128 bytes of a 2-D tiled tensor map.
 
     `inner` is the contiguous dimension (elements), `outer` the rows, `outer_stride_bytes` the
     row pitch; `l2_promotion` the bytes an L2 miss of the map's loads fetches (0, 64, 128, 256).
-    Out-of-bounds box elements load as zero and are not stored.
+    Out-of-bounds box elements load as zero and are not stored. `slab_rows` > 0 encodes the 3-D
+    slab view instead: dims (inner, slab_rows, outer), both outer strides the row pitch, box
+    (box_inner, box_outer, 1) (:class:`deep_tile.kernel_args.TensorMap`).
     """
-    key = (address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle, l2_promotion)
+    key = (address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle, l2_promotion,
+           slab_rows)
     cached = _cache.get(key)
     if cached is not None:
         _cache.move_to_end(key)
         return cached
     cu = driver()
     dtype_name, _ = _ELEMENT[element]
+    dims, strides, box = [inner, outer], [outer_stride_bytes], [box_inner, box_outer]
+    if slab_rows:
+        dims, strides, box = [inner, slab_rows, outer], [outer_stride_bytes] * 2, [box_inner, box_outer, 1]
     tensor_map = check(
         cu.cuTensorMapEncodeTiled(
-            getattr(cu.CUtensorMapDataType, dtype_name), 2, address,
-            [cu.cuuint64_t(inner), cu.cuuint64_t(outer)], [cu.cuuint64_t(outer_stride_bytes)],
-            [cu.cuuint32_t(box_inner), cu.cuuint32_t(box_outer)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+            getattr(cu.CUtensorMapDataType, dtype_name), len(dims), address,
+            [cu.cuuint64_t(v) for v in dims], [cu.cuuint64_t(v) for v in strides],
+            [cu.cuuint32_t(v) for v in box], [cu.cuuint32_t(1)] * len(dims),
             cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle]),
             getattr(cu.CUtensorMapL2promotion, _L2_PROMOTION[l2_promotion]),
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        f"cuTensorMapEncodeTiled({element}, dims=({inner}, {outer}), row pitch={outer_stride_bytes} B, "
-        f"box=({box_inner}, {box_outer}), swizzle={swizzle}, L2 promotion={l2_promotion})")
+        f"cuTensorMapEncodeTiled({element}, dims=({', '.join(map(str, dims))}), row pitch={outer_stride_bytes} B, "
+        f"box=({', '.join(map(str, box))}), swizzle={swizzle}, L2 promotion={l2_promotion})")
     raw = ctypes.string_at(tensor_map.getPtr(), 128)
     _cache[key] = raw
     if len(_cache) > _CACHE_CAPACITY:

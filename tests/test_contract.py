@@ -203,3 +203,26 @@ def test_the_signal_entry_parameters_and_build():
     with pytest.raises(CompileError, match="DT_SIGNAL must be 0, or 1 or 2 with the masked kind"):
         compiler.compile_cubin(paths.entry_path(family.ENTRY), {**family.defines(config), family.SIGNAL_DEFINE: 1},
                                family.SIGNAL_SYMBOL, "nvrtc")
+
+
+def test_the_grouped_kinds_store_through_the_slab_view():
+    """The M-grouped kinds' bf16 D map is the 3-D slab view (kernel_args.TensorMap's slab_rows,
+    the box's rows: one consumer warpgroup's rows), which store_bf16.cuh's SlabView stores
+    through; the dense kind's stays 2-D, and a slab_rows other than the box's rows is refused."""
+    import dataclasses
+
+    from deep_tile import kernel_args
+    from deep_tile.problem import Problem, ProblemKind
+
+    for block_m, rows in ((64, 64), (128, 64)):  # grouped tiles are at most 128 rows high
+        config = dataclasses.replace(CONFIG, block_m=block_m, block_n=128, wgmma_n=128, num_stages=3)
+        dense = family.argument_specs(config, Problem(256, 2112, 7168))[3]
+        assert dense.slab_rows == 0 and dense.code()[-1] == 0 and dense.box[1] == rows
+        for kind in (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS,
+                     ProblemKind.GROUPED_PSUM):
+            grouped = dataclasses.replace(config, problem_kind=kind, a_scale_row_major=kind is not ProblemKind.GROUPED_MASKED)
+            d = family.argument_specs(grouped, Problem(256, 2112, 7168, kind=kind, num_groups=4))[3]
+            assert (d.element, d.box[1], d.slab_rows) == ("bfloat16", rows, rows), (block_m, kind)
+            assert d.code()[-1] == rows and len(d.code()) == kernel_args.CODE_LENGTHS[d.code()[0]]
+    with pytest.raises(ValueError, match="slab_rows must be 0 or the box's rows"):
+        kernel_args.TensorMap(4, "bfloat16", 1, 0, (64, 64), 128, slab_rows=32)

@@ -625,8 +625,9 @@ def argument_specs(config, problem) -> tuple:
         d = spec.TensorMap(_OUT, "float32", 1, 0, boxes.d, boxes.d_swizzle)
     elif config.split_k > 1 or direct:
         d = spec.ZeroMap()
-    else:
-        d = spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle)
+    else:  # the grouped kinds store partial slabs through the slab view (kernel_args.TensorMap)
+        d = spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle,
+                           slab_rows=boxes.d[1] if problem.kind.grouped else 0)
     c_index = len(OPERANDS) + (1 if problem.kind.grouped else 0)  # the operand after the kind's others
     tail = (spec.Pointer(c_index), spec.Stride(c_index, 0)) if direct else ()
     if a_scale_masked_columns(problem, config):  # [G * K blocks, max_m]: rows of one expert's K block

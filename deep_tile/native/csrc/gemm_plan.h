@@ -36,6 +36,7 @@ struct ArgSpec {
   int8_t inner_dim = 0;     // kTensorMap: the operand's contiguous dimension; kSize/kStride: the dimension
   int8_t outer_dim = 1;     // kTensorMap: the rows
   uint32_t box_inner = 0, box_outer = 0, swizzle = 0, l2_promotion = 256;  // kTensorMap
+  uint32_t slab_rows = 0;  // kTensorMap: > 0, the 3-D slab view (MapSpec::slab_rows)
   int32_t value = 0;        // kValue
 };
 

@@ -45,7 +45,8 @@ void fill_params(const GemmPlan& plan, const Operands& operands, Params* params)
         const uint64_t inner = t->size(s.inner_dim), outer = t->size(s.outer_dim);
         encode_tensor_map({reinterpret_cast<uint64_t>(t->data_ptr()), inner, outer,
                            row_pitch_bytes(inner, outer, t->stride(s.outer_dim), kElementBytes[s.element]),
-                           s.box_inner, s.box_outer, s.swizzle, s.l2_promotion, static_cast<Element>(s.element)},
+                           s.box_inner, s.box_outer, s.swizzle, s.l2_promotion, static_cast<Element>(s.element),
+                           s.slab_rows},
                           &params->maps[maps]);
         params->slots[i] = &params->maps[maps++];
         break;

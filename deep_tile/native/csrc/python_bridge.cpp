@@ -48,8 +48,8 @@ ArgSpec spec_of(const std::vector<int64_t>& c) {
   auto dim_ok = [&](size_t i) { return c.size() > i && (c[i] == 0 || c[i] == 1); };
   switch (s.kind) {
     case SpecKind::kTensorMap:
-      if (c.size() != 9 || !operand_ok(1) || c[2] < 0 || c[2] > 2 || !dim_ok(3) || !dim_ok(4) || c[3] == c[4] ||
-          (c[8] != 0 && c[8] != 64 && c[8] != 128 && c[8] != 256))
+      if (c.size() != 10 || !operand_ok(1) || c[2] < 0 || c[2] > 2 || !dim_ok(3) || !dim_ok(4) || c[3] == c[4] ||
+          (c[8] != 0 && c[8] != 64 && c[8] != 128 && c[8] != 256) || (c[9] != 0 && c[9] != c[6]))
         bad_spec(c);
       s.operand = static_cast<int8_t>(c[1]);
       s.element = static_cast<uint8_t>(c[2]);
@@ -59,6 +59,7 @@ ArgSpec spec_of(const std::vector<int64_t>& c) {
       s.box_outer = static_cast<uint32_t>(c[6]);
       s.swizzle = static_cast<uint32_t>(c[7]);
       s.l2_promotion = static_cast<uint32_t>(c[8]);
+      s.slab_rows = static_cast<uint32_t>(c[9]);
       break;
     case SpecKind::kZeroMap:
       if (c.size() != 1) bad_spec(c);

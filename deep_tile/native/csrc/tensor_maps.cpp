@@ -22,6 +22,7 @@ struct SpecHash {
     mix(s.pitch_bytes);
     mix((uint64_t(s.box_inner) << 32) | s.box_outer);
     mix((uint64_t(s.l2_promotion_bytes) << 16) | (uint64_t(s.swizzle_bytes) << 8) | uint64_t(s.element));
+    mix(s.slab_rows);
     return static_cast<size_t>(h);
   }
 };
@@ -73,19 +74,22 @@ CUtensorMapSwizzle swizzle_mode(uint32_t bytes) {
 }
 
 void encode(const MapSpec& s, CUtensorMap* out) {
-  const cuuint64_t dims[2] = {s.inner, s.outer};
-  const cuuint64_t strides[1] = {s.pitch_bytes};
-  const cuuint32_t box[2] = {s.box_inner, s.box_outer};
-  const cuuint32_t element_strides[2] = {1, 1};
+  const bool slab = s.slab_rows > 0;
+  const cuuint32_t rank = slab ? 3 : 2;
+  const cuuint64_t dims[3] = {s.inner, slab ? s.slab_rows : s.outer, s.outer};
+  const cuuint64_t strides[2] = {s.pitch_bytes, s.pitch_bytes};
+  const cuuint32_t box[3] = {s.box_inner, s.box_outer, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
   CUresult status = driver().tensor_map_encode_tiled(
-      out, element_type(s.element), 2, reinterpret_cast<void*>(s.address), dims, strides, box, element_strides,
+      out, element_type(s.element), rank, reinterpret_cast<void*>(s.address), dims, strides, box, element_strides,
       CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle_mode(s.swizzle_bytes), promotion_mode(s.l2_promotion_bytes),
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) {
+    const std::string slab_dim = slab ? std::to_string(s.slab_rows) + ", " : "";
     check(status, std::string("cuTensorMapEncodeTiled(") + element_name(s.element) + ", dims=(" +
-                      std::to_string(s.inner) + ", " + std::to_string(s.outer) + "), row pitch=" +
+                      std::to_string(s.inner) + ", " + slab_dim + std::to_string(s.outer) + "), row pitch=" +
                       std::to_string(s.pitch_bytes) + " B, box=(" + std::to_string(s.box_inner) + ", " +
-                      std::to_string(s.box_outer) + "), swizzle=" + std::to_string(s.swizzle_bytes) +
+                      std::to_string(s.box_outer) + (slab ? ", 1" : "") + "), swizzle=" + std::to_string(s.swizzle_bytes) +
                       ", L2 promotion=" + std::to_string(s.l2_promotion_bytes) + ")");
   }
 }
@@ -95,7 +99,7 @@ void encode(const MapSpec& s, CUtensorMap* out) {
 bool MapSpec::operator==(const MapSpec& o) const {
   return address == o.address && inner == o.inner && outer == o.outer && pitch_bytes == o.pitch_bytes &&
          box_inner == o.box_inner && box_outer == o.box_outer && swizzle_bytes == o.swizzle_bytes &&
-         l2_promotion_bytes == o.l2_promotion_bytes && element == o.element;
+         l2_promotion_bytes == o.l2_promotion_bytes && element == o.element && slab_rows == o.slab_rows;
 }
 
 void encode_tensor_map(const MapSpec& spec, CUtensorMap* out) {

@@ -1,5 +1,6 @@
-// 2-D tiled TMA descriptors (CUtensorMap), encoded by the driver and cached by everything that
-// goes into them: the C++ twin of deep_tile/tma.py (same parameters, same error message).
+// 2-D tiled TMA descriptors (CUtensorMap), and the 3-D slab view of deep_tile.kernel_args.TensorMap,
+// encoded by the driver and cached by everything that goes into them: the C++ twin of
+// deep_tile/tma.py (same parameters, same error message).
 #pragma once
 
 #include <cuda.h>
@@ -21,6 +22,7 @@ struct MapSpec {
   uint32_t swizzle_bytes;       // 0, 32, 64 or 128
   uint32_t l2_promotion_bytes;  // 0, 64, 128 or 256: what an L2 miss fetches
   Element element;
+  uint32_t slab_rows = 0;  // > 0: dims (inner, slab_rows, outer), both outer strides pitch_bytes, box (.., .., 1)
 
   bool operator==(const MapSpec& other) const;
 };

@@ -101,13 +101,67 @@ struct SignalHandOff {
   static DT_DEVICE void finish(int wg) { ptx::named_barrier_sync(kDone + wg, kThreads); }
 };
 
+/// SlabView: the grouped kinds' (Cfg::kGrouped) map of D is 3-D, (column, r, s) at row r + s:
+/// dims (n, kStoreRows, rows of D), the two outer ones both one row apart, box (kAtomCols,
+/// kStoreRows, 1). A box at (col0, c, row0 - c) holds rows row0 .. row0 + kStoreRows - 1 and the
+/// TMA unit writes only its first kStoreRows - c, r being out of the tensor past kStoreRows: a
+/// slab whose `rows` real rows are a prefix stores them alone by TMA with c = kStoreRows - rows
+/// (row0 >= c, else the s coordinate would be negative: those slabs go by store_rows_direct).
+/// A whole slab (c = 0) is the 2-D store. NOTES: the driver encodes the overlapping view (both
+/// strides one row; driver 580.159, H100 and H200) and the TMA unit clips it per dimension.
+
+/// The grouped kinds' store of a warpgroup's staged slab (its rows from `row0`, the first `rows`
+/// of them real; SlabView): by TMA, or by store_rows_direct where the TMA box cannot start (or
+/// Cfg::kPartialTma is off); with Cfg::kSignal == 1 the slab's counter raised once written.
+/// Every thread of the warpgroup calls it (named barrier `barrier_id`).
+template <class Cfg>
+DT_DEVICE void store_slab_grouped(u8* smem_d, const TmaDescriptor* tma_d, const u8* staging, int thread_in_wg,
+                                  u32 barrier_id, int row0, int rows, int n0, int n, u8* d, int ldd) {
+  const int clipped = Cfg::kStoreRows - rows;  // the box rows SlabView clips (those past the real ones)
+  if (rows < Cfg::kStoreRows && !(Cfg::kPartialTma && rows > 0 && row0 >= clipped)) {
+    store_rows_direct<Cfg>(staging, d, ldd, row0, rows, n0, n, thread_in_wg);
+    if constexpr (Cfg::kSignal == 1) {
+      // NOTES: the barrier orders every thread's stores before thread 0's release, which is
+      // cumulative: a reader that acquires the count sees them all (PTX memory model, causality
+      // order through bar.sync). `rows` is the same in every thread of the warpgroup.
+      if (rows > 0) {
+        ptx::named_barrier_sync(barrier_id, 128);
+        if (thread_in_wg == 0) SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0);
+      }
+    }
+    return;
+  }
+  if (thread_in_wg == 0) {
+    if (rows > 0) {
+#pragma unroll
+      for (int atom = 0; atom < Cfg::kNumAtoms; ++atom) {
+        const int col0 = n0 + atom * Cfg::kAtomCols;
+        if (col0 < n) {
+          ptx::tma_store_3d(tma_d, staging + atom * Cfg::kStoreRows * Cfg::kStoreSwizzleBytes, col0, clipped,
+                            row0 - clipped);
+        }
+      }
+    }
+    ptx::tma_store_commit();
+    if constexpr (Cfg::kSignal == 1) {
+      // The stores' writes complete (wait_group without .read: written, not only read from shared
+      // memory); this thread waits for them before the warpgroup's next tile.
+      if (rows > 0) {
+        ptx::tma_store_wait_all();
+        SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0);
+      }
+    }
+  }
+}
+
 /// Store the tile at (m0, n0) of D, clipped by the TMA unit to D's bounds; a warpgroup whose rows
 /// all lie at or past m_end (Tile::m_end) stores nothing, and columns past n are skipped by atom.
 /// `result[t]` is sub-tile t = slab * kNumNParts + part: rows slab*64 .. +63 of this warpgroup,
 /// columns part*kWgmmaN .. +kWgmmaN-1, in the WGMMA accumulator layout.
 /// The grouped kinds (Cfg::kGrouped) store exactly the real rows: `row_real` says whether this
 /// thread's row (thread_in_wg of the warpgroup's rows) is one, and the real rows are a prefix; a
-/// whole slab goes by TMA, a part of one by store_rows_direct through `d` (row pitch `ldd`).
+/// slab goes by TMA through SlabView, or (a part of one at the top of D, or Cfg::kPartialTma off)
+/// by store_rows_direct through `d` (row pitch `ldd`).
 /// Cfg::kSignal: once this warpgroup's rows of the tile are written and visible at GPU scope,
 /// its slab's completion counter (SignalCounters, in the group table after `smem_d`, the start of
 /// shared memory) gets 1 added with a release: right after the store (kSignal == 1), or, handed
@@ -175,21 +229,9 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   ptx::named_barrier_sync(barrier_id, 128);
 
   if constexpr (Cfg::kGrouped) {
-    if (rows < Cfg::kStoreRows) {
-      store_rows_direct<Cfg>(staging, d, ldd, m0 + wg * Cfg::kWgM, rows, n0, n, thread_in_wg);
-      if constexpr (Cfg::kSignal == 1) {
-        // NOTES: the barrier orders every thread's stores before thread 0's release, which is
-        // cumulative: a reader that acquires the count sees them all (PTX memory model, causality
-        // order through bar.sync). `rows` is the same in every thread of the warpgroup.
-        if (rows > 0) {
-          ptx::named_barrier_sync(barrier_id, 128);
-          if (thread_in_wg == 0) {
-            SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, m0 + wg * Cfg::kWgM);
-          }
-        }
-      }
-      return;
-    }
+    store_slab_grouped<Cfg>(smem_d, tma_d, staging, thread_in_wg, barrier_id, m0 + wg * Cfg::kWgM, rows, n0, n, d,
+                            ldd);
+    return;
   }
   if (thread_in_wg == 0) {
     const int row0 = m0 + wg * Cfg::kWgM;
@@ -201,14 +243,6 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
       }
     }
     ptx::tma_store_commit();
-    if constexpr (Cfg::kSignal == 1) {
-      // The stores' writes complete (wait_group without .read: written, not only read from shared
-      // memory); this thread waits for them before the warpgroup's next tile.
-      if (row0 < m_end) {
-        ptx::tma_store_wait_all();
-        SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0);
-      }
-    }
   }
 }
 

@@ -80,6 +80,14 @@ DT_DEVICE void tma_store_2d(const TmaDescriptor* desc, const void* src, int c0, 
                : "memory");
 }
 
+/// 3-D tile store from shared memory (c0 innermost); elements outside the tensor are not written.
+DT_DEVICE void tma_store_3d(const TmaDescriptor* desc, const void* src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                   reinterpret_cast<u64>(desc)),
+               "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
+
 /// 2-D tile reduce-add from shared memory into the tensor (PTX ISA 9.7.9.27
 /// cp.reduce.async.bulk.tensor, .add on FP32): each element of the box is added to the one in
 /// global memory by the memory system; elements outside the tensor are not touched.
