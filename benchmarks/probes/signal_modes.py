@@ -35,11 +35,18 @@ from deep_tile.problem import ProblemKind  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
 
-def signal_fn(a, sa, b, b_scale, masked_m, expected_m, out, signal, mode, max_block_n):
-    """A zero-argument launch of the signalling kernel in ``mode``, its (block_m, threshold) and label."""
+def signal_fn(a, sa, b, b_scale, masked_m, expected_m, out, signal, mode, max_block_n, extra_defines=None):
+    """A zero-argument launch of the signalling kernel in ``mode`` (built with ``extra_defines``
+    added, measurement overrides), its (block_m, threshold) and label."""
     problem = check_grouped_args(ProblemKind.GROUPED_MASKED, a, sa, b, b_scale, masked_m, out, expected_m)
     problem, operands = launch.grouped_operands(problem, a, sa, b, b_scale, masked_m, out)
     plan = planner.plan_signal(problem, get_num_sms(), max_block_n, mode)
+    if extra_defines:
+        from deep_tile.jit.loader import get_kernel
+
+        kernel = get_kernel(family.ENTRY, {**plan.config.defines(), family.SIGNAL_DEFINE: mode, **extra_defines},
+                            family.SIGNAL_SYMBOL)
+        plan = planner.Plan(plan.problem, plan.config, kernel, plan.args, plan.grid, plan.cluster)
     return ((lambda: launch.launch(plan, operands + (signal,), a.device)),
             family.signal_rows(plan.config), family.signal_threshold(plan.config, problem.n), plan.config.label)
 
@@ -56,12 +63,14 @@ def one_shape(shape, args) -> dict:
     fns["plain"]()
     torch.cuda.synchronize()
     row = {"shape": f"{g}x{shape.expected_m} {n}x{shape.k}", "max_m": max_m, "checks": {}, "labels": {}}
-    for mode in args.modes:
-        name = f"mode{mode}"
+    variants = [(mode, {}) for mode in args.modes] + [
+        (2, dict(item.split("=") for item in text.split("+"))) for text in args.defines]
+    for mode, extra in variants:
+        name = f"mode{mode}" + "".join(f"+{k}={v}" for k, v in extra.items())
         outs[name] = torch.full_like(outs["plain"], float("nan"))
         signal = torch.zeros(g * ceil_div(max_m, 64) + 3, dtype=torch.int32, device="cuda")
         fn, block_m, threshold, label = signal_fn(a, sa, b, b_scale, masked_m, shape.expected_m, outs[name], signal,
-                                                  mode, args.max_block_n)
+                                                  mode, args.max_block_n, {k: int(v) for k, v in extra.items()})
         fn()
         torch.cuda.synchronize()
         want = torch.zeros_like(signal)
@@ -92,6 +101,8 @@ def main() -> int:
                                                    "8,16,4096,7168"], metavar="G,M,N,K")
     p.add_argument("--modes", type=int, nargs="+", default=list(family.SIGNAL_MODES))
     p.add_argument("--max-block-n", type=int, default=256)
+    p.add_argument("--defines", nargs="*", default=[], metavar="NAME=V[+NAME=V]",
+                   help="more mode-2 variants, each built with these defines added (measurement overrides)")
     p.add_argument("--iters", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", metavar="PATH")
