@@ -475,6 +475,28 @@ def test_evict_first_b_where_b_is_a_long_stream():
     assert "L2 policies: B loads evict-first" in explain_text(Problem(64, 2112, 7168), 132)
 
 
+def test_grouped_weights_evict_first_unless_many_long_streams():
+    """A grouped problem of at most 64 rows per group loads its weights evict-first, except with
+    >= 16 groups over >= 24 k-blocks each (plain loads measured faster there on both chips)."""
+    from deep_tile.problem import ProblemKind
+    from deep_tile.select.selector import (GROUPED_MANY_STREAMS_MIN_GROUPS, GROUPED_MANY_STREAMS_MIN_K_BLOCKS,
+                                           GROUPED_STREAM_MAX_M, grouped_streams_b)
+
+    def masked(groups, rows, n, k):
+        return Problem(64, n, k, kind=ProblemKind.GROUPED_MASKED, num_groups=groups, expected_m=rows)
+
+    many, long_k = GROUPED_MANY_STREAMS_MIN_GROUPS, GROUPED_MANY_STREAMS_MIN_K_BLOCKS
+    assert grouped_streams_b(masked(many - 1, 20, 4096, 7168), 56)
+    assert not grouped_streams_b(masked(many, 20, 4096, 7168), long_k)
+    assert grouped_streams_b(masked(many, 20, 4096, 7168), long_k - 1)
+    assert not grouped_streams_b(masked(6, GROUPED_STREAM_MAX_M + 1, 4096, 7168), 56)
+    for (groups, n, k), ef in {(32, 4096, 7168): False, (32, 7168, 3072): False, (16, 4096, 7168): False,
+                               (32, 4096, 2048): True, (16, 7168, 2048): True, (6, 4096, 7168): True,
+                               (6, 6144, 7168): True}.items():
+        cfg = select_config(masked(groups, 20, n, k), 132)
+        assert cfg.evict_first_b == ef and cfg.label.endswith(" ef masked") == ef, (groups, n, k, cfg.label)
+
+
 def test_l2_promotion_128_for_weight_streams_on_the_h200_only():
     """The FP8 maps' L2 promotion: the chip's stream_l2_promotion (H200: 128) where few tiles read
     each weight tile (small M dense, masked with few rows per group), 256 everywhere else; the

@@ -36,6 +36,7 @@ __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_f
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
+           "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
            "RASTER_WIDTH", "check_positive_int"]
 
 TIE_TOLERANCE = 0.015
@@ -197,9 +198,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     """The :class:`KernelConfig` (grid, raster band, L2 policies) of a ranked candidate.
 
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
-    (:func:`streams_b`); for a grouped problem only where a group has at most
-    :data:`GROUPED_STREAM_MAX_M` rows (each expert's weights then stream once); the one-buffer k-loop is unrolled by 6 over long K ranges
-    (:func:`k_unroll_for`)."""
+    (:func:`streams_b`; for a grouped problem :func:`grouped_streams_b`); the one-buffer k-loop is
+    unrolled by 6 over long K ranges (:func:`k_unroll_for`)."""
     c = e.candidate
     grid = e.ctas if c.split_k == 1 else grid_size(e.tiles, num_sms, c.num_multicast, chip)
     expert_m_blocks = problem.group_m_blocks(c.block_m) if problem.kind.has_table else None
@@ -208,8 +208,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
                         evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k)
-                        if not problem.kind.grouped else (problem.expected_m <= GROUPED_STREAM_MAX_M
-                                                          and streams_b(1, e.k_blocks_per_cta)),
+                        if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
                         k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
 
@@ -259,11 +258,40 @@ def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:
 
 
 GROUPED_STREAM_MAX_M = 64
-"""Most rows per group (``expected_m``) for which a grouped problem's weights load evict-first.
+"""Most rows per group (``expected_m``) for which a grouped problem's weights load evict-first
+(:func:`grouped_streams_b`).
 
 Measured: benchmarks/RESULTS.md, 2026-11-23 'M-grouped MoE GEMMs beside DeepGEMM latest' (H100):
 with evict-first, masked 32 experts x 20 rows
 ran 1-10% faster on all 12 shapes; 32 x 192 rows (256x128 tile) 10-13% slower."""
+
+GROUPED_MANY_STREAMS_MIN_GROUPS = 16
+"""With at least this many groups, each over at least :data:`GROUPED_MANY_STREAMS_MIN_K_BLOCKS`
+k-blocks, a grouped problem's weights load without the evict-first policy (:func:`grouped_streams_b`)."""
+GROUPED_MANY_STREAMS_MIN_K_BLOCKS = 24
+"""See :data:`GROUPED_MANY_STREAMS_MIN_GROUPS` (24 k-blocks: K >= 3072)."""
+
+
+def grouped_streams_b(problem: Problem, k_blocks: int) -> bool:
+    """Whether a grouped ``problem`` whose CTAs run ``k_blocks`` k-blocks per tile loads its
+    weights evict-first (``KernelConfig.evict_first_b``): a group of at most
+    :data:`GROUPED_STREAM_MAX_M` rows (each expert's weights then stream once) over at least
+    :data:`STREAM_MIN_K_BLOCKS` k-blocks, unless there are at least
+    :data:`GROUPED_MANY_STREAMS_MIN_GROUPS` groups over at least
+    :data:`GROUPED_MANY_STREAMS_MIN_K_BLOCKS` k-blocks each.
+
+    Measured: benchmarks/RESULTS.md, 2026-11-26 'Masked experts of 20 rows: where evict-first
+    weights pay' (the selector's masked pick built with and without the policy, same process,
+    H100 and H200): without it 16 and 32 experts of 20 rows at K >= 3072 ran 0.2-3.2% faster (8 of
+    8 pairs of shapes and chips at K = 7168 by 1.7-3.2%), with it the same counts at K = 2048 ran
+    0.5-3.7% faster and 6 experts 0-13% faster at every K. Why the policy costs with many long
+    streams was not found: not the evict-last A (B alone evict-first measured the same) and not
+    the L2 promotion.
+    """
+    if problem.expected_m > GROUPED_STREAM_MAX_M or not streams_b(1, k_blocks):
+        return False
+    return not (problem.num_groups >= GROUPED_MANY_STREAMS_MIN_GROUPS and k_blocks >= GROUPED_MANY_STREAMS_MIN_K_BLOCKS)
+
 
 LONG_K_BLOCKS = 32
 """Fewest k-blocks per CTA (K >= 4096 unsplit) for which :func:`k_unroll_for` picks 6."""
