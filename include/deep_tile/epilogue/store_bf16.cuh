@@ -12,8 +12,9 @@
 namespace deep_tile {
 
 /// Copy the first `rows` rows of a warpgroup's staged tile (the swizzled layout below) to D with
-/// 16-byte stores: the grouped kinds' partial tiles, whose other rows belong to another expert
-/// or to nobody (a TMA store would write the whole box). Columns past n are skipped (n % 8 == 0).
+/// 16-byte stores: the grouped kinds' partial slabs that the slab view cannot store (one whose
+/// box would start above row 0 of D, or all of them with Cfg::kPartialTma off; store_slab_grouped).
+/// Columns past n are skipped (n % 8 == 0).
 struct alignas(16) Bytes16 {
   u32 word[4];
 };
@@ -101,14 +102,14 @@ struct SignalHandOff {
   static DT_DEVICE void finish(int wg) { ptx::named_barrier_sync(kDone + wg, kThreads); }
 };
 
-/// SlabView: the grouped kinds' (Cfg::kGrouped) map of D is 3-D, (column, r, s) at row r + s:
-/// dims (n, kStoreRows, rows of D), the two outer ones both one row apart, box (kAtomCols,
-/// kStoreRows, 1). A box at (col0, c, row0 - c) holds rows row0 .. row0 + kStoreRows - 1 and the
-/// TMA unit writes only its first kStoreRows - c, r being out of the tensor past kStoreRows: a
-/// slab whose `rows` real rows are a prefix stores them alone by TMA with c = kStoreRows - rows
-/// (row0 >= c, else the s coordinate would be negative: those slabs go by store_rows_direct).
-/// A whole slab (c = 0) is the 2-D store. NOTES: the driver encodes the overlapping view (both
-/// strides one row; driver 580.159, H100 and H200) and the TMA unit clips it per dimension.
+// SlabView: the grouped kinds' (Cfg::kGrouped) map of D is 3-D, (column, r, s) at row r + s:
+// dims (n, kStoreRows, rows of D), the two outer ones both one row apart, box (kAtomCols,
+// kStoreRows, 1). A box at (col0, c, row0 - c) holds rows row0 .. row0 + kStoreRows - 1 and the
+// TMA unit writes only its first kStoreRows - c, r being out of the tensor past kStoreRows: a
+// slab whose `rows` real rows are a prefix stores them alone by TMA with c = kStoreRows - rows
+// (row0 >= c, else the s coordinate would be negative: those slabs go by store_rows_direct).
+// A whole slab (c = 0) is the 2-D store. NOTES: the driver encodes the overlapping view (both
+// strides one row; driver 580.159, H100 and H200) and the TMA unit clips it per dimension.
 
 /// The grouped kinds' store of a warpgroup's staged slab (its rows from `row0`, the first `rows`
 /// of them real; SlabView): by TMA, or by store_rows_direct where the TMA box cannot start (or

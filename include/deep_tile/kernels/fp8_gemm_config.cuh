@@ -217,7 +217,7 @@ struct Fp8GemmConfig {
   static constexpr bool kTileSlots = uses_tile_slots(kProblemKind_);
 #endif
   // The grouped kinds store a slab whose real rows end inside it (a partial slab) by TMA too:
-  // D's map is then the 3-D view of store_tile_bf16 (SlabView). DT_PARTIAL_TMA=0 overrides it for
+  // D's map is then the 3-D view of store_bf16.cuh's SlabView. DT_PARTIAL_TMA=0 overrides it for
   // measurements (such slabs go by 16-byte stores, store_rows_direct).
 #if defined(DT_PARTIAL_TMA)
   static constexpr bool kPartialTma = DT_PARTIAL_TMA != 0;
