@@ -184,7 +184,9 @@ def test_every_k_grouped_family():
 def test_staged_epilogue():
     """The staged epilogue's forced tiles (FP32 in place and without C) against float64, on the
     shapes it takes (test_staged_epilogue_where_the_problem_allows checks that their plans keep
-    it), with the edge, uneven and mostly empty groups."""
+    it), with the edge, uneven and mostly empty groups. In place, the uneven groups' tiles take
+    both stores in one launch: 3000 tokens (24 k-blocks) by the TMA unit's reduce-add, the others
+    (8 k-blocks or fewer) by C loaded into the staging and stored."""
     cases = []
     for i, fields in enumerate(STAGED_FAMILIES):
         for j, (m, n) in enumerate(STAGED_SHAPES):

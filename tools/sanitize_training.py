@@ -76,6 +76,9 @@ K_GROUPED_CASES = [
     (dict(block_m=128, block_n=160, num_stages=3, staged_epilogue=True), "float32", "none", 256, 392, [300, 0, 77]),
     (dict(block_m=64, block_n=128, num_stages=7, accum_buffers=2, staged_epilogue=True), "float32", "inplace", 64, 256,
      [3, 0, 200]),
+    # in place, tiles added by the TMA unit's reduce-add (12 k-blocks or more) beside loaded ones
+    (dict(block_m=128, block_n=128, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
+     [1600, 0, 300, 1537]),
 ]
 
 

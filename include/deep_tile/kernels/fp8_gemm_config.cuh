@@ -102,6 +102,20 @@ struct Fp8GemmConfig {
   // (epilogue/store_staged.cuh). So D's reads and writes overlap the tensor cores' work, where the
   // direct store reads C and writes D between two tiles' k-loops.
   static constexpr bool kStagedEpilogue = kStagedEpilogue_;
+  // kStagedEpilogue accumulated in place (kCKind == 3): a tile of at least this many k-blocks hands
+  // its staged sums to the TMA unit's reduce-add (D += staging in L2; no C loaded), a shorter one
+  // has C loaded into the staging, the sums added there and the staging stored. The reduce-add
+  // keeps C's bytes off the SM and the consumers' loads of it out of the epilogue, but where D's
+  // traffic bounds the kernel (tiles of a few k-blocks) it moves them more slowly than the load
+  // and store. DT_STAGED_REDUCE_MIN_KBLOCKS overrides it for measurements (0: always, 1000: never).
+  // NOTES: H100, 4096x7168 in place, load + store / reduce-add for every tile: 16 groups of ~2k
+  // tokens (16 k-blocks a tile) 2530.8 / 2384.4 us, 32 of ~1k (8) 3430.9 / 4200.8 us
+  // (benchmarks/RESULTS.md, 2026-11-26 'The K-grouped kind's in-place tiles added by the TMA unit').
+#ifdef DT_STAGED_REDUCE_MIN_KBLOCKS
+  static constexpr int kStagedReduceMinKBlocks = DT_STAGED_REDUCE_MIN_KBLOCKS;
+#else
+  static constexpr int kStagedReduceMinKBlocks = 12;
+#endif
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream

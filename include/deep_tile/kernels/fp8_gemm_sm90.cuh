@@ -281,8 +281,10 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 #pragma unroll
       for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
 
+    int tile_k_blocks = 0;  // kKGrouped: this tile's k-blocks (its group's K range)
     if constexpr (Cfg::kKGrouped) {
       const KRange range = sched.k_range(tile);
+      tile_k_blocks = range.kb_end - range.kb_begin;
       // An empty group accumulated in place leaves D[g] as it is: nothing to store.
       if (Cfg::kCKind == 3 && range.kb_begin >= range.kb_end) continue;
       run_k_grouped_tile<Cfg>(ctx, issue_state, release_state, result, range);
@@ -303,7 +305,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         store_tile_f32_tma<Cfg>(smem.d, tma_d, result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n);
       } else if constexpr (Cfg::kStagedEpilogue) {
         add_to_staging<Cfg>(smem.d, StagedBarriers<Cfg>{smem.epilogue}, result, wg, thread_in_wg, tile.m0, tile.m_end,
-                            ready_phase);
+                            tile_k_blocks, ready_phase);
       } else if constexpr (Cfg::kKGrouped) {  // into D[g] (and from C[g]): rows g * m on
         const long long rows_before = static_cast<long long>(tile.expert) * sched.m;
         store_tile_direct<Cfg>(result, wg, thread_in_wg, tile.m0, n0, tile.m_end, n, row_real,
