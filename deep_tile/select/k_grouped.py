@@ -27,7 +27,11 @@ epilogue/store_staged.cuh). Against the direct store's 128x160 it measured 1.041
 benchmark's 12 K-grouped shapes on an H100 (two machines; 0.93x at 4096x7168 with 64 groups of ~1k
 tokens, 1.05-1.12x at 8-64 groups elsewhere); with its 80 KB staging 128x160 keeps 3 stages and
 128x144 makes 64-byte TMA boxes, both slower; the same 128x128 storing from registers was 3-16%
-slower (benchmarks/RESULTS.md, 2026-11-25 'The K-grouped FP32 D through a storer thread').
+slower (benchmarks/RESULTS.md, 2026-11-25 'The K-grouped FP32 D through a storer thread'). In
+place, the kernel adds a tile of 12 k-blocks or more to D by the TMA unit's reduce-add instead
+(no C loaded); with it, 128x144, 128x160, 128x128 with two buffers and 128x96 were each slower
+than 128x128 on at least three of the six shapes of 4-16 groups of 2-8k tokens (H100;
+benchmarks/RESULTS.md, 2026-11-26 'The K-grouped kind's in-place tiles added by the TMA unit').
 
 Pure Python, no torch.
 """
