@@ -171,7 +171,9 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
 /// against 1.0 M with the direct store). Odd rows writing block j ^ 2 at step j (a select per
 /// float) removes them; measured and not kept: 1-3% faster at 4-16 groups, but 8-35% slower and
 /// unsteady at 32-64 groups of ~1k tokens at 4096x7168 (benchmarks/RESULTS.md, 2026-11-25 'The
-/// K-grouped FP32 D through a storer thread').
+/// K-grouped FP32 D through a storer thread'); for the staged tiles that write without loading
+/// (the reduce-add's) within 0.3% at 4-16 groups (2026-11-26 'The K-grouped kind's in-place tiles
+/// added by the TMA unit').
 template <class Cfg>
 struct F32StagingSlots {
   static constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // one row of an atom: the swizzle span
