@@ -58,6 +58,19 @@ STAGED_FAMILIES = [
     dict(block_m=128, block_n=144, num_stages=4, staged_epilogue=True),
     dict(block_m=64, block_n=128, num_stages=7, accum_buffers=2, staged_epilogue=True),
 ]
+# Forced tiles in 2-CTA multicast pairs: the staged 128x128 sharing B (pairs along M) in place and
+# without C, and sharing A (pairs along N) in place; the direct store's 128x160 sharing B, in place
+# and to bf16.
+MULTICAST_FAMILIES = [
+    (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, staged_epilogue=True),
+     [("float32", "inplace"), ("float32", "none")]),
+    (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, staged_epilogue=True),
+     [("float32", "inplace")]),
+    (dict(block_m=128, block_n=160, num_stages=4, num_multicast=2), [("float32", "inplace"), ("bfloat16", "none")]),
+]
+MULTICAST_SHAPES = [(256, 384), (576, 1160), (128, 384)]
+"""(m, n): an even number of tiles per group (both tiles of a pair of one group); a last m-block
+whose second warpgroup has no rows; 3 tiles per group (odd: the launcher drops the pairs)."""
 STAGED_SHAPES = [(256, 384), (576, 1160), (192, 2112)]
 """(m, n) the staged epilogue takes (m % 64 == 0): whole tiles; a last m-block whose second
 warpgroup's slab lies past m, with a last atom 8 columns wide (n % 32 == 8); 2112 = 16.5 x 128
@@ -75,6 +88,11 @@ def configs() -> list:
     for fields in STAGED_FAMILIES:
         for c_dtype in ("out", None):
             out.append(KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
+                                    c_dtype=c_dtype))
+    for fields, variants in MULTICAST_FAMILIES:
+        for out_dtype, c_mode in variants:
+            c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
+            out.append(KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype=out_dtype,
                                     c_dtype=c_dtype))
     return out
 
@@ -199,21 +217,42 @@ def test_staged_epilogue():
 
 
 @pytest.mark.gpu
+def test_multicast_pairs():
+    """Forced 2-CTA multicast tiles against float64: the two tiles of a pair, of one group, run its
+    k-blocks in step and share B (or A); edge groups (masked first and last k-blocks), uneven
+    ones (a 3000-token group added by the TMA unit's reduce-add), mostly empty ones; a group of an
+    odd number of tiles runs without pairs."""
+    cases = []
+    for i, (fields, variants) in enumerate(MULTICAST_FAMILIES):
+        for j, (m, n) in enumerate(MULTICAST_SHAPES):
+            sizes = (EDGE_SIZES, UNEVEN_SIZES, [0, 0, 3])[j]
+            for out_dtype, c_mode in variants:
+                config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
+                cases.append(dict(m=m, n=n, sizes=sizes, out_dtype=out_dtype, c_mode=c_mode, config=config,
+                                  seed=10 * i + j, pad=40 if j == 1 else 0))
+    _check(_run("k_grouped", cases))
+
+
+@pytest.mark.gpu
 def test_k_grouped_public_api():
     """The selector's rule through k_grouped_fp8_gemm_1d1d: DeepGEMM's shapes with 8 and 32 experts
-    (uneven, one empty), a host list of sizes, every group empty, one group."""
+    (uneven, one empty), a host list of sizes, every group empty, one group, and an in-place problem
+    with m < n and few tokens per group (the rule's 2-CTA pairs)."""
     cases = [dict(m=4096, n=7168, sizes=[0] + [1536 + 128 * (i % 3) for i in range(7)], seed=1),
              dict(m=7168, n=2048, sizes=MANY_SIZES, seed=2),
              dict(m=1000, n=2112, sizes=EDGE_SIZES, host_sizes=True, seed=3),
              dict(m=520, n=1160, sizes=[0, 0, 0], out_dtype="bfloat16", c_mode="none", seed=4),
-             dict(m=256, n=512, sizes=[4000], out_dtype="float32", c_mode="float32", pad=96, seed=5)]
+             dict(m=256, n=512, sizes=[4000], out_dtype="float32", c_mode="float32", pad=96, seed=5),
+             # in place with m < n and few tokens per group: the rule's 2-CTA pairs
+             dict(m=512, n=1024, sizes=[1000, 0, 700, 129], seed=6)]
     _check(_run("k_grouped", cases))
 
 
 @pytest.mark.gpu
 def test_k_grouped_graph_replay_with_new_sizes():
     results = _run("k_grouped_graph", [dict(m=1000, n=2112, sizes=EDGE_SIZES, new_sizes=UNEVEN_SIZES[:5] + [9, 300, 2]),
-                                       dict(m=4096, n=512, sizes=[512] * 4, new_sizes=[0, 1, 1900, 129], seed=3)])
+                                       dict(m=4096, n=512, sizes=[512] * 4, new_sizes=[0, 1, 1900, 129], seed=3),
+                                       dict(m=256, n=512, sizes=[300, 0, 77, 5], new_sizes=[0, 900, 1, 128], seed=4)])
     bad = [f"{r}" for r in results if accuracy_problems(r)]
     assert not bad, bad
 
@@ -236,8 +275,10 @@ def test_the_rule_makes_k_grouped_kernels():
                 p = Problem(m, n, groups * 1024, kind=KG, num_groups=groups, b_scale_1d=True, out_dtype=out_dtype,
                             c_dtype=c_dtype)
                 c = select_k_grouped_config(p, 132).for_problem(p)
-                assert (c.problem_kind, c.b_scale_1d, c.num_multicast, c.split_k, c.swap_n, c.k_unroll) == \
-                    (KG, True, 1, 1, 0, 3), c.label
+                # pairs sharing B for the staged tile in place with m < n (1024 tokens per group here)
+                pairs = c_dtype == "out" and m % 64 == 0 and 64 < m < n and (-(-m // 128) * -(-n // 128)) % 2 == 0
+                assert (c.problem_kind, c.b_scale_1d, c.num_multicast, c.multicast_on_a, c.split_k, c.swap_n,
+                        c.k_unroll) == (KG, True, 2 if pairs else 1, False, 1, 0, 3), c.label
                 assert (c.out_dtype, c.c_dtype, c.grid_size) == (out_dtype, c_dtype, 132)
                 # the staged epilogue wherever the problem takes it (FP32 without C or in place, m % 64 == 0)
                 staged = out_dtype == "float32" and c_dtype in (None, "out") and m % 64 == 0
@@ -265,14 +306,52 @@ def test_the_kernel_contract():
     assert specs[-3].code() == (2, c_index) and specs[-2].code() == (4, c_index, 0)
     bf16 = KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True)
     assert bf16.direct_store and family.d_staging_bytes(bf16) == 0  # bf16 without C: stored from registers too
-    with pytest.raises(ValueError, match="k_grouped kind needs num_multicast == 1"):
+    with pytest.raises(ValueError, match="k_grouped kind needs the column-major a_scale"):
         KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
-                     num_multicast=2)
+                     a_scale_row_major=True)
     with pytest.raises(ValueError, match="k_grouped kind needs b_scale_1d"):
         KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG)
     with pytest.raises(ValueError, match="persistent kernels only"):
         KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
                      split_k=2)
+
+
+def test_the_rule_pairs_only_where_measured():
+    """The rule's pairs: the staged tile in place with m < n and at most PAIRS_MAX_TOKENS tokens per
+    group; not with more tokens, m >= n, another output variant, or an odd number of tiles."""
+    def pick(m, n, groups, tokens, c_dtype="out"):
+        p = Problem(m, n, groups * tokens, kind=KG, num_groups=groups, b_scale_1d=True, out_dtype="float32",
+                    c_dtype=c_dtype)
+        return select_k_grouped_config(p, 132).for_problem(p)
+    assert pick(4096, 7168, 32, 1024).num_multicast == 2 and pick(4096, 7168, 64, 1000).num_multicast == 2
+    assert pick(4096, 7168, 8, 256).num_multicast == 2
+    assert pick(4096, 7168, 16, 2048).num_multicast == 1  # more tokens per group
+    assert pick(7168, 2048, 64, 1024).num_multicast == 1  # m > n
+    assert pick(4096, 7168, 32, 1024, c_dtype=None).num_multicast == 1  # not in place
+    assert pick(128, 384, 32, 1024).num_multicast == 1  # 3 tiles per group
+    paired = pick(4096, 7168, 32, 1024)
+    assert (paired.block_m, paired.block_n, paired.multicast_on_a, paired.staged_epilogue) == (128, 128, False, True)
+    assert family.cluster_size(paired) == 2 and paired.grid_size == 132
+
+
+def test_multicast_pairs_only_where_each_group_has_even_tiles():
+    """A K-grouped config in 2-CTA pairs keeps them for a problem whose groups each have an even
+    number of tiles (a pair is then of one group) and drops them, every other field kept,
+    otherwise; the kept ones launch clusters of two."""
+    for fields in (dict(block_m=128, block_n=128, num_stages=4), dict(block_m=128, block_n=160, num_stages=4)):
+        for on_a in (False, True):
+            config = KernelConfig(**fields, grid_size=132, problem_kind=KG, b_scale_1d=True, num_multicast=2,
+                                  multicast_on_a=on_a, out_dtype="float32", c_dtype="out")
+            for m, n in ((256, 384), (576, 1160), (128, 384), (4096, 7168), (7168, 2048), (1000, 2112)):
+                problem = Problem(m, n, 8192, kind=KG, num_groups=4, b_scale_1d=True, out_dtype="float32",
+                                  c_dtype="out")
+                even = -(-m // fields["block_m"]) * -(-n // fields["block_n"]) % 2 == 0
+                planned = config.for_problem(problem)
+                assert family.k_grouped_multicast_allowed(problem, fields["block_m"], fields["block_n"]) == even
+                assert (planned.num_multicast, planned.multicast_on_a) == ((2, on_a) if even else (1, False)), (m, n)
+                assert family.cluster_size(planned) == (2 if even else 1)
+                assert (planned.block_m, planned.block_n, planned.num_stages) == \
+                    (fields["block_m"], fields["block_n"], fields["num_stages"])
 
 
 def test_the_device_scheduler_states_the_kind():

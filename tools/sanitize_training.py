@@ -79,6 +79,11 @@ K_GROUPED_CASES = [
     # in place, tiles added by the TMA unit's reduce-add (12 k-blocks or more) beside loaded ones
     (dict(block_m=128, block_n=128, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
      [1600, 0, 300, 1537]),
+    # 2-CTA multicast pairs of one group (8 and 6 tiles per group): B shared, staged; A shared, direct
+    (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, staged_epilogue=True), "float32", "inplace",
+     192, 392, [1600, 0, 300, 1537]),
+    (dict(block_m=128, block_n=160, num_stages=4, num_multicast=2, multicast_on_a=True), "float32", "inplace",
+     256, 392, [128, 0, 1, 127, 129, 5]),
 ]
 
 

@@ -31,7 +31,7 @@ __all__ = [
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
-    "store_swizzle", "tile_problems", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
+    "store_swizzle", "tile_problems", "k_grouped_multicast_allowed", "defines", "TensorMapBoxes", "a_box_rows", "a_scale_box_rows", "tensor_map_boxes", "cluster_size",
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
@@ -145,6 +145,14 @@ def staged_epilogue_allowed(problem) -> bool:
     :data:`STAGED_EPILOGUE_ROWS`."""
     return (problem.kind is ProblemKind.K_GROUPED and problem.out_dtype == "float32"
             and problem.c_dtype in (None, "out") and problem.m % STAGED_EPILOGUE_ROWS == 0)
+
+
+def k_grouped_multicast_allowed(problem, block_m: int, block_n: int) -> bool:
+    """Whether the K-grouped ``problem`` can run 2-CTA multicast with ``block_m x block_n`` tiles:
+    each group has an even number of tiles, so the two tiles of every pair (tile indices 2i and
+    2i + 1, group after group) are of one group, with one K range (the kernel's pairs run their
+    k-blocks in step and release each other's stages)."""
+    return -(-problem.m // block_m) * -(-problem.n // block_n) % 2 == 0
 
 
 def epilogue_barriers(config) -> int:
@@ -403,9 +411,8 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
     problems = []
     if problem_kind.grouped and split_k != 1:
         problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
-    if problem_kind is ProblemKind.K_GROUPED and (num_multicast != 1 or a_scale_row_major):
-        problems.append("the k_grouped kind needs num_multicast == 1 (a pair's K ranges may differ) and the "
-                        "column-major a_scale")
+    if problem_kind is ProblemKind.K_GROUPED and a_scale_row_major:
+        problems.append("the k_grouped kind needs the column-major a_scale")
     if problem_kind is ProblemKind.GROUPED_CONTIGUOUS and block_m > CONTIGUOUS_ALIGNMENT:
         problems.append(f"the grouped_contiguous kind needs block_m <= {CONTIGUOUS_ALIGNMENT} (a tile must not span two "
                         f"experts' runs, which start at multiples of {CONTIGUOUS_ALIGNMENT} rows); got {block_m}")

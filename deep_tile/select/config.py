@@ -391,6 +391,10 @@ class KernelConfig:
         # the staged epilogue only where the problem takes it (its output variant, m % 64)
         if self.staged_epilogue and not family.staged_epilogue_allowed(problem):
             return dataclasses.replace(self, staged_epilogue=False).for_problem(problem)
+        # K-grouped pairs only where each group has an even number of tiles
+        if (problem.kind is ProblemKind.K_GROUPED and self.num_multicast == 2
+                and not family.k_grouped_multicast_allowed(problem, self.block_m, self.block_n)):
+            return dataclasses.replace(self, num_multicast=1, multicast_on_a=False).for_problem(problem)
         if problem.kind is ProblemKind.K_GROUPED and not self.b_scale_1d:  # the kind is 1D1D only
             config = dataclasses.replace(self.with_b_scale_1d(), problem_kind=problem.kind)
         else:

@@ -33,6 +33,16 @@ place, the kernel adds a tile of 12 k-blocks or more to D by the TMA unit's redu
 than 128x128 on at least three of the six shapes of 4-16 groups of 2-8k tokens (H100;
 benchmarks/RESULTS.md, 2026-11-26 'The K-grouped kind's in-place tiles added by the TMA unit').
 
+Why pairs (2-CTA multicast of B, :data:`PAIRS_MAX_TOKENS`): with the staged epilogue, in place,
+the 128x128 tile in pairs sharing B (along M) measured 3-14% faster than alone at 4096x7168 with 32
+and 64 groups of ~1k tokens (m < n, tiles of at most 8 k-blocks), equal with 8 groups sharing 2048
+tokens, but 1-4% slower with 8-16 groups of 2-4k tokens there, and 10-27% slower at 7168x2048 (m >
+n) with 32-64 groups of ~1k; two runs on an H100 (benchmarks/RESULTS.md, 2026-11-26 'K-grouped
+tiles in 2-CTA pairs'). The rule takes pairs only where they were measured to pay: m < n, at most
+:data:`PAIRS_MAX_TOKENS` tokens per group on average (the benchmark's "~1k" sets average 1016-1030),
+and an even number of tiles per group
+(:func:`deep_tile.kernels.fp8_gemm.k_grouped_multicast_allowed`). An empirical rule, not a model.
+
 Pure Python, no torch.
 """
 from __future__ import annotations
@@ -44,7 +54,8 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
-__all__ = ["select_k_grouped_config", "most_stages", "TILE", "SHORT_TILE", "STAGED_TILE"]
+__all__ = ["select_k_grouped_config", "most_stages", "pairs_pay", "TILE", "SHORT_TILE", "STAGED_TILE",
+           "PAIRS_MAX_TOKENS"]
 
 TILE = (128, 160, 160, 1)
 """(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
@@ -55,6 +66,23 @@ SHORT_TILE = (64, 128, 128, 2)
 STAGED_TILE = (128, 128, 128, 1)
 """The tile with the staged epilogue (an FP32 out without C or in place, ``m`` a multiple of 64 and
 above 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`)."""
+
+
+PAIRS_MAX_TOKENS = 1536
+"""The most tokens per group, on average, at which the staged tile runs in pairs sharing B
+(:func:`pairs_pay`): 12 k-blocks a tile, between the ~1k tokens (8 k-blocks) where pairs paid and
+the ~2k (16) where they did not; tiles of fewer k-blocks load C (the staged epilogue's
+kStagedReduceMinKBlocks)."""
+
+
+def pairs_pay(problem: Problem, staged: bool) -> bool:
+    """Whether the rule runs the K-grouped ``problem``'s staged tile in 2-CTA pairs sharing B: in
+    place (FP32 D accumulated), ``m < n``, at most :data:`PAIRS_MAX_TOKENS` tokens per group on
+    average, every group an even number of tiles (the module docstring says why)."""
+    block_m, block_n, _, _ = STAGED_TILE
+    return (staged and problem.c_dtype == "out" and problem.m < problem.n
+            and problem.k <= PAIRS_MAX_TOKENS * max(problem.num_groups, 1)
+            and family.k_grouped_multicast_allowed(problem, block_m, block_n))
 
 
 def most_stages(config: KernelConfig, max_smem: int) -> int:
@@ -80,4 +108,6 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
                           k_unroll=3, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
                           c_dtype=problem.c_dtype, staged_epilogue=staged)
+    if problem.m > 64 and pairs_pay(problem, staged):
+        config = dataclasses.replace(config, num_multicast=2, multicast_on_a=False, raster_along_m=True)
     return dataclasses.replace(config, num_stages=most_stages(config, min(max_smem, arch.MAX_SMEM_PER_BLOCK)))

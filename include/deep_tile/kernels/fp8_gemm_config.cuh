@@ -287,8 +287,8 @@ struct Fp8GemmConfig {
                    "DT_OUT_KIND must be 0 (bf16) or 1 (FP32), DT_C_KIND 0 (no C), 1 (bf16), 2 (FP32) or 3 (D itself)");
   DT_STATIC_ASSERT(!kBScale1D || (kSwapN == 0 && (!kGrouped || kKGrouped)),
                    "DT_B_SCALE_1D (1D1D) needs the dense or the K-grouped kind without swap-AB");
-  DT_STATIC_ASSERT(!kKGrouped || (kBScale1D && kNumMulticast == 1 && !kAScaleRowMajor),
-                   "the K-grouped kind (DT_PROBLEM_KIND 4) needs DT_B_SCALE_1D, no multicast and the column-major a_scale");
+  DT_STATIC_ASSERT(!kKGrouped || (kBScale1D && !kAScaleRowMajor),
+                   "the K-grouped kind (DT_PROBLEM_KIND 4) needs DT_B_SCALE_1D and the column-major a_scale");
   DT_STATIC_ASSERT(kSignal == 0 || ((kSignal == 1 || kSignal == 2) && kProblemKind_ == ProblemKind::kGroupedMasked && kSplitK == 1 && !kSwapAB),
                    "DT_SIGNAL must be 0, or 1 or 2 with the masked kind (DT_PROBLEM_KIND 2), no split-K and no swap-AB");
   DT_STATIC_ASSERT(!kStagedEpilogue || (kKGrouped && kOutKind == 1 && (kCKind == 0 || kCKind == 3) && kNumSubtiles == 1),

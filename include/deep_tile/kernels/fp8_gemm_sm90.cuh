@@ -176,7 +176,8 @@ DT_DEVICE void zero_k_columns(u8* stage, int rows, int lo, int hi, int thread) {
 template <class Cfg>
 DT_DEVICE void run_masked_k_block(const ConsumerContext<Cfg>& ctx, PipelineState<Cfg::kNumStages>& issue_state,
                                   PipelineState<Cfg::kNumStages>& release_state,
-                                  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int kb, int lo, int hi) {
+                                  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int kb, int lo, int hi,
+                                  bool peer_alive) {
   const int stage = issue_state.index;
   ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
   const int thread = ctx.wg * 128 + ctx.warp_in_wg * 32 + ctx.lane;
@@ -184,7 +185,7 @@ DT_DEVICE void run_masked_k_block(const ConsumerContext<Cfg>& ctx, PipelineState
   zero_k_columns<Cfg>(ctx.smem.b + stage * Cfg::kTileBBytes, Cfg::kBlockN, lo, hi, thread);
   ptx::fence_proxy_async_shared();
   ptx::named_barrier_sync(kKMaskBarrier, Cfg::kNumMathThreads);
-  const RunTileMainloop<Cfg> step{ctx, issue_state, release_state, result, nullptr, nullptr, kb, kb + 1, false};
+  const RunTileMainloop<Cfg> step{ctx, issue_state, release_state, result, nullptr, nullptr, kb, kb + 1, peer_alive};
   step(IntConstant<Cfg::kBlockN / 8>{});
 }
 
@@ -195,21 +196,22 @@ DT_DEVICE void run_masked_k_block(const ConsumerContext<Cfg>& ctx, PipelineState
 template <class Cfg>
 DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState<Cfg::kNumStages>& issue_state,
                                   PipelineState<Cfg::kNumStages>& release_state,
-                                  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], const KRange& range) {
+                                  float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], const KRange& range,
+                                  bool peer_alive) {
   if (range.kb_begin >= range.kb_end) return;
   const int first_whole = range.kb_begin + (range.lo > 0 ? 1 : 0);
   const int end_whole = range.kb_end - (range.hi < Cfg::kBlockK ? 1 : 0);
   if (range.lo > 0) {
     run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_begin, range.lo,
-                            range.kb_end - range.kb_begin == 1 ? range.hi : Cfg::kBlockK);
+                            range.kb_end - range.kb_begin == 1 ? range.hi : Cfg::kBlockK, peer_alive);
   }
   if (first_whole < end_whole) {
     const RunTileMainloop<Cfg> whole{ctx, issue_state, release_state, result, nullptr, nullptr,
-                                     first_whole, end_whole, false};
+                                     first_whole, end_whole, peer_alive};
     whole(IntConstant<Cfg::kBlockN / 8>{});
   }
   if (range.hi < Cfg::kBlockK && range.kb_end - 1 >= first_whole) {
-    run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_end - 1, 0, range.hi);
+    run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_end - 1, 0, range.hi, peer_alive);
   }
 }
 
@@ -287,7 +289,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       tile_k_blocks = range.kb_end - range.kb_begin;
       // An empty group accumulated in place leaves D[g] as it is: nothing to store.
       if (Cfg::kCKind == 3 && range.kb_begin >= range.kb_end) continue;
-      run_k_grouped_tile<Cfg>(ctx, issue_state, release_state, result, range);
+      run_k_grouped_tile<Cfg>(ctx, issue_state, release_state, result, range, tile.peer_alive);
     } else {
       const RunTileMainloop<Cfg> mainloop{ctx,        issue_state, release_state, result, b_rows.row0,
                                           b_rows.row1, work.kb_begin, work.kb_end,  tile.peer_alive};

@@ -601,7 +601,9 @@ struct KRange {
 /// its group (which output D[g], which K range); A, a_scale, B and b_scale are shared by all
 /// groups, their K coordinates those of the group's range. A tile's work is proportional to its
 /// group's size, and consecutive tiles go to different CTAs, so uneven groups spread over every
-/// CTA (no CTA takes a whole large group). No multicast (a pair's K ranges could differ).
+/// CTA (no CTA takes a whole large group). Under 2-CTA multicast a group has an even number of
+/// tiles (the host's rule: deep_tile/kernels/fp8_gemm.py k_grouped_multicast_allowed), so both
+/// tiles of a pair are of one group and run the same k-blocks in step.
 /// The table (GroupTable::build_k_ranges) holds each group's token range.
 template <class Cfg>
 struct Scheduler<Cfg, ProblemKind::kKGrouped> {
@@ -638,7 +640,16 @@ struct Scheduler<Cfg, ProblemKind::kKGrouped> {
   DT_DEVICE Tile<Cfg> tile(int index, Ahead = Ahead{}) const {
     const int group = index / tiles_per_group;
     const TileCoord coord = order.coord(index - group * tiles_per_group);
-    return Tile<Cfg>{coord.m_block * Cfg::kBlockM, coord.n_block * Cfg::kBlockN, m, group};
+    if constexpr (Cfg::kNumMulticast == 1) {
+      return Tile<Cfg>{coord.m_block * Cfg::kBlockM, coord.n_block * Cfg::kBlockN, m, group};
+    } else {
+      // tiles_per_group is even (the host's rule), so the pair (index, index ^ 1) is of one group:
+      // one K range, the same k-blocks in step.
+      const bool peer_alive = (index ^ 1) < num_tiles;
+      const bool multicast =
+          peer_alive && shares_multicast_operand<Cfg>(coord, order.coord((index ^ 1) - group * tiles_per_group));
+      return Tile<Cfg>{coord.m_block * Cfg::kBlockM, coord.n_block * Cfg::kBlockN, m, group, multicast, peer_alive};
+    }
   }
 
   /// The K range of tile `t`'s group (an empty group: kb_begin == kb_end).
