@@ -8,7 +8,7 @@ tile of one accumulator buffer (:data:`STAGED_TILE`); otherwise a 128x160 tile i
 columns and one accumulator buffer (:data:`TILE`), stored from registers; the 64x128 tile with two
 buffers when ``m <= 64`` (:data:`SHORT_TILE`, staged where allowed); each made a K-grouped kernel:
 persistent on every SM (no split-K: the groups already give ``num_groups`` times the tiles), no
-multicast (a pair of tiles in lock step would need the same K range), no swap-AB, column-major
+multicast but the pairs below (a pair of tiles in lock step needs one K range), no swap-AB, column-major
 a_scale, the k-loop unrolled by 3 (by 6 the builds with C spilled: 128x256 /128 and 256x128
 40-48 bytes of stack, NVRTC 13, 2026-11-25), the most stages that fit.
 
