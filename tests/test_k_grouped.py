@@ -185,17 +185,24 @@ def test_staged_epilogue_where_the_problem_allows():
 
 # ---- GPU -------------------------------------------------------------------------------------
 
-@pytest.mark.gpu
-def test_every_k_grouped_family():
+def forced_cases(families: list, shapes: list) -> list:
+    """The cases of tests/gpu_training_cases.py's k_grouped for forced tiles ``families`` ((fields,
+    [(out_dtype, c_mode), ...]) each) on the three ``shapes``: shape j with the edge, the uneven
+    (40 tokens past the groups) or the mostly empty groups; 132 or 30 CTAs in turn."""
     cases = []
-    for i, (fields, variants) in enumerate(FAMILIES):
-        for j, (m, n) in enumerate(SHAPES):
+    for i, (fields, variants) in enumerate(families):
+        for j, (m, n) in enumerate(shapes):
             sizes = (EDGE_SIZES, UNEVEN_SIZES, [0, 0, 3])[j]
             for out_dtype, c_mode in variants:
                 config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
                 cases.append(dict(m=m, n=n, sizes=sizes, out_dtype=out_dtype, c_mode=c_mode, config=config,
                                   seed=10 * i + j, pad=40 if j == 1 else 0))
-    _check(_run("k_grouped", cases))
+    return cases
+
+
+@pytest.mark.gpu
+def test_every_k_grouped_family():
+    _check(_run("k_grouped", forced_cases(FAMILIES, SHAPES)))
 
 
 @pytest.mark.gpu
@@ -205,15 +212,8 @@ def test_staged_epilogue():
     it), with the edge, uneven and mostly empty groups. In place, the uneven groups' tiles take
     both stores in one launch: 3000 tokens (24 k-blocks) by the TMA unit's reduce-add, the others
     (under 12 k-blocks) by C loaded into the staging and stored."""
-    cases = []
-    for i, fields in enumerate(STAGED_FAMILIES):
-        for j, (m, n) in enumerate(STAGED_SHAPES):
-            sizes = (EDGE_SIZES, UNEVEN_SIZES, [0, 0, 3])[j]
-            for c_mode in ("inplace", "none"):
-                config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
-                cases.append(dict(m=m, n=n, sizes=sizes, out_dtype="float32", c_mode=c_mode, config=config,
-                                  seed=10 * i + j, pad=40 if j == 1 else 0))
-    _check(_run("k_grouped", cases))
+    variants = [("float32", "inplace"), ("float32", "none")]
+    _check(_run("k_grouped", forced_cases([(fields, variants) for fields in STAGED_FAMILIES], STAGED_SHAPES)))
 
 
 @pytest.mark.gpu
@@ -222,15 +222,7 @@ def test_multicast_pairs():
     k-blocks in step and share B (or A); edge groups (masked first and last k-blocks), uneven
     ones (a 3000-token group added by the TMA unit's reduce-add), mostly empty ones; a group of an
     odd number of tiles runs without pairs."""
-    cases = []
-    for i, (fields, variants) in enumerate(MULTICAST_FAMILIES):
-        for j, (m, n) in enumerate(MULTICAST_SHAPES):
-            sizes = (EDGE_SIZES, UNEVEN_SIZES, [0, 0, 3])[j]
-            for out_dtype, c_mode in variants:
-                config = dict(fields, grid_size=132 if (i + j) % 2 else 30, raster_width=8)
-                cases.append(dict(m=m, n=n, sizes=sizes, out_dtype=out_dtype, c_mode=c_mode, config=config,
-                                  seed=10 * i + j, pad=40 if j == 1 else 0))
-    _check(_run("k_grouped", cases))
+    _check(_run("k_grouped", forced_cases(MULTICAST_FAMILIES, MULTICAST_SHAPES)))
 
 
 @pytest.mark.gpu
