@@ -11,7 +11,7 @@ in the tokens past the groups, and the staged epilogue (FP32 in place and withou
 whose second warpgroup has no rows, a last atom 8 columns wide, one consumer warpgroup). Exit
 status 1 if any check fails.
 Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``; with
-``SANITIZE_TRAINING=k_grouped`` in the environment only the K-grouped cases run.
+``SANITIZE_TRAINING=k_grouped`` (or ``dense``) in the environment only the K-grouped (dense) cases run.
 """
 import os
 import sys
@@ -59,6 +59,8 @@ CASES = [
      "inplace", 520, 1160, 400),
     (dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2, b_scale_1d=True), "float32", "inplace",
      100, 1160, 1040),
+    # in place, D's first sub-tiles asked of L2 ahead: one k-block, rows and columns past D's
+    (dict(block_m=256, block_n=128, num_stages=3, b_scale_1d=True), "float32", "inplace", 600, 1000, 128),
 ]
 
 # The K-grouped GEMM: (config fields, out dtype, c mode, m, n, group sizes)
@@ -121,7 +123,8 @@ def k_grouped_case(fields, out_dtype, mode, m, n, sizes) -> bool:
 
 def main() -> int:
     failures = 0
-    cases = [] if os.environ.get("SANITIZE_TRAINING") == "k_grouped" else CASES
+    only = os.environ.get("SANITIZE_TRAINING")  # "k_grouped" or "dense": that kind's cases alone
+    cases = [] if only == "k_grouped" else CASES
     for fields, out_dtype, mode, m, n, k in cases:
         one_d = fields.get("b_scale_1d", False)
         if one_d:
@@ -147,9 +150,10 @@ def main() -> int:
         ok = not torch.isnan(out).any().item() and diff < 1e-3
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
-    for case in K_GROUPED_CASES:
+    k_grouped_cases = [] if only == "dense" else K_GROUPED_CASES
+    for case in k_grouped_cases:
         failures += not k_grouped_case(*case)
-    print(f"{len(cases) + len(K_GROUPED_CASES)} GEMM cases, {failures} failed")
+    print(f"{len(cases) + len(k_grouped_cases)} GEMM cases, {failures} failed")
     return 1 if failures else 0
 
 

@@ -200,6 +200,20 @@ struct F32StagingSlots {
   }
 };
 
+/// Ask L2 for consumer warpgroup wg's first sub-tile (slab 0, part 0) of D in the tile at (m0, n0),
+/// in the staging's boxes (Cfg::kPrefetchDMaxKBlocks: the reduce-add's D asked for ahead); rows at
+/// or past m_end and columns past n are not asked for.
+template <class Cfg>
+DT_DEVICE void prefetch_d_first_subtile(const TmaDescriptor* tma_d, int wg, int m0, int n0, int m_end, int n) {
+  const int row0 = m0 + wg * Cfg::kWgM;
+  if (row0 >= m_end) return;
+#pragma unroll
+  for (int atom = 0; atom < Cfg::kWgmmaN / Cfg::kF32AtomCols; ++atom) {
+    const int col0 = n0 + atom * Cfg::kF32AtomCols;
+    if (col0 < n) ptx::tma_prefetch_2d_l2(tma_d, col0, row0);
+  }
+}
+
 /// Store the FP32 tile at (m0, n0) through the TMA unit (Cfg::kTmaF32Store; added to D with
 /// Cfg::kTmaF32Reduce). Each of this warpgroup's
 /// sub-tiles (`result[t]`, t = slab * kNumNParts + part) is written to the warpgroup's staging
@@ -238,7 +252,7 @@ DT_DEVICE void store_tile_f32_tma(u8* smem_d, const TmaDescriptor* tma_d,
           for (int atom = 0; atom < kAtoms; ++atom) {
             const int col0 = n0 + part * Cfg::kWgmmaN + atom * Cfg::kF32AtomCols;
             if (col0 < n) {
-              if constexpr (Cfg::kTmaF32Reduce) {
+              if constexpr (Cfg::kTmaF32Reduce && !Cfg::kReduceAsStore) {
                 ptx::tma_reduce_add_2d(tma_d, staging + atom * 64 * Slots::kAtomBytes, col0, row0);
               } else {
                 ptx::tma_store_2d(tma_d, staging + atom * 64 * Slots::kAtomBytes, col0, row0);

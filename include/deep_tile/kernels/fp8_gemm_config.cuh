@@ -86,6 +86,34 @@ struct Fp8GemmConfig {
   static constexpr bool kTmaF32Store = kOutKind_ == 1 && (kCKind_ == 0 || (kCKind_ == 3 && kBScale1D_)) &&
                                        kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
   static constexpr bool kTmaF32Reduce = kTmaF32Store && kCKind_ == 3;
+  // D asked of L2 ahead of the reduce-add (kTmaF32Reduce): for a tile of at most
+  // kPrefetchDMaxKBlocks k-blocks, the producer asks L2 for each consumer warpgroup's first sub-tile
+  // of D as it issues the tile's k-block kb_end - 1 - kPrefetchDAhead. That is the sub-tile the
+  // warpgroup waits on (the unit must have read it out of the staging before the next one is
+  // written), and the unit's adds then find D in L2 instead of DRAM; the other sub-tiles are added
+  // while the next tile's k-loop runs. Measured, the weight gradients of bench_training's set
+  // (benchmarks/RESULTS.md, 2026-11-26 'The weight gradient's D asked of L2 ahead of its
+  // reduce-add'): at 4096 tokens (32 k-blocks) 1.041x (H100) and 1.029x (H200) the kernel without
+  // it, every shape faster; at 8192 1.006x; at 16384 within 0.2% either way (not asked for). Asking
+  // for every sub-tile was 4-5% slower at 8192 tokens and 3-5% at 16384 (L2 too short to hold them
+  // beside the operands), asking for the rest as the epilogue starts no faster.
+  // DT_PREFETCH_D_MAX_KBLOCKS (0: never) and DT_PREFETCH_D_AHEAD override them for measurements;
+  // DT_REDUCE_AS_STORE=1 stores the sums instead of adding them (a wrong D: the write-only bound).
+#ifdef DT_PREFETCH_D_MAX_KBLOCKS
+  static constexpr int kPrefetchDMaxKBlocks = kTmaF32Reduce ? DT_PREFETCH_D_MAX_KBLOCKS : 0;
+#else
+  static constexpr int kPrefetchDMaxKBlocks = kTmaF32Reduce ? 64 : 0;
+#endif
+#ifdef DT_PREFETCH_D_AHEAD
+  static constexpr int kPrefetchDAhead = DT_PREFETCH_D_AHEAD;
+#else
+  static constexpr int kPrefetchDAhead = 1;
+#endif
+#ifdef DT_REDUCE_AS_STORE
+  static constexpr bool kReduceAsStore = DT_REDUCE_AS_STORE != 0;
+#else
+  static constexpr bool kReduceAsStore = false;
+#endif
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
   // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read

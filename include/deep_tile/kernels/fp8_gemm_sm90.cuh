@@ -82,7 +82,7 @@ DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Schedule
 template <class Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
                              const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched,
-                             const TmaDescriptor* tma_b_scale) {
+                             const TmaDescriptor* tma_b_scale, const TmaDescriptor* tma_d) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
   const u32 stage_tx_bytes = sched.stage_tx_bytes();
   const WorkRange work = sched.work();
@@ -129,6 +129,15 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       }
       if constexpr (Cfg::kBScale1D) {  // [block_n] of K block kb
         ptx::tma_load_2d(smem.b_scale + state.index * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
+      }
+      if constexpr (Cfg::kPrefetchDMaxKBlocks > 0) {  // the reduce-add's D, asked of L2 ahead
+        const bool ahead = kb == max_int(kb_begin, kb_end - 1 - Cfg::kPrefetchDAhead);
+        if (ahead && kb_end - kb_begin <= Cfg::kPrefetchDMaxKBlocks) {
+#pragma unroll
+          for (int wg = 0; wg < Cfg::kNumMathWarpgroups; ++wg) {
+            prefetch_d_first_subtile<Cfg>(tma_d, wg, tile.m0, tile.n0, tile.m_end, sched.n);
+          }
+        }
       }
       state.advance();
     }
@@ -443,7 +452,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, tma_b_scale);
+      producer_loop<Cfg>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, tma_b_scale, &tma_d);
       trace::stamp<trace::kLastIssue>();
       // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
       // this grid leaves free (its wait still waits for this grid to complete).
