@@ -16,8 +16,8 @@ from deep_tile.select.api import explain, get_config
 from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, tile_shapes
 from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_bytes, table_grid_size, table_rounds,
                                    wgmma_efficiency)
-from deep_tile.select.selector import (SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N, TIE_TOLERANCE,
-                                      UNSPLIT_TOLERANCE, overlaps_promotion)
+from deep_tile.select.selector import (ONE_SUBTILE_TOLERANCE, SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N,
+                                      TIE_TOLERANCE, UNSPLIT_TOLERANCE, overlaps_promotion)
 from deep_tile.problem import Problem, ProblemKind
 from conftest import run_python
 
@@ -175,6 +175,37 @@ def test_an_unsplit_stream_within_tolerance_goes_before_an_hbm_bound_split():
     assert select_config(Problem(64, 7168, 16384), 132).label == "64x64 s13 x2 ef"
     text = explain_text(Problem(1, 7168, 16384), 132, chip=arch.CHIPS["H200"])
     assert "an unsplit candidate as wide as its B boxes need, on as many CTAs, within 4% goes first" in text
+
+
+def test_the_in_place_weight_gradient_takes_one_sub_tile_per_warpgroup():
+    # The dense 1D1D GEMM accumulated in place into FP32 (the weight gradient): a one-buffer 128-row
+    # tile with one sub-tile per warpgroup within ONE_SUBTILE_TOLERANCE of the model's first goes
+    # first (benchmarks/RESULTS.md, 2026-11-26 'One sub-tile per warpgroup for the in-place weight
+    # gradient': 24576x1536 at 4096 tokens 128x192 339.6 -> 328.3 us on an H100).
+    def wgrad(m, n, tokens, **kwargs):
+        return Problem(m, n, tokens, **{**dict(out_dtype="float32", c_dtype="out", b_scale_1d=True), **kwargs})
+
+    for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+        for tokens in (4096, 16384):
+            for (m, n), label in (((24576, 1536), "128x192"), ((7168, 16384), "128x192"), ((4096, 7168), "128x160"),
+                                  ((2112, 7168), "128x192")):
+                cfg = select_config(wgrad(m, n, tokens), 132, chip=chip)
+                assert cfg.label.startswith(label + " ") and cfg.num_subtiles == 1 and cfg.accum_buffers == 1
+                ranked = rank_candidates(wgrad(m, n, tokens), 132, chip=chip)
+                fastest = min(ranked, key=lambda e: e.time_s)
+                assert ranked[0].time_s <= fastest.time_s * (1 + ONE_SUBTILE_TOLERANCE)
+            # further than the tolerance (32768x512: 128x192 wastes a third of its last column of
+            # tiles), and where the model's first already has one sub-tile, the ranking stands
+            for m, n in ((32768, 512), (7168, 2048)):
+                assert select_config(wgrad(m, n, tokens), 132, chip=chip) == select_config(
+                    wgrad(m, n, tokens, c_dtype=None), 132, chip=chip)
+            # other outputs of the same shapes keep the model's first
+            for kwargs in (dict(c_dtype=None), dict(out_dtype="bfloat16", c_dtype=None), dict(b_scale_1d=False)):
+                problem = wgrad(24576, 1536, tokens, **kwargs)
+                cfg = select_config(problem, 132, chip=chip)
+                assert cfg.num_subtiles == 2, (kwargs, cfg.label)
+    text = explain_text(wgrad(24576, 1536, 4096), 132, chip=arch.CHIPS["H200"])
+    assert "a 128-row one-buffer tile with one sub-tile per warpgroup within 10% goes first" in text
 
 
 def test_few_tiles_are_split_along_k():

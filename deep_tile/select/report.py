@@ -10,8 +10,9 @@ from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, Estimate, averages_over_counts, min_bytes
-from deep_tile.select.selector import (SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS,
-                                      config_from_estimate, rank_candidates)
+from deep_tile.select.selector import (ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
+                                      WIDE_TILE_MIN_K_BLOCKS, accumulates_weight_gradient, config_from_estimate,
+                                      rank_candidates)
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -109,7 +110,7 @@ def _model_lines(problem, e: Estimate, chip: ChipFacts) -> list:
     ]
 
 
-def _runner_up_lines(ranked: tuple) -> list:
+def _runner_up_lines(ranked: tuple, problem) -> list:
     best = ranked[0]
     lines = [f"runners-up (of {len(ranked)} candidates):"]
     seen = {best.candidate.label}
@@ -127,7 +128,13 @@ def _runner_up_lines(ranked: tuple) -> list:
     if not faster:
         return lines
     lead = f"  ({faster[0].candidate.label} is predicted faster by {(1 - faster[0].time_s / best.time_s) * 100:.1f}%"
-    if best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
+    c = best.candidate
+    if (accumulates_weight_gradient(problem) and family.num_subtiles(c.block_m, c.block_n, c.wgmma_n) == 1
+            and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
+        lines.append(f"{lead}, but the weight gradient accumulated in place makes a warpgroup with several "
+                     f"sub-tiles wait for the TMA unit to read each out of its staging, and a 128-row one-buffer "
+                     f"tile with one sub-tile per warpgroup within {ONE_SUBTILE_TOLERANCE:.0%} goes first)")
+    elif best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
         lines.append(f"{lead}, but its k-loop is latency-bound, and a split-K candidate within "
                      f"{SPLIT_TOLERANCE:.0%} goes first: the model overprices halving that chain)")
     elif (best.candidate.split_k == 1 and faster[0].bound == "hbm" and faster[0].candidate.split_k > 1
@@ -179,5 +186,5 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     lines += _smem_lines(cfg, max_smem)
     lines += _register_lines(cfg)
     lines += _model_lines(problem, best, chip)
-    lines += _runner_up_lines(ranked)
+    lines += _runner_up_lines(ranked, problem)
     return "\n".join(lines)

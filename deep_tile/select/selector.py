@@ -35,7 +35,7 @@ from deep_tile.select.cost import Estimate, estimate, grid_size
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
-           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
+           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
            "RASTER_WIDTH", "check_positive_int"]
 
@@ -116,7 +116,45 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
-    return _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
+    ranked = _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
+    return _one_subtile_first(ranked) if accumulates_weight_gradient(problem) else ranked
+
+
+def accumulates_weight_gradient(problem: Problem) -> bool:
+    """Whether ``problem`` is the dense 1D1D GEMM accumulated in place into an FP32 output (the
+    weight gradient added to a main gradient), whose ranking :func:`_one_subtile_first` amends."""
+    return (problem.kind is ProblemKind.DENSE and problem.b_scale_1d and problem.out_dtype == "float32"
+            and problem.c_dtype == "out")
+
+
+ONE_SUBTILE_TOLERANCE = 0.10
+"""How much slower than the first choice an unsplit tile with one sub-tile per consumer warpgroup
+may be predicted and still go first for the in-place weight gradient (:func:`_one_subtile_first`)."""
+
+
+def _one_subtile_first(ranked: tuple) -> tuple:
+    """``ranked`` with the first unsplit one-buffer candidate whose consumer warpgroups hold one
+    sub-tile each (``family.num_subtiles`` 1: 128 rows, one column part) first, when the first has several and
+    that one is predicted within :data:`ONE_SUBTILE_TOLERANCE` of it. The in-place FP32 epilogue
+    (the TMA unit's reduce-add through one 64-row staging per warpgroup) makes a warpgroup with
+    several sub-tiles wait for the unit to read each before it stages the next; with one, the
+    wait falls in the next tile's k-loop. The model sees neither that nor the stages the staging
+    costs.
+
+    Measured: benchmarks/RESULTS.md, "Selector rules", one sub-tile per warpgroup for the
+    in-place weight gradient (selector._one_subtile_first).
+    """
+    def one(c) -> bool:
+        return family.num_subtiles(c.block_m, c.block_n, c.wgmma_n) == 1 and c.block_m == 128
+
+    best = ranked[0]
+    if one(best.candidate):
+        return ranked
+    for e in ranked[1:]:
+        c = e.candidate
+        if one(c) and c.accum_buffers == 1 and c.split_k == 1 and e.time_s <= best.time_s * (1 + ONE_SUBTILE_TOLERANCE):
+            return (e,) + tuple(x for x in ranked if x is not e)
+    return ranked
 
 
 SPLIT_TOLERANCE = 0.07
