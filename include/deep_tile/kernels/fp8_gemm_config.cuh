@@ -94,9 +94,10 @@ struct Fp8GemmConfig {
   // while the next tile's k-loop runs. Measured, the weight gradients of bench_training's set
   // (benchmarks/RESULTS.md, 2026-11-26 'The weight gradient's D asked of L2 ahead of its
   // reduce-add'): at 4096 tokens (32 k-blocks) 1.041x (H100) and 1.029x (H200) the kernel without
-  // it, every shape faster; at 8192 1.006x; at 16384 within 0.2% either way (not asked for). Asking
-  // for every sub-tile was 4-5% slower at 8192 tokens and 3-5% at 16384 (L2 too short to hold them
-  // beside the operands), asking for the rest as the epilogue starts no faster.
+  // it, every shape faster; at 8192 1.006x (H100); at 16384 not asked for (asked for: 1.001x in
+  // geomean, 0.985-1.014 per shape, H200). Asking for every sub-tile was up to 5% slower at 8192
+  // and 16384 tokens (L2 too short to hold them beside the operands), asking for the rest as the
+  // epilogue starts no faster.
   // DT_PREFETCH_D_MAX_KBLOCKS (0: never) and DT_PREFETCH_D_AHEAD override them for measurements;
   // DT_REDUCE_AS_STORE=1 stores the sums instead of adding them (a wrong D: the write-only bound).
 #ifdef DT_PREFETCH_D_MAX_KBLOCKS
