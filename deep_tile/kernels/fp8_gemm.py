@@ -152,7 +152,7 @@ def k_grouped_multicast_allowed(problem, block_m: int, block_n: int) -> bool:
     each group has an even number of tiles, so the two tiles of every pair (tile indices 2i and
     2i + 1, group after group) are of one group, with one K range (the kernel's pairs run their
     k-blocks in step and release each other's stages)."""
-    return -(-problem.m // block_m) * -(-problem.n // block_n) % 2 == 0
+    return ceil_div(problem.m, block_m) * ceil_div(problem.n, block_n) % 2 == 0
 
 
 def epilogue_barriers(config) -> int:

@@ -12,7 +12,7 @@ from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
                                       WIDE_TILE_MIN_K_BLOCKS, accumulates_weight_gradient, config_from_estimate,
-                                      rank_candidates)
+                                      one_subtile_per_warpgroup, rank_candidates)
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -128,8 +128,7 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
     if not faster:
         return lines
     lead = f"  ({faster[0].candidate.label} is predicted faster by {(1 - faster[0].time_s / best.time_s) * 100:.1f}%"
-    c = best.candidate
-    if (accumulates_weight_gradient(problem) and family.num_subtiles(c.block_m, c.block_n, c.wgmma_n) == 1
+    if (accumulates_weight_gradient(problem) and one_subtile_per_warpgroup(best.candidate)
             and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
         lines.append(f"{lead}, but the weight gradient accumulated in place makes a warpgroup with several "
                      f"sub-tiles wait for the TMA unit to read each out of its staging, and a 128-row one-buffer "

@@ -35,7 +35,7 @@ from deep_tile.select.cost import Estimate, estimate, grid_size
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
-           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
+           "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
            "RASTER_WIDTH", "check_positive_int"]
 
@@ -127,6 +127,12 @@ def accumulates_weight_gradient(problem: Problem) -> bool:
             and problem.c_dtype == "out")
 
 
+def one_subtile_per_warpgroup(c) -> bool:
+    """Whether candidate ``c``'s tile has 128 rows and one sub-tile (64-row slab, one column part)
+    per consumer warpgroup (:func:`_one_subtile_first`)."""
+    return c.block_m == 128 and family.num_subtiles(c.block_m, c.block_n, c.wgmma_n) == 1
+
+
 ONE_SUBTILE_TOLERANCE = 0.10
 """How much slower than the first choice an unsplit tile with one sub-tile per consumer warpgroup
 may be predicted and still go first for the in-place weight gradient (:func:`_one_subtile_first`)."""
@@ -144,15 +150,12 @@ def _one_subtile_first(ranked: tuple) -> tuple:
     Measured: benchmarks/RESULTS.md, "Selector rules", one sub-tile per warpgroup for the
     in-place weight gradient (selector._one_subtile_first).
     """
-    def one(c) -> bool:
-        return family.num_subtiles(c.block_m, c.block_n, c.wgmma_n) == 1 and c.block_m == 128
-
     best = ranked[0]
-    if one(best.candidate):
+    if one_subtile_per_warpgroup(best.candidate):
         return ranked
     for e in ranked[1:]:
         c = e.candidate
-        if one(c) and c.accum_buffers == 1 and c.split_k == 1 and e.time_s <= best.time_s * (1 + ONE_SUBTILE_TOLERANCE):
+        if one_subtile_per_warpgroup(c) and c.accum_buffers == 1 and c.split_k == 1 and e.time_s <= best.time_s * (1 + ONE_SUBTILE_TOLERANCE):
             return (e,) + tuple(x for x in ranked if x is not e)
     return ranked
 
