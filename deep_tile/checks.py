@@ -489,8 +489,8 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
                    b_scale_1d=kind is ProblemKind.K_GROUPED)
 
 
-def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None, *,
-                       data_checks: bool = True) -> Problem:
+def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None, *, c=None,
+                       accumulate: bool = False, out_dtype=None, data_checks: bool = True) -> Problem:
     """Validate the arguments of a grouped (Mixture-of-Experts) GEMM and return its
     :class:`deep_tile.problem.Problem` (``kind`` one of the grouped ProblemKinds).
 
@@ -504,6 +504,12 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     offsets and psum kinds take at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` groups.
     ``expected_m`` (masked only): an int >= 0, a hint for the selector.
 
+    The output variants (as :func:`check_fp8_gemm_acc_args` checks the dense ones): ``out`` bf16
+    or float32 (``out_dtype``, when given, its dtype; without ``out`` the type to allocate, bf16
+    by default); ``c`` None or a bf16 / float32 addend of ``out``'s shape and layout rules;
+    ``accumulate=True``: C is ``out`` itself (``out`` given, ``c`` None). With C or an FP32
+    output, ``out`` must share no memory with the operands, ``info`` or ``c``.
+
     A symbolic ``M`` (fake tensors, contiguous, offsets and psum kinds) stays symbolic, as in
     :func:`check_fp8_gemm_args`. Raises TypeError / ValueError naming the public function and
     the argument, before anything is allocated or written.
@@ -512,17 +518,22 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
 
     fn, info_name = GROUPED_FUNCTIONS[kind.value], _INFO_NAMES[kind.value]
     masked = kind is ProblemKind.GROUPED_MASKED
-    named = (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), (info_name, info), ("out", out))
+    named = (("a", a), ("a_scale", a_scale), ("b", b), ("b_scale", b_scale), (info_name, info), ("out", out),
+             ("c", c))
     for name, x in named:
-        if not isinstance(x, torch.Tensor) and (x is not None or name != "out"):
+        if not isinstance(x, torch.Tensor) and (x is not None or name not in ("out", "c")):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}")
+    if not isinstance(accumulate, bool):
+        raise TypeError(f"{fn}: accumulate must be a bool; got {type(accumulate).__name__}")
+    if accumulate and (c is not None or out is None):
+        raise ValueError(f"{fn}: accumulate=True adds out to itself: it needs out and no separate c")
+    out_dtype = _output_dtype(fn, out, out_dtype, c, torch.bfloat16)
     for name, x, dtype in (("a", a, torch.float8_e4m3fn), ("b", b, torch.float8_e4m3fn), ("a_scale", a_scale, torch.float32),
-                           ("b_scale", b_scale, torch.float32), (info_name, info, torch.int32), ("out", out, torch.bfloat16)):
-        if x is not None:
-            _require_dtype(name, x, dtype, fn)
+                           ("b_scale", b_scale, torch.float32), (info_name, info, torch.int32)):
+        _require_dtype(name, x, dtype, fn)
     a_dims = 3 if masked else 2
     for name, x, dims in (("a", a, a_dims), ("a_scale", a_scale, a_dims), ("b", b, 3), ("b_scale", b_scale, 3),
-                          (info_name, info, 1), ("out", out, a_dims)):
+                          (info_name, info, 1), ("out", out, a_dims), ("c", c, a_dims)):
         if x is not None:
             _require_2d(name, x, fn, dims)
 
@@ -553,12 +564,12 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     else:
         extra = 1 if kind is ProblemKind.GROUPED_OFFSETS else 0
         _require_shape(info_name, info, (num_groups + extra,), "(num_groups + 1,)" if extra else "(num_groups,)", fn)
-    if out is not None:
-        require_rows("out", out, lead + (n,), f"{words}n)", fn)
+    for name, x in (("out", out), ("c", c)):
+        if x is not None:
+            require_rows(name, x, lead + (n,), f"{words}n)", fn)
 
-    for name, x, multiple, what in (("a", a, 16, "k"), ("b", b, 16, "k"), ("out", out, 8, "n")):
-        if x is None:
-            continue
+    outputs = tuple((name, x, 16 // x.element_size(), "n") for name, x in (("out", out), ("c", c)) if x is not None)
+    for name, x, multiple, what in (("a", a, 16, "k"), ("b", b, 16, "k")) + outputs:
         flat = x
         if x.dim() == 3:
             groups, rows, cols = x.shape
@@ -570,9 +581,18 @@ def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None,
     if info.numel() > 1 and info.stride(0) != 1:
         raise ValueError(f"{fn}: {info_name} must be contiguous; got stride {shown(info.stride(0))}")
     expected = _masked_expected_m(fn, expected_m, m) if masked else None
+    variant = c is not None or accumulate or out_dtype != torch.bfloat16
     if data_checks:
+        if variant and out is not None:  # aliasing first: the native path's fast check refuses it on any device
+            if c is not None and _same_view(c, out):
+                raise ValueError(f"{fn}: c is out: pass it as accumulate=True ({fn} does so)")
+            _require_no_overlap(fn, out, named[:5] + (("c", c),))
         _require_device(fn, named)
-    return Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)
+    problem = Problem(m, n, k, kind=kind, num_groups=num_groups, expected_m=expected)
+    if not variant:
+        return problem
+    c_dtype = "out" if accumulate else (None if c is None else OUT_DTYPE_NAMES[str(c.dtype).removeprefix("torch.")])
+    return problem.with_output(OUT_DTYPE_NAMES[str(out_dtype).removeprefix("torch.")], c_dtype)
 
 
 K_GROUPED_FN = "k_grouped_fp8_gemm_1d1d"

@@ -104,6 +104,9 @@ def _fp8_gemm_acc(a, a_scale, b, b_scale, out, c, out_dtype, b_scale_1d=False):
     ``fp8_gemm_1d1d`` / ``_out``)."""
     accumulate = c is not None and out is not None and c is out
     new, into = (ops.fp8_gemm_1d1d, ops.fp8_gemm_1d1d_out) if b_scale_1d else (ops.fp8_gemm_acc, ops.fp8_gemm_acc_out)
+    if out is not None and out_dtype is not None:  # the _out op takes no out_dtype: check it here
+        check_fp8_gemm_acc_args(a, a_scale, b, b_scale, None if accumulate else c, accumulate, out, out_dtype,
+                                data_checks=False, b_scale_1d=b_scale_1d)
     try:
         if out is None:
             return new(a, a_scale, b, b_scale, c, out_dtype or torch.bfloat16)

@@ -21,6 +21,12 @@ replays with new counts (same tensors, new contents). ``M`` and the counts are r
 of one kernel; the selector picks its tiles from ``M`` (contiguous, offsets) or ``expected_m``
 (masked). Rows that belong to no expert (padding, past ``masked_m``, outside the offsets) are
 never written: when ``out`` is allocated by the call they hold whatever the allocator gave.
+
+Output variants (training: a MoE layer's gradients in FP32, or a residual added): every function
+but :func:`m_grouped_fp8_gemm_masked_signal` takes ``out`` in bf16 or FP32 (``out_dtype`` when it
+is allocated) and an optional addend ``c`` (bf16 or FP32, ``out``'s shape): ``out = c + A.B^T``
+on the real rows, added in FP32 and rounded once; ``c=out`` accumulates in place. These run the
+op pair ``torch.ops.deep_tile.m_grouped_fp8_gemm_acc`` / ``_acc_out`` (the kind an argument).
 Each function is a torch custom op (``torch.ops.deep_tile.m_grouped_fp8_gemm_*``, with ``_out``
 variants) with a fake implementation, so torch.compile traces it without a graph break; like
 :func:`deep_tile.fp8_gemm` it runs on the native host path once that is built
@@ -50,8 +56,10 @@ def get_m_alignment_for_contiguous_layout() -> int:
 
 
 def m_grouped_fp8_gemm_contiguous(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-                                  m_indices: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``out[i] = (a[i] * a_scale[i]) @ (b[e] * b_scale[e]).T`` with ``e = m_indices[i]``, in bf16.
+                                  m_indices: torch.Tensor, out: torch.Tensor | None = None, *,
+                                  c: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``out[i] = (a[i] * a_scale[i]) @ (b[e] * b_scale[e]).T`` with ``e = m_indices[i]``, in bf16
+    (or FP32, and ``+ c[i]``: the output variants below).
 
     Args:
         a: [M, K] float8_e4m3fn, K contiguous, 16-byte rows (as :func:`deep_tile.fp8_gemm`).
@@ -64,27 +72,38 @@ def m_grouped_fp8_gemm_contiguous(a: torch.Tensor, a_scale: torch.Tensor, b: tor
             padding rows. Each expert's rows must be one run starting at a multiple of
             :func:`get_m_alignment_for_contiguous_layout` (a run's padding rows after its real
             ones in the same 128-row block); rows after the last run may be padding.
-        out: optional [M, N] bfloat16, N contiguous, 16-byte rows; allocated when None.
+        out: optional [M, N] bfloat16 or float32, N contiguous, 16-byte rows, 16-byte aligned;
+            allocated when None (of ``out_dtype``, default bfloat16).
+        c: optional [M, N] bfloat16 or float32 addend laid out as ``out`` must be:
+            ``out = c + A.B^T`` on the real rows, added in FP32 and rounded once to out's type.
+            ``c=out`` accumulates in place; otherwise ``c`` must not overlap ``out``.
+        out_dtype: ``torch.bfloat16`` or ``torch.float32`` when ``out`` is None (given with
+            ``out``, it must be ``out.dtype``).
 
     Returns:
-        ``out``. Padding rows are not written. An id out of range is padding, never an
-        out-of-bounds read. Bad arguments raise TypeError/ValueError naming this function before
-        anything is written; the kernel runs on the current stream, without a host sync.
+        ``out``. Padding rows are not written (with ``c``, they are not copied from it either).
+        An id out of range is padding, never an out-of-bounds read. Bad arguments raise
+        TypeError/ValueError naming this function before anything is written; the kernel runs on
+        the current stream, without a host sync. With an FP32 ``out`` or ``c`` this is the custom
+        op ``torch.ops.deep_tile.m_grouped_fp8_gemm_acc`` / ``_acc_out`` (``c`` that is ``out``
+        passed as ``accumulate=True``); ``out`` must then share no memory with the inputs.
     """
-    return _call(ProblemKind.GROUPED_CONTIGUOUS, (a, a_scale, b, b_scale, m_indices), (), out)
+    return _call(ProblemKind.GROUPED_CONTIGUOUS, (a, a_scale, b, b_scale, m_indices), (), out, c, out_dtype)
 
 
 def m_grouped_fp8_gemm_offsets(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
-                               offsets: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+                               offsets: torch.Tensor, out: torch.Tensor | None = None, *,
+                               c: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """:func:`m_grouped_fp8_gemm_contiguous` with the experts' rows given by offsets, no padding.
 
     ``offsets``: int32 [G + 1] on the GPU; expert ``g`` owns rows ``offsets[g] .. offsets[g+1]-1``
     of ``a`` and ``out`` (any start; an empty range is an expert without rows). Rows outside every
     range are not written. Values are clamped into ``[0, M]`` on the device (never an
     out-of-bounds access); overlapping ranges are the caller's error. At most 512 experts
-    (:data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS`). Other arguments as the contiguous GEMM.
+    (:data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS`). Other arguments (``out``, ``c``,
+    ``out_dtype`` included) as the contiguous GEMM.
     """
-    return _call(ProblemKind.GROUPED_OFFSETS, (a, a_scale, b, b_scale, offsets), (), out)
+    return _call(ProblemKind.GROUPED_OFFSETS, (a, a_scale, b, b_scale, offsets), (), out, c, out_dtype)
 
 
 def psum_to_m_indices(expert_ends: torch.Tensor, m: int, alignment: int = M_ALIGNMENT) -> torch.Tensor:
@@ -109,7 +128,8 @@ def psum_to_m_indices(expert_ends: torch.Tensor, m: int, alignment: int = M_ALIG
 
 def m_grouped_fp8_gemm_psum(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                             expert_ends: torch.Tensor, alignment: int = M_ALIGNMENT,
-                            out: torch.Tensor | None = None) -> torch.Tensor:
+                            out: torch.Tensor | None = None, *, c: torch.Tensor | None = None,
+                            out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """:func:`m_grouped_fp8_gemm_contiguous` with the experts' rows given as DeepGEMM's psum layout.
 
     ``expert_ends``: int32 [G] on the GPU, G = ``b.shape[0]``: expert ``g`` owns rows
@@ -125,7 +145,7 @@ def m_grouped_fp8_gemm_psum(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
     each expert's tiles together, as the offsets kind does (``torch.ops.deep_tile.m_grouped_fp8_gemm_psum``);
     other alignments run :func:`psum_to_m_indices` (one small kernel) and the contiguous kernel.
     Either way on the current stream without a host sync, so a CUDA graph replays it with new
-    ends. Other arguments and errors as the contiguous GEMM.
+    ends. Other arguments (``out``, ``c``, ``out_dtype`` included) and errors as the contiguous GEMM.
     """
     fn = "m_grouped_fp8_gemm_psum"
     _check_psum_args(fn, expert_ends, alignment)
@@ -133,14 +153,14 @@ def m_grouped_fp8_gemm_psum(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
         raise ValueError(f"{fn}: expert_ends must have one entry per expert, {b.shape[0]} (b.shape[0]); "
                          f"got {expert_ends.numel()}.")
     if alignment == M_ALIGNMENT:
-        return _call(ProblemKind.GROUPED_PSUM, (a, a_scale, b, b_scale, expert_ends), (), out)
+        return _call(ProblemKind.GROUPED_PSUM, (a, a_scale, b, b_scale, expert_ends), (), out, c, out_dtype)
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         check_grouped_args(ProblemKind.GROUPED_CONTIGUOUS, a, a_scale, b, b_scale, None, out, data_checks=False)
     from deep_tile.moe_layout import psum_to_m_indices_into
 
     m_indices = torch.empty(a.shape[0], dtype=torch.int32, device=expert_ends.device)
     psum_to_m_indices_into(expert_ends, m_indices, alignment)
-    return m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices, out)
+    return m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices, out, c=c, out_dtype=out_dtype)
 
 
 def _check_psum_args(fn: str, expert_ends, alignment) -> None:
@@ -157,7 +177,8 @@ def _check_psum_args(fn: str, expert_ends, alignment) -> None:
 
 def m_grouped_fp8_gemm_masked(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                               masked_m: torch.Tensor, expected_m: int,
-                              out: torch.Tensor | None = None) -> torch.Tensor:
+                              out: torch.Tensor | None = None, *, c: torch.Tensor | None = None,
+                              out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """``out[g, r] = (a[g, r] * a_scale[g, r]) @ (b[g] * b_scale[g]).T`` for ``r < masked_m[g]``.
 
     Args:
@@ -170,12 +191,14 @@ def m_grouped_fp8_gemm_masked(a: torch.Tensor, a_scale: torch.Tensor, b: torch.T
         masked_m: int32 [G] on the GPU: the real rows of each group (clamped to ``[0, max_m]``).
         expected_m: an int >= 0, the rows a group is expected to have: a hint for the selector
             only (no kernel per value).
-        out: optional [G, max_m, N] bfloat16; allocated when None.
+        out: optional [G, max_m, N] bfloat16 or float32 (the groups one after another); allocated
+            when None (of ``out_dtype``, default bfloat16).
+        c, out_dtype: as :func:`m_grouped_fp8_gemm_contiguous`, ``c`` [G, max_m, N].
 
     Returns:
         ``out``; rows ``r >= masked_m[g]`` are not written.
     """
-    return _call(ProblemKind.GROUPED_MASKED, (a, a_scale, b, b_scale, masked_m), (expected_m,), out)
+    return _call(ProblemKind.GROUPED_MASKED, (a, a_scale, b, b_scale, masked_m), (expected_m,), out, c, out_dtype)
 
 
 SIGNAL_MIN_ROWS = 64
@@ -248,19 +271,34 @@ def m_grouped_fp8_gemm_masked_signal(a: torch.Tensor, a_scale: torch.Tensor, b: 
     return out, family.signal_rows(plan.config), family.signal_threshold(plan.config, problem.n)
 
 
-def _call(kind: ProblemKind, tensors: tuple, hints: tuple, out):
-    """Run the custom op of ``kind`` (its ``_out`` form when ``out`` is given). Arguments the op's
-    schema refuses before any check runs (non-tensors, a non-int expected_m) raise deep_tile's
-    own TypeError/ValueError instead of the dispatcher's message."""
-    name = "m_" + kind.value.replace("grouped_", "grouped_fp8_gemm_")
+def _call(kind: ProblemKind, tensors: tuple, hints: tuple, out, c=None, out_dtype=None):
+    """Run the custom op of ``kind`` (its ``_out`` form when ``out`` is given), or the output
+    variants' ``m_grouped_fp8_gemm_acc`` / ``_acc_out`` when there is a ``c``, an ``out_dtype``
+    or an ``out`` that is not bf16 (``c`` that is ``out`` passed as ``accumulate``). Arguments the
+    op's schema refuses before any check runs (non-tensors, a non-int expected_m) raise
+    deep_tile's own TypeError/ValueError instead of the dispatcher's message."""
+    variant = c is not None or out_dtype is not None or (isinstance(out, torch.Tensor) and out.dtype != torch.bfloat16)
+    accumulate = variant and c is not None and out is not None and c is out
+    addend = None if accumulate else c
+    if variant and out is not None and out_dtype is not None:  # the _out op takes no out_dtype: check it here
+        check_grouped_args(kind, *tensors, out, *hints, c=addend, accumulate=accumulate, out_dtype=out_dtype,
+                           data_checks=False)
     try:
+        if variant:
+            expected_m = hints[0] if hints else None
+            if out is None:
+                return ops.m_grouped_fp8_gemm_acc(kind.value, *tensors, expected_m, addend, out_dtype or torch.bfloat16)
+            ops.m_grouped_fp8_gemm_acc_out(kind.value, *tensors, expected_m, addend, accumulate, out)
+            return out
+        name = "m_" + kind.value.replace("grouped_", "grouped_fp8_gemm_")
         if out is None:
             return getattr(ops, name)(*tensors, *hints)
         getattr(ops, name + "_out")(*tensors, *hints, out)
         return out
     except (TypeError, RuntimeError):
         try:
-            check_grouped_args(kind, *tensors, out, *hints, data_checks=False)
+            check_grouped_args(kind, *tensors, out, *hints, c=addend, accumulate=accumulate, out_dtype=out_dtype,
+                               data_checks=False)
         except (TypeError, ValueError) as error:
             failure = error
         else:

@@ -100,25 +100,29 @@ def _plan_and_launch(problem, operands: tuple, device, config, extra_defines) ->
 
 
 def run_grouped(kind: ProblemKind, a, a_scale, b, b_scale, info, out, expected_m=None, config=None,
-                extra_defines=None):
+                extra_defines=None, *, c=None, accumulate=False, out_dtype=None):
     """A grouped (Mixture-of-Experts) GEMM of ``kind`` on the Python host path: the arguments of
-    :mod:`deep_tile.grouped`'s functions (``info``: m_indices, offsets or masked_m), with an
-    optional forced KernelConfig and extra defines (tests, sweeps). Returns ``out``."""
-    problem = check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m)
+    :mod:`deep_tile.grouped`'s functions (``info``: m_indices, offsets or masked_m; the output
+    variants' ``c``, ``accumulate`` (C is ``out``) and ``out_dtype`` as
+    :func:`deep_tile.checks.check_grouped_args` takes them), with an optional forced KernelConfig
+    and extra defines (tests, sweeps). Returns ``out``."""
+    problem = check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m, c=c, accumulate=accumulate,
+                                 out_dtype=out_dtype)
     device = a.device
     if out is None:
-        out = torch.empty(tuple(a.shape[:-1]) + (problem.n,), dtype=torch.bfloat16, device=device)
+        out = torch.empty(tuple(a.shape[:-1]) + (problem.n,), dtype=getattr(torch, problem.out_dtype), device=device)
     if problem.rows == 0:
         return out
     with torch.cuda.device(device):
-        problem, operands = grouped_operands(problem, a, a_scale, b, b_scale, info, out)
+        problem, operands = grouped_operands(problem, a, a_scale, b, b_scale, info, out, c)
         _plan_and_launch(problem, operands, device, config, extra_defines)
     return out
 
 
-def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
+def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tuple:
     """``(problem, operands)``: the grouped kernel's operands
-    (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`) as 2-D views of checked arguments, and
+    (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`; then C for an output variant: ``c``, or
+    ``out`` itself when accumulating or without C) as 2-D views of checked arguments, and
     the problem with the a_scale layout the kernel reads (:func:`deep_tile.layouts.grouped_reads_row_major`:
     row-major where it can, else the TMA-aligned column-major one, copied into it when needed).
     The native path makes the same views in C++ (``views_of`` in deep_tile/native/csrc/grouped_op.cpp;
@@ -143,7 +147,10 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out) -> tuple:
         scale2 = a_scale
     else:
         scale2 = get_tma_aligned_a_scale(a_scale)
-    return problem, (a2, scale2, b2, b_scale.contiguous(), out2, info)
+    operands = (a2, scale2, b2, b_scale.contiguous(), out2, info)
+    if problem.out_dtype != "bfloat16" or problem.c_dtype is not None:
+        operands += (out2 if c is None else c.as_strided((rows, n), (c.stride(-2), 1)),)
+    return problem, operands
 
 
 def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dtype=None, accumulate=False,

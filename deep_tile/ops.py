@@ -17,6 +17,10 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
   the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.k_grouped`);
 - ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}`` and their ``_out`` variants: the
   Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
+- ``m_grouped_fp8_gemm_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype) -> Tensor``
+  and ``m_grouped_fp8_gemm_acc_out(kind, ..., expected_m, c, accumulate, out) -> ()``: the output
+  variants of those four kinds (``kind`` a grouped ProblemKind's value; ``expected_m`` the masked
+  kind's hint, None for the others), as ``fp8_gemm_acc`` is of ``fp8_gemm``;
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
   Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents;
 - ``per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales)`` and
@@ -59,7 +63,8 @@ __all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "
            "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
            "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out",
-           "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_psum_out"]
+           "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_psum_out", "m_grouped_fp8_gemm_acc",
+           "m_grouped_fp8_gemm_acc_out"]
 
 NAMESPACE = "deep_tile"
 """The ``torch.ops`` namespace of the operators."""
@@ -95,6 +100,11 @@ SCHEMAS = {
                                 "Tensor expert_ends) -> Tensor"),
     "m_grouped_fp8_gemm_psum_out": ("m_grouped_fp8_gemm_psum_out(Tensor a, Tensor a_scale, Tensor b, "
                                     "Tensor b_scale, Tensor expert_ends, Tensor(a!) out) -> ()"),
+    "m_grouped_fp8_gemm_acc": ("m_grouped_fp8_gemm_acc(str kind, Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, "
+                               "Tensor info, int? expected_m, Tensor? c, ScalarType out_dtype) -> Tensor"),
+    "m_grouped_fp8_gemm_acc_out": ("m_grouped_fp8_gemm_acc_out(str kind, Tensor a, Tensor a_scale, Tensor b, "
+                                   "Tensor b_scale, Tensor info, int? expected_m, Tensor? c, bool accumulate, "
+                                   "Tensor(a!) out) -> ()"),
     "per_token_cast_to_fp8": "per_token_cast_to_fp8(Tensor x) -> (Tensor, Tensor)",
     "per_block_cast_to_fp8": "per_block_cast_to_fp8(Tensor w) -> (Tensor, Tensor)",
     "per_token_cast_transpose_to_fp8": ("per_token_cast_transpose_to_fp8(Tensor x, bool transpose, "
@@ -214,6 +224,49 @@ def _grouped(kind_value: str):
     return real_new, real_out, fake_new, fake_out
 
 
+def _grouped_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out, out_dtype):
+    """The M-grouped output variants (``kind``: a grouped ProblemKind's value) through the native
+    extension when it is loaded (as :func:`_gemm`), else the Python host path
+    (:func:`deep_tile.launch.run_grouped`)."""
+    extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
+    if extension is not None:
+        return extension.m_grouped_fp8_gemm_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out,
+                                                out_dtype)
+    from deep_tile.launch import run_grouped
+
+    return run_grouped(_grouped_kind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c,
+                       accumulate=accumulate, out_dtype=out_dtype)
+
+
+def _grouped_kind(value):
+    """The grouped ProblemKind of an op's ``kind`` string (ValueError for any other)."""
+    from deep_tile.problem import ProblemKind
+
+    kinds = {kind.value: kind for kind in ProblemKind if kind.grouped and kind is not ProblemKind.K_GROUPED}
+    if value not in kinds:
+        raise ValueError(f"m_grouped_fp8_gemm_acc: kind must be one of {', '.join(map(repr, kinds))}; got {value!r}")
+    return kinds[value]
+
+
+def _grouped_acc_impl(kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype):
+    return _grouped_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, False, None, out_dtype)
+
+
+def _grouped_acc_out_impl(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out):
+    _grouped_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out, None)
+
+
+def _grouped_acc_fake(kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype):
+    problem = check_grouped_args(_grouped_kind(kind), a, a_scale, b, b_scale, info, None, expected_m, c=c,
+                                 out_dtype=out_dtype, data_checks=False)
+    return a.new_empty(tuple(a.shape[:-1]) + (problem.n,), dtype=getattr(torch, problem.out_dtype))
+
+
+def _grouped_acc_out_fake(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out):
+    check_grouped_args(_grouped_kind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c, accumulate=accumulate,
+                       data_checks=False)
+
+
 def _split(args: tuple, masked: bool) -> tuple:
     """A grouped op's positional arguments before ``out`` as ``(a, a_scale, b, b_scale, info,
     expected_m)`` (expected_m None unless masked)."""
@@ -319,6 +372,8 @@ _IMPLS = {
     "fp8_gemm_1d1d_out": (_fp8_gemm_1d1d_out_impl, _fp8_gemm_1d1d_out_fake),
     "k_grouped_fp8_gemm_1d1d": (_k_grouped_impl, _k_grouped_fake),
     "k_grouped_fp8_gemm_1d1d_out": (_k_grouped_out_impl, _k_grouped_out_fake),
+    "m_grouped_fp8_gemm_acc": (_grouped_acc_impl, _grouped_acc_fake),
+    "m_grouped_fp8_gemm_acc_out": (_grouped_acc_out_impl, _grouped_acc_out_fake),
     "per_token_cast_to_fp8": (_per_token_impl, _per_token_fake),
     "per_block_cast_to_fp8": (_per_block_impl, _per_block_fake),
     "per_token_cast_transpose_to_fp8": (_cast_transpose("token_op_impl"), _cast_transpose("token_op_fake")),
@@ -390,6 +445,13 @@ m_grouped_fp8_gemm_psum = _ops.m_grouped_fp8_gemm_psum.default
 """``(a, a_scale, b, b_scale, expert_ends) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_psum`, alignment 128)."""
 m_grouped_fp8_gemm_psum_out = _ops.m_grouped_fp8_gemm_psum_out.default
 """``(a, a_scale, b, b_scale, expert_ends, out) -> None``, writes out."""
+m_grouped_fp8_gemm_acc = _ops.m_grouped_fp8_gemm_acc.default
+"""``(kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype) -> out``: an M-grouped GEMM of ``kind``
+(``"grouped_contiguous"``, ``"grouped_offsets"``, ``"grouped_masked"``, ``"grouped_psum"``) with an FP32
+output or an addend C, into a new tensor of ``out_dtype``."""
+m_grouped_fp8_gemm_acc_out = _ops.m_grouped_fp8_gemm_acc_out.default
+"""``(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out) -> None``: the same into ``out`` (C:
+``c``, or ``out`` itself when ``accumulate``, or none)."""
 k_grouped_fp8_gemm_1d1d = _ops.k_grouped_fp8_gemm_1d1d.default
 """``(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> out``: :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`
 into a new ``[G, m, n]`` tensor."""
