@@ -1,7 +1,7 @@
 """What the native extension calls back into Python for (each call under the GIL).
 
 - :func:`plan`, :func:`plan_grouped`, :func:`plan_acc` and :func:`plan_k_grouped`: the first call
-  of a problem on a device (dense, one of the M-grouped kinds, the dense GEMM's output variants and
+  of a problem on a device (dense, one of the M-grouped kinds and their output variants, the dense GEMM's output variants and
   the 1D1D GEMM, the K-grouped GEMM): the full argument check (so errors are Python's), then
   :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into what the C++
   side launches with: the kernel, the launch geometry and the plan's argument specs
@@ -32,7 +32,7 @@ from deep_tile.problem import ProblemKind
 __all__ = ["VERSION", "plan", "plan_grouped", "plan_acc", "plan_k_grouped", "python_path", "python_grouped_path",
            "python_acc_path", "python_k_grouped_path", "sms_limit", "launch_error", "report_first_launch"]
 
-VERSION = 8
+VERSION = 9
 """The bridge protocol version (``kBridgeVersion`` in csrc/module.cpp)."""
 
 
@@ -79,13 +79,16 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
     return _launch_plan(problem, a.device, limit)
 
 
-def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit: int) -> dict:
+def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit: int, c=None, accumulate=False,
+                 out_dtype=None) -> dict:
     """The launch plan of this grouped call's problem (``kind``: a grouped
     :class:`deep_tile.problem.ProblemKind` value; ``info``: m_indices, offsets, masked_m or expert_ends;
-    ``expected_m``: the masked kind's hint, else None) on ``a``'s device, with ``limit`` SMs."""
+    ``expected_m``: the masked kind's hint, else None; ``c``, ``accumulate``, ``out_dtype``: the
+    output variant) on ``a``'s device, with ``limit`` SMs."""
     from deep_tile.layouts import grouped_reads_row_major
 
-    problem = check_grouped_args(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m)
+    problem = check_grouped_args(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c,
+                                 accumulate=accumulate, out_dtype=out_dtype)
     # The C++ side decided the same (grouped_a_scale_layout in csrc/layouts.cpp; compared by
     # tests/test_native.py).
     if grouped_reads_row_major(problem.kind, a_scale, problem.rows, problem.k_blocks):
@@ -122,12 +125,15 @@ def python_path(a, a_scale, b, b_scale, out):
     return run(a, a_scale, b, b_scale, out)
 
 
-def python_grouped_path(kind: str, a, a_scale, b, b_scale, info, out, expected_m):
-    """:func:`deep_tile.launch.run_grouped` for the grouped ``kind`` (a ProblemKind value): the
-    Python host path (raises deep_tile's errors for bad arguments). Returns ``out`` (or a new one)."""
+def python_grouped_path(kind: str, a, a_scale, b, b_scale, info, out, expected_m, c=None, accumulate=False,
+                        out_dtype=None):
+    """:func:`deep_tile.launch.run_grouped` for the grouped ``kind`` (a ProblemKind value; ``c``,
+    ``accumulate``, ``out_dtype``: the output variant): the Python host path (raises deep_tile's
+    errors for bad arguments). Returns ``out`` (or a new one)."""
     from deep_tile.launch import run_grouped
 
-    return run_grouped(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m)
+    return run_grouped(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c, accumulate=accumulate,
+                       out_dtype=out_dtype)
 
 
 def python_acc_path(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype, b_scale_1d: bool):

@@ -24,6 +24,7 @@ struct Call {
   const at::Tensor& info;
   std::optional<int64_t> expected_m;
   const std::optional<at::Tensor>& out;
+  const GroupedOutput& variant;
 };
 
 // The native twin of deep_tile.problem.Problem for a grouped call, with the a_scale layout.
@@ -31,6 +32,9 @@ struct Problem {
   int64_t m = 0, n = 0, k = 0, num_groups = 1, expected_m = 0;
   int64_t rows = 0, k_blocks = 0;  // Problem.rows, Problem.k_blocks
   AScaleLayout a_scale_layout = AScaleLayout::kCopy;
+  OutType out_type = OutType::kBfloat16;
+  CKind c_kind = CKind::kNone;
+  bool variant() const { return out_type != OutType::kBfloat16 || c_kind != CKind::kNone; }
 };
 
 bool is_masked(Kind kind) { return kind == Kind::kGroupedMasked; }
@@ -45,16 +49,28 @@ const char* check_arguments(const Call& c, Problem* p) {
     if (!t->defined()) return "undefined";
   }
   const std::optional<at::Tensor>& out = c.out;
-  if (out.has_value() && !out->defined()) return "undefined";
+  const std::optional<at::Tensor>& addend = c.variant.c;
+  if ((out.has_value() && !out->defined()) || (addend.has_value() && !addend->defined())) return "undefined";
+  if (c.variant.accumulate && (addend.has_value() || !out.has_value())) return "accumulate";
+  // _output_dtype: out's type, else out_dtype's, else bf16; C bf16 or FP32
+  int out_type = 0;
+  if (out.has_value()) {
+    out_type = out_type_index(out->scalar_type());
+    if (out_type < 0 || (c.variant.out_dtype.has_value() && *c.variant.out_dtype != out->scalar_type())) return "dtype";
+  } else if (c.variant.out_dtype.has_value()) {
+    out_type = out_type_index(*c.variant.out_dtype);
+    if (out_type < 0) return "dtype";
+  }
+  if (addend.has_value() && out_type_index(addend->scalar_type()) < 0) return "dtype";
   if (c.a.scalar_type() != at::kFloat8_e4m3fn || c.b.scalar_type() != at::kFloat8_e4m3fn ||
       c.a_scale.scalar_type() != at::kFloat || c.b_scale.scalar_type() != at::kFloat ||
-      c.info.scalar_type() != at::kInt || (out.has_value() && out->scalar_type() != at::kBFloat16)) {
+      c.info.scalar_type() != at::kInt) {
     return "dtype";
   }
   const bool masked = is_masked(c.kind);
-  const int64_t dims = masked ? 3 : 2;  // a, a_scale and out; b and b_scale are always 3-D
+  const int64_t dims = masked ? 3 : 2;  // a, a_scale, out and C; b and b_scale are always 3-D
   if (c.a.dim() != dims || c.a_scale.dim() != dims || c.b.dim() != 3 || c.b_scale.dim() != 3 || c.info.dim() != 1 ||
-      (out.has_value() && out->dim() != dims)) {
+      (out.has_value() && out->dim() != dims) || (addend.has_value() && addend->dim() != dims)) {
     return "shape";
   }
   const int64_t groups = c.b.size(0), n = c.b.size(1), k = c.b.size(2);
@@ -75,13 +91,26 @@ const char* check_arguments(const Call& c, Problem* p) {
   const int64_t info_size = c.kind == Kind::kGroupedContiguous ? m : groups + (c.kind == Kind::kGroupedOffsets);
   if (c.info.size(0) != info_size) return "shape";
   if (out.has_value() && !rows_then(*out, n)) return "shape";
+  if (addend.has_value() && !rows_then(*addend, n)) return "shape";
   if (const char* why = layout_reason(c.a, 16)) return why;
   if (const char* why = layout_reason(c.b, 16)) return why;
-  if (out.has_value()) {
-    if (const char* why = layout_reason(*out, 8)) return why;
+  for (const std::optional<at::Tensor>* x : {&out, &addend}) {  // rows of 16 bytes
+    if (x->has_value()) {
+      if (const char* why = layout_reason(**x, 16 / (*x)->element_size())) return why;
+    }
   }
   if (c.info.numel() > 1 && c.info.stride(0) != 1) return "layout";
   if (masked && (!c.expected_m.has_value() || *c.expected_m < 0)) return "hint";
+  p->out_type = static_cast<OutType>(out_type);
+  p->c_kind = c.variant.accumulate ? CKind::kOut
+              : addend.has_value() ? static_cast<CKind>(1 + out_type_index(addend->scalar_type()))
+                                   : CKind::kNone;
+  // _require_no_overlap of an output variant: out is written while the others are read (a C that
+  // is the same view as out included: Python asks for accumulate=True then)
+  if (p->variant() && out.has_value()) {
+    const at::Tensor* c_read = addend.has_value() ? &*addend : nullptr;
+    if (overlaps(*out, {&c.a, &c.a_scale, &c.b, &c.b_scale, &c.info, c_read})) return "overlap";
+  }
   p->m = m;
   p->n = n;
   p->k = k;
@@ -99,6 +128,7 @@ const char* check_arguments(const Call& c, Problem* p) {
 const char* inspect(const Call& c, Problem* p) {
   if (const char* why = check_arguments(c, p)) return why;
   if (const char* why = device_reason(c.a, {&c.a_scale, &c.b, &c.b_scale, &c.info}, c.out)) return why;
+  if (c.variant.c.has_value() && c.variant.c->device() != c.a.device()) return "device";
   if (p->rows == 0) return "empty";
   return nullptr;
 }
@@ -106,13 +136,17 @@ const char* inspect(const Call& c, Problem* p) {
 // The kernel's operands but group_info (GROUPED_OPERANDS), as deep_tile.launch.grouped_operands
 // makes them: 2-D views of a, out and b, b_scale contiguous, a_scale as the kernel reads it.
 struct Views {
-  at::Tensor a, a_scale, b, b_scale, out;
+  at::Tensor a, a_scale, b, b_scale, out, c;  // c: an output variant's C (the addend, or out itself)
 };
 
 Views views_of(const Call& c, const Problem& p, const at::Tensor& out) {
   Views v;
   v.a = c.a.as_strided({p.rows, p.k}, {c.a.stride(-2), 1});
   v.out = out.as_strided({p.rows, p.n}, {out.stride(-2), 1});
+  if (p.variant()) {
+    const std::optional<at::Tensor>& addend = c.variant.c;
+    v.c = addend.has_value() ? addend->as_strided({p.rows, p.n}, {addend->stride(-2), 1}) : v.out;
+  }
   v.b = c.b.as_strided({p.num_groups * p.n, p.k}, {c.b.stride(1), 1});
   v.b_scale = c.b_scale.is_contiguous() ? c.b_scale : c.b_scale.contiguous();
   at::Tensor scale = c.a_scale;
@@ -144,19 +178,11 @@ Kind grouped_kind(const std::string& name) {
   throw std::invalid_argument("deep_tile native: not a grouped problem kind: '" + name + "'");
 }
 
-at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
-                              const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
-                              const std::optional<at::Tensor>& out) {
-  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out};
-  Problem p;
-  if (inspect(c, &p) != nullptr) {
-    count_python_call();
-    return python_grouped_path(kind, a, a_scale, b, b_scale, info, out, expected_m);
-  }
-  c10::DeviceGuard device_guard(a.device());
-  const int64_t limit = sms_limit();
+namespace {
+
+PlanKey plan_key(Kind kind, const Problem& p, int64_t device, int64_t limit) {
   PlanKey key;
-  key.device = a.device().index();
+  key.device = device;
   key.kind = kind;
   key.m = p.m;
   key.n = p.n;
@@ -165,8 +191,29 @@ at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& 
   key.expected_m = p.expected_m;
   key.sms_limit = limit;
   key.a_scale_row_major = reads_row_major(p.a_scale_layout);
+  key.out_type = p.out_type;
+  key.c_kind = p.c_kind;
+  return key;
+}
+
+}  // namespace
+
+at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                              const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
+                              const std::optional<at::Tensor>& out, const GroupedOutput& variant) {
+  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out, variant};
+  Problem p;
+  if (inspect(c, &p) != nullptr) {
+    count_python_call();
+    return python_grouped_path(kind, a, a_scale, b, b_scale, info, out, expected_m, variant.c, variant.accumulate,
+                               variant.out_dtype);
+  }
+  c10::DeviceGuard device_guard(a.device());
+  const int64_t limit = sms_limit();
+  const PlanKey key = plan_key(kind, p, a.device().index(), limit);
   PlanPtr plan = cached_plan(key, [&] {
-    return make_grouped_plan(kind, a, a_scale, b, b_scale, info, out, expected_m, limit);
+    return make_grouped_plan(kind, a, a_scale, b, b_scale, info, out, expected_m, limit, variant.c,
+                             variant.accumulate, variant.out_dtype);
   });
   at::Tensor result;
   if (out.has_value()) {
@@ -174,10 +221,10 @@ at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& 
   } else {
     std::vector<int64_t> sizes(a.sizes().begin(), a.sizes().end());
     sizes.back() = p.n;
-    result = at::empty(sizes, a.options().dtype(at::kBFloat16));
+    result = at::empty(sizes, a.options().dtype(p.out_type == OutType::kFloat32 ? at::kFloat : at::kBFloat16));
   }
   const Views v = views_of(c, p, result);
-  launch_plan(*plan, Operands{{&v.a, &v.a_scale, &v.b, &v.b_scale, &v.out, &info}, 6});
+  launch_plan(*plan, Operands{{&v.a, &v.a_scale, &v.b, &v.b_scale, &v.out, &info, &v.c}, p.variant() ? 7 : 6});
   count_native_call();
   return result;
 }
@@ -185,24 +232,25 @@ at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& 
 const char* grouped_fast_check_reason(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                                       const at::Tensor& b_scale, const at::Tensor& info,
                                       std::optional<int64_t> expected_m, const std::optional<at::Tensor>& out,
-                                      bool check_device) {
-  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out};
+                                      bool check_device, const GroupedOutput& variant) {
+  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out, variant};
   Problem p;
   const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);  // fills p first
   return fast_check_answer(why, check_device, p.rows == 0);
 }
 
-std::tuple<ProblemKeyTuple, std::vector<at::Tensor>> grouped_operands(
+std::tuple<PlanKey, std::vector<at::Tensor>> grouped_operands(
     Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
-    const at::Tensor& info, std::optional<int64_t> expected_m, const at::Tensor& out) {
+    const at::Tensor& info, std::optional<int64_t> expected_m, const at::Tensor& out, const GroupedOutput& variant) {
   const std::optional<at::Tensor> out_arg = out;
-  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out_arg};
+  const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out_arg, variant};
   Problem p;
   const char* why = check_arguments(c, &p);  // fills p first
   require_operands(why, p.rows == 0, true);
   const Views v = views_of(c, p, out);
-  ProblemKeyTuple key{kind_name(kind), p.m, p.n, p.k, p.num_groups, p.expected_m, reads_row_major(p.a_scale_layout)};
-  return {key, {v.a, v.a_scale, v.b, v.b_scale, v.out, info}};
+  std::vector<at::Tensor> operands{v.a, v.a_scale, v.b, v.b_scale, v.out, info};
+  if (p.variant()) operands.push_back(v.c);
+  return {plan_key(kind, p, 0, 0), operands};
 }
 
 }  // namespace deep_tile_native

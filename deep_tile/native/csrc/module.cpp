@@ -19,7 +19,7 @@ namespace py = pybind11;
 using namespace deep_tile_native;
 
 // Bumped when the bridge protocol (plan dict, callbacks) changes; checked by the loader.
-constexpr int kBridgeVersion = 8;
+constexpr int kBridgeVersion = 9;
 
 namespace {
 
@@ -117,27 +117,44 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("expected_m") = py::none(), py::arg("out") = py::none(), py::call_guard<py::gil_scoped_release>(),
         "The native path of a grouped GEMM without the dispatcher (kind: a grouped ProblemKind value; info: "
         "m_indices, offsets or masked_m; expected_m: the masked kind's hint). Returns out or a new bf16 tensor.");
+  m.def("m_grouped_fp8_gemm_acc",
+        [](const std::string& kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+           const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
+           const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
+           std::optional<at::ScalarType> out_dtype) {
+          return m_grouped_fp8_gemm(grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, out,
+                                    GroupedOutput{c, accumulate, out_dtype});
+        },
+        py::arg("kind"), py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("info"),
+        py::arg("expected_m") = py::none(), py::arg("c") = py::none(), py::arg("accumulate") = false,
+        py::arg("out") = py::none(), py::arg("out_dtype") = py::none(), py::call_guard<py::gil_scoped_release>(),
+        "The native path of a grouped GEMM's output variants without the dispatcher: out (or a new tensor of "
+        "out_dtype) = C + the grouped product (C: c, or out itself when accumulate).");
   m.def("grouped_fast_check_reason",
         [](const std::string& kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
            const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
-           const std::optional<at::Tensor>& out, bool check_device) {
+           const std::optional<at::Tensor>& out, bool check_device, const std::optional<at::Tensor>& c,
+           bool accumulate, std::optional<at::ScalarType> out_dtype) {
           return std::string(grouped_fast_check_reason(grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m,
-                                                       out, check_device));
+                                                       out, check_device, GroupedOutput{c, accumulate, out_dtype}));
         },
         py::arg("kind"), py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("info"),
         py::arg("expected_m") = py::none(), py::arg("out") = py::none(), py::arg("check_device") = true,
+        py::arg("c") = py::none(), py::arg("accumulate") = false, py::arg("out_dtype") = py::none(),
         "Why a grouped call would go to the Python path ('' when the native path takes it); check_device=False "
-        "leaves the device rule out.");
+        "leaves the device rule out; c, accumulate, out_dtype: the output variant.");
   m.def("grouped_operands",
         [](const std::string& kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
            const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
-           const at::Tensor& out) {
-          return grouped_operands(grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, out);
+           const at::Tensor& out, const std::optional<at::Tensor>& c, bool accumulate) {
+          return key_and_operands(grouped_operands(grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, out,
+                                                   GroupedOutput{c, accumulate, std::nullopt}));
         },
         py::arg("kind"), py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("info"),
-        py::arg("expected_m"), py::arg("out"),
+        py::arg("expected_m"), py::arg("out"), py::arg("c") = py::none(), py::arg("accumulate") = false,
         "For tests, any device: (problem key as deep_tile.problem.Problem.key() spells it, [the kernel's operands "
-        "in GROUPED_OPERANDS order]) of a grouped call the fast check takes (else ValueError).");
+        "in GROUPED_OPERANDS order, then C for an output variant]) of a grouped call the fast check takes (else "
+        "ValueError).");
   // The training ops (acc_op.h, k_grouped_op.h): the ops' arguments as they are (out_dtype None
   // for the _out variants, out None for the others).
   m.def("fp8_gemm_acc",

@@ -83,6 +83,22 @@ void op_k_grouped_out(const at::Tensor& a, const at::Tensor& a_scale, const at::
   k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, into, std::nullopt});
 }
 
+// The grouped kinds' output variants: (kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype)
+// -> new, or (..., expected_m, c, accumulate, out).
+at::Tensor op_grouped_acc(c10::string_view kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                          const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
+                          const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
+  return m_grouped_fp8_gemm(grouped_kind(std::string(kind)), a, a_scale, b, b_scale, info, expected_m, std::nullopt,
+                            GroupedOutput{c, false, out_dtype});
+}
+
+void op_grouped_acc_out(c10::string_view kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                        const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
+                        const std::optional<at::Tensor>& c, bool accumulate, at::Tensor& out) {
+  m_grouped_fp8_gemm(grouped_kind(std::string(kind)), a, a_scale, b, b_scale, info, expected_m, out,
+                     GroupedOutput{c, accumulate, std::nullopt});
+}
+
 constexpr auto op_fp8_gemm_acc = op_acc<false>;
 constexpr auto op_fp8_gemm_acc_out = op_acc_out<false>;
 constexpr auto op_fp8_gemm_1d1d = op_acc<true>;
@@ -115,6 +131,8 @@ void register_ops() {
     library->impl(kOpNames[13], torch::dispatch(key, TORCH_FN(op_fp8_gemm_1d1d_out)));
     library->impl(kOpNames[14], torch::dispatch(key, TORCH_FN(op_k_grouped)));
     library->impl(kOpNames[15], torch::dispatch(key, TORCH_FN(op_k_grouped_out)));
+    library->impl(kOpNames[16], torch::dispatch(key, TORCH_FN(op_grouped_acc)));
+    library->impl(kOpNames[17], torch::dispatch(key, TORCH_FN(op_grouped_acc_out)));
   }
   g_library = library;
 }

@@ -1,5 +1,5 @@
 // The ops this library implements, and their registration as dispatcher kernels: the dense GEMM
-// (gemm_op.h), the four grouped GEMMs (grouped_op.h), the training GEMMs -- the output variants,
+// (gemm_op.h), the four grouped GEMMs and their output variants (grouped_op.h), the training GEMMs -- the output variants,
 // the 1D1D GEMM (acc_op.h) and the K-grouped one (k_grouped_op.h) -- each with its _out variant. The ops
 // themselves are defined by deep_tile/ops.py (its NAMESPACE and SCHEMAS; the module's OP_NAMES
 // attribute lets tests/test_native.py compare the two).
@@ -25,6 +25,8 @@ constexpr const char* kOpNames[] = {
     "fp8_gemm_1d1d_out",
     "k_grouped_fp8_gemm_1d1d",
     "k_grouped_fp8_gemm_1d1d_out",
+    "m_grouped_fp8_gemm_acc",
+    "m_grouped_fp8_gemm_acc_out",
 };
 
 // Registers the kernels of these ops for the CUDA and CPU dispatch keys (CPU: so CPU tensors get

@@ -140,10 +140,12 @@ PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tens
 
 PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                           const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
-                          std::optional<int64_t> expected_m, int64_t limit) {
+                          std::optional<int64_t> expected_m, int64_t limit, const std::optional<at::Tensor>& c,
+                          bool accumulate, std::optional<at::ScalarType> out_dtype) {
   py::gil_scoped_acquire gil;
   return plan_of(bridge().plan_grouped(kind_name(kind), a, a_scale, b, b_scale, info, optional_tensor(out),
-                                       optional_int(expected_m), limit));
+                                       optional_int(expected_m), limit, optional_tensor(c), accumulate,
+                                       optional_dtype(out_dtype)));
 }
 
 at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
@@ -154,10 +156,12 @@ at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at:
 
 at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                                const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
-                               std::optional<int64_t> expected_m) {
+                               std::optional<int64_t> expected_m, const std::optional<at::Tensor>& c, bool accumulate,
+                               std::optional<at::ScalarType> out_dtype) {
   py::gil_scoped_acquire gil;
   py::object result = bridge().python_grouped_path(kind_name(kind), a, a_scale, b, b_scale, info,
-                                                  optional_tensor(out), optional_int(expected_m));
+                                                  optional_tensor(out), optional_int(expected_m), optional_tensor(c),
+                                                  accumulate, optional_dtype(out_dtype));
   return result.cast<at::Tensor>();
 }
 

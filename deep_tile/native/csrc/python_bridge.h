@@ -42,13 +42,16 @@ at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at:
                        const std::optional<at::Tensor>& out);
 
 // The grouped kinds' twins (bridge.plan_grouped, bridge.python_grouped_path: deep_tile.launch.run_grouped):
-// `info` is m_indices, masked_m, offsets or expert_ends; `expected_m` the masked kind's hint (None otherwise).
+// `info` is m_indices, masked_m, offsets or expert_ends; `expected_m` the masked kind's hint (None otherwise);
+// `c`, `accumulate`, `out_dtype` the output variant (none: the bf16 GEMM).
 PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                           const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
-                          std::optional<int64_t> expected_m, int64_t sms_limit);
+                          std::optional<int64_t> expected_m, int64_t sms_limit, const std::optional<at::Tensor>& c,
+                          bool accumulate, std::optional<at::ScalarType> out_dtype);
 at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                                const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
-                               std::optional<int64_t> expected_m);
+                               std::optional<int64_t> expected_m, const std::optional<at::Tensor>& c, bool accumulate,
+                               std::optional<at::ScalarType> out_dtype);
 
 // The training ops' twins: bridge.plan_acc / python_acc_path (deep_tile.launch.run_acc: the dense
 // GEMM's output variants and, with `b_scale_1d`, the 1D1D GEMM) and bridge.plan_k_grouped /
