@@ -262,5 +262,125 @@ def k_grouped_graph(m: int, n: int, sizes: list, new_sizes: list, seed: int = 0)
             "rel": max_rel_error(valid, ref)}
 
 
+GROUPED_KINDS = {"contiguous": ProblemKind.GROUPED_CONTIGUOUS, "offsets": ProblemKind.GROUPED_OFFSETS,
+                 "masked": ProblemKind.GROUPED_MASKED, "psum": ProblemKind.GROUPED_PSUM}
+
+
+def grouped_acc(kind: str, counts: list, n: int, k: int, out_dtype: str, c_mode: str, config: dict | None = None,
+                max_m: int = 0, seed: int = 0, graph_counts: list | None = None) -> dict:
+    """One M-grouped GEMM's output variant (``kind``: contiguous / offsets / masked / psum;
+    ``c_mode`` as :func:`gemm_acc`'s) against the float64 reference ``C + A.B^T`` on the real
+    rows: through the public function (the selector's config, on the native host path: built
+    first, ``native_calls`` counts the call there) and through :func:`deep_tile.launch.run_grouped`
+    (the Python path, ``config`` forced
+    when given), the two compared bitwise. Rows of no expert must keep what they held: NaN for a
+    separate ``out``, C bitwise when accumulating in place. ``graph_counts``: a separate C into an
+    FP32 ``out`` captured in a CUDA graph, replayed with new counts (same layout size)."""
+    from gpu_cases import _grouped_activations, _grouped_info, _grouped_weights
+
+    from deep_tile.launch import run_grouped
+
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    num_groups = len(counts)
+    b, b_scale = _grouped_weights(num_groups, n, k, gen)
+    info = _grouped_info(kind, counts, 0, False, kind == "offsets", gen)
+    if kind == "masked":
+        shape = (num_groups, max_m)
+    elif kind in ("offsets", "psum"):
+        shape = (int(info[-1].item()) + 3,)  # 3 rows of no expert after the last
+    else:
+        shape = (info.numel(),)
+    a, a_scale = _grouped_activations(shape, k, gen, "tma")
+    expected_m = max(1, sum(counts) // num_groups) if kind == "masked" else None
+    hints = (expected_m,) if kind == "masked" else ()
+    public = getattr(deep_tile, "m_grouped_fp8_gemm_" + kind)
+    forced = None
+    if config:
+        forced = KernelConfig(**config)
+
+    def reference(info_now):
+        if kind == "masked":
+            return deep_tile.ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, info_now)
+        if kind == "offsets":
+            return deep_tile.ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, info_now)
+        if kind == "psum":
+            m_indices = deep_tile.psum_to_m_indices(info_now.cpu(), a.shape[0]).to(DEVICE)
+            return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices)
+        return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, info_now)
+
+    product = reference(info)
+    real = ~torch.isnan(product[..., 0])
+    scale = float(product[real].abs().max()) if real.any() else 1.0
+    c_values = torch.randn(shape + (n,), generator=gen, device=DEVICE, dtype=torch.float64) * scale / 3
+    dtype = DTYPES[out_dtype]
+
+    def once(path: str, info_now=info):
+        c = None
+        if c_mode == "inplace":
+            out = c_values.to(dtype)
+        else:
+            out = torch.full(shape + (n,), float("nan"), dtype=dtype, device=DEVICE)
+            if c_mode != "none":
+                c = c_values.to(DTYPES[c_mode])
+        start = out.double().clone() if c_mode == "inplace" else (None if c is None else c.double())
+        if path == "public":
+            public(a, a_scale, b, b_scale, info_now, *hints, out=out, c=out if c_mode == "inplace" else c)
+        else:
+            run_grouped(GROUPED_KINDS[kind], a, a_scale, b, b_scale, info_now, out, expected_m, config=forced, c=c,
+                        accumulate=c_mode == "inplace")
+        torch.cuda.synchronize()
+        return out, start
+
+    def check(out, start, product_now, in_place: bool = c_mode == "inplace") -> dict:
+        real_now = ~torch.isnan(product_now[..., 0])
+        want = product_now[real_now] + (0 if start is None else start[real_now])
+        got = out[real_now].double()
+        result = {"rows": int(real_now.sum().item()), "nan": int(torch.isnan(got).sum().item()),
+                  "diff": calc_diff(got, want) if want.numel() else 0.0,
+                  "rel": max_rel_error(got, want) if want.numel() else 0.0}
+        rest = out[~real_now]
+        if in_place:
+            result["others_kept"] = bool(torch.equal(rest.double(), start[~real_now]))
+            ulps = 2.0 ** -5 if dtype == torch.bfloat16 else 2.0 ** -20
+            p = product_now[real_now]
+            significant = (p.abs() > 1e-3 * scale) & (p.abs() > ulps * start[real_now].abs())
+            result["unwritten"] = int(((got == start[real_now]) & significant).sum().item())
+        else:
+            result["others_kept"] = bool(torch.isnan(rest.float()).all().item())
+        return result
+
+    from deep_tile import native
+
+    extension = native.module() if native.build(wait=True) else None
+    before = extension.stats()["native_calls"] if extension else 0
+    out, start = once("public")
+    native_calls = (extension.stats()["native_calls"] - before) if extension else None
+    result = {"kind": kind, "native_calls": native_calls, "counts": counts if num_groups <= 8 else f"{num_groups} groups", "n": n, "k": k,
+              "m": shape[0], "out_dtype": out_dtype, "c_mode": c_mode, "config": config, **check(out, start, product)}
+    again, _ = once("public")
+    result["bitwise_repeat"] = bool(torch.equal(out.view(torch.uint8), again.view(torch.uint8)))
+    python, _ = once("python")
+    if forced is None:  # the same plan on both host paths
+        result["paths_equal"] = bool(torch.equal(out.view(torch.uint8), python.view(torch.uint8)))
+    else:
+        result["python"] = check(python, start, product)
+    if graph_counts is not None:
+        c = c_values.to(torch.bfloat16)
+        graph_out = torch.full(shape + (n,), float("nan"), dtype=torch.float32, device=DEVICE)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):  # warm: compile and plan outside the capture
+            public(a, a_scale, b, b_scale, info, *hints, out=graph_out, c=c)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            public(a, a_scale, b, b_scale, info, *hints, out=graph_out, c=c)
+        info.copy_(_grouped_info(kind, graph_counts, 0, False, kind == "offsets", gen))
+        graph_out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        result["graph"] = check(graph_out, c.double(), reference(info), in_place=False)
+    return result
+
+
 if __name__ == "__main__":
     serve(globals())

@@ -35,6 +35,7 @@ from test_fp8_gemm import SWAP_FAMILIES as GPU_TEST_SWAP_FAMILIES
 from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
 from test_k_grouped import configs as k_grouped_test_configs
 from test_k_grouped import rule_configs as k_grouped_rule_configs
+from test_training import GROUPED_OUTPUT_CONFIGS as GROUPED_OUTPUT_TEST_CONFIGS
 from test_training import configs as output_test_configs
 
 from deep_tile import arch
@@ -144,8 +145,25 @@ def output_configs() -> list:
     return configs
 
 
+def grouped_output_configs() -> list:
+    """The grouped kinds' output variants: the selector's picks on GROUPED_SHAPES with FP32
+    accumulated in place and with bf16 plus an FP32 C, and the tiles tests/test_training.py forces
+    (FP32 in place)."""
+    configs = []
+    for problem_kind in GROUPED_KINDS:
+        for out, c in (("float32", "out"), ("bfloat16", "float32")):
+            problems = [grouped_problem(problem_kind, *shape).with_output(out, c) for shape in GROUPED_SHAPES]
+            configs += [as_launched(select_config(p, 132).for_problem(p)) for p in problems]
+        for fields in GROUPED_OUTPUT_TEST_CONFIGS:
+            if problem_kind is ProblemKind.GROUPED_CONTIGUOUS and fields["block_m"] == 256:
+                continue
+            configs.append(as_launched(KernelConfig(**fields, grid_size=132, problem_kind=problem_kind)
+                                       .with_output("float32", "out")))
+    return configs
+
+
 FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()
-                   + k_grouped_test_configs() + k_grouped_rule_configs()})
+                   + grouped_output_configs() + k_grouped_test_configs() + k_grouped_rule_configs()})
 KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
 # What a kernel's code paths depend on, as predicates over its defines: SMOKE_FAMILIES covers each.
@@ -184,6 +202,8 @@ GROUPED_CODE_PATHS = {
     "offsets": lambda d: d["DT_PROBLEM_KIND"] == 3,
     "psum": lambda d: d["DT_PROBLEM_KIND"] == 5,
     "table, multicast": lambda d: d["DT_PROBLEM_KIND"] in (2, 3, 5) and d["DT_NUM_MULTICAST"] == 2,
+    "contiguous, FP32 accumulated": lambda d: d["DT_PROBLEM_KIND"] == 1 and d["DT_C_KIND"] == 3 and d["DT_OUT_KIND"] == 1,
+    "table, bf16 out, FP32 C": lambda d: d["DT_PROBLEM_KIND"] in (2, 3, 5) and d["DT_C_KIND"] == 2 and d["DT_OUT_KIND"] == 0,
     "k-grouped, FP32 accumulated, two buffers": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_C_KIND"] == 3
                                                             and d["DT_ACCUM_BUFFERS"] == 2),
     "k-grouped, bf16 out, C apart, two sub-tiles": lambda d: (d["DT_PROBLEM_KIND"] == 4 and d["DT_OUT_KIND"] == 0

@@ -233,7 +233,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 8
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 9
 
 
 @needs_toolchain
@@ -285,7 +285,7 @@ def test_facts_the_cpp_side_holds_equal_pythons(extension):
     assert tuple(extension.PROBLEM_KINDS) == tuple(kind.value for kind in ProblemKind)
     assert tuple(extension.ROW_MAJOR_A_SCALE_KINDS) == tuple(kind.value for kind in family.ROW_MAJOR_A_SCALE_KINDS)
     gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS if "gemm" in name)
-    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 16  # every GEMM op, training ones too
+    assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 18  # every GEMM op, training ones too
     assert tuple(extension.OUT_DTYPES) == family.OUT_DTYPES and tuple(extension.C_DTYPES) == family.C_DTYPES
 
 
@@ -392,6 +392,18 @@ def _off_by(shape: tuple, dtype: torch.dtype, offset: int) -> torch.Tensor:
     return raw[start:start + nbytes].view(dtype).view(shape)
 
 
+def _overlapping_pair(shape: tuple) -> dict:
+    """``out`` and ``c`` of ``shape`` (bf16) in one buffer, ``c`` 8 elements (16 bytes) past ``out``."""
+    numel = torch.Size(shape).numel()
+    buffer = torch.empty(numel + 8, dtype=torch.bfloat16)
+    return {"out": buffer[:numel].view(shape), "c": buffer[8:].view(shape)}
+
+
+def _variant(args: dict) -> dict:
+    """The output-variant arguments of a case (``c``, ``accumulate``, ``out_dtype``; defaults: none)."""
+    return {"c": args.get("c"), "accumulate": args.get("accumulate", False), "out_dtype": args.get("out_dtype")}
+
+
 def grouped_cases() -> list:
     """(label, kind, args) of grouped calls: valid ones (on the CPU every one is refused for its
     device alone) and bad ones from every family of check_grouped_args' rules."""
@@ -408,7 +420,18 @@ def grouped_cases() -> list:
             "valid_no_rows": grouped_args(kind, m=0),
             "a_dtype": {"a": torch.empty(a.shape)}, "b_dtype": {"b": torch.empty(b.shape)},
             "a_scale_dtype": {"a_scale": a_scale.double()}, "b_scale_dtype": {"b_scale": b_scale.half()},
-            "info_dtype": {"info": info.long()}, "out_dtype": {"out": out.float()},
+            "info_dtype": {"info": info.long()}, "out_dtype": {"out": out.half()},
+            # the output variants (the m_grouped_fp8_gemm_acc ops)
+            "valid_out_fp32": {"out": out.float()}, "valid_new_fp32": {"out": None, "out_dtype": torch.float32},
+            "valid_c_fp32": {"c": torch.empty(out.shape)}, "valid_c_bf16": {"c": torch.empty_like(out)},
+            "valid_fp32_c_bf16": {"out": out.float(), "c": torch.empty_like(out)},
+            "valid_accumulate": {"accumulate": True}, "valid_accumulate_fp32": {"out": out.float(), "accumulate": True},
+            "c_is_out": {"c": out}, "c_overlaps_out": _overlapping_pair(out.shape),
+            "c_dtype": {"c": out.half()}, "c_shape": {"c": torch.empty(out.shape)[..., :128]},
+            "c_rank": {"c": flip(torch.empty(out.shape))}, "accumulate_with_c": {"accumulate": True, "c": out.clone()},
+            "accumulate_no_out": {"accumulate": True, "out": None},
+            "out_dtype_mismatch": {"out_dtype": torch.float32}, "out_dtype_bad": {"out": None, "out_dtype": torch.half},
+            "c_row_stride": {"c": torch.empty(lead + (258,))[..., :256]},
             "a_rank": {"a": flip(a)}, "a_scale_rank": {"a_scale": flip(a_scale)}, "b_rank": {"b": b[0]},
             "b_scale_rank": {"b_scale": b_scale[0]}, "info_rank": {"info": info[None]}, "out_rank": {"out": flip(out)},
             "no_groups": {"b": b[:0], "b_scale": b_scale[:0]},
@@ -455,7 +478,7 @@ def python_grouped_verdict(kind: str, args: dict):
     from deep_tile.problem import ProblemKind
 
     with pytest.raises((TypeError, ValueError)) as info:
-        check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"])
+        check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"], **_variant(args))
     if str(info.value).endswith("must be a CUDA tensor; got a tensor on cpu"):
         return None
     return info.type, str(info.value)
@@ -470,13 +493,13 @@ def test_grouped_fast_check_takes_exactly_what_python_takes(extension):
     for label, kind, args in grouped_cases():
         verdict = python_grouped_verdict(kind, args)
         call = (kind, *_tensors(args), args["expected_m"], args["out"])
-        reason = extension.grouped_fast_check_reason(*call, check_device=False)
+        reason = extension.grouped_fast_check_reason(*call, check_device=False, **_variant(args))
         if verdict is None:
             rows = args["a"].shape[:-1].numel()
             assert reason == ("" if rows else "empty"), (label, reason)
         else:
             assert reason not in ("", "empty"), (label, verdict)
-        assert extension.grouped_fast_check_reason(*call) != "", label
+        assert extension.grouped_fast_check_reason(*call, **_variant(args)) != "", label
         outcomes.add(verdict is None)
     assert outcomes == {True, False}
 
@@ -491,18 +514,38 @@ def test_grouped_native_errors_equal_python_errors(extension):
     before = extension.stats()["python_calls"]
     calls = 0
     for label, kind, args in grouped_cases():
+        variant = _variant(args)
         with pytest.raises((TypeError, ValueError)) as info:
-            check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"])
+            check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"], **variant)
         expected = (info.type, str(info.value))
         name = GROUPED_FUNCTIONS[kind]
         hint = () if args["expected_m"] is None else (args["expected_m"],)
         out = args["out"]
-        paths = {
-            "op": lambda: (getattr(torch.ops.deep_tile, name)(*_tensors(args), *hint) if out is None else
-                           getattr(torch.ops.deep_tile, name + "_out")(*_tensors(args), *hint, out)),
-            "public": lambda: getattr(deep_tile, name)(*_tensors(args), *hint, out=out),
-            "native": lambda: extension.m_grouped_fp8_gemm(kind, *_tensors(args), args["expected_m"], out),
-        }
+        if variant == _variant({}):
+            paths = {
+                "op": lambda: (getattr(torch.ops.deep_tile, name)(*_tensors(args), *hint) if out is None else
+                               getattr(torch.ops.deep_tile, name + "_out")(*_tensors(args), *hint, out)),
+                "public": lambda: getattr(deep_tile, name)(*_tensors(args), *hint, out=out),
+                "native": lambda: extension.m_grouped_fp8_gemm(kind, *_tensors(args), args["expected_m"], out),
+            }
+        elif label.endswith("c_is_out"):  # the public functions pass c=out as accumulate; the ops refuse it
+            paths = {"op": lambda: torch.ops.deep_tile.m_grouped_fp8_gemm_acc_out(
+                kind, *_tensors(args), args["expected_m"], out, False, out)}
+        else:  # the extension, and the ops and the public function where their arguments can say it
+            paths = {"native": lambda: extension.m_grouped_fp8_gemm_acc(kind, *_tensors(args), args["expected_m"],
+                                                                        out=out, **variant)}
+            if out is not None and variant["out_dtype"] is None:
+                paths["op"] = lambda: torch.ops.deep_tile.m_grouped_fp8_gemm_acc_out(
+                    kind, *_tensors(args), args["expected_m"], variant["c"], variant["accumulate"], out)
+            elif out is None and not variant["accumulate"]:
+                paths["op"] = lambda: torch.ops.deep_tile.m_grouped_fp8_gemm_acc(
+                    kind, *_tensors(args), args["expected_m"], variant["c"], variant["out_dtype"] or torch.bfloat16)
+            if not (variant["accumulate"] and (variant["c"] is not None or out is None)):
+                c_arg = out if variant["accumulate"] else variant["c"]
+                paths["public"] = lambda: getattr(deep_tile, name)(*_tensors(args), *hint, out=out, c=c_arg,
+                                                                   out_dtype=variant["out_dtype"])
+                # an out_dtype given with out is checked before the op (the _out op takes none)
+                calls -= out is not None and variant["out_dtype"] is not None
         calls += _raise_as(paths, expected, label)
     assert extension.stats()["python_calls"] - before == calls  # the C++ kernels handed every call over
 
@@ -572,6 +615,33 @@ def test_grouped_plan_key_and_operands_equal_pythons(extension):
                 assert torch.equal(got, want), (label, name)
                 copied.add(name)
     assert copied == {"a_scale", "b_scale"}  # the cases reach the copies too
+
+
+@needs_toolchain
+def test_grouped_output_variants_key_and_operands_equal_pythons(extension):
+    """The output variants of the grouped kinds: the C++ plan key carries the output and C types
+    as Problem.key() does, and the operands end with C as deep_tile.launch.grouped_operands makes
+    it (the addend's 2-D view, or out itself when accumulating or without C)."""
+    from deep_tile.checks import check_grouped_args
+    from deep_tile.launch import grouped_operands
+    from deep_tile.problem import ProblemKind
+
+    for kind in GROUPED_KINDS:
+        args = grouped_args(kind)
+        tensors, hint = _tensors(args), args["expected_m"]
+        out32 = torch.empty(args["out"].shape)
+        for label, out, c, accumulate in (("fp32", out32, None, False), ("fp32+c16", out32, torch.empty_like(args["out"]),
+                                          False), ("bf16+c32", args["out"], torch.empty(args["out"].shape), False),
+                                          ("fp32 in place", out32, None, True), ("bf16 in place", args["out"], None, True)):
+            problem = check_grouped_args(ProblemKind(kind), *tensors, out, hint, c=c, accumulate=accumulate,
+                                         data_checks=False)
+            problem, python = grouped_operands(problem, *tensors, out, c)
+            key, native_operands = extension.grouped_operands(kind, *tensors, hint, out, c, accumulate)
+            assert tuple(key) == problem.key() and len(key) == 9, (kind, label)
+            assert len(native_operands) == len(python) == 7, (kind, label)
+            for got, want in zip(native_operands, python):
+                assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (kind, label)
+            assert native_operands[-1].data_ptr() == python[-1].data_ptr() == (out if c is None else c).data_ptr()
 
 
 def a_scale_layouts_3d():

@@ -165,6 +165,73 @@ def test_graph_replay_accumulates():
     assert not bad, bad
 
 
+GROUPED_OUTPUT_CONFIGS = (dict(block_m=64, block_n=128, num_stages=6), dict(block_m=128, block_n=192, num_stages=4),
+                          dict(block_m=256, block_n=128, num_stages=3))
+"""Tiles test_grouped_output_variants forces on the grouped kinds (FP32 accumulated in place;
+tests/test_kernel_build.py compiles them)."""
+
+
+def _grouped_failures(results: list) -> list:
+    bad = []
+    for r in results:
+        problems = accuracy_problems(r, nan_what="NaN (unwritten or non-finite)")
+        for name, r_part in (("python path", r.get("python")), ("graph replay", r.get("graph"))):
+            if r_part is not None:
+                problems += [f"{name}: {p}" for p in accuracy_problems(r_part)]
+                if not r_part["others_kept"]:
+                    problems.append(f"{name}: wrote rows of no expert")
+        if r.get("unwritten"):
+            problems.append(f"{r['unwritten']} elements still hold C (unwritten)")
+        if not r["others_kept"]:
+            problems.append("wrote rows of no expert")
+        if not r["bitwise_repeat"]:
+            problems.append("repeat not bitwise identical")
+        if not r.get("paths_equal", True):
+            problems.append("the native and Python host paths differ")
+        if r["native_calls"] != 1:
+            problems.append(f"the public call took the native path {r['native_calls']} times, not once")
+        if not r["rows"]:
+            problems.append("no real rows: the case checks nothing")
+        if problems:
+            bad.append(f"{r['kind']} {r['counts']} n={r['n']} k={r['k']} out={r['out_dtype']} c={r['c_mode']} "
+                       f"config={r['config']}: " + "; ".join(problems))
+    return bad
+
+
+def grouped_output_cases() -> list:
+    """The cases of :func:`test_grouped_output_variants` (keyword arguments of
+    gpu_training_cases.grouped_acc)."""
+    counts = [129, 0, 1, 127, 128, 300]
+    cases = []
+    for kind in ("contiguous", "offsets", "masked", "psum"):
+        extra = {"max_m": 320} if kind == "masked" else {}
+        for i, (out_dtype, c_mode) in enumerate((("float32", "inplace"), ("float32", "bfloat16"),
+                                                  ("bfloat16", "float32"), ("float32", "none"))):
+            cases.append(dict(kind=kind, counts=counts, n=520, k=400, out_dtype=out_dtype, c_mode=c_mode, seed=i,
+                              **extra))
+        cases.append(dict(kind=kind, counts=[700, 900, 1000, 0, 500, 997, 1024, 900], n=4096, k=7168,
+                          out_dtype="float32", c_mode="inplace", seed=9, **({"max_m": 1024} if extra else {})))
+        cases.append(dict(kind=kind, counts=counts, n=256, k=512, out_dtype="float32", c_mode="inplace", seed=5,
+                          graph_counts=[1, 128, 0, 129, 64, 300], **extra))
+        for fields in GROUPED_OUTPUT_CONFIGS:
+            if kind == "contiguous" and fields["block_m"] == 256:  # runs start every 128 rows
+                continue
+            cases.append(dict(kind=kind, counts=counts, n=520, k=400, out_dtype="float32", c_mode="inplace",
+                              config=dict(fields, grid_size=132), seed=7, **extra))
+    return cases
+
+
+@pytest.mark.gpu
+def test_grouped_output_variants():
+    """The M-grouped kinds' FP32 output and C through the public functions and the Python path:
+    every kind with FP32 accumulated in place, FP32 with a bf16 C and bf16 with an FP32 C, FP32
+    without C; an empty expert, experts of 1, 127, 128 and 129 rows, a K tail, N % 16 == 8; a
+    DeepSeek-V3 shape; forced tiles of 64, 128 and 256 rows; graph replay with new counts."""
+    results = _run("grouped_acc", grouped_output_cases())
+    bad = _grouped_failures(results)
+    assert not bad, f"{len(bad)}/{len(results)} cases failed:\n" + "\n".join(bad)
+
+
 # ---- host side -------------------------------------------------------------------------------
 
 def test_the_variants_defines_smem_and_labels():

@@ -8,10 +8,12 @@ reference, so the run also fails on a wrong answer. Then the K-grouped GEMM (MoE
 two buffers, one buffer with two sub-tiles (256 rows), one consumer warpgroup, no C, over groups of 0, 1,
 127, 128, 129 tokens (a group's partial first and last k-blocks zeroed in shared memory), FP8 NaN
 in the tokens past the groups, and the staged epilogue (FP32 in place and without C; a last m-block
-whose second warpgroup has no rows, a last atom 8 columns wide, one consumer warpgroup). Exit
-status 1 if any check fails.
+whose second warpgroup has no rows, a last atom 8 columns wide, one consumer warpgroup). Then the
+M-grouped kinds' output variants (contiguous, offsets, masked, psum; FP32 in place, a separate C,
+no C; experts of 0, 1, 127, 128, 129 and 300 rows). Exit status 1 if any check fails.
 Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``; with
-``SANITIZE_TRAINING=k_grouped`` (or ``dense``) in the environment only the K-grouped (dense) cases run.
+``SANITIZE_TRAINING=k_grouped`` (or ``dense``, ``m_grouped``) in the environment only the
+K-grouped (dense, M-grouped) cases run.
 """
 import os
 import sys
@@ -29,7 +31,7 @@ from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d  
 from deep_tile.select.config import KernelConfig  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
-from gpu_training_cases import k_grouped_operands, operands_1d1d  # noqa: E402
+from gpu_training_cases import grouped_acc, k_grouped_operands, operands_1d1d  # noqa: E402
 
 P = dict(raster_width=8, grid_size=132)
 # (config fields, out dtype, c mode: "none", "bfloat16", "float32" or "inplace", m, n, k)
@@ -123,10 +125,35 @@ def k_grouped_case(fields, out_dtype, mode, m, n, sizes) -> bool:
     return ok
 
 
+# The M-grouped kinds' output variants (gpu_training_cases.grouped_acc: the public function with
+# the selector's tile, then the Python path with the forced one): (kind, tile fields, out dtype, C
+# mode); experts of 129, 0, 1, 127, 128 and 300 rows, N = 520, K = 400.
+M_GROUPED_CASES = [
+    ("contiguous", dict(block_m=128, block_n=192, num_stages=4), "float32", "inplace"),
+    ("contiguous", dict(block_m=64, block_n=128, num_stages=6), "bfloat16", "float32"),
+    ("offsets", dict(block_m=256, block_n=128, num_stages=3), "float32", "inplace"),
+    ("offsets", dict(block_m=128, block_n=192, num_stages=4), "float32", "bfloat16"),
+    ("masked", dict(block_m=128, block_n=192, num_stages=4), "float32", "inplace"),
+    ("masked", dict(block_m=64, block_n=128, num_stages=6), "float32", "none"),
+    ("psum", dict(block_m=128, block_n=192, num_stages=4), "bfloat16", "inplace"),
+]
+
+
+def m_grouped_case(kind: str, fields: dict, out_dtype: str, mode: str) -> bool:
+    """One M-grouped output-variant case: both calls right on the real rows, the other rows kept."""
+    r = grouped_acc(kind, [129, 0, 1, 127, 128, 300], 520, 400, out_dtype, mode, config={**P, **fields},
+                    max_m=320 if kind == "masked" else 0, seed=len(kind))
+    ok = all(part["nan"] == 0 and part["diff"] < 1e-3 and part["others_kept"] and not part.get("unwritten")
+             for part in (r, r["python"]))
+    print(f"{'ok  ' if ok else 'FAIL'} {kind:>10} {fields} out={out_dtype} c={mode} diff {r['diff']:.1e} / "
+          f"{r['python']['diff']:.1e}", flush=True)
+    return ok
+
+
 def main() -> int:
     failures = 0
-    only = os.environ.get("SANITIZE_TRAINING")  # "k_grouped" or "dense": that kind's cases alone
-    cases = [] if only == "k_grouped" else CASES
+    only = os.environ.get("SANITIZE_TRAINING")  # "k_grouped", "dense" or "m_grouped": that kind's cases alone
+    cases = CASES if only in (None, "", "dense") else []
     for fields, out_dtype, mode, m, n, k in cases:
         one_d = fields.get("b_scale_1d", False)
         if one_d:
@@ -152,10 +179,13 @@ def main() -> int:
         ok = not torch.isnan(out).any().item() and diff < 1e-3
         failures += not ok
         print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
-    k_grouped_cases = [] if only == "dense" else K_GROUPED_CASES
+    k_grouped_cases = K_GROUPED_CASES if only in (None, "", "k_grouped") else []
     for case in k_grouped_cases:
         failures += not k_grouped_case(*case)
-    print(f"{len(cases) + len(k_grouped_cases)} GEMM cases, {failures} failed")
+    m_grouped_cases = M_GROUPED_CASES if only in (None, "", "m_grouped") else []
+    for case in m_grouped_cases:
+        failures += not m_grouped_case(*case)
+    print(f"{len(cases) + len(k_grouped_cases) + len(m_grouped_cases)} GEMM cases, {failures} failed")
     return 1 if failures else 0
 
 
