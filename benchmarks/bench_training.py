@@ -9,7 +9,10 @@ Sets (``--set``, repeatable):
   same product written to an FP32 output without accumulating, for scale). DeepGEMM latest's 1D2D
   kernel has neither FP32 output nor C: its bf16 ``fp8_gemm_nt`` is shown for scale only, not in
   the ratio. cuBLAS blockwise (``torch._scaled_mm``, 1x128 x 128x128, FP32 out) writes the product
-  without accumulating (the add it would need is not timed).
+  without accumulating (the add it would need is not timed in the ratio); ``cublas_add`` is that
+  product added into the FP32 tensor (``main_grad.add_(...)``, what a cuBLAS user runs). Two
+  like-for-like ratios are printed besides: deep_tile's FP32 store against cuBLAS's, and deep_tile
+  in place against cuBLAS + add.
 
 - ``wgrad``: the weight gradient ``dW[N, K] += dY^T X`` (1D1D: both operands 1x128 along the
   tokens) over ``--tokens`` tokens for each of :data:`WGRAD_NK`. deep_tile
@@ -112,6 +115,12 @@ def dense_row(m: int, n: int, k: int, args) -> dict:
         cublas = torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
         row["diff"]["cublas"] = calc_diff(cublas.double(), ref)
         fns["cublas"] = lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        # what a cuBLAS user runs for main_grad += A.B^T: the product, then an add into main_grad
+        summed = start.clone()
+        summed.add_(torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32))
+        row["diff"]["cublas_add"] = calc_diff(summed.double(), start.double() + ref)
+        fns["cublas_add"] = lambda: summed.add_(torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb,
+                                                                 out_dtype=torch.float32))
     dg = None if args.no_deepgemm else deepgemm()
     if dg is not None:
         bf16 = torch.empty((m, n), device="cuda", dtype=torch.bfloat16)
@@ -126,6 +135,9 @@ def dense_row(m: int, n: int, k: int, args) -> dict:
     row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
     baselines = [times[name] for name in ("cublas",) if name in times]  # DeepGEMM's bf16 is not this GEMM
     row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
+    if "cublas" in times:  # like for like: the FP32 store against cuBLAS's, in place against cuBLAS + add
+        row["write_vs_cublas"] = times["cublas"] / times["deep_tile_write"]
+        row["in_place_vs_cublas_add"] = times["cublas_add"] / times["deep_tile"]
     return row
 
 
@@ -278,6 +290,12 @@ def print_rows(rows: list) -> None:
         speed = f"{r['speedup']:.3f}" if r["speedup"] else "-"
         extra = f"  [{r['groups']}; {r['vs_dense']:.2f}x the dense 1D1D's TFLOPS]" if "groups" in r else ""
         print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}{extra}")
+    like = [r for r in rows if "write_vs_cublas" in r]
+    if like:
+        write = [r["write_vs_cublas"] for r in like]
+        acc = [r["in_place_vs_cublas_add"] for r in like]
+        print(f"  dense, like for like: FP32 store vs cuBLAS's {geomean(write):.3f}x (min {min(write):.3f}); in place "
+              f"vs cuBLAS + add {geomean(acc):.3f}x (min {min(acc):.3f}) over {len(like)} shapes")
     for kind in sorted({r["set"] for r in rows}):
         ratios = [r["speedup"] for r in rows if r["set"] == kind and r["speedup"]]
         if ratios and len({r["set"] for r in rows}) > 1:
