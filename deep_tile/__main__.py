@@ -2,10 +2,11 @@
 
 Commands:
 
-    explain M,N,K [--num-sms N] [--kind KIND --groups G [--expected-m E]]
+    explain M,N,K [--num-sms N] [--kind KIND --groups G [--expected-m E]] [--out T] [--c C] [--1d1d]
                                   why the selector picks its kernel configuration for a shape
                                   (a grouped GEMM's with --kind contiguous|masked|offsets|psum)
     warmup [--shape M,N,K ...] [--grouped KIND,G,M,N,K[,E] ...] [--num-sms N] [--compiler nvrtc|nvcc]
+           [--out T] [--c C] [--1d1d]
                                   compile the FP8 GEMM kernels of those shapes into the disk cache
 
 Shapes and SM counts are checked by the library (:func:`deep_tile.checks.check_problem_shape`,
@@ -111,17 +112,42 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     m, n, k = args.shape
     print(explain(m, n, k, num_sms=args.num_sms, kind=args.kind, num_groups=args.groups,
-                  expected_m=args.expected_m))
+                  expected_m=args.expected_m, out_dtype=args.out, c_dtype=args.c, b_scale_1d=args.one_d))
     return 0
 
 
 def _format_shape(shape) -> str:
-    """``M,N,K``, or a grouped problem as ``--grouped`` spells it."""
+    """``M,N,K``, or a grouped problem as ``--grouped`` spells it; then the output variant's
+    options, if any."""
+    from deep_tile.problem import ProblemKind
+
     if isinstance(shape, tuple):
         return ",".join(str(v) for v in shape)
     kind = shape.kind.short_name
     hint = f",{shape.expected_m}" if kind == "masked" else ""
-    return f"{kind},{shape.num_groups},{shape.m},{shape.n},{shape.k}{hint}"
+    text = (f"{shape.m},{shape.n},{shape.k}" if not shape.kind.grouped
+            else f"{kind},{shape.num_groups},{shape.m},{shape.n},{shape.k}{hint}")
+    if shape.out_dtype != "bfloat16":
+        text += f" --out {shape.out_dtype}"
+    if shape.c_dtype is not None:
+        text += f" --c {shape.c_dtype}"
+    if shape.b_scale_1d and shape.kind is not ProblemKind.K_GROUPED:
+        text += " --1d1d"
+    return text
+
+
+def _with_output(problem, args: argparse.Namespace):
+    """``problem`` (an ``(m, n, k)`` shape or a Problem) with the output options of ``args``; a
+    plain shape stays a tuple."""
+    from deep_tile.select.api import selection_problem
+
+    plain = args.out == "bfloat16" and args.c is None and not args.one_d
+    if plain:
+        return problem
+    if isinstance(problem, tuple):
+        return selection_problem("warmup", *problem, "dense", 1, None, args.out, args.c, args.one_d)
+    return problem.with_output(args.out, args.c) if not args.one_d else selection_problem(
+        "warmup", problem.m, problem.n, problem.k, problem.kind, problem.num_groups, None, args.out, args.c, True)
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -140,8 +166,9 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     from deep_tile.checks import check_grouped_problem
 
     prog = prog_name()
-    shapes = list(dict.fromkeys([warmup.check_shape(shape) for shape in args.shape or ()]
-                                + [check_grouped_problem("warmup", kind, m, n, k, g, e) for kind, g, m, n, k, e in args.grouped or ()]))
+    shapes = list(dict.fromkeys([_with_output(warmup.check_shape(shape), args) for shape in args.shape or ()]
+                                + [_with_output(check_grouped_problem("warmup", kind, m, n, k, g, e), args)
+                                   for kind, g, m, n, k, e in args.grouped or ()]))
     if not shapes:
         raise ValueError("warmup: give at least one --shape M,N,K or --grouped KIND,G,M,N,K[,EXPECTED_M]")
     if args.num_sms is None:
@@ -200,6 +227,7 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     explain.add_argument("--groups", type=parse_int, default=1, metavar="G", help="experts of a grouped GEMM")
     explain.add_argument("--expected-m", type=parse_int, default=None, metavar="E",
                          help="the masked kind's hint of real rows per expert (default: M)")
+    _output_options(explain)
     explain.set_defaults(func=cmd_explain)
 
     warm = sub.add_parser("warmup", help="compile the kernels of some shapes into the disk cache",
@@ -214,9 +242,21 @@ def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     warm.add_argument("--num-sms", type=parse_int, default=None, help=num_sms_help)
     warm.add_argument("--compiler", choices=("nvrtc", "nvcc"), default=None,
                       help="compiler for this run (default: DEEP_TILE_COMPILER, else nvrtc if it loads)")
+    _output_options(warm, " (for every shape of the run)")
     warm.set_defaults(func=cmd_warmup)
 
     return parser
+
+
+def _output_options(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """The output variant's options (training GEMMs): ``--out``, ``--c``, ``--1d1d``."""
+    parser.add_argument("--out", choices=("bfloat16", "float32"), default="bfloat16",
+                        help="the output's type" + scope)
+    parser.add_argument("--c", choices=("bfloat16", "float32", "out"), default=None,
+                        help="an addend C of out = C + A.B^T: a bf16 or FP32 tensor, or out itself (in-place "
+                             "accumulation, a weight gradient's main_grad +=)" + scope)
+    parser.add_argument("--1d1d", dest="one_d", action="store_true",
+                        help="the dense 1D1D GEMM (fp8_gemm_1d1d: b scaled per row, a weight gradient)" + scope)
 
 
 def _debug() -> bool:

@@ -28,7 +28,8 @@ from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, ROW_MAJOR_A_SCALE_KI
 from deep_tile.jit import cache
 from deep_tile.jit.loader import build_defines
 from deep_tile.problem import Problem
-from deep_tile.select import KernelConfig, select_config
+from deep_tile.select import KernelConfig
+from deep_tile.select.api import get_problem_config
 
 __all__ = ["WarmupKernel", "WarmupResult", "check_shape", "plan", "launched_config", "build"]
 
@@ -97,8 +98,10 @@ def plan(shapes: Iterable, num_sms: int) -> list[WarmupKernel]:
     """Group ``shapes`` by the kernel their selected configuration builds, first use first.
 
     Each item is an ``(m, n, k)`` shape of :func:`deep_tile.fp8_gemm` or a
-    :class:`deep_tile.problem.Problem` (any kind; a grouped one as
-    :func:`deep_tile.checks.check_grouped_problem` makes it). Repeated problems are counted once;
+    :class:`deep_tile.problem.Problem` (any kind and output variant; a grouped one as
+    :func:`deep_tile.checks.check_grouped_problem` makes it), its configuration the one the call
+    gets (:func:`deep_tile.select.api.get_problem_config`: the K-grouped kind's rule included).
+    Repeated problems are counted once;
     problems with ``m == 0`` get no kernel (nothing is launched for them). The defines include
     what the environment adds at build time (``DEEP_TILE_WATCHDOG``), as
     :func:`deep_tile.jit.loader.get_kernel` does.
@@ -116,10 +119,11 @@ def plan(shapes: Iterable, num_sms: int) -> list[WarmupKernel]:
         if problem.m == 0 or problem in seen:
             continue
         seen.add(problem)
-        config = launched_config(select_config(problem, num_sms), problem)
+        config = launched_config(get_problem_config(problem, num_sms, func="warmup"), problem)
         defines = tuple(sorted(build_defines(config.defines()).items()))
         configs.setdefault(defines, config)
-        groups.setdefault(defines, []).append(problem if problem.kind.grouped else problem.shape)
+        plain = not problem.kind.grouped and problem == Problem(*problem.shape)
+        groups.setdefault(defines, []).append(problem.shape if plain else problem)
     return [WarmupKernel(configs[d], d, tuple(s)) for d, s in groups.items()]
 
 

@@ -235,3 +235,17 @@ def test_a_bug_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(device, "get_num_sms", fail)
     with pytest.raises(KeyError):
         main(["warmup", "--shape", "64,2112,7168"])
+
+
+def test_explain_describes_the_output_variant():
+    """``--out``, ``--c`` and ``--1d1d`` pick the config the training calls get (the in-place
+    weight gradient's one-sub-tile rule) and the account names the variant."""
+    result = run("explain", "2112,7168,4096", "--out", "float32", "--c", "out", "--1d1d", "--num-sms", "132")
+    assert result.returncode == 0, result.stderr
+    assert "out[M, N] (fp32) = A[M, K] @ B[N, K]^T (fp8 e4m3), accumulated in place" in result.stdout
+    assert "B scaled per row (1D1D)" in result.stdout and "f32 1d1d +=" in result.stdout
+    result = run("explain", "8192,4096,7168", "--kind", "contiguous", "--groups", "8", "--out", "float32", "--c",
+                 "bfloat16", "--num-sms", "132")
+    assert result.returncode == 0 and "out (fp32), plus C (bf16)" in result.stdout and "f32 +c16" in result.stdout
+    result = run("explain", "64,2112,7168", "--c", "half")
+    assert result.returncode == 2 and "invalid choice: 'half'" in result.stderr

@@ -788,3 +788,22 @@ def test_psum_tile_counts_follow_the_rows():
     assert psum.m_blocks(128) == 34 and psum.m_blocks(64) == 64 and psum.m_blocks(256) == 19
     assert Problem(128, 4096, 7168, kind=ProblemKind.GROUPED_PSUM, num_groups=8).m_blocks(128) == 1
     assert psum.max_m_blocks(128) >= psum.m_blocks(128)
+
+
+def test_get_config_takes_the_output_variant():
+    """get_config's out_dtype / c_dtype / b_scale_1d give the config the call with such tensors
+    gets (its output variant included), and bad values are refused with the argument's name."""
+    from deep_tile.select.api import get_config, get_problem_config
+
+    problem = Problem(24576, 1536, 4096, b_scale_1d=True).with_output("float32", "out")
+    config = get_config(24576, 1536, 4096, 132, out_dtype="float32", c_dtype="out", b_scale_1d=True)
+    assert config == get_problem_config(problem, 132)
+    assert config.block_n != get_config(24576, 1536, 4096, 132).block_n  # the in-place weight gradient's rule
+    with pytest.raises(ValueError, match="get_config: out_dtype must be one of 'bfloat16', 'float32'; got 'half'"):
+        get_config(64, 2112, 7168, 132, out_dtype="half")
+    with pytest.raises(ValueError, match="get_config: c_dtype must be one of"):
+        get_config(64, 2112, 7168, 132, c_dtype="float64")
+    with pytest.raises(ValueError, match="b_scale_1d describes the dense 1D1D GEMM"):
+        get_config(64, 2112, 7168, 132, kind="contiguous", num_groups=2, b_scale_1d=True)
+    with pytest.raises(TypeError, match="get_config: b_scale_1d must be a bool; got int"):
+        get_config(64, 2112, 7168, 132, b_scale_1d=1)

@@ -264,3 +264,36 @@ def test_cli_warms_grouped_problems(monkeypatch, capsys):
         (kernel,) = warmup.plan([problem], NUM_SMS)
         assert f"{text} -> {kernel.config.label}: compiled, not cached" in out, out
     assert len(built) == 3
+
+
+def test_plan_takes_each_problem_as_its_call_does():
+    """A K-grouped problem gets its own rule's kernel, an output variant its variant's (the configs
+    get_problem_config gives the calls), and a plain dense Problem is listed as its shape."""
+    from deep_tile.checks import check_grouped_problem
+    from deep_tile.problem import Problem
+    from deep_tile.select.api import get_problem_config
+
+    k_grouped = check_grouped_problem("warmup", "k_grouped", 4096, 7168, 8192, 8).with_output("float32", "out")
+    wgrad = Problem(2112, 7168, 4096, b_scale_1d=True).with_output("float32", "out")
+    grouped = check_grouped_problem("warmup", "contiguous", 8192, 4096, 7168, 8).with_output("float32", "bfloat16")
+    for problem in (k_grouped, wgrad, grouped):
+        (kernel,) = warmup.plan([problem], NUM_SMS)
+        assert kernel.config == warmup.launched_config(get_problem_config(problem, NUM_SMS), problem)
+        assert kernel.shapes == (problem,)
+    assert warmup.plan([k_grouped], NUM_SMS)[0].config.staged_epilogue  # the K-grouped rule's, not the model's
+    (kernel,) = warmup.plan([Problem(64, 2112, 7168)], NUM_SMS)
+    assert kernel.shapes == ((64, 2112, 7168),)
+
+
+def test_the_command_line_warms_output_variants(tmp_path, monkeypatch, capsys):
+    """``--out``, ``--c`` and ``--1d1d`` apply to every shape of the run and are printed with it;
+    a bad combination is refused with the selector's message."""
+    monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(warmup, "build", lambda kernel, compiler=None: warmup.WarmupResult(kernel, "hit", 0.0))
+    assert main(["warmup", "--shape", "2112,7168,4096", "--grouped", "k_grouped,4,4096,7168,8192", "--out", "float32",
+                 "--c", "out", "--num-sms", str(NUM_SMS)]) == 0
+    out = capsys.readouterr().out
+    assert "2112,7168,4096 --out float32 --c out -> " in out and " f32 +=: " in out
+    assert "k_grouped,4,4096,7168,8192 --out float32 --c out -> " in out and "staged" in out
+    assert main(["warmup", "--grouped", "contiguous,4,512,256,256", "--1d1d", "--num-sms", str(NUM_SMS)]) == 2
+    assert "b_scale_1d describes the dense 1D1D GEMM" in capsys.readouterr().err

@@ -27,7 +27,7 @@ from deep_tile.select.config import KernelConfig
 from deep_tile.select.report import explain_text
 from deep_tile.select.selector import select_config, select_signal_config
 
-__all__ = ["get_config", "get_problem_config", "get_signal_config", "explain"]
+__all__ = ["get_config", "get_problem_config", "get_signal_config", "explain", "selection_problem"]
 
 _printed: set = set()
 """Keys ``(m, n, k, num_sms, max_smem)`` already printed under ``DEEP_TILE_PRINT_CONFIGS``."""
@@ -39,18 +39,37 @@ def _resolve(func: str, num_sms) -> tuple:
     return num_sms, device.max_smem_per_block()
 
 
-def _problem(func: str, m, n, k, kind, num_groups, expected_m) -> Problem:
-    """The checked problem of :func:`get_config` / :func:`explain`'s arguments."""
+def selection_problem(func: str, m, n, k, kind, num_groups, expected_m, out_dtype="bfloat16", c_dtype=None,
+             b_scale_1d=False) -> Problem:
+    """The checked :class:`deep_tile.problem.Problem` of :func:`get_config` / :func:`explain`'s
+    arguments (``func`` names the caller in the messages); the command line's ``warmup`` makes
+    its problems with it too."""
+    from deep_tile.kernels.fp8_gemm import C_DTYPES, OUT_DTYPES
+
+    if out_dtype not in OUT_DTYPES:
+        raise ValueError(f"{func}: out_dtype must be one of {', '.join(map(repr, OUT_DTYPES))}; got {out_dtype!r}")
+    if c_dtype not in C_DTYPES:
+        raise ValueError(f"{func}: c_dtype must be one of {', '.join(map(repr, C_DTYPES))}; got {c_dtype!r}")
+    if not isinstance(b_scale_1d, bool):
+        raise TypeError(f"{func}: b_scale_1d must be a bool; got {type(b_scale_1d).__name__}")
     if check_problem_kind(func, kind).grouped:
-        return check_grouped_problem(func, kind, m, n, k, num_groups, expected_m)
-    if num_groups != 1 or expected_m is not None:
-        raise ValueError(f"{func}: num_groups and expected_m describe a grouped kind; got kind='dense' with "
-                         f"num_groups={num_groups!r}, expected_m={expected_m!r}")
-    return check_problem(func, m, n, k)
+        if b_scale_1d:
+            raise ValueError(f"{func}: b_scale_1d describes the dense 1D1D GEMM (the k_grouped kind is 1D1D "
+                             f"already); got kind={kind!r}")
+        problem = check_grouped_problem(func, kind, m, n, k, num_groups, expected_m)
+    else:
+        if num_groups != 1 or expected_m is not None:
+            raise ValueError(f"{func}: num_groups and expected_m describe a grouped kind; got kind='dense' with "
+                             f"num_groups={num_groups!r}, expected_m={expected_m!r}")
+        problem = check_problem(func, m, n, k).with_b_scale_1d(b_scale_1d)
+    if out_dtype != "bfloat16" or c_dtype is not None:
+        problem = problem.with_output(out_dtype, c_dtype)
+    return problem
 
 
 def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dense", num_groups: int = 1,
-               expected_m: Optional[int] = None) -> KernelConfig:
+               expected_m: Optional[int] = None, out_dtype: str = "bfloat16", c_dtype: Optional[str] = None,
+               b_scale_1d: bool = False) -> KernelConfig:
     """The :class:`KernelConfig` fp8_gemm uses for ``out[m, n] = a[m, k] @ b[n, k]^T``, or, with a
     grouped ``kind``, the one the grouped GEMM of that kind uses.
 
@@ -66,15 +85,23 @@ def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="d
     config is the kernel's before the launcher picks its a_scale variant (the offsets kind reads
     a_scale row-major: ``config.with_row_major_a_scale()``).
 
+    Output variants (training): ``out_dtype`` ``"bfloat16"`` (default) or ``"float32"``;
+    ``c_dtype`` the addend C of ``out = C + A.B^T``: None (default), ``"bfloat16"`` or ``"float32"``
+    (a tensor apart from out) or ``"out"`` (out itself: in-place accumulation, a weight
+    gradient's ``main_grad +=``); ``b_scale_1d``: the dense 1D1D GEMM
+    (:func:`deep_tile.fp8_gemm_1d1d`, b_scale per row of b). These pick the tile as the calls with
+    such tensors do (the in-place weight gradient's rule included).
+
     Raises:
         TypeError: an argument is not an int (the message names it).
         ValueError: ``m < 0``, ``n`` not a positive multiple of 8, ``k`` not a positive multiple
             of 16, ``num_sms`` out of range, an unknown ``kind``, or ``num_groups`` /
-            ``expected_m`` out of range or given for a kind that takes none (the message names the
-            argument and the value).
+            ``expected_m`` out of range or given for a kind that takes none, an unknown
+            ``out_dtype`` / ``c_dtype``, or ``b_scale_1d`` with a grouped kind (the message names
+            the argument and the value).
     """
-    return get_problem_config(_problem("get_config", m, n, k, kind, num_groups, expected_m), num_sms,
-                              func="get_config")
+    problem = selection_problem("get_config", m, n, k, kind, num_groups, expected_m, out_dtype, c_dtype, b_scale_1d)
+    return get_problem_config(problem, num_sms, func="get_config")
 
 
 def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: str = "get_problem_config") -> KernelConfig:
@@ -116,9 +143,11 @@ def _nonempty(problem: Problem) -> Problem:
 
 
 def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dense", num_groups: int = 1,
-            expected_m: Optional[int] = None) -> str:
+            expected_m: Optional[int] = None, out_dtype: str = "bfloat16", c_dtype: Optional[str] = None,
+            b_scale_1d: bool = False) -> str:
     """A multi-line account of :func:`get_config`'s choice for ``m x n x k`` (and, grouped, its
-    ``kind``, ``num_groups`` and ``expected_m``, as :func:`get_config` takes them) and why.
+    ``kind``, ``num_groups`` and ``expected_m``; the output variant ``out_dtype``, ``c_dtype`` and
+    ``b_scale_1d``, as :func:`get_config` takes them) and why.
 
     The first line names the device (or, without a CUDA device, the assumed H100 SXM). For
     ``m == 0`` the account says that no kernel is launched.
@@ -126,7 +155,7 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dens
     Raises:
         TypeError, ValueError: as :func:`get_config`.
     """
-    problem = _problem("explain", m, n, k, kind, num_groups, expected_m)
+    problem = selection_problem("explain", m, n, k, kind, num_groups, expected_m, out_dtype, c_dtype, b_scale_1d)
     num_sms, max_smem = _resolve("explain", num_sms)
     if device.has_cuda():
         facts = device.device_facts()

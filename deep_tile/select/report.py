@@ -8,6 +8,7 @@ from __future__ import annotations
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
+from deep_tile.problem import ProblemKind
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
@@ -148,18 +149,34 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
     return lines
 
 
+def _output_words(problem) -> tuple:
+    """The output variant as the problem line says it: the output's type (``"bf16"``, ``"fp32"``)
+    and what else there is (``", plus C (bf16)"``, ``", accumulated in place (out += A.B^T)"``,
+    ``", B scaled per row (1D1D)"`` for the dense 1D1D GEMM; ``""`` for none)."""
+    extra = ""
+    if problem.c_dtype == "out":
+        extra += ", accumulated in place (out += A.B^T)"
+    elif problem.c_dtype is not None:
+        extra += f", plus C ({'fp32' if problem.c_dtype == 'float32' else 'bf16'})"
+    if problem.b_scale_1d and problem.kind is not ProblemKind.K_GROUPED:
+        extra += ", B scaled per row (1D1D)"
+    return ("fp32" if problem.out_dtype == "float32" else "bf16"), extra
+
+
 def _problem_line(problem) -> str:
     m, n, k = problem.shape
+    out, extra = _output_words(problem)
     if not problem.kind.grouped:
-        return f"problem: out[M, N] (bf16) = A[M, K] @ B[N, K]^T (fp8 e4m3), M={m} N={n} K={k}"
+        return f"problem: out[M, N] ({out}) = A[M, K] @ B[N, K]^T (fp8 e4m3){extra}, M={m} N={n} K={k}"
     g, e = problem.num_groups, problem.expected_m
     kind = problem.kind.short_name
     rows = {"contiguous": f"A[M={m}, K] with m_indices[M] (runs of 128-aligned rows per expert, -1 padding)",
             "masked": f"A[G, max_m={m}, K] with masked_m[G] real rows per expert, expected {e}",
             "offsets": f"A[M={m}, K] with offsets[G + 1] (unpadded runs of rows per expert)",
             "psum": f"A[M={m}, K] with expert_ends[G] (runs starting at the previous end rounded up to 128)"}[kind]
+    variant = "" if out == "bf16" and not extra else f"; out ({out}){extra}"
     return (f"problem: {kind} grouped GEMM, G={g} experts of B[G, N={n}, K={k}] (fp8 e4m3), {rows}; "
-            f"about {e} rows per expert (the selector's count)")
+            f"about {e} rows per expert (the selector's count){variant}")
 
 
 def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
@@ -179,7 +196,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
         raise ValueError(f"explain_text: chip must be a deep_tile.arch.ChipFacts; got {chip!r}")
     ranked = rank_candidates(problem, num_sms, max_smem, chip)
     best = ranked[0]
-    cfg = config_from_estimate(problem, best, num_sms, chip)
+    cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)
     lines += _smem_lines(cfg, max_smem)
