@@ -10,8 +10,8 @@ from deep_tile.arch import ChipFacts
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import ProblemKind
 from deep_tile.select.config import KernelConfig
-from deep_tile.select.cost import COUNT_SPREAD, Estimate, averages_over_counts, min_bytes
-from deep_tile.select.selector import (ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
+from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
+from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
                                       WIDE_TILE_MIN_K_BLOCKS, accumulates_weight_gradient, config_from_estimate,
                                       one_subtile_per_warpgroup, rank_candidates)
 
@@ -131,9 +131,13 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
     lead = f"  ({faster[0].candidate.label} is predicted faster by {(1 - faster[0].time_s / best.time_s) * 100:.1f}%"
     if (accumulates_weight_gradient(problem) and one_subtile_per_warpgroup(best.candidate)
             and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
+        odd = (f"; its width, not a multiple of 32, is rated at {IN_PLACE_ODD_WIDTH_EFFICIENCY:.2f} of the "
+               f"tensor pipe's speed here (measured for 128-row tiles), not the model's "
+               f"{DEFAULT_PARAMS.odd_width_efficiency:.2f}, which makes it the fastest of those"
+               if best.candidate.wgmma_n % 32 else "")
         lines.append(f"{lead}, but the weight gradient accumulated in place makes a warpgroup with several "
                      f"sub-tiles wait for the TMA unit to read each out of its staging, and a 128-row one-buffer "
-                     f"tile with one sub-tile per warpgroup within {ONE_SUBTILE_TOLERANCE:.0%} goes first)")
+                     f"tile with one sub-tile per warpgroup within {ONE_SUBTILE_TOLERANCE:.0%} goes first{odd})")
     elif best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
         lines.append(f"{lead}, but its k-loop is latency-bound, and a split-K candidate within "
                      f"{SPLIT_TOLERANCE:.0%} goes first: the model overprices halving that chain)")

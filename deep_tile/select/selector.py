@@ -19,6 +19,7 @@ Steps:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -30,7 +31,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import Problem, ProblemKind
 from deep_tile.select.candidates import enumerate_candidates
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
-from deep_tile.select.cost import Estimate, estimate, grid_size
+from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
            "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
@@ -117,7 +118,7 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
     ranked = _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
-    return _one_subtile_first(ranked) if accumulates_weight_gradient(problem) else ranked
+    return _one_subtile_first(ranked, problem, num_sms, chip) if accumulates_weight_gradient(problem) else ranked
 
 
 def accumulates_weight_gradient(problem: Problem) -> bool:
@@ -138,26 +139,48 @@ ONE_SUBTILE_TOLERANCE = 0.10
 may be predicted and still go first for the in-place weight gradient (:func:`_one_subtile_first`)."""
 
 
-def _one_subtile_first(ranked: tuple) -> tuple:
-    """``ranked`` with the first unsplit one-buffer candidate whose consumer warpgroups hold one
-    sub-tile each (``family.num_subtiles`` 1: 128 rows, one column part) first, when the first has several and
-    that one is predicted within :data:`ONE_SUBTILE_TOLERANCE` of it. The in-place FP32 epilogue
-    (the TMA unit's reduce-add through one 64-row staging per warpgroup) makes a warpgroup with
-    several sub-tiles wait for the unit to read each before it stages the next; with one, the
-    wait falls in the next tile's k-loop. The model sees neither that nor the stages the staging
-    costs.
+IN_PLACE_ODD_WIDTH_EFFICIENCY = 0.85
+"""The relative speed :func:`_one_subtile_first` gives a one-sub-tile tile whose width is not a
+multiple of 32 (128x144, 128x112) instead of the model's ``odd_width_efficiency`` (0.58, set from
+a 64x112 tile at small M): measured 0.83-0.87 for 128x144 against 128x160 at 576x7168, 2112x7168
+and 24576x1536 over 4096 tokens (RESULTS.md, 2026-11-26 'One sub-tile per warpgroup for the
+in-place weight gradient', the forced tiles on the H200, rounds of tiles counted)."""
+
+
+def _one_subtile_first(ranked: tuple, problem: Problem, num_sms: int, chip: ChipFacts) -> tuple:
+    """``ranked`` with an unsplit one-buffer candidate whose consumer warpgroups hold one sub-tile
+    each (``family.num_subtiles`` 1: 128 rows, one column part) first: the first such in
+    ``ranked`` when the first has several sub-tiles and that one is predicted within
+    :data:`ONE_SUBTILE_TOLERANCE` of it; and in its place (or in place of a first that has one
+    sub-tile) a one-sub-tile candidate of a width not a multiple of 32 that the model, with
+    :data:`IN_PLACE_ODD_WIDTH_EFFICIENCY` for such widths, predicts faster still. The in-place FP32
+    epilogue (the TMA unit's reduce-add through one 64-row staging per warpgroup) makes a
+    warpgroup with several sub-tiles wait for the unit to read each before it stages the next;
+    with one, the wait falls in the next tile's k-loop. The model sees neither that nor the stages
+    the staging costs.
 
     Measured: benchmarks/RESULTS.md, "Selector rules", one sub-tile per warpgroup for the
     in-place weight gradient (selector._one_subtile_first).
     """
     best = ranked[0]
+    eligible = [e for e in ranked if one_subtile_per_warpgroup(e.candidate) and e.candidate.accum_buffers == 1
+                and e.candidate.split_k == 1]
     if one_subtile_per_warpgroup(best.candidate):
+        pick = best
+    else:
+        pick = next((e for e in eligible if e.time_s <= best.time_s * (1 + ONE_SUBTILE_TOLERANCE)), None)
+    if pick is None:
         return ranked
-    for e in ranked[1:]:
-        c = e.candidate
-        if one_subtile_per_warpgroup(c) and c.accum_buffers == 1 and c.split_k == 1 and e.time_s <= best.time_s * (1 + ONE_SUBTILE_TOLERANCE):
-            return (e,) + tuple(x for x in ranked if x is not e)
-    return ranked
+    odd = [e for e in eligible if e.candidate.wgmma_n % 32]
+    if odd:
+        params = dataclasses.replace(DEFAULT_PARAMS, odd_width_efficiency=IN_PLACE_ODD_WIDTH_EFFICIENCY)
+        times = {id(e): estimate(e.candidate, problem, num_sms, chip, RASTER_WIDTH, params).time_s for e in odd}
+        fastest = min(odd, key=lambda e: times[id(e)])
+        if times[id(fastest)] < pick.time_s:
+            pick = fastest
+    if pick is best:
+        return ranked
+    return (pick,) + tuple(x for x in ranked if x is not pick)
 
 
 SPLIT_TOLERANCE = 0.07
