@@ -1414,3 +1414,22 @@ def test_first_gemm_with_an_unusable_cache_dir(tmp_path):
     assert r["state"] == "unavailable", r
     for raised in r["raised"]:
         assert raised.startswith("deep_tile.errors.CacheError: ") and "DEEP_TILE_CACHE_DIR" in raised, r
+
+
+@needs_toolchain
+def test_grouped_output_variant_ops_refuse_an_unknown_kind_as_python_does(extension):
+    """The ops' ``kind`` argument: a name that is not a grouped kind raises the same ValueError on
+    the native kernels as on the Python ones (deep_tile.ops._grouped_kind)."""
+    from deep_tile import ops
+
+    args = grouped_args("grouped_contiguous")
+    tensors = _tensors(args)
+    with pytest.raises(ValueError) as python_error:
+        ops._grouped_kind("dense")
+    assert extension.ops_registered()
+    with pytest.raises(ValueError) as native_error:
+        torch.ops.deep_tile.m_grouped_fp8_gemm_acc("dense", *tensors, None, None, torch.float32)
+    assert str(native_error.value).splitlines()[0] == str(python_error.value)
+    with pytest.raises(ValueError) as native_error:
+        torch.ops.deep_tile.m_grouped_fp8_gemm_acc_out("k_grouped", *tensors, None, None, False, args["out"])
+    assert str(native_error.value).splitlines()[0] == str(python_error.value).replace("'dense'", "'k_grouped'")

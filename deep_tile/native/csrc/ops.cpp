@@ -2,6 +2,9 @@
 
 #include <torch/library.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "acc_op.h"
 #include "gemm_op.h"
 #include "gemm_plan.h"
@@ -83,19 +86,34 @@ void op_k_grouped_out(const at::Tensor& a, const at::Tensor& a_scale, const at::
   k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, into, std::nullopt});
 }
 
+// The kind argument of the grouped output-variant ops: a grouped kind's name, else the ValueError
+// deep_tile/ops.py's _grouped_kind raises (same message).
+Kind op_grouped_kind(c10::string_view name) {
+  const std::string text(name);
+  try {
+    return grouped_kind(text);
+  } catch (const std::invalid_argument&) {
+    std::string names;
+    for (const char* kind : {"grouped_contiguous", "grouped_masked", "grouped_offsets", "grouped_psum"}) {
+      names += std::string(names.empty() ? "" : ", ") + "'" + kind + "'";
+    }
+    TORCH_CHECK_VALUE(false, "m_grouped_fp8_gemm_acc: kind must be one of ", names, "; got '", text, "'");
+  }
+}
+
 // The grouped kinds' output variants: (kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype)
 // -> new, or (..., expected_m, c, accumulate, out).
 at::Tensor op_grouped_acc(c10::string_view kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                           const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
                           const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
-  return m_grouped_fp8_gemm(grouped_kind(std::string(kind)), a, a_scale, b, b_scale, info, expected_m, std::nullopt,
+  return m_grouped_fp8_gemm(op_grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, std::nullopt,
                             GroupedOutput{c, false, out_dtype});
 }
 
 void op_grouped_acc_out(c10::string_view kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                         const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
                         const std::optional<at::Tensor>& c, bool accumulate, at::Tensor& out) {
-  m_grouped_fp8_gemm(grouped_kind(std::string(kind)), a, a_scale, b, b_scale, info, expected_m, out,
+  m_grouped_fp8_gemm(op_grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, out,
                      GroupedOutput{c, accumulate, std::nullopt});
 }
 
