@@ -255,6 +255,19 @@ def _grouped_info(kind: str, counts: list, tail: int, bad_ids: bool, gaps: bool,
     return _contiguous_ids(counts, len(counts), tail, bad_ids, gen)
 
 
+def grouped_reference(kind: str, a, a_scale, b, b_scale, info) -> torch.Tensor:
+    """The float64 reference of a grouped GEMM of ``kind`` (contiguous / offsets / masked / psum),
+    NaN in the rows of no expert."""
+    if kind == "masked":
+        return deep_tile.ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, info)
+    if kind == "offsets":
+        return deep_tile.ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, info)
+    if kind == "psum":  # the CPU rule of the layout kernel names each row's expert
+        m_indices = deep_tile.psum_to_m_indices(info.cpu(), a.shape[0]).to(DEVICE)
+        return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices)
+    return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, info)
+
+
 def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config: dict | None = None,
             max_m: int = 0, tail: int = 0, bad_ids: bool = False, gaps: bool = False, seed: int = 0,
             graph_counts: list | None = None) -> dict:
@@ -289,14 +302,7 @@ def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config
         return run_grouped(kinds[kind], a, a_scale, b, b_scale, info_now, out, expected_m, config=forced)
 
     def reference(info_now):
-        if kind == "masked":
-            return deep_tile.ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, info_now)
-        if kind == "offsets":
-            return deep_tile.ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, info_now)
-        if kind == "psum":  # the CPU rule of the layout kernel names each row's expert
-            m_indices = deep_tile.psum_to_m_indices(info_now.cpu(), a.shape[0]).to(DEVICE)
-            return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices)
-        return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, info_now)
+        return grouped_reference(kind, a, a_scale, b, b_scale, info_now)
 
     def check(out, ref) -> dict:
         real = ~torch.isnan(ref[..., 0])

@@ -276,7 +276,7 @@ def grouped_acc(kind: str, counts: list, n: int, k: int, out_dtype: str, c_mode:
     when given), the two compared bitwise. Rows of no expert must keep what they held: NaN for a
     separate ``out``, C bitwise when accumulating in place. ``graph_counts``: a separate C into an
     FP32 ``out`` captured in a CUDA graph, replayed with new counts (same layout size)."""
-    from gpu_cases import _grouped_activations, _grouped_info, _grouped_weights
+    from gpu_cases import _grouped_activations, _grouped_info, _grouped_weights, grouped_reference
 
     from deep_tile.launch import run_grouped
 
@@ -299,14 +299,7 @@ def grouped_acc(kind: str, counts: list, n: int, k: int, out_dtype: str, c_mode:
         forced = KernelConfig(**config)
 
     def reference(info_now):
-        if kind == "masked":
-            return deep_tile.ref_m_grouped_fp8_gemm_masked(a, a_scale, b, b_scale, info_now)
-        if kind == "offsets":
-            return deep_tile.ref_m_grouped_fp8_gemm_offsets(a, a_scale, b, b_scale, info_now)
-        if kind == "psum":
-            m_indices = deep_tile.psum_to_m_indices(info_now.cpu(), a.shape[0]).to(DEVICE)
-            return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, m_indices)
-        return deep_tile.ref_m_grouped_fp8_gemm_contiguous(a, a_scale, b, b_scale, info_now)
+        return grouped_reference(kind, a, a_scale, b, b_scale, info_now)
 
     product = reference(info)
     real = ~torch.isnan(product[..., 0])

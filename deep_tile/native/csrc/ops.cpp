@@ -93,9 +93,11 @@ Kind op_grouped_kind(c10::string_view name) {
   try {
     return grouped_kind(text);
   } catch (const std::invalid_argument&) {
-    std::string names;
-    for (const char* kind : {"grouped_contiguous", "grouped_masked", "grouped_offsets", "grouped_psum"}) {
-      names += std::string(names.empty() ? "" : ", ") + "'" + kind + "'";
+    std::string names;  // the grouped kinds, in ProblemKind's order
+    for (int i = 0; i < kNumKinds; ++i) {
+      const Kind kind = static_cast<Kind>(i);
+      if (kind == Kind::kDense || kind == Kind::kKGrouped) continue;
+      names += std::string(names.empty() ? "" : ", ") + "'" + kKindNames[i] + "'";
     }
     TORCH_CHECK_VALUE(false, "m_grouped_fp8_gemm_acc: kind must be one of ", names, "; got '", text, "'");
   }
