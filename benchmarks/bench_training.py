@@ -56,16 +56,13 @@ from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.select.api import get_problem_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
-from deep_tile.testing.shapes import MODEL_NK  # noqa: E402
+from deep_tile.testing.shapes import MODEL_NK, WGRAD_NK  # noqa: E402
 from deep_tile.testing.table import geomean  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
 DENSE_NK = MODEL_NK + [(7168, 4608)]
 """(N, K) of the dense set: DeepGEMM's DeepSeek-V3 pairs plus the MoE shared expert's down
 projection."""
-WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
-"""(N, K) of the weight gradients ``dW[N, K] += dY^T X`` (DeepGEMM's DeepSeek-V3 pairs): the GEMM
-is M = N, N = K over K = the tokens."""
 
 KGROUPED_MN = [(4096, 7168), (7168, 2048)]
 """(m, n) of the k-grouped set: DeepGEMM's k-grouped test shapes (output [G, m, n])."""

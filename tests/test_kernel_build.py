@@ -45,7 +45,7 @@ from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
-from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES
+from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES, WGRAD_NK, WGRAD_TOKENS
 from deep_tile.problem import Problem, ProblemKind
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,8 +162,17 @@ def grouped_output_configs() -> list:
     return configs
 
 
+def wgrad_pick_configs() -> list:
+    """The selector's picks for the weight gradients accumulated in place (1D1D, FP32 D += ...)
+    over WGRAD_NK at WGRAD_TOKENS, as launched (a 128x144 pick's producer once spilled)."""
+    problems = [Problem(n, k, tokens, out_dtype="float32", c_dtype="out", b_scale_1d=True)
+                for n, k in WGRAD_NK for tokens in WGRAD_TOKENS]
+    return [select_config(p, 132).for_problem(p) for p in problems]
+
+
 FAMILIES = sorted({family(c) for c in selector_kinds() + gpu_test_configs() + grouped_configs() + output_configs()
-                   + grouped_output_configs() + k_grouped_test_configs() + k_grouped_rule_configs()})
+                   + grouped_output_configs() + k_grouped_test_configs() + k_grouped_rule_configs()
+                   + wgrad_pick_configs()})
 KINDS = {kind(c) for c in selector_kinds() + gpu_test_configs()}
 
 # What a kernel's code paths depend on, as predicates over its defines: SMOKE_FAMILIES covers each.

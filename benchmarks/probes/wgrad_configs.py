@@ -2,10 +2,12 @@
 
     python benchmarks/probes/wgrad_configs.py --compile-only --jobs 16     # fill the cache (no GPU)
     python benchmarks/probes/wgrad_configs.py --configs auto,128x128,256x128:mcA --top 4
+    python benchmarks/probes/wgrad_configs.py --configs auto,auto+DT_B_SCALE_RING=0 --bitwise   # a define's A/B
 
 For each weight gradient ``dW[N, K] += dY^T X`` of benchmarks/bench_training.py's wgrad set (M = N,
 N = K, K = the tokens; ``--shapes m,n`` for others) it times deep_tile's kernel for every tile of
-``--configs`` (``auto``: the selector's pick; a text of deep_tile.testing.configs) and the selector
+``--configs`` (``auto``: the selector's pick; a text of deep_tile.testing.configs; ``+NAME=VALUE``
+adds a define to the build) and the selector
 model's ``--top`` candidates, each as the launcher builds it for this output variant (FP32 D in
 place: the stages that fit beside its FP32 staging, KernelConfig.for_problem), round-robin with
 DeepGEMM latest's in-place 1D1D GEMM and cuBLAS blockwise (writes only), L2 flushed
@@ -40,29 +42,34 @@ def wgrad_problem(m: int, n: int, tokens: int) -> Problem:
 
 
 def configs_for(m: int, n: int, tokens: int, args) -> list:
-    """``(text, KernelConfig)`` pairs, as launched, without duplicates."""
+    """``(text, KernelConfig, extra defines, label)`` tuples, as launched, without duplicates; a
+    text ``CONFIG+NAME=VALUE`` adds a define to that tile's build (grouped_configs.split_defines)."""
+    from grouped_configs import split_defines
+
     problem = wgrad_problem(m, n, tokens)
     found = {}
     for text in args.configs.split(","):
+        head, extra = split_defines(text)
         try:
-            config = get_problem_config(problem, args.num_sms) if text == "auto" else parse_config(
-                text, m, n, args.num_sms)
+            config = get_problem_config(problem, args.num_sms) if head == "auto" else parse_config(
+                head, m, n, args.num_sms)
             config = config.for_problem(problem)
         except ValueError as error:
             print(f"skip {text} on {m}x{n}x{tokens}: {error}", file=sys.stderr)
             continue
-        found.setdefault(config.label, (text, config))
+        label = config.label + "".join(f"+{key}={value}" for key, value in extra.items())
+        found.setdefault(label, (text, config, extra, label))
     for estimate in rank_candidates(problem, args.num_sms)[:args.top]:
         config = config_from_estimate(problem, estimate, args.num_sms).for_problem(problem)
-        found.setdefault(config.label, (f"top:{estimate.candidate.label}", config))
+        found.setdefault(config.label, (f"top:{estimate.candidate.label}", config, {}, config.label))
     return list(found.values())
 
 
 def compile_all(shapes: list, args) -> int:
     todo = {}
     for m, n in shapes:
-        for _, config in configs_for(m, n, args.tokens, args):
-            todo.setdefault(tuple(sorted(config.defines().items())), config.label)
+        for _, config, extra, label in configs_for(m, n, args.tokens, args):
+            todo.setdefault(tuple(sorted({**config.defines(), **extra}.items())), label)
     return 1 if fill_cache(todo, args.jobs) else 0
 
 
@@ -82,17 +89,24 @@ def one_shape(m: int, n: int, args) -> dict:
     want = start.double() + ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
     d = start.clone()
     fns, bad = {}, []
-    for text, config in configs_for(m, n, tokens, args):
-        def fn(c=config):
-            run_acc(a, a_tma, b, b_tma, None, True, d, config=c, b_scale_1d=True)
+    first = None  # the first tile's output: every other one must equal it bitwise
+    for text, config, extra, label in configs_for(m, n, tokens, args):
+        def fn(c=config, x=extra):
+            run_acc(a, a_tma, b, b_tma, None, True, d, config=c, b_scale_1d=True, extra_defines=x or None)
         d.copy_(start)
-        if not first_call(fn, config.label, bad):
+        if not first_call(fn, label, bad):
             continue
         diff = calc_diff(d.double(), want)
         if not diff < 1e-6:
-            bad.append(f"{config.label}: calc_diff {diff:.3g} against float64")
+            bad.append(f"{label}: calc_diff {diff:.3g} against float64")
             continue
-        fns[f"{config.label}" + (" (pick)" if text == "auto" else "")] = fn
+        if args.bitwise:
+            if first is None:
+                first = d.clone()
+            elif not torch.equal(d, first):
+                bad.append(f"{label}: differs bitwise from the first tile's output")
+                continue
+        fns[label + (" (pick)" if text.startswith("auto") and not extra else "")] = fn
     cublas = bt._cublas_1d1d(a, a_scale, b, b_scale)
     if callable(cublas):
         fns["cublas"] = cublas
@@ -124,6 +138,8 @@ def main(argv=None) -> int:
     p.add_argument("--compile-only", action="store_true")
     p.add_argument("--jobs", type=int, default=8)
     p.add_argument("--json", type=Path)
+    p.add_argument("--bitwise", action="store_true",
+                   help="also require every tile's output to equal the first's bitwise (define A/Bs of one tile)")
     args = p.parse_args(argv)
     if args.shapes:
         shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes]

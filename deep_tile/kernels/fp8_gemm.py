@@ -36,7 +36,7 @@ __all__ = [
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
     "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
-    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch",
+    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch", "b_scale_slots",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
@@ -275,6 +275,14 @@ def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
     """Floats of a stage's b_scale slot (``kBScalePitch``): the two rows' values, or under 1D1D the
     tile's ``block_n`` column values in whole 128-byte lines (a TMA destination)."""
     return align_up(block_n * 4, 128) // 4 if b_scale_1d else 2
+
+
+def b_scale_slots(num_stages: int, b_scale_1d: bool) -> int:
+    """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or under 1D1D a ring of
+    twice the stages, so a stage is handed back before the promotion reads its columns' values."""
+    return 2 * num_stages if b_scale_1d else num_stages
+
+
 SIGNAL_SYMBOL = "deep_tile_fp8_gemm_masked_signal_sm90"
 """The symbol of the masked kernel with completion signals (the entry built with
 ``DT_PROBLEM_KIND == 2`` and :data:`SIGNAL_DEFINE` = 1; SGLang's single-batch overlap)."""
@@ -385,7 +393,7 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
-        "b_scale_stages": num_stages * b_scale_pitch(block_n, b_scale_1d) * 4,
+        "b_scale_stages": b_scale_slots(num_stages, b_scale_1d) * b_scale_pitch(block_n, b_scale_1d) * 4,
         "barriers": (num_stages * 2 + extra_barriers) * 8,
         "group_table": (GROUP_TABLE_BYTES if group_table else 0) + (num_stages * TILE_SLOT_BYTES if slots else 0),
     }

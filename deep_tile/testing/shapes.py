@@ -7,6 +7,14 @@ import itertools
 MODEL_NK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
 """(N, K) of the DeepSeek-V3 dense layers benchmarked by DeepGEMM."""
 
+WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
+"""(N, K) of the weight gradients ``dW[N, K] += dY^T X`` (DeepGEMM's DeepSeek-V3 pairs): the GEMM
+is M = N, N = K over K = the tokens."""
+
+WGRAD_TOKENS = (4096, 16384)
+"""The token counts of the training issue's weight-gradient sets (``bench_training.py --set wgrad
+--tokens T``); the kernel sweep builds the selector's pick for each."""
+
 MODEL_M = (64, 128, 4096)
 """Token counts paired with every entry of MODEL_NK."""
 

@@ -207,7 +207,9 @@ template <class Cfg>
 DT_DEVICE void prefetch_d_first_subtile(const TmaDescriptor* tma_d, int wg, int m0, int n0, int m_end, int n) {
   const int row0 = m0 + wg * Cfg::kWgM;
   if (row0 >= m_end) return;
-#pragma unroll
+  // NOTES: a loop, not unrolled: the producer runs on 40 registers, and the 18 boxes of a 144-wide
+  // tile's 32-byte-swizzled atoms unrolled spilled there (84 bytes; 128x144, FP32 in place).
+#pragma unroll 1
   for (int atom = 0; atom < Cfg::kWgmmaN / Cfg::kF32AtomCols; ++atom) {
     const int col0 = n0 + atom * Cfg::kF32AtomCols;
     if (col0 < n) ptx::tma_prefetch_2d_l2(tma_d, col0, row0);

@@ -240,7 +240,24 @@ struct Fp8GemmConfig {
   static constexpr bool kBScaleStaged = !kBScale1D_ && kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
   // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
   static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
-  static constexpr int kSmemBScaleBytes = kNumStages * kBScalePitch * 4;
+  // 1D1D: the values live in a ring of twice the stages' slots (the producer fills slot
+  // PipelineState::ring2_index() with the stage), so a tile of at most 128 columns hands a stage
+  // back before the promotion reads its columns' values (kBScaleRing): the slot is refilled only
+  // once the stage after next is released, which each consumer does after this promotion. Wider
+  // tiles read their slot before they hand the stage back.
+  // NOTES: the early release paid on the 128-column tiles of the in-place weight gradient and cost
+  // on wider ones (H100, 4096 / 16384 tokens: 128x128 x2 +2.7-3.0% / +0.9%, 256x128 0.0-0.6%;
+  // 128x144-192 and 128x256 -0.1 to -1.9% / -0.7 to -5.0%). The K-grouped 128x128 one-buffer
+  // tiles are mixed: +0.3-1.9% at 16-64 groups, -3.2% at 4 x ~8k tokens (4096x7168). RESULTS.md,
+  // 2026-11-26 'A b_scale ring for the 1D1D k-loop'. DT_B_SCALE_RING=0/1 overrides it for
+  // measurements (the shared memory stays the same).
+#if defined(DT_B_SCALE_RING)
+  static constexpr bool kBScaleRing = kBScale1D_ && DT_B_SCALE_RING != 0;
+#else
+  static constexpr bool kBScaleRing = kBScale1D_ && kBlockN_ <= 128;
+#endif
+  static constexpr int kBScaleSlots = kBScale1D_ ? 2 * kNumStages : kNumStages;
+  static constexpr int kSmemBScaleBytes = kBScaleSlots * kBScalePitch * 4;
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
   // staged b_scale values (its read must precede the producer's next copy), else one.
   static constexpr int kReleasesPerWarp = kBScaleStaged ? 32 : 1;

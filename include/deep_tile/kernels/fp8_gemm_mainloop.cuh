@@ -29,8 +29,8 @@ struct SharedStorage {
   u8* a;            // [stages][block_m, 128] fp8, 128B-swizzled
   u8* b;            // [stages][block_n, 128] fp8, 128B-swizzled
   float* a_scale;   // [stages][block_m][kAScaleCols]
-  float* b_scale;   // [stages][kBScalePitch]: the tile's b_scale rows 0 and 1 of the stage's k-block
-                    // (kBScaleStaged), or its columns' values (kBScale1D)
+  float* b_scale;   // [kBScaleSlots][kBScalePitch]: per stage the tile's b_scale rows 0 and 1 of its
+                    // k-block (kBScaleStaged), or its columns' values (kBScale1D, a ring of twice the stages)
   u64* full;        // [stages]: TMA bytes landed
   u64* empty;       // [stages]: consumers done with the stage
   u64* epilogue;    // kStagedEpilogue: [warpgroups] `ready`, then [warpgroups] `staged` (store_staged.cuh)
@@ -42,7 +42,7 @@ struct SharedStorage {
         b(a + Cfg::kNumStages * Cfg::kTileABytes),
         a_scale(reinterpret_cast<float*>(b + Cfg::kNumStages * Cfg::kTileBBytes)),
         b_scale(a_scale + Cfg::kNumStages * Cfg::kBlockM * Cfg::kAScaleCols),
-        full(reinterpret_cast<u64*>(b_scale + Cfg::kNumStages * Cfg::kBScalePitch)),
+        full(reinterpret_cast<u64*>(b_scale + Cfg::kSmemBScaleBytes / 4)),
         empty(full + Cfg::kNumStages),
         epilogue(empty + Cfg::kNumStages),
         group_table(reinterpret_cast<int*>(epilogue + Cfg::kNumEpilogueBarriers)) {
@@ -346,9 +346,14 @@ struct TileMainloop {
     fence_accumulator<kBuf>();
     if constexpr (Cfg::kBScale1D) {
       // 1D1D: columns 8j + 2 (lane % 4) + {0, 1} of this part scale by their own b_scale, read
-      // from the stage before it is handed back.
-      const float* cols = ctx.smem.b_scale + release_state.index * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
-                          2 * (ctx.lane % 4);
+      // from the k-block's slot; with the ring (kBScaleRing) after the stage went back, else
+      // before.
+      const int slot = Cfg::kBScaleRing ? release_state.ring2_index() : release_state.index;
+      const float* cols = ctx.smem.b_scale + slot * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN + 2 * (ctx.lane % 4);
+      if constexpr (Cfg::kBScaleRing && kSub == kLast) {
+        release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
+        release_state.advance();
+      }
 #pragma unroll
       for (int j = 0; j < kAcc / 4; ++j) {
         const float2 b = *reinterpret_cast<const float2*>(cols + 8 * j);
@@ -357,7 +362,7 @@ struct TileMainloop {
         result[kSub][4 * j + 2] += (row_scale[kBuf][1] * b.x) * acc[kBuf][4 * j + 2];
         result[kSub][4 * j + 3] += (row_scale[kBuf][1] * b.y) * acc[kBuf][4 * j + 3];
       }
-      if constexpr (kSub == kLast) {
+      if constexpr (!Cfg::kBScaleRing && kSub == kLast) {
         release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
         release_state.advance();
       }
