@@ -279,7 +279,8 @@ def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
 
 def b_scale_slots(num_stages: int, b_scale_1d: bool) -> int:
     """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or under 1D1D a ring of
-    twice the stages, so a stage is handed back before the promotion reads its columns' values."""
+    twice the stages, so a stage can go back to the producer before the promotion reads its
+    columns' values (``Fp8GemmConfig::kEarlyReleaseMaxKBlocks``)."""
     return 2 * num_stages if b_scale_1d else num_stages
 
 

@@ -241,20 +241,26 @@ struct Fp8GemmConfig {
   // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
   static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
   // 1D1D: the values live in a ring of twice the stages' slots (the producer fills slot
-  // PipelineState::ring2_index() with the stage), so a tile of at most 128 columns hands a stage
-  // back before the promotion reads its columns' values (kBScaleRing): the slot is refilled only
-  // once the stage after next is released, which each consumer does after this promotion. Wider
-  // tiles read their slot before they hand the stage back.
+  // PipelineState::ring2_index() with the stage), so the k-loop may hand a stage back before the
+  // promotion reads its columns' values (an early release): the slot is refilled only once the
+  // stage after next is released, which each consumer does after this promotion. It does so on
+  // the tiles of at most 128 columns, and in the K-grouped kind only on tiles of at most
+  // kEarlyReleaseMaxKBlocks k-blocks (TileMainloop's kEarlyRelease, chosen per tile).
   // NOTES: the early release paid on the 128-column tiles of the in-place weight gradient and cost
   // on wider ones (H100, 4096 / 16384 tokens: 128x128 x2 +2.7-3.0% / +0.9%, 256x128 0.0-0.6%;
-  // 128x144-192 and 128x256 -0.1 to -1.9% / -0.7 to -5.0%). The K-grouped 128x128 one-buffer
-  // tiles are mixed: +0.3-1.9% at 16-64 groups, -3.2% at 4 x ~8k tokens (4096x7168). RESULTS.md,
-  // 2026-11-26 'A b_scale ring for the 1D1D k-loop'. DT_B_SCALE_RING=0/1 overrides it for
-  // measurements (the shared memory stays the same).
+  // 128x144-192 and 128x256 -0.1 to -1.9% / -0.7 to -5.0%). On the K-grouped 128x128 one-buffer
+  // tiles it paid at 16 k-blocks per tile (16 groups of ~2k tokens, +0.3-1.9%) and cost at 32-64
+  // (8 or 4 groups of ~4-8k, -2 to -3.2%). RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D
+  // k-loop'. DT_B_SCALE_RING=0/1 overrides it for measurements (never / always; the shared memory
+  // stays the same).
+  static constexpr int kEarlyReleaseNever = 0, kEarlyReleaseAlways = 1 << 30;
 #if defined(DT_B_SCALE_RING)
-  static constexpr bool kBScaleRing = kBScale1D_ && DT_B_SCALE_RING != 0;
+  static constexpr int kEarlyReleaseMaxKBlocks =
+      kBScale1D_ && DT_B_SCALE_RING != 0 ? kEarlyReleaseAlways : kEarlyReleaseNever;
 #else
-  static constexpr bool kBScaleRing = kBScale1D_ && kBlockN_ <= 128;
+  static constexpr int kEarlyReleaseMaxKBlocks = !kBScale1D_ || kBlockN_ > 128 ? kEarlyReleaseNever
+                                                 : kKGrouped                   ? 24
+                                                                               : kEarlyReleaseAlways;
 #endif
   static constexpr int kBScaleSlots = kBScale1D_ ? 2 * kNumStages : kNumStages;
   static constexpr int kSmemBScaleBytes = kBScaleSlots * kBScalePitch * 4;

@@ -256,10 +256,11 @@ using BScaleFor = typename If<
                 typename If<Cfg::kBScaleStaged, BScaleStaged<kTwoRows>, BScaleQueue<kTwoRows>>::type>::type>::type;
 
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
-/// tile use b_scale row 0, the rest row 1.
+/// tile use b_scale row 0, the rest row 1. kEarlyRelease (1D1D): each stage goes back before the
+/// promotion reads its b_scale columns (Fp8GemmConfig::kEarlyReleaseMaxKBlocks).
 /// NOTES: the straddle point is a template argument: as a run-time value it cost a select per 8
 /// columns in the promotion (128x144 / 128x160 tiles ran at 0.80 / 0.87 of 128x128).
-template <class Cfg, int kFirstBlocks>
+template <class Cfg, int kFirstBlocks, bool kEarlyRelease = false>
 struct TileMainloop {
   using Wgmma = ptx::WgmmaFp8<Cfg::kWgmmaN>;
   static constexpr int kAcc = Cfg::kAccumPerSubtile;
@@ -346,11 +347,10 @@ struct TileMainloop {
     fence_accumulator<kBuf>();
     if constexpr (Cfg::kBScale1D) {
       // 1D1D: columns 8j + 2 (lane % 4) + {0, 1} of this part scale by their own b_scale, read
-      // from the k-block's slot; with the ring (kBScaleRing) after the stage went back, else
-      // before.
-      const int slot = Cfg::kBScaleRing ? release_state.ring2_index() : release_state.index;
-      const float* cols = ctx.smem.b_scale + slot * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN + 2 * (ctx.lane % 4);
-      if constexpr (Cfg::kBScaleRing && kSub == kLast) {
+      // from the k-block's slot of the ring, after the stage went back (kEarlyRelease) or before.
+      const float* cols = ctx.smem.b_scale + release_state.ring2_index() * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
+                          2 * (ctx.lane % 4);
+      if constexpr (kEarlyRelease && kSub == kLast) {
         release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
         release_state.advance();
       }
@@ -362,7 +362,7 @@ struct TileMainloop {
         result[kSub][4 * j + 2] += (row_scale[kBuf][1] * b.x) * acc[kBuf][4 * j + 2];
         result[kSub][4 * j + 3] += (row_scale[kBuf][1] * b.y) * acc[kBuf][4 * j + 3];
       }
-      if constexpr (!Cfg::kBScaleRing && kSub == kLast) {
+      if constexpr (!kEarlyRelease && kSub == kLast) {
         release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
         release_state.advance();
       }
@@ -498,10 +498,23 @@ struct RunTileMainloop {
   const float* b_scale_row1;
   int kb_begin, kb_end;
   bool peer_alive;
+  int tile_k_blocks;  // the whole tile's k-blocks (this run may be a part): the early release's choice
 
   template <int kFirstBlocks>
   DT_DEVICE void operator()(IntConstant<kFirstBlocks>) const {
-    using Loop = TileMainloop<Cfg, kFirstBlocks>;
+    constexpr int kMax = Cfg::kEarlyReleaseMaxKBlocks;
+    if constexpr (kMax == Cfg::kEarlyReleaseNever || kMax == Cfg::kEarlyReleaseAlways) {
+      run<kFirstBlocks, kMax == Cfg::kEarlyReleaseAlways>();
+    } else if (tile_k_blocks <= kMax) {
+      run<kFirstBlocks, true>();
+    } else {
+      run<kFirstBlocks, false>();
+    }
+  }
+
+  template <int kFirstBlocks, bool kEarlyRelease>
+  DT_DEVICE void run() const {
+    using Loop = TileMainloop<Cfg, kFirstBlocks, kEarlyRelease>;
     Loop loop{ctx, issue_state, release_state, result,
               BScaleFor<Cfg, Loop::kTwoRows>(b_scale_row0, b_scale_row1, kb_begin, kb_end), peer_alive};
     loop.run(kb_begin, kb_end);

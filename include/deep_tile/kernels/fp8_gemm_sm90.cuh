@@ -128,8 +128,7 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         ptx::tma_load_2d(a_scale, tma_a_scale, full, sched.a_scale_row(tile), sched.a_scale_kb0(tile) + kb);
       }
       if constexpr (Cfg::kBScale1D) {  // [block_n] of K block kb
-        const int slot = Cfg::kBScaleRing ? state.ring2_index() : state.index;
-        ptx::tma_load_2d(smem.b_scale + slot * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
+        ptx::tma_load_2d(smem.b_scale + state.ring2_index() * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
       }
       if constexpr (Cfg::kPrefetchDMaxKBlocks > 0) {  // the reduce-add's D, asked of L2 ahead
         const bool ahead = kb == max_int(kb_begin, kb_end - 1 - Cfg::kPrefetchDAhead);
@@ -187,7 +186,7 @@ template <class Cfg>
 DT_DEVICE void run_masked_k_block(const ConsumerContext<Cfg>& ctx, PipelineState<Cfg::kNumStages>& issue_state,
                                   PipelineState<Cfg::kNumStages>& release_state,
                                   float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], int kb, int lo, int hi,
-                                  bool peer_alive) {
+                                  bool peer_alive, int tile_k_blocks) {
   const int stage = issue_state.index;
   ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
   const int thread = ctx.wg * 128 + ctx.warp_in_wg * 32 + ctx.lane;
@@ -195,7 +194,8 @@ DT_DEVICE void run_masked_k_block(const ConsumerContext<Cfg>& ctx, PipelineState
   zero_k_columns<Cfg>(ctx.smem.b + stage * Cfg::kTileBBytes, Cfg::kBlockN, lo, hi, thread);
   ptx::fence_proxy_async_shared();
   ptx::named_barrier_sync(kKMaskBarrier, Cfg::kNumMathThreads);
-  const RunTileMainloop<Cfg> step{ctx, issue_state, release_state, result, nullptr, nullptr, kb, kb + 1, peer_alive};
+  const RunTileMainloop<Cfg> step{ctx,    issue_state, release_state, result,    nullptr,
+                                  nullptr, kb,          kb + 1,        peer_alive, tile_k_blocks};
   step(IntConstant<Cfg::kBlockN / 8>{});
 }
 
@@ -209,19 +209,21 @@ DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState
                                   float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile], const KRange& range,
                                   bool peer_alive) {
   if (range.kb_begin >= range.kb_end) return;
+  const int tile_k_blocks = range.kb_end - range.kb_begin;
   const int first_whole = range.kb_begin + (range.lo > 0 ? 1 : 0);
   const int end_whole = range.kb_end - (range.hi < Cfg::kBlockK ? 1 : 0);
   if (range.lo > 0) {
     run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_begin, range.lo,
-                            range.kb_end - range.kb_begin == 1 ? range.hi : Cfg::kBlockK, peer_alive);
+                            tile_k_blocks == 1 ? range.hi : Cfg::kBlockK, peer_alive, tile_k_blocks);
   }
   if (first_whole < end_whole) {
-    const RunTileMainloop<Cfg> whole{ctx, issue_state, release_state, result, nullptr, nullptr,
-                                     first_whole, end_whole, peer_alive};
+    const RunTileMainloop<Cfg> whole{ctx,         issue_state, release_state, result,       nullptr,
+                                     nullptr,     first_whole, end_whole,     peer_alive,   tile_k_blocks};
     whole(IntConstant<Cfg::kBlockN / 8>{});
   }
   if (range.hi < Cfg::kBlockK && range.kb_end - 1 >= first_whole) {
-    run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_end - 1, 0, range.hi, peer_alive);
+    run_masked_k_block<Cfg>(ctx, issue_state, release_state, result, range.kb_end - 1, 0, range.hi, peer_alive,
+                            tile_k_blocks);
   }
 }
 
@@ -301,8 +303,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       if (Cfg::kCKind == 3 && range.kb_begin >= range.kb_end) continue;
       run_k_grouped_tile<Cfg>(ctx, issue_state, release_state, result, range, tile.peer_alive);
     } else {
-      const RunTileMainloop<Cfg> mainloop{ctx,        issue_state, release_state, result, b_rows.row0,
-                                          b_rows.row1, work.kb_begin, work.kb_end,  tile.peer_alive};
+      const RunTileMainloop<Cfg> mainloop{ctx,         issue_state,   release_state, result,
+                                          b_rows.row0, b_rows.row1,   work.kb_begin, work.kb_end,
+                                          tile.peer_alive, work.kb_end - work.kb_begin};
       if constexpr (Cfg::kBScale1D) {
         mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
       } else {

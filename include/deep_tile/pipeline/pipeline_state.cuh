@@ -17,7 +17,7 @@ struct PipelineState {
   DT_DEVICE u32 empty_parity() const { return phase ^ 1u; }
 
   /// Position in a ring of twice the stages that producer and consumers walk in step with this
-  /// one (the 1D1D kernels' b_scale slots, Fp8GemmConfig::kBScaleRing).
+  /// one (the 1D1D kernels' b_scale slots, Fp8GemmConfig::kBScaleSlots).
   DT_DEVICE int ring2_index() const { return phase ? index + kNumStages : index; }
 
   DT_DEVICE void advance() {
