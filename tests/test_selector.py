@@ -1,5 +1,6 @@
 """CPU tests of the configuration selector (deep_tile.select), deep_tile.device, get_config / explain
 (deep_tile.select.api) and the CLI."""
+import dataclasses
 import itertools
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, 
 from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_bytes, table_grid_size, table_rounds,
                                    wgmma_efficiency)
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N,
-                                      TIE_TOLERANCE, UNSPLIT_TOLERANCE, overlaps_promotion)
+                                      RASTER_WIDTH, TIE_TOLERANCE, UNSPLIT_TOLERANCE, overlaps_promotion)
 from deep_tile.problem import Problem, ProblemKind
 from conftest import run_python
 
@@ -177,6 +178,30 @@ def test_an_unsplit_stream_within_tolerance_goes_before_an_hbm_bound_split():
     assert "an unsplit candidate as wide as its B boxes need, on as many CTAs, within 4% goes first" in text
 
 
+def test_the_in_place_weight_gradient_covers_whole_rows_along_m():
+    # A tile the raster would run in bands of RASTER_WIDTH n-blocks runs along M for the in-place
+    # weight gradient when N's n-blocks are more than one band but at most grid / RASTER_WIDTH
+    # (benchmarks/RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D k-loop': 7168x2048 128x128
+    # x2 on 128 CTAs, +2.6-2.7% over 4096 tokens on an H100).
+    def wgrad(m, n, tokens, **kwargs):
+        return Problem(m, n, tokens, **{**dict(out_dtype="float32", c_dtype="out", b_scale_1d=True), **kwargs})
+
+    for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+        for tokens in (4096, 16384):
+            cfg = select_config(wgrad(7168, 2048, tokens), 132, chip=chip)
+            assert (cfg.block_m, cfg.block_n, cfg.accum_buffers) == (128, 128, 2)
+            assert cfg.raster_along_m and cfg.raster_width == RASTER_WIDTH
+            assert ceil_div(2048, cfg.block_n) * RASTER_WIDTH <= cfg.grid_size
+            assert "raster along M (selector.in_place_rows_along_m)" in explain_text(
+                wgrad(7168, 2048, tokens), 132, chip=chip)
+            # the same shape without the in-place accumulation, and N of more n-blocks than a
+            # wave's band spans (4096x7168: 56) or of one band (32768x512: 4), keep the raster's axis
+            assert not select_config(wgrad(7168, 2048, tokens, c_dtype=None), 132, chip=chip).raster_along_m
+            assert not select_config(wgrad(32768, 512, 4096), 132, chip=chip).raster_along_m
+            for m, n in ((7168, 2048), (4096, 7168), (32768, 512)):
+                assert "in_place_rows_along_m" not in explain_text(wgrad(m, n, tokens, c_dtype=None), 132, chip=chip)
+
+
 def test_the_in_place_weight_gradient_takes_one_sub_tile_per_warpgroup():
     # The dense 1D1D GEMM accumulated in place into FP32 (the weight gradient): a one-buffer 128-row
     # tile with one sub-tile per warpgroup within ONE_SUBTILE_TOLERANCE of the model's first goes
@@ -202,10 +227,12 @@ def test_the_in_place_weight_gradient_takes_one_sub_tile_per_warpgroup():
             text = explain_text(wgrad(576, 7168, tokens), 132, chip=chip)
             assert f"is rated at {IN_PLACE_ODD_WIDTH_EFFICIENCY:.2f} of the tensor pipe's speed" in text
             # further than the tolerance (32768x512: 128x192 wastes a third of its last column of
-            # tiles), and where the model's first already has one sub-tile, the ranking stands
+            # tiles), and where the model's first already has one sub-tile, the ranking stands (the
+            # raster aside: test_the_in_place_weight_gradient_covers_whole_rows_along_m)
             for m, n in ((32768, 512), (7168, 2048)):
-                assert select_config(wgrad(m, n, tokens), 132, chip=chip) == select_config(
-                    wgrad(m, n, tokens, c_dtype=None), 132, chip=chip)
+                in_place = select_config(wgrad(m, n, tokens), 132, chip=chip)
+                stored = select_config(wgrad(m, n, tokens, c_dtype=None), 132, chip=chip)
+                assert dataclasses.replace(in_place, raster_along_m=stored.raster_along_m) == stored
             # other outputs of the same shapes keep the model's first
             for kwargs in (dict(c_dtype=None), dict(out_dtype="bfloat16", c_dtype=None), dict(b_scale_1d=False)):
                 problem = wgrad(24576, 1536, tokens, **kwargs)

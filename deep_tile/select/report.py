@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from deep_tile import arch
 from deep_tile.arch import ChipFacts
+from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import ProblemKind
-from deep_tile.select.config import KernelConfig
+from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
                                       WIDE_TILE_MIN_K_BLOCKS, accumulates_weight_gradient, config_from_estimate,
-                                      one_subtile_per_warpgroup, rank_candidates)
+                                      in_place_rows_along_m, one_subtile_per_warpgroup, rank_candidates)
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -205,6 +206,12 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)
+    if accumulates_weight_gradient(problem) and in_place_rows_along_m(ceil_div(problem.n, cfg.block_n),
+                                                                       cfg.grid_size, cfg):
+        lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
+                     f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "
+                     f"{ceil_div(problem.n, cfg.block_n)}: the tiles in flight cover whole rows of the FP32 D they "
+                     f"read and write back")
     lines += _smem_lines(cfg, max_smem)
     lines += _register_lines(cfg)
     lines += _model_lines(problem, best, chip)
