@@ -305,7 +305,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     } else {
       const RunTileMainloop<Cfg> mainloop{ctx,         issue_state,   release_state, result,
                                           b_rows.row0, b_rows.row1,   work.kb_begin, work.kb_end,
-                                          tile.peer_alive, work.kb_end - work.kb_begin};
+                                          tile.peer_alive, /*tile_k_blocks (K-grouped only)=*/0};
       if constexpr (Cfg::kBScale1D) {
         mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
       } else {
