@@ -278,9 +278,10 @@ def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
 
 
 def b_scale_slots(num_stages: int, b_scale_1d: bool) -> int:
-    """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or under 1D1D a ring of
-    twice the stages, so a stage can go back to the producer before the promotion reads its
-    columns' values (``Fp8GemmConfig::kEarlyReleaseMaxKBlocks``)."""
+    """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or under 1D1D twice the
+    stages, a ring through which the tiles that may hand a stage back before the promotion reads
+    its columns' values keep them (``Fp8GemmConfig::kBScaleRing``; the other 1D1D tiles use one
+    slot per stage of it)."""
     return 2 * num_stages if b_scale_1d else num_stages
 
 

@@ -263,6 +263,22 @@ struct Fp8GemmConfig {
                                                                                : kEarlyReleaseAlways;
 #endif
   static constexpr int kBScaleSlots = kBScale1D_ ? 2 * kNumStages : kNumStages;
+  // The ring is used where a tile may release early (kBScaleRing); the others keep one slot per
+  // stage, the stage's own, as before the ring.
+  static constexpr bool kBScaleRing = kEarlyReleaseMaxKBlocks != kEarlyReleaseNever;
+  // Where the promotion gets its k-block's ring slot: from the release state (its phase, one more
+  // register live through the k-loop), or, on the tiles with two sub-tiles per warpgroup under
+  // multicast, from a copy of the issue state's taken at issue (BScaleColumns::slot).
+  // NOTES: taken at issue the slot cost 0-4.5% on the in-place weight gradient's picks (H100,
+  // 4096x7168 over 4096 tokens 275.5 against 269.1 us, 576x7168 over 16384 174.8 against 167.2;
+  // RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D k-loop'); from the release state the
+  // 256x128 mcA in-place kernel spilled 44 bytes. DT_B_SCALE_SLOT_AT_ISSUE=0/1 overrides it for
+  // measurements.
+#if defined(DT_B_SCALE_SLOT_AT_ISSUE)
+  static constexpr bool kBScaleSlotAtIssue = DT_B_SCALE_SLOT_AT_ISSUE != 0;
+#else
+  static constexpr bool kBScaleSlotAtIssue = kNumMulticast_ == 2 && kNumSubtiles > 1;
+#endif
   static constexpr int kSmemBScaleBytes = kBScaleSlots * kBScalePitch * 4;
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
   // staged b_scale values (its read must precede the producer's next copy), else one.

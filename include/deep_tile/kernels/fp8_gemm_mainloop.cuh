@@ -239,9 +239,9 @@ DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
 }
 
 /// The 1D1D kernels' (Cfg::kBScale1D) b_scale source: the promotion reads each column's value from
-/// the k-block's slot of the ring (TileMainloop::finish); `slot` holds it per accumulator buffer,
-/// taken from the issue state at issue (the release state's phase would be one more register live
-/// through the k-loop, and spilled the 256x128 mcA in-place kernel).
+/// the k-block's slot (TileMainloop::finish): its stage's, or with the ring (Cfg::kBScaleRing) the
+/// release state's ring slot, or with Cfg::kBScaleSlotAtIssue `slot`, taken per accumulator buffer
+/// from the issue state at issue.
 struct BScaleColumns {
   float now0 = 0.f, now1 = 0.f;
   int slot[2] = {0, 0};
@@ -314,7 +314,7 @@ struct TileMainloop {
       row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
     }
     if constexpr (kSub == 0) bscale.read_stage(ctx.smem.b_scale + stage * 2);
-    if constexpr (Cfg::kBScale1D) bscale.slot[kBuf] = issue_state.ring2_index();
+    if constexpr (Cfg::kBScaleRing && Cfg::kBScaleSlotAtIssue) bscale.slot[kBuf] = issue_state.ring2_index();
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
     // Descriptor words advance by bytes / 16: one 32-bit add per WGMMA operand (the run-time
@@ -351,8 +351,12 @@ struct TileMainloop {
     fence_accumulator<kBuf>();
     if constexpr (Cfg::kBScale1D) {
       // 1D1D: columns 8j + 2 (lane % 4) + {0, 1} of this part scale by their own b_scale, read
-      // from the k-block's slot of the ring, after the stage went back (kEarlyRelease) or before.
-      const float* cols = ctx.smem.b_scale + bscale.slot[kBuf] * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
+      // from the k-block's slot, after the stage went back (kEarlyRelease, only with the ring) or
+      // before.
+      const int slot = !Cfg::kBScaleRing       ? release_state.index
+                       : Cfg::kBScaleSlotAtIssue ? bscale.slot[kBuf]
+                                                 : release_state.ring2_index();
+      const float* cols = ctx.smem.b_scale + slot * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
                           2 * (ctx.lane % 4);
       if constexpr (kEarlyRelease && kSub == kLast) {
         release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
