@@ -206,8 +206,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
     lines += _config_lines(cfg)
-    if accumulates_weight_gradient(problem) and in_place_rows_along_m(ceil_div(problem.n, cfg.block_n),
-                                                                       cfg.grid_size, cfg):
+    if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "
                      f"{ceil_div(problem.n, cfg.block_n)}: the tiles in flight cover whole rows of the FP32 D they "

@@ -268,7 +268,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     grid = e.ctas if c.split_k == 1 else grid_size(e.tiles, num_sms, c.num_multicast, chip)
     expert_m_blocks = problem.group_m_blocks(c.block_m) if problem.kind.has_table else None
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
-    if accumulates_weight_gradient(problem) and in_place_rows_along_m(ceil_div(problem.n, c.block_n), grid, c):
+    if in_place_rows_along_m(problem, c, grid):
         raster_along_m = True
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
@@ -279,20 +279,21 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
 
 
-def in_place_rows_along_m(n_blocks: int, grid: int, c) -> bool:
-    """Whether the in-place weight gradient (:func:`accumulates_weight_gradient`) runs candidate
-    ``c`` in bands along M instead of :func:`deep_tile.select.config.raster`'s bands of
-    RASTER_WIDTH n-blocks: an unsplit tile without multicast whose ``n_blocks`` are more than one
-    band along N but fit ``grid / RASTER_WIDTH``, so the tiles in flight together cover whole rows
-    of D (one contiguous block of the FP32 D they read and write back) rather than parts of twice
-    as many rows.
+def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
+    """Whether ``problem``, the in-place weight gradient (:func:`accumulates_weight_gradient`),
+    runs candidate or config ``c`` on ``grid`` CTAs in bands along M instead of
+    :func:`deep_tile.select.config.raster`'s bands of RASTER_WIDTH n-blocks: an unsplit tile
+    without multicast whose n-blocks are more than one band along N but fit ``grid /
+    RASTER_WIDTH``, so the tiles in flight together cover whole rows of D (one contiguous block of
+    the FP32 D they read and write back) rather than parts of twice as many rows.
 
     Measured: benchmarks/RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D k-loop' (H100,
     7168x2048, 128x128 x2 on 128 CTAs, two rounds: +2.6-2.7% over 4096 tokens, +0.7-0.8% over
     8192, 0.0-0.9% over 16384; the one shape of the weight-gradient set the rule moves).
     """
-    return (c.num_multicast == 1 and c.split_k == 1 and RASTER_WIDTH < n_blocks
-            and n_blocks * RASTER_WIDTH <= grid)
+    n_blocks = ceil_div(problem.n, c.block_n)
+    return (accumulates_weight_gradient(problem) and c.num_multicast == 1 and c.split_k == 1
+            and RASTER_WIDTH < n_blocks and n_blocks * RASTER_WIDTH <= grid)
 
 
 SWAP_MAX_M = max(family.SWAP_NS)

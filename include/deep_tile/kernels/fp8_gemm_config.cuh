@@ -275,9 +275,9 @@ struct Fp8GemmConfig {
   // 256x128 mcA in-place kernel spilled 44 bytes. DT_B_SCALE_SLOT_AT_ISSUE=0/1 overrides it for
   // measurements.
 #if defined(DT_B_SCALE_SLOT_AT_ISSUE)
-  static constexpr bool kBScaleSlotAtIssue = DT_B_SCALE_SLOT_AT_ISSUE != 0;
+  static constexpr bool kBScaleSlotAtIssue = kBScaleRing && DT_B_SCALE_SLOT_AT_ISSUE != 0;
 #else
-  static constexpr bool kBScaleSlotAtIssue = kNumMulticast_ == 2 && kNumSubtiles > 1;
+  static constexpr bool kBScaleSlotAtIssue = kBScaleRing && kNumMulticast_ == 2 && kNumSubtiles > 1;
 #endif
   static constexpr int kSmemBScaleBytes = kBScaleSlots * kBScalePitch * 4;
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with

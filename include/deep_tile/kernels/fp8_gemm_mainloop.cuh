@@ -238,6 +238,14 @@ DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
   }
 }
 
+/// The 1D1D b_scale slot of pipeline position `state`: its stage's, or with the ring
+/// (Cfg::kBScaleRing) its place in a ring of twice the stages. The producer fills it, the
+/// promotion reads it.
+template <class Cfg>
+DT_DEVICE int b_scale_slot(const PipelineState<Cfg::kNumStages>& state) {
+  return Cfg::kBScaleRing ? state.ring2_index() : state.index;
+}
+
 /// The 1D1D kernels' (Cfg::kBScale1D) b_scale source: the promotion reads each column's value from
 /// the k-block's slot (TileMainloop::finish): its stage's, or with the ring (Cfg::kBScaleRing) the
 /// release state's ring slot, or with Cfg::kBScaleSlotAtIssue `slot`, taken per accumulator buffer
@@ -314,7 +322,7 @@ struct TileMainloop {
       row_scale[kBuf][1] = a_scale[8 * Cfg::kAScaleCols];
     }
     if constexpr (kSub == 0) bscale.read_stage(ctx.smem.b_scale + stage * 2);
-    if constexpr (Cfg::kBScaleRing && Cfg::kBScaleSlotAtIssue) bscale.slot[kBuf] = issue_state.ring2_index();
+    if constexpr (Cfg::kBScale1D && Cfg::kBScaleSlotAtIssue) bscale.slot[kBuf] = b_scale_slot<Cfg>(issue_state);
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
     // Descriptor words advance by bytes / 16: one 32-bit add per WGMMA operand (the run-time
@@ -353,9 +361,7 @@ struct TileMainloop {
       // 1D1D: columns 8j + 2 (lane % 4) + {0, 1} of this part scale by their own b_scale, read
       // from the k-block's slot, after the stage went back (kEarlyRelease, only with the ring) or
       // before.
-      const int slot = !Cfg::kBScaleRing       ? release_state.index
-                       : Cfg::kBScaleSlotAtIssue ? bscale.slot[kBuf]
-                                                 : release_state.ring2_index();
+      const int slot = Cfg::kBScaleSlotAtIssue ? bscale.slot[kBuf] : b_scale_slot<Cfg>(release_state);
       const float* cols = ctx.smem.b_scale + slot * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
                           2 * (ctx.lane % 4);
       if constexpr (kEarlyRelease && kSub == kLast) {

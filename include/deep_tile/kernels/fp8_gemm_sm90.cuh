@@ -128,8 +128,7 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
         ptx::tma_load_2d(a_scale, tma_a_scale, full, sched.a_scale_row(tile), sched.a_scale_kb0(tile) + kb);
       }
       if constexpr (Cfg::kBScale1D) {  // [block_n] of K block kb
-        const int slot = Cfg::kBScaleRing ? state.ring2_index() : state.index;
-        ptx::tma_load_2d(smem.b_scale + slot * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
+        ptx::tma_load_2d(smem.b_scale + b_scale_slot<Cfg>(state) * Cfg::kBScalePitch, tma_b_scale, full, tile.n0, kb);
       }
       if constexpr (Cfg::kPrefetchDMaxKBlocks > 0) {  // the reduce-add's D, asked of L2 ahead
         const bool ahead = kb == max_int(kb_begin, kb_end - 1 - Cfg::kPrefetchDAhead);
