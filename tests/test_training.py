@@ -60,6 +60,8 @@ FAMILIES_1D1D = [
     (dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True), [F32_INPLACE]),
     (dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16), [F32_INPLACE]),
     (dict(block_m=128, block_n=160, num_stages=4), [F32_INPLACE, BF16_C16]),
+    # 12 of its 18 column groups' scale products formed while the WGMMAs run (kPreScaleGroups)
+    (dict(block_m=128, block_n=144, num_stages=4, raster_along_m=True), [F32_INPLACE]),
     (dict(block_m=64, block_n=144, num_stages=6, num_multicast=2, multicast_on_a=False), [F32_C32]),
     (dict(block_m=64, block_n=64, num_stages=8, split_k=4, accum_buffers=2), [F32_INPLACE]),
     (dict(block_m=64, block_n=48, num_stages=8, split_k=8), [(BF16_C16[0], None)]),

@@ -180,6 +180,32 @@ struct Fp8GemmConfig {
   static constexpr int kNumSubtiles = kNumSlabs * kNumNParts;
   static constexpr int kNumAccumBuffers = kNumAccumBuffers_;
   static constexpr int kAccumPerSubtile = kWgmmaN / 2;
+  // 1D1D one-buffer k-loop of the dense kind: the scale products a_scale(row) * b_scale(column)
+  // of the first kPreScaleGroups 4-float groups of each sub-tile's accumulator are formed while its
+  // WGMMAs run (TileMainloop::prescale), so only their fused multiply-adds wait for the WGMMAs.
+  // As many as the registers left beside the result and the accumulator allow (4 per group):
+  // 12 with 88 or more of the 232 free (128x144), 8 with 72 (128x160), 4 with 40 (128x192,
+  // 128x256 /128); one group more spilled in each. Not on tiles of two 64-row slabs per
+  // warpgroup (256x128 spilled with 4), of one consumer warpgroup (64-row tiles: 3-7% slower),
+  // nor on the K-grouped kind.
+  // NOTES: the in-place weight gradients' picks (H100), us, without / with, over 4096 tokens:
+  // 4096x7168 128x160 269.3 / 265.8, 7168x16384 128x192 990.6 / 979.7, 2112x7168 153.0 / 151.6,
+  // 576x7168 128x144 51.6 / 51.9; over 16384: 939.6 / 916.5, 3988.7 / 3899.4, 493.7 / 487.9,
+  // 167.9 / 161.5, 32768x512 128x256 /128 544.1 / 533.2. The K-grouped 128x128 was 0.5-1.5%
+  // slower with 8 or 16, 64x144 over 4096 tokens 61.7 / 65.9 us. RESULTS.md, 2026-11-26 'Scale
+  // products formed under the WGMMAs'. DT_PRESCALE_GROUPS overrides it for measurements.
+  static constexpr int kPreScaleFreeRegisters = kConsumerRegisters - (kNumSubtiles + 1) * kAccumPerSubtile;
+#if defined(DT_PRESCALE_GROUPS)
+  static constexpr int kPreScaleWanted = DT_PRESCALE_GROUPS;
+#else
+  static constexpr int kPreScaleWanted = kKGrouped || kNumSlabs > 1 || kNumMathWarpgroups == 1 ? 0
+                                         : kPreScaleFreeRegisters >= 88 ? 12
+                                         : kPreScaleFreeRegisters >= 72 ? 8
+                                         : kPreScaleFreeRegisters >= 40 ? 4
+                                                                        : 0;
+#endif
+  static constexpr int kPreScaleGroups =
+      kBScale1D_ && kNumAccumBuffers == 1 ? min_int(kPreScaleWanted, kAccumPerSubtile / 4) : 0;
   // Rows of a sub-tile whose loads of C the direct store issues before their stores: both of a
   // thread's two rows (more loads in flight) where a warpgroup has several sub-tiles, one at a time
   // otherwise and under 1D1D (whose 192-register tiles spilled with both).

@@ -266,6 +266,16 @@ using BScaleFor = typename If<
     typename If<Cfg::kNumAccumBuffers == 2, BScaleChunks<kTwoRows>,
                 typename If<Cfg::kBScaleStaged, BScaleStaged<kTwoRows>, BScaleQueue<kTwoRows>>::type>::type>::type;
 
+/// The 1D1D one-buffer k-loop's b_scale values and scale products of its first kGroups 4-float
+/// groups, formed while the WGMMAs run (Fp8GemmConfig::kPreScaleGroups); nothing without.
+template <int kGroups>
+struct PreScaled {
+  float2 b[kGroups];
+  float scale[kGroups][4];
+};
+template <>
+struct PreScaled<0> {};
+
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
 /// tile use b_scale row 0, the rest row 1. kEarlyRelease (1D1D): each stage goes back before the
 /// promotion reads its b_scale columns (Fp8GemmConfig::kEarlyReleaseMaxKBlocks).
@@ -289,6 +299,54 @@ struct TileMainloop {
   // token slots).
   static constexpr int kRowScales = Cfg::kSwapAB ? SwapFragment<Cfg>::kTokenSlots : 2;
   float row_scale[Cfg::kNumAccumBuffers][kRowScales];
+
+  /// 1D1D: this thread's b_scale columns of column part kPart in the k-block's slot.
+  template <int kPart, int kBuf>
+  DT_DEVICE const float* b_columns() const {
+    const int slot = Cfg::kBScaleSlotAtIssue ? bscale.slot[kBuf] : b_scale_slot<Cfg>(release_state);
+    return ctx.smem.b_scale + slot * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN + 2 * (ctx.lane % 4);
+  }
+
+  // Scale products formed while the WGMMAs run (Cfg::kPreScaleGroups; 1D1D, one buffer).
+  static constexpr int kPreScale = Cfg::kPreScaleGroups;
+  PreScaled<kPreScale> pre;
+
+  /// At issue, before the WGMMAs: the b_scale values of the first kPreScale groups (one-buffer
+  /// k-loop: the release state is this k-block's).
+  template <int kSub>
+  DT_DEVICE void preload_b() {
+    if constexpr (kPreScale > 0) {
+      const float* cols = b_columns<kSub % Cfg::kNumNParts, 0>();
+#pragma unroll
+      for (int j = 0; j < kPreScale; ++j) pre.b[j] = *reinterpret_cast<const float2*>(cols + 8 * j);
+    }
+  }
+
+  /// Between a sub-tile's issue and its wait: the first kPreScale groups' scale products.
+  /// NOTES: ptxas sinks products used only after the wait below it, onto the serial chain from
+  /// the wait to the next issue (76 of 80 FMULs at 128x160). A branch that uses them (taken
+  /// only for a NaN a_scale, to no effect) keeps them above the wait; the LDS of their b_scale
+  /// values, issued before the WGMMAs, have landed by then, so nothing stalls there.
+  DT_DEVICE void prescale() {
+    if constexpr (kPreScale > 0) {
+#pragma unroll
+      for (int j = 0; j < kPreScale; ++j) {
+        const float2 b = pre.b[j];
+        pre.scale[j][0] = row_scale[0][0] * b.x;
+        pre.scale[j][1] = row_scale[0][0] * b.y;
+        pre.scale[j][2] = row_scale[0][1] * b.x;
+        pre.scale[j][3] = row_scale[0][1] * b.y;
+      }
+      if (row_scale[0][0] != row_scale[0][0]) {
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kPreScale; ++j)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) sum += pre.scale[j][q];
+        asm volatile("nanosleep.u32 %0;" ::"r"(__float_as_uint(sum) & 1u));
+      }
+    }
+  }
 
   template <int kBuf>
   DT_DEVICE void fence_accumulator() {
@@ -323,6 +381,7 @@ struct TileMainloop {
     }
     if constexpr (kSub == 0) bscale.read_stage(ctx.smem.b_scale + stage * 2);
     if constexpr (Cfg::kBScale1D && Cfg::kBScaleSlotAtIssue) bscale.slot[kBuf] = b_scale_slot<Cfg>(issue_state);
+    if constexpr (kPreScale > 0) preload_b<kSub>();
     fence_accumulator<kBuf>();
     ptx::wgmma_fence();
     // Descriptor words advance by bytes / 16: one 32-bit add per WGMMA operand (the run-time
@@ -361,15 +420,20 @@ struct TileMainloop {
       // 1D1D: columns 8j + 2 (lane % 4) + {0, 1} of this part scale by their own b_scale, read
       // from the k-block's slot, after the stage went back (kEarlyRelease, only with the ring) or
       // before.
-      const int slot = Cfg::kBScaleSlotAtIssue ? bscale.slot[kBuf] : b_scale_slot<Cfg>(release_state);
-      const float* cols = ctx.smem.b_scale + slot * Cfg::kBScalePitch + kPart * Cfg::kWgmmaN +
-                          2 * (ctx.lane % 4);
+      const float* cols = b_columns<kPart, kBuf>();
       if constexpr (kEarlyRelease && kSub == kLast) {
         release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
         release_state.advance();
       }
+      if constexpr (kPreScale > 0) {
 #pragma unroll
-      for (int j = 0; j < kAcc / 4; ++j) {
+        for (int j = 0; j < kPreScale; ++j) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) result[kSub][4 * j + q] += pre.scale[j][q] * acc[kBuf][4 * j + q];
+        }
+      }
+#pragma unroll
+      for (int j = kPreScale; j < kAcc / 4; ++j) {
         const float2 b = *reinterpret_cast<const float2*>(cols + 8 * j);
         result[kSub][4 * j + 0] += (row_scale[kBuf][0] * b.x) * acc[kBuf][4 * j + 0];
         result[kSub][4 * j + 1] += (row_scale[kBuf][0] * b.y) * acc[kBuf][4 * j + 1];
@@ -431,6 +495,7 @@ struct TileMainloop {
   DT_DEVICE void serial_steps(int kb) {
     if constexpr (kSub < Cfg::kNumSubtiles) {
       issue<kSub, 0>(kb);
+      prescale();
       ptx::wgmma_wait_group<0>();
       finish<kSub, 0>();
       serial_steps<kSub + 1>(kb);
