@@ -179,6 +179,27 @@ def test_an_unsplit_stream_within_tolerance_goes_before_an_hbm_bound_split():
     assert "an unsplit candidate as wide as its B boxes need, on as many CTAs, within 4% goes first" in text
 
 
+def test_the_in_place_weight_gradient_takes_a_one_slab_tile_over_a_tied_256_row_one():
+    # Only a warpgroup of one 64-row slab forms part of its 1D1D scale products under the WGMMAs
+    # (Fp8GemmConfig::kPreScaleGroups), so for the in-place weight gradient a 128-row one-buffer
+    # tile beats a 256-row one it ties with (benchmarks/RESULTS.md, 2026-11-26 'Scale products
+    # formed under the WGMMAs': 32768x512 over 4096 tokens, 128x256 /128 160.2 us against
+    # 256x128's 162.7 on an H100).
+    wgrad = Problem(32768, 512, 4096, out_dtype="float32", c_dtype="out", b_scale_1d=True)
+    for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+        ranked = rank_candidates(wgrad, 132, chip=chip)
+        cfg = select_config(wgrad, 132, chip=chip)
+        assert (cfg.block_m, cfg.accum_buffers, cfg.split_k) == (128, 1, 1)
+        tied = [e for e in ranked if e.candidate.block_m == 256 and e.time_s <= ranked[0].time_s * 1.015]
+        assert tied, "the case this test is about: a 256-row tile ties with the pick"
+        assert "selector._one_slab_first" in explain_text(wgrad, 132, chip=chip)
+        # the same GEMM writing bf16 (no main gradient) keeps the model's tie-break
+        plain = Problem(32768, 512, 4096, b_scale_1d=True)
+        assert "_one_slab_first" not in explain_text(plain, 132, chip=chip)
+    plain = Problem(32768, 512, 4096, b_scale_1d=True)
+    assert select_config(plain, 132, chip=arch.CHIPS["H100 SXM"]).block_m == 256
+
+
 def test_the_in_place_weight_gradient_covers_whole_rows_along_m():
     # A tile the raster would run in bands of RASTER_WIDTH n-blocks runs along M for the in-place
     # weight gradient when N's n-blocks are more than one band but at most grid / RASTER_WIDTH
@@ -230,12 +251,14 @@ def test_the_in_place_weight_gradient_takes_one_sub_tile_per_warpgroup():
             text = explain_text(wgrad(576, 7168, tokens), 132, chip=chip)
             assert f"is rated at {IN_PLACE_ODD_WIDTH_EFFICIENCY:.2f} of the tensor pipe's speed" in text
             # further than the tolerance (32768x512: 128x192 wastes a third of its last column of
-            # tiles), and where the model's first already has one sub-tile, the ranking stands (the
-            # raster aside: test_the_in_place_weight_gradient_covers_whole_rows_along_m)
-            for m, n in ((32768, 512), (7168, 2048)):
-                in_place = select_config(wgrad(m, n, tokens), 132, chip=chip)
-                stored = select_config(wgrad(m, n, tokens, c_dtype=None), 132, chip=chip)
-                assert dataclasses.replace(in_place, raster_along_m=stored.raster_along_m) == stored
+            # tiles), no one-sub-tile tile goes first (a one-slab tile may there:
+            # test_the_in_place_weight_gradient_takes_a_one_slab_tile_over_a_tied_256_row_one); and
+            # where the model's first already has one sub-tile, the ranking stands (the raster
+            # aside: test_the_in_place_weight_gradient_covers_whole_rows_along_m)
+            assert select_config(wgrad(32768, 512, tokens), 132, chip=chip).num_subtiles == 2
+            in_place = select_config(wgrad(7168, 2048, tokens), 132, chip=chip)
+            stored = select_config(wgrad(7168, 2048, tokens, c_dtype=None), 132, chip=chip)
+            assert dataclasses.replace(in_place, raster_along_m=stored.raster_along_m) == stored
             # other outputs of the same shapes keep the model's first
             for kwargs in (dict(c_dtype=None), dict(out_dtype="bfloat16", c_dtype=None), dict(b_scale_1d=False)):
                 problem = wgrad(24576, 1536, tokens, **kwargs)

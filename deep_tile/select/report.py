@@ -128,6 +128,13 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
                      f"({other.time_s / best.time_s:.2f}x), {other.tiles} tiles on {other.ctas} CTAs, {other.bound}-bound")
     if len(ranked) == 1:
         lines.append("  (none)")
+    tall = next((e for e in ranked[1:] if e.candidate.block_m == 256
+                 and abs(e.time_s / best.time_s - 1) <= TIE_TOLERANCE), None)
+    if (accumulates_weight_gradient(problem) and tall is not None and best.candidate.block_m == 128
+            and best.candidate.accum_buffers == 1):
+        lines.append(f"  ({tall.candidate.label} ties with it; for the weight gradient accumulated in place the "
+                     f"128-row tile goes first: only a warpgroup of one 64-row slab forms part of its 1D1D scale "
+                     f"products while its WGMMAs run (selector._one_slab_first))")
     faster = [e for e in ranked[1:] if e.time_s < best.time_s]
     if not faster:
         return lines
