@@ -190,7 +190,7 @@ def test_the_in_place_weight_gradient_takes_a_one_slab_tile_over_a_tied_256_row_
         ranked = rank_candidates(wgrad, 132, chip=chip)
         cfg = select_config(wgrad, 132, chip=chip)
         assert (cfg.block_m, cfg.accum_buffers, cfg.split_k) == (128, 1, 1)
-        tied = [e for e in ranked if e.candidate.block_m == 256 and e.time_s <= ranked[0].time_s * 1.015]
+        tied = [e for e in ranked if e.candidate.block_m == 256 and e.time_s <= ranked[0].time_s * (1 + TIE_TOLERANCE)]
         assert tied, "the case this test is about: a 256-row tile ties with the pick"
         assert "selector._one_slab_first" in explain_text(wgrad, 132, chip=chip)
         # the same GEMM writing bf16 (no main gradient) keeps the model's tie-break

@@ -186,7 +186,7 @@ struct Fp8GemmConfig {
   // As many as the registers left beside the result and the accumulator allow (4 per group):
   // 12 with 88 or more of the 232 free (128x144), 8 with 72 (128x160), 4 with 40 (128x192,
   // 128x256 /128); one group more spilled in each. Not on tiles of two 64-row slabs per
-  // warpgroup (256x128 spilled with 4), of one consumer warpgroup (64-row tiles: 3-7% slower),
+  // warpgroup (256x128 spilled with 4), of one consumer warpgroup (64-row tiles: 2-7% slower),
   // nor on the K-grouped kind.
   // NOTES: the in-place weight gradients' picks (H100), us, without / with, over 4096 tokens:
   // 4096x7168 128x160 269.3 / 265.8, 7168x16384 128x192 990.6 / 979.7, 2112x7168 153.0 / 151.6,
