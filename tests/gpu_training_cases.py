@@ -113,6 +113,27 @@ def gemm_acc(m: int, n: int, k: int, out_dtype: str, c_mode: str, config: dict |
     return result
 
 
+def nan_a_scale_1d1d(m: int, n: int, k: int, config: dict, row: int, k_block: int, seed: int = 0) -> dict:
+    """The 1D1D GEMM accumulated in place into FP32 on the forced tile ``config`` with one a_scale
+    value NaN (``row``'s, of ``k_block``): that row of the output must be all NaN, every other row
+    C + A.B^T (the kernel completes: a NaN a_scale takes the scale products' branch,
+    TileMainloop::prescale)."""
+    a, a_scale, b, b_scale = operands_1d1d(m, n, k, seed)
+    a_scale[row, k_block] = float("nan")
+    product = ref_fp8_gemm_1d1d(a, a_scale, b, b_scale)
+    forced = KernelConfig(**config).with_b_scale_1d().with_output("float32", "out")
+    out = torch.randn((m, n), device=DEVICE, dtype=torch.float32)
+    ref = out.double() + product
+    run_acc(a, a_scale, b, b_scale, None, True, out, config=forced, b_scale_1d=True)
+    torch.cuda.synchronize()
+    others = torch.ones(m, dtype=torch.bool, device=DEVICE)
+    others[row] = False
+    valid = out.double()
+    return {"m": m, "n": n, "k": k, "config": config, "row_nan": int(torch.isnan(valid[row]).sum().item()),
+            "nan_elsewhere": int(torch.isnan(valid[others]).sum().item()),
+            "diff": calc_diff(valid[others], ref[others])}
+
+
 def graph_acc(m: int, n: int, k: int, seed: int = 0) -> dict:
     """In-place FP32 accumulation captured in a CUDA graph: replayed twice with new operands it must
     hold C + A1.B1^T + A2.B2^T."""

@@ -132,6 +132,21 @@ def test_every_1d1d_family():
 
 
 @pytest.mark.gpu
+def test_a_nan_a_scale_makes_its_row_nan_on_the_prescaled_tiles():
+    """The tiles that form scale products under the WGMMAs (Fp8GemmConfig::kPreScaleGroups 12, 8
+    and 4) with one NaN a_scale, in a k-block's middle: the kernel completes, that row is NaN, the
+    others are right."""
+    tiles = [fields for fields, _ in FAMILIES_1D1D
+             if fields["block_m"] == 128 and fields["block_n"] >= 144 and fields.get("accum_buffers", 1) == 1]
+    assert {fields["block_n"] for fields in tiles} == {144, 160, 256}
+    cases = [dict(m=520, n=1160, k=1040, config=dict({"raster_width": 8, "grid_size": 132}, **fields), row=300,
+                  k_block=4, seed=i) for i, fields in enumerate(tiles)]
+    results = run_child_cases("gpu_training_cases.py", "nan_a_scale_1d1d", cases, timeout=600.0)
+    bad = [r for r in results if r["row_nan"] != r["n"] or r["nan_elsewhere"] or not r["diff"] < 1e-8]
+    assert not bad, bad
+
+
+@pytest.mark.gpu
 def test_1d1d_weight_gradients():
     """deep_tile.fp8_gemm_1d1d with the selector's config on DeepSeek-V3's weight gradients
     (N x K of each layer over 4096 tokens) accumulated in place into FP32, a bf16 output, M = 1,
