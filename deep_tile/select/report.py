@@ -14,7 +14,8 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
                                       WIDE_TILE_MIN_K_BLOCKS, accumulates_weight_gradient, config_from_estimate,
-                                      in_place_rows_along_m, one_subtile_per_warpgroup, rank_candidates)
+                                      in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
+                                      rank_candidates)
 
 __all__ = ["explain_text", "NUM_RUNNERS_UP"]
 
@@ -128,10 +129,8 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
                      f"({other.time_s / best.time_s:.2f}x), {other.tiles} tiles on {other.ctas} CTAs, {other.bound}-bound")
     if len(ranked) == 1:
         lines.append("  (none)")
-    tall = next((e for e in ranked[1:] if e.candidate.block_m == 256
-                 and abs(e.time_s / best.time_s - 1) <= TIE_TOLERANCE), None)
-    if (accumulates_weight_gradient(problem) and tall is not None and best.candidate.block_m == 128
-            and best.candidate.accum_buffers == 1):
+    tall = next((e for e in ranked[1:] if one_slab_over_tall(problem, best, e)), None)
+    if tall is not None:
         lines.append(f"  ({tall.candidate.label} ties with it; for the weight gradient accumulated in place the "
                      f"128-row tile goes first: only a warpgroup of one 64-row slab forms part of its 1D1D scale "
                      f"products while its WGMMAs run (selector._one_slab_first))")

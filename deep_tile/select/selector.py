@@ -119,7 +119,7 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
     ranked = _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
     if accumulates_weight_gradient(problem):
-        return _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip))
+        return _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip), problem)
     return ranked
 
 
@@ -185,22 +185,27 @@ def _one_subtile_first(ranked: tuple, problem: Problem, num_sms: int, chip: Chip
     return (pick,) + tuple(x for x in ranked if x is not pick)
 
 
-def _one_slab_first(ranked: tuple) -> tuple:
-    """``ranked`` with a one-buffer 128-row candidate first where the first is a tile of 256 rows
-    (two 64-row slabs per consumer warpgroup) and that candidate ties with it (within
-    :data:`TIE_TOLERANCE`), for the in-place weight gradient: only a warpgroup of one slab has the
-    registers to form part of its 1D1D scale products while its WGMMAs run
-    (``Fp8GemmConfig::kPreScaleGroups``), which the model does not see; the tie would otherwise go
-    to the taller tile.
+def one_slab_over_tall(problem: Problem, one_slab, tall) -> bool:
+    """Whether, for ``problem``, estimate ``one_slab`` (a one-buffer unsplit 128-row tile) goes
+    before estimate ``tall`` (a 256-row tile, two 64-row slabs per consumer warpgroup) that the
+    model ties it with (within :data:`TIE_TOLERANCE`): for the in-place weight gradient
+    (:func:`accumulates_weight_gradient`), where only a warpgroup of one slab has the registers to
+    form part of its 1D1D scale products while its WGMMAs run (``Fp8GemmConfig::kPreScaleGroups``),
+    which the model does not see; the tie would otherwise go to the taller tile
+    (:func:`_one_slab_first`; ``explain`` says so).
 
     Measured: benchmarks/RESULTS.md, 2026-11-26 'Scale products formed under the WGMMAs' (H100,
     32768x512 over 4096 tokens: 128x256 /128 160.2 us against the 256x128 pick's 162.7).
     """
-    best = ranked[0]
-    if best.candidate.block_m != 256:
-        return ranked
-    pick = next((e for e in ranked[1:] if e.candidate.block_m == 128 and e.candidate.accum_buffers == 1
-                 and e.candidate.split_k == 1 and e.time_s <= best.time_s * (1 + TIE_TOLERANCE)), None)
+    c = one_slab.candidate
+    return (accumulates_weight_gradient(problem) and tall.candidate.block_m == 256 and c.block_m == 128
+            and c.accum_buffers == 1 and c.split_k == 1 and abs(one_slab.time_s / tall.time_s - 1) <= TIE_TOLERANCE)
+
+
+def _one_slab_first(ranked: tuple, problem: Problem) -> tuple:
+    """``ranked`` with the first candidate that :func:`one_slab_over_tall` puts before a 256-row
+    first moved to the front."""
+    pick = next((e for e in ranked[1:] if one_slab_over_tall(problem, e, ranked[0])), None)
     if pick is None:
         return ranked
     return (pick,) + tuple(x for x in ranked if x is not pick)
