@@ -22,9 +22,10 @@ from typing import NamedTuple, Optional
 import torch
 
 from deep_tile import ops
-from deep_tile.cast_transpose_impl import BLOCK_OP, MAX_ROWS, TOKEN_OP, check
+from deep_tile.cast_transpose_impl import BLOCK_OP, MAX_BATCH, MAX_ROWS, TOKEN_OP, check
 
-__all__ = ["CastOutputs", "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8", "MAX_ROWS"]
+__all__ = ["CastOutputs", "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8", "MAX_ROWS",
+           "MAX_BATCH"]
 
 
 class CastOutputs(NamedTuple):
@@ -78,14 +79,17 @@ def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
 def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,
                                     power_of_two_scales: bool = False) -> CastOutputs:
     """Quantise ``w [N, K]`` (bf16) to FP8 in 128x128 blocks and, with ``transpose``, write
-    ``w^T`` too (the bit-exact transpose of ``q`` and of ``s``), in one pass over ``w``.
+    ``w^T`` too (the bit-exact transpose of ``q`` and of ``s``), in one pass over ``w``; or each
+    matrix of a stack ``w [E, N, K]`` (the experts' weights), all in one launch.
 
     Per block (tail blocks zero-padded for the amax) the math of
     :func:`per_token_cast_transpose_to_fp8` with G the block.
 
     Args:
         w: bf16 ``[N, K]``, K a positive multiple of 16; with ``transpose`` N a multiple of 16
-            too (``qt`` rows are 16-byte aligned: dgrad's K).
+            too (``qt`` rows are 16-byte aligned: dgrad's K). Or ``[E, N, K]``, E <= MAX_BATCH:
+            each ``w[e]`` cast as a matrix of its own (its blocks start at its row 0), every
+            output below gaining the leading E (``qt[e] = q[e].T``, ``st[e] = s[e].T``).
         transpose: also write ``qt``/``st``.
         power_of_two_scales: round every scale up to a power of two.
 
@@ -96,11 +100,11 @@ def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,
         ``transpose``).
 
     Raises:
-        TypeError, ValueError: as :func:`per_token_cast_transpose_to_fp8`, and N % 16 with
-            ``transpose`` (nothing written).
+        TypeError, ValueError: as :func:`per_token_cast_transpose_to_fp8` (a 3-D ``w`` allowed),
+            N % 16 with ``transpose``, E > MAX_BATCH (nothing written).
     """
     if not _schema_takes(w, transpose, power_of_two_scales):  # the op checks the rest
-        check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+        check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16, batched=True)
     return _outputs(ops.per_block_cast_transpose_to_fp8(w, transpose, power_of_two_scales), transpose)
 
 

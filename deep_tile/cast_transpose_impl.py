@@ -14,25 +14,33 @@ from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_tr
 from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
 from deep_tile.kernels import cast_transpose as contract
 
-__all__ = ["MAX_ROWS", "TOKEN_OP", "BLOCK_OP", "check", "token_op_impl", "token_op_fake", "block_op_impl",
+__all__ = ["MAX_ROWS", "MAX_BATCH", "TOKEN_OP", "BLOCK_OP", "check", "token_op_impl", "token_op_fake", "block_op_impl",
            "block_op_fake"]
 
 MAX_ROWS = 65535 * SCALE_GROUP
 """Most rows a cast takes (the grid's y dimension holds one CTA per 128 rows)."""
 
-def check(fn: str, name: str, x, transpose, power_of_two_scales, rows_multiple: int) -> None:
-    """TypeError/ValueError, naming ``fn`` and the argument, unless ``x`` is a bf16 2-D tensor that
-    the kernels take (nothing is allocated or written before)."""
+MAX_BATCH = 65535
+"""Most stacked matrices a weight cast takes (the per-tile grid's z dimension holds one per matrix)."""
+
+
+def check(fn: str, name: str, x, transpose, power_of_two_scales, rows_multiple: int, batched: bool = False) -> None:
+    """TypeError/ValueError, naming ``fn`` and the argument, unless ``x`` is a bf16 2-D tensor (or,
+    with ``batched``, a 3-D stack of at most :data:`MAX_BATCH` such matrices) that the kernels take
+    (nothing is allocated or written before)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: {name} must be a torch.Tensor; got {type(x).__name__}.")
     if x.dtype != torch.bfloat16:
         raise TypeError(f"{fn}: {name} must have dtype bfloat16 (the values to quantise); got {x.dtype}.")
-    if x.dim() != 2:
-        raise ValueError(f"{fn}: {name} must be 2-D; got {x.dim()}-D of shape {tuple(x.shape)}.")
+    if x.dim() != 2 and not (batched and x.dim() == 3):
+        dims = "2-D or 3-D (a stack of matrices)" if batched else "2-D"
+        raise ValueError(f"{fn}: {name} must be {dims}; got {x.dim()}-D of shape {tuple(x.shape)}.")
     for flag, value in (("transpose", transpose), ("power_of_two_scales", power_of_two_scales)):
         if not isinstance(value, bool):
             raise TypeError(f"{fn}: {flag} must be a bool; got {value!r}.")
-    rows, cols = x.shape
+    if x.dim() == 3 and x.shape[0] > MAX_BATCH:
+        raise ValueError(f"{fn}: {name} stacks {x.shape[0]} matrices; at most {MAX_BATCH} are supported.")
+    rows, cols = x.shape[-2:]
     if cols == 0 or cols % contract.COL_ALIGN:
         raise ValueError(f"{fn}: {name} must have a positive multiple of {contract.COL_ALIGN} columns (16-byte FP8 "
                          f"rows, the GEMMs' K rule); got shape {tuple(x.shape)}.")
@@ -90,14 +98,16 @@ def _token_shapes(x: torch.Tensor, transpose: bool) -> tuple:
 
 
 def _block_shapes(w: torch.Tensor, transpose: bool) -> tuple:
-    """Empty ``(q, s, qt, st)`` of the weight cast of ``w``, all contiguous."""
-    rows, cols = w.shape
+    """Empty ``(q, s, qt, st)`` of the weight cast of ``w`` (``[N, K]``, or ``[E, N, K]``: the
+    outputs get the same leading dimension), all contiguous."""
+    lead, (rows, cols) = tuple(w.shape[:-2]), w.shape[-2:]
     rb, cb = ceil_div(rows, SCALE_GROUP), ceil_div(cols, SCALE_GROUP)
-    q = w.new_empty((rows, cols), dtype=torch.float8_e4m3fn)
-    s = w.new_empty((rb, cb), dtype=torch.float32)
+    q = w.new_empty(lead + (rows, cols), dtype=torch.float8_e4m3fn)
+    s = w.new_empty(lead + (rb, cb), dtype=torch.float32)
     if not transpose:
         return (q, s) + _absent(w)
-    return q, s, w.new_empty((cols, rows), dtype=torch.float8_e4m3fn), w.new_empty((cb, rb), dtype=torch.float32)
+    return (q, s, w.new_empty(lead + (cols, rows), dtype=torch.float8_e4m3fn),
+            w.new_empty(lead + (cb, rb), dtype=torch.float32))
 
 
 def _cast_into(block: bool, x: torch.Tensor, outputs: tuple, transpose: bool, power_of_two_scales: bool) -> tuple:
@@ -107,8 +117,10 @@ def _cast_into(block: bool, x: torch.Tensor, outputs: tuple, transpose: bool, po
     q, s, qt, st = outputs
     if not x.is_cuda:
         reference = block_cast_transpose_ref if block else token_cast_transpose_ref
-        for into, value in zip(outputs[:4 if transpose else 2], reference(x, transpose, power_of_two_scales)):
-            into.copy_(value)
+        for i, matrix in enumerate(x if x.dim() == 3 else [x]):  # a stack: each matrix on its own
+            results = reference(matrix, transpose, power_of_two_scales)
+            for into, value in zip(outputs[:4 if transpose else 2], results):
+                (into[i] if x.dim() == 3 else into).copy_(value)
         return outputs
     cast_transpose_kernels.launch(block, _input(x), q, s, qt if transpose else None, st if transpose else None,
                                   power_of_two_scales)
@@ -131,11 +143,11 @@ def token_op_fake(x: torch.Tensor, transpose: bool, power_of_two_scales: bool) -
 def block_op_impl(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
     """``torch.ops.deep_tile.per_block_cast_transpose_to_fp8``: the kernels for CUDA tensors, the
     torch reference for CPU ones."""
-    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16, batched=True)
     return _cast_into(True, w, _block_shapes(w, transpose), transpose, power_of_two_scales)
 
 
 def block_op_fake(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:
     """The checks, then the outputs' shapes."""
-    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16)
+    check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16, batched=True)
     return _block_shapes(w, transpose)

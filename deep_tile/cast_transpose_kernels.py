@@ -31,31 +31,34 @@ def _sm_count(device: torch.device) -> int:
 def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, st, power_of_two: bool,
            design: str = None) -> None:
     """Launch the 128x128 (``block``) or 1x128 cast of the bf16 ``x [rows, cols]`` (contiguous,
-    16-byte aligned, cols % 16 == 0) into ``q``/``s`` and, when ``qt`` is a tensor, ``qt``/``st``.
+    16-byte aligned, cols % 16 == 0) into ``q``/``s`` and, when ``qt`` is a tensor, ``qt``/``st``;
+    or of each matrix of a contiguous ``x [batch, rows, cols]`` into the outputs' matrices.
 
     Layouts (not checked here): ``q`` contiguous ``[rows, cols]``; ``qt`` ``[cols, *]`` with row
-    pitch ``qt.stride(0)`` (a multiple of 16, >= rows; the 1x128 cast writes zeros up to it);
-    1x128: ``s``, ``st`` column-major (``stride(0) == 1``, pitch ``stride(1)``); 128x128: ``s``,
-    ``st`` row-major (pitch ``stride(0)``). ``design``: one of ``contract.DESIGNS`` (default
-    ``contract.DESIGN``)."""
-    rows, cols = x.shape
-    if rows == 0:
+    pitch ``qt.stride(-2)`` (a multiple of 16, >= rows; the 1x128 cast writes zeros up to it);
+    1x128: ``s``, ``st`` column-major (``stride(-2) == 1``, pitch ``stride(-1)``); 128x128: ``s``,
+    ``st`` row-major (pitch ``stride(-2)``). A batch of matrices: each output ``[batch, ...]``, its
+    matrices one matrix's extent apart (contiguous ones are; ``contract.ARGUMENTS``). ``design``:
+    one of ``contract.DESIGNS`` (default ``contract.DESIGN``)."""
+    batch, rows, cols = x.shape if x.dim() == 3 else (1,) + tuple(x.shape)
+    if rows == 0 or batch == 0:
         return
     symbol = contract.BLOCK_SYMBOL if block else contract.TOKEN_SYMBOL
     kernel = get_kernel(contract.ENTRY, contract.defines(design), symbol)
-    s_pitch = s.stride(0) if block else s.stride(1)
+    s_pitch = s.stride(-2) if block else s.stride(-1)
     if qt is None:
         qt_ptr = st_ptr = st_pitch = qt_ld = 0
     else:
-        qt_ptr, st_ptr, qt_ld = qt.data_ptr(), st.data_ptr(), qt.stride(0)
-        st_pitch = st.stride(0) if block else st.stride(1)
+        qt_ptr, st_ptr, qt_ld = qt.data_ptr(), st.data_ptr(), qt.stride(-2)
+        st_pitch = st.stride(-2) if block else st.stride(-1)
     flags = contract.POWER_OF_TWO_FLAG if power_of_two else 0
-    values = (x.data_ptr(), q.data_ptr(), s.data_ptr(), qt_ptr, st_ptr, rows, cols, s_pitch, st_pitch, qt_ld, flags)
+    values = (x.data_ptr(), q.data_ptr(), s.data_ptr(), qt_ptr, st_ptr, rows, cols, s_pitch, st_pitch, qt_ld, flags,
+              batch)
     args = KernelArgs(list(zip(contract.ARGUMENT_KINDS, values)))
     with torch.cuda.device(x.device):
         transposed = qt is not None
         sms = _sm_count(x.device) if contract.pipelined(transposed, design) else 0
-        kernel.launch(grid=contract.grid(rows, cols, transposed, sms, design), block=contract.THREADS,
+        kernel.launch(grid=contract.grid(rows, cols, transposed, sms, design, batch), block=contract.THREADS,
                       smem_bytes=contract.smem_bytes(transposed, design),
                       stream=torch.cuda.current_stream(x.device).cuda_stream, args=args, device=x.device.index,
                       pdl=get_pdl())

@@ -121,6 +121,33 @@ def cast_case(kind: str, rows: int, cols: int, transpose: bool, power_of_two: bo
     return result
 
 
+def stack_case(experts: int, rows: int, cols: int, power_of_two: bool, seed: int = 0, design: str = None) -> dict:
+    """The weight cast of a stack ``[experts, rows, cols]`` in one launch of ``design`` into
+    poisoned stacked outputs, each matrix against the reference of that matrix alone; then the
+    public function (3-D) against them."""
+    x = torch.stack([_sample(rows, cols, seed + e, e % 2 == 1) for e in range(experts)])
+    result = dict(case=f"stack {experts}x{rows}x{cols} p2{int(power_of_two)}" + (f" {design}" if design else ""))
+    ok = True
+    rb, cb = ceil_div(rows, 128), ceil_div(cols, 128)
+    outs = None
+    for byte in (0xFF, 0x55):
+        outs = (torch.full((experts, rows, cols), byte, dtype=torch.uint8, device=DEVICE).view(torch.float8_e4m3fn),
+                torch.full((experts, rb, cb), math.nan, device=DEVICE),
+                torch.full((experts, cols, rows), byte, dtype=torch.uint8, device=DEVICE).view(torch.float8_e4m3fn),
+                torch.full((experts, cb, rb), math.nan, device=DEVICE))
+        launch(True, x, *outs, power_of_two, design=design)
+        torch.cuda.synchronize()
+        for e in range(experts):
+            want = block_cast_transpose_ref(x[e].cpu(), True, power_of_two)
+            good = all(_same(got[e], ref) for got, ref in zip(outs, want))
+            result[f"e{e}_{byte:02x}"] = good
+            ok &= good
+    public = per_block_cast_transpose_to_fp8(x, transpose=True, power_of_two_scales=power_of_two)
+    result["public"] = all(_same(p, o) for p, o in zip(public, outs))
+    result["ok"] = bool(ok and result["public"])
+    return result
+
+
 def gemm_case(tokens: int, n: int, k: int, seed: int = 0) -> dict:
     """Y = X W^T (X [T, k], W [n, k]); dX = dY W; dW = dY^T X: each GEMM on the casts' outputs."""
     gen = torch.Generator().manual_seed(seed)

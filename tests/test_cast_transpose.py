@@ -199,6 +199,20 @@ def test_no_rows_gives_empty_outputs(transpose):
     assert not transpose or (qt.shape == (272, 0) and st.shape == (3, 0))
 
 
+@pytest.mark.parametrize("transpose", [False, True])
+def test_a_stack_of_weights_is_each_matrix_cast_on_its_own(transpose):
+    w = torch.stack([sample(144, 272, 30 + e, e == 1) for e in range(3)])
+    stacked = per_block_cast_transpose_to_fp8(w, transpose=transpose, power_of_two_scales=True)
+    assert stacked.q.shape == (3, 144, 272) and stacked.s.shape == (3, 2, 3)
+    assert not transpose or (stacked.qt.shape == (3, 272, 144) and stacked.st.shape == (3, 3, 2))
+    for e in range(3):
+        alone = per_block_cast_transpose_to_fp8(w[e], transpose=transpose, power_of_two_scales=True)
+        for got, want in zip(stacked, alone):
+            assert (got is None and want is None) or same(got[e], want), e
+    with pytest.raises(ValueError, match="2-D or 3-D"):
+        per_block_cast_transpose_to_fp8(w[None])
+
+
 def test_block_without_transpose_takes_any_rows():
     w = sample(24, 16, 1, False)
     q, s, qt, st = per_block_cast_transpose_to_fp8(w, transpose=False)
@@ -219,16 +233,19 @@ def test_contract_matches_the_entry_file():
                                             "DT_CT_STAGES": stages, "DT_CT_LINES": contract.LINES[design]}
         assert stages or not contract.LINES[design]
         # without a transposed copy every design runs one CTA per tile, no dynamic shared memory
-        assert contract.grid(129, 7168, False, 132, design) == (56, 2) and contract.grid(1, 16, False, 0, design) == (1, 1)
+        assert contract.grid(129, 7168, False, 132, design) == (56, 2, 1)
+        assert contract.grid(1, 16, False, 0, design) == (1, 1, 1) and contract.grid(1, 16, False, 0, design, 5) == (1, 1, 5)
         assert contract.smem_bytes(False, design) == 0
         if stages:  # the persistent grid: at most MIN_BLOCKS CTAs per SM, never more than the tiles
-            assert contract.grid(129, 7168, True, 132, design) == (112, 1)
-            assert contract.grid(16384, 18432, True, 132, design) == (contract.MIN_BLOCKS * 132, 1)
+            assert contract.grid(129, 7168, True, 132, design) == (112, 1, 1)
+            assert contract.grid(16384, 18432, True, 132, design) == (contract.MIN_BLOCKS * 132, 1, 1)
+            # a stack's tiles all go to one persistent grid
+            assert contract.grid(128, 256, True, 132, design, 3) == (6, 1, 1)
             assert contract.smem_bytes(True, design) == stages * 128 * 128 * 2
             # MIN_BLOCKS CTAs fit an SM's 228 KiB (1 KiB reserved per CTA, 2 KiB of static smem)
             assert contract.MIN_BLOCKS * (contract.smem_bytes(True, design) + 3 * 1024) <= 228 * 1024
         else:
-            assert contract.grid(129, 7168, True, 132, design) == (56, 2) and contract.smem_bytes(True, design) == 0
+            assert contract.grid(129, 7168, True, 132, design) == (56, 2, 1) and contract.smem_bytes(True, design) == 0
     with pytest.raises(ValueError, match="design"):
         contract.defines("fast")
     with pytest.raises(ValueError, match="SM count"):
@@ -277,6 +294,17 @@ def test_every_design_bitwise():
                   power_of_two=i % 2 == 1, special=i % 3 == 0, seed=100 + i, design=design)
              for design in contract.DESIGNS for kind in ("token", "block") for i, (r, c) in enumerate(shapes)]
     _check(_run("cast_case", cases))
+
+
+@pytest.mark.gpu
+def test_a_stack_of_weights_casts_each_matrix_bitwise():
+    """A 3-D weight stack in one launch (each design; the experts' weights): every matrix's four
+    outputs equal that matrix's own cast, tails and stacks of more tiles than the persistent grid
+    has CTAs included."""
+    shapes = [(1, 128, 128), (3, 144, 272), (5, 2064, 400), (4, 2048, 7168)]
+    cases = [dict(experts=e, rows=r, cols=c, power_of_two=i % 2 == 1, seed=200 + i, design=design)
+             for design in contract.DESIGNS for i, (e, r, c) in enumerate(shapes)]
+    _check(_run("stack_case", cases))
 
 
 @pytest.mark.gpu

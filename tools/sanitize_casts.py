@@ -4,7 +4,8 @@ for compute-sanitizer (tools/sanitize.sh runs it under each tool):
 (run from the repository root; uses tests/gpu_cast_cases.py). The last cases have more 128x128
 tiles (272) than the pipelined kernels' persistent grid has CTAs on an H100/H200 (2 per SM, 264),
 so each CTA reuses its shared-memory buffers (racecheck, synccheck); they run for each design
-(deep_tile.kernels.cast_transpose.DESIGNS). Then the experts layer's SwiGLU kernels (tests/gpu_nn_cases.py).
+(deep_tile.kernels.cast_transpose.DESIGNS); then stacks of weights cast in one launch, the last
+ones (5 x 9 x 7 = 315 tiles) for each design. Then the experts layer's SwiGLU kernels (tests/gpu_nn_cases.py).
 Exits 1 when a case fails its check."""
 import json
 import sys
@@ -29,10 +30,20 @@ for i, design in enumerate(DESIGNS):
                   design=design),
              dict(kind="block", rows=2064, cols=2048, transpose=True, power_of_two=True, special=False, seed=8 + 2 * i,
                   design=design)]
+# Weight stacks in one launch (the experts' weights): ragged matrices, and (pipelined designs) a
+# stack of more tiles than the persistent grid has CTAs.
+stacks = [dict(experts=3, rows=144, cols=272, power_of_two=False, seed=20)]
+stacks += [dict(experts=5, rows=1040, cols=784, power_of_two=True, seed=21 + i, design=design)
+           for i, design in enumerate(DESIGNS)]
 bad = 0
 for kwargs in runs:
     r = cases.cast_case(**kwargs)
     bad += not r["ok"]
+    print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
+for kwargs in stacks:
+    r = cases.stack_case(**kwargs)
+    bad += not r["ok"]
+    runs.append(r)
     print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
 # The experts layer's SwiGLU kernels (deep_tile/nn/swiglu.py), ragged row counts.
 import gpu_nn_cases  # noqa: E402

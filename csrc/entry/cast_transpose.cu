@@ -5,16 +5,18 @@
 #define DT_CAST_TRANSPOSE_PARAMS                                                                        \
   const deep_tile::u16* __restrict__ x, deep_tile::u8* __restrict__ q, float* __restrict__ s,           \
       deep_tile::u8* __restrict__ qt, float* __restrict__ st, int rows, int cols, int s_pitch, int st_pitch, \
-      int qt_ld, int flags
+      int qt_ld, int flags, int batch
 
-/// 1x128 groups: q [rows, cols] + column-major s; qt [cols, qt_ld] + column-major st (qt may be null).
+/// 1x128 groups: q [rows, cols] + column-major s; qt [cols, qt_ld] + column-major st (qt may be null);
+/// `batch` such matrices stacked (Args::of).
 extern "C" __global__ void __launch_bounds__(DT_CT_THREADS, DT_CT_MIN_BLOCKS)
     deep_tile_cast_transpose_token(DT_CAST_TRANSPOSE_PARAMS) {
-  deep_tile::cast_transpose::cast<false>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags});
+  deep_tile::cast_transpose::cast<false>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags, batch});
 }
 
-/// 128x128 blocks: q [rows, cols] + row-major s; qt = q transposed + st = s transposed (qt may be null).
+/// 128x128 blocks: q [rows, cols] + row-major s; qt = q transposed + st = s transposed (qt may be null);
+/// `batch` such matrices stacked.
 extern "C" __global__ void __launch_bounds__(DT_CT_THREADS, DT_CT_MIN_BLOCKS)
     deep_tile_cast_transpose_block(DT_CAST_TRANSPOSE_PARAMS) {
-  deep_tile::cast_transpose::cast<true>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags});
+  deep_tile::cast_transpose::cast<true>({x, q, s, qt, st, rows, cols, s_pitch, st_pitch, qt_ld, flags, batch});
 }

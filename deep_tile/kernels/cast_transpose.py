@@ -62,10 +62,12 @@ COL_ALIGN = 16
 rule) and 16-column chunks per thread."""
 POWER_OF_TWO_FLAG = 1
 """Bit of the ``flags`` argument: round each scale up to a power of two."""
-ARGUMENTS = ("x", "q", "s", "qt", "st", "rows", "cols", "s_pitch", "st_pitch", "qt_ld", "flags")
+ARGUMENTS = ("x", "q", "s", "qt", "st", "rows", "cols", "s_pitch", "st_pitch", "qt_ld", "flags", "batch")
 """Kernel parameters in order: bf16 input, FP8 output, its scales, the transposed FP8 output and
-its scales (null: none), rows, cols, the scales' pitches (floats), qt's row pitch (bytes), flags."""
-ARGUMENT_KINDS = ("ptr",) * 5 + ("i32",) * 6
+its scales (null: none), rows, cols, the scales' pitches (floats), qt's row pitch (bytes), flags,
+and the number of such matrices stacked contiguously (each cast on its own, the outputs stacked
+likewise: one matrix's extent apart)."""
+ARGUMENT_KINDS = ("ptr",) * 5 + ("i32",) * 7
 """The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
 
 
@@ -94,12 +96,13 @@ def smem_bytes(transposed: bool, design: str = None) -> int:
     return STAGES[_design(design)] * TILE_BYTES if pipelined(transposed, design) else 0
 
 
-def grid(rows: int, cols: int, transposed: bool = False, sms: int = 0, design: str = None) -> tuple:
-    """Grid of a launch: ``(x, y)`` with one CTA per 128x128 tile, x along the columns; for the
-    pipelined kernel ``(min(tiles, MIN_BLOCKS * sms), 1)`` (``sms``: the device's SM count)."""
+def grid(rows: int, cols: int, transposed: bool = False, sms: int = 0, design: str = None, batch: int = 1) -> tuple:
+    """Grid of a launch over ``batch`` stacked ``[rows, cols]`` matrices: ``(x, y, batch)`` with one
+    CTA per 128x128 tile, x along the columns, z the matrix; for the pipelined kernel
+    ``(min(tiles, MIN_BLOCKS * sms), 1, 1)`` (``sms``: the device's SM count; tiles of every matrix)."""
     gx, gy = ceil_div(cols, SCALE_GROUP), ceil_div(rows, SCALE_GROUP)
     if not pipelined(transposed, design):
-        return gx, gy
+        return gx, gy, batch
     if sms <= 0:
         raise ValueError(f"cast_transpose grid: the pipelined kernel needs the SM count; got sms={sms}.")
-    return min(gx * gy, MIN_BLOCKS * sms), 1
+    return min(gx * gy * batch, MIN_BLOCKS * sms), 1, 1

@@ -17,8 +17,8 @@ Each activation and gradient is cast once (deep_tile.cast_transpose: the FP8 cop
 transposed copy in one pass). The transposed copies' 128-token scale groups run over all tokens,
 so a group may hold the last tokens of one expert and the first of the next (the K-grouped GEMM
 takes each token's scale from its block of the whole token axis; the quantisation stays a valid
-1x128 one). Weights are cast once per forward, all experts in one pass, and their transposes
-regrouped per expert. SwiGLU runs in float32 (deep_tile.nn.swiglu: one kernel forward, one
+1x128 one). Weights are cast once per forward, all experts in one launch that writes each
+expert's transpose where dgrad reads it. SwiGLU runs in float32 (deep_tile.nn.swiglu: one kernel forward, one
 backward) and is rounded to bf16 before its cast.
 Needs an sm_90 GPU for the GEMMs; H and I multiples of 128 (each expert's weight blocks whole).
 """
@@ -39,16 +39,13 @@ def _acts(x: torch.Tensor):
 
 def _expert_weights(w: torch.Tensor):
     """``w [E, N, K]`` -> ``(q [E, N, K], s [E, N/128, K/128], qt [E, K, N], st [E, K/128, N/128])``:
-    every expert's 128x128 cast and its transpose (one cast of the stacked ``[E*N, K]``, whose blocks
-    never span two experts since N % 128 == 0)."""
-    e, n, k = w.shape
-    q, s, qt, st = cast_transpose.per_block_cast_transpose_to_fp8(w.reshape(e * n, k), transpose=True)
-    # NOTES: the FP8 regrouping copied byte by byte (torch's float8 copy of a strided view: 844 us of
-    # a 9.5 ms step at 8 experts, 3.3 of 18.8 ms at 32 experts on an H100, 2026-11-25); moved as
-    # 8-byte words it is one eighth of the elements (n % 128 == 0).
-    qt_words = qt.view(torch.int64).view(k, e, n // 8).transpose(0, 1).contiguous()
-    return (q.view(e, n, k), s.view(e, n // 128, k // 128), qt_words.view(torch.float8_e4m3fn),
-            st.view(k // 128, e, n // 128).transpose(0, 1).contiguous())
+    every expert's 128x128 cast and its transpose, all experts in one launch that writes each
+    expert's transpose where the dgrad GEMM reads it.
+    NOTES: a cast of the stacked ``[E*N, K]`` wrote the transposes side by side (``[K, E*N]``),
+    and regrouping them per expert was a copy of the FP8 weights: 0.96 of 12.6 ms of the step at
+    32 experts x 16384 tokens, 0.25 of 7.0 ms at 8 experts (H100, benchmarks/RESULTS.md,
+    2026-11-26 'Where the experts layer step's time goes, and a store deferred under the next tile')."""
+    return tuple(cast_transpose.per_block_cast_transpose_to_fp8(w, transpose=True))
 
 
 def _weight_grad(weight, a, a_scale, b, b_scale, sizes):

@@ -5,6 +5,8 @@
 //     column of x per 128 rows: what the FP8 GEMMs read for fprop/dgrad and for the weight gradient.
 //   block (128x128) kind: w [rows, cols] -> q with one scale per 128x128 block, and on request
 //     qt = the bit-exact transpose of q with the transposed scales.
+//   Either kind casts `batch` such matrices stacked contiguously (x [batch, rows, cols]), each on
+//   its own (Args::of): the outputs stacked likewise, matrix b's at b times one matrix's extent.
 //
 // DT_CT_STAGES == 0 (the "tile" design), and every cast without a transposed output: one CTA of
 // DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads 16
@@ -113,6 +115,24 @@ struct Args {
   u8* qt;        // [cols, qt_ld] e4m3, or null (no transposed output)
   float* st;     // token: column-major [ceil(rows/128)][st_pitch]; block: row-major [.., st_pitch]
   int rows, cols, s_pitch, st_pitch, qt_ld, flags;
+  int batch;     // stacked matrices (>= 1), each [rows, cols]
+
+  /// Matrix `b` of the stack: every pointer moved on by b matrices' extent (the scales: b times
+  /// ceil(cols / 128) (token) or ceil(rows / 128) (block) rows of their pitch; qt: b times cols rows).
+  template <bool kBlock>
+  DT_DEVICE Args of(int b) const {
+    const long long elems = static_cast<long long>(rows) * cols;
+    const int scale_rows = kBlock ? (rows + kTile - 1) / kTile : (cols + kTile - 1) / kTile;
+    const int scale_t_rows = (cols + kTile - 1) / kTile;
+    Args m = *this;
+    m.x = x + b * elems;
+    m.q = q + b * elems;
+    m.s = s + static_cast<long long>(b) * scale_rows * s_pitch;
+    // (null stays null: qt_ld and st_pitch are 0 without a transposed output)
+    m.qt = qt + static_cast<long long>(b) * cols * qt_ld;
+    m.st = st + static_cast<long long>(b) * (kBlock ? scale_t_rows : (rows + kTile - 1) / kTile) * st_pitch;
+    return m;
+  }
 };
 
 /// The row pass's geometry of one thread in a 128x128 tile: its 16 columns (`chunk`), its first
@@ -421,12 +441,13 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
   ptx::launch_dependents();
   const bool power_of_two = (a.flags & kPowerOfTwoFlag) != 0;
   const int tiles_x = (a.cols + kTile - 1) / kTile;
-  const int tiles = tiles_x * ((a.rows + kTile - 1) / kTile);
+  const int per_matrix = tiles_x * ((a.rows + kTile - 1) / kTile);
+  const int tiles = per_matrix * a.batch;  // tile t: matrix t / per_matrix, tile t % per_matrix of it
   const u32 base = ptx::smem_addr(tile_bufs);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {  // prologue: the first kStages - 1 tiles of this CTA
     const int t = blockIdx.x + s * gridDim.x;
-    if (t < tiles) load_tile(a, t, tiles_x, base + s * kTileBytes);
+    if (t < tiles) load_tile(a.of<kBlock>(t / per_matrix), t % per_matrix, tiles_x, base + s * kTileBytes);
     cp_async_commit();
   }
   u32 stage_off = 0;  // byte offset of this iteration's buffer: stage * kTileBytes
@@ -434,12 +455,13 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
     // refill the buffer consumed last iteration (the trailing barrier ordered its reads first)
     const int ahead = tile + (kStages - 1) * gridDim.x;
     const u32 ahead_off = stage_off == 0 ? (kStages - 1) * kTileBytes : stage_off - kTileBytes;
-    if (ahead < tiles) load_tile(a, ahead, tiles_x, base + ahead_off);
+    if (ahead < tiles) load_tile(a.of<kBlock>(ahead / per_matrix), ahead % per_matrix, tiles_x, base + ahead_off);
     cp_async_commit();                  // one group per iteration, empty or not: the count below holds
     cp_async_wait<kStages - 1>();       // this thread's copies of `tile` have landed
     __syncthreads();                    // ... and every thread's
-    cast_smem_tile<kBlock>(a, tile_bufs + stage_off, tile / tiles_x,
-                           tile % tiles_x, col_amax, warp_amax, power_of_two);
+    const int in_matrix = tile % per_matrix;
+    cast_smem_tile<kBlock>(a.of<kBlock>(tile / per_matrix), tile_bufs + stage_off, in_matrix / tiles_x,
+                           in_matrix % tiles_x, col_amax, warp_amax, power_of_two);
     __syncthreads();  // all reads of this buffer (and of col_amax / warp_amax) before they are rewritten
     stage_off = stage_off + kTileBytes == kStages * kTileBytes ? 0 : stage_off + kTileBytes;
   }
@@ -455,7 +477,7 @@ DT_DEVICE void cast(const Args& a) {
     return;
   }
 #endif
-  cast_tile<kBlock>(a);
+  cast_tile<kBlock>(a.of<kBlock>(blockIdx.z));  // one grid z per matrix
 }
 
 }  // namespace cast_transpose
