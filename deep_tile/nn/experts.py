@@ -44,7 +44,7 @@ def _expert_weights(w: torch.Tensor):
     NOTES: a cast of the stacked ``[E*N, K]`` wrote the transposes side by side (``[K, E*N]``),
     and regrouping them per expert was a copy of the FP8 weights: 0.96 of 12.6 ms of the step at
     32 experts x 16384 tokens, 0.25 of 7.0 ms at 8 experts (H100, benchmarks/RESULTS.md,
-    2026-11-26 'Where the experts layer step's time goes, and a store deferred under the next tile')."""
+    2026-11-26 'Where the experts layer step's time goes, and one launch for the experts' weight casts')."""
     return tuple(cast_transpose.per_block_cast_transpose_to_fp8(w, transpose=True))
 
 
