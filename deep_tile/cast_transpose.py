@@ -4,8 +4,12 @@ its transposed FP8 copy, each with the scales the FP8 GEMMs read without a copy 
 - :func:`per_token_cast_transpose_to_fp8` -- activations and gradients ``x [T, D]``: row-wise
   1x128 groups along D (fprop / dgrad operand) and ``x^T [D, T]`` with 1x128 groups along T
   (the weight gradient's operands, ``dY^T`` and ``X^T``, for :func:`deep_tile.fp8_gemm_1d1d`).
-- :func:`per_block_cast_transpose_to_fp8` -- weights ``w [N, K]``: 128x128 blocks, and ``w^T``
-  with the transposed scales (bit-exact transposes of ``q`` and ``s``; dgrad's b operand).
+  With ``group_offsets`` (an MoE layer's tokens, expert by expert) ``x^T`` gives each group its
+  own 128-token blocks (``torch.ops.deep_tile.per_token_cast_transpose_grouped_to_fp8``), and
+  :func:`padded_group_sizes` the K-grouped weight gradient's group sizes over it.
+- :func:`per_block_cast_transpose_to_fp8` -- weights ``w [N, K]`` (or a stack ``[E, N, K]``):
+  128x128 blocks, and ``w^T`` with the transposed scales (bit-exact transposes of ``q`` and ``s``;
+  dgrad's b operand).
 
 Both take ``power_of_two_scales``: each scale rounded up to a power of two (as DeepSeek-V3 and
 TransformerEngine do). CUDA tensors run the kernels of :mod:`deep_tile.cast_transpose_kernels`;
@@ -22,10 +26,11 @@ from typing import NamedTuple, Optional
 import torch
 
 from deep_tile import ops
-from deep_tile.cast_transpose_impl import BLOCK_OP, MAX_BATCH, MAX_ROWS, TOKEN_OP, check
+from deep_tile.cast_transpose_impl import BLOCK_OP, MAX_BATCH, MAX_ROWS, TOKEN_OP, check, check_group_offsets
+from deep_tile.common import SCALE_GROUP
 
-__all__ = ["CastOutputs", "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8", "MAX_ROWS",
-           "MAX_BATCH"]
+__all__ = ["CastOutputs", "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8",
+           "padded_group_sizes", "MAX_ROWS", "MAX_BATCH"]
 
 
 class CastOutputs(NamedTuple):
@@ -38,7 +43,7 @@ class CastOutputs(NamedTuple):
 
 
 def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
-                                    power_of_two_scales: bool = False) -> CastOutputs:
+                                    power_of_two_scales: bool = False, group_offsets=None) -> CastOutputs:
     """Quantise ``x [T, D]`` (bf16) to FP8 in 1x128 groups along D and, with ``transpose``, its
     transpose in 1x128 groups along T, in one pass over ``x``.
 
@@ -66,14 +71,47 @@ def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
           need K % 16 == 0). ``st`` float32 ``[D, ceil(T/128)]`` column-major with pitch
           ``align4(D)``; the last group covers the tokens past the last multiple of 128.
         - without ``transpose``: ``qt = st = None``.
+        - with ``group_offsets`` (the tokens of an MoE layer's experts, one group after another):
+          ``qt`` e4m3 ``[D, 128 * B]`` and ``st`` ``[D, B]`` (column-major, pitch ``align4(D)``),
+          ``B = ceil(T/128) + G``; group g's tokens ``[group_offsets[g], group_offsets[g+1])``
+          start at column ``padded[g]`` (the token counts of the groups before it, each rounded
+          up to 128, summed) and the columns after them up to the next multiple of 128, and past
+          the last group's, are zero: each 128-token scale group holds one group's tokens, so
+          the K-grouped weight gradient (:func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`
+          with :func:`padded_group_sizes`) runs whole 128-token blocks. ``q``, ``s`` as above for
+          the groups' rows (rows outside every group are left unwritten).
+
+        group_offsets: optional int32 ``[G + 1]`` tensor on x's device, 1 <= G <= 512: the
+            groups' row offsets, non-decreasing from 0 to at most T (read by the kernel only;
+            each is clamped into [the previous one, T]); needs ``transpose``.
 
     Raises:
         TypeError, ValueError: not a bf16 2-D tensor, D not a positive multiple of 16, T > MAX_ROWS,
-            flags not bools (nothing written).
+            flags not bools, ``group_offsets`` not as above or without ``transpose`` (nothing written).
     """
+    if group_offsets is not None:
+        if not _schema_takes(x, transpose, power_of_two_scales):
+            check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
+        if not transpose:
+            raise ValueError(f"{TOKEN_OP}: group_offsets shape the transposed copy; it needs transpose=True.")
+        check_group_offsets(TOKEN_OP, x, group_offsets)
+        return _outputs(ops.per_token_cast_transpose_grouped_to_fp8(x, group_offsets, power_of_two_scales), True)
     if not _schema_takes(x, transpose, power_of_two_scales):  # the op checks the rest
         check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
     return _outputs(ops.per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales), transpose)
+
+
+def padded_group_sizes(group_offsets: torch.Tensor) -> torch.Tensor:
+    """The token counts of the groups of :func:`per_token_cast_transpose_to_fp8` with
+    ``group_offsets``, each rounded up to a multiple of 128: an int32 ``[G]`` tensor on the same
+    device (no host sync), the ``group_sizes`` of the K-grouped weight gradient over that cast's
+    transposed copies (their zeros past each group's tokens add nothing).
+
+    Args:
+        group_offsets: int32 ``[G + 1]``, non-decreasing, as the cast takes them.
+    """
+    sizes = (group_offsets[1:] - group_offsets[:-1]).clamp(min=0)
+    return ((sizes + (SCALE_GROUP - 1)) // SCALE_GROUP * SCALE_GROUP).to(torch.int32)
 
 
 def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,

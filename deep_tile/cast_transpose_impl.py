@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from deep_tile import cast_transpose_kernels
-from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
+from deep_tile.cast_transpose_ref import (block_cast_transpose_ref, grouped_token_cast_transpose_ref,
+                                          token_cast_transpose_ref)
 from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
 from deep_tile.kernels import cast_transpose as contract
 
-__all__ = ["MAX_ROWS", "MAX_BATCH", "TOKEN_OP", "BLOCK_OP", "check", "token_op_impl", "token_op_fake", "block_op_impl",
-           "block_op_fake"]
+__all__ = ["MAX_ROWS", "MAX_BATCH", "TOKEN_OP", "BLOCK_OP", "GROUPED_OP", "check", "check_group_offsets",
+           "token_op_impl", "token_op_fake", "block_op_impl", "block_op_fake", "grouped_op_impl", "grouped_op_fake"]
 
 MAX_ROWS = 65535 * SCALE_GROUP
 """Most rows a cast takes (the grid's y dimension holds one CTA per 128 rows)."""
@@ -78,6 +79,22 @@ TOKEN_OP = "per_token_cast_transpose_to_fp8"
 """The name of the activation cast, as a function and as ``torch.ops.deep_tile.<name>``."""
 BLOCK_OP = "per_block_cast_transpose_to_fp8"
 """The name of the weight cast, likewise."""
+GROUPED_OP = "per_token_cast_transpose_grouped_to_fp8"
+"""The op of the activation cast with row groups (the public function is :data:`TOKEN_OP`'s)."""
+
+
+def check_group_offsets(fn: str, x: torch.Tensor, group_offsets) -> None:
+    """TypeError/ValueError, naming ``fn``, unless ``group_offsets`` is a 1-D contiguous int32
+    tensor of G + 1 offsets (1 <= G <= MAX_GROUPS) on ``x``'s device (its values are read by the
+    kernel only)."""
+    if not isinstance(group_offsets, torch.Tensor):
+        raise TypeError(f"{fn}: group_offsets must be a torch.Tensor; got {type(group_offsets).__name__}.")
+    groups = group_offsets.numel() - 1
+    if (group_offsets.dtype != torch.int32 or group_offsets.dim() != 1 or not group_offsets.is_contiguous()
+            or group_offsets.device != x.device or not 1 <= groups <= contract.MAX_GROUPS):
+        raise ValueError(f"{fn}: group_offsets must be a contiguous 1-D int32 tensor of G + 1 row offsets "
+                         f"(1 <= G <= {contract.MAX_GROUPS}) on x's device {x.device}; got {group_offsets.dtype} "
+                         f"shape {tuple(group_offsets.shape)} on {group_offsets.device}.")
 
 
 def _absent(x: torch.Tensor) -> tuple:
@@ -95,6 +112,18 @@ def _token_shapes(x: torch.Tensor, transpose: bool) -> tuple:
         return (q, s) + _absent(x)
     qt = x.new_empty((cols, align_up(rows, 16)), dtype=torch.float8_e4m3fn)
     return q, s, qt, _column_major(x, cols, ceil_div(rows, SCALE_GROUP))
+
+
+def _grouped_shapes(x: torch.Tensor, groups: int) -> tuple:
+    """Empty ``(q, s, qt, st)`` of the grouped activation cast of ``x`` over ``groups`` row groups:
+    as :func:`_token_shapes` with ``transpose``, but ``qt`` ``[D, 128 * bands]`` and ``st``
+    ``[D, bands]`` (``bands = contract.row_bands(T, groups)``)."""
+    rows, cols = x.shape
+    bands = contract.row_bands(rows, groups)
+    q = x.new_empty((rows, cols), dtype=torch.float8_e4m3fn)
+    s = _column_major(x, rows, ceil_div(cols, SCALE_GROUP))
+    qt = x.new_empty((cols, bands * SCALE_GROUP), dtype=torch.float8_e4m3fn)
+    return q, s, qt, _column_major(x, cols, bands)
 
 
 def _block_shapes(w: torch.Tensor, transpose: bool) -> tuple:
@@ -145,6 +174,29 @@ def block_op_impl(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -
     torch reference for CPU ones."""
     check(BLOCK_OP, "w", w, transpose, power_of_two_scales, 16, batched=True)
     return _cast_into(True, w, _block_shapes(w, transpose), transpose, power_of_two_scales)
+
+
+def grouped_op_impl(x: torch.Tensor, group_offsets: torch.Tensor, power_of_two_scales: bool) -> tuple:
+    """``torch.ops.deep_tile.per_token_cast_transpose_grouped_to_fp8``: the kernel's grouped token
+    kind for CUDA tensors; for CPU ones the torch reference of the rows placed in their groups'
+    bands (:func:`deep_tile.cast_transpose_ref.grouped_token_cast_transpose_ref`)."""
+    check(TOKEN_OP, "x", x, True, power_of_two_scales, 1)
+    check_group_offsets(TOKEN_OP, x, group_offsets)
+    outputs = _grouped_shapes(x, group_offsets.numel() - 1)
+    if not x.is_cuda:
+        for into, value in zip(outputs, grouped_token_cast_transpose_ref(x, group_offsets.tolist(), power_of_two_scales)):
+            into.copy_(value)
+        return outputs
+    q, s, qt, st = outputs
+    cast_transpose_kernels.launch(False, _input(x), q, s, qt, st, power_of_two_scales, group_offsets=group_offsets)
+    return outputs
+
+
+def grouped_op_fake(x: torch.Tensor, group_offsets: torch.Tensor, power_of_two_scales: bool) -> tuple:
+    """The checks, then the outputs' shapes and strides."""
+    check(TOKEN_OP, "x", x, True, power_of_two_scales, 1)
+    check_group_offsets(TOKEN_OP, x, group_offsets)
+    return _grouped_shapes(x, group_offsets.numel() - 1)
 
 
 def block_op_fake(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -> tuple:

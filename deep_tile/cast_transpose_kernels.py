@@ -29,7 +29,7 @@ def _sm_count(device: torch.device) -> int:
 
 
 def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, st, power_of_two: bool,
-           design: str = None) -> None:
+           design: str = None, group_offsets: torch.Tensor = None) -> None:
     """Launch the 128x128 (``block``) or 1x128 cast of the bf16 ``x [rows, cols]`` (contiguous,
     16-byte aligned, cols % 16 == 0) into ``q``/``s`` and, when ``qt`` is a tensor, ``qt``/``st``;
     or of each matrix of a contiguous ``x [batch, rows, cols]`` into the outputs' matrices.
@@ -39,7 +39,10 @@ def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, s
     1x128: ``s``, ``st`` column-major (``stride(-2) == 1``, pitch ``stride(-1)``); 128x128: ``s``,
     ``st`` row-major (pitch ``stride(-2)``). A batch of matrices: each output ``[batch, ...]``, its
     matrices one matrix's extent apart (contiguous ones are; ``contract.ARGUMENTS``). ``design``:
-    one of ``contract.DESIGNS`` (default ``contract.DESIGN``)."""
+    one of ``contract.DESIGNS`` (default ``contract.DESIGN``). ``group_offsets`` (the 1x128 cast of
+    one matrix with ``qt``): int32 ``[G + 1]`` row offsets on x's device, 1 <= G <=
+    ``contract.MAX_GROUPS``; ``qt`` then has ``128 * contract.row_bands(rows, G)`` columns, each
+    group's rows from its own multiple of 128 on (the kernel's grouped token kind)."""
     batch, rows, cols = x.shape if x.dim() == 3 else (1,) + tuple(x.shape)
     if rows == 0 or batch == 0:
         return
@@ -52,13 +55,14 @@ def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, s
         qt_ptr, st_ptr, qt_ld = qt.data_ptr(), st.data_ptr(), qt.stride(-2)
         st_pitch = st.stride(-2) if block else st.stride(-1)
     flags = contract.POWER_OF_TWO_FLAG if power_of_two else 0
+    groups = 0 if group_offsets is None else group_offsets.numel() - 1
     values = (x.data_ptr(), q.data_ptr(), s.data_ptr(), qt_ptr, st_ptr, rows, cols, s_pitch, st_pitch, qt_ld, flags,
-              batch)
+              batch, 0 if group_offsets is None else group_offsets.data_ptr(), groups)
     args = KernelArgs(list(zip(contract.ARGUMENT_KINDS, values)))
     with torch.cuda.device(x.device):
         transposed = qt is not None
         sms = _sm_count(x.device) if contract.pipelined(transposed, design) else 0
-        kernel.launch(grid=contract.grid(rows, cols, transposed, sms, design, batch), block=contract.THREADS,
+        kernel.launch(grid=contract.grid(rows, cols, transposed, sms, design, batch, groups), block=contract.THREADS,
                       smem_bytes=contract.smem_bytes(transposed, design),
                       stream=torch.cuda.current_stream(x.device).cuda_stream, args=args, device=x.device.index,
                       pdl=get_pdl())

@@ -11,7 +11,8 @@ import torch
 
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 
-__all__ = ["FP8_MAX", "AMAX_MIN", "inv_and_scale", "token_cast_transpose_ref", "block_cast_transpose_ref"]
+__all__ = ["FP8_MAX", "AMAX_MIN", "inv_and_scale", "token_cast_transpose_ref", "grouped_token_cast_transpose_ref",
+           "block_cast_transpose_ref", "padded_group_starts"]
 
 FP8_MAX = 448.0
 """Largest finite float8_e4m3fn value; each group's amax maps onto it."""
@@ -72,3 +73,33 @@ def block_cast_transpose_ref(w: torch.Tensor, transpose: bool = True, power_of_t
     if not transpose:
         return q, s, None, None
     return q, s, q.t().contiguous(), s.t().contiguous()
+
+
+def padded_group_starts(group_offsets: list, rows: int) -> list:
+    """``[(first, end, padded)]`` per group of the grouped activation cast: its rows ``[first, end)``
+    (each offset clamped into ``[previous end, rows]``, the first into ``[0, rows]``) and the
+    transposed copy's row where they start (the groups before it rounded up to 128 rows each)."""
+    out, start, pad = [], min(max(group_offsets[0], 0), rows), 0
+    for g in range(len(group_offsets) - 1):
+        end = min(max(group_offsets[g + 1], start), rows)
+        out.append((start, end, pad))
+        pad += align_up(end - start, SCALE_GROUP)
+        start = end
+    return out
+
+
+def grouped_token_cast_transpose_ref(x: torch.Tensor, group_offsets: list, power_of_two: bool = False):
+    """``(q, s, qt, st)`` of the grouped activation cast of ``x [T, D]`` (no checks): ``q``, ``s`` as
+    :func:`token_cast_transpose_ref`; ``qt [D, 128 * (ceil(T/128) + G)]`` and ``st [D, ceil(T/128) +
+    G]`` the transposed cast of ``x``'s rows placed group by group, each group from its padded start
+    (:func:`padded_group_starts`), zeros around them (so every 128-row block of qt holds one group's
+    rows only)."""
+    rows, cols = x.shape
+    groups = len(group_offsets) - 1
+    bands = ceil_div(rows, SCALE_GROUP) + groups
+    placed = x.new_zeros((bands * SCALE_GROUP, cols))
+    for first, end, padded in padded_group_starts(group_offsets, rows):
+        placed[padded:padded + end - first] = x[first:end]
+    q, s, _, _ = token_cast_transpose_ref(x, False, power_of_two)
+    _, _, qt, st = token_cast_transpose_ref(placed, True, power_of_two)
+    return q, s, qt, st

@@ -25,7 +25,9 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
   Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents;
 - ``per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales)`` and
   ``per_block_cast_transpose_to_fp8(w, transpose, power_of_two_scales) -> (q, s, qt, st)``: the
-  fused casts of :mod:`deep_tile.cast_transpose` (``qt``/``st`` empty without ``transpose``).
+  fused casts of :mod:`deep_tile.cast_transpose` (``qt``/``st`` empty without ``transpose``);
+- ``per_token_cast_transpose_grouped_to_fp8(x, group_offsets, power_of_two_scales) -> (q, s, qt,
+  st)``: the activation cast whose transposed copy gives each row group its own 128-row blocks.
 
 Each has a fake (meta) implementation that checks what can be checked without data (types,
 dtypes, shapes, strides: the messages of :mod:`deep_tile.checks` and :mod:`deep_tile.quant`)
@@ -61,6 +63,7 @@ from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
            "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8",
+           "per_token_cast_transpose_grouped_to_fp8",
            "m_grouped_fp8_gemm_contiguous", "m_grouped_fp8_gemm_contiguous_out", "m_grouped_fp8_gemm_offsets",
            "m_grouped_fp8_gemm_offsets_out", "m_grouped_fp8_gemm_masked", "m_grouped_fp8_gemm_masked_out",
            "m_grouped_fp8_gemm_psum", "m_grouped_fp8_gemm_psum_out", "m_grouped_fp8_gemm_acc",
@@ -111,6 +114,9 @@ SCHEMAS = {
                                         "bool power_of_two_scales) -> (Tensor, Tensor, Tensor, Tensor)"),
     "per_block_cast_transpose_to_fp8": ("per_block_cast_transpose_to_fp8(Tensor w, bool transpose, "
                                         "bool power_of_two_scales) -> (Tensor, Tensor, Tensor, Tensor)"),
+    "per_token_cast_transpose_grouped_to_fp8": ("per_token_cast_transpose_grouped_to_fp8(Tensor x, "
+                                                "Tensor group_offsets, bool power_of_two_scales) -> "
+                                                "(Tensor, Tensor, Tensor, Tensor)"),
 }
 """Operator name -> schema, as registered in :data:`NAMESPACE`."""
 
@@ -378,6 +384,8 @@ _IMPLS = {
     "per_block_cast_to_fp8": (_per_block_impl, _per_block_fake),
     "per_token_cast_transpose_to_fp8": (_cast_transpose("token_op_impl"), _cast_transpose("token_op_fake")),
     "per_block_cast_transpose_to_fp8": (_cast_transpose("block_op_impl"), _cast_transpose("block_op_fake")),
+    "per_token_cast_transpose_grouped_to_fp8": (_cast_transpose("grouped_op_impl"),
+                                                _cast_transpose("grouped_op_fake")),
 }
 
 
@@ -429,6 +437,9 @@ per_token_cast_transpose_to_fp8 = _ops.per_token_cast_transpose_to_fp8.default
 per_block_cast_transpose_to_fp8 = _ops.per_block_cast_transpose_to_fp8.default
 """``(w, transpose, power_of_two_scales) -> (q, s, qt, st)``
 (:func:`deep_tile.cast_transpose.per_block_cast_transpose_to_fp8`)."""
+per_token_cast_transpose_grouped_to_fp8 = _ops.per_token_cast_transpose_grouped_to_fp8.default
+"""``(x, group_offsets, power_of_two_scales) -> (q, s, qt, st)``
+(:func:`deep_tile.cast_transpose.per_token_cast_transpose_to_fp8` with ``group_offsets``)."""
 m_grouped_fp8_gemm_contiguous = _ops.m_grouped_fp8_gemm_contiguous.default
 """``(a, a_scale, b, b_scale, m_indices) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_contiguous`)."""
 m_grouped_fp8_gemm_contiguous_out = _ops.m_grouped_fp8_gemm_contiguous_out.default

@@ -148,6 +148,43 @@ def stack_case(experts: int, rows: int, cols: int, power_of_two: bool, seed: int
     return result
 
 
+def grouped_case(rows: int, cols: int, offsets: list, power_of_two: bool, seed: int = 0, design: str = None) -> dict:
+    """The grouped activation cast (row groups at ``offsets``) of ``design`` into poisoned outputs
+    against the reference (rows in their groups' 128-row bands): q and s on the groups' rows (the
+    rows outside every group keep their poison), qt and st whole (zeros past each group's rows);
+    then the public function against them."""
+    from deep_tile.cast_transpose_ref import grouped_token_cast_transpose_ref, padded_group_starts
+    from deep_tile.kernels.cast_transpose import row_bands
+
+    x = _sample(rows, cols, seed, seed % 2 == 1)
+    offs = torch.tensor(offsets, dtype=torch.int32, device=DEVICE)
+    want = grouped_token_cast_transpose_ref(x.cpu(), offsets, power_of_two)
+    inside = torch.zeros(rows, dtype=torch.bool)
+    for first, end, _ in padded_group_starts(offsets, rows):
+        inside[first:end] = True
+    bands = row_bands(rows, len(offsets) - 1)
+    result = dict(case=f"grouped {rows}x{cols} {offsets} p2{int(power_of_two)}" + (f" {design}" if design else ""))
+    ok = True
+    outs = None
+    for byte in (0xFF, 0x55):
+        outs = (_fp8((rows, cols), cols, byte), _col_major(rows, ceil_div(cols, 128)),
+                _fp8((cols, bands * 128), bands * 128, byte), _col_major(cols, bands))
+        launch(False, x, *outs, power_of_two, design=design, group_offsets=offs)
+        torch.cuda.synchronize()
+        q, s, qt, st = (t.cpu() for t in outs)
+        good = {"q": _same(q[inside], want[0][inside]) and bool((q[~inside].view(torch.uint8) == byte).all()),
+                "s": _same(s[inside], want[1][inside]) and bool(s[~inside].isnan().all()),
+                "qt": _same(qt, want[2]), "st": _same(st, want[3])}
+        for name, value in good.items():
+            result[f"{name}_{byte:02x}"] = value
+            ok &= value
+    public = per_token_cast_transpose_to_fp8(x, transpose=True, power_of_two_scales=power_of_two, group_offsets=offs)
+    result["public"] = all(_same(p.cpu()[inside] if i < 2 else p, o.cpu()[inside] if i < 2 else o)
+                           for i, (p, o) in enumerate(zip(public, outs)))
+    result["ok"] = bool(ok and result["public"])
+    return result
+
+
 def gemm_case(tokens: int, n: int, k: int, seed: int = 0) -> dict:
     """Y = X W^T (X [T, k], W [n, k]); dX = dY W; dW = dY^T X: each GEMM on the casts' outputs."""
     gen = torch.Generator().manual_seed(seed)

@@ -213,6 +213,34 @@ def test_a_stack_of_weights_is_each_matrix_cast_on_its_own(transpose):
         per_block_cast_transpose_to_fp8(w[None])
 
 
+def test_grouped_cast_places_each_group_in_its_own_bands():
+    """CPU (the reference path): every 128-row block of qt holds one group's rows, the groups
+    start at their padded offsets, zeros elsewhere; q and s are the plain cast's."""
+    from deep_tile.cast_transpose import padded_group_sizes
+
+    x = sample(300, 272, 41, True)
+    offsets = [0, 100, 100, 229, 300]
+    cast = per_token_cast_transpose_to_fp8(x, group_offsets=torch.tensor(offsets, dtype=torch.int32))
+    plain = per_token_cast_transpose_to_fp8(x)
+    assert same(cast.q, plain.q) and same(cast.s, plain.s)
+    assert cast.qt.shape == (272, 128 * (3 + 4)) and cast.st.shape == (272, 7)
+    assert padded_group_sizes(torch.tensor(offsets, dtype=torch.int32)).tolist() == [128, 0, 256, 128]
+    for (first, end), start in zip(((0, 100), (100, 229), (229, 300)), (0, 128, 384)):
+        alone = per_token_cast_transpose_to_fp8(x[first:end].contiguous())
+        n = end - first
+        assert same(cast.qt[:, start:start + n], alone.qt[:, :n])
+        assert same(cast.st[:, start // 128:start // 128 + alone.st.shape[1]], alone.st)
+        pad_end = start + (n + 127) // 128 * 128
+        assert int(cast.qt[:, start + n:pad_end].float().abs().sum()) == 0
+    assert int(cast.qt[:, 512:].float().abs().sum()) == 0
+    with pytest.raises(ValueError, match="transpose=True"):
+        per_token_cast_transpose_to_fp8(x, transpose=False, group_offsets=torch.tensor(offsets, dtype=torch.int32))
+    with pytest.raises(ValueError, match="group_offsets"):
+        per_token_cast_transpose_to_fp8(x, group_offsets=torch.tensor([0], dtype=torch.int32))
+    with pytest.raises(ValueError, match="group_offsets"):
+        per_token_cast_transpose_to_fp8(x, group_offsets=torch.tensor(offsets, dtype=torch.int64))
+
+
 def test_block_without_transpose_takes_any_rows():
     w = sample(24, 16, 1, False)
     q, s, qt, st = per_block_cast_transpose_to_fp8(w, transpose=False)
@@ -305,6 +333,18 @@ def test_a_stack_of_weights_casts_each_matrix_bitwise():
     cases = [dict(experts=e, rows=r, cols=c, power_of_two=i % 2 == 1, seed=200 + i, design=design)
              for design in contract.DESIGNS for i, (e, r, c) in enumerate(shapes)]
     _check(_run("stack_case", cases))
+
+
+@pytest.mark.gpu
+def test_grouped_transposed_cast_bitwise():
+    """Row groups (the experts' tokens) in their own 128-row bands of the transposed copy, each
+    design: empty groups, groups of 1, 127, 128 and 129 rows, rows before the first group and
+    after the last (left unwritten in q and s), and more bands than the persistent grid's CTAs."""
+    groups = [(1, 128, [0, 1]), (300, 272, [0, 100, 100, 229, 300]), (300, 144, [5, 5, 133, 260, 261]),
+              (700, 2048, [0, 127, 255, 384, 513, 700]), (4100, 2048, [0] + [128 * i + 7 for i in range(1, 32)] + [4100])]
+    cases = [dict(rows=r, cols=c, offsets=o, power_of_two=i % 2 == 1, seed=300 + i, design=design)
+             for design in contract.DESIGNS for i, (r, c, o) in enumerate(groups)]
+    _check(_run("grouped_case", cases))
 
 
 @pytest.mark.gpu

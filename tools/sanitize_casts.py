@@ -5,7 +5,8 @@ for compute-sanitizer (tools/sanitize.sh runs it under each tool):
 tiles (272) than the pipelined kernels' persistent grid has CTAs on an H100/H200 (2 per SM, 264),
 so each CTA reuses its shared-memory buffers (racecheck, synccheck); they run for each design
 (deep_tile.kernels.cast_transpose.DESIGNS); then stacks of weights cast in one launch, the last
-ones (5 x 9 x 7 = 315 tiles) for each design. Then the experts layer's SwiGLU kernels (tests/gpu_nn_cases.py).
+ones (5 x 9 x 7 = 315 tiles) for each design; then grouped activation casts, the last ones
+((9 + 5) bands x 32 column blocks = 448 tiles) for each design. Then the experts layer's SwiGLU kernels (tests/gpu_nn_cases.py).
 Exits 1 when a case fails its check."""
 import json
 import sys
@@ -42,6 +43,16 @@ for kwargs in runs:
     print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
 for kwargs in stacks:
     r = cases.stack_case(**kwargs)
+    bad += not r["ok"]
+    runs.append(r)
+    print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
+# The grouped activation cast (the experts' tokens in their own bands): empty and partial groups,
+# rows outside every group; then, per design, more bands than the persistent grid has CTAs.
+grouped = [dict(rows=300, cols=272, offsets=[5, 5, 133, 260, 261], power_of_two=False, seed=30)]
+grouped += [dict(rows=1100, cols=4096, offsets=[0, 1, 129, 257, 640, 1100], power_of_two=True, seed=31 + i,
+                 design=design) for i, design in enumerate(DESIGNS)]
+for kwargs in grouped:
+    r = cases.grouped_case(**kwargs)
     bad += not r["ok"]
     runs.append(r)
     print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))

@@ -24,8 +24,8 @@ from __future__ import annotations
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["ENTRY", "TOKEN_SYMBOL", "BLOCK_SYMBOL", "SYMBOLS", "THREADS", "MIN_BLOCKS", "COL_ALIGN",
-           "POWER_OF_TWO_FLAG", "ARGUMENTS", "ARGUMENT_KINDS", "DESIGNS", "DESIGN", "STAGES", "LINES", "TILE_BYTES",
-           "defines", "grid", "smem_bytes", "pipelined"]
+           "POWER_OF_TWO_FLAG", "ARGUMENTS", "ARGUMENT_KINDS", "MAX_GROUPS", "DESIGNS", "DESIGN", "STAGES", "LINES",
+           "TILE_BYTES", "defines", "row_bands", "grid", "smem_bytes", "pipelined"]
 
 ENTRY = "cast_transpose"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -62,12 +62,16 @@ COL_ALIGN = 16
 rule) and 16-column chunks per thread."""
 POWER_OF_TWO_FLAG = 1
 """Bit of the ``flags`` argument: round each scale up to a power of two."""
-ARGUMENTS = ("x", "q", "s", "qt", "st", "rows", "cols", "s_pitch", "st_pitch", "qt_ld", "flags", "batch")
+ARGUMENTS = ("x", "q", "s", "qt", "st", "rows", "cols", "s_pitch", "st_pitch", "qt_ld", "flags", "batch",
+             "group_offsets", "num_groups")
 """Kernel parameters in order: bf16 input, FP8 output, its scales, the transposed FP8 output and
 its scales (null: none), rows, cols, the scales' pitches (floats), qt's row pitch (bytes), flags,
-and the number of such matrices stacked contiguously (each cast on its own, the outputs stacked
-likewise: one matrix's extent apart)."""
-ARGUMENT_KINDS = ("ptr",) * 5 + ("i32",) * 7
+the number of such matrices stacked contiguously (each cast on its own, the outputs stacked
+likewise: one matrix's extent apart), and for the grouped token cast the int32 row offsets of
+its ``num_groups`` groups (0: not grouped; :func:`row_bands`)."""
+ARGUMENT_KINDS = ("ptr",) * 5 + ("i32",) * 7 + ("ptr", "i32")
+MAX_GROUPS = 512
+"""Most row groups of the grouped token cast (``kMaxGroups``: its per-CTA table in shared memory)."""
 """The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
 
 
@@ -96,11 +100,20 @@ def smem_bytes(transposed: bool, design: str = None) -> int:
     return STAGES[_design(design)] * TILE_BYTES if pipelined(transposed, design) else 0
 
 
-def grid(rows: int, cols: int, transposed: bool = False, sms: int = 0, design: str = None, batch: int = 1) -> tuple:
-    """Grid of a launch over ``batch`` stacked ``[rows, cols]`` matrices: ``(x, y, batch)`` with one
-    CTA per 128x128 tile, x along the columns, z the matrix; for the pipelined kernel
+def row_bands(rows: int, groups: int = 0) -> int:
+    """128-row bands of a cast's tiles: ``ceil(rows / 128)``, one more per row group for the grouped
+    token cast (each group's rows round up to whole bands; the transposed copy has ``128 *
+    row_bands`` rows)."""
+    return ceil_div(rows, SCALE_GROUP) + groups
+
+
+def grid(rows: int, cols: int, transposed: bool = False, sms: int = 0, design: str = None, batch: int = 1,
+         groups: int = 0) -> tuple:
+    """Grid of a launch over ``batch`` stacked ``[rows, cols]`` matrices (or one matrix of
+    ``groups`` row groups): ``(x, y, batch)`` with one CTA per 128x128 tile, x along the columns,
+    y the row band (:func:`row_bands`), z the matrix; for the pipelined kernel
     ``(min(tiles, MIN_BLOCKS * sms), 1, 1)`` (``sms``: the device's SM count; tiles of every matrix)."""
-    gx, gy = ceil_div(cols, SCALE_GROUP), ceil_div(rows, SCALE_GROUP)
+    gx, gy = ceil_div(cols, SCALE_GROUP), row_bands(rows, groups)
     if not pipelined(transposed, design):
         return gx, gy, batch
     if sms <= 0:

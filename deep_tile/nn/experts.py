@@ -14,10 +14,10 @@ wgrad       dYᵀ and Hᵀ, dGᵀ and Xᵀ, 1x128 along the tokens       K-group
 ==========  ====================================================  =====================================
 
 Each activation and gradient is cast once (deep_tile.cast_transpose: the FP8 copy and its
-transposed copy in one pass). The transposed copies' 128-token scale groups run over all tokens,
-so a group may hold the last tokens of one expert and the first of the next (the K-grouped GEMM
-takes each token's scale from its block of the whole token axis; the quantisation stays a valid
-1x128 one). Weights are cast once per forward, all experts in one launch that writes each
+transposed copy in one pass). The transposed copies give each expert its own 128-token scale
+groups, from its first token on (zeros after its last up to a multiple of 128: the cast's
+``group_offsets``), so the K-grouped GEMM runs whole 128-token blocks (with 8 experts of ~2k
+tokens 1.2x faster than with the experts' blocks masked at their ends). Weights are cast once per forward, all experts in one launch that writes each
 expert's transpose where dgrad reads it. SwiGLU runs in float32 (deep_tile.nn.swiglu: one kernel forward, one
 backward) and is rounded to bf16 before its cast.
 Needs an sm_90 GPU for the GEMMs; H and I multiples of 128 (each expert's weight blocks whole).
@@ -33,8 +33,9 @@ from deep_tile.nn.swiglu import swiglu, swiglu_backward
 __all__ = ["Fp8Experts", "fp8_experts"]
 
 
-def _acts(x: torch.Tensor):
-    return cast_transpose.per_token_cast_transpose_to_fp8(x, transpose=True)
+def _acts(x: torch.Tensor, offsets: torch.Tensor):
+    """x's 1x128 cast along the features and, per expert (``offsets``), along the tokens."""
+    return cast_transpose.per_token_cast_transpose_to_fp8(x, transpose=True, group_offsets=offsets)
 
 
 def _expert_weights(w: torch.Tensor):
@@ -61,11 +62,11 @@ def _weight_grad(weight, a, a_scale, b, b_scale, sizes):
 class _Fp8ExpertsFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, sizes, offsets, w13, w2):
-        xq, xs, xtq, xts = _acts(x)
+        xq, xs, xtq, xts = _acts(x, offsets)
         w13q, w13s, w13tq, w13ts = _expert_weights(w13)
         h13 = grouped.m_grouped_fp8_gemm_offsets(xq, xs, w13q, w13s, offsets)
         h = swiglu(h13)
-        hq, hs, htq, hts = _acts(h)
+        hq, hs, htq, hts = _acts(h, offsets)
         w2q, w2s, w2tq, w2ts = _expert_weights(w2)
         y = grouped.m_grouped_fp8_gemm_offsets(hq, hs, w2q, w2s, offsets)
         ctx.save_for_backward(sizes, offsets, xtq, xts, h13, htq, hts, w13tq, w13ts, w2tq, w2ts, w13, w2)
@@ -74,12 +75,13 @@ class _Fp8ExpertsFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         sizes, offsets, xtq, xts, h13, htq, hts, w13tq, w13ts, w2tq, w2ts, w13, w2 = ctx.saved_tensors
-        dyq, dys, dytq, dyts = _acts(dy.to(torch.bfloat16).contiguous())
+        dyq, dys, dytq, dyts = _acts(dy.to(torch.bfloat16).contiguous(), offsets)
+        padded = cast_transpose.padded_group_sizes(offsets)  # the experts' tokens in whole 128-token blocks
         dh = grouped.m_grouped_fp8_gemm_offsets(dyq, dys, w2tq, w2ts, offsets)
-        dw2 = _weight_grad(w2, dytq, dyts, htq, hts, sizes) if ctx.needs_input_grad[4] else None
-        d13q, d13s, d13tq, d13ts = _acts(swiglu_backward(h13, dh))
+        dw2 = _weight_grad(w2, dytq, dyts, htq, hts, padded) if ctx.needs_input_grad[4] else None
+        d13q, d13s, d13tq, d13ts = _acts(swiglu_backward(h13, dh), offsets)
         dx = grouped.m_grouped_fp8_gemm_offsets(d13q, d13s, w13tq, w13ts, offsets) if ctx.needs_input_grad[0] else None
-        dw13 = _weight_grad(w13, d13tq, d13ts, xtq, xts, sizes) if ctx.needs_input_grad[3] else None
+        dw13 = _weight_grad(w13, d13tq, d13ts, xtq, xts, padded) if ctx.needs_input_grad[3] else None
         return dx, None, None, dw13, dw2
 
 

@@ -43,7 +43,7 @@ def expected_experts(x: torch.Tensor, sizes: list, w13: torch.Tensor, w2: torch.
     ``[E, 2I, H]``, w2 ``[E, H, I]``, dy ``[T, H]``), rounded to bf16 where the layer's GEMM
     outputs and SwiGLU are: per expert, the products of the dequantised operands (activations and
     gradients 1x128 along the features; weights 128x128; for the weight gradients the transposed
-    activations 1x128 along all T tokens, sliced per expert)."""
+    activations 1x128 along each expert's own tokens, from its first on)."""
     starts = [sum(sizes[:e]) for e in range(len(sizes))]
     rows = [slice(st, st + n) for st, n in zip(starts, sizes)]
     w13d = [dequantize_per_block(*per_block_cast_to_fp8(w)).double() for w in w13]
@@ -62,9 +62,13 @@ def expected_experts(x: torch.Tensor, sizes: list, w13: torch.Tensor, w2: torch.
     d13 = _bf16(torch.cat([dh * up * sig * (1 + gate * (1 - sig)), dh * gate * sig], dim=1))
     d13r = _rows(d13)
     dx = torch.cat([d13r[r] @ w13d[e] for e, r in enumerate(rows)])
-    dyt, ht, d13t, xt = (_rows(t.t().contiguous()) for t in (dy, h, d13, x))   # 1x128 along all tokens
-    dw2 = torch.stack([dyt[:, r] @ ht[:, r].t() for r in rows])
-    dw13 = torch.stack([d13t[:, r] @ xt[:, r].t() for r in rows])
+    def along(t, r):  # 1x128 along the expert's own tokens (an expert without tokens: none)
+        if r.stop == r.start:
+            return torch.zeros(t.shape[1], 0, dtype=torch.float64, device=t.device)
+        return _rows(t[r].t().contiguous())
+
+    dw2 = torch.stack([along(dy, r) @ along(h, r).t() for r in rows])
+    dw13 = torch.stack([along(d13, r) @ along(x, r).t() for r in rows])
     return {"y": y, "dx": dx, "dw13": dw13, "dw2": dw2}
 
 

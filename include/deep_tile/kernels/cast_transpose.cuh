@@ -7,6 +7,11 @@
 //     qt = the bit-exact transpose of q with the transposed scales.
 //   Either kind casts `batch` such matrices stacked contiguously (x [batch, rows, cols]), each on
 //   its own (Args::of): the outputs stacked likewise, matrix b's at b times one matrix's extent.
+//   Grouped token kind (`num_groups` > 0, the experts' tokens): the rows come in groups
+//   [group_offsets[g], group_offsets[g + 1]), and the transposed copy gives each group its own
+//   128-row blocks: group g's rows start at qt column padded_start[g] (the groups' row counts
+//   rounded up to 128, summed), zeros after its last row up to the next multiple of 128, so no
+//   scale block of qt holds two groups' rows (TileRows). q and s are those of the plain cast.
 //
 // DT_CT_STAGES == 0 (the "tile" design), and every cast without a transposed output: one CTA of
 // DT_CT_THREADS (512) threads per 128x128 tile, x along the columns. Each thread loads 16
@@ -116,6 +121,8 @@ struct Args {
   float* st;     // token: column-major [ceil(rows/128)][st_pitch]; block: row-major [.., st_pitch]
   int rows, cols, s_pitch, st_pitch, qt_ld, flags;
   int batch;     // stacked matrices (>= 1), each [rows, cols]
+  const int* group_offsets;  // grouped token kind: [num_groups + 1] row offsets (else unused)
+  int num_groups;            // 0: not grouped; else 1 .. kMaxGroups
 
   /// Matrix `b` of the stack: every pointer moved on by b matrices' extent (the scales: b times
   /// ceil(cols / 128) (token) or ceil(rows / 128) (block) rows of their pitch; qt: b times cols rows).
@@ -135,11 +142,65 @@ struct Args {
   }
 };
 
+constexpr int kMaxGroups = 512;  // most groups of the grouped token kind
+
+/// The rows of a tile: x's rows [src0, min(src0 + kTile, end)) (zeros after them), the first at
+/// row dst0 of the transposed copy (qt column dst0, st column dst0 / kTile). Plain: the tile row
+/// band j is x's rows 128 j .., dst0 = src0. Grouped: band j of the padded row space.
+struct TileRows {
+  int src0, end, dst0;
+};
+
+/// The grouped token kind's table, built once per CTA in shared memory (GroupTable::build): each
+/// group's first row (`first`, clamped into [0, rows]) and padded start (`padded`; [num_groups]:
+/// the total), its rows [first[g], first[g + 1]) with first[num_groups] = the last group's end.
+struct GroupTable {
+  int* first;   // [kMaxGroups + 1]
+  int* padded;  // [kMaxGroups + 1]
+
+  /// Thread 0 fills the table from a.group_offsets (each end clamped to [start, rows]), then the
+  /// CTA synchronises. Nothing without groups.
+  DT_DEVICE void build(const Args& a) const {
+    if (a.num_groups == 0) return;
+    if (threadIdx.x == 0) {
+      int start = min(max(a.group_offsets[0], 0), a.rows), pad = 0;
+      for (int g = 0; g < a.num_groups; ++g) {
+        const int end = min(max(a.group_offsets[g + 1], start), a.rows);
+        first[g] = start, padded[g] = pad;
+        pad += (end - start + kTile - 1) / kTile * kTile;
+        start = end;
+      }
+      first[a.num_groups] = start, padded[a.num_groups] = pad;
+    }
+    __syncthreads();
+  }
+
+  /// The rows of tile row band j (plain: x's rows 128 j ..; grouped: the group whose padded
+  /// rows hold 128 j, or nothing past the last group's).
+  DT_DEVICE TileRows rows_of(const Args& a, int j) const {
+    const int p = j * kTile;
+    if (a.num_groups == 0) return {p, a.rows, p};
+    if (p >= padded[a.num_groups]) return {0, 0, p};
+    int lo = 0, hi = a.num_groups;  // the last group g with padded[g] <= p (empty groups skipped)
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (padded[mid] <= p) lo = mid; else hi = mid;
+    }
+    return {first[lo] + (p - padded[lo]), first[lo + 1], p};
+  }
+};
+
+/// Tile row bands of a launch: ceil(rows / 128), and for the grouped kind one more per group (a
+/// group's rows round up to whole bands).
+DT_DEVICE int tile_bands(const Args& a) { return (a.rows + kTile - 1) / kTile + a.num_groups; }
+
 /// The row pass's geometry of one thread in a 128x128 tile: its 16 columns (`chunk`), its first
-/// row in the tile (`sub_row`, then every kRowsPerPass rows), and the tile's origin.
+/// row in the tile (`sub_row`, then every kRowsPerPass rows), the tile's first row and the end of
+/// its rows (TileRows).
 struct RowPass {
   int tid, row0, chunk, sub_row, col;
   bool col_ok;
+  int row_end;
 };
 
 /// The amax of 16 bf16 (two 16-byte words).
@@ -182,7 +243,7 @@ DT_DEVICE void row_scales(const Args& a, const RowPass& t, const float (&amax)[k
     for (int p = 0; p < kPasses; ++p) {
       row_inv[p] = inv_and_scale(fmaxf(shfl_max(amax[p], kTile / kChunk - 1), kMinAmax), power_of_two);
       const int row = t.row0 + t.sub_row + p * kRowsPerPass;
-      if (t.chunk == 0 && row < a.rows) a.s[static_cast<long long>(tile_x) * a.s_pitch + row] = row_inv[p].y;
+      if (t.chunk == 0 && row < t.row_end) a.s[static_cast<long long>(tile_x) * a.s_pitch + row] = row_inv[p].y;
     }
   }
 }
@@ -193,7 +254,7 @@ DT_DEVICE void store_row_pass(const Args& a, const RowPass& t, const uint4 (&v)[
 #pragma unroll
   for (int p = 0; p < kPasses; ++p) {
     const int row = t.row0 + t.sub_row + p * kRowsPerPass;
-    if (t.col_ok && row < a.rows) {
+    if (t.col_ok && row < t.row_end) {
       const uint2 lo = quantize8(v[p][0], row_inv[p].x), hi = quantize8(v[p][1], row_inv[p].x);
       *reinterpret_cast<uint4*>(a.q + static_cast<long long>(row) * a.cols + t.col) = make_uint4(lo.x, lo.y, hi.x, hi.y);
     }
@@ -209,12 +270,16 @@ DT_DEVICE void cast_tile(const Args& a) {
   __shared__ float col_amax[kSegs][kTile];                         // column pass partial amax
 #endif
   __shared__ float warp_amax[kThreads / 32];                      // block kind
+  __shared__ int group_first[kMaxGroups + 1], group_padded[kMaxGroups + 1];  // grouped token kind
   ptx::grid_dependency_wait();  // the stream predecessor may write x or read the outputs
   ptx::launch_dependents();
+  const GroupTable groups{group_first, group_padded};
+  groups.build(a);
+  const TileRows rows = groups.rows_of(a, blockIdx.y);
   const bool power_of_two = (a.flags & kPowerOfTwoFlag) != 0;
   const bool transposed = a.qt != nullptr;
   const int tid = threadIdx.x;
-  const int row0 = blockIdx.y * kTile, col0 = blockIdx.x * kTile;
+  const int row0 = rows.src0, col0 = blockIdx.x * kTile;
   const int chunk = tid % (kTile / kChunk), sub_row = tid / (kTile / kChunk);
   const int col = col0 + chunk * kChunk;
   const bool col_ok = col < a.cols;
@@ -225,7 +290,7 @@ DT_DEVICE void cast_tile(const Args& a) {
   for (int p = 0; p < kPasses; ++p) {
     const int row = row0 + sub_row + p * kRowsPerPass;
     v[p][0] = v[p][1] = make_uint4(0, 0, 0, 0);
-    if (col_ok && row < a.rows) {
+    if (col_ok && row < rows.end) {
       const uint4* src = reinterpret_cast<const uint4*>(a.x + static_cast<long long>(row) * a.cols + col);
       v[p][0] = __ldg(src);
       v[p][1] = __ldg(src + 1);
@@ -236,7 +301,7 @@ DT_DEVICE void cast_tile(const Args& a) {
   for (int p = 0; p < kPasses; ++p) amax[p] = amax16(v[p]);
 
   // ---- amax and scale of the row pass, then its stores: 16 FP8 bytes per row, one 16-byte store
-  const RowPass rp{tid, row0, chunk, sub_row, col, col_ok};
+  const RowPass rp{tid, row0, chunk, sub_row, col, col_ok, rows.end};
   float2 row_inv[kPasses];
   row_scales<kBlock>(a, rp, amax, blockIdx.y, blockIdx.x, warp_amax, transposed, power_of_two, row_inv);
   store_row_pass(a, rp, v, row_inv);
@@ -273,7 +338,7 @@ DT_DEVICE void cast_tile(const Args& a) {
   }
   const int d = col0 + d_local;
   if (d >= a.cols) return;
-  const int t = row0 + seg * kColRows;
+  const int t = rows.dst0 + seg * kColRows;
   u8* dst = a.qt + static_cast<long long>(d) * a.qt_ld + t;
 #pragma unroll
   for (int c = 0; c < kColRows / 16; ++c) {
@@ -310,30 +375,38 @@ DT_DEVICE int tile_offset(int row, int col) {
 /// `buf`. Warp w copies rows kWarpRows * w ..: two whole rows (512 contiguous bytes) per copy, and
 /// all of a thread's copies share one swizzle, so their shared addresses are one register plus
 /// immediates (the loop-invariant addresses of the persistent loop stay few).
-DT_DEVICE void load_tile(const Args& a, int tile, int tiles_x, u32 buf) {
+DT_DEVICE void load_tile(const Args& a, const TileRows& rows, int tile_x, u32 buf) {
   constexpr int kWords = kTile / 8;                       // 16-byte words per row
   constexpr int kWarpRows = kTile / (kThreads / 32);     // 8
   static_assert(kWarpRows % 2 == 0 && kWarpRows / 2 == kCopiesPerThread && 16 % kWarpRows == 0,
                 "a warp copies two rows at a time, within one 16-row swizzle run");
-  const int row0 = tile / tiles_x * kTile, col0 = tile % tiles_x * kTile;
+  const int row0 = rows.src0, col0 = tile_x * kTile;
   const int lane = threadIdx.x % 32, r_first = threadIdx.x / 32 * kWarpRows + lane / kWords;
   const int word = lane % kWords, col = col0 + word * 8;
   const u32 dst = buf + tile_offset(r_first, word * 8);
 #pragma unroll
   for (int k = 0; k < kCopiesPerThread; ++k) {
     const int row = row0 + r_first + 2 * k;
-    const bool ok = row < a.rows && col < a.cols;  // cols % 16 == 0: a word is all inside or all outside
+    const bool ok = row < rows.end && col < a.cols;  // cols % 16 == 0: a word is all inside or all outside
     const u16* src = ok ? a.x + static_cast<long long>(row) * a.cols + col : a.x;
     cp_async_16(dst + 2 * k * (kTile * 2), src, ok ? 16u : 0u);
   }
 }
 
+/// load_tile of the launch's tile t: matrix t / per_matrix, its row band and column block.
+template <bool kBlock>
+DT_DEVICE void load_nth_tile(const Args& a, const GroupTable& groups, int t, int per_matrix, int tiles_x, u32 buf) {
+  const int in_matrix = t % per_matrix;
+  const Args m = a.of<kBlock>(t / per_matrix);
+  load_tile(m, groups.rows_of(m, in_matrix / tiles_x), in_matrix % tiles_x, buf);
+}
+
 /// The cast of the tile (tile_y, tile_x) whose raw bf16 (zeros outside the tensor) is in `tile`.
 template <bool kBlock>
-DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int tile_x, float (*col_amax)[kTile],
-                              float* warp_amax, bool power_of_two) {
+DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, const TileRows& rows, int tile_y, int tile_x,
+                              float (*col_amax)[kTile], float* warp_amax, bool power_of_two) {
   const int tid = threadIdx.x;
-  const int row0 = tile_y * kTile, col0 = tile_x * kTile;
+  const int row0 = rows.src0, col0 = tile_x * kTile;
   const int chunk = tid % (kTile / kChunk), sub_row = tid / (kTile / kChunk);
   const int col = col0 + chunk * kChunk;
   const bool col_ok = col < a.cols;
@@ -348,7 +421,7 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int til
     v[p][1] = *reinterpret_cast<const uint4*>(tile + tile_offset(r, chunk * kChunk + 8));
     amax[p] = amax16(v[p]);
   }
-  const RowPass rp{tid, row0, chunk, sub_row, col, col_ok};
+  const RowPass rp{tid, row0, chunk, sub_row, col, col_ok, rows.end};
   float2 row_inv[kPasses];
   row_scales<kBlock>(a, rp, amax, tile_y, tile_x, warp_amax, true, power_of_two, row_inv);
   store_row_pass(a, rp, v, row_inv);
@@ -382,7 +455,7 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int til
         inv = is.x;
         if (rseg == 0 && d < a.cols) a.st[static_cast<long long>(tile_y) * a.st_pitch + d] = is.y;
       }
-      const int t = row0 + rseg * kLineRows;
+      const int t = rows.dst0 + rseg * kLineRows;
       if (d < a.cols && t < a.qt_ld) {  // qt_ld % 16 == 0: a 16-byte word is all padding or all inside
         const float* f = h;
         *reinterpret_cast<uint4*>(a.qt + static_cast<long long>(d) * a.qt_ld + t) =
@@ -418,7 +491,7 @@ DT_DEVICE void cast_smem_tile(const Args& a, const u8* tile, int tile_y, int til
     if (seg == 0 && d < a.cols) a.st[static_cast<long long>(tile_y) * a.st_pitch + d] = is.y;
   }
   if (d < a.cols) {
-    const int t = row0 + seg * kColRows;
+    const int t = rows.dst0 + seg * kColRows;
     u8* dst = a.qt + static_cast<long long>(d) * a.qt_ld + t;
 #pragma unroll
     for (int c = 0; c < kColRows / 16; ++c) {
@@ -437,17 +510,20 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
   extern __shared__ __align__(128) u8 tile_bufs[];  // kStages raw bf16 tiles
   __shared__ float col_amax[kSegs][kTile];          // column pass partial amax (token kind)
   __shared__ float warp_amax[kThreads / 32];        // block kind
+  __shared__ int group_first[kMaxGroups + 1], group_padded[kMaxGroups + 1];  // grouped token kind
   ptx::grid_dependency_wait();  // the stream predecessor may write x or read the outputs
   ptx::launch_dependents();
+  const GroupTable groups{group_first, group_padded};
+  groups.build(a);
   const bool power_of_two = (a.flags & kPowerOfTwoFlag) != 0;
   const int tiles_x = (a.cols + kTile - 1) / kTile;
-  const int per_matrix = tiles_x * ((a.rows + kTile - 1) / kTile);
+  const int per_matrix = tiles_x * tile_bands(a);
   const int tiles = per_matrix * a.batch;  // tile t: matrix t / per_matrix, tile t % per_matrix of it
   const u32 base = ptx::smem_addr(tile_bufs);
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {  // prologue: the first kStages - 1 tiles of this CTA
     const int t = blockIdx.x + s * gridDim.x;
-    if (t < tiles) load_tile(a.of<kBlock>(t / per_matrix), t % per_matrix, tiles_x, base + s * kTileBytes);
+    if (t < tiles) load_nth_tile<kBlock>(a, groups, t, per_matrix, tiles_x, base + s * kTileBytes);
     cp_async_commit();
   }
   u32 stage_off = 0;  // byte offset of this iteration's buffer: stage * kTileBytes
@@ -455,12 +531,13 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
     // refill the buffer consumed last iteration (the trailing barrier ordered its reads first)
     const int ahead = tile + (kStages - 1) * gridDim.x;
     const u32 ahead_off = stage_off == 0 ? (kStages - 1) * kTileBytes : stage_off - kTileBytes;
-    if (ahead < tiles) load_tile(a.of<kBlock>(ahead / per_matrix), ahead % per_matrix, tiles_x, base + ahead_off);
+    if (ahead < tiles) load_nth_tile<kBlock>(a, groups, ahead, per_matrix, tiles_x, base + ahead_off);
     cp_async_commit();                  // one group per iteration, empty or not: the count below holds
     cp_async_wait<kStages - 1>();       // this thread's copies of `tile` have landed
     __syncthreads();                    // ... and every thread's
     const int in_matrix = tile % per_matrix;
-    cast_smem_tile<kBlock>(a.of<kBlock>(tile / per_matrix), tile_bufs + stage_off, in_matrix / tiles_x,
+    const Args m = a.of<kBlock>(tile / per_matrix);
+    cast_smem_tile<kBlock>(m, tile_bufs + stage_off, groups.rows_of(m, in_matrix / tiles_x), in_matrix / tiles_x,
                            in_matrix % tiles_x, col_amax, warp_amax, power_of_two);
     __syncthreads();  // all reads of this buffer (and of col_amax / warp_amax) before they are rewritten
     stage_off = stage_off + kTileBytes == kStages * kTileBytes ? 0 : stage_off + kTileBytes;
