@@ -16,7 +16,8 @@ does:
 - :func:`get_tma_aligned_a_scale` -- the zero-copy (column-major, TMA-aligned) a_scale layout.
 - :func:`per_token_cast_to_fp8`, :func:`per_block_cast_to_fp8` -- DeepSeek-V3 FP8 quantisation;
   :func:`per_token_cast_transpose_to_fp8`, :func:`per_block_cast_transpose_to_fp8` -- the same
-  with the transposed copy training needs, in one pass.
+  with the transposed copy training needs, in one pass; :func:`padded_group_sizes` -- the
+  K-grouped weight gradient's group sizes over a grouped transposed copy.
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
@@ -45,6 +46,7 @@ _LAZY = {
     "per_block_cast_to_fp8": "deep_tile.quant",
     "per_token_cast_transpose_to_fp8": "deep_tile.cast_transpose",
     "per_block_cast_transpose_to_fp8": "deep_tile.cast_transpose",
+    "padded_group_sizes": "deep_tile.cast_transpose",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",
     "fp8_gemm_1d1d": "deep_tile.gemm",
