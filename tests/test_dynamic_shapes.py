@@ -75,19 +75,25 @@ def token_transpose(x):
     return OPS.per_token_cast_transpose_to_fp8(x, True, False)
 
 
+def token_transpose_grouped(x, offsets):
+    """The grouped activation cast (the experts layer's): 4 row groups, whatever the rows."""
+    return OPS.per_token_cast_transpose_grouped_to_fp8(x, offsets, False)
+
+
 def call_args(op: str, m: int, layout: str) -> tuple:
     """The arguments of ``op`` (a function above) for m rows."""
     if op in ("gemm", "gemm_out"):
         args = a_operands(m, layout)
         return args + (torch.empty(m, N, dtype=torch.bfloat16, device="meta"),) if op == "gemm_out" else args
-    cols = CT_K if op == "token_transpose" else CAST_K
-    return (torch.empty(m, cols, dtype=torch.bfloat16, device="meta"),)
+    cols = CT_K if op.startswith("token_transpose") else CAST_K
+    x = torch.empty(m, cols, dtype=torch.bfloat16, device="meta")
+    return (x, torch.empty(5, dtype=torch.int32, device="meta")) if op == "token_transpose_grouped" else (x,)
 
 
 def expected_rows(op: str, m: int) -> tuple:
     """The first dimension of each output of ``op`` for m rows."""
     return {"gemm": (m,), "gemm_out": (m,), "per_token": (m, m), "per_block": (m, ceil_div(m, SCALE_GROUP)),
-            "token_transpose": (m, m, CT_K, CT_K)}[op]
+            "token_transpose": (m, m, CT_K, CT_K), "token_transpose_grouped": (m, m, CT_K, CT_K)}[op]
 
 
 def run_compiled(op: str, ms: list, backend: str, layout: str = "row", unbacked: bool = False) -> int:
@@ -113,7 +119,8 @@ def run_compiled(op: str, ms: list, backend: str, layout: str = "row", unbacked:
 
 
 COMPILE_CASES = [("gemm", "row"), ("gemm", "tma"), ("gemm_out", "row"), ("gemm_out", "tma"),
-                 ("per_token", "row"), ("per_block", "row"), ("token_transpose", "row")]
+                 ("per_token", "row"), ("per_block", "row"), ("token_transpose", "row"),
+                 ("token_transpose_grouped", "row")]
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -121,7 +128,7 @@ COMPILE_CASES = [("gemm", "row"), ("gemm", "tma"), ("gemm_out", "row"), ("gemm_o
 def test_compile_dynamic_m_builds_one_graph(op, layout, backend):
     """M = 2..64, 129, 300, 1000 (backed sizes): one graph, M-dependent a_scale strides included."""
     ms = MS
-    if op in ("per_block", "token_transpose") and backend == "aot_eager":
+    if op in ("per_block", "token_transpose", "token_transpose_grouped") and backend == "aot_eager":
         # AOTAutograd's tensor metadata asks whether the scale's ceil(rows/128) rows (columns of the
         # transposed copy's scales) are 1: a guard torch adds (not the fake implementation), so M up
         # to 128 here; see the size-oblivious test.
