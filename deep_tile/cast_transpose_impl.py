@@ -15,7 +15,7 @@ from deep_tile.cast_transpose_ref import (block_cast_transpose_ref, grouped_toke
 from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
 from deep_tile.kernels import cast_transpose as contract
 
-__all__ = ["MAX_ROWS", "MAX_BATCH", "TOKEN_OP", "BLOCK_OP", "GROUPED_OP", "check", "check_group_offsets",
+__all__ = ["MAX_ROWS", "MAX_BATCH", "TOKEN_OP", "BLOCK_OP", "check", "check_group_offsets",
            "token_op_impl", "token_op_fake", "block_op_impl", "block_op_fake", "grouped_op_impl", "grouped_op_fake"]
 
 MAX_ROWS = 65535 * SCALE_GROUP
@@ -79,8 +79,6 @@ TOKEN_OP = "per_token_cast_transpose_to_fp8"
 """The name of the activation cast, as a function and as ``torch.ops.deep_tile.<name>``."""
 BLOCK_OP = "per_block_cast_transpose_to_fp8"
 """The name of the weight cast, likewise."""
-GROUPED_OP = "per_token_cast_transpose_grouped_to_fp8"
-"""The op of the activation cast with row groups (the public function is :data:`TOKEN_OP`'s)."""
 
 
 def check_group_offsets(fn: str, x: torch.Tensor, group_offsets) -> None:

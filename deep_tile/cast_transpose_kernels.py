@@ -44,7 +44,7 @@ def launch(block: bool, x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, qt, s
     ``contract.MAX_GROUPS``; ``qt`` then has ``128 * contract.row_bands(rows, G)`` columns, each
     group's rows from its own multiple of 128 on (the kernel's grouped token kind)."""
     batch, rows, cols = x.shape if x.dim() == 3 else (1,) + tuple(x.shape)
-    if rows == 0 or batch == 0:
+    if batch == 0 or (rows == 0 and group_offsets is None):  # (grouped: the zeros of qt are still written)
         return
     symbol = contract.BLOCK_SYMBOL if block else contract.TOKEN_SYMBOL
     kernel = get_kernel(contract.ENTRY, contract.defines(design), symbol)

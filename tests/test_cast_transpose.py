@@ -344,6 +344,9 @@ def test_grouped_transposed_cast_bitwise():
               (700, 2048, [0, 127, 255, 384, 513, 700]), (4100, 2048, [0] + [128 * i + 7 for i in range(1, 32)] + [4100])]
     cases = [dict(rows=r, cols=c, offsets=o, power_of_two=i % 2 == 1, seed=300 + i, design=design)
              for design in contract.DESIGNS for i, (r, c, o) in enumerate(groups)]
+    # no rows at all: the transposed copy is all zeros (its bands still written)
+    cases += [dict(rows=0, cols=256, offsets=[0, 0, 0], power_of_two=False, seed=400, design=design)
+              for design in contract.DESIGNS]
     _check(_run("grouped_case", cases))
 
 
