@@ -16,13 +16,16 @@ FLOP). The share of the FP8 step spent in casts comes from the profiler (kernel 
 ``--moe``: the routed experts of an MoE block (``--experts`` E SwiGLU experts, ``hidden -> 2 x
 --moe-inter -> hidden``, tokens sorted by expert with uneven random counts), deep_tile.nn.Fp8Experts
 against the same experts in BF16 through ``torch._grouped_mm`` (or a per-expert loop where that
-does not run; the row says which).
+does not run; the row says which). ``--host``: deep_tile's GEMMs launched from the native C++
+host path, built before anything is timed (the default), or from the Python one; the first line
+printed names the path (docs/host-paths.md).
 Needs an sm_90 GPU.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -163,6 +166,22 @@ def kernel_shares(fn) -> dict:
     return shares
 
 
+def choose_host_path(host: str) -> str:
+    """Pin the host path of every deep_tile GEMM this run launches (``DEEP_TILE_NATIVE``, read on
+    the first launch): ``native`` builds the C++ extension now and waits for it, so no row runs on
+    the Python path while it builds in the background (the default ``auto`` would switch paths
+    partway through the run); ``python`` turns it off. Returns the path in use."""
+    if host == "python":
+        os.environ["DEEP_TILE_NATIVE"] = "off"
+        return "python"
+    os.environ["DEEP_TILE_NATIVE"] = "wait"
+    from deep_tile import native
+
+    if native.build(wait=True):
+        return "native"
+    return f"python (the native extension is unavailable: {native.status()['reason']})"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384])
@@ -176,10 +195,14 @@ def main() -> int:
     p.add_argument("--no-mlp", action="store_true", help="skip the dense MLP block")
     p.add_argument("--grad", choices=("main", "plain"), default="main",
                    help="FP8 weight gradients into FP32 main gradients, or into bf16 .grad as BF16's (module doc)")
+    p.add_argument("--host", choices=("native", "python"), default="native",
+                   help="the GEMMs' host path: the C++ one, built before timing (what a training job runs "
+                        "once its first minute has built it), or the Python one (docs/host-paths.md)")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args()
+    host = choose_host_path(args.host)
     print(f"FP8 weight gradients: {'FP32 main_grad (in place)' if args.grad == 'main' else 'bf16 .grad (autograd)'}; "
-          "BF16 weight gradients: bf16 .grad (autograd)")
+          f"BF16 weight gradients: bf16 .grad (autograd); deep_tile host path: {host}")
     torch.manual_seed(0)
     fp8 = Block(args.hidden, args.inter, lambda i, o: dnn.Fp8Linear(i, o, main_grad=args.grad == "main", device="cuda"))
     bf16 = Block(args.hidden, args.inter,
@@ -213,8 +236,8 @@ def main() -> int:
     moe = moe_rows(args) if args.moe else []
     if args.json:
         env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda}
-        Path(args.json).write_text(json.dumps({"environment": env, "grad": args.grad, "rows": rows, "moe": moe},
-                                              indent=1))
+        Path(args.json).write_text(json.dumps({"environment": env, "grad": args.grad, "host": host, "rows": rows,
+                                               "moe": moe}, indent=1))
     return 0
 
 
