@@ -89,16 +89,15 @@ def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
         TypeError, ValueError: not a bf16 2-D tensor, D not a positive multiple of 16, T > MAX_ROWS,
             flags not bools, ``group_offsets`` not as above or without ``transpose`` (nothing written).
     """
-    if group_offsets is not None:
-        if not _schema_takes(x, transpose, power_of_two_scales):
-            check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
-        if not transpose:
-            raise ValueError(f"{TOKEN_OP}: group_offsets shape the transposed copy; it needs transpose=True.")
-        check_group_offsets(TOKEN_OP, x, group_offsets)
-        return _outputs(ops.per_token_cast_transpose_grouped_to_fp8(x, group_offsets, power_of_two_scales), True)
     if not _schema_takes(x, transpose, power_of_two_scales):  # the op checks the rest
         check(TOKEN_OP, "x", x, transpose, power_of_two_scales, 1)
-    return _outputs(ops.per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales), transpose)
+    if group_offsets is None:
+        return _outputs(ops.per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales), transpose)
+    if not transpose:
+        raise ValueError(f"{TOKEN_OP}: group_offsets shape the transposed copy; it needs transpose=True.")
+    if not isinstance(group_offsets, torch.Tensor):  # the schema's words otherwise; the op checks the rest
+        check_group_offsets(TOKEN_OP, x, group_offsets)
+    return _outputs(ops.per_token_cast_transpose_grouped_to_fp8(x, group_offsets, power_of_two_scales), True)
 
 
 def padded_group_sizes(group_offsets: torch.Tensor) -> torch.Tensor:

@@ -137,20 +137,25 @@ def _block_shapes(w: torch.Tensor, transpose: bool) -> tuple:
             w.new_empty(lead + (cb, rb), dtype=torch.float32))
 
 
-def _cast_into(block: bool, x: torch.Tensor, outputs: tuple, transpose: bool, power_of_two_scales: bool) -> tuple:
+def _cast_into(block: bool, x: torch.Tensor, outputs: tuple, transpose: bool, power_of_two_scales: bool,
+               group_offsets: torch.Tensor = None) -> tuple:
     """Fill ``outputs`` (``(q, s, qt, st)`` in their final layouts) with the cast of ``x``: the
-    kernels for a CUDA tensor, the torch reference (``block``: the weight cast) copied in for a CPU
-    one. Returns ``outputs``."""
+    kernels for a CUDA tensor, the torch reference (``block``: the weight cast; ``group_offsets``:
+    the grouped activation cast) copied in for a CPU one. Returns ``outputs``."""
     q, s, qt, st = outputs
     if not x.is_cuda:
-        reference = block_cast_transpose_ref if block else token_cast_transpose_ref
-        for i, matrix in enumerate(x if x.dim() == 3 else [x]):  # a stack: each matrix on its own
-            results = reference(matrix, transpose, power_of_two_scales)
-            for into, value in zip(outputs[:4 if transpose else 2], results):
+        if group_offsets is not None:
+            results = [grouped_token_cast_transpose_ref(x, group_offsets.tolist(), power_of_two_scales)]
+        else:
+            reference = block_cast_transpose_ref if block else token_cast_transpose_ref
+            # a stack: each matrix on its own
+            results = [reference(matrix, transpose, power_of_two_scales) for matrix in (x if x.dim() == 3 else [x])]
+        for i, values in enumerate(results):
+            for into, value in zip(outputs[:4 if transpose else 2], values):
                 (into[i] if x.dim() == 3 else into).copy_(value)
         return outputs
     cast_transpose_kernels.launch(block, _input(x), q, s, qt if transpose else None, st if transpose else None,
-                                  power_of_two_scales)
+                                  power_of_two_scales, group_offsets=group_offsets)
     return outputs
 
 
@@ -180,14 +185,8 @@ def grouped_op_impl(x: torch.Tensor, group_offsets: torch.Tensor, power_of_two_s
     bands (:func:`deep_tile.cast_transpose_ref.grouped_token_cast_transpose_ref`)."""
     check(TOKEN_OP, "x", x, True, power_of_two_scales, 1)
     check_group_offsets(TOKEN_OP, x, group_offsets)
-    outputs = _grouped_shapes(x, group_offsets.numel() - 1)
-    if not x.is_cuda:
-        for into, value in zip(outputs, grouped_token_cast_transpose_ref(x, group_offsets.tolist(), power_of_two_scales)):
-            into.copy_(value)
-        return outputs
-    q, s, qt, st = outputs
-    cast_transpose_kernels.launch(False, _input(x), q, s, qt, st, power_of_two_scales, group_offsets=group_offsets)
-    return outputs
+    return _cast_into(False, x, _grouped_shapes(x, group_offsets.numel() - 1), True, power_of_two_scales,
+                      group_offsets)
 
 
 def grouped_op_fake(x: torch.Tensor, group_offsets: torch.Tensor, power_of_two_scales: bool) -> tuple:

@@ -70,9 +70,9 @@ the number of such matrices stacked contiguously (each cast on its own, the outp
 likewise: one matrix's extent apart), and for the grouped token cast the int32 row offsets of
 its ``num_groups`` groups (0: not grouped; :func:`row_bands`)."""
 ARGUMENT_KINDS = ("ptr",) * 5 + ("i32",) * 7 + ("ptr", "i32")
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
 MAX_GROUPS = 512
 """Most row groups of the grouped token cast (``kMaxGroups``: its per-CTA table in shared memory)."""
-"""The :class:`deep_tile.jit.runtime.KernelArgs` kind of each of :data:`ARGUMENTS`."""
 
 
 def _design(design) -> str:

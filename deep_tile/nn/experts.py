@@ -18,9 +18,10 @@ transposed copy in one pass). The transposed copies give each expert its own 128
 groups, from its first token on (zeros after its last up to a multiple of 128: the cast's
 ``group_offsets``), so the K-grouped GEMM runs whole 128-token blocks (with 8 experts of ~2k
 tokens 1.2x faster than with each expert's end blocks masked; H100, benchmarks/RESULTS.md,
-2026-11-26 'Each expert's tokens in their own 128-token blocks'). Weights are cast once per forward, all experts in one launch that writes each
-expert's transpose where dgrad reads it. SwiGLU runs in float32 (deep_tile.nn.swiglu: one kernel forward, one
-backward) and is rounded to bf16 before its cast.
+2026-11-26 'Each expert's tokens in their own 128-token blocks'). Weights are cast once per
+forward, all experts in one launch that writes each expert's transpose where dgrad reads it.
+SwiGLU runs in float32 (deep_tile.nn.swiglu: one kernel forward, one backward) and is rounded to
+bf16 before its cast.
 Needs an sm_90 GPU for the GEMMs; H and I multiples of 128 (each expert's weight blocks whole).
 """
 from __future__ import annotations
