@@ -276,6 +276,16 @@ struct PreScaled {
 template <>
 struct PreScaled<0> {};
 
+/// `r += v`, or with kAssign (a tile's first promotion, TileMainloop::run) `r = v`.
+template <bool kAssign>
+DT_DEVICE void promote_into(float& r, float v) {
+  if constexpr (kAssign) {
+    r = v;
+  } else {
+    r += v;
+  }
+}
+
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
 /// tile use b_scale row 0, the rest row 1. kEarlyRelease (1D1D): each stage goes back before the
 /// promotion reads its b_scale columns (Fp8GemmConfig::kEarlyReleaseMaxKBlocks).
@@ -411,8 +421,8 @@ struct TileMainloop {
   }
 
   /// After the WGMMAs of this sub-tile completed: release the stage (last sub-tile of the
-  /// k-block) and promote.
-  template <int kSub, int kBuf>
+  /// k-block) and promote (kAssign: the tile's first k-block, whose promotion writes the result).
+  template <int kSub, int kBuf, bool kAssign = false>
   DT_DEVICE void finish() {
     constexpr int kPart = kSub % Cfg::kNumNParts;
     fence_accumulator<kBuf>();
@@ -429,16 +439,16 @@ struct TileMainloop {
 #pragma unroll
         for (int j = 0; j < kPreScale; ++j) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) result[kSub][4 * j + q] += pre.scale[j][q] * acc[kBuf][4 * j + q];
+          for (int q = 0; q < 4; ++q) promote_into<kAssign>(result[kSub][4 * j + q], pre.scale[j][q] * acc[kBuf][4 * j + q]);
         }
       }
 #pragma unroll
       for (int j = kPreScale; j < kAcc / 4; ++j) {
         const float2 b = *reinterpret_cast<const float2*>(cols + 8 * j);
-        result[kSub][4 * j + 0] += (row_scale[kBuf][0] * b.x) * acc[kBuf][4 * j + 0];
-        result[kSub][4 * j + 1] += (row_scale[kBuf][0] * b.y) * acc[kBuf][4 * j + 1];
-        result[kSub][4 * j + 2] += (row_scale[kBuf][1] * b.x) * acc[kBuf][4 * j + 2];
-        result[kSub][4 * j + 3] += (row_scale[kBuf][1] * b.y) * acc[kBuf][4 * j + 3];
+        promote_into<kAssign>(result[kSub][4 * j + 0], (row_scale[kBuf][0] * b.x) * acc[kBuf][4 * j + 0]);
+        promote_into<kAssign>(result[kSub][4 * j + 1], (row_scale[kBuf][0] * b.y) * acc[kBuf][4 * j + 1]);
+        promote_into<kAssign>(result[kSub][4 * j + 2], (row_scale[kBuf][1] * b.x) * acc[kBuf][4 * j + 2]);
+        promote_into<kAssign>(result[kSub][4 * j + 3], (row_scale[kBuf][1] * b.y) * acc[kBuf][4 * j + 3]);
       }
       if constexpr (!kEarlyRelease && kSub == kLast) {
         release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
@@ -457,7 +467,7 @@ struct TileMainloop {
       Frag::for_each([&](int mb, int j, int h, int q) {
         const float b = mb * 8 < kFirstBlocks ? bscale.now0 : bscale.now1;
         const int i = Frag::index(mb, j, h, q);
-        result[kSub][i] += (row_scale[kBuf][Frag::token_slot(j, q)] * b) * acc[kBuf][i];
+        promote_into<kAssign>(result[kSub][i], (row_scale[kBuf][Frag::token_slot(j, q)] * b) * acc[kBuf][i]);
       });
       return;
     }
@@ -467,11 +477,18 @@ struct TileMainloop {
     for (int j = 0; j < kAcc / 4; ++j) {
       const bool first = kPart * (Cfg::kWgmmaN / 8) + j < kFirstBlocks;
       const float scale_lo = first ? lo0 : lo1, scale_hi = first ? hi0 : hi1;
-      result[kSub][4 * j + 0] += scale_lo * acc[kBuf][4 * j + 0];
-      result[kSub][4 * j + 1] += scale_lo * acc[kBuf][4 * j + 1];
-      result[kSub][4 * j + 2] += scale_hi * acc[kBuf][4 * j + 2];
-      result[kSub][4 * j + 3] += scale_hi * acc[kBuf][4 * j + 3];
+      promote_into<kAssign>(result[kSub][4 * j + 0], scale_lo * acc[kBuf][4 * j + 0]);
+      promote_into<kAssign>(result[kSub][4 * j + 1], scale_lo * acc[kBuf][4 * j + 1]);
+      promote_into<kAssign>(result[kSub][4 * j + 2], scale_hi * acc[kBuf][4 * j + 2]);
+      promote_into<kAssign>(result[kSub][4 * j + 3], scale_hi * acc[kBuf][4 * j + 3]);
     }
+  }
+
+  DT_DEVICE void zero_result() {
+#pragma unroll
+    for (int s = 0; s < Cfg::kNumSubtiles; ++s)
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) result[s][i] = 0.0f;
   }
 
   /// Issue step kT of a fully unrolled run of kSteps (k-block, sub-tile) steps, then promote
@@ -490,15 +507,16 @@ struct TileMainloop {
     if constexpr (kT < kSteps) overlapped_steps<kT + 1, kSteps>(kb);
   }
 
-  /// One k-block without overlap: each sub-tile issued, waited for and promoted in turn.
-  template <int kSub>
+  /// One k-block without overlap: each sub-tile issued, waited for and promoted in turn (kAssign:
+  /// the tile's first k-block, promoted into the result instead of added to it).
+  template <int kSub, bool kAssign = false>
   DT_DEVICE void serial_steps(int kb) {
     if constexpr (kSub < Cfg::kNumSubtiles) {
       issue<kSub, 0>(kb);
       prescale();
       ptx::wgmma_wait_group<0>();
-      finish<kSub, 0>();
-      serial_steps<kSub + 1>(kb);
+      finish<kSub, 0, kAssign>();
+      serial_steps<kSub + 1, kAssign>(kb);
     } else {
       bscale.pop(kb);
     }
@@ -509,7 +527,24 @@ struct TileMainloop {
   /// waits and serialises every WGMMA (C7514/C7517). So the overlapped form runs in bodies of
   /// kUnroll k-blocks that start and end with nothing in flight, after the remainder k-blocks
   /// run serially.
+  /// kInitResult: the k-loop sets the result (it starts from zero) instead of adding to the
+  /// caller's; the one-buffer form promotes its first k-block into it, so the result is not
+  /// zeroed first. Needs kb_begin < kb_end (the persistent kinds: every entry refuses k <= 0,
+  /// deep_tile/checks.py and native/csrc/checks.cpp, so every tile has a k-block).
+  /// NOTES: the zeroing was 126 CS2R per consumer warp and tile in the 256x128 kernel (ncu at
+  /// 4096x32768x512, H100, 4 k-blocks a tile: 4.1 of its 40.6 M warp instructions; DeepGEMM's
+  /// kernel had none). Which kinds use it (Fp8GemmConfig::kLoopSetsResult) was measured:
+  /// benchmarks/RESULTS.md, 2026-11-26 'A tile's first k-block promoted into its result'.
+  template <bool kInitResult>
   DT_DEVICE void run(int kb_begin, int kb_end) {
+    if constexpr (Cfg::kNumAccumBuffers == 1 && kInitResult) {
+      // NOTES: unconditional: with a test of the range here (zeroing when empty), ptxas hoisted
+      // the zeroing above the test onto every tile's path.
+      serial_steps<0, true>(kb_begin);
+      ++kb_begin;
+    } else if constexpr (kInitResult) {
+      zero_result();
+    }
     if constexpr (Cfg::kNumAccumBuffers == 1) {
       // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register
       // renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
@@ -564,10 +599,11 @@ DT_DEVICE void dispatch_first_blocks(int first_blocks, const Fn& fn) {
   }
 }
 
-/// TileMainloop bound to one tile's arguments, callable with the straddle point as a constant.
+/// TileMainloop bound to one tile's arguments, callable with the straddle point as a constant;
+/// kInitResult: the k-loop sets `result` (TileMainloop::run), else adds to it.
 /// NOTES: a functor rather than a lambda: NVRTC 13.0 treats an unannotated lambda in device code
 /// as a host function and refuses it in JIT mode.
-template <class Cfg>
+template <class Cfg, bool kInitResult = false>
 struct RunTileMainloop {
   const ConsumerContext<Cfg>& ctx;
   PipelineState<Cfg::kNumStages>& issue_state;
@@ -596,7 +632,7 @@ struct RunTileMainloop {
     using Loop = TileMainloop<Cfg, kFirstBlocks, kEarlyRelease>;
     Loop loop{ctx, issue_state, release_state, result,
               BScaleFor<Cfg, Loop::kTwoRows>(b_scale_row0, b_scale_row1, kb_begin, kb_end), peer_alive};
-    loop.run(kb_begin, kb_end);
+    loop.template run<kInitResult>(kb_begin, kb_end);
   }
 };
 

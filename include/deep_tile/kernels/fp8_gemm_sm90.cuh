@@ -290,10 +290,15 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, n0, n, num_k_blocks);
 
+    // The persistent kinds' one k-loop run sets the result (Cfg::kLoopSetsResult); the K-grouped
+    // kind's up to three runs (run_k_grouped_tile) and a split-K rank's share, which may be
+    // empty, add to it from zero.
+    if constexpr (!Cfg::kLoopSetsResult) {
 #pragma unroll
-    for (int s = 0; s < Cfg::kNumSubtiles; ++s)
+      for (int s = 0; s < Cfg::kNumSubtiles; ++s)
 #pragma unroll
-      for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
+        for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
+    }
 
     int tile_k_blocks = 0;  // kKGrouped: this tile's k-blocks (its group's K range)
     if constexpr (Cfg::kKGrouped) {
@@ -303,9 +308,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       if (Cfg::kCKind == 3 && range.kb_begin >= range.kb_end) continue;
       run_k_grouped_tile<Cfg>(ctx, issue_state, release_state, result, range, tile.peer_alive);
     } else {
-      const RunTileMainloop<Cfg> mainloop{ctx,         issue_state,   release_state, result,
-                                          b_rows.row0, b_rows.row1,   work.kb_begin, work.kb_end,
-                                          tile.peer_alive, /*tile_k_blocks (K-grouped only)=*/0};
+      const RunTileMainloop<Cfg, Cfg::kLoopSetsResult> mainloop{
+          ctx,           issue_state, release_state,   result, b_rows.row0, b_rows.row1,
+          work.kb_begin, work.kb_end, tile.peer_alive, /*tile_k_blocks (K-grouped only)=*/0};
       if constexpr (Cfg::kBScale1D) {
         mainloop(IntConstant<Cfg::kBlockN / 8>{});  // no b_scale rows to straddle
       } else {
