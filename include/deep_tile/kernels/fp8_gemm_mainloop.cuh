@@ -439,7 +439,9 @@ struct TileMainloop {
 #pragma unroll
         for (int j = 0; j < kPreScale; ++j) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) promote_into<kAssign>(result[kSub][4 * j + q], pre.scale[j][q] * acc[kBuf][4 * j + q]);
+          for (int q = 0; q < 4; ++q) {
+            promote_into<kAssign>(result[kSub][4 * j + q], pre.scale[j][q] * acc[kBuf][4 * j + q]);
+          }
         }
       }
 #pragma unroll
