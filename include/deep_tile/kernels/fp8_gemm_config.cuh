@@ -145,20 +145,25 @@ struct Fp8GemmConfig {
 #else
   static constexpr int kStagedReduceMinKBlocks = 12;
 #endif
-  // The contiguous kind's k-loop sets each tile's result (its first k-block promoted into it:
-  // TileMainloop::run) instead of adding to a result zeroed first. Possible for every persistent
-  // kind but the K-grouped one (up to three runs per tile); not split-K (a rank's share may be
-  // empty). DT_LOOP_SETS_RESULT=1 / 0 turns it on for every kind that can / off, for measurements.
+  // The contiguous, offsets and psum kinds' k-loop sets each tile's result (its first k-block
+  // promoted into it: TileMainloop::run) instead of adding to a result zeroed first. Possible for
+  // every persistent kind but the K-grouped one (up to three runs per tile); not split-K (a rank's
+  // share may be empty). DT_LOOP_SETS_RESULT=1 / 0 turns it on for every kind that can / off, for
+  // measurements.
   // NOTES: H100, one process, the same kernels with and without (benchmarks/RESULTS.md,
   // 2026-11-26 'A tile's first k-block promoted into its result'): contiguous 1.1-2.6% faster on
-  // 7 shapes in two runs (4 x 8192 rows at 6144x7168: 2123.8 against 2180.5 us); masked
-  // 0.993-1.007x; dense 0.4-1.9% slower on 9 of 10 shapes (4096x4608x7168 198.3 against 195.2
-  // us), 0.8% faster at 4096x32768x512.
+  // 7 shapes in two runs (4 x 8192 rows at 6144x7168: 2123.8 against 2180.5 us); offsets and psum
+  // 0-1.5% faster on all 12 pairs (32 x 256 rows at 7168x2048, offsets: 275.6 against 279.9 us);
+  // masked 0.993-1.007x; dense 0.4-1.9% slower on 9 of 10 shapes (4096x4608x7168 198.3 against
+  // 195.2 us), 0.8% faster at 4096x32768x512.
   static constexpr bool kLoopSetsResultPossible = !kKGrouped && kSplitK == 1;
 #ifdef DT_LOOP_SETS_RESULT
   static constexpr bool kLoopSetsResult = kLoopSetsResultPossible && DT_LOOP_SETS_RESULT != 0;
 #else
-  static constexpr bool kLoopSetsResult = kLoopSetsResultPossible && kProblemKind_ == ProblemKind::kGroupedContiguous;
+  static constexpr bool kLoopSetsResult =
+      kLoopSetsResultPossible &&
+      (kProblemKind_ == ProblemKind::kGroupedContiguous || kProblemKind_ == ProblemKind::kGroupedOffsets ||
+       kProblemKind_ == ProblemKind::kGroupedPsum);
 #endif
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first

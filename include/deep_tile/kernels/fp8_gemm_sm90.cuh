@@ -290,9 +290,9 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
 
     const TileBScaleRows b_rows = TileBScaleRows::of<Cfg>(b_scale, tile.expert, n0, n, num_k_blocks);
 
-    // With Cfg::kLoopSetsResult (the contiguous kind) the tile's one k-loop run sets the result;
-    // otherwise the runs add to it from zero (the K-grouped kind's up to three, run_k_grouped_tile;
-    // a split-K rank's share, which may be empty).
+    // With Cfg::kLoopSetsResult (the contiguous, offsets and psum kinds) the tile's one k-loop run
+    // sets the result; otherwise the runs add to it from zero (the K-grouped kind's up to three,
+    // run_k_grouped_tile; a split-K rank's share, which may be empty).
     if constexpr (!Cfg::kLoopSetsResult) {
 #pragma unroll
       for (int s = 0; s < Cfg::kNumSubtiles; ++s)
