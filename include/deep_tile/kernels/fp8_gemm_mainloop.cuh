@@ -286,6 +286,15 @@ DT_DEVICE void promote_into(float& r, float v) {
   }
 }
 
+/// A tile's FP32 sums set to zero, before k-loop runs that add to them.
+template <class Cfg>
+DT_DEVICE void zero_result(float (&result)[Cfg::kNumSubtiles][Cfg::kAccumPerSubtile]) {
+#pragma unroll
+  for (int s = 0; s < Cfg::kNumSubtiles; ++s)
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
+}
+
 /// One tile's k-loop over k-blocks [kb_begin, kb_end). 8-column blocks jg < kFirstBlocks of the
 /// tile use b_scale row 0, the rest row 1. kEarlyRelease (1D1D): each stage goes back before the
 /// promotion reads its b_scale columns (Fp8GemmConfig::kEarlyReleaseMaxKBlocks).
@@ -486,13 +495,6 @@ struct TileMainloop {
     }
   }
 
-  DT_DEVICE void zero_result() {
-#pragma unroll
-    for (int s = 0; s < Cfg::kNumSubtiles; ++s)
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) result[s][i] = 0.0f;
-  }
-
   /// Issue step kT of a fully unrolled run of kSteps (k-block, sub-tile) steps, then promote
   /// step kT - 1 while step kT runs; after the last step, drain.
   template <int kT, int kSteps>
@@ -545,7 +547,7 @@ struct TileMainloop {
       serial_steps<0, true>(kb_begin);
       ++kb_begin;
     } else if constexpr (kInitResult) {
-      zero_result();
+      zero_result<Cfg>(result);
     }
     if constexpr (Cfg::kNumAccumBuffers == 1) {
       // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register

@@ -293,12 +293,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     // With Cfg::kLoopSetsResult (the contiguous, offsets and psum kinds) the tile's one k-loop run
     // sets the result; otherwise the runs add to it from zero (the K-grouped kind's up to three,
     // run_k_grouped_tile; a split-K rank's share, which may be empty).
-    if constexpr (!Cfg::kLoopSetsResult) {
-#pragma unroll
-      for (int s = 0; s < Cfg::kNumSubtiles; ++s)
-#pragma unroll
-        for (int i = 0; i < Cfg::kAccumPerSubtile; ++i) result[s][i] = 0.0f;
-    }
+    if constexpr (!Cfg::kLoopSetsResult) zero_result<Cfg>(result);
 
     int tile_k_blocks = 0;  // kKGrouped: this tile's k-blocks (its group's K range)
     if constexpr (Cfg::kKGrouped) {
