@@ -551,15 +551,23 @@ def test_grid_size_balances_from_three_rounds():
 
 
 def test_evict_first_b_where_b_is_a_long_stream():
-    # B evict-first / A evict-last: at most two m-blocks read each B tile, over >= 8 k-blocks
+    # B evict-first / A evict-last: at most two m-blocks read each B tile, over >= 8 k-blocks,
+    # or at most eight over >= 32
     from deep_tile.select.selector import STREAM_MAX_M_BLOCKS, STREAM_MIN_K_BLOCKS, streams_b
     assert streams_b(STREAM_MAX_M_BLOCKS, STREAM_MIN_K_BLOCKS) and streams_b(1, 56)
-    assert not streams_b(STREAM_MAX_M_BLOCKS + 1, 56) and not streams_b(1, STREAM_MIN_K_BLOCKS - 1)
+    assert not streams_b(STREAM_MAX_M_BLOCKS + 1, 31) and not streams_b(1, STREAM_MIN_K_BLOCKS - 1)
+    # the long-K tier: up to eight m-blocks over >= 32 k-blocks
+    from deep_tile.select.selector import LONG_STREAM_MAX_M_BLOCKS, LONG_STREAM_MIN_K_BLOCKS
+    assert streams_b(LONG_STREAM_MAX_M_BLOCKS, LONG_STREAM_MIN_K_BLOCKS)
+    assert not streams_b(LONG_STREAM_MAX_M_BLOCKS + 1, 56) and not streams_b(4, LONG_STREAM_MIN_K_BLOCKS - 1)
+    assert select_config(Problem(512, 4096, 7168), 132).evict_first_b
+    assert not select_config(Problem(1024, 24576, 1536), 132).evict_first_b
+    assert not select_config(Problem(4096, 4096, 7168), 132).evict_first_b
     small, two_blocks = select_config(Problem(64, 2112, 7168), 132), select_config(Problem(128, 2112, 7168), 132)
     assert small.evict_first_b and small.defines()["DT_EVICT_FIRST_B"] == 1 and small.label.endswith(" ef")
     assert two_blocks.evict_first_b == (two_blocks.block_m == 64)
     assert select_config(Problem(1, 2112, 7168), 132).evict_first_b  # split-K: the whole K counts
-    for shape in ((4096, 7168, 16384), (128, 32768, 512), (2048, 2112, 7168)):
+    for shape in ((4096, 7168, 16384), (128, 32768, 512), (4096, 2112, 7168), (1024, 24576, 1536)):
         cfg = select_config(Problem(*shape), 132)
         assert not cfg.evict_first_b and cfg.defines()["DT_EVICT_FIRST_B"] == 0, (shape, cfg.label)
     assert "L2 policies: B loads evict-first" in explain_text(Problem(64, 2112, 7168), 132)
@@ -615,9 +623,13 @@ def test_l2_promotion_128_for_weight_streams_on_the_h200_only():
 
 
 def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
-    from deep_tile.select.selector import LONG_K_BLOCKS, k_unroll_for
-    assert k_unroll_for(1, LONG_K_BLOCKS) == 6 and k_unroll_for(1, LONG_K_BLOCKS - 1) == 3
-    assert k_unroll_for(2, 128) == 3  # the two-buffer loop unrolls on its own
+    from deep_tile.select.selector import LONG_K_BLOCKS, k_unroll_for, straddle_copies
+    assert k_unroll_for(1, LONG_K_BLOCKS, 256) == 6 and k_unroll_for(1, LONG_K_BLOCKS - 1, 256) == 3
+    assert k_unroll_for(2, 128, 128) == 3  # the two-buffer loop unrolls on its own
+    # tiles whose kernel holds many copies of the k-loop (one per b_scale straddle point) keep 3
+    assert [straddle_copies(n) for n in (64, 128, 256, 192, 160, 144)] == [1, 1, 2, 3, 5, 9]
+    assert k_unroll_for(1, 64, 192) == 6 and k_unroll_for(1, 64, 160) == 3
+    assert select_config(Problem(4096, 1280, 8192), 132).k_unroll == 3
     for shape in ((4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192)):
         cfg = select_config(Problem(*shape), 132)
         assert cfg.accum_buffers == 1 and cfg.k_unroll == 6, (shape, cfg.label)

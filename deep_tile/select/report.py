@@ -13,7 +13,7 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      WIDE_TILE_MIN_K_BLOCKS, accumulates_weight_gradient, config_from_estimate,
+                                      LONG_K_BLOCKS, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
                                       rank_candidates)
 
@@ -27,7 +27,8 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} us"
 
 
-def _config_lines(cfg: KernelConfig) -> list:
+def _config_lines(cfg: KernelConfig, long_k: bool = False) -> list:
+    """``long_k``: the CTAs' K ranges are long enough for the k-loop unrolled by 6 (selector.k_unroll_for)."""
     if cfg.split_k > 1:
         launch = (f"split-K: clusters of {cfg.split_k} CTAs share each output tile, each a 1/{cfg.split_k} of K, "
                   f"partials summed in rank order through distributed shared memory (deterministic)")
@@ -40,12 +41,15 @@ def _config_lines(cfg: KernelConfig) -> list:
         launch = f"persistent grid of {cfg.grid_size} CTAs, raster bands of {cfg.raster_width} {axis}"
     defines = " ".join(f"{key}={value}" for key, value in cfg.defines().items())
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
-    l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles)"
+    l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles, or eight over K >= 4096: selector.streams_b)"
           if cfg.evict_first_b else "plain loads")
     if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
         l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
     loop = (f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
+            + (f" (not 6: the kernel holds {straddle_copies(cfg.block_n)} copies of the k-loop, one per b_scale"
+               " straddle point: selector.k_unroll_for)"
+               if long_k and cfg.k_unroll == 3 and straddle_copies(cfg.block_n) > UNROLL_MAX_STRADDLE_COPIES else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")
     if cfg.swap_n:
         loop += (f"; swap-AB: each 64 weight rows are a WGMMA's 64-row operand and A's first {cfg.swap_n} rows its "
@@ -211,7 +215,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
-    lines += _config_lines(cfg)
+    lines += _config_lines(cfg, best.k_blocks_per_cta >= LONG_K_BLOCKS)
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "

@@ -15,7 +15,7 @@ Steps:
    even and within the resident clusters under multicast; for the masked and offsets kinds
    :func:`deep_tile.select.cost.table_grid_size`; split-K launches ``tiles * split_k`` CTAs;
 4. :func:`streams_b`: L2 policies for the loads (B evict-first when at most two m-blocks read it,
-   over at least 8 k-blocks).
+   over at least 8 k-blocks, or at most eight over at least 32).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -303,7 +303,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
                         evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k)
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta), problem_kind=problem.kind,
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n), problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
 
 
@@ -408,33 +408,70 @@ LONG_K_BLOCKS = 32
 """Fewest k-blocks per CTA (K >= 4096 unsplit) for which :func:`k_unroll_for` picks 6."""
 
 
-def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int) -> int:
+UNROLL_MAX_STRADDLE_COPIES = 3
+"""Most copies of the k-loop (:func:`straddle_copies`) a kernel may have for :func:`k_unroll_for`
+to pick 6."""
+
+
+def straddle_copies(block_n: int) -> int:
+    """How many copies of the k-loop a kernel of ``block_n``-wide tiles holds: one per point at
+    which a tile can straddle two 128-row b_scale blocks, as the kernel's
+    ``dispatch_first_blocks`` instantiates them (multiples of ``gcd(block_n, 128) / 8`` 8-column
+    blocks up to 16 and below ``block_n / 8``), plus the whole tile; 1 when ``block_n`` divides
+    128. E.g. 128: 1, 256: 2, 192: 3, 160: 5, 144: 9."""
+    if 128 % block_n == 0:
+        return 1
+    whole, step = block_n // 8, math.gcd(block_n, 128) // 8
+    return len([c for c in range(step, 128 // 8 + 1, step) if c < whole]) + 1
+
+
+def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n: int) -> int:
     """k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``) for a CTA
-    that runs ``k_blocks_per_cta`` k-blocks per tile: 6 from :data:`LONG_K_BLOCKS` on, else 3;
-    always 3 with two accumulator buffers (their loop has its own unrolling).
+    that runs ``k_blocks_per_cta`` k-blocks per tile of ``block_n`` columns: 6 from
+    :data:`LONG_K_BLOCKS` on, else 3; always 3 with two accumulator buffers (their loop has its
+    own unrolling), and for tiles whose kernel holds more than
+    :data:`UNROLL_MAX_STRADDLE_COPIES` copies of the k-loop (:func:`straddle_copies`).
 
     Measured: benchmarks/RESULTS.md, "Selector rules",
     the one-buffer k-loop unrolled by 6 (selector.k_unroll_for).
+    NOTES: the copies' code outgrows the SM's instruction cache: 128x160 by 6 is 5,704
+    instructions against 3,704 by 3 (and 128x192 by 6 4,096, 128x128 1,584), and where another
+    kernel ran before it (cold instruction cache, as in a model's layer or a round-robin
+    benchmark) it lost 7-10% against by 3, though as fast when it ran after itself
+    (RESULTS.md, 2026-11-27 'The previous kernel and the k-loop's code size').
     """
-    return 6 if accum_buffers == 1 and k_blocks_per_cta >= LONG_K_BLOCKS else 3
+    if accum_buffers != 1 or straddle_copies(block_n) > UNROLL_MAX_STRADDLE_COPIES:
+        return 3
+    return 6 if k_blocks_per_cta >= LONG_K_BLOCKS else 3
 
 
 STREAM_MAX_M_BLOCKS = 2
-"""Most m-blocks for which :func:`streams_b` holds."""
+"""Most m-blocks for which :func:`streams_b` holds over :data:`STREAM_MIN_K_BLOCKS` k-blocks."""
 STREAM_MIN_K_BLOCKS = 8
 """Fewest 128-wide k-blocks for which :func:`streams_b` holds."""
+LONG_STREAM_MAX_M_BLOCKS = 8
+"""Most m-blocks for which :func:`streams_b` holds over :data:`LONG_STREAM_MIN_K_BLOCKS` k-blocks."""
+LONG_STREAM_MIN_K_BLOCKS = 32
+"""Fewest k-blocks (K >= 4096) for which B read by up to :data:`LONG_STREAM_MAX_M_BLOCKS` m-blocks
+is a stream (:func:`streams_b`)."""
 
 
 def streams_b(m_blocks: int, k_blocks: int) -> bool:
     """Whether B is a long stream for a tiling with ``m_blocks`` tiles along M and ``k_blocks``
-    128-wide blocks along K (all splits together): each B tile is read by at most
-    :data:`STREAM_MAX_M_BLOCKS` tiles (one per m-block), which the raster runs side by side, over
-    at least :data:`STREAM_MIN_K_BLOCKS` k-blocks; then its lines should not displace others in L2
-    (``KernelConfig.evict_first_b``).
+    128-wide blocks along K (all splits together), so that its lines should not displace others
+    in L2 (``KernelConfig.evict_first_b``): each B tile is read by at most
+    :data:`STREAM_MAX_M_BLOCKS` tiles (one per m-block) over at least :data:`STREAM_MIN_K_BLOCKS`
+    k-blocks, or by at most :data:`LONG_STREAM_MAX_M_BLOCKS` over at least
+    :data:`LONG_STREAM_MIN_K_BLOCKS`.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    L2 evict-first for B streams (selector.streams_b).
+    Measured: benchmarks/RESULTS.md, "Selector rules", L2 evict-first for B streams
+    (selector.streams_b), and for the second tier the entry 2026-11-27 'B evict-first up to eight
+    m-blocks over long K'.
+    NOTES: up to eight m-blocks at K <= 2048 it lost (1024x24576x1536 5% slower, 2048x7168x2048
+    2.4%, 1024x7168x2048 1%), hence the longer K of the second tier.
     """
+    if k_blocks >= LONG_STREAM_MIN_K_BLOCKS:
+        return m_blocks <= LONG_STREAM_MAX_M_BLOCKS
     return m_blocks <= STREAM_MAX_M_BLOCKS and k_blocks >= STREAM_MIN_K_BLOCKS
 
 
