@@ -39,6 +39,8 @@ CASES = [
     ("64x64:b2:mcA", 64, 2112, 1024),
     # L2 policies on the loads (B evict-first, A evict-last), plain and multicast of A and of B
     ("64x32:b2:ef", 64, 2112, 1024), ("128x128:b2:mcA:ef", 520, 1160, 400), ("128x192:mcB:ef", 520, 1160, 400),
+    # ... and over long K with up to eight m-blocks (selector.streams_b), on tiles that straddle b_scale blocks
+    ("128x160:gM:ef", 520, 1160, 4480), ("128x128:b2:ef", 520, 1160, 4480),
     # one-buffer k-loops unrolled by 6 (35 and 13 k-blocks: whole bodies and a remainder; 4: none)
     ("128x256:w128:g16:gM:u6", 600, 1160, 4480), ("256x128:mcA:u6", 520, 1160, 1664), ("128x160:u6", 520, 1160, 400),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)

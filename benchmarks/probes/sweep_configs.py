@@ -5,7 +5,8 @@
     python benchmarks/probes/sweep_configs.py --set decode --top 8 --compile-only --jobs 16   # fill the cache
 
 Configurations are in the text form of :mod:`deep_tile.testing.configs` (``auto`` is the
-selector's choice); ``--top N`` adds the selector model's N best candidates of each shape. Each
+selector's choice; ``auto:ef`` / ``auto:noef`` the same with B evict-first in L2 on or off, to
+measure the ``selector.streams_b`` rule); ``--top N`` adds the selector model's N best candidates of each shape. Each
 run is checked first (NaN-poisoned output, calc_diff and max relative error against the float64
 reference, bitwise-identical repeat), then timed (L2 flush, sleep pad, events, median). With
 ``--baselines`` cuBLAS (blockwise and per-tensor) and, if importable, DeepGEMM are timed on the
@@ -15,6 +16,7 @@ and needs no GPU.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -63,8 +65,12 @@ def configs_for(m: int, n: int, k: int, args) -> list:
         if not text:
             continue
         try:
-            config = (select_config(Problem(m, n, k), args.num_sms) if text == "auto"
-                      else parse_config(text, m, n, args.num_sms))
+            if text in ("auto", "auto:ef", "auto:noef"):
+                config = select_config(Problem(m, n, k), args.num_sms)
+                if text != "auto":
+                    config = dataclasses.replace(config, evict_first_b=text == "auto:ef")
+            else:
+                config = parse_config(text, m, n, args.num_sms)
         except ValueError as error:
             print(f"skip {text} on {m}x{n}x{k}: {error}", file=sys.stderr)
             continue
