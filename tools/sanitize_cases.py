@@ -41,6 +41,8 @@ CASES = [
     ("64x32:b2:ef", 64, 2112, 1024), ("128x128:b2:mcA:ef", 520, 1160, 400), ("128x192:mcB:ef", 520, 1160, 400),
     # ... and over long K with up to eight m-blocks (selector.streams_b), on tiles that straddle b_scale blocks
     ("128x160:gM:ef", 520, 1160, 4480), ("128x128:b2:ef", 520, 1160, 4480),
+    # 128-row tiles over M = 65..128 (selector._one_m_block_first): rows past M, plain and split
+    ("128x32:b2:ef", 96, 1160, 1536), ("128x32:b2:k2:ef", 128, 1160, 1536),
     # one-buffer k-loops unrolled by 6 (35 and 13 k-blocks: whole bodies and a remainder; 4: none)
     ("128x256:w128:g16:gM:u6", 600, 1160, 4480), ("256x128:mcA:u6", 520, 1160, 1664), ("128x160:u6", 520, 1160, 400),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)

@@ -13,7 +13,7 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      LONG_K_BLOCKS, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, straddle_copies, accumulates_weight_gradient, config_from_estimate,
+                                      LONG_K_BLOCKS, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
                                       rank_candidates)
 
@@ -151,6 +151,12 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
         lines.append(f"{lead}, but the weight gradient accumulated in place makes a warpgroup with several "
                      f"sub-tiles wait for the TMA unit to read each out of its staging, and a 128-row one-buffer "
                      f"tile with one sub-tile per warpgroup within {ONE_SUBTILE_TOLERANCE:.0%} goes first{odd})")
+    elif (problem.kind is ProblemKind.DENSE and 64 < problem.m <= ONE_M_BLOCK_MAX_M
+          and best.candidate.block_m >= problem.m > faster[0].candidate.block_m
+          and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
+        lines.append(f"{lead}, but it splits M into several m-blocks, so two CTAs read each weight tile, and a "
+                     f"candidate of one m-block and half its width within {ONE_M_BLOCK_TOLERANCE:.0%} goes first: each weight tile is "
+                     f"then read once (selector._one_m_block_first))")
     elif best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
         lines.append(f"{lead}, but its k-loop is latency-bound, and a split-K candidate within "
                      f"{SPLIT_TOLERANCE:.0%} goes first: the model overprices halving that chain)")

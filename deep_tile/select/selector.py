@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -118,9 +118,52 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
     ranked = _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
+    ranked = _one_m_block_first(ranked, problem)
     if accumulates_weight_gradient(problem):
         return _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip), problem)
     return ranked
+
+
+ONE_M_BLOCK_MAX_M = 128
+"""Most rows of a dense problem for which :func:`_one_m_block_first` applies (one 128-row tile)."""
+ONE_M_BLOCK_TOLERANCE = 0.10
+"""How much slower than the first choice a candidate that covers all of M in one m-block may be
+predicted and still go first (:func:`_one_m_block_first`)."""
+
+
+def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
+    """``ranked`` with, for a dense problem of 65 to :data:`ONE_M_BLOCK_MAX_M` rows whose first
+    choice splits M into several m-blocks, the first candidate of one m-block (``block_m >= m``)
+    of half its width (a multiple of 32), split alike and on at least as many CTAs (the same grid
+    of tiles of the same area), first when it is predicted within :data:`ONE_M_BLOCK_TOLERANCE` of
+    the first choice. Then
+    each weight tile is read by one CTA, once; with 64-row tiles two CTAs read it, and under the
+    evict-first policy (:func:`streams_b`) the second may find it gone from L2. The model costs
+    both reads as L2 hits.
+
+    Measured: benchmarks/RESULTS.md, 2026-11-27 'B evict-first up to eight m-blocks over long K,
+    and small tiles at M = 128' (H100, forced tiles beside DeepGEMM latest, one process):
+    128x4096x7168 64x64 21.3 us, 128x32 19.1 (DeepGEMM's 64x64 20.1); 128x2112x7168 64x64 split
+    in 2 14.8 us, 128x32 split in 2 14.3 (DeepGEMM's 64x32 14.5); 128x4096x14336 64x64 37.7,
+    128x4096x4096 64x64 14.4, 128x32 13.8; 96x4096x7168 20.4-20.6, 18.6-18.7; 72x4096x4096 14.7,
+    14.1; as fast at 128x4096x1024, 128x3072x4096 and 112x2112x7168. Other one-m-block tiles lost
+    to a 64x96 first choice: on fewer CTAs (128x4608x7168: 64x96 on 96 CTAs 20.1, 128x64 on 72
+    21.4), of a width not a multiple of 32 (80x4608x7168: 64x96 20.0, 128x48 21.8), split in 2
+    (80x4608x7168 128x96 22.3, 80x6144x7168 23.7 against 26.5) or wider (72x4608x7168 128x128
+    split in 3 23.2 against 20.9). One of the same width split in 2 won against a 64x64 first
+    choice (128x4096x14336 128x64 split in 2 31.6, 64x64 37.7) but lost to 64x96 there too (31.1).
+    """
+    m = problem.m
+    if problem.kind is not ProblemKind.DENSE or not 64 < m <= ONE_M_BLOCK_MAX_M or ranked[0].candidate.block_m >= m:
+        return ranked
+    best = ranked[0]
+    b = best.candidate
+    pick = next((e for e in ranked if e.candidate.block_m >= m and 2 * e.candidate.block_n == b.block_n
+                 and e.candidate.block_n % 32 == 0 and e.candidate.split_k == b.split_k and e.ctas >= best.ctas
+                 and e.time_s <= best.time_s * (1 + ONE_M_BLOCK_TOLERANCE)), None)
+    if pick is None:
+        return ranked
+    return (pick,) + tuple(x for x in ranked if x is not pick)
 
 
 def accumulates_weight_gradient(problem: Problem) -> bool:
