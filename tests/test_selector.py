@@ -658,6 +658,8 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
     assert [straddle_copies(n) for n in (64, 128, 256, 192, 160, 144)] == [1, 1, 2, 3, 5, 9]
     assert k_unroll_for(1, 64, 192) == 6 and k_unroll_for(1, 64, 160) == 3
     assert select_config(Problem(4096, 1280, 8192), 132).k_unroll == 3
+    assert "not 6: the kernel holds 5 copies of the k-loop" in explain_text(Problem(4096, 1280, 8192), 132)
+    assert "not 6" not in explain_text(Problem(4096, 1280, 2048), 132)  # short K: 3 anyway
     for shape in ((4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192)):
         cfg = select_config(Problem(*shape), 132)
         assert cfg.accum_buffers == 1 and cfg.k_unroll == 6, (shape, cfg.label)
