@@ -151,7 +151,7 @@ def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
     21.4), of a width not a multiple of 32 (80x4608x7168: 64x96 20.0, 128x48 21.8), split in 2
     (80x4608x7168 128x96 22.3, 80x6144x7168 23.7 against 26.5) or wider (72x4608x7168 128x128
     split in 3 23.2 against 20.9). One of the same width split in 2 won against a 64x64 first
-    choice (128x4096x14336 128x64 split in 2 31.6, 64x64 37.7) but lost to 64x96 there too (31.1).
+    choice (128x4096x14336 128x64 split in 2 31.6, 64x64 37.7) but not against 64x96 there (31.3).
     """
     m = problem.m
     if problem.kind is not ProblemKind.DENSE or not 64 < m <= ONE_M_BLOCK_MAX_M or ranked[0].candidate.block_m >= m:
@@ -509,7 +509,7 @@ def streams_b(m_blocks: int, k_blocks: int) -> bool:
 
     Measured: benchmarks/RESULTS.md, "Selector rules", L2 evict-first for B streams
     (selector.streams_b), and for the second tier the entry 2026-11-27 'B evict-first up to eight
-    m-blocks over long K'.
+    m-blocks over long K, and small tiles at M = 128'.
     NOTES: up to eight m-blocks at K <= 2048 it lost (1024x24576x1536 5% slower, 2048x7168x2048
     2.4%, 1024x7168x2048 1%), hence the longer K of the second tier.
     """
