@@ -591,6 +591,10 @@ def test_evict_first_b_where_b_is_a_long_stream():
     assert select_config(Problem(512, 4096, 7168), 132).evict_first_b
     assert not select_config(Problem(1024, 24576, 1536), 132).evict_first_b
     assert not select_config(Problem(4096, 4096, 7168), 132).evict_first_b
+    # the second tier and the 160-wide unroll are the dense bf16 kind's: the in-place weight
+    # gradient (1D1D, FP32 accumulated) keeps its measured pick
+    wgrad = select_config(Problem(576, 7168, 4096, out_dtype="float32", c_dtype="out", b_scale_1d=True), 132)
+    assert not wgrad.evict_first_b and wgrad.k_unroll == 6, wgrad.label
     small, two_blocks = select_config(Problem(64, 2112, 7168), 132), select_config(Problem(128, 2112, 7168), 132)
     assert small.evict_first_b and small.defines()["DT_EVICT_FIRST_B"] == 1 and small.label.endswith(" ef")
     assert two_blocks.evict_first_b  # one or two m-blocks

@@ -13,7 +13,7 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      LONG_K_BLOCKS, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, straddle_copies, accumulates_weight_gradient, config_from_estimate,
+                                      LONG_K_BLOCKS, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, plain_bf16, straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
                                       rank_candidates)
 
@@ -41,8 +41,8 @@ def _config_lines(cfg: KernelConfig, long_k: bool = False) -> list:
         launch = f"persistent grid of {cfg.grid_size} CTAs, raster bands of {cfg.raster_width} {axis}"
     defines = " ".join(f"{key}={value}" for key, value in cfg.defines().items())
     parts = f" as {cfg.block_n // cfg.wgmma_n} column parts of {cfg.wgmma_n}" if cfg.wgmma_n != cfg.block_n else ""
-    l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles, or eight over K >= 4096: selector.streams_b)"
-          if cfg.evict_first_b else "plain loads")
+    l2 = ("B loads evict-first, A loads evict-last (B is a stream: each B tile is read by at most two tiles, "
+          "or eight over K >= 4096 for the dense bf16 kind: selector.streams_b)" if cfg.evict_first_b else "plain loads")
     if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
         l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
     loop = (f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
@@ -151,7 +151,7 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
         lines.append(f"{lead}, but the weight gradient accumulated in place makes a warpgroup with several "
                      f"sub-tiles wait for the TMA unit to read each out of its staging, and a 128-row one-buffer "
                      f"tile with one sub-tile per warpgroup within {ONE_SUBTILE_TOLERANCE:.0%} goes first{odd})")
-    elif (problem.kind is ProblemKind.DENSE and 64 < problem.m <= ONE_M_BLOCK_MAX_M
+    elif (plain_bf16(problem) and 64 < problem.m <= ONE_M_BLOCK_MAX_M
           and best.candidate.block_m >= problem.m > faster[0].candidate.block_m
           and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
         lines.append(f"{lead}, but it splits M into several m-blocks, so two CTAs read each weight tile, and a "
@@ -221,7 +221,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
-    lines += _config_lines(cfg, best.k_blocks_per_cta >= LONG_K_BLOCKS)
+    lines += _config_lines(cfg, plain_bf16(problem) and best.k_blocks_per_cta >= LONG_K_BLOCKS)
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "

@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "plain_bf16", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -124,6 +124,15 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     return ranked
 
 
+def plain_bf16(problem: Problem) -> bool:
+    """Whether ``problem`` is the dense GEMM with a bf16 output, no C and 1x128 x 128x128 scales:
+    the kind the rules measured on it alone (:func:`_one_m_block_first`, the second tier of
+    :func:`streams_b`, the copies limit of :func:`k_unroll_for`) apply to; the output variants and
+    the weight gradients keep the rules they were measured with."""
+    return (problem.kind is ProblemKind.DENSE and problem.out_dtype == "bfloat16" and problem.c_dtype is None
+            and not problem.b_scale_1d)
+
+
 ONE_M_BLOCK_MAX_M = 128
 """Most rows of a dense problem for which :func:`_one_m_block_first` applies (one 128-row tile)."""
 ONE_M_BLOCK_TOLERANCE = 0.10
@@ -132,20 +141,20 @@ predicted and still go first (:func:`_one_m_block_first`)."""
 
 
 def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
-    """``ranked`` with, for a dense problem of 65 to :data:`ONE_M_BLOCK_MAX_M` rows whose first
-    choice splits M into several m-blocks, the first candidate of one m-block (``block_m >= m``)
-    of half its width (a multiple of 32), split alike and on at least as many CTAs (the same grid
-    of tiles of the same area), first when it is predicted within :data:`ONE_M_BLOCK_TOLERANCE` of
-    the first choice. Then
-    each weight tile is read by one CTA, once; with 64-row tiles two CTAs read it, and under the
-    evict-first policy (:func:`streams_b`) the second may find it gone from L2. The model costs
-    both reads as L2 hits.
+    """``ranked`` with, for a dense bf16 problem (:func:`plain_bf16`) of 65 to
+    :data:`ONE_M_BLOCK_MAX_M` rows whose first choice splits M into several m-blocks, the first
+    candidate of one m-block (``block_m >= m``) of half its width (a multiple of 32), split alike
+    and on at least as many CTAs (the same grid of tiles of the same area), first when it is
+    predicted within :data:`ONE_M_BLOCK_TOLERANCE` of the first choice. Then each weight tile is
+    read by one CTA, once; with 64-row tiles two CTAs read it, and under the evict-first policy
+    (:func:`streams_b`) the second may find it gone from L2. The model costs both reads as L2
+    hits.
 
     Measured: benchmarks/RESULTS.md, 2026-11-27 'B evict-first up to eight m-blocks over long K,
     and small tiles at M = 128' (H100, forced tiles beside DeepGEMM latest, one process):
     128x4096x7168 64x64 21.3 us, 128x32 19.1 (DeepGEMM's 64x64 20.1); 128x2112x7168 64x64 split
-    in 2 14.8 us, 128x32 split in 2 14.3 (DeepGEMM's 64x32 14.5); 128x4096x14336 64x64 37.7,
-    128x4096x4096 64x64 14.4, 128x32 13.8; 96x4096x7168 20.4-20.6, 18.6-18.7; 72x4096x4096 14.7,
+    in 2 14.8 us, 128x32 split in 2 14.3 (DeepGEMM's 64x32 14.5); 128x4096x4096 64x64 14.4,
+    128x32 13.8; 96x4096x7168 20.4-20.6, 18.6-18.7; 72x4096x4096 14.7,
     14.1; as fast at 128x4096x1024, 128x3072x4096 and 112x2112x7168. Other one-m-block tiles lost
     to a 64x96 first choice: on fewer CTAs (128x4608x7168: 64x96 on 96 CTAs 20.1, 128x64 on 72
     21.4), of a width not a multiple of 32 (80x4608x7168: 64x96 20.0, 128x48 21.8), split in 2
@@ -154,7 +163,7 @@ def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
     choice (128x4096x14336 128x64 split in 2 31.6, 64x64 37.7) but not against 64x96 there (31.3).
     """
     m = problem.m
-    if problem.kind is not ProblemKind.DENSE or not 64 < m <= ONE_M_BLOCK_MAX_M or ranked[0].candidate.block_m >= m:
+    if not plain_bf16(problem) or not 64 < m <= ONE_M_BLOCK_MAX_M or ranked[0].candidate.block_m >= m:
         return ranked
     best = ranked[0]
     b = best.candidate
@@ -344,9 +353,12 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
-                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k)
+                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k,
+                                                plain_bf16(problem))
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n), problem_kind=problem.kind,
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta,
+                                              c.block_n if plain_bf16(problem) else None),
+                        problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
 
 
@@ -468,12 +480,13 @@ def straddle_copies(block_n: int) -> int:
     return len([c for c in range(step, 128 // 8 + 1, step) if c < whole]) + 1
 
 
-def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n: int) -> int:
+def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None) -> int:
     """k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``) for a CTA
-    that runs ``k_blocks_per_cta`` k-blocks per tile of ``block_n`` columns: 6 from
-    :data:`LONG_K_BLOCKS` on, else 3; always 3 with two accumulator buffers (their loop has its
-    own unrolling), and for tiles whose kernel holds more than
-    :data:`UNROLL_MAX_STRADDLE_COPIES` copies of the k-loop (:func:`straddle_copies`).
+    that runs ``k_blocks_per_cta`` k-blocks per tile: 6 from :data:`LONG_K_BLOCKS` on, else 3;
+    always 3 with two accumulator buffers (their loop has its own unrolling), and, given the
+    tiles' width ``block_n`` (the dense bf16 kind, :func:`plain_bf16`; None: not checked), for
+    tiles whose kernel holds more than :data:`UNROLL_MAX_STRADDLE_COPIES` copies of the k-loop
+    (:func:`straddle_copies`).
 
     Measured: benchmarks/RESULTS.md, "Selector rules",
     the one-buffer k-loop unrolled by 6 (selector.k_unroll_for).
@@ -483,7 +496,7 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n: int) -> int
     benchmark) it lost 7-10% against by 3, though as fast when it ran after itself
     (RESULTS.md, 2026-11-27 'The previous kernel and the k-loop's code size').
     """
-    if accum_buffers != 1 or straddle_copies(block_n) > UNROLL_MAX_STRADDLE_COPIES:
+    if accum_buffers != 1 or (block_n is not None and straddle_copies(block_n) > UNROLL_MAX_STRADDLE_COPIES):
         return 3
     return 6 if k_blocks_per_cta >= LONG_K_BLOCKS else 3
 
@@ -499,13 +512,13 @@ LONG_STREAM_MIN_K_BLOCKS = 32
 is a stream (:func:`streams_b`)."""
 
 
-def streams_b(m_blocks: int, k_blocks: int) -> bool:
+def streams_b(m_blocks: int, k_blocks: int, long_tier: bool = True) -> bool:
     """Whether B is a long stream for a tiling with ``m_blocks`` tiles along M and ``k_blocks``
     128-wide blocks along K (all splits together), so that its lines should not displace others
     in L2 (``KernelConfig.evict_first_b``): each B tile is read by at most
     :data:`STREAM_MAX_M_BLOCKS` tiles (one per m-block) over at least :data:`STREAM_MIN_K_BLOCKS`
-    k-blocks, or by at most :data:`LONG_STREAM_MAX_M_BLOCKS` over at least
-    :data:`LONG_STREAM_MIN_K_BLOCKS`.
+    k-blocks, or (``long_tier``: the dense bf16 kind, :func:`plain_bf16`) by at most
+    :data:`LONG_STREAM_MAX_M_BLOCKS` over at least :data:`LONG_STREAM_MIN_K_BLOCKS`.
 
     Measured: benchmarks/RESULTS.md, "Selector rules", L2 evict-first for B streams
     (selector.streams_b), and for the second tier the entry 2026-11-27 'B evict-first up to eight
@@ -513,7 +526,7 @@ def streams_b(m_blocks: int, k_blocks: int) -> bool:
     NOTES: up to eight m-blocks at K <= 2048 it lost (1024x24576x1536 5% slower, 2048x7168x2048
     2.4%, 1024x7168x2048 1%), hence the longer K of the second tier.
     """
-    if k_blocks >= LONG_STREAM_MIN_K_BLOCKS:
+    if long_tier and k_blocks >= LONG_STREAM_MIN_K_BLOCKS:
         return m_blocks <= LONG_STREAM_MAX_M_BLOCKS
     return m_blocks <= STREAM_MAX_M_BLOCKS and k_blocks >= STREAM_MIN_K_BLOCKS
 
