@@ -20,11 +20,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
-import deep_tile  # noqa: E402
+import bench_fp8_gemm as bench  # noqa: E402
 from deep_tile.launch import run  # noqa: E402
 from deep_tile.pdl import set_pdl  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
@@ -39,18 +41,16 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=25)
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
-    import deep_gemm  # a baseline only (../shared/baselines)
-
     results = {}
     for shape in args.shapes:
         m, n, k = (int(v) for v in shape.split(","))
         a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=0, a_scale_layout="tma")
         out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        dg_out = torch.empty_like(out)
-        fns = {"public": lambda: deep_tile.fp8_gemm(a, sa, b, sb, out=out),
-               "python": lambda: run(a, sa, b, sb, out),
-               "deepgemm": lambda: deep_gemm.fp8_gemm_nt((a, sa), (b, sb), dg_out, recipe=(1, 128, 128),
-                                                         disable_ue8m0_cast=True)}
+        libraries = bench.library_fns(a, sa, b, sb, out, use_deepgemm=True)  # deep_tile's public op, the baselines
+        if not all(callable(libraries[name]) for name in ("deepgemm", "cublas_bw")):
+            raise SystemExit(f"DeepGEMM and cuBLAS blockwise are needed: {libraries}")
+        fns = {"public": libraries["deep_tile"], "python": lambda: run(a, sa, b, sb, out),
+               "deepgemm": libraries["deepgemm"]}
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         for text in filter(None, args.configs.split(",")):
             fns[text] = lambda cfg=parse_config(text, m, n, sms): run(a, sa, b, sb, out, config=cfg)
@@ -65,13 +65,8 @@ def main(argv=None) -> int:
                                                 iters=args.iters, shuffle_seed=0)
         finally:
             set_pdl(True)
-        sa_cublas, sb_cublas = sa.t().contiguous().t(), sb.contiguous().t()
-        one = torch.ones((), dtype=torch.float32, device="cuda")
-        cublas = {"public": fns["public"], "deepgemm": fns["deepgemm"],
-                  "cublas_bw": lambda: torch._scaled_mm(a, b.t(), scale_a=sa_cublas, scale_b=sb_cublas,
-                                                        out_dtype=torch.bfloat16),
-                  "cublas_pt": lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                                        use_fast_accum=True)}
+        cublas = {"public": fns["public"], "deepgemm": fns["deepgemm"], "cublas_bw": libraries["cublas_bw"],
+                  "cublas_pt": libraries["cublas_pt"]}
         row["rr_cublas"] = bench_round_robin(cublas, iters=args.iters, shuffle_seed=0)
         row["rr_pair"] = bench_round_robin({"public": fns["public"], "deepgemm": fns["deepgemm"]}, iters=args.iters,
                                            shuffle_seed=0)

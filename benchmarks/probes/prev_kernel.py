@@ -16,36 +16,35 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
 
+import bench_fp8_gemm as bench  # noqa: E402
 from deep_tile.launch import run  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
-from deep_tile.testing.timing import L2Flush, _sleep_cycles_per_us, bench_gpu, bench_round_robin  # noqa: E402
+from deep_tile.testing.timing import bench_gpu, bench_round_robin  # noqa: E402
 
 
 def timed_after(fn, before, iters: int) -> float:
-    """Median microseconds of ``fn`` when ``before`` ran ahead of the flush and sleep pad."""
-    flush = L2Flush("write")
-    cycles = int(500 * _sleep_cycles_per_us(torch.cuda.current_device()))
-    events = []
-    for _ in range(iters):
-        before()
-        flush()
-        torch.cuda._sleep(cycles)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        events.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) * 1e3 for s, e in events)
+    """Median microseconds of ``fn`` (already warm) when ``before`` ran ahead of the flush and
+    sleep pad."""
+    return bench_gpu(fn, warmup=0, iters=iters, before=before)["median_us"]
+
+
+def deepgemm_fn(a, a_scale, b, b_scale, out):
+    """DeepGEMM latest's GEMM on these operands, as bench_fp8_gemm.py times it; raises when
+    DeepGEMM is not importable (the probes need it)."""
+    dg = bench.library_fns(a, a_scale, b, b_scale, out, use_deepgemm=True)["deepgemm"]
+    if not callable(dg):
+        raise SystemExit(f"DeepGEMM is needed ({dg}); see ../shared/baselines/README.md")
+    return dg
 
 
 def main(argv=None) -> int:
@@ -54,26 +53,21 @@ def main(argv=None) -> int:
     p.add_argument("--iters", type=int, default=25)
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
-    import deep_gemm  # a baseline only (../shared/baselines); the probe needs it
-
     results = {}
     for spec in args.specs:
         shape, texts = spec.split("=")
         m, n, k = (int(v) for v in shape.split(","))
         a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=0, a_scale_layout="tma")
         out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        dg_out = torch.empty_like(out)
-
-        def dg():
-            deep_gemm.fp8_gemm_nt((a, sa), (b, sb), dg_out, recipe=(1, 128, 128), disable_ue8m0_cast=True)
-
+        dg = deepgemm_fn(a, sa, b, sb, out)
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         fns = {t: (lambda cfg=parse_config(t, m, n, sms): run(a, sa, b, sb, out, config=cfg)) for t in texts.split(",")}
         for fn in [*fns.values(), dg]:
             fn()
         torch.cuda.synchronize()
         names = list(fns)
-        row = {"dg_seq": bench_gpu(dg, iters=args.iters)["median_us"], "dg_after_dt": timed_after(dg, fns[names[0]], args.iters)}
+        row = {"dg_seq": bench_gpu(dg, iters=args.iters)["median_us"],
+               "dg_after_dt": timed_after(dg, fns[names[0]], args.iters)}
         for name, fn in fns.items():
             other = fns[names[1] if name == names[0] and len(names) > 1 else names[0]]
             row[name] = {"seq": bench_gpu(fn, iters=args.iters)["median_us"], "after_dg": timed_after(fn, dg, args.iters),

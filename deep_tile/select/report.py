@@ -13,7 +13,8 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      LONG_K_BLOCKS, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, plain_bf16, straddle_copies, accumulates_weight_gradient, config_from_estimate,
+                                      ONE_M_BLOCK_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, one_m_block_rows,
+                                      straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
                                       rank_candidates)
 
@@ -27,8 +28,9 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} us"
 
 
-def _config_lines(cfg: KernelConfig, long_k: bool = False) -> list:
-    """``long_k``: the CTAs' K ranges are long enough for the k-loop unrolled by 6 (selector.k_unroll_for)."""
+def _config_lines(cfg: KernelConfig, held_at_3: bool = False) -> list:
+    """``held_at_3``: the one-buffer k-loop would be unrolled by 6 but for its copies
+    (selector.k_unroll_for, straddle_copies)."""
     if cfg.split_k > 1:
         launch = (f"split-K: clusters of {cfg.split_k} CTAs share each output tile, each a 1/{cfg.split_k} of K, "
                   f"partials summed in rank order through distributed shared memory (deterministic)")
@@ -49,7 +51,7 @@ def _config_lines(cfg: KernelConfig, long_k: bool = False) -> list:
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
             + (f" (not 6: the kernel holds {straddle_copies(cfg.block_n)} copies of the k-loop, one per b_scale"
                " straddle point: selector.k_unroll_for)"
-               if long_k and cfg.k_unroll == 3 and straddle_copies(cfg.block_n) > UNROLL_MAX_STRADDLE_COPIES else "")
+               if held_at_3 else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")
     if cfg.swap_n:
         loop += (f"; swap-AB: each 64 weight rows are a WGMMA's 64-row operand and A's first {cfg.swap_n} rows its "
@@ -151,8 +153,7 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
         lines.append(f"{lead}, but the weight gradient accumulated in place makes a warpgroup with several "
                      f"sub-tiles wait for the TMA unit to read each out of its staging, and a 128-row one-buffer "
                      f"tile with one sub-tile per warpgroup within {ONE_SUBTILE_TOLERANCE:.0%} goes first{odd})")
-    elif (plain_bf16(problem) and 64 < problem.m <= ONE_M_BLOCK_MAX_M
-          and best.candidate.block_m >= problem.m > faster[0].candidate.block_m
+    elif (one_m_block_rows(problem) and best.candidate.block_m >= problem.m > faster[0].candidate.block_m
           and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
         lines.append(f"{lead}, but it splits M into several m-blocks, so two CTAs read each weight tile, and a "
                      f"candidate of one m-block and half its width within {ONE_M_BLOCK_TOLERANCE:.0%} goes first: each weight tile is "
@@ -221,7 +222,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
-    lines += _config_lines(cfg, plain_bf16(problem) and best.k_blocks_per_cta >= LONG_K_BLOCKS)
+    lines += _config_lines(cfg, cfg.k_unroll < k_unroll_for(cfg.accum_buffers, best.k_blocks_per_cta))
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "

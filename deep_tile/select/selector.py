@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "plain_bf16", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -140,6 +140,12 @@ ONE_M_BLOCK_TOLERANCE = 0.10
 predicted and still go first (:func:`_one_m_block_first`)."""
 
 
+def one_m_block_rows(problem: Problem) -> bool:
+    """Whether :func:`_one_m_block_first` considers ``problem``: the dense bf16 kind
+    (:func:`plain_bf16`) with 65 to :data:`ONE_M_BLOCK_MAX_M` rows (``explain`` asks it too)."""
+    return plain_bf16(problem) and 64 < problem.m <= ONE_M_BLOCK_MAX_M
+
+
 def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
     """``ranked`` with, for a dense bf16 problem (:func:`plain_bf16`) of 65 to
     :data:`ONE_M_BLOCK_MAX_M` rows whose first choice splits M into several m-blocks, the first
@@ -163,7 +169,7 @@ def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
     choice (128x4096x14336 128x64 split in 2 31.6, 64x64 37.7) but not against 64x96 there (31.3).
     """
     m = problem.m
-    if not plain_bf16(problem) or not 64 < m <= ONE_M_BLOCK_MAX_M or ranked[0].candidate.block_m >= m:
+    if not one_m_block_rows(problem) or ranked[0].candidate.block_m >= m:
         return ranked
     best = ranked[0]
     b = best.candidate
@@ -345,6 +351,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     (:func:`streams_b`; for a grouped problem :func:`grouped_streams_b`); the one-buffer k-loop is
     unrolled by 6 over long K ranges (:func:`k_unroll_for`)."""
     c = e.candidate
+    plain = plain_bf16(problem)
     grid = e.ctas if c.split_k == 1 else grid_size(e.tiles, num_sms, c.num_multicast, chip)
     expert_m_blocks = problem.group_m_blocks(c.block_m) if problem.kind.has_table else None
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
@@ -353,11 +360,9 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
-                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k,
-                                                plain_bf16(problem))
+                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta,
-                                              c.block_n if plain_bf16(problem) else None),
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
                         problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c))
 

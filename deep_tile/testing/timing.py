@@ -56,7 +56,7 @@ def _sleep_cycles_per_us(device_index: int) -> float:
     return cycles / max(elapsed_us, 1.0)
 
 
-def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pad_us: float = 500.0):
+def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pad_us: float = 500.0, before=None):
     """Time ``fn()`` (no arguments) on the current CUDA device; return a dict of microseconds.
 
     Args:
@@ -65,6 +65,8 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
         iters: timed calls, each bracketed by its own pair of CUDA events.
         flush_l2: write a 256 MB buffer before each timed call (cold L2, as in ANCHORS.md).
         pad_us: GPU sleep after the flush, in microseconds (0 disables it).
+        before: optional callable enqueued, untimed, ahead of each timed call's flush (another
+            kernel to run before it, benchmarks/probes/prev_kernel.py).
 
     Returns:
         ``{"median_us", "min_us", "max_us", "mean_us", "stdev_us", "iters", "samples_us"}``.
@@ -88,6 +90,8 @@ def bench_gpu(fn, *, warmup: int = 5, iters: int = 60, flush_l2: bool = True, pa
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for start, end in zip(starts, ends):
+        if before is not None:
+            before()
         if flush is not None:
             flush()
         if sleep_cycles:
