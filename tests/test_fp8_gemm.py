@@ -115,6 +115,33 @@ def test_every_config_family_below_one_tile():
     _check(run_gpu_cases("gemm", cases))
 
 
+# K fixed at compile time (KernelConfig.static_k_blocks = ceil(K / 128)): 1, 4 (K = 400, a partial
+# last K block), 12 and 16 K blocks, below and beyond the unrolled body (fp8_gemm.STATIC_K_UNROLL);
+# a tile straddling b_scale blocks, two column parts, multicast of A and of B, the L2 policies,
+# ragged M and N, M below one tile, a persistent grid at full size and shrunk, and the row-major
+# a_scale (K = 1536 and 2048: whole 4-group boxes).
+STATIC_K_FAMILIES = [
+    dict(block_m=256, block_n=128, num_stages=3),
+    dict(block_m=128, block_n=160, num_stages=5, raster_along_m=True, raster_width=16),
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16),
+    dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
+    dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, evict_first_b=True),
+]
+STATIC_K_SHAPES = [(4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536), (1000, 2112, 2048), (37, 2112, 1536)]
+
+
+def test_static_k_families():
+    cases = []
+    for i, (family, (m, n, k)) in enumerate(itertools.product(STATIC_K_FAMILIES, STATIC_K_SHAPES)):
+        fixed = dict({"raster_width": 8, **family}, static_k_blocks=-(-k // 128))
+        for grid in (132, 30):
+            cases.append(dict(m=m, n=n, k=k, seed=i, config=dict(fixed, grid_size=grid)))
+    cases += [dict(m=m, n=n, k=k, layout="row", seed=i,
+                   config=dict(STATIC_K_FAMILIES[j], static_k_blocks=k // 128, grid_size=132))
+              for i, (j, (m, n, k)) in enumerate(itertools.product((0, 2), [(1000, 2112, 2048), (4097, 1160, 1536)]))]
+    _check(run_gpu_cases("gemm", cases))
+
+
 # Swap-AB (KernelConfig.swap_n, M <= 16): the weights are each WGMMA's 64-row operand and 8 or 16
 # rows of A its N side, the output stored transposed back. Tiles 64, 128 and 192 wide (192: a tile
 # straddling two b_scale blocks at odd n-blocks), one and two buffers, split-K over 2 and 3, a

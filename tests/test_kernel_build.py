@@ -12,13 +12,13 @@ Which GEMM kernels:
 - by default, :data:`SMOKE_FAMILIES`: a few kernels that together take every code path the
   selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
   tile, multicast of A and of B, split-K, the row-major a_scale variant, the L2 policies, the
-  k-loop unrolled by 6, a narrow store swizzle), the three input-dtype variants of the casts and
+  k-loop unrolled by 6, K fixed at compile time, a narrow store swizzle), the three input-dtype variants of the casts and
   the fused cast-and-transpose kernels;
 - with ``--kernel-sweep`` (README, "Full kernel sweep"), :data:`FAMILIES` with NVRTC (the
   compiler the JIT uses by default): every kernel kind the selector can emit -- each tile shape it
   considers as a persistent kernel, with multicast on A and on B, split along K where the selector
   may split it, each with its most stages and each also as the row-major-a_scale variant, with the
-  L2 policies and unrolled by 6 -- plus the families the GPU tests force. nvcc keeps the smoke set
+  L2 policies, unrolled by 6 and with K fixed at compile time -- plus the families the GPU tests force. nvcc keeps the smoke set
   there (it already proves every code path; the whole set twice took over 20 minutes of CI's 30 on
   2 cores); ``--sweep-nvcc`` builds every family with nvcc as well.
 """
@@ -32,6 +32,8 @@ import pytest
 from conftest import compiler_params
 from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
 from test_fp8_gemm import SWAP_FAMILIES as GPU_TEST_SWAP_FAMILIES
+from test_fp8_gemm import STATIC_K_FAMILIES as GPU_TEST_STATIC_K_FAMILIES
+from test_fp8_gemm import STATIC_K_SHAPES as GPU_TEST_STATIC_K_SHAPES
 from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
 from test_k_grouped import configs as k_grouped_test_configs
 from test_k_grouped import rule_configs as k_grouped_rule_configs
@@ -43,6 +45,7 @@ from deep_tile.jit import compiler, paths
 from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout, swiglu
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
+from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES, WGRAD_NK, WGRAD_TOKENS
@@ -65,10 +68,15 @@ def family(config: KernelConfig) -> tuple:
 def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand, whether it splits K, the a_scale layout, the L2 policies and the k-loop's
-    unrolling, swap-AB (stage counts and split factors are constants)."""
+    unrolling, swap-AB, the K blocks fixed at compile time (stage counts and split factors are
+    constants)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
             config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll,
-            config.swap_n)
+            config.swap_n, config.static_k_blocks)
+
+
+STATIC_K_COUNTS = tuple(range(fp8_gemm.STATIC_K_UNROLL, STATIC_K_MAX_K_BLOCKS + 1, fp8_gemm.STATIC_K_UNROLL))
+"""The K-block counts selector.static_k_blocks_for fixes at compile time."""
 
 
 def selector_kinds() -> list:
@@ -91,6 +99,10 @@ def selector_kinds() -> list:
         # and one-buffer loops unrolled by 6, as the selector picks them for long K ranges
         configs += variants + [dataclasses.replace(config, k_unroll=6) for config in variants
                                if config.accum_buffers == 1 and config.split_k == 1]
+        # and with each K-block count the selector fixes at compile time for short K ranges
+        # (selector.static_k_blocks_for; fully unrolled, some counts spilled)
+        configs += [dataclasses.replace(config, static_k_blocks=kb) for config in variants for kb in STATIC_K_COUNTS
+                    if config.accum_buffers == 1 and config.split_k == 1]
         # and swapped (8 and 16 token columns) where the tile allows it (selector.swap_n_for)
         configs += [dataclasses.replace(config, swap_n=swap) for config in variants for swap in (8, 16)
                     if not fp8_gemm.swap_problems(swap, config.block_m, config.block_n, config.wgmma_n,
@@ -100,8 +112,11 @@ def selector_kinds() -> list:
 
 def gpu_test_configs() -> list:
     """The families tests/test_fp8_gemm.py forces on the GPU."""
+    static_k = [KernelConfig(**fam, grid_size=2, static_k_blocks=-(-k // 128))
+                for fam in GPU_TEST_STATIC_K_FAMILIES for (_, _, k) in GPU_TEST_STATIC_K_SHAPES]
     return ([KernelConfig(**fam, grid_size=2) for fam in GPU_TEST_FAMILIES]
-            + [KernelConfig(**fam, grid_size=2, swap_n=swap) for fam in GPU_TEST_SWAP_FAMILIES for swap in (8, 16)])
+            + [KernelConfig(**fam, grid_size=2, swap_n=swap) for fam in GPU_TEST_SWAP_FAMILIES for swap in (8, 16)]
+            + static_k + [config.with_row_major_a_scale() for config in static_k if config.static_k_blocks % 4 == 0])
 
 
 GROUPED_KINDS = (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS,
@@ -201,6 +216,8 @@ CODE_PATHS = {
     "FP32 out, swap-AB": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SWAP_N"] > 0,
     "1D1D, FP32 accumulated, persistent": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_C_KIND"] == 3 and d["DT_SPLIT_K"] == 1,
     "1D1D, split-K": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_SPLIT_K"] > 1,
+    "K fixed at compile time, beyond one unrolled body": lambda d: (
+        d.get("DT_STATIC_K_BLOCKS", 0) > d.get("DT_STATIC_K_UNROLL", 1)),
 }
 # ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
 # contiguous one and under the table (masked, offsets and psum share it).

@@ -675,6 +675,51 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
     assert KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=1).defines()["DT_K_UNROLL"] == 3
 
 
+def test_k_fixed_at_compile_time_for_short_k():
+    from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS, static_k_blocks_for
+    unroll = family.STATIC_K_UNROLL
+    for shape in ((4096, 32768, 512), (4096, 8192, 1024), (4096, 24576, 1536), (4096, 7168, 2048), (512, 32768, 512)):
+        cfg = select_config(Problem(*shape), 132)
+        kb = ceil_div(shape[2], 128)
+        assert cfg.accum_buffers == 1 and cfg.static_k_blocks == kb, (shape, cfg.label)
+        assert cfg.label.endswith(f" kb{kb}") and cfg.k_unroll == 3
+        d = cfg.defines()
+        assert d[family.STATIC_K_DEFINE] == kb and d[family.STATIC_K_UNROLL_DEFINE] == unroll
+    assert "K fixed at compile time (4 K blocks)" in explain_text(Problem(4096, 32768, 512), 132)
+    # not a multiple of the unrolled body (measured slower), or too long: K a run-time value
+    for shape in ((4096, 7168, 640), (4096, 10240, 1280), (4096, 7168, 2304), (4096, 7168, 7168)):
+        cfg = select_config(Problem(*shape), 132)
+        assert cfg.static_k_blocks == 0 and family.STATIC_K_DEFINE not in cfg.defines(), (shape, cfg.label)
+    assert STATIC_K_MAX_K_BLOCKS % unroll == 0
+    # two buffers (small M), split-K, and the other kinds keep K a run-time value
+    assert select_config(Problem(64, 2112, 2048), 132).static_k_blocks == 0
+    assert select_config(Problem(4096, 7168, 2048, out_dtype="float32"), 132).static_k_blocks == 0
+    assert select_config(Problem(4096, 7168, 2048, b_scale_1d=True, out_dtype="float32", c_dtype="out"),
+                         132).static_k_blocks == 0
+    grouped = Problem(4 * 4096, 7168, 2048, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=4)
+    assert select_config(grouped, 132).static_k_blocks == 0
+    one = Candidate(block_m=256, block_n=128, wgmma_n=128, accum_buffers=1, num_stages=3)
+    assert static_k_blocks_for(Problem(4096, 7168, 2048), one) == 16
+    assert static_k_blocks_for(Problem(4096, 7168, 2048), dataclasses.replace(one, split_k=2)) == 0
+    assert static_k_blocks_for(Problem(4096, 7168, 2048), dataclasses.replace(one, accum_buffers=2)) == 0
+    assert static_k_blocks_for(grouped, one) == 0
+    # the kernel is right for its own K blocks only: other problems are refused, not run
+    cfg = select_config(Problem(4096, 7168, 2048), 132)
+    assert cfg.for_problem(Problem(100, 7168, 1921)) is not None  # ceil(1921 / 128) = 16
+    for other in (Problem(4096, 7168, 1536), Problem(4096, 7168, 2049),
+                  Problem(4 * 4096, 7168, 2048, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=4)):
+        with pytest.raises(ValueError, match="static_k_blocks=16"):
+            cfg.for_problem(other)
+    base = dict(block_m=256, block_n=128, num_stages=3, grid_size=132)
+    for bad, message in ((dict(static_k_blocks=-1), "static_k_blocks must be an int >= 0"),
+                         (dict(static_k_blocks=4, split_k=2, num_stages=2), "needs the dense kind, split_k == 1"),
+                         (dict(static_k_blocks=4, problem_kind=ProblemKind.GROUPED_CONTIGUOUS), "needs the dense kind"),
+                         (dict(static_k_blocks=True), "static_k_blocks must be an int")):
+        with pytest.raises(ValueError, match=message):
+            KernelConfig(**{**base, **bad})
+    assert family.STATIC_K_DEFINE not in KernelConfig(**base).defines()
+
+
 def test_every_ranked_candidate_makes_a_config():
     # multicast candidates take their swizzle axis from the operand they share (mcB: along M)
     from deep_tile.select.selector import config_from_estimate

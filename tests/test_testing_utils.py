@@ -179,7 +179,7 @@ def test_parse_and_format_config_round_trip():
     from deep_tile.testing.configs import format_config, parse_config
     for text in ("256x128:s3:b1:w128:mcA", "128x256:s3:b1:w128:g16:gM", "64x64:s13:b2:w64:k4", "128x128:s4:b2:w128:mcB",
                  "64x32:s16:b2:w32:ef", "128x256:s3:b1:w128:g16:gM:u6", "64x64:s13:b2:w64:k2:ef:p128",
-                 "64x64:s13:b2:w64:k3:ef:p128:sw8", "64x128:s8:b2:w128:gM:sw16"):
+                 "64x64:s13:b2:w64:k3:ef:p128:sw8", "64x128:s8:b2:w128:gM:sw16", "256x128:s3:b1:w128:kb16"):
         config = parse_config(text, 4096, 7168, 132)
         assert format_config(config) == text
         assert parse_config(format_config(config), 4096, 7168, 132) == config
@@ -188,6 +188,9 @@ def test_parse_and_format_config_round_trip():
     assert parse_config("256x128:u6", 4096, 7168, 132).k_unroll == 6
     assert parse_config("64x64:p0", 64, 7168, 132).l2_promotion == 0
     assert parse_config("64x64:b2:sw16", 16, 7168, 132).swap_n == 16
+    assert parse_config("256x128:kb4", 4096, 7168, 132).static_k_blocks == 4
+    with pytest.raises(ValueError, match="static_k_blocks"):
+        parse_config("64x64:b2:kb4", 4096, 7168, 132)
     with pytest.raises(ValueError, match="swap_n"):
         parse_config("64x96:sw8", 1, 7168, 132)
     with pytest.raises(ValueError, match="l2_promotion"):

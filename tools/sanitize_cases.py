@@ -4,7 +4,7 @@ Each family the selector can emit is represented by a forced configuration (pers
 or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
 tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
 ranks that get no k-block, the row-major a_scale variant, M below one tile, the k-loop unrolled by
-6, swap-AB), plus the selector's
+6, K fixed at compile time, swap-AB), plus the selector's
 own choice for a few shapes and the casts. Every
 output is NaN-poisoned before the run and compared with the float64 reference, so the run also
 fails on a wrong answer. Exit status 1 if any check fails.
@@ -45,6 +45,12 @@ CASES = [
     ("128x32:b2:ef", 96, 1160, 1536), ("128x32:b2:k2:ef", 128, 1160, 1536),
     # one-buffer k-loops unrolled by 6 (35 and 13 k-blocks: whole bodies and a remainder; 4: none)
     ("128x256:w128:g16:gM:u6", 600, 1160, 4480), ("256x128:mcA:u6", 520, 1160, 1664), ("128x160:u6", 520, 1160, 400),
+    # K fixed at compile time (selector.static_k_blocks_for): 1, 4 (a partial K block), 8, 12
+    # and 16 K blocks, M below one tile, multicast of A, a tile straddling b_scale blocks, two
+    # column parts over a row-major a_scale; the selector's pick at 1024x7168x2048
+    ("256x128:kb4", 520, 1160, 400), ("256x128:kb16", 520, 1160, 2048), ("256x128:kb1", 100, 1160, 16),
+    ("256x128:mcA:kb8", 520, 1160, 1024), ("128x160:g16:gM:kb12", 520, 1160, 1536),
+    ("128x256:w128:g16:gM:kb12", 600, 1160, 1536, "row"), ("auto", 1024, 7168, 2048),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
     # swap-AB (M <= 16): persistent with one and two buffers and several tiles per CTA, a tile

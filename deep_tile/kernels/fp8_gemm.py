@@ -40,7 +40,7 @@ __all__ = [
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
-    "epilogue_barriers",
+    "epilogue_barriers", "STATIC_K_DEFINE", "STATIC_K_UNROLL_DEFINE", "STATIC_K_UNROLL", "static_k_problems",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -121,6 +121,37 @@ STAGED_EPILOGUE_DEFINE = "DT_STAGED_EPILOGUE"
 STAGED_EPILOGUE_ROWS = 64
 """Rows of one TMA box of the staged epilogue (a consumer warpgroup's slab): the groups' outputs
 are one [G * m, n] map, so m must be a multiple of it (no box reaches the next group's rows)."""
+
+
+STATIC_K_DEFINE = "DT_STATIC_K_BLOCKS"
+"""The define that fixes a dense kernel's K blocks at compile time (``KernelConfig.static_k_blocks``,
+``Fp8GemmConfig::kStaticKBlocks``), set to their count; absent, K is a run-time value and the
+kernels are unchanged."""
+STATIC_K_UNROLL_DEFINE = "DT_STATIC_K_UNROLL"
+"""The define, beside :data:`STATIC_K_DEFINE`, of the K blocks per unrolled body of the k-loop of a
+kernel with K fixed (:data:`STATIC_K_UNROLL`; ``Fp8GemmConfig::kStaticKUnroll``)."""
+STATIC_K_UNROLL = 4
+"""K blocks per unrolled body of the k-loop of a kernel with K fixed at compile time: up to 4 K
+blocks are straight code, longer ranges a loop of constant trip count.
+
+NOTES: fully unrolled instead, 256x128 kernels of 6 (row-major a_scale), 9, 12 and 15 K blocks
+spilled 8-156 bytes (NVRTC 13.0; by 4, none of 1-16), and where none spilled it was no faster (H100,
+4096x8192x1024, 4096x7168x2048, 2048x7168x2048, 4096x4608x1024: 0.996-1.006x; benchmarks/RESULTS.md,
+2026-11-27 'K fixed at compile time for short K')."""
+
+
+def static_k_problems(static_k_blocks: int, problem_kind: ProblemKind, split_k: int, accum_buffers: int) -> list:
+    """Why a kernel with ``static_k_blocks`` K blocks fixed at compile time cannot be built, one
+    phrase per broken rule: the count is >= 0, and when > 0 the kernel is the dense kind's
+    persistent one with one accumulator buffer (the k-loop with a constant trip count)."""
+    if isinstance(static_k_blocks, bool) or not isinstance(static_k_blocks, int) or static_k_blocks < 0:
+        return [f"static_k_blocks must be an int >= 0; got {static_k_blocks!r}"]
+    if static_k_blocks == 0:
+        return []
+    if problem_kind is not ProblemKind.DENSE or split_k != 1 or accum_buffers != 1:
+        return [f"static_k_blocks > 0 needs the dense kind, split_k == 1 and accum_buffers == 1; got "
+                f"{problem_kind.value}, split_k={split_k}, accum_buffers={accum_buffers}"]
+    return []
 
 
 def staged_epilogue_problems(staged: bool, problem_kind: ProblemKind, out_dtype: str, c_dtype, subtiles: int) -> list:
@@ -468,8 +499,11 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
 def defines(config) -> dict:
     """The compile-time defines of ``config`` (a :class:`deep_tile.select.KernelConfig`), the
     contract defines included; all values are ints. :data:`STAGED_EPILOGUE_DEFINE` only where the
-    config has the staged epilogue (the other kernels' defines, and so their cache keys, stay)."""
+    config has the staged epilogue, :data:`STATIC_K_DEFINE` and :data:`STATIC_K_UNROLL_DEFINE` only
+    where it fixes K (the other kernels' defines, and so their cache keys, stay)."""
     staged = {STAGED_EPILOGUE_DEFINE: 1} if config.staged_epilogue else {}
+    static_k = ({STATIC_K_DEFINE: config.static_k_blocks, STATIC_K_UNROLL_DEFINE: STATIC_K_UNROLL}
+                if config.static_k_blocks else {})
     return {
         "DT_BLOCK_M": config.block_m,
         "DT_BLOCK_N": config.block_n,
@@ -494,7 +528,7 @@ def defines(config) -> dict:
         "DT_STORE_SWIZZLE": store_swizzle(config.block_n),
         "DT_SCALE_GROUP": SCALE_GROUP,
         "DT_NUM_THREADS": num_threads(config.block_m),
-    } | staged
+    } | staged | static_k
 
 
 class TensorMapBoxes:

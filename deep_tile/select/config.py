@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from typing import Optional
 
 from deep_tile import arch
+from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import ProblemKind
 
@@ -73,7 +74,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  a_scale_row_major: bool = False, raster_along_m: bool = False, evict_first_b: bool = False,
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
                  l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0, out_dtype: str = "bfloat16",
-                 c_dtype: Optional[str] = None, b_scale_1d: bool = False, staged_epilogue: bool = False) -> str:
+                 c_dtype: Optional[str] = None, b_scale_1d: bool = False, staged_epilogue: bool = False,
+                 static_k_blocks: int = 0) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
@@ -85,7 +87,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     ``+c16``/``+c32``: a bf16 / FP32 C added (``D = C + A.B^T``); ``+=``: D accumulated in place;
     ``1d1d``: b_scale per row of B (the weight gradient's operands); ``staged``: the K-grouped
     kind's FP32 D loaded, added to and stored through shared memory by a storer thread
-    (``KernelConfig.staged_epilogue``).
+    (``KernelConfig.staged_epilogue``); ``kb4``: 4 K blocks fixed at compile time
+    (``KernelConfig.static_k_blocks``).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -120,6 +123,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " +c" + ("32" if c_dtype == "float32" else "16")
     if staged_epilogue:
         text += " staged"
+    if static_k_blocks:
+        text += f" kb{static_k_blocks}"
     return text
 
 
@@ -197,6 +202,12 @@ class KernelConfig:
             sub-tile per consumer warpgroup; the problem's ``m`` a multiple of 64
             (:func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`: :meth:`for_problem`
             turns it off otherwise). Default False.
+        static_k_blocks: the problem's K blocks (``ceil(k / 128)``) fixed at compile time, or 0
+            (default): K a run-time value. The kernel's k-loops then have constant trip counts (the
+            consumers' unrolled by :data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`); it is right
+            for problems of that many K blocks only (:meth:`for_problem` refuses others). The dense
+            kind's persistent kernel with one accumulator buffer only. See
+            :func:`deep_tile.select.selector.static_k_blocks_for`.
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -225,6 +236,7 @@ class KernelConfig:
     c_dtype: Optional[str] = None
     b_scale_1d: bool = False
     staged_epilogue: bool = False
+    static_k_blocks: int = 0
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -274,6 +286,7 @@ class KernelConfig:
         if not problems:
             problems += family.staged_epilogue_problems(self.staged_epilogue, self.problem_kind, self.out_dtype,
                                                         self.c_dtype, self.num_subtiles)
+        problems += family.static_k_problems(self.static_k_blocks, self.problem_kind, self.split_k, self.accum_buffers)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
         _check_int("raster_width", self.raster_width, "an even int >= 2", self.raster_width >= 2 and self.raster_width % 2 == 0)
@@ -384,10 +397,15 @@ class KernelConfig:
 
         Raises:
             ValueError: a swap-AB config (``swap_n``) for a problem of more rows than ``swap_n``
-                (or not dense)."""
+                (or not dense); a config with K fixed (``static_k_blocks``) for a problem of
+                another K-block count (or not dense)."""
         if self.swap_n and (problem.kind is not ProblemKind.DENSE or problem.m > self.swap_n):
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
+        if self.static_k_blocks and (problem.kind is not ProblemKind.DENSE
+                                     or ceil_div(problem.k, family.BLOCK_K) != self.static_k_blocks):
+            raise ValueError(f"KernelConfig: static_k_blocks={self.static_k_blocks} needs a dense problem of "
+                             f"{self.static_k_blocks} K blocks of {family.BLOCK_K}; got {problem.kind.value} with K={problem.k}")
         # the staged epilogue only where the problem takes it (its output variant, m % 64)
         if self.staged_epilogue and not family.staged_epilogue_allowed(problem):
             return dataclasses.replace(self, staged_epilogue=False).for_problem(problem)
@@ -415,7 +433,7 @@ class KernelConfig:
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
                             self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype, self.b_scale_1d,
-                            self.staged_epilogue)
+                            self.staged_epilogue, self.static_k_blocks)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

@@ -47,7 +47,10 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False) -> list:
           "or eight over K >= 4096 for the dense bf16 kind: selector.streams_b)" if cfg.evict_first_b else "plain loads")
     if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
         l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
-    loop = (f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
+    loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
+            f"unrolled by {family.STATIC_K_UNROLL} K blocks (a short K range: selector.static_k_blocks_for)"
+            if cfg.static_k_blocks else
+            f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
             + (f" (not 6: the kernel holds {straddle_copies(cfg.block_n)} copies of the k-loop, one per b_scale"
                " straddle point: selector.k_unroll_for)"

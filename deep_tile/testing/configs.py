@@ -14,7 +14,9 @@
 - ``uN``: k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``, default 3);
 - ``pN``: the FP8 maps' L2 promotion in bytes, 0, 64, 128 or 256 (``KernelConfig.l2_promotion``,
   default 256);
-- ``swN``: swap-AB with N (8 or 16) token columns per WGMMA (``KernelConfig.swap_n``; M <= N).
+- ``swN``: swap-AB with N (8 or 16) token columns per WGMMA (``KernelConfig.swap_n``; M <= N);
+- ``kbN``: N K blocks fixed at compile time (``KernelConfig.static_k_blocks``; the problem's
+  ``ceil(K / 128)``).
 """
 from __future__ import annotations
 
@@ -53,6 +55,8 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             fields["evict_first_b"] = True
         elif option.startswith("sw") and option[2:].isdigit():
             fields["swap_n"] = int(option[2:])
+        elif option.startswith("kb") and option[2:].isdigit():
+            fields["static_k_blocks"] = int(option[2:])
         elif kind in "skbwgup" and value.isdigit():
             key = {"s": None, "k": "split_k", "b": "accum_buffers", "w": "wgmma_n", "g": "raster_width",
                    "u": "k_unroll", "p": "l2_promotion"}[kind]
@@ -87,13 +91,15 @@ def format_config(config: KernelConfig) -> str:
         text += f":p{config.l2_promotion}"
     if config.swap_n:
         text += f":sw{config.swap_n}"
+    if config.static_k_blocks:
+        text += f":kb{config.static_k_blocks}"
     return text
 
 
 def defines_label(defines: dict) -> str:
     """A compact, file-name-safe label of a GEMM kernel's defines, e.g. ``128x144s5b1w144mcAefu6``
     (tile, stages, buffers, WGMMA width, then ``mcA``/``mcB``, ``gM``, ``kN``, ``rm``, ``ef``,
-    ``uN``, ``swN`` where they differ from the default, then the grouped kind, then the output
+    ``uN``, ``swN``, ``kbN`` where they differ from the default, then the grouped kind, then the output
     variant: ``1d`` (1D1D), ``o32`` (FP32 out), ``c16``/``c32``/``cD`` (C bf16, FP32, D itself)): test ids and
     tools/sass_diff.py's file names."""
     d = defines
@@ -112,6 +118,8 @@ def defines_label(defines: dict) -> str:
         text += f"u{d['DT_K_UNROLL']}"
     if d.get("DT_SWAP_N", 0):
         text += f"sw{d['DT_SWAP_N']}"
+    if d.get("DT_STATIC_K_BLOCKS", 0):
+        text += f"kb{d['DT_STATIC_K_BLOCKS']}"
     code = d.get("DT_PROBLEM_KIND", 0)
     if code:
         text += kind_of_code(code).short_name

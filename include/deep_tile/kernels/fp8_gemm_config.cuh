@@ -13,7 +13,8 @@ namespace deep_tile {
 template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
           int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
-          int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0, bool kStagedEpilogue_ = false>
+          int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0, bool kStagedEpilogue_ = false,
+          int kStaticKBlocks_ = 0, int kStaticKUnroll_ = 1>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -43,6 +44,14 @@ struct Fp8GemmConfig {
   // k-blocks per unrolled body of the one-buffer k-loop: 3 (BScaleQueue's depth) or 6 (long
   // K ranges; deep_tile/select/selector.py k_unroll_for).
   static constexpr int kKUnroll = kKUnroll_;
+  // K blocks fixed at compile time (the dense persistent one-buffer kernel; 0: K is a run-time
+  // value): the scheduler's K-block count is this constant, so the producer's and the consumers'
+  // k-loops have constant trip counts and the consumers' runs as straight code (TileMainloop::run).
+  // The kernel is right for problems of this many K blocks only (the host refuses others:
+  // KernelConfig.for_problem). When the host sets it: deep_tile/select/selector.py static_k_blocks_for.
+  static constexpr int kStaticKBlocks = kStaticKBlocks_;
+  // K blocks per unrolled body of that k-loop (the host's deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL).
+  static constexpr int kStaticKUnroll = kStaticKUnroll_;
   // Swap-AB (small M, dense): the weights are each WGMMA's 64-row operand and the first kSwapN
   // rows of the A tile (every real row: M <= kSwapN) its N side, so a k-block's tensor work and
   // promotion shrink from 64 x kBlockN to kBlockN x kSwapN. The one sub-tile's accumulators hold
@@ -381,6 +390,10 @@ struct Fp8GemmConfig {
                    "accumulators exceed the register budget: (sub-tiles + buffers) * DT_WGMMA_N / 2 must be <= 192");
   DT_STATIC_ASSERT(kKUnroll == 3 || (kKUnroll == 6 && kNumAccumBuffers == 1),
                    "DT_K_UNROLL must be 3, or 6 with one accumulator buffer");
+  DT_STATIC_ASSERT(kStaticKBlocks == 0 || (kStaticKBlocks > 0 && kProblemKind_ == ProblemKind::kDense && kSplitK == 1 &&
+                                            kNumAccumBuffers == 1),
+                   "DT_STATIC_K_BLOCKS must be 0, or > 0 with the dense kind, DT_SPLIT_K 1 and one accumulator buffer");
+  DT_STATIC_ASSERT(kStaticKUnroll >= 1, "DT_STATIC_K_UNROLL must be >= 1");
   DT_STATIC_ASSERT(kNumStages >= kMinStages && kNumStages <= kMaxStages, "DT_NUM_STAGES must be in [2, 16]");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
   DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");

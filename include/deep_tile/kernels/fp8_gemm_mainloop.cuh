@@ -549,7 +549,17 @@ struct TileMainloop {
     } else if constexpr (kInitResult) {
       zero_result<Cfg>(result);
     }
-    if constexpr (Cfg::kNumAccumBuffers == 1) {
+    if constexpr (Cfg::kStaticKBlocks > 0) {
+      // K fixed at compile time (one buffer, persistent: the range is [0, kStaticKBlocks)): a
+      // constant trip count unrolled by kStaticKUnroll, so up to that many K blocks are straight
+      // code and longer ranges have no run-time remainder test; ptxas folds the result's zeroing
+      // (consumer_loop) into the first k-block's promotion (no CS2R).
+      // NOTES: H100, one process against the run-time loop (benchmarks/RESULTS.md, 2026-11-27
+      // 'K fixed at compile time for short K'): 4 K blocks 3.0-4.8% faster (4096x32768x512
+      // 137.0 against 143.6 us), 8, 12 and 16 K blocks up to 2.4% (21 of 22 pairs).
+#pragma unroll Cfg::kStaticKUnroll
+      for (int kb = kInitResult ? 1 : 0; kb < Cfg::kStaticKBlocks; ++kb) serial_steps<0>(kb);
+    } else if constexpr (Cfg::kNumAccumBuffers == 1) {
       // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register
       // renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
       // 4096x2112x7168, before its values were staged: 115.3 -> 106.0 us on an H100). By 6 for long K ranges (the selector's

@@ -342,7 +342,7 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
         n(n_),
         order{ceil_div(m_, Cfg::kBlockM), ceil_div(n_, Cfg::kBlockN), raster_width},
         num_tiles(order.num_tiles()),
-        num_k_blocks(ceil_div(k, Cfg::kBlockK)) {}
+        num_k_blocks(Cfg::kStaticKBlocks > 0 ? Cfg::kStaticKBlocks : ceil_div(k, Cfg::kBlockK)) {}
 
   DT_DEVICE WorkRange work() const { return cta_work_range<Cfg>(num_tiles, num_k_blocks); }
   DT_DEVICE int first_tile() const { return cta_first_tile<Cfg>(); }
