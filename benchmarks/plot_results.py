@@ -30,7 +30,7 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parent / "data"
 CHIPS = ("H100", "H200")
 SOURCES = {
-    "H100": {"dense": "bench_default_h100_2026-11-27.json",
+    "H100": {"dense": "bench_default_h100_2026-11-27b.json",
              "decode": "decode_h100_s26_2026-11-24.json",
              "grouped": "grouped_h100_s16_2026-11-23.json",
              "masked": "grouped_masked_h100_s17_2026-11-24.json"},
