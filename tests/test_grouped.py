@@ -66,6 +66,11 @@ FORCED_CONFIGS = [
     # bands along M and in pairs sharing B
     dict(block_m=128, block_n=192, num_stages=4, raster_along_m=True, raster_width=16, grid_size=16),
     dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=16),
+    # K fixed at compile time (the cases' K = 512: 4 K blocks), alone in bands along M and in pairs
+    dict(block_m=128, block_n=256, wgmma_n=128, num_stages=3, raster_along_m=True, raster_width=16, grid_size=16,
+         static_k_blocks=4),
+    dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, grid_size=16,
+         static_k_blocks=4),
 ]
 """Configs test_forced_configs_and_straddling_pairs forces on every grouped kind (KernelConfig
 fields; tests/test_kernel_build.py compiles them in the full kernel sweep)."""

@@ -236,6 +236,7 @@ GROUPED_CODE_PATHS = {
                                                                and d["DT_C_KIND"] in (1, 2) and d["DT_BLOCK_M"] == 256),
     "k-grouped, staged epilogue, in place": lambda d: d.get("DT_STAGED_EPILOGUE", 0) == 1 and d["DT_C_KIND"] == 3,
     "k-grouped, staged epilogue, no C": lambda d: d.get("DT_STAGED_EPILOGUE", 0) == 1 and d["DT_C_KIND"] == 0,
+    "table, K fixed at compile time": lambda d: d["DT_PROBLEM_KIND"] in (2, 3, 5) and d.get("DT_STATIC_K_BLOCKS", 0) > 0,
 }
 
 

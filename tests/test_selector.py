@@ -696,24 +696,36 @@ def test_k_fixed_at_compile_time_for_short_k():
     assert select_config(Problem(4096, 7168, 2048, out_dtype="float32"), 132).static_k_blocks == 0
     assert select_config(Problem(4096, 7168, 2048, b_scale_1d=True, out_dtype="float32", c_dtype="out"),
                          132).static_k_blocks == 0
-    grouped = Problem(4 * 4096, 7168, 2048, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=4)
-    assert select_config(grouped, 132).static_k_blocks == 0
+    # the contiguous kind (measured even) and the K-grouped one keep K a run-time value; the masked,
+    # offsets and psum kinds' bf16 GEMMs fix it
+    contiguous = Problem(4 * 4096, 7168, 2048, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=4)
+    assert select_config(contiguous, 132).static_k_blocks == 0
+    masked = Problem(1280, 7168, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=6, expected_m=1024)
+    assert select_config(masked, 132).static_k_blocks == 16
+    assert select_config(masked.with_output("float32", "out"), 132).static_k_blocks == 0
+    for kind in (ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM):
+        problem = Problem(8 * 2048, 7168, 2048, kind=kind, num_groups=8, expected_m=2048)
+        assert select_config(problem, 132).static_k_blocks == 16, kind
     one = Candidate(block_m=256, block_n=128, wgmma_n=128, accum_buffers=1, num_stages=3)
     assert static_k_blocks_for(Problem(4096, 7168, 2048), one) == 16
     assert static_k_blocks_for(Problem(4096, 7168, 2048), dataclasses.replace(one, split_k=2)) == 0
     assert static_k_blocks_for(Problem(4096, 7168, 2048), dataclasses.replace(one, accum_buffers=2)) == 0
-    assert static_k_blocks_for(grouped, one) == 0
+    assert static_k_blocks_for(contiguous, one) == 0
+    k_grouped = Problem(7168, 2048, 2048, kind=ProblemKind.K_GROUPED, num_groups=4, out_dtype="float32",
+                        b_scale_1d=True)
+    assert static_k_blocks_for(k_grouped, one) == 0
     # the kernel is right for its own K blocks only: other problems are refused, not run
     cfg = select_config(Problem(4096, 7168, 2048), 132)
     assert cfg.for_problem(Problem(100, 7168, 1921)) is not None  # ceil(1921 / 128) = 16
-    for other in (Problem(4096, 7168, 1536), Problem(4096, 7168, 2049),
-                  Problem(4 * 4096, 7168, 2048, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=4)):
+    assert cfg.for_problem(masked).problem_kind is ProblemKind.GROUPED_MASKED
+    for other in (Problem(4096, 7168, 1536), Problem(4096, 7168, 2049), k_grouped):
         with pytest.raises(ValueError, match="static_k_blocks=16"):
             cfg.for_problem(other)
     base = dict(block_m=256, block_n=128, num_stages=3, grid_size=132)
+    assert KernelConfig(**base, static_k_blocks=4, problem_kind=ProblemKind.GROUPED_MASKED).static_k_blocks == 4
     for bad, message in ((dict(static_k_blocks=-1), "static_k_blocks must be an int >= 0"),
-                         (dict(static_k_blocks=4, split_k=2, num_stages=2), "needs the dense kind, split_k == 1"),
-                         (dict(static_k_blocks=4, problem_kind=ProblemKind.GROUPED_CONTIGUOUS), "needs the dense kind"),
+                         (dict(static_k_blocks=4, split_k=2, num_stages=2), "needs a kind other than k_grouped, split_k == 1"),
+                         (dict(static_k_blocks=4, problem_kind=ProblemKind.K_GROUPED), "needs a kind other than k_grouped"),
                          (dict(static_k_blocks=True), "static_k_blocks must be an int")):
         with pytest.raises(ValueError, match=message):
             KernelConfig(**{**base, **bad})

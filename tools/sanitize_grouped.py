@@ -8,12 +8,18 @@ import gpu_cases
 # (config, N): the selector's pick, 128x128 pairs sharing B and A; 128x192 tiles (one-buffer k-loop
 # with b_scale staged in shared memory) in bands along M, alone and in pairs sharing B, at N = 192:
 # one n-block, so each expert's tile count is its m-block count and pairs straddle experts; 128x256
-# one-buffer tiles in bands along M (the pick for groups of more than 64 rows, many in all).
+# one-buffer tiles in bands along M (the pick for groups of more than 64 rows, many in all); two of
+# them with K fixed at compile time.
 cases = [(None, 256), (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=8), 256),
          (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, grid_size=8), 256),
          (dict(block_m=128, block_n=192, num_stages=4, raster_along_m=True, raster_width=16, grid_size=8), 192),
          (dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=8), 192),
-         (dict(block_m=128, block_n=256, num_stages=3, wgmma_n=128, raster_along_m=True, raster_width=16, grid_size=8), 256)]
+         (dict(block_m=128, block_n=256, num_stages=3, wgmma_n=128, raster_along_m=True, raster_width=16, grid_size=8), 256),
+         # and with K fixed at compile time (K = 256: 2 K blocks), alone and in pairs sharing B
+         (dict(block_m=128, block_n=256, num_stages=3, wgmma_n=128, raster_along_m=True, raster_width=16, grid_size=8,
+               static_k_blocks=2), 256),
+         (dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=8,
+               static_k_blocks=2), 192)]
 bad = done = 0
 for cfg, n in cases:
     for kind, counts in (("contiguous", [130, 0, 129, 5]), ("offsets", [1, 0, 77, 130, 64]), ("masked", [0, 128, 13, 64]),

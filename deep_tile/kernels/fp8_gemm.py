@@ -124,7 +124,7 @@ are one [G * m, n] map, so m must be a multiple of it (no box reaches the next g
 
 
 STATIC_K_DEFINE = "DT_STATIC_K_BLOCKS"
-"""The define that fixes a dense kernel's K blocks at compile time (``KernelConfig.static_k_blocks``,
+"""The define that fixes a kernel's K blocks at compile time (``KernelConfig.static_k_blocks``,
 ``Fp8GemmConfig::kStaticKBlocks``), set to their count; absent, K is a run-time value and the
 kernels are unchanged."""
 STATIC_K_UNROLL_DEFINE = "DT_STATIC_K_UNROLL"
@@ -142,14 +142,15 @@ spilled 8-156 bytes (NVRTC 13.0; by 4, none of 1-16), and where none spilled it 
 
 def static_k_problems(static_k_blocks: int, problem_kind: ProblemKind, split_k: int, accum_buffers: int) -> list:
     """Why a kernel with ``static_k_blocks`` K blocks fixed at compile time cannot be built, one
-    phrase per broken rule: the count is >= 0, and when > 0 the kernel is the dense kind's
-    persistent one with one accumulator buffer (the k-loop with a constant trip count)."""
+    phrase per broken rule: the count is >= 0, and when > 0 the kernel is persistent with one
+    accumulator buffer (the k-loop with a constant trip count), of any kind but the K-grouped one
+    (whose tiles each have their own K range)."""
     if isinstance(static_k_blocks, bool) or not isinstance(static_k_blocks, int) or static_k_blocks < 0:
         return [f"static_k_blocks must be an int >= 0; got {static_k_blocks!r}"]
     if static_k_blocks == 0:
         return []
-    if problem_kind is not ProblemKind.DENSE or split_k != 1 or accum_buffers != 1:
-        return [f"static_k_blocks > 0 needs the dense kind, split_k == 1 and accum_buffers == 1; got "
+    if problem_kind is ProblemKind.K_GROUPED or split_k != 1 or accum_buffers != 1:
+        return [f"static_k_blocks > 0 needs a kind other than k_grouped, split_k == 1 and accum_buffers == 1; got "
                 f"{problem_kind.value}, split_k={split_k}, accum_buffers={accum_buffers}"]
     return []
 

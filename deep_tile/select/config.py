@@ -205,8 +205,8 @@ class KernelConfig:
         static_k_blocks: the problem's K blocks (``ceil(k / 128)``) fixed at compile time, or 0
             (default): K a run-time value. The kernel's k-loops then have constant trip counts (the
             consumers' unrolled by :data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`); it is right
-            for problems of that many K blocks only (:meth:`for_problem` refuses others). The dense
-            kind's persistent kernel with one accumulator buffer only. See
+            for problems of that many K blocks only (:meth:`for_problem` refuses others). Persistent
+            kernels with one accumulator buffer, of any kind but the K-grouped one. See
             :func:`deep_tile.select.selector.static_k_blocks_for`.
 
     Raises:
@@ -398,13 +398,13 @@ class KernelConfig:
         Raises:
             ValueError: a swap-AB config (``swap_n``) for a problem of more rows than ``swap_n``
                 (or not dense); a config with K fixed (``static_k_blocks``) for a problem of
-                another K-block count (or not dense)."""
+                another K-block count (or K-grouped)."""
         if self.swap_n and (problem.kind is not ProblemKind.DENSE or problem.m > self.swap_n):
             raise ValueError(f"KernelConfig: swap_n={self.swap_n} needs a dense problem of at most {self.swap_n} rows; "
                              f"got {problem.kind.value} with M={problem.m}")
-        if self.static_k_blocks and (problem.kind is not ProblemKind.DENSE
+        if self.static_k_blocks and (problem.kind is ProblemKind.K_GROUPED
                                      or ceil_div(problem.k, family.BLOCK_K) != self.static_k_blocks):
-            raise ValueError(f"KernelConfig: static_k_blocks={self.static_k_blocks} needs a dense problem of "
+            raise ValueError(f"KernelConfig: static_k_blocks={self.static_k_blocks} needs a problem (not k_grouped) of "
                              f"{self.static_k_blocks} K blocks of {family.BLOCK_K}; got {problem.kind.value} with K={problem.k}")
         # the staged epilogue only where the problem takes it (its output variant, m % 64)
         if self.staged_epilogue and not family.staged_epilogue_allowed(problem):

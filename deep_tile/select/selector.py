@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -350,7 +350,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
     (:func:`streams_b`; for a grouped problem :func:`grouped_streams_b`); the one-buffer k-loop is
     unrolled by 6 over long K ranges (:func:`k_unroll_for`), or has K fixed at compile time over
-    short ones (:func:`static_k_blocks_for`, the dense bf16 kind)."""
+    short ones (:func:`static_k_blocks_for`)."""
     c = e.candidate
     plain = plain_bf16(problem)
     grid = e.ctas if c.split_k == 1 else grid_size(e.tiles, num_sms, c.num_multicast, chip)
@@ -366,7 +366,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
                         problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
-                        static_k_blocks=static_k_blocks_for(problem, c) if plain else 0)
+                        static_k_blocks=static_k_blocks_for(problem, c))
 
 
 def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
@@ -510,22 +510,26 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None) -> int
 
 STATIC_K_MAX_K_BLOCKS = 16
 """Most K blocks (K <= 2048) for which :func:`static_k_blocks_for` fixes K at compile time."""
+STATIC_K_KINDS = (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM)
+"""The kinds whose bf16 GEMM :func:`static_k_blocks_for` builds for their K (the contiguous kind
+measured even; the K-grouped kind cannot)."""
 
 
 def static_k_blocks_for(problem: Problem, c) -> int:
-    """``KernelConfig.static_k_blocks`` for candidate or config ``c`` of the dense ``problem``: its K
-    blocks (``ceil(k / 128)``) when there are at most :data:`STATIC_K_MAX_K_BLOCKS` of them, a
-    multiple of the kernel's unrolled body (:data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`),
-    and ``c`` runs the persistent one-buffer k-loop (no split-K, one accumulator buffer); else 0
-    (K a run-time value). The caller applies it to the dense bf16 kind only (:func:`plain_bf16`),
-    where it was measured.
+    """``KernelConfig.static_k_blocks`` for candidate or config ``c`` of ``problem``: its K blocks
+    (``ceil(k / 128)``) when there are at most :data:`STATIC_K_MAX_K_BLOCKS` of them, a multiple of
+    the kernel's unrolled body (:data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`), the problem
+    is the bf16 GEMM without C of a kind in :data:`STATIC_K_KINDS` (1x128 x 128x128 scales), and
+    ``c`` runs the persistent one-buffer k-loop (no split-K, one accumulator buffer); else 0 (K a
+    run-time value).
 
     Measured: benchmarks/RESULTS.md, "Selector rules", K fixed at compile time for short K
     (selector.static_k_blocks_for).
     """
-    k_blocks = ceil_div(problem.k, family.BLOCK_K)
-    if problem.kind is not ProblemKind.DENSE or c.split_k != 1 or c.accum_buffers != 1:
+    if (problem.kind not in STATIC_K_KINDS or problem.out_dtype != "bfloat16" or problem.c_dtype is not None
+            or problem.b_scale_1d or c.split_k != 1 or c.accum_buffers != 1):
         return 0
+    k_blocks = ceil_div(problem.k, family.BLOCK_K)
     return k_blocks if k_blocks <= STATIC_K_MAX_K_BLOCKS and k_blocks % family.STATIC_K_UNROLL == 0 else 0
 
 

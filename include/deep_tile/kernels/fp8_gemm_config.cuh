@@ -44,9 +44,9 @@ struct Fp8GemmConfig {
   // k-blocks per unrolled body of the one-buffer k-loop: 3 (BScaleQueue's depth) or 6 (long
   // K ranges; deep_tile/select/selector.py k_unroll_for).
   static constexpr int kKUnroll = kKUnroll_;
-  // K blocks fixed at compile time (the dense persistent one-buffer kernel; 0: K is a run-time
-  // value): the scheduler's K-block count is this constant, so the producer's and the consumers'
-  // k-loops have constant trip counts and the consumers' runs as straight code (TileMainloop::run).
+  // K blocks fixed at compile time (persistent one-buffer kernels of every kind but the K-grouped
+  // one; 0: K is a run-time value): every CTA's K range is [0, kStaticKBlocks) (cta_work_range),
+  // so the producer's and the consumers' k-loops have constant trip counts (TileMainloop::run).
   // The kernel is right for problems of this many K blocks only (the host refuses others:
   // KernelConfig.for_problem). When the host sets it: deep_tile/select/selector.py static_k_blocks_for.
   static constexpr int kStaticKBlocks = kStaticKBlocks_;
@@ -390,9 +390,8 @@ struct Fp8GemmConfig {
                    "accumulators exceed the register budget: (sub-tiles + buffers) * DT_WGMMA_N / 2 must be <= 192");
   DT_STATIC_ASSERT(kKUnroll == 3 || (kKUnroll == 6 && kNumAccumBuffers == 1),
                    "DT_K_UNROLL must be 3, or 6 with one accumulator buffer");
-  DT_STATIC_ASSERT(kStaticKBlocks == 0 || (kStaticKBlocks > 0 && kProblemKind_ == ProblemKind::kDense && kSplitK == 1 &&
-                                            kNumAccumBuffers == 1),
-                   "DT_STATIC_K_BLOCKS must be 0, or > 0 with the dense kind, DT_SPLIT_K 1 and one accumulator buffer");
+  DT_STATIC_ASSERT(kStaticKBlocks == 0 || (kStaticKBlocks > 0 && !kKGrouped && kSplitK == 1 && kNumAccumBuffers == 1),
+                   "DT_STATIC_K_BLOCKS must be 0, or > 0 without the K-grouped kind, with DT_SPLIT_K 1 and one accumulator buffer");
   DT_STATIC_ASSERT(kStaticKUnroll >= 1, "DT_STATIC_K_UNROLL must be >= 1");
   DT_STATIC_ASSERT(kNumStages >= kMinStages && kNumStages <= kMaxStages, "DT_NUM_STAGES must be in [2, 16]");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");

@@ -556,7 +556,8 @@ struct TileMainloop {
       // (consumer_loop) into the first k-block's promotion (no CS2R).
       // NOTES: H100, one process against the run-time loop (benchmarks/RESULTS.md, 2026-11-27
       // 'K fixed at compile time for short K'): 4 K blocks 3.0-4.8% faster (4096x32768x512
-      // 137.0 against 143.6 us), 8, 12 and 16 K blocks up to 2.4% (21 of 22 pairs).
+      // 137.0 against 143.6 us), 8, 12 and 16 K blocks up to 2.4% (21 of 22 pairs); the masked
+      // kind 1.0-5.8%, offsets and psum up to 1.8%, contiguous even.
 #pragma unroll Cfg::kStaticKUnroll
       for (int kb = kInitResult ? 1 : 0; kb < Cfg::kStaticKBlocks; ++kb) serial_steps<0>(kb);
     } else if constexpr (Cfg::kNumAccumBuffers == 1) {

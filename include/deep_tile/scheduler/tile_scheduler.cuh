@@ -197,7 +197,8 @@ DT_DEVICE int cta_first_tile() {
 template <class Cfg>
 DT_DEVICE WorkRange cta_work_range(int num_tiles, int num_k_blocks) {
   if constexpr (Cfg::kSplitK == 1) {
-    return WorkRange{cta_first_tile<Cfg>(), static_cast<int>(gridDim.x), 0, num_k_blocks};
+    return WorkRange{cta_first_tile<Cfg>(), static_cast<int>(gridDim.x), 0,
+                     Cfg::kStaticKBlocks > 0 ? Cfg::kStaticKBlocks : num_k_blocks};
   } else {
     // NOTES: the host launches exactly num_tiles * kSplitK CTAs, so each cluster has one tile
     // (a step of num_tiles ends the loop after it without overflowing).
