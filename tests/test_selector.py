@@ -676,7 +676,7 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
 
 
 def test_k_fixed_at_compile_time_for_short_k():
-    from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS, static_k_blocks_for
+    from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS, select_signal_config, static_k_blocks_for
     unroll = family.STATIC_K_UNROLL
     for shape in ((4096, 32768, 512), (4096, 8192, 1024), (4096, 24576, 1536), (4096, 7168, 2048), (512, 32768, 512)):
         cfg = select_config(Problem(*shape), 132)
@@ -703,6 +703,7 @@ def test_k_fixed_at_compile_time_for_short_k():
     masked = Problem(1280, 7168, 2048, kind=ProblemKind.GROUPED_MASKED, num_groups=6, expected_m=1024)
     assert select_config(masked, 132).static_k_blocks == 16
     assert select_config(masked.with_output("float32", "out"), 132).static_k_blocks == 0
+    assert select_signal_config(masked, 132, 256).static_k_blocks == 0  # measured without signals
     for kind in (ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM):
         problem = Problem(8 * 2048, 7168, 2048, kind=kind, num_groups=8, expected_m=2048)
         assert select_config(problem, 132).static_k_blocks == 16, kind
@@ -915,7 +916,7 @@ def test_swap_ab_for_small_dense_problems_only():
 def test_signal_config_respects_the_cap_and_its_build_rules(expected_m, max_block_n, mode):
     """The signalling masked kernel's pick: at most max_block_n wide (SGLang's cap, which its
     threshold ceil(N / block_n) reflects), never split-K, the fastest-ranked such candidate (the
-    plain pick when that is narrow enough); mode 1 also 64 or 128 rows (64-row counters), two
+    plain pick, K a run-time value, when that is narrow enough); mode 1 also 64 or 128 rows (64-row counters), two
     accumulator buffers, no multicast."""
     from deep_tile.select.selector import select_signal_config
 
@@ -931,7 +932,9 @@ def test_signal_config_respects_the_cap_and_its_build_rules(expected_m, max_bloc
         assert config.block_m == 64 or family.accum_registers(config.block_m, config.block_n, config.wgmma_n, 2) < 192
         assert family.signal_rows(config) == 64
     elif plain.block_n <= max_block_n:
-        assert config == plain  # no rule broken: the plain pick
+        # no rule broken: the plain pick, with K a run-time value (static_k_blocks_for was measured
+        # without completion signals)
+        assert config == dataclasses.replace(plain, static_k_blocks=0)
 
 
 def test_signal_config_checks_its_cap():

@@ -581,7 +581,8 @@ def _select_capped(problem: Problem, num_sms: int, max_smem: int, chip: ChipFact
                 c.block_m <= 128 and c.accum_buffers == 2 and c.num_multicast == 1
                 and (c.block_m == 64 or registers < family.ACCUM_REGISTER_BUDGET)):
             continue
-        return config_from_estimate(problem, e, num_sms, chip)
+        # K stays a run-time value: static_k_blocks_for was measured without completion signals
+        return dataclasses.replace(config_from_estimate(problem, e, num_sms, chip), static_k_blocks=0)
     raise UnsupportedProblemError(f"select_config: no tile of at most {max_block_n} columns fits max_smem={max_smem} bytes")
 
 
