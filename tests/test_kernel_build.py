@@ -216,8 +216,6 @@ CODE_PATHS = {
     "FP32 out, swap-AB": lambda d: d["DT_OUT_KIND"] == 1 and d["DT_SWAP_N"] > 0,
     "1D1D, FP32 accumulated, persistent": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_C_KIND"] == 3 and d["DT_SPLIT_K"] == 1,
     "1D1D, split-K": lambda d: d["DT_B_SCALE_1D"] == 1 and d["DT_SPLIT_K"] > 1,
-    "K fixed at compile time, beyond one unrolled body": lambda d: (
-        d.get("DT_STATIC_K_BLOCKS", 0) > d.get("DT_STATIC_K_UNROLL", 1)),
 }
 # ... and of the grouped kinds' kernels: each kind's scheduler, and a multicast pair under the
 # contiguous one and under the table (masked, offsets and psum share it).
@@ -236,7 +234,6 @@ GROUPED_CODE_PATHS = {
                                                                and d["DT_C_KIND"] in (1, 2) and d["DT_BLOCK_M"] == 256),
     "k-grouped, staged epilogue, in place": lambda d: d.get("DT_STAGED_EPILOGUE", 0) == 1 and d["DT_C_KIND"] == 3,
     "k-grouped, staged epilogue, no C": lambda d: d.get("DT_STAGED_EPILOGUE", 0) == 1 and d["DT_C_KIND"] == 0,
-    "table, K fixed at compile time": lambda d: d["DT_PROBLEM_KIND"] in (2, 3, 5) and d.get("DT_STATIC_K_BLOCKS", 0) > 0,
 }
 
 
@@ -255,8 +252,10 @@ def smoke_families(families: list, paths: dict = CODE_PATHS) -> list:
 
 SMOKE_FAMILIES = sorted(set(smoke_families([f for f in FAMILIES if dict(f)["DT_PROBLEM_KIND"] == 0]))
                         | set(smoke_families([f for f in FAMILIES if dict(f)["DT_PROBLEM_KIND"] > 0], GROUPED_CODE_PATHS))
-                        | {family(select_config(Problem(*shape), 132)) for shape in ((4096, 7168, 2048), (64, 2112, 7168))})
-"""The default run's GEMM kernels: every code path, and the selector's picks for two DeepSeek-V3 shapes."""
+                        | {family(select_config(Problem(*shape), 132)) for shape in ((4096, 7168, 2048), (64, 2112, 7168))}
+                        | {family(select_config(grouped_problem(ProblemKind.GROUPED_MASKED, 6, 1024, 7168, 2048), 132))})
+"""The default run's GEMM kernels: every code path, and the selector's picks for two DeepSeek-V3 shapes
+(the first with K fixed at compile time) and for a masked one (K fixed too)."""
 
 COMPILERS = compiler_params()
 
