@@ -141,12 +141,9 @@ spilled 8-156 bytes (NVRTC 13.0; by 4, none of 1-16), and where none spilled it 
 
 
 def static_k_problems(static_k_blocks: int, problem_kind: ProblemKind, split_k: int, accum_buffers: int) -> list:
-    """Why a kernel with ``static_k_blocks`` K blocks fixed at compile time cannot be built, one
-    phrase per broken rule: the count is >= 0, and when > 0 the kernel is persistent with one
-    accumulator buffer (the k-loop with a constant trip count), of any kind but the K-grouped one
-    (whose tiles each have their own K range)."""
-    if isinstance(static_k_blocks, bool) or not isinstance(static_k_blocks, int) or static_k_blocks < 0:
-        return [f"static_k_blocks must be an int >= 0; got {static_k_blocks!r}"]
+    """Why a kernel with ``static_k_blocks`` (> 0) K blocks fixed at compile time cannot be built:
+    it must be persistent with one accumulator buffer (the k-loop with a constant trip count), of
+    any kind but the K-grouped one (whose tiles each have their own K range)."""
     if static_k_blocks == 0:
         return []
     if problem_kind is ProblemKind.K_GROUPED or split_k != 1 or accum_buffers != 1:

@@ -286,6 +286,8 @@ class KernelConfig:
         if not problems:
             problems += family.staged_epilogue_problems(self.staged_epilogue, self.problem_kind, self.out_dtype,
                                                         self.c_dtype, self.num_subtiles)
+        _check_int("static_k_blocks", self.static_k_blocks, "an int >= 0",
+                   isinstance(self.static_k_blocks, int) and self.static_k_blocks >= 0)
         problems += family.static_k_problems(self.static_k_blocks, self.problem_kind, self.split_k, self.accum_buffers)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))

@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -124,13 +124,18 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     return ranked
 
 
+def bf16_without_c(problem: Problem) -> bool:
+    """Whether ``problem`` writes a bf16 output without C, from 1x128 x 128x128 scales (not an
+    output variant, not a weight gradient)."""
+    return problem.out_dtype == "bfloat16" and problem.c_dtype is None and not problem.b_scale_1d
+
+
 def plain_bf16(problem: Problem) -> bool:
-    """Whether ``problem`` is the dense GEMM with a bf16 output, no C and 1x128 x 128x128 scales:
-    the kind the rules measured on it alone (:func:`_one_m_block_first`, the second tier of
-    :func:`streams_b`, the copies limit of :func:`k_unroll_for`) apply to; the output variants and
-    the weight gradients keep the rules they were measured with."""
-    return (problem.kind is ProblemKind.DENSE and problem.out_dtype == "bfloat16" and problem.c_dtype is None
-            and not problem.b_scale_1d)
+    """Whether ``problem`` is the dense GEMM of :func:`bf16_without_c`: the kind the rules measured
+    on it alone (:func:`_one_m_block_first`, the second tier of :func:`streams_b`, the copies limit
+    of :func:`k_unroll_for`) apply to; the output variants and the weight gradients keep the rules
+    they were measured with."""
+    return problem.kind is ProblemKind.DENSE and bf16_without_c(problem)
 
 
 ONE_M_BLOCK_MAX_M = 128
@@ -519,15 +524,14 @@ def static_k_blocks_for(problem: Problem, c) -> int:
     """``KernelConfig.static_k_blocks`` for candidate or config ``c`` of ``problem``: its K blocks
     (``ceil(k / 128)``) when there are at most :data:`STATIC_K_MAX_K_BLOCKS` of them, a multiple of
     the kernel's unrolled body (:data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`), the problem
-    is the bf16 GEMM without C of a kind in :data:`STATIC_K_KINDS` (1x128 x 128x128 scales), and
+    is one of :func:`bf16_without_c` of a kind in :data:`STATIC_K_KINDS`, and
     ``c`` runs the persistent one-buffer k-loop (no split-K, one accumulator buffer); else 0 (K a
     run-time value).
 
     Measured: benchmarks/RESULTS.md, "Selector rules", K fixed at compile time for short K
     (selector.static_k_blocks_for).
     """
-    if (problem.kind not in STATIC_K_KINDS or problem.out_dtype != "bfloat16" or problem.c_dtype is not None
-            or problem.b_scale_1d or c.split_k != 1 or c.accum_buffers != 1):
+    if problem.kind not in STATIC_K_KINDS or not bf16_without_c(problem) or c.split_k != 1 or c.accum_buffers != 1:
         return 0
     k_blocks = ceil_div(problem.k, family.BLOCK_K)
     return k_blocks if k_blocks <= STATIC_K_MAX_K_BLOCKS and k_blocks % family.STATIC_K_UNROLL == 0 else 0
