@@ -293,6 +293,20 @@ struct Fp8GemmConfig {
   // its stage, copied there by the producer (fp8_gemm_mainloop.cuh, BScaleStaged); other k-loops
   // load them themselves (BScaleQueue, BScaleChunks). The 8 bytes per stage are there for every config.
   static constexpr bool kBScaleStaged = !kBScale1D_ && kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
+  // The one-buffer k-loop hands each stage back by the index it waited for it at (TileMainloop's
+  // issued_stage) instead of advancing a release state of its own, in the dense kernels with K fixed
+  // at up to 8 K blocks.
+  // NOTES: H100, two runs against the release state (RESULTS.md, 2026-11-27 'Fewer instructions in
+  // the one-buffer k-loop'): 4 K blocks 2.2% faster (4096x32768x512 137.1 / 137.2 -> 134.1 / 134.2
+  // us), 512x32768x512 0.9-1.4%, 8 K blocks 0.3-0.8%; 12 and 16 K blocks 0.1-0.7% slower, long
+  // run-time K 0.4-0.8% slower, the masked kind 0-1% slower. DT_ONE_RING=0/1 overrides it for
+  // measurements (never / every one-buffer 1D2D k-loop).
+#if defined(DT_ONE_RING)
+  static constexpr bool kOneRingState = DT_ONE_RING != 0 && kNumAccumBuffers_ == 1 && !kBScale1D_;
+#else
+  static constexpr bool kOneRingState = kNumAccumBuffers_ == 1 && !kBScale1D_ && kStaticKBlocks_ > 0 &&
+                                        kStaticKBlocks_ <= 8 && kProblemKind_ == ProblemKind::kDense;
+#endif
   // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
   static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
   // 1D1D: the values live in a ring of twice the stages' slots (the producer fills slot

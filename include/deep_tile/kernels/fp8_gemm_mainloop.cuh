@@ -318,6 +318,10 @@ struct TileMainloop {
   // token slots).
   static constexpr int kRowScales = Cfg::kSwapAB ? SwapFragment<Cfg>::kTokenSlots : 2;
   float row_scale[Cfg::kNumAccumBuffers][kRowScales];
+  // Cfg::kOneRingState: the stage of the k-block in flight, handed back after its last sub-tile
+  // (the release state is set from the issue state once the k-loop is done); nothing without.
+  struct NoStage {};
+  typename If<Cfg::kOneRingState, int, NoStage>::type issued_stage{};
 
   /// 1D1D: this thread's b_scale columns of column part kPart in the k-block's slot.
   template <int kPart, int kBuf>
@@ -379,6 +383,7 @@ struct TileMainloop {
     constexpr int kSlab = kSub / Cfg::kNumNParts, kPart = kSub % Cfg::kNumNParts;
     const int stage = issue_state.index;
     if constexpr (kSub == 0) ptx::mbarrier_wait(&ctx.smem.full[stage], issue_state.full_parity());
+    if constexpr (Cfg::kOneRingState && kSub == 0) issued_stage = stage;
     // The two rows of this thread in the slab (swap-AB: its token columns); read before the stage
     // can be released.
     const int row = Cfg::kSwapAB ? SwapFragment<Cfg>::token(0, 0, ctx.lane)
@@ -468,8 +473,12 @@ struct TileMainloop {
       return;
     }
     if constexpr (kSub == kLast) {
-      release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
-      release_state.advance();
+      if constexpr (Cfg::kOneRingState) {
+        release_stage<Cfg>(&ctx.smem.empty[issued_stage], ctx.lane, peer_alive, ctx.rank);
+      } else {
+        release_stage<Cfg>(&ctx.smem.empty[release_state.index], ctx.lane, peer_alive, ctx.rank);
+        release_state.advance();
+      }
     }
     if constexpr (Cfg::kSwapAB) {
       // Each accumulator scales by its token's a_scale and its 64-row weight block's b_scale (row
@@ -560,6 +569,7 @@ struct TileMainloop {
       // kind 1.0-5.8%, offsets and psum up to 1.8%, contiguous even.
 #pragma unroll Cfg::kStaticKUnroll
       for (int kb = kInitResult ? 1 : 0; kb < Cfg::kStaticKBlocks; ++kb) serial_steps<0>(kb);
+      if constexpr (Cfg::kOneRingState) release_state = issue_state;  // every stage it waited for went back
     } else if constexpr (Cfg::kNumAccumBuffers == 1) {
       // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register
       // renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
@@ -568,6 +578,7 @@ struct TileMainloop {
       // range cost up to 8% on short ones (H100, 4096x32768x512: the larger code per tile).
 #pragma unroll Cfg::kKUnroll
       for (int kb = kb_begin; kb < kb_end; ++kb) serial_steps<0>(kb);
+      if constexpr (Cfg::kOneRingState) release_state = issue_state;  // (DT_ONE_RING=1 measurements)
     } else {
       constexpr int kUnroll = Cfg::kNumSubtiles == 1 ? 4 : 2;
       const int body_begin = kb_begin + (kb_end - kb_begin) % kUnroll;
