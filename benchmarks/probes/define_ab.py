@@ -10,7 +10,9 @@ its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measur
 and DeepGEMM latest's ``fp8_gemm_nt`` when importable (bf16 out; with ``--acc`` both deep_tile builds
 accumulate into an FP32 D in place, the training issue's dense kind, and DeepGEMM is not run), round-robin with the L2 flushed
 (testing.timing.bench_round_robin, median of ``--iters``). Both deep_tile builds are checked against
-the float64 reference (NaN-poisoned outputs) and bitwise against each other. The grouped kinds'
+the float64 reference (NaN-poisoned outputs) and bitwise against each other. Each row ends with
+time ratios: ``variant / pick`` (> 1: the variant is slower; data files from before 2026-11-27 06:00
+label the same value ``pick / variant``), ``DG / pick`` and ``DG / variant`` (> 1: deep_tile faster). The grouped kinds'
 counterpart is grouped_configs.py (``CONFIG+NAME=VALUE``).
 """
 from __future__ import annotations
@@ -85,7 +87,7 @@ def main() -> int:
         ok &= row["ok"]
         us = row["us"]
         names = list(us)
-        ratio = f"  pick / variant {us[names[1]] / us['pick']:.3f}"
+        ratio = f"  variant / pick {us[names[1]] / us['pick']:.3f}"  # time ratios: > 1, the first is slower
         if "deepgemm" in us:
             ratio += f"  DG / pick {us['deepgemm'] / us['pick']:.3f}  DG / variant {us['deepgemm'] / us[names[1]]:.3f}"
         print(f"{row['shape']:>16} " + "  ".join(f"{name} {t:8.1f}" for name, t in us.items()) + ratio
