@@ -531,10 +531,12 @@ def static_k_blocks_for(problem: Problem, c) -> int:
     Measured: benchmarks/RESULTS.md, "Selector rules", K fixed at compile time for short K
     (selector.static_k_blocks_for).
     """
-    if problem.kind not in STATIC_K_KINDS or not bf16_without_c(problem) or c.split_k != 1 or c.accum_buffers != 1:
+    if problem.kind not in STATIC_K_KINDS or not bf16_without_c(problem):
         return 0
     k_blocks = ceil_div(problem.k, family.BLOCK_K)
-    return k_blocks if k_blocks <= STATIC_K_MAX_K_BLOCKS and k_blocks % family.STATIC_K_UNROLL == 0 else 0
+    if k_blocks > STATIC_K_MAX_K_BLOCKS or k_blocks % family.STATIC_K_UNROLL != 0:
+        return 0
+    return 0 if family.static_k_problems(k_blocks, problem.kind, c.split_k, c.accum_buffers) else k_blocks
 
 
 STREAM_MAX_M_BLOCKS = 2

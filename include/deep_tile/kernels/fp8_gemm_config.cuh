@@ -50,6 +50,10 @@ struct Fp8GemmConfig {
   // The kernel is right for problems of this many K blocks only (the host refuses others:
   // KernelConfig.for_problem). When the host sets it: deep_tile/select/selector.py static_k_blocks_for.
   static constexpr int kStaticKBlocks = kStaticKBlocks_;
+  /// The problem's K blocks: kStaticKBlocks when fixed, else the run-time count.
+  DT_DEVICE static int k_blocks(int run_time_k_blocks) {
+    return kStaticKBlocks > 0 ? kStaticKBlocks : run_time_k_blocks;
+  }
   // K blocks per unrolled body of that k-loop (the host's deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL).
   static constexpr int kStaticKUnroll = kStaticKUnroll_;
   // Swap-AB (small M, dense): the weights are each WGMMA's 64-row operand and the first kSwapN

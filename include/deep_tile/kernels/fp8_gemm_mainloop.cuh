@@ -319,7 +319,8 @@ struct TileMainloop {
   static constexpr int kRowScales = Cfg::kSwapAB ? SwapFragment<Cfg>::kTokenSlots : 2;
   float row_scale[Cfg::kNumAccumBuffers][kRowScales];
   // Cfg::kOneRingState: the stage of the k-block in flight, handed back after its last sub-tile
-  // (the release state is set from the issue state once the k-loop is done); nothing without.
+  // (the release state is set from the issue state once the k-loop is done). Nothing without: an
+  // unused int member changed the register allocation of other kernels (64x64 two-buffer).
   struct NoStage {};
   typename If<Cfg::kOneRingState, int, NoStage>::type issued_stage{};
 

@@ -197,8 +197,7 @@ DT_DEVICE int cta_first_tile() {
 template <class Cfg>
 DT_DEVICE WorkRange cta_work_range(int num_tiles, int num_k_blocks) {
   if constexpr (Cfg::kSplitK == 1) {
-    return WorkRange{cta_first_tile<Cfg>(), static_cast<int>(gridDim.x), 0,
-                     Cfg::kStaticKBlocks > 0 ? Cfg::kStaticKBlocks : num_k_blocks};
+    return WorkRange{cta_first_tile<Cfg>(), static_cast<int>(gridDim.x), 0, Cfg::k_blocks(num_k_blocks)};
   } else {
     // NOTES: the host launches exactly num_tiles * kSplitK CTAs, so each cluster has one tile
     // (a step of num_tiles ends the loop after it without overflowing).
@@ -343,7 +342,7 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
         n(n_),
         order{ceil_div(m_, Cfg::kBlockM), ceil_div(n_, Cfg::kBlockN), raster_width},
         num_tiles(order.num_tiles()),
-        num_k_blocks(Cfg::kStaticKBlocks > 0 ? Cfg::kStaticKBlocks : ceil_div(k, Cfg::kBlockK)) {}
+        num_k_blocks(Cfg::k_blocks(ceil_div(k, Cfg::kBlockK))) {}
 
   DT_DEVICE WorkRange work() const { return cta_work_range<Cfg>(num_tiles, num_k_blocks); }
   DT_DEVICE int first_tile() const { return cta_first_tile<Cfg>(); }
