@@ -110,7 +110,7 @@ for t in ('256x128:mcA', '128x128:mcA', '64x64:mcA'): print(t, 'grid capped at r
           timeout 240 python3 tools/profile_one.py $NCU_SHAPE $spec > "$OUT/ncuwarm_${NCU_TAG:-}$(echo $spec | tr ':' '_').log" 2>&1 &
         done; wait )
       tail -qn1 "$OUT"/ncuwarm_*.log ;;
-    ncu-cmp)  # deep_tile configs beside DeepGEMM at one shape, clocks locked to base (per-clock comparison)
+    ncu-cmp)  # deep_tile configs beside DeepGEMM at one shape, clocks locked to base (per-clock comparison; tools/ncu_summary.py prints them side by side)
       for spec in $NCU_SPECS; do
         name=${NCU_TAG:-}$(echo $spec | tr ':' '_')
         ( dg_env; timeout 240 ncu --clock-control base --set full --import-source no \

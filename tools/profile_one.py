@@ -59,7 +59,7 @@ def grouped_fns():
     shape = bg.Shape("contiguous" if kind == "psum" else kind, g, e, n, k)  # psum: the contiguous kind's rows
     problem = bg.make_problem(shape, 0, 128)
     if rest and rest[0] == "deepgemm":  # the benchmark's own DeepGEMM call on the same data
-        fns, _, _ = bg.library_fns(shape, problem, types.SimpleNamespace(no_deepgemm=False, loop="off"))
+        fns, _, _ = bg.library_fns(shape, problem, types.SimpleNamespace(no_deepgemm=False, loop="off", psum=False, signal=False))
         return (fns["deepgemm"] if callable(fns["deepgemm"]) else None), "deepgemm"
     pad = problem["padded"]
     ends = torch.tensor([st + c for st, c in zip(pad["starts"], problem["counts"])], dtype=torch.int32,
