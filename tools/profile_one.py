@@ -49,8 +49,6 @@ def dense_fns():
 
 
 def grouped_fns():
-    import types
-
     import bench_grouped as bg
 
     kind, g, e = grouped[0], int(grouped[1]), int(grouped[2])
@@ -59,7 +57,9 @@ def grouped_fns():
     shape = bg.Shape("contiguous" if kind == "psum" else kind, g, e, n, k)  # psum: the contiguous kind's rows
     problem = bg.make_problem(shape, 0, 128)
     if rest and rest[0] == "deepgemm":  # the benchmark's own DeepGEMM call on the same data
-        fns, _, _ = bg.library_fns(shape, problem, types.SimpleNamespace(no_deepgemm=False, loop="off", psum=False, signal=False))
+        # The benchmark's own options (its parser's defaults, so new ones are covered), DeepGEMM on,
+        # no per-expert loop.
+        fns, _, _ = bg.library_fns(shape, problem, bg.parse_args(["--loop", "off"]))
         return (fns["deepgemm"] if callable(fns["deepgemm"]) else None), "deepgemm"
     pad = problem["padded"]
     ends = torch.tensor([st + c for st, c in zip(pad["starts"], problem["counts"])], dtype=torch.int32,
