@@ -65,7 +65,8 @@ def loop_body_per_k_block(rows: list) -> tuple:
 
 
 def table(title: str, keys, cells) -> None:
-    print(title)
+    if title:
+        print(title)
     for key in keys:
         print(f"  {key:40s}" + "".join(f"{cell(key):>18s}" for cell in cells))
 
