@@ -89,14 +89,15 @@ def main(argv: list) -> int:
             stalls[n].update(reasons)
             mix[n][op.split(".")[0]] += e
             samples[n][op.split(".")[0]] += s
-    reasons = sorted(set().union(*stalls.values()), key=lambda k: -stalls[names[0]][k])[:16]
+    reasons = sorted(set().union(*stalls.values()), key=lambda k: (-stalls[names[0]][k], k))[:16]
     table("stall samples by reason:", reasons, [lambda k, n=n: str(stalls[n][k]) for n in names])
-    ops = sorted(set().union(*mix.values()), key=lambda k: -max(mix[n][k] for n in names))[:26]
+    ops = sorted(set().union(*mix.values()), key=lambda k: (-max(mix[n][k] for n in names), k))[:26]
     table("instructions executed (M) / stall samples:", ops,
           [lambda o, n=n: f"{mix[n][o] / 1e6:.3f} / {samples[n][o]}" for n in names])
 
     body = {n: loop_body_per_k_block(sass[n]) for n in names}
-    ops = sorted(set().union(*[b[0] for b in body.values()]), key=lambda k: -max(body[n][0][k] / body[n][1] for n in names))
+    ops = sorted(set().union(*[b[0] for b in body.values()]),
+                 key=lambda k: (-max(body[n][0][k] / body[n][1] for n in names), k))
     print("k-loop body per k-block and math warp (instructions executed as often as a QGMMA, within 3%):")
     print(f"  {'total':40s}" + "".join(f"{sum(body[n][0].values()) / body[n][1]:>18.1f}" for n in names))
     table("", ops[:28], [lambda o, n=n: f"{body[n][0][o] / body[n][1]:.2f}" for n in names])
