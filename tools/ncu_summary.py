@@ -32,6 +32,11 @@ def raw_metrics(path: Path) -> dict:
     return dict(zip(rows[0], rows[-1]))
 
 
+def _count(text: str) -> int:
+    """A CSV cell as a count (0 for empty or non-numeric cells)."""
+    return int(text) if text.isdigit() else 0
+
+
 def sass_rows(path: Path) -> list:
     """(opcode, executions, stall samples, {reason: samples}) per SASS instruction of ncu's source page."""
     rows = list(csv.reader(path.open()))
@@ -44,9 +49,8 @@ def sass_rows(path: Path) -> list:
         if not words:
             continue
         op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-        num = (lambda v: int(v) if v.isdigit() else 0)
-        out.append((op, num(r[col["Instructions Executed"]]), num(r[col["Warp Stall Sampling (All Samples)"]]),
-                    {h[6:]: num(r[col[h]]) for h in reasons}))
+        out.append((op, _count(r[col["Instructions Executed"]]), _count(r[col["Warp Stall Sampling (All Samples)"]]),
+                    {h[6:]: _count(r[col[h]]) for h in reasons}))
     return out
 
 

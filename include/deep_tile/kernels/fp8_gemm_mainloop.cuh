@@ -570,7 +570,6 @@ struct TileMainloop {
       // kind 1.0-5.8%, offsets and psum up to 1.8%, contiguous even.
 #pragma unroll Cfg::kStaticKUnroll
       for (int kb = kInitResult ? 1 : 0; kb < Cfg::kStaticKBlocks; ++kb) serial_steps<0>(kb);
-      if constexpr (Cfg::kOneRingState) release_state = issue_state;  // every stage it waited for went back
     } else if constexpr (Cfg::kNumAccumBuffers == 1) {
       // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register
       // renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
@@ -579,7 +578,6 @@ struct TileMainloop {
       // range cost up to 8% on short ones (H100, 4096x32768x512: the larger code per tile).
 #pragma unroll Cfg::kKUnroll
       for (int kb = kb_begin; kb < kb_end; ++kb) serial_steps<0>(kb);
-      if constexpr (Cfg::kOneRingState) release_state = issue_state;  // (DT_ONE_RING=1 measurements)
     } else {
       constexpr int kUnroll = Cfg::kNumSubtiles == 1 ? 4 : 2;
       const int body_begin = kb_begin + (kb_end - kb_begin) % kUnroll;
@@ -600,6 +598,9 @@ struct TileMainloop {
         overlapped_steps<1, kUnroll * Cfg::kNumSubtiles>(kb);
       }
     }
+    // Cfg::kOneRingState (one-buffer k-loops only): every stage the loop waited for went back, so
+    // the release state catches up with the issue state.
+    if constexpr (Cfg::kOneRingState) release_state = issue_state;
   }
 };
 
