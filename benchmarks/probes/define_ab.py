@@ -3,10 +3,12 @@
     python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0
     python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0 --shapes 4096,7168,16384 64,2112,7168
     python benchmarks/probes/define_ab.py --define DT_C_LOAD_ROWS=2 --acc       # FP32 D accumulated in place
+    python benchmarks/probes/define_ab.py --define DT_MC_LEADER=1 --config 256x128:mcA:u6:g16 --shapes 8192,8192,8192
 
 For each dense shape (default: bench_fp8_gemm.py's M = 4096 set, 8192^3 and three small-M shapes)
 the selector's pick runs as built by default (``pick``) and with ``--define NAME=VALUE`` added to
-its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides),
+its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides); with
+``--config TEXT`` (deep_tile.testing.configs' text form) both builds are that forced config instead,
 and DeepGEMM latest's ``fp8_gemm_nt`` when importable (bf16 out; with ``--acc`` both deep_tile builds
 accumulate into an FP32 D in place, the training issue's dense kind, and DeepGEMM is not run), round-robin with the L2 flushed
 (testing.timing.bench_round_robin, median of ``--iters``). Both deep_tile builds are checked against
@@ -30,6 +32,7 @@ import torch  # noqa: E402
 import bench_fp8_gemm as bench  # noqa: E402
 import deep_tile  # noqa: E402
 from deep_tile.launch import run, run_acc  # noqa: E402
+from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
@@ -38,8 +41,10 @@ DEFAULT_SHAPES = ("4096,2112,7168", "4096,24576,1536", "4096,32768,512", "4096,7
                   "4096,7168,2048", "8192,8192,8192", "512,4096,7168", "64,2112,7168", "128,7168,2048")
 
 
-def one_shape(m: int, n: int, k: int, defines: dict, iters: int, acc: bool = False) -> dict:
+def one_shape(m: int, n: int, k: int, defines: dict, iters: int, acc: bool = False, config_text: str = "") -> dict:
     a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
+    cfg = parse_config(config_text, m, n, torch.cuda.get_device_properties(0).multi_processor_count) \
+        if config_text else None
     ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
     label = "pick+" + ",".join(defines)
     if acc:  # D = D + A.B^T in FP32 from a random start (checked against start + the product)
@@ -50,8 +55,8 @@ def one_shape(m: int, n: int, k: int, defines: dict, iters: int, acc: bool = Fal
                label: lambda: run_acc(a, sa, b, sb, None, True, outs[label], extra_defines=defines)}
     else:
         outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in ("pick", label)}
-        fns = {"pick": lambda: run(a, sa, b, sb, outs["pick"]),
-               label: lambda: run(a, sa, b, sb, outs[label], extra_defines=defines)}
+        fns = {"pick": lambda: run(a, sa, b, sb, outs["pick"], config=cfg),
+               label: lambda: run(a, sa, b, sb, outs[label], config=cfg, extra_defines=defines)}
     row = {"shape": f"{m}x{n}x{k}", "checks": {}}
     for name, fn in fns.items():
         fn()
@@ -78,12 +83,16 @@ def main() -> int:
     p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), metavar="M,N,K")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--acc", action="store_true", help="FP32 D accumulated in place instead of bf16 D")
+    p.add_argument("--config", default="", metavar="TEXT",
+                   help="a forced config for both builds (deep_tile.testing.configs), not the selector's pick")
     args = p.parse_args()
+    if args.acc and args.config:
+        p.error("--config applies to the bf16 builds only, not with --acc")
     defines = dict((key, int(value)) for key, value in (item.split("=") for item in args.define))
     ok = True
     for text in args.shapes:
         m, n, k = (int(v) for v in text.split(","))
-        row = one_shape(m, n, k, defines, args.iters, args.acc)
+        row = one_shape(m, n, k, defines, args.iters, args.acc, args.config)
         ok &= row["ok"]
         us = row["us"]
         names = list(us)
