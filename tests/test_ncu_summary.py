@@ -1,5 +1,6 @@
 """tools/ncu_summary.py on synthetic ncu CSV pages (no GPU): the k-loop body per k-block and math
-warp, and the whole report for two kernels side by side."""
+warp, the stall sample shares without the once-per-warp instructions, and the whole report for
+two kernels side by side."""
 from __future__ import annotations
 
 import csv
@@ -28,9 +29,9 @@ def write_sass(path, body: list) -> None:
 def write_raw(path, duration: float) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["Kernel Name", "gpu__time_duration.sum", "launch__grid_size"])
-        w.writerow(["", "ms", ""])
-        w.writerow(["k", str(duration), "132"])
+        w.writerow(["Kernel Name", "gpu__time_duration.sum", "launch__grid_size", "launch__block_size"])
+        w.writerow(["", "ms", "", ""])
+        w.writerow(["k", str(duration), "132", "384"])
 
 
 def loop(wgmma: str, qgmmas: int, ffmas: int, times: int, extra: int = 0) -> list:
@@ -54,10 +55,21 @@ def test_loop_body_per_k_block_counts_one_part_and_two_parts(tmp_path):
     assert mix["FFMA"] / k_blocks == 128 and mix["QGMMA"] / k_blocks == 8
 
 
+def test_shares_leave_out_what_each_warp_runs_once(tmp_path):
+    # 132 CTAs x 12 warps = 1584: the idle warps' final cluster barrier, executed once per warp,
+    # carries most samples and is left out; so is the prologue (10 executions).
+    body = loop("64x192x32", 4, 96, 10000) + [("UCGABAR_WAIT", 1584, 1000, 1000, 0)]
+    write_sass(tmp_path / "s.csv", body)
+    shares = ncu_summary.repeated_shares(ncu_summary.sass_rows(tmp_path / "s.csv"), 1584)
+    assert "UCGABAR_WAIT" not in shares and "MOV" not in shares
+    assert abs(shares["WARPGROUP.DEPBAR"] - 9 / 125) < 1e-12  # 4 QGMMA x 5 + 96 FFMA x 1 + 9
+    assert abs(shares["FFMA"] - 96 / 125) < 1e-12 and abs(sum(shares.values()) - 1) < 1e-12
+
+
 def test_main_prints_both_kernels(tmp_path, capsys):
     for name, duration, extra in (("a", 2.1, 0), ("b", 2.2, 5)):
         write_raw(tmp_path / f"ncucmp_raw_{name}.csv", duration)
-        write_sass(tmp_path / f"ncucmp_sass_{name}.csv", loop("64x192x32", 4, 96, 1000, extra=extra))
+        write_sass(tmp_path / f"ncucmp_sass_{name}.csv", loop("64x192x32", 4, 96, 10000, extra=extra))
     assert ncu_summary.main([str(tmp_path), "a", "b"]) == 0
     out = capsys.readouterr().out
     assert "gpu__time_duration.sum" in out and "2.1" in out and "2.2" in out
@@ -65,4 +77,6 @@ def test_main_prints_both_kernels(tmp_path, capsys):
     assert total.split()[1:] == ["101.0", "106.0"]  # 4 QGMMA + 96 FFMA + 1 DEPBAR (+ 5 UIADD3)
     barrier = next(line for line in out.splitlines() if line.strip().startswith("barrier"))
     assert barrier.split()[1:] == ["9", "9"]  # samples per instruction, not per execution
+    depbar = [line for line in out.splitlines() if line.strip().startswith("WARPGROUP.DEPBAR")]
+    assert depbar[-1].split()[1:] == ["7.2", "7.2"]  # 9 of the 125 samples of the repeated code
     assert ncu_summary.main([]) == 2

@@ -9,6 +9,11 @@ reason, the instruction mix by opcode (executions in millions and stall samples)
 body per k-block and math warp: the instructions executed as often as a QGMMA (within 3%), divided
 by the k-blocks those QGMMAs make (four WGMMAs of k = 32 per column part of at most 128 columns,
 one part for the wider WGMMAs).
+
+Last, each opcode's share of the stall samples of the instructions a warp runs more than once.
+The instructions each warp runs at most once (executions <= grid x warps per CTA: the set-up and
+the kernel's end) are left out: with 2-CTA clusters the producer warpgroup's idle warps wait at the
+final cluster barrier for the whole kernel, and their samples there would crowd the rest.
 """
 from __future__ import annotations
 
@@ -68,6 +73,16 @@ def loop_body_per_k_block(rows: list) -> tuple:
     return mix, mix["QGMMA"] / per_k_block
 
 
+def repeated_shares(rows: list, once: int) -> collections.Counter:
+    """Opcode -> share of the stall samples of the instructions executed more than `once` times."""
+    samples = collections.Counter()
+    for op, e, s, _ in rows:
+        if e > once:
+            samples[op.split(".")[0] if not op.startswith("WARPGROUP") else ".".join(op.split(".")[:2])] += s
+    total = sum(samples.values())
+    return collections.Counter({op: v / total for op, v in samples.items()}) if total else samples
+
+
 def table(title: str, keys, cells) -> None:
     if title:
         print(title)
@@ -105,6 +120,13 @@ def main(argv: list) -> int:
     print("k-loop body per k-block and math warp (instructions executed as often as a QGMMA, within 3%):")
     print(f"  {'total':40s}" + "".join(f"{sum(body[n][0].values()) / body[n][1]:>18.1f}" for n in names))
     table("", ops[:28], [lambda o, n=n: f"{body[n][0][o] / body[n][1]:.2f}" for n in names])
+
+    once = {n: _count(raw[n].get("launch__grid_size", "")) * (_count(raw[n].get("launch__block_size", "")) // 32)
+            for n in names}
+    shares = {n: repeated_shares(sass[n], once[n]) for n in names}
+    ops = sorted(set().union(*shares.values()), key=lambda k: (-max(shares[n][k] for n in names), k))[:14]
+    table("stall sample shares, instructions a warp runs more than once (%):", ops,
+          [lambda o, n=n: f"{100 * shares[n][o]:.1f}" for n in names])
     return 0
 
 
