@@ -3,12 +3,13 @@
     python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0
     python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0 --shapes 4096,7168,16384 64,2112,7168
     python benchmarks/probes/define_ab.py --define DT_C_LOAD_ROWS=2 --acc       # FP32 D accumulated in place
-    python benchmarks/probes/define_ab.py --define DT_MC_LEADER=1 --config 256x128:mcA:u6:g16 --shapes 8192,8192,8192
+    python benchmarks/probes/define_ab.py --define DT_ONE_RING=1 --config 256x128:mcA:u6:g16 --shapes 8192,8192,8192
 
 For each dense shape (default: bench_fp8_gemm.py's M = 4096 set, 8192^3 and three small-M shapes)
 the selector's pick runs as built by default (``pick``) and with ``--define NAME=VALUE`` added to
 its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides); with
-``--config TEXT`` (deep_tile.testing.configs' text form) both builds are that forced config instead,
+``--config TEXT`` (deep_tile.testing.configs' text form) both builds are that forced config instead
+(labelled ``TEXT`` and ``TEXT+NAME``),
 and DeepGEMM latest's ``fp8_gemm_nt`` when importable (bf16 out; with ``--acc`` both deep_tile builds
 accumulate into an FP32 D in place, the training issue's dense kind, and DeepGEMM is not run), round-robin with the L2 flushed
 (testing.timing.bench_round_robin, median of ``--iters``). Both deep_tile builds are checked against
@@ -46,16 +47,17 @@ def one_shape(m: int, n: int, k: int, defines: dict, iters: int, acc: bool = Fal
     cfg = parse_config(config_text, m, n, torch.cuda.get_device_properties(0).multi_processor_count) \
         if config_text else None
     ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
-    label = "pick+" + ",".join(defines)
+    base = config_text or "pick"  # the first build's name: the pick, or the forced config
+    label = base + "+" + ",".join(defines)
     if acc:  # D = D + A.B^T in FP32 from a random start (checked against start + the product)
         start = torch.randn((m, n), dtype=torch.float32, device="cuda")
         ref = ref + start.double()
-        outs = {name: start.clone() for name in ("pick", label)}
-        fns = {"pick": lambda: run_acc(a, sa, b, sb, None, True, outs["pick"]),
+        outs = {name: start.clone() for name in (base, label)}
+        fns = {base: lambda: run_acc(a, sa, b, sb, None, True, outs[base]),
                label: lambda: run_acc(a, sa, b, sb, None, True, outs[label], extra_defines=defines)}
     else:
-        outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in ("pick", label)}
-        fns = {"pick": lambda: run(a, sa, b, sb, outs["pick"], config=cfg),
+        outs = {name: torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for name in (base, label)}
+        fns = {base: lambda: run(a, sa, b, sb, outs[base], config=cfg),
                label: lambda: run(a, sa, b, sb, outs[label], config=cfg, extra_defines=defines)}
     row = {"shape": f"{m}x{n}x{k}", "checks": {}}
     for name, fn in fns.items():
@@ -64,7 +66,7 @@ def one_shape(m: int, n: int, k: int, defines: dict, iters: int, acc: bool = Fal
         out = outs[name]
         row["checks"][name] = {"diff": calc_diff(out.double(), ref), "rel": max_rel_error(out, ref),
                                "nan": int(torch.isnan(out).sum())}
-    row["bitwise_equal"] = bool(torch.equal(outs["pick"].view(torch.int16), outs[label].view(torch.int16)))
+    row["bitwise_equal"] = bool(torch.equal(outs[base].view(torch.int16), outs[label].view(torch.int16)))
     row["ok"] = row["bitwise_equal"] and all(c["nan"] == 0 and c["diff"] < 1e-3 and c["rel"] < 1e-2
                                              for c in row["checks"].values())
     dg, version = bench.deepgemm_version()
@@ -96,9 +98,9 @@ def main() -> int:
         ok &= row["ok"]
         us = row["us"]
         names = list(us)
-        ratio = f"  variant / pick {us[names[1]] / us['pick']:.3f}"  # time ratios: > 1, the first is slower
+        ratio = f"  variant / pick {us[names[1]] / us[names[0]]:.3f}"  # time ratios: > 1, the first is slower
         if "deepgemm" in us:
-            ratio += f"  DG / pick {us['deepgemm'] / us['pick']:.3f}  DG / variant {us['deepgemm'] / us[names[1]]:.3f}"
+            ratio += f"  DG / pick {us['deepgemm'] / us[names[0]]:.3f}  DG / variant {us['deepgemm'] / us[names[1]]:.3f}"
         print(f"{row['shape']:>16} " + "  ".join(f"{name} {t:8.1f}" for name, t in us.items()) + ratio
               + ("" if row["ok"] else f"  FAIL {row['checks']} bitwise {row['bitwise_equal']}"), flush=True)
     return 0 if ok else 1
