@@ -71,10 +71,14 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     defines = cfg.defines()
     assert CONTRACT_DEFINES <= set(defines) and all(type(v) is int for v in defines.values())
     assert defines["DT_SMEM_BYTES"] == cfg.smem_bytes and defines["DT_SPLIT_K"] == cfg.split_k
-    # the choice is the model's fastest candidate
+    # the choice is the model's fastest candidate, a two-buffer tile of two consumer warpgroups with
+    # one buffer from SERIAL_LOOP_MIN_M rows on (selector.one_buffer_for_two_warpgroups)
     ranked = rank_candidates(Problem(m, n, k), num_sms, max_smem)
-    assert ranked[0].candidate == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
-                                            cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
+    top = ranked[0].candidate
+    if top.accum_buffers == 2 and top.block_m >= 128 and top.split_k == 1 and m >= SERIAL_LOOP_MIN_M:
+        top = dataclasses.replace(top, accum_buffers=1)
+    assert top == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
+                            cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
     # ties: predicted times within TIE_TOLERANCE of each other; first, a split-K candidate within
     # SPLIT_TOLERANCE of the fastest, when that one is unsplit and latency-bound, or an unsplit
     # HBM-bound one within UNSPLIT_TOLERANCE, as many CTAs and B boxes of STREAM_MIN_BLOCK_N rows
@@ -972,3 +976,24 @@ def test_get_config_takes_the_output_variant():
         get_config(64, 2112, 7168, 132, kind="contiguous", num_groups=2, b_scale_1d=True)
     with pytest.raises(TypeError, match="get_config: b_scale_1d must be a bool; got int"):
         get_config(64, 2112, 7168, 132, b_scale_1d=1)
+
+
+def test_one_buffer_for_two_warpgroups():
+    """From SERIAL_LOOP_MIN_M rows on, the dense bf16 GEMM's two-buffer picks of two consumer
+    warpgroups run with one buffer, the same tile otherwise; 64-row picks, fewer rows, the grouped
+    kinds and the FP32 output keep the model's two."""
+    def model_pick(problem):
+        return rank_candidates(problem, 132)[0].candidate
+
+    for m, n, k in ((512, 4096, 7168), (192, 7168, 7168), (2048, 7168, 16384), (1024, 2112, 7168)):
+        problem = Problem(m, n, k)
+        top, cfg = model_pick(problem), select_config(problem, 132)
+        assert top.accum_buffers == 2 and top.block_m >= 128, (m, n, k, top)
+        assert cfg.accum_buffers == 1 and (cfg.block_m, cfg.block_n, cfg.num_stages) == (top.block_m, top.block_n,
+                                                                                          top.num_stages)
+    for problem in (Problem(256, 2112, 7168), Problem(384, 1280, 8192)):  # 64-row picks
+        cfg = select_config(problem, 132)
+        assert cfg.block_m == 64 and cfg.accum_buffers == 2
+    for problem in (Problem(128, 7168, 2048), Problem(512, 4096, 7168, out_dtype="float32")):
+        top, cfg = model_pick(problem), select_config(problem, 132)
+        assert cfg.accum_buffers == top.accum_buffers

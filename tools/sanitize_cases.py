@@ -57,6 +57,9 @@ CASES = [
     # straddling b_scale blocks, split-K, the row-major a_scale; the selector's pick at M = 1
     ("64x64:b2:ef:sw8", 1, 1160, 1536), ("64x128:b1:sw16", 13, 4096, 400), ("64x192:sw16", 16, 1160, 400),
     ("64x64:b2:k3:ef:sw8", 5, 2112, 1040), ("64x128:b2:k2:sw16", 16, 1160, 1536, "row"), ("auto", 1, 7168, 16384),
+    # one buffer on the narrow tiles of two consumer warpgroups (selector.one_buffer_for_two_warpgroups)
+    ("128x64:b1:ef", 520, 2112, 1024), ("128x96:b1", 520, 1160, 400), ("256x64:b1", 520, 1160, 400),
+    ("256x96:b1:ef", 520, 1160, 400),
 ]
 
 

@@ -28,9 +28,10 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f} us"
 
 
-def _config_lines(cfg: KernelConfig, held_at_3: bool = False) -> list:
+def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: bool = False) -> list:
     """``held_at_3``: the one-buffer k-loop would be unrolled by 6 but for its copies
-    (selector.k_unroll_for, straddle_copies)."""
+    (selector.k_unroll_for, straddle_copies); ``one_buffer_swap``: the model ranked the tile with two
+    buffers, and it runs with one (selector.one_buffer_for_two_warpgroups)."""
     if cfg.split_k > 1:
         launch = (f"split-K: clusters of {cfg.split_k} CTAs share each output tile, each a 1/{cfg.split_k} of K, "
                   f"partials summed in rank order through distributed shared memory (deterministic)")
@@ -55,6 +56,9 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False) -> list:
             + (f" (not 6: the kernel holds {straddle_copies(cfg.block_n)} copies of the k-loop, one per b_scale"
                " straddle point: selector.k_unroll_for)"
                if held_at_3 else "")
+            + (" (the model's pick has two buffers; its two consumer warpgroups take turns on the tensor cores, "
+               "so it runs with one, unrolled as that loop was: selector.one_buffer_for_two_warpgroups)"
+               if one_buffer_swap else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")
     if cfg.swap_n:
         loop += (f"; swap-AB: each 64 weight rows are a WGMMA's 64-row operand and A's first {cfg.swap_n} rows its "
@@ -225,7 +229,9 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
-    lines += _config_lines(cfg, cfg.k_unroll < k_unroll_for(cfg.accum_buffers, best.k_blocks_per_cta))
+    swap = best.candidate.accum_buffers == 2 and cfg.accum_buffers == 1
+    lines += _config_lines(cfg, not swap and cfg.k_unroll < k_unroll_for(cfg.accum_buffers, best.k_blocks_per_cta),
+                           swap)
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "

@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -103,6 +103,25 @@ def overlaps_promotion(problem: Problem) -> bool:
         return False
     return not (problem.kind.grouped and problem.expected_m >= GROUP_TILE_MIN_M
                 and problem.expected_m * problem.num_groups >= SERIAL_LOOP_MIN_M)
+
+
+def one_buffer_for_two_warpgroups(problem: Problem, config: KernelConfig) -> bool:
+    """Whether the pick ``config`` for ``problem`` runs with one accumulator buffer instead of its
+    two: an unsplit tile of two consumer warpgroups (``block_m`` >= 128) for the dense bf16 GEMM
+    (:func:`plain_bf16`) of at least :data:`SERIAL_LOOP_MIN_M` rows. The two warpgroups already
+    take turns on the tensor cores, so the second buffer's overlap inside one warpgroup buys
+    nothing there, and its registers and instructions cost; 64-row tiles (one warpgroup) keep two,
+    and so do split-K picks (none was measured). The config is otherwise the same (tile, stages,
+    grid, k-loop unrolled by 3, K a run-time value): the model still ranks the two-buffer
+    candidate, and :func:`config_from_estimate` swaps the buffers (the twin measured).
+
+    Measured: benchmarks/RESULTS.md, 2026-11-27 'One accumulator buffer for the two-buffer picks
+    of two consumer warpgroups': on the 34 such picks of 192-2048 rows, one buffer ran 1.009-1.069x
+    (geomean 1.039x) on an H200 and 1.000-1.155x (1.035x) on an H100; on the 9 picks of 64-row
+    tiles 0.87-0.97x, so those keep two.
+    """
+    return (plain_bf16(problem) and problem.m >= SERIAL_LOOP_MIN_M and config.accum_buffers == 2
+            and family.math_warpgroups(config.block_m) == 2 and config.split_k == 1)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -355,7 +374,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
     (:func:`streams_b`; for a grouped problem :func:`grouped_streams_b`); the one-buffer k-loop is
     unrolled by 6 over long K ranges (:func:`k_unroll_for`), or has K fixed at compile time over
-    short ones (:func:`static_k_blocks_for`)."""
+    short ones (:func:`static_k_blocks_for`); a two-buffer candidate of two consumer warpgroups
+    gets one buffer where :func:`one_buffer_for_two_warpgroups` says so."""
     c = e.candidate
     plain = plain_bf16(problem)
     grid = e.ctas if c.split_k == 1 else grid_size(e.tiles, num_sms, c.num_multicast, chip)
@@ -363,15 +383,18 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
     if in_place_rows_along_m(problem, c, grid):
         raster_along_m = True
-    return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
-                        multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
-                        wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
-                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
-                        if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
-                        problem_kind=problem.kind,
-                        l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
-                        static_k_blocks=static_k_blocks_for(problem, c))
+    config = KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
+                          multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
+                          wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
+                          evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
+                          if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
+                          k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
+                          problem_kind=problem.kind,
+                          l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
+                          static_k_blocks=static_k_blocks_for(problem, c))
+    if one_buffer_for_two_warpgroups(problem, config):
+        return dataclasses.replace(config, accum_buffers=1)
+    return config
 
 
 def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
