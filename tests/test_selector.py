@@ -994,6 +994,8 @@ def test_one_buffer_for_two_warpgroups():
     for problem in (Problem(256, 2112, 7168), Problem(384, 1280, 8192)):  # 64-row picks
         cfg = select_config(problem, 132)
         assert cfg.block_m == 64 and cfg.accum_buffers == 2
-    for problem in (Problem(128, 7168, 2048), Problem(512, 4096, 7168, out_dtype="float32")):
+    for problem in (Problem(128, 7168, 2048), Problem(512, 4096, 7168, out_dtype="float32"),
+                    Problem(320, 4096, 7168, kind=ProblemKind.GROUPED_MASKED, num_groups=4, expected_m=256)):
         top, cfg = model_pick(problem), select_config(problem, 132)
-        assert cfg.accum_buffers == top.accum_buffers
+        assert top.accum_buffers == 2 and top.block_m >= 128, (problem, top)
+        assert cfg.accum_buffers == 2
