@@ -97,8 +97,7 @@ def selector_kinds() -> list:
         variants = (kinds + [config.with_row_major_a_scale() for config in kinds]
                     + [dataclasses.replace(config, evict_first_b=True) for config in kinds])
         # and the unsplit two-buffer tiles of two consumer warpgroups with one buffer (K a run-time
-        # value, unrolled by 3), as the selector runs its picks of them from SERIAL_LOOP_MIN_M rows on
-        # (selector.one_buffer_for_two_warpgroups)
+        # value, unrolled by 3), as the selector runs its picks of them (selector.one_buffer_for_two_warpgroups)
         configs += [dataclasses.replace(config, accum_buffers=1) for config in variants
                     if config.accum_buffers == 2 and config.block_m >= 128 and config.split_k == 1]
         # and one-buffer loops unrolled by 6, as the selector picks them for long K ranges

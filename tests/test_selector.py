@@ -72,10 +72,10 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     assert CONTRACT_DEFINES <= set(defines) and all(type(v) is int for v in defines.values())
     assert defines["DT_SMEM_BYTES"] == cfg.smem_bytes and defines["DT_SPLIT_K"] == cfg.split_k
     # the choice is the model's fastest candidate, a two-buffer tile of two consumer warpgroups with
-    # one buffer from SERIAL_LOOP_MIN_M rows on (selector.one_buffer_for_two_warpgroups)
+    # one buffer when unsplit (selector.one_buffer_for_two_warpgroups)
     ranked = rank_candidates(Problem(m, n, k), num_sms, max_smem)
     top = ranked[0].candidate
-    if top.accum_buffers == 2 and top.block_m >= 128 and top.split_k == 1 and m >= SERIAL_LOOP_MIN_M:
+    if top.accum_buffers == 2 and top.block_m >= 128 and top.split_k == 1:
         top = dataclasses.replace(top, accum_buffers=1)
     assert top == Candidate(cfg.block_m, cfg.block_n, cfg.wgmma_n, cfg.accum_buffers, cfg.num_stages,
                             cfg.num_multicast, cfg.multicast_on_a, cfg.split_k)
@@ -139,19 +139,22 @@ def test_small_m_with_long_k_takes_64_row_tiles_with_two_buffers():
                                  (7168, 2048), (256, 512), (16384, 16384)])
 def test_small_m_ranks_only_two_buffer_k_loops(n, k):
     # 128x24576x1536: 128x192 24.0 us, 128x64 x2 22.6; 128x32768x512: 128x256 16.9, 128x128 x2 15.8
-    # (H100, selector.overlaps_promotion); from M = 129 on one-buffer tiles compete again
+    # (H100, selector.overlaps_promotion); from M = 129 on one-buffer tiles compete again. A pick
+    # of two consumer warpgroups then runs one buffer (selector.one_buffer_for_two_warpgroups).
     for m in (1, 16, 64, 100, 128):
-        assert select_config(Problem(m, n, k), 132).accum_buffers == 2, (m, n, k)
+        cfg = select_config(Problem(m, n, k), 132)
+        two_warpgroups = cfg.block_m >= 128 and cfg.split_k == 1
+        assert cfg.accum_buffers == (1 if two_warpgroups else 2), (m, n, k, cfg.label)
         assert all(e.candidate.accum_buffers == 2 for e in rank_candidates(Problem(m, n, k), 132))
     assert any(e.candidate.accum_buffers == 1 for e in rank_candidates(Problem(SERIAL_LOOP_MIN_M, n, k), 132))
-    assert select_config(Problem(128, 32768, 512), 132).label == "128x128 s5 x2"
+    assert select_config(Problem(128, 32768, 512), 132).label == "128x128 s5"
 
 
 def test_one_m_block_first_at_65_to_128_rows():
     # 128x4096x7168: 64x64 21.3 us, 128x32 19.1; 128x2112x7168: 64x64 k2 14.8, 128x32 k2 14.3
     # (H100, RESULTS.md 2026-11-27 'B evict-first up to eight m-blocks over long K, and small tiles
-    # at M = 128')
-    for shape, label in [((128, 4096, 7168), "128x32 s10 x2 ef"), ((128, 2112, 7168), "128x32 s11 k2 x2 ef")]:
+    # at M = 128'); the unsplit one runs one buffer (selector.one_buffer_for_two_warpgroups)
+    for shape, label in [((128, 4096, 7168), "128x32 s10 ef"), ((128, 2112, 7168), "128x32 s11 k2 x2 ef")]:
         ranked = rank_candidates(Problem(*shape), 132)
         fastest = min(ranked, key=lambda e: e.time_s)
         assert fastest.candidate.block_m == 64 and ranked[0].candidate.block_m == 128
@@ -979,23 +982,26 @@ def test_get_config_takes_the_output_variant():
 
 
 def test_one_buffer_for_two_warpgroups():
-    """From SERIAL_LOOP_MIN_M rows on, the dense bf16 GEMM's two-buffer picks of two consumer
-    warpgroups run with one buffer, the same tile otherwise; 64-row picks, fewer rows, the grouped
-    kinds and the FP32 output keep the model's two."""
+    """The dense bf16 GEMM's unsplit two-buffer picks of two consumer warpgroups run with one
+    buffer at any M, the same tile otherwise; 64-row picks, split-K picks, the grouped kinds and
+    the FP32 output keep the model's two."""
     def model_pick(problem):
         return rank_candidates(problem, 132)[0].candidate
 
-    for m, n, k in ((512, 4096, 7168), (192, 7168, 7168), (2048, 7168, 16384), (1024, 2112, 7168)):
+    for m, n, k in ((512, 4096, 7168), (192, 7168, 7168), (2048, 7168, 16384), (1024, 2112, 7168),
+                    (128, 7168, 2048), (65, 32768, 512), (96, 4096, 7168), (112, 24576, 1536)):
         problem = Problem(m, n, k)
         top, cfg = model_pick(problem), select_config(problem, 132)
-        assert top.accum_buffers == 2 and top.block_m >= 128, (m, n, k, top)
+        assert top.accum_buffers == 2 and top.block_m >= 128 and top.split_k == 1, (m, n, k, top)
         assert cfg.accum_buffers == 1 and (cfg.block_m, cfg.block_n, cfg.num_stages) == (top.block_m, top.block_n,
                                                                                           top.num_stages)
-    for problem in (Problem(256, 2112, 7168), Problem(384, 1280, 8192)):  # 64-row picks
+        assert "selector.one_buffer_for_two_warpgroups" in explain_text(problem, 132)
+    for problem in (Problem(256, 2112, 7168), Problem(384, 1280, 8192), Problem(64, 7168, 2048)):  # 64-row picks
         cfg = select_config(problem, 132)
         assert cfg.block_m == 64 and cfg.accum_buffers == 2
-    for problem in (Problem(128, 7168, 2048), Problem(512, 4096, 7168, out_dtype="float32"),
+    for problem in (Problem(128, 2112, 7168), Problem(512, 4096, 7168, out_dtype="float32"),
                     Problem(320, 4096, 7168, kind=ProblemKind.GROUPED_MASKED, num_groups=4, expected_m=256)):
         top, cfg = model_pick(problem), select_config(problem, 132)
         assert top.accum_buffers == 2 and top.block_m >= 128, (problem, top)
         assert cfg.accum_buffers == 2
+    assert select_config(Problem(128, 2112, 7168), 132).split_k > 1  # the split-K pick above

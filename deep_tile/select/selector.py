@@ -108,19 +108,22 @@ def overlaps_promotion(problem: Problem) -> bool:
 def one_buffer_for_two_warpgroups(problem: Problem, config: KernelConfig) -> bool:
     """Whether the pick ``config`` for ``problem`` runs with one accumulator buffer instead of its
     two: an unsplit tile of two consumer warpgroups (``block_m`` >= 128) for the dense bf16 GEMM
-    (:func:`plain_bf16`) of at least :data:`SERIAL_LOOP_MIN_M` rows. The two warpgroups already
-    take turns on the tensor cores, so the second buffer's overlap inside one warpgroup buys
-    nothing there, and its registers and instructions cost; 64-row tiles (one warpgroup) keep two,
-    and so do split-K picks (none was measured). The config is otherwise the same (tile, stages,
-    grid, k-loop unrolled by 3, K a run-time value): the model still ranks the two-buffer
-    candidate, and :func:`config_from_estimate` swaps the buffers (the twin measured).
+    (:func:`plain_bf16`), at any M. The two warpgroups already take turns on the tensor cores, so
+    the second buffer's overlap inside one warpgroup buys nothing there, and its registers and
+    instructions cost; 64-row tiles (one warpgroup) keep two, and so do split-K picks (even
+    either way). The config is otherwise the same (tile, stages, grid, k-loop unrolled by 3, K a
+    run-time value): the model still ranks the two-buffer candidate, and
+    :func:`config_from_estimate` swaps the buffers (the twin measured).
 
-    Measured: benchmarks/RESULTS.md, 2026-11-27 'One accumulator buffer for the two-buffer picks
-    of two consumer warpgroups': on the 34 such picks of 192-2048 rows, one buffer ran 1.009-1.069x
-    (geomean 1.039x) on an H200 and 1.000-1.155x (1.035x) on an H100; on the 9 picks of 64-row
-    tiles 0.87-0.97x, so those keep two.
+    Measured (one buffer's speed over two), benchmarks/RESULTS.md:
+    - 2026-11-27 'One accumulator buffer for the two-buffer picks of two consumer warpgroups': the
+      34 such picks of 192-2048 rows, 1.009-1.069x (geomean 1.039x) on an H200 and 1.000-1.155x
+      (1.035x) on an H100; the 9 picks of 64-row tiles 0.87-0.97x, so those keep two;
+    - 2026-11-27 'One accumulator buffer below 129 rows, and b_scale lines in L1 that did not pay':
+      the 61 unsplit picks of 65-128 rows (one 128-row m-block), geomean 1.015x on an H200 and
+      1.006x on an H100 (per shape 0.985-1.045x); the 9 split-K picks 1.008x and 1.001x.
     """
-    return (plain_bf16(problem) and problem.m >= SERIAL_LOOP_MIN_M and config.accum_buffers == 2
+    return (plain_bf16(problem) and config.accum_buffers == 2
             and family.math_warpgroups(config.block_m) == 2 and config.split_k == 1)
 
 
