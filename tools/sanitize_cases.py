@@ -60,7 +60,7 @@ CASES = [
     # one buffer on the narrow tiles of two consumer warpgroups (selector.one_buffer_for_two_warpgroups)
     ("128x64:b1:ef", 520, 2112, 1024), ("128x96:b1", 520, 1160, 400), ("256x64:b1", 520, 1160, 400),
     ("256x96:b1:ef", 520, 1160, 400),
-    # ... and below 129 rows: one 128-row m-block with rows past M, plain and split
+    # ... and below 129 rows: one 128-row m-block with rows past M; split too (measured, not picked)
     ("128x32:b1:ef", 96, 1160, 1536), ("128x32:b1:k2:ef", 128, 1160, 1536), ("128x48:b1:k4:ef", 80, 1160, 2048),
 ]
 
