@@ -229,9 +229,9 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
-    swap = best.candidate.accum_buffers == 2 and cfg.accum_buffers == 1
-    lines += _config_lines(cfg, not swap and cfg.k_unroll < k_unroll_for(cfg.accum_buffers, best.k_blocks_per_cta),
-                           swap)
+    # held at 3 against what the ranked candidate's buffers allow (config_from_estimate unrolls by them)
+    held_at_3 = cfg.k_unroll < k_unroll_for(best.candidate.accum_buffers, best.k_blocks_per_cta)
+    lines += _config_lines(cfg, held_at_3, best.candidate.accum_buffers == 2 and cfg.accum_buffers == 1)
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "
