@@ -13,7 +13,8 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      ONE_M_BLOCK_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, one_m_block_rows,
+                                      ONE_M_BLOCK_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, one_buffer_for_two_warpgroups,
+                                      one_m_block_rows,
                                       straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
                                       rank_candidates)
@@ -231,7 +232,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
     # held at 3 against what the ranked candidate's buffers allow (config_from_estimate unrolls by them)
     held_at_3 = cfg.k_unroll < k_unroll_for(best.candidate.accum_buffers, best.k_blocks_per_cta)
-    lines += _config_lines(cfg, held_at_3, best.candidate.accum_buffers == 2 and cfg.accum_buffers == 1)
+    lines += _config_lines(cfg, held_at_3, one_buffer_for_two_warpgroups(problem, best.candidate))
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "
                      f"{RASTER_WIDTH} m-blocks work on {cfg.grid_size // RASTER_WIDTH} n-blocks at once, and N has "

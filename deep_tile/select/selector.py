@@ -105,9 +105,9 @@ def overlaps_promotion(problem: Problem) -> bool:
                 and problem.expected_m * problem.num_groups >= SERIAL_LOOP_MIN_M)
 
 
-def one_buffer_for_two_warpgroups(problem: Problem, config: KernelConfig) -> bool:
-    """Whether the pick ``config`` for ``problem`` runs with one accumulator buffer instead of its
-    two: an unsplit tile of two consumer warpgroups (``block_m`` >= 128) for the dense bf16 GEMM
+def one_buffer_for_two_warpgroups(problem: Problem, tile) -> bool:
+    """Whether the model's pick ``tile`` (a ranked :class:`Candidate` or a :class:`KernelConfig`)
+    for ``problem`` runs with one accumulator buffer instead of its two: an unsplit tile of two consumer warpgroups (``block_m`` >= 128) for the dense bf16 GEMM
     (:func:`plain_bf16`), at any M. The two warpgroups already take turns on the tensor cores, so
     the second buffer's overlap inside one warpgroup buys nothing there, and its registers and
     instructions cost; 64-row tiles (one warpgroup) keep two, and so do split-K picks (even
@@ -123,8 +123,8 @@ def one_buffer_for_two_warpgroups(problem: Problem, config: KernelConfig) -> boo
       the 61 unsplit picks of 65-128 rows (one 128-row m-block), geomean 1.015x on an H200 and
       1.006x on an H100 (per shape 0.985-1.045x); the 9 split-K picks 1.008x and 1.001x.
     """
-    return (plain_bf16(problem) and config.accum_buffers == 2
-            and family.math_warpgroups(config.block_m) == 2 and config.split_k == 1)
+    return (plain_bf16(problem) and tile.accum_buffers == 2
+            and family.math_warpgroups(tile.block_m) == 2 and tile.split_k == 1)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -386,18 +386,17 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
     if in_place_rows_along_m(problem, c, grid):
         raster_along_m = True
-    config = KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
-                          multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=c.accum_buffers,
-                          wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
-                          evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
-                          if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                          k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
-                          problem_kind=problem.kind,
-                          l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
-                          static_k_blocks=static_k_blocks_for(problem, c))
-    if one_buffer_for_two_warpgroups(problem, config):
-        return dataclasses.replace(config, accum_buffers=1)
-    return config
+    # the unrolling and K's form stay the ranked candidate's (unrolled by 3, K a run-time value)
+    accum_buffers = 1 if one_buffer_for_two_warpgroups(problem, c) else c.accum_buffers
+    return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
+                        multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=accum_buffers,
+                        wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
+                        evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
+                        if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
+                        k_unroll=k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
+                        problem_kind=problem.kind,
+                        l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
+                        static_k_blocks=static_k_blocks_for(problem, c))
 
 
 def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
