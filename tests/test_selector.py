@@ -981,6 +981,30 @@ def test_get_config_takes_the_output_variant():
         get_config(64, 2112, 7168, 132, b_scale_1d=1)
 
 
+def test_a_near_tie_with_the_transposed_tile_takes_the_orientation_rule():
+    """Where 256x128 and 128x256 are predicted within TIE_TOLERANCE of each other, the orientation
+    rule decides even when the two predictions fall into different steps of _tie_break's rounding
+    (selector._transposed_tie): taller below WIDE_TILE_MIN_K_BLOCKS k-blocks, wider from there on."""
+    from deep_tile.select.selector import WIDE_TILE_MIN_K_BLOCKS, _tie_break, _transposed_tie
+    for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+        for shape in ((4096, 7168, 2048), (2048, 7168, 2048), (4096, 32768, 512), (2048, 24576, 1536)):
+            cfg = select_config(Problem(*shape), 132, chip=chip)
+            assert (cfg.block_m, cfg.block_n) == (256, 128), (chip.name, shape, cfg.label)
+        assert select_config(Problem(4096, 7168, 16384), 132, chip=chip).block_n == 256  # 128 k-blocks: wider
+    problem = Problem(4096, 7168, 2048)
+    ranked = rank_candidates(problem, 132, chip=arch.CHIPS["H200"])
+    tall = next(e for e in ranked if (e.candidate.block_m, e.candidate.block_n) == (256, 128))
+    wide = next(e for e in ranked if (e.candidate.block_m, e.candidate.block_n) == (128, 256)
+                and e.candidate.num_multicast == tall.candidate.num_multicast)
+    assert abs(wide.time_s / tall.time_s - 1) <= TIE_TOLERANCE and tall.k_blocks_per_cta < WIDE_TILE_MIN_K_BLOCKS
+    others = tuple(e for e in ranked if e is not wide and e is not tall)
+    assert _transposed_tie((wide, tall) + others, problem)[0] is tall  # the taller goes first ...
+    assert _transposed_tie((tall, wide) + others, problem)[0] is tall  # ... and stays first
+    slower = dataclasses.replace(tall, time_s=wide.time_s * (1 + 2 * TIE_TOLERANCE))
+    assert _transposed_tie((wide, slower) + others, problem)[0] is wide  # not within the tolerance
+    assert _tie_break(tall, problem)[1:] < _tie_break(wide, problem)[1:]
+
+
 def test_one_buffer_for_two_warpgroups():
     """The dense bf16 GEMM's unsplit two-buffer picks of two consumer warpgroups run with one
     buffer at any M, the same tile otherwise; 64-row picks, split-K picks, the grouped kinds and

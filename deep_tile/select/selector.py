@@ -139,7 +139,8 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     if not candidates:
         raise UnsupportedProblemError(f"select_config: no tile shape fits max_smem={max_smem} bytes")
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
-    ranked = _unsplit_hbm_bound(_split_latency_bound(tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))))
+    ranked = tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))
+    ranked = _unsplit_hbm_bound(_split_latency_bound(_transposed_tie(ranked, problem)))
     ranked = _one_m_block_first(ranked, problem)
     if accumulates_weight_gradient(problem):
         return _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip), problem)
@@ -294,6 +295,37 @@ def _one_slab_first(ranked: tuple, problem: Problem) -> tuple:
     if pick is None:
         return ranked
     return (pick,) + tuple(x for x in ranked if x is not pick)
+
+
+def _transposed_tie(ranked: tuple, problem: Problem) -> tuple:
+    """``ranked`` with the first choice's transposed tile first (256x128 for 128x256 and back, of
+    tiles at least 128 on each side, split and multicast alike) when that tile is predicted within
+    :data:`TIE_TOLERANCE` of it and :func:`_tie_break` would put it first on an equal time: below :data:`WIDE_TILE_MIN_K_BLOCKS`
+    k-blocks per tile the taller, from there on the wider (the masked and offsets kinds first keep a
+    tile that holds a whole group).
+
+    :func:`_tie_break` ranks predicted times in steps of the tolerance from a fixed origin, so two
+    predictions 0.3% apart can fall into different steps and skip the orientation rule: the H200's
+    model gave 4096x7168x2048 and 2048x7168x2048 to 128x256 (predicted 0.3% faster), the H100's to
+    256x128 (its 0.3% fell within one step); beside DeepGEMM latest they ran 0.998x and 1.093x with
+    128x256 on an H200 and 1.037x and 1.131x with 256x128 on an H100 (benchmarks/RESULTS.md,
+    2026-11-27 'The issue's sets on the H200, and tile b_scale copies that did not pay', and
+    data/bench_large_m_h100_2026-11-27f.txt). With the rule, on an H100 beside the transposed tile:
+    the taller faster on 16 of 19 shapes below 56 k-blocks (up to 4.0%), 3072x32768x512 the
+    exception (6% slower); benchmarks/RESULTS.md, "Selector rules", selector._transposed_tie.
+    """
+    best = ranked[0]
+    b = best.candidate
+    if b.block_m == b.block_n or min(b.block_m, b.block_n) < 128:
+        return ranked
+    key = lambda e: _tie_break(e, problem)[1:]  # noqa: E731  (the tie-break without the time step)
+    for e in ranked[1:]:
+        c = e.candidate
+        transposed = (c.block_m, c.block_n) == (b.block_n, b.block_m)
+        alike = c.num_multicast == b.num_multicast and c.split_k == b.split_k
+        if transposed and alike and e.time_s <= best.time_s * (1 + TIE_TOLERANCE) and key(e) < key(best):
+            return (e,) + tuple(x for x in ranked if x is not e)
+    return ranked
 
 
 SPLIT_TOLERANCE = 0.07
