@@ -45,7 +45,7 @@ from deep_tile.jit import compiler, paths
 from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout, swiglu
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
-from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS
+from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS, SWAP_UNROLL_BLOCK_NS
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES, WGRAD_NK, WGRAD_TOKENS
@@ -98,8 +98,11 @@ def selector_kinds() -> list:
                     + [dataclasses.replace(config, evict_first_b=True) for config in kinds])
         # and the unsplit two-buffer tiles of two consumer warpgroups with one buffer (K a run-time
         # value, unrolled by 3), as the selector runs its picks of them (selector.one_buffer_for_two_warpgroups)
-        configs += [dataclasses.replace(config, accum_buffers=1) for config in variants
-                    if config.accum_buffers == 2 and config.block_m >= 128 and config.split_k == 1]
+        swapped = [dataclasses.replace(config, accum_buffers=1) for config in variants
+                   if config.accum_buffers == 2 and config.block_m >= 128 and config.split_k == 1]
+        # (those of SWAP_UNROLL_BLOCK_NS columns unrolled by 6 too, as the selector runs them over long K)
+        configs += swapped + [dataclasses.replace(config, k_unroll=6) for config in swapped
+                              if config.block_n in SWAP_UNROLL_BLOCK_NS]
         # and one-buffer loops unrolled by 6, as the selector picks them for long K ranges
         configs += variants + [dataclasses.replace(config, k_unroll=6) for config in variants
                                if config.accum_buffers == 1 and config.split_k == 1]

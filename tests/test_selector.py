@@ -1005,6 +1005,27 @@ def test_a_near_tie_with_the_transposed_tile_takes_the_orientation_rule():
     assert _tie_break(tall, problem)[1:] < _tie_break(wide, problem)[1:]
 
 
+def test_one_buffer_twins_of_narrow_tiles_unroll_by_6_over_long_k():
+    """A two-buffer pick run with one buffer (selector.one_buffer_for_two_warpgroups) unrolls its
+    k-loop by 6 over long K when its tiles are 64 or 96 columns wide (SWAP_UNROLL_BLOCK_NS); wider
+    ones keep 3 (128x128 measured slower by 6 at one tile per SM)."""
+    from deep_tile.select.selector import LONG_K_BLOCKS, SWAP_UNROLL_BLOCK_NS, k_unroll_for
+    assert SWAP_UNROLL_BLOCK_NS == (64, 96)
+    assert k_unroll_for(1, LONG_K_BLOCKS, 64, one_buffer_swap=True) == 6
+    assert k_unroll_for(1, LONG_K_BLOCKS - 1, 96, one_buffer_swap=True) == 3
+    assert k_unroll_for(1, LONG_K_BLOCKS, 128, one_buffer_swap=True) == 3
+    assert k_unroll_for(1, LONG_K_BLOCKS, 128) == 6  # a tile the model ranks with one buffer
+    for shape, label in (((512, 2112, 7168), "128x64 s8 ef u6"), ((1024, 2112, 7168), "256x64 s4 ef u6"),
+                         ((384, 4096, 7168), "128x96 s7 ef u6"), ((128, 7168, 16384), "128x64 s8 ef u6")):
+        cfg = select_config(Problem(*shape), 132)
+        assert cfg.label == label and cfg.accum_buffers == 1, (shape, cfg.label)
+        assert "selector.SWAP_UNROLL_BLOCK_NS" in explain_text(Problem(*shape), 132)
+    for shape in ((512, 4096, 7168), (2048, 7168, 16384), (512, 2112, 2048)):  # 128 wide; short K
+        cfg = select_config(Problem(*shape), 132)
+        assert cfg.accum_buffers == 1 and cfg.k_unroll == 3, (shape, cfg.label)
+        assert "unrolled as that loop was" in explain_text(Problem(*shape), 132)
+
+
 def test_one_buffer_for_two_warpgroups():
     """The dense bf16 GEMM's unsplit two-buffer picks of two consumer warpgroups run with one
     buffer at any M, the same tile otherwise; 64-row picks, split-K picks, the grouped kinds and

@@ -8,7 +8,8 @@ Configurations are in the text form of :mod:`deep_tile.testing.configs` (``auto`
 selector's choice; ``auto:ef`` / ``auto:noef`` the same with B evict-first in L2 on or off, to
 measure the ``selector.streams_b`` rule; ``auto:b1`` / ``auto:b2`` the same with one or two
 accumulator buffers, to measure ``selector.one_buffer_for_two_warpgroups`` and
-``selector.overlaps_promotion``); ``--top N`` adds the selector model's N best candidates of each
+``selector.overlaps_promotion``; ``auto:u3`` / ``auto:u6`` the same with the one-buffer k-loop
+unrolled by 3 or 6, to measure ``selector.k_unroll_for``); ``--top N`` adds the selector model's N best candidates of each
 shape. Each
 run is checked first (NaN-poisoned output, calc_diff and max relative error against the float64
 reference, bitwise-identical repeat), then timed (L2 flush, sleep pad, events, median). With
@@ -68,10 +69,12 @@ def configs_for(m: int, n: int, k: int, args) -> list:
         if not text:
             continue
         try:
-            if text in ("auto", "auto:ef", "auto:noef", "auto:b1", "auto:b2"):
+            if text in ("auto", "auto:ef", "auto:noef", "auto:b1", "auto:b2", "auto:u3", "auto:u6"):
                 config = select_config(Problem(m, n, k), args.num_sms)
                 if text in ("auto:b1", "auto:b2"):
                     config = dataclasses.replace(config, accum_buffers=int(text[-1]))
+                elif text in ("auto:u3", "auto:u6"):
+                    config = dataclasses.replace(config, k_unroll=int(text[-1]))
                 elif text != "auto":
                     config = dataclasses.replace(config, evict_first_b=text == "auto:ef")
             else:

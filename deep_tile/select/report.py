@@ -58,7 +58,10 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
                " straddle point: selector.k_unroll_for)"
                if held_at_3 else "")
             + (" (the model's pick has two buffers; its two consumer warpgroups take turns on the tensor cores, "
-               "so it runs with one, unrolled as that loop was: selector.one_buffer_for_two_warpgroups)"
+               "so it runs with one" + (", unrolled as that loop was" if cfg.k_unroll == 3 else
+                                        f", unrolled by 6 as its {cfg.block_n} columns are narrower than 128 "
+                                        "(selector.SWAP_UNROLL_BLOCK_NS)")
+               + ": selector.one_buffer_for_two_warpgroups)"
                if one_buffer_swap else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")
     if cfg.swap_n:
