@@ -1007,20 +1007,28 @@ def test_a_near_tie_with_the_transposed_tile_takes_the_orientation_rule():
 
 def test_one_buffer_twins_of_narrow_tiles_unroll_by_6_over_long_k():
     """A two-buffer pick run with one buffer (selector.one_buffer_for_two_warpgroups) unrolls its
-    k-loop by 6 over long K when its tiles are 64 or 96 columns wide (SWAP_UNROLL_BLOCK_NS); wider
-    ones keep 3 (128x128 measured slower by 6 at one tile per SM)."""
-    from deep_tile.select.selector import LONG_K_BLOCKS, SWAP_UNROLL_BLOCK_NS, k_unroll_for
-    assert SWAP_UNROLL_BLOCK_NS == (64, 96)
-    assert k_unroll_for(1, LONG_K_BLOCKS, 64, one_buffer_swap=True) == 6
-    assert k_unroll_for(1, LONG_K_BLOCKS - 1, 96, one_buffer_swap=True) == 3
-    assert k_unroll_for(1, LONG_K_BLOCKS, 128, one_buffer_swap=True) == 3
-    assert k_unroll_for(1, LONG_K_BLOCKS, 128) == 6  # a tile the model ranks with one buffer
+    k-loop by 6 over long K when its tiles are 64 or 96 columns wide and the problem has more than
+    STREAM_MAX_M_BLOCKS m-blocks of them (selector.swap_unroll_for); else it keeps 3: wider tiles
+    (128x128 measured slower by 6 at one tile per SM) and picks within two m-blocks (the H200's
+    decode chain at M = 128 slower by 6)."""
+    from deep_tile.select.selector import LONG_K_BLOCKS, STREAM_MAX_M_BLOCKS, SWAP_UNROLL_BLOCK_NS, swap_unroll_for
+
+    def twin(block_m, block_n):
+        return Candidate(block_m=block_m, block_n=block_n, num_stages=4, num_multicast=1, multicast_on_a=False,
+                         split_k=1, wgmma_n=block_n, accum_buffers=2)
+
+    assert SWAP_UNROLL_BLOCK_NS == (64, 96) and STREAM_MAX_M_BLOCKS == 2
+    assert swap_unroll_for(Problem(384, 4096, 7168), twin(128, 64), LONG_K_BLOCKS) == 6
+    assert swap_unroll_for(Problem(384, 4096, 7168), twin(128, 64), LONG_K_BLOCKS - 1) == 3
+    assert swap_unroll_for(Problem(256, 4096, 7168), twin(128, 96), 56) == 3  # two m-blocks
+    assert swap_unroll_for(Problem(384, 4096, 7168), twin(128, 128), 56) == 3
     for shape, label in (((512, 2112, 7168), "128x64 s8 ef u6"), ((1024, 2112, 7168), "256x64 s4 ef u6"),
-                         ((384, 4096, 7168), "128x96 s7 ef u6"), ((128, 7168, 16384), "128x64 s8 ef u6")):
-        cfg = select_config(Problem(*shape), 132)
-        assert cfg.label == label and cfg.accum_buffers == 1, (shape, cfg.label)
-        assert "selector.SWAP_UNROLL_BLOCK_NS" in explain_text(Problem(*shape), 132)
-    for shape in ((512, 4096, 7168), (2048, 7168, 16384), (512, 2112, 2048)):  # 128 wide; short K
+                         ((384, 4096, 7168), "128x96 s7 ef u6")):
+        for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+            cfg = select_config(Problem(*shape), 132, chip=chip)
+            assert cfg.label == label and cfg.accum_buffers == 1, (chip.name, shape, cfg.label)
+        assert "selector.swap_unroll_for" in explain_text(Problem(*shape), 132)
+    for shape in ((128, 7168, 16384), (256, 4096, 7168), (512, 4096, 7168), (2048, 7168, 16384), (512, 2112, 2048)):
         cfg = select_config(Problem(*shape), 132)
         assert cfg.accum_buffers == 1 and cfg.k_unroll == 3, (shape, cfg.label)
         assert "unrolled as that loop was" in explain_text(Problem(*shape), 132)

@@ -60,7 +60,7 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
             + (" (the model's pick has two buffers; its two consumer warpgroups take turns on the tensor cores, "
                "so it runs with one" + (", unrolled as that loop was" if cfg.k_unroll == 3 else
                                         f", unrolled by 6 as its {cfg.block_n} columns are narrower than 128 "
-                                        "(selector.SWAP_UNROLL_BLOCK_NS)")
+                                        "and its m-blocks many (selector.swap_unroll_for)")
                + ": selector.one_buffer_for_two_warpgroups)"
                if one_buffer_swap else "")
             if cfg.accum_buffers == 1 else "two WGMMA buffers, the next sub-tile's WGMMAs beside this one's promotion")

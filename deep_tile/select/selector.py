@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "SWAP_UNROLL_BLOCK_NS", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -112,8 +112,8 @@ def one_buffer_for_two_warpgroups(problem: Problem, tile) -> bool:
     the second buffer's overlap inside one warpgroup buys nothing there, and its registers and
     instructions cost; 64-row tiles (one warpgroup) keep two, and so do split-K picks (even
     either way). The config is otherwise the same (tile, stages, grid, k-loop unrolled by 3, K a
-    run-time value), except that tiles of :data:`SWAP_UNROLL_BLOCK_NS` columns unroll by 6 over
-    long K (:func:`k_unroll_for`): the model still ranks the two-buffer candidate, and
+    run-time value), except that narrow tiles over many m-blocks unroll by 6 over long K
+    (:func:`swap_unroll_for`): the model still ranks the two-buffer candidate, and
     :func:`config_from_estimate` swaps the buffers (the twin measured).
 
     Measured (one buffer's speed over two), benchmarks/RESULTS.md:
@@ -427,8 +427,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
                         evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                        k_unroll=k_unroll_for(accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None,
-                                              one_buffer_swap),
+                        k_unroll=swap_unroll_for(problem, c, e.k_blocks_per_cta) if one_buffer_swap else
+                        k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
                         problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
                         static_k_blocks=static_k_blocks_for(problem, c))
@@ -552,15 +552,14 @@ def straddle_copies(block_n: int) -> int:
     return len([c for c in range(step, 128 // 8 + 1, step) if c < whole]) + 1
 
 
-def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None, one_buffer_swap: bool = False) -> int:
+def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None) -> int:
     """k-blocks per unrolled body of the one-buffer k-loop (``KernelConfig.k_unroll``) for a CTA
     that runs ``k_blocks_per_cta`` k-blocks per tile: 6 from :data:`LONG_K_BLOCKS` on, else 3;
     always 3 with two accumulator buffers (their loop has its own unrolling), and, given the
     tiles' width ``block_n`` (the dense bf16 kind, :func:`plain_bf16`; None: not checked), for
     tiles whose kernel holds more than :data:`UNROLL_MAX_STRADDLE_COPIES` copies of the k-loop
-    (:func:`straddle_copies`). ``one_buffer_swap``: the model ranked the tile with two buffers and
-    it runs with one (:func:`one_buffer_for_two_warpgroups`); then 6 only for the widths of
-    :data:`SWAP_UNROLL_BLOCK_NS`, else 3.
+    (:func:`straddle_copies`). A pick given one buffer by :func:`one_buffer_for_two_warpgroups`
+    takes :func:`swap_unroll_for` instead.
 
     Measured: benchmarks/RESULTS.md, "Selector rules",
     the one-buffer k-loop unrolled by 6 (selector.k_unroll_for).
@@ -572,17 +571,31 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None, one_bu
     """
     if accum_buffers != 1 or (block_n is not None and straddle_copies(block_n) > UNROLL_MAX_STRADDLE_COPIES):
         return 3
-    if one_buffer_swap and block_n not in SWAP_UNROLL_BLOCK_NS:
-        return 3
     return 6 if k_blocks_per_cta >= LONG_K_BLOCKS else 3
 
 
 SWAP_UNROLL_BLOCK_NS = (64, 96)
-"""Tile widths for which a pick given one buffer by :func:`one_buffer_for_two_warpgroups` runs its
-k-loop unrolled by 6 over long K ranges (:func:`k_unroll_for`; the others keep 3).
+"""Tile widths for which a pick given one buffer by :func:`one_buffer_for_two_warpgroups` may run
+its k-loop unrolled by 6 (:func:`swap_unroll_for`)."""
 
-Measured: benchmarks/RESULTS.md, "Selector rules", the one-buffer twins of two-buffer picks
-unrolled by 6 when narrower than 128 (selector.SWAP_UNROLL_BLOCK_NS)."""
+
+def swap_unroll_for(problem: Problem, c, k_blocks_per_cta: int) -> int:
+    """``KernelConfig.k_unroll`` of candidate ``c``, a two-buffer pick that runs with one buffer
+    (:func:`one_buffer_for_two_warpgroups`), over ``k_blocks_per_cta`` k-blocks per tile: 6 from
+    :data:`LONG_K_BLOCKS` on when its tiles are :data:`SWAP_UNROLL_BLOCK_NS` columns wide and
+    ``problem`` has more than :data:`STREAM_MAX_M_BLOCKS` m-blocks of them, else 3 (the two-buffer
+    loop's unrolling).
+
+    Measured: benchmarks/RESULTS.md, "Selector rules", the one-buffer twins of two-buffer picks
+    unrolled by 6 when narrower than 128 (selector.swap_unroll_for).
+    NOTES: within two m-blocks the H200's picks promote L2 misses to 128 bytes
+    (:func:`l2_promotion_for`), which the A/B did not run; there, at M = 128, the H200's decode
+    chain ran 128x7168x16384 (128x64 s8 ef p128) in 38.6-39.6 us by 6 against 35.3 by 3 (RESULTS.md,
+    2026-11-27 'The transposed tile in near-ties, and narrow one-buffer twins unrolled by 6').
+    """
+    if c.block_n not in SWAP_UNROLL_BLOCK_NS or ceil_div(problem.m, c.block_m) <= STREAM_MAX_M_BLOCKS:
+        return 3
+    return k_unroll_for(1, k_blocks_per_cta, c.block_n)
 
 
 STATIC_K_MAX_K_BLOCKS = 16
