@@ -62,7 +62,7 @@ CASES = [
     ("256x96:b1:ef", 520, 1160, 400),
     # ... and below 129 rows: one 128-row m-block with rows past M; split too (measured, not picked)
     ("128x32:b1:ef", 96, 1160, 1536), ("128x32:b1:k2:ef", 128, 1160, 1536), ("128x48:b1:k4:ef", 80, 1160, 2048),
-    # ... unrolled by 6 over long K (selector.SWAP_UNROLL_BLOCK_NS; 35 and 13 k-blocks), rows past M too
+    # ... unrolled by 6 over long K (selector.swap_unroll_for; 35 and 13 k-blocks), rows past M too
     ("128x64:b1:ef:u6", 520, 2112, 4480), ("128x96:b1:u6", 96, 1160, 4480), ("256x64:b1:ef:u6", 520, 1160, 1664),
     ("256x96:b1:u6", 129, 1160, 4480),
 ]

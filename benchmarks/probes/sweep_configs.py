@@ -9,9 +9,8 @@ selector's choice; ``auto:ef`` / ``auto:noef`` the same with B evict-first in L2
 measure the ``selector.streams_b`` rule; ``auto:b1`` / ``auto:b2`` the same with one or two
 accumulator buffers, to measure ``selector.one_buffer_for_two_warpgroups`` and
 ``selector.overlaps_promotion``; ``auto:u3`` / ``auto:u6`` the same with the one-buffer k-loop
-unrolled by 3 or 6, to measure ``selector.k_unroll_for``); ``--top N`` adds the selector model's N best candidates of each
-shape. Each
-run is checked first (NaN-poisoned output, calc_diff and max relative error against the float64
+unrolled by 3 or 6, to measure ``selector.k_unroll_for`` and ``selector.swap_unroll_for``);
+``--top N`` adds the selector model's N best candidates of each shape. Each run is checked first (NaN-poisoned output, calc_diff and max relative error against the float64
 reference, bitwise-identical repeat), then timed (L2 flush, sleep pad, events, median). With
 ``--baselines`` cuBLAS (blockwise and per-tensor) and, if importable, DeepGEMM are timed on the
 same inputs. ``--compile-only`` builds every kernel into the disk cache with ``--jobs`` processes

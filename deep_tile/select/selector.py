@@ -301,19 +301,20 @@ def _one_slab_first(ranked: tuple, problem: Problem) -> tuple:
 def _transposed_tie(ranked: tuple, problem: Problem) -> tuple:
     """``ranked`` with the first choice's transposed tile first (256x128 for 128x256 and back, of
     tiles at least 128 on each side, split and multicast alike) when that tile is predicted within
-    :data:`TIE_TOLERANCE` of it and :func:`_tie_break` would put it first on an equal time: below :data:`WIDE_TILE_MIN_K_BLOCKS`
-    k-blocks per tile the taller, from there on the wider (the masked and offsets kinds first keep a
-    tile that holds a whole group).
+    :data:`TIE_TOLERANCE` of it and :func:`_tie_break` would put it first on an equal time: below
+    :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile the taller, from there on the wider (the
+    masked and offsets kinds first keep a tile that holds a whole group).
 
     :func:`_tie_break` ranks predicted times in steps of the tolerance from a fixed origin, so two
     predictions 0.3% apart can fall into different steps and skip the orientation rule: the H200's
     model gave 4096x7168x2048 and 2048x7168x2048 to 128x256 (predicted 0.3% faster), the H100's to
     256x128 (its 0.3% fell within one step); beside DeepGEMM latest they ran 0.998x and 1.093x with
     128x256 on an H200 and 1.037x and 1.131x with 256x128 on an H100 (benchmarks/RESULTS.md,
-    2026-11-27 'The issue's sets on the H200, and tile b_scale copies that did not pay', and
-    data/bench_large_m_h100_2026-11-27f.txt). With the rule, on an H100 beside the transposed tile:
-    the taller faster on 16 of 19 shapes below 56 k-blocks (up to 4.0%), 3072x32768x512 the
-    exception (6% slower); benchmarks/RESULTS.md, "Selector rules", selector._transposed_tie.
+    2026-11-27 'The issue's sets on the H200, and tile b_scale copies that did not pay').
+
+    Measured: benchmarks/RESULTS.md, "Selector rules", the transposed tile in a near-tie
+    (selector._transposed_tie): below 56 k-blocks 256x128 over 128x256 0.99-1.12x on 27 of 28
+    shapes on an H100 (3072x32768x512 0.94x the exception) and 1.023-1.052x on 7 on an H200.
     """
     best = ranked[0]
     b = best.candidate
@@ -419,7 +420,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     raster_along_m, raster_width = raster(c.block_m, c.block_n, c.num_multicast, c.split_k, expert_m_blocks)
     if in_place_rows_along_m(problem, c, grid):
         raster_along_m = True
-    # K's form stays the ranked candidate's (a run-time value); its unrolling too, but for narrow tiles
+    # K's form stays the ranked candidate's (a run-time value), and so does its unrolling but for
+    # narrow tiles over many m-blocks (swap_unroll_for)
     one_buffer_swap = one_buffer_for_two_warpgroups(problem, c)
     accum_buffers = 1 if one_buffer_swap else c.accum_buffers
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
