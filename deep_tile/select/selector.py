@@ -424,14 +424,14 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     # narrow tiles over many m-blocks (swap_unroll_for)
     one_buffer_swap = one_buffer_for_two_warpgroups(problem, c)
     accum_buffers = 1 if one_buffer_swap else c.accum_buffers
+    k_unroll = (swap_unroll_for(problem, c, e.k_blocks_per_cta) if one_buffer_swap
+                else k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None))
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
                         evict_first_b=streams_b(ceil_div(problem.m, c.block_m), e.k_blocks_per_cta * c.split_k, plain)
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
-                        k_unroll=swap_unroll_for(problem, c, e.k_blocks_per_cta) if one_buffer_swap else
-                        k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None),
-                        problem_kind=problem.kind,
+                        k_unroll=k_unroll, problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
                         static_k_blocks=static_k_blocks_for(problem, c))
 
