@@ -15,7 +15,7 @@ namespace deep_tile_native {
 namespace {
 
 // The native twin of deep_tile.problem.Problem for an output-variant call, with the a_scale layout.
-struct Problem {
+struct AccProblem {
   int64_t m = 0, n = 0, k = 0, k_blocks = 0;
   OutType out_type = OutType::kBfloat16;
   CKind c_kind = CKind::kNone;
@@ -31,7 +31,7 @@ const char* output_reason(const at::Tensor& x, int64_t m, int64_t n) {
 
 // Every condition of deep_tile.checks.check_fp8_gemm_acc_args but the devices (device_reason)
 // and the GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
-const char* check_arguments(const AccCall& c, Problem* p) {
+const char* check_arguments(const AccCall& c, AccProblem* p) {
   for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale}) {
     if (!t->defined()) return "undefined";
   }
@@ -83,7 +83,7 @@ const char* check_arguments(const AccCall& c, Problem* p) {
 }
 
 // check_arguments, then what the native path needs besides: one CUDA device, rows to compute.
-const char* inspect(const AccCall& c, Problem* p) {
+const char* inspect(const AccCall& c, AccProblem* p) {
   if (const char* why = check_arguments(c, p)) return why;
   if (const char* why = device_reason(c.a, {&c.a_scale, &c.b, &c.b_scale}, c.out)) return why;
   if (c.c.has_value() && c.c->device() != c.a.device()) return "device";
@@ -91,7 +91,7 @@ const char* inspect(const AccCall& c, Problem* p) {
   return nullptr;
 }
 
-PlanKey plan_key(const AccCall& c, const Problem& p, int64_t device, int64_t limit) {
+PlanKey plan_key(const AccCall& c, const AccProblem& p, int64_t device, int64_t limit) {
   PlanKey key;
   key.device = device;
   key.kind = Kind::kDense;
@@ -109,12 +109,12 @@ PlanKey plan_key(const AccCall& c, const Problem& p, int64_t device, int64_t lim
 // The kernel's operands (OPERANDS, then C) as deep_tile.launch.run_acc makes them: a_scale as the
 // kernel reads it, b_scale contiguous (1D1D: in the TMA-aligned column-major layout), C the
 // addend or out itself (accumulating, or no C: the parameter is unused).
-struct Views {
+struct AccViews {
   at::Tensor a_scale, b_scale, out, c;
 };
 
-Views views_of(const AccCall& c, const Problem& p, const at::Tensor& out) {
-  Views v;
+AccViews views_of(const AccCall& c, const AccProblem& p, const at::Tensor& out) {
+  AccViews v;
   v.a_scale = c.a_scale;
   if (copies(p.a_scale_layout)) {
     v.a_scale = tma_aligned_copy(c.a_scale);
@@ -133,7 +133,7 @@ Views views_of(const AccCall& c, const Problem& p, const at::Tensor& out) {
 }  // namespace
 
 at::Tensor fp8_gemm_acc(const AccCall& c) {
-  Problem p;
+  AccProblem p;
   if (inspect(c, &p) != nullptr) {
     count_python_call();
     return python_acc_path(c.a, c.a_scale, c.b, c.b_scale, c.c, c.accumulate, c.out, c.out_dtype, c.b_scale_1d);
@@ -146,23 +146,23 @@ at::Tensor fp8_gemm_acc(const AccCall& c) {
   });
   const at::ScalarType type = p.out_type == OutType::kFloat32 ? at::kFloat : at::kBFloat16;
   at::Tensor result = c.out.has_value() ? *c.out : at::empty({p.m, p.n}, c.a.options().dtype(type));
-  const Views v = views_of(c, p, result);
+  const AccViews v = views_of(c, p, result);
   launch_plan(*plan, Operands{{&c.a, &v.a_scale, &c.b, &v.b_scale, &v.out, &v.c}, 6});
   count_native_call();
   return result;
 }
 
 const char* acc_fast_check_reason(const AccCall& c, bool check_device) {
-  Problem p;
+  AccProblem p;
   const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);  // fills p first
   return fast_check_answer(why, check_device, p.m == 0);
 }
 
 std::tuple<PlanKey, std::vector<at::Tensor>> acc_operands(const AccCall& c) {
-  Problem p;
+  AccProblem p;
   const char* why = check_arguments(c, &p);  // fills p first
   require_operands(why, p.m == 0, c.out.has_value());
-  const Views v = views_of(c, p, *c.out);
+  const AccViews v = views_of(c, p, *c.out);
   return {plan_key(c, p, 0, 0), {c.a, v.a_scale, c.b, v.b_scale, v.out, v.c}};
 }
 

@@ -12,7 +12,7 @@ namespace deep_tile_native {
 namespace {
 
 // The native twin of deep_tile.problem.Problem for a dense call, with the a_scale layout.
-struct Problem {
+struct GemmProblem {
   int64_t m = 0, n = 0, k = 0, k_blocks = 0;
   AScaleLayout a_scale_layout = AScaleLayout::kCopy;
 };
@@ -21,7 +21,7 @@ struct Problem {
 // capability (checked by Python when a device's first plan is made), plus what the native path
 // itself needs (m > 0). nullptr: the native path can run the call.
 const char* inspect(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
-                    const std::optional<at::Tensor>& out, Problem* p) {
+                    const std::optional<at::Tensor>& out, GemmProblem* p) {
   if (!a.defined() || !a_scale.defined() || !b.defined() || !b_scale.defined()) return "undefined";
   if (out.has_value() && !out->defined()) return "undefined";
   if (a.scalar_type() != at::kFloat8_e4m3fn || b.scalar_type() != at::kFloat8_e4m3fn ||
@@ -57,7 +57,7 @@ const char* inspect(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
 
 at::Tensor fp8_gemm(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                     const std::optional<at::Tensor>& out) {
-  Problem p;
+  GemmProblem p;
   if (inspect(a, a_scale, b, b_scale, out, &p) != nullptr) {
     count_python_call();
     return python_path(a, a_scale, b, b_scale, out);
@@ -87,7 +87,7 @@ at::Tensor fp8_gemm(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
 
 const char* fast_check_reason(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                               const at::Tensor& b_scale, const std::optional<at::Tensor>& out) {
-  Problem p;
+  GemmProblem p;
   const char* why = inspect(a, a_scale, b, b_scale, out, &p);
   return why == nullptr ? "" : why;
 }

@@ -28,7 +28,7 @@ struct Call {
 };
 
 // The native twin of deep_tile.problem.Problem for a grouped call, with the a_scale layout.
-struct Problem {
+struct GroupedProblem {
   int64_t m = 0, n = 0, k = 0, num_groups = 1, expected_m = 0;
   int64_t rows = 0, k_blocks = 0;  // Problem.rows, Problem.k_blocks
   AScaleLayout a_scale_layout = AScaleLayout::kCopy;
@@ -44,7 +44,7 @@ bool has_table(Kind kind) {
 
 // Every condition of deep_tile.checks.check_grouped_args but the devices (device_reason) and the
 // GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
-const char* check_arguments(const Call& c, Problem* p) {
+const char* check_arguments(const Call& c, GroupedProblem* p) {
   for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale, &c.info}) {
     if (!t->defined()) return "undefined";
   }
@@ -125,7 +125,7 @@ const char* check_arguments(const Call& c, Problem* p) {
 }
 
 // check_arguments, then what the native path needs besides: one CUDA device, rows to compute.
-const char* inspect(const Call& c, Problem* p) {
+const char* inspect(const Call& c, GroupedProblem* p) {
   if (const char* why = check_arguments(c, p)) return why;
   if (const char* why = device_reason(c.a, {&c.a_scale, &c.b, &c.b_scale, &c.info}, c.out)) return why;
   if (c.variant.c.has_value() && c.variant.c->device() != c.a.device()) return "device";
@@ -135,12 +135,12 @@ const char* inspect(const Call& c, Problem* p) {
 
 // The kernel's operands but group_info (GROUPED_OPERANDS), as deep_tile.launch.grouped_operands
 // makes them: 2-D views of a, out and b, b_scale contiguous, a_scale as the kernel reads it.
-struct Views {
+struct GroupedViews {
   at::Tensor a, a_scale, b, b_scale, out, c;  // c: an output variant's C (the addend, or out itself)
 };
 
-Views views_of(const Call& c, const Problem& p, const at::Tensor& out) {
-  Views v;
+GroupedViews views_of(const Call& c, const GroupedProblem& p, const at::Tensor& out) {
+  GroupedViews v;
   v.a = c.a.as_strided({p.rows, p.k}, {c.a.stride(-2), 1});
   v.out = out.as_strided({p.rows, p.n}, {out.stride(-2), 1});
   if (p.variant()) {
@@ -180,7 +180,7 @@ Kind grouped_kind(const std::string& name) {
 
 namespace {
 
-PlanKey plan_key(Kind kind, const Problem& p, int64_t device, int64_t limit) {
+PlanKey plan_key(Kind kind, const GroupedProblem& p, int64_t device, int64_t limit) {
   PlanKey key;
   key.device = device;
   key.kind = kind;
@@ -202,7 +202,7 @@ at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& 
                               const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
                               const std::optional<at::Tensor>& out, const GroupedOutput& variant) {
   const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out, variant};
-  Problem p;
+  GroupedProblem p;
   if (inspect(c, &p) != nullptr) {
     count_python_call();
     return python_grouped_path(kind, a, a_scale, b, b_scale, info, out, expected_m, variant.c, variant.accumulate,
@@ -223,7 +223,7 @@ at::Tensor m_grouped_fp8_gemm(Kind kind, const at::Tensor& a, const at::Tensor& 
     sizes.back() = p.n;
     result = at::empty(sizes, a.options().dtype(p.out_type == OutType::kFloat32 ? at::kFloat : at::kBFloat16));
   }
-  const Views v = views_of(c, p, result);
+  const GroupedViews v = views_of(c, p, result);
   launch_plan(*plan, Operands{{&v.a, &v.a_scale, &v.b, &v.b_scale, &v.out, &info, &v.c}, p.variant() ? 7 : 6});
   count_native_call();
   return result;
@@ -234,7 +234,7 @@ const char* grouped_fast_check_reason(Kind kind, const at::Tensor& a, const at::
                                       std::optional<int64_t> expected_m, const std::optional<at::Tensor>& out,
                                       bool check_device, const GroupedOutput& variant) {
   const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out, variant};
-  Problem p;
+  GroupedProblem p;
   const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);  // fills p first
   return fast_check_answer(why, check_device, p.rows == 0);
 }
@@ -244,10 +244,10 @@ std::tuple<PlanKey, std::vector<at::Tensor>> grouped_operands(
     const at::Tensor& info, std::optional<int64_t> expected_m, const at::Tensor& out, const GroupedOutput& variant) {
   const std::optional<at::Tensor> out_arg = out;
   const Call c{kind, a, a_scale, b, b_scale, info, expected_m, out_arg, variant};
-  Problem p;
+  GroupedProblem p;
   const char* why = check_arguments(c, &p);  // fills p first
   require_operands(why, p.rows == 0, true);
-  const Views v = views_of(c, p, out);
+  const GroupedViews v = views_of(c, p, out);
   std::vector<at::Tensor> operands{v.a, v.a_scale, v.b, v.b_scale, v.out, info};
   if (p.variant()) operands.push_back(v.c);
   return {plan_key(kind, p, 0, 0), operands};

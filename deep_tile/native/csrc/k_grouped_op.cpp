@@ -16,7 +16,7 @@ namespace deep_tile_native {
 namespace {
 
 // The native twin of deep_tile.problem.Problem for a K-grouped call.
-struct Problem {
+struct KGroupedProblem {
   int64_t m = 0, n = 0, k = 0, num_groups = 1;
   OutType out_type = OutType::kFloat32;
   CKind c_kind = CKind::kNone;
@@ -29,7 +29,7 @@ bool c_is_out(const KGroupedCall& c) {
 
 // Every condition of deep_tile.checks.check_k_grouped_args but the devices (device_reason) and the
 // GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
-const char* check_arguments(const KGroupedCall& c, Problem* p) {
+const char* check_arguments(const KGroupedCall& c, KGroupedProblem* p) {
   for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale, &c.group_sizes}) {
     if (!t->defined()) return "undefined";
   }
@@ -85,7 +85,7 @@ const char* check_arguments(const KGroupedCall& c, Problem* p) {
 }
 
 // check_arguments, then what the native path needs besides: one CUDA device, rows to compute.
-const char* inspect(const KGroupedCall& c, Problem* p) {
+const char* inspect(const KGroupedCall& c, KGroupedProblem* p) {
   if (const char* why = check_arguments(c, p)) return why;
   if (const char* why = device_reason(c.a, {&c.a_scale, &c.b, &c.b_scale, &c.group_sizes}, c.out)) return why;
   if (c.c.has_value() && c.c->device() != c.a.device()) return "device";
@@ -93,7 +93,7 @@ const char* inspect(const KGroupedCall& c, Problem* p) {
   return nullptr;
 }
 
-PlanKey plan_key(const Problem& p, int64_t device, int64_t limit) {
+PlanKey plan_key(const KGroupedProblem& p, int64_t device, int64_t limit) {
   PlanKey key;
   key.device = device;
   key.kind = Kind::kKGrouped;
@@ -111,7 +111,7 @@ PlanKey plan_key(const Problem& p, int64_t device, int64_t limit) {
 // The kernel's operands (GROUPED_OPERANDS, then C) as deep_tile.launch.launch_k_grouped makes
 // them: both scales in the TMA-aligned column-major layout (copied into it when not so), out and
 // C ([G, m, n]; C is out when accumulating or without C) as [G * m, n] views.
-std::vector<at::Tensor> views_of(const KGroupedCall& c, const Problem& p, const at::Tensor& out) {
+std::vector<at::Tensor> views_of(const KGroupedCall& c, const KGroupedProblem& p, const at::Tensor& out) {
   const int64_t rows = p.num_groups * p.m;
   auto flat = [&](const at::Tensor& x) { return x.as_strided({rows, p.n}, {x.stride(1), 1}); };
   const at::Tensor& addend = c.c.has_value() ? *c.c : out;
@@ -121,7 +121,7 @@ std::vector<at::Tensor> views_of(const KGroupedCall& c, const Problem& p, const 
 }  // namespace
 
 at::Tensor k_grouped_fp8_gemm(const KGroupedCall& c) {
-  Problem p;
+  KGroupedProblem p;
   if (inspect(c, &p) != nullptr) {
     count_python_call();
     return python_k_grouped_path(c.a, c.a_scale, c.b, c.b_scale, c.group_sizes, c.c, c.accumulate, c.out,
@@ -143,13 +143,13 @@ at::Tensor k_grouped_fp8_gemm(const KGroupedCall& c) {
 }
 
 const char* k_grouped_fast_check_reason(const KGroupedCall& c, bool check_device) {
-  Problem p;
+  KGroupedProblem p;
   const char* why = check_device ? inspect(c, &p) : check_arguments(c, &p);  // fills p first
   return fast_check_answer(why, check_device, p.m == 0);
 }
 
 std::tuple<PlanKey, std::vector<at::Tensor>> k_grouped_operands(const KGroupedCall& c) {
-  Problem p;
+  KGroupedProblem p;
   const char* why = check_arguments(c, &p);  // fills p first
   require_operands(why, p.m == 0, c.out.has_value());
   return {plan_key(p, 0, 0), views_of(c, p, *c.out)};
