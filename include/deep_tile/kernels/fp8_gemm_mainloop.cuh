@@ -323,6 +323,36 @@ struct TileMainloop {
   // unused int member changed the register allocation of other kernels (64x64 two-buffer).
   struct NoStage {};
   typename If<Cfg::kOneRingState, int, NoStage>::type issued_stage{};
+  // DT_STATIC_RING=1 (a measurement override, off by default): with K fixed at a multiple of
+  // the stages (Cfg::kStaticKBlocks), every tile starts at stage 0, so run() walks the ring in
+  // passes of straight code whose stage, barrier, a_scale and descriptor offsets are immediates
+  // (DeepGEMM's loop at these shapes). 128x64 at 56 K blocks: 82.3 -> 65.4 instructions per
+  // k-block and warp.
+  // NOTES: H200, one process against the pick: 1.9-2.9% faster at 512x2112x7168 (128x64 kb56),
+  // 1.1-1.9% at 384x4096x7168 (128x96), 0.3-0.7% at 1024x2112x7168 and 512x4096x7168; 3.5%
+  // slower on 128x160 kb64, where K fixed alone was 3-4% faster (RESULTS.md, 2026-11-27 'K
+  // fixed at compile time for long K: the stage ring as immediates'). No selector rule uses it yet.
+#if defined(DT_STATIC_RING)
+  static constexpr bool kStaticRing = DT_STATIC_RING != 0 && Cfg::kStaticKBlocks > 0 &&
+                                      Cfg::kStaticKBlocks % Cfg::kNumStages == 0 && !Cfg::kOneRingState &&
+                                      Cfg::kNumAccumBuffers == 1;
+#else
+  static constexpr bool kStaticRing = false;
+#endif
+  // kStaticRing: the descriptor bases taken again (as warp-uniform values) at each pass, so ptxas
+  // forms each stage's descriptors in the pass instead of holding all of them in registers.
+  struct PassDesc {
+    u32 a = 0, b = 0;
+  };
+  typename If<kStaticRing, PassDesc, NoStage>::type pass_desc{};
+  DT_DEVICE void refresh_pass_desc() {
+    if constexpr (kStaticRing) {
+      u32 a = ctx.desc_a0, b = ctx.desc_b0;
+      asm volatile("shfl.sync.idx.b32 %0, %0, 0, 0x1f, 0xffffffff;" : "+r"(a));
+      asm volatile("shfl.sync.idx.b32 %0, %0, 0, 0x1f, 0xffffffff;" : "+r"(b));
+      pass_desc.a = a, pass_desc.b = b;
+    }
+  }
 
   /// 1D1D: this thread's b_scale columns of column part kPart in the k-block's slot.
   template <int kPart, int kBuf>
@@ -411,8 +441,10 @@ struct TileMainloop {
     ptx::wgmma_fence();
     // Descriptor words advance by bytes / 16: one 32-bit add per WGMMA operand (the run-time
     // stage part once per sub-tile, the rest constants).
-    const u32 a_lo = ctx.desc_a0 + stage * (Cfg::kTileABytes / 16) + kSlab * 64 * Cfg::kBlockK / 16;
-    const u32 b_lo = ctx.desc_b0 + stage * (Cfg::kTileBBytes / 16) + kPart * Cfg::kWgmmaN * Cfg::kBlockK / 16;
+    u32 desc_a0 = ctx.desc_a0, desc_b0 = ctx.desc_b0;
+    if constexpr (kStaticRing) desc_a0 = pass_desc.a, desc_b0 = pass_desc.b;
+    const u32 a_lo = desc_a0 + stage * (Cfg::kTileABytes / 16) + kSlab * 64 * Cfg::kBlockK / 16;
+    const u32 b_lo = desc_b0 + stage * (Cfg::kTileBBytes / 16) + kPart * Cfg::kWgmmaN * Cfg::kBlockK / 16;
     if constexpr (Cfg::kSwapAB) {
       // Weight rows [64 mb, 64 mb + 64) times the A stage's first kSwapN rows into accumulator
       // floats [mb * kSwapN / 2, ...).
@@ -549,8 +581,17 @@ struct TileMainloop {
   /// 4096x32768x512, H100, 4 k-blocks a tile: 4.1 of its 40.6 M warp instructions; DeepGEMM's
   /// kernel had none). Which kinds use it (Fp8GemmConfig::kLoopSetsResult) was measured:
   /// benchmarks/RESULTS.md, 2026-11-26 'A tile's first k-block promoted into its result'.
+  template <int kS, int kEnd>
+  DT_DEVICE void static_steps(int kb0) {
+    if constexpr (kS < kEnd) {
+      serial_steps<0>(kb0 + kS);
+      static_steps<kS + 1, kEnd>(kb0);
+    }
+  }
+
   template <bool kInitResult>
   DT_DEVICE void run(int kb_begin, int kb_end) {
+    if constexpr (kStaticRing) issue_state.index = 0, release_state.index = 0, refresh_pass_desc();
     if constexpr (Cfg::kNumAccumBuffers == 1 && kInitResult) {
       // NOTES: unconditional: with a test of the range here (zeroing when empty), ptxas hoisted
       // the zeroing above the test onto every tile's path.
@@ -568,8 +609,19 @@ struct TileMainloop {
       // 'K fixed at compile time for short K'): 4 K blocks 3.0-4.8% faster (4096x32768x512
       // 137.0 against 143.6 us), 8, 12 and 16 K blocks up to 2.4% (21 of 22 pairs); the masked
       // kind 1.0-5.8%, offsets and psum up to 1.8%, contiguous even.
+      if constexpr (kStaticRing) {
+        constexpr int kS = Cfg::kNumStages;
+        static_steps<kInitResult ? 1 : 0, kS>(0);
+#pragma unroll 1
+        for (int pass = 1; pass < Cfg::kStaticKBlocks / kS; ++pass) {
+          issue_state.index = 0, release_state.index = 0;
+          refresh_pass_desc();
+          static_steps<0, kS>(pass * kS);
+        }
+      } else {
 #pragma unroll Cfg::kStaticKUnroll
-      for (int kb = kInitResult ? 1 : 0; kb < Cfg::kStaticKBlocks; ++kb) serial_steps<0>(kb);
+        for (int kb = kInitResult ? 1 : 0; kb < Cfg::kStaticKBlocks; ++kb) serial_steps<0>(kb);
+      }
     } else if constexpr (Cfg::kNumAccumBuffers == 1) {
       // NOTES: unrolled by a multiple of BScaleQueue's depth, so its rotation becomes register
       // renaming (11-14 fewer instructions per k-block on this serial chain; 128x192 at
