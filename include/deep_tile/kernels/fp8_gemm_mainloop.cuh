@@ -568,6 +568,15 @@ struct TileMainloop {
     }
   }
 
+  /// kStaticRing: k-blocks kb0 + kS .. kb0 + kEnd - 1 in turn, as straight code.
+  template <int kS, int kEnd>
+  DT_DEVICE void static_steps(int kb0) {
+    if constexpr (kS < kEnd) {
+      serial_steps<0>(kb0 + kS);
+      static_steps<kS + 1, kEnd>(kb0);
+    }
+  }
+
   /// NOTES: ptxas tracks which accumulators an in-flight WGMMA group writes only within straight
   /// code: across a loop back-edge, or a branch choosing between wait_group 1 and 0, it injects
   /// waits and serialises every WGMMA (C7514/C7517). So the overlapped form runs in bodies of
@@ -581,14 +590,6 @@ struct TileMainloop {
   /// 4096x32768x512, H100, 4 k-blocks a tile: 4.1 of its 40.6 M warp instructions; DeepGEMM's
   /// kernel had none). Which kinds use it (Fp8GemmConfig::kLoopSetsResult) was measured:
   /// benchmarks/RESULTS.md, 2026-11-26 'A tile's first k-block promoted into its result'.
-  template <int kS, int kEnd>
-  DT_DEVICE void static_steps(int kb0) {
-    if constexpr (kS < kEnd) {
-      serial_steps<0>(kb0 + kS);
-      static_steps<kS + 1, kEnd>(kb0);
-    }
-  }
-
   template <bool kInitResult>
   DT_DEVICE void run(int kb_begin, int kb_end) {
     if constexpr (kStaticRing) issue_state.index = 0, release_state.index = 0, refresh_pass_desc();
