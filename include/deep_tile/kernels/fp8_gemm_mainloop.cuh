@@ -329,9 +329,10 @@ struct TileMainloop {
   // (DeepGEMM's loop at these shapes). 128x64 at 56 K blocks: 82.3 -> 65.4 instructions per
   // k-block and warp.
   // NOTES: H200, one process against the pick: 1.9-2.9% faster at 512x2112x7168 (128x64 kb56),
-  // 1.1-1.9% at 384x4096x7168 (128x96), 0.3-0.7% at 1024x2112x7168 and 512x4096x7168; 3.5%
-  // slower on 128x160 kb64, where K fixed alone was 3-4% faster (RESULTS.md, 2026-11-27 'K
-  // fixed at compile time for long K: the stage ring as immediates'). No selector rule uses it yet.
+  // 1.1-1.9% at 384x4096x7168 (128x96), 0.3-0.7% at 1024x2112x7168 and 512x4096x7168; on
+  // 128x160 kb64 3-7% slower than K fixed alone, itself 3-4% faster than the pick (RESULTS.md,
+  // 2026-11-27 'K fixed at compile time for long K: the stage ring as immediates'). No selector
+  // rule uses it yet.
 #if defined(DT_STATIC_RING)
   static constexpr bool kStaticRing = DT_STATIC_RING != 0 && Cfg::kStaticKBlocks > 0 &&
                                       Cfg::kStaticKBlocks % Cfg::kNumStages == 0 && !Cfg::kOneRingState &&
