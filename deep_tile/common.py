@@ -1,4 +1,5 @@
-"""Arithmetic and the int check shared by every layer, and the one Python spelling of the scale group.
+"""Arithmetic, the int check and the usable CPU count shared by every layer, and the one Python
+spelling of the scale group.
 
 Leaf module: imports nothing of deep_tile. The CUDA side spells the same group ``deep_tile::kScaleGroup``
 (include/deep_tile/common/types.cuh); ``deep_tile.kernels.fp8_gemm`` passes this value to the
@@ -7,8 +8,9 @@ kernel as ``DT_SCALE_GROUP`` and the kernel ``static_assert``s that the two agre
 from __future__ import annotations
 
 import operator
+import os
 
-__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4", "check_int"]
+__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4", "check_int", "usable_cpus"]
 
 SCALE_GROUP = 128
 """Width along K of one activation scale (1x128) and edge of one weight scale block (128x128)."""
@@ -38,3 +40,11 @@ def check_int(func: str, name: str, value) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{func}: {name} must be an int; got {value!r} ({type(value).__name__})") from None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

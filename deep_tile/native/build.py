@@ -27,6 +27,7 @@ import traceback
 from pathlib import Path
 
 from deep_tile import env
+from deep_tile.common import usable_cpus
 from deep_tile.disk import discard, fsync_path, read_entry_meta
 from deep_tile.native import key as _key
 from deep_tile.native import toolchain as _toolchain
@@ -51,13 +52,6 @@ UNITY_SECOND = ("python_bridge.cpp", "ops.cpp")
 beside ``module.cpp``); every other source is in the first."""
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def translation_units(work: Path, cpus: int | None = None) -> list[str]:
     """The files to compile: each ``.cpp`` of the extension, or, with at most
     :data:`UNITY_MAX_CPUS` usable CPUs (``cpus``, default this process's), two files written into
@@ -71,7 +65,7 @@ def translation_units(work: Path, cpus: int | None = None) -> list[str]:
     ``AccProblem``, ``GemmProblem``, ...): a clash fails the combined build.
     """
     sources = [p for p in _key.source_files() if p.suffix == ".cpp"]
-    if (cpus if cpus is not None else _usable_cpus()) > UNITY_MAX_CPUS:
+    if (cpus if cpus is not None else usable_cpus()) > UNITY_MAX_CPUS:
         return [str(p) for p in sources]
     groups = ([p for p in sources if p.name not in UNITY_SECOND], [p for p in sources if p.name in UNITY_SECOND])
     units = []

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import multiprocessing
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from deep_tile.common import usable_cpus
 
 __all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds",
            "default_workers"]
@@ -111,10 +112,7 @@ def build_and_inspect(job: BuildJob) -> BuildReport:
 
 def default_workers() -> int:
     """Worker processes for :func:`run_builds`: the CPUs this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cpus()
 
 
 def run_builds(jobs: list[BuildJob], workers: int | None = None) -> list[BuildReport]:
