@@ -116,7 +116,8 @@ def test_every_config_family_below_one_tile():
 
 
 # K fixed at compile time (KernelConfig.static_k_blocks = ceil(K / 128)): 1, 4 (K = 400, a partial
-# last K block), 12 and 16 K blocks, below and beyond the unrolled body (fp8_gemm.STATIC_K_UNROLL);
+# last K block), 12, 16 and 56 K blocks (the long tier), below and beyond the unrolled body
+# (fp8_gemm.STATIC_K_UNROLL);
 # a tile straddling b_scale blocks, two column parts, multicast of A and of B, the L2 policies,
 # ragged M and N, M below one tile, a persistent grid at full size and shrunk, and the row-major
 # a_scale (K = 1536 and 2048: whole 4-group boxes).
@@ -127,7 +128,8 @@ STATIC_K_FAMILIES = [
     dict(block_m=256, block_n=128, num_stages=3, num_multicast=2, multicast_on_a=True),
     dict(block_m=128, block_n=192, num_stages=4, num_multicast=2, multicast_on_a=False, evict_first_b=True),
 ]
-STATIC_K_SHAPES = [(4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536), (1000, 2112, 2048), (37, 2112, 1536)]
+STATIC_K_SHAPES = [(4097, 1160, 400), (520, 4096, 16), (2048, 7168, 1536), (1000, 2112, 2048), (37, 2112, 1536),
+                   (700, 1160, 7168)]
 
 
 def test_static_k_families():

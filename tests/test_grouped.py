@@ -125,4 +125,9 @@ def test_masked():
         dict(kind="masked", counts=[5, 1000], n=136, k=208, max_m=900),  # a count above max_m is clamped
         dict(kind="masked", counts=[rng.randrange(0, 4) for _ in range(256)], n=128, k=128, max_m=8),
         dict(kind="masked", counts=[5, 100], n=128, k=256, max_m=128, graph_counts=[100, 0]),
+        # K fixed over long K (selector.static_k_blocks_for's long tier: the masked kind's 256x128
+        # pick at 32 x 192 rows, K = 7168)
+        dict(kind="masked", counts=[0, 192, 250, 64], n=384, k=7168, max_m=256,
+             config=dict(block_m=256, block_n=128, num_stages=3, raster_along_m=True, raster_width=16, grid_size=16,
+                         static_k_blocks=56)),
     ])

@@ -69,14 +69,17 @@ def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand, whether it splits K, the a_scale layout, the L2 policies and the k-loop's
     unrolling, swap-AB, the K blocks fixed at compile time (stage counts and split factors are
-    constants)."""
+    constants). Counts above STATIC_K_MAX_K_BLOCKS (selector.static_k_blocks_for's long tier) are
+    that count's kind: their loop of whole 4-block bodies has its SASS but for immediates and
+    register numbers (256x128, 128x160 and 128x256 at 16, 20, 28 and 64 K blocks compared, NVRTC
+    13.0, 2026-11-27)."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
             config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll,
-            config.swap_n, config.static_k_blocks)
+            config.swap_n, min(config.static_k_blocks, STATIC_K_MAX_K_BLOCKS))
 
 
 STATIC_K_COUNTS = tuple(range(fp8_gemm.STATIC_K_UNROLL, STATIC_K_MAX_K_BLOCKS + 1, fp8_gemm.STATIC_K_UNROLL))
-"""The K-block counts selector.static_k_blocks_for fixes at compile time."""
+"""The K-block counts selector.static_k_blocks_for fixes at compile time up to its long tier (see kind)."""
 
 
 def selector_kinds() -> list:

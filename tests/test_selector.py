@@ -669,7 +669,7 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
     assert [straddle_copies(n) for n in (64, 128, 256, 192, 160, 144)] == [1, 1, 2, 3, 5, 9]
     assert k_unroll_for(1, 64, 192) == 6 and k_unroll_for(1, 64, 160) == 3
     assert select_config(Problem(4096, 1280, 8192), 132).k_unroll == 3
-    assert "not 6: the kernel holds 5 copies of the k-loop" in explain_text(Problem(4096, 1280, 8192), 132)
+    assert "not 6 as the kernel holds 5 copies of the k-loop" in explain_text(Problem(4096, 1280, 8192), 132)
     assert "not 6" not in explain_text(Problem(4096, 1280, 2048), 132)  # short K: 3 anyway
     for shape in ((4096, 7168, 16384), (4096, 4096, 7168), (8192, 8192, 8192)):
         cfg = select_config(Problem(*shape), 132)
@@ -680,6 +680,34 @@ def test_one_buffer_k_loops_unroll_by_6_over_long_k_ranges():
         assert cfg.k_unroll == 3 and " u" not in cfg.label, (shape, cfg.label)
     assert "k-loop: one WGMMA buffer, unrolled by 6 K blocks" in explain_text(Problem(4096, 7168, 16384), 132)
     assert KernelConfig(block_m=128, block_n=128, num_stages=4, grid_size=1).defines()["DT_K_UNROLL"] == 3
+
+
+def test_k_fixed_at_compile_time_over_long_k_where_the_loop_unrolls_by_3():
+    from deep_tile.select.selector import STATIC_K_LONG_MAX_K_BLOCKS, static_k_blocks_for
+    # loops the selector unrolls by 3 (many straddle copies, or fewer than LONG_K_BLOCKS k-blocks)
+    for shape, kb in (((4096, 1280, 8192), 64), ((1024, 4608, 7168), 56), ((4096, 8192, 3584), 28)):
+        cfg = select_config(Problem(*shape), 132)
+        assert cfg.k_unroll == 3 and cfg.static_k_blocks == kb, (shape, cfg.label)
+        assert cfg.defines()[family.STATIC_K_DEFINE] == kb
+    masked = Problem(1280, 7168, 3072, kind=ProblemKind.GROUPED_MASKED, num_groups=6, expected_m=1024)
+    assert select_config(masked, 132).static_k_blocks == 24
+    # the masked kind also where its run-time loop would be unrolled by 6; the config then says 3
+    # (unused with K fixed), so one kernel
+    masked = Problem(256, 6144, 7168, kind=ProblemKind.GROUPED_MASKED, num_groups=32, expected_m=192)
+    cfg = select_config(masked, 132)
+    assert cfg.static_k_blocks == 56 and cfg.k_unroll == 3 and " u6" not in cfg.label, cfg.label
+    assert select_config(Problem(32 * 256, 6144, 7168, kind=ProblemKind.GROUPED_CONTIGUOUS, num_groups=32),
+                         132).static_k_blocks == 0
+    text = explain_text(Problem(4096, 1280, 8192), 132)
+    assert "K fixed at compile time (64 K blocks)" in text and "a long K range" in text
+    # unrolled by 6 (K a run-time value), past the long tier, or not a multiple of 4: not fixed
+    for shape in ((4096, 4096, 7168), (4096, 7168, 16384), (4096, 1280, 8320), (4096, 1280, 8704), (4096, 7168, 2304)):
+        cfg = select_config(Problem(*shape), 132)
+        assert cfg.static_k_blocks == 0 and family.STATIC_K_DEFINE not in cfg.defines(), (shape, cfg.label)
+    one = Candidate(block_m=128, block_n=160, wgmma_n=160, accum_buffers=1, num_stages=5)
+    assert static_k_blocks_for(Problem(4096, 1280, 128 * STATIC_K_LONG_MAX_K_BLOCKS), one) == STATIC_K_LONG_MAX_K_BLOCKS
+    assert static_k_blocks_for(Problem(4096, 1280, 128 * STATIC_K_LONG_MAX_K_BLOCKS), one, k_unroll=6) == 0
+    assert static_k_blocks_for(Problem(4096, 1280, 2048), one, k_unroll=6) == 16  # the short tier takes any loop
 
 
 def test_k_fixed_at_compile_time_for_short_k():

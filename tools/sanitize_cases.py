@@ -51,6 +51,8 @@ CASES = [
     ("256x128:kb4", 520, 1160, 400), ("256x128:kb16", 520, 1160, 2048), ("256x128:kb1", 100, 1160, 16),
     ("256x128:mcA:kb8", 520, 1160, 1024), ("128x160:g16:gM:kb12", 520, 1160, 1536),
     ("128x256:w128:g16:gM:kb12", 600, 1160, 1536, "row"), ("auto", 1024, 7168, 2048),
+    # ... and over long K on a loop unrolled by 3 (28 and 64 K blocks)
+    ("256x128:kb28", 520, 1160, 3584), ("128x160:g16:gM:ef:kb64", 520, 1160, 8192),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
     # swap-AB (M <= 16): persistent with one and two buffers and several tiles per CTA, a tile

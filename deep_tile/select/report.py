@@ -13,7 +13,7 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      ONE_M_BLOCK_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, one_buffer_for_two_warpgroups,
+                                      ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, one_buffer_for_two_warpgroups,
                                       one_m_block_rows,
                                       straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
@@ -50,7 +50,12 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
     if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
         l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
     loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
-            f"unrolled by {family.STATIC_K_UNROLL} K blocks (a short K range: selector.static_k_blocks_for)"
+            f"unrolled by {family.STATIC_K_UNROLL} K blocks ("
+            + ("a short K range" if cfg.static_k_blocks <= STATIC_K_MAX_K_BLOCKS else
+               "a long K range" + (f" whose run-time loop would be unrolled by 3, not 6 as the kernel holds "
+                                   f"{straddle_copies(cfg.block_n)} copies of the k-loop"
+                                   if held_at_3 and straddle_copies(cfg.block_n) > UNROLL_MAX_STRADDLE_COPIES else ""))
+            + ": selector.static_k_blocks_for)"
             if cfg.static_k_blocks else
             f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")

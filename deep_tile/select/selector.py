@@ -34,7 +34,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -426,6 +426,9 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     accum_buffers = 1 if one_buffer_swap else c.accum_buffers
     k_unroll = (swap_unroll_for(problem, c, e.k_blocks_per_cta) if one_buffer_swap
                 else k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None))
+    static_k_blocks = static_k_blocks_for(problem, c, k_unroll)
+    if static_k_blocks:
+        k_unroll = 3  # the run-time loop's unrolling: unused with K fixed (STATIC_K_UNROLL), so one kernel
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
                         multicast_on_a=c.multicast_on_a, split_k=c.split_k, accum_buffers=accum_buffers,
                         wgmma_n=c.wgmma_n, raster_width=raster_width, raster_along_m=raster_along_m, grid_size=grid,
@@ -433,7 +436,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
                         k_unroll=k_unroll, problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
-                        static_k_blocks=static_k_blocks_for(problem, c))
+                        static_k_blocks=static_k_blocks)
 
 
 def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
@@ -601,27 +604,41 @@ def swap_unroll_for(problem: Problem, c, k_blocks_per_cta: int) -> int:
 
 
 STATIC_K_MAX_K_BLOCKS = 16
-"""Most K blocks (K <= 2048) for which :func:`static_k_blocks_for` fixes K at compile time."""
+"""Most K blocks (K <= 2048) for which :func:`static_k_blocks_for` fixes K at compile time on any
+one-buffer k-loop."""
+STATIC_K_LONG_MAX_K_BLOCKS = 64
+"""Most K blocks (K <= 8192) for which :func:`static_k_blocks_for` fixes K at compile time on a
+dense one-buffer k-loop the selector would unroll by 3 (``KernelConfig.k_unroll``), or on any one
+of the masked kind (one kernel per K: K of up to 8192 only)."""
 STATIC_K_KINDS = (ProblemKind.DENSE, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS, ProblemKind.GROUPED_PSUM)
 """The kinds whose bf16 GEMM :func:`static_k_blocks_for` builds for their K (the contiguous kind
 measured even; the K-grouped kind cannot)."""
 
 
-def static_k_blocks_for(problem: Problem, c) -> int:
-    """``KernelConfig.static_k_blocks`` for candidate or config ``c`` of ``problem``: its K blocks
-    (``ceil(k / 128)``) when there are at most :data:`STATIC_K_MAX_K_BLOCKS` of them, a multiple of
-    the kernel's unrolled body (:data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`), the problem
-    is one of :func:`bf16_without_c` of a kind in :data:`STATIC_K_KINDS`, and
-    ``c`` runs the persistent one-buffer k-loop (no split-K, one accumulator buffer); else 0 (K a
-    run-time value).
+def static_k_blocks_for(problem: Problem, c, k_unroll: int = 3) -> int:
+    """``KernelConfig.static_k_blocks`` for candidate or config ``c`` of ``problem`` whose
+    run-time k-loop would be unrolled by ``k_unroll``: its K blocks (``ceil(k / 128)``) when they
+    are a multiple of the kernel's unrolled body (:data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`)
+    and at most :data:`STATIC_K_MAX_K_BLOCKS`, or at most :data:`STATIC_K_LONG_MAX_K_BLOCKS` for the
+    dense kind with ``k_unroll`` 3 or the masked kind, the problem is one of :func:`bf16_without_c` of a kind in
+    :data:`STATIC_K_KINDS`, and ``c`` runs the persistent one-buffer k-loop (no split-K, one
+    accumulator buffer); else 0 (K a run-time value).
 
     Measured: benchmarks/RESULTS.md, "Selector rules", K fixed at compile time for short K
     (selector.static_k_blocks_for).
+    NOTES: over long K a dense loop the selector unrolls by 6 keeps K a run-time value: with K
+    fixed it would run unrolled by 4, and at 56-64 K blocks on 128x256 and 256x128 K fixed was
+    even on an H100 (RESULTS.md, 2026-11-27 'K fixed at compile time for short K') and on 128x256
+    on an H200; the masked kind's such loops (32 x 192 rows at K = 7168) ran 0.5-0.9% faster with
+    it on both chips (RESULTS.md, 2026-11-27 'K fixed at compile time over long K on loops unrolled
+    by 3, and for the masked kind'). The offsets and psum kinds were not measured over long K.
     """
     if problem.kind not in STATIC_K_KINDS or not bf16_without_c(problem):
         return 0
     k_blocks = ceil_div(problem.k, family.BLOCK_K)
-    if k_blocks > STATIC_K_MAX_K_BLOCKS or k_blocks % family.STATIC_K_UNROLL != 0:
+    long_tier = (k_unroll == 3 and problem.kind is ProblemKind.DENSE) or problem.kind is ProblemKind.GROUPED_MASKED
+    longest = STATIC_K_LONG_MAX_K_BLOCKS if long_tier else STATIC_K_MAX_K_BLOCKS
+    if k_blocks > longest or k_blocks % family.STATIC_K_UNROLL != 0:
         return 0
     return 0 if family.static_k_problems(k_blocks, problem.kind, c.split_k, c.accum_buffers) else k_blocks
 
