@@ -49,13 +49,12 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
           "or eight over K >= 4096 for the dense bf16 kind: selector.streams_b)" if cfg.evict_first_b else "plain loads")
     if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
         l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
+    k_range = "a short K range" if cfg.static_k_blocks <= STATIC_K_MAX_K_BLOCKS else "a long K range"
+    if held_at_3 and straddle_copies(cfg.block_n) > UNROLL_MAX_STRADDLE_COPIES:
+        k_range += (f" whose run-time loop would be unrolled by 3, not 6 as the kernel holds "
+                    f"{straddle_copies(cfg.block_n)} copies of the k-loop")
     loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
-            f"unrolled by {family.STATIC_K_UNROLL} K blocks ("
-            + ("a short K range" if cfg.static_k_blocks <= STATIC_K_MAX_K_BLOCKS else
-               "a long K range" + (f" whose run-time loop would be unrolled by 3, not 6 as the kernel holds "
-                                   f"{straddle_copies(cfg.block_n)} copies of the k-loop"
-                                   if held_at_3 and straddle_copies(cfg.block_n) > UNROLL_MAX_STRADDLE_COPIES else ""))
-            + ": selector.static_k_blocks_for)"
+            f"unrolled by {family.STATIC_K_UNROLL} K blocks ({k_range}: selector.static_k_blocks_for)"
             if cfg.static_k_blocks else
             f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"
             + (" (a long K range per CTA: selector.k_unroll_for)" if cfg.k_unroll != 3 else "")
