@@ -13,7 +13,7 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, UNROLL_MAX_STRADDLE_COPIES, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, one_buffer_for_two_warpgroups,
+                                      ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, plain_bf16, one_buffer_for_two_warpgroups,
                                       one_m_block_rows,
                                       straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
@@ -50,7 +50,7 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
     if cfg.l2_promotion != family.DEFAULT_L2_PROMOTION:
         l2 += f"; A and B maps promote L2 misses to {cfg.l2_promotion} bytes (selector.l2_promotion_for)"
     k_range = "a short K range" if cfg.static_k_blocks <= STATIC_K_MAX_K_BLOCKS else "a long K range"
-    if held_at_3 and straddle_copies(cfg.block_n) > UNROLL_MAX_STRADDLE_COPIES:
+    if held_at_3:
         k_range += (f" whose run-time loop would be unrolled by 3, not 6 as the kernel holds "
                     f"{straddle_copies(cfg.block_n)} copies of the k-loop")
     loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
@@ -237,8 +237,10 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     best = ranked[0]
     cfg = config_from_estimate(problem, best, num_sms, chip).for_problem(problem)  # the output variant too
     lines = [_problem_line(problem) + f", {num_sms} SMs, chip {chip.name}"]
-    # held at 3 against what the ranked candidate's buffers allow (config_from_estimate unrolls by them)
-    held_at_3 = cfg.k_unroll < k_unroll_for(best.candidate.accum_buffers, best.k_blocks_per_cta)
+    # held at 3 by the kernel's copies of the k-loop, where the candidate's buffers and K range allow 6
+    # (k_unroll_for without and with the tile width; with K fixed the config's own k_unroll says 3)
+    buffers, k_blocks = best.candidate.accum_buffers, best.k_blocks_per_cta
+    held_at_3 = k_unroll_for(buffers, k_blocks) > k_unroll_for(buffers, k_blocks, cfg.block_n if plain_bf16(problem) else None)
     lines += _config_lines(cfg, held_at_3, one_buffer_for_two_warpgroups(problem, best.candidate))
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "

@@ -18,8 +18,7 @@ from pathlib import Path
 
 from deep_tile.common import usable_cpus
 
-__all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds",
-           "default_workers"]
+__all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds"]
 
 SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128", "STG.E.128", "LDGSTS.E.BYPASS.128")
 """SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads
@@ -110,15 +109,10 @@ def build_and_inspect(job: BuildJob) -> BuildReport:
     return report
 
 
-def default_workers() -> int:
-    """Worker processes for :func:`run_builds`: the CPUs this process may use."""
-    return usable_cpus()
-
-
 def run_builds(jobs: list[BuildJob], workers: int | None = None) -> list[BuildReport]:
-    """Reports of ``jobs`` in their order, built by ``workers`` processes (default: one per CPU;
+    """Reports of ``jobs`` in their order, built by ``workers`` processes (default: one per usable CPU, deep_tile.common.usable_cpus;
     1 builds in this process)."""
-    workers = default_workers() if workers is None else workers
+    workers = usable_cpus() if workers is None else workers
     if workers <= 1 or len(jobs) <= 1:
         return [build_and_inspect(job) for job in jobs]
     context = multiprocessing.get_context("spawn")
