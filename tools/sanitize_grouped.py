@@ -9,7 +9,8 @@ import gpu_cases
 # with b_scale staged in shared memory) in bands along M, alone and in pairs sharing B, at N = 192:
 # one n-block, so each expert's tile count is its m-block count and pairs straddle experts; 128x256
 # one-buffer tiles in bands along M (the pick for groups of more than 64 rows, many in all); two of
-# them with K fixed at compile time; and the masked kind with K fixed over long K (20 K blocks).
+# them with K fixed at compile time; and the masked kind with K fixed over long K (20 K blocks, 256x128
+# and 128x256).
 cases = [(None, 256), (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=False, grid_size=8), 256),
          (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, grid_size=8), 256),
          (dict(block_m=128, block_n=192, num_stages=4, raster_along_m=True, raster_width=16, grid_size=8), 192),
@@ -23,8 +24,11 @@ cases = [(None, 256), (dict(block_m=128, block_n=128, num_stages=4, num_multicas
 KINDS = ("contiguous", "offsets", "masked", "psum")
 runs = [(cfg, n, 256, KINDS) for cfg, n in cases]
 # the masked kind with K fixed over long K (selector.static_k_blocks_for's long tier): 20 K blocks on 256x128
+# and on its transpose 128x256 (the pick at 129-256 rows per expert from 56 k-blocks on)
 runs.append((dict(block_m=256, block_n=128, num_stages=3, raster_along_m=True, raster_width=16, grid_size=8,
                   static_k_blocks=20), 256, 2560, ("masked",)))
+runs.append((dict(block_m=128, block_n=256, num_stages=3, wgmma_n=128, raster_along_m=True, raster_width=16,
+                  grid_size=8, static_k_blocks=20), 256, 2560, ("masked",)))
 COUNTS = {"contiguous": [130, 0, 129, 5], "offsets": [1, 0, 77, 130, 64], "masked": [0, 128, 13, 64], "psum": [130, 0, 129, 5]}
 bad = done = 0
 for cfg, n, k, kinds in runs:

@@ -9,8 +9,9 @@ Steps:
    and take the fastest; ties go to fewer CTAs per tile (no multicast, no split; but to split-K
    where the k-loop is latency-bound, and a split within 7% of a latency-bound first choice goes
    first; an unsplit candidate within 4% of an HBM-bound split first choice goes first), then
-   (masked, offsets) a tile holding a whole group, then the smaller tile; at small M
-   (small groups) only two-buffer k-loops are ranked (:func:`overlaps_promotion`);
+   (masked, offsets) a tile holding a whole group (masked: not over its transposed tile), then the
+   smaller tile; at small M (small groups) only two-buffer k-loops are ranked
+   (:func:`overlaps_promotion`);
 3. the grid the estimate assumed: :func:`grid_size`, ``min(SMs, tiles)`` balanced over its rounds,
    even and within the resident clusters under multicast; for the masked and offsets kinds
    :func:`deep_tile.select.cost.table_grid_size`; split-K launches ``tiles * split_k`` CTAs;
@@ -53,13 +54,15 @@ def check_positive_int(func: str, name: str, value) -> None:
         raise ValueError(f"{func}: {name} must be a positive int; got {value!r}")
 
 
-def _tie_break(e: Estimate, problem: Problem) -> tuple:
+def _tie_break(e: Estimate, problem: Problem, whole_group: bool = True) -> tuple:
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels (a
     latency-bound candidate: split-K first, which shortens its chain of k-blocks), then for the
-    masked and offsets kinds (``problem``) tiles tall enough for a whole group (masked 32 x ~192
-    rows on an H200: 256x128 0.965-1.012x DeepGEMM latest, 128x256 0.936-0.979x alone; RESULTS.md,
-    2026-11-23 'The selector's model of the grouped kinds; the grouped floor met'), then (equal
-    areas) taller tiles, except that from :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
+    masked and offsets kinds (``problem``; unless ``whole_group`` is false) tiles tall enough for a
+    whole group (masked 32 x ~192 rows on an H200: 256x128 0.965-1.012x DeepGEMM latest, 128x256
+    0.936-0.979x alone; RESULTS.md, 2026-11-23 'The selector's model of the grouped kinds; the
+    grouped floor met'; for the masked kind :func:`_transposed_tie` does not rank a tile by it
+    against its transpose), then (equal areas) taller tiles, except that from
+    :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
     tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
     measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
     rastered along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
@@ -72,7 +75,7 @@ def _tie_break(e: Estimate, problem: Problem) -> tuple:
     wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
     split_rank = int(c.split_k == 1) if e.bound == "latency" else c.split_k
     # a table kind's tile that holds a whole group (one m-block per expert) before one that does not
-    splits_group = problem.kind.has_table and c.block_m < problem.expected_m
+    splits_group = whole_group and problem.kind.has_table and c.block_m < problem.expected_m
     return (round(math.log(e.time_s) / math.log(1 + TIE_TOLERANCE)), split_rank, c.num_multicast, splits_group,
             c.block_m * c.block_n, c.block_m if wider_first else -c.block_m, -c.num_stages, -c.accum_buffers,
             not c.multicast_on_a)
@@ -302,8 +305,13 @@ def _transposed_tie(ranked: tuple, problem: Problem) -> tuple:
     """``ranked`` with the first choice's transposed tile first (256x128 for 128x256 and back, of
     tiles at least 128 on each side, split and multicast alike) when that tile is predicted within
     :data:`TIE_TOLERANCE` of it and :func:`_tie_break` would put it first on an equal time: below
-    :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile the taller, from there on the wider (the
-    masked and offsets kinds first keep a tile that holds a whole group).
+    :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile the taller, from there on the wider. The
+    masked kind too: its tile that holds a whole group goes first over smaller tiles
+    (:func:`_tie_break`), not over its transpose. At 56 k-blocks (K = 7168) and 160-224 rows per
+    expert 128x256 measured 0.5-1.7% faster than 256x128 on an H200 and even on an H100; the
+    offsets kind keeps the whole-group tile first (at 8 x ~144 rows, 6144x7168, 256x128 measured
+    3.5% faster on an H100, at 8 x ~160 2.6% slower; RESULTS.md, 2026-11-28 'The masked kind's
+    tile at 129-256 rows per expert').
 
     :func:`_tie_break` ranks predicted times in steps of the tolerance from a fixed origin, so two
     predictions 0.3% apart can fall into different steps and skip the orientation rule: the H200's
@@ -320,7 +328,8 @@ def _transposed_tie(ranked: tuple, problem: Problem) -> tuple:
     b = best.candidate
     if b.block_m == b.block_n or min(b.block_m, b.block_n) < 128:
         return ranked
-    key = lambda e: _tie_break(e, problem)[1:]  # noqa: E731  (the tie-break without the time step)
+    whole_group = problem.kind is not ProblemKind.GROUPED_MASKED
+    key = lambda e: _tie_break(e, problem, whole_group)[1:]  # noqa: E731  (without the time step)
     for e in ranked[1:]:
         c = e.candidate
         transposed = (c.block_m, c.block_n) == (b.block_n, b.block_m)
