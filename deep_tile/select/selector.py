@@ -308,10 +308,10 @@ def _transposed_tie(ranked: tuple, problem: Problem) -> tuple:
     :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile the taller, from there on the wider. The
     masked kind too: its tile that holds a whole group goes first over smaller tiles
     (:func:`_tie_break`), not over its transpose. At 56 k-blocks (K = 7168) and 160-224 rows per
-    expert 128x256 measured 0.5-1.7% faster than 256x128 on an H200 and even on an H100; the
-    offsets kind keeps the whole-group tile first (at 8 x ~144 rows, 6144x7168, 256x128 measured
-    3.5% faster on an H100, at 8 x ~160 2.6% slower; RESULTS.md, 2026-11-28 'The masked kind's
-    tile at 129-256 rows per expert').
+    expert 128x256 measured 0.1-10% faster than 256x128 on an H200 (1.3-1.7% at 192 rows) and
+    within 0.9% either way on an H100. The offsets kind keeps the whole-group tile first (at 8 x
+    ~144 rows, 6144x7168, 256x128 measured 3.5% faster on an H100, at 8 x ~160 2.6% slower;
+    RESULTS.md, 2026-11-28 'The masked kind's tile at 129-256 rows per expert').
 
     :func:`_tie_break` ranks predicted times in steps of the tolerance from a fixed origin, so two
     predictions 0.3% apart can fall into different steps and skip the orientation rule: the H200's
