@@ -13,7 +13,7 @@ from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
-                                      ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, plain_bf16, one_buffer_for_two_warpgroups,
+                                      ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, unroll_width, one_buffer_for_two_warpgroups,
                                       one_m_block_rows,
                                       straddle_copies, accumulates_weight_gradient, config_from_estimate,
                                       in_place_rows_along_m, one_slab_over_tall, one_subtile_per_warpgroup,
@@ -240,7 +240,7 @@ def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
     # held at 3 by the kernel's copies of the k-loop, where the candidate's buffers and K range allow 6
     # (k_unroll_for without and with the tile width; with K fixed the config's own k_unroll says 3)
     buffers, k_blocks = best.candidate.accum_buffers, best.k_blocks_per_cta
-    held_at_3 = k_unroll_for(buffers, k_blocks) > k_unroll_for(buffers, k_blocks, cfg.block_n if plain_bf16(problem) else None)
+    held_at_3 = k_unroll_for(buffers, k_blocks) > k_unroll_for(buffers, k_blocks, unroll_width(problem, best.candidate))
     lines += _config_lines(cfg, held_at_3, one_buffer_for_two_warpgroups(problem, best.candidate))
     if in_place_rows_along_m(problem, cfg, cfg.grid_size):
         lines.append(f"  raster along M (selector.in_place_rows_along_m): {cfg.grid_size} CTAs in bands of "

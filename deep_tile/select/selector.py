@@ -35,7 +35,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -419,8 +419,9 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
 
     The loads of B are marked evict-first (and A's evict-last) when B is a stream
     (:func:`streams_b`; for a grouped problem :func:`grouped_streams_b`); the one-buffer k-loop is
-    unrolled by 6 over long K ranges (:func:`k_unroll_for`), or has K fixed at compile time over
-    short ones (:func:`static_k_blocks_for`); a two-buffer candidate of two consumer warpgroups
+    unrolled by 6 over long K ranges (:func:`k_unroll_for`), or has K fixed at compile time
+    (:func:`static_k_blocks_for`: short K ranges, and long ones of loops unrolled by 3 and of the
+    masked kind); a two-buffer candidate of two consumer warpgroups
     gets one buffer where :func:`one_buffer_for_two_warpgroups` says so."""
     c = e.candidate
     plain = plain_bf16(problem)
@@ -434,7 +435,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     one_buffer_swap = one_buffer_for_two_warpgroups(problem, c)
     accum_buffers = 1 if one_buffer_swap else c.accum_buffers
     k_unroll = (swap_unroll_for(problem, c, e.k_blocks_per_cta) if one_buffer_swap
-                else k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, c.block_n if plain else None))
+                else k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, unroll_width(problem, c)))
     static_k_blocks = static_k_blocks_for(problem, c, k_unroll)
     if static_k_blocks:
         k_unroll = 3  # the run-time loop's unrolling: unused with K fixed (STATIC_K_UNROLL), so one kernel
@@ -586,6 +587,12 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None) -> int
     if accum_buffers != 1 or (block_n is not None and straddle_copies(block_n) > UNROLL_MAX_STRADDLE_COPIES):
         return 3
     return 6 if k_blocks_per_cta >= LONG_K_BLOCKS else 3
+
+
+def unroll_width(problem: Problem, c):
+    """The tile width :func:`k_unroll_for` checks for candidate or config ``c`` of ``problem``:
+    ``c.block_n`` for the dense bf16 kind (:func:`plain_bf16`), else None (not checked)."""
+    return c.block_n if plain_bf16(problem) else None
 
 
 SWAP_UNROLL_BLOCK_NS = (64, 96)

@@ -110,8 +110,8 @@ def build_and_inspect(job: BuildJob) -> BuildReport:
 
 
 def run_builds(jobs: list[BuildJob], workers: int | None = None) -> list[BuildReport]:
-    """Reports of ``jobs`` in their order, built by ``workers`` processes (default: one per usable CPU, deep_tile.common.usable_cpus;
-    1 builds in this process)."""
+    """Reports of ``jobs`` in their order, built by ``workers`` processes (default: one per usable
+    CPU, :func:`deep_tile.common.usable_cpus`; 1 builds in this process)."""
     workers = usable_cpus() if workers is None else workers
     if workers <= 1 or len(jobs) <= 1:
         return [build_and_inspect(job) for job in jobs]
