@@ -144,6 +144,36 @@ def test_static_k_families():
     _check(run_gpu_cases("gemm", cases))
 
 
+# The stage ring as immediates (KernelConfig.static_ring; selector.static_ring_for): K fixed at a
+# multiple of the stages, 8 and 7 of them, over several passes and one (a partial K block), a
+# persistent grid at full size and shrunk, M below one tile, the row-major a_scale (over several
+# passes: one pass of 8 K blocks on it spills 8 bytes, NVRTC 13.5 and nvcc 13.0).
+STATIC_RING_FAMILIES = [
+    dict(block_m=128, block_n=64, num_stages=8, accum_buffers=1, evict_first_b=True),
+    dict(block_m=128, block_n=96, num_stages=7, accum_buffers=1),
+]
+STATIC_RING_SHAPES = [(520, 2112, 7168), (700, 1160, 1008), (37, 2112, 896), (4097, 1160, 2048)]
+
+
+def static_ring_cases() -> list:
+    """The GPU cases of test_static_ring_families: each family on each shape whose K blocks are a
+    multiple of its stages."""
+    cases = []
+    for i, (family, (m, n, k)) in enumerate(itertools.product(STATIC_RING_FAMILIES, STATIC_RING_SHAPES)):
+        k_blocks = -(-k // 128)
+        if k_blocks % family["num_stages"]:
+            continue
+        ring = dict(family, static_k_blocks=k_blocks, static_ring=True)
+        cases += [dict(m=m, n=n, k=k, seed=i, config=dict(ring, grid_size=grid)) for grid in (132, 30)]
+        if k_blocks % 4 == 0 and k_blocks > family["num_stages"]:  # (one pass on the row-major a_scale spills)
+            cases.append(dict(m=m, n=n, k=k, layout="row", seed=i, config=dict(ring, grid_size=132)))
+    return cases
+
+
+def test_static_ring_families():
+    _check(run_gpu_cases("gemm", static_ring_cases()))
+
+
 # Swap-AB (KernelConfig.swap_n, M <= 16): the weights are each WGMMA's 64-row operand and 8 or 16
 # rows of A its N side, the output stored transposed back. Tiles 64, 128 and 192 wide (192: a tile
 # straddling two b_scale blocks at odd n-blocks), one and two buffers, split-K over 2 and 3, a

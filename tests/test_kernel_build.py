@@ -34,6 +34,7 @@ from test_fp8_gemm import FAMILIES as GPU_TEST_FAMILIES
 from test_fp8_gemm import SWAP_FAMILIES as GPU_TEST_SWAP_FAMILIES
 from test_fp8_gemm import STATIC_K_FAMILIES as GPU_TEST_STATIC_K_FAMILIES
 from test_fp8_gemm import STATIC_K_SHAPES as GPU_TEST_STATIC_K_SHAPES
+from test_fp8_gemm import static_ring_cases
 from test_grouped import FORCED_CONFIGS as GROUPED_TEST_CONFIGS
 from test_k_grouped import configs as k_grouped_test_configs
 from test_k_grouped import rule_configs as k_grouped_rule_configs
@@ -45,7 +46,7 @@ from deep_tile.jit import compiler, paths
 from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout, swiglu
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
-from deep_tile.select.selector import STATIC_K_MAX_K_BLOCKS, SWAP_UNROLL_BLOCK_NS
+from deep_tile.select.selector import STATIC_K_LONG_MAX_K_BLOCKS, STATIC_K_MAX_K_BLOCKS, STATIC_RING_TILES, SWAP_UNROLL_BLOCK_NS
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES, WGRAD_NK, WGRAD_TOKENS
@@ -68,14 +69,15 @@ def family(config: KernelConfig) -> tuple:
 def kind(config: KernelConfig) -> tuple:
     """What decides a build's registers and code paths: the tile, its WGMMA width and buffers, the
     multicast operand, whether it splits K, the a_scale layout, the L2 policies and the k-loop's
-    unrolling, swap-AB, the K blocks fixed at compile time (stage counts and split factors are
-    constants). Counts above STATIC_K_MAX_K_BLOCKS (selector.static_k_blocks_for's long tier) are
-    that count's kind: their loop of whole 4-block bodies has its SASS but for immediates and
-    register numbers (256x128, 128x160 and 128x256 at 16, 20, 28 and 64 K blocks compared, NVRTC
-    13.0, 2026-11-27)."""
+    unrolling, swap-AB, the K blocks fixed at compile time and the stage ring as immediates (stage
+    counts and split factors are constants). Counts above STATIC_K_MAX_K_BLOCKS
+    (selector.static_k_blocks_for's long tier) are that count's kind: their loop of whole 4-block
+    bodies has its SASS but for immediates and register numbers (256x128, 128x160 and 128x256 at
+    16, 20, 28 and 64 K blocks compared, NVRTC 13.0, 2026-11-27); so are the ring's, whose passes
+    over the stages are one loop."""
     return (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
             config.multicast_on_a, config.split_k > 1, config.a_scale_row_major, config.evict_first_b, config.k_unroll,
-            config.swap_n, min(config.static_k_blocks, STATIC_K_MAX_K_BLOCKS))
+            config.swap_n, min(config.static_k_blocks, STATIC_K_MAX_K_BLOCKS), config.static_ring)
 
 
 STATIC_K_COUNTS = tuple(range(fp8_gemm.STATIC_K_UNROLL, STATIC_K_MAX_K_BLOCKS + 1, fp8_gemm.STATIC_K_UNROLL))
@@ -113,6 +115,12 @@ def selector_kinds() -> list:
         # (selector.static_k_blocks_for; fully unrolled, some counts spilled)
         configs += [dataclasses.replace(config, static_k_blocks=kb) for config in variants for kb in STATIC_K_COUNTS
                     if config.accum_buffers == 1 and config.split_k == 1]
+        # and with the stage ring as immediates over as many whole passes as the long tier allows,
+        # as the selector runs the one-buffer twins of STATIC_RING_TILES (selector.static_ring_for)
+        configs += [dataclasses.replace(config, static_k_blocks=STATIC_K_LONG_MAX_K_BLOCKS // config.num_stages
+                                        * config.num_stages, static_ring=True)
+                    for config in swapped
+                    if (config.block_m, config.block_n) in STATIC_RING_TILES and config.num_multicast == 1]
         # and swapped (8 and 16 token columns) where the tile allows it (selector.swap_n_for)
         configs += [dataclasses.replace(config, swap_n=swap) for config in variants for swap in (8, 16)
                     if not fp8_gemm.swap_problems(swap, config.block_m, config.block_n, config.wgmma_n,
@@ -126,7 +134,9 @@ def gpu_test_configs() -> list:
                 for fam in GPU_TEST_STATIC_K_FAMILIES for (_, _, k) in GPU_TEST_STATIC_K_SHAPES]
     return ([KernelConfig(**fam, grid_size=2) for fam in GPU_TEST_FAMILIES]
             + [KernelConfig(**fam, grid_size=2, swap_n=swap) for fam in GPU_TEST_SWAP_FAMILIES for swap in (8, 16)]
-            + static_k + [config.with_row_major_a_scale() for config in static_k if config.static_k_blocks % 4 == 0])
+            + static_k + [config.with_row_major_a_scale() for config in static_k if config.static_k_blocks % 4 == 0]
+            + [KernelConfig(**case["config"]).with_row_major_a_scale() if case.get("layout") == "row"
+               else KernelConfig(**case["config"]) for case in static_ring_cases()])
 
 
 GROUPED_KINDS = (ProblemKind.GROUPED_CONTIGUOUS, ProblemKind.GROUPED_MASKED, ProblemKind.GROUPED_OFFSETS,
@@ -215,6 +225,7 @@ CODE_PATHS = {
     "row-major a_scale": lambda d: d["DT_A_SCALE_ROW_MAJOR"] == 1,
     "L2 policies": lambda d: d["DT_EVICT_FIRST_B"] == 1,
     "k-loop unrolled by 6": lambda d: d["DT_K_UNROLL"] == 6,
+    "stage ring as immediates": lambda d: d.get("DT_STATIC_RING", 0) == 1,
     "narrow store swizzle": lambda d: d["DT_STORE_SWIZZLE"] < 128,
     "swap-AB, 8 columns": lambda d: d["DT_SWAP_N"] == 8,
     "swap-AB, 16 columns, split-K": lambda d: d["DT_SWAP_N"] == 16 and d["DT_SPLIT_K"] > 1,

@@ -1062,7 +1062,7 @@ def test_one_buffer_twins_of_narrow_tiles_unroll_by_6_over_long_k():
     assert swap_unroll_for(Problem(384, 4096, 7168), twin(128, 64), LONG_K_BLOCKS - 1) == 3
     assert swap_unroll_for(Problem(256, 4096, 7168), twin(128, 96), 56) == 3  # two m-blocks
     assert swap_unroll_for(Problem(384, 4096, 7168), twin(128, 128), 56) == 3
-    for shape, label in (((512, 2112, 7168), "128x64 s8 ef u6"), ((1024, 2112, 7168), "256x64 s4 ef u6"),
+    for shape, label in (((512, 2112, 4608), "128x64 s8 ef u6"), ((1024, 2112, 7168), "256x64 s4 ef u6"),
                          ((384, 4096, 7168), "128x96 s7 ef u6")):
         for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
             cfg = select_config(Problem(*shape), 132, chip=chip)
@@ -1072,6 +1072,44 @@ def test_one_buffer_twins_of_narrow_tiles_unroll_by_6_over_long_k():
         cfg = select_config(Problem(*shape), 132)
         assert cfg.accum_buffers == 1 and cfg.k_unroll == 3, (shape, cfg.label)
         assert "unrolled as that loop was" in explain_text(Problem(*shape), 132)
+
+
+def test_the_stage_ring_as_immediates_for_128x64_twins_over_long_k():
+    """A 128x64 one-buffer twin unrolled by 6 (selector.swap_unroll_for) has K fixed and the stage
+    ring as immediates (selector.static_ring_for) where its K blocks are at most
+    STATIC_K_LONG_MAX_K_BLOCKS and a multiple of its stages; other tiles, K blocks that are no
+    whole passes, longer K, the two-buffer loops and the other kinds and outputs keep K a run-time
+    value."""
+    from deep_tile.select.selector import STATIC_K_LONG_MAX_K_BLOCKS, STATIC_RING_TILES
+
+    assert STATIC_RING_TILES == ((128, 64),) and STATIC_K_LONG_MAX_K_BLOCKS == 64
+    for shape in ((512, 2112, 7168), (512, 2112, 4096), (512, 2112, 8192), (448, 2048, 6144)):
+        for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+            cfg = select_config(Problem(*shape), 132, chip=chip)
+            assert (cfg.block_m, cfg.block_n, cfg.accum_buffers) == (128, 64, 1), (chip.name, shape, cfg.label)
+            assert cfg.static_ring and cfg.static_k_blocks == shape[2] // 128, (chip.name, shape, cfg.label)
+            assert cfg.static_k_blocks % cfg.num_stages == 0 and cfg.k_unroll == 3, cfg.label
+            assert cfg.defines()[family.STATIC_RING_DEFINE] == 1, cfg.label
+        assert "selector.static_ring_for" in explain_text(Problem(*shape), 132)
+    for shape in ((512, 2112, 4608),  # 36 K blocks: no whole passes over 8 stages
+                  (512, 2112, 16384),  # 128 K blocks: past the long tier
+                  (384, 4096, 7168), (1024, 2112, 7168),  # 128x96 and 256x64 twins
+                  (128, 2112, 7168), (64, 2112, 7168), (4096, 7168, 16384)):
+        cfg = select_config(Problem(*shape), 132)
+        assert not cfg.static_ring and family.STATIC_RING_DEFINE not in cfg.defines(), (shape, cfg.label)
+    ring = select_config(Problem(512, 2112, 7168), 132)
+    for problem in (Problem(512, 2112, 7168, out_dtype="float32"), Problem(512, 2112, 7168, c_dtype="bfloat16")):
+        assert not select_config(problem, 132).static_ring
+    # the launcher's variants keep the ring only where its K blocks stay whole passes
+    assert ring.with_row_major_a_scale().static_ring
+    assert not ring.with_b_scale_1d().static_ring
+    narrow = KernelConfig(block_m=128, block_n=96, num_stages=7, accum_buffers=1, grid_size=132,
+                          static_k_blocks=56, static_ring=True)
+    assert narrow.with_row_major_a_scale().num_stages == 6 and not narrow.with_row_major_a_scale().static_ring
+    with pytest.raises(ValueError, match="static_ring needs"):
+        dataclasses.replace(narrow, static_k_blocks=36)
+    with pytest.raises(ValueError, match="static_ring needs"):
+        dataclasses.replace(narrow, static_k_blocks=0)
 
 
 def test_one_buffer_for_two_warpgroups():

@@ -4,7 +4,7 @@ Each family the selector can emit is represented by a forced configuration (pers
 or two accumulator buffers, 256-row tiles, half-width WGMMAs, multicast on A and on B with a
 tile count the cluster does not divide, split-K with one and two consumer warpgroups and with
 ranks that get no k-block, the row-major a_scale variant, M below one tile, the k-loop unrolled by
-6, K fixed at compile time, swap-AB), plus the selector's
+6, K fixed at compile time (with the stage ring as immediates), swap-AB), plus the selector's
 own choice for a few shapes and the casts. Every
 output is NaN-poisoned before the run and compared with the float64 reference, so the run also
 fails on a wrong answer. Exit status 1 if any check fails.
@@ -53,6 +53,11 @@ CASES = [
     ("128x256:w128:g16:gM:kb12", 600, 1160, 1536, "row"), ("auto", 1024, 7168, 2048),
     # ... and over long K on a loop unrolled by 3 (28 and 64 K blocks)
     ("256x128:kb28", 520, 1160, 3584), ("128x160:g16:gM:ef:kb64", 520, 1160, 8192),
+    # ... with the stage ring as immediates (selector.static_ring_for): 56 K blocks over 8 stages
+    # (the selector's pick at 512x2112x7168), 8 over 8 (a partial K block), 16 over 8 on a
+    # row-major a_scale, 7 over 7 with M below one tile
+    ("auto", 512, 2112, 7168), ("128x64:b1:ef:kb8:ring", 520, 1160, 1008),
+    ("128x64:b1:ef:kb16:ring", 520, 1160, 2000, "row"), ("128x96:b1:kb7:ring", 100, 1160, 896),
     # a row-major a_scale, read by the kernel variant through 4-group boxes (12 and 56 groups)
     ("256x128:b1", 520, 1160, 1536, "row"), ("64x64:b2:k4", 100, 1160, 1536, "row"), ("auto", 64, 2112, 7168, "row"),
     # swap-AB (M <= 16): persistent with one and two buffers and several tiles per CTA, a tile

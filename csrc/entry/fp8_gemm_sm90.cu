@@ -36,13 +36,18 @@
 #ifndef DT_STATIC_K_UNROLL
 #define DT_STATIC_K_UNROLL 1
 #endif
+// DT_STATIC_RING (optional, 0 when absent): with K fixed at a multiple of the stages, the stage
+// ring as immediates (Fp8GemmConfig::kStaticRing); the kernel's parameters are unchanged.
+#ifndef DT_STATIC_RING
+#define DT_STATIC_RING 0
+#endif
 
 using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
                                      DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
                                      DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
                                      static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N, DT_OUT_KIND,
                                      DT_C_KIND, DT_B_SCALE_1D != 0, DT_SIGNAL, DT_STAGED_EPILOGUE != 0,
-                                     DT_STATIC_K_BLOCKS, DT_STATIC_K_UNROLL>;
+                                     DT_STATIC_K_BLOCKS, DT_STATIC_K_UNROLL, DT_STATIC_RING != 0>;
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");

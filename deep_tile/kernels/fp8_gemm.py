@@ -41,6 +41,7 @@ __all__ = [
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
     "epilogue_barriers", "STATIC_K_DEFINE", "STATIC_K_UNROLL_DEFINE", "STATIC_K_UNROLL", "static_k_problems",
+    "STATIC_RING_DEFINE", "static_ring_problems",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -138,6 +139,26 @@ NOTES: fully unrolled instead, 256x128 kernels of 6 (row-major a_scale), 9, 12 a
 spilled 8-156 bytes (NVRTC 13.0; by 4, none of 1-16), and where none spilled it was no faster (H100,
 4096x8192x1024, 4096x7168x2048, 2048x7168x2048, 4096x4608x1024: 0.996-1.006x; benchmarks/RESULTS.md,
 2026-11-27 'K fixed at compile time for short K')."""
+
+
+STATIC_RING_DEFINE = "DT_STATIC_RING"
+"""The define, set to 1, of a kernel with K fixed whose consumers walk the stage ring as
+immediates (``KernelConfig.static_ring``, ``Fp8GemmConfig::kStaticRing``); absent, the kernels are
+unchanged."""
+
+
+def static_ring_problems(static_ring: bool, static_k_blocks: int, num_stages: int, b_scale_1d: bool,
+                         problem_kind: ProblemKind) -> list:
+    """Why a kernel with the stage ring as immediates (``static_ring``) cannot be built: K must be
+    fixed at a positive multiple of the stages (so every tile starts at stage 0), with 1D2D scales,
+    for the dense kind (the grouped kinds' tile loops were neither measured nor tested with it)."""
+    if not static_ring:
+        return []
+    if static_k_blocks <= 0 or static_k_blocks % num_stages or b_scale_1d or problem_kind is not ProblemKind.DENSE:
+        return [f"static_ring needs static_k_blocks a positive multiple of num_stages, 1D2D scales and the dense "
+                f"kind; got static_k_blocks={static_k_blocks}, num_stages={num_stages}, b_scale_1d={b_scale_1d}, "
+                f"{problem_kind.value}"]
+    return []
 
 
 def static_k_problems(static_k_blocks: int, problem_kind: ProblemKind, split_k: int, accum_buffers: int) -> list:
@@ -498,10 +519,12 @@ def defines(config) -> dict:
     """The compile-time defines of ``config`` (a :class:`deep_tile.select.KernelConfig`), the
     contract defines included; all values are ints. :data:`STAGED_EPILOGUE_DEFINE` only where the
     config has the staged epilogue, :data:`STATIC_K_DEFINE` and :data:`STATIC_K_UNROLL_DEFINE` only
-    where it fixes K (the other kernels' defines, and so their cache keys, stay)."""
+    where it fixes K, :data:`STATIC_RING_DEFINE` only with the ring as immediates (the other
+    kernels' defines, and so their cache keys, stay)."""
     staged = {STAGED_EPILOGUE_DEFINE: 1} if config.staged_epilogue else {}
     static_k = ({STATIC_K_DEFINE: config.static_k_blocks, STATIC_K_UNROLL_DEFINE: STATIC_K_UNROLL}
                 if config.static_k_blocks else {})
+    static_ring = {STATIC_RING_DEFINE: 1} if config.static_ring else {}
     return {
         "DT_BLOCK_M": config.block_m,
         "DT_BLOCK_N": config.block_n,
@@ -526,7 +549,7 @@ def defines(config) -> dict:
         "DT_STORE_SWIZZLE": store_swizzle(config.block_n),
         "DT_SCALE_GROUP": SCALE_GROUP,
         "DT_NUM_THREADS": num_threads(config.block_m),
-    } | staged | static_k
+    } | staged | static_k | static_ring
 
 
 class TensorMapBoxes:

@@ -75,7 +75,7 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
                  k_unroll: int = 3, problem_kind: ProblemKind = ProblemKind.DENSE,
                  l2_promotion: int = family.DEFAULT_L2_PROMOTION, swap_n: int = 0, out_dtype: str = "bfloat16",
                  c_dtype: Optional[str] = None, b_scale_1d: bool = False, staged_epilogue: bool = False,
-                 static_k_blocks: int = 0) -> str:
+                 static_k_blocks: int = 0, static_ring: bool = False) -> str:
     """Short name of a kernel instance for tables and logs, e.g. ``"256x128 s3 mcA"``, ``"64x64 s8 k4 x2"``.
 
     ``mcA``/``mcB``: multicast; ``kS``: split-K over S CTAs; ``x2``: two accumulator buffers;
@@ -88,7 +88,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
     ``1d1d``: b_scale per row of B (the weight gradient's operands); ``staged``: the K-grouped
     kind's FP32 D loaded, added to and stored through shared memory by a storer thread
     (``KernelConfig.staged_epilogue``); ``kb4``: 4 K blocks fixed at compile time
-    (``KernelConfig.static_k_blocks``).
+    (``KernelConfig.static_k_blocks``); ``ring``: the stage ring as immediates
+    (``KernelConfig.static_ring``).
     """
     text = f"{block_m}x{block_n} s{num_stages}"
     if num_multicast == 2:
@@ -125,6 +126,8 @@ def config_label(block_m: int, block_n: int, num_stages: int, num_multicast: int
         text += " staged"
     if static_k_blocks:
         text += f" kb{static_k_blocks}"
+    if static_ring:
+        text += " ring"
     return text
 
 
@@ -208,6 +211,10 @@ class KernelConfig:
             for problems of that many K blocks only (:meth:`for_problem` refuses others). Persistent
             kernels with one accumulator buffer, of any kind but the K-grouped one. See
             :func:`deep_tile.select.selector.static_k_blocks_for`.
+        static_ring: with ``static_k_blocks`` a multiple of ``num_stages`` (the dense kind, 1D2D
+            scales), every tile starts at stage 0 and the consumers walk the stage ring in passes of straight code
+            whose stage, barrier and descriptor offsets are constants. Default False. See
+            :func:`deep_tile.select.selector.static_ring_for`.
 
     Raises:
         ValueError: a field is out of range or the combination cannot be built (the message
@@ -237,6 +244,7 @@ class KernelConfig:
     b_scale_1d: bool = False
     staged_epilogue: bool = False
     static_k_blocks: int = 0
+    static_ring: bool = False
 
     def __post_init__(self):
         for name in ("block_m", "block_n", "num_stages", "num_multicast", "split_k", "accum_buffers",
@@ -289,6 +297,10 @@ class KernelConfig:
         _check_int("static_k_blocks", self.static_k_blocks, "an int >= 0",
                    isinstance(self.static_k_blocks, int) and self.static_k_blocks >= 0)
         problems += family.static_k_problems(self.static_k_blocks, self.problem_kind, self.split_k, self.accum_buffers)
+        if not isinstance(self.static_ring, bool):
+            raise ValueError(f"KernelConfig: static_ring must be a bool; got {self.static_ring!r}")
+        problems += family.static_ring_problems(self.static_ring, self.static_k_blocks, self.num_stages,
+                                                bool(self.b_scale_1d), self.problem_kind)
         if problems:
             raise ValueError("KernelConfig: " + "; ".join(problems))
         _check_int("raster_width", self.raster_width, "an even int >= 2", self.raster_width >= 2 and self.raster_width % 2 == 0)
@@ -346,9 +358,18 @@ class KernelConfig:
                                      self.a_scale_row_major, self.problem_kind.has_table, family.d_staging_bytes(self),
                                      self.b_scale_1d, family.epilogue_barriers(self), self.problem_kind.has_tile_slots)
 
+    def _restaged(self, num_stages: int, **changes) -> "KernelConfig":
+        """This config with ``changes`` and ``num_stages`` stages, keeping the stage ring as
+        immediates (``static_ring``) only where the fixed K blocks are still whole passes over the
+        stages with 1D2D scales."""
+        b_scale_1d = changes.get("b_scale_1d", self.b_scale_1d)
+        ring = self.static_ring and self.static_k_blocks % num_stages == 0 and not b_scale_1d
+        return dataclasses.replace(self, num_stages=num_stages, static_ring=ring, **changes)
+
     def with_row_major_a_scale(self) -> "KernelConfig":
         """This config reading a row-major a_scale, with one stage fewer where the wider a_scale
-        tiles would not fit the shared memory."""
+        tiles would not fit the shared memory (and without the stage ring as immediates where its
+        fixed K blocks are then no whole passes over the stages)."""
         stages = self.num_stages
         staging = family.d_staging_bytes(self)
         while stages > family.MIN_STAGES and family.smem_bytes(self.block_m, self.block_n, stages, self.split_k, True,
@@ -356,7 +377,7 @@ class KernelConfig:
                                                                  family.epilogue_barriers(self),
                                                                  self.problem_kind.has_tile_slots) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
-        return dataclasses.replace(self, a_scale_row_major=True, num_stages=stages)
+        return self._restaged(stages, a_scale_row_major=True)
 
     def with_b_scale_1d(self) -> "KernelConfig":
         """This config as the 1D1D variant (b_scale per row of B): swap-AB off, and one stage fewer
@@ -367,7 +388,7 @@ class KernelConfig:
                 family.d_staging_bytes(self), True, family.epilogue_barriers(self),
                 self.problem_kind.has_tile_slots) > arch.MAX_SMEM_PER_BLOCK:
             stages -= 1
-        return dataclasses.replace(self, b_scale_1d=True, swap_n=0, num_stages=stages)
+        return self._restaged(stages, b_scale_1d=True, swap_n=0)
 
     def with_output(self, out_dtype: str = "bfloat16", c_dtype=None) -> "KernelConfig":
         """This config with another output variant (``out_dtype``, ``c_dtype``), with the stages that
@@ -390,7 +411,7 @@ class KernelConfig:
         # a config at the most stages its own staging allows gets the most the new one allows
         at_most = self.num_stages == most_stages(family.d_staging_bytes(self))
         stages = most if at_most else min(self.num_stages, most)
-        return dataclasses.replace(self, out_dtype=out_dtype, c_dtype=c_dtype, num_stages=stages)
+        return self._restaged(stages, out_dtype=out_dtype, c_dtype=c_dtype)
 
     def for_problem(self, problem) -> "KernelConfig":
         """This config as the launcher builds it for ``problem`` (a
@@ -435,7 +456,7 @@ class KernelConfig:
                             self.split_k, self.accum_buffers, self.wgmma_n, self.a_scale_row_major,
                             self.raster_along_m, self.evict_first_b, self.k_unroll, self.problem_kind,
                             self.l2_promotion, self.swap_n, self.out_dtype, self.c_dtype, self.b_scale_1d,
-                            self.staged_epilogue, self.static_k_blocks)
+                            self.staged_epilogue, self.static_k_blocks, self.static_ring)
 
     def defines(self) -> dict:
         """The kernel's compile-time defines, contract defines included (all ints)."""

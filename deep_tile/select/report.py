@@ -53,7 +53,12 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
     if held_at_3:
         k_range += (f" whose run-time loop would be unrolled by 3, not 6 as the kernel holds "
                     f"{straddle_copies(cfg.block_n)} copies of the k-loop")
-    loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
+    loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks, "
+            f"{cfg.static_k_blocks // cfg.num_stages} passes over the {cfg.num_stages} stages): every tile starts at "
+            "stage 0, each pass straight code with the stage offsets as constants (a narrow one-buffer twin over "
+            "long K: selector.static_ring_for)"
+            if cfg.static_ring else
+            f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
             f"unrolled by {family.STATIC_K_UNROLL} K blocks ({k_range}: selector.static_k_blocks_for)"
             if cfg.static_k_blocks else
             f"one WGMMA buffer, unrolled by {cfg.k_unroll} K blocks"

@@ -35,7 +35,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "STATIC_RING_TILES", "static_ring_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -421,7 +421,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     (:func:`streams_b`; for a grouped problem :func:`grouped_streams_b`); the one-buffer k-loop is
     unrolled by 6 over long K ranges (:func:`k_unroll_for`), or has K fixed at compile time
     (:func:`static_k_blocks_for`: short K ranges, and long ones of loops unrolled by 3 and of the
-    masked kind); a two-buffer candidate of two consumer warpgroups
+    masked kind; with the stage ring as immediates where :func:`static_ring_for` says so); a
+    two-buffer candidate of two consumer warpgroups
     gets one buffer where :func:`one_buffer_for_two_warpgroups` says so."""
     c = e.candidate
     plain = plain_bf16(problem)
@@ -436,7 +437,8 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
     accum_buffers = 1 if one_buffer_swap else c.accum_buffers
     k_unroll = (swap_unroll_for(problem, c, e.k_blocks_per_cta) if one_buffer_swap
                 else k_unroll_for(c.accum_buffers, e.k_blocks_per_cta, unroll_width(problem, c)))
-    static_k_blocks = static_k_blocks_for(problem, c, k_unroll)
+    static_ring = static_ring_for(problem, c, k_unroll)
+    static_k_blocks = ceil_div(problem.k, family.BLOCK_K) if static_ring else static_k_blocks_for(problem, c, k_unroll)
     if static_k_blocks:
         k_unroll = 3  # the run-time loop's unrolling: unused with K fixed (STATIC_K_UNROLL), so one kernel
     return KernelConfig(block_m=c.block_m, block_n=c.block_n, num_stages=c.num_stages, num_multicast=c.num_multicast,
@@ -446,7 +448,7 @@ def config_from_estimate(problem: Problem, e: Estimate, num_sms: int, chip: Chip
                         if not problem.kind.grouped else grouped_streams_b(problem, e.k_blocks_per_cta),
                         k_unroll=k_unroll, problem_kind=problem.kind,
                         l2_promotion=l2_promotion_for(problem, c.block_m, chip), swap_n=swap_n_for(problem, c),
-                        static_k_blocks=static_k_blocks)
+                        static_k_blocks=static_k_blocks, static_ring=static_ring)
 
 
 def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
@@ -657,6 +659,30 @@ def static_k_blocks_for(problem: Problem, c, k_unroll: int = 3) -> int:
     if k_blocks > longest or k_blocks % family.STATIC_K_UNROLL != 0:
         return 0
     return 0 if family.static_k_problems(k_blocks, problem.kind, c.split_k, c.accum_buffers) else k_blocks
+
+
+STATIC_RING_TILES = ((128, 64),)
+"""(block_m, block_n) of the tiles whose one-buffer k-loop :func:`static_ring_for` runs with the
+stage ring as immediates."""
+
+
+def static_ring_for(problem: Problem, c, k_unroll: int) -> bool:
+    """``KernelConfig.static_ring`` for candidate ``c`` of ``problem`` whose one-buffer k-loop
+    would be unrolled by ``k_unroll`` (then K is fixed at its K blocks, ``static_k_blocks``): the
+    dense bf16 GEMM (:func:`plain_bf16`) on a :data:`STATIC_RING_TILES` tile without split-K or
+    multicast, unrolled by 6 (the narrow one-buffer twins over long K: :func:`swap_unroll_for`),
+    whose K blocks are at most :data:`STATIC_K_LONG_MAX_K_BLOCKS` and a multiple of its stages.
+
+    Measured: benchmarks/RESULTS.md, "Selector rules", the stage ring as immediates for 128x64
+    tiles (selector.static_ring_for).
+    NOTES: 128x96 ran 1.1-1.9% faster with it on an H200 but 2.2-2.4% slower on an H100 at
+    384x4096x7168, and 256x64 within 0.5% on both; so 128x64 alone (RESULTS.md, 2026-11-28 'The
+    stage ring as immediates for 128x64 tiles').
+    """
+    k_blocks = ceil_div(problem.k, family.BLOCK_K)
+    return (plain_bf16(problem) and (c.block_m, c.block_n) in STATIC_RING_TILES and c.split_k == 1
+            and c.num_multicast == 1 and k_unroll == 6 and k_blocks <= STATIC_K_LONG_MAX_K_BLOCKS
+            and k_blocks % c.num_stages == 0)
 
 
 STREAM_MAX_M_BLOCKS = 2

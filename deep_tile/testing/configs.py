@@ -16,7 +16,9 @@
   default 256);
 - ``swN``: swap-AB with N (8 or 16) token columns per WGMMA (``KernelConfig.swap_n``; M <= N);
 - ``kbN``: N K blocks fixed at compile time (``KernelConfig.static_k_blocks``; the problem's
-  ``ceil(K / 128)``).
+  ``ceil(K / 128)``);
+- ``ring``: with ``kbN`` a multiple of the stages, the stage ring as immediates
+  (``KernelConfig.static_ring``).
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
             fields["evict_first_b"] = True
         elif option.startswith("sw") and option[2:].isdigit():
             fields["swap_n"] = int(option[2:])
+        elif option == "ring":
+            fields["static_ring"] = True
         elif option.startswith("kb") and option[2:].isdigit():
             fields["static_k_blocks"] = int(option[2:])
         elif kind in "skbwgup" and value.isdigit():
@@ -93,13 +97,15 @@ def format_config(config: KernelConfig) -> str:
         text += f":sw{config.swap_n}"
     if config.static_k_blocks:
         text += f":kb{config.static_k_blocks}"
+    if config.static_ring:
+        text += ":ring"
     return text
 
 
 def defines_label(defines: dict) -> str:
     """A compact, file-name-safe label of a GEMM kernel's defines, e.g. ``128x144s5b1w144mcAefu6``
     (tile, stages, buffers, WGMMA width, then ``mcA``/``mcB``, ``gM``, ``kN``, ``rm``, ``ef``,
-    ``uN``, ``swN``, ``kbN`` where they differ from the default, then the grouped kind, then the output
+    ``uN``, ``swN``, ``kbN``, ``ring`` where they differ from the default, then the grouped kind, then the output
     variant: ``1d`` (1D1D), ``o32`` (FP32 out), ``c16``/``c32``/``cD`` (C bf16, FP32, D itself)): test ids and
     tools/sass_diff.py's file names."""
     d = defines
@@ -120,6 +126,8 @@ def defines_label(defines: dict) -> str:
         text += f"sw{d['DT_SWAP_N']}"
     if d.get("DT_STATIC_K_BLOCKS", 0):
         text += f"kb{d['DT_STATIC_K_BLOCKS']}"
+    if d.get("DT_STATIC_RING", 0):
+        text += "ring"
     code = d.get("DT_PROBLEM_KIND", 0)
     if code:
         text += kind_of_code(code).short_name

@@ -14,7 +14,7 @@ template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool 
           int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
           int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
           int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0, bool kStagedEpilogue_ = false,
-          int kStaticKBlocks_ = 0, int kStaticKUnroll_ = 1>
+          int kStaticKBlocks_ = 0, int kStaticKUnroll_ = 1, bool kStaticRing_ = false>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -56,6 +56,11 @@ struct Fp8GemmConfig {
   }
   // K blocks per unrolled body of that k-loop (the host's deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL).
   static constexpr int kStaticKUnroll = kStaticKUnroll_;
+  // The stage ring as immediates (K fixed at a multiple of the stages, one buffer, 1D2D): every
+  // tile starts at stage 0, so the consumers walk the ring in passes of straight code whose stage,
+  // barrier, a_scale and descriptor offsets are constants (TileMainloop::kStaticRing). When the
+  // host sets it: deep_tile/select/selector.py static_ring_for.
+  static constexpr bool kStaticRing = kStaticRing_;
   // Swap-AB (small M, dense): the weights are each WGMMA's 64-row operand and the first kSwapN
   // rows of the A tile (every real row: M <= kSwapN) its N side, so a k-block's tensor work and
   // promotion shrink from 64 x kBlockN to kBlockN x kSwapN. The one sub-tile's accumulators hold
@@ -309,7 +314,7 @@ struct Fp8GemmConfig {
   static constexpr bool kOneRingState = DT_ONE_RING != 0 && kNumAccumBuffers_ == 1 && !kBScale1D_;
 #else
   static constexpr bool kOneRingState = kNumAccumBuffers_ == 1 && !kBScale1D_ && kStaticKBlocks_ > 0 &&
-                                        kStaticKBlocks_ <= 8 && kProblemKind_ == ProblemKind::kDense;
+                                        kStaticKBlocks_ <= 8 && kProblemKind_ == ProblemKind::kDense && !kStaticRing_;
 #endif
   // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
   static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
@@ -411,6 +416,8 @@ struct Fp8GemmConfig {
   DT_STATIC_ASSERT(kStaticKBlocks == 0 || (kStaticKBlocks > 0 && !kKGrouped && kSplitK == 1 && kNumAccumBuffers == 1),
                    "DT_STATIC_K_BLOCKS must be 0, or > 0 without the K-grouped kind, with DT_SPLIT_K 1 and one accumulator buffer");
   DT_STATIC_ASSERT(kStaticKUnroll >= 1, "DT_STATIC_K_UNROLL must be >= 1");
+  DT_STATIC_ASSERT(!kStaticRing || (kStaticKBlocks > 0 && kStaticKBlocks % kNumStages == 0 && !kBScale1D && !kOneRingState),
+                   "DT_STATIC_RING needs DT_STATIC_K_BLOCKS a positive multiple of DT_NUM_STAGES, 1D2D scales");
   DT_STATIC_ASSERT(kNumStages >= kMinStages && kNumStages <= kMaxStages, "DT_NUM_STAGES must be in [2, 16]");
   DT_STATIC_ASSERT(kNumMulticast == 1 || kNumMulticast == 2, "DT_NUM_MULTICAST must be 1 or 2");
   DT_STATIC_ASSERT(kSplitK >= 1 && kSplitK <= 8, "DT_SPLIT_K must be in [1, 8] (a portable cluster)");

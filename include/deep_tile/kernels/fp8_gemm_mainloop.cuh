@@ -323,23 +323,17 @@ struct TileMainloop {
   // unused int member changed the register allocation of other kernels (64x64 two-buffer).
   struct NoStage {};
   typename If<Cfg::kOneRingState, int, NoStage>::type issued_stage{};
-  // DT_STATIC_RING=1 (a measurement override, off by default): with K fixed at a multiple of
-  // the stages (Cfg::kStaticKBlocks), every tile starts at stage 0, so run() walks the ring in
-  // passes of straight code whose stage, barrier, a_scale and descriptor offsets are immediates
-  // (DeepGEMM's loop at these shapes). 128x64 at 56 K blocks: 82.3 -> 65.4 instructions per
-  // k-block and warp.
-  // NOTES: H200, one process against the pick: 1.9-2.9% faster at 512x2112x7168 (128x64 kb56),
-  // 1.1-1.9% at 384x4096x7168 (128x96), 0.3-0.7% at 1024x2112x7168 and 512x4096x7168; on
-  // 128x160 kb64 3-7% slower than K fixed alone, itself 3-4% faster than the pick (RESULTS.md,
-  // 2026-11-27 'K fixed at compile time for long K: the stage ring as immediates'). No selector
-  // rule uses it yet.
-#if defined(DT_STATIC_RING)
-  static constexpr bool kStaticRing = DT_STATIC_RING != 0 && Cfg::kStaticKBlocks > 0 &&
-                                      Cfg::kStaticKBlocks % Cfg::kNumStages == 0 && !Cfg::kOneRingState &&
-                                      Cfg::kNumAccumBuffers == 1;
-#else
-  static constexpr bool kStaticRing = false;
-#endif
+  // Cfg::kStaticRing: with K fixed at a multiple of the stages (Cfg::kStaticKBlocks), every tile
+  // starts at stage 0, so run() walks the ring in passes of straight code whose stage, barrier,
+  // a_scale and descriptor offsets are immediates (DeepGEMM's loop at these shapes). 128x64 at 56
+  // K blocks: 82.3 -> 65.4 instructions per k-block and warp.
+  // NOTES: one process against the same tile with K a run-time value: 128x64 2.0-4.3% faster on
+  // an H200 and 1.1-6.1% on an H100 (8 shapes); 128x96 1.1-1.9% faster on an H200 but 2.2-2.4%
+  // slower on an H100 at 384x4096x7168; 256x64 and 128x128 within 0.7%; on 128x160 kb64 3-7%
+  // slower than K fixed alone (RESULTS.md, 2026-11-27 'K fixed at compile time for long K: the
+  // stage ring as immediates', and 2026-11-28 'The stage ring as immediates for 128x64 tiles').
+  // Which picks use it: selector.static_ring_for.
+  static constexpr bool kStaticRing = Cfg::kStaticRing;
   // kStaticRing: the descriptor bases taken again (as warp-uniform values) at each pass, so ptxas
   // forms each stage's descriptors in the pass instead of holding all of them in registers.
   struct PassDesc {
