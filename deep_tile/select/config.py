@@ -360,10 +360,11 @@ class KernelConfig:
 
     def _restaged(self, num_stages: int, **changes) -> "KernelConfig":
         """This config with ``changes`` and ``num_stages`` stages, keeping the stage ring as
-        immediates (``static_ring``) only where the fixed K blocks are still whole passes over the
-        stages with 1D2D scales."""
-        b_scale_1d = changes.get("b_scale_1d", self.b_scale_1d)
-        ring = self.static_ring and self.static_k_blocks % num_stages == 0 and not b_scale_1d
+        immediates (``static_ring``) only where the kernel can still have it
+        (:func:`deep_tile.kernels.fp8_gemm.static_ring_problems`: the fixed K blocks whole passes
+        over the stages, 1D2D scales)."""
+        ring = self.static_ring and not family.static_ring_problems(
+            True, self.static_k_blocks, num_stages, bool(changes.get("b_scale_1d", self.b_scale_1d)), self.problem_kind)
         return dataclasses.replace(self, num_stages=num_stages, static_ring=ring, **changes)
 
     def with_row_major_a_scale(self) -> "KernelConfig":

@@ -671,7 +671,8 @@ def static_ring_for(problem: Problem, c, k_unroll: int) -> bool:
     would be unrolled by ``k_unroll`` (then K is fixed at its K blocks, ``static_k_blocks``): the
     dense bf16 GEMM (:func:`plain_bf16`) on a :data:`STATIC_RING_TILES` tile without split-K or
     multicast, unrolled by 6 (the narrow one-buffer twins over long K: :func:`swap_unroll_for`),
-    whose K blocks are at most :data:`STATIC_K_LONG_MAX_K_BLOCKS` and a multiple of its stages.
+    whose K blocks are at most :data:`STATIC_K_LONG_MAX_K_BLOCKS` and whole passes over its stages
+    (:func:`deep_tile.kernels.fp8_gemm.static_ring_problems`).
 
     Measured: benchmarks/RESULTS.md, "Selector rules", the stage ring as immediates for 128x64
     tiles (selector.static_ring_for).
@@ -682,7 +683,7 @@ def static_ring_for(problem: Problem, c, k_unroll: int) -> bool:
     k_blocks = ceil_div(problem.k, family.BLOCK_K)
     return (plain_bf16(problem) and (c.block_m, c.block_n) in STATIC_RING_TILES and c.split_k == 1
             and c.num_multicast == 1 and k_unroll == 6 and k_blocks <= STATIC_K_LONG_MAX_K_BLOCKS
-            and k_blocks % c.num_stages == 0)
+            and not family.static_ring_problems(True, k_blocks, c.num_stages, problem.b_scale_1d, problem.kind))
 
 
 STREAM_MAX_M_BLOCKS = 2
