@@ -145,12 +145,14 @@ def test_static_k_families():
 
 
 # The stage ring as immediates (KernelConfig.static_ring; selector.static_ring_for): K fixed at a
-# multiple of the stages, 8 and 7 of them, over several passes and one (a partial K block), a
+# multiple of the stages, 8, 7 and 4 of them, over several passes and one (a partial K block), a
 # persistent grid at full size and shrunk, M below one tile, the row-major a_scale (over several
-# passes: one pass of 8 K blocks on it spills 8 bytes, NVRTC 13.5 and nvcc 13.0).
+# passes: one pass of 8 K blocks on it spills 8 bytes, NVRTC 13.5 and nvcc 13.0), and 128x192
+# tiles at odd n-blocks straddling two b_scale blocks (N = 1160 and 2112).
 STATIC_RING_FAMILIES = [
     dict(block_m=128, block_n=64, num_stages=8, accum_buffers=1, evict_first_b=True),
     dict(block_m=128, block_n=96, num_stages=7, accum_buffers=1),
+    dict(block_m=128, block_n=192, num_stages=4, accum_buffers=1, raster_along_m=True, raster_width=16),
 ]
 STATIC_RING_SHAPES = [(520, 2112, 7168), (700, 1160, 1008), (37, 2112, 896), (4097, 1160, 2048)]
 

@@ -46,7 +46,7 @@ from deep_tile.jit import compiler, paths
 from deep_tile.kernels import cast_fp8, cast_transpose, fp8_gemm, moe_layout, swiglu
 from deep_tile.select import KernelConfig, select_config
 from deep_tile.select.candidates import max_stages, tile_shapes
-from deep_tile.select.selector import STATIC_K_LONG_MAX_K_BLOCKS, STATIC_K_MAX_K_BLOCKS, STATIC_RING_TILES, SWAP_UNROLL_BLOCK_NS
+from deep_tile.select.selector import STATIC_K_LONG_MAX_K_BLOCKS, STATIC_K_MAX_K_BLOCKS, RING_TILE, STATIC_RING_TILES, SWAP_UNROLL_BLOCK_NS
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES, WGRAD_NK, WGRAD_TOKENS
@@ -121,6 +121,13 @@ def selector_kinds() -> list:
                                         * config.num_stages, static_ring=True)
                     for config in swapped
                     if (config.block_m, config.block_n) in STATIC_RING_TILES and config.num_multicast == 1]
+        # ... and as the selector runs the one-buffer RING_TILE (selector.static_ring_for,
+        # selector._ring_tile_first), where the stages divide the long tier's K blocks
+        configs += [dataclasses.replace(config, static_k_blocks=STATIC_K_LONG_MAX_K_BLOCKS, static_ring=True)
+                    for config in variants
+                    if (config.block_m, config.block_n) == RING_TILE and config.accum_buffers == 1
+                    and config.num_multicast == 1 and config.split_k == 1
+                    and STATIC_K_LONG_MAX_K_BLOCKS % config.num_stages == 0]
         # and swapped (8 and 16 token columns) where the tile allows it (selector.swap_n_for)
         configs += [dataclasses.replace(config, swap_n=swap) for config in variants for swap in (8, 16)
                     if not fp8_gemm.swap_problems(swap, config.block_m, config.block_n, config.wgmma_n,

@@ -19,7 +19,7 @@ from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, 
 from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_bytes, table_grid_size, table_rounds,
                                    wgmma_efficiency)
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, ONE_SUBTILE_TOLERANCE, SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N,
-                                      RASTER_WIDTH, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
+                                      RASTER_WIDTH, RING_TILE, RING_TILE_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
                                       overlaps_promotion)
 from deep_tile.problem import Problem, ProblemKind
 from conftest import run_python
@@ -84,13 +84,18 @@ def _check_invariants(m, n, k, num_sms, max_smem):
     # SPLIT_TOLERANCE of the fastest, when that one is unsplit and latency-bound, or an unsplit
     # HBM-bound one within UNSPLIT_TOLERANCE, as many CTAs and B boxes of STREAM_MIN_BLOCK_N rows
     # when the fastest is an HBM-bound split; at 65-128 rows one of one m-block within
-    # ONE_M_BLOCK_TOLERANCE
+    # ONE_M_BLOCK_TOLERANCE; the 128x192 ring tile within RING_TILE_TOLERANCE of a wider one
     fastest = min(ranked, key=lambda e: e.time_s)
     if ranked[0] is not fastest and ranked[0].time_s > fastest.time_s * (1 + TIE_TOLERANCE):
         first = ranked[0]
         if ONE_M_BLOCK_MAX_M >= m > 64 and first.candidate.block_m >= m > fastest.candidate.block_m:
             # a candidate of one m-block first (selector._one_m_block_first)
             assert first.time_s <= fastest.time_s * (1 + SPLIT_TOLERANCE) * (1 + ONE_M_BLOCK_TOLERANCE)
+        elif (first.candidate.block_m, first.candidate.block_n) == RING_TILE and first.candidate.split_k == 1:
+            # the 128x192 tile with the stage ring before a wider one (selector._ring_tile_first)
+            assert (fastest.candidate.block_m, fastest.candidate.block_n) in ((128, 256), (256, 128))
+            assert n % RING_TILE[1] == 0 and cfg.static_ring
+            assert first.time_s <= fastest.time_s * (1 + RING_TILE_TOLERANCE)
         elif first.candidate.split_k > 1:
             assert fastest.candidate.split_k == 1 and fastest.bound == "latency"
             assert first.time_s <= fastest.time_s * (1 + SPLIT_TOLERANCE)
@@ -1010,7 +1015,8 @@ def test_get_config_takes_the_output_variant():
     problem = Problem(24576, 1536, 4096, b_scale_1d=True).with_output("float32", "out")
     config = get_config(24576, 1536, 4096, 132, out_dtype="float32", c_dtype="out", b_scale_1d=True)
     assert config == get_problem_config(problem, 132)
-    assert config.block_n != get_config(24576, 1536, 4096, 132).block_n  # the in-place weight gradient's rule
+    # the in-place weight gradient's rules (the plain GEMM's pick has the 128x192 ring tile)
+    assert config.label != get_config(24576, 1536, 4096, 132).label and not config.static_ring
     with pytest.raises(ValueError, match="get_config: out_dtype must be one of 'bfloat16', 'float32'; got 'half'"):
         get_config(64, 2112, 7168, 132, out_dtype="half")
     with pytest.raises(ValueError, match="get_config: c_dtype must be one of"):
@@ -1110,6 +1116,46 @@ def test_the_stage_ring_as_immediates_for_128x64_twins_over_long_k():
         dataclasses.replace(narrow, static_k_blocks=36)
     with pytest.raises(ValueError, match="static_ring needs"):
         dataclasses.replace(narrow, static_k_blocks=0)
+
+
+def test_the_128x192_ring_tile_first_where_it_fits_n():
+    """The one-buffer 128x192 tile runs the stage ring as immediates from RING_TILE_MIN_K_BLOCKS K
+    blocks on (selector.static_ring_for), and goes before a first choice of 128x256 or 256x128
+    where its columns fit N exactly and the model predicts it within RING_TILE_TOLERANCE
+    (selector._ring_tile_first); K blocks that are no whole passes over its 4 stages, short or
+    longer K, N it does not fit and the output variants keep the picks of before."""
+    from deep_tile.select.selector import RING_TILE, RING_TILE_MIN_K_BLOCKS, RING_TILE_TOLERANCE
+
+    assert RING_TILE == (128, 192) and RING_TILE_MIN_K_BLOCKS == 28 and RING_TILE_TOLERANCE == 0.08
+    moved = ((4096, 6144, 7168), (8192, 3072, 8192), (2048, 24576, 4096), (512, 24576, 7168), (8192, 1536, 4608),
+             (8192, 6144, 3584))
+    ringed = ((4096, 2112, 7168), (4096, 4608, 7168), (320, 7168, 7168), (896, 10240, 8192))
+    for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+        for shape in moved + ringed:
+            cfg = select_config(Problem(*shape), 132, chip=chip)
+            assert (cfg.block_m, cfg.block_n, cfg.accum_buffers, cfg.split_k, cfg.num_multicast) == (128, 192, 1, 1, 1), (
+                chip.name, shape, cfg.label)
+            assert cfg.static_ring and cfg.static_k_blocks == shape[2] // 128 and cfg.num_stages == 4, cfg.label
+            assert cfg.defines()[family.STATIC_RING_DEFINE] == 1, cfg.label
+    for shape in moved:
+        text = explain_text(Problem(*shape), 132)
+        assert "selector._ring_tile_first" in text and "selector.static_ring_for" in text, shape
+    for shape in ringed:
+        assert "selector._ring_tile_first" not in explain_text(Problem(*shape), 132), shape
+    for shape in ((4096, 4096, 7168),  # 128x192 does not fit N = 4096
+                  (4096, 7168, 16384),  # 128 K blocks: past the long tier
+                  (4096, 6144, 2048),  # 16 K blocks: below RING_TILE_MIN_K_BLOCKS
+                  (4096, 6144, 4480)):  # 35 K blocks: no whole passes over 4 stages
+        for chip in (arch.CHIPS["H100 SXM"], arch.CHIPS["H200"]):
+            cfg = select_config(Problem(*shape), 132, chip=chip)
+            assert not cfg.static_ring and (cfg.block_m, cfg.block_n) != RING_TILE, (chip.name, shape, cfg.label)
+    for problem in (Problem(4096, 6144, 7168, out_dtype="float32"), Problem(4096, 6144, 7168, c_dtype="bfloat16"),
+                    Problem(4096, 2112, 7168, out_dtype="float32")):
+        assert not select_config(problem, 132).static_ring, problem
+    # the launcher's variants keep the ring where its K blocks stay whole passes over the stages
+    ring = select_config(Problem(4096, 6144, 7168), 132)
+    assert ring.with_row_major_a_scale().static_ring and ring.with_row_major_a_scale().num_stages == 4
+    assert not ring.with_b_scale_1d().static_ring
 
 
 def test_one_buffer_for_two_warpgroups():

@@ -12,7 +12,8 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
-from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE,
+from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, RING_TILE, RING_TILE_TOLERANCE,
+                                      SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, plain_bf16,
                                       ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, unroll_width, one_buffer_for_two_warpgroups,
                                       one_m_block_rows,
                                       straddle_copies, accumulates_weight_gradient, config_from_estimate,
@@ -56,7 +57,7 @@ def _config_lines(cfg: KernelConfig, held_at_3: bool = False, one_buffer_swap: b
     loop = (f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks, "
             f"{cfg.static_k_blocks // cfg.num_stages} passes over the {cfg.num_stages} stages): every tile starts at "
             "stage 0, each pass straight code with the stage offsets as constants (a narrow one-buffer twin over "
-            "long K: selector.static_ring_for)"
+            "long K, or the 128x192 tile: selector.static_ring_for)"
             if cfg.static_ring else
             f"one WGMMA buffer; K fixed at compile time ({cfg.static_k_blocks} K blocks): constant trip counts, "
             f"unrolled by {family.STATIC_K_UNROLL} K blocks ({k_range}: selector.static_k_blocks_for)"
@@ -178,6 +179,13 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
         lines.append(f"{lead}, but it splits M into several m-blocks, so two CTAs read each weight tile, and a "
                      f"candidate of one m-block and half its width within {ONE_M_BLOCK_TOLERANCE:.0%} goes first: each weight tile is "
                      f"then read once (selector._one_m_block_first))")
+    elif ((best.candidate.block_m, best.candidate.block_n) == RING_TILE and plain_bf16(problem)
+          and (faster[0].candidate.block_m, faster[0].candidate.block_n) in ((128, 256), (256, 128))
+          and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
+        lines.append(f"{lead}, but {RING_TILE[0]}x{RING_TILE[1]} tiles fit N exactly and run the stage ring as "
+                     f"immediates, which the model does not see; within {RING_TILE_TOLERANCE:.0%} they go first: "
+                     f"their WGMMAs, {RING_TILE[1]} wide, also read less shared memory per FLOP than the wider "
+                     f"tiles' 128-wide parts (selector._ring_tile_first))")
     elif best.candidate.split_k > 1 and faster[0].bound == "latency" and faster[0].candidate.split_k == 1:
         lines.append(f"{lead}, but its k-loop is latency-bound, and a split-K candidate within "
                      f"{SPLIT_TOLERANCE:.0%} goes first: the model overprices halving that chain)")

@@ -35,7 +35,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "STATIC_RING_TILES", "static_ring_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "STATIC_RING_TILES", "RING_TILE", "RING_TILE_MIN_K_BLOCKS", "RING_TILE_TOLERANCE", "static_ring_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -145,7 +145,7 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     estimates = [estimate(c, problem, num_sms, chip, RASTER_WIDTH) for c in candidates]
     ranked = tuple(sorted(estimates, key=lambda e: _tie_break(e, problem)))
     ranked = _unsplit_hbm_bound(_split_latency_bound(_transposed_tie(ranked, problem)))
-    ranked = _one_m_block_first(ranked, problem)
+    ranked = _ring_tile_first(_one_m_block_first(ranked, problem), problem)
     if accumulates_weight_gradient(problem):
         return _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip), problem)
     return ranked
@@ -662,28 +662,72 @@ def static_k_blocks_for(problem: Problem, c, k_unroll: int = 3) -> int:
 
 
 STATIC_RING_TILES = ((128, 64),)
-"""(block_m, block_n) of the tiles whose one-buffer k-loop :func:`static_ring_for` runs with the
-stage ring as immediates."""
+"""(block_m, block_n) of the narrow one-buffer twins whose k-loop unrolled by 6 :func:`static_ring_for`
+runs with the stage ring as immediates."""
+RING_TILE = (128, 192)
+"""(block_m, block_n) of the wide one-buffer tile whose k-loop :func:`static_ring_for` runs with the
+stage ring as immediates over :data:`RING_TILE_MIN_K_BLOCKS` to :data:`STATIC_K_LONG_MAX_K_BLOCKS`
+K blocks, and which :func:`_ring_tile_first` puts before the wider tiles where it fits N."""
+RING_TILE_MIN_K_BLOCKS = 28
+"""Fewest K blocks (K = 3584) for which :func:`static_ring_for` gives :data:`RING_TILE` the ring."""
 
 
 def static_ring_for(problem: Problem, c, k_unroll: int) -> bool:
     """``KernelConfig.static_ring`` for candidate ``c`` of ``problem`` whose one-buffer k-loop
     would be unrolled by ``k_unroll`` (then K is fixed at its K blocks, ``static_k_blocks``): the
-    dense bf16 GEMM (:func:`plain_bf16`) on a :data:`STATIC_RING_TILES` tile without split-K or
-    multicast, unrolled by 6 (the narrow one-buffer twins over long K: :func:`swap_unroll_for`),
-    whose K blocks are at most :data:`STATIC_K_LONG_MAX_K_BLOCKS` and whole passes over its stages
-    (:func:`deep_tile.kernels.fp8_gemm.static_ring_problems`).
+    dense bf16 GEMM (:func:`plain_bf16`) without split-K or multicast, whose K blocks are at most
+    :data:`STATIC_K_LONG_MAX_K_BLOCKS` and whole passes over its stages
+    (:func:`deep_tile.kernels.fp8_gemm.static_ring_problems`), on
+    - a :data:`STATIC_RING_TILES` tile unrolled by 6 (the narrow one-buffer twins over long K:
+      :func:`swap_unroll_for`), or
+    - the one-buffer :data:`RING_TILE` from :data:`RING_TILE_MIN_K_BLOCKS` K blocks on.
 
     Measured: benchmarks/RESULTS.md, "Selector rules", the stage ring as immediates for 128x64
-    tiles (selector.static_ring_for).
+    tiles (selector.static_ring_for), and the stage ring for 128x192 tiles, and 128x192 before the
+    wider tiles where it fits N.
     NOTES: 128x96 ran 1.1-1.9% faster with it on an H200 but 2.2-2.4% slower on an H100 at
-    384x4096x7168, and 256x64 within 0.5% on both; so 128x64 alone (RESULTS.md, 2026-11-28 'The
+    384x4096x7168, and 256x64 within 0.5% on both; so not those (RESULTS.md, 2026-11-28 'The
     stage ring as immediates for 128x64 tiles').
     """
     k_blocks = ceil_div(problem.k, family.BLOCK_K)
-    return (plain_bf16(problem) and (c.block_m, c.block_n) in STATIC_RING_TILES and c.split_k == 1
-            and c.num_multicast == 1 and k_unroll == 6 and k_blocks <= STATIC_K_LONG_MAX_K_BLOCKS
+    tile = (c.block_m, c.block_n)
+    narrow = tile in STATIC_RING_TILES and k_unroll == 6
+    wide = tile == RING_TILE and c.accum_buffers == 1 and k_blocks >= RING_TILE_MIN_K_BLOCKS
+    return (plain_bf16(problem) and (narrow or wide) and c.split_k == 1 and c.num_multicast == 1
+            and k_blocks <= STATIC_K_LONG_MAX_K_BLOCKS
             and not family.static_ring_problems(True, k_blocks, c.num_stages, problem.b_scale_1d, problem.kind))
+
+
+RING_TILE_TOLERANCE = 0.08
+"""How much slower than a wider first choice the model may predict :data:`RING_TILE` and still put
+it first (:func:`_ring_tile_first`)."""
+
+
+def _ring_tile_first(ranked: tuple, problem: Problem) -> tuple:
+    """``ranked`` with the one-buffer :data:`RING_TILE` candidate first when the first choice is an
+    unsplit 128x256 or 256x128 tile without multicast, the ring tile's columns fit N exactly
+    (``N % 192 == 0``), the ring applies to it (:func:`static_ring_for`) and the model predicts
+    it within :data:`RING_TILE_TOLERANCE` of the first choice. The model sees neither the ring nor
+    that 128x192's WGMMAs, 192 wide, read less shared memory per FLOP than the 128-wide parts of
+    128x256 (one WGMMA chain per k-block and warpgroup instead of two that each read the slab's
+    A): it predicted 128x192 6.7-7.2% slower than the wider tiles at N = 3072 and 6144, where it
+    ran 0.9-3.9% faster with the ring (7 shapes, both chips).
+
+    Measured: benchmarks/RESULTS.md, "Selector rules", the stage ring for 128x192 tiles, and
+    128x192 before the wider tiles where it fits N.
+    """
+    best = ranked[0]
+    b = best.candidate
+    if (not plain_bf16(problem) or problem.n % RING_TILE[1] or b.split_k != 1 or b.num_multicast != 1
+            or (b.block_m, b.block_n) not in ((128, 256), (256, 128))):
+        return ranked
+    for e in ranked[1:]:
+        c = e.candidate
+        # (RING_TILE's ring does not depend on the unrolling)
+        if ((c.block_m, c.block_n) == RING_TILE and c.accum_buffers == 1 and static_ring_for(problem, c, 6)
+                and e.time_s <= best.time_s * (1 + RING_TILE_TOLERANCE)):
+            return (e,) + tuple(x for x in ranked if x is not e)
+    return ranked
 
 
 STREAM_MAX_M_BLOCKS = 2
