@@ -58,7 +58,7 @@ CASES = [
     # row-major a_scale, 7 over 7 with M below one tile
     ("auto", 512, 2112, 7168), ("128x64:b1:ef:kb8:ring", 520, 1160, 1008),
     ("128x64:b1:ef:kb16:ring", 520, 1160, 2000, "row"), ("128x96:b1:kb7:ring", 100, 1160, 896),
-    # ... and on 128x192 (selector._ring_tile_first): the selector's pick at 768x4096x7168 (56 K
+    # ... and on 128x192 (selector.static_ring_for): the selector's pick at 768x4096x7168 (56 K
     # blocks over 4 stages), 8 over 4 with tiles straddling two b_scale blocks, 16 on a row-major
     # a_scale
     ("auto", 768, 4096, 7168), ("128x192:b1:g16:gM:kb8:ring", 520, 1160, 1008),
