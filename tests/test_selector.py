@@ -19,7 +19,7 @@ from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, 
 from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_bytes, table_grid_size, table_rounds,
                                    wgmma_efficiency)
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, ONE_SUBTILE_TOLERANCE, SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N,
-                                      RASTER_WIDTH, RING_TILE, RING_TILE_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
+                                      RASTER_WIDTH, RING_TILE, RING_TILE_OVER, RING_TILE_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
                                       overlaps_promotion)
 from deep_tile.problem import Problem, ProblemKind
 from conftest import run_python
@@ -93,7 +93,7 @@ def _check_invariants(m, n, k, num_sms, max_smem):
             assert first.time_s <= fastest.time_s * (1 + SPLIT_TOLERANCE) * (1 + ONE_M_BLOCK_TOLERANCE)
         elif (first.candidate.block_m, first.candidate.block_n) == RING_TILE and first.candidate.split_k == 1:
             # the 128x192 tile with the stage ring before a wider one (selector._ring_tile_first)
-            assert (fastest.candidate.block_m, fastest.candidate.block_n) in ((128, 256), (256, 128))
+            assert (fastest.candidate.block_m, fastest.candidate.block_n) in RING_TILE_OVER
             assert n % RING_TILE[1] == 0 and cfg.static_ring
             assert first.time_s <= fastest.time_s * (1 + RING_TILE_TOLERANCE)
         elif first.candidate.split_k > 1:

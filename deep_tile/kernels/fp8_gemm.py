@@ -151,7 +151,9 @@ def static_ring_problems(static_ring: bool, static_k_blocks: int, num_stages: in
                          problem_kind: ProblemKind) -> list:
     """Why a kernel with the stage ring as immediates (``static_ring``) cannot be built: K must be
     fixed at a positive multiple of the stages (so every tile starts at stage 0), with 1D2D scales,
-    for the dense kind (the grouped kinds' tile loops were neither measured nor tested with it)."""
+    for the dense kind (the grouped kinds' tile loops are not tested with it; the contiguous kind's,
+    measured with 128x192, ran slower on an H100: RESULTS.md, 2026-11-28 'The stage ring for
+    128x192 tiles, and 128x192 before the wider tiles where it fits N')."""
     if not static_ring:
         return []
     if static_k_blocks <= 0 or static_k_blocks % num_stages or b_scale_1d or problem_kind is not ProblemKind.DENSE:

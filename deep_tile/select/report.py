@@ -12,7 +12,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
-from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, RING_TILE, RING_TILE_TOLERANCE,
+from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, RING_TILE, RING_TILE_OVER, RING_TILE_TOLERANCE,
                                       SPLIT_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, plain_bf16,
                                       ONE_M_BLOCK_TOLERANCE, STATIC_K_MAX_K_BLOCKS, WIDE_TILE_MIN_K_BLOCKS, k_unroll_for, unroll_width, one_buffer_for_two_warpgroups,
                                       one_m_block_rows,
@@ -180,7 +180,7 @@ def _runner_up_lines(ranked: tuple, problem) -> list:
                      f"candidate of one m-block and half its width within {ONE_M_BLOCK_TOLERANCE:.0%} goes first: each weight tile is "
                      f"then read once (selector._one_m_block_first))")
     elif ((best.candidate.block_m, best.candidate.block_n) == RING_TILE and plain_bf16(problem)
-          and (faster[0].candidate.block_m, faster[0].candidate.block_n) in ((128, 256), (256, 128))
+          and (faster[0].candidate.block_m, faster[0].candidate.block_n) in RING_TILE_OVER
           and best.time_s > faster[0].time_s * (1 + TIE_TOLERANCE)):
         lines.append(f"{lead}, but {RING_TILE[0]}x{RING_TILE[1]} tiles fit N exactly and run the stage ring as "
                      f"immediates, which the model does not see; within {RING_TILE_TOLERANCE:.0%} they go first: "

@@ -35,7 +35,7 @@ from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
 
 __all__ = ["select_config", "select_signal_config", "rank_candidates", "config_from_estimate", "streams_b", "STREAM_MAX_M_BLOCKS",
-           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "STATIC_RING_TILES", "RING_TILE", "RING_TILE_MIN_K_BLOCKS", "RING_TILE_TOLERANCE", "static_ring_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
+           "STREAM_MIN_K_BLOCKS", "STATIC_K_MAX_K_BLOCKS", "STATIC_K_LONG_MAX_K_BLOCKS", "STATIC_K_KINDS", "static_k_blocks_for", "STATIC_RING_TILES", "RING_TILE", "RING_TILE_OVER", "RING_TILE_MIN_K_BLOCKS", "RING_TILE_TOLERANCE", "static_ring_for", "LONG_STREAM_MAX_M_BLOCKS", "LONG_STREAM_MIN_K_BLOCKS", "k_unroll_for", "unroll_width", "SWAP_UNROLL_BLOCK_NS", "swap_unroll_for", "LONG_K_BLOCKS", "ONE_M_BLOCK_MAX_M", "ONE_M_BLOCK_TOLERANCE", "bf16_without_c", "plain_bf16", "one_m_block_rows", "straddle_copies", "UNROLL_MAX_STRADDLE_COPIES", "swap_n_for", "SWAP_MAX_M", "overlaps_promotion", "SERIAL_LOOP_MIN_M", "one_buffer_for_two_warpgroups",
            "GROUP_TILE_MIN_M",
            "SPLIT_TOLERANCE", "UNSPLIT_TOLERANCE", "ONE_SUBTILE_TOLERANCE", "accumulates_weight_gradient", "one_subtile_per_warpgroup", "STREAM_MIN_BLOCK_N", "grid_size", "GROUPED_STREAM_MAX_M",
            "GROUPED_MANY_STREAMS_MIN_GROUPS", "GROUPED_MANY_STREAMS_MIN_K_BLOCKS", "grouped_streams_b",
@@ -668,6 +668,9 @@ RING_TILE = (128, 192)
 """(block_m, block_n) of the wide one-buffer tile whose k-loop :func:`static_ring_for` runs with the
 stage ring as immediates over :data:`RING_TILE_MIN_K_BLOCKS` to :data:`STATIC_K_LONG_MAX_K_BLOCKS`
 K blocks, and which :func:`_ring_tile_first` puts before the wider tiles where it fits N."""
+RING_TILE_OVER = ((128, 256), (256, 128))
+"""(block_m, block_n) of the wider first choices :func:`_ring_tile_first` puts :data:`RING_TILE`
+before."""
 RING_TILE_MIN_K_BLOCKS = 28
 """Fewest K blocks (K = 3584) for which :func:`static_ring_for` gives :data:`RING_TILE` the ring."""
 
@@ -719,12 +722,12 @@ def _ring_tile_first(ranked: tuple, problem: Problem) -> tuple:
     best = ranked[0]
     b = best.candidate
     if (not plain_bf16(problem) or problem.n % RING_TILE[1] or b.split_k != 1 or b.num_multicast != 1
-            or (b.block_m, b.block_n) not in ((128, 256), (256, 128))):
+            or (b.block_m, b.block_n) not in RING_TILE_OVER):
         return ranked
     for e in ranked[1:]:
         c = e.candidate
-        # (RING_TILE's ring does not depend on the unrolling)
-        if ((c.block_m, c.block_n) == RING_TILE and c.accum_buffers == 1 and static_ring_for(problem, c, 6)
+        # (static_ring_for holds RING_TILE to one buffer; its ring does not depend on the unrolling)
+        if ((c.block_m, c.block_n) == RING_TILE and static_ring_for(problem, c, 6)
                 and e.time_s <= best.time_s * (1 + RING_TILE_TOLERANCE)):
             return (e,) + tuple(x for x in ranked if x is not e)
     return ranked
