@@ -122,12 +122,13 @@ def selector_kinds() -> list:
                     for config in swapped
                     if (config.block_m, config.block_n) in STATIC_RING_TILES and config.num_multicast == 1]
         # ... and as the selector runs the one-buffer RING_TILE (selector.static_ring_for,
-        # selector._ring_tile_first), where the stages divide the long tier's K blocks
+        # selector._ring_tile_first) over the long tier's K blocks, where the ring can have them
         configs += [dataclasses.replace(config, static_k_blocks=STATIC_K_LONG_MAX_K_BLOCKS, static_ring=True)
                     for config in variants
                     if (config.block_m, config.block_n) == RING_TILE and config.accum_buffers == 1
                     and config.num_multicast == 1 and config.split_k == 1
-                    and STATIC_K_LONG_MAX_K_BLOCKS % config.num_stages == 0]
+                    and not fp8_gemm.static_ring_problems(True, STATIC_K_LONG_MAX_K_BLOCKS, config.num_stages,
+                                                          config.b_scale_1d, config.problem_kind)]
         # and swapped (8 and 16 token columns) where the tile allows it (selector.swap_n_for)
         configs += [dataclasses.replace(config, swap_n=swap) for config in variants for swap in (8, 16)
                     if not fp8_gemm.swap_problems(swap, config.block_m, config.block_n, config.wgmma_n,

@@ -19,7 +19,7 @@ from deep_tile.select.candidates import Candidate, max_stages, split_k_factors, 
 from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_bytes, table_grid_size, table_rounds,
                                    wgmma_efficiency)
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, ONE_SUBTILE_TOLERANCE, SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N,
-                                      RASTER_WIDTH, RING_TILE, RING_TILE_OVER, RING_TILE_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
+                                      RASTER_WIDTH, RING_TILE, RING_TILE_MIN_K_BLOCKS, RING_TILE_OVER, RING_TILE_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
                                       overlaps_promotion)
 from deep_tile.problem import Problem, ProblemKind
 from conftest import run_python
@@ -1124,8 +1124,6 @@ def test_the_128x192_ring_tile_first_where_it_fits_n():
     where its columns fit N exactly and the model predicts it within RING_TILE_TOLERANCE
     (selector._ring_tile_first); K blocks that are no whole passes over its 4 stages, short or
     longer K, N it does not fit and the output variants keep the picks of before."""
-    from deep_tile.select.selector import RING_TILE, RING_TILE_MIN_K_BLOCKS, RING_TILE_TOLERANCE
-
     assert RING_TILE == (128, 192) and RING_TILE_MIN_K_BLOCKS == 28 and RING_TILE_TOLERANCE == 0.08
     moved = ((4096, 6144, 7168), (8192, 3072, 8192), (2048, 24576, 4096), (512, 24576, 7168), (8192, 1536, 4608),
              (8192, 6144, 3584))
