@@ -270,11 +270,12 @@ def grouped_reference(kind: str, a, a_scale, b, b_scale, info) -> torch.Tensor:
 
 def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config: dict | None = None,
             max_m: int = 0, tail: int = 0, bad_ids: bool = False, gaps: bool = False, seed: int = 0,
-            graph_counts: list | None = None) -> dict:
+            graph_counts: list | None = None, expected_m: int | None = None) -> dict:
     """One grouped GEMM of ``kind`` (contiguous / offsets / masked / psum) with ``counts[g]`` real rows
     per expert against the float64 reference: computed rows compared, the rows of no expert
     checked still NaN (untouched), a repeat checked bitwise. ``graph_counts``: also capture the
-    call in a CUDA graph, change the counts in place and replay (the same checks)."""
+    call in a CUDA graph, change the counts in place and replay (the same checks). ``expected_m``:
+    the masked kind's hint (default: the mean count)."""
     from deep_tile.problem import ProblemKind
 
     gen = torch.Generator(device=DEVICE)
@@ -296,7 +297,10 @@ def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config
     a, a_scale = _grouped_activations(shape, k, gen, layout)
     kinds = {"contiguous": ProblemKind.GROUPED_CONTIGUOUS, "offsets": ProblemKind.GROUPED_OFFSETS,
              "masked": ProblemKind.GROUPED_MASKED, "psum": ProblemKind.GROUPED_PSUM}
-    expected_m = max(1, sum(counts) // max(1, num_groups)) if kind == "masked" else None
+    if kind == "masked" and expected_m is None:
+        expected_m = max(1, sum(counts) // max(1, num_groups))
+    elif kind != "masked":
+        expected_m = None
 
     def call(info_now, out):
         return run_grouped(kinds[kind], a, a_scale, b, b_scale, info_now, out, expected_m, config=forced)

@@ -150,35 +150,40 @@ def m_grouped_case(kind: str, fields: dict, out_dtype: str, mode: str) -> bool:
     return ok
 
 
+def dense_case(fields, out_dtype, mode, m, n, k) -> bool:
+    """One dense output-variant case (CASES): FP32 or bf16 out, C separate, in place or none, 1D2D or 1D1D."""
+    one_d = fields.get("b_scale_1d", False)
+    if one_d:
+        a, sa, b, sb = operands_1d1d(m, n, k, seed=m + n + k)
+        ref = ref_fp8_gemm_1d1d(a, sa, b, sb)
+    else:
+        a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
+        ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
+    dtype = getattr(torch, out_dtype)
+    c_dtype = None if mode == "none" else ("out" if mode == "inplace" else mode)
+    config = KernelConfig(**{**P, **fields}).with_output(out_dtype, c_dtype)
+    start = torch.randn((m, n), device="cuda", dtype=torch.float32)
+    c = None
+    if mode == "inplace":
+        out = start.to(dtype)
+    else:
+        out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        c = None if mode == "none" else start.to(getattr(torch, mode))
+    base = out.double() if mode == "inplace" else (c.double() if c is not None else 0.0)
+    run_acc(a, sa, b, sb, c, mode == "inplace", out, config=config, b_scale_1d=one_d)
+    torch.cuda.synchronize()
+    diff = calc_diff(out.double(), base + ref)
+    ok = not torch.isnan(out).any().item() and diff < 1e-3
+    print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
+    return ok
+
+
 def main() -> int:
     failures = 0
     only = os.environ.get("SANITIZE_TRAINING")  # "k_grouped", "dense" or "m_grouped": that kind's cases alone
     cases = CASES if only in (None, "", "dense") else []
-    for fields, out_dtype, mode, m, n, k in cases:
-        one_d = fields.get("b_scale_1d", False)
-        if one_d:
-            a, sa, b, sb = operands_1d1d(m, n, k, seed=m + n + k)
-            ref = ref_fp8_gemm_1d1d(a, sa, b, sb)
-        else:
-            a, sa, b, sb = make_fp8_problem(m, n, k, "cuda", seed=m + n + k, a_scale_layout="tma")
-            ref = deep_tile.ref_fp8_gemm(a, sa, b, sb)
-        dtype = getattr(torch, out_dtype)
-        c_dtype = None if mode == "none" else ("out" if mode == "inplace" else mode)
-        config = KernelConfig(**{**P, **fields}).with_output(out_dtype, c_dtype)
-        start = torch.randn((m, n), device="cuda", dtype=torch.float32)
-        c = None
-        if mode == "inplace":
-            out = start.to(dtype)
-        else:
-            out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-            c = None if mode == "none" else start.to(getattr(torch, mode))
-        base = out.double() if mode == "inplace" else (c.double() if c is not None else 0.0)
-        run_acc(a, sa, b, sb, c, mode == "inplace", out, config=config, b_scale_1d=one_d)
-        torch.cuda.synchronize()
-        diff = calc_diff(out.double(), base + ref)
-        ok = not torch.isnan(out).any().item() and diff < 1e-3
-        failures += not ok
-        print(f"{'ok  ' if ok else 'FAIL'} {config.label:>32} c={mode:<8} {m}x{n}x{k} diff {diff:.1e}", flush=True)
+    for case in cases:
+        failures += not dense_case(*case)
     k_grouped_cases = K_GROUPED_CASES if only in (None, "", "k_grouped") else []
     for case in k_grouped_cases:
         failures += not k_grouped_case(*case)

@@ -222,6 +222,15 @@ struct BScaleChunks {
 /// NOTES: with one lane arriving after a __syncwarp, racecheck reported WAR hazards between lane
 /// 31's read and the producer's next copy (RESULTS.md, 2026-11-23 'Where 128x192 loses to
 /// DeepGEMM, and a staged b_scale').
+/// The lane of a consumer warp whose release_stage arrive lands on this CTA's own empty barrier
+/// (every lane's does with kBScaleStaged; lane 0's without multicast; lane `rank`'s with it, also
+/// once the peer is done): a shared-memory value of a stage that the producer rewrites after the
+/// empty barrier must be read by this lane alone, or racecheck sees the other lanes' reads unordered.
+template <class Cfg>
+DT_DEVICE int own_release_lane(u32 rank) {
+  return Cfg::kNumMulticast == 2 && !Cfg::kBScaleStaged ? static_cast<int>(rank) : 0;
+}
+
 template <class Cfg>
 DT_DEVICE void release_stage(u64* empty, int lane, bool peer_alive, u32 rank) {
   if constexpr (Cfg::kBScaleStaged) {

@@ -234,11 +234,11 @@ DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState
 /// kind's on the same tiles (H200, 32 x 256 rows at 7168x2048: 242 against 229 us; RESULTS.md,
 /// 2026-11-26 'The table kinds' tiles handed over by the producer').
 template <class Cfg, class Ahead>
-DT_DEVICE Tile<Cfg> tile_of(const SharedStorage<Cfg>& smem, const Scheduler<Cfg>& sched, int index, const Ahead& ahead,
+DT_DEVICE Tile<Cfg> tile_of(const ConsumerContext<Cfg>& ctx, const Scheduler<Cfg>& sched, int index, const Ahead& ahead,
                             const PipelineState<Cfg::kNumStages>& first_stage) {
   if constexpr (Cfg::kTileSlots) {
-    ptx::mbarrier_wait(&smem.full[first_stage.index], first_stage.full_parity());
-    return TileSlot::read<Cfg>(smem.tile_slot(first_stage.index));
+    ptx::mbarrier_wait(&ctx.smem.full[first_stage.index], first_stage.full_parity());
+    return TileSlot::read<Cfg>(ctx.smem.tile_slot(first_stage.index), ctx.lane, own_release_lane<Cfg>(ctx.rank));
   } else {
     return sched.tile(index, ahead);
   }
@@ -278,7 +278,7 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     }
   }
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
-    const Tile<Cfg> tile = tile_of<Cfg>(smem, sched, index, ahead, issue_state);
+    const Tile<Cfg> tile = tile_of<Cfg>(ctx, sched, index, ahead, issue_state);
     ahead = sched.load_ahead(index + work.step);
     if (!sched.has_work(tile)) continue;
     const int n0 = tile.n0;

@@ -128,8 +128,9 @@ using Tile = BasicTile<Cfg::kNumMulticast == 2>;
 
 /// A tile in the 16-byte slot of the stage that holds its first k-block (Cfg::kTileSlots): the
 /// producer writes it after that stage's empty barrier and before arming its full barrier, whose
-/// arrival releases the write; a consumer reads it after the full barrier's phase completes and
-/// before it releases the stage, so the slot is the stage's like its data. The expert (< 512)
+/// arrival releases the write; a consumer warp reads it after the full barrier's phase completes,
+/// by the lane that later releases the stage (own_release_lane), so the slot is the stage's like
+/// its data. The expert (< 512)
 /// shares its word with the pair flags. Two 8-byte accesses: the table, after the 8-byte
 /// barriers, is 8-byte aligned only.
 struct TileSlot {
@@ -141,9 +142,14 @@ struct TileSlot {
     reinterpret_cast<int2*>(slot)[0] = make_int2(t.m0, t.n0);
     reinterpret_cast<int2*>(slot)[1] = make_int2(t.m_end, t.expert | flags);
   }
+  /// Read by lane `reader` of the warp alone (the lane whose release of the stage orders the read
+  /// before the producer's next write) and broadcast to the others; every lane must call it.
   template <class Cfg>
-  static DT_DEVICE Tile<Cfg> read(const int* slot) {
-    const int2 lo = reinterpret_cast<const int2*>(slot)[0], hi = reinterpret_cast<const int2*>(slot)[1];
+  static DT_DEVICE Tile<Cfg> read(const int* slot, int lane, int reader) {
+    int2 lo = make_int2(0, 0), hi = make_int2(0, 0);
+    if (lane == reader) lo = reinterpret_cast<const int2*>(slot)[0], hi = reinterpret_cast<const int2*>(slot)[1];
+    lo.x = __shfl_sync(0xffffffffu, lo.x, reader), lo.y = __shfl_sync(0xffffffffu, lo.y, reader);
+    hi.x = __shfl_sync(0xffffffffu, hi.x, reader), hi.y = __shfl_sync(0xffffffffu, hi.y, reader);
     const int expert = hi.y & (kPeerAliveBit - 1);
     if constexpr (Cfg::kNumMulticast == 2) {
       return Tile<Cfg>{lo.x, lo.y, hi.x, expert, (hi.y & kMulticastBit) != 0, (hi.y & kPeerAliveBit) != 0};
