@@ -3,42 +3,57 @@
     torchrun --nproc_per_node 8 benchmarks/bench_tp.py                   # every layer, 8k-32k tokens
     torchrun --nproc_per_node 2 benchmarks/bench_tp.py --tokens 8192 --json tp.json
     python benchmarks/bench_tp.py --loopback 8 --tokens 8192             # one GPU, a simulated world of 8
+    python benchmarks/bench_tp.py --loopback 4 --iters 0                 # compile the kernels of a world of 4
+    torchrun --nproc_per_node 2 benchmarks/bench_tp.py --device cpu      # gloo, stand-in GEMM: checks the script
 
 Per layer of DeepSeek-V3 (column-parallel: the MLP's gate-up, 7168 -> 2 x 18432, and the
 attention's q_b, 1536 -> 24576; row-parallel: the MLP's down, 18432 -> 7168, and the attention
 output, 16384 -> 7168), the weight split over the ranks, at each ``--tokens`` (the whole batch;
-each rank holds ``tokens / world``), timed with CUDA events, a barrier before each call, each form's
-calls in a row after two untimed ones, median of ``--iters``, slowest rank:
+each rank holds ``tokens / world``). Every rank's data comes from seeds every rank knows.
 
-- column-parallel: ``all_gather_fp8_gemm`` (overlapped) against ``all_gather_then_gemm`` (NCCL's
-  all-gather of the FP8 tokens and scales, then one GEMM), the all-gather alone, and BF16: NCCL's
-  all-gather of the bf16 tokens then ``torch.matmul``, and PyTorch's async TP
-  (``torch.distributed._symmetric_memory.fused_all_gather_matmul``) where it runs;
-- row-parallel: ``fp8_gemm_reduce_scatter`` (FP32 and bf16 partials) against
-  ``gemm_then_reduce_scatter`` (one GEMM, then the same fixed-order exchange), the GEMM then NCCL's
-  ``reduce_scatter_tensor`` (FP32), and BF16 ``torch.matmul`` then NCCL's reduce-scatter.
+Columns (us per call, slowest rank, median of ``--iters`` after two untimed calls):
 
-``--gemm-sms S`` runs deep_tile's GEMMs on S SMs: the persistent GEMM otherwise fills every SM,
-and NCCL's send/receive kernels need some to run beside it.
+- ``gemm``: the sequential form's GEMM alone (column: one GEMM of every rank's tokens; row: the
+  whole FP32 partial);
+- ``comm``: the sequential form's transfers alone, on the same buffers (column: the all-gathers
+  of the FP8 bytes and the scales; row: the ``world - 1`` point-to-point exchanges of the
+  partials), and ``GB/s``, the bytes each rank receives over that time;
+- ``seq``: ``all_gather_then_gemm`` / ``gemm_then_reduce_scatter``; ``overlap``:
+  ``all_gather_fp8_gemm`` / ``fp8_gemm_reduce_scatter``; ``speedup`` = seq / overlap;
+- ``hidden`` = (seq - overlap) / comm: the share of the communication the overlap hid;
+- ``bitwise``: the overlapped result equal to the sequential one, bit for bit; ``local``: equal
+  to the sequential form computed with no transfer at all (over a :class:`deep_tile.tp.LoopbackRing`
+  of the other ranks' regenerated tensors), so a transfer that did not run cannot pass.
 
-Columns: us per call; speedup of the overlapped form over the sequential one; the share of the
-communication hidden, ``(sequential - overlapped) / communication alone``; bytes each rank sends;
-whether the overlapped result is bitwise equal to the sequential one (deep_tile.tp's contract,
-when the selector splits K for no chunk). Needs ``torch.distributed`` with NCCL and an sm_90 GPU
-per rank; at a world of one it runs (no communication) as a smoke test.
+Row-parallel layers have a second line with bf16 partials (``/bf16p``). The JSON also holds the
+ring's own transfers alone (column ``ring_comm``), BF16 baselines (NCCL's all-gather then
+``torch.matmul``; ``torch.matmul`` then NCCL's reduce-scatter), the GEMM then NCCL's FP32
+``reduce_scatter_tensor`` (timed only: NCCL sums in its own order, so it is no bitwise
+reference), and with ``--async-tp`` PyTorch's bf16 ``fused_all_gather_matmul``.
 
-``--loopback W`` needs no process group: rank 0 of a simulated world of ``W`` on one GPU
-(:class:`deep_tile.tp.LoopbackRing`), each "transfer" a device-to-device copy on a side stream.
-It checks that the rings overlap their transfers with the GEMMs at all (the copies run at HBM,
-not NVLink, speed and compete with the GEMM for it), not what a real world gains; its
-communication column is the ring's copies alone, and it has no BF16 rows.
+Timing: before each call a barrier and a device synchronisation; the host clock runs from just
+before the call to the device synchronisation after it (CUDA events around the call are kept in
+the JSON as ``event_us``). A transfer that did not run therefore cannot look fast; a ``comm``
+above 600 GB/s per rank (H200 NVLink: 450 GB/s each way) is flagged as implausible.
+
+Any error of deep_tile or of a transfer ends the run: after a failed transfer the process group's
+state is unknown, and the later numbers would not be measurements. ``--gemm-sms S`` runs
+deep_tile's GEMMs on S SMs (the persistent GEMM otherwise fills every SM; NCCL's kernels need
+some).
+
+``--loopback W`` needs no process group: rank 0 of a simulated world of ``W`` on one GPU, each
+"transfer" a device-to-device copy on a side stream; it checks that the rings overlap at all
+(the copies run at HBM, not NVLink, speed and compete with the GEMM for it), not what a real world
+gains. ``--iters 0`` calls each form once, untimed: it fills the kernel cache for a later run.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -48,186 +63,291 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deep_tile import tp  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
-from deep_tile.testing.timing import synced_call_us  # noqa: E402
 
 COLUMN_LAYERS = {"mlp.gate_up": (2 * 18432, 7168), "attn.q_b": (24576, 1536)}  # name: (N, K), N split
 ROW_LAYERS = {"mlp.down": (7168, 18432), "attn.o": (7168, 16384)}  # name: (N, K), K split
+CPU_COLUMN_LAYERS = {"mlp.gate_up": (2 * 512, 256), "attn.q_b": (512, 128)}  # --device cpu: small, same roles
+CPU_ROW_LAYERS = {"mlp.down": (256, 512), "attn.o": (256, 256)}
+PLAUSIBLE_GBPS = 600.0
+"""Receive rate per rank above which a ``comm`` time cannot be a transfer over NVLink (H200: 450 GB/s each way)."""
+WARMUP = 2
 
 
-def timed(fn, iters: int) -> tuple:
-    """Median us of ``fn`` over ``iters`` calls (a barrier before each in a process group) on
-    this rank, and its last result."""
-    return synced_call_us(fn, iters, before=dist.barrier if dist.is_initialized() else None)
+class Bench:
+    """The run's setting: device, ring (a :class:`deep_tile.tp.DistRing`, or None for the
+    simulated worlds), world, rank, timed calls per form."""
+
+    def __init__(self, device: torch.device, world: int, rank: int, iters: int, loopback: bool):
+        self.device, self.world, self.rank, self.iters, self.loopback = device, world, rank, iters, loopback
+        self.ring = None if loopback else tp.DistRing()
+        self.nccl = not loopback and dist.get_backend() == "nccl"
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def barrier(self) -> None:
+        if self.loopback:
+            return
+        if self.nccl:
+            dist.barrier(device_ids=[self.device.index])
+        else:
+            dist.barrier()
+
+    def time(self, fn) -> tuple:
+        """``(wall us, event us, fn's last result)``: medians over the timed calls, each after a
+        barrier and a synchronisation, the wall time up to the synchronisation after the call;
+        with ``iters`` 0 one untimed call (NaN times)."""
+        walls, events, result = [], [], None
+        cuda = self.device.type == "cuda"
+        calls = WARMUP + self.iters if self.iters else 1
+        for i in range(calls):
+            self.barrier()
+            self.sync()
+            start = end = None
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            began = time.perf_counter()
+            if cuda:
+                start.record()
+            result = fn()
+            if cuda:
+                end.record()
+            self.sync()
+            wall = (time.perf_counter() - began) * 1e6
+            if self.iters and i >= WARMUP:
+                walls.append(wall)
+                events.append(start.elapsed_time(end) * 1e3 if cuda else wall)
+        if not self.iters:
+            return float("nan"), float("nan"), result
+        return statistics.median(walls), statistics.median(events), result
+
+    def slowest(self, values: list) -> list:
+        """Each of ``values`` (floats) as the largest over the ranks (the layer waits for its slowest rank)."""
+        if self.loopback:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def every_rank_true(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank."""
+        return self.slowest([0.0 if flag else 1.0])[0] == 0.0
+
+    def run_forms(self, forms: dict) -> tuple:
+        """Each form timed: ``({key: (wall us, event us)}, {key: last result})``, the times the slowest rank's."""
+        times, results = {}, {}
+        for key, fn in forms.items():
+            wall, event, results[key] = self.time(fn)
+            times[key] = (wall, event)
+        keys = list(times)
+        walls = self.slowest([times[key][0] for key in keys])
+        events = self.slowest([times[key][1] for key in keys])
+        return {key: (w, e) for key, w, e in zip(keys, walls, events)}, results
 
 
-def slowest(us: float) -> float:
-    """The largest of every rank's ``us`` (the layer waits for its slowest rank)."""
-    if not dist.is_initialized():
-        return us
-    t = torch.tensor([us], device="cuda")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: bool) -> list:
+    """One column-parallel layer at ``tokens``: its table line."""
+    world, rank, device = b.world, b.rank, b.device
+    t, n_r = tokens // world, n // world
+    x, xs, w, ws = make_fp8_problem(t, n_r, k, device, seed=rank)
+    # every rank's tokens, regenerated here: the simulated world of --loopback, and the local
+    # reference (the sequential form without a transfer) otherwise
+    chunks = [(x, xs) if i == rank else make_fp8_problem(t, n_r, k, device, seed=i)[:2] for i in range(world)]
+    peers = [tp.pack_chunk(*chunk) for chunk in chunks]
+    local_ring = tp.LoopbackRing(world, rank, peers)
+    ring = local_ring if b.loopback else b.ring
+    local = tp.all_gather_then_gemm(x, xs, w, ws, ring=local_ring)
+    bufs = [[torch.empty_like(v) for v in peers[rank]] for _ in range(2)]
+
+    def ring_comm():  # the overlapped form's transfers alone
+        cur = peers[rank]
+        for step in range(1, world):
+            ring.shift(cur, bufs[step % 2], step).wait()
+            cur = bufs[step % 2]
+
+    forms, notes = {}, {}
+    if b.loopback:  # the sequential form's GEMM inputs, and its transfers: the ring's copies
+        xg, sg = torch.cat([c[0].view(torch.uint8) for c in chunks]), torch.cat([c[1] for c in chunks])
+        forms["comm"] = ring_comm
+    else:
+        xb, xsc = x.contiguous().view(torch.uint8), xs.contiguous()
+        xg, sg = ring.gather_rows(xb), ring.gather_rows(xsc)
+        forms["comm"] = lambda: (ring.gather_rows(xb), ring.gather_rows(xsc))
+        forms["ring_comm"] = ring_comm
+    del chunks
+    forms["gemm"] = lambda: tp.chunk_gemm(xg.view(torch.float8_e4m3fn), sg, w, ws)
+    forms["sequential"] = lambda: tp.all_gather_then_gemm(x, xs, w, ws, ring=ring)
+    forms["overlapped"] = lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False, ring=ring)
+    if not b.loopback:
+        xb16 = torch.randn(t, k, device=device, dtype=torch.bfloat16)
+        wb16 = torch.randn(n_r, k, device=device, dtype=torch.bfloat16)
+        forms["bf16_sequential"] = lambda: ring.gather_rows(xb16) @ wb16.t()
+        if async_tp and b.nccl:
+            try:
+                forms["bf16_async_tp"] = fused_all_gather_matmul(xb16, wb16)
+            except Exception as error:  # noqa: BLE001 -- an optional baseline's setup: noted, not raised
+                notes["bf16_async_tp"] = f"{type(error).__name__}: {str(error)[:120]}"
+    times, results = b.run_forms(forms)
+    received = (world - 1) * t * (k + 4 * ((k + 127) // 128))
+    row = table_row(b, "column", name, tokens, n_r, k, times, received, results["overlapped"],
+                    results["sequential"], local)
+    row.update(notes=notes)
+    return [row]
 
 
-def async_tp_bf16(x, w, group_name):
-    """PyTorch's fused all-gather + matmul in bf16, or None where it does not run here."""
-    try:
-        from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+def fused_all_gather_matmul(x, w):
+    """PyTorch's bf16 all-gather + matmul over symmetric memory (opt-in; where it fails, the
+    returned callable raises)."""
+    from torch.distributed._symmetric_memory import enable_symm_mem_for_group
 
-        enable_symm_mem_for_group(group_name)
-        return lambda: torch.ops.symm_mem.fused_all_gather_matmul(x, [w.t()], gather_dim=0, group_name=group_name)[1][0]
-    except Exception as error:  # noqa: BLE001 -- reported, not raised: the baseline is optional
-        return f"{type(error).__name__}: {str(error).splitlines()[0][:80]}" if str(error) else type(error).__name__
+    group_name = dist.group.WORLD.group_name
+    enable_symm_mem_for_group(group_name)
+    return lambda: torch.ops.symm_mem.fused_all_gather_matmul(x, [w.t()], gather_dim=0, group_name=group_name)[1][0]
 
 
-def column_rows(world: int, rank: int, tokens: int, iters: int) -> list:
-    rows = []
-    t = tokens // world
-    for name, (n, k) in COLUMN_LAYERS.items():
-        n_r = n // world
-        x, xs, w, ws = make_fp8_problem(t, n_r, k, "cuda", seed=rank)
-        xb = torch.randn(t, k, device="cuda", dtype=torch.bfloat16)
-        wb = torch.randn(n_r, k, device="cuda", dtype=torch.bfloat16)
-        gathered = torch.empty(world * t, k, device="cuda", dtype=torch.bfloat16)
-        xbytes = torch.empty(world * t, k, device="cuda", dtype=torch.uint8)
-        fns = {
-            "overlapped": lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False),
-            "sequential": lambda: tp.all_gather_then_gemm(x, xs, w, ws),
-            "all_gather_fp8": lambda: dist.all_gather_into_tensor(xbytes, x.view(torch.uint8)),
-            "bf16_sequential": lambda: (dist.all_gather_into_tensor(gathered, xb), gathered @ wb.t())[1],
+def row_layer(b: Bench, name: str, n: int, k: int, tokens: int) -> list:
+    """One row-parallel layer at ``tokens``: its table lines (FP32 and bf16 partials)."""
+    world, rank, device = b.world, b.rank, b.device
+    t, k_r = tokens // world, k // world
+    x, xs, w, ws = make_fp8_problem(tokens, n, k_r, device, seed=rank)
+    mine = slice(rank * t, (rank + 1) * t)
+    # every rank's FP32 partial of this rank's rows, regenerated here (simulated world / local reference)
+    partials = []
+    for i in range(world):
+        xi, xsi, wi, wsi = (x, xs, w, ws) if i == rank else make_fp8_problem(tokens, n, k_r, device, seed=i)
+        partials.append(tp.chunk_gemm(xi[mine], xsi[mine], wi, wsi, out_dtype=torch.float32))
+        del xi, xsi, wi, wsi
+    whole = tp.chunk_gemm(x, xs, w, ws, out_dtype=torch.float32)
+    lines = []
+    for partial_dtype, suffix in ((torch.float32, ""), (torch.bfloat16, "/bf16p")):
+        local_ring = tp.LoopbackRing(world, rank, [[p.to(partial_dtype)] for p in partials])
+        ring = local_ring if b.loopback else b.ring
+        local = tp.gemm_then_reduce_scatter(x, xs, w, ws, partial_dtype=partial_dtype, ring=local_ring)
+        sends = [whole[i * t:(i + 1) * t].to(partial_dtype) for i in range(world)]
+        recvs = [torch.empty(t, n, dtype=partial_dtype, device=device) for _ in range(world)]
+
+        def exchange(ring=ring, sends=sends, recvs=recvs):  # the sequential form's transfers alone
+            for step in range(1, world):
+                dst, src = (rank + step) % world, (rank - step) % world
+                ring.send_recv([sends[dst]], dst, [recvs[step]], src).wait()
+
+        forms = {
+            "comm": exchange,
+            "gemm": lambda: tp.chunk_gemm(x, xs, w, ws, out_dtype=torch.float32),
+            "sequential": lambda ring=ring, p=partial_dtype: tp.gemm_then_reduce_scatter(
+                x, xs, w, ws, partial_dtype=p, ring=ring),
+            "overlapped": lambda ring=ring, p=partial_dtype: tp.fp8_gemm_reduce_scatter(
+                x, xs, w, ws, partial_dtype=p, check=False, ring=ring),
         }
-        fused = async_tp_bf16(xb, wb, dist.group.WORLD.group_name) if world > 1 else "world of one"
-        if callable(fused):
-            fns["bf16_async_tp"] = fused
-        us, results = _time_all(fns, iters)
-        sent = (world - 1) * (t * k + 4 * t * ((k + 127) // 128))
-        rows.append(_row("column", name, world, tokens, n_r, k, us, results, sent, "all_gather_fp8",
-                         fused if not callable(fused) else None))
-    return rows
+        if b.nccl and partial_dtype == torch.float32:
+            whole32 = torch.empty_like(whole)  # not whole: the sends above are views of it
+            part32 = torch.empty(t, n, device=device, dtype=torch.float32)
+            partb = torch.empty(t, n, device=device, dtype=torch.bfloat16)
+            xb16 = torch.randn(tokens, k_r, device=device, dtype=torch.bfloat16)
+            wb16 = torch.randn(n, k_r, device=device, dtype=torch.bfloat16)
+            forms["gemm_nccl_reduce_scatter"] = lambda: (
+                tp.chunk_gemm(x, xs, w, ws, whole32), dist.reduce_scatter_tensor(part32, whole32), part32)[2]
+            forms["nccl_reduce_scatter_alone"] = lambda: dist.reduce_scatter_tensor(part32, whole32)
+            forms["bf16_sequential"] = lambda: (dist.reduce_scatter_tensor(partb, xb16 @ wb16.t()), partb)[1]
+        times, results = b.run_forms(forms)
+        sent = (world - 1) * t * n * (4 if partial_dtype == torch.float32 else 2)
+        lines.append(table_row(b, "row", name + suffix, tokens, n, k_r, times, sent, results["overlapped"],
+                               results["sequential"], local, partial_dtype))
+    return lines
 
 
-def row_rows(world: int, rank: int, tokens: int, iters: int) -> list:
-    rows = []
-    for name, (n, k) in ROW_LAYERS.items():
-        k_r = k // world
-        x, xs, w, ws = make_fp8_problem(tokens, n, k_r, "cuda", seed=rank)
-        xb = torch.randn(tokens, k_r, device="cuda", dtype=torch.bfloat16)
-        wb = torch.randn(n, k_r, device="cuda", dtype=torch.bfloat16)
-        t = tokens // world
-        part32 = torch.empty(t, n, device="cuda", dtype=torch.float32)
-        partb = torch.empty(t, n, device="cuda", dtype=torch.bfloat16)
-        whole = torch.empty(tokens, n, device="cuda", dtype=torch.float32)
-        fns = {
-            "overlapped": lambda: tp.fp8_gemm_reduce_scatter(x, xs, w, ws, check=False),
-            "overlapped_bf16_partials": lambda: tp.fp8_gemm_reduce_scatter(x, xs, w, ws, check=False,
-                                                                           partial_dtype=torch.bfloat16),
-            "sequential": lambda: tp.gemm_then_reduce_scatter(x, xs, w, ws),
-            "gemm_nccl_rs": lambda: (tp.chunk_gemm(x, xs, w, ws, whole),
-                                     dist.reduce_scatter_tensor(part32, whole), part32)[2],
-            "reduce_scatter_fp32": lambda: dist.reduce_scatter_tensor(part32, whole),
-            "bf16_sequential": lambda: (dist.reduce_scatter_tensor(partb, xb @ wb.t()), partb)[1],
-        }
-        us, results = _time_all(fns, iters)
-        sent = (world - 1) * t * n * 4
-        rows.append(_row("row", name, world, tokens, n, k_r, us, results, sent, "reduce_scatter_fp32", None))
-    return rows
-
-
-def _time_all(fns: dict, iters: int) -> tuple:
-    """Each of ``fns`` timed (slowest rank): ``{key: us or the error}``, ``{key: last result}``."""
-    us, results = {}, {}
-    for key, fn in fns.items():
-        try:
-            mine, results[key] = timed(fn, iters)
-            us[key] = slowest(mine)
-        except Exception as error:  # noqa: BLE001 -- one failing baseline must not hide the others
-            us[key] = f"{type(error).__name__}: {str(error)[:80]}"
-    return us, results
-
-
-def loopback_rows(world: int, tokens: int, iters: int) -> list:
-    """Rank 0 of a simulated world of ``world`` on this GPU: both sides, overlapped against the
-    sequential form over the same LoopbackRing, and the ring's copies alone."""
-    rows, t = [], tokens // world
-    for name, (n, k) in COLUMN_LAYERS.items():
-        n_r = n // world
-        x, xs, w, ws = make_fp8_problem(t, n_r, k, "cuda", seed=0)
-        ring = tp.LoopbackRing(world, 0, [tp.pack_chunk(x, xs) for _ in range(world)])
-        bufs = [torch.empty_like(b) for b in ring.peers[0]]
-        fns = {"overlapped": lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False, ring=ring),
-               "sequential": lambda: tp.all_gather_then_gemm(x, xs, w, ws, ring=ring),
-               "ring_copies": lambda: [ring.shift(None, bufs, s).wait() for s in range(1, world)]}
-        us, results = _time_all(fns, iters)
-        sent = (world - 1) * (t * k + 4 * t * ((k + 127) // 128))
-        rows.append(_row("column", name, world, tokens, n_r, k, us, results, sent, "ring_copies", "loopback"))
-    for name, (n, k) in ROW_LAYERS.items():
-        k_r = k // world
-        x, xs, w, ws = make_fp8_problem(tokens, n, k_r, "cuda", seed=0)
-        ring = tp.LoopbackRing(world, 0, [[torch.randn(t, n, device="cuda")] for _ in range(world)])
-        buf = [torch.empty(t, n, device="cuda")]
-        fns = {"overlapped": lambda: tp.fp8_gemm_reduce_scatter(x, xs, w, ws, check=False, ring=ring),
-               "sequential": lambda: tp.gemm_then_reduce_scatter(x, xs, w, ws, ring=ring),
-               "ring_copies": lambda: [ring.send_recv(None, 0, buf, s).wait() for s in range(1, world)]}
-        us, results = _time_all(fns, iters)
-        rows.append(_row("row", name, world, tokens, n, k_r, us, results, (world - 1) * t * n * 4, "ring_copies",
-                         "loopback"))
-    return rows
-
-
-def _row(side, name, world, tokens, n, k, us, results, sent, comm_key, note) -> dict:
-    row = {"side": side, "layer": name, "world": world, "tokens": tokens, "n": n, "k": k, "us": us,
-           "bytes_sent_per_rank": sent, "note": note}
-    row["comm_key"] = comm_key
-    over, seq, comm = us.get("overlapped"), us.get("sequential"), us.get(comm_key)
-    if all(isinstance(v, float) for v in (over, seq)):
+def table_row(b: Bench, side, name, tokens, n, k, times, moved, overlapped, sequential, local,
+              partial_dtype=torch.float32) -> dict:
+    """The JSON row of one layer: every form's times, the bytes each rank receives (column) or
+    sends (row), the derived columns, and the bitwise checks (on every rank)."""
+    us = {key: value[0] for key, value in times.items()}
+    row = {"side": side, "layer": name, "world": b.world, "tokens": tokens, "n": n, "k": k,
+           "us": us, "event_us": {key: value[1] for key, value in times.items()}, "bytes_per_rank": moved,
+           "bitwise": b.every_rank_true(torch.equal(overlapped, sequential)),
+           "local": b.every_rank_true(torch.equal(overlapped, local))}
+    if b.device.type == "cuda":
+        row["k_split"] = tp.k_splits(side, b.world, tokens // b.world, n, k, partial_dtype=partial_dtype)
+    if b.iters:
+        seq, over, comm = us["sequential"], us["overlapped"], us["comm"]
         row["speedup"] = seq / over
-        row["bitwise"] = bool(torch.equal(results["overlapped"], results["sequential"]))
-        if isinstance(comm, float) and comm > 0:
-            row["hidden"] = (seq - over) / comm
+        row["hidden"] = (seq - over) / comm
+        row["comm_gbps"] = moved / comm / 1e3
+        row["comm_plausible"] = b.device.type != "cuda" or b.loopback or row["comm_gbps"] <= PLAUSIBLE_GBPS
     return row
+
+
+def print_table(rows: list) -> None:
+    """The table of ``rows`` (rank 0)."""
+    print(f"{'side':>6} {'layer':>16} {'world':>5} {'tokens':>6} {'gemm':>8} {'comm':>8} {'seq':>8} {'overlap':>8} "
+          f"{'speedup':>7} {'hidden':>6} {'GB/s':>6} {'bitwise':>7} {'local':>5}")
+    for r in rows:
+        us = r["us"]
+        print(f"{r['side']:>6} {r['layer']:>16} {r['world']:>5} {r['tokens']:>6} {us['gemm']:8.1f} {us['comm']:8.1f} "
+              f"{us['sequential']:8.1f} {us['overlapped']:8.1f} {r.get('speedup', float('nan')):7.3f} "
+              f"{r.get('hidden', float('nan')):6.2f} {r.get('comm_gbps', float('nan')):6.0f} {str(r['bitwise']):>7} "
+              f"{str(r['local']):>5}" + ("" if r.get("comm_plausible", True) else "  IMPLAUSIBLE comm time"))
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tokens", type=int, nargs="+", default=[8192, 16384, 32768])
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=10, help="timed calls per form (0: one untimed call, to compile)")
     p.add_argument("--json", metavar="PATH")
-    p.add_argument("--loopback", type=int, metavar="W", help="a simulated world of W on one GPU (no process group)")
+    p.add_argument("--loopback", type=int, metavar="W", help="a simulated world of W on one device (no process group)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: gloo and an FP32 stand-in GEMM at small layer shapes (checks the script, measures nothing)")
     p.add_argument("--gemm-sms", type=int, metavar="S",
                    help="run deep_tile's GEMMs on S SMs (deep_tile.set_num_sms), leaving the rest to NCCL's kernels")
+    p.add_argument("--async-tp", action="store_true", help="also time PyTorch's bf16 fused_all_gather_matmul")
     args = p.parse_args()
+    column_layers, row_layers = COLUMN_LAYERS, ROW_LAYERS
+    if args.device == "cpu":
+        from deep_tile.testing.tp_cases import stand_in_gemm
+
+        tp.chunk_gemm = stand_in_gemm
+        column_layers, row_layers = CPU_COLUMN_LAYERS, CPU_ROW_LAYERS
+        device = torch.device("cpu")
+    else:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        device = torch.device("cuda", torch.cuda.current_device())
     if args.gemm_sms:
         from deep_tile.device import set_num_sms
 
         set_num_sms(args.gemm_sms)
-    rows = []
     if args.loopback:
-        rank, world = 0, args.loopback
-        for tokens in args.tokens:
-            rows += loopback_rows(world, tokens, args.iters)
+        world, rank = args.loopback, 0
     else:
-        dist.init_process_group("nccl")
-        rank, world = dist.get_rank(), dist.get_world_size()
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
-        for tokens in args.tokens:
-            rows += column_rows(world, rank, tokens, args.iters) + row_rows(world, rank, tokens, args.iters)
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+        world, rank = dist.get_world_size(), dist.get_rank()
+    b = Bench(device, world, rank, args.iters, bool(args.loopback))
+    rows = []
+    for tokens in args.tokens:
+        if tokens % world:
+            raise SystemExit(f"bench_tp: --tokens {tokens} is not a multiple of the world ({world})")
+        for name, (n, k) in column_layers.items():
+            rows += column_layer(b, name, n, k, tokens, args.async_tp)
+        for name, (n, k) in row_layers.items():
+            rows += row_layer(b, name, n, k, tokens)
+        if rank == 0 and args.iters:
+            print(f"tokens {tokens} done", file=sys.stderr, flush=True)
     if rank == 0:
-        print(f"{'side':>6} {'layer':>12} {'world':>5} {'tokens':>6} {'overlap us':>10} {'seq us':>8} "
-              f"{'comm us':>8} {'speedup':>7} {'hidden':>6} {'MB sent':>7} {'bitwise':>7}")
-        for r in rows:
-            comm = r["us"].get(r["comm_key"])
-            f = (lambda v: f"{v:.1f}" if isinstance(v, float) else "-")
-            print(f"{r['side']:>6} {r['layer']:>12} {r['world']:>5} {r['tokens']:>6} {f(r['us'].get('overlapped')):>10} "
-                  f"{f(r['us'].get('sequential')):>8} {f(comm):>8} {r.get('speedup', float('nan')):>7.3f} "
-                  f"{r.get('hidden', float('nan')):>6.2f} {r['bytes_sent_per_rank'] / 1e6:>7.1f} "
-                  f"{str(r.get('bitwise', '-')):>7}")
+        if args.iters:
+            print_table(rows)
+        else:
+            print(f"{len(rows)} layer lines run once (kernels compiled); "
+                  f"bitwise everywhere: {all(r['bitwise'] and r['local'] for r in rows)}")
         if args.json:
-            env = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "world": world,
-                   "loopback": bool(args.loopback), "gemm_sms": args.gemm_sms}
+            env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                   "torch": torch.__version__, "world": world, "loopback": bool(args.loopback),
+                   "gemm_sms": args.gemm_sms, "iters": args.iters,
+                   "nccl": str(torch.cuda.nccl.version()) if b.nccl else None,
+                   "timing": "host clock, barrier and device sync before, device sync after; slowest rank; median"}
             Path(args.json).write_text(json.dumps({"environment": env, "rows": rows}, indent=1, default=str))
+    ok = all(r["bitwise"] and r["local"] and r.get("comm_plausible", True) for r in rows)
     if dist.is_initialized():
         dist.destroy_process_group()
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

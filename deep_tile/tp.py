@@ -24,11 +24,17 @@ after the other (the whole transfer, then the GEMM; the GEMM, then the transfer)
 of ``benchmarks/bench_tp.py`` and the references of the tests. The overlapped results are
 bitwise equal to them whenever the selector splits K for neither a chunk's GEMM nor the whole one
 (deep_tile's per-element summation order does not depend on the tile, only on a K split; where a
-split happens the results agree to FP32 rounding).
+split happens the results agree to FP32 rounding). :func:`k_splits` tells, for a shape, whether
+the selector splits K for a chunk or for the whole GEMM; at the shapes of the tests and of
+``benchmarks/bench_tp.py`` it splits K for neither (on 132 or 120 SMs). Over a process group the
+sequential column form gathers with one all-gather per tensor (the same bytes), and the sequential row
+form exchanges the partials point to point and adds them in the overlapped form's fixed order: it
+never uses NCCL's reduce-scatter, whose summation order is NCCL's own.
 
 Ranks must pass tensors of equal shapes (checked with one small all-gather unless
 ``check=False``); at world size 1 both functions are the plain GEMM. The transport is
-``torch.distributed`` (NCCL on GPUs; gloo works for CPU tests with a stand-in GEMM);
+``torch.distributed`` (NCCL on GPUs; gloo works for CPU tests with a stand-in GEMM); every tensor
+travels as its bytes (a uint8 view), a type every backend carries;
 :class:`LoopbackRing` runs the same code path on one device with a simulated world, each chunk
 "arriving" by a copy on the side stream (tests, and a one-GPU check of the overlap).
 """
@@ -41,7 +47,7 @@ import torch
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 
 __all__ = ["all_gather_fp8_gemm", "fp8_gemm_reduce_scatter", "all_gather_then_gemm", "gemm_then_reduce_scatter",
-           "DistRing", "LoopbackRing", "chunk_gemm", "pack_chunk"]
+           "DistRing", "LoopbackRing", "chunk_gemm", "pack_chunk", "k_splits"]
 
 
 def chunk_gemm(a, a_scale, b, b_scale, out=None, *, c=None, out_dtype=None):
@@ -59,7 +65,15 @@ class DistRing:
     """The ring over a ``torch.distributed`` process group: :meth:`shift` sends to the next rank
     and receives from the previous one; :meth:`send_recv` sends to one rank and receives from
     another. Each returns a handle whose :meth:`wait` orders the current stream after the transfer
-    (NCCL: without blocking the host; gloo: blocking)."""
+    (NCCL: without blocking the host; gloo: blocking), so it must be called with the stream that
+    reads the received buffers (and next writes the sent ones) current: here always the stream the
+    GEMMs run on.
+
+    Every tensor travels as a uint8 view of its bytes (:func:`_wire`), made and checked before a
+    batch of transfers opens: NCCL refuses some types (int16), gloo others (float8, bfloat16), and
+    an error raised inside ``batch_isend_irecv`` leaves the NCCL group torch opened for the batch
+    open (torch does not close it on an error), after which later operations of the process group
+    may be deferred and never run while their waits return."""
 
     def __init__(self, group=None):
         import torch.distributed as dist
@@ -67,6 +81,7 @@ class DistRing:
         self.dist, self.group = dist, group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        self.backend = dist.get_backend(group)
 
     def _peer(self, rank: int) -> int:
         """The global rank of ``rank`` in the group (P2P ops take global ranks)."""
@@ -75,8 +90,8 @@ class DistRing:
     def send_recv(self, send: list, dst: int, recv: list, src: int):
         """Send the tensors ``send`` to rank ``dst`` and receive ``recv`` (same shapes as the
         sender's) from rank ``src`` (ranks of the group), as one batch; returns the handle."""
-        ops = [self.dist.P2POp(self.dist.isend, _wire(t), self._peer(dst), self.group) for t in send]
-        ops += [self.dist.P2POp(self.dist.irecv, _wire(t), self._peer(src), self.group) for t in recv]
+        wires = [(self.dist.isend, _wire(t), dst) for t in send] + [(self.dist.irecv, _wire(t), src) for t in recv]
+        ops = [self.dist.P2POp(op, t, self._peer(peer), self.group) for op, t, peer in wires]
         return _Works(self.dist.batch_isend_irecv(ops))
 
     def shift(self, send: list, recv: list, step: int):
@@ -85,37 +100,40 @@ class DistRing:
         return self.send_recv(send, (self.rank + 1) % self.world, recv, (self.rank - 1) % self.world)
 
     def gather_rows(self, t: torch.Tensor) -> torch.Tensor:
-        """Every rank's ``t`` (contiguous, the same shape everywhere) stacked along dim 0, in rank
-        order: NCCL's all_gather_into_tensor (other backends: all_gather and a concatenation)."""
-        out = torch.empty((self.world * t.shape[0],) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
-        if self.dist.get_backend(self.group) == "nccl":
-            self.dist.all_gather_into_tensor(out, t, group=self.group)
+        """Every rank's ``t`` (contiguous, at least 2-D, the same shape everywhere) stacked along
+        dim 0, in rank order, gathered as bytes: NCCL's all_gather_into_tensor (other backends:
+        all_gather into views of the result)."""
+        if t.dim() < 2:
+            raise ValueError(f"DistRing.gather_rows: t must be at least 2-D; got shape {tuple(t.shape)}.")
+        wire = _wire(t)
+        out = torch.empty((self.world * wire.shape[0],) + tuple(wire.shape[1:]), dtype=torch.uint8, device=t.device)
+        if self.backend == "nccl":
+            self.dist.all_gather_into_tensor(out, wire, group=self.group)
         else:
-            parts = list(out.chunk(self.world))
-            self.dist.all_gather(parts, t, group=self.group)
-        return out
+            self.dist.all_gather(list(out.chunk(self.world)), wire, group=self.group)
+        return out.view(t.dtype)
 
     def all_shapes(self, shape: tuple) -> list:
         """Every rank's ``shape`` (a tuple of ints), by one small all-gather."""
-        device = torch.device("cuda", torch.cuda.current_device()) if self.dist.get_backend(self.group) == "nccl" \
-            else torch.device("cpu")
-        mine = torch.tensor(shape, dtype=torch.int64, device=device)
-        every = [torch.empty_like(mine) for _ in range(self.world)]
-        self.dist.all_gather(every, mine, group=self.group)
-        return [tuple(int(v) for v in t.tolist()) for t in every]
+        device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+        mine = torch.tensor([shape], dtype=torch.int64, device=device)
+        return [tuple(int(v) for v in row) for row in self.gather_rows(mine).tolist()]
 
 
 def _wire(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as the backends carry it: 1- and 2-byte floats as integers of their width (gloo has
-    no float8 or bfloat16; the bytes are the same)."""
-    if t.element_size() == 1 and t.dtype != torch.uint8:
-        return t.view(torch.uint8)
-    if t.element_size() == 2 and t.is_floating_point():
-        return t.view(torch.int16)
-    return t
+    """``t`` as every backend carries it: a uint8 view of its bytes (the receiver's buffer, viewed
+    the same way, gets the sender's bytes whatever the type). ``t`` must be contiguous: a view of
+    a strided tensor's bytes would not be its elements."""
+    if not t.is_contiguous() or t.dim() == 0:
+        raise ValueError(f"deep_tile.tp: a transferred tensor must be contiguous and at least 1-D; got "
+                         f"{t.dtype} {tuple(t.shape)} with strides {t.stride()}.")
+    return t if t.dtype == torch.uint8 else t.view(torch.uint8)
 
 
 class _Works:
+    """The handle of one batch of transfers: :meth:`wait` waits for each of its works (NCCL: the
+    current stream waits; gloo: the host waits)."""
+
     def __init__(self, works):
         self.works = works
 
@@ -197,8 +215,9 @@ def _on(stream, t):
 
 
 def _ring(group, ring):
+    """The transport of a call (``ring``, else the group's), or None for a world of one."""
     if ring is not None:
-        return ring
+        return ring if ring.world > 1 else None  # a simulated world of one: the plain GEMM, as a group's
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -233,6 +252,28 @@ def _scales_view(buf: torch.Tensor, t: int) -> torch.Tensor:
     """``[t, k_blocks]`` float32 with strides ``(1, align4(t))`` over ``buf``: the a_scale layout the
     GEMM reads without a copy (deep_tile.layouts.get_tma_aligned_a_scale)."""
     return buf.t()[:t]
+
+
+def k_splits(side: str, world: int, t: int, n: int, k: int, *, partial_dtype: torch.dtype = torch.float32,
+             num_sms=None) -> dict:
+    """The split-K factor the selector picks (:func:`deep_tile.get_config`, on this device or
+    ``num_sms`` SMs) for each GEMM of one call, by role: ``{"chunk": s, "whole": s}`` for the
+    column side (``x [T, K]`` per rank, ``w [N_r, K]``: ``n`` is ``N_r``); for the row side (``x
+    [world * T, K_r]``, ``w [N, K_r]``: ``k`` is ``K_r``) also ``"own"`` (this rank's partial,
+    accumulated into the FP32 sum when ``world > 2``). The overlapped result is bitwise equal to
+    the sequential one when every value is 1; otherwise they may differ by the FP32 rounding of
+    the K split."""
+    from deep_tile.select.api import get_config
+
+    if side not in ("column", "row"):
+        raise ValueError(f"k_splits: side must be 'column' or 'row'; got {side!r}.")
+    if side == "column":
+        return {"chunk": get_config(t, n, k, num_sms).split_k, "whole": get_config(world * t, n, k, num_sms).split_k}
+    chunk_out = "float32" if partial_dtype == torch.float32 else "bfloat16"
+    own_c = "out" if world > 2 else None
+    return {"chunk": get_config(t, n, k, num_sms, out_dtype=chunk_out).split_k,
+            "own": get_config(t, n, k, num_sms, out_dtype="float32", c_dtype=own_c).split_k,
+            "whole": get_config(world * t, n, k, num_sms, out_dtype="float32").split_k}
 
 
 # ---- column-parallel: all-gather x GEMM --------------------------------------------------------
