@@ -57,6 +57,8 @@ import time
 from pathlib import Path
 
 import torch
+
+COMM_SMS = [32]  # --comm-sms: all_gather_fp8_gemm's comm_sms for the overlapped form
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -178,7 +180,7 @@ def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: boo
     del chunks
     forms["gemm"] = lambda: tp.chunk_gemm(xg.view(torch.float8_e4m3fn), sg, w, ws)
     forms["sequential"] = lambda: tp.all_gather_then_gemm(x, xs, w, ws, ring=ring)
-    forms["overlapped"] = lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False, ring=ring)
+    forms["overlapped"] = lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False, ring=ring, comm_sms=COMM_SMS[0])
     if not b.loopback:
         xb16 = torch.randn(t, k, device=device, dtype=torch.bfloat16)
         wb16 = torch.randn(n_r, k, device=device, dtype=torch.bfloat16)
@@ -297,6 +299,8 @@ def main() -> int:
     p.add_argument("--loopback", type=int, metavar="W", help="a simulated world of W on one device (no process group)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: gloo and an FP32 stand-in GEMM at small layer shapes (checks the script, measures nothing)")
+    p.add_argument("--comm-sms", type=int, default=32, metavar="C",
+                   help="all_gather_fp8_gemm's comm_sms: SMs left to the gather under the own chunk's GEMM")
     p.add_argument("--gemm-sms", type=int, metavar="S",
                    help="run deep_tile's GEMMs on S SMs (deep_tile.set_num_sms), leaving the rest to NCCL's kernels")
     p.add_argument("--async-tp", action="store_true", help="also time PyTorch's bf16 fused_all_gather_matmul")
@@ -311,6 +315,7 @@ def main() -> int:
     else:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         device = torch.device("cuda", torch.cuda.current_device())
+    COMM_SMS[0] = args.comm_sms
     if args.gemm_sms:
         from deep_tile.device import set_num_sms
 
@@ -340,7 +345,7 @@ def main() -> int:
         if args.json:
             env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                    "torch": torch.__version__, "world": world, "loopback": bool(args.loopback),
-                   "gemm_sms": args.gemm_sms, "iters": args.iters,
+                   "gemm_sms": args.gemm_sms, "comm_sms": args.comm_sms, "iters": args.iters,
                    "nccl": str(torch.cuda.nccl.version()) if b.nccl else None,
                    "timing": "host clock, barrier and device sync before, device sync after; slowest rank; median"}
             Path(args.json).write_text(json.dumps({"environment": env, "rows": rows}, indent=1, default=str))

@@ -1,20 +1,20 @@
 """Tensor-parallel FP8 GEMMs with the communication overlapped ("async TP" for blockwise FP8).
 
 A column-parallel linear waits for an all-gather of its input, a row-parallel one for a
-reduce-scatter of its output. Here both run as rings of point-to-point transfers on a side stream,
-each transfer hidden under the GEMM of the chunk that arrived before it:
+reduce-scatter of its output. Here the transfers run beside the GEMMs (on the backend's or a side
+stream), each hidden under a GEMM that does not need it:
 
 - :func:`all_gather_fp8_gemm` (column-parallel): every rank holds ``T`` tokens' FP8 activations
   ``x [T, K]`` with their 1x128 scales and its rows of the weight ``w [N_r, K]`` (128x128 blocks);
   the result is the product of every rank's tokens, ``[world * T, N_r]`` with rank ``i``'s tokens
   at rows ``[i * T, (i + 1) * T)``. The activations travel as FP8 with their scales (``K + 4 *
-  ceil(K / 128)`` bytes per token against bf16's ``2 K``). Step ``s`` multiplies the chunk of rank
-  ``rank - s`` while the next one arrives: ``world - 1`` transfers, each under a GEMM of ``T`` rows.
+  ceil(K / 128)`` bytes per token against bf16's ``2 K``). One all-gather of every rank's chunk runs
+  under the GEMM of this rank's own ``T`` rows; then the other chunks' GEMMs, ``T`` rows each.
 - :func:`fp8_gemm_reduce_scatter` (row-parallel): every rank holds all ``world * T`` tokens over its
   slice of the features, ``x [world * T, K_r]``, and the matching weight columns ``w [N, K_r]``;
   rank ``r`` gets rows ``[r * T, (r + 1) * T)`` of the sum over ranks of ``x_i @ w_i^T``. Each
   rank computes the partial of one destination's rows at a time (FP32, or bf16 to halve the
-  bytes), sends it to its owner while it computes the next, and adds what it receives in a fixed
+  bytes), sends it to its owner point to point while it computes the next, and adds what it receives in a fixed
   order, in FP32, rounded once: the partials of ranks ``rank - 1, ..., rank - (world - 2)``, then
   its own (computed while the last transfer runs, added in its GEMM's epilogue as ``c``), then
   rank ``rank - (world - 1)``'s.
@@ -113,6 +113,27 @@ class DistRing:
             self.dist.all_gather(list(out.chunk(self.world)), wire, group=self.group)
         return out.view(t.dtype)
 
+    def gather_chunks(self, tensors: list):
+        """Every rank's ``tensors`` (contiguous, the same shapes everywhere), by one all-gather of
+        their bytes started now on the backend's stream: returns ``(handle, chunks)``, ``chunks[i]``
+        rank ``i``'s tensors as views of one buffer, to be read once the handle's :meth:`wait`
+        returned. One collective, not a ring: each NCCL operation has a fixed cost (docs/tp.md)."""
+        wires = [_wire(t) for t in tensors]
+        packed = torch.cat([w.reshape(-1) for w in wires]) if len(wires) > 1 else wires[0].reshape(-1)
+        out = torch.empty(self.world * packed.numel(), dtype=torch.uint8, device=packed.device)
+        if self.backend == "nccl":
+            work = self.dist.all_gather_into_tensor(out, packed, group=self.group, async_op=True)
+        else:
+            work = self.dist.all_gather(list(out.chunk(self.world)), packed, group=self.group, async_op=True)
+        chunks = []
+        for row in out.view(self.world, -1):
+            parts, offset = [], 0
+            for t, w in zip(tensors, wires):
+                parts.append(row[offset:offset + w.numel()].view(t.dtype).view(t.shape))
+                offset += w.numel()
+            chunks.append(parts)
+        return _Works([work], keep=packed), chunks
+
     def all_shapes(self, shape: tuple) -> list:
         """Every rank's ``shape`` (a tuple of ints), by one small all-gather."""
         device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
@@ -134,12 +155,14 @@ class _Works:
     """The handle of one batch of transfers: :meth:`wait` waits for each of its works (NCCL: the
     current stream waits; gloo: the host waits)."""
 
-    def __init__(self, works):
+    def __init__(self, works, keep=None):
         self.works = works
+        self.keep = keep  # a send buffer made for the transfer, alive until the transfer is waited for
 
     def wait(self):
         for work in self.works:
             work.wait()
+        self.keep = None
 
 
 class LoopbackRing:
@@ -172,6 +195,18 @@ class LoopbackRing:
         """Receive rank ``src``'s tensors into ``recv`` (``send`` and ``dst`` are ignored);
         returns the handle."""
         return self._copy(recv, self.peers[src])
+
+    def gather_chunks(self, tensors: list):
+        """Every rank's tensors (this rank's ``tensors``, the peers' as given), each peer's copied
+        into a fresh buffer on the side stream: ``(handle, chunks)`` as :meth:`DistRing.gather_chunks`."""
+        chunks = [list(tensors) if i == self.rank else [torch.empty_like(t) for t in tensors] for i in range(self.world)]
+        stream = _side_stream(tensors[0])
+        with _on(stream, tensors[0]):
+            for i in range(self.world):
+                if i != self.rank:
+                    for dst, src in zip(chunks[i], self.peers[i]):
+                        dst.copy_(src, non_blocking=True)
+        return _StreamDone(stream), chunks
 
     def all_shapes(self, shape: tuple) -> list:
         """Every rank's shape: the simulated ranks pass the same shapes as this one."""
@@ -280,7 +315,7 @@ def k_splits(side: str, world: int, t: int, n: int, k: int, *, partial_dtype: to
 
 
 def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-                        group=None, *, check: bool = True, ring=None) -> torch.Tensor:
+                        group=None, *, check: bool = True, ring=None, comm_sms: int = 32) -> torch.Tensor:
     """``all_gather(x) @ w^T`` (bf16) with the gather of the FP8 activations hidden under the GEMM.
 
     Args:
@@ -293,11 +328,16 @@ def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
         check: compare every rank's shapes first (one small all-gather) and raise a
             ``ValueError`` naming them when they differ, instead of a hang or a wrong transfer.
         ring: a transport in place of the group's (:class:`LoopbackRing`: a simulated world).
+        comm_sms: SMs left to the gather while this rank's own chunk is multiplied (the GEMM's
+            persistent grid otherwise takes every SM, and the collective's kernel waits for it);
+            0 leaves none. The other chunks' GEMMs use every SM (:func:`deep_tile.set_num_sms`).
 
     Returns:
         [world * T, N_r] bfloat16; rows ``[i * T, (i + 1) * T)`` are rank ``i``'s tokens times ``w``.
     """
     fn = "all_gather_fp8_gemm"
+    if not isinstance(comm_sms, int) or isinstance(comm_sms, bool) or comm_sms < 0:
+        raise ValueError(f"{fn}: comm_sms must be an int >= 0; got {comm_sms!r}.")
     _check_fp8(fn, "x", x)
     _check_fp8(fn, "w", w)
     ring = _ring(group, ring)
@@ -309,17 +349,34 @@ def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
     world, rank = ring.world, ring.rank
     out = torch.empty(world * t, w.shape[0], dtype=torch.bfloat16, device=x.device)
     mine = pack_chunk(x, x_scale)  # x's bytes are the caller's: sent, never received into
-    fresh = [[torch.empty_like(b) for b in mine] for _ in range(2)]
-    for step in range(world):
-        # Step s multiplies what arrived at step s (its own chunk at 0) while step s + 1's arrives
-        # into the other buffer (the one multiplied at step s - 1).
-        cur = mine if step == 0 else fresh[(step - 1) % 2]
-        pending = ring.shift(cur, fresh[step % 2], step + 1) if step + 1 < world else None
-        src = (rank - step) % world
-        chunk_gemm(cur[0].view(torch.float8_e4m3fn), _scales_view(cur[1], t), w, w_scale, out[src * t:(src + 1) * t])
-        if pending is not None:
-            pending.wait()
+    # Every chunk gathered at once while this rank's own chunk is multiplied, then the others in
+    # rank order after this one's: one transfer, not world - 1 ring steps each paying NCCL's fixed
+    # cost per operation (docs/tp.md, 'Measured, and what is not').
+    pending, chunks = ring.gather_chunks(mine)
+    with _sms_left(comm_sms if x.is_cuda else 0):
+        chunk_gemm(x, _scales_view(mine[1], t), w, w_scale, out[rank * t:(rank + 1) * t])
+    pending.wait()
+    for step in range(1, world):
+        src = (rank + step) % world
+        chunk_gemm(chunks[src][0].view(torch.float8_e4m3fn), _scales_view(chunks[src][1], t), w, w_scale,
+                   out[src * t:(src + 1) * t])
     return out
+
+
+@contextlib.contextmanager
+def _sms_left(count: int):
+    """Later GEMMs on ``count`` fewer SMs than they may use now, until the block ends."""
+    from deep_tile import device
+
+    if count <= 0:
+        yield
+        return
+    limit = device.sms_limit()
+    device.set_num_sms(max(1, device.get_num_sms() - count))
+    try:
+        yield
+    finally:
+        device.set_num_sms(limit)
 
 
 def all_gather_then_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
