@@ -17,7 +17,7 @@ bytes as the cast (half each way), so ``% copy`` is the cast's achieved bandwidt
 ``--design`` (one or more of ``deep_tile.kernels.cast_transpose.DESIGNS``; default the contract's
 ``DESIGN``) times each kernel design in the same run, its name after the cast's (``token+T pipe``).
 Before timing, every cast's outputs are compared bitwise with the torch reference run on the GPU
-(``--no-check`` skips it). The target (issue 44) is >= 85% of the copy rate. ``--json PATH``
+(``--no-check`` skips it). The target is >= 85% of the copy rate. ``--json PATH``
 writes the rows. Needs an sm_90 GPU.
 """
 from __future__ import annotations
