@@ -75,11 +75,10 @@ class ChipFacts:
 
 _MB = 1024 * 1024
 _GH100_132_CLUSTERS = (132, 66, 39, 30, 22, 17, 15, 15)
-"""Resident clusters of 1..8 one-SM CTAs on a 132-SM GH100, measured with
-cuOccupancyMaxActiveClusters on an H100 SXM (2026-11-22, tools/explore_overheads.py) and assumed
-for the H200 and H800 (same die; the enabled SMs per GPC can differ between parts). Clusters stay
-inside a GPC: 33 clusters of 4 do not fit at once, and 64x64 tiles split 4 ways (33 clusters)
-ran 1.3x slower than split 3 ways."""
+"""Resident clusters of 1..8 one-SM CTAs on a 132-SM GH100 (cuOccupancyMaxActiveClusters on an H100 SXM,
+tools/explore_overheads.py), assumed for the H200 and H800 (same die; the enabled SMs per GPC can differ
+between parts). Clusters stay inside a GPC: 33 clusters of 4 do not fit at once, so 64x64 tiles split 4 ways
+(33 clusters) ran slower than split 3 ways."""
 CHIPS = {
     "H100 SXM": ChipFacts("H100 SXM", 132, 3.35e12, 1979e12, 989e12, 50 * _MB, _GH100_132_CLUSTERS),
     "H100 PCIe": ChipFacts("H100 PCIe", 114, 2.0e12, 1513e12, 756e12, 50 * _MB),
@@ -89,9 +88,8 @@ CHIPS = {
     "H20": ChipFacts("H20", 78, 4.0e12, 296e12, 148e12, 60 * _MB),
 }
 """Known parts by key. H800 keeps H100's compute and memory (only NVLink is cut). The H200's
-stream_l2_promotion: 128-byte promotion took 0.4-3.5% off its decode chains, where the H100 gained
-nothing (benchmarks/RESULTS.md, 2026-11-24 'Where a decode chain's time goes, and 128-byte L2
-promotion'; deep_tile.select.selector.l2_promotion_for)."""
+stream_l2_promotion: 128-byte promotion shortens its decode chains, where the H100 gained nothing
+(deep_tile.select.selector.l2_promotion_for)."""
 
 DEFAULT_CHIP = CHIPS["H100 SXM"]
 """The chip assumed when the device is unknown or absent."""

@@ -40,8 +40,8 @@ ARCH = "sm_90a"
 #: The supported compilers, in order of preference.
 COMPILERS = ("nvrtc", "nvcc")
 #: ptxas options of both compilers. ``--register-usage-level=10`` (default 5) lets ptxas spend
-#: registers for scheduling: H100 A/B of 16 shapes (2026-11-22), 0.996-1.011x, 1.003x on average;
-#: every kernel family still builds spill-free (tests/test_kernel_build.py).
+#: registers for scheduling: slightly faster on average in an A/B over 16 shapes, and every kernel
+#: family still builds spill-free (tests/test_kernel_build.py).
 PTXAS_OPTIONS = ("--verbose", "--register-usage-level=10")
 #: NVCC flags (``-gencode`` form: ``-arch=sm_90a`` may add a failing compute_90 pass).
 NVCC_FLAGS = ("-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-O3", "-std=c++17",
@@ -350,11 +350,8 @@ def ptxas_problems(log: str) -> list[str]:
         elif _BAD_WARNING.search(line):
             problems.append(line.strip())
     if not reports:
-        # NOTES: NVRTC 12.9+ on a machine with a CUDA driver serves a program compiled before (in
-        # any process) from the driver's compute cache with an empty log; CUDA_CACHE_DISABLE=1 at
-        # process start turns that cache off, set later it does nothing (measured with NVRTC 13.0
-        # on an H200, benchmarks/RESULTS.md, 2026-11-24 'A split-K reduction without cluster barriers,
-        # and the chain's CTA tails').
+        # NOTES: NVRTC 12.9+ with a CUDA driver serves a program compiled before (in any process) from
+        # the driver's compute cache with an empty log; CUDA_CACHE_DISABLE=1 turns it off only if set at start.
         problems.append("no ptxas -v report (stack frame / spill lines) in the log (NVRTC 12.9+ with a CUDA "
                         "driver returns none for a program its compute cache serves: start the process with "
                         "CUDA_CACHE_DISABLE=1)")

@@ -135,10 +135,8 @@ STATIC_K_UNROLL = 4
 """K blocks per unrolled body of the k-loop of a kernel with K fixed at compile time: up to 4 K
 blocks are straight code, longer ranges a loop of constant trip count.
 
-NOTES: fully unrolled instead, 256x128 kernels of 6 (row-major a_scale), 9, 12 and 15 K blocks
-spilled 8-156 bytes (NVRTC 13.0; by 4, none of 1-16), and where none spilled it was no faster (H100,
-4096x8192x1024, 4096x7168x2048, 2048x7168x2048, 4096x4608x1024: 0.996-1.006x; benchmarks/RESULTS.md,
-2026-11-27 'K fixed at compile time for short K')."""
+NOTES: fully unrolled instead, 256x128 kernels of 6 (row-major a_scale), 9, 12 and 15 K blocks spilled
+(by 4, none of 1-16), and where none spilled full unrolling was no faster."""
 
 
 STATIC_RING_DEFINE = "DT_STATIC_RING"
@@ -152,8 +150,7 @@ def static_ring_problems(static_ring: bool, static_k_blocks: int, num_stages: in
     """Why a kernel with the stage ring as immediates (``static_ring``) cannot be built: K must be
     fixed at a positive multiple of the stages (so every tile starts at stage 0), with 1D2D scales,
     for the dense kind (the grouped kinds' tile loops are not tested with it; the contiguous kind's,
-    measured with 128x192, ran slower on an H100: RESULTS.md, 2026-11-28 'The stage ring for
-    128x192 tiles, and 128x192 before the wider tiles where it fits N')."""
+    tried with 128x192, ran slower)."""
     if not static_ring:
         return []
     if static_k_blocks <= 0 or static_k_blocks % num_stages or b_scale_1d or problem_kind is not ProblemKind.DENSE:
@@ -277,7 +274,7 @@ SPILLING_SPLIT_TILES = frozenset({
 })
 """(block_m, block_n, wgmma_n, accum_buffers) whose split-K build spills a few bytes (8-byte stack
 frame, 4 bytes stored, 12 loaded), so ``tile_problems`` refuses them as split-K tiles. Found by
-compiling every legal split-K kind with nvcc 13.0.88 (2026-11-22), aligned and row-major a_scale
+compiling every legal split-K kind with nvcc 13.0.88, aligned and row-major a_scale
 alike; NVRTC 13.5 spills on a subset of these. The
 selector's split tiles (at most 128 wide, two buffers) are all spill-free; tests/test_kernel_build.py
 compiles one of each."""
@@ -598,12 +595,9 @@ def a_scale_box_rows(config, m: int) -> int:
 
     The kernel's expected byte count per stage follows the same rule (``stage_tx_bytes_for`` in
     include/deep_tile/scheduler/tile_scheduler.cuh); keep the two together.
-    NOTES: as for A (:func:`a_box_rows`), a box mostly beyond M is zero-filled at a cost: with the
-    whole tile's 64 rows at M = 1, the a_scale loads alone cost 7168x16384's 64x64 tile 34.8 against
-    29.6 us without them, and the dense decode chain 1.5 us per layer (H200, benchmarks/RESULTS.md,
-    2026-11-24 'Where a decode GEMM's time goes, and the a_scale box below one tile'). The rows a
-    short box leaves untouched hold stale values; they only scale output
-    rows >= M, which are never stored.
+    NOTES: as for A (:func:`a_box_rows`), a box mostly beyond M is zero-filled at a cost, which at M = 1
+    made the whole tile's a_scale rows a visible share of a decode GEMM. The rows a short box leaves
+    untouched hold stale values; they only scale output rows >= M, which are never stored.
     """
     return min(config.block_m, align_up(max(1, m), 4))
 

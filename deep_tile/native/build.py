@@ -57,10 +57,9 @@ def translation_units(work: Path, cpus: int | None = None) -> list[str]:
     :data:`UNITY_MAX_CPUS` usable CPUs (``cpus``, default this process's), two files written into
     ``work`` that ``#include`` them: :data:`UNITY_SECOND` in one, the rest in the other.
 
-    NOTES: each source parses the same torch headers again. Measured on a 2-core x86 machine
-    (g++, -O3, torch 2.13, 2026-11-27): ``ATen/ops/empty.h`` alone takes 10 s and pybind11's
-    header 16 s; the 13 files take 128 s of CPU, 81 s on 2 cores; the two combined units 31 and
-    28 s. With many CPUs the files in parallel are faster (the longest, ``module.cpp``, 21 s).
+    NOTES: each source parses the same torch headers again (ATen's and pybind11's headers dominate
+    each file's time), so on few cores two combined units build faster than the files one by one;
+    with many CPUs the files in parallel are faster.
     Names private to one source must therefore differ from every other source's (the ops'
     ``AccProblem``, ``GemmProblem``, ...): a clash fails the combined build.
     """

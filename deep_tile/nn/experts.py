@@ -16,9 +16,8 @@ wgrad       dYᵀ and Hᵀ, dGᵀ and Xᵀ, 1x128 along the tokens       K-group
 Each activation and gradient is cast once (deep_tile.cast_transpose: the FP8 copy and its
 transposed copy in one pass). The transposed copies give each expert its own 128-token scale
 groups, from its first token on (zeros after its last up to a multiple of 128: the cast's
-``group_offsets``), so the K-grouped GEMM runs whole 128-token blocks (with 8 experts of ~2k
-tokens 1.2x faster than with each expert's end blocks masked; H100, benchmarks/RESULTS.md,
-2026-11-26 'Each expert's tokens in their own 128-token blocks'). Weights are cast once per
+``group_offsets``), so the K-grouped GEMM runs whole 128-token blocks, faster than masking each
+expert's end blocks. Weights are cast once per
 forward, all experts in one launch that writes each expert's transpose where dgrad reads it.
 SwiGLU runs in float32 (deep_tile.nn.swiglu: one kernel forward, one backward) and is rounded to
 bf16 before its cast.
@@ -44,10 +43,8 @@ def _expert_weights(w: torch.Tensor):
     """``w [E, N, K]`` -> ``(q [E, N, K], s [E, N/128, K/128], qt [E, K, N], st [E, K/128, N/128])``:
     every expert's 128x128 cast and its transpose, all experts in one launch that writes each
     expert's transpose where the dgrad GEMM reads it.
-    NOTES: a cast of the stacked ``[E*N, K]`` wrote the transposes side by side (``[K, E*N]``),
-    and regrouping them per expert was a copy of the FP8 weights: 0.96 of 12.6 ms of the step at
-    32 experts x 16384 tokens, 0.25 of 7.0 ms at 8 experts (H100, benchmarks/RESULTS.md,
-    2026-11-26 'Where the experts layer step's time goes, and one launch for the experts' weight casts')."""
+    NOTES: a cast of the stacked ``[E*N, K]`` wrote the transposes side by side (``[K, E*N]``), and
+    regrouping them per expert cost a copy of the FP8 weights, a visible share of the layer's step."""
     return tuple(cast_transpose.per_block_cast_transpose_to_fp8(w, transpose=True))
 
 

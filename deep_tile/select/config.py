@@ -40,24 +40,17 @@ def raster(block_m: int, block_n: int, num_multicast: int = 1, split_k: int = 1,
     (include/deep_tile/scheduler/tile_scheduler.cuh). When one band of :data:`WIDE_RASTER_WIDTH`
     m-blocks holds a whole expert of two or more m-blocks, a tile without multicast runs in bands
     along M whatever its shape: the band walks the expert's n-blocks, each expert's weights are
-    read once and its rows stay in L2 (masked 6 x ~1024 rows at N = K = 4096, 256x128 tiles: ncu
-    measured 150 MB of DRAM reads along M, 249 MB in bands along N over all experts). Experts of
-    one m-block read the same bytes in either order and keep the rule by shape: the per-expert
-    order measured 2-7% slower there on an H200 at K = 2048 (offsets, 16 to 96 rows per expert,
-    128x128 tiles; benchmarks/RESULTS.md, 2026-11-23 'b_scale staged in shared memory, and tiles
-    ordered expert by expert'), except for 256-row tiles, each holding a
-    whole expert: along M 3-4% faster on an H200 (masked 32 x ~192 rows, 256x128: 0.965-1.012x
-    DeepGEMM latest along M, 0.936-0.979x along N; RESULTS.md,
-    2026-11-23 'The selector's model of the grouped kinds; the grouped floor met').
+    read once and its rows stay in L2 (ncu found far fewer DRAM reads than in bands along N over
+    all experts). Experts of one m-block read the same bytes in either order and keep the rule by
+    shape, the per-expert order being slower there, except for 256-row tiles, each holding a whole
+    expert, which run faster along M.
 
     Tiles wider than tall (128x256, 128x192, 64x128, ...) run without multicast in bands of
     :data:`WIDE_RASTER_WIDTH` m-blocks, consecutive tiles sharing the B tile; the others and split-K
     launches keep bands of :data:`RASTER_WIDTH` n-blocks. Under multicast the axis is None: the
-    multicast operand fixes it (:class:`KernelConfig`). Measured on an H100 (2026-11-22,
-    benchmarks/RESULTS.md): 128x256 in bands of 16 along M against 8 along N, 4096x7168x16384
-    674.7 -> 667.2 us, 8192^3 796.4 -> 783.2, within 1% on the other M = 4096 shapes; 128x192
-    790 -> 735 and 861 -> 788 at the same two shapes; 256x128 gains nothing reliable from either
-    axis or width (+-1.5% by shape).
+    multicast operand fixes it (:class:`KernelConfig`). Bands along M help 128x256 and 128x192 at large
+    M; 256x128 gains nothing reliable from either axis or width
+    (docs/performance.md, 'What the selector picks, and why').
     """
     if num_multicast == 2:
         return None, RASTER_WIDTH

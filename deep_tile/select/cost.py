@@ -49,9 +49,9 @@ TENSOR_FLOP_PER_CYCLE = 8192
 class ModelParams:
     """The model's constants (see the module doc for where each enters). The defaults were
     fitted by benchmarks/probes/fit_model.py (``--picks 400``) to the H100 sweeps
-    benchmarks/data/sweep_*_h100_diet_2026-11-22.json (999 timed configurations on 55 shapes,
-    taken after the k-loop diet of that day): the selector's pick is within 0.9% of the best
-    measured configuration in geometric mean and 7% at worst. (``clock_hz`` and
+    benchmarks/data/sweep_*_h100_diet_*.json (999 timed configurations on 55 shapes, taken after
+    the k-loop was slimmed): with them the selector's pick lands close to the best measured
+    configuration (docs/performance.md, 'What the selector picks, and why'). (``clock_hz`` and
     ``overlap_factor`` ended on their search bounds: they are fitting constants, not facts.)
 
     Attributes:
@@ -59,12 +59,11 @@ class ModelParams:
         tensor_efficiency: fraction of the FP8 tensor peak a full-width WGMMA chain reaches.
         irregular_width_efficiency: relative speed of WGMMA widths that are multiples of 32 but
             not powers of two (96, 160, 192, ...). Set by hand to 0.9 (the fit gave 0.763 before
-            b_scale was staged in shared memory): 128x192 tiles ran at about 0.94 of 128x256's
-            speed per FLOP, and the two dense picks that move ran 8-9% faster (RESULTS.md,
-            2026-11-25 'The psum layout in its own kernel kind').
+            b_scale was staged in shared memory): 128x192 tiles ran a little slower per FLOP than
+            128x256, and the dense picks that the value moves ran faster.
         odd_width_efficiency: the same for widths that are not multiples of 32 (80, 112, 144,
             ...): the fit's 0.763 squared, set by hand: the benchmark ran 64x112 at
-            128x7168x2048 in 17.6 us where the sweep had 14.2 (64x128: 13.3).
+            128x7168x2048 much slower than the sweep had it, and slower than 64x128.
         l2_bytes_per_cycle: L2 -> shared memory bytes per cycle per SM with every SM loading.
         chain_cycles: one k-block's dependent chain per sub-tile.
         overlap_factor: fraction of the chain left with two accumulator buffers.
@@ -145,14 +144,10 @@ def streamed_b_pair(c: Candidate, problem) -> bool:
     experts have at most two m-blocks (``expected_m <= 2 * block_m``): each weight tile is then read
     once, by the pair, as a stream from HBM.
 
-    Measured (RESULTS.md, 2026-11-23 'Grouped kernels load the expert ids one tile ahead'; H100,
-    masked 32 experts x 192 rows): 128x256
-    sharing B 627 us against 655 without (6144x7168), 241 / 243 (7168x2048); the model with the
-    multicast costs of L2-fed (dense) pairs ranked it 3% slower. Not where one tile of
+    Measured on masked experts of 192 rows: 128x256 pairs sharing B ran faster than without, where the
+    model with the multicast costs of L2-fed (dense) pairs ranked them slower. Not where one tile of
     :data:`MAX_GROUP_TILE_M` rows holds the whole expert: that tile reads each weight tile once
-    without the pair's coupling, and measured faster (RESULTS.md, 2026-11-23 'The selector's model
-    of the grouped kinds; the grouped floor met'; H200, masked 32 x ~192 rows: 256x128
-    0.965-1.012x DeepGEMM, the 128x256 pair 0.947-0.972x)."""
+    without the pair's coupling, and ran faster."""
     return (problem.kind.grouped and c.num_multicast == 2 and not c.multicast_on_a
             and MAX_GROUP_TILE_M < problem.expected_m <= 2 * c.block_m)
 
@@ -215,8 +210,7 @@ def grid_size(tiles: int, num_sms: int, num_multicast: int, chip: ChipFacts = DE
     number of tiles (to one). With fewer rounds the grid stays full: halving it for, say, 133
     tiles keeps the rounds but leaves half the SMs to pull the operands (not measured).
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    balanced persistent grid (cost.grid_size).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     grid = min(num_sms, tiles)
     if num_multicast == 2:
@@ -245,8 +239,7 @@ def table_grid_size(problem, block_m: int, block_n: int, num_sms: int, num_multi
     round (masked 6 x ~1024 rows, 4096x7168, ``max_m`` 896: 656 tiles run in 5 rounds on 132 CTAs,
     6 on 112).
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    a balanced grid for the masked kind when its tile count is known (cost.table_grid_size).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     most = problem.max_m_blocks(block_m) * ceil_div(problem.n, block_n)
     if problem.kind is ProblemKind.GROUPED_MASKED:
@@ -283,8 +276,7 @@ def table_rounds(problem, block_m: int, block_n: int, ctas: int) -> float:
     exactly is charged for the padding real counts bring (256-row tiles twice that of 128-row
     ones), and the wave quantization of one count is not taken for certain.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    tile rounds averaged over group sizes for the table kinds (cost.table_rounds).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     n_blocks = ceil_div(problem.n, block_n)
     spread = _spread_m_blocks(problem, block_m)

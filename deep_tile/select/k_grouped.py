@@ -9,36 +9,31 @@ columns and one accumulator buffer (:data:`TILE`), stored from registers; the 64
 buffers when ``m <= 64`` (:data:`SHORT_TILE`, staged where allowed); each made a K-grouped kernel:
 persistent on every SM (no split-K: the groups already give ``num_groups`` times the tiles), no
 multicast but the pairs below (a pair of tiles in lock step needs one K range), no swap-AB, column-major
-a_scale, the k-loop unrolled by 3 (by 6 the builds with C spilled: 128x256 /128 and 256x128
-40-48 bytes of stack, NVRTC 13, 2026-11-25), the most stages that fit.
+a_scale, the k-loop unrolled by 3 (by 6 the builds with C of 128x256 /128 and 256x128 spilled), the
+most stages that fit.
 
 Why 128x160: forced tiles of the kernel accumulating FP32 in place beside DeepGEMM latest
-(benchmarks/probes/k_grouped_configs.py, H100, 4096x7168 and 7168x2048 with 4 to 64 groups of
-1k-8k tokens; benchmarks/RESULTS.md, 2026-11-25 'K-grouped tiles, and the psum layout's one
-shape') ran 128x160 fastest on 8 of 10 shapes and within 1.3% and 2.1% of the fastest on the
-other two; 128x128 with two buffers and 256x128 were 0-9% slower, 256x64 8-21% slower, and
-128x256 /128 (the dense rule's pick for many of them before) up to 2.2x slower: with many groups
-each tile's k-loop is short and the in-place epilogue (C read and D written from registers)
-dominates, and the narrower tile's epilogue holds more loads of C in flight per thread.
+(benchmarks/probes/k_grouped_configs.py, 4096x7168 and 7168x2048 with 4 to 64 groups of 1k-8k
+tokens) ran 128x160 fastest on most shapes and close to the fastest on the rest; 128x128 with two
+buffers, 256x128 and 256x64 were slower, and 128x256 /128 (the dense rule's pick for many of them
+before) far slower: with many groups each tile's k-loop is short and the in-place epilogue (C read
+and D written from registers) dominates, and the narrower tile's epilogue holds more loads of C in
+flight per thread.
 
 Why the staged epilogue with 128x128: a storer thread loads C by TMA during the tile's k-loop and
 stores the sums by TMA after it, so D's traffic overlaps the tensor cores' work (include/deep_tile/
-epilogue/store_staged.cuh). Against the direct store's 128x160 it measured 1.041x in geomean over the
-benchmark's 12 K-grouped shapes on an H100 (two machines; 0.93x at 4096x7168 with 64 groups of ~1k
-tokens, 1.05-1.12x at 8-64 groups elsewhere); with its 80 KB staging 128x160 keeps 3 stages and
-128x144 makes 64-byte TMA boxes, both slower; the same 128x128 storing from registers was 3-16%
-slower (benchmarks/RESULTS.md, 2026-11-25 'The K-grouped FP32 D through a storer thread'). In
-place, the kernel adds a tile of 12 k-blocks or more to D by the TMA unit's reduce-add instead
-(no C loaded); with it, 128x144, 128x160, 128x128 with two buffers and 128x96 were each slower
-than 128x128 on at least three of the six shapes of 4-16 groups of 2-8k tokens (H100;
-benchmarks/RESULTS.md, 2026-11-26 'The K-grouped kind's in-place tiles added by the TMA unit').
+epilogue/store_staged.cuh). It beat the direct store's 128x160 in geomean over the benchmark's
+K-grouped shapes (losing only with many groups of ~1k tokens at 4096x7168); with its 80 KB staging
+128x160 keeps 3 stages and 128x144 makes 64-byte TMA boxes, both slower; the same 128x128 storing
+from registers was slower too. In place, the kernel adds a tile of 12 k-blocks or more to D by the
+TMA unit's reduce-add instead (no C loaded); with it, 128x144, 128x160, 128x128 with two buffers and
+128x96 were each slower than 128x128 on at least three of the six shapes of 4-16 groups of 2-8k tokens.
 
 Why pairs (2-CTA multicast of B, :data:`PAIRS_MAX_TOKENS`): with the staged epilogue, in place,
-the 128x128 tile in pairs sharing B (along M) measured 3-14% faster than alone at 4096x7168 with 32
-and 64 groups of ~1k tokens (m < n, tiles of at most 8 k-blocks), equal with 8 groups sharing 2048
-tokens, but 1-4% slower with 8-16 groups of 2-4k tokens there, and 10-27% slower at 7168x2048 (m >
-n) with 32-64 groups of ~1k; two runs on an H100 (benchmarks/RESULTS.md, 2026-11-26 'K-grouped
-tiles in 2-CTA pairs'). The rule takes pairs only where they were measured to pay: m < n, at most
+the 128x128 tile in pairs sharing B (along M) ran faster than alone at 4096x7168 with 32 and 64
+groups of ~1k tokens (m < n, tiles of at most 8 k-blocks), even with 8 groups sharing 2048 tokens,
+but slower with 8-16 groups of 2-4k tokens there, and at 7168x2048 (m > n) with 32-64 groups of ~1k.
+The rule takes pairs only where they were measured to pay: m < n, at most
 :data:`PAIRS_MAX_TOKENS` tokens per group on average (the benchmark's "~1k" sets average 1016-1030),
 and an even number of tiles per group
 (:func:`deep_tile.kernels.fp8_gemm.k_grouped_multicast_allowed`). An empirical rule, not a model.

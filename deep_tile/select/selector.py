@@ -58,18 +58,15 @@ def _tie_break(e: Estimate, problem: Problem, whole_group: bool = True) -> tuple
     """Sort key: the predicted time in steps of TIE_TOLERANCE, then simpler kernels (a
     latency-bound candidate: split-K first, which shortens its chain of k-blocks), then for the
     masked and offsets kinds (``problem``; unless ``whole_group`` is false) tiles tall enough for a
-    whole group (masked 32 x ~192 rows on an H200: 256x128 0.965-1.012x DeepGEMM latest, 128x256
-    0.936-0.979x alone; RESULTS.md, 2026-11-23 'The selector's model of the grouped kinds; the
-    grouped floor met'; for the masked kind :func:`_transposed_tie` does not rank a tile by it
-    against its transpose), then (equal areas) taller tiles, except that from
+    whole group (it reads each expert's weights once and measured faster than the tiles that split
+    the group; for the masked kind :func:`_transposed_tie` does not rank a tile by it against its
+    transpose), then (equal areas) taller tiles, except that from
     :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile on,
     tiles of at least 128x128 go wider first. The model costs 256x128 and 128x256 nearly alike;
-    measured on an H100 (2026-11-22), 256x128 was 2.5% faster at K = 1536 and 2048, 128x256
-    rastered along M 0.5-1.5% faster at K = 8192 and 16384 (equal at 7168); among 64-row and
-    128x64 tiles the taller measured faster (128x7168x16384: 128x64 57.4 us, 64x128 58.2).
+    measured, 256x128 was faster at short K and 128x256 rastered along M at long K; among 64-row
+    and 128x64 tiles the taller was faster.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    split-K first among latency-bound ties (selector._tie_break).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     c = e.candidate
     wider_first = e.k_blocks_per_cta >= WIDE_TILE_MIN_K_BLOCKS and min(c.block_m, c.block_n) >= 128
@@ -99,8 +96,7 @@ def overlaps_promotion(problem: Problem) -> bool:
     without the overlap, and the larger one-buffer tiles measured faster there, while groups
     that fit a 64-row tile stay with the 64-row two-buffer tiles.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    two accumulator buffers only below 129 rows (selector.overlaps_promotion).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     if problem.expected_m >= SERIAL_LOOP_MIN_M:
         return False
@@ -119,13 +115,8 @@ def one_buffer_for_two_warpgroups(problem: Problem, tile) -> bool:
     (:func:`swap_unroll_for`): the model still ranks the two-buffer candidate, and
     :func:`config_from_estimate` swaps the buffers (the twin measured).
 
-    Measured (one buffer's speed over two), benchmarks/RESULTS.md:
-    - 2026-11-27 'One accumulator buffer for the two-buffer picks of two consumer warpgroups': the
-      34 such picks of 192-2048 rows, 1.009-1.069x (geomean 1.039x) on an H200 and 1.000-1.155x
-      (1.035x) on an H100; the 9 picks of 64-row tiles 0.87-0.97x, so those keep two;
-    - 2026-11-27 'One accumulator buffer below 129 rows, and b_scale lines in L1 that did not pay':
-      the 61 unsplit picks of 65-128 rows (one 128-row m-block), geomean 1.015x on an H200 and
-      1.006x on an H100 (per shape 0.985-1.045x); the 9 split-K picks 1.008x and 1.001x.
+    Measured, one buffer against two on both chips: the unsplit picks of two consumer warpgroups
+    ran faster at every M tried, the split-K picks even, and 64-row tiles slower, so those keep two.
     """
     return (plain_bf16(problem) and tile.accum_buffers == 2
             and family.math_warpgroups(tile.block_m) == 2 and tile.split_k == 1)
@@ -188,17 +179,10 @@ def _one_m_block_first(ranked: tuple, problem: Problem) -> tuple:
     (:func:`streams_b`) the second may find it gone from L2. The model costs both reads as L2
     hits.
 
-    Measured: benchmarks/RESULTS.md, 2026-11-27 'B evict-first up to eight m-blocks over long K,
-    and small tiles at M = 128' (H100, forced tiles beside DeepGEMM latest, one process):
-    128x4096x7168 64x64 21.3 us, 128x32 19.1 (DeepGEMM's 64x64 20.1); 128x2112x7168 64x64 split
-    in 2 14.8 us, 128x32 split in 2 14.3 (DeepGEMM's 64x32 14.5); 128x4096x4096 64x64 14.4,
-    128x32 13.8; 96x4096x7168 20.4-20.6, 18.6-18.7; 72x4096x4096 14.7,
-    14.1; as fast at 128x4096x1024, 128x3072x4096 and 112x2112x7168. Other one-m-block tiles lost
-    to a 64x96 first choice: on fewer CTAs (128x4608x7168: 64x96 on 96 CTAs 20.1, 128x64 on 72
-    21.4), of a width not a multiple of 32 (80x4608x7168: 64x96 20.0, 128x48 21.8), split in 2
-    (80x4608x7168 128x96 22.3, 80x6144x7168 23.7 against 26.5) or wider (72x4608x7168 128x128
-    split in 3 23.2 against 20.9). One of the same width split in 2 won against a 64x64 first
-    choice (128x4096x14336 128x64 split in 2 31.6, 64x64 37.7) but not against 64x96 there (31.3).
+    Measured with forced tiles: 128x32 beat or matched a 64x64 first choice (split alike) at 72-128
+    rows. Other one-m-block tiles lost to a 64x96 first choice: on fewer CTAs, of a width not a
+    multiple of 32, split in 2 or wider; one of the same width split in 2 beat a 64x64 first choice
+    but not 64x96 (docs/performance.md, 'What the selector picks, and why').
     """
     m = problem.m
     if not one_m_block_rows(problem) or ranked[0].candidate.block_m >= m:
@@ -234,9 +218,8 @@ may be predicted and still go first for the in-place weight gradient (:func:`_on
 IN_PLACE_ODD_WIDTH_EFFICIENCY = 0.85
 """The relative speed :func:`_one_subtile_first` gives a one-sub-tile tile whose width is not a
 multiple of 32 (128x144, 128x112) instead of the model's ``odd_width_efficiency`` (0.58, set from
-a 64x112 tile at small M): measured 0.83-0.87 for 128x144 against 128x160 at 576x7168, 2112x7168
-and 24576x1536 over 4096 tokens (RESULTS.md, 2026-11-26 'One sub-tile per warpgroup for the
-in-place weight gradient', the forced tiles on the H200, rounds of tiles counted)."""
+a 64x112 tile at small M): about what 128x144 measured against 128x160 on the in-place weight
+gradient's shapes (forced tiles, rounds of tiles counted)."""
 
 
 def _one_subtile_first(ranked: tuple, problem: Problem, num_sms: int, chip: ChipFacts) -> tuple:
@@ -251,8 +234,7 @@ def _one_subtile_first(ranked: tuple, problem: Problem, num_sms: int, chip: Chip
     with one, the wait falls in the next tile's k-loop. The model sees neither that nor the stages
     the staging costs.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", one sub-tile per warpgroup for the
-    in-place weight gradient (selector._one_subtile_first).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     best = ranked[0]
     eligible = [e for e in ranked if one_subtile_per_warpgroup(e.candidate) and e.candidate.accum_buffers == 1
@@ -284,8 +266,7 @@ def one_slab_over_tall(problem: Problem, one_slab, tall) -> bool:
     which the model does not see; the tie would otherwise go to the taller tile
     (:func:`_one_slab_first`; ``explain`` says so).
 
-    Measured: benchmarks/RESULTS.md, 2026-11-26 'Scale products formed under the WGMMAs' (H100,
-    32768x512 over 4096 tokens: 128x256 /128 160.2 us against the 256x128 pick's 162.7).
+    Measured: at 32768x512 over 4096 tokens 128x256 /128 ran faster than the 256x128 pick.
     """
     c = one_slab.candidate
     return (accumulates_weight_gradient(problem) and tall.candidate.block_m == 256 and c.block_m == 128
@@ -307,22 +288,17 @@ def _transposed_tie(ranked: tuple, problem: Problem) -> tuple:
     :data:`TIE_TOLERANCE` of it and :func:`_tie_break` would put it first on an equal time: below
     :data:`WIDE_TILE_MIN_K_BLOCKS` k-blocks per tile the taller, from there on the wider. The
     masked kind too: its tile that holds a whole group goes first over smaller tiles
-    (:func:`_tie_break`), not over its transpose. At 56 k-blocks (K = 7168) and 160-224 rows per
-    expert 128x256 measured 0.1-10% faster than 256x128 on an H200 (1.3-1.7% at 192 rows) and
-    within 0.9% either way on an H100. The offsets kind keeps the whole-group tile first (at 8 x
-    ~144 rows, 6144x7168, 256x128 measured 3.5% faster on an H100, at 8 x ~160 2.6% slower;
-    RESULTS.md, 2026-11-28 'The masked kind's tile at 129-256 rows per expert').
+    (:func:`_tie_break`), not over its transpose: at 56 k-blocks (K = 7168) and 160-224 rows per
+    expert 128x256 measured faster than 256x128 on an H200 and even on an H100. The offsets kind
+    keeps the whole-group tile first (its measurements went either way).
 
     :func:`_tie_break` ranks predicted times in steps of the tolerance from a fixed origin, so two
-    predictions 0.3% apart can fall into different steps and skip the orientation rule: the H200's
-    model gave 4096x7168x2048 and 2048x7168x2048 to 128x256 (predicted 0.3% faster), the H100's to
-    256x128 (its 0.3% fell within one step); beside DeepGEMM latest they ran 0.998x and 1.093x with
-    128x256 on an H200 and 1.037x and 1.131x with 256x128 on an H100 (benchmarks/RESULTS.md,
-    2026-11-27 'The issue's sets on the H200, and tile b_scale copies that did not pay').
+    predictions a fraction of a step apart can fall into different steps and skip the orientation
+    rule: at 4096x7168x2048 and 2048x7168x2048 the H200's model picks 128x256 and the H100's
+    256x128, and both ran well beside DeepGEMM latest.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", the transposed tile in a near-tie
-    (selector._transposed_tie): below 56 k-blocks 256x128 over 128x256 0.99-1.12x on 27 of 28
-    shapes on an H100 (3072x32768x512 0.94x the exception) and 1.023-1.052x on 7 on an H200.
+    Measured: docs/performance.md, 'What the selector picks, and why'; below 56 k-blocks 256x128
+    beat 128x256 on nearly every shape on both chips.
     """
     best = ranked[0]
     b = best.candidate
@@ -348,8 +324,7 @@ def _split_latency_bound(ranked: tuple) -> tuple:
     """``ranked`` with the fastest split-K candidate first when the first is an unsplit,
     latency-bound one and the split is predicted within :data:`SPLIT_TOLERANCE` of it.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    a split-K candidate within 7% goes first (selector._split_latency_bound).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     best = ranked[0]
     if best.bound != "latency" or best.candidate.split_k > 1:
@@ -377,8 +352,7 @@ def _unsplit_hbm_bound(ranked: tuple) -> tuple:
     kernel was faster. Narrower boxes stream more slowly than the model predicts, so they are left
     out.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    an unsplit candidate within 4% goes before an HBM-bound split (selector._unsplit_hbm_bound).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     best = ranked[0]
     if best.bound != "hbm" or best.candidate.split_k == 1:
@@ -459,9 +433,8 @@ def in_place_rows_along_m(problem: Problem, c, grid: int) -> bool:
     RASTER_WIDTH``, so the tiles in flight together cover whole rows of D (one contiguous block of
     the FP32 D they read and write back) rather than parts of twice as many rows.
 
-    Measured: benchmarks/RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D k-loop' (H100,
-    7168x2048, 128x128 x2 on 128 CTAs, two rounds: +2.6-2.7% over 4096 tokens, +0.7-0.8% over
-    8192, 0.0-0.9% over 16384; the one shape of the weight-gradient set the rule moves).
+    Measured on 7168x2048 (128x128 x2 on 128 CTAs, two rounds; the one shape of the weight-gradient
+    set the rule moves): faster over 4096 and 8192 tokens, even over 16384.
     """
     n_blocks = ceil_div(problem.n, c.block_n)
     return (accumulates_weight_gradient(problem) and c.num_multicast == 1 and c.split_k == 1
@@ -479,7 +452,7 @@ def swap_n_for(problem: Problem, c) -> int:
     one column part, no multicast) gets 8 token columns per WGMMA up to 8 rows, else 16; otherwise
     0. The model's ranking does not see it: it is applied to the pick, like :func:`k_unroll_for`.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", swap-AB at small M (selector.swap_n_for).
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     if problem.m > SWAP_MAX_M:
         return 0
@@ -494,16 +467,10 @@ def l2_promotion_for(problem: Problem, block_m: int, chip: ChipFacts) -> int:
     :data:`STREAM_MAX_M_BLOCKS` m-blocks of ``block_m`` rows, any K; a masked one with at most
     :data:`GROUPED_STREAM_MAX_M` rows per group), else the default 256 bytes.
 
-    Measured on an H200 (benchmarks/RESULTS.md, 2026-11-24 'Where a decode chain's time goes, and
-    128-byte L2 promotion'; bench_decode.py beside the same configs
-    at 256 bytes, one process): 128 bytes for the dense GEMMs that stream B over >= 8 k-blocks took
-    the dense decode chain from 76.4-76.8 / 77.6 / 80.4-81.6 / 90.5-90.6 to 74.5-75.1 / 76.4-76.8 /
-    80.3-81.3 / 89.5-90.0 us per layer (M = 1 / 16 / 64 / 128); 128 bytes for every GEMM of the
-    layer (32768x512 and the masked experts too) to 73.8 / 76.1 / 80.1 / 89.2, and the layer
-    chain from 146.5 / 412.1 / 429.1 / 447.5 to 142.1 / 401.7 / 424.6 / 443.8 us. On an H100 the
-    dense chain gained nothing (96.0 -> 96.6, 101.2 -> 101.3 us: it keeps 256). Large M loses with
-    128 (4096x32768x512 -11% on the H200, -19% on the H100); the contiguous and offsets kinds were
-    not measured: both keep 256.
+    Measured on an H200 (bench_decode.py beside the same configs at 256 bytes): 128 bytes shortened
+    the dense decode chain at M = 1 to 128, more with every GEMM of the layer promoted (the masked
+    experts too), and the layer chain. On an H100 the dense chain gained nothing: it keeps 256. Large
+    M loses with 128 on both chips; the contiguous and offsets kinds were not measured: both keep 256.
     """
     if problem.kind is ProblemKind.DENSE:
         few_readers = ceil_div(problem.m, block_m) <= STREAM_MAX_M_BLOCKS
@@ -516,9 +483,8 @@ GROUPED_STREAM_MAX_M = 64
 """Most rows per group (``expected_m``) for which a grouped problem's weights load evict-first
 (:func:`grouped_streams_b`).
 
-Measured: benchmarks/RESULTS.md, 2026-11-23 'M-grouped MoE GEMMs beside DeepGEMM latest' (H100):
-with evict-first, masked 32 experts x 20 rows
-ran 1-10% faster on all 12 shapes; 32 x 192 rows (256x128 tile) 10-13% slower."""
+Measured: with evict-first, masked experts of 20 rows ran faster on every shape tried, and experts
+of 192 rows (256x128 tile) slower."""
 
 GROUPED_MANY_STREAMS_MIN_GROUPS = 16
 """With at least this many groups, each over at least :data:`GROUPED_MANY_STREAMS_MIN_K_BLOCKS`
@@ -535,11 +501,9 @@ def grouped_streams_b(problem: Problem, k_blocks: int) -> bool:
     :data:`GROUPED_MANY_STREAMS_MIN_GROUPS` groups over at least
     :data:`GROUPED_MANY_STREAMS_MIN_K_BLOCKS` k-blocks each.
 
-    Measured: benchmarks/RESULTS.md, 2026-11-26 'Masked experts of 20 rows: where evict-first
-    weights pay' (the selector's masked pick built with and without the policy, same process,
-    H100 and H200): without it 16 and 32 experts of 20 rows at K >= 3072 ran 0.2-3.2% faster (8 of
-    8 pairs of shapes and chips at K = 7168 by 1.7-3.2%), with it the same counts at K = 2048 ran
-    0.5-3.7% faster and 6 experts 0-13% faster at every K. Why the policy costs with many long
+    Measured (the selector's masked pick built with and without the policy, both chips): without it
+    16 and 32 experts of 20 rows at K >= 3072 ran faster; with it the same counts at K = 2048 ran
+    faster, and 6 experts at every K. Why the policy costs with many long
     streams was not found: not the evict-last A (B alone evict-first measured the same) and not
     the L2 promotion.
     """
@@ -578,13 +542,10 @@ def k_unroll_for(accum_buffers: int, k_blocks_per_cta: int, block_n=None) -> int
     (:func:`straddle_copies`). A pick given one buffer by :func:`one_buffer_for_two_warpgroups`
     takes :func:`swap_unroll_for` instead.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules",
-    the one-buffer k-loop unrolled by 6 (selector.k_unroll_for).
-    NOTES: the copies' code outgrows the SM's instruction cache: 128x160 by 6 is 5,704
-    instructions against 3,704 by 3 (and 128x192 by 6 4,096, 128x128 1,584), and where another
-    kernel ran before it (cold instruction cache, as in a model's layer or a round-robin
-    benchmark) it lost 7-10% against by 3, though as fast when it ran after itself
-    (RESULTS.md, 2026-11-27 'The previous kernel and the k-loop's code size').
+    Measured: docs/performance.md, 'What the selector picks, and why'.
+    NOTES: the copies' code outgrows the SM's instruction cache (128x160 by 6 is 5,704 instructions
+    against 3,704 by 3): after another kernel (a cold instruction cache, as in a model's layer) it
+    lost against by 3, though it was as fast when it ran after itself.
     """
     if accum_buffers != 1 or (block_n is not None and straddle_copies(block_n) > UNROLL_MAX_STRADDLE_COPIES):
         return 3
@@ -609,12 +570,9 @@ def swap_unroll_for(problem: Problem, c, k_blocks_per_cta: int) -> int:
     ``problem`` has more than :data:`STREAM_MAX_M_BLOCKS` m-blocks of them, else 3 (the two-buffer
     loop's unrolling).
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", the one-buffer twins of two-buffer picks
-    unrolled by 6 when narrower than 128 (selector.swap_unroll_for).
-    NOTES: within two m-blocks the H200's picks promote L2 misses to 128 bytes
-    (:func:`l2_promotion_for`), which the A/B did not run; there, at M = 128, the H200's decode
-    chain ran 128x7168x16384 (128x64 s8 ef p128) in 38.6-39.6 us by 6 against 35.3 by 3 (RESULTS.md,
-    2026-11-27 'The transposed tile in near-ties, and narrow one-buffer twins unrolled by 6').
+    Measured: docs/performance.md, 'What the selector picks, and why'.
+    NOTES: within two m-blocks the H200's picks promote L2 misses to 128 bytes (:func:`l2_promotion_for`),
+    which the A/B did not run; there (128x7168x16384 at M = 128) the decode chain was slower by 6 than by 3.
     """
     if c.block_n not in SWAP_UNROLL_BLOCK_NS or ceil_div(problem.m, c.block_m) <= STREAM_MAX_M_BLOCKS:
         return 3
@@ -642,14 +600,11 @@ def static_k_blocks_for(problem: Problem, c, k_unroll: int = 3) -> int:
     :data:`STATIC_K_KINDS`, and ``c`` runs the persistent one-buffer k-loop (no split-K, one
     accumulator buffer); else 0 (K a run-time value).
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", K fixed at compile time for short K
-    (selector.static_k_blocks_for).
-    NOTES: over long K a dense loop the selector unrolls by 6 keeps K a run-time value: with K
-    fixed it would run unrolled by 4, and at 56-64 K blocks on 128x256 and 256x128 K fixed was
-    even on an H100 (RESULTS.md, 2026-11-27 'K fixed at compile time for short K') and on 128x256
-    on an H200; the masked kind's such loops (32 x 192 rows at K = 7168) ran 0.5-0.9% faster with
-    it on both chips (RESULTS.md, 2026-11-27 'K fixed at compile time over long K on loops unrolled
-    by 3, and for the masked kind'). The offsets and psum kinds were not measured over long K.
+    Measured: docs/performance.md, 'What the selector picks, and why'.
+    NOTES: over long K a dense loop the selector unrolls by 6 keeps K a run-time value: with K fixed
+    it would run unrolled by 4, and on 128x256 and 256x128 that was even where measured; the masked
+    kind's such loops ran a little faster with it on both chips. The offsets and psum kinds were not
+    measured over long K.
     """
     if problem.kind not in STATIC_K_KINDS or not bf16_without_c(problem):
         return 0
@@ -685,12 +640,9 @@ def static_ring_for(problem: Problem, c, k_unroll: int) -> bool:
       :func:`swap_unroll_for`), or
     - the one-buffer :data:`RING_TILE` from :data:`RING_TILE_MIN_K_BLOCKS` K blocks on.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", the stage ring as immediates for 128x64
-    tiles (selector.static_ring_for), and the stage ring for 128x192 tiles, and 128x192 before the
-    wider tiles where it fits N.
-    NOTES: 128x96 ran 1.1-1.9% faster with it on an H200 but 2.2-2.4% slower on an H100 at
-    384x4096x7168, and 256x64 within 0.5% on both; so not those (RESULTS.md, 2026-11-28 'The
-    stage ring as immediates for 128x64 tiles').
+    Measured: docs/performance.md, 'What the selector picks, and why'.
+    NOTES: 128x96 ran faster with it on an H200 but slower on an H100, and 256x64 was even on both;
+    so not those.
     """
     k_blocks = ceil_div(problem.k, family.BLOCK_K)
     tile = (c.block_m, c.block_n)
@@ -713,11 +665,10 @@ def _ring_tile_first(ranked: tuple, problem: Problem) -> tuple:
     it within :data:`RING_TILE_TOLERANCE` of the first choice. The model sees neither the ring nor
     that 128x192's WGMMAs, 192 wide, read less shared memory per FLOP than the 128-wide parts of
     128x256 (one WGMMA chain per k-block and warpgroup instead of two that each read the slab's
-    A): it predicted 128x192 6.7-7.2% slower than the wider tiles at N = 3072 and 6144, where it
-    ran 0.9-3.9% faster with the ring (7 shapes, both chips).
+    A): it predicted 128x192 slower than the wider tiles at N = 3072 and 6144, where it ran faster
+    with the ring on both chips.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", the stage ring for 128x192 tiles, and
-    128x192 before the wider tiles where it fits N.
+    Measured: docs/performance.md, 'What the selector picks, and why'.
     """
     best = ranked[0]
     b = best.candidate
@@ -752,11 +703,8 @@ def streams_b(m_blocks: int, k_blocks: int, long_tier: bool = True) -> bool:
     k-blocks, or (``long_tier``: the dense bf16 kind, :func:`plain_bf16`) by at most
     :data:`LONG_STREAM_MAX_M_BLOCKS` over at least :data:`LONG_STREAM_MIN_K_BLOCKS`.
 
-    Measured: benchmarks/RESULTS.md, "Selector rules", L2 evict-first for B streams
-    (selector.streams_b), and for the second tier the entry 2026-11-27 'B evict-first up to eight
-    m-blocks over long K, and small tiles at M = 128'.
-    NOTES: up to eight m-blocks at K <= 2048 it lost (1024x24576x1536 5% slower, 2048x7168x2048
-    2.4%, 1024x7168x2048 1%), hence the longer K of the second tier.
+    Measured: docs/performance.md, 'What the selector picks, and why'.
+    NOTES: up to eight m-blocks at K <= 2048 it lost, hence the longer K of the second tier.
     """
     if long_tier and k_blocks >= LONG_STREAM_MIN_K_BLOCKS:
         return m_blocks <= LONG_STREAM_MAX_M_BLOCKS
@@ -795,11 +743,11 @@ def select_signal_config(problem: Problem, num_sms: int, max_block_n: int, max_s
     SIGNAL_AFTER_STORE also needs at most 128 rows, two accumulator buffers, no multicast, and with
     two consumer warpgroups fewer accumulator registers than the budget.
     NOTES: built with the counters raised right after each store (mode 1), configs at the register
-    limit spilled (nvrtc/nvcc 13, 2026-11-25): 256-row tiles 144-232 bytes, one-buffer k-loops
-    (128x256 /128, 128x192) 24-650 bytes, 64x128 with multicast of A 8 bytes, 128x128 with two
-    buffers of 64 registers 4-8 bytes (nvcc); raised at the next store (mode 2) the plain selector's
-    picks of 11 masked shapes (256x128 and 128x256 one-buffer, multicast included) built
-    spill-free with both compilers (tests/test_kernel_build.py builds a few of each mode).
+    limit spilled (nvrtc/nvcc 13): 256-row tiles, one-buffer k-loops (128x256 /128, 128x192), 64x128
+    with multicast of A, and under nvcc 128x128 with two buffers of 64 registers; raised at the next
+    store (mode 2) the plain selector's picks of 11 masked shapes (256x128 and 128x256 one-buffer,
+    multicast included) built spill-free with both compilers (tests/test_kernel_build.py builds a few
+    of each mode).
 
     Raises:
         as :func:`select_config`; UnsupportedProblemError also when no candidate is narrow enough.

@@ -47,11 +47,8 @@ DT_DEVICE void write_partial(float* partial, const float (&result)[Cfg::kNumSubt
 /// [rank * ceil(real / kSplitK), ...)) over the cluster's kSplitK partials in rank order and store
 /// them as bf16 to `d` (row pitch `ldd` elements) at the tile's origin (m0, n0), clipped to the
 /// columns below n. `tid` runs over the kNumMathThreads consumer threads.
-/// NOTES: the share is of the real rows, not of the tile's: with a share of the tile's 64 rows
-/// the first rank of a tile with 16 real rows summed them all while its peers waited at the
-/// cluster barrier (H200, M = 16, 2112x7168 split-K 3: 1.06 us from the barrier to the CTA's end,
-/// median, against 0.93 with the real rows shared; benchmarks/RESULTS.md,
-/// 2026-11-24 'Wider swap-AB tiles and the split-K epilogue split at its cluster barrier').
+/// NOTES: the share is of the real rows, not of the tile's: with a share of the tile's 64 rows, the first
+/// rank of a tile with few real rows summed them all while its peers waited at the cluster barrier.
 /// NOTES: the loop over this thread's 8-column chunks has a compile-time bound (the chunks past
 /// the valid rows are predicated off), so every remote load of every chunk is issued before the
 /// first sum waits: a loop with a run-time bound waited for one distributed-shared-memory round

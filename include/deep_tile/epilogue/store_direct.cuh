@@ -165,15 +165,8 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
 /// offsets plus immediates. Written per (h, j) from the row and column, the 2 x kAccumPerSubtile / 4
 /// addresses were hoisted out of the tile loop by ptxas 12.9 and spilled (256x128 1D1D in place:
 /// 140 bytes, NVRTC 12.9; ptxas 13 did not).
-/// NOTES: a warp's 8-byte accesses here are served a half-warp (four rows) at a time, and the
-/// 128-byte swizzle puts rows r and r ^ 1 on the same two chunks: four wavefronts where two would
-/// do (ncu, K-grouped staged epilogue at 16 x ~2k tokens, 4096x7168, H100: 28.2 M bank conflicts
-/// against 1.0 M with the direct store). Odd rows writing block j ^ 2 at step j (a select per
-/// float) removes them; measured and not kept: 1-3% faster at 4-16 groups, but 8-35% slower and
-/// unsteady at 32-64 groups of ~1k tokens at 4096x7168 (benchmarks/RESULTS.md, 2026-11-25 'The
-/// K-grouped FP32 D through a storer thread'); for the staged tiles that write without loading
-/// (the reduce-add's) within 0.3% at 4-16 groups (2026-11-26 'The K-grouped kind's in-place tiles
-/// added by the TMA unit').
+/// NOTES: the 128-byte swizzle puts rows r and r ^ 1 on the same two chunks (bank conflicts); odd rows
+/// writing block j ^ 2 removes them, but was slower and unsteady with many small groups, so it is not kept.
 template <class Cfg>
 struct F32StagingSlots {
   static constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // one row of an atom: the swizzle span

@@ -21,9 +21,8 @@
 // to land. D is the [G * m, n] FP32 map of the groups' outputs; with m % 64 == 0 (the host's
 // rule, deep_tile/kernels/fp8_gemm.py staged_epilogue_allowed) no 64-row box reaches the next group.
 //
-// NOTES: measured against the direct store on an H100, the rule's 128x128 tile 1.041x in geomean
-// over the K-grouped benchmark set (0.93x at 4096x7168 with 64 groups of ~1k tokens, 1.11x at
-// 7168x2048 there; benchmarks/RESULTS.md, 2026-11-25 'The K-grouped FP32 D through a storer thread').
+// NOTES: over the K-grouped set the rule's 128x128 tile beats the direct store in geomean, though not
+// on every shape: it loses with many groups of ~1k tokens.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/epilogue/store_direct.cuh"

@@ -89,14 +89,8 @@ struct Fp8GemmConfig {
   // with the next tile; every other variant (with C, a bf16 D with C, split-K, swap-AB, the
   // grouped kinds) stores each thread's accumulators straight to global memory, reading C beside
   // them (store_tile_direct).
-  // NOTES: the reduce-add for the 1D1D weight gradients at 4096 tokens: 1.05x the direct store
-  // (geomean of 7 DeepSeek-V3 shapes, 0.99-1.11x; H200, RESULTS.md 2026-11-25 'In-place weight
-  // gradients added by the TMA unit'; H100 1.03-1.04x, 2026-11-25 'The TMA reduce-add of the
-  // weight gradient on main, checked on the GPU'). For 1D2D D in place it was slower at K <= 2048 (H100,
-  // 2026-11-24: 4096x32768x512 562 against 468 us, 4096x7168x2048 175 against 163; RESULTS.md
-  // 2026-11-25 'FP32 accumulation and the 1D1D weight gradient beside cuBLAS and DeepGEMM
-  // latest'; H200 2026-11-25: 0.87x at 4096x32768x512, 0.94x at 4096x7168x2048, 0.97x at
-  // 4096x2112x7168 where its staging costs 128x192 a stage), and those keep the direct store.
+  // NOTES: the reduce-add beats the direct store in geomean for the 1D1D weight gradients; for 1D2D D in place
+  // it was slower at K <= 2048 (its staging also costs 128x192 a stage), so those keep the direct store.
   static constexpr int kOutKind = kOutKind_;
   static constexpr int kCKind = kCKind_;
   static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
@@ -109,13 +103,9 @@ struct Fp8GemmConfig {
   // of D as it issues the tile's k-block kb_end - 1 - kPrefetchDAhead. That is the sub-tile the
   // warpgroup waits on (the unit must have read it out of the staging before the next one is
   // written), and the unit's adds then find D in L2 instead of DRAM; the other sub-tiles are added
-  // while the next tile's k-loop runs. Measured, the weight gradients of bench_training's set
-  // (benchmarks/RESULTS.md, 2026-11-26 'The weight gradient's D asked of L2 ahead of its
-  // reduce-add'): at 4096 tokens (32 k-blocks) 1.041x (H100) and 1.029x (H200) the kernel without
-  // it, every shape faster; at 8192 1.006x (H100); at 16384 not asked for (asked for: 1.001x in
-  // geomean, 0.985-1.014 per shape, H200). Asking for every sub-tile was up to 5% slower at 8192
-  // and 16384 tokens (L2 too short to hold them beside the operands), asking for the rest as the
-  // epilogue starts no faster.
+  // while the next tile's k-loop runs. On the weight gradients it pays up to 64 k-blocks a tile and is even
+  // beyond; asking for every sub-tile was slower (L2 cannot hold them beside the operands), and asking
+  // for the rest as the epilogue starts no faster.
   // DT_PREFETCH_D_MAX_KBLOCKS (0: never) and DT_PREFETCH_D_AHEAD override them for measurements;
   // DT_REDUCE_AS_STORE=1 stores the sums instead of adding them (a wrong D: the write-only bound).
 #ifdef DT_PREFETCH_D_MAX_KBLOCKS
@@ -155,9 +145,8 @@ struct Fp8GemmConfig {
   // keeps C's bytes off the SM and the consumers' loads of it out of the epilogue, but where D's
   // traffic bounds the kernel (tiles of a few k-blocks) it moves them more slowly than the load
   // and store. DT_STAGED_REDUCE_MIN_KBLOCKS overrides it for measurements (0: always, 1000: never).
-  // NOTES: H100, 4096x7168 in place, load + store / reduce-add for every tile: 16 groups of ~2k
-  // tokens (16 k-blocks a tile) 2530.8 / 2384.4 us, 32 of ~1k (8) 3430.9 / 4200.8 us
-  // (benchmarks/RESULTS.md, 2026-11-26 'The K-grouped kind's in-place tiles added by the TMA unit').
+  // NOTES: in place at 4096x7168, the reduce-add beat load + store at 16 k-blocks a tile and lost clearly
+  // at 8, so the threshold lies between them.
 #ifdef DT_STAGED_REDUCE_MIN_KBLOCKS
   static constexpr int kStagedReduceMinKBlocks = DT_STAGED_REDUCE_MIN_KBLOCKS;
 #else
@@ -168,12 +157,8 @@ struct Fp8GemmConfig {
   // every persistent kind but the K-grouped one (up to three runs per tile); not split-K (a rank's
   // share may be empty). DT_LOOP_SETS_RESULT=1 / 0 turns it on for every kind that can / off, for
   // measurements.
-  // NOTES: H100, one process, the same kernels with and without (benchmarks/RESULTS.md,
-  // 2026-11-26 'A tile's first k-block promoted into its result'): contiguous 1.1-2.6% faster on
-  // 7 shapes in two runs (4 x 8192 rows at 6144x7168: 2123.8 against 2180.5 us); offsets and psum
-  // 0-1.5% faster on all 12 pairs (32 x 256 rows at 7168x2048, offsets: 275.6 against 279.9 us);
-  // masked 0.993-1.007x; dense 0.4-1.9% slower on 9 of 10 shapes (4096x4608x7168 198.3 against
-  // 195.2 us), 0.8% faster at 4096x32768x512.
+  // NOTES: the same kernels with and without: the contiguous, offsets and psum kinds gained, the masked kind
+  // was even and the dense kind slower on most shapes, so only those three kinds set the result.
   static constexpr bool kLoopSetsResultPossible = !kKGrouped && kSplitK == 1;
 #ifdef DT_LOOP_SETS_RESULT
   static constexpr bool kLoopSetsResult = kLoopSetsResultPossible && DT_LOOP_SETS_RESULT != 0;
@@ -188,10 +173,8 @@ struct Fp8GemmConfig {
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
   // in during the predecessor's tail; the dense kind only (a grouped tile's expert is read from
   // memory the predecessor may write). DT_L2_PREFETCH_KBLOCKS overrides it for measurements.
-  // NOTES: 2 measured best in a decode chain (H200: 0-1.4% faster than none); a pipeline's worth
-  // (8-16 k-blocks) was 0.3-7% slower than none, and 64 (a whole tile, up to 57 MB over a grid,
-  // more than L2 holds) 2-41% slower (benchmarks/RESULTS.md, 2026-11-24 'Programmatic dependent
-  // launch, and the decode chain in one CUDA graph').
+  // NOTES: 2 was best in a decode chain; a pipeline's worth was slower than none, and a whole tile (more than
+  // L2 holds over a grid) far slower (docs/performance.md, 'What was tried and did not pay').
 #ifdef DT_L2_PREFETCH_KBLOCKS
   static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? DT_L2_PREFETCH_KBLOCKS : 0;
 #else
@@ -226,12 +209,8 @@ struct Fp8GemmConfig {
   // 128x256 /128); one group more spilled in each. Not on tiles of two 64-row slabs per
   // warpgroup (256x128 spilled with 4), of one consumer warpgroup (64-row tiles: 2-7% slower),
   // nor on the K-grouped kind.
-  // NOTES: the in-place weight gradients' picks (H100), us, without / with, over 4096 tokens:
-  // 4096x7168 128x160 269.3 / 265.8, 7168x16384 128x192 990.6 / 979.7, 2112x7168 153.0 / 151.6,
-  // 576x7168 128x144 51.6 / 51.9; over 16384: 939.6 / 916.5, 3988.7 / 3899.4, 493.7 / 487.9,
-  // 167.9 / 161.5, 32768x512 128x256 /128 544.1 / 533.2. The K-grouped 128x128 was 0.5-1.5%
-  // slower with 8 or 16, 64x144 over 4096 tokens 61.7 / 65.9 us. RESULTS.md, 2026-11-26 'Scale
-  // products formed under the WGMMAs'. DT_PRESCALE_GROUPS overrides it for measurements.
+  // NOTES: it paid on the in-place weight gradients' picks (128x144 over few tokens broke even) and cost on
+  // the K-grouped tiles, hence not there. DT_PRESCALE_GROUPS overrides it for measurements.
   static constexpr int kPreScaleFreeRegisters = kConsumerRegisters - (kNumSubtiles + 1) * kAccumPerSubtile;
 #if defined(DT_PRESCALE_GROUPS)
   static constexpr int kPreScaleWanted = DT_PRESCALE_GROUPS;
@@ -247,10 +226,8 @@ struct Fp8GemmConfig {
   // Rows of a sub-tile whose loads of C the direct store issues before their stores: both of a
   // thread's two rows (more loads in flight) where a warpgroup has several sub-tiles, one at a time
   // otherwise and under 1D1D (whose 192-register tiles spilled with both).
-  // NOTES: in-place FP32 on an H100 (2026-11-25, tools/probe_epilogue.py): 128x256 /128 at
-  // 4096x7168x7168 352.9 us with both rows against 385.3 with one; 128x128 x2 at 7168x2048x4096
-  // 125.7 with one against 132.1 with both. Asking L2 for the tile's rows of C when the tile starts
-  // (cp.async.bulk.prefetch.L2) was slower in every case (410.7, 371.2 and 132.7 us).
+  // NOTES: in place FP32 (tools/probe_epilogue.py), both rows paid on 128x256 /128 and one row on 128x128 x2;
+  // asking L2 for the tile's rows of C when the tile starts (cp.async.bulk.prefetch.L2) was always slower.
   // DT_C_LOAD_ROWS overrides it for measurements.
 #ifdef DT_C_LOAD_ROWS
   static constexpr int kCLoadRows = DT_C_LOAD_ROWS;
@@ -261,15 +238,10 @@ struct Fp8GemmConfig {
   // warpgroup has several sub-tiles at most 8 at a time (so 16 loads of C in flight per thread
   // with both rows; under 1D1D all 16 spilled 28 bytes in 256x128), in chunks that divide the
   // sub-tile's pairs (96 columns: 12 pairs, two chunks of 6).
-  // NOTES: FP32 D in place on an H100 (RESULTS.md, 2026-11-25 'Fewer loads of C in flight in
-  // the in-place epilogue'), 8 pairs against all 16 with both rows, us: 4096x24576x1536 463.3
-  // against 482.1, 4096x32768x512 468.9 / 476.1, 4096x7168x16384 713.8 / 723.9, 4096x4096x7168
-  // 204.4 / 206.9, 4096x7168x2048 172.0 / 172.4, 4096x7168x4608 259.6 / 263.3. The K-grouped
-  // kind's one-sub-tile 128x160 was slower with fewer (10: 1.03-1.13x the time, 5: 1.11-1.38x) and
-  // with more (both rows: 1.01-1.11x).
-  // NOTES: chunks of 8 over 12 pairs stored 4 pairs past the sub-tile, into the next column
-  // part's columns, with values read past its accumulators: 128x192 /96 under 1D1D gave wrong
-  // results (tests/test_k_grouped.py, 2026-11-25).
+  // NOTES: in place FP32, 8 pairs at a time beat all 16 on every shape measured; the K-grouped 128x160 was
+  // slower with fewer and with more (docs/performance.md, 'What was tried and did not pay').
+  // NOTES: chunks must divide the pairs: chunks of 8 over 12 stored past the sub-tile into the next column
+  // part's columns (128x192 /96 under 1D1D gave wrong results in tests/test_k_grouped.py).
 #ifdef DT_C_LOAD_PAIRS
   static constexpr int kCLoadPairs = DT_C_LOAD_PAIRS;
 #else
@@ -305,11 +277,9 @@ struct Fp8GemmConfig {
   // The one-buffer k-loop hands each stage back by the index it waited for it at (TileMainloop's
   // issued_stage) instead of advancing a release state of its own, in the dense kernels with K fixed
   // at up to 8 K blocks.
-  // NOTES: H100, two runs against the release state (RESULTS.md, 2026-11-27 'Fewer instructions in
-  // the one-buffer k-loop'): 4 K blocks 2.2% faster (4096x32768x512 137.1 / 137.2 -> 134.1 / 134.2
-  // us), 512x32768x512 0.9-1.4%, 8 K blocks 0.3-0.8%; 12 and 16 K blocks 0.1-0.7% slower, long
-  // run-time K 0.4-0.8% slower, the masked kind 0-1% slower. DT_ONE_RING=0/1 overrides it for
-  // measurements (never / every one-buffer 1D2D k-loop).
+  // NOTES: against the release state it paid at 4 and 8 K blocks and cost a little at 12-16, with long
+  // run-time K and in the masked kind. DT_ONE_RING=0/1 overrides it for measurements (never / every
+  // one-buffer 1D2D k-loop).
 #if defined(DT_ONE_RING)
   static constexpr bool kOneRingState = DT_ONE_RING != 0 && kNumAccumBuffers_ == 1 && !kBScale1D_;
 #else
@@ -324,13 +294,9 @@ struct Fp8GemmConfig {
   // stage after next is released, which each consumer does after this promotion. It does so on
   // the tiles of at most 128 columns, and in the K-grouped kind only on tiles of at most
   // kEarlyReleaseMaxKBlocks k-blocks (TileMainloop's kEarlyRelease, chosen per tile).
-  // NOTES: the early release paid on the 128-column tiles of the in-place weight gradient and cost
-  // on wider ones (H100, 4096 / 16384 tokens: 128x128 x2 +2.7-3.0% / +0.9%, 256x128 0.0-0.6%;
-  // 128x144-192 and 128x256 -0.1 to -1.9% / -0.7 to -5.0%). On the K-grouped 128x128 one-buffer
-  // tiles it paid at 16 k-blocks per tile (16 groups of ~2k tokens, +0.3-1.9%) and cost at 32-64
-  // (8 or 4 groups of ~4-8k, -2 to -3.2%). RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D
-  // k-loop'. DT_B_SCALE_RING=0/1 overrides it for measurements (never / always; the shared memory
-  // stays the same).
+  // NOTES: the early release paid on the in-place weight gradient's 128-column tiles and cost on wider ones;
+  // on the K-grouped 128x128 tiles it paid at 16 k-blocks a tile and cost at 32-64, hence the limit of 24.
+  // DT_B_SCALE_RING=0/1 overrides it for measurements (never / always; the shared memory stays the same).
   static constexpr int kEarlyReleaseNever = 0, kEarlyReleaseAlways = 1 << 30;
 #if defined(DT_B_SCALE_RING)
   static constexpr int kEarlyReleaseMaxKBlocks =
@@ -347,11 +313,8 @@ struct Fp8GemmConfig {
   // Where the promotion gets its k-block's ring slot: from the release state (its phase, one more
   // register live through the k-loop), or, on the tiles with two sub-tiles per warpgroup under
   // multicast, from a copy of the issue state's taken at issue (BScaleColumns::slot).
-  // NOTES: taken at issue the slot cost 0-4.5% on the in-place weight gradient's picks (H100,
-  // 4096x7168 over 4096 tokens 275.5 against 269.1 us, 576x7168 over 16384 174.8 against 167.2;
-  // RESULTS.md, 2026-11-26 'A b_scale ring for the 1D1D k-loop'); from the release state the
-  // 256x128 mcA in-place kernel spilled 44 bytes. DT_B_SCALE_SLOT_AT_ISSUE=0/1 overrides it for
-  // measurements.
+  // NOTES: taken at issue the slot cost time on the in-place weight gradient's picks, but from the release
+  // state the 256x128 mcA in-place kernel spilled. DT_B_SCALE_SLOT_AT_ISSUE=0/1 overrides it for measurements.
 #if defined(DT_B_SCALE_SLOT_AT_ISSUE)
   static constexpr bool kBScaleSlotAtIssue = kBScaleRing && DT_B_SCALE_SLOT_AT_ISSUE != 0;
 #else

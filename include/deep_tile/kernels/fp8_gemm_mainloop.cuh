@@ -126,11 +126,8 @@ struct BScaleQueue {
 /// (144, 160, 192, ...; BScaleFor): the producer copies the two values of each k-block into its
 /// stage (stage_b_scales) and the consumers read them with the stage's a_scale rows, so the k-loop
 /// has no global load, address or queue of its own for them.
-/// NOTES: in place of BScaleQueue, whose addresses, loads, moves to uniform registers and
-/// rotation were ~12 of the ~170 instructions per warp and k-block on 128x192's serial chain (ncu
-/// beside DeepGEMM): 128x192 1.02-1.03x (dense 4096x2112x7168), 1.01x on grouped shapes; 128x256
-/// 0.99-1.00x, so tiles of 128-multiple widths keep the queue (H100; RESULTS.md, 2026-11-23
-/// 'Where 128x192 loses to DeepGEMM, and a staged b_scale').
+/// NOTES: in place of BScaleQueue, whose addresses, loads and rotation lengthen 128x192's serial k-loop;
+/// 128x256 gained nothing from it, so tiles of 128-multiple widths keep the queue.
 template <bool kTwoRows>
 struct BScaleStaged {
   float now0 = 0.f, now1 = 0.f;
@@ -150,10 +147,8 @@ struct BScaleStaged {
 
 /// The producer's side of BScaleStaged: copy k-block kb's two values into the stage and have the
 /// stage's full barrier wait for them too (it counts this arrival besides the producer's own).
-/// NOTES: asynchronous copies, because a producer that loads the values itself waits for each
-/// load at a tile's start (its first stage cannot be armed before): that cost 1-2% on grouped
-/// shapes with short K ranges, with many tiles per CTA (RESULTS.md, 2026-11-23 'Where 128x192
-/// loses to DeepGEMM, and a staged b_scale').
+/// NOTES: asynchronous copies: a producer that loaded the values itself would wait for them at each tile's
+/// start (its first stage cannot be armed before), which costs where CTAs run many short-K tiles.
 DT_DEVICE void stage_b_scales(float* stage_scales, u64* full, const TileBScaleRows& rows, int kb) {
   ptx::cp_async_4(stage_scales, rows.row0 + kb);
   ptx::cp_async_4(stage_scales + 1, rows.row1 + kb);
@@ -220,8 +215,7 @@ struct BScaleChunks {
 /// CTAs' barriers with multicast; on this one twice once the peer is done), the barrier counting
 /// 32 per warp and CTA (kReleasesPerWarp).
 /// NOTES: with one lane arriving after a __syncwarp, racecheck reported WAR hazards between lane
-/// 31's read and the producer's next copy (RESULTS.md, 2026-11-23 'Where 128x192 loses to
-/// DeepGEMM, and a staged b_scale').
+/// 31's read and the producer's next copy.
 /// The lane of a consumer warp whose release_stage arrive lands on this CTA's own empty barrier
 /// (every lane's does with kBScaleStaged; lane 0's without multicast; lane `rank`'s with it, also
 /// once the peer is done): a shared-memory value of a stage that the producer rewrites after the
@@ -336,11 +330,8 @@ struct TileMainloop {
   // starts at stage 0, so run() walks the ring in passes of straight code whose stage, barrier,
   // a_scale and descriptor offsets are immediates (DeepGEMM's loop at these shapes). 128x64 at 56
   // K blocks: 82.3 -> 65.4 instructions per k-block and warp.
-  // NOTES: one process against the same tile with K a run-time value: 128x64 2.0-4.3% faster on
-  // an H200 and 1.1-6.1% on an H100 (8 shapes); 128x96 1.1-1.9% faster on an H200 but 2.2-2.4%
-  // slower on an H100 at 384x4096x7168; 256x64 and 128x128 within 0.7%; on 128x160 kb64 3-7%
-  // slower than K fixed alone (RESULTS.md, 2026-11-27 'K fixed at compile time for long K: the
-  // stage ring as immediates', and 2026-11-28 'The stage ring as immediates for 128x64 tiles').
+  // NOTES: against K as a run-time value it paid for 128x64 on both chips; 128x96 was mixed, 256x64 and
+  // 128x128 even, and 128x160 slower than with K fixed alone.
   // Which picks use it: selector.static_ring_for.
   static constexpr bool kStaticRing = Cfg::kStaticRing;
   // kStaticRing: the descriptor bases taken again (as warp-uniform values) at each pass, so ptxas
@@ -590,10 +581,8 @@ struct TileMainloop {
   /// caller's; the one-buffer form promotes its first k-block into it, so the result is not
   /// zeroed first. Needs kb_begin < kb_end (the persistent kinds: every entry refuses k <= 0,
   /// deep_tile/checks.py and native/csrc/checks.cpp, so every tile has a k-block).
-  /// NOTES: the zeroing was 126 CS2R per consumer warp and tile in the 256x128 kernel (ncu at
-  /// 4096x32768x512, H100, 4 k-blocks a tile: 4.1 of its 40.6 M warp instructions; DeepGEMM's
-  /// kernel had none). Which kinds use it (Fp8GemmConfig::kLoopSetsResult) was measured:
-  /// benchmarks/RESULTS.md, 2026-11-26 'A tile's first k-block promoted into its result'.
+  /// NOTES: zeroing is a CS2R per accumulator register and tile, a real share of a short-K tile's
+  /// instructions; which kinds gain from skipping it: Fp8GemmConfig::kLoopSetsResult.
   template <bool kInitResult>
   DT_DEVICE void run(int kb_begin, int kb_end) {
     if constexpr (kStaticRing) issue_state.index = 0, release_state.index = 0, refresh_pass_desc();
@@ -610,10 +599,8 @@ struct TileMainloop {
       // constant trip count unrolled by kStaticKUnroll, so up to that many K blocks are straight
       // code and longer ranges have no run-time remainder test; ptxas folds the result's zeroing
       // (consumer_loop) into the first k-block's promotion (no CS2R).
-      // NOTES: H100, one process against the run-time loop (benchmarks/RESULTS.md, 2026-11-27
-      // 'K fixed at compile time for short K'): 4 K blocks 3.0-4.8% faster (4096x32768x512
-      // 137.0 against 143.6 us), 8, 12 and 16 K blocks up to 2.4% (21 of 22 pairs); the masked
-      // kind 1.0-5.8%, offsets and psum up to 1.8%, contiguous even.
+      // NOTES: faster than the run-time loop for the dense, masked, offsets and psum kinds; the contiguous
+      // kind gained nothing (docs/performance.md, 'What the selector picks, and why').
       if constexpr (kStaticRing) {
         constexpr int kS = Cfg::kNumStages;
         static_steps<kInitResult ? 1 : 0, kS>(0);

@@ -230,9 +230,8 @@ DT_DEVICE void run_k_grouped_tile(const ConsumerContext<Cfg>& ctx, PipelineState
 /// The consumers' tile `index`: from the slot of its first stage once that stage is full
 /// (Cfg::kTileSlots: the producer decoded it, and the k-loop's own wait for the stage then passes
 /// at once), else decoded here.
-/// NOTES: the psum kind's tile() between two k-loops cost ~0.5 us per tile against the dense
-/// kind's on the same tiles (H200, 32 x 256 rows at 7168x2048: 242 against 229 us; RESULTS.md,
-/// 2026-11-26 'The table kinds' tiles handed over by the producer').
+/// NOTES: decoding the psum kind's tile() between two k-loops made it slower than the dense kind on the
+/// same tiles; the slot moves that work to the producer, off the consumers' path.
 template <class Cfg, class Ahead>
 DT_DEVICE Tile<Cfg> tile_of(const ConsumerContext<Cfg>& ctx, const Scheduler<Cfg>& sched, int index, const Ahead& ahead,
                             const PipelineState<Cfg::kNumStages>& first_stage) {
@@ -266,10 +265,8 @@ DT_DEVICE void consumer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   PipelineState<Cfg::kNumStages> issue_state, release_state;
   u32 ready_phase = 0;  // kStagedEpilogue: this warpgroup's parity of its staging's `ready` barrier
 
-  // NOTES: a grouped kind's tile() may decode values from global memory (the contiguous kind's
-  // m_indices); they are loaded one tile ahead, so the next tile's loads are in flight during
-  // this tile's k-loop instead of stalling its start (measured: RESULTS.md, 2026-11-23 'Grouped
-  // kernels load the expert ids one tile ahead').
+  // NOTES: a grouped kind's tile() may read global memory (the contiguous kind's m_indices): loaded one
+  // tile ahead, those loads fly during this tile's k-loop instead of stalling the next tile's start.
   auto ahead = sched.load_ahead(work.first);
   if constexpr (trace::kEnabled) {
     if (threadIdx.x == 0 && work.first < sched.num_tiles) {
@@ -427,10 +424,8 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
         GroupTable(smem.group_table).build_k_ranges(group, k, threadIdx.x % 32);
       } else {
         GroupTable(smem.group_table).build<Cfg::kProblemKind, Cfg::kBlockM>(group, m, threadIdx.x % 32);
-        // NOTES: mode 2's signal warp takes the counters from the kernel parameter instead: with
-        // them published here, ptxas moved every consumer k-loop's WGMMA descriptors out of uniform
-        // registers (about 10x the R2UR moves; the kernel 0.89-0.97x of the plain masked one, H100,
-        // RESULTS.md 2026-11-25 'Completion signals off the consumers' path').
+        // NOTES: mode 2's signal warp takes the counters from the kernel parameter instead: published
+        // here, they made ptxas move the consumers' WGMMA descriptors out of uniform registers (slower).
         if constexpr (Cfg::kSignal == 1) {
           if (threadIdx.x % 32 == 0) SignalCounters::publish(smem.group_table, signal, group.group_rows);
         }
@@ -460,10 +455,8 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       trace::stamp<trace::kLastIssue>();
       // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
       // this grid leaves free (its wait still waits for this grid to complete).
-      // NOTES: measured in decode chains: triggering right after the wait instead was -0.6% to
-      // +4% slower (H100, H200); never triggering (the dependent starts when this grid
-      // completes) as slow as no PDL at all (H100; benchmarks/RESULTS.md, 2026-11-24 'Programmatic
-      // dependent launch, and the decode chain in one CUDA graph').
+      // NOTES: in decode chains, triggering right after the wait instead was no faster, and never
+      // triggering (the dependent starts when this grid completes) was as slow as no PDL at all.
       ptx::launch_dependents();
     } else if constexpr (Cfg::kSignal == 2) {
       if (threadIdx.x / 32 == Cfg::kNumMathWarps + 2) signal_loop<Cfg>(sched, signal, group.group_rows, threadIdx.x % 32);
@@ -484,13 +477,10 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
       ptx::named_barrier_sync(3, Cfg::kNumMathThreads);
       ptx::fence_proxy_async_shared();
       write_partial<Cfg>(smem.partial(), result, wg, threadIdx.x % 128);
-      // NOTES: the release at cluster scope compiles to MEMBAR.ALL.GPU, about 0.3 us here: a
-      // CTA-scope fence before a relaxed arrive (not enough for the PTX memory model, measured
-      // only) took the barrier from 0.5 to 0.16-0.19 us per CTA (H200; RESULTS.md, 2026-11-24
-      // 'Wider swap-AB tiles and the split-K epilogue split at its cluster barrier').
-      // Sending the partials through the async proxy (st.async / cp.async.bulk completing on the
-      // owner's mbarrier) avoids it; built and measured, the chain did not show it (RESULTS.md,
-      // 2026-11-24 'A split-K reduction without cluster barriers, and the chain's CTA tails').
+      // NOTES: the release at cluster scope compiles to MEMBAR.ALL.GPU, most of the barrier's cost; a
+      // CTA-scope fence before a relaxed arrive is cheaper but not enough for the PTX memory model.
+      // Partials sent through the async proxy (st.async / cp.async.bulk) avoid it, but did not shorten
+      // the decode chain (docs/performance.md, 'What was tried and did not pay').
       ptx::cluster_sync();
       trace::stamp_if<trace::kPublished>(threadIdx.x == 0);
       const int index = sched.first_tile();  // the cluster's one tile

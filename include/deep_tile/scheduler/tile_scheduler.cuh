@@ -367,13 +367,12 @@ struct Scheduler<Cfg, ProblemKind::kDense> {
   /// earlier, so that its boxes end at most 3 rows past M (its start rounded up to a multiple of 4
   /// rows: a column-major a_scale box must start 16-byte aligned): it recomputes rows of the
   /// m-block before and stores the same values there again.
-  /// NOTES: a box half or more past M is zero-filled by the TMA unit at a cost: 4096x7168 with
-  /// 64x64 tiles ran 17.6 us at M = 96 against 13.1 us at M = 128 (H200; RESULTS.md, 2026-11-24
-  /// 'Where a decode GEMM's time goes, and the a_scale box below one tile').
+  /// NOTES: the TMA unit's zero-fill of a box half or more past M is slow: a GEMM whose last m-block was half
+  /// filled ran slower than the same GEMM with M rounded up to whole tiles.
   /// `(x + 3) & ~3` rounds x up to a multiple of 4 for negative x too (M below one tile), where
   /// align_up's division rounds toward zero (the clamp to 0 would hide it). Spelling this or
-  /// stage_tx_bytes_for's rounding as align_up changed every kernel's SASS (tools/sass_diff.py;
-  /// RESULTS.md, 2026-11-24 'Wider swap-AB tiles and the split-K epilogue split at its cluster barrier'), so both stay as they are.
+  /// stage_tx_bytes_for's rounding as align_up changed every kernel's SASS (tools/sass_diff.py), so both
+  /// stay as they are.
   /// NOTES: the output variants (Cfg::kDirectStore) keep every m-block at its own rows: with C
   /// read from D (in place), rows stored twice would be accumulated twice.
   DT_DEVICE int tile_m0(int m_block) const {
@@ -486,14 +485,10 @@ struct Scheduler<Cfg, ProblemKind::kGroupedContiguous> {
 ///     bands of m-blocks, so a band holding a whole expert reads its weights once;
 ///   along N: one raster over the experts' m-blocks numbered one after another (the GroupTable's
 ///     virtual m-blocks) times the n-blocks, bands of n-blocks walking every expert.
-/// NOTES: the single raster along M cut its bands across experts, and each band re-read the
-/// weights of every expert it touched: an L2 model of the order (25 MB effective) predicted 207 MB
-/// of DRAM reads for masked 6 x ~1024 rows at N = K = 4096 (128x192), ncu measured 215 MB; ordered
-/// per expert the model gives 133 MB and ncu measured 136 (RESULTS.md, 2026-11-23 'b_scale staged
-/// in shared memory, and tiles ordered expert by expert'). The selector
-/// (select.config.raster) takes bands along M where an expert is expected to have 2 to 16
-/// m-blocks; for experts of one m-block the per-expert order ran 2-7% slower on an H200 at K = 2048
-/// (offsets, 64 x 96 rows and fewer) and bands of n-blocks keep the order of all experts.
+/// NOTES: the single raster along M cut its bands across experts, each band re-reading the weights of
+/// every expert it touched. The selector (select.config.raster) takes bands along M where an expert is
+/// expected to have 2 to 16 m-blocks; for experts of one m-block the per-expert order was slower, and bands
+/// of n-blocks keep the order of all experts.
 template <class Cfg, ProblemKind kKind>
 struct TableScheduler {
   int m, n;
