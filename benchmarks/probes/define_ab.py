@@ -13,7 +13,7 @@ its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measur
 (labelled ``TEXT`` and ``TEXT+NAME``), and with ``--beside-pick`` also the selector's pick (``pick``,
 checked and compared bitwise like them: the per-element k order does not depend on the tile),
 and DeepGEMM latest's ``fp8_gemm_nt`` when importable (bf16 out; with ``--acc`` both deep_tile builds
-accumulate into an FP32 D in place, the training issue's dense kind, and DeepGEMM is not run), round-robin with the L2 flushed
+accumulate into an FP32 D in place, the dense kind of the training GEMMs, and DeepGEMM is not run), round-robin with the L2 flushed
 (testing.timing.bench_round_robin, median of ``--iters``). Both deep_tile builds are checked against
 the float64 reference (NaN-poisoned outputs) and bitwise against each other. Each row ends with
 time ratios: ``variant / pick`` (> 1: the variant is slower; data files from before 2026-11-27 06:00

@@ -12,7 +12,7 @@ WGRAD_NK = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384
 is M = N, N = K over K = the tokens."""
 
 WGRAD_TOKENS = (4096, 16384)
-"""The token counts of the training issue's weight-gradient sets (``bench_training.py --set wgrad
+"""The token counts of the weight-gradient sets of the training benchmark (``bench_training.py --set wgrad
 --tokens T``); the kernel sweep builds the selector's pick for each."""
 
 MODEL_M = (64, 128, 4096)
