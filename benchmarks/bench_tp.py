@@ -57,8 +57,6 @@ import time
 from pathlib import Path
 
 import torch
-
-COMM_SMS = [32]  # --comm-sms: all_gather_fp8_gemm's comm_sms for the overlapped form
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -148,7 +146,7 @@ class Bench:
         return {key: (w, e) for key, w, e in zip(keys, walls, events)}, results
 
 
-def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: bool) -> list:
+def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: bool, comm_sms: int) -> list:
     """One column-parallel layer at ``tokens``: its table line."""
     world, rank, device = b.world, b.rank, b.device
     t, n_r = tokens // world, n // world
@@ -180,7 +178,7 @@ def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: boo
     del chunks
     forms["gemm"] = lambda: tp.chunk_gemm(xg.view(torch.float8_e4m3fn), sg, w, ws)
     forms["sequential"] = lambda: tp.all_gather_then_gemm(x, xs, w, ws, ring=ring)
-    forms["overlapped"] = lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False, ring=ring, comm_sms=COMM_SMS[0])
+    forms["overlapped"] = lambda: tp.all_gather_fp8_gemm(x, xs, w, ws, check=False, ring=ring, comm_sms=comm_sms)
     if not b.loopback:
         xb16 = torch.randn(t, k, device=device, dtype=torch.bfloat16)
         wb16 = torch.randn(n_r, k, device=device, dtype=torch.bfloat16)
@@ -289,6 +287,8 @@ def print_table(rows: list) -> None:
               f"{us['sequential']:8.1f} {us['overlapped']:8.1f} {r.get('speedup', float('nan')):7.3f} "
               f"{r.get('hidden', float('nan')):6.2f} {r.get('comm_gbps', float('nan')):6.0f} {str(r['bitwise']):>7} "
               f"{str(r['local']):>5}" + ("" if r.get("comm_plausible", True) else "  IMPLAUSIBLE comm time"))
+    print(f"bitwise (overlapped == sequential) in {sum(r['bitwise'] for r in rows)}/{len(rows)} rows; "
+          f"equal to the no-transfer reference in {sum(r['local'] for r in rows)}/{len(rows)}")
 
 
 def main() -> int:
@@ -304,7 +304,11 @@ def main() -> int:
     p.add_argument("--gemm-sms", type=int, metavar="S",
                    help="run deep_tile's GEMMs on S SMs (deep_tile.set_num_sms), leaving the rest to NCCL's kernels")
     p.add_argument("--async-tp", action="store_true", help="also time PyTorch's bf16 fused_all_gather_matmul")
+    p.add_argument("--table", metavar="JSON", help="print the table of a --json file written before, and exit")
     args = p.parse_args()
+    if args.table:
+        print_table(json.loads(Path(args.table).read_text())["rows"])
+        return 0
     column_layers, row_layers = COLUMN_LAYERS, ROW_LAYERS
     if args.device == "cpu":
         from deep_tile.testing.tp_cases import stand_in_gemm
@@ -315,7 +319,6 @@ def main() -> int:
     else:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         device = torch.device("cuda", torch.cuda.current_device())
-    COMM_SMS[0] = args.comm_sms
     if args.gemm_sms:
         from deep_tile.device import set_num_sms
 
@@ -331,7 +334,7 @@ def main() -> int:
         if tokens % world:
             raise SystemExit(f"bench_tp: --tokens {tokens} is not a multiple of the world ({world})")
         for name, (n, k) in column_layers.items():
-            rows += column_layer(b, name, n, k, tokens, args.async_tp)
+            rows += column_layer(b, name, n, k, tokens, args.async_tp, args.comm_sms)
         for name, (n, k) in row_layers.items():
             rows += row_layer(b, name, n, k, tokens)
         if rank == 0 and args.iters:

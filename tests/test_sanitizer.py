@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from conftest import ROOT
+from deep_tile.jit.compiler import find_tool
 
 SMOKE = ROOT / "tools" / "sanitize_smoke.py"
 FAMILIES = ("dense", "grouped", "masked_signal", "output_variants", "k_grouped", "casts")
-
-
-def sanitizer() -> str | None:
-    """compute-sanitizer on PATH, or in the CUDA toolkit beside nvcc."""
-    found = shutil.which("compute-sanitizer")
-    if found:
-        return found
-    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if home and os.path.exists(os.path.join(home, "bin", "compute-sanitizer")):
-            return os.path.join(home, "bin", "compute-sanitizer")
-    return None
 
 
 def test_smoke_lists_every_family():
@@ -50,9 +39,9 @@ def _run(command: list, timeout: float, env: dict) -> subprocess.CompletedProces
 
 @pytest.mark.gpu
 def test_racecheck_every_family(tmp_path):
-    tool = sanitizer()
+    tool = find_tool("compute-sanitizer")
     if tool is None:
-        pytest.skip("compute-sanitizer not found (PATH, CUDA_HOME, /usr/local/cuda)")
+        pytest.skip("compute-sanitizer not found (PATH, the CUDA toolkit)")
     env = {**os.environ, "DEEP_TILE_CACHE_DIR": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
     plain = _run([sys.executable, str(SMOKE)], 600, env)
     assert plain.returncode == 0, plain.stdout[-4000:] + plain.stderr[-4000:]

@@ -143,22 +143,7 @@ tail -n 7 "$LOG/example.txt"
 {
 echo "== summary ($(( SECONDS - START ))s, $N GPU(s), device $DEV)"
 cat "$LOG/steps.txt"
-python3 - "$LOG/tp_bench_w$N.json" <<'EOF'
-import json, sys
-try:
-    rows = json.load(open(sys.argv[1]))["rows"]
-except (OSError, ValueError, KeyError) as error:
-    sys.exit(f"no bench JSON: {error}")
-print(f"{'layer':>16} {'tokens':>6} {'gemm us':>8} {'comm us':>8} {'seq us':>8} {'over us':>8} {'hidden':>6} "
-      f"{'GB/s':>5} {'bitwise':>7} {'local':>5}")
-for r in rows:
-    us = r["us"]
-    print(f"{r['layer']:>16} {r['tokens']:>6} {us['gemm']:8.0f} {us['comm']:8.0f} {us['sequential']:8.0f} "
-          f"{us['overlapped']:8.0f} {r.get('hidden', float('nan')):6.2f} {r.get('comm_gbps', float('nan')):5.0f} "
-          f"{str(r['bitwise']):>7} {str(r['local']):>5}" + ("" if r.get("comm_plausible", True) else " IMPLAUSIBLE"))
-print(f"bitwise (overlapped == sequential) in {sum(r['bitwise'] for r in rows)}/{len(rows)} rows; "
-      f"equal to the no-transfer reference in {sum(r['local'] for r in rows)}/{len(rows)}")
-EOF
+python3 benchmarks/bench_tp.py --table "$LOG/tp_bench_w$N.json" || echo "no bench JSON"
 echo "== done in $(( SECONDS - START ))s"
 } 2>&1 | tee "$OUT/tp_summary.txt"
 # status 1 when a step failed, timed out or was skipped
