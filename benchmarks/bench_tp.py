@@ -20,21 +20,24 @@ Columns (us per call, slowest rank, median of ``--iters`` after two untimed call
   partials), and ``GB/s``, the bytes each rank receives over that time;
 - ``seq``: ``all_gather_then_gemm`` / ``gemm_then_reduce_scatter``; ``overlap``:
   ``all_gather_fp8_gemm`` / ``fp8_gemm_reduce_scatter``; ``speedup`` = seq / overlap;
+- ``ocomm``: the overlapped form's own transfers alone (below), where they differ from ``comm``'s;
 - ``hidden`` = (seq - overlap) / comm: the share of the communication the overlap hid;
 - ``bitwise``: the overlapped result equal to the sequential one, bit for bit; ``local``: equal
   to the sequential form computed with no transfer at all (over a :class:`deep_tile.tp.LoopbackRing`
   of the other ranks' regenerated tensors), so a transfer that did not run cannot pass.
 
 Row-parallel layers have a second line with bf16 partials (``/bf16p``). The JSON also holds the
-ring's own transfers alone (column ``ring_comm``), BF16 baselines (NCCL's all-gather then
+overlapped form's own transfers alone (``overlap_comm``: its gather, or its posts of the partials,
+over the transport ``DEEP_TILE_TP_TRANSPORT`` picks; the JSON's ``transport``), BF16 baselines (NCCL's all-gather then
 ``torch.matmul``; ``torch.matmul`` then NCCL's reduce-scatter), the GEMM then NCCL's FP32
 ``reduce_scatter_tensor`` (timed only: NCCL sums in its own order, so it is no bitwise
 reference), and with ``--async-tp`` PyTorch's bf16 ``fused_all_gather_matmul``.
 
 Timing: before each call a barrier and a device synchronisation; the host clock runs from just
-before the call to the device synchronisation after it (CUDA events around the call are kept in
-the JSON as ``event_us``). A transfer that did not run therefore cannot look fast; a ``comm``
-above 600 GB/s per rank (H200 NVLink: 450 GB/s each way) is flagged as implausible.
+before the call to the device synchronisation after it (CUDA events around the call are kept in the
+JSON as ``event_us``, and the host time up to the call's return as ``enqueue_us``). A transfer that
+did not run therefore cannot look fast; a ``comm`` above 600 GB/s per rank (H200 NVLink: 450 GB/s
+each way) is flagged as implausible.
 
 Any error of deep_tile or of a transfer ends the run: after a failed transfer the process group's
 state is unknown, and the later numbers would not be measurements. ``--gemm-sms S`` runs
@@ -81,6 +84,7 @@ class Bench:
         self.device, self.world, self.rank, self.iters, self.loopback = device, world, rank, iters, loopback
         self.ring = None if loopback else tp.DistRing()
         self.nccl = not loopback and dist.get_backend() == "nccl"
+        self.enqueue = {}  # callable: median host time of a call up to its return (us)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -97,8 +101,9 @@ class Bench:
     def time(self, fn) -> tuple:
         """``(wall us, event us, fn's last result)``: medians over the timed calls, each after a
         barrier and a synchronisation, the wall time up to the synchronisation after the call;
-        with ``iters`` 0 one untimed call (NaN times)."""
-        walls, events, result = [], [], None
+        with ``iters`` 0 one untimed call (NaN times). The median host time of the call itself
+        (up to its return, before the synchronisation) goes to ``self.enqueue[fn]``."""
+        walls, events, enqueues, result = [], [], [], None
         cuda = self.device.type == "cuda"
         calls = WARMUP + self.iters if self.iters else 1
         for i in range(calls):
@@ -111,15 +116,18 @@ class Bench:
             if cuda:
                 start.record()
             result = fn()
+            returned = time.perf_counter()
             if cuda:
                 end.record()
             self.sync()
             wall = (time.perf_counter() - began) * 1e6
             if self.iters and i >= WARMUP:
                 walls.append(wall)
+                enqueues.append((returned - began) * 1e6)
                 events.append(start.elapsed_time(end) * 1e3 if cuda else wall)
         if not self.iters:
             return float("nan"), float("nan"), result
+        self.enqueue[fn] = statistics.median(enqueues)
         return statistics.median(walls), statistics.median(events), result
 
     def slowest(self, values: list) -> list:
@@ -139,11 +147,12 @@ class Bench:
         times, results = {}, {}
         for key, fn in forms.items():
             wall, event, results[key] = self.time(fn)
-            times[key] = (wall, event)
+            times[key] = (wall, event, self.enqueue.pop(fn, float("nan")))
         keys = list(times)
         walls = self.slowest([times[key][0] for key in keys])
         events = self.slowest([times[key][1] for key in keys])
-        return {key: (w, e) for key, w, e in zip(keys, walls, events)}, results
+        enqueues = self.slowest([times[key][2] for key in keys])
+        return {key: (w, e, q) for key, w, e, q in zip(keys, walls, events, enqueues)}, results
 
 
 def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: bool, comm_sms: int) -> list:
@@ -160,11 +169,16 @@ def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: boo
     local = tp.all_gather_then_gemm(x, xs, w, ws, ring=local_ring)
     bufs = [[torch.empty_like(v) for v in peers[rank]] for _ in range(2)]
 
-    def ring_comm():  # the overlapped form's transfers alone
+    def ring_comm():  # the overlapped form's transfers alone (the simulated world: the ring's copies)
         cur = peers[rank]
         for step in range(1, world):
             ring.shift(cur, bufs[step % 2], step).wait()
             cur = bufs[step % 2]
+
+    def overlap_comm():  # the overlapped form's gather alone (its transport: symmetric memory or NCCL)
+        pending, _ = ring.gather_chunks(peers[rank])
+        pending.wait()
+        pending.done()
 
     forms, notes = {}, {}
     if b.loopback:  # the sequential form's GEMM inputs, and its transfers: the ring's copies
@@ -174,7 +188,7 @@ def column_layer(b: Bench, name: str, n: int, k: int, tokens: int, async_tp: boo
         xb, xsc = x.contiguous().view(torch.uint8), xs.contiguous()
         xg, sg = ring.gather_rows(xb), ring.gather_rows(xsc)
         forms["comm"] = lambda: (ring.gather_rows(xb), ring.gather_rows(xsc))
-        forms["ring_comm"] = ring_comm
+        forms["overlap_comm"] = overlap_comm
     del chunks
     forms["gemm"] = lambda: tp.chunk_gemm(xg.view(torch.float8_e4m3fn), sg, w, ws)
     forms["sequential"] = lambda: tp.all_gather_then_gemm(x, xs, w, ws, ring=ring)
@@ -232,6 +246,12 @@ def row_layer(b: Bench, name: str, n: int, k: int, tokens: int) -> list:
                 dst, src = (rank + step) % world, (rank - step) % world
                 ring.send_recv([sends[dst]], dst, [recvs[step]], src).wait()
 
+        def overlap_comm(ring=ring, sends=sends):  # the overlapped form's posts alone, where it posts
+            box = ring.mailbox((t, n), sends[0].dtype, world - 1)
+            for step in range(1, world):
+                box.post(step, sends[(rank + step) % world])
+            box.landed(world - 1, 1)
+
         forms = {
             "comm": exchange,
             "gemm": lambda: tp.chunk_gemm(x, xs, w, ws, out_dtype=torch.float32),
@@ -240,6 +260,8 @@ def row_layer(b: Bench, name: str, n: int, k: int, tokens: int) -> list:
             "overlapped": lambda ring=ring, p=partial_dtype: tp.fp8_gemm_reduce_scatter(
                 x, xs, w, ws, partial_dtype=p, check=False, ring=ring),
         }
+        if not b.loopback and ring.mailbox((t, n), partial_dtype, world - 1) is not None:
+            forms["overlap_comm"] = overlap_comm
         if b.nccl and partial_dtype == torch.float32:
             whole32 = torch.empty_like(whole)  # not whole: the sends above are views of it
             part32 = torch.empty(t, n, device=device, dtype=torch.float32)
@@ -263,7 +285,8 @@ def table_row(b: Bench, side, name, tokens, n, k, times, moved, overlapped, sequ
     sends (row), the derived columns, and the bitwise checks (on every rank)."""
     us = {key: value[0] for key, value in times.items()}
     row = {"side": side, "layer": name, "world": b.world, "tokens": tokens, "n": n, "k": k,
-           "us": us, "event_us": {key: value[1] for key, value in times.items()}, "bytes_per_rank": moved,
+           "us": us, "event_us": {key: value[1] for key, value in times.items()},
+           "enqueue_us": {key: value[2] for key, value in times.items()}, "bytes_per_rank": moved,
            "bitwise": b.every_rank_true(torch.equal(overlapped, sequential)),
            "local": b.every_rank_true(torch.equal(overlapped, local))}
     if b.device.type == "cuda":
@@ -279,11 +302,12 @@ def table_row(b: Bench, side, name, tokens, n, k, times, moved, overlapped, sequ
 
 def print_table(rows: list) -> None:
     """The table of ``rows`` (rank 0)."""
-    print(f"{'side':>6} {'layer':>16} {'world':>5} {'tokens':>6} {'gemm':>8} {'comm':>8} {'seq':>8} {'overlap':>8} "
+    print(f"{'side':>6} {'layer':>16} {'world':>5} {'tokens':>6} {'gemm':>8} {'comm':>8} {'ocomm':>8} {'seq':>8} {'overlap':>8} "
           f"{'speedup':>7} {'hidden':>6} {'GB/s':>6} {'bitwise':>7} {'local':>5}")
     for r in rows:
         us = r["us"]
         print(f"{r['side']:>6} {r['layer']:>16} {r['world']:>5} {r['tokens']:>6} {us['gemm']:8.1f} {us['comm']:8.1f} "
+              f"{us.get('overlap_comm', float('nan')):8.1f} "
               f"{us['sequential']:8.1f} {us['overlapped']:8.1f} {r.get('speedup', float('nan')):7.3f} "
               f"{r.get('hidden', float('nan')):6.2f} {r.get('comm_gbps', float('nan')):6.0f} {str(r['bitwise']):>7} "
               f"{str(r['local']):>5}" + ("" if r.get("comm_plausible", True) else "  IMPLAUSIBLE comm time"))
@@ -299,8 +323,9 @@ def main() -> int:
     p.add_argument("--loopback", type=int, metavar="W", help="a simulated world of W on one device (no process group)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: gloo and an FP32 stand-in GEMM at small layer shapes (checks the script, measures nothing)")
-    p.add_argument("--comm-sms", type=int, default=32, metavar="C",
-                   help="all_gather_fp8_gemm's comm_sms: SMs left to the gather under the own chunk's GEMM")
+    p.add_argument("--comm-sms", type=int, metavar="C",
+                   help="all_gather_fp8_gemm's comm_sms: SMs left to the gather under the own chunk's GEMM "
+                        "(default: what the transport needs)")
     p.add_argument("--gemm-sms", type=int, metavar="S",
                    help="run deep_tile's GEMMs on S SMs (deep_tile.set_num_sms), leaving the rest to NCCL's kernels")
     p.add_argument("--async-tp", action="store_true", help="also time PyTorch's bf16 fused_all_gather_matmul")
@@ -349,6 +374,8 @@ def main() -> int:
             env = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                    "torch": torch.__version__, "world": world, "loopback": bool(args.loopback),
                    "gemm_sms": args.gemm_sms, "comm_sms": args.comm_sms, "iters": args.iters,
+                   "transport": "symm" if b.ring is not None and b.ring._symm() is not None else "nccl",
+                   "symm_failed": None if b.ring is None else b.ring.symm_failed,
                    "nccl": str(torch.cuda.nccl.version()) if b.nccl else None,
                    "timing": "host clock, barrier and device sync before, device sync after; slowest rank; median"}
             Path(args.json).write_text(json.dumps({"environment": env, "rows": rows}, indent=1, default=str))

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 __all__ = [
     "EnvVar", "EnvValueError", "REGISTRY", "get", "validate", "snapshot", "markdown_table", "subprocess_env",
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
-    "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "pdl", "cxx",
+    "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "pdl", "cxx", "tp_transport",
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -105,6 +105,12 @@ _VARS = (
            "kernel before it on the stream (`deep_tile.set_pdl` changes it at run time); read on the first "
            "launch. Each kernel still waits on the device for its predecessor before it reads or writes "
            "global memory."),
+    EnvVar("DEEP_TILE_TP_TRANSPORT", "choice", "`symm`",
+           "How `deep_tile.tp`'s overlapped GEMMs move data between GPUs over an NCCL process group: `symm` "
+           "copies by the copy engines through torch's symmetric memory (no SMs taken from the GEMMs; falls "
+           "back to `nccl` where symmetric memory cannot be set up), `nccl` uses NCCL's collectives and "
+           "point-to-point transfers. Read at each call.",
+           choices=("symm", "nccl")),
     EnvVar("CXX", "str", "c++",
            "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
            "its build key."),
@@ -284,6 +290,11 @@ def pdl() -> bool:
     """``DEEP_TILE_PDL``: launch kernels with programmatic dependent launch (default on; the
     setting in force is :func:`deep_tile.pdl.get_pdl`)."""
     return get("DEEP_TILE_PDL")
+
+
+def tp_transport() -> str:
+    """``DEEP_TILE_TP_TRANSPORT``: ``"symm"`` (default) or ``"nccl"``."""
+    return get("DEEP_TILE_TP_TRANSPORT") if os.environ.get("DEEP_TILE_TP_TRANSPORT", "").strip() else "symm"
 
 
 def cxx() -> str:

@@ -41,6 +41,7 @@ travels as its bytes (a uint8 view), a type every backend carries;
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import torch
 
@@ -83,6 +84,36 @@ class DistRing:
         self.rank = dist.get_rank(group)
         self.backend = dist.get_backend(group)
 
+    @property
+    def comm_sms(self) -> int:
+        """SMs the overlapped gather needs beside a GEMM: 2 for symmetric memory's barrier kernel (the
+        copies take none), 32 for NCCL's kernels."""
+        return 2 if self._symm() is not None else 32
+
+    def _symm(self):
+        """The group's :class:`_SymmSpace`, or None where the transport is NCCL (the backend is not
+        NCCL, ``DEEP_TILE_TP_TRANSPORT=nccl``, or symmetric memory failed to set up here)."""
+        from deep_tile import env
+
+        if self.backend != "nccl" or env.tp_transport() != "symm":
+            return None
+        pg = self.group if self.group is not None else self.dist.distributed_c10d._get_default_group()
+        space = _SPACES.get(pg)
+        if space is None:
+            try:
+                space = _SymmSpace(pg.group_name, self.world, self.rank)
+            except Exception as error:  # noqa: BLE001 -- no symmetric memory here: NCCL carries everything
+                space = f"{type(error).__name__}: {error}"
+            _SPACES[pg] = space
+        return space if isinstance(space, _SymmSpace) else None
+
+    @property
+    def symm_failed(self):
+        """Why symmetric memory could not be set up for this group (None: it was, or was not tried)."""
+        pg = self.group if self.group is not None else self.dist.distributed_c10d._get_default_group()
+        space = _SPACES.get(pg)
+        return space if isinstance(space, str) else None
+
     def _peer(self, rank: int) -> int:
         """The global rank of ``rank`` in the group (P2P ops take global ranks)."""
         return rank if self.group is None else self.dist.get_global_rank(self.group, rank)
@@ -114,10 +145,15 @@ class DistRing:
         return out.view(t.dtype)
 
     def gather_chunks(self, tensors: list):
-        """Every rank's ``tensors`` (contiguous, the same shapes everywhere), by one all-gather of
-        their bytes started now on the backend's stream: returns ``(handle, chunks)``, ``chunks[i]``
-        rank ``i``'s tensors as views of one buffer, to be read once the handle's :meth:`wait`
-        returned. One collective, not a ring: each NCCL operation has a fixed cost (docs/tp.md)."""
+        """Every rank's ``tensors`` (contiguous, the same shapes everywhere): returns ``(handle,
+        chunks)``, ``chunks[i]`` rank ``i``'s tensors (this rank's: ``tensors`` themselves), to be
+        read once ``handle.wait(i)`` returned; ``handle.done()`` after the last read. Over
+        symmetric memory every rank's chunk is pulled by the copy engines on a side stream, one
+        rank after another from ``rank + 1``; otherwise one NCCL all-gather of their bytes (one
+        collective, not a ring: each NCCL operation has a fixed cost, docs/tp.md)."""
+        space = self._symm()
+        if space is not None:
+            return space.gather_chunks(tensors)
         wires = [_wire(t) for t in tensors]
         packed = torch.cat([w.reshape(-1) for w in wires]) if len(wires) > 1 else wires[0].reshape(-1)
         out = torch.empty(self.world * packed.numel(), dtype=torch.uint8, device=packed.device)
@@ -134,11 +170,22 @@ class DistRing:
             chunks.append(parts)
         return _Works([work], keep=packed), chunks
 
+    def mailbox(self, shape: tuple, dtype: torch.dtype, steps: int):
+        """A :class:`_Mailbox` of ``steps`` slots of ``shape`` and ``dtype`` on every rank, over
+        symmetric memory; None where the transport is NCCL."""
+        space = self._symm()
+        return None if space is None else space.mailbox(shape, dtype, steps)
+
     def all_shapes(self, shape: tuple) -> list:
         """Every rank's ``shape`` (a tuple of ints), by one small all-gather."""
         device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
         mine = torch.tensor([shape], dtype=torch.int64, device=device)
         return [tuple(int(v) for v in row) for row in self.gather_rows(mine).tolist()]
+
+
+# per process group (held weakly: a destroyed group's entry goes with it): its _SymmSpace, set up
+# once (a collective), or why it could not be
+_SPACES = weakref.WeakKeyDictionary()
 
 
 def _wire(t: torch.Tensor) -> torch.Tensor:
@@ -159,10 +206,172 @@ class _Works:
         self.works = works
         self.keep = keep  # a send buffer made for the transfer, alive until the transfer is waited for
 
-    def wait(self):
+    def wait(self, src=None):
+        """Order the current stream after every transfer of the batch (``src``: any rank's chunk, the same)."""
         for work in self.works:
             work.wait()
         self.keep = None
+
+    def done(self):
+        """Nothing to release: NCCL's buffers are this call's own."""
+
+
+_ALIGN = 256  # bytes: every part of a symmetric buffer starts on this boundary
+
+
+class _SymmSpace:
+    """One buffer of torch's symmetric memory per rank of a group (``torch.distributed.
+    _symmetric_memory``, CUDA IPC; never NVLink multicast), every rank's buffer addressable from
+    every rank: a copy between this rank's memory and a peer's is a ``cudaMemcpyAsync`` that the
+    copy engines carry over NVLink, with no SMs taken from the GEMMs. Ranks order themselves by
+    the buffer's barriers (a one-block kernel: the only SM work of a transfer).
+
+    The buffer has two halves, used by alternate calls: a call writes its half only after a
+    barrier of the call before, which every rank passes only once its reads of that call before
+    were done, so no call needs a barrier of its own at its end. (Every call has a barrier, and
+    its side stream first waits for the current one.) The buffer grows (a collective
+    rendezvous, outside graph capture) when a call needs more; every rank asks the same sizes,
+    since every rank passes the same shapes."""
+
+    def __init__(self, group_name: str, world: int, rank: int):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.symm_mem, self.world, self.rank = symm_mem, world, rank
+        self.group = group_name  # the name, not the group: the group's lifetime is its owner's
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.tensor = self.handle = None
+        self.half = 0  # bytes in each half
+        self.calls = 0  # calls so far: the parity picks the half
+        self._views = {}
+        self._grow(1 << 20)  # set up now: a failure here means NCCL carries everything
+
+    def _grow(self, nbytes: int) -> None:
+        if self.tensor is not None:
+            # every rank's copies into and out of the old buffer end before it is freed
+            torch.cuda.synchronize(self.device)
+            self.handle.barrier(channel=0)
+            torch.cuda.synchronize(self.device)
+        half = align_up(nbytes, 1 << 21)
+        self.tensor = self.symm_mem.empty(2 * half, dtype=torch.uint8, device=self.device)
+        self.handle = self.symm_mem.rendezvous(self.tensor, self.group)
+        self.half, self._views = half, {}
+
+    def begin(self, nbytes: int) -> int:
+        """Start a call that uses ``nbytes`` of every rank's buffer: the byte offset of its half."""
+        if nbytes > self.half:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError(f"deep_tile.tp: the symmetric buffer must grow to {nbytes} bytes, which "
+                                   f"cannot happen during graph capture; call once with these shapes first.")
+            self._grow(nbytes)
+        self.calls += 1
+        return (self.calls % 2) * self.half
+
+    def view(self, rank: int, offset: int, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+        """``shape`` of ``dtype`` at byte ``offset`` of rank ``rank``'s buffer (a tensor of this device)."""
+        key = (rank, offset, tuple(shape), dtype)
+        view = self._views.get(key)
+        if view is None:
+            view = self._views[key] = self.handle.get_buffer(rank, tuple(shape), dtype, offset // dtype.itemsize)
+        return view
+
+    def barrier(self, channel: int) -> None:
+        """The current stream waits until every rank's current stream reached the same barrier."""
+        self.handle.barrier(channel=channel)
+
+    def gather_chunks(self, tensors: list):
+        """:meth:`DistRing.gather_chunks` by pulls, all on a side stream: this rank's chunk into
+        its own buffer, a barrier, then every peer's chunk copied from that peer's buffer."""
+        wires = [_wire(t).reshape(-1) for t in tensors]
+        offsets, total = [], 0
+        for w in wires:
+            offsets.append(total)
+            total = align_up(total + w.numel(), _ALIGN)
+        base = self.begin(total)
+        chunks = [list(tensors) if i == self.rank else [torch.empty_like(t) for t in tensors] for i in range(self.world)]
+        stream = _side_stream(tensors[0])
+        events = {}
+        with torch.cuda.stream(stream):
+            for w, offset in zip(wires, offsets):
+                self.view(self.rank, base + offset, (w.numel(),), torch.uint8).copy_(w)
+            self.barrier(0)  # every rank's chunk is in its buffer
+            for step in range(1, self.world):
+                src = (self.rank + step) % self.world
+                for dst, w, offset in zip(chunks[src], wires, offsets):
+                    _wire(dst).reshape(-1).copy_(self.view(src, base + offset, (w.numel(),), torch.uint8))
+                events[src] = torch.cuda.Event()
+                events[src].record(stream)
+        return _Pulled(stream, events), chunks
+
+    def mailbox(self, shape: tuple, dtype: torch.dtype, steps: int):
+        """:class:`_Mailbox` with ``steps`` slots of ``shape``/``dtype`` in every rank's buffer."""
+        slot = align_up(int(torch.Size(shape).numel()) * dtype.itemsize, _ALIGN)
+        return _Mailbox(self, self.begin(steps * slot), shape, dtype, slot)
+
+
+class _Pulled:
+    """The handle of a pull-gather: :meth:`wait` orders the current stream after one rank's
+    chunk (every chunk: ``src`` None); :meth:`done` after every pull."""
+
+    def __init__(self, stream, events):
+        self.stream, self.events = stream, events
+
+    def wait(self, src=None):
+        current = torch.cuda.current_stream()
+        for rank, event in self.events.items():
+            if src is None or rank == src:
+                current.wait_event(event)
+
+    def done(self):
+        torch.cuda.current_stream().wait_stream(self.stream)
+
+
+class _Mailbox:
+    """Slots ``1 .. steps`` in every rank's symmetric buffer (this call's half): at step ``s``
+    rank ``r`` posts into rank ``r + s``'s slot ``s``, so this rank's slot ``s`` holds rank
+    ``rank - s``'s post.
+
+    :meth:`post` copies by the copy engines on a side stream, after the current stream's work;
+    :meth:`landed` orders the current stream after every rank's posts of steps ``1 .. step``;
+    :meth:`inbox` is a slot of this rank. No barrier closes a call (see :class:`_SymmSpace`)."""
+
+    def __init__(self, space, base, shape, dtype, slot_bytes):
+        self.space, self.base, self.shape, self.dtype, self.slot_bytes = space, base, tuple(shape), dtype, slot_bytes
+        self.posted = {}  # step: the event after its copy
+
+    def _slot(self, rank: int, step: int) -> torch.Tensor:
+        return self.space.view(rank, self.base + (step - 1) * self.slot_bytes, self.shape, self.dtype)
+
+    def post(self, step: int, t: torch.Tensor) -> None:
+        space = self.space
+        stream = _side_stream(t)
+        with torch.cuda.stream(stream):
+            self._slot((space.rank + step) % space.world, step).copy_(t)
+            self.posted[step] = torch.cuda.Event()
+            self.posted[step].record(stream)
+
+    def landed(self, step: int, channel: int) -> None:
+        torch.cuda.current_stream().wait_event(self.posted[step])  # the posts are in step order on one stream
+        self.space.barrier(channel)
+
+    def inbox(self, step: int) -> torch.Tensor:
+        return self._slot(self.space.rank, step)
+
+
+class _LoopbackMailbox:
+    """A simulated world's :class:`_Mailbox`: the peers' posts are given, so posting and the
+    barriers do nothing."""
+
+    def __init__(self, ring):
+        self.ring = ring
+
+    def post(self, step: int, t: torch.Tensor) -> None:
+        pass
+
+    def landed(self, step: int, channel: int) -> None:
+        pass
+
+    def inbox(self, step: int) -> torch.Tensor:
+        return self.ring.peers[(self.ring.rank - step) % self.ring.world][0]
 
 
 class LoopbackRing:
@@ -175,6 +384,8 @@ class LoopbackRing:
     :func:`pack_chunk` makes them); for :func:`fp8_gemm_reduce_scatter`: rank ``i``'s partial for this
     rank's rows (what rank ``i`` would send here).
     """
+
+    comm_sms = 0  # the copies need no SMs
 
     def __init__(self, world: int, rank: int, peers: list):
         self.world, self.rank, self.peers = world, rank, peers
@@ -208,6 +419,11 @@ class LoopbackRing:
                         dst.copy_(src, non_blocking=True)
         return _StreamDone(stream), chunks
 
+    def mailbox(self, shape: tuple, dtype: torch.dtype, steps: int):
+        """The simulated world's mailbox (:class:`_LoopbackMailbox`): ``peers[i][0]`` is what rank
+        ``i`` posts to this rank."""
+        return _LoopbackMailbox(self)
+
     def all_shapes(self, shape: tuple) -> list:
         """Every rank's shape: the simulated ranks pass the same shapes as this one."""
         return [shape] * self.world
@@ -222,23 +438,29 @@ class _StreamDone:
             self.event = torch.cuda.Event()
             self.event.record(stream)
 
-    def wait(self):
+    def wait(self, src=None):
         if self.event is not None:
             torch.cuda.current_stream().wait_event(self.event)
+
+    def done(self):
+        """Nothing to release: the copies' buffers are this call's own."""
 
 
 _SIDE_STREAMS: dict = {}
 
 
-def _side_stream(t: torch.Tensor):
-    """The loopback's copy stream for ``t``'s device (None on the CPU); it first waits for the
-    current stream, so the receive buffer is no longer read by the GEMM of two steps before."""
+def _side_stream(t: torch.Tensor, after=None):
+    """The copy stream for ``t``'s device (None on the CPU); it first waits for the current
+    stream (so a buffer it writes is no longer read by earlier work), or for the event ``after``."""
     if not t.is_cuda:
         return None
     stream = _SIDE_STREAMS.get(t.device)
     if stream is None:
         stream = _SIDE_STREAMS[t.device] = torch.cuda.Stream(t.device)
-    stream.wait_stream(torch.cuda.current_stream(t.device))
+    if after is None:
+        stream.wait_stream(torch.cuda.current_stream(t.device))
+    else:
+        stream.wait_event(after)
     return stream
 
 
@@ -315,7 +537,7 @@ def k_splits(side: str, world: int, t: int, n: int, k: int, *, partial_dtype: to
 
 
 def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor, w_scale: torch.Tensor,
-                        group=None, *, check: bool = True, ring=None, comm_sms: int = 32) -> torch.Tensor:
+                        group=None, *, check: bool = True, ring=None, comm_sms=None) -> torch.Tensor:
     """``all_gather(x) @ w^T`` (bf16) with the gather of the FP8 activations hidden under the GEMM.
 
     Args:
@@ -329,15 +551,16 @@ def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
             ``ValueError`` naming them when they differ, instead of a hang or a wrong transfer.
         ring: a transport in place of the group's (:class:`LoopbackRing`: a simulated world).
         comm_sms: SMs left to the gather while this rank's own chunk is multiplied (the GEMM's
-            persistent grid otherwise takes every SM, and the collective's kernel waits for it);
-            0 leaves none. The other chunks' GEMMs use every SM (:func:`deep_tile.set_num_sms`).
+            persistent grid otherwise takes every SM, and a kernel of the transfer waits for it); None:
+            what the transport needs (2 over symmetric memory, for its barrier; 32 for NCCL). The
+            other chunks' GEMMs use every SM (:func:`deep_tile.set_num_sms`).
 
     Returns:
         [world * T, N_r] bfloat16; rows ``[i * T, (i + 1) * T)`` are rank ``i``'s tokens times ``w``.
     """
     fn = "all_gather_fp8_gemm"
-    if not isinstance(comm_sms, int) or isinstance(comm_sms, bool) or comm_sms < 0:
-        raise ValueError(f"{fn}: comm_sms must be an int >= 0; got {comm_sms!r}.")
+    if comm_sms is not None and (not isinstance(comm_sms, int) or isinstance(comm_sms, bool) or comm_sms < 0):
+        raise ValueError(f"{fn}: comm_sms must be None or an int >= 0; got {comm_sms!r}.")
     _check_fp8(fn, "x", x)
     _check_fp8(fn, "w", w)
     ring = _ring(group, ring)
@@ -347,18 +570,62 @@ def all_gather_fp8_gemm(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Tensor,
     if check:
         _check_same_everywhere(fn, ring, (t, k, tuple(x_scale.shape)[1], w.shape[1]), "x [T, K] (and w's K)")
     world, rank = ring.world, ring.rank
+    sms = ring.comm_sms if comm_sms is None else comm_sms
+    space = ring._symm() if isinstance(ring, DistRing) else None
+    if space is not None:
+        return _all_gather_pulled(x, x_scale, w, w_scale, space, sms)
     out = torch.empty(world * t, w.shape[0], dtype=torch.bfloat16, device=x.device)
     mine = pack_chunk(x, x_scale)  # x's bytes are the caller's: sent, never received into
-    # Every chunk gathered at once while this rank's own chunk is multiplied, then the others in
-    # rank order after this one's: one transfer, not world - 1 ring steps each paying NCCL's fixed
-    # cost per operation (docs/tp.md, 'Measured, and what is not').
+    # Every chunk gathered while this rank's own chunk is multiplied, then the others in rank
+    # order after this one's, each as soon as it has arrived (docs/tp.md, 'How the overlap works').
     pending, chunks = ring.gather_chunks(mine)
-    with _sms_left(comm_sms if x.is_cuda else 0):
+    with _sms_left(sms if x.is_cuda else 0):
         chunk_gemm(x, _scales_view(mine[1], t), w, w_scale, out[rank * t:(rank + 1) * t])
-    pending.wait()
     for step in range(1, world):
         src = (rank + step) % world
+        pending.wait(src)
         chunk_gemm(chunks[src][0].view(torch.float8_e4m3fn), _scales_view(chunks[src][1], t), w, w_scale,
+                   out[src * t:(src + 1) * t])
+    pending.done()
+    return out
+
+
+def _all_gather_pulled(x, x_scale, w, w_scale, space, sms: int) -> torch.Tensor:
+    """:func:`all_gather_fp8_gemm` over symmetric memory: this rank's GEMM starts at once (its
+    host launch is the first thing the call does), and beside it a side stream writes this rank's
+    chunk (FP8 bytes, then the scales in the GEMM's layout) into its buffer, passes a barrier and
+    pulls each peer's chunk by the copy engines, one copy a peer; each peer's GEMM waits for its
+    copy only."""
+    t, k = x.shape
+    world, rank, k_blocks, t4 = space.world, space.rank, x_scale.shape[1], align_up(t, 4)
+    scales_at = align_up(t * k, _ALIGN)
+    nbytes = scales_at + k_blocks * t4 * 4
+    base = space.begin(nbytes)
+    inputs_ready = torch.cuda.Event()
+    inputs_ready.record()
+    out = torch.empty(world * t, w.shape[0], dtype=torch.bfloat16, device=x.device)
+    with _sms_left(sms):
+        chunk_gemm(x, x_scale, w, w_scale, out[rank * t:(rank + 1) * t])
+    received = torch.empty(world - 1, nbytes, dtype=torch.uint8, device=x.device)
+    stream = _side_stream(x, after=inputs_ready)
+    arrived = []
+    with torch.cuda.stream(stream):
+        space.view(rank, base, (t, k), torch.uint8).copy_(x.contiguous().view(torch.uint8))
+        my_scales = space.view(rank, base + scales_at, (k_blocks, t4), torch.float32)
+        if t4 != t:
+            my_scales[:, t:].zero_()  # the layout's padding: never read, but not left undefined
+        _scales_view(my_scales, t).copy_(x_scale)
+        space.barrier(0)  # every rank's chunk is in its buffer
+        for step in range(1, world):
+            received[step - 1].copy_(space.view((rank + step) % world, base, (nbytes,), torch.uint8))
+            arrived.append(torch.cuda.Event())
+            arrived[-1].record(stream)
+    current = torch.cuda.current_stream()
+    for step in range(1, world):
+        src, chunk = (rank + step) % world, received[step - 1]
+        current.wait_event(arrived[step - 1])
+        scales = chunk[scales_at:].view(torch.float32).view(k_blocks, t4)
+        chunk_gemm(chunk[:t * k].view(torch.float8_e4m3fn).view(t, k), _scales_view(scales, t), w, w_scale,
                    out[src * t:(src + 1) * t])
     return out
 
@@ -466,6 +733,9 @@ def fp8_gemm_reduce_scatter(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Ten
     def rows(i):
         return slice(i * t, (i + 1) * t)
 
+    box = ring.mailbox((t, n), partial_dtype, world - 1)
+    if box is not None:
+        return _reduce_scatter_posted(x, x_scale, w, w_scale, box, world, rank, t, out_dtype, partial_dtype)
     acc = torch.empty(t, n, dtype=torch.float32, device=x.device)
     sends = [torch.empty(t, n, dtype=partial_dtype, device=x.device) for _ in range(2)]
     recvs = [torch.empty(t, n, dtype=partial_dtype, device=x.device) for _ in range(2)]
@@ -491,6 +761,35 @@ def fp8_gemm_reduce_scatter(x: torch.Tensor, x_scale: torch.Tensor, w: torch.Ten
     last = (world - 1) % 2
     pending[last].wait()
     _accumulate(acc, recvs[last], first=False)
+    return acc if out_dtype == torch.float32 else acc.to(out_dtype)
+
+
+def _reduce_scatter_posted(x, x_scale, w, w_scale, box, world, rank, t, out_dtype, partial_dtype):
+    """:func:`fp8_gemm_reduce_scatter` over a mailbox: each partial is posted into its owner's
+    buffer by the copy engines while the next is computed, and summed in the fixed order."""
+    n = w.shape[0]
+
+    def rows(i):
+        return slice(i * t, (i + 1) * t)
+
+    sends = []
+    for step in range(1, world):
+        dst = (rank + step) % world
+        sends.append(torch.empty(t, n, dtype=partial_dtype, device=x.device))
+        chunk_gemm(x[rows(dst)], x_scale[rows(dst)], w, w_scale, sends[-1])
+        box.post(step, sends[-1])
+    acc = torch.empty(t, n, dtype=torch.float32, device=x.device)
+    if world > 2:
+        # the posts of steps 1 .. world - 2 landed under the GEMM of step world - 1; their sum is
+        # this rank's own GEMM's c, while the last post is in flight
+        box.landed(world - 2, 0)
+        for step in range(1, world - 1):
+            _accumulate(acc, box.inbox(step), first=step == 1)
+        chunk_gemm(x[rows(rank)], x_scale[rows(rank)], w, w_scale, acc, c=acc)
+    else:
+        chunk_gemm(x[rows(rank)], x_scale[rows(rank)], w, w_scale, acc)
+    box.landed(world - 1, 1)
+    _accumulate(acc, box.inbox(world - 1), first=False)
     return acc if out_dtype == torch.float32 else acc.to(out_dtype)
 
 

@@ -44,13 +44,15 @@ def _child_env(device: str) -> dict:
     return env
 
 
-def _run_ranks(world: int, tmp_path: Path, *extra: str, device: str = "cpu", timeout: int = 240) -> list:
-    """Run tp_cases in ``world`` processes (one per rank), all of them within ``timeout`` seconds;
-    every rank's JSON lines, in rank order."""
+def _run_ranks(world: int, tmp_path: Path, *extra: str, device: str = "cpu", timeout: int = 240,
+               env: dict = None) -> list:
+    """Run tp_cases in ``world`` processes (one per rank), all of them within ``timeout`` seconds
+    (``env``: variables added to theirs); every rank's JSON lines, in rank order."""
     init = f"file://{tmp_path / f'rendezvous_{world}'}"
+    child_env = {**_child_env(device), **(env or {})}
     procs = [subprocess.Popen([sys.executable, "-m", "deep_tile.testing.tp_cases", "--world", str(world),
                                "--rank", str(r), "--init", init, "--device", device, *extra],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_child_env(device))
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env)
              for r in range(world)]
     deadline = time.monotonic() + timeout
     outputs = []
@@ -261,19 +263,24 @@ def test_gpu_simulated_world_and_nccl_world_of_one(tmp_path):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("transport", ["symm", "nccl"])
 @pytest.mark.parametrize("world", [2, 4])
-def test_gpu_nccl_rings_bitwise_equal_the_sequential_forms(tmp_path, world):
-    """One process per GPU over NCCL: every case three times, each overlapped result bitwise
-    equal to its sequential form and to the same form without transfers (the other ranks'
-    tensors regenerated here), close to float64, and the same bytes in every repeat; the shape
-    check raises on every rank."""
+def test_gpu_nccl_rings_bitwise_equal_the_sequential_forms(tmp_path, world, transport):
+    """One process per GPU over an NCCL process group, the overlapped forms' data moved by each
+    transport (symmetric memory's copy engines, or NCCL itself): every case three times, each
+    overlapped result bitwise equal to its sequential form and to the same form without
+    transfers (the other ranks' tensors regenerated here), close to float64, and the same bytes
+    in every repeat; the shape check raises on every rank."""
     if torch.cuda.device_count() < world:
         pytest.skip(f"needs {world} GPUs; {torch.cuda.device_count()} visible")
-    outputs = _run_ranks(world, tmp_path, "--shapes", *GPU_SHAPES, "--repeat", "3", device="cuda", timeout=300)
+    outputs = _run_ranks(world, tmp_path, "--shapes", *GPU_SHAPES, "--repeat", "3", device="cuda", timeout=300,
+                         env={"DEEP_TILE_TP_TRANSPORT": transport})
     for rank, results in enumerate(outputs):
         _check_results(results, GPU_FP32_TOLERANCE, repeats=3)
         mismatch = [r for r in results if r["case"] == "mismatch"]
         assert len(mismatch) == 3 and all(m["raised"] for m in mismatch), (rank, mismatch)
+        summary = [r for r in results if r["case"] == "summary"]
+        assert summary and summary[0]["transport"] == transport, (rank, summary)
 
 
 def test_tp_mlp_example_under_torchrun_matches_one_device(tmp_path):

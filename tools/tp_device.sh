@@ -12,7 +12,9 @@
 # Usage: bash tools/tp_device.sh
 # $OUT (default /tmp/tp_out) gets three files: tp_summary.txt (what is printed last), the bench's
 # JSON tp_bench_wN.json and tp_logs.tgz (every step's log), made on exit even after a failure.
-# TP_WORLD=N uses the first N GPUs (with CUDA_VISIBLE_DEVICES); TP_PYTEST=0 skips the pytest step.
+# TP_WORLD=N uses the first N GPUs (with CUDA_VISIBLE_DEVICES); TP_PYTEST=0 skips the pytest step;
+# TP_COMPARE_NCCL=1 runs the bench a second time over NCCL alone (DEEP_TILE_TP_TRANSPORT=nccl);
+# TP_BENCH_ARGS adds arguments to the bench (e.g. --async-tp).
 # TP_DEVICE=cpu TP_WORLD=2 runs the same steps on gloo with the stand-in GEMM at small shapes: a
 # check of this script on a machine without GPUs, which measures nothing.
 set -u
@@ -91,7 +93,8 @@ for r in range(n):
     print(f"  rank {r}: {len(cases)} cases, bitwise {sum(l['bitwise'] for l in cases)}, "
           f"local {sum(l.get('local_bitwise', False) for l in cases)}, max_rel "
           f"{max((l['max_rel'] for l in cases), default=float('nan')):.1e}, k splits {splits}, repeats identical "
-          f"{summary[0]['repeats_identical'] if summary else '-'}, errors {len(errors)}"
+          f"{summary[0]['repeats_identical'] if summary else '-'}, transport "
+          f"{summary[0].get('transport') if summary else '-'}, errors {len(errors)}"
           + (f" FIRST ERROR {errors[0]['error'][:160]}" if errors else "") + (f" NOT EQUAL {bad[:3]}" if bad else ""))
 EOF
   return $rc
@@ -129,12 +132,17 @@ for pid in $warm_pids; do kill "$pid" 2>/dev/null && echo "compile job $pid ende
 tail -qn 1 "$LOG"/warm_*.txt 2>/dev/null
 if [ "$N" -gt 1 ]; then
   step bench 240 python3 -m torch.distributed.run --standalone --nproc_per_node "$N" benchmarks/bench_tp.py \
-    --tokens $TOKENS --iters "$ITERS" --device "$DEV" --json "$LOG/tp_bench_w$N.json"
+    --tokens $TOKENS --iters "$ITERS" --device "$DEV" --json "$LOG/tp_bench_w$N.json" ${TP_BENCH_ARGS:-}
 else
   step bench 240 python3 benchmarks/bench_tp.py --loopback 4 --tokens $TOKENS --iters "$ITERS" --device "$DEV" \
     --json "$LOG/tp_bench_w$N.json"
 fi
 grep -v "^W\|^\*\*\*\|OMP_NUM_THREADS" "$LOG/bench.txt" | tail -n 30
+# TP_COMPARE_NCCL=1: the bench again with every transfer over NCCL (DEEP_TILE_TP_TRANSPORT=nccl), same run
+if [ "${TP_COMPARE_NCCL:-0}" = 1 ] && [ "$N" -gt 1 ]; then
+  DEEP_TILE_TP_TRANSPORT=nccl step bench_nccl 240 python3 -m torch.distributed.run --standalone --nproc_per_node "$N" \
+    benchmarks/bench_tp.py --tokens $TOKENS --iters "$ITERS" --device "$DEV" --json "$LOG/tp_bench_w${N}_nccl.json"
+fi
 
 step example 100 python3 -m torch.distributed.run --standalone --nproc_per_node "$N" examples/tp_mlp.py $EXAMPLE_ARGS
 tail -n 7 "$LOG/example.txt"
@@ -144,6 +152,7 @@ tail -n 7 "$LOG/example.txt"
 echo "== summary ($(( SECONDS - START ))s, $N GPU(s), device $DEV)"
 cat "$LOG/steps.txt"
 python3 benchmarks/bench_tp.py --table "$LOG/tp_bench_w$N.json" || echo "no bench JSON"
+[ -f "$LOG/tp_bench_w${N}_nccl.json" ] && echo "-- the same over NCCL" && python3 benchmarks/bench_tp.py --table "$LOG/tp_bench_w${N}_nccl.json"
 echo "== done in $(( SECONDS - START ))s"
 } 2>&1 | tee "$OUT/tp_summary.txt"
 # status 1 when a step failed, timed out or was skipped

@@ -245,8 +245,14 @@ def main() -> int:
             break
     if not status:
         differing = sorted(case for case, seen in digests.items() if len(set(seen)) > 1)
+        transport, symm_failed = "loopback", None
+        if not args.loopback:
+            ring = tp.DistRing()
+            transport = "symm" if ring._symm() is not None else ring.backend
+            symm_failed = ring.symm_failed
         print(json.dumps({"case": "summary", "repeats": args.repeat, "cases": len(digests),
-                          "repeats_identical": not differing, "differing": differing}), flush=True)
+                          "repeats_identical": not differing, "differing": differing,
+                          "transport": transport, "symm_failed": symm_failed}), flush=True)
     if not args.loopback and not status:
         import torch.distributed as dist
 
