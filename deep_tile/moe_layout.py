@@ -12,12 +12,14 @@ from __future__ import annotations
 import torch
 
 from deep_tile.kernels import moe_layout
-from deep_tile.launch import launch_small_kernel
 
 __all__ = ["psum_to_m_indices_into", "raise_signals"]
 
 
 def _launch(symbol: str, kinds: tuple, values: tuple, elements: int, device: torch.device) -> None:
+    # imported at the first launch: the launcher needs the CUDA stack; the CPU tensors' torch rule does not
+    from deep_tile.launch import launch_small_kernel
+
     launch_small_kernel(moe_layout.ENTRY, symbol, kinds, values, moe_layout.grid(elements), moe_layout.BLOCK_THREADS,
                         device)
 

@@ -18,8 +18,9 @@ What it does:
 2. The engines' ``import deep_gemm`` (and ``deep_gemm.utils.layout``) get deep_tile: through the
    installed alias, or (``--engines-dir``, no venv) ``deep_tile.compat.deepgemm.install_alias()``;
    the engines' other third-party imports that are not
-   installed (their dependencies: psutil, orjson, triton, ...) are answered by stub modules, every
-   one listed in the report; a few engine functions that need a running server (vLLM's data-parallel
+   installed (their dependencies: psutil, orjson, triton, ...) are answered by stub modules, and
+   ``packaging``, which they need for real, by the copy setuptools or pip vendors, every one
+   listed in the report; a few engine functions that need a running server (vLLM's data-parallel
    group and workspace manager, SGLang's GPU-memory probe and symmetric-memory context) are replaced
    by stand-ins, listed too. Then it imports the engines' DeepGEMM wrapper modules and calls their
    wrapper functions the way their layers do: dense FP8 linear, MoE contiguous (``m_indices``) and
@@ -29,7 +30,10 @@ What it does:
 Without a GPU the deep_tile kernels are replaced by recording stand-ins that check the tensors they
 get (shapes, dtypes, the psum ends) and the check verifies the recorded calls; with a GPU every call
 runs for real and each output is compared with deep_tile's float64 reference (NaN-poisoned outputs:
-rows the GEMM must not write stay NaN).
+rows the GEMM must not write stay NaN). Neither needs more than torch and deep_tile's base install:
+without cuda-bindings and NVRTC the CPU run checks all the same. Each check starts from the same
+state: the calls an earlier one recorded and the deep_gemm settings it changed, failed or not,
+do not reach it.
 """
 from __future__ import annotations
 
@@ -194,6 +198,13 @@ class _StubBase:
 STUB_ALIASES = {"regex": "re"}
 """Modules not installed whose API a standard module provides (vLLM validates op names with ``regex``)."""
 
+VENDORED = {"packaging": (("setuptools", "_vendor"), ("pip", "_vendor"))}
+"""Modules not installed that the engines need for real, and the packages that vendor a copy: vLLM
+and SGLang compare versions with ``packaging.version`` at import (a stub compares with nothing),
+and torch's own dependency setuptools, or pip, ships the package whole. The first copy found is
+loaded under the module's own name; its submodules come from that copy's folder."""
+
+
 class _Tqdm:
     """tqdm's progress bar as a type (annotations use ``tqdm | None``) that hands back its iterable."""
 
@@ -235,6 +246,11 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 return None
         elif not _imported_by_engine():  # torch's and sympy's optional probes keep their ImportError
             return None
+        if fullname in VENDORED:
+            spec = _vendored_spec(fullname)
+            if spec is not None:
+                self.stubbed.append(f"{fullname} (= the copy vendored in {Path(spec.origin).parents[2].name})")
+                return spec
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):
@@ -252,6 +268,19 @@ class StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
+def _vendored_spec(name: str) -> "importlib.machinery.ModuleSpec | None":
+    """The spec of the first copy of package ``name`` that a package of :data:`VENDORED` ships, or
+    None. The vendoring packages are located on sys.path, not imported (their import runs code)."""
+    for package, folder in VENDORED.get(name, ()):
+        found = importlib.machinery.PathFinder.find_spec(package)
+        for location in (found.submodule_search_locations or []) if found is not None else []:
+            init = Path(location, folder, name, "__init__.py")
+            if init.is_file():
+                return importlib.util.spec_from_file_location(name, init,
+                                                              submodule_search_locations=[str(init.parent)])
+    return None
+
+
 def _imported_by_engine() -> bool:
     """Whether the import statement running now is in an engine module (the first frame outside
     the import machinery and this file)."""
@@ -265,11 +294,17 @@ def _imported_by_engine() -> bool:
 
 
 class Report:
-    """Every check's name and outcome; failures carry the error."""
+    """Every check's name and outcome; failures carry the error.
 
-    def __init__(self, finder: "StubFinder | None" = None):
+    Each check starts as the first did, whatever an earlier one left behind: the recorder's calls
+    are dropped before it, and each (get, set) pair of ``state`` (deep_gemm's settings) is read
+    before it and set back after it, failed or not."""
+
+    def __init__(self, finder: "StubFinder | None" = None, recorder: "Recorder | None" = None, state=()):
         self.rows: list[tuple[str, str, str]] = []  # (engine, what, "ok" | "FAIL: ..." | "skip: ...")
         self.finder = finder
+        self.recorder = recorder
+        self.state = tuple(state)
 
     def _missing_extension(self, engine: str, error: BaseException) -> str | None:
         """The engine's compiled extensions that were stubbed, when ``error`` is a missing custom op
@@ -282,8 +317,15 @@ class Report:
 
     @contextlib.contextmanager
     def check(self, engine: str, what: str):
+        if self.recorder is not None:
+            self.recorder.calls.clear()
+        saved = [(set_value, get_value()) for get_value, set_value in self.state]
         try:
-            yield
+            try:
+                yield
+            finally:
+                for set_value, value in saved:
+                    set_value(value)
         except _Skip as skip:
             self.rows.append((engine, what, f"skip: {skip}"))
         except BaseException as error:  # noqa: BLE001  -- every failure is reported, the run goes on
@@ -557,9 +599,12 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
             bare = types.ModuleType(package)
             bare.__path__ = list(spec.submodule_search_locations)
             sys.modules[package] = bare
-            configurer = importlib.import_module(package + ".configurer")
-            configurer.ENABLE_JIT_DEEPGEMM = True
-            del sys.modules[package]
+            try:
+                configurer = importlib.import_module(package + ".configurer")
+                configurer.ENABLE_JIT_DEEPGEMM = True
+            finally:  # a failed import must not leave the bare package for the next check
+                if sys.modules.get(package) is bare:
+                    del sys.modules[package]
             stand_ins.append("sglang configurer.ENABLE_JIT_DEEPGEMM forced True before the wrapper loads "
                              "(CPU: no SM90 to probe)")
         configurer = importlib.import_module(package + ".configurer")
@@ -651,6 +696,17 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
                 assert calls == [want] * len(m_list), calls
 
 
+def deep_gemm_state(compat) -> list:
+    """(get, set) pairs of deep_gemm's settings that a check may change and, failing, leave changed:
+    the contiguous layout's alignment, the compile mode, the SM limit (None: none), PDL."""
+    from deep_tile import device, pdl
+
+    return [(compat.get_mk_alignment_for_contiguous_layout, compat.set_mk_alignment_for_contiguous_layout),
+            (compat.get_compile_mode, compat.set_compile_mode),
+            (device.sms_limit, device.set_num_sms),
+            (pdl.get_pdl, pdl.set_pdl)]
+
+
 def drive(args) -> int:
     finder = StubFinder()
     sys.meta_path.append(finder)
@@ -676,7 +732,7 @@ def drive(args) -> int:
     if device == "cpu":
         recorder.install(deep_tile)
     inputs = Inputs(device)
-    report, stand_ins = Report(finder), []
+    report, stand_ins = Report(finder, recorder, deep_gemm_state(compat)), []
     before = set(sys.modules)
     for engine, fn in (("vllm", drive_vllm), ("sglang", drive_sglang)):
         if engine in args.skip:
