@@ -60,6 +60,8 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=40, help="timed rounds (median taken)")
     p.add_argument("--warmup", type=int, default=5, help="untimed calls per library first")
     p.add_argument("--no-deepgemm", action="store_true", help="leave DeepGEMM out even if importable")
+    p.add_argument("--compat", action="store_true",
+                   help="time deep_tile through deep_tile.compat.deepgemm.fp8_gemm_nt, with DeepGEMM's arguments")
     p.add_argument("--seed", type=int, default=0, help="data seed")
     p.add_argument("--order", choices=("fixed", "shuffled"), default="shuffled",
                    help="libraries in a fresh random order each round (default), or the same order every round")
@@ -108,10 +110,16 @@ def environment() -> dict:
     return info
 
 
-def library_fns(a, a_scale, b, b_scale, out, use_deepgemm: bool) -> dict:
-    """name -> zero-argument callable, or the reason the library cannot run the shape (a str)."""
+def library_fns(a, a_scale, b, b_scale, out, use_deepgemm: bool, compat: bool = False) -> dict:
+    """name -> zero-argument callable, or the reason the library cannot run the shape (a str);
+    ``compat``: deep_tile through deep_tile.compat.deepgemm with DeepGEMM's own arguments."""
     m, k = a.shape
     fns = {"deep_tile": lambda: deep_tile.fp8_gemm(a, a_scale, b, b_scale, out=out)}
+    if compat:
+        import deep_tile.compat.deepgemm as dt_compat
+
+        fns["deep_tile"] = lambda: dt_compat.fp8_gemm_nt((a, a_scale), (b, b_scale), out, recipe=(1, 128, 128),
+                                                         disable_ue8m0_cast=True)
     dg, version = deepgemm_version()
     if use_deepgemm and dg is not None:
         dg_out = torch.empty_like(out)
@@ -161,7 +169,7 @@ def run_shape(m, n, k, args) -> dict:
     if not (bool(torch.isfinite(out).all()) and row["calc_diff"] < 1e-3 and row["max_rel"] < 1e-2):
         row["status"] = "FAIL"
     del ref
-    fns = library_fns(a, a_scale, b, b_scale, out, not args.no_deepgemm)
+    fns = library_fns(a, a_scale, b, b_scale, out, not args.no_deepgemm, args.compat)
     ran = runnable(fns)
     for name, fn in fns.items():
         if not callable(fn):

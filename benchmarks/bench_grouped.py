@@ -5,6 +5,7 @@ Usage:
     python benchmarks/bench_grouped.py --kind masked --iters 30
     python benchmarks/bench_grouped.py --kind contiguous --shapes 8,4096,4096,7168 --json r.json
     python benchmarks/bench_grouped.py --kind offsets --loop eager --no-deepgemm
+    python benchmarks/bench_grouped.py --compat --kind masked              # deep_tile as engines call it
 
 Kinds and libraries (one process; every library gets the same FP8 inputs and scales; the a_scale of
 every layout is already in the zero-copy TMA-aligned column-major layout):
@@ -125,6 +126,9 @@ def parse_args(argv=None):
     p.add_argument("--psum", action="store_true", help="contiguous: the psum layout (expert ends) in both libraries")
     p.add_argument("--signal", action="store_true",
                    help="masked: deep_tile with SGLang's completion signals (compat enable_overlap=True)")
+    p.add_argument("--compat", action="store_true",
+                   help="deep_tile through deep_tile.compat.deepgemm, called with DeepGEMM's own arguments "
+                        "(contiguous, psum, masked; offsets has no DeepGEMM name and stays native)")
     args = p.parse_args(argv)
     args.kinds = tuple(dict.fromkeys(args.kind or KINDS))
     if args.shapes:
@@ -299,6 +303,19 @@ def library_fns(shape: Shape, problem: dict, args) -> tuple:
                                                                                    outs["deepgemm"], m_indices)
         ranges = [(e, slice(st, st + c)) for e, (st, c) in enumerate(zip(pad["starts"], counts)) if c]
         loop = _dense_loop(a, sa, b, b_scale, outs["loop"], ranges)
+    if getattr(args, "compat", False) and not args.signal and shape.kind != "offsets":
+        import deep_tile.compat.deepgemm as compat
+
+        out = outs["deep_tile"]
+        if shape.kind == "masked":
+            fns["deep_tile"] = lambda: compat.m_grouped_fp8_gemm_nt_masked((a, sa), (b, b_scale), out, masked_m,
+                                                                           expected_m, **recipe)
+        elif psum:
+            fns["deep_tile"] = lambda: compat.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), out, ends,
+                                                                               use_psum_layout=True, **recipe)
+        else:
+            fns["deep_tile"] = lambda: compat.m_grouped_fp8_gemm_nt_contiguous((a, sa), (b, b_scale), out,
+                                                                               m_indices, **recipe)
     if not use_dg:
         fns["deepgemm"] = "not importable" if dg is None else "disabled"
     if args.loop == "off":

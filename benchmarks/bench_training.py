@@ -30,6 +30,13 @@ Sets (``--set``, repeatable):
   into FP32. ``deep_tile_dense`` (not in the ratio): deep_tile's dense 1D1D GEMM over all T tokens
   into one [m, n] output, the same FLOPs, for the k-grouped kernel's efficiency against it.
 
+``--compat`` adds deep_tile called through ``deep_tile.compat.deepgemm`` with DeepGEMM's own
+arguments (``compat``: ``fp8_gemm_nt(..., c=d, recipe=(1, 1, 128))``; k-grouped
+``k_grouped_fp8_gemm_nt_contiguous`` on DeepGEMM's per-group blocks, and ``compat_tn``,
+``k_grouped_fp8_gemm_tn_contiguous`` on the tokens-as-rows [sum(k), m] operands of the same values,
+for which DeepGEMM has no SM90 kernel), with ``compat_speedup`` (DeepGEMM over compat) and
+``tn_vs_nt``.
+
 Each row checks every library's output against the float64 reference of the quantised operands
 (``calc_diff`` < 1e-3; deep_tile's from a NaN-free known C) and prints microseconds, TFLOPS and
 the ratio of deep_tile's time to the faster baseline's. ``--json PATH`` writes the rows.
@@ -182,6 +189,15 @@ def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
         fns["cublas"] = cublas
     else:
         row["cublas_error"] = cublas
+    if args.compat:  # the same call through deep_tile.compat.deepgemm, DeepGEMM's arguments
+        import deep_tile.compat.deepgemm as compat
+
+        compat_d = start.clone()
+        compat.fp8_gemm_nt((a, a_scale_tma), (b, b_scale_tma), compat_d, c=compat_d, recipe=(1, 1, 128))
+        torch.cuda.synchronize()
+        row["diff"]["compat"] = calc_diff(compat_d.double(), start.double() + ref)
+        fns["compat"] = lambda: compat.fp8_gemm_nt((a, a_scale_tma), (b, b_scale_tma), compat_d, c=compat_d,
+                                                   recipe=(1, 1, 128))
     dg = None if args.no_deepgemm else deepgemm()
     if dg is not None:
         dg_d = start.clone()
@@ -200,6 +216,8 @@ def wgrad_row(n: int, k: int, tokens: int, args) -> dict:
     row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
     baselines = [times[name] for name in ("cublas", "deepgemm") if name in times]
     row["speedup"] = min(baselines) / times["deep_tile"] if baselines else None
+    if "compat" in times and "deepgemm" in times:
+        row["compat_speedup"] = times["deepgemm"] / times["compat"]
     return row
 
 
@@ -253,8 +271,24 @@ def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
     dense = torch.zeros((m, n), device="cuda", dtype=torch.float32)
     fns["deep_tile_dense"] = lambda: fp8_gemm_1d1d(a, a_scale, b, b_scale, dense, c=dense)
     dg = None if args.no_deepgemm else deepgemm()
-    if dg is not None and hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
+    dg_a = dg_b = None
+    if args.compat or dg is not None:
         dg_a, dg_b = _k_major_blocks(a, ks), _k_major_blocks(b, ks)
+    if args.compat:  # through deep_tile.compat.deepgemm: DeepGEMM's NT layout, and the TN form on the same values
+        import deep_tile.compat.deepgemm as compat
+
+        nt_d, tn_d = start.clone(), start.clone()
+        a_tn, b_tn = a.t().contiguous(), b.t().contiguous()  # [sum(ks), m]: tokens as rows
+        sfa_tn, sfb_tn = a_scale.t().contiguous(), b_scale.t().contiguous()  # [sum(ks) / 128, m]
+        fns["compat"] = lambda: compat.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), nt_d, ks,
+                                                                        sizes, nt_d, recipe=(1, 1, 128))
+        fns["compat_tn"] = lambda: compat.k_grouped_fp8_gemm_tn_contiguous((a_tn, sfa_tn), (b_tn, sfb_tn), tn_d, ks,
+                                                                           sizes, tn_d, recipe=(1, 1, 128))
+        fns["compat"]()
+        fns["compat_tn"]()
+        torch.cuda.synchronize()
+        outputs["compat"], outputs["compat_tn"] = nt_d, tn_d
+    if dg is not None and hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
         dg_d = start.clone()
         try:
             dg.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), dg_d, ks, sizes, dg_d,
@@ -273,6 +307,9 @@ def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
     row["tflops"] = {name: flops / us / 1e6 for name, us in times.items()}
     row["speedup"] = times["deepgemm"] / times["deep_tile"] if "deepgemm" in times else None
     row["vs_dense"] = times["deep_tile_dense"] / times["deep_tile"]
+    if "compat" in times:
+        row["compat_speedup"] = times["deepgemm"] / times["compat"] if "deepgemm" in times else None
+        row["tn_vs_nt"] = times["compat"] / times["compat_tn"]
     return row
 
 
@@ -286,6 +323,10 @@ def print_rows(rows: list) -> None:
         ok = all(v < 1e-3 for v in r["diff"].values())
         speed = f"{r['speedup']:.3f}" if r["speedup"] else "-"
         extra = f"  [{r['groups']}; {r['vs_dense']:.2f}x the dense 1D1D's TFLOPS]" if "groups" in r else ""
+        if r.get("compat_speedup"):
+            extra += f"  compat {r['compat_speedup']:.3f}x DeepGEMM"
+        if r.get("tn_vs_nt"):
+            extra += f", TN {r['tn_vs_nt']:.3f}x NT"
         print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}{extra}")
     like = [r for r in rows if "write_vs_cublas" in r]
     if like:
@@ -313,6 +354,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-deepgemm", action="store_true")
+    parser.add_argument("--compat", action="store_true",
+                        help="wgrad and kgrouped: also deep_tile through deep_tile.compat.deepgemm, called "
+                             "as DeepGEMM is (kgrouped: its NT layout, and the TN form on the same values)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     sets = args.set or ["dense", "wgrad", "kgrouped"]
