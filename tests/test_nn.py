@@ -157,7 +157,7 @@ def test_gpu_swiglu_kernels_match_the_torch_math():
 
 
 def test_swiglu_on_the_cpu_is_the_reference_and_checks_its_arguments():
-    from deep_tile.nn import swiglu as sw
+    from deep_tile import swiglu as sw
 
     h13 = torch.randn(5, 32).to(torch.bfloat16)
     dh = torch.randn(5, 16).to(torch.bfloat16)

@@ -56,7 +56,7 @@ for kwargs in grouped:
     bad += not r["ok"]
     runs.append(r)
     print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
-# The experts layer's SwiGLU kernels (deep_tile/nn/swiglu.py), ragged row counts.
+# The experts layer's SwiGLU kernels (deep_tile/swiglu.py), ragged row counts.
 import gpu_nn_cases  # noqa: E402
 
 for rows, inter in ((1, 8), (37, 136), (300, 2048)):

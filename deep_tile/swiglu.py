@@ -1,4 +1,4 @@
-"""SwiGLU of the FP8 experts layer, forward and backward, in float32 from bf16.
+"""SwiGLU of the FP8 experts layer (deep_tile.nn), forward and backward, in float32 from bf16.
 
 ``swiglu(h13)``: ``h13 [T, 2I]`` bf16 (gate columns, then up columns) -> ``silu(gate) * up`` in
 bf16 ``[T, I]``; ``swiglu_backward(h13, dh)`` -> ``[d_gate, d_up]`` in bf16 ``[T, 2I]``. On CUDA
