@@ -581,7 +581,7 @@ LAYERS = (
                     "deep_tile.cast_transpose")),
     ("custom ops", ("deep_tile.ops",)),
     ("host paths", ("deep_tile.native", "deep_tile.native.*", "deep_tile.launch", "deep_tile.casts",
-                    "deep_tile.cast_transpose_impl", "deep_tile.moe_layout")),
+                    "deep_tile.cast_transpose_impl", "deep_tile.moe_layout", "deep_tile.swiglu")),
     ("planning", ("deep_tile.planner", "deep_tile.plan_index", "deep_tile.select", "deep_tile.select.*",
                   "deep_tile.layouts", "deep_tile.cast_kernels", "deep_tile.cast_transpose_kernels", "deep_tile.tma")),
     ("JIT", ("deep_tile.jit", "deep_tile.jit.*")),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-import deep_tile
+from deep_tile import cast_transpose, grouped, k_grouped
 from deep_tile.nn.linear import wgrad_dtype
 from deep_tile.swiglu import swiglu, swiglu_backward
 
@@ -36,7 +36,7 @@ __all__ = ["Fp8Experts", "fp8_experts"]
 
 def _acts(x: torch.Tensor, offsets: torch.Tensor):
     """x's 1x128 cast along the features and, per expert (``offsets``), along the tokens."""
-    return deep_tile.per_token_cast_transpose_to_fp8(x, transpose=True, group_offsets=offsets)
+    return cast_transpose.per_token_cast_transpose_to_fp8(x, transpose=True, group_offsets=offsets)
 
 
 def _expert_weights(w: torch.Tensor):
@@ -45,17 +45,17 @@ def _expert_weights(w: torch.Tensor):
     expert's transpose where the dgrad GEMM reads it.
     NOTES: a cast of the stacked ``[E*N, K]`` wrote the transposes side by side (``[K, E*N]``), and
     regrouping them per expert cost a copy of the FP8 weights, a visible share of the layer's step."""
-    return tuple(deep_tile.per_block_cast_transpose_to_fp8(w, transpose=True))
+    return tuple(cast_transpose.per_block_cast_transpose_to_fp8(w, transpose=True))
 
 
 def _weight_grad(weight, a, a_scale, b, b_scale, sizes):
     """The K-grouped weight gradient: added into ``weight.main_grad`` (returns None) or returned."""
     main_grad = getattr(weight, "main_grad", None)
     if main_grad is not None:
-        deep_tile.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, main_grad, c=main_grad)
+        k_grouped.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, main_grad, c=main_grad)
         return None
     out_dtype = wgrad_dtype(weight)
-    return deep_tile.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, out_dtype=out_dtype).to(weight.dtype)
+    return k_grouped.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, out_dtype=out_dtype).to(weight.dtype)
 
 
 class _Fp8ExpertsFunction(torch.autograd.Function):
@@ -63,11 +63,11 @@ class _Fp8ExpertsFunction(torch.autograd.Function):
     def forward(ctx, x, sizes, offsets, w13, w2):
         xq, xs, xtq, xts = _acts(x, offsets)
         w13q, w13s, w13tq, w13ts = _expert_weights(w13)
-        h13 = deep_tile.m_grouped_fp8_gemm_offsets(xq, xs, w13q, w13s, offsets)
+        h13 = grouped.m_grouped_fp8_gemm_offsets(xq, xs, w13q, w13s, offsets)
         h = swiglu(h13)
         hq, hs, htq, hts = _acts(h, offsets)
         w2q, w2s, w2tq, w2ts = _expert_weights(w2)
-        y = deep_tile.m_grouped_fp8_gemm_offsets(hq, hs, w2q, w2s, offsets)
+        y = grouped.m_grouped_fp8_gemm_offsets(hq, hs, w2q, w2s, offsets)
         ctx.save_for_backward(sizes, offsets, xtq, xts, h13, htq, hts, w13tq, w13ts, w2tq, w2ts, w13, w2)
         return y
 
@@ -75,11 +75,11 @@ class _Fp8ExpertsFunction(torch.autograd.Function):
     def backward(ctx, dy):
         sizes, offsets, xtq, xts, h13, htq, hts, w13tq, w13ts, w2tq, w2ts, w13, w2 = ctx.saved_tensors
         dyq, dys, dytq, dyts = _acts(dy.to(torch.bfloat16).contiguous(), offsets)
-        padded = deep_tile.padded_group_sizes(offsets)  # the experts' tokens in whole 128-token blocks
-        dh = deep_tile.m_grouped_fp8_gemm_offsets(dyq, dys, w2tq, w2ts, offsets)
+        padded = cast_transpose.padded_group_sizes(offsets)  # the experts' tokens in whole 128-token blocks
+        dh = grouped.m_grouped_fp8_gemm_offsets(dyq, dys, w2tq, w2ts, offsets)
         dw2 = _weight_grad(w2, dytq, dyts, htq, hts, padded) if ctx.needs_input_grad[4] else None
         d13q, d13s, d13tq, d13ts = _acts(swiglu_backward(h13, dh), offsets)
-        dx = deep_tile.m_grouped_fp8_gemm_offsets(d13q, d13s, w13tq, w13ts, offsets) if ctx.needs_input_grad[0] else None
+        dx = grouped.m_grouped_fp8_gemm_offsets(d13q, d13s, w13tq, w13ts, offsets) if ctx.needs_input_grad[0] else None
         dw13 = _weight_grad(w13, d13tq, d13ts, xtq, xts, padded) if ctx.needs_input_grad[3] else None
         return dx, None, None, dw13, dw2
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-import deep_tile
+from deep_tile import cast_transpose, gemm
 
 __all__ = ["Fp8Linear", "fp8_linear"]
 
@@ -41,12 +41,12 @@ def wgrad_dtype(weight: torch.Tensor) -> torch.dtype:
 def _quantize_acts(x: torch.Tensor):
     """``(q, s, qt, st)``: ``x [T, C]`` 1x128 along C and its transpose ``[C, align16(T)]`` 1x128
     along T (padded tokens zero), in one pass, in the layouts the GEMMs read without a copy."""
-    return deep_tile.per_token_cast_transpose_to_fp8(x, transpose=True)
+    return cast_transpose.per_token_cast_transpose_to_fp8(x, transpose=True)
 
 
 def _quantize_weight(w: torch.Tensor):
     """``(wq, ws, wtq, wts)``: W 128x128-quantised and its exact transpose, in one pass."""
-    return deep_tile.per_block_cast_transpose_to_fp8(w, transpose=True)
+    return cast_transpose.per_block_cast_transpose_to_fp8(w, transpose=True)
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
@@ -55,7 +55,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
         n, k = weight.shape
         xq, xs, xtq, xts = _quantize_acts(x.reshape(-1, k))
         wq, ws, wtq, wts = _quantize_weight(weight)
-        y = deep_tile.fp8_gemm(xq, xs, wq, ws)
+        y = gemm.fp8_gemm(xq, xs, wq, ws)
         ctx.save_for_backward(xtq, xts, wtq, wts, weight)
         ctx.x_shape = x.shape
         return y.view(*x.shape[:-1], n)
@@ -65,14 +65,14 @@ class _Fp8LinearFunction(torch.autograd.Function):
         xtq, xts, wtq, wts, weight = ctx.saved_tensors
         n, k = weight.shape
         dyq, dys, dytq, dyts = _quantize_acts(dy.reshape(-1, n).to(torch.bfloat16))
-        dx = deep_tile.fp8_gemm(dyq, dys, wtq, wts).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
+        dx = gemm.fp8_gemm(dyq, dys, wtq, wts).view(ctx.x_shape) if ctx.needs_input_grad[0] else None
         dw = None
         if ctx.needs_input_grad[1]:
             main_grad = getattr(weight, "main_grad", None)
             if main_grad is not None:
-                deep_tile.fp8_gemm_1d1d(dytq, dyts, xtq, xts, main_grad, c=main_grad)
+                gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, main_grad, c=main_grad)
             else:
-                dw = deep_tile.fp8_gemm_1d1d(dytq, dyts, xtq, xts, out_dtype=wgrad_dtype(weight)).to(weight.dtype)
+                dw = gemm.fp8_gemm_1d1d(dytq, dyts, xtq, xts, out_dtype=wgrad_dtype(weight)).to(weight.dtype)
         return dx, dw
 
 
