@@ -109,6 +109,15 @@ def test_every_name_exists():
     assert deep_gemm.fp8_m_grouped_gemm_nt_masked is deep_gemm.m_grouped_fp8_gemm_nt_masked
 
 
+def test_the_utils_helpers_are_at_the_top_level_too():
+    # DeepGEMM's package star-imports its utils; engines look the helpers up on the package
+    from deep_tile.compat.deepgemm import utils
+
+    for name in utils.__all__:
+        if name not in ("layout", "math"):
+            assert getattr(deep_gemm, name) is getattr(utils, name), name
+
+
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
 def test_signatures_follow_deepgemm(name):
     params = inspect.signature(getattr(deep_gemm, name)).parameters.values()

@@ -45,6 +45,11 @@ from deep_tile.compat.deepgemm._api import (  # noqa: F401
 )
 from deep_tile.compat.deepgemm._api import __all__ as _api_all
 from deep_tile.compat.deepgemm import utils  # noqa: E402,F401  (DeepGEMM's deep_gemm.utils)
+# DeepGEMM's package also hands its utils' helpers on at the top level (vLLM looks them up there)
+from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
+    align, ceil_div, get_k_grouped_mn_major_tma_aligned_packed_ue8m0_tensor,
+    get_mn_major_tma_aligned_packed_ue8m0_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp8,
+)
 
 __all__ = [*_api_all, "install_alias"]
 
