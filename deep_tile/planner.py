@@ -75,7 +75,8 @@ def plan_for_config(config, problem, extra_defines=None) -> Plan:
     from deep_tile.jit.loader import get_kernel
 
     config = config.for_problem(problem)
-    kernel = get_kernel(family.ENTRY, {**config.defines(), **(extra_defines or {})}, family.symbol(problem.kind))
+    defines = {**config.defines(), **family.probe_defines(extra_defines)}
+    kernel = get_kernel(family.ENTRY, defines, family.symbol(problem.kind))
     config = fit_clusters(config, kernel)
     return Plan(problem, config, kernel, family.argument_specs(config, problem),
                 family.launch_grid(config, problem.rows, problem.n), family.cluster_size(config))

@@ -106,7 +106,9 @@ def test_gemm_kernel_waits_before_any_global_access():
     for forbidden in ("__ldg", "GroupTable", "producer_loop", "consumer_loop", "read_table", "load_ahead",
                       "tma_load", "cp_async", "b_scale["):
         assert forbidden not in before, forbidden
-    prefetch = body[body.index("DT_DEVICE void prefetch_first_weights("):body.index("DT_DEVICE void producer_loop(")]
+    producer = (ROOT / "include/deep_tile/kernels/fp8_gemm_producer.cuh").read_text()
+    prefetch = producer[producer.index("DT_DEVICE void prefetch_first_weights("):
+                        producer.index("DT_DEVICE void producer_loop(")]
     assert re.findall(r"ptx::\w+", prefetch) == ["ptx::tma_prefetch_2d_l2"] * 2
 
 

@@ -40,7 +40,7 @@ def build(job):
     from deep_tile.kernels import fp8_gemm as family
 
     _, cfg, extra = job
-    get_cubin(family.ENTRY, build_defines({**cfg.defines(), **extra}), family.SYMBOL)
+    get_cubin(family.ENTRY, build_defines({**cfg.defines(), **family.probe_defines(extra)}), family.SYMBOL)
     return 0
 
 

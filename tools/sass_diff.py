@@ -117,7 +117,9 @@ def build(args) -> int:
         for entry in configs:
             defines = {renames.get(key, key): value for key, value in entry["defines"].items()}
             kind = family.kind_of_code(int(entry["defines"].get("DT_PROBLEM_KIND", 0)))
-            jobs.append(BuildJob(str(source / ENTRY), tuple(sorted(defines.items())), family.symbol(kind), args.compiler,
+            # the signalling masked kernel has its own symbol
+            symbol = family.SIGNAL_SYMBOL if entry["defines"].get(family.SIGNAL_DEFINE) else family.symbol(kind)
+            jobs.append(BuildJob(str(source / ENTRY), tuple(sorted(defines.items())), symbol, args.compiler,
                                  include_dir=str(source / "include"), sass_path=str(out / f"{entry['name']}.sass")))
         results = []
         for entry, report in zip(configs, run_builds(jobs, args.jobs or None)):

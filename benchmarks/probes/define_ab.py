@@ -1,14 +1,14 @@
 """A kernel build define's effect on the selector's dense picks, beside DeepGEMM latest (needs a GPU).
 
-    python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0
-    python benchmarks/probes/define_ab.py --define DT_PRODUCER_SLEEPS=0 --shapes 4096,7168,16384 64,2112,7168
+    python benchmarks/probes/define_ab.py --define DT_L2_PREFETCH_KBLOCKS=0
+    python benchmarks/probes/define_ab.py --define DT_L2_PREFETCH_KBLOCKS=0 --shapes 4096,7168,16384 64,2112,7168
     python benchmarks/probes/define_ab.py --define DT_C_LOAD_ROWS=2 --acc       # FP32 D accumulated in place
     python benchmarks/probes/define_ab.py --define DT_ONE_RING=1 --config 256x128:mcA:u6:g16 --shapes 8192,8192,8192
     python benchmarks/probes/define_ab.py --define DT_STATIC_RING=1 --config 128x64:b1:ef:u6:kb56 --beside-pick --shapes 512,2112,7168
 
 For each dense shape (default: bench_fp8_gemm.py's M = 4096 set, 8192^3 and three small-M shapes)
 the selector's pick runs as built by default (``pick``) and with ``--define NAME=VALUE`` added to
-its build (``pick+NAME``; include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides); with
+its build (``pick+NAME``; include/deep_tile/probes/overrides.cuh's measurement overrides); with
 ``--config TEXT`` (deep_tile.testing.configs' text form) both builds are that forced config instead
 (labelled ``TEXT`` and ``TEXT+NAME``), and with ``--beside-pick`` also the selector's pick (``pick``,
 checked and compared bitwise like them: the per-element k order does not depend on the tile),

@@ -7,7 +7,7 @@ For each shape (G experts of about M rows, N, K; benchmarks/bench_grouped.py's r
 rows padded to 128 per expert with ``m_indices``) it checks and times deep_tile's contiguous kernel
 with each configuration (text form of deep_tile.testing.configs; ``auto`` the selector's pick,
 ``gM`` rasters along M as the grouped picks do; ``+NAME=VALUE`` adds a define to the build, a
-measurement override of include/deep_tile/kernels/fp8_gemm_config.cuh; ``offsets:CONFIG`` runs the
+measurement override of include/deep_tile/probes/overrides.cuh; ``offsets:CONFIG`` runs the
 offsets kind over the same padded rows, each expert owning its aligned run, for the table kinds'
 per-expert tile order on the same tiles; ``psum:CONFIG`` the psum kind over the experts' ends; the
 table kinds' configs get the grid the selector gives them, cost.table_grid_size) and, when importable, DeepGEMM latest's

@@ -11,7 +11,7 @@ For each shape (``m,n,GxT``: G groups of about T tokens, benchmarks/bench_traini
 that set, or an explicit ``m,n,t1/t2/...``) it times deep_tile's K-grouped kernel accumulating in
 place into FP32 with each tile (``auto``: the rule of deep_tile/select/k_grouped.py; a text of
 deep_tile.testing.configs, made K-grouped by the host path; ``+NAME=VALUE`` adds a build define of
-include/deep_tile/kernels/fp8_gemm_config.cuh's measurement overrides) and, when importable, DeepGEMM
+include/deep_tile/probes/overrides.cuh's measurement overrides) and, when importable, DeepGEMM
 latest's ``k_grouped_fp8_gemm_nt_contiguous`` (also in place), round-robin with the L2 flushed
 (testing.timing.bench_round_robin). Each forced tile's output of one call from the same start is
 checked bitwise against the rule's pick (the per-element k order does not depend on the tile), or

@@ -44,7 +44,7 @@ def signal_fn(a, sa, b, b_scale, masked_m, expected_m, out, signal, mode, max_bl
     if extra_defines:
         from deep_tile.jit.loader import get_kernel
 
-        kernel = get_kernel(family.ENTRY, {**plan.config.defines(), family.SIGNAL_DEFINE: mode, **extra_defines},
+        kernel = get_kernel(family.ENTRY, {**plan.config.defines(), family.SIGNAL_DEFINE: mode, **family.probe_defines(extra_defines)},
                             family.SIGNAL_SYMBOL)
         plan = planner.Plan(plan.problem, plan.config, kernel, plan.args, plan.grid, plan.cluster)
     return ((lambda: launch.launch(plan, operands + (signal,), a.device)),

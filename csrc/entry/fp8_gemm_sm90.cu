@@ -2,6 +2,8 @@
 // renders the DT_* macros from a KernelConfig; the contract macros (DT_SMEM_BYTES, DT_MIN_STAGES,
 // DT_MAX_STAGES, DT_STORE_SWIZZLE, DT_SCALE_GROUP, DT_NUM_THREADS) are what the host believes about
 // this kernel, checked here against what the kernel derives.
+#include "deep_tile/kernels/fp8_gemm_1d1d.cuh"
+#include "deep_tile/kernels/fp8_gemm_1d2d.cuh"
 #include "deep_tile/kernels/fp8_gemm_sm90.cuh"
 
 #if !defined(DT_BLOCK_M) || !defined(DT_BLOCK_N) || !defined(DT_NUM_STAGES) || !defined(DT_NUM_MULTICAST) || \
@@ -42,12 +44,39 @@
 #define DT_STATIC_RING 0
 #endif
 
-using Cfg = deep_tile::Fp8GemmConfig<DT_BLOCK_M, DT_BLOCK_N, DT_NUM_STAGES, DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0,
-                                     DT_SPLIT_K, DT_ACCUM_BUFFERS, DT_WGMMA_N, DT_A_SCALE_ROW_MAJOR != 0,
-                                     DT_RASTER_ALONG_M != 0, DT_EVICT_FIRST_B != 0, DT_K_UNROLL,
-                                     static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND), DT_SWAP_N, DT_OUT_KIND,
-                                     DT_C_KIND, DT_B_SCALE_1D != 0, DT_SIGNAL, DT_STAGED_EPILOGUE != 0,
-                                     DT_STATIC_K_BLOCKS, DT_STATIC_K_UNROLL, DT_STATIC_RING != 0>;
+// The parameters in fp8_gemm_params.cuh's groups, then the family's configuration (DT_B_SCALE_1D).
+using Shape = deep_tile::TileShape<DT_BLOCK_M, DT_BLOCK_N, DT_WGMMA_N>;
+using Cluster = deep_tile::Multicast<DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0>;
+using Pipeline = deep_tile::KLoop<DT_NUM_STAGES, DT_ACCUM_BUFFERS, DT_K_UNROLL>;
+using FixedK = deep_tile::StaticK<DT_STATIC_K_BLOCKS, DT_STATIC_K_UNROLL, DT_STATIC_RING != 0>;
+using Out = deep_tile::Output<DT_OUT_KIND, DT_C_KIND>;
+constexpr auto kKind = static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND);
+#if DT_B_SCALE_1D
+static_assert(DT_SWAP_N == 0 && DT_SIGNAL == 0,
+              "DT_B_SCALE_1D (1D1D) needs the dense or the K-grouped kind without swap-AB (DT_SWAP_N 0) or DT_SIGNAL");
+using ProductCfg = deep_tile::Fp8Gemm1D1DConfig<Shape, Cluster, Pipeline, FixedK, Out, kKind, DT_SPLIT_K,
+                                                DT_A_SCALE_ROW_MAJOR != 0, DT_RASTER_ALONG_M != 0,
+                                                DT_EVICT_FIRST_B != 0, DT_STAGED_EPILOGUE != 0>;
+#else
+static_assert(DT_STAGED_EPILOGUE == 0 && DT_PROBLEM_KIND != 4,
+              "DT_STAGED_EPILOGUE and the K-grouped kind (DT_PROBLEM_KIND 4) need DT_B_SCALE_1D");
+using ProductCfg = deep_tile::Fp8Gemm1D2DConfig<Shape, Cluster, Pipeline, FixedK, Out, kKind, DT_SPLIT_K,
+                                                DT_A_SCALE_ROW_MAJOR != 0, DT_RASTER_ALONG_M != 0,
+                                                DT_EVICT_FIRST_B != 0, DT_SWAP_N, DT_SIGNAL>;
+#endif
+// A build with extra defines (probes, tools) may change tuned choices; the library's builds never do.
+#ifdef DT_PROBE_OVERRIDES
+#include "deep_tile/probes/overrides.cuh"
+using Cfg = deep_tile::probes::ProbeOverrides<ProductCfg>;
+#else
+using Cfg = ProductCfg;
+#endif
+// The kernel family: how B is scaled (1D1D: per row, the weight gradients; 1D2D: per 128x128 block).
+#if DT_B_SCALE_1D
+using Family = deep_tile::Fp8Gemm1D1D<Cfg>;
+#else
+using Family = deep_tile::Fp8Gemm1D2D<Cfg>;
+#endif
 
 static_assert(DT_SMEM_BYTES == Cfg::kSmemBytes,
               "contract: DT_SMEM_BYTES (deep_tile.kernels.fp8_gemm.smem_bytes) differs from Fp8GemmConfig::kSmemBytes");
@@ -96,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                             const __grid_constant__ deep_tile::TmaDescriptor tma_a_scale,
                             const __grid_constant__ deep_tile::TmaDescriptor tma_d, const float* __restrict__ b_scale,
                             deep_tile::u8* DT_D_RESTRICT d, int ldd, int m, int n, int k, int raster_width DT_C_PARAMS DT_B1D_PARAMS) {
-  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
+  deep_tile::fp8_gemm_sm90<Family>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
                                 deep_tile::GroupArgs{nullptr, 1, 0}, DT_C_VALUES DT_B1D_VALUES);
 }
 #elif DT_SIGNAL
@@ -110,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                           const float* __restrict__ b_scale, deep_tile::u8* __restrict__ d, int ldd,
                                           int m, int n, int k, int raster_width, const int* __restrict__ group_info,
                                           int num_groups, int group_rows, int* __restrict__ signal) {
-  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
+  deep_tile::fp8_gemm_sm90<Family>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
                                 deep_tile::GroupArgs{group_info, num_groups, group_rows}, nullptr, 0, nullptr, signal);
 }
 #else
@@ -125,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     const float* __restrict__ b_scale, deep_tile::u8* DT_D_RESTRICT d, int ldd, int m,
                                     int n, int k, int raster_width, const int* __restrict__ group_info,
                                     int num_groups, int group_rows DT_C_PARAMS DT_B1D_PARAMS) {
-  deep_tile::fp8_gemm_sm90<Cfg>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
+  deep_tile::fp8_gemm_sm90<Family>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
                                 deep_tile::GroupArgs{group_info, num_groups, group_rows}, DT_C_VALUES DT_B1D_VALUES);
 }
 #endif

@@ -41,7 +41,7 @@ __all__ = [
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
     "epilogue_barriers", "STATIC_K_DEFINE", "STATIC_K_UNROLL_DEFINE", "STATIC_K_UNROLL", "static_k_problems",
-    "STATIC_RING_DEFINE", "static_ring_problems",
+    "STATIC_RING_DEFINE", "static_ring_problems", "PROBE_OVERRIDES_DEFINE", "probe_defines",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -137,6 +137,17 @@ blocks are straight code, longer ranges a loop of constant trip count.
 
 NOTES: fully unrolled instead, 256x128 kernels of 6 (row-major a_scale), 9, 12 and 15 K blocks spilled
 (by 4, none of 1-16), and where none spilled full unrolling was no faster."""
+
+
+PROBE_OVERRIDES_DEFINE = "DT_PROBE_OVERRIDES"
+"""Set on every build with extra defines (probes, tools): the entry then compiles
+include/deep_tile/probes/overrides.cuh, where measurement-only defines change tuned choices. The
+library's own builds never set it."""
+
+
+def probe_defines(extra_defines) -> dict:
+    """``extra_defines`` (a dict, or None) with :data:`PROBE_OVERRIDES_DEFINE` beside them; empty without."""
+    return {PROBE_OVERRIDES_DEFINE: 1, **extra_defines} if extra_defines else {}
 
 
 STATIC_RING_DEFINE = "DT_STATIC_RING"

@@ -3,6 +3,7 @@
 // own staging region, so the two warpgroups never wait for each other.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/epilogue/completion_signals.cuh"
 #include "deep_tile/kernels/swap_fragment.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
@@ -37,70 +38,6 @@ DT_DEVICE void store_rows_direct(const u8* staging, u8* d, int ldd, int row0, in
     }
   }
 }
-
-/// The completion counters of the signalling masked kernel (Cfg::kSignal): ceil(rows / kWgM)
-/// counters per expert, whose slab of `rows` rows (max_m) starts at row expert * rows of D. The
-/// pointer and `rows` are kept in spare words after the group table in shared memory, written
-/// once by the set-up thread (publish) and read where a counter is added (at).
-/// NOTES: any value of them held across the k-loop (the kernel parameter, an index computed before
-/// the epilogue, even the table's address in SharedStorage) made ptxas 13 spill 4-300 bytes in
-/// signalling builds from 64x128 to 128x256; found from the staging address after the stores,
-/// nothing is.
-struct SignalCounters {
-  static constexpr int kWord = 3 * kMaxTableGroups + 1;  // first spare word of the group table
-  static_assert(kGroupTableBytes >= (kWord + 3) * 4 && kWord % 2 == 1,
-                "the group table needs 3 spare words after its entries: rows, then an 8-byte aligned pointer");
-
-  static DT_DEVICE void publish(int* table, int* counters, int rows) {
-    table[kWord] = rows;
-    *reinterpret_cast<int**>(table + kWord + 1) = counters;
-  }
-
-  /// Add 1, with a release at GPU scope, to the counter of the kWgM-row slab starting at row
-  /// `row0` of D (`table_bytes`: the group table). The caller has made the slab's writes its own:
-  /// completed bulk stores of this thread (the proxy fence orders them before the generic
-  /// release), or other threads' stores before a barrier with them (the release is cumulative).
-  template <int kWgM>
-  static DT_DEVICE void raise(const u8* table_bytes, int row0) {
-    const int* table = reinterpret_cast<const int*>(table_bytes);
-    const int rows = *reinterpret_cast<const volatile int*>(table + kWord);
-    int* const counters = *reinterpret_cast<int* const volatile*>(table + kWord + 1);
-    raise_at<kWgM>(counters, rows, row0);
-  }
-  /// raise() with the counters and `rows` given (the signal warp of kSignal == 2 holds them).
-  template <int kWgM>
-  static DT_DEVICE void raise_at(int* counters, int rows, int row0) {
-    const int expert = row0 / rows;
-    ptx::fence_proxy_async_global();
-    ptx::red_release_gpu_add(counters + expert * ceil_div(rows, kWgM) + (row0 - expert * rows) / kWgM, 1);
-  }
-};
-
-/// Cfg::kSignal == 2: the consumer warpgroups hand each stored slab to the signal warp (a warp of
-/// the producer warpgroup, signal_loop), which raises its counter. Per consumer warpgroup `wg`, two
-/// named barriers pair its threads with the signal warp: `ready` (the warpgroup's
-/// previous tile is stored: its bulk stores completed, its direct stores ordered by the warpgroup's
-/// barrier) and `done` (the signal warp has raised it; the first one given at the start), so a
-/// warpgroup is at most one tile ahead of the signal warp and the two barriers alternate.
-/// NOTES: bar.arrive orders the arriving warp's earlier accesses before those after the bar.sync
-/// that completes the barrier, and the signal warp's release is cumulative: a reader that
-/// acquires the counter sees the slab.
-struct SignalHandOff {
-  // ids 4 + wg and 6 + wg (1-3 are taken); the warpgroup's 128 threads and the signal warp's 32.
-  static constexpr u32 kReady = 4, kDone = 6, kThreads = 160;
-
-  /// Consumer warpgroup `wg` (all its threads): its previous tile is stored.
-  /// NOTES: every thread of the warpgroup takes part, so no branch of the consumer's code holds a
-  /// barrier: with only its first warp in them (a branch on the thread index around them), ptxas
-  /// kept the next k-loop's WGMMA descriptors in regular registers (R2UR per WGMMA).
-  static DT_DEVICE void pass(int wg, int thread_in_wg) {
-    if (thread_in_wg == 0) ptx::fence_proxy_async_global();  // its bulk stores, for the generic release
-    ptx::named_barrier_sync(kDone + wg, kThreads);
-    ptx::named_barrier_arrive(kReady + wg, kThreads);
-  }
-  /// After the warpgroup's last pass: the signal warp's last `done`.
-  static DT_DEVICE void finish(int wg) { ptx::named_barrier_sync(kDone + wg, kThreads); }
-};
 
 // SlabView: the grouped kinds' (Cfg::kGrouped) map of D is 3-D, (column, r, s) at row r + s:
 // dims (n, kStoreRows, rows of D), the two outer ones both one row apart, box (kAtomCols,

@@ -4,27 +4,30 @@
 // defines of a KernelConfig, including the contract defines DT_SMEM_BYTES, DT_MIN_STAGES,
 // DT_MAX_STAGES, DT_STORE_SWIZZLE and DT_SCALE_GROUP, which are checked here against the values
 // this header derives, so a drift between the two sides fails the compile instead of running.
+// The tuned choices below (the NOTES say why each is what it is) take no define: probes change them
+// through deep_tile/probes/overrides.cuh.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/fp8_gemm_params.cuh"
 #include "deep_tile/scheduler/tile_scheduler.cuh"
 
 namespace deep_tile {
 
-template <int kBlockM_, int kBlockN_, int kNumStages_, int kNumMulticast_, bool kMulticastOnA_, int kSplitK_,
-          int kNumAccumBuffers_, int kWgmmaN_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_,
-          int kKUnroll_, ProblemKind kProblemKind_ = ProblemKind::kDense, int kSwapN_ = 0, int kOutKind_ = 0,
-          int kCKind_ = 0, bool kBScale1D_ = false, int kSignal_ = 0, bool kStagedEpilogue_ = false,
-          int kStaticKBlocks_ = 0, int kStaticKUnroll_ = 1, bool kStaticRing_ = false>
+/// The facts both families derive from their parameters (fp8_gemm_1d2d.cuh and fp8_gemm_1d1d.cuh
+/// instantiate it with theirs; the parameters a family does not use are fixed there).
+template <class Shape, class Cluster, class Pipeline, class FixedK, class Out, ProblemKind kProblemKind_,
+          int kSplitK_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_, int kSwapN_, bool kBScale1D_,
+          int kSignal_, bool kStagedEpilogue_>
 struct Fp8GemmConfig {
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockM = Shape::kBlockM;
+  static constexpr int kBlockN = Shape::kBlockN;
   static constexpr int kBlockK = kScaleGroup;  // one K block (one a_scale column, one b_scale block) per stage
-  static constexpr int kNumStages = kNumStages_;
+  static constexpr int kNumStages = Pipeline::kNumStages;
   static constexpr int kMinStages = 2;
   static constexpr int kMaxStages = 16;
-  static constexpr int kNumMulticast = kNumMulticast_;
-  static constexpr bool kMulticastA = kNumMulticast_ == 2 && kMulticastOnA_;
-  static constexpr bool kMulticastB = kNumMulticast_ == 2 && !kMulticastOnA_;
+  static constexpr int kNumMulticast = Cluster::kNumMulticast;
+  static constexpr bool kMulticastA = Cluster::kNumMulticast == 2 && Cluster::kOnA;
+  static constexpr bool kMulticastB = Cluster::kNumMulticast == 2 && !Cluster::kOnA;
   // Split-K: a cluster of kSplitK CTAs shares one output tile, each CTA a range of K, reduced in
   // a fixed order through distributed shared memory (deterministic). Not persistent.
   static constexpr int kSplitK = kSplitK_;
@@ -43,24 +46,24 @@ struct Fp8GemmConfig {
   static constexpr bool kEvictFirstB = kEvictFirstB_;
   // k-blocks per unrolled body of the one-buffer k-loop: 3 (BScaleQueue's depth) or 6 (long
   // K ranges; deep_tile/select/selector.py k_unroll_for).
-  static constexpr int kKUnroll = kKUnroll_;
+  static constexpr int kKUnroll = Pipeline::kKUnroll;
   // K blocks fixed at compile time (persistent one-buffer kernels of every kind but the K-grouped
   // one; 0: K is a run-time value): every CTA's K range is [0, kStaticKBlocks) (cta_work_range),
   // so the producer's and the consumers' k-loops have constant trip counts (TileMainloop::run).
   // The kernel is right for problems of this many K blocks only (the host refuses others:
   // KernelConfig.for_problem). When the host sets it: deep_tile/select/selector.py static_k_blocks_for.
-  static constexpr int kStaticKBlocks = kStaticKBlocks_;
+  static constexpr int kStaticKBlocks = FixedK::kBlocks;
   /// The problem's K blocks: kStaticKBlocks when fixed, else the run-time count.
   DT_DEVICE static int k_blocks(int run_time_k_blocks) {
     return kStaticKBlocks > 0 ? kStaticKBlocks : run_time_k_blocks;
   }
   // K blocks per unrolled body of that k-loop (the host's deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL).
-  static constexpr int kStaticKUnroll = kStaticKUnroll_;
+  static constexpr int kStaticKUnroll = FixedK::kUnroll;
   // The stage ring as immediates (K fixed at a multiple of the stages, one buffer, 1D2D): every
   // tile starts at stage 0, so the consumers walk the ring in passes of straight code whose stage,
   // barrier, a_scale and descriptor offsets are constants (TileMainloop::kStaticRing). When the
   // host sets it: deep_tile/select/selector.py static_ring_for.
-  static constexpr bool kStaticRing = kStaticRing_;
+  static constexpr bool kStaticRing = FixedK::kRing;
   // Swap-AB (small M, dense): the weights are each WGMMA's 64-row operand and the first kSwapN
   // rows of the A tile (every real row: M <= kSwapN) its N side, so a k-block's tensor work and
   // promotion shrink from 64 x kBlockN to kBlockN x kSwapN. The one sub-tile's accumulators hold
@@ -91,13 +94,13 @@ struct Fp8GemmConfig {
   // them (store_tile_direct).
   // NOTES: the reduce-add beats the direct store in geomean for the 1D1D weight gradients; for 1D2D D in place
   // it was slower at K <= 2048 (its staging also costs 128x192 a stage), so those keep the direct store.
-  static constexpr int kOutKind = kOutKind_;
-  static constexpr int kCKind = kCKind_;
-  static constexpr int kCType = kCKind_ == 3 ? (kOutKind_ == 1 ? 2 : 1) : kCKind_;
-  static constexpr bool kDirectStore = kOutKind_ != 0 || kCKind_ != 0 || kKGrouped;
-  static constexpr bool kTmaF32Store = kOutKind_ == 1 && (kCKind_ == 0 || (kCKind_ == 3 && kBScale1D_)) &&
+  static constexpr int kOutKind = Out::kOutKind;
+  static constexpr int kCKind = Out::kCKind;
+  static constexpr int kCType = Out::kCKind == 3 ? (Out::kOutKind == 1 ? 2 : 1) : Out::kCKind;
+  static constexpr bool kDirectStore = Out::kOutKind != 0 || Out::kCKind != 0 || kKGrouped;
+  static constexpr bool kTmaF32Store = Out::kOutKind == 1 && (Out::kCKind == 0 || (Out::kCKind == 3 && kBScale1D_)) &&
                                        kSplitK_ == 1 && kSwapN_ == 0 && kProblemKind_ == ProblemKind::kDense;
-  static constexpr bool kTmaF32Reduce = kTmaF32Store && kCKind_ == 3;
+  static constexpr bool kTmaF32Reduce = kTmaF32Store && Out::kCKind == 3;
   // D asked of L2 ahead of the reduce-add (kTmaF32Reduce): for a tile of at most
   // kPrefetchDMaxKBlocks k-blocks, the producer asks L2 for each consumer warpgroup's first sub-tile
   // of D as it issues the tile's k-block kb_end - 1 - kPrefetchDAhead. That is the sub-tile the
@@ -106,23 +109,9 @@ struct Fp8GemmConfig {
   // while the next tile's k-loop runs. On the weight gradients it pays up to 64 k-blocks a tile and is even
   // beyond; asking for every sub-tile was slower (L2 cannot hold them beside the operands), and asking
   // for the rest as the epilogue starts no faster.
-  // DT_PREFETCH_D_MAX_KBLOCKS (0: never) and DT_PREFETCH_D_AHEAD override them for measurements;
-  // DT_REDUCE_AS_STORE=1 stores the sums instead of adding them (a wrong D: the write-only bound).
-#ifdef DT_PREFETCH_D_MAX_KBLOCKS
-  static constexpr int kPrefetchDMaxKBlocks = kTmaF32Reduce ? DT_PREFETCH_D_MAX_KBLOCKS : 0;
-#else
   static constexpr int kPrefetchDMaxKBlocks = kTmaF32Reduce ? 64 : 0;
-#endif
-#ifdef DT_PREFETCH_D_AHEAD
-  static constexpr int kPrefetchDAhead = DT_PREFETCH_D_AHEAD;
-#else
   static constexpr int kPrefetchDAhead = 1;
-#endif
-#ifdef DT_REDUCE_AS_STORE
-  static constexpr bool kReduceAsStore = DT_REDUCE_AS_STORE != 0;
-#else
   static constexpr bool kReduceAsStore = false;
-#endif
   // The FP32 staging's TMA atoms: kF32AtomCols floats (the swizzle span: 128, 64 or 32 bytes) of
   // 64 rows; a warpgroup stages one sub-tile (64 x kWgmmaN floats) at a time.
   // 1D1D (kBScale1D): B is scaled per row and 128-wide K block like A (b_scale [N, K/128], read
@@ -130,7 +119,7 @@ struct Fp8GemmConfig {
   // operands; the producer loads the stage's kBlockN values by TMA beside a_scale, and each
   // accumulator is promoted with a_scale(row) * b_scale(column) (TileMainloop::finish).
   static constexpr bool kBScale1D = kBScale1D_;
-  static constexpr int kF32AtomCols = kWgmmaN_ % 32 == 0 ? 32 : (kWgmmaN_ % 16 == 0 ? 16 : 8);
+  static constexpr int kF32AtomCols = Shape::kWgmmaN % 32 == 0 ? 32 : (Shape::kWgmmaN % 16 == 0 ? 16 : 8);
   // The K-grouped kind's FP32 D through a storer (kStagedEpilogue, DT_STAGED_EPILOGUE; without C or
   // accumulated in place, one sub-tile per consumer warpgroup): one thread of the producer
   // warpgroup loads each tile's C (D itself) by TMA into the warpgroup's 64-row FP32 staging
@@ -144,42 +133,29 @@ struct Fp8GemmConfig {
   // has C loaded into the staging, the sums added there and the staging stored. The reduce-add
   // keeps C's bytes off the SM and the consumers' loads of it out of the epilogue, but where D's
   // traffic bounds the kernel (tiles of a few k-blocks) it moves them more slowly than the load
-  // and store. DT_STAGED_REDUCE_MIN_KBLOCKS overrides it for measurements (0: always, 1000: never).
+  // and store.
   // NOTES: in place at 4096x7168, the reduce-add beat load + store at 16 k-blocks a tile and lost clearly
   // at 8, so the threshold lies between them.
-#ifdef DT_STAGED_REDUCE_MIN_KBLOCKS
-  static constexpr int kStagedReduceMinKBlocks = DT_STAGED_REDUCE_MIN_KBLOCKS;
-#else
   static constexpr int kStagedReduceMinKBlocks = 12;
-#endif
   // The contiguous, offsets and psum kinds' k-loop sets each tile's result (its first k-block
   // promoted into it: TileMainloop::run) instead of adding to a result zeroed first. Possible for
   // every persistent kind but the K-grouped one (up to three runs per tile); not split-K (a rank's
-  // share may be empty). DT_LOOP_SETS_RESULT=1 / 0 turns it on for every kind that can / off, for
-  // measurements.
+  // share may be empty).
   // NOTES: the same kernels with and without: the contiguous, offsets and psum kinds gained, the masked kind
   // was even and the dense kind slower on most shapes, so only those three kinds set the result.
   static constexpr bool kLoopSetsResultPossible = !kKGrouped && kSplitK == 1;
-#ifdef DT_LOOP_SETS_RESULT
-  static constexpr bool kLoopSetsResult = kLoopSetsResultPossible && DT_LOOP_SETS_RESULT != 0;
-#else
   static constexpr bool kLoopSetsResult =
       kLoopSetsResultPossible &&
       (kProblemKind_ == ProblemKind::kGroupedContiguous || kProblemKind_ == ProblemKind::kGroupedOffsets ||
        kProblemKind_ == ProblemKind::kGroupedPsum);
-#endif
 
   // Programmatic dependent launch (ptx/grid_dependency.cuh): the k-blocks of the CTA's first
   // weight (B) tile asked of L2 before the kernel waits for its stream predecessor, so they stream
   // in during the predecessor's tail; the dense kind only (a grouped tile's expert is read from
-  // memory the predecessor may write). DT_L2_PREFETCH_KBLOCKS overrides it for measurements.
+  // memory the predecessor may write).
   // NOTES: 2 was best in a decode chain; a pipeline's worth was slower than none, and a whole tile (more than
   // L2 holds over a grid) far slower (docs/performance.md, 'What was tried and did not pay').
-#ifdef DT_L2_PREFETCH_KBLOCKS
-  static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? DT_L2_PREFETCH_KBLOCKS : 0;
-#else
   static constexpr int kL2PrefetchKBlocks = kProblemKind_ == ProblemKind::kDense ? 2 : 0;
-#endif
 
   // Threads: consumer warpgroups first, the producer warpgroup last.
   static constexpr int kNumMathWarpgroups = kBlockM == 64 ? 1 : 2;
@@ -195,11 +171,11 @@ struct Fp8GemmConfig {
   // times kNumNParts column parts, each one WGMMA chain m64 x kWgmmaN x 128 into an accumulator of
   // kWgmmaN / 2 floats per thread; kNumAccumBuffers such accumulators are reused over the sub-tiles
   // (2: the next sub-tile's WGMMAs run while this one is promoted).
-  static constexpr int kWgmmaN = kWgmmaN_;
+  static constexpr int kWgmmaN = Shape::kWgmmaN;
   static constexpr int kNumSlabs = kWgM / 64;
   static constexpr int kNumNParts = kBlockN / kWgmmaN;
   static constexpr int kNumSubtiles = kNumSlabs * kNumNParts;
-  static constexpr int kNumAccumBuffers = kNumAccumBuffers_;
+  static constexpr int kNumAccumBuffers = Pipeline::kNumAccumBuffers;
   static constexpr int kAccumPerSubtile = kWgmmaN / 2;
   // 1D1D one-buffer k-loop of the dense kind: the scale products a_scale(row) * b_scale(column)
   // of the first kPreScaleGroups 4-float groups of each sub-tile's accumulator are formed while its
@@ -210,17 +186,13 @@ struct Fp8GemmConfig {
   // warpgroup (256x128 spilled with 4), of one consumer warpgroup (64-row tiles: 2-7% slower),
   // nor on the K-grouped kind.
   // NOTES: it paid on the in-place weight gradients' picks (128x144 over few tokens broke even) and cost on
-  // the K-grouped tiles, hence not there. DT_PRESCALE_GROUPS overrides it for measurements.
+  // the K-grouped tiles, hence not there.
   static constexpr int kPreScaleFreeRegisters = kConsumerRegisters - (kNumSubtiles + 1) * kAccumPerSubtile;
-#if defined(DT_PRESCALE_GROUPS)
-  static constexpr int kPreScaleWanted = DT_PRESCALE_GROUPS;
-#else
   static constexpr int kPreScaleWanted = kKGrouped || kNumSlabs > 1 || kNumMathWarpgroups == 1 ? 0
                                          : kPreScaleFreeRegisters >= 88 ? 12
                                          : kPreScaleFreeRegisters >= 72 ? 8
                                          : kPreScaleFreeRegisters >= 40 ? 4
                                                                         : 0;
-#endif
   static constexpr int kPreScaleGroups =
       kBScale1D_ && kNumAccumBuffers == 1 ? min_int(kPreScaleWanted, kAccumPerSubtile / 4) : 0;
   // Rows of a sub-tile whose loads of C the direct store issues before their stores: both of a
@@ -228,12 +200,7 @@ struct Fp8GemmConfig {
   // otherwise and under 1D1D (whose 192-register tiles spilled with both).
   // NOTES: in place FP32 (tools/probe_epilogue.py), both rows paid on 128x256 /128 and one row on 128x128 x2;
   // asking L2 for the tile's rows of C when the tile starts (cp.async.bulk.prefetch.L2) was always slower.
-  // DT_C_LOAD_ROWS overrides it for measurements.
-#ifdef DT_C_LOAD_ROWS
-  static constexpr int kCLoadRows = DT_C_LOAD_ROWS;
-#else
   static constexpr int kCLoadRows = kNumSubtiles > 1 && !kBScale1D_ ? 2 : 1;
-#endif
   // Column pairs of each such row loaded before their stores: all of the sub-tile's, or where a
   // warpgroup has several sub-tiles at most 8 at a time (so 16 loads of C in flight per thread
   // with both rows; under 1D1D all 16 spilled 28 bytes in 256x128), in chunks that divide the
@@ -242,13 +209,9 @@ struct Fp8GemmConfig {
   // slower with fewer and with more (docs/performance.md, 'What was tried and did not pay').
   // NOTES: chunks must divide the pairs: chunks of 8 over 12 stored past the sub-tile into the next column
   // part's columns (128x192 /96 under 1D1D gave wrong results in tests/test_k_grouped.py).
-#ifdef DT_C_LOAD_PAIRS
-  static constexpr int kCLoadPairs = DT_C_LOAD_PAIRS;
-#else
   static constexpr int kCLoadPairs = kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8
                                          ? largest_divisor_at_most(kAccumPerSubtile / 4, 8)
                                          : kAccumPerSubtile / 4;
-#endif
 
   // Shared memory (bytes): D staging (persistent kernels only), then A, B, a_scale and b_scale
   // stages, then the barriers. The split-K partial tile (fp32) reuses the stage memory after the k-loop.
@@ -271,21 +234,16 @@ struct Fp8GemmConfig {
   static constexpr int kStageTxBytes = kStageBytes + kTileBScaleBytes;
   // The one-buffer k-loop of a tile whose width is not a multiple of 128 reads the two b_scale
   // values of each k-block (row 0 and row 1 of a tile straddling two 128-row weight blocks) from
-  // its stage, copied there by the producer (fp8_gemm_mainloop.cuh, BScaleStaged); other k-loops
+  // its stage, copied there by the producer (mainloop/b_scale_sources.cuh, BScaleStaged); other k-loops
   // load them themselves (BScaleQueue, BScaleChunks). The 8 bytes per stage are there for every config.
-  static constexpr bool kBScaleStaged = !kBScale1D_ && kNumAccumBuffers_ == 1 && kBlockN_ % 128 != 0;
+  static constexpr bool kBScaleStaged = !kBScale1D_ && Pipeline::kNumAccumBuffers == 1 && Shape::kBlockN % 128 != 0;
   // The one-buffer k-loop hands each stage back by the index it waited for it at (TileMainloop's
   // issued_stage) instead of advancing a release state of its own, in the dense kernels with K fixed
   // at up to 8 K blocks.
   // NOTES: against the release state it paid at 4 and 8 K blocks and cost a little at 12-16, with long
-  // run-time K and in the masked kind. DT_ONE_RING=0/1 overrides it for measurements (never / every
-  // one-buffer 1D2D k-loop).
-#if defined(DT_ONE_RING)
-  static constexpr bool kOneRingState = DT_ONE_RING != 0 && kNumAccumBuffers_ == 1 && !kBScale1D_;
-#else
-  static constexpr bool kOneRingState = kNumAccumBuffers_ == 1 && !kBScale1D_ && kStaticKBlocks_ > 0 &&
-                                        kStaticKBlocks_ <= 8 && kProblemKind_ == ProblemKind::kDense && !kStaticRing_;
-#endif
+  // run-time K and in the masked kind.
+  static constexpr bool kOneRingState = Pipeline::kNumAccumBuffers == 1 && !kBScale1D_ && FixedK::kBlocks > 0 &&
+                                        FixedK::kBlocks <= 8 && kProblemKind_ == ProblemKind::kDense && !FixedK::kRing;
   // 1D1D: each stage's kBlockN b_scale values, at a pitch of whole 128-byte lines (TMA destinations).
   static constexpr int kBScalePitch = kBScale1D_ ? align_up(kBlockN * 4, 128) / 4 : 2;  // floats per stage
   // 1D1D: the values live in a ring of twice the stages' slots (the producer fills slot
@@ -296,16 +254,10 @@ struct Fp8GemmConfig {
   // kEarlyReleaseMaxKBlocks k-blocks (TileMainloop's kEarlyRelease, chosen per tile).
   // NOTES: the early release paid on the in-place weight gradient's 128-column tiles and cost on wider ones;
   // on the K-grouped 128x128 tiles it paid at 16 k-blocks a tile and cost at 32-64, hence the limit of 24.
-  // DT_B_SCALE_RING=0/1 overrides it for measurements (never / always; the shared memory stays the same).
   static constexpr int kEarlyReleaseNever = 0, kEarlyReleaseAlways = 1 << 30;
-#if defined(DT_B_SCALE_RING)
-  static constexpr int kEarlyReleaseMaxKBlocks =
-      kBScale1D_ && DT_B_SCALE_RING != 0 ? kEarlyReleaseAlways : kEarlyReleaseNever;
-#else
-  static constexpr int kEarlyReleaseMaxKBlocks = !kBScale1D_ || kBlockN_ > 128 ? kEarlyReleaseNever
+  static constexpr int kEarlyReleaseMaxKBlocks = !kBScale1D_ || Shape::kBlockN > 128 ? kEarlyReleaseNever
                                                  : kKGrouped                   ? 24
                                                                                : kEarlyReleaseAlways;
-#endif
   static constexpr int kBScaleSlots = kBScale1D_ ? 2 * kNumStages : kNumStages;
   // The ring is used where a tile may release early (kBScaleRing); the others keep one slot per
   // stage, the stage's own, as before the ring.
@@ -314,12 +266,8 @@ struct Fp8GemmConfig {
   // register live through the k-loop), or, on the tiles with two sub-tiles per warpgroup under
   // multicast, from a copy of the issue state's taken at issue (BScaleColumns::slot).
   // NOTES: taken at issue the slot cost time on the in-place weight gradient's picks, but from the release
-  // state the 256x128 mcA in-place kernel spilled. DT_B_SCALE_SLOT_AT_ISSUE=0/1 overrides it for measurements.
-#if defined(DT_B_SCALE_SLOT_AT_ISSUE)
-  static constexpr bool kBScaleSlotAtIssue = kBScaleRing && DT_B_SCALE_SLOT_AT_ISSUE != 0;
-#else
-  static constexpr bool kBScaleSlotAtIssue = kBScaleRing && kNumMulticast_ == 2 && kNumSubtiles > 1;
-#endif
+  // state the 256x128 mcA in-place kernel spilled.
+  static constexpr bool kBScaleSlotAtIssue = kBScaleRing && Cluster::kNumMulticast == 2 && kNumSubtiles > 1;
   static constexpr int kSmemBScaleBytes = kBScaleSlots * kBScalePitch * 4;
   // Arrivals per consumer warp (and CTA of a pair) on a stage's empty barrier: every lane with
   // staged b_scale values (its read must precede the producer's next copy), else one.
@@ -333,20 +281,10 @@ struct Fp8GemmConfig {
   static constexpr int kSmemTableBytes = (has_group_table(kProblemKind_) ? kGroupTableBytes : 0) +
                                          (uses_tile_slots(kProblemKind_) ? kNumStages * kTileSlotBytes : 0);
   // The producer hands each tile to the consumers in its first stage's slot (uses_tile_slots).
-  // DT_TILE_SLOTS=0 overrides it for measurements (the consumers decode the table themselves).
-#if defined(DT_TILE_SLOTS)
-  static constexpr bool kTileSlots = DT_TILE_SLOTS != 0 && uses_tile_slots(kProblemKind_);
-#else
   static constexpr bool kTileSlots = uses_tile_slots(kProblemKind_);
-#endif
   // The grouped kinds store a slab whose real rows end inside it (a partial slab) by TMA too:
-  // D's map is then the 3-D view of store_bf16.cuh's SlabView. DT_PARTIAL_TMA=0 overrides it for
-  // measurements (such slabs go by 16-byte stores, store_rows_direct).
-#if defined(DT_PARTIAL_TMA)
-  static constexpr bool kPartialTma = DT_PARTIAL_TMA != 0;
-#else
+  // D's map is then the 3-D view of store_bf16.cuh's SlabView.
   static constexpr bool kPartialTma = true;
-#endif
   static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 +
                                     kNumEpilogueBarriers * 8 + kSmemTableBytes;
   // The table's offset from the start of shared memory (the last region, SharedStorage::group_table).

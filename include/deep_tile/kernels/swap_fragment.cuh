@@ -1,5 +1,5 @@
 // Where a swap-AB kernel's accumulators sit in its output tile: the one place that says it, for the
-// promotion (fp8_gemm_mainloop.cuh) and both stores (store_tile_swapped, write_partial).
+// promotion (mainloop/operands.cuh) and both stores (store_tile_swapped, write_partial).
 //
 // Under swap-AB (Cfg::kSwapAB) each 64 weight rows of the tile are one m64 x kSwapN WGMMA's D, so
 // a thread's accumulators are kBlockN / 64 WGMMA fragments back to back (ptx/wgmma_fp8.cuh's

@@ -4,18 +4,17 @@
 #include "deep_tile/ptx/address.cuh"
 
 // DT_WATCHDOG=1 (DEEP_TILE_WATCHDOG=1 at run time) builds a variant whose barrier waits trap
-// after DT_WAIT_TIMEOUT_NS instead of hanging. Off by default: even polling the timer once per
+// after kWaitTimeoutNs instead of hanging. Off by default: even polling the timer once per
 // 1024 failed polls cost 5-10% on several configs (measured on H200, nvrtc 13.0).
 #ifndef DT_WATCHDOG
 #define DT_WATCHDOG 0
 #endif
-#ifndef DT_WAIT_TIMEOUT_NS
-// A wait longer than this is a bug (wrong phase, wrong tx count): trap instead of hanging the
-// GPU forever. The host then sees "unspecified launch failure".
-#define DT_WAIT_TIMEOUT_NS 10000000000ull
-#endif
 
 namespace deep_tile::ptx {
+
+// A wait longer than this is a bug (wrong phase, wrong tx count): the watchdog build traps instead
+// of hanging the GPU forever. The host then sees "unspecified launch failure".
+constexpr u64 kWaitTimeoutNs = 10000000000ull;
 
 DT_DEVICE void mbarrier_init(u64* bar, u32 arrive_count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrive_count));
@@ -46,7 +45,7 @@ DT_DEVICE bool mbarrier_try_wait(u32 bar_addr, u32 parity) {
   return done != 0;
 }
 
-/// Block until the phase with the given parity has completed (traps after DT_WAIT_TIMEOUT_NS).
+/// Block until the phase with the given parity has completed (the watchdog build traps after kWaitTimeoutNs).
 /// NOTES: the timer is read once per 1024 failed polls; reading %globaltimer on every poll
 /// delayed the waiter's reaction to the flip and cost 10-15% on some configs (measured, H200).
 DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) {
@@ -60,7 +59,7 @@ DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) {
       const u64 now = global_timer_ns();
       if (start == 0) {
         start = now;
-      } else if (now - start > DT_WAIT_TIMEOUT_NS) {
+      } else if (now - start > kWaitTimeoutNs) {
         asm volatile("trap;");
       }
     }

@@ -106,6 +106,11 @@ struct WorkRange {
   int kb_begin, kb_end;
 };
 
+/// The k-blocks [begin, end) of one tile's k-loop (the CTA's range, or a K-grouped tile's group's).
+struct KBlocks {
+  int begin, end;
+};
+
 /// One output tile, as the producer, the consumers and the epilogues see it: Tile<Cfg>.
 template <bool kPaired>
 struct BasicTile {
