@@ -97,7 +97,7 @@ class DistRing:
 
         if self.backend != "nccl" or env.tp_transport() != "symm":
             return None
-        pg = self.group if self.group is not None else self.dist.distributed_c10d._get_default_group()
+        pg = self._process_group()
         space = _SPACES.get(pg)
         if space is None:
             try:
@@ -107,11 +107,14 @@ class DistRing:
             _SPACES[pg] = space
         return space if isinstance(space, _SymmSpace) else None
 
+    def _process_group(self):
+        """The group object itself (the default group for None): the key of its symmetric buffer."""
+        return self.group if self.group is not None else self.dist.distributed_c10d._get_default_group()
+
     @property
     def symm_failed(self):
         """Why symmetric memory could not be set up for this group (None: it was, or was not tried)."""
-        pg = self.group if self.group is not None else self.dist.distributed_c10d._get_default_group()
-        space = _SPACES.get(pg)
+        space = _SPACES.get(self._process_group())
         return space if isinstance(space, str) else None
 
     def _peer(self, rank: int) -> int:
