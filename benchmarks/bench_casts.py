@@ -1,4 +1,4 @@
-"""The fused FP8 casts (deep_tile/cast_transpose.py) against the HBM copy rate: one process, L2
+"""The fused FP8 casts (deep_tile/casts/cast_transpose.py) against the HBM copy rate: one process, L2
 flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
 
 For each ``T`` (``--tokens``) and ``D`` (``--dims``) of a bf16 ``x [T, D]``, each cast is timed
@@ -32,8 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
-from deep_tile.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8  # noqa: E402
-from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref  # noqa: E402
+from deep_tile.casts.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8  # noqa: E402
+from deep_tile.casts.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref  # noqa: E402
 from deep_tile.common import align_up, ceil_div  # noqa: E402
 from deep_tile.kernels import cast_transpose as contract  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402

@@ -56,10 +56,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import deep_tile  # noqa: E402
 from bench_fp8_gemm import deepgemm_version, environment, environment_text  # noqa: E402
-from deep_tile import launch  # noqa: E402
+from deep_tile.gemm import launch  # noqa: E402
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div  # noqa: E402
-from deep_tile.problem import ProblemKind  # noqa: E402
-from deep_tile.quant import per_token_cast_to_fp8  # noqa: E402
+from deep_tile.gemm.problem import ProblemKind  # noqa: E402
+from deep_tile.casts.quant import per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm, ref_m_grouped_fp8_gemm_masked  # noqa: E402
 from deep_tile.testing.moe import make_expert_weights, tma_aligned_scale_buffer  # noqa: E402
 from deep_tile.testing.numeric import DIFF_TOL, REL_TOL, calc_diff, max_rel_error  # noqa: E402

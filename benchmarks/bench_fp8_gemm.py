@@ -43,7 +43,7 @@ from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.shapes import BENCH_SHAPES, MODEL_NK  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth, sustained  # noqa: E402
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 
 DECODE_M = (1, 2, 4, 8, 16, 32, 64, 128)
 DECODE_SHAPES = [(m, n, k) for m in DECODE_M for (n, k) in MODEL_NK]

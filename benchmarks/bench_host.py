@@ -12,7 +12,7 @@ Per-call cost, at a shape whose kernel takes ~15 us so the GPU is not what is me
   only at the ends (GPU-bound when the host is faster than the kernel).
 
 Rows: deep_tile on the native path (``torch.ops.deep_tile`` -> C++) and on the Python path
-(``DEEP_TILE_NATIVE=off``, through the op; and ``deep_tile.launch.run`` directly), each with the
+(``DEEP_TILE_NATIVE=off``, through the op; and ``deep_tile.gemm.launch.run`` directly), each with the
 TMA-aligned a_scale and with a row-major one; cuBLAS blockwise FP8 (``torch._scaled_mm``); DeepGEMM
 when ``import deep_gemm`` works. The ratio column is against ``torch._scaled_mm`` in this process.
 
@@ -128,7 +128,7 @@ def measure_per_call(shape, calls: int, batch: int) -> tuple[list[dict], list[st
 
     import deep_tile
     from deep_tile import native
-    from deep_tile.launch import run
+    from deep_tile.gemm.launch import run
     from deep_tile.native import loader
     from deep_tile.testing.data import make_fp8_problem
 

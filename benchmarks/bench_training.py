@@ -57,8 +57,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
 from deep_tile.gemm import fp8_gemm_1d1d  # noqa: E402
-from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d  # noqa: E402
-from deep_tile.problem import Problem, ProblemKind  # noqa: E402
+from deep_tile.gemm.k_grouped import k_grouped_fp8_gemm_1d1d  # noqa: E402
+from deep_tile.gemm.problem import Problem, ProblemKind  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.select.api import get_problem_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402

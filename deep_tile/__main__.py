@@ -9,7 +9,7 @@ Commands:
            [--out T] [--c C] [--1d1d]
                                   compile the FP8 GEMM kernels of those shapes into the disk cache
 
-Shapes and SM counts are checked by the library (:func:`deep_tile.checks.check_problem_shape`,
+Shapes and SM counts are checked by the library (:func:`deep_tile.gemm.checks.check_problem_shape`,
 :func:`deep_tile.device.check_num_sms`), so the command line accepts exactly what
 :func:`deep_tile.fp8_gemm` accepts and prints the same messages; a bad value exits with status 2.
 An error of the environment rather than of the arguments -- no CUDA stack installed, a bad
@@ -63,7 +63,7 @@ def parse_shape(text: str) -> tuple:
     """Parse ``"M,N,K"`` into three ints (an argparse ``type``).
 
     Only the syntax is checked here; the values are checked by the command with
-    :func:`deep_tile.checks.check_problem_shape`, as fp8_gemm checks them.
+    :func:`deep_tile.gemm.checks.check_problem_shape`, as fp8_gemm checks them.
     """
     text = text.strip()
     try:
@@ -79,7 +79,7 @@ def parse_grouped(text: str) -> tuple:
     """Parse ``"KIND,G,M,N,K[,EXPECTED_M]"`` (an argparse ``type``): a grouped GEMM's kind
     (``contiguous``, ``masked``, ``offsets``), experts, rows of ``a`` (masked: max_m), ``n``,
     ``k`` and the masked kind's hint of rows per expert. Only the syntax is checked here; the
-    values by :func:`deep_tile.checks.check_grouped_problem`."""
+    values by :func:`deep_tile.gemm.checks.check_grouped_problem`."""
     kind, *rest = text.strip().split(",")
     try:
         values = tuple(int(part) for part in rest)
@@ -119,7 +119,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _format_shape(shape) -> str:
     """``M,N,K``, or a grouped problem as ``--grouped`` spells it; then the output variant's
     options, if any."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     if isinstance(shape, tuple):
         return ",".join(str(v) for v in shape)
@@ -159,11 +159,12 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     present, else 132); a given ``--num-sms`` is bounded by the device's SM count when a device is
     present. Shapes with ``M = 0`` need no kernel (fp8_gemm launches nothing) and are listed as such.
     """
-    from deep_tile import env, warmup
+    from deep_tile import env
+    from deep_tile.gemm import warmup
     from deep_tile.errors import DeepTileError
     from deep_tile.jit import cache, compiler
 
-    from deep_tile.checks import check_grouped_problem
+    from deep_tile.gemm.checks import check_grouped_problem
 
     prog = prog_name()
     shapes = list(dict.fromkeys([_with_output(warmup.check_shape(shape), args) for shape in args.shape or ()]
@@ -208,7 +209,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
 
 def build_parser(prog: Optional[str] = None) -> argparse.ArgumentParser:
     """The argument parser with one subparser per command; ``prog`` defaults to :func:`prog_name`."""
-    from deep_tile.checks import PROBLEM_KIND_NAMES
+    from deep_tile.gemm.checks import PROBLEM_KIND_NAMES
 
     parser = argparse.ArgumentParser(prog=prog or prog_name(),
                                      description="deep_tile: FP8 GEMM kernels for Hopper.")

@@ -1,5 +1,5 @@
 """Small JSON records on disk, for the indexes that let a warm process skip work
-(:mod:`deep_tile.jit.source_index`, :mod:`deep_tile.plan_index`).
+(:mod:`deep_tile.jit.source_index`, :mod:`deep_tile.gemm.plan_index`).
 
 A record is a JSON object in its own file, stored with a sha256 of its contents (the
 :data:`CHECKSUM` member). Reading tolerates any damage: a missing, truncated, empty or garbage

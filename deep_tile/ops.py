@@ -14,23 +14,23 @@ The operators of the ``deep_tile`` namespace (see :data:`SCHEMAS`):
   weight gradient's GEMM, :func:`deep_tile.fp8_gemm_1d1d`);
 - ``k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> Tensor`` and
   ``k_grouped_fp8_gemm_1d1d_out(a, a_scale, b, b_scale, group_sizes, c, accumulate, out) -> ()``:
-  the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.k_grouped`);
+  the K-grouped 1D1D GEMM of MoE weight gradients (:mod:`deep_tile.gemm.k_grouped`);
 - ``m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}`` and their ``_out`` variants: the
-  Mixture-of-Experts GEMMs of :mod:`deep_tile.grouped` (likewise);
+  Mixture-of-Experts GEMMs of :mod:`deep_tile.gemm.grouped` (likewise);
 - ``m_grouped_fp8_gemm_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype) -> Tensor``
   and ``m_grouped_fp8_gemm_acc_out(kind, ..., expected_m, c, accumulate, out) -> ()``: the output
   variants of those four kinds (``kind`` a grouped ProblemKind's value; ``expected_m`` the masked
   kind's hint, None for the others), as ``fp8_gemm_acc`` is of ``fp8_gemm``;
 - ``per_token_cast_to_fp8(x) -> (Tensor, Tensor)`` and ``per_block_cast_to_fp8(w) -> (Tensor,
-  Tensor)``: ``(q, s)`` as :mod:`deep_tile.quant` documents;
+  Tensor)``: ``(q, s)`` as :mod:`deep_tile.casts.quant` documents;
 - ``per_token_cast_transpose_to_fp8(x, transpose, power_of_two_scales)`` and
   ``per_block_cast_transpose_to_fp8(w, transpose, power_of_two_scales) -> (q, s, qt, st)``: the
-  fused casts of :mod:`deep_tile.cast_transpose` (``qt``/``st`` empty without ``transpose``);
+  fused casts of :mod:`deep_tile.casts.cast_transpose` (``qt``/``st`` empty without ``transpose``);
 - ``per_token_cast_transpose_grouped_to_fp8(x, group_offsets, power_of_two_scales) -> (q, s, qt,
   st)``: the activation cast whose transposed copy gives each row group its own 128-row blocks.
 
 Each has a fake (meta) implementation that checks what can be checked without data (types,
-dtypes, shapes, strides: the messages of :mod:`deep_tile.checks` and :mod:`deep_tile.quant`)
+dtypes, shapes, strides: the messages of :mod:`deep_tile.gemm.checks` and :mod:`deep_tile.casts.quant`)
 and returns outputs of the right shape, dtype and strides, so torch.compile traces them with no
 graph break and ``torch.library.opcheck`` passes.
 
@@ -58,7 +58,7 @@ from __future__ import annotations
 import torch
 
 from deep_tile import native
-from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
+from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
@@ -132,7 +132,7 @@ def _gemm(a, a_scale, b, b_scale, out):
     extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
     if extension is not None:
         return extension.fp8_gemm(a, a_scale, b, b_scale, out)
-    from deep_tile.launch import run
+    from deep_tile.gemm.launch import run
 
     return run(a, a_scale, b, b_scale, out)
 
@@ -147,11 +147,11 @@ def _fp8_gemm_out_impl(a, a_scale, b, b_scale, out):
 
 def _acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d):
     """The output variants (``b_scale_1d``: the 1D1D GEMM) through the native extension when it is
-    loaded (as :func:`_gemm`), else the Python host path (:func:`deep_tile.launch.run_acc`)."""
+    loaded (as :func:`_gemm`), else the Python host path (:func:`deep_tile.gemm.launch.run_acc`)."""
     extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
     if extension is not None:
         return extension.fp8_gemm_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d)
-    from deep_tile.launch import run_acc
+    from deep_tile.gemm.launch import run_acc
 
     return run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
 
@@ -174,11 +174,11 @@ def _fp8_gemm_1d1d_out_impl(a, a_scale, b, b_scale, c, accumulate, out):
 
 def _k_grouped(a, a_scale, b, b_scale, group_sizes, c, accumulate, out, out_dtype):
     """The K-grouped GEMM through the native extension when it is loaded (as :func:`_gemm`), else
-    the Python host path (:func:`deep_tile.launch.run_k_grouped`)."""
+    the Python host path (:func:`deep_tile.gemm.launch.run_k_grouped`)."""
     extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
     if extension is not None:
         return extension.k_grouped_fp8_gemm(a, a_scale, b, b_scale, group_sizes, c, accumulate, out, out_dtype)
-    from deep_tile.launch import run_k_grouped
+    from deep_tile.gemm.launch import run_k_grouped
 
     return run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, accumulate=accumulate)
 
@@ -194,9 +194,9 @@ def _k_grouped_out_impl(a, a_scale, b, b_scale, group_sizes, c, accumulate, out)
 def _grouped(kind_value: str):
     """The real and fake implementations of one grouped GEMM op pair (``name``, ``name_out``):
     the native extension when it is loaded (as :func:`_gemm`), else the Python host path
-    (:func:`deep_tile.launch.run_grouped`); and the checks without data followed by an empty
+    (:func:`deep_tile.gemm.launch.run_grouped`); and the checks without data followed by an empty
     output (its row count left symbolic when it is)."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     kind = ProblemKind(kind_value)
     masked = kind is ProblemKind.GROUPED_MASKED
@@ -205,7 +205,7 @@ def _grouped(kind_value: str):
         extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
         if extension is not None:
             return extension.m_grouped_fp8_gemm(kind.value, a, a_scale, b, b_scale, info, expected_m, out)
-        from deep_tile.launch import run_grouped
+        from deep_tile.gemm.launch import run_grouped
 
         return run_grouped(kind, a, a_scale, b, b_scale, info, out, expected_m)
 
@@ -233,12 +233,12 @@ def _grouped(kind_value: str):
 def _grouped_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out, out_dtype):
     """The M-grouped output variants (``kind``: a grouped ProblemKind's value) through the native
     extension when it is loaded (as :func:`_gemm`), else the Python host path
-    (:func:`deep_tile.launch.run_grouped`)."""
+    (:func:`deep_tile.gemm.launch.run_grouped`)."""
     extension = native.module(start_build=isinstance(a, torch.Tensor) and a.is_cuda)
     if extension is not None:
         return extension.m_grouped_fp8_gemm_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out,
                                                 out_dtype)
-    from deep_tile.launch import run_grouped
+    from deep_tile.gemm.launch import run_grouped
 
     return run_grouped(_grouped_kind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c,
                        accumulate=accumulate, out_dtype=out_dtype)
@@ -246,7 +246,7 @@ def _grouped_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, 
 
 def _grouped_kind(value):
     """The grouped ProblemKind of an op's ``kind`` string (ValueError for any other)."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     kinds = {kind.value: kind for kind in ProblemKind if kind.grouped and kind is not ProblemKind.K_GROUPED}
     if value not in kinds:
@@ -280,13 +280,13 @@ def _split(args: tuple, masked: bool) -> tuple:
 
 
 def _per_token_impl(x):
-    from deep_tile.casts import per_token_cast
+    from deep_tile.casts.quant_impl import per_token_cast
 
     return per_token_cast(x)
 
 
 def _per_block_impl(w):
-    from deep_tile.casts import per_block_cast
+    from deep_tile.casts.quant_impl import per_block_cast
 
     return per_block_cast(w)
 
@@ -341,7 +341,7 @@ def _k_grouped_out_fake(a, a_scale, b, b_scale, group_sizes, c, accumulate, out)
 def _cast_fake(fn: str, arg: str, x, scale_rows):
     """The input checks, then empty ``(q, s)``; ``scale_rows(rows)``: the row count of ``s``.
     ``rows`` is only used in sizes (never made an int), so a symbolic one stays symbolic."""
-    from deep_tile.casts import check_cast_input
+    from deep_tile.casts.quant_impl import check_cast_input
 
     check_cast_input(fn, arg, x)
     rows, k = x.shape
@@ -351,10 +351,10 @@ def _cast_fake(fn: str, arg: str, x, scale_rows):
 
 
 def _cast_transpose(name: str):
-    """``deep_tile.cast_transpose_impl.<name>``, imported on first call (it loads the kernels' module)."""
+    """``deep_tile.casts.cast_transpose_impl.<name>``, imported on first call (it loads the kernels' module)."""
 
     def call(*args):
-        from deep_tile import cast_transpose_impl
+        from deep_tile.casts import cast_transpose_impl
 
         return getattr(cast_transpose_impl, name)(*args)
 
@@ -433,13 +433,13 @@ per_block_cast_to_fp8 = _ops.per_block_cast_to_fp8.default
 """``torch.ops.deep_tile.per_block_cast_to_fp8.default``: ``w -> (q, s)``."""
 per_token_cast_transpose_to_fp8 = _ops.per_token_cast_transpose_to_fp8.default
 """``(x, transpose, power_of_two_scales) -> (q, s, qt, st)``
-(:func:`deep_tile.cast_transpose.per_token_cast_transpose_to_fp8`)."""
+(:func:`deep_tile.casts.cast_transpose.per_token_cast_transpose_to_fp8`)."""
 per_block_cast_transpose_to_fp8 = _ops.per_block_cast_transpose_to_fp8.default
 """``(w, transpose, power_of_two_scales) -> (q, s, qt, st)``
-(:func:`deep_tile.cast_transpose.per_block_cast_transpose_to_fp8`)."""
+(:func:`deep_tile.casts.cast_transpose.per_block_cast_transpose_to_fp8`)."""
 per_token_cast_transpose_grouped_to_fp8 = _ops.per_token_cast_transpose_grouped_to_fp8.default
 """``(x, group_offsets, power_of_two_scales) -> (q, s, qt, st)``
-(:func:`deep_tile.cast_transpose.per_token_cast_transpose_to_fp8` with ``group_offsets``)."""
+(:func:`deep_tile.casts.cast_transpose.per_token_cast_transpose_to_fp8` with ``group_offsets``)."""
 m_grouped_fp8_gemm_contiguous = _ops.m_grouped_fp8_gemm_contiguous.default
 """``(a, a_scale, b, b_scale, m_indices) -> out`` (:func:`deep_tile.m_grouped_fp8_gemm_contiguous`)."""
 m_grouped_fp8_gemm_contiguous_out = _ops.m_grouped_fp8_gemm_contiguous_out.default
@@ -464,7 +464,7 @@ m_grouped_fp8_gemm_acc_out = _ops.m_grouped_fp8_gemm_acc_out.default
 """``(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, out) -> None``: the same into ``out`` (C:
 ``c``, or ``out`` itself when ``accumulate``, or none)."""
 k_grouped_fp8_gemm_1d1d = _ops.k_grouped_fp8_gemm_1d1d.default
-"""``(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> out``: :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`
+"""``(a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> out``: :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`
 into a new ``[G, m, n]`` tensor."""
 k_grouped_fp8_gemm_1d1d_out = _ops.k_grouped_fp8_gemm_1d1d_out.default
 """``(a, a_scale, b, b_scale, group_sizes, c, accumulate, out) -> None``: the same into ``out`` (C: ``c``, or

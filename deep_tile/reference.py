@@ -181,7 +181,7 @@ def ref_k_grouped_fp8_gemm_1d1d(
     a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor, group_sizes,
     c: "torch.Tensor | None" = None,
 ) -> torch.Tensor:
-    """Float64 reference of the K-grouped 1D1D GEMM (:func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`):
+    """Float64 reference of the K-grouped 1D1D GEMM (:func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`):
     ``out[g] = c[g] + (a * a_scale)[:, K_g] @ ((b * b_scale)[:, K_g]).T`` with
     ``K_g = [sum(sizes[:g]), sum(sizes[:g + 1]))``, each token scaled by the scale of its 128-wide
     block of the whole K axis.

@@ -510,7 +510,7 @@ def pack_chunk(x: torch.Tensor, x_scale: torch.Tensor) -> list:
 
 def _scales_view(buf: torch.Tensor, t: int) -> torch.Tensor:
     """``[t, k_blocks]`` float32 with strides ``(1, align4(t))`` over ``buf``: the a_scale layout the
-    GEMM reads without a copy (deep_tile.layouts.get_tma_aligned_a_scale)."""
+    GEMM reads without a copy (deep_tile.gemm.layouts.get_tma_aligned_a_scale)."""
     return buf.t()[:t]
 
 

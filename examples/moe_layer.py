@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
-from deep_tile.quant import per_token_cast_to_fp8  # noqa: E402
+from deep_tile.casts.quant import per_token_cast_to_fp8  # noqa: E402
 from deep_tile.testing import moe  # noqa: E402
 from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402

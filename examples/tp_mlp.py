@@ -41,7 +41,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deep_tile import tp  # noqa: E402
-from deep_tile.quant import per_block_cast_to_fp8, per_token_cast_to_fp8  # noqa: E402
+from deep_tile.casts.quant import per_block_cast_to_fp8, per_token_cast_to_fp8  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm  # noqa: E402
 from deep_tile.testing.linear_check import compare  # noqa: E402
 from deep_tile.testing.timing import synced_call_us  # noqa: E402

@@ -12,7 +12,7 @@ import sys
 import torch
 
 import deep_tile
-from deep_tile.launch import run, run_grouped
+from deep_tile.gemm.launch import run, run_grouped
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff, max_rel_error
@@ -123,7 +123,7 @@ def cast_in_new_thread(m: int, k: int, seed: int = 0) -> dict:
 def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
     """FP8 casts on a non-default stream, then captured in a CUDA graph and replayed with new data;
     each result must be bitwise equal to the CPU (torch) implementation."""
-    from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
+    from deep_tile.casts.quant_impl import per_block_cast_torch, per_token_cast_torch
     torch_dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(torch_dtype).to(DEVICE)
@@ -140,7 +140,7 @@ def cast_stream_and_graph(m: int, k: int, dtype: str, seed: int = 0) -> dict:
     stream.synchronize()
     on_stream = same(token, per_token_cast_torch(x.cpu())) and same(block, per_block_cast_torch(x.cpu()))
 
-    from deep_tile.cast_kernels import per_block_cast_cuda, per_token_cast_cuda
+    from deep_tile.casts.quant_kernels import per_block_cast_cuda, per_token_cast_cuda
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):  # warm-up outside capture (compile, load)
         per_token_cast_cuda(x), per_block_cast_cuda(x)
@@ -193,7 +193,7 @@ def bad_input_leaves_out_untouched(case: str) -> dict:
 
 def _grouped_weights(num_groups: int, n: int, k: int, gen) -> tuple:
     """Random [G, N, K] FP8 weights and [G, ceil(N/128), ceil(K/128)] scales, one expert at a time."""
-    from deep_tile.quant import per_block_cast_to_fp8
+    from deep_tile.casts.quant import per_block_cast_to_fp8
 
     qs, ss = [], []
     for _ in range(num_groups):
@@ -206,7 +206,7 @@ def _grouped_weights(num_groups: int, n: int, k: int, gen) -> tuple:
 
 def _grouped_activations(shape: tuple, k: int, gen, layout: str) -> tuple:
     """Random FP8 activations of ``shape + (k,)`` and their 1x128 scales, row-major or TMA-aligned."""
-    from deep_tile.quant import per_token_cast_to_fp8
+    from deep_tile.casts.quant import per_token_cast_to_fp8
 
     rows = 1
     for d in shape:
@@ -276,7 +276,7 @@ def grouped(kind: str, counts: list, n: int, k: int, layout: str = "tma", config
     checked still NaN (untouched), a repeat checked bitwise. ``graph_counts``: also capture the
     call in a CUDA graph, change the counts in place and replay (the same checks). ``expected_m``:
     the masked kind's hint (default: the mean count)."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     gen = torch.Generator(device=DEVICE)
     gen.manual_seed(seed)

@@ -1,4 +1,4 @@
-"""GPU checks of the fused casts (deep_tile/cast_transpose.py), run in a child process by
+"""GPU checks of the fused casts (deep_tile/casts/cast_transpose.py), run in a child process by
 tests/test_cast_transpose.py (conftest.run_child_cases; the protocol of tests/gpu_cases.py) and by
 tools/sanitize_casts.py.
 
@@ -14,10 +14,10 @@ import math
 
 import torch
 
-from deep_tile import layouts
-from deep_tile.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8
-from deep_tile.cast_transpose_kernels import launch
-from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
+from deep_tile.gemm import layouts
+from deep_tile.casts.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8
+from deep_tile.casts.cast_transpose_kernels import launch
+from deep_tile.casts.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
 from deep_tile.common import align4, align_up, ceil_div
 from deep_tile.gemm import fp8_gemm, fp8_gemm_1d1d
 from deep_tile.reference import ref_fp8_gemm, ref_fp8_gemm_1d1d
@@ -153,7 +153,7 @@ def grouped_case(rows: int, cols: int, offsets: list, power_of_two: bool, seed: 
     against the reference (rows in their groups' 128-row bands): q and s on the groups' rows (the
     rows outside every group keep their poison), qt and st whole (zeros past each group's rows);
     then the public function against them."""
-    from deep_tile.cast_transpose_ref import grouped_token_cast_transpose_ref, padded_group_starts
+    from deep_tile.casts.cast_transpose_ref import grouped_token_cast_transpose_ref, padded_group_starts
     from deep_tile.kernels.cast_transpose import row_bands
 
     x = _sample(rows, cols, seed, seed % 2 == 1)

@@ -15,8 +15,8 @@ import torch
 
 import deep_tile
 from deep_tile import native
-from deep_tile.launch import run
-from deep_tile.problem import Problem
+from deep_tile.gemm.launch import run
+from deep_tile.gemm.problem import Problem
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff
 from gpu_cases import _grouped_activations, _grouped_info, _grouped_weights, _metrics, _poisoned_out
@@ -67,7 +67,8 @@ def native_vs_python(m: int, n: int, k: int, layout: str = "tma", seed: int = 0)
 def sms_limit_on_native(m: int, n: int, k: int, seed: int = 0) -> dict:
     """deep_tile.set_num_sms while the native library is loaded: its next call plans with the new
     limit (the launch grid shrinks) and matches the Python path under the same limit bitwise."""
-    from deep_tile import device, planner
+    from deep_tile import device
+    from deep_tile.gemm import planner
 
     extension = _native()
     a, a_scale, b, b_scale = _problem(m, n, k, seed)
@@ -350,8 +351,8 @@ def grouped_native_vs_python(kind: str, counts: list, n: int, k: int, layout: st
     """A grouped GEMM on the native path (the ``_out`` op, the public function, the extension
     directly, the op allocating its output, repeats) against the Python path (run_grouped):
     bitwise equal, the rows of no expert untouched, and the native path really taken."""
-    from deep_tile.launch import run_grouped
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.launch import run_grouped
+    from deep_tile.gemm.problem import ProblemKind
 
     extension = _native()
     args = _grouped_problem(kind, counts, n, k, layout, max_m, tail, bad_ids, gaps, seed)
@@ -418,8 +419,8 @@ def grouped_graph_replay(kind: str, counts: list, new_counts: list, n: int, k: i
 def grouped_errors_match(kind: str, case: str) -> dict:
     """A bad CUDA argument of a grouped op raises the same type and message on the Python path,
     through the op and through the extension directly, before writing out."""
-    from deep_tile.launch import run_grouped
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.launch import run_grouped
+    from deep_tile.gemm.problem import ProblemKind
 
     extension = _native()
     args = list(_grouped_problem(kind, [130, 0, 60], 256, 512, "tma", 192, 0, False, False, 4))

@@ -2,7 +2,7 @@
 the K-grouped GEMM), run in a child process by tests/test_native.py (conftest.run_child_cases;
 the protocol of tests/gpu_cases.py).
 
-Each case draws fresh random data, runs the Python host path (deep_tile.launch.run_acc /
+Each case draws fresh random data, runs the Python host path (deep_tile.gemm.launch.run_acc /
 run_k_grouped) and the native one (the custom ops, the public function, the extension directly,
 repeats) on NaN-poisoned outputs -- or, accumulating in place, on copies of one random C -- and
 reports whether they are bitwise equal, whether every call took the native path, and the error
@@ -15,8 +15,8 @@ import torch
 import deep_tile
 from deep_tile import native
 from deep_tile.gemm import fp8_gemm_1d1d
-from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d
-from deep_tile.launch import run_acc, run_k_grouped
+from deep_tile.gemm.k_grouped import k_grouped_fp8_gemm_1d1d
+from deep_tile.gemm.launch import run_acc, run_k_grouped
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.testing.data import make_fp8_problem
 from deep_tile.testing.numeric import calc_diff

@@ -11,7 +11,7 @@ import traceback
 import torch
 
 from gpu_cases import serve
-from deep_tile.quant import per_token_cast_to_fp8
+from deep_tile.casts.quant import per_token_cast_to_fp8
 from deep_tile.testing import moe
 from deep_tile.testing.numeric import calc_diff, max_rel_error
 

@@ -41,10 +41,10 @@ def linear(tokens: int, k: int, n: int, main_grad: bool = True, seed: int = 0, c
 
 
 def swiglu(rows: int, inter: int, seed: int = 0) -> dict:
-    """deep_tile.swiglu's kernels against the torch float32 code they replace, on the same GPU:
+    """deep_tile.casts.swiglu's kernels against the torch float32 code they replace, on the same GPU:
     every element within one bf16 rounding step (the kernels mirror its float32 operations, so
     most are bit-equal), on inputs spanning exp's range (|g| up to ~40, where silu saturates)."""
-    from deep_tile import swiglu as sw
+    from deep_tile.casts import swiglu as sw
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     h13 = (torch.randn(rows, 2 * inter, generator=gen, device="cuda") * 8).to(torch.bfloat16)

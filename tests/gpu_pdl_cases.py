@@ -21,8 +21,8 @@ import torch
 
 import deep_tile
 from gpu_cases import serve
-from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
-from deep_tile.launch import run
+from deep_tile.casts.quant_impl import per_block_cast_torch, per_token_cast_torch
+from deep_tile.gemm.launch import run
 from deep_tile.testing.configs import parse_config
 from deep_tile.testing.numeric import calc_diff, max_rel_error
 

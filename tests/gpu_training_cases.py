@@ -13,9 +13,9 @@ import torch
 
 import deep_tile
 from deep_tile.gemm import fp8_gemm_1d1d
-from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d, run_k_grouped
-from deep_tile.launch import run_acc
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.k_grouped import k_grouped_fp8_gemm_1d1d, run_k_grouped
+from deep_tile.gemm.launch import run_acc
+from deep_tile.gemm.problem import ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select.config import KernelConfig
 from deep_tile.testing.data import make_fp8_problem
@@ -292,14 +292,14 @@ def grouped_acc(kind: str, counts: list, n: int, k: int, out_dtype: str, c_mode:
     """One M-grouped GEMM's output variant (``kind``: contiguous / offsets / masked / psum;
     ``c_mode`` as :func:`gemm_acc`'s) against the float64 reference ``C + A.B^T`` on the real
     rows: through the public function (the selector's config, on the native host path: built
-    first, ``native_calls`` counts the call there) and through :func:`deep_tile.launch.run_grouped`
+    first, ``native_calls`` counts the call there) and through :func:`deep_tile.gemm.launch.run_grouped`
     (the Python path, ``config`` forced
     when given), the two compared bitwise. Rows of no expert must keep what they held: NaN for a
     separate ``out``, C bitwise when accumulating in place. ``graph_counts``: a separate C into an
     FP32 ``out`` captured in a CUDA graph, replayed with new counts (same layout size)."""
     from gpu_cases import _grouped_activations, _grouped_info, _grouped_weights, grouped_reference
 
-    from deep_tile.launch import run_grouped
+    from deep_tile.gemm.launch import run_grouped
 
     gen = torch.Generator(device=DEVICE).manual_seed(seed)
     num_groups = len(counts)

@@ -1,4 +1,4 @@
-"""The fused casts (deep_tile/cast_transpose.py): host side and GPU.
+"""The fused casts (deep_tile/casts/cast_transpose.py): host side and GPU.
 
 CPU: the torch reference against an independent float64 formulation (per-group Python loops,
 e4m3 rounding written out), bitwise, over ragged shapes, zero / inf / huge rows and both scale
@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from conftest import run_child_cases
-from deep_tile import layouts
-from deep_tile.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8
-from deep_tile.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
+from deep_tile.gemm import layouts
+from deep_tile.casts.cast_transpose import per_block_cast_transpose_to_fp8, per_token_cast_transpose_to_fp8
+from deep_tile.casts.cast_transpose_ref import block_cast_transpose_ref, token_cast_transpose_ref
 from deep_tile.jit import paths
 from deep_tile.kernels import cast_transpose as contract
 
@@ -216,7 +216,7 @@ def test_a_stack_of_weights_is_each_matrix_cast_on_its_own(transpose):
 def test_grouped_cast_places_each_group_in_its_own_bands():
     """CPU (the reference path): every 128-row block of qt holds one group's rows, the groups
     start at their padded offsets, zeros elsewhere; q and s are the plain cast's."""
-    from deep_tile.cast_transpose import padded_group_sizes
+    from deep_tile.casts.cast_transpose import padded_group_sizes
 
     x = sample(300, 272, 41, True)
     offsets = [0, 100, 100, 229, 300]

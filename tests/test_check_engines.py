@@ -160,11 +160,11 @@ with report.check("vllm", "the next check"):
     compat.fp8_gemm_nt((a, sa), (w, ws), inputs.out(96, n))
     tool._verify(inputs, recorder, ["fp8_gemm"], None)
 try:
-    import deep_tile.launch  # the environment really has no CUDA stack
+    import deep_tile.gemm.launch  # the environment really has no CUDA stack
 except deep_tile.cuda_stack.MissingCudaStackError:
     pass
 else:
-    raise AssertionError("deep_tile.launch imported without cuda.bindings")
+    raise AssertionError("deep_tile.gemm.launch imported without cuda.bindings")
 print(json.dumps(report.rows))
 '''
 

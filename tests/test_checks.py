@@ -1,13 +1,14 @@
-"""One shape contract: deep_tile.checks.check_problem_shape, as fp8_gemm, get_config, explain, warmup
+"""One shape contract: deep_tile.gemm.checks.check_problem_shape, as fp8_gemm, get_config, explain, warmup
 and the command line see it; the num_sms check; deep_tile.common."""
 
 import numpy as np
 import pytest
 import torch
 
-from deep_tile import arch, device, warmup
+from deep_tile import arch, device
+from deep_tile.gemm import warmup
 from deep_tile.__main__ import main
-from deep_tile.checks import check_fp8_gemm_args, check_problem_shape
+from deep_tile.gemm.checks import check_fp8_gemm_args, check_problem_shape
 from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
 from deep_tile.select.api import explain, get_config
 from conftest import run_python
@@ -120,8 +121,8 @@ def test_common_arithmetic():
 
 
 def test_selection_modules_import_no_torch():
-    code = ("import sys, deep_tile.checks, deep_tile.device, deep_tile.select.api\n"
-            "deep_tile.checks.check_problem_shape('f', 4096, 7168, 2048)\n"
+    code = ("import sys, deep_tile.gemm.checks, deep_tile.device, deep_tile.select.api\n"
+            "deep_tile.gemm.checks.check_problem_shape('f', 4096, 7168, 2048)\n"
             "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('torch', 'cuda'))\n"
             "print(bad)\nsys.exit(1 if bad else 0)\n")
     result = run_python(code)

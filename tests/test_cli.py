@@ -12,7 +12,7 @@ import torch
 
 from deep_tile.__main__ import BROKEN_PIPE_STATUS, main, plural, prog_name
 from deep_tile.errors import CompileError, LaunchError
-from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.gemm.checks import check_fp8_gemm_args
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@ NotImplementedError before anything runs, and (marker ``gpu``) DeepGEMM-style ca
 GPU against the float64 references (tests/gpu_compat_cases.py, in a child process).
 
 The CPU tests replace the deep_tile functions the module calls (it looks them up on the package at
-call time) with recorders, so they run without a GPU and without deep_tile.grouped.
+call time) with recorders, so they run without a GPU and without deep_tile.gemm.grouped.
 """
 from __future__ import annotations
 
@@ -208,7 +208,7 @@ def test_alignment_default():
 
 
 def test_alignment_values():
-    pytest.importorskip("deep_tile.grouped", reason="deep_tile.grouped is not there yet")
+    pytest.importorskip("deep_tile.gemm.grouped", reason="deep_tile.gemm.grouped is not there yet")
     assert deep_gemm.get_mk_alignment_for_contiguous_layout() == 128
     assert deep_gemm.get_m_alignment_for_contiguous_layout() == 128
     assert deep_gemm.get_m_alignment_for_contiguous_layout() == deep_tile.get_m_alignment_for_contiguous_layout()
@@ -686,12 +686,12 @@ def test_alias_distribution_in_a_child():
 
 @pytest.fixture
 def k_grouped_calls(monkeypatch):
-    """deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d replaced by a recorder (the compat module looks
+    """deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d replaced by a recorder (the compat module looks
     it up at call time)."""
-    import deep_tile.k_grouped
+    import deep_tile.gemm.k_grouped
 
     recorded = []
-    monkeypatch.setattr(deep_tile.k_grouped, "k_grouped_fp8_gemm_1d1d",
+    monkeypatch.setattr(deep_tile.gemm.k_grouped, "k_grouped_fp8_gemm_1d1d",
                         lambda *args, **kwargs: recorded.append((args, kwargs)))
     return recorded
 

@@ -146,11 +146,11 @@ def test_the_a_scale_box_shrinks_to_m_rounded_up_to_4_below_one_tile():
 
 def test_the_kernel_names_the_problem_kinds_python_names():
     """The device scheduler's ``ProblemKind`` (include/deep_tile/scheduler/tile_scheduler.cuh) and
-    deep_tile.problem.ProblemKind list the same kinds, in the same order, with the values of
+    deep_tile.gemm.problem.ProblemKind list the same kinds, in the same order, with the values of
     PROBLEM_KIND_CODES (the DT_PROBLEM_KIND define)."""
     import re
 
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     header = (paths.include_dir() / "deep_tile" / "scheduler" / "tile_scheduler.cuh").read_text()
     body = re.search(r"enum class ProblemKind\s*\{([^}]*)\}", header).group(1)
@@ -168,7 +168,7 @@ def test_the_grouped_entry_parameters_and_build(kind):
     import dataclasses
     import re
 
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     source = paths.entry_path(family.ENTRY).read_text()
     signature = re.search(rf"{family.GROUPED_SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
@@ -191,7 +191,7 @@ def test_the_signal_entry_parameters_and_build():
     import dataclasses
     import re
 
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     source = paths.entry_path(family.ENTRY).read_text()
     signature = re.search(rf"{family.SIGNAL_SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
@@ -211,8 +211,8 @@ def test_the_grouped_kinds_store_through_the_slab_view():
     through; the dense kind's stays 2-D, and a slab_rows other than the box's rows is refused."""
     import dataclasses
 
-    from deep_tile import kernel_args
-    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.gemm import kernel_args
+    from deep_tile.gemm.problem import Problem, ProblemKind
 
     for block_m, rows in ((64, 64), (128, 64)):  # grouped tiles are at most 128 rows high
         config = dataclasses.replace(CONFIG, block_m=block_m, block_n=128, wgmma_n=128, num_stages=3)

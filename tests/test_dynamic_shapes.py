@@ -14,7 +14,7 @@ from torch.fx.experimental import _config as shape_config
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from deep_tile import ops  # noqa: F401 (registers torch.ops.deep_tile)
-from deep_tile.checks import check_fp8_gemm_args
+from deep_tile.gemm.checks import check_fp8_gemm_args
 from deep_tile.common import SCALE_GROUP, align4, ceil_div
 from conftest import DIFF_TOL, REL_TOL, run_host_cases
 

@@ -1,4 +1,4 @@
-"""The K-grouped 1D1D FP8 GEMM (MoE weight gradients, deep_tile.k_grouped).
+"""The K-grouped 1D1D FP8 GEMM (MoE weight gradients, deep_tile.gemm.k_grouped).
 
 Host-side tests (no GPU): the kind and its contract (defines, kernel parameters, shared memory),
 the selection rule, the checks (nothing written on error), the float64 reference. GPU tests
@@ -16,11 +16,12 @@ import pytest
 import torch
 
 from conftest import accuracy_problems, run_child_cases
-from deep_tile import arch, checks
+from deep_tile import arch
+from deep_tile.gemm import checks
 from deep_tile.jit import paths
-from deep_tile.k_grouped import k_grouped_fp8_gemm_1d1d
+from deep_tile.gemm.k_grouped import k_grouped_fp8_gemm_1d1d
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select import KernelConfig
 from deep_tile.select.k_grouped import SHORT_TILE, TILE, select_k_grouped_config

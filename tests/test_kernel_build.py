@@ -50,7 +50,7 @@ from deep_tile.select.selector import STATIC_K_LONG_MAX_K_BLOCKS, STATIC_K_MAX_K
 from deep_tile.testing.build_check import BuildJob, run_builds
 from deep_tile.testing.configs import defines_label
 from deep_tile.testing.shapes import EDGE_SHAPES, MODEL_NK, MODEL_SHAPES, WGRAD_NK, WGRAD_TOKENS
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 
 ROOT = Path(__file__).resolve().parents[1]
 CAST_DTYPES = tuple(cast_fp8.INPUT_DTYPES)
@@ -586,7 +586,7 @@ def test_ci_installs_the_sass_tools():
 
 
 def _signal_problems():
-    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.gemm.problem import Problem, ProblemKind
 
     masked = ProblemKind.GROUPED_MASKED
     return (Problem(256, 7168, 2048, kind=masked, num_groups=8, expected_m=64),     # SGLang's decode down GEMM

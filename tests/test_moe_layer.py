@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from deep_tile.common import align4, align_up
-from deep_tile.quant import dequantize_per_block, per_block_cast_to_fp8, per_token_cast_to_fp8
+from deep_tile.casts.quant import dequantize_per_block, per_block_cast_to_fp8, per_token_cast_to_fp8
 from deep_tile.testing import moe
 from deep_tile.testing.numeric import calc_diff, max_rel_error
 

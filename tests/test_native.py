@@ -20,7 +20,7 @@ import torch
 
 import deep_tile
 from deep_tile import native
-from deep_tile.launch import run
+from deep_tile.gemm.launch import run
 from deep_tile.native import key as native_key
 from deep_tile.native import bridge, loader, toolchain
 from deep_tile.native.build import lock_path
@@ -186,13 +186,13 @@ def test_small_machines_compile_every_source_once_in_two_combined_units(tmp_path
     assert sorted(path for unit in included for path in unit) == cpp
     assert {Path(path).name for path in included[1]} == set(UNITY_SECOND)
 def test_every_spec_of_the_contract_encodes_to_what_the_native_side_reads():
-    from deep_tile import kernel_args
+    from deep_tile.gemm import kernel_args
     from deep_tile.kernels import fp8_gemm as family
     from deep_tile.testing.configs import parse_config
 
     import dataclasses
 
-    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.gemm.problem import Problem, ProblemKind
 
     for text in ("128x128", "64x32:k2", "256x128:mcA", "128x160:mcB", "64x64:k4:b2"):
         config = parse_config(text, 64, 2112, 132)
@@ -285,10 +285,11 @@ def test_fast_check_rejects_whatever_python_rejects(extension):
 def test_facts_the_cpp_side_holds_equal_pythons(extension):
     """What the native library states in C++ (spec kinds, tensor-map elements, the scale block, the
     op names) is what the Python side states: a disagreement fails here, not at a launch."""
-    from deep_tile import checks, kernel_args, ops
+    from deep_tile import ops
+    from deep_tile.gemm import checks, kernel_args
     from deep_tile.common import SCALE_GROUP
     from deep_tile.kernels import fp8_gemm as family
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     assert dict(extension.SPEC_KINDS) == kernel_args.SPEC_KINDS
     assert dict(extension.ELEMENTS) == {name: code for name, (code, _) in kernel_args.ELEMENTS.items()}
@@ -309,7 +310,7 @@ def test_every_kinds_plan_fits_what_the_native_side_fills(extension):
     with C and its 1D1D b_scale map) fit the C++ side's parameter and tensor-map storage, and name
     no operand past the ones its op passes (OPERANDS, GROUPED_OPERANDS, then C)."""
     from deep_tile.kernels import fp8_gemm as family
-    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.gemm.problem import Problem, ProblemKind
     from deep_tile.select.api import get_problem_config
 
     dense = Problem(256, 512, 1024)
@@ -354,7 +355,7 @@ def a_scale_layouts():
 
 @needs_toolchain
 def test_the_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
-    from deep_tile.layouts import is_tma_aligned, reads_row_major
+    from deep_tile.gemm.layouts import is_tma_aligned, reads_row_major
 
     seen = set()
     for label, a_scale in a_scale_layouts():
@@ -384,7 +385,7 @@ def grouped_args(kind: str, m: int = 96, n: int = 256, k: int = 640, groups: int
     """A grouped call of ``kind`` (a ProblemKind value) on the CPU that check_grouped_args accepts
     but for the device: a, a_scale (``scale``: row-major, or "tma": the aligned layout), b,
     b_scale, info, expected_m (None unless masked) and out."""
-    from deep_tile.layouts import get_tma_aligned_a_scale
+    from deep_tile.gemm.layouts import get_tma_aligned_a_scale
 
     masked = kind == "grouped_masked"
     k_blocks = -(-k // 128)
@@ -488,8 +489,8 @@ def _tensors(args: dict) -> tuple:
 
 def python_grouped_verdict(kind: str, args: dict):
     """check_grouped_args on a CPU call: None when only the device is wrong, else (type, message)."""
-    from deep_tile.checks import check_grouped_args
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.checks import check_grouped_args
+    from deep_tile.gemm.problem import ProblemKind
 
     with pytest.raises((TypeError, ValueError)) as info:
         check_grouped_args(ProblemKind(kind), *_tensors(args), args["out"], args["expected_m"], **_variant(args))
@@ -522,8 +523,8 @@ def test_grouped_fast_check_takes_exactly_what_python_takes(extension):
 def test_grouped_native_errors_equal_python_errors(extension):
     """Every grouped CPU call -- bad, or good but for its device -- raises Python's exception
     through the ops (their C++ kernels hand it over), the public functions and the extension."""
-    from deep_tile.checks import GROUPED_FUNCTIONS, check_grouped_args
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.checks import GROUPED_FUNCTIONS, check_grouped_args
+    from deep_tile.gemm.problem import ProblemKind
 
     before = extension.stats()["python_calls"]
     calls = 0
@@ -605,12 +606,12 @@ def grouped_layout_cases() -> list:
 def test_grouped_plan_key_and_operands_equal_pythons(extension):
     """The problem the C++ side keys its plan with is Python's (Problem.key(): kind, m, n, k,
     groups, expected_m, a_scale variant), and the operands it launches with are the views
-    deep_tile.launch.grouped_operands makes: same shapes and strides, the same memory where Python
+    deep_tile.gemm.launch.grouped_operands makes: same shapes and strides, the same memory where Python
     copies nothing, equal values where it copies."""
-    from deep_tile.checks import check_grouped_args
+    from deep_tile.gemm.checks import check_grouped_args
     from deep_tile.kernels.fp8_gemm import GROUPED_OPERANDS
-    from deep_tile.launch import grouped_operands
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.launch import grouped_operands
+    from deep_tile.gemm.problem import ProblemKind
 
     copied = set()
     for label, kind, args in grouped_layout_cases():
@@ -634,11 +635,11 @@ def test_grouped_plan_key_and_operands_equal_pythons(extension):
 @needs_toolchain
 def test_grouped_output_variants_key_and_operands_equal_pythons(extension):
     """The output variants of the grouped kinds: the C++ plan key carries the output and C types
-    as Problem.key() does, and the operands end with C as deep_tile.launch.grouped_operands makes
+    as Problem.key() does, and the operands end with C as deep_tile.gemm.launch.grouped_operands makes
     it (the addend's 2-D view, or out itself when accumulating or without C)."""
-    from deep_tile.checks import check_grouped_args
-    from deep_tile.launch import grouped_operands
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.checks import check_grouped_args
+    from deep_tile.gemm.launch import grouped_operands
+    from deep_tile.gemm.problem import ProblemKind
 
     for kind in GROUPED_KINDS:
         args = grouped_args(kind)
@@ -681,7 +682,7 @@ def a_scale_layouts_3d():
 
 @needs_toolchain
 def test_the_grouped_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
-    from deep_tile.layouts import is_row_major_aligned, is_tma_aligned, is_tma_aligned_3d, reads_row_major, \
+    from deep_tile.gemm.layouts import is_row_major_aligned, is_tma_aligned, is_tma_aligned_3d, reads_row_major, \
         reads_row_major_3d
 
     seen = set()
@@ -948,8 +949,8 @@ def test_damaged_build_is_discarded_and_rebuilt_by_a_fresh_process(damaged_runs,
 # ---- the training ops on the native path (CPU: checks, errors, plan key, operands) ------------
 
 def _no_device_rule(monkeypatch):
-    """deep_tile.checks without its device rule: a CPU call's verdict is then every other rule's."""
-    from deep_tile import checks
+    """deep_tile.gemm.checks without its device rule: a CPU call's verdict is then every other rule's."""
+    from deep_tile.gemm import checks
 
     monkeypatch.setattr(checks, "_require_device", lambda fn, named: None)
 
@@ -959,7 +960,7 @@ def acc_args(m: int = 96, n: int = 256, k: int = 640, out=torch.float32, c=None,
     """An output-variant call on the CPU (``one_d``: the 1D1D GEMM) that check_fp8_gemm_acc_args
     accepts but for the device: ``out`` the output dtype (None: the op allocating one, of
     float32), ``c`` the addend's dtype (None: none), ``scale`` row-major or "tma" scales."""
-    from deep_tile.layouts import get_tma_aligned_a_scale
+    from deep_tile.gemm.layouts import get_tma_aligned_a_scale
 
     k_blocks = -(-k // 128)
     a_scale = torch.rand(m, k_blocks)
@@ -1020,7 +1021,7 @@ ACC_NAMES = ("a", "a_scale", "b", "b_scale", "c", "accumulate", "out", "out_dtyp
 
 def _python_acc(args: dict):
     """check_fp8_gemm_acc_args on a call: None when it passes, else (type, message)."""
-    from deep_tile.checks import check_fp8_gemm_acc_args
+    from deep_tile.gemm.checks import check_fp8_gemm_acc_args
 
     try:
         check_fp8_gemm_acc_args(*(args[name] for name in ACC_NAMES[:-1]), b_scale_1d=args["b_scale_1d"])
@@ -1097,9 +1098,9 @@ def test_acc_native_errors_equal_python_errors(extension):
 def test_acc_plan_key_and_operands_equal_pythons(extension):
     """The problem the C++ side keys an output-variant plan with is Python's (Problem.key(): the
     dense fields, a_scale variant, out and C types, 1D1D), and its operands are the ones
-    deep_tile.launch.acc_operands makes (same views, the same memory where Python copies nothing)."""
-    from deep_tile.checks import check_fp8_gemm_acc_args
-    from deep_tile.launch import acc_operands
+    deep_tile.gemm.launch.acc_operands makes (same views, the same memory where Python copies nothing)."""
+    from deep_tile.gemm.checks import check_fp8_gemm_acc_args
+    from deep_tile.gemm.launch import acc_operands
 
     copied, keys = set(), set()
     for label, args in acc_cases():
@@ -1130,7 +1131,7 @@ def k_grouped_args(m: int = 96, n: int = 256, sizes: tuple = (100, 0, 200), k: i
     """A K-grouped call on the CPU that check_k_grouped_args accepts but for the device: ``out``
     the output dtype (None: the op allocating one, of float32), ``c`` the addend's dtype (None:
     none; "out": out itself), ``scale`` row-major or "tma" scales."""
-    from deep_tile.layouts import get_tma_aligned_a_scale
+    from deep_tile.gemm.layouts import get_tma_aligned_a_scale
 
     k_blocks = -(-k // 128)
     a_scale, b_scale = torch.rand(m, k_blocks), torch.rand(n, k_blocks)
@@ -1191,7 +1192,7 @@ K_GROUPED_NAMES = ("a", "a_scale", "b", "b_scale", "group_sizes", "c", "accumula
 
 def _python_k_grouped(args: dict):
     """check_k_grouped_args on a call: None when it passes, else (type, message)."""
-    from deep_tile.checks import check_k_grouped_args
+    from deep_tile.gemm.checks import check_k_grouped_args
 
     a, a_scale, b, b_scale, sizes, c, accumulate, out, out_dtype = (args[name] for name in K_GROUPED_NAMES)
     try:
@@ -1234,10 +1235,10 @@ def test_k_grouped_native_errors_equal_python_errors(extension):
 def test_k_grouped_plan_key_and_operands_equal_pythons(extension):
     """The problem the C++ side keys a K-grouped plan with is Python's (Problem.key(): groups, out
     and C types -- "out" for c is out and accumulate alike --, 1D1D), and its operands are the ones
-    deep_tile.launch.k_grouped_operands makes."""
-    from deep_tile.checks import check_k_grouped_args
+    deep_tile.gemm.launch.k_grouped_operands makes."""
+    from deep_tile.gemm.checks import check_k_grouped_args
     from deep_tile.kernels.fp8_gemm import GROUPED_OPERANDS
-    from deep_tile.launch import k_grouped_operands
+    from deep_tile.gemm.launch import k_grouped_operands
 
     copied, keys = set(), set()
     for label, args in k_grouped_cases():

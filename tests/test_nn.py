@@ -85,7 +85,7 @@ def test_gpu_linear_against_float64():
 
 def _reference_grouped_gemms(monkeypatch):
     """The experts layer's M-grouped and K-grouped GEMMs replaced by their float64 references (CPU)."""
-    from deep_tile import grouped, k_grouped
+    from deep_tile.gemm import grouped, k_grouped
     from deep_tile.reference import ref_k_grouped_fp8_gemm_1d1d, ref_m_grouped_fp8_gemm_offsets
 
     def offsets_gemm(a, a_scale, b, b_scale, offsets, out=None):
@@ -157,7 +157,7 @@ def test_gpu_swiglu_kernels_match_the_torch_math():
 
 
 def test_swiglu_on_the_cpu_is_the_reference_and_checks_its_arguments():
-    from deep_tile import swiglu as sw
+    from deep_tile.casts import swiglu as sw
 
     h13 = torch.randn(5, 32).to(torch.bfloat16)
     dh = torch.randn(5, 16).to(torch.bfloat16)
@@ -174,12 +174,12 @@ def test_swiglu_on_the_cpu_is_the_reference_and_checks_its_arguments():
 
 
 def test_swiglu_launches_its_contract_geometry(monkeypatch):
-    """The host side's launch (deep_tile.launch.launch_small_kernel, shared with the MoE layout
+    """The host side's launch (deep_tile.gemm.launch.launch_small_kernel, shared with the MoE layout
     kernels): the contract's symbol, grid, block and parameters, on the device's current stream."""
     import contextlib
     import types
 
-    from deep_tile import launch
+    from deep_tile.gemm import launch
     from deep_tile.kernels import swiglu as contract
 
     calls = []

@@ -9,8 +9,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deep_tile
 from deep_tile import ops
-from deep_tile.checks import check_fp8_gemm_args
-from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
+from deep_tile.gemm.checks import check_fp8_gemm_args
+from deep_tile.casts.quant_impl import per_block_cast_torch, per_token_cast_torch
 from conftest import run_host_cases, run_python
 
 M, N, K = 96, 256, 640
@@ -101,7 +101,7 @@ def test_compile_with_fake_cuda_tensors():
 
 
 def check_message(a, a_scale, b, b_scale, out):
-    """The type and message of deep_tile.checks for these arguments (CPU tensors)."""
+    """The type and message of deep_tile.gemm.checks for these arguments (CPU tensors)."""
     with pytest.raises((TypeError, ValueError)) as info:
         check_fp8_gemm_args(a, a_scale, b, b_scale, out)
     return info.type, str(info.value)

@@ -81,7 +81,7 @@ def test_python_launch_config_carries_the_attribute(cluster, with_pdl, expected)
 def test_both_host_paths_launch_with_the_setting():
     """The Python launcher and the cast launcher pass get_pdl(); the native launch reads its copy
     (pushed by the loader) and sets the same attribute."""
-    for path in ("deep_tile/launch.py", "deep_tile/cast_kernels.py"):
+    for path in ("deep_tile/gemm/launch.py", "deep_tile/casts/quant_kernels.py"):
         assert "pdl=get_pdl()" in (ROOT / path).read_text(), path
     launch_cpp = (ROOT / "deep_tile/native/csrc/launch.cpp").read_text()
     assert "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION" in launch_cpp and "pdl()" in launch_cpp

@@ -1,4 +1,4 @@
-"""deep_tile.plan_index: stored launch plans are checked before use; a damaged record (truncated,
+"""deep_tile.gemm.plan_index: stored launch plans are checked before use; a damaged record (truncated,
 garbage, empty, missing, wrong types, a flipped value) is ignored by a fresh process and rewritten."""
 import json
 import os
@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from deep_tile import env, json_records, plan_index
+from deep_tile import env, json_records
+from deep_tile.gemm import plan_index
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.native import bridge
-from deep_tile.problem import Problem
+from deep_tile.gemm.problem import Problem
 from deep_tile.select import select_config
 from conftest import run_python
 
@@ -19,7 +20,7 @@ NUM_SMS = 132
 
 
 class _FakePlan:
-    """What deep_tile.planner.plan returns, without a device (no kernel, no cluster fitting)."""
+    """What deep_tile.gemm.planner.plan returns, without a device (no kernel, no cluster fitting)."""
 
     def __init__(self, problem: Problem):
         self.problem = problem
@@ -37,8 +38,8 @@ def real_record() -> dict:
 # A fresh process: look the plan up; when absent or damaged, store it (as bridge.plan does).
 FRESH = r"""
 import json
-from deep_tile import plan_index
-from deep_tile.problem import Problem
+from deep_tile.gemm import plan_index
+from deep_tile.gemm.problem import Problem
 plan_index._fingerprint = lambda device_index: ("ab" * 32, 0)  # no device here
 record = json.loads({record!r})
 found = plan_index.lookup(0, Problem(64, 2112, 7168), 132)
@@ -65,7 +66,7 @@ def test_every_problem_field_that_picks_a_kernel_names_its_own_record(plans):
     """Problems that differ only in what selects another kernel (a_scale variant, output and C
     types, 1D1D, kind, groups) are stored apart: a record of one is never found for the other (the
     native path of the training ops looks their plans up here)."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
 
     base = Problem(*SHAPE)
     problems = [base, base.with_a_scale_row_major(), base.with_output("float32"),

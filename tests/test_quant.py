@@ -1,12 +1,12 @@
-"""deep_tile.quant: FP8 casts against an independent float64 definition (CPU), CUDA vs CPU bitwise (GPU)."""
+"""deep_tile.casts.quant: FP8 casts against an independent float64 definition (CPU), CUDA vs CPU bitwise (GPU)."""
 import math
 
 import pytest
 import torch
 
 from deep_tile.common import ceil_div
-from deep_tile.casts import per_block_cast_torch, per_token_cast_torch
-from deep_tile.quant import (
+from deep_tile.casts.quant_impl import per_block_cast_torch, per_token_cast_torch
+from deep_tile.casts.quant import (
     dequantize_per_block,
     dequantize_per_token,
     per_block_cast_to_fp8,

@@ -51,7 +51,7 @@ def test_scale_layout_does_not_matter():
 def test_close_to_unquantised_product():
     x = torch.randn(64, 512, dtype=torch.float64)
     w = torch.randn(256, 512, dtype=torch.float64)
-    from deep_tile.quant import per_block_cast_to_fp8, per_token_cast_to_fp8
+    from deep_tile.casts.quant import per_block_cast_to_fp8, per_token_cast_to_fp8
 
     a, sa = per_token_cast_to_fp8(x.float())
     b, sb = per_block_cast_to_fp8(w.float())

@@ -21,7 +21,7 @@ from deep_tile.select.cost import (COUNT_SPREAD, DEFAULT_PARAMS, estimate, min_b
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_M_BLOCK_MAX_M, ONE_M_BLOCK_TOLERANCE, ONE_SUBTILE_TOLERANCE, SERIAL_LOOP_MIN_M, SPLIT_TOLERANCE, STREAM_MIN_BLOCK_N,
                                       RASTER_WIDTH, RING_TILE, RING_TILE_MIN_K_BLOCKS, RING_TILE_OVER, RING_TILE_TOLERANCE, TIE_TOLERANCE, UNSPLIT_TOLERANCE, WIDE_TILE_MIN_K_BLOCKS, _tie_break,
                                       overlaps_promotion)
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 from conftest import run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -408,13 +408,13 @@ def test_select_config_bad_arguments_name_the_argument(index, name, bad):
 
 
 def test_select_config_takes_a_problem():
-    with pytest.raises(TypeError, match="problem must be a deep_tile.problem.Problem; got tuple"):
+    with pytest.raises(TypeError, match="problem must be a deep_tile.gemm.problem.Problem; got tuple"):
         select_config((64, 2112, 7168), 132)
     # the a_scale layout is the launcher's choice of variant: it does not change the selection
     assert select_config(Problem(64, 2112, 7168, a_scale_row_major=True), 132) == select_config(Problem(64, 2112, 7168), 132)
 
 
-# get_config and explain check shapes with fp8_gemm's check (deep_tile.checks.check_problem_shape).
+# get_config and explain check shapes with fp8_gemm's check (deep_tile.gemm.checks.check_problem_shape).
 SHAPE_ERRORS = [
     ((-1, 2112, 7168), ValueError, "m must be an int >= 0; got -1"),
     ((64, 12, 7168), ValueError, "n must be a positive multiple of 8; got 12"),
@@ -621,7 +621,7 @@ def test_evict_first_b_where_b_is_a_long_stream():
 def test_grouped_weights_evict_first_unless_many_long_streams():
     """A grouped problem of at most 64 rows per group loads its weights evict-first, except with
     >= 16 groups over >= 24 k-blocks each (plain loads measured faster there on both chips)."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
     from deep_tile.select.selector import (GROUPED_MANY_STREAMS_MIN_GROUPS, GROUPED_MANY_STREAMS_MIN_K_BLOCKS,
                                            GROUPED_STREAM_MAX_M, grouped_streams_b)
 
@@ -792,7 +792,7 @@ GROUPED_ARGS = [("contiguous", 8192, 4096, 7168, 8, None), ("masked", 256, 6144,
 
 @pytest.mark.parametrize("kind,m,n,k,groups,expected", GROUPED_ARGS)
 def test_get_config_and_explain_cover_the_grouped_kinds(kind, m, n, k, groups, expected):
-    from deep_tile.checks import check_grouped_problem
+    from deep_tile.gemm.checks import check_grouped_problem
 
     problem = check_grouped_problem("test", kind, m, n, k, groups, expected)
     config = get_config(m, n, k, num_sms=132, kind=kind, num_groups=groups, expected_m=expected)
@@ -825,7 +825,7 @@ def test_grouped_arguments_are_checked(kwargs, message):
 
 
 def test_masked_expected_m_is_clamped_as_the_gemm_clamps_it():
-    from deep_tile.checks import check_grouped_problem
+    from deep_tile.gemm.checks import check_grouped_problem
 
     assert check_grouped_problem("f", "masked", 256, 4096, 7168, 4, 1000).expected_m == 256
     assert check_grouped_problem("f", "masked", 256, 4096, 7168, 4, 0).expected_m == 1
@@ -846,7 +846,7 @@ def test_raster_of_experts_that_fit_one_band():
     """The masked and offsets kinds order their tiles expert by expert along M: a tile without
     multicast runs in bands along M when an expert's expected m-blocks (two or more) fit one band
     (each expert's weights read once), else by its shape as for dense; multicast keeps its own axis."""
-    from deep_tile.problem import ProblemKind
+    from deep_tile.gemm.problem import ProblemKind
     from deep_tile.select.config import RASTER_WIDTH, WIDE_RASTER_WIDTH, raster
 
     assert raster(256, 128) == (False, RASTER_WIDTH)

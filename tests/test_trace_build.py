@@ -14,7 +14,7 @@ from conftest import ROOT
 from deep_tile import get_config
 from deep_tile.jit import compiler, paths
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 
 pytestmark = pytest.mark.skipif("nvrtc" not in compiler.available_compilers(), reason="needs NVRTC")
 

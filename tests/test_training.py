@@ -19,10 +19,11 @@ import pytest
 import torch
 
 from conftest import DIFF_TOL, REL_TOL, accuracy_problems, run_child_cases
-from deep_tile import arch, checks
+from deep_tile import arch
+from deep_tile.gemm import checks
 from deep_tile.jit import paths
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select import KernelConfig
 
 VARIANTS = [("float32", None), ("float32", "out"), ("float32", "float32"), ("float32", "bfloat16"),

@@ -9,13 +9,14 @@ import pytest
 
 from conftest import compiler_params
 
-from deep_tile import env, warmup
+from deep_tile import env
+from deep_tile.gemm import warmup
 from deep_tile.__main__ import main
 from deep_tile.errors import CompileError
 from deep_tile.jit import cache, compiler
 from deep_tile.select import select_config
-from deep_tile.problem import Problem, ProblemKind
-from deep_tile.checks import check_grouped_problem
+from deep_tile.gemm.problem import Problem, ProblemKind
+from deep_tile.gemm.checks import check_grouped_problem
 from deep_tile.kernels import fp8_gemm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -269,8 +270,8 @@ def test_cli_warms_grouped_problems(monkeypatch, capsys):
 def test_plan_takes_each_problem_as_its_call_does():
     """A K-grouped problem gets its own rule's kernel, an output variant its variant's (the configs
     get_problem_config gives the calls), and a plain dense Problem is listed as its shape."""
-    from deep_tile.checks import check_grouped_problem
-    from deep_tile.problem import Problem
+    from deep_tile.gemm.checks import check_grouped_problem
+    from deep_tile.gemm.problem import Problem
     from deep_tile.select.api import get_problem_config
 
     k_grouped = check_grouped_problem("warmup", "k_grouped", 4096, 7168, 8192, 8).with_output("float32", "out")

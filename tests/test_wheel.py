@@ -135,7 +135,7 @@ def test_the_installed_package_finds_its_files(installed):
     out = _child(target, work, """
         import json, os
         import deep_tile
-        from deep_tile import plan_index
+        from deep_tile.gemm import plan_index
         from deep_tile.jit import paths
         from deep_tile.kernels import cast_fp8, fp8_gemm
         from deep_tile.native import key, toolchain

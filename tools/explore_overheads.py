@@ -13,10 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from deep_tile import planner  # noqa: E402
-from deep_tile.launch import run  # noqa: E402
-from deep_tile.planner import plan_for_config  # noqa: E402
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm import planner  # noqa: E402
+from deep_tile.gemm.launch import run  # noqa: E402
+from deep_tile.gemm.planner import plan_for_config  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.timing import bench_gpu  # noqa: E402

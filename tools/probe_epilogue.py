@@ -11,9 +11,9 @@ import dataclasses  # noqa: E402
 
 import torch  # noqa: E402
 
-from deep_tile.launch import run_acc  # noqa: E402
-from deep_tile.planner import select  # noqa: E402
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm.launch import run_acc  # noqa: E402
+from deep_tile.gemm.planner import select  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 

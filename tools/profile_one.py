@@ -20,8 +20,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))  # sweep_configs
 
 import torch  # noqa: E402
 
-from deep_tile.launch import run, run_grouped  # noqa: E402
-from deep_tile.checks import check_problem_kind  # noqa: E402
+from deep_tile.gemm.launch import run, run_grouped  # noqa: E402
+from deep_tile.gemm.checks import check_problem_kind  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import deep_tile  # noqa: E402
-from deep_tile.launch import run  # noqa: E402
+from deep_tile.gemm.launch import run  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402

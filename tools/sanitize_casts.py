@@ -1,4 +1,4 @@
-"""The fused cast kernels (deep_tile/cast_transpose.py) on small ragged problems, in one process,
+"""The fused cast kernels (deep_tile/casts/cast_transpose.py) on small ragged problems, in one process,
 for compute-sanitizer (tools/sanitize.sh runs it under each tool):
     SANITIZE_SCRIPTS=tools/sanitize_casts.py bash tools/sanitize.sh
 (run from the repository root; uses tests/gpu_cast_cases.py). The last cases have more 128x128
@@ -56,7 +56,7 @@ for kwargs in grouped:
     bad += not r["ok"]
     runs.append(r)
     print(r["case"], "ok" if r["ok"] else "BAD " + json.dumps(r))
-# The experts layer's SwiGLU kernels (deep_tile/swiglu.py), ragged row counts.
+# The experts layer's SwiGLU kernels (deep_tile/casts/swiglu.py), ragged row counts.
 import gpu_nn_cases  # noqa: E402
 
 for rows, inter in ((1, 8), (37, 136), (300, 2048)):

@@ -24,9 +24,9 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 import torch  # noqa: E402
 
 import deep_tile  # noqa: E402
-from deep_tile.launch import run_acc  # noqa: E402
-from deep_tile.k_grouped import run_k_grouped  # noqa: E402
-from deep_tile.problem import Problem, ProblemKind  # noqa: E402
+from deep_tile.gemm.launch import run_acc  # noqa: E402
+from deep_tile.gemm.k_grouped import run_k_grouped  # noqa: E402
+from deep_tile.gemm.problem import Problem, ProblemKind  # noqa: E402
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d  # noqa: E402
 from deep_tile.select.config import KernelConfig  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402

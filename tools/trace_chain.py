@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import deep_tile  # noqa: E402
 from bench_decode import DENSE_NK, Gemm, make_operands  # noqa: E402
-from deep_tile import launch, planner  # noqa: E402
-from deep_tile.checks import check_fp8_gemm_args  # noqa: E402
+from deep_tile.gemm import launch, planner  # noqa: E402
+from deep_tile.gemm.checks import check_fp8_gemm_args  # noqa: E402
 from deep_tile.device import get_num_sms  # noqa: E402
 from deep_tile.testing.timing import L2Flush, capture_graph  # noqa: E402
 

@@ -17,7 +17,7 @@ def configs(num_sms: int) -> list:
     """(label, defines, symbol) of every kernel to build."""
     from deep_tile.jit.loader import build_defines
     from deep_tile.kernels import fp8_gemm as family
-    from deep_tile.problem import Problem
+    from deep_tile.gemm.problem import Problem
     from deep_tile.select import KernelConfig, select_config
     from test_training import configs as test_configs
     from sanitize_training import CASES, P
@@ -56,7 +56,7 @@ def configs(num_sms: int) -> list:
 def k_grouped_configs(num_sms: int) -> list:
     """The K-grouped kernels: tests/test_k_grouped.py's forced ones and the rule's picks for its
     public cases, tools/sanitize_training.py's, and the rule's picks for bench_training.py's set."""
-    from deep_tile.problem import Problem, ProblemKind
+    from deep_tile.gemm.problem import Problem, ProblemKind
     from deep_tile.select import KernelConfig
     from deep_tile.select.k_grouped import select_k_grouped_config
     from bench_training import KGROUPED_MN, kgrouped_sizes

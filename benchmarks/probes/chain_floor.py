@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/probes/
 
 import bench_decode  # noqa: E402
 import deep_tile  # noqa: E402
-from deep_tile import launch  # noqa: E402
+from deep_tile.gemm import launch  # noqa: E402
 from deep_tile.jit import compiler, runtime  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.table import print_table  # noqa: E402
@@ -126,7 +126,7 @@ def tma_strip_call(b: torch.Tensor, rows: int, depth: int, small_boxes: int = 0)
     """A plain launch of tma_strip.cu over ``b`` (N x K bytes): one thread per CTA streams ``rows``
     rows through K in 128 x ``rows`` TMA boxes (as deep_tile's B map), ``depth`` boxes in flight,
     each with ``small_boxes`` one-row boxes beside it (as deep_tile's A and a_scale boxes at M = 1)."""
-    from deep_tile import tma
+    from deep_tile.gemm import tma
 
     n, k = b.shape
     kernel = load_probe(TMA_STRIP_SOURCE, TMA_STRIP, (("TMA_DEPTH", depth), ("BOX_ROWS", rows),

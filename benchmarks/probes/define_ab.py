@@ -34,7 +34,7 @@ import torch  # noqa: E402
 
 import bench_fp8_gemm as bench  # noqa: E402
 import deep_tile  # noqa: E402
-from deep_tile.launch import run, run_acc  # noqa: E402
+from deep_tile.gemm.launch import run, run_acc  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.numeric import calc_diff, max_rel_error  # noqa: E402

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
 
 from deep_tile import arch  # noqa: E402
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 from deep_tile.select.candidates import Candidate  # noqa: E402
 from deep_tile.select.cost import DEFAULT_PARAMS, ModelParams, estimate  # noqa: E402
 from deep_tile.common import ceil_div  # noqa: E402

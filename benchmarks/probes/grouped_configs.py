@@ -30,8 +30,8 @@ import torch  # noqa: E402
 
 import bench_grouped as bg  # noqa: E402
 import deep_tile  # noqa: E402
-from deep_tile.launch import run_grouped  # noqa: E402
-from deep_tile.problem import Problem, ProblemKind  # noqa: E402
+from deep_tile.gemm.launch import run_grouped  # noqa: E402
+from deep_tile.gemm.problem import Problem, ProblemKind  # noqa: E402
 from deep_tile.select.cost import table_grid_size  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402

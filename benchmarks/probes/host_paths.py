@@ -5,7 +5,7 @@ round-robin and alone (needs a GPU and DeepGEMM latest importable; run with
     DEEP_TILE_NATIVE=wait python benchmarks/probes/host_paths.py --shapes 4096,1280,8192 --configs 128x160:gM:u6
 
 Per shape (seed-0 FP8 inputs, TMA-aligned a_scale) and in one process: ``public``
-(``deep_tile.fp8_gemm``), ``python`` (deep_tile.launch.run, the selector's pick), any forced
+(``deep_tile.fp8_gemm``), ``python`` (deep_tile.gemm.launch.run, the selector's pick), any forced
 ``--configs`` and DeepGEMM's ``fp8_gemm_nt``, timed (CUDA events, 256 MB L2 write-flush and
 500 us sleep pad before each call, median of ``--iters``) round-robin together (``rr``), each
 alone (``seq``), round-robin with PDL off (``rr_nopdl``), round-robin with cuBLAS blockwise and
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 import bench_fp8_gemm as bench  # noqa: E402
-from deep_tile.launch import run  # noqa: E402
+from deep_tile.gemm.launch import run  # noqa: E402
 from deep_tile.pdl import set_pdl  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402

@@ -35,8 +35,8 @@ import torch  # noqa: E402
 import bench_training as bt  # noqa: E402
 import deep_tile  # noqa: E402
 from deep_tile import arch  # noqa: E402
-from deep_tile.launch import run_k_grouped  # noqa: E402
-from deep_tile.problem import Problem, ProblemKind  # noqa: E402
+from deep_tile.gemm.launch import run_k_grouped  # noqa: E402
+from deep_tile.gemm.problem import Problem, ProblemKind  # noqa: E402
 from deep_tile.select.k_grouped import most_stages  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402

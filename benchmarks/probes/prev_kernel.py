@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 
 import bench_fp8_gemm as bench  # noqa: E402
-from deep_tile.launch import run  # noqa: E402
+from deep_tile.gemm.launch import run  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.data import make_fp8_problem  # noqa: E402
 from deep_tile.testing.timing import bench_gpu, bench_round_robin  # noqa: E402

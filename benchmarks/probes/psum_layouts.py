@@ -24,8 +24,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "benchmarks" / "
 import torch  # noqa: E402
 
 import bench_grouped as bg  # noqa: E402
-from deep_tile.launch import run, run_grouped  # noqa: E402
-from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.gemm.launch import run, run_grouped  # noqa: E402
+from deep_tile.gemm.problem import ProblemKind  # noqa: E402
 from deep_tile.testing.configs import parse_config  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 from grouped_configs import table_config  # noqa: E402

@@ -36,9 +36,9 @@ import torch  # noqa: E402
 import bench_fp8_gemm as bench  # noqa: E402
 import deep_tile  # noqa: E402
 from deep_tile.common import ceil_div  # noqa: E402
-from deep_tile.launch import run  # noqa: E402
-from deep_tile.layouts import get_tma_aligned_a_scale  # noqa: E402
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm.launch import run  # noqa: E402
+from deep_tile.gemm.layouts import get_tma_aligned_a_scale  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates, select_config  # noqa: E402
 from deep_tile.select.cost import grid_size  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402

@@ -26,12 +26,12 @@ import torch  # noqa: E402
 
 import bench_grouped as bg  # noqa: E402
 import deep_tile  # noqa: E402
-from deep_tile import launch, planner  # noqa: E402
-from deep_tile.checks import check_grouped_args  # noqa: E402
+from deep_tile.gemm import launch, planner  # noqa: E402
+from deep_tile.gemm.checks import check_grouped_args  # noqa: E402
 from deep_tile.common import ceil_div  # noqa: E402
 from deep_tile.device import get_num_sms  # noqa: E402
 from deep_tile.kernels import fp8_gemm as family  # noqa: E402
-from deep_tile.problem import ProblemKind  # noqa: E402
+from deep_tile.gemm.problem import ProblemKind  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin  # noqa: E402
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout, for deep_tile
 
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates, select_config  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
 from deep_tile.testing.cache_fill import fill_cache  # noqa: E402
@@ -125,7 +125,7 @@ def sweep(args) -> list:
     import torch
 
     import deep_tile
-    from deep_tile.launch import run
+    from deep_tile.gemm.launch import run
     from deep_tile.testing.data import make_fp8_problem
     from deep_tile.testing.numeric import calc_diff, max_rel_error
     from deep_tile.testing.timing import bench_gpu

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from deep_tile.problem import Problem  # noqa: E402
+from deep_tile.gemm.problem import Problem  # noqa: E402
 from deep_tile.select import rank_candidates  # noqa: E402
 from deep_tile.select.api import get_problem_config  # noqa: E402
 from deep_tile.select.selector import config_from_estimate  # noqa: E402
@@ -78,7 +78,7 @@ def one_shape(m: int, n: int, args) -> dict:
 
     import bench_training as bt
     from grouped_configs import first_call
-    from deep_tile.launch import run_acc
+    from deep_tile.gemm.launch import run_acc
     from deep_tile.reference import ref_fp8_gemm_1d1d
     from deep_tile.testing.numeric import calc_diff
     from deep_tile.testing.timing import bench_round_robin

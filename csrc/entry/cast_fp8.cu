@@ -1,4 +1,4 @@
-// JIT entry for the FP8 casting kernels (deep_tile/cast_kernels.py sets DT_IN_DTYPE).
+// JIT entry for the FP8 casting kernels (deep_tile/casts/quant_kernels.py sets DT_IN_DTYPE).
 #include "deep_tile/kernels/cast_fp8.cuh"
 
 /// x [m, k] contiguous -> q [m, k] e4m3, scales [m, ceil(k/128)]; grid covers m*ceil(k/128) warps.

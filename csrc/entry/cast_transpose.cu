@@ -1,5 +1,5 @@
 // JIT entry for the fused bf16 -> FP8 casts with an optional transposed copy
-// (deep_tile/kernels/cast_transpose.py is their contract; deep_tile/cast_transpose.py launches them).
+// (deep_tile/kernels/cast_transpose.py is their contract; deep_tile/casts/cast_transpose.py launches them).
 #include "deep_tile/kernels/cast_transpose.cuh"
 
 #define DT_CAST_TRANSPOSE_PARAMS                                                                        \

@@ -1,4 +1,4 @@
-// JIT entry for the MoE layout kernels (deep_tile/moe_layout.py launches them; no defines).
+// JIT entry for the MoE layout kernels (deep_tile/gemm/moe_layout.py launches them; no defines).
 #include "deep_tile/kernels/moe_layout.cuh"
 
 /// expert_ends [G] (DeepGEMM's psum layout) -> m_indices [m]; grid covers m threads.

@@ -53,7 +53,7 @@ barrier), as the per-tile kernel does."""
 DESIGNS = tuple(STAGES)
 """The kernel designs (module docstring), one build each."""
 DESIGN = "pipe"
-"""The design :mod:`deep_tile.cast_transpose_kernels` launches (benchmarks/bench_casts.py
+"""The design :mod:`deep_tile.casts.cast_transpose_kernels` launches (benchmarks/bench_casts.py
 ``--design`` switches it to time both)."""
 TILE_BYTES = SCALE_GROUP * SCALE_GROUP * 2
 """One raw bf16 128x128 tile in shared memory."""

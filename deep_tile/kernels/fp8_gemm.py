@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from deep_tile import kernel_args as spec
+from deep_tile.gemm import kernel_args as spec
 from deep_tile.common import SCALE_GROUP, align_up, ceil_div
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 
 __all__ = [
     "ENTRY", "SYMBOL", "BLOCK_K", "L2_PROMOTIONS", "DEFAULT_L2_PROMOTION", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
@@ -200,7 +200,7 @@ def staged_epilogue_problems(staged: bool, problem_kind: ProblemKind, out_dtype:
 
 
 def staged_epilogue_allowed(problem) -> bool:
-    """Whether ``problem`` (a :class:`deep_tile.problem.Problem`) can run a kernel with the staged
+    """Whether ``problem`` (a :class:`deep_tile.gemm.problem.Problem`) can run a kernel with the staged
     epilogue: K-grouped, FP32 out without C or in place, and ``m`` a multiple of
     :data:`STAGED_EPILOGUE_ROWS`."""
     return (problem.kind is ProblemKind.K_GROUPED and problem.out_dtype == "float32"
@@ -681,9 +681,9 @@ def signal_argument_specs(config, problem) -> tuple:
 
 def argument_specs(config, problem) -> tuple:
     """How each kernel parameter (:data:`ARGUMENTS`, or :data:`GROUPED_ARGUMENTS` for a grouped
-    ``problem``) is made from the call's tensors (:mod:`deep_tile.kernel_args` specs, in the same
-    order), for ``config`` and ``problem`` (a :class:`deep_tile.problem.Problem`). Both host paths
-    fill the kernel's parameters from these, the Python one in :mod:`deep_tile.launch`, the native
+    ``problem``) is made from the call's tensors (:mod:`deep_tile.gemm.kernel_args` specs, in the same
+    order), for ``config`` and ``problem`` (a :class:`deep_tile.gemm.problem.Problem`). Both host paths
+    fill the kernel's parameters from these, the Python one in :mod:`deep_tile.gemm.launch`, the native
     one in C++.
 
     A and B are ``[rows, k]`` FP8 (read as bytes, 128-byte swizzle, the config's L2 promotion);

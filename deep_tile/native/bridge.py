@@ -3,13 +3,13 @@
 - :func:`plan`, :func:`plan_grouped`, :func:`plan_acc` and :func:`plan_k_grouped`: the first call
   of a problem on a device (dense, one of the M-grouped kinds and their output variants, the dense GEMM's output variants and
   the 1D1D GEMM, the K-grouped GEMM): the full argument check (so errors are Python's), then
-  :func:`deep_tile.planner.plan` (selector, kernel cache, cubin load) turned into what the C++
+  :func:`deep_tile.gemm.planner.plan` (selector, kernel cache, cubin load) turned into what the C++
   side launches with: the kernel, the launch geometry and the plan's argument specs
-  (:mod:`deep_tile.kernel_args`), which the C++ side walks as the Python launcher does.
+  (:mod:`deep_tile.gemm.kernel_args`), which the C++ side walks as the Python launcher does.
 - :func:`python_path`, :func:`python_grouped_path`, :func:`python_acc_path` and
   :func:`python_k_grouped_path`: every call the native path does not take (bad arguments, no rows),
-  on :func:`deep_tile.launch.run` / :func:`~deep_tile.launch.run_grouped` /
-  :func:`~deep_tile.launch.run_acc` / :func:`~deep_tile.launch.run_k_grouped`.
+  on :func:`deep_tile.gemm.launch.run` / :func:`~deep_tile.gemm.launch.run_grouped` /
+  :func:`~deep_tile.gemm.launch.run_acc` / :func:`~deep_tile.gemm.launch.run_k_grouped`.
 - :func:`sms_limit`: the :func:`deep_tile.set_num_sms` limit, which the loader hands a library when
   it loads it (``set_sms_limit``; :func:`deep_tile.set_num_sms` hands later changes to every
   loaded library), so that calls read it in C++ without taking the GIL.
@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile import device, kernel_args, phases
-from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
+from deep_tile import device, phases
+from deep_tile.gemm import kernel_args
+from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.errors import LaunchError
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 
 __all__ = ["VERSION", "plan", "plan_grouped", "plan_acc", "plan_k_grouped", "python_path", "python_grouped_path",
            "python_acc_path", "python_k_grouped_path", "sms_limit", "launch_error", "report_first_launch"]
@@ -37,7 +38,7 @@ VERSION = 9
 
 
 def _record(p) -> dict:
-    """The JSON-able part of a plan (what :mod:`deep_tile.plan_index` stores): the kernel's
+    """The JSON-able part of a plan (what :mod:`deep_tile.gemm.plan_index` stores): the kernel's
     defines, the launch geometry and the argument specs encoded as ints (the C++ side walks them
     in ``fill_params``, csrc/launch.cpp)."""
     return {
@@ -49,10 +50,10 @@ def _record(p) -> dict:
 
 def _launch_plan(problem, where: torch.device, limit: int) -> dict:
     """The launch plan of ``problem`` (checked, its a_scale layout decided) on device ``where``
-    with ``limit`` SMs (0: all): from :mod:`deep_tile.plan_index` when a record is stored for this
+    with ``limit`` SMs (0: all): from :mod:`deep_tile.gemm.plan_index` when a record is stored for this
     selector and device (the selector is then not even imported), else from
-    :func:`deep_tile.planner.plan`."""
-    from deep_tile import plan_index, planner
+    :func:`deep_tile.gemm.planner.plan`."""
+    from deep_tile.gemm import plan_index, planner
     from deep_tile.jit.loader import get_kernel
 
     index = where.index
@@ -69,7 +70,7 @@ def _launch_plan(problem, where: torch.device, limit: int) -> dict:
 
 def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
     """The launch plan of this fp8_gemm call's problem on ``a``'s device, with ``limit`` SMs (0: all)."""
-    from deep_tile.layouts import reads_row_major
+    from deep_tile.gemm.layouts import reads_row_major
 
     problem = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
     # The C++ side decided the same (a_scale_layout in csrc/layouts.cpp; tests/test_native.py
@@ -82,10 +83,10 @@ def plan(a, a_scale, b, b_scale, out, limit: int) -> dict:
 def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit: int, c=None, accumulate=False,
                  out_dtype=None) -> dict:
     """The launch plan of this grouped call's problem (``kind``: a grouped
-    :class:`deep_tile.problem.ProblemKind` value; ``info``: m_indices, offsets, masked_m or expert_ends;
+    :class:`deep_tile.gemm.problem.ProblemKind` value; ``info``: m_indices, offsets, masked_m or expert_ends;
     ``expected_m``: the masked kind's hint, else None; ``c``, ``accumulate``, ``out_dtype``: the
     output variant) on ``a``'s device, with ``limit`` SMs."""
-    from deep_tile.layouts import grouped_reads_row_major
+    from deep_tile.gemm.layouts import grouped_reads_row_major
 
     problem = check_grouped_args(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c,
                                  accumulate=accumulate, out_dtype=out_dtype)
@@ -98,9 +99,9 @@ def plan_grouped(kind: str, a, a_scale, b, b_scale, info, out, expected_m, limit
 
 def plan_acc(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype, b_scale_1d: bool, limit: int) -> dict:
     """The launch plan of this output-variant call's problem (the arguments of
-    :func:`deep_tile.launch.run_acc`; ``b_scale_1d``: the 1D1D GEMM) on ``a``'s device, with
+    :func:`deep_tile.gemm.launch.run_acc`; ``b_scale_1d``: the 1D1D GEMM) on ``a``'s device, with
     ``limit`` SMs (0: all)."""
-    from deep_tile.layouts import reads_row_major
+    from deep_tile.gemm.layouts import reads_row_major
 
     problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
     # as run_acc decides (and a_scale_layout in csrc/layouts.cpp)
@@ -111,7 +112,7 @@ def plan_acc(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype, b_scal
 
 def plan_k_grouped(a, a_scale, b, b_scale, group_sizes, c, accumulate: bool, out, out_dtype, limit: int) -> dict:
     """The launch plan of this K-grouped call's problem (the arguments of
-    :func:`deep_tile.launch.run_k_grouped` from the ops: ``group_sizes`` a tensor) on ``a``'s device,
+    :func:`deep_tile.gemm.launch.run_k_grouped` from the ops: ``group_sizes`` a tensor) on ``a``'s device,
     with ``limit`` SMs (0: all). Its a_scale is always read column-major (copied into that layout
     when not so, by both paths)."""
     problem, _ = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, accumulate=accumulate)
@@ -119,35 +120,35 @@ def plan_k_grouped(a, a_scale, b, b_scale, group_sizes, c, accumulate: bool, out
 
 
 def python_path(a, a_scale, b, b_scale, out):
-    """:func:`deep_tile.launch.run`: the Python host path (raises deep_tile's errors for bad arguments)."""
-    from deep_tile.launch import run
+    """:func:`deep_tile.gemm.launch.run`: the Python host path (raises deep_tile's errors for bad arguments)."""
+    from deep_tile.gemm.launch import run
 
     return run(a, a_scale, b, b_scale, out)
 
 
 def python_grouped_path(kind: str, a, a_scale, b, b_scale, info, out, expected_m, c=None, accumulate=False,
                         out_dtype=None):
-    """:func:`deep_tile.launch.run_grouped` for the grouped ``kind`` (a ProblemKind value; ``c``,
+    """:func:`deep_tile.gemm.launch.run_grouped` for the grouped ``kind`` (a ProblemKind value; ``c``,
     ``accumulate``, ``out_dtype``: the output variant): the Python host path (raises deep_tile's
     errors for bad arguments). Returns ``out`` (or a new one)."""
-    from deep_tile.launch import run_grouped
+    from deep_tile.gemm.launch import run_grouped
 
     return run_grouped(ProblemKind(kind), a, a_scale, b, b_scale, info, out, expected_m, c=c, accumulate=accumulate,
                        out_dtype=out_dtype)
 
 
 def python_acc_path(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype, b_scale_1d: bool):
-    """:func:`deep_tile.launch.run_acc` (the Python host path of the output variants and the 1D1D
+    """:func:`deep_tile.gemm.launch.run_acc` (the Python host path of the output variants and the 1D1D
     GEMM; raises deep_tile's errors for bad arguments). Returns ``out`` (or a new one)."""
-    from deep_tile.launch import run_acc
+    from deep_tile.gemm.launch import run_acc
 
     return run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
 
 
 def python_k_grouped_path(a, a_scale, b, b_scale, group_sizes, c, accumulate: bool, out, out_dtype):
-    """:func:`deep_tile.launch.run_k_grouped` (the Python host path of the K-grouped GEMM; raises
+    """:func:`deep_tile.gemm.launch.run_k_grouped` (the Python host path of the K-grouped GEMM; raises
     deep_tile's errors for bad arguments). Returns ``out`` (or a new one)."""
-    from deep_tile.launch import run_k_grouped
+    from deep_tile.gemm.launch import run_k_grouped
 
     return run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, accumulate=accumulate)
 

@@ -13,13 +13,13 @@ dgrad       dY, dG 1x128 along the features; W2ᵀ, W13ᵀ 128x128   M-grouped o
 wgrad       dYᵀ and Hᵀ, dGᵀ and Xᵀ, 1x128 along the tokens       K-grouped 1D1D (FP32 into main_grad)
 ==========  ====================================================  =====================================
 
-Each activation and gradient is cast once (deep_tile.cast_transpose: the FP8 copy and its
+Each activation and gradient is cast once (deep_tile.casts.cast_transpose: the FP8 copy and its
 transposed copy in one pass). The transposed copies give each expert its own 128-token scale
 groups, from its first token on (zeros after its last up to a multiple of 128: the cast's
 ``group_offsets``), so the K-grouped GEMM runs whole 128-token blocks, faster than masking each
 expert's end blocks. Weights are cast once per
 forward, all experts in one launch that writes each expert's transpose where dgrad reads it.
-SwiGLU runs in float32 (deep_tile.swiglu: one kernel forward, one backward) and is rounded to
+SwiGLU runs in float32 (deep_tile.casts.swiglu: one kernel forward, one backward) and is rounded to
 bf16 before its cast.
 Needs an sm_90 GPU for the GEMMs; H and I multiples of 128 (each expert's weight blocks whole).
 """
@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile import cast_transpose, grouped, k_grouped
+from deep_tile.casts import cast_transpose
+from deep_tile.gemm import grouped, k_grouped
 from deep_tile.nn.linear import wgrad_dtype
-from deep_tile.swiglu import swiglu, swiglu_backward
+from deep_tile.casts.swiglu import swiglu, swiglu_backward
 
 __all__ = ["Fp8Experts", "fp8_experts"]
 

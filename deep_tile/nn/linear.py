@@ -20,14 +20,15 @@ bf16. The forward keeps for the backward Xᵀ quantised (FP8 + scales, half of b
 Wᵀ quantised. Token counts that are not a multiple of 16 are padded with zero tokens for the
 weight gradient only (1D1D needs K, here T, to be a multiple of 16; zeros add nothing).
 
-Casts: :mod:`deep_tile.cast_transpose` (one pass writes a tensor's FP8 copy and its transposed
+Casts: :mod:`deep_tile.casts.cast_transpose` (one pass writes a tensor's FP8 copy and its transposed
 one); needs an sm_90 GPU for the GEMMs.
 """
 from __future__ import annotations
 
 import torch
 
-from deep_tile import cast_transpose, gemm
+from deep_tile import gemm
+from deep_tile.casts import cast_transpose
 
 __all__ = ["Fp8Linear", "fp8_linear"]
 

@@ -1,4 +1,4 @@
-"""Kernel configuration selection: pure Python, (:class:`deep_tile.problem.Problem`, num_sms) -> :class:`KernelConfig`.
+"""Kernel configuration selection: pure Python, (:class:`deep_tile.gemm.problem.Problem`, num_sms) -> :class:`KernelConfig`.
 
 Imports neither torch nor cuda; ``deep_tile.device`` supplies the device facts. Modules:
 

@@ -3,7 +3,7 @@
 They join the pure selector (:func:`deep_tile.select.select_config`,
 :func:`deep_tile.select.explain_text`) with the facts of the current device
 (:mod:`deep_tile.device`: SM count, shared memory, chip). Arguments are checked as
-:func:`deep_tile.fp8_gemm` checks them (:func:`deep_tile.checks.check_problem_shape`), so a
+:func:`deep_tile.fp8_gemm` checks them (:func:`deep_tile.gemm.checks.check_problem_shape`), so a
 shape is accepted or rejected here exactly when fp8_gemm accepts or rejects it. Importing this
 module imports neither torch nor cuda.
 
@@ -11,9 +11,9 @@ module imports neither torch nor cuda.
 kernel): :func:`get_config` then returns the configuration of ``M = 1`` and :func:`explain` says
 that nothing is launched.
 
-Both also describe the grouped (Mixture-of-Experts) GEMMs of :mod:`deep_tile.grouped`: with
+Both also describe the grouped (Mixture-of-Experts) GEMMs of :mod:`deep_tile.gemm.grouped`: with
 ``kind="contiguous"``, ``"masked"`` or ``"offsets"``, ``num_groups`` and (masked) ``expected_m``,
-checked by :func:`deep_tile.checks.check_grouped_problem`.
+checked by :func:`deep_tile.gemm.checks.check_grouped_problem`.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import sys
 from typing import Optional
 
 from deep_tile import arch, device, env
-from deep_tile.checks import check_grouped_problem, check_problem, check_problem_kind
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.checks import check_grouped_problem, check_problem, check_problem_kind
+from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select.config import KernelConfig
 from deep_tile.select.report import explain_text
 from deep_tile.select.selector import select_config, select_signal_config
@@ -41,7 +41,7 @@ def _resolve(func: str, num_sms) -> tuple:
 
 def selection_problem(func: str, m, n, k, kind, num_groups, expected_m, out_dtype="bfloat16", c_dtype=None,
              b_scale_1d=False) -> Problem:
-    """The checked :class:`deep_tile.problem.Problem` of :func:`get_config` / :func:`explain`'s
+    """The checked :class:`deep_tile.gemm.problem.Problem` of :func:`get_config` / :func:`explain`'s
     arguments (``func`` names the caller in the messages); the command line's ``warmup`` makes
     its problems with it too."""
     from deep_tile.kernels.fp8_gemm import C_DTYPES, OUT_DTYPES
@@ -105,7 +105,7 @@ def get_config(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="d
 
 
 def get_problem_config(problem: Problem, num_sms: Optional[int] = None, func: str = "get_problem_config") -> KernelConfig:
-    """:func:`get_config` for a checked :class:`deep_tile.problem.Problem` (the planner's entry)."""
+    """:func:`get_config` for a checked :class:`deep_tile.gemm.problem.Problem` (the planner's entry)."""
     num_sms, max_smem = _resolve(func, num_sms)
     chip = device.device_facts().chip if device.has_cuda() else arch.DEFAULT_CHIP
     if problem.kind is ProblemKind.K_GROUPED:  # a rule of its own (deep_tile.select.k_grouped)

@@ -15,7 +15,7 @@ from typing import Optional
 from deep_tile import arch
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 
 __all__ = ["KernelConfig", "config_label", "RASTER_WIDTH", "WIDE_RASTER_WIDTH", "raster"]
 
@@ -164,7 +164,7 @@ class KernelConfig:
             :data:`deep_tile.kernels.fp8_gemm.K_UNROLLS`: 3 (default) or, with
             ``accum_buffers == 1``, 6 (long K ranges, see
             :func:`deep_tile.select.selector.k_unroll_for`).
-        problem_kind: the :class:`deep_tile.problem.ProblemKind` the kernel runs (its scheduler;
+        problem_kind: the :class:`deep_tile.gemm.problem.ProblemKind` the kernel runs (its scheduler;
             ``DT_PROBLEM_KIND``); the grouped kinds are persistent (``split_k == 1``).
         l2_promotion: bytes an L2 miss of the A and B loads fetches, one of
             :data:`deep_tile.kernels.fp8_gemm.L2_PROMOTIONS` (a launch-time choice: the tensor
@@ -249,7 +249,7 @@ class KernelConfig:
         if not isinstance(self.a_scale_row_major, bool):
             raise ValueError(f"KernelConfig: a_scale_row_major must be a bool; got {self.a_scale_row_major!r}")
         if not isinstance(self.problem_kind, ProblemKind):
-            raise ValueError(f"KernelConfig: problem_kind must be a deep_tile.problem.ProblemKind; got {self.problem_kind!r}")
+            raise ValueError(f"KernelConfig: problem_kind must be a deep_tile.gemm.problem.ProblemKind; got {self.problem_kind!r}")
         if not isinstance(self.evict_first_b, bool):
             raise ValueError(f"KernelConfig: evict_first_b must be a bool; got {self.evict_first_b!r}")
         _check_int("l2_promotion", self.l2_promotion, f"one of {family.L2_PROMOTIONS}",
@@ -409,7 +409,7 @@ class KernelConfig:
 
     def for_problem(self, problem) -> "KernelConfig":
         """This config as the launcher builds it for ``problem`` (a
-        :class:`deep_tile.problem.Problem`): the problem's kind, and its a_scale variant (row-major
+        :class:`deep_tile.gemm.problem.Problem`): the problem's kind, and its a_scale variant (row-major
         when the problem reads a_scale so, see :meth:`with_row_major_a_scale`).
 
         Raises:

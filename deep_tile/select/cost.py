@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from deep_tile.arch import DEFAULT_CHIP, ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 from deep_tile.select.candidates import Candidate
 from deep_tile.select.config import RASTER_WIDTH
 
@@ -118,7 +118,7 @@ def wgmma_efficiency(wgmma_n: int, params: "ModelParams | None" = None) -> float
 
 
 def min_bytes(problem) -> int:
-    """Minimal HBM bytes of ``problem`` (a :class:`deep_tile.problem.Problem`): FP8 A and B (one B
+    """Minimal HBM bytes of ``problem`` (a :class:`deep_tile.gemm.problem.Problem`): FP8 A and B (one B
     per group), bf16 D, fp32 1x128 A scales and 128x128 B scales (per group)."""
     n, k, groups, k_blocks = problem.n, problem.k, problem.num_groups, problem.k_blocks
     m = problem.num_groups * problem.expected_m if problem.kind.grouped else problem.m  # real rows
@@ -266,7 +266,7 @@ m-block is on average half empty, and the tile count's rounds over the grid vary
 def averages_over_counts(problem) -> bool:
     """Whether the model averages the tile rounds of ``problem`` over group sizes
     (:func:`table_rounds`): the table kinds whose tile count is known on the device only. The psum
-    kind's padded rows give its count (:meth:`deep_tile.problem.Problem.m_blocks`)."""
+    kind's padded rows give its count (:meth:`deep_tile.gemm.problem.Problem.m_blocks`)."""
     return problem.kind.has_table and problem.kind is not ProblemKind.GROUPED_PSUM
 
 
@@ -285,7 +285,7 @@ def table_rounds(problem, block_m: int, block_n: int, ctas: int) -> float:
 
 def estimate(c: Candidate, problem, num_sms: int, chip: ChipFacts, raster_width: int = RASTER_WIDTH,
              params: ModelParams = DEFAULT_PARAMS) -> Estimate:
-    """Predict the run time of candidate ``c`` on ``problem`` (a :class:`deep_tile.problem.Problem`)
+    """Predict the run time of candidate ``c`` on ``problem`` (a :class:`deep_tile.gemm.problem.Problem`)
     with ``num_sms`` SMs on ``chip``."""
     m, n, k = problem.expected_m, problem.n, problem.k  # rows per group (dense: m)
     m_blocks, n_blocks = problem.m_blocks(c.block_m), ceil_div(n, c.block_n)

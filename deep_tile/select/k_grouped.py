@@ -46,7 +46,7 @@ import dataclasses
 
 from deep_tile import arch
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
 __all__ = ["select_k_grouped_config", "most_stages", "pairs_pay", "TILE", "SHORT_TILE", "STAGED_TILE",

@@ -9,7 +9,7 @@ from deep_tile import arch
 from deep_tile.arch import ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 from deep_tile.select.cost import COUNT_SPREAD, DEFAULT_PARAMS, Estimate, averages_over_counts, min_bytes
 from deep_tile.select.selector import (IN_PLACE_ODD_WIDTH_EFFICIENCY, ONE_SUBTILE_TOLERANCE, RING_TILE, RING_TILE_OVER, RING_TILE_TOLERANCE,
@@ -234,7 +234,7 @@ def _problem_line(problem) -> str:
 def explain_text(problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
                  chip: ChipFacts = arch.DEFAULT_CHIP) -> str:
     """Multi-line report of the configuration chosen for ``problem`` (a
-    :class:`deep_tile.problem.Problem`) on ``num_sms`` SMs.
+    :class:`deep_tile.gemm.problem.Problem`) on ``num_sms`` SMs.
 
     Covers the problem's work and floors on ``chip``, the config and its defines, the
     shared-memory breakdown against the limit, registers, the schedule, the model's prediction

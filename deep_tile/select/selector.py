@@ -29,7 +29,7 @@ from deep_tile.arch import ChipFacts
 from deep_tile.common import ceil_div
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select.candidates import enumerate_candidates
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig, raster
 from deep_tile.select.cost import DEFAULT_PARAMS, Estimate, estimate, grid_size
@@ -369,7 +369,7 @@ def _checked(func: str, problem, num_sms, max_smem) -> Problem:
     """``problem`` checked (sizes positive ints), as the selector sees it: the a_scale layout is
     the launcher's choice of kernel variant, so it does not enter the selection."""
     if not isinstance(problem, Problem):
-        raise TypeError(f"{func}: problem must be a deep_tile.problem.Problem; got {type(problem).__name__}")
+        raise TypeError(f"{func}: problem must be a deep_tile.gemm.problem.Problem; got {type(problem).__name__}")
     for name, value in (("m", problem.m), ("n", problem.n), ("k", problem.k), ("num_groups", problem.num_groups),
                         ("expected_m", problem.expected_m), ("num_sms", num_sms), ("max_smem", max_smem)):
         check_positive_int(func, name, value)
@@ -381,7 +381,7 @@ def rank_candidates(problem: Problem, num_sms: int, max_smem: int = arch.MAX_SME
     """Every candidate's :class:`~deep_tile.select.cost.Estimate` for ``problem``, fastest first.
 
     Raises:
-        TypeError: ``problem`` is not a :class:`deep_tile.problem.Problem`.
+        TypeError: ``problem`` is not a :class:`deep_tile.gemm.problem.Problem`.
         ValueError: a size, ``num_sms`` or ``max_smem`` is not a positive int.
     """
     problem = _checked("rank_candidates", problem, num_sms, max_smem)
@@ -761,7 +761,7 @@ def select_signal_config(problem: Problem, num_sms: int, max_block_n: int, max_s
 
 def select_config(problem: Problem, num_sms: int, max_smem: int = arch.MAX_SMEM_PER_BLOCK,
                   chip: ChipFacts = arch.DEFAULT_CHIP) -> KernelConfig:
-    """The kernel configuration for ``problem`` (a :class:`deep_tile.problem.Problem`, e.g.
+    """The kernel configuration for ``problem`` (a :class:`deep_tile.gemm.problem.Problem`, e.g.
     ``Problem(m, n, k)`` for ``out[m, n] = a[m, k] @ b[n, k]^T``) on ``num_sms`` SMs.
 
     Pure and cached. ``max_smem`` is the device's dynamic shared-memory limit per block in bytes
@@ -769,7 +769,7 @@ def select_config(problem: Problem, num_sms: int, max_smem: int = arch.MAX_SMEM_
     resident clusters of the model.
 
     Raises:
-        TypeError: ``problem`` is not a :class:`deep_tile.problem.Problem`.
+        TypeError: ``problem`` is not a :class:`deep_tile.gemm.problem.Problem`.
         ValueError: a size, ``num_sms`` or ``max_smem`` is not a positive int (the message names it).
         UnsupportedProblemError: no tile shape fits ``max_smem``.
     """

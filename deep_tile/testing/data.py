@@ -43,7 +43,7 @@ def make_fp8_problem(m: int, n: int, k: int, device, seed=None, a_scale_layout: 
         ``(a, a_scale, b, b_scale)``: float8_e4m3fn [M, K], float32 [M, ceil(K/128)],
         float8_e4m3fn [N, K], float32 [ceil(N/128), ceil(K/128)].
     """
-    from deep_tile.quant import per_block_cast_to_fp8, per_token_cast_to_fp8
+    from deep_tile.casts.quant import per_block_cast_to_fp8, per_token_cast_to_fp8
 
     if a_scale_layout not in A_SCALE_LAYOUTS:
         raise ValueError(

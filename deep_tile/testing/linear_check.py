@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile.quant import dequantize_per_block, dequantize_per_token, per_block_cast_to_fp8, per_token_cast_to_fp8
+from deep_tile.casts.quant import dequantize_per_block, dequantize_per_token, per_block_cast_to_fp8, per_token_cast_to_fp8
 
 __all__ = ["expected_linear", "expected_experts", "compare"]
 

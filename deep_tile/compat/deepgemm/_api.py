@@ -128,7 +128,7 @@ def fp8_gemm_nt(a: Pair, b: Pair, d: torch.Tensor, c: Optional[torch.Tensor] = N
 
 def _k_grouped_checks(fn: str, a: Pair, b: Pair, d, ks_cpu, recipe, use_psum_layout) -> list:
     """DeepGEMM's arguments of a K-grouped GEMM checked as far as the layout change needs (the
-    rest is deep_tile's :func:`deep_tile.checks.check_k_grouped_args`); the host list of sizes."""
+    rest is deep_tile's :func:`deep_tile.gemm.checks.check_k_grouped_args`); the host list of sizes."""
     if recipe is None or tuple(recipe) != RECIPE_1D1D:
         raise NotImplementedError(f"{fn}: recipe={None if recipe is None else tuple(recipe)} is not supported; "
                                   f"deep_tile supports only recipe={RECIPE_1D1D} (1x128 scales for a and b).")
@@ -145,7 +145,7 @@ def _k_grouped_checks(fn: str, a: Pair, b: Pair, d, ks_cpu, recipe, use_psum_lay
     ks = [_check_int(fn, f"ks_cpu[{i}]", k, 0) for i, k in enumerate(ks_cpu)]
     if any(k % 128 for k in ks):
         raise ValueError(f"{fn}: every size in ks_cpu must be a multiple of 128 (DeepGEMM's layout: each group's "
-                         f"scale rows are its own 128-token blocks); got {ks}. deep_tile.k_grouped."
+                         f"scale rows are its own 128-token blocks); got {ks}. deep_tile.gemm.k_grouped."
                          "k_grouped_fp8_gemm_1d1d takes any sizes.")
     return ks
 
@@ -154,7 +154,7 @@ def _k_grouped_run(a_rows, sfa, b_rows, sfb, d, ks: list, grouped_layout, c) -> 
     """Run deep_tile's K-grouped GEMM on [m, sum_k] / [n, sum_k] operands (the sizes from the device
     ``grouped_layout``, or the host list when it is not an int32 tensor); an empty K leaves
     ``d = c`` (zeros without c), as DeepGEMM's early return."""
-    from deep_tile import k_grouped
+    from deep_tile.gemm import k_grouped
 
     if sum(ks) == 0:
         if c is None:
@@ -194,7 +194,7 @@ def k_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, 
     host list of sizes (multiples of 128), ``grouped_layout`` the same as an int32 tensor on the
     GPU; ``c`` optional, may be ``d``; ``recipe`` (1, 1, 128).
 
-    Runs :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`, which reads [m, sum(ks)] operands
+    Runs :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`, which reads [m, sum(ks)] operands
     (the groups' tokens side by side): this wrapper copies each operand into that layout once per
     call (``a`` and ``b``, one FP8 read and write each). Other recipes, ``use_psum_layout=True``,
     non-float32 scales: NotImplementedError; ``compiled_dims``: accepted, no effect.
@@ -218,7 +218,7 @@ def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, 
     ``b = (b, sfb)`` likewise with n (``X``); ``d``, ``ks_cpu``, ``grouped_layout``, ``c``,
     ``recipe`` as :func:`k_grouped_fp8_gemm_nt_contiguous`.
 
-    Runs :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d` on ``a.T`` and ``b.T`` made contiguous
+    Runs :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d` on ``a.T`` and ``b.T`` made contiguous
     (one transposing copy of each FP8 operand per call; the scales are read as their transposed
     views). Refusals as :func:`k_grouped_fp8_gemm_nt_contiguous`.
     """
@@ -348,9 +348,9 @@ def _check_signal(fn: str, signal, d: torch.Tensor) -> None:
 def _raise_signals(signal: torch.Tensor, masked_m: torch.Tensor, max_m: int, block_m: int,
                    threshold: int) -> Tuple[int, int]:
     """Raise the flags of the real ``block_m``-row blocks of every group to ``threshold``
-    (:func:`deep_tile.moe_layout.raise_signals`: one small kernel after the GEMM on the current
+    (:func:`deep_tile.gemm.moe_layout.raise_signals`: one small kernel after the GEMM on the current
     stream, no host sync, graph-safe) and return ``(block_m, threshold)``."""
-    from deep_tile.moe_layout import raise_signals
+    from deep_tile.gemm.moe_layout import raise_signals
 
     raise_signals(signal, masked_m, max_m, block_m, threshold)
     return block_m, threshold

@@ -14,7 +14,7 @@
 namespace deep_tile_native {
 namespace {
 
-// The native twin of deep_tile.problem.Problem for an output-variant call, with the a_scale layout.
+// The native twin of deep_tile.gemm.problem.Problem for an output-variant call, with the a_scale layout.
 struct AccProblem {
   int64_t m = 0, n = 0, k = 0, k_blocks = 0;
   OutType out_type = OutType::kBfloat16;
@@ -29,7 +29,7 @@ const char* output_reason(const at::Tensor& x, int64_t m, int64_t n) {
   return layout_reason(x, 16 / x.element_size());
 }
 
-// Every condition of deep_tile.checks.check_fp8_gemm_acc_args but the devices (device_reason)
+// Every condition of deep_tile.gemm.checks.check_fp8_gemm_acc_args but the devices (device_reason)
 // and the GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
 const char* check_arguments(const AccCall& c, AccProblem* p) {
   for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale}) {
@@ -106,7 +106,7 @@ PlanKey plan_key(const AccCall& c, const AccProblem& p, int64_t device, int64_t 
   return key;
 }
 
-// The kernel's operands (OPERANDS, then C) as deep_tile.launch.run_acc makes them: a_scale as the
+// The kernel's operands (OPERANDS, then C) as deep_tile.gemm.launch.run_acc makes them: a_scale as the
 // kernel reads it, b_scale contiguous (1D1D: in the TMA-aligned column-major layout), C the
 // addend or out itself (accumulating, or no C: the parameter is unused).
 struct AccViews {

@@ -1,6 +1,6 @@
 // The native host path of the dense GEMM's output variants and of the 1D1D GEMM (training):
 // deep_tile::fp8_gemm_acc[_out] and fp8_gemm_1d1d[_out], out = C + A.B^T in bf16 or FP32. The
-// twin of deep_tile.launch.run_acc: the checks of deep_tile.checks.check_fp8_gemm_acc_args (any
+// twin of deep_tile.gemm.launch.run_acc: the checks of deep_tile.gemm.checks.check_fp8_gemm_acc_args (any
 // call not certainly valid -- an overlap of out with any input included -- goes to the Python
 // path, so errors are Python's), a plan cached per problem, the launch.
 #pragma once
@@ -15,7 +15,7 @@
 
 namespace deep_tile_native {
 
-// One call of an output-variant op, as deep_tile.launch.run_acc takes it: `c` the addend (none,
+// One call of an output-variant op, as deep_tile.gemm.launch.run_acc takes it: `c` the addend (none,
 // or a tensor apart from out), `accumulate` C is `out` itself, `out` (none: allocated, of
 // `out_dtype`, bf16 when that is none too), `b_scale_1d` the 1D1D GEMM.
 struct AccCall {

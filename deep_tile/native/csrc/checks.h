@@ -1,4 +1,4 @@
-// The rules of deep_tile/checks.py both native ops test before they take a call (the C++ side
+// The rules of deep_tile/gemm/checks.py both native ops test before they take a call (the C++ side
 // only decides whether a call is certainly valid; every refused call goes to the Python path,
 // which raises the checks' errors). Each answer is a short reason ("shape", "layout",
 // "alignment", "device", ...) or nullptr when the rule holds.
@@ -12,7 +12,7 @@
 
 namespace deep_tile_native {
 
-// deep_tile.checks.N_MULTIPLE / K_MULTIPLE (the module's N_MULTIPLE and K_MULTIPLE attributes let
+// deep_tile.gemm.checks.N_MULTIPLE / K_MULTIPLE (the module's N_MULTIPLE and K_MULTIPLE attributes let
 // tests/test_native.py compare them): n and k must be positive multiples of these.
 constexpr int64_t kNMultiple = 8;
 constexpr int64_t kKMultiple = 16;

@@ -11,13 +11,13 @@
 namespace deep_tile_native {
 namespace {
 
-// The native twin of deep_tile.problem.Problem for a dense call, with the a_scale layout.
+// The native twin of deep_tile.gemm.problem.Problem for a dense call, with the a_scale layout.
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0, k_blocks = 0;
   AScaleLayout a_scale_layout = AScaleLayout::kCopy;
 };
 
-// Every condition deep_tile.checks.check_fp8_gemm_args enforces, except the GPU's compute
+// Every condition deep_tile.gemm.checks.check_fp8_gemm_args enforces, except the GPU's compute
 // capability (checked by Python when a device's first plan is made), plus what the native path
 // itself needs (m > 0). nullptr: the native path can run the call.
 const char* inspect(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
@@ -67,7 +67,7 @@ at::Tensor fp8_gemm(const at::Tensor& a, const at::Tensor& a_scale, const at::Te
   PlanKey key;
   key.device = a.device().index();
   key.kind = Kind::kDense;
-  key.m = key.expected_m = p.m;  // deep_tile.problem.Problem: a dense problem expects all its rows
+  key.m = key.expected_m = p.m;  // deep_tile.gemm.problem.Problem: a dense problem expects all its rows
   key.n = p.n;
   key.k = p.k;
   key.sms_limit = limit;

@@ -1,6 +1,6 @@
 // What the native path needs to launch a kernel for one problem: the kernel, its launch
 // geometry, and how each kernel parameter is made from the call's tensors (the argument specs of
-// deep_tile/kernel_args.py, built by Python from the plan of deep_tile.planner on the first call
+// deep_tile/gemm/kernel_args.py, built by Python from the plan of deep_tile.gemm.planner on the first call
 // of a problem, deep_tile/native/bridge.py), then cached here. No kernel fact is written in C++:
 // fill_params (gemm_op.cpp) walks the specs.
 #pragma once
@@ -15,11 +15,11 @@
 
 namespace deep_tile_native {
 
-// deep_tile.kernel_args.SPEC_KINDS (tests/test_native.py compares them through the module's
+// deep_tile.gemm.kernel_args.SPEC_KINDS (tests/test_native.py compares them through the module's
 // SPEC_KINDS attribute).
 enum class SpecKind : uint8_t { kTensorMap = 0, kZeroMap = 1, kPointer = 2, kSize = 3, kStride = 4, kValue = 5 };
 
-// Most operand tensors a spec may name (deep_tile.kernel_args.MAX_OPERANDS); each family's op
+// Most operand tensors a spec may name (deep_tile.gemm.kernel_args.MAX_OPERANDS); each family's op
 // passes its own, in its contract's OPERANDS order.
 constexpr int kMaxOperands = 8;
 // Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked; the
@@ -28,7 +28,7 @@ constexpr int kMaxOperands = 8;
 constexpr int kMaxArgs = 24;
 constexpr int kMaxMaps = 8;
 
-// One kernel parameter: see deep_tile/kernel_args.py for the meaning of each kind.
+// One kernel parameter: see deep_tile/gemm/kernel_args.py for the meaning of each kind.
 struct ArgSpec {
   SpecKind kind = SpecKind::kValue;
   int8_t operand = -1;      // kTensorMap, kPointer, kSize, kStride
@@ -49,7 +49,7 @@ struct GemmPlan {
   mutable std::atomic<bool> reported{false};  // first launch timed and reported (deep_tile.phases)
 };
 
-// The kinds of problem (deep_tile.problem.ProblemKind, in its order; the module's PROBLEM_KINDS
+// The kinds of problem (deep_tile.gemm.problem.ProblemKind, in its order; the module's PROBLEM_KINDS
 // attribute lets tests/test_native.py compare the names): the dense GEMM and the M-grouped
 // (Mixture-of-Experts) ones, and the K-grouped one (MoE weight gradients, k_grouped_op.h). The
 // bridge is told a kind by its name (ProblemKind's value).
@@ -74,7 +74,7 @@ constexpr const char* kOutTypeNames[] = {"bfloat16", "float32"};
 enum class CKind : uint8_t { kNone = 0, kBfloat16 = 1, kFloat32 = 2, kOut = 3 };
 constexpr const char* kCKindNames[] = {nullptr, "bfloat16", "float32", "out"};
 
-// A plan is a function of the problem (the fields of deep_tile.problem.Problem.key(): kind, m,
+// A plan is a function of the problem (the fields of deep_tile.gemm.problem.Problem.key(): kind, m,
 // n, k, groups, expected rows per group, a_scale variant, output and C types, 1D1D), the device
 // and the SM limit; strides and addresses only enter the tensor maps, which are cached by value
 // (tensor_maps.h).

@@ -27,7 +27,7 @@ struct Call {
   const GroupedOutput& variant;
 };
 
-// The native twin of deep_tile.problem.Problem for a grouped call, with the a_scale layout.
+// The native twin of deep_tile.gemm.problem.Problem for a grouped call, with the a_scale layout.
 struct GroupedProblem {
   int64_t m = 0, n = 0, k = 0, num_groups = 1, expected_m = 0;
   int64_t rows = 0, k_blocks = 0;  // Problem.rows, Problem.k_blocks
@@ -42,7 +42,7 @@ bool has_table(Kind kind) {
   return kind == Kind::kGroupedMasked || kind == Kind::kGroupedOffsets || kind == Kind::kGroupedPsum;
 }
 
-// Every condition of deep_tile.checks.check_grouped_args but the devices (device_reason) and the
+// Every condition of deep_tile.gemm.checks.check_grouped_args but the devices (device_reason) and the
 // GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
 const char* check_arguments(const Call& c, GroupedProblem* p) {
   for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale, &c.info}) {
@@ -133,7 +133,7 @@ const char* inspect(const Call& c, GroupedProblem* p) {
   return nullptr;
 }
 
-// The kernel's operands but group_info (GROUPED_OPERANDS), as deep_tile.launch.grouped_operands
+// The kernel's operands but group_info (GROUPED_OPERANDS), as deep_tile.gemm.launch.grouped_operands
 // makes them: 2-D views of a, out and b, b_scale contiguous, a_scale as the kernel reads it.
 struct GroupedViews {
   at::Tensor a, a_scale, b, b_scale, out, c;  // c: an output variant's C (the addend, or out itself)

@@ -1,9 +1,9 @@
 // The native host path of the M-grouped (Mixture-of-Experts) FP8 GEMMs:
 // deep_tile::m_grouped_fp8_gemm_{contiguous,offsets,masked,psum}[_out] and their output variants,
 // deep_tile::m_grouped_fp8_gemm_acc[_out]. The twin of
-// deep_tile.launch.run_grouped: the checks of deep_tile.checks.check_grouped_args (any call not
+// deep_tile.gemm.launch.run_grouped: the checks of deep_tile.gemm.checks.check_grouped_args (any call not
 // certainly valid goes to the Python path, so errors are Python's), a plan cached per problem,
-// the operands as the 2-D views of deep_tile.launch.grouped_operands, the launch.
+// the operands as the 2-D views of deep_tile.gemm.launch.grouped_operands, the launch.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -49,7 +49,7 @@ const char* grouped_fast_check_reason(Kind kind, const at::Tensor& a, const at::
                                       std::optional<int64_t> expected_m, const std::optional<at::Tensor>& out,
                                       bool check_device, const GroupedOutput& variant = {});
 
-// For tests (any device): the plan key (its problem fields are what deep_tile.problem.Problem.key()
+// For tests (any device): the plan key (its problem fields are what deep_tile.gemm.problem.Problem.key()
 // holds) and the operands the kernel would get (GROUPED_OPERANDS order, then C for an output
 // variant). Throws std::invalid_argument naming the reason when the fast check refuses the call.
 std::tuple<PlanKey, std::vector<at::Tensor>> grouped_operands(

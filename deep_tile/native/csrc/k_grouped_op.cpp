@@ -15,7 +15,7 @@
 namespace deep_tile_native {
 namespace {
 
-// The native twin of deep_tile.problem.Problem for a K-grouped call.
+// The native twin of deep_tile.gemm.problem.Problem for a K-grouped call.
 struct KGroupedProblem {
   int64_t m = 0, n = 0, k = 0, num_groups = 1;
   OutType out_type = OutType::kFloat32;
@@ -27,7 +27,7 @@ bool c_is_out(const KGroupedCall& c) {
   return c.c.has_value() && c.out.has_value() && c.c->is_same(*c.out);
 }
 
-// Every condition of deep_tile.checks.check_k_grouped_args but the devices (device_reason) and the
+// Every condition of deep_tile.gemm.checks.check_k_grouped_args but the devices (device_reason) and the
 // GPU's compute capability (Python checks it when a device's first plan is made); fills `p`.
 const char* check_arguments(const KGroupedCall& c, KGroupedProblem* p) {
   for (const at::Tensor* t : {&c.a, &c.a_scale, &c.b, &c.b_scale, &c.group_sizes}) {
@@ -97,7 +97,7 @@ PlanKey plan_key(const KGroupedProblem& p, int64_t device, int64_t limit) {
   PlanKey key;
   key.device = device;
   key.kind = Kind::kKGrouped;
-  key.m = key.expected_m = p.m;  // deep_tile.problem.Problem: the K-grouped kind expects all its rows
+  key.m = key.expected_m = p.m;  // deep_tile.gemm.problem.Problem: the K-grouped kind expects all its rows
   key.n = p.n;
   key.k = p.k;
   key.num_groups = p.num_groups;
@@ -108,7 +108,7 @@ PlanKey plan_key(const KGroupedProblem& p, int64_t device, int64_t limit) {
   return key;
 }
 
-// The kernel's operands (GROUPED_OPERANDS, then C) as deep_tile.launch.launch_k_grouped makes
+// The kernel's operands (GROUPED_OPERANDS, then C) as deep_tile.gemm.launch.launch_k_grouped makes
 // them: both scales in the TMA-aligned column-major layout (copied into it when not so), out and
 // C ([G, m, n]; C is out when accumulating or without C) as [G * m, n] views.
 std::vector<at::Tensor> views_of(const KGroupedCall& c, const KGroupedProblem& p, const at::Tensor& out) {

@@ -1,9 +1,9 @@
 // The native host path of the K-grouped 1D1D GEMM (MoE weight gradients):
 // deep_tile::k_grouped_fp8_gemm_1d1d[_out], out[g] = C[g] + A[:, K_g] B[:, K_g]^T with the group
-// sizes on the device. The twin of deep_tile.launch.run_k_grouped: the checks of
-// deep_tile.checks.check_k_grouped_args (any call not certainly valid goes to the Python path, so
+// sizes on the device. The twin of deep_tile.gemm.launch.run_k_grouped: the checks of
+// deep_tile.gemm.checks.check_k_grouped_args (any call not certainly valid goes to the Python path, so
 // errors are Python's), a plan cached per problem (the sizes are read by the kernel only, so a
-// CUDA graph replays with new ones), the operands of deep_tile.launch.launch_k_grouped, the launch.
+// CUDA graph replays with new ones), the operands of deep_tile.gemm.launch.launch_k_grouped, the launch.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,7 +17,7 @@
 
 namespace deep_tile_native {
 
-// One call, as deep_tile.launch.run_k_grouped takes it from the ops: `group_sizes` the int32 [G]
+// One call, as deep_tile.gemm.launch.run_k_grouped takes it from the ops: `group_sizes` the int32 [G]
 // sizes, `c` the addend (none, out itself, or a tensor apart from out), `accumulate` C is `out`,
 // `out` (none: allocated, of `out_dtype`, FP32 when that is none too).
 struct KGroupedCall {

@@ -27,13 +27,13 @@ struct Params {
 
 constexpr uint64_t kElementBytes[] = {1, 2, 4};  // Element (tensor_maps.h): uint8, bfloat16, float32
 
-// The row pitch of deep_tile.kernel_args (TensorMap.value): the outer stride, or for one row the
+// The row pitch of deep_tile.gemm.kernel_args (TensorMap.value): the outer stride, or for one row the
 // inner extent rounded up to 16 bytes.
 uint64_t row_pitch_bytes(uint64_t inner, uint64_t outer, uint64_t stride_outer, uint64_t element_bytes) {
   return outer > 1 ? stride_outer * element_bytes : (inner * element_bytes + 15) / 16 * 16;
 }
 
-// Walks the plan's argument specs as deep_tile.kernel_args.pack_values does in Python.
+// Walks the plan's argument specs as deep_tile.gemm.kernel_args.pack_values does in Python.
 void fill_params(const GemmPlan& plan, const Operands& operands, Params* params) {
   int maps = 0;
   for (size_t i = 0; i < plan.args.size(); ++i) {

@@ -1,6 +1,6 @@
 // What every native op does once it has a problem: find (or make) its plan, walk the plan's
 // argument specs over the call's operands (fill_params, the twin of
-// deep_tile.kernel_args.pack_values), launch with cuLaunchKernelEx on the current stream, and
+// deep_tile.gemm.kernel_args.pack_values), launch with cuLaunchKernelEx on the current stream, and
 // count the calls of each path (the module's stats()).
 #pragma once
 

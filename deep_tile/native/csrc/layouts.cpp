@@ -8,7 +8,7 @@
 namespace deep_tile_native {
 
 AScaleLayout a_scale_layout(const at::Tensor& s, int64_t m, int64_t k_blocks) {
-  // deep_tile.layouts.reads_row_major: contiguous rows of a multiple of 4 K blocks
+  // deep_tile.gemm.layouts.reads_row_major: contiguous rows of a multiple of 4 K blocks
   // (deep_tile.kernels.fp8_gemm.row_major_a_scale_readable), 16-byte aligned.
   if (m > 1 && k_blocks > 1 && k_blocks % 4 == 0 && s.stride(1) == 1 && s.stride(0) == k_blocks && aligned16(s)) {
     return AScaleLayout::kRowMajor;
@@ -32,7 +32,7 @@ at::Tensor tma_aligned(const at::Tensor& scale) {
 
 namespace {
 
-// The masked kind's [G, m, k_blocks]: deep_tile.layouts.reads_row_major_3d, else is_tma_aligned_3d.
+// The masked kind's [G, m, k_blocks]: deep_tile.gemm.layouts.reads_row_major_3d, else is_tma_aligned_3d.
 AScaleLayout a_scale_layout_3d(const at::Tensor& s) {
   const int64_t groups = s.size(0), m = s.size(1), k_blocks = s.size(2);
   if (m > 1 && k_blocks > 1 && k_blocks % 4 == 0 && s.is_contiguous() && aligned16(s)) return AScaleLayout::kRowMajor;
@@ -43,7 +43,7 @@ AScaleLayout a_scale_layout_3d(const at::Tensor& s) {
   return aligned ? AScaleLayout::kAligned : AScaleLayout::kCopy;
 }
 
-// A row-major-only kind's [rows, k_blocks]: deep_tile.layouts.is_row_major_aligned.
+// A row-major-only kind's [rows, k_blocks]: deep_tile.gemm.layouts.is_row_major_aligned.
 AScaleLayout a_scale_layout_row_major_only(const at::Tensor& s) {
   const int64_t rows = s.size(0), k_blocks = s.size(1);
   const bool as_is = (s.stride(1) == 1 || k_blocks == 1) &&

@@ -1,5 +1,5 @@
 // The a_scale layouts the kernel reads, and the rule that picks one: the C++ twin of
-// deep_tile/layouts.py (and of the a_scale choice in deep_tile.launch.grouped_operands).
+// deep_tile/gemm/layouts.py (and of the a_scale choice in deep_tile.gemm.launch.grouped_operands).
 // tests/test_native.py compares the two rules over many layouts through the module's
 // a_scale_layout and grouped_a_scale_layout.
 #pragma once
@@ -41,7 +41,7 @@ AScaleLayout a_scale_layout(const at::Tensor& a_scale, int64_t m, int64_t k_bloc
 // contiguous kind's as the dense one's.
 AScaleLayout grouped_a_scale_layout(Kind kind, const at::Tensor& a_scale);
 
-// deep_tile.layouts.is_tma_aligned of a 2-D [rows, k_blocks] scale tensor.
+// deep_tile.gemm.layouts.is_tma_aligned of a 2-D [rows, k_blocks] scale tensor.
 bool is_tma_aligned(const at::Tensor& scale);
 
 // get_tma_aligned_a_scale of a 2-D scale tensor (a_scale, or the 1D1D kinds' b_scale): as it is

@@ -23,7 +23,7 @@ constexpr int kBridgeVersion = 9;
 
 namespace {
 
-// A plan key's problem as deep_tile.problem.Problem.key() spells it (for tests): (kind, m, n, k,
+// A plan key's problem as deep_tile.gemm.problem.Problem.key() spells it (for tests): (kind, m, n, k,
 // groups, expected_m, a_scale_row_major), then (out_dtype, c_dtype) unless bf16 without C, then
 // "1d1d" for the 1D1D variants.
 py::tuple problem_key(const PlanKey& key) {
@@ -152,7 +152,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         },
         py::arg("kind"), py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("info"),
         py::arg("expected_m"), py::arg("out"), py::arg("c") = py::none(), py::arg("accumulate") = false,
-        "For tests, any device: (problem key as deep_tile.problem.Problem.key() spells it, [the kernel's operands "
+        "For tests, any device: (problem key as deep_tile.gemm.problem.Problem.key() spells it, [the kernel's operands "
         "in GROUPED_OPERANDS order, then C for an output variant]) of a grouped call the fast check takes (else "
         "ValueError).");
   // The training ops (acc_op.h, k_grouped_op.h): the ops' arguments as they are (out_dtype None
@@ -167,7 +167,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("accumulate") = false, py::arg("out") = py::none(), py::arg("out_dtype") = py::none(),
         py::arg("b_scale_1d") = false, py::call_guard<py::gil_scoped_release>(),
         "The native path of the output variants (b_scale_1d: the 1D1D GEMM) without the dispatcher: "
-        "out (or a new tensor) = C + a @ b.T, scaled (deep_tile.launch.run_acc's arguments).");
+        "out (or a new tensor) = C + a @ b.T, scaled (deep_tile.gemm.launch.run_acc's arguments).");
   m.def("acc_fast_check_reason",
         [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
            const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
@@ -199,7 +199,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("a"), py::arg("a_scale"), py::arg("b"), py::arg("b_scale"), py::arg("group_sizes"),
         py::arg("c") = py::none(), py::arg("accumulate") = false, py::arg("out") = py::none(),
         py::arg("out_dtype") = py::none(), py::call_guard<py::gil_scoped_release>(),
-        "The native path of the K-grouped 1D1D GEMM without the dispatcher (deep_tile.launch.run_k_grouped's "
+        "The native path of the K-grouped 1D1D GEMM without the dispatcher (deep_tile.gemm.launch.run_k_grouped's "
         "arguments, group_sizes an int32 tensor). Returns out or a new [G, m, n] tensor.");
   m.def("k_grouped_fast_check_reason",
         [](const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,

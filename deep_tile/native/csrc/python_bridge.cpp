@@ -36,10 +36,10 @@ py::object optional_dtype(std::optional<at::ScalarType> t) { return t.has_value(
   std::string text;
   for (int64_t v : code) text += (text.empty() ? "" : ", ") + std::to_string(v);
   throw std::runtime_error("deep_tile native: the bridge sent an argument spec this library cannot fill: [" + text +
-                           "] (deep_tile/kernel_args.py and csrc/gemm_plan.h disagree)");
+                           "] (deep_tile/gemm/kernel_args.py and csrc/gemm_plan.h disagree)");
 }
 
-// One encoded spec of deep_tile.kernel_args.encode, checked.
+// One encoded spec of deep_tile.gemm.kernel_args.encode, checked.
 ArgSpec spec_of(const std::vector<int64_t>& c) {
   if (c.empty() || c[0] < 0 || c[0] > static_cast<int64_t>(SpecKind::kValue)) bad_spec(c);
   ArgSpec s;

@@ -37,11 +37,11 @@ bool pdl();
 PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                   const std::optional<at::Tensor>& out, int64_t sms_limit);
 
-// deep_tile.launch.run: the Python path. Returns the output tensor.
+// deep_tile.gemm.launch.run: the Python path. Returns the output tensor.
 at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                        const std::optional<at::Tensor>& out);
 
-// The grouped kinds' twins (bridge.plan_grouped, bridge.python_grouped_path: deep_tile.launch.run_grouped):
+// The grouped kinds' twins (bridge.plan_grouped, bridge.python_grouped_path: deep_tile.gemm.launch.run_grouped):
 // `info` is m_indices, masked_m, offsets or expert_ends; `expected_m` the masked kind's hint (None otherwise);
 // `c`, `accumulate`, `out_dtype` the output variant (none: the bf16 GEMM).
 PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
@@ -53,9 +53,9 @@ at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor&
                                std::optional<int64_t> expected_m, const std::optional<at::Tensor>& c, bool accumulate,
                                std::optional<at::ScalarType> out_dtype);
 
-// The training ops' twins: bridge.plan_acc / python_acc_path (deep_tile.launch.run_acc: the dense
+// The training ops' twins: bridge.plan_acc / python_acc_path (deep_tile.gemm.launch.run_acc: the dense
 // GEMM's output variants and, with `b_scale_1d`, the 1D1D GEMM) and bridge.plan_k_grouped /
-// python_k_grouped_path (deep_tile.launch.run_k_grouped), with the ops' arguments as they are.
+// python_k_grouped_path (deep_tile.gemm.launch.run_k_grouped), with the ops' arguments as they are.
 PlanPtr make_acc_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                       const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
                       std::optional<at::ScalarType> out_dtype, bool b_scale_1d, int64_t sms_limit);

@@ -9,7 +9,7 @@
 namespace deep_tile_native {
 namespace {
 
-// Bounded like deep_tile.tma's cache: activations from a caching allocator reuse few addresses.
+// Bounded like deep_tile.gemm.tma's cache: activations from a caching allocator reuse few addresses.
 constexpr size_t kCapacity = 4096;
 
 struct SpecHash {

@@ -7,7 +7,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from deep_tile.quant import per_token_cast_to_fp8
+from deep_tile.casts.quant import per_token_cast_to_fp8
 from deep_tile.testing.moe.layouts import LAYOUTS, Permutation, permute_fp8, plan, unpermute
 from deep_tile.testing.moe.weights import MoEWeights
 

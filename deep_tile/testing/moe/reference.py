@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from deep_tile.quant import per_token_cast_to_fp8
+from deep_tile.casts.quant import per_token_cast_to_fp8
 from deep_tile.reference import (
     ref_fp8_gemm,
     ref_m_grouped_fp8_gemm_contiguous,

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from deep_tile.common import SCALE_GROUP, ceil_div
-from deep_tile.quant import per_block_cast_to_fp8
+from deep_tile.casts.quant import per_block_cast_to_fp8
 
 __all__ = ["MoEWeights", "quantize_expert_weights", "make_expert_weights", "make_moe_weights"]
 

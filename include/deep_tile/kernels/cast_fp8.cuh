@@ -2,14 +2,14 @@
 //   per token: one scale per row per 128-wide group of columns;
 //   per block: one scale per 128x128 block.
 // scale = max(amax, 1e-4) / 448 and q = saturate_e4m3(x * (448 / max(amax, 1e-4))), the same
-// float32 operations (correctly rounded division, one multiply) as deep_tile/quant.py, so CPU and
+// float32 operations (correctly rounded division, one multiply) as deep_tile/casts/quant.py, so CPU and
 // GPU results are bitwise equal.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
 
 #ifndef DT_IN_DTYPE
-#error "DT_IN_DTYPE (0 = float32, 1 = bfloat16, 2 = float16) is set by deep_tile.cast_kernels"
+#error "DT_IN_DTYPE (0 = float32, 1 = bfloat16, 2 = float16) is set by deep_tile.casts.quant_kernels"
 #endif
 
 namespace deep_tile {

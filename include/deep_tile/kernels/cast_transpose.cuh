@@ -24,7 +24,7 @@
 // persistent grid whose CTAs stream their tiles into DT_CT_STAGES shared-memory buffers with
 // cp.async, DT_CT_STAGES - 1 tiles ahead, and run the same two passes from shared memory.
 //
-// Math (same float32 operations as deep_tile/cast_transpose.py's torch reference, so bitwise equal):
+// Math (same float32 operations as deep_tile/casts/cast_transpose.py's torch reference, so bitwise equal):
 //   amax = max(max |x|, 1e-4); inv = 448 / amax (correctly rounded);
 //   power-of-two scales: inv = 2^floor(log2(inv)) (exponent bits kept);
 //   scale = amax / 448, or 1 / inv for power-of-two scales; q = e4m3_rn_satfinite(x * inv).

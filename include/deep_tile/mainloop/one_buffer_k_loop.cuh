@@ -36,7 +36,7 @@ struct OneBufferKLoop {
   }
 
   /// kInitResult: the first k-block is promoted into the result (it is not zeroed first). Needs
-  /// kb_begin < kb_end (the persistent kinds: every entry refuses k <= 0, deep_tile/checks.py and
+  /// kb_begin < kb_end (the persistent kinds: every entry refuses k <= 0, deep_tile/gemm/checks.py and
   /// native/csrc/checks.cpp, so every tile has a k-block).
   /// NOTES: zeroing is a CS2R per accumulator register and tile, a real share of a short-K tile's
   /// instructions; which kinds gain from skipping it: Fp8GemmConfig::kLoopSetsResult.

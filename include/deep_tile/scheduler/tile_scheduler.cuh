@@ -36,7 +36,7 @@
 namespace deep_tile {
 
 /// What the kernel multiplies; Fp8GemmConfig::kProblemKind picks the Scheduler specialisation
-/// (deep_tile/problem.py ProblemKind names the same kinds; DT_PROBLEM_KIND is the value).
+/// (deep_tile/gemm/problem.py ProblemKind names the same kinds; DT_PROBLEM_KIND is the value).
 ///   kDense: D[M, N] = A[M, K] B[N, K]^T, one B.
 /// The M-grouped kinds of Mixture-of-Experts GEMMs stack one B [N, K] and b_scale
 /// [ceil(N/128), K blocks] per expert (group) and give each expert some rows of A and D:

@@ -1,5 +1,5 @@
 """DeepGEMM's ``deep_gemm.utils.math``: integer helpers, and its FP8 casts for the float32-scale
-format deep_tile runs (by :mod:`deep_tile.quant`, deep_tile's own casts: the same recipe, 1x128
+format deep_tile runs (by :mod:`deep_tile.casts.quant`, deep_tile's own casts: the same recipe, 1x128
 groups for activations and 128x128 blocks for weights). UE8M0 scales and FP4 are not supported
 (NotImplementedError)."""
 from __future__ import annotations

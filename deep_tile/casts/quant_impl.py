@@ -1,10 +1,10 @@
 """The FP8 casts' implementations: input checks, the torch code (CPU), dispatch to the CUDA kernels.
 
 The public functions :func:`deep_tile.per_token_cast_to_fp8` / :func:`deep_tile.per_block_cast_to_fp8`
-(:mod:`deep_tile.quant`, which documents the formula) call the custom ops of :mod:`deep_tile.ops`;
+(:mod:`deep_tile.casts.quant`, which documents the formula) call the custom ops of :mod:`deep_tile.ops`;
 the ops' real kernels are :func:`per_token_cast` / :func:`per_block_cast` here and their fake
 kernels check with :func:`check_cast_input`. CPU tensors use :func:`per_token_cast_torch` /
-:func:`per_block_cast_torch`; CUDA tensors go to the JIT kernels of :mod:`deep_tile.cast_kernels`,
+:func:`per_block_cast_torch`; CUDA tensors go to the JIT kernels of :mod:`deep_tile.casts.quant_kernels`,
 which produce the same bytes.
 
 NOTES: the Python expression ``448.0 / tensor`` is ``tensor.reciprocal() * 448`` in torch (two
@@ -12,7 +12,7 @@ roundings), so the division is spelled ``torch.div(full(448), amax)`` on purpose
 """
 import torch
 
-from deep_tile.checks import shown
+from deep_tile.gemm.checks import shown
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["FP8_MAX", "AMAX_MIN", "INPUT_DTYPES", "check_cast_input", "per_token_cast", "per_block_cast",
@@ -77,7 +77,7 @@ def _padded_float(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def per_token_cast_torch(x: torch.Tensor):
-    """Torch implementation of :func:`deep_tile.quant.per_token_cast_to_fp8` (any device; no validation)."""
+    """Torch implementation of :func:`deep_tile.casts.quant.per_token_cast_to_fp8` (any device; no validation)."""
     m, k = x.shape
     num_k_blocks = ceil_div(k, SCALE_GROUP)
     xf = _padded_float(x, m, num_k_blocks * SCALE_GROUP).reshape(m, num_k_blocks, SCALE_GROUP)
@@ -89,7 +89,7 @@ def per_token_cast_torch(x: torch.Tensor):
 
 
 def per_block_cast_torch(w: torch.Tensor):
-    """Torch implementation of :func:`deep_tile.quant.per_block_cast_to_fp8` (any device; no validation)."""
+    """Torch implementation of :func:`deep_tile.casts.quant.per_block_cast_to_fp8` (any device; no validation)."""
     n, k = w.shape
     num_n_blocks, num_k_blocks = ceil_div(n, SCALE_GROUP), ceil_div(k, SCALE_GROUP)
     wf = _padded_float(w, num_n_blocks * SCALE_GROUP, num_k_blocks * SCALE_GROUP)
@@ -119,13 +119,13 @@ def per_block_cast(w: torch.Tensor):
 
 
 def _cast(func: str, name: str, x: torch.Tensor, cuda_kernel: str, torch_impl):
-    """Check ``x``, then an empty result for no rows, ``deep_tile.cast_kernels.<cuda_kernel>`` on
+    """Check ``x``, then an empty result for no rows, ``deep_tile.casts.quant_kernels.<cuda_kernel>`` on
     CUDA (imported on first use), else ``torch_impl``."""
     check_cast_input(func, name, x)
     if x.shape[0] == 0:
         return _empty_result(x, 0, 0)
     if x.is_cuda:
-        from deep_tile import cast_kernels
+        from deep_tile.casts import quant_kernels as cast_kernels
 
         return getattr(cast_kernels, cuda_kernel)(x)
     return torch_impl(x)

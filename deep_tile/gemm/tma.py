@@ -1,5 +1,5 @@
 """Host-built TMA descriptors (``CUtensorMap``) for 2-D tiles of torch tensors (and the 3-D slab
-view of :class:`deep_tile.kernel_args.TensorMap`).
+view of :class:`deep_tile.gemm.kernel_args.TensorMap`).
 
 Encoding a map costs a driver call and some Python; maps are cached by everything that goes
 into them (address, shape, strides, box, swizzle), so repeated calls on the same buffers --
@@ -34,7 +34,7 @@ def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_b
     row pitch; `l2_promotion` the bytes an L2 miss of the map's loads fetches (0, 64, 128, 256).
     Out-of-bounds box elements load as zero and are not stored. `slab_rows` > 0 encodes the 3-D
     slab view instead: dims (inner, slab_rows, outer), both outer strides the row pitch, box
-    (box_inner, box_outer, 1) (:class:`deep_tile.kernel_args.TensorMap`).
+    (box_inner, box_outer, 1) (:class:`deep_tile.gemm.kernel_args.TensorMap`).
     """
     key = (address, element, inner, outer, outer_stride_bytes, box_inner, box_outer, swizzle, l2_promotion,
            slab_rows)

@@ -1,8 +1,8 @@
 """The Python launcher of the FP8 GEMM: check, plan, tensor maps, arguments, launch.
 
-:func:`run` is fp8_gemm on the Python host path: validate (:mod:`deep_tile.checks`) -> the plan
-(:mod:`deep_tile.planner`, memoised per problem) -> walk the plan's argument specs
-(:mod:`deep_tile.kernel_args`: tensor maps from :mod:`deep_tile.tma`, cached by address) ->
+:func:`run` is fp8_gemm on the Python host path: validate (:mod:`deep_tile.gemm.checks`) -> the plan
+(:mod:`deep_tile.gemm.planner`, memoised per problem) -> walk the plan's argument specs
+(:mod:`deep_tile.gemm.kernel_args`: tensor maps from :mod:`deep_tile.gemm.tma`, cached by address) ->
 launch on the current stream (:mod:`deep_tile.jit.runtime`), with programmatic dependent launch
 unless :mod:`deep_tile.pdl` says otherwise.
 It runs until the native extension is built, wherever it cannot be built, for forced configs
@@ -15,18 +15,19 @@ import time
 
 import torch
 
-from deep_tile import phases, planner
-from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
+from deep_tile import phases
+from deep_tile.gemm import planner
+from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
-from deep_tile.kernel_args import pack_values
+from deep_tile.gemm.kernel_args import pack_values
 from deep_tile.kernels.fp8_gemm import ROW_MAJOR_A_SCALE_KINDS
-from deep_tile.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, reads_row_major
+from deep_tile.gemm.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, reads_row_major
 from deep_tile.pdl import get_pdl
-from deep_tile.problem import ProblemKind
-from deep_tile.tma import encode_2d
+from deep_tile.gemm.problem import ProblemKind
+from deep_tile.gemm.tma import encode_2d
 
 __all__ = ["run", "run_acc", "acc_operands", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped",
            "k_grouped_operands", "launch", "launch_small_kernel"]
@@ -58,7 +59,7 @@ def run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
 def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=None, extra_defines=None,
             b_scale_1d=False):
     """fp8_gemm with an FP32 output and/or an addend, ``out = C + A.B^T``, on the Python host path
-    (the arguments of :func:`deep_tile.checks.check_fp8_gemm_acc_args`: ``accumulate`` means C is
+    (the arguments of :func:`deep_tile.gemm.checks.check_fp8_gemm_acc_args`: ``accumulate`` means C is
     ``out``; ``b_scale_1d``: the 1D1D GEMM, b_scale ``[n, ceil(k/128)]``), with an optional forced
     KernelConfig and extra defines. Returns ``out``."""
     problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
@@ -102,9 +103,9 @@ def _plan_and_launch(problem, operands: tuple, device, config, extra_defines) ->
 def run_grouped(kind: ProblemKind, a, a_scale, b, b_scale, info, out, expected_m=None, config=None,
                 extra_defines=None, *, c=None, accumulate=False, out_dtype=None):
     """A grouped (Mixture-of-Experts) GEMM of ``kind`` on the Python host path: the arguments of
-    :mod:`deep_tile.grouped`'s functions (``info``: m_indices, offsets or masked_m; the output
+    :mod:`deep_tile.gemm.grouped`'s functions (``info``: m_indices, offsets or masked_m; the output
     variants' ``c``, ``accumulate`` (C is ``out``) and ``out_dtype`` as
-    :func:`deep_tile.checks.check_grouped_args` takes them), with an optional forced KernelConfig
+    :func:`deep_tile.gemm.checks.check_grouped_args` takes them), with an optional forced KernelConfig
     and extra defines (tests, sweeps). Returns ``out``."""
     problem = check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m, c=c, accumulate=accumulate,
                                  out_dtype=out_dtype)
@@ -123,7 +124,7 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tupl
     """``(problem, operands)``: the grouped kernel's operands
     (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`; then C for an output variant: ``c``, or
     ``out`` itself when accumulating or without C) as 2-D views of checked arguments, and
-    the problem with the a_scale layout the kernel reads (:func:`deep_tile.layouts.grouped_reads_row_major`:
+    the problem with the a_scale layout the kernel reads (:func:`deep_tile.gemm.layouts.grouped_reads_row_major`:
     row-major where it can, else the TMA-aligned column-major one, copied into it when needed).
     The native path makes the same views in C++ (``views_of`` in deep_tile/native/csrc/grouped_op.cpp;
     tests/test_native.py compares the two)."""
@@ -155,8 +156,8 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tupl
 
 def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dtype=None, accumulate=False,
                   config=None, extra_defines=None):
-    """The K-grouped GEMM (:func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`) on the Python host
-    path: checked (:func:`deep_tile.checks.check_k_grouped_args`; ``accumulate``: C is ``out``),
+    """The K-grouped GEMM (:func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`) on the Python host
+    path: checked (:func:`deep_tile.gemm.checks.check_k_grouped_args`; ``accumulate``: C is ``out``),
     ``out`` allocated when None, a host list of sizes copied to the device, then launched; with
     an optional forced KernelConfig (its tile, made K-grouped) and extra defines. Returns ``out``."""
     problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
@@ -173,7 +174,7 @@ def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dty
 
 
 def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None, extra_defines=None) -> None:
-    """Launch the K-grouped GEMM (checked ``problem``, :func:`deep_tile.checks.check_k_grouped_args`)
+    """Launch the K-grouped GEMM (checked ``problem``, :func:`deep_tile.gemm.checks.check_k_grouped_args`)
     over its tensors: both scales read in the TMA-aligned column-major layout (copied into it when
     not so), ``out`` and ``c`` ([G, m, n], ``c`` may be ``out``) as 2-D [G * m, n] views, ``sizes``
     the int32 group sizes on the device (operands: GROUPED_OPERANDS, then C)."""

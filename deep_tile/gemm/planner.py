@@ -1,13 +1,13 @@
 """The one planner of the FP8 GEMM: the launch plan both host paths consume.
 
 A :class:`Plan` holds everything about a launch that depends only on the problem
-(:class:`deep_tile.problem.Problem`, its a_scale layout included), the device and the SM limit:
+(:class:`deep_tile.gemm.problem.Problem`, its a_scale layout included), the device and the SM limit:
 the selected :class:`deep_tile.select.KernelConfig` (its multicast grid fitted to the clusters
 that can be resident), the loaded kernel, the argument specs (how each kernel parameter is made
-from the call's tensors, :mod:`deep_tile.kernel_args`), the grid, the cluster and block sizes and
+from the call's tensors, :mod:`deep_tile.gemm.kernel_args`), the grid, the cluster and block sizes and
 the shared memory. :func:`plan` memoises one per (problem, SM limit, device);
 :func:`plan_for_config` builds one for a forced config (tests, sweeps). The Python launcher
-(:mod:`deep_tile.launch`) walks a plan's specs in Python; the native path
+(:mod:`deep_tile.gemm.launch`) walks a plan's specs in Python; the native path
 (:mod:`deep_tile.native.bridge`) hands the same specs, encoded as ints, to its C++ walker.
 """
 from __future__ import annotations
@@ -27,11 +27,11 @@ class Plan:
     (A plain class, not a dataclass: this module is imported by the first call of a process.)
 
     Attributes:
-        problem: the :class:`deep_tile.problem.Problem`.
+        problem: the :class:`deep_tile.gemm.problem.Problem`.
         config: the :class:`deep_tile.select.KernelConfig` (grid fitted to the resident clusters).
         kernel: the loaded :class:`deep_tile.jit.runtime.Kernel`.
         args: how each kernel parameter is made from the call's tensors
-            (:mod:`deep_tile.kernel_args` specs, the kernel's order): both host paths walk them.
+            (:mod:`deep_tile.gemm.kernel_args` specs, the kernel's order): both host paths walk them.
         grid, cluster, block, smem: the launch geometry.
     """
 
@@ -69,7 +69,7 @@ def fit_clusters(config, kernel):
 
 def plan_for_config(config, problem, extra_defines=None) -> Plan:
     """The plan of ``config`` (a :class:`deep_tile.select.KernelConfig`) for ``problem`` (a
-    :class:`deep_tile.problem.Problem`) on the current device, its kernel built with
+    :class:`deep_tile.gemm.problem.Problem`) on the current device, its kernel built with
     ``extra_defines`` added (not memoised). The config's a_scale variant and kind follow the
     problem's."""
     from deep_tile.jit.loader import get_kernel
@@ -93,7 +93,7 @@ def select(problem, num_sms: int):
 
 
 def plan(problem, num_sms: int) -> Plan:
-    """The memoised plan of ``problem`` (a :class:`deep_tile.problem.Problem`, its a_scale layout
+    """The memoised plan of ``problem`` (a :class:`deep_tile.gemm.problem.Problem`, its a_scale layout
     included) on the current device with ``num_sms`` SMs (both host paths use it: the native path
     through deep_tile/native/bridge.py)."""
     key = (problem, num_sms, torch.cuda.current_device())

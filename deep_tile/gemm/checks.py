@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deep_tile.common import SCALE_GROUP, ceil_div, check_int
-from deep_tile.problem import Problem, ProblemKind
+from deep_tile.gemm.problem import Problem, ProblemKind
 
 if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are checked
     import torch
@@ -63,7 +63,7 @@ def check_problem_shape(func: str, m, n, k) -> tuple[int, int, int]:
 
 
 def check_problem(func: str, m, n, k) -> Problem:
-    """:func:`check_problem_shape` as the dense :class:`deep_tile.problem.Problem` it describes."""
+    """:func:`check_problem_shape` as the dense :class:`deep_tile.gemm.problem.Problem` it describes."""
     return Problem(*check_problem_shape(func, m, n, k))
 
 
@@ -192,8 +192,8 @@ def _operand_shapes(fn: str, a, a_scale, b, b_scale) -> tuple:
 
 
 def check_fp8_gemm_args(a, a_scale, b, b_scale, out, *, data_checks: bool = True) -> Problem:
-    """Validate fp8_gemm's arguments and return the dense :class:`deep_tile.problem.Problem` they
-    describe (its a_scale layout is the launcher's to decide: :mod:`deep_tile.layouts`).
+    """Validate fp8_gemm's arguments and return the dense :class:`deep_tile.gemm.problem.Problem` they
+    describe (its a_scale layout is the launcher's to decide: :mod:`deep_tile.gemm.layouts`).
 
     ``m = a.shape[0]``, ``n = b.shape[0]`` and ``k = a.shape[1]`` go through
     :func:`check_problem_shape`, so a shape fp8_gemm rejects is rejected with the same message by
@@ -296,7 +296,7 @@ def _output_dtype(fn: str, out, out_dtype, c, default):
 def check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate: bool, out, out_dtype=None, *,
                             data_checks: bool = True, b_scale_1d: bool = False) -> Problem:
     """Validate the arguments of :func:`deep_tile.fp8_gemm` with an FP32 output or an addend C
-    (``out = C + A.B^T``) and return the :class:`deep_tile.problem.Problem` (its ``out_dtype`` and
+    (``out = C + A.B^T``) and return the :class:`deep_tile.gemm.problem.Problem` (its ``out_dtype`` and
     ``c_dtype`` set).
 
     The operands are checked as :func:`check_fp8_gemm_args` checks them. Then:
@@ -411,18 +411,18 @@ GROUPED_FUNCTIONS = {
     "grouped_offsets": "m_grouped_fp8_gemm_offsets",
     "grouped_psum": "m_grouped_fp8_gemm_psum",
 }
-"""The public function of each grouped :class:`deep_tile.problem.ProblemKind` (by value), named in
+"""The public function of each grouped :class:`deep_tile.gemm.problem.ProblemKind` (by value), named in
 the messages of :func:`check_grouped_args`."""
 
 _INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", "grouped_offsets": "offsets",
                "grouped_psum": "expert_ends"}
 
 PROBLEM_KIND_NAMES = {kind.short_name: kind for kind in ProblemKind}
-"""The names :func:`check_problem_kind` takes: :attr:`deep_tile.problem.ProblemKind.short_name` -> kind."""
+"""The names :func:`check_problem_kind` takes: :attr:`deep_tile.gemm.problem.ProblemKind.short_name` -> kind."""
 
 
 def check_problem_kind(func: str, kind):
-    """``kind`` as a :class:`deep_tile.problem.ProblemKind`: one already, or its name
+    """``kind`` as a :class:`deep_tile.gemm.problem.ProblemKind`: one already, or its name
     (``"dense"``, ``"contiguous"``, ``"masked"``, ``"offsets"``, ``"psum"``, ``"k_grouped"``;
     :data:`PROBLEM_KIND_NAMES`).
 
@@ -461,7 +461,7 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
     """A grouped problem described by its sizes, checked as the grouped GEMMs check their
     tensors' sizes (for :func:`deep_tile.explain`, :func:`deep_tile.get_config` and warmup).
 
-    ``kind``: a grouped :class:`deep_tile.problem.ProblemKind` or its name (``"contiguous"``,
+    ``kind``: a grouped :class:`deep_tile.gemm.problem.ProblemKind` or its name (``"contiguous"``,
     ``"masked"``, ``"offsets"``, ``"psum"``); ``m``: the rows of ``a`` (masked: ``max_m``, the rows of each
     group's slab); ``n``, ``k`` as :func:`check_problem_shape`; ``num_groups``: the experts
     (at most :data:`deep_tile.kernels.fp8_gemm.MAX_TABLE_GROUPS` for the masked, offsets and
@@ -492,7 +492,7 @@ def check_grouped_problem(func: str, kind, m, n, k, num_groups, expected_m=None)
 def check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m=None, *, c=None,
                        accumulate: bool = False, out_dtype=None, data_checks: bool = True) -> Problem:
     """Validate the arguments of a grouped (Mixture-of-Experts) GEMM and return its
-    :class:`deep_tile.problem.Problem` (``kind`` one of the grouped ProblemKinds).
+    :class:`deep_tile.gemm.problem.Problem` (``kind`` one of the grouped ProblemKinds).
 
     The contiguous, offsets and psum kinds take ``a`` [M, K], ``a_scale`` [M, ceil(K/128)] and
     ``out`` [M, N]; the masked kind ``a`` [G, max_m, K], ``a_scale`` [G, max_m, ceil(K/128)] and ``out``
@@ -623,8 +623,8 @@ def _check_group_sizes(fn: str, group_sizes, k: int):
 
 def check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype=None, *, accumulate: bool = False,
                          data_checks: bool = True) -> tuple:
-    """Validate the arguments of :func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d` and return
-    ``(problem, group_sizes)``: the K-grouped :class:`deep_tile.problem.Problem` (``m``, ``n``,
+    """Validate the arguments of :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d` and return
+    ``(problem, group_sizes)``: the K-grouped :class:`deep_tile.gemm.problem.Problem` (``m``, ``n``,
     ``k`` = total tokens, ``num_groups``, output and C types; ``c_dtype`` ``"out"`` when ``c is
     out``) and the group sizes (the int32 tensor, or a tuple of ints from a host list).
 

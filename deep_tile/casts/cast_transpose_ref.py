@@ -1,4 +1,4 @@
-"""Torch reference of the fused casts of :mod:`deep_tile.cast_transpose`: the same float32 math,
+"""Torch reference of the fused casts of :mod:`deep_tile.casts.cast_transpose`: the same float32 math,
 any device, bitwise equal to the CUDA kernels (tests/test_cast_transpose.py checks it against an
 independent float64 formulation on the CPU; the GPU tests check the kernels against it).
 

@@ -14,7 +14,7 @@ kernel parameter, in declaration order, as one spec that names where its value c
 
 Operands are numbered by their index in the family contract's ``OPERANDS`` (the op's tensors,
 in its argument order; at most :data:`MAX_OPERANDS`). The Python
-host path packs specs with :func:`pack` (:mod:`deep_tile.launch`); the native path receives them
+host path packs specs with :func:`pack` (:mod:`deep_tile.gemm.launch`); the native path receives them
 as int tuples (:func:`encode`) and fills the same parameters in C++ (``fill_params`` in
 deep_tile/native/csrc/launch.cpp; the ``SpecKind`` values of csrc/gemm_plan.h are
 :data:`SPEC_KINDS`, checked against this module by tests/test_native.py). So a kernel fact (dims, boxes, argument order) is
@@ -177,5 +177,5 @@ def pack_values(specs, operands, encode_map) -> list:
     """``(kind, value)`` of each spec over ``operands`` (tensors in the family's ``OPERANDS`` order), for
     :class:`deep_tile.jit.runtime.KernelArgs`; ``encode_map(address, element, inner, outer,
     pitch_bytes, box_inner, box_outer, swizzle, l2_promotion, slab_rows)`` makes a tensor map's
-    128 bytes (:func:`deep_tile.tma.encode_2d`)."""
+    128 bytes (:func:`deep_tile.gemm.tma.encode_2d`)."""
     return [(spec.kind, spec.value(operands, encode_map)) for spec in specs]

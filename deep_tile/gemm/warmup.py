@@ -3,8 +3,8 @@
 ``python -m deep_tile warmup --shape M,N,K ... --grouped KIND,G,M,N,K[,EXPECTED_M] ...`` is the
 command-line front end. For each shape the configuration is chosen exactly as
 :func:`deep_tile.fp8_gemm` chooses it (:func:`deep_tile.select.select_config`); a grouped problem
-(a :class:`deep_tile.problem.Problem` of a grouped kind, e.g. from
-:func:`deep_tile.checks.check_grouped_problem`) as the grouped GEMMs choose it, with the a_scale
+(a :class:`deep_tile.gemm.problem.Problem` of a grouped kind, e.g. from
+:func:`deep_tile.gemm.checks.check_grouped_problem`) as the grouped GEMMs choose it, with the a_scale
 variant they launch with the TMA-aligned a_scale layout (row-major for the offsets kind, which
 reads no other). Each distinct kernel is compiled once into the disk cache
 (:func:`deep_tile.jit.cache.get_cubin`); shapes whose configurations build the same kernel share
@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
-from deep_tile.checks import check_problem_shape
+from deep_tile.gemm.checks import check_problem_shape
 from deep_tile.device import check_num_sms
 from deep_tile import env
 from deep_tile.errors import CacheError, DeepTileError
 from deep_tile.kernels.fp8_gemm import ENTRY as GEMM_ENTRY, ROW_MAJOR_A_SCALE_KINDS, symbol as gemm_symbol
 from deep_tile.jit import cache
 from deep_tile.jit.loader import build_defines
-from deep_tile.problem import Problem
+from deep_tile.gemm.problem import Problem
 from deep_tile.select import KernelConfig
 from deep_tile.select.api import get_problem_config
 
@@ -43,7 +43,7 @@ class WarmupKernel:
             in runtime launch parameters such as the grid size).
         defines: the compile-time defines of the build (the cache key's defines).
         shapes: the problems that run this kernel, in the order given: ``(m, n, k)`` for a dense
-            one, the :class:`deep_tile.problem.Problem` for a grouped one.
+            one, the :class:`deep_tile.gemm.problem.Problem` for a grouped one.
     """
 
     config: KernelConfig
@@ -80,7 +80,7 @@ _reported_unusable: set = set()  # cache directories whose CacheError a result a
 def check_shape(shape: Sequence[int]) -> tuple:
     """``shape`` as an ``(m, n, k)`` tuple that :func:`deep_tile.fp8_gemm` accepts.
 
-    The values are checked by :func:`deep_tile.checks.check_problem_shape`, fp8_gemm's own shape
+    The values are checked by :func:`deep_tile.gemm.checks.check_problem_shape`, fp8_gemm's own shape
     check, so the messages are fp8_gemm's with ``warmup`` as the function name. ``m == 0`` is
     accepted (fp8_gemm launches nothing for it; :func:`plan` builds no kernel for it).
 
@@ -98,8 +98,8 @@ def plan(shapes: Iterable, num_sms: int) -> list[WarmupKernel]:
     """Group ``shapes`` by the kernel their selected configuration builds, first use first.
 
     Each item is an ``(m, n, k)`` shape of :func:`deep_tile.fp8_gemm` or a
-    :class:`deep_tile.problem.Problem` (any kind and output variant; a grouped one as
-    :func:`deep_tile.checks.check_grouped_problem` makes it), its configuration the one the call
+    :class:`deep_tile.gemm.problem.Problem` (any kind and output variant; a grouped one as
+    :func:`deep_tile.gemm.checks.check_grouped_problem` makes it), its configuration the one the call
     gets (:func:`deep_tile.select.api.get_problem_config`: the K-grouped kind's rule included).
     Repeated problems are counted once;
     problems with ``m == 0`` get no kernel (nothing is launched for them). The defines include

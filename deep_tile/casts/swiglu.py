@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from deep_tile.kernels import swiglu as contract
-from deep_tile.launch import launch_small_kernel
+from deep_tile.gemm.launch import launch_small_kernel
 
 __all__ = ["swiglu", "swiglu_backward", "swiglu_reference", "swiglu_backward_reference"]
 

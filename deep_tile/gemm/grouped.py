@@ -37,9 +37,9 @@ from __future__ import annotations
 import torch
 
 from deep_tile import ops
-from deep_tile.checks import check_grouped_args, check_int
+from deep_tile.gemm.checks import check_grouped_args, check_int
 from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 
 __all__ = ["M_ALIGNMENT", "get_m_alignment_for_contiguous_layout", "m_grouped_fp8_gemm_contiguous",
            "m_grouped_fp8_gemm_offsets", "m_grouped_fp8_gemm_psum", "psum_to_m_indices", "m_grouped_fp8_gemm_masked",
@@ -120,7 +120,7 @@ def psum_to_m_indices(expert_ends: torch.Tensor, m: int, alignment: int = M_ALIG
     m = check_int("psum_to_m_indices", "m", m)
     if m < 0:
         raise ValueError(f"psum_to_m_indices: m must be >= 0; got {m}.")
-    from deep_tile.moe_layout import psum_to_m_indices_into
+    from deep_tile.gemm.moe_layout import psum_to_m_indices_into
 
     out = torch.empty(m, dtype=torch.int32, device=expert_ends.device)
     return psum_to_m_indices_into(expert_ends, out, alignment)
@@ -156,7 +156,7 @@ def m_grouped_fp8_gemm_psum(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
         return _call(ProblemKind.GROUPED_PSUM, (a, a_scale, b, b_scale, expert_ends), (), out, c, out_dtype)
     if not isinstance(a, torch.Tensor) or a.dim() != 2:
         check_grouped_args(ProblemKind.GROUPED_CONTIGUOUS, a, a_scale, b, b_scale, None, out, data_checks=False)
-    from deep_tile.moe_layout import psum_to_m_indices_into
+    from deep_tile.gemm.moe_layout import psum_to_m_indices_into
 
     m_indices = torch.empty(a.shape[0], dtype=torch.int32, device=expert_ends.device)
     psum_to_m_indices_into(expert_ends, m_indices, alignment)
@@ -241,7 +241,7 @@ def m_grouped_fp8_gemm_masked_signal(a: torch.Tensor, a_scale: torch.Tensor, b: 
     Runs on the Python host path (not a torch custom op). Raises TypeError / ValueError as
     :func:`m_grouped_fp8_gemm_masked`, and for a bad ``signal`` or ``max_block_n``.
     """
-    from deep_tile import launch, planner
+    from deep_tile.gemm import launch, planner
     from deep_tile.device import get_num_sms
     from deep_tile.kernels import fp8_gemm as family
 

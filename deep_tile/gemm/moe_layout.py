@@ -4,7 +4,7 @@ kind's ``m_indices``, and the completion flags of a masked GEMM (SGLang's single
 Each function runs one JIT kernel of ``csrc/entry/moe_layout.cu`` (contract:
 :mod:`deep_tile.kernels.moe_layout`) for CUDA tensors, on the current stream, without a host
 sync (a CUDA graph replays it with new contents), and the same rule in torch for CPU tensors (the
-tests' reference). The callers (:mod:`deep_tile.grouped`, :mod:`deep_tile.compat.deepgemm`) check
+tests' reference). The callers (:mod:`deep_tile.gemm.grouped`, :mod:`deep_tile.compat.deepgemm`) check
 the arguments.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["psum_to_m_indices_into", "raise_signals"]
 
 def _launch(symbol: str, kinds: tuple, values: tuple, elements: int, device: torch.device) -> None:
     # imported at the first launch: the launcher needs the CUDA stack; the CPU tensors' torch rule does not
-    from deep_tile.launch import launch_small_kernel
+    from deep_tile.gemm.launch import launch_small_kernel
 
     launch_small_kernel(moe_layout.ENTRY, symbol, kinds, values, moe_layout.grid(elements), moe_layout.BLOCK_THREADS,
                         device)

@@ -8,7 +8,7 @@ JSON records::
     <DEEP_TILE_CACHE_DIR>/plans/<fingerprint>/<kind>-<m>x<n>x<k>[-g<groups>-e<expected_m>]-<num_sms>[-rm].json
 
 (``-rm``: the kernel reads a row-major a_scale; the file name spells every field of the
-:class:`deep_tile.problem.Problem`).
+:class:`deep_tile.gemm.problem.Problem`).
 
 where the fingerprint hashes what ``os.stat`` says of the modules the choice depends on
 (:data:`SOURCES`: path, size, mtime, inode) and the device (name, SMs, shared memory, compute
@@ -29,14 +29,14 @@ import time
 from pathlib import Path
 
 from deep_tile import env, json_records
-from deep_tile.kernel_args import CODE_LENGTHS
+from deep_tile.gemm.kernel_args import CODE_LENGTHS
 from deep_tile.json_records import SETTLE_NS
 
 __all__ = ["SOURCES", "SETTLE_NS", "plans_dir", "valid_record", "lookup", "store"]
 
-_PACKAGE = Path(__file__).resolve().parent
-SOURCES = ("select", "arch.py", "common.py", "device.py", "planner.py", "layouts.py", "problem.py",
-           "kernel_args.py", "kernels/fp8_gemm.py", "native/bridge.py")
+_PACKAGE = Path(__file__).resolve().parents[1]
+SOURCES = ("select", "arch.py", "common.py", "device.py", "gemm/planner.py", "gemm/layouts.py", "gemm/problem.py",
+           "gemm/kernel_args.py", "kernels/fp8_gemm.py", "native/bridge.py")
 """The package's files and folders (relative) whose code decides a plan."""
 
 _fingerprints: dict = {}  # device index -> (fingerprint, newest mtime ns)
@@ -106,7 +106,7 @@ def _path(device_index: int, problem, num_sms: int) -> tuple[Path, int]:
 
 
 def lookup(device_index: int, problem, num_sms: int) -> dict | None:
-    """The stored record of the plan of ``problem`` (a :class:`deep_tile.problem.Problem`) with
+    """The stored record of the plan of ``problem`` (a :class:`deep_tile.gemm.problem.Problem`) with
     ``num_sms`` SMs, or None (absent, damaged, or DEEP_TILE_PRINT_CONFIGS)."""
     if env.print_configs() or env.disable_cache():
         return None

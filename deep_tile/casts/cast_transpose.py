@@ -12,8 +12,8 @@ its transposed FP8 copy, each with the scales the FP8 GEMMs read without a copy 
   dgrad's b operand).
 
 Both take ``power_of_two_scales``: each scale rounded up to a power of two (as DeepSeek-V3 and
-TransformerEngine do). CUDA tensors run the kernels of :mod:`deep_tile.cast_transpose_kernels`;
-CPU tensors the torch reference :mod:`deep_tile.cast_transpose_ref`, which they match bitwise.
+TransformerEngine do). CUDA tensors run the kernels of :mod:`deep_tile.casts.cast_transpose_kernels`;
+CPU tensors the torch reference :mod:`deep_tile.casts.cast_transpose_ref`, which they match bitwise.
 Each runs as a torch custom op (``torch.ops.deep_tile.per_token_cast_transpose_to_fp8`` /
 ``per_block_cast_transpose_to_fp8(x, transpose, power_of_two_scales) -> (q, s, qt, st)``, with
 empty ``qt``/``st`` without ``transpose``) with a fake implementation, so ``torch.compile`` traces
@@ -26,7 +26,7 @@ from typing import NamedTuple, Optional
 import torch
 
 from deep_tile import ops
-from deep_tile.cast_transpose_impl import BLOCK_OP, MAX_BATCH, MAX_ROWS, TOKEN_OP, check, check_group_offsets
+from deep_tile.casts.cast_transpose_impl import BLOCK_OP, MAX_BATCH, MAX_ROWS, TOKEN_OP, check, check_group_offsets
 from deep_tile.common import SCALE_GROUP
 
 __all__ = ["CastOutputs", "per_token_cast_transpose_to_fp8", "per_block_cast_transpose_to_fp8",
@@ -77,7 +77,7 @@ def per_token_cast_transpose_to_fp8(x: torch.Tensor, *, transpose: bool = True,
           start at column ``padded[g]`` (the token counts of the groups before it, each rounded
           up to 128, summed) and the columns after them up to the next multiple of 128, and past
           the last group's, are zero: each 128-token scale group holds one group's tokens, so
-          the K-grouped weight gradient (:func:`deep_tile.k_grouped.k_grouped_fp8_gemm_1d1d`
+          the K-grouped weight gradient (:func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`
           with :func:`padded_group_sizes`) runs whole 128-token blocks. ``q``, ``s`` as above for
           the groups' rows (rows outside every group are left unwritten).
 
@@ -147,7 +147,7 @@ def per_block_cast_transpose_to_fp8(w: torch.Tensor, *, transpose: bool = True,
 
 def _schema_takes(x, transpose, power_of_two_scales) -> bool:
     """Whether the op's schema accepts these arguments' types (a tensor, two bools); when it would
-    not, :func:`deep_tile.cast_transpose_impl.check` raises first, with deep_tile's own words."""
+    not, :func:`deep_tile.casts.cast_transpose_impl.check` raises first, with deep_tile's own words."""
     return isinstance(x, torch.Tensor) and isinstance(transpose, bool) and isinstance(power_of_two_scales, bool)
 
 

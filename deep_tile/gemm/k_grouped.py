@@ -28,8 +28,8 @@ from __future__ import annotations
 import torch
 
 from deep_tile import ops
-from deep_tile.checks import check_k_grouped_args
-from deep_tile.launch import run_k_grouped
+from deep_tile.gemm.checks import check_k_grouped_args
+from deep_tile.gemm.launch import run_k_grouped
 
 __all__ = ["k_grouped_fp8_gemm_1d1d", "run_k_grouped"]
 

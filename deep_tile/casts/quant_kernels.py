@@ -1,7 +1,7 @@
 """CUDA path of the FP8 casts: the JIT kernels of csrc/entry/cast_fp8.cu, launched as their
 contract (:mod:`deep_tile.kernels.cast_fp8`) says.
 
-deep_tile.quant dispatches here for CUDA tensors it has already checked (2-D, float32/bf16/fp16,
+deep_tile.casts.quant dispatches here for CUDA tensors it has already checked (2-D, float32/bf16/fp16,
 K >= 1); the result is bitwise equal to its torch implementation (same float32 operations, IEEE
 division, round-to-nearest-even e4m3).
 """

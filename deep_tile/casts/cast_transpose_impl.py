@@ -1,16 +1,16 @@
-"""The fused FP8 casts' implementations (:mod:`deep_tile.cast_transpose` is their public face):
+"""The fused FP8 casts' implementations (:mod:`deep_tile.casts.cast_transpose` is their public face):
 input checks, the outputs' layouts, and the real and fake kernels of the custom ops
 ``torch.ops.deep_tile.per_token_cast_transpose_to_fp8`` / ``per_block_cast_transpose_to_fp8``
 that :mod:`deep_tile.ops` registers. CUDA tensors run the kernels of
-:mod:`deep_tile.cast_transpose_kernels`; CPU tensors the torch reference
-:mod:`deep_tile.cast_transpose_ref`, copied into the same layouts.
+:mod:`deep_tile.casts.cast_transpose_kernels`; CPU tensors the torch reference
+:mod:`deep_tile.casts.cast_transpose_ref`, copied into the same layouts.
 """
 from __future__ import annotations
 
 import torch
 
-from deep_tile import cast_transpose_kernels
-from deep_tile.cast_transpose_ref import (block_cast_transpose_ref, grouped_token_cast_transpose_ref,
+from deep_tile.casts import cast_transpose_kernels
+from deep_tile.casts.cast_transpose_ref import (block_cast_transpose_ref, grouped_token_cast_transpose_ref,
                                           token_cast_transpose_ref)
 from deep_tile.common import SCALE_GROUP, align4, align_up, ceil_div
 from deep_tile.kernels import cast_transpose as contract
@@ -182,7 +182,7 @@ def block_op_impl(w: torch.Tensor, transpose: bool, power_of_two_scales: bool) -
 def grouped_op_impl(x: torch.Tensor, group_offsets: torch.Tensor, power_of_two_scales: bool) -> tuple:
     """``torch.ops.deep_tile.per_token_cast_transpose_grouped_to_fp8``: the kernel's grouped token
     kind for CUDA tensors; for CPU ones the torch reference of the rows placed in their groups'
-    bands (:func:`deep_tile.cast_transpose_ref.grouped_token_cast_transpose_ref`)."""
+    bands (:func:`deep_tile.casts.cast_transpose_ref.grouped_token_cast_transpose_ref`)."""
     check(TOKEN_OP, "x", x, True, power_of_two_scales, 1)
     check_group_offsets(TOKEN_OP, x, group_offsets)
     return _cast_into(False, x, _grouped_shapes(x, group_offsets.numel() - 1), True, power_of_two_scales,

@@ -2,13 +2,13 @@
 
 :func:`fp8_gemm` calls the custom op ``torch.ops.deep_tile.fp8_gemm`` (or ``fp8_gemm_out``), see
 :mod:`deep_tile.ops`. The op runs on one of two host paths that launch the same kernel with the
-same arguments, both from the plans of :mod:`deep_tile.planner`:
+same arguments, both from the plans of :mod:`deep_tile.gemm.planner`:
 
 - the native path (:mod:`deep_tile.native`, C++): per call only the checks, a cached plan lookup,
   cached tensor maps and the launch;
-- the Python path, :func:`deep_tile.launch.run`.
+- the Python path, :func:`deep_tile.gemm.launch.run`.
 
-:func:`get_tma_aligned_a_scale` (the zero-copy a_scale layout) lives in :mod:`deep_tile.layouts`.
+:func:`get_tma_aligned_a_scale` (the zero-copy a_scale layout) lives in :mod:`deep_tile.gemm.layouts`.
 The heavy modules (selector, JIT) are imported on first use, not with this module.
 """
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from deep_tile import ops
-from deep_tile.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args
-from deep_tile.layouts import get_tma_aligned_a_scale
+from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args
+from deep_tile.gemm.layouts import get_tma_aligned_a_scale
 
 __all__ = ["fp8_gemm", "fp8_gemm_1d1d", "get_tma_aligned_a_scale"]
 

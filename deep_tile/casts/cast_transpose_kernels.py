@@ -1,7 +1,7 @@
 """CUDA path of the fused casts: launches the kernels of csrc/entry/cast_transpose.cu on outputs
 the caller allocated, as their contract (:mod:`deep_tile.kernels.cast_transpose`) says.
 
-:mod:`deep_tile.cast_transpose` checks the input and allocates the outputs in the layouts the GEMMs
+:mod:`deep_tile.casts.cast_transpose` checks the input and allocates the outputs in the layouts the GEMMs
 read, then calls :func:`launch`; the GPU tests call it on poisoned outputs of the same layouts.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ import torch
 
 from deep_tile.common import align4
 from deep_tile.kernels import fp8_gemm as family
-from deep_tile.problem import ProblemKind
+from deep_tile.gemm.problem import ProblemKind
 
 __all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_tma_aligned_3d", "reads_row_major_3d",
            "get_row_major_a_scale", "is_row_major_aligned", "grouped_reads_row_major"]

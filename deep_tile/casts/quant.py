@@ -9,12 +9,12 @@ every step in float32 and every division a correctly rounded IEEE division::
     scale = amax / 448                           # float32 division
 
 so that ``q * scale`` approximates ``x``. The casts run as the custom ops of :mod:`deep_tile.ops`,
-whose kernels are in :mod:`deep_tile.casts` (torch on CPU, the JIT kernels of
-:mod:`deep_tile.cast_kernels` on CUDA, the same bytes).
+whose kernels are in :mod:`deep_tile.casts.quant_impl` (torch on CPU, the JIT kernels of
+:mod:`deep_tile.casts.quant_kernels` on CUDA, the same bytes).
 """
 import torch
 
-from deep_tile.casts import AMAX_MIN, FP8_MAX, check_cast_input
+from deep_tile.casts.quant_impl import AMAX_MIN, FP8_MAX, check_cast_input
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["FP8_MAX", "AMAX_MIN", "per_token_cast_to_fp8", "per_block_cast_to_fp8", "dequantize_per_token",
@@ -35,7 +35,7 @@ def per_token_cast_to_fp8(x: torch.Tensor):
 
     Args:
         x: 2-D float32 / bfloat16 / float16 tensor [M, K], K >= 1, any strides. CPU tensors use
-            torch; CUDA tensors use the JIT kernel of :mod:`deep_tile.cast_kernels`.
+            torch; CUDA tensors use the JIT kernel of :mod:`deep_tile.casts.quant_kernels`.
 
     Returns:
         ``(q, s)``: q float8_e4m3fn [M, K] contiguous; s float32 [M, ceil(K/128)] contiguous
@@ -69,7 +69,7 @@ def per_block_cast_to_fp8(w: torch.Tensor):
 
     Args:
         w: 2-D float32 / bfloat16 / float16 tensor [N, K], K >= 1, any strides. CPU tensors use
-            torch; CUDA tensors use the JIT kernel of :mod:`deep_tile.cast_kernels`.
+            torch; CUDA tensors use the JIT kernel of :mod:`deep_tile.casts.quant_kernels`.
 
     Returns:
         ``(q, s)``: q float8_e4m3fn [N, K] contiguous; s float32 [ceil(N/128), ceil(K/128)]

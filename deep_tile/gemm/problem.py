@@ -1,8 +1,8 @@
 """The problem descriptor: what one GEMM call asks for, as every layer of deep_tile sees it.
 
-A :class:`Problem` travels from the argument checks (:mod:`deep_tile.checks`) through the
+A :class:`Problem` travels from the argument checks (:mod:`deep_tile.gemm.checks`) through the
 selector and its cost model (:mod:`deep_tile.select`), the planner and its caches
-(:mod:`deep_tile.planner`, :mod:`deep_tile.plan_index`), warm-up and ``explain``, instead of
+(:mod:`deep_tile.gemm.planner`, :mod:`deep_tile.gemm.plan_index`), warm-up and ``explain``, instead of
 loose ``(m, n, k)``. It says which kind of problem it is (:class:`ProblemKind`), its sizes, and
 the layout facts that pick a kernel variant (how ``a_scale`` is read).
 
