@@ -32,10 +32,12 @@ Sets (``--set``, repeatable):
 
 ``--compat`` adds deep_tile called through ``deep_tile.compat.deepgemm`` with DeepGEMM's own
 arguments (``compat``: ``fp8_gemm_nt(..., c=d, recipe=(1, 1, 128))``; k-grouped
-``k_grouped_fp8_gemm_nt_contiguous`` on DeepGEMM's per-group blocks, and ``compat_tn``,
-``k_grouped_fp8_gemm_tn_contiguous`` on the tokens-as-rows [sum(k), m] operands of the same values,
-for which DeepGEMM has no SM90 kernel), with ``compat_speedup`` (DeepGEMM over compat) and
-``tn_vs_nt``.
+``k_grouped_fp8_gemm_nt_contiguous`` on DeepGEMM's per-group blocks, read as they are by the
+blocks layout's kernel (no operand copy: its time is the map-table kernel and the GEMM), and
+``compat_tn``, ``k_grouped_fp8_gemm_tn_contiguous`` on the tokens-as-rows [sum(k), m] operands of
+the same values, for which DeepGEMM has no SM90 kernel (one transposing copy of each operand)),
+with ``compat_speedup`` (DeepGEMM over compat), ``tn_vs_nt`` and ``blocks_vs_rows`` (deep_tile's
+side-by-side layout over the compat NT call: what reading the blocks costs or saves).
 
 Each row checks every library's output against the float64 reference of the quantised operands
 (``calc_diff`` < 1e-3; deep_tile's from a NaN-free known C) and prints microseconds, TFLOPS and
@@ -310,6 +312,7 @@ def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
     if "compat" in times:
         row["compat_speedup"] = times["deepgemm"] / times["compat"] if "deepgemm" in times else None
         row["tn_vs_nt"] = times["compat"] / times["compat_tn"]
+        row["blocks_vs_rows"] = times["deep_tile"] / times["compat"]
     return row
 
 
@@ -327,6 +330,8 @@ def print_rows(rows: list) -> None:
             extra += f"  compat {r['compat_speedup']:.3f}x DeepGEMM"
         if r.get("tn_vs_nt"):
             extra += f", TN {r['tn_vs_nt']:.3f}x NT"
+        if r.get("blocks_vs_rows"):
+            extra += f", NT blocks {r['blocks_vs_rows']:.3f}x rows"
         print(f"{r['set']:<6} {r['m']:>6} {r['n']:>6} {r['k']:>6} {cells} {speed:>8} {str(ok):>8}  {r['config']}{extra}")
     like = [r for r in rows if "write_vs_cublas" in r]
     if like:
@@ -338,6 +343,13 @@ def print_rows(rows: list) -> None:
         ratios = [r["speedup"] for r in rows if r["set"] == kind and r["speedup"]]
         if ratios and len({r["set"] for r in rows}) > 1:
             print(f"  {kind}: geomean {geomean(ratios):.3f}x (min {min(ratios):.3f}) over {len(ratios)} shapes")
+    compat = [r["compat_speedup"] for r in rows if r.get("compat_speedup")]
+    if compat:
+        print(f"  compat NT: geomean {geomean(compat):.3f}x DeepGEMM (min {min(compat):.3f}) over {len(compat)} shapes")
+    blocks = [r["blocks_vs_rows"] for r in rows if r.get("blocks_vs_rows")]
+    if blocks:
+        print(f"  compat NT (blocks layout) vs deep_tile rows layout: geomean {geomean(blocks):.3f}x "
+              f"(min {min(blocks):.3f}) over {len(blocks)} shapes")
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     if speedups:
         print(f"geomean deep_tile vs the faster baseline: {geomean(speedups):.3f}x over {len(speedups)} shapes "

@@ -199,13 +199,30 @@ def peak(product: torch.Tensor) -> float:
     return top if top > 0 else 1.0
 
 
+def to_blocks(x: torch.Tensor, sizes: list) -> torch.Tensor:
+    """``x`` [rows, T] (the groups' tokens side by side) in DeepGEMM's NT layout: a flat buffer of
+    ``rows * T`` elements, group g's [rows, sizes[g]] block row-major from ``rows * sum(sizes[:g])``
+    on; the tokens past the groups as FP8 NaN (0x7f)."""
+    rows, total = x.shape
+    flat = torch.full((rows * total,), 0x7F, dtype=torch.uint8, device=x.device)
+    start = 0
+    for size in sizes:
+        flat[rows * start:rows * (start + size)] = x.view(torch.uint8)[:, start:start + size].reshape(-1)
+        start += size
+    return flat.view(x.dtype)
+
+
 def k_grouped(m: int, n: int, sizes: list, out_dtype: str = "float32", c_mode: str = "inplace",
-              config: dict | None = None, seed: int = 0, pad: int = 0, host_sizes: bool = False) -> dict:
+              config: dict | None = None, seed: int = 0, pad: int = 0, host_sizes: bool = False,
+              layout: str = "rows") -> dict:
     """One K-grouped GEMM (``out[g] (+)= a[:, K_g] b[:, K_g]^T``) against the float64 reference.
     ``c_mode`` as :func:`gemm_acc`; ``config``: forced tile fields (else the selector's rule);
-    ``host_sizes``: the sizes passed as a list instead of a device tensor. A separate out is
-    NaN-poisoned; each empty group must hold exactly C (zeros without C; C rounded to out's type)."""
+    ``host_sizes``: the sizes passed as a list instead of a device tensor; ``layout="blocks"``: the
+    operands in DeepGEMM's NT layout (:func:`to_blocks`). A separate out is NaN-poisoned; each
+    empty group must hold exactly C (zeros without C; C rounded to out's type)."""
     (a, a_scale, b, b_scale), product, c_values = k_grouped_problem(m, n, sizes, seed, pad)
+    if layout == "blocks":
+        a, b = to_blocks(a, sizes), to_blocks(b, sizes)
     g = len(sizes)
     dtype = DTYPES[out_dtype]
     c_dtype = {"none": None, "inplace": "out"}.get(c_mode, c_mode)
@@ -225,16 +242,19 @@ def k_grouped(m: int, n: int, sizes: list, out_dtype: str = "float32", c_mode: s
                 c = c_values.to(DTYPES[c_mode])
             c_ref = c.double() if c is not None else None
         if forced is None:
-            k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=c)
+            k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=c, layout=layout)
         else:
-            run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, config=forced)
+            accumulate = c is out
+            run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, None if accumulate else c, config=forced,
+                          accumulate=accumulate, layout=layout)
         torch.cuda.synchronize()
         return out, c_ref
 
     out, c_ref = once()
     ref = product if c_ref is None else product + c_ref
     valid = out.double()
-    result = {"m": m, "n": n, "k": a.shape[1], "sizes": list(sizes), "out_dtype": out_dtype, "c_mode": c_mode,
+    result = {"m": m, "n": n, "k": a.numel() // m, "sizes": list(sizes), "out_dtype": out_dtype, "c_mode": c_mode,
+              "layout": layout,
               "config": config, "nan": int(torch.isnan(valid).sum().item()),
               "diff": calc_diff(valid, ref) if ref.numel() else 0.0,
               "rel": max_rel_error(valid, ref) if ref.numel() else 0.0}
@@ -250,7 +270,52 @@ def k_grouped(m: int, n: int, sizes: list, out_dtype: str = "float32", c_mode: s
     return result
 
 
-def k_grouped_graph(m: int, n: int, sizes: list, new_sizes: list, seed: int = 0) -> dict:
+def k_grouped_compat(m: int, n: int, ks: list, c_mode: str = "inplace", seed: int = 0) -> dict:
+    """DeepGEMM's ``k_grouped_fp8_gemm_nt_contiguous`` through deep_tile.compat.deepgemm, as DeepGEMM's
+    test calls it: each group's [m, k_g] / [n, k_g] blocks one after another in flat buffers (no copy
+    on the way: layout="blocks"), sizes multiples of 128 (some 0), FP32 d NaN-poisoned, ``c`` None,
+    a tensor of its own or d itself (``c_mode`` "none", "float32", "inplace"); against float64."""
+    from deep_tile.compat import deepgemm
+
+    (a, a_scale, b, b_scale), product, c_values = k_grouped_problem(m, n, ks, seed)
+    g = len(ks)
+    layout = torch.tensor(ks, dtype=torch.int32, device=DEVICE)
+    a_pair, b_pair = (to_blocks(a, ks), a_scale), (to_blocks(b, ks), b_scale)
+    c_ref = None
+    if c_mode == "inplace":
+        d = c_values.to(torch.float32)
+        c_ref = d.double().clone()
+        c = d
+    else:
+        d = torch.full((g, m, n), float("nan"), dtype=torch.float32, device=DEVICE)
+        c = c_values.to(torch.float32) if c_mode == "float32" else None
+        c_ref = c.double() if c is not None else None
+    deepgemm.k_grouped_fp8_gemm_nt_contiguous(a_pair, b_pair, d, ks, layout, c, recipe=(1, 1, 128))
+    torch.cuda.synchronize()
+    ref = product if c_ref is None else product + c_ref
+    valid = d.double()
+    result = {"m": m, "n": n, "k": sum(ks), "sizes": list(ks), "c_mode": c_mode, "via": "compat",
+              "nan": int(torch.isnan(valid).sum().item()), "diff": calc_diff(valid, ref) if ref.numel() else 0.0,
+              "rel": max_rel_error(valid, ref) if ref.numel() else 0.0}
+    expect = torch.zeros_like(valid) if c_ref is None else c_ref
+    result["empty_wrong"] = int(sum((valid[i] != expect[i]).sum().item() for i, k in enumerate(ks) if k == 0))
+    return result
+
+
+def k_grouped_blocks_bad_sizes(m: int, n: int, sizes: list, seed: int = 0) -> dict:
+    """layout="blocks" with device sizes that are not multiples of 16 (the caller's error): the
+    kernel must finish without a fault (those groups' results are undefined); the launch after it
+    must still be right (the stream is healthy)."""
+    k_tokens = -(-max(sum(sizes), 16) // 16) * 16
+    a, a_scale, b, b_scale = k_grouped_operands(m, n, [k_tokens], seed)
+    group_sizes = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
+    out = torch.zeros((len(sizes), m, n), dtype=torch.float32, device=DEVICE)
+    k_grouped_fp8_gemm_1d1d(a.reshape(-1), a_scale, b.reshape(-1), b_scale, group_sizes, out, c=out, layout="blocks")
+    torch.cuda.synchronize()
+    return k_grouped(m, n, [k_tokens], c_mode="none", seed=seed + 1, layout="blocks") | {"bad_sizes": list(sizes)}
+
+
+def k_grouped_graph(m: int, n: int, sizes: list, new_sizes: list, seed: int = 0, layout: str = "rows") -> dict:
     """The K-grouped GEMM accumulating in place into FP32, captured once in a CUDA graph with a
     device ``group_sizes``; replayed, then replayed again after new sizes and operands were copied
     into the same tensors: out must hold C + the first products + the second."""
@@ -263,17 +328,21 @@ def k_grouped_graph(m: int, n: int, sizes: list, new_sizes: list, seed: int = 0)
     out = torch.randn((len(sizes), m, n), device=DEVICE, dtype=torch.float32)
     start = out.double().clone()
     stream = torch.cuda.Stream()
+    blocks = layout == "blocks"  # the kernel's inputs: DeepGEMM's NT layout of a and b, rebuilt per sizes
+    a_in, b_in = (to_blocks(a, sizes), to_blocks(b, sizes)) if blocks else (a, b)
     with torch.cuda.stream(stream):  # warm-up outside capture (compiles, loads)
-        k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=out)
+        k_grouped_fp8_gemm_1d1d(a_in, a_scale, b_in, b_scale, group_sizes, out, c=out, layout=layout)
     torch.cuda.synchronize()
     out.copy_(start)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
-        k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, group_sizes, out, c=out)
+        k_grouped_fp8_gemm_1d1d(a_in, a_scale, b_in, b_scale, group_sizes, out, c=out, layout=layout)
     graph.replay()
     first = ref_k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes)
     torch.cuda.synchronize()
     a.copy_(a2), a_scale.copy_(a_scale2), b.copy_(b2), b_scale.copy_(b_scale2)
+    if blocks:
+        a_in.copy_(to_blocks(a, new_sizes)), b_in.copy_(to_blocks(b, new_sizes))
     group_sizes.copy_(torch.tensor(new_sizes, dtype=torch.int32))
     graph.replay()
     torch.cuda.synchronize()

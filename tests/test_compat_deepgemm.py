@@ -713,23 +713,38 @@ def k_grouped_operands(ks, m=8, n=16):
     return out
 
 
-@pytest.mark.parametrize("form", ["nt", "tn"])
-def test_k_grouped_forwards_with_tokens_side_by_side(k_grouped_calls, form):
-    """Both forms reach deep_tile's K-grouped GEMM with a [m, sum_k] / [n, sum_k] (the groups' tokens
-    side by side, each row the transposed token column), the scales as [rows, sum_k / 128], the
-    device sizes, d as out and c (d itself: in place)."""
+def test_k_grouped_tn_forwards_with_tokens_side_by_side(k_grouped_calls):
+    """The TN form reaches deep_tile's K-grouped GEMM with a [m, sum_k] / [n, sum_k] (the groups'
+    tokens side by side, each row the transposed token column: one transposing copy, FP8 WGMMA
+    takes K-major operands only), the scales as [rows, sum_k / 128], the device sizes, d as out
+    and c (d itself: in place)."""
     ks = [256, 0, 128, 384]
     ops = k_grouped_operands(ks)
     d = torch.zeros(4, 8, 16)
     layout = torch.tensor(ks, dtype=torch.int32)
-    fn = getattr(deep_gemm, f"k_grouped_fp8_gemm_{form}_contiguous")
-    fn(ops["a"][form], ops["b"][form], d, ks, layout, d, recipe=(1, 1, 128))
+    deep_gemm.k_grouped_fp8_gemm_tn_contiguous(ops["a"]["tn"], ops["b"]["tn"], d, ks, layout, d, recipe=(1, 1, 128))
     (args, kwargs), = k_grouped_calls
     a_rows, sfa, b_rows, sfb, sizes, out = args
     for got, want in ((a_rows, ops["a"]["x"]), (b_rows, ops["b"]["x"])):
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8).t())
     assert torch.equal(sfa, ops["a"]["sf"].t()) and torch.equal(sfb, ops["b"]["sf"].t())
-    assert sizes is layout and out is d and kwargs == {"c": d}
+    assert sizes is layout and out is d and kwargs == {"c": d, "layout": "rows"}
+
+
+def test_k_grouped_nt_forwards_deepgemm_blocks_without_a_copy(k_grouped_calls):
+    """The NT form hands DeepGEMM's flat per-group blocks on as they are: the same storage (no copy
+    of a or b), layout="blocks", the scales as given, the device sizes, d as out and c."""
+    ks = [256, 0, 128, 384]
+    ops = k_grouped_operands(ks)
+    d = torch.zeros(4, 8, 16)
+    layout = torch.tensor(ks, dtype=torch.int32)
+    deep_gemm.k_grouped_fp8_gemm_nt_contiguous(ops["a"]["nt"], ops["b"]["nt"], d, ks, layout, d, recipe=(1, 1, 128))
+    (args, kwargs), = k_grouped_calls
+    a_flat, sfa, b_flat, sfb, sizes, out = args
+    for got, (flat, sf) in ((a_flat, ops["a"]["nt"]), (b_flat, ops["b"]["nt"])):
+        assert got.data_ptr() == flat.data_ptr() and got.numel() == flat.numel() and got.dtype == flat.dtype
+    assert sfa is ops["a"]["nt"][1] and sfb is ops["b"]["nt"][1]
+    assert sizes is layout and out is d and kwargs == {"c": d, "layout": "blocks"}
 
 
 def test_k_grouped_host_sizes_and_empty_k(k_grouped_calls):
@@ -740,7 +755,7 @@ def test_k_grouped_host_sizes_and_empty_k(k_grouped_calls):
     d = torch.zeros(2, 8, 16)
     deep_gemm.k_grouped_fp8_gemm_nt_contiguous(ops["a"]["nt"], ops["b"]["nt"], d, ks, None)
     (args, kwargs), = k_grouped_calls
-    assert args[4] == [128, 128] and kwargs == {"c": None}
+    assert args[4] == [128, 128] and kwargs == {"c": None, "layout": "blocks"}
     empty = k_grouped_operands([0, 0])
     c = torch.randn(2, 8, 16)
     d = torch.full((2, 8, 16), float("nan"))

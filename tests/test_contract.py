@@ -75,7 +75,8 @@ def test_the_entry_parameters_are_the_contracts_arguments():
     source = paths.entry_path(family.ENTRY).read_text()
     signature = re.search(rf"{family.SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
     # the output variants' C parameters are tests/test_training.py's to check
-    signature = signature.replace(" DT_C_PARAMS", "").replace(" DT_B1D_PARAMS", "").replace("DT_D_RESTRICT ", "")
+    signature = signature.replace(" DT_C_PARAMS", "").replace(" DT_B1D_PARAMS", "").replace(" DT_MAPS_PARAMS", "")
+    signature = signature.replace("DT_D_RESTRICT ", "")
     params = [p.strip() for p in signature.split(",")]
     names = [re.search(r"(\w+)$", p).group(1) for p in params]
     assert tuple(names) == family.ARGUMENTS, names
@@ -157,6 +158,7 @@ def test_the_kernel_names_the_problem_kinds_python_names():
     cpp = [tuple(part.strip() for part in item.split("=")) for item in body.split(",") if item.strip()]
     python = [("k" + "".join(part.title() for part in kind.name.split("_")), str(family.PROBLEM_KIND_CODES[kind]))
               for kind in ProblemKind]
+    python.append(("kKGroupedBlocks", str(family.K_GROUPED_BLOCKS_CODE)))  # a kernel kind of K_GROUPED problems
     assert cpp == python, (cpp, python)
     assert family.MAX_TABLE_GROUPS == int(re.search(r"kMaxTableGroups = (\d+);", header).group(1))
 
@@ -172,7 +174,8 @@ def test_the_grouped_entry_parameters_and_build(kind):
 
     source = paths.entry_path(family.ENTRY).read_text()
     signature = re.search(rf"{family.GROUPED_SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
-    signature = signature.replace(" DT_C_PARAMS", "").replace(" DT_B1D_PARAMS", "").replace("DT_D_RESTRICT ", "")
+    signature = signature.replace(" DT_C_PARAMS", "").replace(" DT_B1D_PARAMS", "").replace(" DT_MAPS_PARAMS", "")
+    signature = signature.replace("DT_D_RESTRICT ", "")
     params = [p.strip() for p in signature.split(",")]
     assert tuple(re.search(r"(\w+)$", p).group(1) for p in params) == family.GROUPED_ARGUMENTS
     kinds = ["tensormap" if "TmaDescriptor" in p else "ptr" if "*" in p else "i32" for p in params]

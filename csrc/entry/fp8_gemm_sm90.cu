@@ -58,8 +58,8 @@ using ProductCfg = deep_tile::Fp8Gemm1D1DConfig<Shape, Cluster, Pipeline, FixedK
                                                 DT_A_SCALE_ROW_MAJOR != 0, DT_RASTER_ALONG_M != 0,
                                                 DT_EVICT_FIRST_B != 0, DT_STAGED_EPILOGUE != 0>;
 #else
-static_assert(DT_STAGED_EPILOGUE == 0 && DT_PROBLEM_KIND != 4,
-              "DT_STAGED_EPILOGUE and the K-grouped kind (DT_PROBLEM_KIND 4) need DT_B_SCALE_1D");
+static_assert(DT_STAGED_EPILOGUE == 0 && DT_PROBLEM_KIND != 4 && DT_PROBLEM_KIND != 6,
+              "DT_STAGED_EPILOGUE and the K-grouped kinds (DT_PROBLEM_KIND 4 and 6) need DT_B_SCALE_1D");
 using ProductCfg = deep_tile::Fp8Gemm1D2DConfig<Shape, Cluster, Pipeline, FixedK, Out, kKind, DT_SPLIT_K,
                                                 DT_A_SCALE_ROW_MAJOR != 0, DT_RASTER_ALONG_M != 0,
                                                 DT_EVICT_FIRST_B != 0, DT_SWAP_N, DT_SIGNAL>;
@@ -89,15 +89,15 @@ static_assert(DT_SCALE_GROUP == deep_tile::kScaleGroup,
 static_assert(DT_NUM_THREADS == Cfg::kNumThreads,
               "contract: DT_NUM_THREADS (the launch's block size) differs from Fp8GemmConfig::kNumThreads");
 
-static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 5,
+static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 6,
               "DT_PROBLEM_KIND must be a deep_tile::ProblemKind (0 dense, 1 contiguous, 2 masked, 3 offsets, 4 K-grouped, "
-              "5 psum)");
+              "5 psum, 6 K-grouped in DeepGEMM's NT layout)");
 
 // The output variants (DT_OUT_KIND != 0 or DT_C_KIND != 0: FP32 D, or D = C + A.B^T) take two
 // more parameters, C and its row pitch (elements; deep_tile/kernels/fp8_gemm.py C_ARGUMENTS),
 // and store through `d` (which C may be: not __restrict__ there). The default variant's parameter
 // list is unchanged. The K-grouped kind always stores so (bf16 without C too).
-#if DT_OUT_KIND != 0 || DT_C_KIND != 0 || DT_PROBLEM_KIND == 4
+#if DT_OUT_KIND != 0 || DT_C_KIND != 0 || DT_PROBLEM_KIND == 4 || DT_PROBLEM_KIND == 6
 #define DT_D_RESTRICT
 #define DT_C_PARAMS , const deep_tile::u8* c, int ldc
 #define DT_C_VALUES c, ldc
@@ -114,6 +114,16 @@ static_assert(DT_PROBLEM_KIND >= 0 && DT_PROBLEM_KIND <= 5,
 #else
 #define DT_B1D_PARAMS
 #define DT_B1D_VALUES
+#endif
+// The K-grouped kind in DeepGEMM's NT layout (DT_PROBLEM_KIND 6) takes the table of its groups'
+// maps of A and B last (deep_tile/kernels/fp8_gemm.py K_GROUPED_BLOCKS_ARGUMENTS); tma_a and
+// tma_b are the templates the table was made from.
+#if DT_PROBLEM_KIND == 6
+#define DT_MAPS_PARAMS , const deep_tile::TmaDescriptor* __restrict__ group_maps
+#define DT_MAPS_VALUES , nullptr, group_maps
+#else
+#define DT_MAPS_PARAMS
+#define DT_MAPS_VALUES
 #endif
 
 // NOTES: the bound of 384 threads (not Cfg::kNumThreads) fixes the register count at entry to 168
@@ -153,8 +163,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     const __grid_constant__ deep_tile::TmaDescriptor tma_d,
                                     const float* __restrict__ b_scale, deep_tile::u8* DT_D_RESTRICT d, int ldd, int m,
                                     int n, int k, int raster_width, const int* __restrict__ group_info,
-                                    int num_groups, int group_rows DT_C_PARAMS DT_B1D_PARAMS) {
+                                    int num_groups, int group_rows DT_C_PARAMS DT_B1D_PARAMS DT_MAPS_PARAMS) {
   deep_tile::fp8_gemm_sm90<Family>(tma_a, tma_b, tma_a_scale, tma_d, b_scale, d, ldd, m, n, k, raster_width,
-                                deep_tile::GroupArgs{group_info, num_groups, group_rows}, DT_C_VALUES DT_B1D_VALUES);
+                                deep_tile::GroupArgs{group_info, num_groups, group_rows},
+                                DT_C_VALUES DT_B1D_VALUES DT_MAPS_VALUES);
 }
 #endif

@@ -1,4 +1,6 @@
-// JIT entry for the MoE layout kernels (deep_tile/gemm/moe_layout.py launches them; no defines).
+// JIT entry for the MoE layout kernels and the K-grouped GEMM's map table (deep_tile/gemm/moe_layout.py and
+// deep_tile/gemm/launch.py launch them; no defines).
+#include "deep_tile/kernels/k_grouped_maps.cuh"
 #include "deep_tile/kernels/moe_layout.cuh"
 
 /// expert_ends [G] (DeepGEMM's psum layout) -> m_indices [m]; grid covers m threads.
@@ -14,4 +16,13 @@ extern "C" __global__ void __launch_bounds__(256) deep_tile_raise_signals(int* _
                                                                          int num_groups, int blocks_per_group,
                                                                          int max_m, int block_m, int threshold) {
   deep_tile::raise_signals(signal, masked_m, num_groups, blocks_per_group, max_m, block_m, threshold);
+}
+
+/// The K-grouped GEMM's per-group tensor maps of DeepGEMM's NT layout (maps [2 G], 128 bytes each,
+/// 64-byte aligned); one CTA of kKGroupedMapsThreads threads, G <= that.
+extern "C" __global__ void __launch_bounds__(deep_tile::kKGroupedMapsThreads) deep_tile_k_grouped_maps(
+    const __grid_constant__ deep_tile::TmaDescriptor tmpl_a, const __grid_constant__ deep_tile::TmaDescriptor tmpl_b,
+    const deep_tile::u8* a, const deep_tile::u8* b, const int* __restrict__ sizes, int num_groups, int k, int m, int n,
+    deep_tile::TmaDescriptor* __restrict__ maps) {
+  deep_tile::write_k_grouped_maps(tmpl_a, tmpl_b, a, b, sizes, num_groups, k, m, n, maps);
 }

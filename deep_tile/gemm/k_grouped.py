@@ -12,6 +12,9 @@ with ``a = dY^T`` [N_out, T] and ``b = X^T`` [K_in, T], both quantised 1x128 alo
 (:func:`deep_tile.per_token_cast_to_fp8` of the whole [*, T] tensor: a 128-token block may hold
 the tokens of two experts; each token is scaled by its block's scale).
 
+DeepGEMM's own NT layout (each group's [m, size] block row-major, the groups one after another in a
+flat buffer) is read as it is with ``layout="blocks"`` (one tensor map per group and operand).
+
 What it does beyond DeepGEMM's ``k_grouped_fp8_gemm_nt_contiguous``: the sizes are an int32
 tensor on the GPU (no host list needed, so a CUDA graph replays with new sizes; a host list is
 accepted too), any size (0, 1, 127, 129: a group's first and last 128-token blocks are masked to
@@ -36,7 +39,7 @@ __all__ = ["k_grouped_fp8_gemm_1d1d", "run_k_grouped"]
 
 def k_grouped_fp8_gemm_1d1d(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Tensor, b_scale: torch.Tensor,
                             group_sizes, out: torch.Tensor | None = None, *, c: torch.Tensor | None = None,
-                            out_dtype: torch.dtype | None = None) -> torch.Tensor:
+                            out_dtype: torch.dtype | None = None, layout: str = "rows") -> torch.Tensor:
     """K-grouped 1D1D FP8 GEMM (MoE weight gradients), on an sm_90 GPU.
 
     ``out[g, i, j] = c[g, i, j] + sum_{t in K_g} a[i, t] * a_scale[i, t//128] * b[j, t] *
@@ -62,12 +65,26 @@ def k_grouped_fp8_gemm_1d1d(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
         c: optional addend: ``out`` itself (in-place accumulation, ``main_grad += ...``) or a
             [G, m, n] bfloat16 / float32 tensor laid out as out must be, overlapping nothing.
         out_dtype: ``torch.float32`` or ``torch.bfloat16`` when ``out`` is None.
+        layout: ``"rows"`` (default): ``a`` and ``b`` as above, the groups' tokens side by side.
+            ``"blocks"``: DeepGEMM's NT layout, read as it is (no copy): ``a`` a contiguous
+            float8_e4m3fn buffer of ``m * k`` elements (any shape) holding group g's [m, sizes[g]]
+            block row-major (tokens contiguous) from element ``m * sum(sizes[:g])`` on, ``m`` the
+            rows of ``a_scale``; ``b`` likewise with ``n`` (the rows of ``b_scale``); the scales
+            and everything else as for ``"rows"`` (column ``t // 128`` of token ``t``). Each size
+            must be a multiple of 16 (a block's row pitch for TMA; a host list is checked, a device
+            tensor's other sizes give that group an undefined result, never an access out of
+            bounds). Runs on the Python host path, not as a custom op: each call launches a
+            one-CTA kernel that writes the groups' tensor maps from the device sizes (graph-safe),
+            then the GEMM (docs/training.md).
 
     Returns:
         ``out``. A group of no tokens gets ``c[g]`` (zeros without ``c``; left as it is when
         accumulating in place). ``m == 0`` returns at once. Bad arguments raise TypeError /
         ValueError naming this function before anything is written.
     """
+    if layout != "rows":  # DeepGEMM's NT layout: the Python host path (its map table, launch.py)
+        return run_k_grouped(a, a_scale, b, b_scale, group_sizes, out, None if c is out else c, out_dtype,
+                             accumulate=out is not None and c is out, layout=layout)
     # the checks that need no data first (a host list of sizes checked and copied to the device)
     _, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype, data_checks=False)
     if isinstance(sizes, tuple):

@@ -17,12 +17,13 @@ import torch
 
 from deep_tile import phases
 from deep_tile.gemm import planner
-from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
+from deep_tile.gemm.checks import K_GROUPED_FN, check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
 from deep_tile.common import align4
 from deep_tile.device import get_num_sms
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.gemm.kernel_args import pack_values
+from deep_tile.kernels import moe_layout
 from deep_tile.kernels.fp8_gemm import ROW_MAJOR_A_SCALE_KINDS
 from deep_tile.gemm.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, reads_row_major
 from deep_tile.pdl import get_pdl
@@ -30,7 +31,8 @@ from deep_tile.gemm.problem import ProblemKind
 from deep_tile.gemm.tma import encode_2d
 
 __all__ = ["run", "run_acc", "acc_operands", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped",
-           "k_grouped_operands", "launch", "launch_small_kernel"]
+           "k_grouped_operands", "K_GROUPED_LAYOUTS", "k_grouped_blocks_views", "launch_k_grouped_blocks", "launch",
+           "launch_small_kernel"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
 
@@ -154,14 +156,32 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tupl
     return problem, operands
 
 
+K_GROUPED_LAYOUTS = ("rows", "blocks")
+"""The operand layouts of the K-grouped GEMM: ``"rows"``, ``a`` [m, k] and ``b`` [n, k] with the
+groups' tokens side by side; ``"blocks"``, DeepGEMM's NT layout: flat buffers holding each group's
+[m, size] (and [n, size]) block row-major, one after another (:func:`k_grouped_blocks_views`)."""
+
+
 def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dtype=None, accumulate=False,
-                  config=None, extra_defines=None):
+                  config=None, extra_defines=None, layout="rows"):
     """The K-grouped GEMM (:func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`) on the Python host
     path: checked (:func:`deep_tile.gemm.checks.check_k_grouped_args`; ``accumulate``: C is ``out``),
     ``out`` allocated when None, a host list of sizes copied to the device, then launched; with
-    an optional forced KernelConfig (its tile, made K-grouped) and extra defines. Returns ``out``."""
+    an optional forced KernelConfig (its tile, made K-grouped) and extra defines; ``layout`` one of
+    :data:`K_GROUPED_LAYOUTS` (``"blocks"``: ``a`` and ``b`` flat, :func:`k_grouped_blocks_views`;
+    no extra defines). Returns ``out``."""
+    if layout not in K_GROUPED_LAYOUTS:
+        raise ValueError(f"{K_GROUPED_FN}: layout must be one of {K_GROUPED_LAYOUTS}; got {layout!r}")
+    blocks = layout == "blocks"
+    if blocks:
+        if extra_defines:
+            raise ValueError(f"{K_GROUPED_FN}: layout='blocks' takes no extra defines")
+        a, b = k_grouped_blocks_views(a, a_scale, b, b_scale)
     problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
                                           accumulate=accumulate)
+    if blocks and isinstance(sizes, tuple) and any(size % 16 for size in sizes):
+        raise ValueError(f"{K_GROUPED_FN}: with layout='blocks' every group size must be a multiple of 16 (a "
+                         f"block's row pitch for TMA); got {list(sizes)}")
     if out is None:
         out = torch.empty((problem.num_groups, problem.m, problem.n), dtype=getattr(torch, problem.out_dtype),
                           device=a.device)
@@ -169,8 +189,57 @@ def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dty
         return out
     if isinstance(sizes, tuple):
         sizes = torch.tensor(sizes, dtype=torch.int32, device=a.device)
-    launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config, extra_defines)
+    if blocks:
+        launch_k_grouped_blocks(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config)
+    else:
+        launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config, extra_defines)
     return out
+
+
+def k_grouped_blocks_views(a, a_scale, b, b_scale) -> tuple:
+    """DeepGEMM's NT layout of the K-grouped operands as the [m, k] and [n, k] views the checks and
+    the tensor maps' templates take (no copy): ``a`` a contiguous float8_e4m3fn buffer of ``m * k``
+    elements (any shape; group g's [m, sizes[g]] block row-major from element ``m * sum(sizes[:g])``
+    on), ``m`` the rows of ``a_scale``; ``b`` likewise with ``n``, the rows of ``b_scale``; ``k`` the
+    tokens of all groups. Non-tensors pass through (the checks name them)."""
+    fn = K_GROUPED_FN
+    if not all(isinstance(x, torch.Tensor) for x in (a, a_scale, b, b_scale)):
+        return a, b
+    if a_scale.dim() != 2 or b_scale.dim() != 2:
+        raise ValueError(f"{fn}: with layout='blocks', a_scale and b_scale must be 2-D [m, ceil(k/128)] and "
+                         f"[n, ceil(k/128)]; got {tuple(a_scale.shape)} and {tuple(b_scale.shape)}")
+    m, n = a_scale.shape[0], b_scale.shape[0]
+    if n == 0 or b.numel() % n:
+        raise ValueError(f"{fn}: with layout='blocks', b must hold n * k elements (n = b_scale rows = {n}); got "
+                         f"{b.numel()}")
+    k = b.numel() // n
+    views = []
+    for name, x, rows in (("a", a, m), ("b", b, n)):
+        if not x.is_contiguous() or x.numel() != rows * k:
+            raise ValueError(f"{fn}: with layout='blocks', {name} must be a contiguous buffer of {rows} * k = "
+                             f"{rows * k} elements (each group's [{rows}, size] block row-major, one after another); "
+                             f"got shape {tuple(x.shape)}{'' if x.is_contiguous() else ' (not contiguous)'}")
+        views.append(x.view(rows, k))
+    return tuple(views)
+
+
+def launch_k_grouped_blocks(problem, a, a_scale, b, b_scale, sizes, out, c, config=None) -> None:
+    """Launch the K-grouped GEMM in DeepGEMM's NT layout (``a`` and ``b`` the [m, k] and [n, k]
+    views of :func:`k_grouped_blocks_views`; the rest as :func:`launch_k_grouped`): the map-table
+    kernel writes each group's maps of A and B into a fresh [2 G] table from the device sizes, then
+    the GEMM reads through them (both on the current stream: nothing read on the host, so a CUDA
+    graph replays it with new sizes)."""
+    device = a.device
+    with torch.cuda.device(device):
+        forced = config is not None
+        plan = planner.plan_k_grouped_blocks(problem, get_num_sms(), config)
+        maps = torch.empty(2 * problem.num_groups * moe_layout.MAP_BYTES, dtype=torch.uint8, device=device)
+        operands = k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, c) + (maps,)
+        templates = [spec.value(operands, encode_2d) for spec in plan.args[:2]]  # A's and B's maps over the views
+        launch_small_kernel(moe_layout.ENTRY, moe_layout.MAPS_SYMBOL, moe_layout.MAPS_ARGUMENT_KINDS,
+                            (*templates, a.data_ptr(), b.data_ptr(), sizes.data_ptr(), problem.num_groups, problem.k,
+                             problem.m, problem.n, maps.data_ptr()), 1, moe_layout.MAPS_THREADS, device)
+        launch(plan, operands, device, report=not forced)
 
 
 def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None, extra_defines=None) -> None:

@@ -19,7 +19,7 @@ import torch
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["Plan", "plan", "plan_for_config", "plan_signal", "fit_clusters", "select"]
+__all__ = ["Plan", "plan", "plan_for_config", "plan_k_grouped_blocks", "plan_signal", "fit_clusters", "select"]
 
 
 class Plan:
@@ -100,6 +100,26 @@ def plan(problem, num_sms: int) -> Plan:
     found = _plans.get(key)
     if found is None:
         found = _plans[key] = plan_for_config(select(problem, num_sms), problem)
+    return found
+
+
+def plan_k_grouped_blocks(problem, num_sms: int, config=None) -> Plan:
+    """The plan of the K-grouped ``problem`` in DeepGEMM's NT layout: the selector's pick for the
+    K-grouped kind (or ``config``, not memoised), its kernel built as
+    ``ProblemKind::kKGroupedBlocks`` (:func:`deep_tile.kernels.fp8_gemm.k_grouped_blocks_defines`),
+    its arguments :func:`deep_tile.kernels.fp8_gemm.k_grouped_blocks_argument_specs`."""
+    from deep_tile.jit.loader import get_kernel
+
+    key = ("k_grouped_blocks", problem, num_sms, torch.cuda.current_device())
+    found = _plans.get(key) if config is None else None
+    if found is None:
+        chosen = (config or select(problem, num_sms)).for_problem(problem)
+        kernel = get_kernel(family.ENTRY, family.k_grouped_blocks_defines(chosen), family.GROUPED_SYMBOL)
+        chosen = fit_clusters(chosen, kernel)
+        found = Plan(problem, chosen, kernel, family.k_grouped_blocks_argument_specs(chosen, problem),
+                     family.launch_grid(chosen, problem.rows, problem.n), family.cluster_size(chosen))
+        if config is None:
+            _plans[key] = found
     return found
 
 

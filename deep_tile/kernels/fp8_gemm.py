@@ -42,6 +42,8 @@ __all__ = [
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
     "epilogue_barriers", "STATIC_K_DEFINE", "STATIC_K_UNROLL_DEFINE", "STATIC_K_UNROLL", "static_k_problems",
     "STATIC_RING_DEFINE", "static_ring_problems", "PROBE_OVERRIDES_DEFINE", "probe_defines",
+    "K_GROUPED_BLOCKS_CODE", "K_GROUPED_BLOCKS_ARGUMENTS", "K_GROUPED_BLOCKS_OPERANDS", "k_grouped_blocks_defines",
+    "k_grouped_blocks_argument_specs",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -723,6 +725,35 @@ def argument_specs(config, problem) -> tuple:
         problem.kind, 0)
     return head + (spec.Value(problem.n), spec.Size(_A, 1), spec.Value(config.raster_width),
                    spec.Pointer(_GROUP_INFO), spec.Value(problem.num_groups), spec.Value(group_rows)) + tail
+
+
+K_GROUPED_BLOCKS_CODE = 6
+"""``DT_PROBLEM_KIND`` of the K-grouped kind reading A and B in DeepGEMM's NT layout (the kernel's
+``ProblemKind::kKGroupedBlocks``): a K-grouped config's kernel with each group's A and B block read
+through its own tensor map from a table in global memory (include/deep_tile/kernels/k_grouped_maps.cuh).
+Not a :class:`deep_tile.gemm.problem.ProblemKind`: the problem, the selector's pick and the other
+arguments are the K-grouped kind's (:func:`deep_tile.gemm.launch.run_k_grouped` with ``layout="blocks"``)."""
+K_GROUPED_BLOCKS_ARGUMENTS = ("group_maps",)
+"""The parameters that kernel takes after the K-grouped kind's: the table of the groups' maps
+(``2 * G`` maps of 128 bytes: A then B of each group)."""
+K_GROUPED_BLOCKS_OPERANDS = GROUPED_OPERANDS + ("c", "group_maps")
+"""That kernel's tensors: the K-grouped kind's (``a`` and ``b`` the flat buffers viewed as [m, K]
+and [n, K]: the templates of the maps), C, then the map table (uint8 [2 * G * 128])."""
+
+
+def k_grouped_blocks_defines(config) -> dict:
+    """The defines of the K-grouped ``config``'s kernel in DeepGEMM's NT layout: its own, the kind
+    :data:`K_GROUPED_BLOCKS_CODE`."""
+    if config.problem_kind is not ProblemKind.K_GROUPED:
+        raise ValueError(f"k_grouped_blocks_defines: needs a k_grouped config; got {config.problem_kind.value}")
+    return defines(config) | {"DT_PROBLEM_KIND": K_GROUPED_BLOCKS_CODE}
+
+
+def k_grouped_blocks_argument_specs(config, problem) -> tuple:
+    """:func:`argument_specs` of the K-grouped ``problem`` for that kernel: the K-grouped kind's
+    (A's and B's maps those of the [m, K] and [n, K] views, the templates), then the table's
+    pointer (operands :data:`K_GROUPED_BLOCKS_OPERANDS`)."""
+    return argument_specs(config, problem) + (spec.Pointer(len(K_GROUPED_BLOCKS_OPERANDS) - 1),)
 
 
 def a_scale_masked_columns(problem, config) -> bool:

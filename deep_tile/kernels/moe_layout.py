@@ -4,14 +4,16 @@
 ``deep_tile_psum_to_m_indices`` turns DeepGEMM's psum contiguous layout (each expert's row end)
 into the contiguous kind's ``m_indices`` (each row's expert, -1 for padding), and
 ``deep_tile_raise_signals`` raises the completion flags of a masked GEMM's real row blocks
-(SGLang's single-batch overlap). Pure Python.
+(SGLang's single-batch overlap). The same entry holds ``deep_tile_k_grouped_maps``, the K-grouped
+GEMM's per-group tensor maps in DeepGEMM's NT layout (:func:`deep_tile.gemm.launch.launch_k_grouped_blocks`).
+Pure Python.
 """
 from __future__ import annotations
 
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "PSUM_SYMBOL", "SIGNAL_SYMBOL", "BLOCK_THREADS", "PSUM_ARGUMENT_KINDS", "SIGNAL_ARGUMENT_KINDS",
-           "grid"]
+           "MAPS_SYMBOL", "MAPS_THREADS", "MAPS_ARGUMENT_KINDS", "MAP_BYTES", "grid"]
 
 ENTRY = "moe_layout"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -25,6 +27,17 @@ PSUM_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32")
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the psum kernel's parameters."""
 SIGNAL_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the signal kernel's parameters."""
+
+
+MAPS_SYMBOL = "deep_tile_k_grouped_maps"
+"""Symbol of the K-grouped GEMM's map-table kernel (include/deep_tile/kernels/k_grouped_maps.cuh):
+(template map of A, template map of B, a, b, sizes, num_groups, k, m, n, maps); one CTA."""
+MAPS_THREADS = 512
+"""Threads of that CTA, one per group (``kKGroupedMapsThreads``; the K-grouped kind's most groups)."""
+MAPS_ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32", "ptr")
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kinds of its parameters."""
+MAP_BYTES = 128
+"""Bytes of one tensor map (``CUtensorMap``) in the table; the table holds 2 per group (A, B)."""
 
 
 def grid(elements: int) -> int:

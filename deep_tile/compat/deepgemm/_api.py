@@ -150,9 +150,10 @@ def _k_grouped_checks(fn: str, a: Pair, b: Pair, d, ks_cpu, recipe, use_psum_lay
     return ks
 
 
-def _k_grouped_run(a_rows, sfa, b_rows, sfb, d, ks: list, grouped_layout, c) -> None:
-    """Run deep_tile's K-grouped GEMM on [m, sum_k] / [n, sum_k] operands (the sizes from the device
-    ``grouped_layout``, or the host list when it is not an int32 tensor); an empty K leaves
+def _k_grouped_run(a, sfa, b, sfb, d, ks: list, grouped_layout, c, layout: str = "rows") -> None:
+    """Run deep_tile's K-grouped GEMM on operands of ``layout`` (``"rows"``: [m, sum_k] / [n, sum_k];
+    ``"blocks"``: DeepGEMM's flat per-group blocks as they are), the sizes from the device
+    ``grouped_layout`` (or the host list when it is not an int32 tensor); an empty K leaves
     ``d = c`` (zeros without c), as DeepGEMM's early return."""
     from deep_tile.gemm import k_grouped
 
@@ -163,22 +164,17 @@ def _k_grouped_run(a_rows, sfa, b_rows, sfb, d, ks: list, grouped_layout, c) -> 
             d.copy_(c)
         return
     sizes = grouped_layout if isinstance(grouped_layout, torch.Tensor) and grouped_layout.dtype == torch.int32 else ks
-    k_grouped.k_grouped_fp8_gemm_1d1d(a_rows, sfa, b_rows, sfb, sizes, d, c=c)
+    k_grouped.k_grouped_fp8_gemm_1d1d(a, sfa, b, sfb, sizes, d, c=c, layout=layout)
 
 
-def _blocks_to_rows(flat: torch.Tensor, ks: list, rows: int, fn: str, name: str) -> torch.Tensor:
+def _check_blocks(flat: torch.Tensor, ks: list, rows: int, fn: str, name: str) -> torch.Tensor:
     """DeepGEMM's K-major K-grouped operand (group g's [rows, k_g] block row-major, the groups one
-    after another in a flat buffer) as one [rows, sum_k] matrix, tokens contiguous (one copy)."""
+    after another in a flat buffer) checked and handed on as it is (1-D, no copy)."""
     if not isinstance(flat, torch.Tensor) or flat.numel() != rows * sum(ks) or not flat.is_contiguous():
         raise ValueError(f"{fn}: {name}[0] must be a contiguous buffer of sum(ks) * {rows} = {rows * sum(ks)} elements "
                          f"(each group's [{rows}, k_g] block K-major, one after another); got "
                          f"{tuple(flat.shape) if isinstance(flat, torch.Tensor) else type(flat).__name__}.")
-    data = flat.view(torch.uint8).reshape(-1)
-    blocks, start = [], 0
-    for k in ks:
-        blocks.append(data[start:start + rows * k].view(rows, k))
-        start += rows * k
-    return torch.cat(blocks, dim=1).view(flat.dtype)
+    return flat.view(-1)
 
 
 def k_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,
@@ -194,17 +190,18 @@ def k_grouped_fp8_gemm_nt_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, 
     host list of sizes (multiples of 128), ``grouped_layout`` the same as an int32 tensor on the
     GPU; ``c`` optional, may be ``d``; ``recipe`` (1, 1, 128).
 
-    Runs :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d`, which reads [m, sum(ks)] operands
-    (the groups' tokens side by side): this wrapper copies each operand into that layout once per
-    call (``a`` and ``b``, one FP8 read and write each). Other recipes, ``use_psum_layout=True``,
-    non-float32 scales: NotImplementedError; ``compiled_dims``: accepted, no effect.
+    Runs :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d` with ``layout="blocks"``: the kernel
+    reads each group's blocks of ``a`` and ``b`` where they are, through one tensor map per group
+    and operand (written on the device from ``grouped_layout``), so no operand is copied. Other
+    recipes, ``use_psum_layout=True``, non-float32 scales: NotImplementedError; ``compiled_dims``:
+    accepted, no effect.
     """
     fn = "k_grouped_fp8_gemm_nt_contiguous"
     ks = _k_grouped_checks(fn, a, b, d, ks_cpu, recipe, use_psum_layout)
     g, m, n = d.shape
-    a_rows = _blocks_to_rows(a[0], ks, m, fn, "a")
-    b_rows = _blocks_to_rows(b[0], ks, n, fn, "b")
-    _k_grouped_run(a_rows, a[1], b_rows, b[1], d, ks, grouped_layout, c)
+    a_flat = _check_blocks(a[0], ks, m, fn, "a")
+    b_flat = _check_blocks(b[0], ks, n, fn, "b")
+    _k_grouped_run(a_flat, a[1], b_flat, b[1], d, ks, grouped_layout, c, layout="blocks")
 
 
 def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,

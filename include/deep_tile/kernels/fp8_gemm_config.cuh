@@ -37,7 +37,9 @@ struct Fp8GemmConfig {
   static constexpr bool kGrouped = kProblemKind_ != ProblemKind::kDense;
   // The K-grouped kind (MoE weight gradients): D[g] = A[:, K_g] B[:, K_g]^T per group g, 1D1D,
   // stored from registers (store_tile_direct) into D's group g, every tile with its own K range.
-  static constexpr bool kKGrouped = kProblemKind_ == ProblemKind::kKGrouped;
+  static constexpr bool kKGrouped = kProblemKind_ == ProblemKind::kKGrouped || kProblemKind_ == ProblemKind::kKGroupedBlocks;
+  // Its DeepGEMM NT layout: A and B of each group through that group's tensor maps (kKGroupedBlocks).
+  static constexpr bool kKGroupedBlocks = kProblemKind_ == ProblemKind::kKGroupedBlocks;
   // The raster order's bands span m-blocks (consecutive tiles share an n-block) or n-blocks
   // (consecutive tiles share an m-block); a multicast pair must share its operand.
   static constexpr bool kRasterAlongM = kRasterAlongM_;

@@ -61,11 +61,13 @@ DT_DEVICE void prefetch_first_weights(const TmaDescriptor* tma_b, const Schedule
 
 /// The producer thread's loop: for every k-block of every tile of this CTA, wait for the stage to
 /// be free, arm its full barrier with the stage's bytes and issue its TMA loads (the family adds
-/// its scale loads before and after the operands).
+/// its scale loads before and after the operands). `group_maps`: kKGroupedBlocks' per-group maps
+/// of A and B (kernels/k_grouped_maps.cuh), used instead of tma_a and tma_b.
 template <class Family, class Cfg = typename Family::Cfg>
 DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor* tma_a, const TmaDescriptor* tma_b,
                              const TmaDescriptor* tma_a_scale, const float* b_scale, const Scheduler<Cfg>& sched,
-                             const TmaDescriptor* tma_b_scale, const TmaDescriptor* tma_d) {
+                             const TmaDescriptor* tma_b_scale, const TmaDescriptor* tma_d,
+                             const TmaDescriptor* group_maps = nullptr) {
   const u32 rank = Cfg::kNumMulticast == 2 ? ptx::cluster_cta_rank() : 0;
   const u32 stage_tx_bytes = sched.stage_tx_bytes();
   const WorkRange work = sched.work();
@@ -75,6 +77,7 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
   const u64 policy_a = Cfg::kEvictFirstB ? ptx::l2_policy_evict_last() : 0;
   const u64 policy_b = Cfg::kEvictFirstB ? ptx::l2_policy_evict_first() : 0;
   PipelineState<Cfg::kNumStages> state;
+  int acquired_group = -1;  // kKGroupedBlocks: the group whose maps this thread acquired last
   auto ahead = sched.load_ahead(work.first);
   for (int index = work.first; index < sched.num_tiles; index += work.step) {
     const Tile<Cfg> tile = sched.tile(index, ahead);
@@ -86,6 +89,20 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
     const TileScales tile_scales = TileScales::template of<Cfg>(b_scale, tile.expert, tile.n0, sched.n, sched.num_k_blocks);
     const KBlocks k_blocks = Family::k_blocks(sched, tile, work);
     const int kb_begin = k_blocks.begin, kb_end = k_blocks.end;
+    const TmaDescriptor* map_a = tma_a;
+    const TmaDescriptor* map_b = tma_b;
+    int k_origin = 0;  // the K coordinate of the maps' column 0
+    if constexpr (Cfg::kKGroupedBlocks) {
+      map_a = group_maps + 2 * tile.expert;
+      map_b = map_a + 1;
+      k_origin = sched.k_origin(tile);
+      // the maps were written by the stream predecessor through the generic proxy (tensormap.replace)
+      if (tile.expert != acquired_group && kb_begin < kb_end) {
+        ptx::tensormap_acquire(map_a);
+        ptx::tensormap_acquire(map_b);
+        acquired_group = tile.expert;
+      }
+    }
     for (int kb = kb_begin; kb < kb_end; ++kb) {
       ptx::mbarrier_wait(&smem.empty[state.index], state.empty_parity());
       if constexpr (Cfg::kTileSlots) {
@@ -97,10 +114,11 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       // a multicast half from the peer completes on this barrier too.
       ptx::mbarrier_arrive_expect_tx(full, stage_tx_bytes);
       const int k0 = kb * Cfg::kBlockK;
+      // kKGroupedBlocks: a group's first k-block may start before its block (negative, zero-filled)
       load_operand<Cfg::kMulticastA, Cfg::kBlockM, Cfg::kEvictFirstB>(
-          smem.a + state.index * Cfg::kTileABytes, tma_a, full, k0, tile.m0, tile.multicast, rank, policy_a);
+          smem.a + state.index * Cfg::kTileABytes, map_a, full, k0 - k_origin, tile.m0, tile.multicast, rank, policy_a);
       load_operand<Cfg::kMulticastB, Cfg::kBlockN, Cfg::kEvictFirstB>(
-          smem.b + state.index * Cfg::kTileBBytes, tma_b, full, k0, b_row0, tile.multicast, rank, policy_b);
+          smem.b + state.index * Cfg::kTileBBytes, map_b, full, k0 - k_origin, b_row0, tile.multicast, rank, policy_b);
       float* a_scale = smem.a_scale + state.index * Cfg::kBlockM * Cfg::kAScaleCols;
       if constexpr (Cfg::kAScaleRowMajor) {
         ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, tile.m0);  // [block_m][4 K blocks]

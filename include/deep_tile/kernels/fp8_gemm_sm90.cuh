@@ -41,12 +41,14 @@ namespace deep_tile {
 /// (Cfg::kDirectStore: FP32 D and/or C) store through `d` only, adding C (`c`, row pitch `ldc`
 /// elements, possibly `d` itself) when Cfg::kCKind says there is one.
 /// `signal`: the completion counters of the signalling masked kernel (Cfg::kSignal; unused otherwise).
+/// `group_maps`: the per-group maps of A and B of the K-grouped kind in DeepGEMM's NT layout
+/// (Cfg::kKGroupedBlocks: 2 per group, kernels/k_grouped_maps.cuh; unused otherwise).
 template <class Family, class Cfg = typename Family::Cfg>
 DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tma_b, const TmaDescriptor& tma_a_scale,
                              const TmaDescriptor& tma_d, const float* b_scale, u8* d, int ldd, int m, int n, int k,
                              int raster_width, const GroupArgs& group = GroupArgs{nullptr, 1, 0},
                              const u8* c = nullptr, int ldc = 0, const TmaDescriptor* tma_b_scale = nullptr,
-                             int* signal = nullptr) {
+                             int* signal = nullptr, const TmaDescriptor* group_maps = nullptr) {
   extern __shared__ __align__(1024) u8 dynamic_smem[];
   const SharedStorage<Cfg> smem(dynamic_smem);
   Scheduler<Cfg> sched(m, n, k, raster_width, group, smem.group_table);
@@ -106,7 +108,7 @@ DT_DEVICE void fp8_gemm_sm90(const TmaDescriptor& tma_a, const TmaDescriptor& tm
   if (wg == Cfg::kNumMathWarpgroups) {
     ptx::setmaxnreg_dec<Cfg::kProducerRegisters>();
     if (threadIdx.x == Cfg::kNumMathThreads) {
-      producer_loop<Family>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, tma_b_scale, &tma_d);
+      producer_loop<Family>(smem, &tma_a, &tma_b, &tma_a_scale, b_scale, sched, tma_b_scale, &tma_d, group_maps);
       trace::stamp<trace::kLastIssue>();
       // Every load of this CTA is issued: the dependent grid may start its own set-up on the SMs
       // this grid leaves free (its wait still waits for this grid to complete).

@@ -124,4 +124,33 @@ DT_DEVICE void red_release_gpu_add(int* counter, int value) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(counter), "r"(value) : "memory");
 }
 
+/// Tensor maps written in global memory on the device (PTX ISA tensormap.replace, sm_90a): the
+/// field of the map at `desc` (64-byte aligned, global) replaced; a generic-proxy write.
+DT_DEVICE void tensormap_replace_address(TmaDescriptor* desc, const void* address) {
+  asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;" ::"l"(reinterpret_cast<u64>(desc)),
+               "l"(reinterpret_cast<u64>(address))
+               : "memory");
+}
+/// Dimension 0 (contiguous) and 1 (rows) of a 2-D map, in elements.
+DT_DEVICE void tensormap_replace_dims(TmaDescriptor* desc, u32 inner, u32 outer) {
+  asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 0, %1;" ::"l"(reinterpret_cast<u64>(desc)),
+               "r"(inner)
+               : "memory");
+  asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 1, %1;" ::"l"(reinterpret_cast<u64>(desc)),
+               "r"(outer)
+               : "memory");
+}
+/// The row pitch of a 2-D map in bytes (a multiple of 16).
+DT_DEVICE void tensormap_replace_row_pitch(TmaDescriptor* desc, u64 bytes) {
+  asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 0, %1;" ::"l"(reinterpret_cast<u64>(desc)),
+               "l"(bytes)
+               : "memory");
+}
+/// This thread's tensor-map writes ordered before any later tensor-map-proxy use at GPU scope.
+DT_DEVICE void tensormap_release() { asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory"); }
+/// The map at `desc` (global) as written by a released tensormap_replace_* before this thread's TMA uses it.
+DT_DEVICE void tensormap_acquire(const TmaDescriptor* desc) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(reinterpret_cast<u64>(desc)) : "memory");
+}
+
 }  // namespace deep_tile::ptx

@@ -57,13 +57,17 @@ namespace deep_tile {
 ///     group g owns the K range [sum_{h<g} sizes[h], + sizes[g]) of A and B (sizes: int32 [G] on
 ///     the device, any values: clamped into [0, K]); every group has all M x N tiles, each with
 ///     its own K range (KGroupedScheduler).
+///   kKGroupedBlocks: kKGrouped with A and B in DeepGEMM's NT layout: group g's [M, sizes[g]] and
+///     [N, sizes[g]] blocks row-major, the groups one after another in flat buffers, each read
+///     through its own tensor map (a per-group table in global memory, kernels/k_grouped_maps.cuh).
 enum class ProblemKind {
   kDense = 0,
   kGroupedContiguous = 1,
   kGroupedMasked = 2,
   kGroupedOffsets = 3,
   kKGrouped = 4,
-  kGroupedPsum = 5
+  kGroupedPsum = 5,
+  kKGroupedBlocks = 6
 };
 
 /// The run-time description of a grouped problem (kernel arguments; unused by kDense).
@@ -78,7 +82,7 @@ struct GroupArgs {
 /// Whether a kind keeps the per-expert table in shared memory (GroupTable).
 __host__ __device__ constexpr bool has_group_table(ProblemKind kind) {
   return kind == ProblemKind::kGroupedMasked || kind == ProblemKind::kGroupedOffsets || kind == ProblemKind::kKGrouped ||
-         kind == ProblemKind::kGroupedPsum;
+         kind == ProblemKind::kGroupedPsum || kind == ProblemKind::kKGroupedBlocks;
 }
 
 /// Most experts of the kinds with a table (deep_tile/kernels/fp8_gemm.py MAX_TABLE_GROUPS).
@@ -667,6 +671,15 @@ struct Scheduler<Cfg, ProblemKind::kKGrouped> {
   }
 
   DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
+};
+
+/// kKGroupedBlocks: the K-grouped tiles, K ranges and table as kKGrouped; A and B of tile `t` are
+/// read through its group's tensor maps, at K coordinates counted from the group's first token.
+template <class Cfg>
+struct Scheduler<Cfg, ProblemKind::kKGroupedBlocks> : Scheduler<Cfg, ProblemKind::kKGrouped> {
+  using Scheduler<Cfg, ProblemKind::kKGrouped>::Scheduler;
+  /// The first token of tile `t`'s group (its block's column 0).
+  DT_DEVICE int k_origin(const Tile<Cfg>& t) const { return this->table.row_begin[t.expert]; }
 };
 
 }  // namespace deep_tile
