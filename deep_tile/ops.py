@@ -58,7 +58,8 @@ from __future__ import annotations
 import torch
 
 from deep_tile import native
-from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args
+from deep_tile.gemm.checks import check_fp8_gemm_acc_args, check_fp8_gemm_args, check_grouped_args, check_k_grouped_args, \
+    grouped_op_kind
 from deep_tile.common import SCALE_GROUP, ceil_div
 
 __all__ = ["NAMESPACE", "SCHEMAS", "fp8_gemm", "fp8_gemm_out", "fp8_gemm_acc", "fp8_gemm_acc_out", "fp8_gemm_1d1d", "fp8_gemm_1d1d_out", "k_grouped_fp8_gemm_1d1d", "k_grouped_fp8_gemm_1d1d_out", "per_token_cast_to_fp8", "per_block_cast_to_fp8",
@@ -246,12 +247,7 @@ def _grouped_acc(kind, a, a_scale, b, b_scale, info, expected_m, c, accumulate, 
 
 def _grouped_kind(value):
     """The grouped ProblemKind of an op's ``kind`` string (ValueError for any other)."""
-    from deep_tile.gemm.problem import ProblemKind
-
-    kinds = {kind.value: kind for kind in ProblemKind if kind.grouped and kind is not ProblemKind.K_GROUPED}
-    if value not in kinds:
-        raise ValueError(f"m_grouped_fp8_gemm_acc: kind must be one of {', '.join(map(repr, kinds))}; got {value!r}")
-    return kinds[value]
+    return grouped_op_kind(value)
 
 
 def _grouped_acc_impl(kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype):

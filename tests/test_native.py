@@ -1,9 +1,11 @@
 """deep_tile.native: toolchain discovery, the build key, the one fallback warning, the build into
 the cache (on this machine when a compiler, ninja and cuda.h are here), and the same errors on the
-native and Python paths; for the grouped ops also the fast check against check_grouped_args, the
-plan key and operands against Python's, and the grouped a_scale layout rules. GPU tests (marker
-``gpu``): native vs Python bitwise (dense and grouped), repeated calls, errors on CUDA tensors,
-CUDA graphs of the grouped ops replayed with new counts, the DEEP_TILE_DEBUG first-call phases."""
+native and Python paths. With the extension built here (CPU tensors, the device rule and the
+kernel left out): the native path takes exactly the calls Python takes over a fuzz of argument
+signatures (a signature planned once never lets a call Python refuses through), repeats the
+plan's overlap tests on every call, and makes the operands Python makes. GPU tests (marker
+``gpu``): native vs Python bitwise (every op family), repeated calls, errors on CUDA tensors,
+CUDA graphs replayed with new counts and group sizes, the DEEP_TILE_DEBUG first-call phases."""
 import concurrent.futures
 import importlib
 import json
@@ -155,8 +157,8 @@ def test_source_digest_covers_every_source(monkeypatch, tmp_path):
     files = native_key.source_files()
     assert files == sorted(native_key.SOURCE_DIR.iterdir())  # nothing in csrc/ escapes the key
     names = {p.name for p in files}
-    assert {"acc_op.cpp", "driver.cpp", "gemm_op.cpp", "grouped_op.cpp", "k_grouped_op.cpp", "launch.cpp",
-            "layouts.cpp", "module.cpp", "ops.cpp", "tensor_maps.cpp"} <= names
+    assert {"call.cpp", "driver.cpp", "launch.cpp", "module.cpp", "ops.cpp", "python_bridge.cpp", "signature.cpp",
+            "tensor_maps.cpp"} <= names
     assert len(native_key.source_digest()) == 64
     copy = tmp_path / "csrc"
     shutil.copytree(native_key.SOURCE_DIR, copy)
@@ -164,7 +166,7 @@ def test_source_digest_covers_every_source(monkeypatch, tmp_path):
     digests = set()
     for change in (None, "edit", "new"):
         if change == "edit":
-            (copy / "grouped_op.h").write_text((copy / "grouped_op.h").read_text() + "\n")
+            (copy / "call.h").write_text((copy / "call.h").read_text() + "\n")
         elif change == "new":
             (copy / "extra.h").write_text("#pragma once\n")
         monkeypatch.setattr(native_key, "_source_digest", None)
@@ -247,7 +249,7 @@ def test_build_is_published_in_the_cache(extension, native_cache):
     assert meta["key"] == entry.name == status["key"]
     assert meta["inputs"]["torch"] == torch.__version__ and meta["compiler_version"]
     assert not [p for p in (native_cache / "native").iterdir() if p.name.startswith((".build-", ".tmp-"))]
-    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 9
+    assert extension.ops_registered() and extension.BRIDGE_VERSION == bridge.VERSION == 10
 
 
 @needs_toolchain
@@ -270,38 +272,23 @@ def test_native_errors_equal_python_errors(extension, label, args, out):
 
 
 @needs_toolchain
-def test_fast_check_rejects_whatever_python_rejects(extension):
-    for label, args, out in bad_cases():
-        if all(isinstance(x, torch.Tensor) for x in args) and (out is None or isinstance(out, torch.Tensor)):
-            assert extension.fast_check_reason(*args, out) != "", label
-    assert extension.fast_check_reason(*operands("cpu")) == "device"
-    a, a_scale, b, b_scale = operands("cpu")
-    misaligned = torch.empty(M_ROWS * 640 + 16, dtype=torch.uint8)[1:M_ROWS * 640 + 1].view(M_ROWS, 640)
-    assert extension.fast_check_reason(misaligned.view(torch.float8_e4m3fn), a_scale, b, b_scale) == "alignment"
-    assert extension.fast_check_reason(a[:0], a_scale[:0], b, b_scale) in ("device", "empty")
-
-
-@needs_toolchain
-def test_facts_the_cpp_side_holds_equal_pythons(extension):
-    """What the native library states in C++ (spec kinds, tensor-map elements, the scale block, the
-    op names) is what the Python side states: a disagreement fails here, not at a launch."""
+def test_names_the_cpp_side_holds_equal_pythons(extension):
+    """The names the native library and Python share (spec kinds, tensor-map elements, the op
+    names, the op families and call slots of the bridge) agree: a disagreement fails here, not at
+    a launch. No rule of the checks is stated in C++ (they are Python's alone)."""
     from deep_tile import ops
-    from deep_tile.gemm import checks, kernel_args
-    from deep_tile.common import SCALE_GROUP
-    from deep_tile.kernels import fp8_gemm as family
-    from deep_tile.gemm.problem import ProblemKind
+    from deep_tile.gemm import kernel_args
 
     assert dict(extension.SPEC_KINDS) == kernel_args.SPEC_KINDS
     assert dict(extension.ELEMENTS) == {name: code for name, (code, _) in kernel_args.ELEMENTS.items()}
-    assert extension.SCALE_GROUP == SCALE_GROUP
-    assert (extension.N_MULTIPLE, extension.K_MULTIPLE) == (checks.N_MULTIPLE, checks.K_MULTIPLE)
     assert extension.MAX_OPERANDS == kernel_args.MAX_OPERANDS
-    assert extension.MAX_TABLE_GROUPS == family.MAX_TABLE_GROUPS
-    assert tuple(extension.PROBLEM_KINDS) == tuple(kind.value for kind in ProblemKind)
-    assert tuple(extension.ROW_MAJOR_A_SCALE_KINDS) == tuple(kind.value for kind in family.ROW_MAJOR_A_SCALE_KINDS)
     gemm_ops = tuple(f"{ops.NAMESPACE}::{name}" for name in ops.SCHEMAS if "gemm" in name)
     assert sorted(extension.OP_NAMES) == sorted(gemm_ops) and len(gemm_ops) == 18  # every GEMM op, training ones too
-    assert tuple(extension.OUT_DTYPES) == family.OUT_DTYPES and tuple(extension.C_DTYPES) == family.C_DTYPES
+    assert tuple(extension.OP_FAMILIES) == bridge.OPS and tuple(extension.SLOTS) == bridge.SLOTS
+    assert sorted(extension.OP_NAMES) == sorted(f"{ops.NAMESPACE}::{family}{suffix}" for family in bridge.OPS
+                                                for suffix in ("", "_out"))
+    for name in ("SCALE_GROUP", "N_MULTIPLE", "K_MULTIPLE", "MAX_TABLE_GROUPS", "a_scale_layout", "fast_check_reason"):
+        assert not hasattr(extension, name), name  # rules of the Python checks are not restated
 
 
 @needs_toolchain
@@ -352,23 +339,6 @@ def a_scale_layouts():
                 k_blocks, 4 * ((m + 3) // 4)).t()[:m]))
     return cases
 
-
-@needs_toolchain
-def test_the_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
-    from deep_tile.gemm.layouts import is_tma_aligned, reads_row_major
-
-    seen = set()
-    for label, a_scale in a_scale_layouts():
-        m, k_blocks = a_scale.shape
-        if reads_row_major(a_scale, m, k_blocks):
-            expected = "row_major"
-        elif is_tma_aligned(a_scale):
-            expected = "aligned"
-        else:
-            expected = "copy"
-        seen.add(expected)
-        assert extension.a_scale_layout(a_scale) == expected, label
-    assert seen == {"row_major", "aligned", "copy"}  # the cases reach every answer
 
 
 M_ROWS = 96
@@ -500,26 +470,6 @@ def python_grouped_verdict(kind: str, args: dict):
 
 
 @needs_toolchain
-def test_grouped_fast_check_takes_exactly_what_python_takes(extension):
-    """With the device rule left out, the C++ check accepts a grouped call iff check_grouped_args
-    finds nothing but the device to refuse ("empty" for a call without rows); with it, every CPU
-    call is refused."""
-    outcomes = set()
-    for label, kind, args in grouped_cases():
-        verdict = python_grouped_verdict(kind, args)
-        call = (kind, *_tensors(args), args["expected_m"], args["out"])
-        reason = extension.grouped_fast_check_reason(*call, check_device=False, **_variant(args))
-        if verdict is None:
-            rows = args["a"].shape[:-1].numel()
-            assert reason == ("" if rows else "empty"), (label, reason)
-        else:
-            assert reason not in ("", "empty"), (label, verdict)
-        assert extension.grouped_fast_check_reason(*call, **_variant(args)) != "", label
-        outcomes.add(verdict is None)
-    assert outcomes == {True, False}
-
-
-@needs_toolchain
 def test_grouped_native_errors_equal_python_errors(extension):
     """Every grouped CPU call -- bad, or good but for its device -- raises Python's exception
     through the ops (their C++ kernels hand it over), the public functions and the extension."""
@@ -602,63 +552,6 @@ def grouped_layout_cases() -> list:
     return cases
 
 
-@needs_toolchain
-def test_grouped_plan_key_and_operands_equal_pythons(extension):
-    """The problem the C++ side keys its plan with is Python's (Problem.key(): kind, m, n, k,
-    groups, expected_m, a_scale variant), and the operands it launches with are the views
-    deep_tile.gemm.launch.grouped_operands makes: same shapes and strides, the same memory where Python
-    copies nothing, equal values where it copies."""
-    from deep_tile.gemm.checks import check_grouped_args
-    from deep_tile.kernels.fp8_gemm import GROUPED_OPERANDS
-    from deep_tile.gemm.launch import grouped_operands
-    from deep_tile.gemm.problem import ProblemKind
-
-    copied = set()
-    for label, kind, args in grouped_layout_cases():
-        tensors, out, hint = _tensors(args), args["out"], args["expected_m"]
-        problem = check_grouped_args(ProblemKind(kind), *tensors, out, hint, data_checks=False)
-        problem, python = grouped_operands(problem, *tensors, out)
-        key, native_operands = extension.grouped_operands(kind, *tensors, hint, out)
-        assert tuple(key) == problem.key(), label
-        sources = tensors + (out,)
-        for name, got, want, source in zip(GROUPED_OPERANDS, native_operands, python, sources[:4] + (out, tensors[4])):
-            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, name)
-            if want.untyped_storage().data_ptr() == source.untyped_storage().data_ptr():
-                assert got.data_ptr() == want.data_ptr(), (label, name)  # the same view, no copy
-            else:
-                assert got.untyped_storage().data_ptr() != source.untyped_storage().data_ptr(), (label, name)
-                assert torch.equal(got, want), (label, name)
-                copied.add(name)
-    assert copied == {"a_scale", "b_scale"}  # the cases reach the copies too
-
-
-@needs_toolchain
-def test_grouped_output_variants_key_and_operands_equal_pythons(extension):
-    """The output variants of the grouped kinds: the C++ plan key carries the output and C types
-    as Problem.key() does, and the operands end with C as deep_tile.gemm.launch.grouped_operands makes
-    it (the addend's 2-D view, or out itself when accumulating or without C)."""
-    from deep_tile.gemm.checks import check_grouped_args
-    from deep_tile.gemm.launch import grouped_operands
-    from deep_tile.gemm.problem import ProblemKind
-
-    for kind in GROUPED_KINDS:
-        args = grouped_args(kind)
-        tensors, hint = _tensors(args), args["expected_m"]
-        out32 = torch.empty(args["out"].shape)
-        for label, out, c, accumulate in (("fp32", out32, None, False), ("fp32+c16", out32, torch.empty_like(args["out"]),
-                                          False), ("bf16+c32", args["out"], torch.empty(args["out"].shape), False),
-                                          ("fp32 in place", out32, None, True), ("bf16 in place", args["out"], None, True)):
-            problem = check_grouped_args(ProblemKind(kind), *tensors, out, hint, c=c, accumulate=accumulate,
-                                         data_checks=False)
-            problem, python = grouped_operands(problem, *tensors, out, c)
-            key, native_operands = extension.grouped_operands(kind, *tensors, hint, out, c, accumulate)
-            assert tuple(key) == problem.key() and len(key) == 9, (kind, label)
-            assert len(native_operands) == len(python) == 7, (kind, label)
-            for got, want in zip(native_operands, python):
-                assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (kind, label)
-            assert native_operands[-1].data_ptr() == python[-1].data_ptr() == (out if c is None else c).data_ptr()
-
-
 def a_scale_layouts_3d():
     """[groups, m, K blocks] a_scale tensors of many layouts: row-major (aligned or not),
     per-group column-major with several pitches, groups apart."""
@@ -678,30 +571,6 @@ def a_scale_layouts_3d():
                 apart = base[:groups * (k_blocks + 1) * pitch].view(groups, k_blocks + 1, pitch).transpose(1, 2)
                 cases.append((f"col apart g={groups} m={m} kb={k_blocks}", apart[:, :m, :k_blocks]))
     return cases
-
-
-@needs_toolchain
-def test_the_grouped_a_scale_layout_rule_is_the_same_in_cpp_and_python(extension):
-    from deep_tile.gemm.layouts import is_row_major_aligned, is_tma_aligned, is_tma_aligned_3d, reads_row_major, \
-        reads_row_major_3d
-
-    seen = set()
-    for label, a_scale in a_scale_layouts():
-        m, k_blocks = a_scale.shape
-        dense = ("row_major" if reads_row_major(a_scale, m, k_blocks) else "aligned" if is_tma_aligned(a_scale)
-                 else "copy")
-        offsets = "row_major" if is_row_major_aligned(a_scale) else "row_major_copy"
-        assert extension.grouped_a_scale_layout("grouped_contiguous", a_scale) == dense, label
-        assert extension.grouped_a_scale_layout("grouped_offsets", a_scale) == offsets, label
-        seen |= {("contiguous", dense), ("offsets", offsets)}
-    for label, a_scale in a_scale_layouts_3d():
-        expected = ("row_major" if reads_row_major_3d(a_scale) else "aligned" if is_tma_aligned_3d(a_scale)
-                    else "copy")
-        assert extension.grouped_a_scale_layout("grouped_masked", a_scale) == expected, label
-        seen.add(("masked", expected))
-    assert len(seen) == 8  # the cases reach every answer of every kind (3 + 2 + 3)
-    with pytest.raises(ValueError, match="not a grouped problem kind"):
-        extension.grouped_a_scale_layout("dense", a_scale)
 
 
 @needs_toolchain
@@ -816,8 +685,7 @@ if module is not None:
     except ValueError as error:
         raised = str(error)
     result.update(bridge=module.BRIDGE_VERSION, registered=module.ops_registered(), raised=raised,
-                  handed_over=module.stats()["python_calls"] - before,
-                  fast_check=module.fast_check_reason(a, a_scale, b, b_scale))
+                  handed_over=module.stats()["python_calls"] - before, plans=module.stats()["plans"])
 print("RESULT " + json.dumps(result))
 """
 
@@ -893,7 +761,7 @@ def _check_recovered(result: dict, cache_dir: Path, key: str, monkeypatch, publi
     native_build = importlib.import_module("deep_tile.native.build")  # native.build is the function
 
     assert result["state"] == "loaded" and result["warnings"] == [], result
-    assert result["bridge"] == bridge.VERSION and result["registered"] and result["fast_check"] == "device", result
+    assert result["bridge"] == bridge.VERSION and result["registered"] and result["plans"] == 0, result
     assert "must be a CUDA tensor" in result["raised"] and result["handed_over"] == 1, result
     monkeypatch.setenv("DEEP_TILE_CACHE_DIR", str(cache_dir))
     assert native_build.entry_problem(key) is None and native_build.published(key)  # rebuilt whole
@@ -1044,24 +912,6 @@ def _acc_op(args: dict):
     return lambda: getattr(torch.ops.deep_tile, name + "_out")(*tensors, args["accumulate"], args["out"])
 
 
-def _check_fast_check_takes_what_python_takes(cases, names, python_verdict, fast_check) -> None:
-    """For every case: the C++ check without the device rule accepts the call iff Python's check
-    does ("empty" for a call without rows), and with the device rule refuses every CPU call; both
-    verdicts occur."""
-    outcomes = set()
-    for label, args in cases:
-        verdict = python_verdict(args)
-        call = tuple(args[name] for name in names)
-        reason = fast_check(*call, check_device=False)
-        if verdict is None:
-            assert reason == ("" if args["a"].shape[0] else "empty"), (label, reason)
-        else:
-            assert reason not in ("", "empty"), (label, verdict)
-        assert fast_check(*call) != "", label
-        outcomes.add(verdict is None)
-    assert outcomes == {True, False}
-
-
 def _check_errors_equal_pythons(extension, cases, names, python_verdict, native, op_of) -> None:
     """Every CPU case (bad, or good but for its device) raises Python's exception through the
     extension's entry ``native`` and through the custom op (``op_of``, where it can express the
@@ -1079,51 +929,10 @@ def _check_errors_equal_pythons(extension, cases, names, python_verdict, native,
 
 
 @needs_toolchain
-def test_acc_fast_check_takes_exactly_what_python_takes(extension, monkeypatch):
-    """With the device rule left out (on both sides), the C++ check accepts an output-variant call
-    iff check_fp8_gemm_acc_args does ("empty" for a call without rows); with it, every CPU call
-    is refused."""
-    _no_device_rule(monkeypatch)
-    _check_fast_check_takes_what_python_takes(acc_cases(), ACC_NAMES, _python_acc, extension.acc_fast_check_reason)
-
-
-@needs_toolchain
 def test_acc_native_errors_equal_python_errors(extension):
     """Every output-variant CPU call -- bad, or good but for its device -- raises Python's exception
     through the ops (their C++ kernels hand it over) and the extension."""
     _check_errors_equal_pythons(extension, acc_cases(), ACC_NAMES, _python_acc, extension.fp8_gemm_acc, _acc_op)
-
-
-@needs_toolchain
-def test_acc_plan_key_and_operands_equal_pythons(extension):
-    """The problem the C++ side keys an output-variant plan with is Python's (Problem.key(): the
-    dense fields, a_scale variant, out and C types, 1D1D), and its operands are the ones
-    deep_tile.gemm.launch.acc_operands makes (same views, the same memory where Python copies nothing)."""
-    from deep_tile.gemm.checks import check_fp8_gemm_acc_args
-    from deep_tile.gemm.launch import acc_operands
-
-    copied, keys = set(), set()
-    for label, args in acc_cases():
-        if not label.split("-", 1)[1].startswith("valid") or args["out"] is None or not args["a"].shape[0]:
-            continue
-        a, a_scale, b, b_scale, c, accumulate, out, _, one_d = (args[name] for name in ACC_NAMES)
-        problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, data_checks=False,
-                                          b_scale_1d=one_d)
-        problem, python = acc_operands(problem, a, a_scale, b, b_scale, c, out, one_d)
-        key, native_operands = extension.acc_operands(a, a_scale, b, b_scale, c, accumulate, out, one_d)
-        assert tuple(key) == problem.key(), label
-        keys.add(problem.key()[7:])
-        sources = (a, a_scale, b, b_scale, out, out if c is None else c)
-        for name, got, want, source in zip(("a", "a_scale", "b", "b_scale", "out", "c"), native_operands, python,
-                                           sources):
-            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, name)
-            if want.data_ptr() == source.data_ptr():
-                assert got.data_ptr() == want.data_ptr(), (label, name)  # the same view, no copy
-            else:
-                assert got.data_ptr() != source.data_ptr() and torch.equal(got, want), (label, name)
-                copied.add(name)
-    assert copied == {"a_scale", "b_scale"}  # the cases reach the copies (k_tail's a_scale, 1D1D's b_scale)
-    assert {("float32", None), ("bfloat16", "float32"), ("float32", "out"), ("float32", "bfloat16", "1d1d")} <= keys
 
 
 def k_grouped_args(m: int = 96, n: int = 256, sizes: tuple = (100, 0, 200), k: int = 640, out=torch.float32, c=None,
@@ -1215,15 +1024,6 @@ def _k_grouped_op(args: dict):
 
 
 @needs_toolchain
-def test_k_grouped_fast_check_takes_exactly_what_python_takes(extension, monkeypatch):
-    """With the device rule left out (on both sides), the C++ check accepts a K-grouped call iff
-    check_k_grouped_args does ("empty" for a call without rows); with it, every CPU call is refused."""
-    _no_device_rule(monkeypatch)
-    _check_fast_check_takes_what_python_takes(k_grouped_cases(), K_GROUPED_NAMES, _python_k_grouped,
-                                              extension.k_grouped_fast_check_reason)
-
-
-@needs_toolchain
 def test_k_grouped_native_errors_equal_python_errors(extension):
     """Every K-grouped CPU call -- bad, or good but for its device -- raises Python's exception
     through the ops (their C++ kernels hand it over) and the extension."""
@@ -1231,36 +1031,246 @@ def test_k_grouped_native_errors_equal_python_errors(extension):
                                 extension.k_grouped_fp8_gemm, _k_grouped_op)
 
 
-@needs_toolchain
-def test_k_grouped_plan_key_and_operands_equal_pythons(extension):
-    """The problem the C++ side keys a K-grouped plan with is Python's (Problem.key(): groups, out
-    and C types -- "out" for c is out and accumulate alike --, 1D1D), and its operands are the ones
-    deep_tile.gemm.launch.k_grouped_operands makes."""
-    from deep_tile.gemm.checks import check_k_grouped_args
-    from deep_tile.kernels.fp8_gemm import GROUPED_OPERANDS
-    from deep_tile.gemm.launch import k_grouped_operands
+# ---- one native op keyed by the call's signature (CPU: Python plans, no kernel is launched) --------
 
-    copied, keys = set(), set()
-    for label, args in k_grouped_cases():
-        if not label.split("-", 1)[1].startswith("valid") or args["out"] is None or not args["a"].shape[0]:
+@pytest.fixture
+def planned(extension, monkeypatch):
+    """The extension with Python planning CPU calls: checks without their device rule, plans
+    without a kernel (``resolve`` stops short of the launch); its plan cache emptied around it."""
+    from deep_tile.gemm import checks
+
+    monkeypatch.setattr(checks, "_require_device", lambda fn, named: None)
+
+    def plan_without_kernel(problem, where, limit):
+        return {"kernel": 0, "symbol": "none", "label": str(problem), "grid": 1, "block": 1, "smem": 0, "cluster": 1,
+                "args": []}
+
+    monkeypatch.setattr(bridge, "_launch_plan", plan_without_kernel)
+    extension.clear()
+    yield extension
+    extension.clear()
+
+
+def _call(op: str, **fields) -> dict:
+    """A call as the native op family ``op`` takes it: the slots (bridge.SLOTS) and the scalars."""
+    call = dict.fromkeys(bridge.SLOTS)
+    call.update(op=op, expected_m=None, accumulate=False, out_dtype=None, kind=None)
+    call.update(fields)
+    return call
+
+
+def dense_calls() -> list:
+    cases = [(label, _call("fp8_gemm", a=args[0], a_scale=args[1], b=args[2], b_scale=args[3], out=out))
+             for label, args, out in bad_cases()
+             if all(isinstance(x, torch.Tensor) for x in args) and (out is None or isinstance(out, torch.Tensor))]
+    for label, a_scale in a_scale_layouts()[::3]:
+        m, k_blocks = a_scale.shape
+        tensors = dict(a=torch.empty(m, 128 * k_blocks, dtype=FP8), a_scale=a_scale,
+                       b=torch.empty(256, 128 * k_blocks, dtype=FP8), b_scale=torch.rand(2, k_blocks))
+        cases.append((f"dense {label}", _call("fp8_gemm", **tensors)))
+        cases.append((f"dense {label} out", _call("fp8_gemm", **tensors, out=torch.empty(m, 256, dtype=torch.bfloat16))))
+    return cases
+
+
+def acc_calls() -> list:
+    return [(label, _call("fp8_gemm_1d1d" if args["b_scale_1d"] else "fp8_gemm_acc", a=args["a"], a_scale=args["a_scale"],
+                          b=args["b"], b_scale=args["b_scale"], c=args["c"], out=args["out"],
+                          accumulate=args["accumulate"], out_dtype=args["out_dtype"]))
+            for label, args in acc_cases()]
+
+
+def k_grouped_calls() -> list:
+    return [(label, _call("k_grouped_fp8_gemm_1d1d", a=args["a"], a_scale=args["a_scale"], b=args["b"],
+                          b_scale=args["b_scale"], info=args["group_sizes"], c=args["c"], out=args["out"],
+                          accumulate=args["accumulate"], out_dtype=args["out_dtype"]))
+            for label, args in k_grouped_cases()]
+
+
+def grouped_calls() -> list:
+    calls = []
+    for label, kind, args in grouped_cases() + grouped_layout_cases():
+        tensors = dict(zip(("a", "a_scale", "b", "b_scale", "info"), _tensors(args)), out=args["out"],
+                       expected_m=args["expected_m"])
+        variant = _variant(args)
+        if variant == _variant({}):
+            calls.append((label, _call("m_" + kind.replace("grouped_", "grouped_fp8_gemm_"), **tensors)))
+        else:
+            calls.append((label, _call("m_grouped_fp8_gemm_acc", **tensors, **variant, kind=kind)))
+    return calls
+
+
+def _python_verdict(call: dict):
+    """What Python's path makes of ``call``: (type, message) of its error, else None."""
+    try:
+        _python_operands(call)
+    except (TypeError, ValueError) as error:
+        return type(error), str(error)
+    return None
+
+
+def _python_operands(call: dict):
+    """The Python path's first half of ``call`` (deep_tile.gemm.launch.prepare and its kin):
+    (out, operands or None when there are no rows)."""
+    args = [call[name] for name in bridge.SLOTS] + [call[name] for name in ("expected_m", "accumulate", "out_dtype",
+                                                                               "kind")]
+    _, out, operands = bridge._prepare(call["op"], *args)
+    return out, operands
+
+
+def _resolve(extension, call: dict):
+    fields = {name: call[name] for name in bridge.SLOTS + ("expected_m", "accumulate", "out_dtype", "kind")}
+    return extension.resolve(call["op"], **fields)
+
+
+def _native_verdict(extension, call: dict):
+    """(verdict as _python_verdict says it, whether the signature's plan was found)."""
+    try:
+        found, _, _ = _resolve(extension, call)
+    except (TypeError, ValueError) as error:
+        return (type(error), str(error)), None
+    return None, found
+
+
+def _mutated(call: dict, rng) -> tuple:
+    """``call`` with one of its tensors changed in one way that may or may not matter to the
+    checks: its address moved off (or onto) a 16-byte boundary, its rows padded, its layout made
+    column-major, its dtype or a size changed, made another slot's tensor, or left out."""
+    call = dict(call)
+    given = [name for name in bridge.SLOTS if call[name] is not None]
+    name = given[rng.randrange(len(given))]
+    t = call[name]
+    how = rng.choice(["offset", "pitch", "columns", "dtype", "size", "alias", "drop", "offset", "pitch"])
+    if how == "offset":
+        elements = rng.randrange(1, 9)
+        flat = torch.empty(t.numel() + elements, dtype=t.dtype)
+        t = flat[elements:].view(t.shape)
+    elif how == "pitch" and t.dim() >= 1 and t.numel():
+        pad = rng.choice([1, 2, 4, 8, 16])
+        t = torch.empty(tuple(t.shape[:-1]) + (t.shape[-1] + pad,), dtype=t.dtype)[..., :t.shape[-1]]
+    elif how == "columns" and t.dim() >= 2:
+        t = torch.empty(tuple(t.shape[:-2]) + (t.shape[-1], t.shape[-2]), dtype=t.dtype).transpose(-1, -2)
+    elif how == "dtype":
+        t = torch.empty(t.shape, dtype=rng.choice([torch.float32, torch.bfloat16, torch.float16, FP8, torch.int32]))
+    elif how == "size" and t.dim() >= 1 and t.shape[0] > 1:
+        t = t[: t.shape[0] - 1] if rng.random() < 0.5 else t[..., : max(1, t.shape[-1] - 8)]
+    elif how == "alias":
+        t = call[given[rng.randrange(len(given))]]
+    elif how == "drop" and name in ("c", "out", "info"):
+        t = None
+    if t is not None and t.is_floating_point() and t.dtype != FP8:
+        t = t.clone() if t.numel() and t.data_ptr() % 16 == 0 and t.is_contiguous() else t
+    call[name] = t
+    return f"{how} {name}", call
+
+
+def fuzz_calls(seed: int = 0, count: int = 400) -> list:
+    """Calls mutated from the valid ones of every family (:func:`_mutated`), seeded."""
+    import random
+
+    rng = random.Random(seed)
+    valid = [call for _, call in dense_calls()[:40] + acc_calls() + k_grouped_calls() + grouped_calls()
+             if _python_verdict(call) is None]
+    calls = []
+    for i in range(count):
+        label, call = _mutated(valid[rng.randrange(len(valid))], rng)
+        calls.append((f"fuzz {i} {call['op']} {label}", call))
+    return calls
+
+
+@needs_toolchain
+def test_the_native_path_takes_exactly_the_calls_python_takes(planned):
+    """Over every family's cases and a seeded fuzz of their signatures: with the plans of every
+    signature Python takes already made, each call is taken or refused (with Python's error) as
+    Python's path takes or refuses it -- a signature planned once never lets a call through that
+    Python refuses -- and a call taken twice finds its plan the second time."""
+    calls = dense_calls() + acc_calls() + k_grouped_calls() + grouped_calls() + fuzz_calls()
+    verdicts = [_python_verdict(call) for _, call in calls]
+    for (_, call), verdict in zip(calls, verdicts):
+        if verdict is None:
+            _resolve(planned, call)
+    found = set()
+    for (label, call), verdict in zip(calls, verdicts):
+        for attempt in range(2):
+            got, hit = _native_verdict(planned, call)
+            assert got == verdict, (label, attempt)
+            found.add(hit)
+    assert found == {True, False, None}  # hits, calls Python answers itself (no rows), refusals
+    assert sum(v is None for v in verdicts) > 300 and sum(v is not None for v in verdicts) > 300
+
+
+def _apart_and_overlapping(shape: tuple, dtype, rows: int) -> tuple:
+    """Two (out, c) pairs of one signature in one buffer: ``rows`` rows apart, then overlapping."""
+    numel = torch.Size(shape).numel()
+    step = numel // shape[0] if len(shape) == 2 else numel // (shape[0] * shape[1])
+    buffer = torch.empty(2 * numel + step * rows, dtype=dtype)
+    apart = buffer[:numel].view(shape), buffer[numel:2 * numel].view(shape)
+    overlapping = buffer[:numel].view(shape), buffer[step * rows:step * rows + numel].view(shape)
+    return apart, overlapping
+
+
+@needs_toolchain
+def test_overlap_is_tested_on_every_call_of_a_signature(planned):
+    """Addresses beyond their alignment are not in a signature: a call whose out overlaps its C
+    has the signature of one whose out and C lie apart, and is refused with Python's error on a hit
+    too (the plan names the pairs its checks tested); c given as out itself is another signature."""
+    acc, grouped, k_grouped = acc_args(), grouped_args("grouped_contiguous"), k_grouped_args()
+    families = [
+        (_call("fp8_gemm_acc", **{n: acc[n] for n in ("a", "a_scale", "b", "b_scale")}), (96, 256), 1),
+        (_call("m_grouped_fp8_gemm_acc", kind="grouped_contiguous",
+               **dict(zip(("a", "a_scale", "b", "b_scale", "info"), _tensors(grouped)))), (96, 256), 1),
+        (_call("k_grouped_fp8_gemm_1d1d", info=k_grouped["group_sizes"],
+               **{n: k_grouped[n] for n in ("a", "a_scale", "b", "b_scale")}), (3, 96, 256), 1),
+    ]
+    for base, shape, rows in families:
+        apart, overlapping = _apart_and_overlapping(shape, torch.float32, rows)
+        calls = {name: base | {"out": out, "c": c} for name, (out, c) in (("apart", apart),
+                                                                           ("overlapping", overlapping))}
+        assert _python_verdict(calls["apart"]) is None
+        expected = _python_verdict(calls["overlapping"])
+        assert expected is not None and "must not overlap c" in expected[1], expected
+        assert _native_verdict(planned, calls["apart"]) == (None, False)
+        assert _native_verdict(planned, calls["apart"]) == (None, True)
+        before = planned.stats()
+        assert _native_verdict(planned, calls["overlapping"]) == (expected, None)
+        after = planned.stats()
+        assert after["plans"] == before["plans"] and after["python_calls"] == before["python_calls"] + 1
+    k_call = families[2][0] | {"out": apart[0]}
+    assert _native_verdict(planned, k_call | {"c": apart[0]}) == (None, False)  # c is out: accumulate in place
+    assert _native_verdict(planned, k_call | {"c": apart[0]}) == (None, True)
+    expected = _python_verdict(k_call | {"c": apart[0][:]})  # the same view, another tensor: an overlap
+    assert expected is not None and _native_verdict(planned, k_call | {"c": apart[0][:]}) == (expected, None)
+
+
+@needs_toolchain
+def test_the_operands_are_the_ones_python_makes(planned):
+    """For every call Python takes with rows to compute (dense over many a_scale layouts, the
+    output variants and 1D1D, K-grouped, every grouped kind and its variants), on the call that
+    makes the plan and on one that finds it: the operands the native path launches with are the
+    ones the Python path makes -- same shapes, strides and dtypes, the call's own memory where
+    Python copies nothing, a copy with equal values where it copies."""
+    copied = set()
+    for label, call in dense_calls() + acc_calls() + k_grouped_calls() + grouped_calls():
+        if _python_verdict(call) is not None:
             continue
-        a, a_scale, b, b_scale, sizes, c, accumulate, out, _ = (args[name] for name in K_GROUPED_NAMES)
-        problem, _ = check_k_grouped_args(a, a_scale, b, b_scale, sizes, out, c, accumulate=accumulate,
-                                          data_checks=False)
-        python = k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c)
-        key, native_operands = extension.k_grouped_operands(a, a_scale, b, b_scale, sizes, c, accumulate, out)
-        assert tuple(key) == problem.key(), label
-        keys.add(problem.key()[7:])
-        sources = (a, a_scale, b, b_scale, out, sizes, out if c is None else c)
-        for name, got, want, source in zip(GROUPED_OPERANDS + ("c",), native_operands, python, sources):
-            assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, name)
-            if want.data_ptr() == source.data_ptr():
-                assert got.data_ptr() == want.data_ptr(), (label, name)
-            else:
-                assert got.data_ptr() != source.data_ptr() and torch.equal(got, want), (label, name)
-                copied.add(name)
-    assert copied == {"a_scale", "b_scale"}  # row-major scales are copied into the column-major layout
-    assert {("float32", None, "1d1d"), ("float32", "out", "1d1d"), ("bfloat16", "float32", "1d1d")} <= keys
+        python_out, python = _python_operands(call)
+        if python is None:
+            continue
+        given = {call[name].data_ptr() for name in bridge.SLOTS if call[name] is not None}
+        for attempt in range(2):
+            found, out, native = _resolve(planned, call)
+            assert (found or not attempt) and len(native) == len(python), (label, attempt)  # found the second time
+            assert (out.shape, out.dtype) == (python_out.shape, python_out.dtype), label
+            for i, (got, want) in enumerate(zip(native, python)):
+                assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), (label, i)
+                if want.data_ptr() in given:
+                    assert got.data_ptr() == want.data_ptr(), (label, i)  # the same view, no copy
+                elif want.untyped_storage().data_ptr() == python_out.untyped_storage().data_ptr():
+                    assert got.untyped_storage().data_ptr() == out.untyped_storage().data_ptr(), (label, i)
+                else:
+                    assert got.data_ptr() not in given and torch.equal(got, want), (label, i)
+                    copied.add((call["op"], i))
+    assert {("fp8_gemm", 1), ("fp8_gemm_1d1d", 3), ("k_grouped_fp8_gemm_1d1d", 1), ("m_grouped_fp8_gemm_masked", 1),
+            ("m_grouped_fp8_gemm_offsets", 1), ("m_grouped_fp8_gemm_contiguous", 3)} <= copied
 
 
 # ---- GPU -------------------------------------------------------------------------------------
@@ -1445,7 +1455,8 @@ def test_first_gemm_with_an_unusable_cache_dir(tmp_path):
 @needs_toolchain
 def test_grouped_output_variant_ops_refuse_an_unknown_kind_as_python_does(extension):
     """The ops' ``kind`` argument: a name that is not a grouped kind raises the same ValueError on
-    the native kernels as on the Python ones (deep_tile.ops._grouped_kind)."""
+    the native kernels as on the Python ones (deep_tile.gemm.checks.grouped_op_kind: Python plans the
+    call and refuses it)."""
     from deep_tile import ops
 
     args = grouped_args("grouped_contiguous")

@@ -22,6 +22,8 @@ tensors take the plain path, with no extra work.
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from deep_tile.common import SCALE_GROUP, ceil_div, check_int
@@ -32,7 +34,8 @@ if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are c
 
 __all__ = ["N_MULTIPLE", "K_MULTIPLE", "check_int", "check_problem_shape", "check_problem", "check_fp8_gemm_args",
            "shown", "GROUPED_FUNCTIONS", "PROBLEM_KIND_NAMES", "check_problem_kind", "check_grouped_problem",
-           "check_grouped_args", "check_fp8_gemm_acc_args", "OUT_DTYPE_NAMES", "K_GROUPED_FN", "check_k_grouped_args"]
+           "check_grouped_args", "check_fp8_gemm_acc_args", "OUT_DTYPE_NAMES", "K_GROUPED_FN", "check_k_grouped_args",
+           "grouped_op_kind", "recording_overlap_tests"]
 
 N_MULTIPLE = 8
 """``n`` must be a positive multiple of this (16-byte rows of the bf16 output, for TMA)."""
@@ -257,8 +260,26 @@ def _same_view(x, y) -> bool:
             and x.stride() == y.stride())
 
 
+_overlap_tests: ContextVar = ContextVar("deep_tile_overlap_tests", default=None)
+
+
+@contextmanager
+def recording_overlap_tests():
+    """A list that gets ``(out, others)`` for every overlap test the checks make inside the block
+    (the native path repeats those tests per call: they depend on addresses, not on the signature)."""
+    log: list = []
+    token = _overlap_tests.set(log)
+    try:
+        yield log
+    finally:
+        _overlap_tests.reset(token)
+
+
 def _require_no_overlap(fn: str, out, others: tuple) -> None:
     """``out`` (written) shares no memory with any ``(name, tensor)`` of ``others`` (read)."""
+    log = _overlap_tests.get()
+    if log is not None:
+        log.append((out, tuple(x for _, x in others if x is not None)))
     o0, o1 = _span(out)
     if o0 == o1:
         return
@@ -419,6 +440,15 @@ _INFO_NAMES = {"grouped_contiguous": "m_indices", "grouped_masked": "masked_m", 
 
 PROBLEM_KIND_NAMES = {kind.short_name: kind for kind in ProblemKind}
 """The names :func:`check_problem_kind` takes: :attr:`deep_tile.gemm.problem.ProblemKind.short_name` -> kind."""
+
+
+def grouped_op_kind(value) -> ProblemKind:
+    """The M-grouped ProblemKind named by the ``kind`` argument of the ``m_grouped_fp8_gemm_acc`` ops
+    (ValueError for any other name)."""
+    kinds = {kind.value: kind for kind in ProblemKind if kind.grouped and kind is not ProblemKind.K_GROUPED}
+    if value not in kinds:
+        raise ValueError(f"m_grouped_fp8_gemm_acc: kind must be one of {', '.join(map(repr, kinds))}; got {value!r}")
+    return kinds[value]
 
 
 def check_problem_kind(func: str, kind):

@@ -4,8 +4,8 @@
 :mod:`deep_tile.ops`. The op runs on one of two host paths that launch the same kernel with the
 same arguments, both from the plans of :mod:`deep_tile.gemm.planner`:
 
-- the native path (:mod:`deep_tile.native`, C++): per call only the checks, a cached plan lookup,
-  cached tensor maps and the launch;
+- the native path (:mod:`deep_tile.native`, C++): per call a plan looked up by the call's
+  signature (planned once by Python, its checks included), cached tensor maps and the launch;
 - the Python path, :func:`deep_tile.gemm.launch.run`.
 
 :func:`get_tma_aligned_a_scale` (the zero-copy a_scale layout) lives in :mod:`deep_tile.gemm.layouts`.

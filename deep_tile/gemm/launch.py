@@ -1,6 +1,7 @@
 """The Python launcher of the FP8 GEMM: check, plan, tensor maps, arguments, launch.
 
-:func:`run` is fp8_gemm on the Python host path: validate (:mod:`deep_tile.gemm.checks`) -> the plan
+:func:`run` is fp8_gemm on the Python host path: :func:`prepare` (validate, :mod:`deep_tile.gemm.checks`;
+allocate; the kernel's operands, the native path's first call of a signature starts there too) -> the plan
 (:mod:`deep_tile.gemm.planner`, memoised per problem) -> walk the plan's argument specs
 (:mod:`deep_tile.gemm.kernel_args`: tensor maps from :mod:`deep_tile.gemm.tma`, cached by address) ->
 launch on the current stream (:mod:`deep_tile.jit.runtime`), with programmatic dependent launch
@@ -25,13 +26,15 @@ from deep_tile.jit.runtime import KernelArgs
 from deep_tile.gemm.kernel_args import pack_values
 from deep_tile.kernels import moe_layout
 from deep_tile.kernels.fp8_gemm import ROW_MAJOR_A_SCALE_KINDS
-from deep_tile.gemm.layouts import get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, reads_row_major
+from deep_tile.gemm.layouts import contiguous, get_row_major_a_scale, get_tma_aligned_a_scale, grouped_reads_row_major, \
+    reads_row_major
 from deep_tile.pdl import get_pdl
 from deep_tile.gemm.problem import ProblemKind
 from deep_tile.gemm.tma import encode_2d
 
-__all__ = ["run", "run_acc", "acc_operands", "run_grouped", "grouped_operands", "run_k_grouped", "launch_k_grouped",
-           "k_grouped_operands", "K_GROUPED_LAYOUTS", "k_grouped_blocks_views", "launch_k_grouped_blocks", "launch",
+__all__ = ["run", "prepare", "new_output", "run_acc", "prepare_acc", "acc_operands", "run_grouped", "prepare_grouped",
+           "grouped_operands", "run_k_grouped", "prepare_k_grouped", "launch_k_grouped", "k_grouped_operands",
+           "K_GROUPED_LAYOUTS", "k_grouped_blocks_views", "launch_k_grouped_blocks", "launch",
            "launch_small_kernel"]
 
 _launched: set = set()  # plans launched at least once by the Python path (DEEP_TILE_DEBUG report)
@@ -40,22 +43,42 @@ _launched: set = set()  # plans launched at least once by the Python path (DEEP_
 def run(a, a_scale, b, b_scale, out, config=None, extra_defines=None):
     """fp8_gemm on the Python host path, with an optional forced KernelConfig and extra
     compile-time defines (tests and tuning sweeps use them to cover every family and variant)."""
-    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
-    device = a.device
-    if out is None:
-        out = torch.empty((problem.m, problem.n), dtype=torch.bfloat16, device=device)
-    if problem.m == 0:
-        return out
-    with torch.cuda.device(device):
-        # NOTES: a row-major a_scale is read by a kernel variant (a 4-block TMA box per stage)
-        # rather than copied into the column-major layout on every call.
-        if reads_row_major(a_scale, problem.m, problem.k_blocks):
-            problem = problem.with_a_scale_row_major()
-        else:
-            a_scale = get_tma_aligned_a_scale(a_scale)
-        b_scale = b_scale.contiguous()
-        _plan_and_launch(problem, (a, a_scale, b, b_scale, out), device, config, extra_defines)
+    problem, out, operands = prepare(a, a_scale, b, b_scale, out)
+    if operands is not None:
+        with torch.cuda.device(a.device):
+            _plan_and_launch(problem, operands, a.device, config, extra_defines)
     return out
+
+
+def prepare(a, a_scale, b, b_scale, out) -> tuple:
+    """``(problem, out, operands)`` of an fp8_gemm call: checked (raises before anything is
+    written), ``out`` allocated when None, the kernel's operands (:data:`deep_tile.kernels.fp8_gemm.OPERANDS`;
+    None when there are no rows) and the problem with the a_scale layout they have. Both host
+    paths start here: the native one on the first call of a signature (deep_tile/native/bridge.py)."""
+    problem = check_fp8_gemm_args(a, a_scale, b, b_scale, out)
+    if out is None:
+        out = new_output(problem, a)
+    if problem.m == 0:
+        return problem, out, None
+    # NOTES: a row-major a_scale is read by a kernel variant (a 4-block TMA box per stage)
+    # rather than copied into the column-major layout on every call.
+    if reads_row_major(a_scale, problem.m, problem.k_blocks):
+        problem = problem.with_a_scale_row_major()
+    else:
+        a_scale = get_tma_aligned_a_scale(a_scale)
+    return problem, out, (a, a_scale, b, contiguous(b_scale), out)
+
+
+def new_output(problem, a) -> torch.Tensor:
+    """The output a call without ``out`` gets: ``[m, n]`` (dense), ``a``'s leading dimensions and
+    ``n`` (M-grouped), ``[num_groups, m, n]`` (K-grouped), of the problem's output type."""
+    if problem.kind is ProblemKind.K_GROUPED:
+        shape = (problem.num_groups, problem.m, problem.n)
+    elif problem.kind is ProblemKind.DENSE:
+        shape = (problem.m, problem.n)
+    else:
+        shape = tuple(a.shape[:-1]) + (problem.n,)
+    return torch.empty(shape, dtype=getattr(torch, problem.out_dtype), device=a.device)
 
 
 def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=None, extra_defines=None,
@@ -64,30 +87,35 @@ def run_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, config=N
     (the arguments of :func:`deep_tile.gemm.checks.check_fp8_gemm_acc_args`: ``accumulate`` means C is
     ``out``; ``b_scale_1d``: the 1D1D GEMM, b_scale ``[n, ceil(k/128)]``), with an optional forced
     KernelConfig and extra defines. Returns ``out``."""
-    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
-    device = a.device
-    if out is None:
-        out = torch.empty((problem.m, problem.n), dtype=getattr(torch, problem.out_dtype), device=device)
-    if problem.m == 0:
-        return out
-    with torch.cuda.device(device):
-        problem, operands = acc_operands(problem, a, a_scale, b, b_scale, c, out, b_scale_1d)
-        _plan_and_launch(problem, operands, device, config, extra_defines)
+    problem, out, operands = prepare_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d)
+    if operands is not None:
+        with torch.cuda.device(a.device):
+            _plan_and_launch(problem, operands, a.device, config, extra_defines)
     return out
+
+
+def prepare_acc(a, a_scale, b, b_scale, c, accumulate, out, out_dtype=None, b_scale_1d=False) -> tuple:
+    """:func:`prepare` of an output-variant call (the arguments of :func:`run_acc`)."""
+    problem = check_fp8_gemm_acc_args(a, a_scale, b, b_scale, c, accumulate, out, out_dtype, b_scale_1d=b_scale_1d)
+    if out is None:
+        out = new_output(problem, a)
+    if problem.m == 0:
+        return problem, out, None
+    problem, operands = acc_operands(problem, a, a_scale, b, b_scale, c, out, b_scale_1d)
+    return problem, out, operands
 
 
 def acc_operands(problem, a, a_scale, b, b_scale, c, out, b_scale_1d: bool = False) -> tuple:
     """``(problem, operands)``: the output variants' kernel operands
     (:data:`deep_tile.kernels.fp8_gemm.OPERANDS`, then C) of checked arguments, and the problem
     with the a_scale layout the kernel reads (row-major where it can, else the TMA-aligned
-    column-major one, copied into it when needed). The native path makes the same (``views_of``
-    in deep_tile/native/csrc/acc_op.cpp; tests/test_native.py compares the two)."""
+    column-major one, copied into it when needed)."""
     if reads_row_major(a_scale, problem.m, problem.k_blocks):
         problem = problem.with_a_scale_row_major()
     else:
         a_scale = get_tma_aligned_a_scale(a_scale)
     # 1D1D: b_scale read as a_scale is, column-major ([K blocks][align4(n)], copied when not so)
-    b_scale = get_tma_aligned_a_scale(b_scale) if b_scale_1d else b_scale.contiguous()
+    b_scale = get_tma_aligned_a_scale(b_scale) if b_scale_1d else contiguous(b_scale)
     # the kernel's C operand: c, or out itself (accumulate, or no C: the parameter is unused)
     return problem, (a, a_scale, b, b_scale, out, out if c is None else c)
 
@@ -109,17 +137,25 @@ def run_grouped(kind: ProblemKind, a, a_scale, b, b_scale, info, out, expected_m
     variants' ``c``, ``accumulate`` (C is ``out``) and ``out_dtype`` as
     :func:`deep_tile.gemm.checks.check_grouped_args` takes them), with an optional forced KernelConfig
     and extra defines (tests, sweeps). Returns ``out``."""
+    problem, out, operands = prepare_grouped(kind, a, a_scale, b, b_scale, info, out, expected_m, c=c,
+                                             accumulate=accumulate, out_dtype=out_dtype)
+    if operands is not None:
+        with torch.cuda.device(a.device):
+            _plan_and_launch(problem, operands, a.device, config, extra_defines)
+    return out
+
+
+def prepare_grouped(kind: ProblemKind, a, a_scale, b, b_scale, info, out, expected_m=None, *, c=None,
+                    accumulate=False, out_dtype=None) -> tuple:
+    """:func:`prepare` of a grouped call (the arguments of :func:`run_grouped`)."""
     problem = check_grouped_args(kind, a, a_scale, b, b_scale, info, out, expected_m, c=c, accumulate=accumulate,
                                  out_dtype=out_dtype)
-    device = a.device
     if out is None:
-        out = torch.empty(tuple(a.shape[:-1]) + (problem.n,), dtype=getattr(torch, problem.out_dtype), device=device)
+        out = new_output(problem, a)
     if problem.rows == 0:
-        return out
-    with torch.cuda.device(device):
-        problem, operands = grouped_operands(problem, a, a_scale, b, b_scale, info, out, c)
-        _plan_and_launch(problem, operands, device, config, extra_defines)
-    return out
+        return problem, out, None
+    problem, operands = grouped_operands(problem, a, a_scale, b, b_scale, info, out, c)
+    return problem, out, operands
 
 
 def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tuple:
@@ -127,9 +163,7 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tupl
     (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`; then C for an output variant: ``c``, or
     ``out`` itself when accumulating or without C) as 2-D views of checked arguments, and
     the problem with the a_scale layout the kernel reads (:func:`deep_tile.gemm.layouts.grouped_reads_row_major`:
-    row-major where it can, else the TMA-aligned column-major one, copied into it when needed).
-    The native path makes the same views in C++ (``views_of`` in deep_tile/native/csrc/grouped_op.cpp;
-    tests/test_native.py compares the two)."""
+    row-major where it can, else the TMA-aligned column-major one, copied into it when needed)."""
     rows, k, n = problem.rows, problem.k, problem.n
     k_blocks = problem.k_blocks
     a2 = a.as_strided((rows, k), (a.stride(-2), 1))
@@ -150,7 +184,7 @@ def grouped_operands(problem, a, a_scale, b, b_scale, info, out, c=None) -> tupl
         scale2 = a_scale
     else:
         scale2 = get_tma_aligned_a_scale(a_scale)
-    operands = (a2, scale2, b2, b_scale.contiguous(), out2, info)
+    operands = (a2, scale2, b2, contiguous(b_scale), out2, info)
     if problem.out_dtype != "bfloat16" or problem.c_dtype is not None:
         operands += (out2 if c is None else c.as_strided((rows, n), (c.stride(-2), 1)),)
     return problem, operands
@@ -172,28 +206,46 @@ def run_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dty
     no extra defines). Returns ``out``."""
     if layout not in K_GROUPED_LAYOUTS:
         raise ValueError(f"{K_GROUPED_FN}: layout must be one of {K_GROUPED_LAYOUTS}; got {layout!r}")
-    blocks = layout == "blocks"
-    if blocks:
-        if extra_defines:
-            raise ValueError(f"{K_GROUPED_FN}: layout='blocks' takes no extra defines")
-        a, b = k_grouped_blocks_views(a, a_scale, b, b_scale)
+    if layout == "rows":
+        problem, out, operands = prepare_k_grouped(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
+                                                   accumulate=accumulate)
+        if operands is not None:
+            with torch.cuda.device(a.device):
+                _plan_and_launch(problem, operands, a.device, config, extra_defines)
+        return out
+    if extra_defines:
+        raise ValueError(f"{K_GROUPED_FN}: layout='blocks' takes no extra defines")
+    a, b = k_grouped_blocks_views(a, a_scale, b, b_scale)
+    problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
+                                          accumulate=accumulate)
+    if isinstance(sizes, tuple) and any(size % 16 for size in sizes):
+        raise ValueError(f"{K_GROUPED_FN}: with layout='blocks' every group size must be a multiple of 16 (a "
+                         f"block's row pitch for TMA); got {list(sizes)}")
+    if out is None:
+        out = new_output(problem, a)
+    if problem.m == 0:
+        return out
+    if isinstance(sizes, tuple):
+        sizes = torch.tensor(sizes, dtype=torch.int32, device=a.device)
+    launch_k_grouped_blocks(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config)
+    return out
+
+
+def prepare_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out_dtype=None,
+                      accumulate=False) -> tuple:
+    """:func:`prepare` of a K-grouped call (the arguments of :func:`run_k_grouped`)."""
     problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
                                           accumulate=accumulate)
     if blocks and isinstance(sizes, tuple) and any(size % 16 for size in sizes):
         raise ValueError(f"{K_GROUPED_FN}: with layout='blocks' every group size must be a multiple of 16 (a "
                          f"block's row pitch for TMA); got {list(sizes)}")
     if out is None:
-        out = torch.empty((problem.num_groups, problem.m, problem.n), dtype=getattr(torch, problem.out_dtype),
-                          device=a.device)
+        out = new_output(problem, a)
     if problem.m == 0:
-        return out
+        return problem, out, None
     if isinstance(sizes, tuple):
         sizes = torch.tensor(sizes, dtype=torch.int32, device=a.device)
-    if blocks:
-        launch_k_grouped_blocks(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config)
-    else:
-        launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c, config, extra_defines)
-    return out
+    return problem, out, k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, out if c is None else c)
 
 
 def k_grouped_blocks_views(a, a_scale, b, b_scale) -> tuple:
@@ -256,9 +308,7 @@ def launch_k_grouped(problem, a, a_scale, b, b_scale, sizes, out, c, config=None
 def k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, c) -> tuple:
     """The K-grouped kernel's operands (:data:`deep_tile.kernels.fp8_gemm.GROUPED_OPERANDS`, then
     C) of checked arguments: both scales in the TMA-aligned column-major layout (copied into it
-    when not so), ``out`` and ``c`` as 2-D [G * m, n] views, ``sizes`` as it is. The native path
-    makes the same (``views_of`` in deep_tile/native/csrc/k_grouped_op.cpp; compared by
-    tests/test_native.py)."""
+    when not so), ``out`` and ``c`` as 2-D [G * m, n] views, ``sizes`` as it is."""
     rows = problem.num_groups * problem.m
 
     def flat(x):

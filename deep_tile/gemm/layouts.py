@@ -6,10 +6,14 @@ it) or, in a kernel variant, row-major as ``per_token_cast_to_fp8`` returns it
 (:func:`reads_row_major`). The grouped kinds choose by :func:`grouped_reads_row_major` (the
 masked kind's 3-D a_scale by :func:`reads_row_major_3d` / :func:`is_tma_aligned_3d`; the offsets
 kind reads row-major only, :func:`is_row_major_aligned` or a copy). Both host paths take the same
-decision: the native path decides it per call in C++ (``deep_tile/native/csrc/layouts.cpp``), and
-tests/test_native.py compares that rule with these functions over many layouts.
+decision: the native path replays the copies these functions made for the first call of a
+signature (:func:`recording_copies`; the plan records where each operand comes from), so the
+rule is written here only.
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 
@@ -18,7 +22,33 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.gemm.problem import ProblemKind
 
 __all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_tma_aligned_3d", "reads_row_major_3d",
-           "get_row_major_a_scale", "is_row_major_aligned", "grouped_reads_row_major"]
+           "get_row_major_a_scale", "is_row_major_aligned", "grouped_reads_row_major", "contiguous", "recording_copies"]
+
+_copies: ContextVar = ContextVar("deep_tile_layout_copies", default=None)
+
+
+@contextmanager
+def recording_copies():
+    """A list that gets ``(source, copy, scale)`` for every copy the functions of this module make
+    inside the block (``scale``: a scale-layout copy, counted by the native path's stats)."""
+    log: list = []
+    token = _copies.set(log)
+    try:
+        yield log
+    finally:
+        _copies.reset(token)
+
+
+def _made(source: torch.Tensor, copy: torch.Tensor, scale: bool = True) -> torch.Tensor:
+    log = _copies.get()
+    if log is not None:
+        log.append((source, copy, scale))
+    return copy
+
+
+def contiguous(x: torch.Tensor) -> torch.Tensor:
+    """``x.contiguous()``, the copy recorded as the scale-layout ones are."""
+    return x if x.is_contiguous() else _made(x, x.contiguous(), scale=False)
 
 
 def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
@@ -44,12 +74,11 @@ def get_tma_aligned_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
         return a_scale
     aligned = torch.empty((k_blocks, pitch), dtype=a_scale.dtype, device=a_scale.device).t()[:m]
     aligned.copy_(a_scale)
-    return aligned
+    return _made(a_scale, aligned)
 
 
 def is_tma_aligned(a_scale: torch.Tensor) -> bool:
-    """Whether `a_scale` is already in the TMA-aligned column-major layout (the native path's
-    ``a_scale_layout`` in deep_tile/native/csrc/layouts.cpp is the same rule, tested so)."""
+    """Whether `a_scale` is already in the TMA-aligned column-major layout."""
     m, k_blocks = a_scale.shape
     if m == 0 or k_blocks == 0:
         return True
@@ -73,7 +102,7 @@ def _tma_aligned_3d(a_scale: torch.Tensor) -> torch.Tensor:
     pitch = align4(m)
     aligned = torch.empty((groups, k_blocks, pitch), dtype=a_scale.dtype, device=a_scale.device).transpose(1, 2)[:, :m]
     aligned.copy_(a_scale)
-    return aligned
+    return _made(a_scale, aligned)
 
 
 def is_tma_aligned_3d(a_scale: torch.Tensor) -> bool:
@@ -105,13 +134,12 @@ def get_row_major_a_scale(a_scale: torch.Tensor) -> torch.Tensor:
     rows, k_blocks = a_scale.shape
     copy = torch.empty((rows, align4(k_blocks)), dtype=a_scale.dtype, device=a_scale.device)[:, :k_blocks]
     copy.copy_(a_scale)
-    return copy
+    return _made(a_scale, copy)
 
 
 def is_row_major_aligned(a_scale: torch.Tensor) -> bool:
     """Whether a 2-D ``[m, g]`` a_scale is row-major with 16-byte rows and base, as the offsets
-    kind reads it without a copy (``a_scale_layout_offsets`` in deep_tile/native/csrc/layouts.cpp
-    is the same rule, tested so)."""
+    kind reads it without a copy."""
     rows, k_blocks = a_scale.shape
     return ((a_scale.stride(1) == 1 or k_blocks == 1) and (rows <= 1 or (a_scale.stride(0) % 4 == 0
             and a_scale.stride(0) >= k_blocks)) and a_scale.data_ptr() % 16 == 0)

@@ -70,7 +70,7 @@ class ProblemKind(enum.Enum):
     @property
     def has_tile_slots(self) -> bool:
         """Whether the kernel's producer hands each tile to the consumers in a slot per stage after
-        the table (the masked, offsets and psum kinds; twin of ``uses_tile_slots`` in
+        the table (the masked, offsets and psum kinds; as ``uses_tile_slots`` in
         include/deep_tile/scheduler/tile_scheduler.cuh)."""
         return self.has_table and self is not ProblemKind.K_GROUPED
 

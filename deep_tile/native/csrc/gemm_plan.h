@@ -1,16 +1,18 @@
-// What the native path needs to launch a kernel for one problem: the kernel, its launch
-// geometry, and how each kernel parameter is made from the call's tensors (the argument specs of
-// deep_tile/gemm/kernel_args.py, built by Python from the plan of deep_tile.gemm.planner on the first call
-// of a problem, deep_tile/native/bridge.py), then cached here. No kernel fact is written in C++:
-// fill_params (gemm_op.cpp) walks the specs.
+// What the native path needs to launch every call of one signature (signature.h): the kernel, its
+// launch geometry, how each kernel parameter is made from the operands (the argument specs of
+// deep_tile/gemm/kernel_args.py), how each operand is made from the call's tensors, the output to
+// allocate and the tensor pairs that must not overlap. deep_tile/native/bridge.py builds all of it
+// in Python on the first call of a signature; nothing here is a rule of its own.
 #pragma once
 
+#include <c10/core/ScalarType.h>
 #include <cuda.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace deep_tile_native {
@@ -19,14 +21,15 @@ namespace deep_tile_native {
 // SPEC_KINDS attribute).
 enum class SpecKind : uint8_t { kTensorMap = 0, kZeroMap = 1, kPointer = 2, kSize = 3, kStride = 4, kValue = 5 };
 
-// Most operand tensors a spec may name (deep_tile.gemm.kernel_args.MAX_OPERANDS); each family's op
-// passes its own, in its contract's OPERANDS order.
+// Most operand tensors a spec may name (deep_tile.gemm.kernel_args.MAX_OPERANDS).
 constexpr int kMaxOperands = 8;
-// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked; the
-// K-grouped kernel with C has 17 parameters; tests/test_native.py checks every kind's specs fit,
-// through the module's MAX_ARGS and MAX_MAPS attributes).
+// Most kernel parameters and tensor maps a plan may have (the bridge's plans are checked;
+// tests/test_native.py checks every kind's specs fit, through MAX_ARGS and MAX_MAPS).
 constexpr int kMaxArgs = 24;
 constexpr int kMaxMaps = 8;
+// Most dimensions of a call tensor, an operand or an output the native path handles (a call
+// with a tensor of more is planned by Python every time, which refuses it).
+constexpr int kMaxDims = 3;
 
 // One kernel parameter: see deep_tile/gemm/kernel_args.py for the meaning of each kind.
 struct ArgSpec {
@@ -40,66 +43,38 @@ struct ArgSpec {
   int32_t value = 0;        // kValue
 };
 
+// Sizes, strides (elements) and a storage offset.
+struct Layout {
+  int dim = 0;
+  int64_t sizes[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+  int64_t offset = 0;
+};
+
+// How one operand is made from the call's tensors (bridge.describe): the tensor of `slot`, copied
+// into a new buffer of `copy_numel` elements laid out as `copy` when `copied`, then viewed as
+// `view` (its offset relative to the tensor's own) when `viewed`.
+struct OperandRecipe {
+  int8_t slot = 0;
+  bool copied = false, viewed = false, scale_copy = false;  // scale_copy: counted in stats()
+  int64_t copy_numel = 0;
+  Layout copy, view;
+};
+
 struct GemmPlan {
   CUkernel kernel = nullptr;
   std::string symbol;
   std::string label;  // the problem and config, for the DEEP_TILE_DEBUG report
   uint32_t grid = 0, block = 0, smem = 0, cluster = 1;
-  std::vector<ArgSpec> args;  // the kernel's parameters in declaration order
+  std::vector<ArgSpec> args;             // the kernel's parameters in declaration order
+  std::vector<OperandRecipe> operands;   // the kernel's operands in its contract's order
+  bool allocates = false;                // the call has no out: allocate one
+  Layout output;                         // its sizes (contiguous)
+  at::ScalarType output_type = at::kBFloat16;
+  std::vector<std::pair<int8_t, int8_t>> disjoint;  // slot pairs whose memory must not overlap
   mutable std::atomic<bool> reported{false};  // first launch timed and reported (deep_tile.phases)
 };
 
-// The kinds of problem (deep_tile.gemm.problem.ProblemKind, in its order; the module's PROBLEM_KINDS
-// attribute lets tests/test_native.py compare the names): the dense GEMM and the M-grouped
-// (Mixture-of-Experts) ones, and the K-grouped one (MoE weight gradients, k_grouped_op.h). The
-// bridge is told a kind by its name (ProblemKind's value).
-enum class Kind : uint8_t {
-  kDense = 0,
-  kGroupedContiguous = 1,
-  kGroupedMasked = 2,
-  kGroupedOffsets = 3,
-  kKGrouped = 4,
-  kGroupedPsum = 5
-};
-constexpr const char* kKindNames[] = {"dense",           "grouped_contiguous", "grouped_masked",
-                                      "grouped_offsets", "k_grouped",          "grouped_psum"};
-constexpr int kNumKinds = 6;
-inline const char* kind_name(Kind kind) { return kKindNames[static_cast<int>(kind)]; }
-
-// The output types (deep_tile.kernels.fp8_gemm.OUT_DTYPES, in its order: DT_OUT_KIND) and the
-// kinds of addend C (C_DTYPES: none, a bf16 or FP32 tensor apart from out, out itself); the
-// module's OUT_DTYPES and C_DTYPES attributes let tests/test_native.py compare the names.
-enum class OutType : uint8_t { kBfloat16 = 0, kFloat32 = 1 };
-constexpr const char* kOutTypeNames[] = {"bfloat16", "float32"};
-enum class CKind : uint8_t { kNone = 0, kBfloat16 = 1, kFloat32 = 2, kOut = 3 };
-constexpr const char* kCKindNames[] = {nullptr, "bfloat16", "float32", "out"};
-
-// A plan is a function of the problem (the fields of deep_tile.gemm.problem.Problem.key(): kind, m,
-// n, k, groups, expected rows per group, a_scale variant, output and C types, 1D1D), the device
-// and the SM limit; strides and addresses only enter the tensor maps, which are cached by value
-// (tensor_maps.h).
-struct PlanKey {
-  int64_t device = 0;
-  Kind kind = Kind::kDense;
-  int64_t m = 0, n = 0, k = 0;  // m: Problem.m (the masked kind's max_m; its rows are num_groups * m)
-  int64_t num_groups = 1, expected_m = 0;
-  int64_t sms_limit = 0;
-  bool a_scale_row_major = false;  // a kernel variant of the same problem
-  OutType out_type = OutType::kBfloat16;
-  CKind c_kind = CKind::kNone;
-  bool b_scale_1d = false;  // the 1D1D variant: b_scale per row of B
-  bool operator==(const PlanKey& o) const {
-    return device == o.device && kind == o.kind && m == o.m && n == o.n && k == o.k && num_groups == o.num_groups &&
-           expected_m == o.expected_m && sms_limit == o.sms_limit && a_scale_row_major == o.a_scale_row_major &&
-           out_type == o.out_type && c_kind == o.c_kind && b_scale_1d == o.b_scale_1d;
-  }
-};
-
 using PlanPtr = std::shared_ptr<const GemmPlan>;
-
-PlanPtr find_plan(const PlanKey& key);  // nullptr when absent; thread-safe
-void store_plan(const PlanKey& key, PlanPtr plan);
-size_t plan_count();
-void clear_plans();
 
 }  // namespace deep_tile_native

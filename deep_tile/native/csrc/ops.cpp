@@ -3,126 +3,153 @@
 #include <torch/library.h>
 
 #include <stdexcept>
-#include <string>
 
-#include "acc_op.h"
-#include "gemm_op.h"
-#include "gemm_plan.h"
-#include "grouped_op.h"
-#include "k_grouped_op.h"
+#include "call.h"
 #include "python_bridge.h"
 
 namespace deep_tile_native {
 namespace {
 
+// Family indices of kOpFamilies (call.h).
+constexpr int kDense = 0, kAcc = 1, kOneD = 2, kKGrouped = 3, kContiguous = 4, kOffsets = 5, kMasked = 6, kPsum = 7,
+              kGroupedAcc = 8;
+
+constexpr bool same_name(const char* x, const char* y) { return *x == *y && (*x == 0 || same_name(x + 1, y + 1)); }
+static_assert(same_name(kOpFamilies[kDense], "fp8_gemm") && same_name(kOpFamilies[kAcc], "fp8_gemm_acc") &&
+              same_name(kOpFamilies[kOneD], "fp8_gemm_1d1d") &&
+              same_name(kOpFamilies[kKGrouped], "k_grouped_fp8_gemm_1d1d") &&
+              same_name(kOpFamilies[kContiguous], "m_grouped_fp8_gemm_contiguous") &&
+              same_name(kOpFamilies[kOffsets], "m_grouped_fp8_gemm_offsets") &&
+              same_name(kOpFamilies[kMasked], "m_grouped_fp8_gemm_masked") &&
+              same_name(kOpFamilies[kPsum], "m_grouped_fp8_gemm_psum") &&
+              same_name(kOpFamilies[kGroupedAcc], "m_grouped_fp8_gemm_acc"));
+
+const at::Tensor* given(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
+
+Call operands_call(int op, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
+                   const at::Tensor& b_scale) {
+  Call call;
+  call.op = op;
+  call.tensors = {&a, &a_scale, &b, &b_scale, nullptr, nullptr, nullptr};
+  return call;
+}
+
 at::Tensor op_fp8_gemm(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale) {
-  return fp8_gemm(a, a_scale, b, b_scale, std::nullopt);
+  return run_call(operands_call(kDense, a, a_scale, b, b_scale));
 }
 
 void op_fp8_gemm_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                      at::Tensor& out) {
-  fp8_gemm(a, a_scale, b, b_scale, out);
+  Call call = operands_call(kDense, a, a_scale, b, b_scale);
+  call.tensors[kOutSlot] = &out;
+  run_call(call);
 }
 
 // The contiguous, offsets and psum kinds: (a, a_scale, b, b_scale, info[, out]).
-template <Kind kKind>
+template <int kOp>
 at::Tensor op_grouped(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                       const at::Tensor& info) {
-  return m_grouped_fp8_gemm(kKind, a, a_scale, b, b_scale, info, std::nullopt, std::nullopt);
+  Call call = operands_call(kOp, a, a_scale, b, b_scale);
+  call.tensors[4] = &info;
+  return run_call(call);
 }
 
-template <Kind kKind>
+template <int kOp>
 void op_grouped_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                     const at::Tensor& info, at::Tensor& out) {
-  m_grouped_fp8_gemm(kKind, a, a_scale, b, b_scale, info, std::nullopt, out);
+  Call call = operands_call(kOp, a, a_scale, b, b_scale);
+  call.tensors[4] = &info;
+  call.tensors[kOutSlot] = &out;
+  run_call(call);
 }
 
 // The masked kind: (a, a_scale, b, b_scale, masked_m, expected_m[, out]).
 at::Tensor op_masked(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                      const at::Tensor& masked_m, int64_t expected_m) {
-  return m_grouped_fp8_gemm(Kind::kGroupedMasked, a, a_scale, b, b_scale, masked_m, expected_m, std::nullopt);
+  Call call = operands_call(kMasked, a, a_scale, b, b_scale);
+  call.tensors[4] = &masked_m;
+  call.expected_m = expected_m;
+  return run_call(call);
 }
 
 void op_masked_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                    const at::Tensor& masked_m, int64_t expected_m, at::Tensor& out) {
-  m_grouped_fp8_gemm(Kind::kGroupedMasked, a, a_scale, b, b_scale, masked_m, expected_m, out);
+  Call call = operands_call(kMasked, a, a_scale, b, b_scale);
+  call.tensors[4] = &masked_m;
+  call.tensors[kOutSlot] = &out;
+  call.expected_m = expected_m;
+  run_call(call);
 }
 
-constexpr auto op_contiguous = op_grouped<Kind::kGroupedContiguous>;
-constexpr auto op_contiguous_out = op_grouped_out<Kind::kGroupedContiguous>;
-constexpr auto op_offsets = op_grouped<Kind::kGroupedOffsets>;
-constexpr auto op_offsets_out = op_grouped_out<Kind::kGroupedOffsets>;
-constexpr auto op_psum = op_grouped<Kind::kGroupedPsum>;
-constexpr auto op_psum_out = op_grouped_out<Kind::kGroupedPsum>;
-
-// The output variants: (a, a_scale, b, b_scale, c, out_dtype) -> new, or (..., c, accumulate, out);
-// kOneD: the 1D1D GEMM (b_scale per row of b).
-template <bool kOneD>
+// The output variants and the 1D1D GEMM: (a, a_scale, b, b_scale, c, out_dtype) -> new, or
+// (..., c, accumulate, out).
+template <int kOp>
 at::Tensor op_acc(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                   const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
-  const std::optional<at::Tensor> none;
-  return fp8_gemm_acc(AccCall{a, a_scale, b, b_scale, c, false, none, out_dtype, kOneD});
+  Call call = operands_call(kOp, a, a_scale, b, b_scale);
+  call.tensors[5] = given(c);
+  call.out_dtype = out_dtype;
+  return run_call(call);
 }
 
-template <bool kOneD>
+template <int kOp>
 void op_acc_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                 const std::optional<at::Tensor>& c, bool accumulate, at::Tensor& out) {
-  const std::optional<at::Tensor> into = out;
-  fp8_gemm_acc(AccCall{a, a_scale, b, b_scale, c, accumulate, into, std::nullopt, kOneD});
+  Call call = operands_call(kOp, a, a_scale, b, b_scale);
+  call.tensors[5] = given(c);
+  call.tensors[kOutSlot] = &out;
+  call.accumulate = accumulate;
+  run_call(call);
 }
 
 // The K-grouped GEMM: (a, a_scale, b, b_scale, group_sizes, c, out_dtype) -> new, or
 // (..., group_sizes, c, accumulate, out).
 at::Tensor op_k_grouped(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                         const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
-  const std::optional<at::Tensor> none;
-  return k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, false, none, out_dtype});
+  Call call = operands_call(kKGrouped, a, a_scale, b, b_scale);
+  call.tensors[4] = &group_sizes;
+  call.tensors[5] = given(c);
+  call.out_dtype = out_dtype;
+  return run_call(call);
 }
 
 void op_k_grouped_out(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
                       const at::Tensor& group_sizes, const std::optional<at::Tensor>& c, bool accumulate,
                       at::Tensor& out) {
-  const std::optional<at::Tensor> into = out;
-  k_grouped_fp8_gemm(KGroupedCall{a, a_scale, b, b_scale, group_sizes, c, accumulate, into, std::nullopt});
-}
-
-// The kind argument of the grouped output-variant ops: a grouped kind's name, else the ValueError
-// deep_tile/ops.py's _grouped_kind raises (same message).
-Kind op_grouped_kind(c10::string_view name) {
-  const std::string text(name);
-  try {
-    return grouped_kind(text);
-  } catch (const std::invalid_argument&) {
-    std::string names;  // the grouped kinds, in ProblemKind's order
-    for (int i = 0; i < kNumKinds; ++i) {
-      const Kind kind = static_cast<Kind>(i);
-      if (kind == Kind::kDense || kind == Kind::kKGrouped) continue;
-      names += std::string(names.empty() ? "" : ", ") + "'" + kKindNames[i] + "'";
-    }
-    TORCH_CHECK_VALUE(false, "m_grouped_fp8_gemm_acc: kind must be one of ", names, "; got '", text, "'");
-  }
+  Call call = operands_call(kKGrouped, a, a_scale, b, b_scale);
+  call.tensors[4] = &group_sizes;
+  call.tensors[5] = given(c);
+  call.tensors[kOutSlot] = &out;
+  call.accumulate = accumulate;
+  run_call(call);
 }
 
 // The grouped kinds' output variants: (kind, a, a_scale, b, b_scale, info, expected_m, c, out_dtype)
-// -> new, or (..., expected_m, c, accumulate, out).
+// -> new, or (..., expected_m, c, accumulate, out). Python checks the kind.
 at::Tensor op_grouped_acc(c10::string_view kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                           const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
                           const std::optional<at::Tensor>& c, at::ScalarType out_dtype) {
-  return m_grouped_fp8_gemm(op_grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, std::nullopt,
-                            GroupedOutput{c, false, out_dtype});
+  Call call = operands_call(kGroupedAcc, a, a_scale, b, b_scale);
+  call.tensors[4] = &info;
+  call.tensors[5] = given(c);
+  call.expected_m = expected_m;
+  call.out_dtype = out_dtype;
+  call.kind = kind;
+  return run_call(call);
 }
 
 void op_grouped_acc_out(c10::string_view kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
                         const at::Tensor& b_scale, const at::Tensor& info, std::optional<int64_t> expected_m,
                         const std::optional<at::Tensor>& c, bool accumulate, at::Tensor& out) {
-  m_grouped_fp8_gemm(op_grouped_kind(kind), a, a_scale, b, b_scale, info, expected_m, out,
-                     GroupedOutput{c, accumulate, std::nullopt});
+  Call call = operands_call(kGroupedAcc, a, a_scale, b, b_scale);
+  call.tensors[4] = &info;
+  call.tensors[5] = given(c);
+  call.tensors[kOutSlot] = &out;
+  call.expected_m = expected_m;
+  call.accumulate = accumulate;
+  call.kind = kind;
+  run_call(call);
 }
-
-constexpr auto op_fp8_gemm_acc = op_acc<false>;
-constexpr auto op_fp8_gemm_acc_out = op_acc_out<false>;
-constexpr auto op_fp8_gemm_1d1d = op_acc<true>;
-constexpr auto op_fp8_gemm_1d1d_out = op_acc_out<true>;
 
 // Leaked on purpose when registered: deregistering at process exit could run after the
 // dispatcher is gone.
@@ -137,18 +164,18 @@ void register_ops() {
   for (auto key : {c10::DispatchKey::CUDA, c10::DispatchKey::CPU}) {
     library->impl(kOpNames[0], torch::dispatch(key, TORCH_FN(op_fp8_gemm)));
     library->impl(kOpNames[1], torch::dispatch(key, TORCH_FN(op_fp8_gemm_out)));
-    library->impl(kOpNames[2], torch::dispatch(key, TORCH_FN(op_contiguous)));
-    library->impl(kOpNames[3], torch::dispatch(key, TORCH_FN(op_contiguous_out)));
-    library->impl(kOpNames[4], torch::dispatch(key, TORCH_FN(op_offsets)));
-    library->impl(kOpNames[5], torch::dispatch(key, TORCH_FN(op_offsets_out)));
+    library->impl(kOpNames[2], torch::dispatch(key, TORCH_FN(op_grouped<kContiguous>)));
+    library->impl(kOpNames[3], torch::dispatch(key, TORCH_FN(op_grouped_out<kContiguous>)));
+    library->impl(kOpNames[4], torch::dispatch(key, TORCH_FN(op_grouped<kOffsets>)));
+    library->impl(kOpNames[5], torch::dispatch(key, TORCH_FN(op_grouped_out<kOffsets>)));
     library->impl(kOpNames[6], torch::dispatch(key, TORCH_FN(op_masked)));
     library->impl(kOpNames[7], torch::dispatch(key, TORCH_FN(op_masked_out)));
-    library->impl(kOpNames[8], torch::dispatch(key, TORCH_FN(op_psum)));
-    library->impl(kOpNames[9], torch::dispatch(key, TORCH_FN(op_psum_out)));
-    library->impl(kOpNames[10], torch::dispatch(key, TORCH_FN(op_fp8_gemm_acc)));
-    library->impl(kOpNames[11], torch::dispatch(key, TORCH_FN(op_fp8_gemm_acc_out)));
-    library->impl(kOpNames[12], torch::dispatch(key, TORCH_FN(op_fp8_gemm_1d1d)));
-    library->impl(kOpNames[13], torch::dispatch(key, TORCH_FN(op_fp8_gemm_1d1d_out)));
+    library->impl(kOpNames[8], torch::dispatch(key, TORCH_FN(op_grouped<kPsum>)));
+    library->impl(kOpNames[9], torch::dispatch(key, TORCH_FN(op_grouped_out<kPsum>)));
+    library->impl(kOpNames[10], torch::dispatch(key, TORCH_FN(op_acc<kAcc>)));
+    library->impl(kOpNames[11], torch::dispatch(key, TORCH_FN(op_acc_out<kAcc>)));
+    library->impl(kOpNames[12], torch::dispatch(key, TORCH_FN(op_acc<kOneD>)));
+    library->impl(kOpNames[13], torch::dispatch(key, TORCH_FN(op_acc_out<kOneD>)));
     library->impl(kOpNames[14], torch::dispatch(key, TORCH_FN(op_k_grouped)));
     library->impl(kOpNames[15], torch::dispatch(key, TORCH_FN(op_k_grouped_out)));
     library->impl(kOpNames[16], torch::dispatch(key, TORCH_FN(op_grouped_acc)));

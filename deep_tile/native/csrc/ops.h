@@ -1,8 +1,6 @@
-// The ops this library implements, and their registration as dispatcher kernels: the dense GEMM
-// (gemm_op.h), the four grouped GEMMs and their output variants (grouped_op.h), the training GEMMs -- the output variants,
-// the 1D1D GEMM (acc_op.h) and the K-grouped one (k_grouped_op.h) -- each with its _out variant. The ops
-// themselves are defined by deep_tile/ops.py (its NAMESPACE and SCHEMAS; the module's OP_NAMES
-// attribute lets tests/test_native.py compare the two).
+// The ops this library implements, and their registration as dispatcher kernels: every GEMM op of
+// deep_tile/ops.py (its NAMESPACE and SCHEMAS; the module's OP_NAMES attribute lets
+// tests/test_native.py compare the two), each a thin adapter of its schema to one Call (call.h).
 #pragma once
 
 namespace deep_tile_native {

@@ -10,8 +10,7 @@ namespace deep_tile_native {
 namespace {
 
 struct Bridge {
-  py::object plan, python_path, plan_grouped, python_grouped_path, plan_acc, python_acc_path, plan_k_grouped,
-      python_k_grouped_path, launch_error, report_first_launch;
+  py::object plan, launch_error, report_first_launch;
 };
 
 // Leaked on purpose: Python objects must not be released after the interpreter is finalised.
@@ -24,19 +23,15 @@ const Bridge& bridge() {
   return *g_bridge;
 }
 
-py::object optional_tensor(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? py::cast(*t) : py::none();
+[[noreturn]] void bad_plan(const std::string& what) {
+  throw std::runtime_error("deep_tile native: the bridge sent " + what +
+                           " (deep_tile/native/bridge.py and csrc/ disagree)");
 }
-
-py::object optional_int(std::optional<int64_t> v) { return v.has_value() ? py::cast(*v) : py::none(); }
-
-py::object optional_dtype(std::optional<at::ScalarType> t) { return t.has_value() ? py::cast(*t) : py::none(); }
 
 [[noreturn]] void bad_spec(const std::vector<int64_t>& code) {
   std::string text;
   for (int64_t v : code) text += (text.empty() ? "" : ", ") + std::to_string(v);
-  throw std::runtime_error("deep_tile native: the bridge sent an argument spec this library cannot fill: [" + text +
-                           "] (deep_tile/gemm/kernel_args.py and csrc/gemm_plan.h disagree)");
+  bad_plan("an argument spec this library cannot fill: [" + text + "]");
 }
 
 // One encoded spec of deep_tile.gemm.kernel_args.encode, checked.
@@ -82,15 +77,95 @@ ArgSpec spec_of(const std::vector<int64_t>& c) {
   return s;
 }
 
+// [sizes, strides] (+ offset) of bridge.describe.
+Layout layout_of(const py::handle& sizes, const py::handle& strides, int64_t offset) {
+  const auto s = sizes.cast<std::vector<int64_t>>();
+  const auto t = strides.cast<std::vector<int64_t>>();
+  if (s.size() != t.size() || s.size() > kMaxDims) bad_plan("a layout of more than " + std::to_string(kMaxDims) + " dims");
+  Layout l;
+  l.dim = static_cast<int>(s.size());
+  for (int d = 0; d < l.dim; ++d) {
+    l.sizes[d] = s[d];
+    l.strides[d] = t[d];
+  }
+  l.offset = offset;
+  return l;
+}
+
+OperandRecipe recipe_of(const py::handle& item) {
+  const py::list r = item.cast<py::list>();
+  if (r.size() != 4) bad_plan("an operand recipe that is not [slot, copy, view, scale]");
+  OperandRecipe o;
+  const int slot = r[0].cast<int>();
+  if (slot < 0 || slot >= kSlots) bad_plan("an operand from slot " + std::to_string(slot));
+  o.slot = static_cast<int8_t>(slot);
+  if (!r[1].is_none()) {
+    const py::list c = r[1].cast<py::list>();
+    o.copied = true;
+    o.copy_numel = c[0].cast<int64_t>();
+    o.copy = layout_of(c[1], c[2], c[3].cast<int64_t>());
+  }
+  if (!r[2].is_none()) {
+    const py::list v = r[2].cast<py::list>();
+    o.viewed = true;
+    o.view = layout_of(v[0], v[1], v[2].cast<int64_t>());
+  }
+  o.scale_copy = r[3].cast<bool>();
+  return o;
+}
+
+// The plan dict of bridge.plan, checked (GIL held).
+PlanPtr plan_of(const py::dict& d) {
+  auto plan = std::make_shared<GemmPlan>();
+  plan->kernel = reinterpret_cast<CUkernel>(static_cast<uintptr_t>(d["kernel"].cast<uint64_t>()));
+  plan->symbol = d["symbol"].cast<std::string>();
+  plan->label = d["label"].cast<std::string>();
+  plan->grid = d["grid"].cast<uint32_t>();
+  plan->block = d["block"].cast<uint32_t>();
+  plan->smem = d["smem"].cast<uint32_t>();
+  plan->cluster = d["cluster"].cast<uint32_t>();
+  for (const auto& item : d["operands"]) plan->operands.push_back(recipe_of(item));
+  const int count = static_cast<int>(plan->operands.size());
+  if (count > kMaxOperands) bad_plan(std::to_string(count) + " operands");
+  int maps = 0;
+  for (const auto& code : d["args"].cast<std::vector<std::vector<int64_t>>>()) {
+    plan->args.push_back(spec_of(code));
+    const ArgSpec& spec = plan->args.back();
+    maps += spec.kind == SpecKind::kTensorMap || spec.kind == SpecKind::kZeroMap;
+    if (spec.operand >= count) bad_spec(code);
+  }
+  if (plan->args.size() > kMaxArgs || maps > kMaxMaps) {
+    throw std::runtime_error("deep_tile native: a plan with " + std::to_string(plan->args.size()) + " arguments and " +
+                             std::to_string(maps) + " tensor maps; this library fills at most " +
+                             std::to_string(kMaxArgs) + " and " + std::to_string(kMaxMaps));
+  }
+  const py::object output = d["output"];
+  if (!output.is_none()) {
+    const py::list o = output.cast<py::list>();
+    plan->allocates = true;
+    const auto sizes = o[0].cast<std::vector<int64_t>>();
+    if (sizes.size() > kMaxDims) bad_plan("an output of " + std::to_string(sizes.size()) + " dims");
+    plan->output.dim = static_cast<int>(sizes.size());
+    for (int d = 0; d < plan->output.dim; ++d) plan->output.sizes[d] = sizes[d];
+    plan->output_type = o[1].cast<at::ScalarType>();
+  }
+  for (const auto& pair : d["disjoint"]) {
+    const auto ij = pair.cast<std::vector<int>>();
+    if (ij.size() != 2 || ij[0] < 0 || ij[0] >= kSlots || ij[1] < 0 || ij[1] >= kSlots) bad_plan("a bad slot pair");
+    plan->disjoint.emplace_back(static_cast<int8_t>(ij[0]), static_cast<int8_t>(ij[1]));
+  }
+  return plan;
+}
+
+py::object slot_object(const at::Tensor* t) {
+  return t != nullptr && t->defined() ? py::cast(*t) : py::none();
+}
+
 }  // namespace
 
 void install_bridge(const py::object& module) {
-  auto* b = new Bridge{module.attr("plan"),           module.attr("python_path"),
-                       module.attr("plan_grouped"),   module.attr("python_grouped_path"),
-                       module.attr("plan_acc"),       module.attr("python_acc_path"),
-                       module.attr("plan_k_grouped"), module.attr("python_k_grouped_path"),
-                       module.attr("launch_error"),   module.attr("report_first_launch")};
-  g_bridge = b;  // a previous bridge (re-installed by tests) is leaked, as above
+  g_bridge = new Bridge{module.attr("plan"), module.attr("launch_error"), module.attr("report_first_launch")};
+  // a previous bridge (re-installed by tests) is leaked, as above
 }
 
 bool bridge_installed() { return g_bridge != nullptr; }
@@ -103,105 +178,17 @@ void set_pdl(bool enabled) { g_pdl.store(enabled, std::memory_order_relaxed); }
 
 bool pdl() { return g_pdl.load(std::memory_order_relaxed); }
 
-namespace {
-
-// The plan dict of bridge.plan / plan_grouped, checked (GIL held).
-PlanPtr plan_of(const py::object& result) {
-  auto plan = std::make_shared<GemmPlan>();
-  py::dict d = result.cast<py::dict>();
-  plan->kernel = reinterpret_cast<CUkernel>(static_cast<uintptr_t>(d["kernel"].cast<uint64_t>()));
-  plan->symbol = d["symbol"].cast<std::string>();
-  plan->label = d["label"].cast<std::string>();
-  plan->grid = d["grid"].cast<uint32_t>();
-  plan->block = d["block"].cast<uint32_t>();
-  plan->smem = d["smem"].cast<uint32_t>();
-  plan->cluster = d["cluster"].cast<uint32_t>();
-  int maps = 0;
-  for (const auto& code : d["args"].cast<std::vector<std::vector<int64_t>>>()) {
-    plan->args.push_back(spec_of(code));
-    const SpecKind kind = plan->args.back().kind;
-    maps += kind == SpecKind::kTensorMap || kind == SpecKind::kZeroMap;
-  }
-  if (plan->args.size() > kMaxArgs || maps > kMaxMaps) {
-    throw std::runtime_error("deep_tile native: a plan with " + std::to_string(plan->args.size()) + " arguments and " +
-                             std::to_string(maps) + " tensor maps; this library fills at most " +
-                             std::to_string(kMaxArgs) + " and " + std::to_string(kMaxMaps));
-  }
-  return plan;
-}
-
-}  // namespace
-
-PlanPtr make_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
-                  const std::optional<at::Tensor>& out, int64_t limit) {
+Planned make_plan(const Call& call, int64_t limit) {
   py::gil_scoped_acquire gil;
-  return plan_of(bridge().plan(a, a_scale, b, b_scale, optional_tensor(out), limit));
-}
-
-PlanPtr make_grouped_plan(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
-                          const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
-                          std::optional<int64_t> expected_m, int64_t limit, const std::optional<at::Tensor>& c,
-                          bool accumulate, std::optional<at::ScalarType> out_dtype) {
-  py::gil_scoped_acquire gil;
-  return plan_of(bridge().plan_grouped(kind_name(kind), a, a_scale, b, b_scale, info, optional_tensor(out),
-                                       optional_int(expected_m), limit, optional_tensor(c), accumulate,
-                                       optional_dtype(out_dtype)));
-}
-
-at::Tensor python_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
-                       const std::optional<at::Tensor>& out) {
-  py::gil_scoped_acquire gil;
-  return bridge().python_path(a, a_scale, b, b_scale, optional_tensor(out)).cast<at::Tensor>();
-}
-
-at::Tensor python_grouped_path(Kind kind, const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
-                               const at::Tensor& b_scale, const at::Tensor& info, const std::optional<at::Tensor>& out,
-                               std::optional<int64_t> expected_m, const std::optional<at::Tensor>& c, bool accumulate,
-                               std::optional<at::ScalarType> out_dtype) {
-  py::gil_scoped_acquire gil;
-  py::object result = bridge().python_grouped_path(kind_name(kind), a, a_scale, b, b_scale, info,
-                                                  optional_tensor(out), optional_int(expected_m), optional_tensor(c),
-                                                  accumulate, optional_dtype(out_dtype));
-  return result.cast<at::Tensor>();
-}
-
-PlanPtr make_acc_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b, const at::Tensor& b_scale,
-                      const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
-                      std::optional<at::ScalarType> out_dtype, bool b_scale_1d, int64_t limit) {
-  py::gil_scoped_acquire gil;
-  return plan_of(bridge().plan_acc(a, a_scale, b, b_scale, optional_tensor(c), accumulate, optional_tensor(out),
-                                   optional_dtype(out_dtype), b_scale_1d, limit));
-}
-
-at::Tensor python_acc_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
-                           const at::Tensor& b_scale, const std::optional<at::Tensor>& c, bool accumulate,
-                           const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype,
-                           bool b_scale_1d) {
-  py::gil_scoped_acquire gil;
-  return bridge()
-      .python_acc_path(a, a_scale, b, b_scale, optional_tensor(c), accumulate, optional_tensor(out),
-                       optional_dtype(out_dtype), b_scale_1d)
-      .cast<at::Tensor>();
-}
-
-PlanPtr make_k_grouped_plan(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
-                            const at::Tensor& b_scale, const at::Tensor& group_sizes,
-                            const std::optional<at::Tensor>& c, bool accumulate, const std::optional<at::Tensor>& out,
-                            std::optional<at::ScalarType> out_dtype, int64_t limit) {
-  py::gil_scoped_acquire gil;
-  return plan_of(bridge().plan_k_grouped(a, a_scale, b, b_scale, group_sizes, optional_tensor(c), accumulate,
-                                         optional_tensor(out), optional_dtype(out_dtype), limit));
-}
-
-at::Tensor python_k_grouped_path(const at::Tensor& a, const at::Tensor& a_scale, const at::Tensor& b,
-                                 const at::Tensor& b_scale, const at::Tensor& group_sizes,
-                                 const std::optional<at::Tensor>& c, bool accumulate,
-                                 const std::optional<at::Tensor>& out, std::optional<at::ScalarType> out_dtype) {
-  py::gil_scoped_acquire gil;
-  return bridge()
-      .python_k_grouped_path(a, a_scale, b, b_scale, group_sizes, optional_tensor(c), accumulate,
-                             optional_tensor(out), optional_dtype(out_dtype))
-      .cast<at::Tensor>();
+  const auto& t = call.tensors;
+  py::object expected_m = call.expected_m.has_value() ? py::cast(*call.expected_m) : py::none();
+  py::object out_dtype = call.out_dtype.has_value() ? py::cast(*call.out_dtype) : py::none();
+  py::object kind = call.kind.has_value() ? py::cast(std::string(*call.kind)) : py::none();
+  py::object result = bridge().plan(kOpFamilies[call.op], slot_object(t[0]), slot_object(t[1]), slot_object(t[2]),
+                                    slot_object(t[3]), slot_object(t[4]), slot_object(t[5]), slot_object(t[6]),
+                                    expected_m, call.accumulate, out_dtype, kind, limit);
+  if (py::isinstance<py::dict>(result)) return {plan_of(result.cast<py::dict>()), at::Tensor()};
+  return {nullptr, result.cast<at::Tensor>()};
 }
 
 void raise_launch_error(const std::string& message) {

@@ -1,6 +1,6 @@
 // 2-D tiled TMA descriptors (CUtensorMap), and the 3-D slab view of deep_tile.gemm.kernel_args.TensorMap,
-// encoded by the driver and cached by everything that goes into them: the C++ twin of
-// deep_tile/gemm/tma.py (same parameters, same error message).
+// encoded by the driver and cached by everything that goes into them (the parameters and error
+// message of deep_tile/gemm/tma.py, which encodes them for the Python path).
 #pragma once
 
 #include <cuda.h>
