@@ -236,9 +236,6 @@ def prepare_k_grouped(a, a_scale, b, b_scale, group_sizes, out=None, c=None, out
     """:func:`prepare` of a K-grouped call (the arguments of :func:`run_k_grouped`)."""
     problem, sizes = check_k_grouped_args(a, a_scale, b, b_scale, group_sizes, out, c, out_dtype,
                                           accumulate=accumulate)
-    if blocks and isinstance(sizes, tuple) and any(size % 16 for size in sizes):
-        raise ValueError(f"{K_GROUPED_FN}: with layout='blocks' every group size must be a multiple of 16 (a "
-                         f"block's row pitch for TMA); got {list(sizes)}")
     if out is None:
         out = new_output(problem, a)
     if problem.m == 0:
