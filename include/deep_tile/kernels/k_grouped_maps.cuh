@@ -24,7 +24,7 @@ DT_DEVICE void write_group_map(TmaDescriptor* dst, const TmaDescriptor& tmpl, co
   uint4* out = reinterpret_cast<uint4*>(dst);
 #pragma unroll
   for (int i = 0; i < 8; ++i) out[i] = src[i];
-  if (!replace) return;  // an empty group's map is never used: the template as it is
+  if (!replace) return;  // an empty group's map is never used, a misfit's reads the template's in-bounds view
   ptx::tensormap_replace_address(dst, address);
   ptx::tensormap_replace_dims(dst, cols, rows);
   ptx::tensormap_replace_row_pitch(dst, cols);
@@ -34,9 +34,8 @@ DT_DEVICE void write_group_map(TmaDescriptor* dst, const TmaDescriptor& tmpl, co
 /// group g's). Group g's K range is the K-grouped kind's (GroupTable::build_k_ranges: sizes
 /// clamped, running sum saturating at k), [begin, end); its blocks start at a[m * begin] and
 /// b[n * begin]. A group whose range is not its whole size, or whose size or start is not a
-/// multiple of 16 (TMA's pitch and address alignment; the caller's error), gets a map of the
-/// buffer's first 16 bytes of each row: its result is undefined, never an access out of bounds
-/// (k >= 16).
+/// multiple of 16 (TMA's pitch and address alignment; the caller's error), keeps the host-built
+/// template (the whole [rows, k] view): its result is undefined, never an access out of bounds.
 DT_DEVICE void write_k_grouped_maps(const TmaDescriptor& tmpl_a, const TmaDescriptor& tmpl_b, const u8* a,
                                     const u8* b, const int* __restrict__ sizes, int num_groups, int k, int m, int n,
                                     TmaDescriptor* __restrict__ maps) {
@@ -60,11 +59,12 @@ DT_DEVICE void write_k_grouped_maps(const TmaDescriptor& tmpl_a, const TmaDescri
   const int begin = g == 0 ? 0 : scan[g - 1], end = inclusive;
   const bool used = end > begin;
   const bool aligned = raw == end - begin && raw % 16 == 0 && begin % 16 == 0;
-  const u32 cols = aligned ? static_cast<u32>(raw) : 16u;
-  const u64 a_offset = aligned ? static_cast<u64>(m) * static_cast<u64>(begin) : 0;
-  const u64 b_offset = aligned ? static_cast<u64>(n) * static_cast<u64>(begin) : 0;
-  write_group_map(maps + 2 * g, tmpl_a, a + a_offset, cols, static_cast<u32>(m), used);
-  write_group_map(maps + 2 * g + 1, tmpl_b, b + b_offset, cols, static_cast<u32>(n), used);
+  const bool replace = used && aligned;  // a misfit keeps the template: a valid map over the buffer, in bounds
+  const u32 cols = static_cast<u32>(end - begin);
+  const u64 a_offset = static_cast<u64>(m) * static_cast<u64>(begin);
+  const u64 b_offset = static_cast<u64>(n) * static_cast<u64>(begin);
+  write_group_map(maps + 2 * g, tmpl_a, a + a_offset, cols, static_cast<u32>(m), replace);
+  write_group_map(maps + 2 * g + 1, tmpl_b, b + b_offset, cols, static_cast<u32>(n), replace);
   ptx::tensormap_release();
 }
 
