@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from deep_tile.jit import paths  # noqa: E402
 from deep_tile.kernels import fp8_gemm as family  # noqa: E402
+from deep_tile.gemm.problem import ProblemKind  # noqa: E402
 from deep_tile.testing.build_check import FUNCTION, BuildJob, run_builds  # noqa: E402
 from deep_tile.testing.configs import defines_label  # noqa: E402
 
@@ -116,7 +117,10 @@ def build(args) -> int:
         jobs = []
         for entry in configs:
             defines = {renames.get(key, key): value for key, value in entry["defines"].items()}
-            kind = family.kind_of_code(int(entry["defines"].get("DT_PROBLEM_KIND", 0)))
+            code = int(entry["defines"].get("DT_PROBLEM_KIND", 0))
+            # the K-grouped kind over DeepGEMM's blocks layout is the K-grouped kernel's symbol
+            kind = family.kind_of_code(family.PROBLEM_KIND_CODES[ProblemKind.K_GROUPED]
+                                       if code == family.K_GROUPED_BLOCKS_CODE else code)
             # the signalling masked kernel has its own symbol
             symbol = family.SIGNAL_SYMBOL if entry["defines"].get(family.SIGNAL_DEFINE) else family.symbol(kind)
             jobs.append(BuildJob(str(source / ENTRY), tuple(sorted(defines.items())), symbol, args.compiler,

@@ -49,20 +49,20 @@ using Shape = deep_tile::TileShape<DT_BLOCK_M, DT_BLOCK_N, DT_WGMMA_N>;
 using Cluster = deep_tile::Multicast<DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0>;
 using Pipeline = deep_tile::KLoop<DT_NUM_STAGES, DT_ACCUM_BUFFERS, DT_K_UNROLL>;
 using FixedK = deep_tile::StaticK<DT_STATIC_K_BLOCKS, DT_STATIC_K_UNROLL, DT_STATIC_RING != 0>;
-using Out = deep_tile::Output<DT_OUT_KIND, DT_C_KIND>;
+using Out = deep_tile::Output<DT_OUT_KIND, DT_C_KIND, DT_SIGNAL, DT_STAGED_EPILOGUE != 0>;
 constexpr auto kKind = static_cast<deep_tile::ProblemKind>(DT_PROBLEM_KIND);
 #if DT_B_SCALE_1D
 static_assert(DT_SWAP_N == 0 && DT_SIGNAL == 0,
               "DT_B_SCALE_1D (1D1D) needs the dense or the K-grouped kind without swap-AB (DT_SWAP_N 0) or DT_SIGNAL");
 using ProductCfg = deep_tile::Fp8Gemm1D1DConfig<Shape, Cluster, Pipeline, FixedK, Out, kKind, DT_SPLIT_K,
                                                 DT_A_SCALE_ROW_MAJOR != 0, DT_RASTER_ALONG_M != 0,
-                                                DT_EVICT_FIRST_B != 0, DT_STAGED_EPILOGUE != 0>;
+                                                DT_EVICT_FIRST_B != 0>;
 #else
 static_assert(DT_STAGED_EPILOGUE == 0 && DT_PROBLEM_KIND != 4 && DT_PROBLEM_KIND != 6,
               "DT_STAGED_EPILOGUE and the K-grouped kinds (DT_PROBLEM_KIND 4 and 6) need DT_B_SCALE_1D");
 using ProductCfg = deep_tile::Fp8Gemm1D2DConfig<Shape, Cluster, Pipeline, FixedK, Out, kKind, DT_SPLIT_K,
                                                 DT_A_SCALE_ROW_MAJOR != 0, DT_RASTER_ALONG_M != 0,
-                                                DT_EVICT_FIRST_B != 0, DT_SWAP_N, DT_SIGNAL>;
+                                                DT_EVICT_FIRST_B != 0, DT_SWAP_N>;
 #endif
 // A build with extra defines (probes, tools) may change tuned choices; the library's builds never do.
 #ifdef DT_PROBE_OVERRIDES

@@ -100,13 +100,22 @@ DT_DEVICE void signal_loop(const Scheduler<Cfg>& sched, int* counters, int group
   }
 }
 
-/// No completion signals (every kernel but the signalling masked one).
+/// No completion signals (every kernel but the signalling masked one). The hooks the bf16 store
+/// calls (store_bf16.cuh) are each mode's: the wait before the staging slab is reused, the
+/// hand-off of the previous slab, and the raise after a slab's direct or TMA store.
 struct NoSignals {
   DT_DEVICE static void publish(int*, int*, int, int) {}
   template <class Cfg>
   DT_DEVICE static void run_signal_warp(const Scheduler<Cfg>&, int*, int) {}
   template <class Cfg>
   DT_DEVICE static void after_last_tile(const Scheduler<Cfg>&, int, int) {}
+  /// Thread 0 of a warpgroup: the previous store has finished reading the staging slab.
+  DT_DEVICE static void wait_staging_free() { ptx::tma_store_wait_read<0>(); }
+  DT_DEVICE static void hand_off_previous(int, int, int) {}
+  template <int kWgM>
+  DT_DEVICE static void after_direct_slab(const u8*, int, u32, int, int) {}
+  template <int kWgM>
+  DT_DEVICE static void after_tma_slab(const u8*, int, int) {}
 };
 
 /// Mode 1: the storing thread raises each slab's counter right after the slab's store; the
@@ -114,6 +123,27 @@ struct NoSignals {
 struct SignalsAfterStore : NoSignals {
   DT_DEVICE static void publish(int* table, int* counters, int rows, int lane) {
     if (lane == 0) SignalCounters::publish(table, counters, rows);
+  }
+  /// Every thread of the warpgroup, after its direct stores of `rows` rows from `row0`.
+  /// NOTES: the barrier orders every thread's stores before thread 0's release, which is
+  /// cumulative: a reader that acquires the count sees them all (PTX memory model, causality
+  /// order through bar.sync). `rows` is the same in every thread of the warpgroup.
+  template <int kWgM>
+  DT_DEVICE static void after_direct_slab(const u8* table_bytes, int thread_in_wg, u32 barrier_id, int rows,
+                                          int row0) {
+    if (rows > 0) {
+      ptx::named_barrier_sync(barrier_id, 128);
+      if (thread_in_wg == 0) SignalCounters::raise<kWgM>(table_bytes, row0);
+    }
+  }
+  /// Thread 0, after committing the slab's TMA stores: their writes complete (wait_group without
+  /// .read: written, not only read from shared memory), then the raise.
+  template <int kWgM>
+  DT_DEVICE static void after_tma_slab(const u8* table_bytes, int rows, int row0) {
+    if (rows > 0) {
+      ptx::tma_store_wait_all();
+      SignalCounters::raise<kWgM>(table_bytes, row0);
+    }
   }
 };
 
@@ -134,6 +164,13 @@ struct SignalsAtNextStore : NoSignals {
       SignalHandOff::pass(wg, thread_in_wg);
     }
     SignalHandOff::finish(wg);
+  }
+  /// The previous store completed, its writes visible, before its slab is handed off.
+  DT_DEVICE static void wait_staging_free() { ptx::tma_store_wait_all(); }
+  /// The previous tile's slab (`prev_row0` >= 0): its TMA stores completed (wait_staging_free),
+  /// its direct stores ordered by the warpgroup's barrier.
+  DT_DEVICE static void hand_off_previous(int prev_row0, int wg, int thread_in_wg) {
+    if (prev_row0 >= 0) SignalHandOff::pass(wg, thread_in_wg);
   }
 };
 

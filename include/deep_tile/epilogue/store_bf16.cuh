@@ -58,15 +58,8 @@ DT_DEVICE void store_slab_grouped(u8* smem_d, const TmaDescriptor* tma_d, const 
   const int clipped = Cfg::kStoreRows - rows;  // the box rows SlabView clips (those past the real ones)
   if (rows < Cfg::kStoreRows && !(Cfg::kPartialTma && rows > 0 && row0 >= clipped)) {
     store_rows_direct<Cfg>(staging, d, ldd, row0, rows, n0, n, thread_in_wg);
-    if constexpr (Cfg::kSignal == 1) {
-      // NOTES: the barrier orders every thread's stores before thread 0's release, which is
-      // cumulative: a reader that acquires the count sees them all (PTX memory model, causality
-      // order through bar.sync). `rows` is the same in every thread of the warpgroup.
-      if (rows > 0) {
-        ptx::named_barrier_sync(barrier_id, 128);
-        if (thread_in_wg == 0) SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0);
-      }
-    }
+    SignalsFor<Cfg>::template after_direct_slab<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, thread_in_wg, barrier_id,
+                                                           rows, row0);
     return;
   }
   if (thread_in_wg == 0) {
@@ -81,14 +74,7 @@ DT_DEVICE void store_slab_grouped(u8* smem_d, const TmaDescriptor* tma_d, const 
       }
     }
     ptx::tma_store_commit();
-    if constexpr (Cfg::kSignal == 1) {
-      // The stores' writes complete (wait_group without .read: written, not only read from shared
-      // memory); this thread waits for them before the warpgroup's next tile.
-      if (rows > 0) {
-        ptx::tma_store_wait_all();
-        SignalCounters::raise<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, row0);
-      }
-    }
+    SignalsFor<Cfg>::template after_tma_slab<Cfg::kWgM>(smem_d + Cfg::kSmemTableOffset, rows, row0);
   }
 }
 
@@ -127,24 +113,14 @@ DT_DEVICE void store_tile_bf16(u8* smem_d, const TmaDescriptor* tma_d,
   constexpr int kBlocksPerPart = Cfg::kWgmmaN / 8;
   // The previous tile's store must have finished reading the staging slab (kSignal == 2: have
   // completed, its writes visible, for the hand-off below).
-  if (thread_in_wg == 0) {
-    if constexpr (Cfg::kSignal == 2) {
-      ptx::tma_store_wait_all();
-    } else {
-      ptx::tma_store_wait_read<0>();
-    }
-  }
+  if (thread_in_wg == 0) SignalsFor<Cfg>::wait_staging_free();
   int rows = Cfg::kStoreRows;  // real rows of this warpgroup's slab (grouped kinds)
   if constexpr (Cfg::kGrouped) {
     rows = ptx::named_barrier_popc(barrier_id, 128, row_real);
   } else {
     ptx::named_barrier_sync(barrier_id, 128);
   }
-  if constexpr (Cfg::kSignal == 2) {
-    // The previous tile's slab: its TMA stores completed above, its direct stores ordered by the
-    // warpgroup's barrier.
-    if (prev_row0 >= 0) SignalHandOff::pass(wg, thread_in_wg);
-  }
+  SignalsFor<Cfg>::hand_off_previous(prev_row0, wg, thread_in_wg);
 #pragma unroll
   for (int slab = 0; slab < Cfg::kNumSlabs; ++slab) {
     const int row = slab * 64 + warp_in_wg * 16 + lane % 16;

@@ -19,12 +19,14 @@
 
 namespace deep_tile {
 
-/// The 1D1D family's configuration: the parameters it uses (fp8_gemm_params.cuh's groups), 11.
+/// The 1D1D family's configuration: the parameters it uses (fp8_gemm_params.cuh's groups), 10.
 template <class Shape, class Cluster, class Pipeline, class FixedK, class Out, ProblemKind kProblemKind, int kSplitK,
-          bool kAScaleRowMajor, bool kRasterAlongM, bool kEvictFirstB, bool kStagedEpilogue>
+          bool kAScaleRowMajor, bool kRasterAlongM, bool kEvictFirstB>
 struct Fp8Gemm1D1DConfig
     : Fp8GemmConfig<Shape, Cluster, Pipeline, FixedK, Out, kProblemKind, kSplitK, kAScaleRowMajor, kRasterAlongM,
-                    kEvictFirstB, /*kSwapN=*/0, /*kBScale1D=*/true, /*kSignal=*/0, kStagedEpilogue> {};
+                    kEvictFirstB, /*kSwapN=*/0, /*kBScale1D=*/true> {
+  DT_STATIC_ASSERT(Out::kSignal == 0, "completion signals are the 1D2D family's (masked kind)");
+};
 
 /// The 1D1D family's side of the kernel body, for a Fp8Gemm1D1DConfig (or probes' overrides of one).
 template <class Cfg_>

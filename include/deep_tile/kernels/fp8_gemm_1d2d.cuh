@@ -17,12 +17,14 @@
 
 namespace deep_tile {
 
-/// The 1D2D family's configuration: the parameters it uses (fp8_gemm_params.cuh's groups), 12.
+/// The 1D2D family's configuration: the parameters it uses (fp8_gemm_params.cuh's groups), 11.
 template <class Shape, class Cluster, class Pipeline, class FixedK, class Out, ProblemKind kProblemKind, int kSplitK,
-          bool kAScaleRowMajor, bool kRasterAlongM, bool kEvictFirstB, int kSwapN, int kSignal>
+          bool kAScaleRowMajor, bool kRasterAlongM, bool kEvictFirstB, int kSwapN>
 struct Fp8Gemm1D2DConfig
     : Fp8GemmConfig<Shape, Cluster, Pipeline, FixedK, Out, kProblemKind, kSplitK, kAScaleRowMajor, kRasterAlongM,
-                    kEvictFirstB, kSwapN, /*kBScale1D=*/false, kSignal, /*kStagedEpilogue=*/false> {};
+                    kEvictFirstB, kSwapN, /*kBScale1D=*/false> {
+  DT_STATIC_ASSERT(!Out::kStaged, "the staged epilogue is the 1D1D family's (K-grouped)");
+};
 
 /// The 1D2D family's side of the kernel body, for a Fp8Gemm1D2DConfig (or probes' overrides of one).
 template <class Cfg_>

@@ -16,8 +16,7 @@ namespace deep_tile {
 /// The facts both families derive from their parameters (fp8_gemm_1d2d.cuh and fp8_gemm_1d1d.cuh
 /// instantiate it with theirs; the parameters a family does not use are fixed there).
 template <class Shape, class Cluster, class Pipeline, class FixedK, class Out, ProblemKind kProblemKind_,
-          int kSplitK_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_, int kSwapN_, bool kBScale1D_,
-          int kSignal_, bool kStagedEpilogue_>
+          int kSplitK_, bool kAScaleRowMajor_, bool kRasterAlongM_, bool kEvictFirstB_, int kSwapN_, bool kBScale1D_>
 struct Fp8GemmConfig {
   static constexpr int kBlockM = Shape::kBlockM;
   static constexpr int kBlockN = Shape::kBlockN;
@@ -82,7 +81,7 @@ struct Fp8GemmConfig {
   // warpgroup hands the slab over at its next store, whose wait for the staging buffer then waits
   // for completion (and after the last tile), the GPU-scope release off the consumers' path.
   // 0 (the default): off, the kernel unchanged.
-  static constexpr int kSignal = kSignal_;
+  static constexpr int kSignal = Out::kSignal;
 
   // Output (epilogue/store_direct.cuh): D in bf16 (kOutKind 0) or FP32 (1), and an optional C
   // added to it, D = C + A.B^T (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself, in-place
@@ -129,7 +128,7 @@ struct Fp8GemmConfig {
   // the next tile, and the storer hands the staging to the TMA unit's store
   // (epilogue/store_staged.cuh). So D's reads and writes overlap the tensor cores' work, where the
   // direct store reads C and writes D between two tiles' k-loops.
-  static constexpr bool kStagedEpilogue = kStagedEpilogue_;
+  static constexpr bool kStagedEpilogue = Out::kStaged;
   // kStagedEpilogue accumulated in place (kCKind == 3): a tile of at least this many k-blocks hands
   // its staged sums to the TMA unit's reduce-add (D += staging in L2; no C loaded), a shorter one
   // has C loaded into the staging, the sums added there and the staging stored. The reduce-add

@@ -31,10 +31,13 @@ struct StaticK {
   static constexpr bool kRing = kRing_;
 };
 
-/// The output: D in bf16 (kOutKind 0) or FP32 (1), and C (kCKind 0: none, 1: bf16, 2: FP32, 3: D itself).
-template <int kOutKind_ = 0, int kCKind_ = 0>
+/// The epilogue: D in bf16 (kOutKind 0) or FP32 (1), C (kCKind 0: none, 1: bf16, 2: FP32, 3: D
+/// itself), the masked kind's completion signals (kSignal 0: off, 1: by the storing thread, 2: by
+/// the producer's signal warp) and the K-grouped kind's staged epilogue (kStaged).
+template <int kOutKind_ = 0, int kCKind_ = 0, int kSignal_ = 0, bool kStaged_ = false>
 struct Output {
-  static constexpr int kOutKind = kOutKind_, kCKind = kCKind_;
+  static constexpr int kOutKind = kOutKind_, kCKind = kCKind_, kSignal = kSignal_;
+  static constexpr bool kStaged = kStaged_;
 };
 
 }  // namespace deep_tile
