@@ -59,10 +59,15 @@ def expected_logits(q, kv_pair, weights, ks, ke) -> tuple:
     kv, scale = (t.cpu().double() for t in kv_pair)
     q, weights = q.cpu().double(), weights.cpu().double()
     seq_len, heads, dim = q.shape
-    scores = (q.reshape(seq_len * heads, dim) @ kv.T).reshape(seq_len, heads, -1)
-    values = (scores.clamp(min=0) * weights[:, :, None]).sum(dim=1) * scale[None, :]
-    magnitude = (q.abs().reshape(seq_len * heads, dim) @ kv.abs().T).reshape(seq_len, heads, -1)
-    bound = (magnitude * weights.abs()[:, :, None]).sum(dim=1) * scale[None, :]
+    values = torch.empty(seq_len, kv.shape[0], dtype=torch.float64)
+    bound = torch.empty_like(values)
+    for begin in range(0, seq_len, 32):  # [32, H, seq_len_kv] float64 at a time
+        qc, wc = q[begin:begin + 32], weights[begin:begin + 32]
+        rows = qc.shape[0]
+        scores = (qc.reshape(rows * heads, dim) @ kv.T).reshape(rows, heads, -1)
+        values[begin:begin + rows] = (scores.clamp(min=0) * wc[:, :, None]).sum(dim=1) * scale[None, :]
+        magnitude = (qc.abs().reshape(rows * heads, dim) @ kv.abs().T).reshape(rows, heads, -1)
+        bound[begin:begin + rows] = (magnitude * wc.abs()[:, :, None]).sum(dim=1) * scale[None, :]
     cols = torch.arange(kv.shape[0])
     inside = (cols[None, :] >= ks.cpu().long()[:, None]) & (cols[None, :] < ke.cpu().long()[:, None])
     return values, bound, inside

@@ -188,7 +188,7 @@ GPU_CASES = [
     dict(seq_len=40, seq_len_kv=1000, heads=32, ranges="random", clean=False, max_seqlen_k=1000),
     dict(seq_len=5, seq_len_kv=0, heads=32, ranges="empty"),
     dict(seq_len=0, seq_len_kv=1000, heads=64, ranges="random"),
-    dict(seq_len=2048, seq_len_kv=8192, heads=64, ranges="causal"),
+    dict(seq_len=1024, seq_len_kv=8192, heads=64, ranges="causal"),
 ]
 
 

@@ -8,7 +8,7 @@
 //
 // One CTA: 128 kv rows, two threads per row (each holds half of the row, 64 dims, as float32 in
 // registers for the CTA's life) and `rows_per_cta` query rows. Per query row the CTA stages q[i]
-// as float32 in shared memory (a warp reads two addresses at a time: broadcasts) and each thread
+// as float32 in shared memory (all lanes of a quarter-warp read one address: broadcasts) and each thread
 // forms its half of the row's H dot products in float32, four heads at a time; one shuffle joins
 // the halves before the relu. Query rows whose range misses the CTA's kv block skip the math
 // (the branch is uniform across the CTA, so the barriers stay matched).
@@ -57,9 +57,11 @@ DT_DEVICE void mqa_logits(const u8* __restrict__ q, const u8* __restrict__ kv, c
   ptx::launch_dependents();
 
   const int tid = threadIdx.x;
-  const int half = tid & 1;
+  // lanes 0-15 of a warp hold the first halves of 16 kv rows, lanes 16-31 the second halves: each
+  // quarter-warp then reads one q address per 16-byte load (a broadcast, no bank conflict)
+  const int half = (tid >> 4) & 1;
   const int kv_begin = blockIdx.x * kMqaBlockKV;
-  const int j = kv_begin + (tid >> 1);
+  const int j = kv_begin + (tid >> 5) * 16 + (tid & 15);
   const bool has_row = j < seq_len_kv;
   float k[kMqaHalfDim];
   float kv_scale = 0.0f;
@@ -121,7 +123,7 @@ DT_DEVICE void mqa_logits(const u8* __restrict__ q, const u8* __restrict__ kv, c
       }
 #pragma unroll
       for (int h = 0; h < kMqaHeadGroup; ++h) {
-        const float dot = acc[h] + __shfl_xor_sync(0xffffffffu, acc[h], 1);  // join the two halves
+        const float dot = acc[h] + __shfl_xor_sync(0xffffffffu, acc[h], 16);  // join the two halves
         logit = fmaf(fmaxf(dot, 0.0f), w_smem[g + h], logit);
       }
     }
