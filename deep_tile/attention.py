@@ -14,8 +14,9 @@
 * ``max_seqlen_k > 0`` (needs ``clean_logits=False``): the compressed form, ``N = max_seqlen_k``
   and ``logits[i, j - ks[i]]`` holds column ``j``; the rest of each row is unspecified.
 
-On CUDA one JIT kernel of ``csrc/entry/mqa_logits.cu`` (contract: :mod:`deep_tile.kernels.mqa_logits`)
-on the current stream; on the CPU the same sums in float32 torch (unspecified entries there are
+On CUDA one JIT kernel of ``csrc/entry/mqa_logits.cu`` (contract:
+:mod:`deep_tile.kernels.mqa_logits`, whose ``DESIGN`` picks CUDA cores or FP8 wgmma) on the
+current stream; on the CPU the same sums in float32 torch (unspecified entries there are
 ``-inf``). Arguments are checked before anything is allocated or launched; the range values are
 not (that would need a device sync): the kernel clamps them.
 """
@@ -163,10 +164,12 @@ def fp8_mqa_logits(q: torch.Tensor, kv: Sequence[torch.Tensor], weights: torch.T
         if clean_logits:
             logits.fill_(float("-inf"))  # no kv row: every column is outside the range
         return logits
-    rows_per_cta = contract.rows_per_cta(seq_len, seq_len_kv, get_num_sms())
+    design = contract.DESIGN
+    rows_per_cta = contract.rows_per_cta(seq_len, seq_len_kv, get_num_sms(), num_heads, design)
     values = (q.data_ptr(), kv_fp8.data_ptr(), kv_scale.data_ptr(), weights.data_ptr(), weights.stride(0),
               ks.data_ptr(), ke.data_ptr(), logits.data_ptr(), seq_len, seq_len_kv, stride, rows_per_cta,
               int(clean_logits), max_seqlen_k)
-    launch_small_kernel(contract.ENTRY, contract.symbol(num_heads), contract.ARGUMENT_KINDS, values,
-                        contract.grid(seq_len, seq_len_kv, rows_per_cta), contract.BLOCK_THREADS, q.device)
+    launch_small_kernel(contract.ENTRY, contract.symbol(num_heads, design), contract.ARGUMENT_KINDS, values,
+                        contract.grid(seq_len, seq_len_kv, rows_per_cta, design), contract.BLOCK_THREADS[design],
+                        q.device)
     return logits

@@ -103,10 +103,13 @@ def check(got: torch.Tensor, q, kv_pair, weights, ks, ke, clean: bool, max_seqle
 
 
 def mqa(seq_len: int, seq_len_kv: int, heads: int, ranges: str, clean: bool = True, max_seqlen_k: int = 0,
-        seed: int = 0) -> dict:
-    """One call of deep_tile.fp8_mqa_logits on the GPU against the float64 formula."""
+        seed: int = 0, design: str = "cuda_core") -> dict:
+    """One call of deep_tile.fp8_mqa_logits (kernel ``design``) on the GPU against the float64 formula."""
     import deep_tile
     from deep_tile.attention import logits_layout
+    from deep_tile.kernels import mqa_logits as contract
+
+    contract.DESIGN = design
 
     q, kv_pair, weights, ks, ke = make_inputs(seq_len, seq_len_kv, heads, ranges, seed, "cuda")
     rows, stride, columns = logits_layout(seq_len, seq_len_kv, heads, max_seqlen_k)
@@ -119,13 +122,16 @@ def mqa(seq_len: int, seq_len_kv: int, heads: int, ranges: str, clean: bool = Tr
     result = check(got, q, kv_pair, weights, ks, ke, clean, max_seqlen_k)
     result["layout_ok"] = layout_ok
     result["ok"] = result["ok"] and layout_ok
-    return {"case": f"mqa S={seq_len} S_kv={seq_len_kv} H={heads} {ranges} clean={clean} max_seqlen_k={max_seqlen_k}",
-            **result}
+    return {"case": f"mqa {design} S={seq_len} S_kv={seq_len_kv} H={heads} {ranges} clean={clean} "
+                    f"max_seqlen_k={max_seqlen_k}", **result}
 
 
-def timed_graph(seq_len: int = 2048, seq_len_kv: int = 4096, heads: int = 64) -> dict:
+def timed_graph(seq_len: int = 2048, seq_len_kv: int = 4096, heads: int = 64, design: str = "cuda_core") -> dict:
     """The call twice on a stream and once under a CUDA graph: the same logits each time."""
     import deep_tile
+    from deep_tile.kernels import mqa_logits as contract
+
+    contract.DESIGN = design
 
     q, kv_pair, weights, ks, ke = make_inputs(seq_len, seq_len_kv, heads, "causal", 1, "cuda")
     first = deep_tile.fp8_mqa_logits(q, kv_pair, weights, ks, ke).clone()
@@ -136,7 +142,7 @@ def timed_graph(seq_len: int = 2048, seq_len_kv: int = 4096, heads: int = 64) ->
     graph.replay()
     torch.cuda.synchronize()
     ok = torch.equal(first, second) and torch.equal(first, captured)
-    return {"case": f"repeat+graph S={seq_len} S_kv={seq_len_kv} H={heads}", "ok": bool(ok)}
+    return {"case": f"repeat+graph {design} S={seq_len} S_kv={seq_len_kv} H={heads}", "ok": bool(ok)}
 
 
 if __name__ == "__main__":

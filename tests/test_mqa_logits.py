@@ -119,34 +119,50 @@ def test_weights_may_have_a_row_stride():
 # The contract and the builds
 # --------------------------------------------------------------------------------------------------
 
-def test_contract_geometry():
-    assert contract.symbol(32) == "deep_tile_mqa_logits_h32" and contract.symbol(64) == "deep_tile_mqa_logits_h64"
+@pytest.mark.parametrize("design", contract.DESIGNS)
+def test_contract_geometry(design):
+    assert contract.DESIGN in contract.DESIGNS
+    assert contract.symbol(32, "cuda_core") == "deep_tile_mqa_logits_h32"
+    assert contract.symbol(64, "wgmma") == "deep_tile_mqa_logits_wgmma_h64"
     with pytest.raises(ValueError):
-        contract.symbol(16)
+        contract.symbol(16, design)
+    with pytest.raises(ValueError):
+        contract.symbol(64, "tma")
     assert len(contract.ARGUMENT_KINDS) == 14
-    for seq_len, seq_len_kv in ((1, 1), (64, 65536), (4096, 8192), (257, 1000), (200000, 128), (0, 0)):
-        rows = contract.rows_per_cta(seq_len, seq_len_kv, 132)
-        gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows)
-        assert rows >= 1 and gy <= contract.MAX_GRID_Y and gz == 1
-        assert gx * contract.BLOCK_KV >= seq_len_kv and gy * rows >= seq_len
-    assert contract.rows_per_cta(4096, 8192, 132) <= contract.MAX_ROWS_PER_CTA
+    for heads in contract.HEADS:
+        step = contract.rows_step(heads, design)
+        assert step == (128 // heads if design == "wgmma" else 1)
+        for seq_len, seq_len_kv in ((1, 1), (64, 65536), (4096, 8192), (257, 1000), (300000, 128), (0, 0)):
+            rows = contract.rows_per_cta(seq_len, seq_len_kv, 132, heads, design)
+            gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design)
+            assert rows >= 1 and rows % step == 0 and gy <= contract.MAX_GRID_Y and gz == 1
+            assert gx * contract.BLOCK_KV[design] >= seq_len_kv and gy * rows >= seq_len
+        assert contract.rows_per_cta(4096, 8192, 132, heads, design) <= contract.MAX_ROWS_PER_CTA
+
+
+SYMBOLS = [contract.symbol(h, d) for d in contract.DESIGNS for h in contract.HEADS]
 
 
 @pytest.mark.parametrize("name", compiler_params())
 def test_kernels_build_spill_free(name):
     from deep_tile.jit import compiler, paths
 
-    symbols = [contract.symbol(h) for h in contract.HEADS]
-    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {}, symbols[0], name)
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {}, SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
-    assert set(symbols) <= compiler.elf_functions(result.cubin)
+    assert set(SYMBOLS) <= compiler.elf_functions(result.cubin)
     lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
-    assert len(lines) == len(symbols), result.log
+    assert len(lines) == len(SYMBOLS), result.log
     for line in lines:
         assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
-    for line in result.log.splitlines():  # 2 CTAs of 256 threads per SM fit in the register file
+    for line in result.log.splitlines():  # the CUDA-core design: 2 CTAs of 256 threads per SM
         if "Used" in line and "registers" in line:
             assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, result.log
+    sass = compiler.disassemble(result.cubin)
+    if sass is None:
+        pytest.skip("no SASS tools here")
+    bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
+    for symbol in SYMBOLS:  # the wgmma design's four k32 steps are tensor-core MMAs, the other has none
+        assert bodies[symbol].count("QGMMA") == (4 if "wgmma" in symbol else 0), symbol
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,13 +209,16 @@ GPU_CASES = [
 
 
 @pytest.mark.gpu
-def test_gpu_kernel_matches_the_float64_formula():
-    results = run_child_cases("gpu_mqa_cases.py", "mqa", GPU_CASES, timeout=600)
+@pytest.mark.parametrize("design", contract.DESIGNS)
+def test_gpu_kernel_matches_the_float64_formula(design):
+    cases = [dict(case, design=design) for case in GPU_CASES]
+    results = run_child_cases("gpu_mqa_cases.py", "mqa", cases, timeout=600)
     bad = [r for r in results if not r["ok"]]
     assert not bad, "\n".join(map(str, bad))
 
 
 @pytest.mark.gpu
-def test_gpu_kernel_is_deterministic_and_graph_capturable():
-    results = run_child_cases("gpu_mqa_cases.py", "timed_graph", [{}], timeout=300)
+@pytest.mark.parametrize("design", contract.DESIGNS)
+def test_gpu_kernel_is_deterministic_and_graph_capturable(design):
+    results = run_child_cases("gpu_mqa_cases.py", "timed_graph", [{"design": design}], timeout=300)
     assert all(r["ok"] for r in results), results

@@ -3,12 +3,14 @@
 # /tmp/mqa_out), a short table last.
 #   tools/mqa_device.sh
 # Phase 1 (parallel, each under a timeout): the GPU tests of tests/test_mqa_logits.py, memcheck and
-# racecheck on two small cases (ranges past both ends; the compressed form), and one untimed pass
+# racecheck on three small cases per kernel design (ranges past both ends; the compressed form;
+# causal without cleaning), and one untimed pass
 # of the benchmark (both libraries' kernels compiled). Phase 2: benchmarks/bench_mqa_logits.py
 # (DeepGEMM beside deep_tile when `import deep_gemm` finds it).
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
 OUT=${OUT:-/tmp/mqa_out}; mkdir -p "$OUT"
 PY=${PY:-python}
 start=$(date +%s)
@@ -21,13 +23,15 @@ run() {  # name limit command...: one stage under a timeout, its exit status in 
   local name=$1 limit=$2; shift 2
   ( timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc" ) &
 }
-run tests 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits.py
+run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits.py
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_cases import mqa
-results = [mqa(9, 300, 64, "wide"), mqa(5, 200, 32, "random", clean=False, max_seqlen_k=150),
-           mqa(3, 129, 32, "causal", clean=False)]
+results = [r for design in ("cuda_core", "wgmma")
+           for r in (mqa(9, 300, 64, "wide", design=design),
+                     mqa(5, 200, 32, "random", clean=False, max_seqlen_k=150, design=design),
+                     mqa(3, 129, 32, "causal", clean=False, design=design))]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
@@ -53,4 +57,6 @@ wait
   done
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" 2>/dev/null
   grep -E "^# |^shape|:causal|:full|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-200
+  grep -h "'ok': False" "$OUT/memcheck.log" "$OUT/racecheck.log" 2>/dev/null | cut -c1-300
+  grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
 } | tee "$OUT/summary.txt"
