@@ -15,7 +15,7 @@
 /// CUDA cores: grid (ceil(seq_len_kv / 128), ceil(seq_len / rows_per_cta)), 256 threads; one symbol per head count.
 DT_MQA_LOGITS_ENTRY(, mqa_logits, deep_tile::kMqaThreads, 32)
 DT_MQA_LOGITS_ENTRY(, mqa_logits, deep_tile::kMqaThreads, 64)
-/// FP8 wgmma: grid (ceil(seq_len_kv / 64), ceil(seq_len / rows_per_cta)), 128 threads;
+/// FP8 wgmma: grid (ceil(seq_len_kv / 128), ceil(seq_len / rows_per_cta)), 256 threads;
 /// rows_per_cta a multiple of 128 / H.
 DT_MQA_LOGITS_ENTRY(wgmma_, mqa_logits_wgmma, deep_tile::kMqaWgmmaThreads, 32)
 DT_MQA_LOGITS_ENTRY(wgmma_, mqa_logits_wgmma, deep_tile::kMqaWgmmaThreads, 64)

@@ -7,8 +7,8 @@ count each:
 
 - ``"cuda_core"`` (include/deep_tile/kernels/mqa_logits.cuh): float32 dot products on CUDA cores,
   128 kv rows and 256 threads per CTA;
-- ``"wgmma"`` (include/deep_tile/kernels/mqa_logits_wgmma.cuh): FP8 m64n128k32 wgmmas, 64 kv rows
-  and one warpgroup per CTA, ``128 / H`` query rows per step.
+- ``"wgmma"`` (include/deep_tile/kernels/mqa_logits_wgmma.cuh): FP8 m64n128k32 wgmmas, 128 kv rows
+  and two warpgroups (64 rows each) per CTA, ``128 / H`` query rows per step.
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
@@ -32,10 +32,10 @@ DESIGNS = ("cuda_core", "wgmma")
 DESIGN = "cuda_core"
 """The design :func:`deep_tile.fp8_mqa_logits` launches: the CUDA-core one until the wgmma one has
 passed the GPU tests on a device."""
-BLOCK_KV = {"cuda_core": 128, "wgmma": 64}
+BLOCK_KV = {"cuda_core": 128, "wgmma": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``): the grid's x dimension covers ``seq_len_kv``."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 128}
-"""Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: one warpgroup)."""
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256}
+"""Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups)."""
 WGMMA_N = 128
 """Query rows x heads per wgmma step (``kMqaWgmmaN``): a step takes ``WGMMA_N / H`` query rows."""
 MAX_ROWS_PER_CTA = 16

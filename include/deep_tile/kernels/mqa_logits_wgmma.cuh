@@ -1,7 +1,8 @@
 // The lightning indexer's logits on FP8 tensor cores (the "wgmma" design of
-// deep_tile/kernels/mqa_logits.py; semantics as mqa_logits.cuh): one warpgroup per CTA, 64 kv rows.
+// deep_tile/kernels/mqa_logits.py; semantics as mqa_logits.cuh): two warpgroups per CTA, 64 kv rows each.
 //
-// The CTA stages its kv rows once, 128B-swizzled, as the m64 A operand; per step it stages the
+// The CTA stages its kv rows once, 128B-swizzled, each warpgroup's 64 as its m64 A operand; per
+// step it stages (once for both warpgroups: half the L2 traffic of one-warpgroup CTAs) the
 // q rows of 128 / H query rows (128 rows of 128 bytes: heads are the N side, N = 128) and their
 // weights, issues four m64n128k32 wgmmas over head_dim 128, then per kv row takes relu, weights
 // and sums the heads of each query row (in-thread, then over the four lanes of a row quad) and
@@ -17,8 +18,9 @@
 
 namespace deep_tile {
 
-constexpr int kMqaWgmmaBlockKV = 64;   // kv rows per CTA: the wgmma's M
-constexpr int kMqaWgmmaThreads = 128;  // one warpgroup
+constexpr int kMqaWgmmaGroups = 2;                          // warpgroups per CTA, sharing the q tile
+constexpr int kMqaWgmmaBlockKV = 64 * kMqaWgmmaGroups;      // kv rows per CTA: the wgmma's M per warpgroup
+constexpr int kMqaWgmmaThreads = 128 * kMqaWgmmaGroups;
 constexpr int kMqaWgmmaN = 128;        // query rows x heads per step: the wgmma's N
 
 /// Shared memory of one CTA: both tiles 1024-byte aligned (the 128B swizzle's period).
@@ -46,7 +48,7 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
   ptx::launch_dependents();
 
   const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
+  const int group = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int kv_begin = blockIdx.x * kMqaWgmmaBlockKV;
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
   for (int c = tid; c < kMqaWgmmaBlockKV * 8; c += kMqaWgmmaThreads) {
@@ -56,11 +58,11 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
     const uint4 v = valid ? row[chunk] : zero;
     *reinterpret_cast<uint4*>(smem.kv + sw128_offset(r, chunk)) = v;
   }
-  // this thread's two kv rows in the accumulator layout: 16 * warp + lane / 4, and 8 rows below
-  const int j0 = kv_begin + warp * 16 + (lane >> 2), j1 = j0 + 8;
+  // this thread's two kv rows in the accumulator layout: 16 * warp + lane / 4 of its warpgroup's 64, and 8 below
+  const int j0 = kv_begin + group * 64 + warp * 16 + (lane >> 2), j1 = j0 + 8;
   const float scale0 = j0 < seq_len_kv ? kv_scales[j0] : 0.0f;
   const float scale1 = j1 < seq_len_kv ? kv_scales[j1] : 0.0f;
-  const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv));
+  const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv + group * 64 * 128));
   const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q));
 
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -93,7 +95,7 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
       const uint4 v = i0 + r / kNumHeads < seq_len ? q_src[c] : zero;
       *reinterpret_cast<uint4*>(smem.q + sw128_offset(r, chunk)) = v;
     }
-    {
+    if (tid < kMqaWgmmaN) {
       const int i = i0 + tid / kNumHeads;
       smem.weights[tid] = i < seq_len ? weights[static_cast<long long>(i) * weights_stride + tid % kNumHeads] : 0.0f;
     }
