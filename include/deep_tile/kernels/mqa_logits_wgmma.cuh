@@ -6,7 +6,8 @@
 // q rows of 128 / H query rows (128 rows of 128 bytes: heads are the N side, N = 128) and their
 // weights, issues four m64n128k32 wgmmas over head_dim 128, then per kv row takes relu, weights
 // and sums the heads of each query row (in-thread, then over the four lanes of a row quad) and
-// scales by the kv row's scale. Operands are written with ordinary stores (no TMA: the tiles are
+// scales by the kv row's scale. The next step's q rows are loaded into registers while this one
+// computes. Operands are written with ordinary stores (no TMA: the tiles are
 // small and loaded once or once per step), made visible to the tensor cores by a proxy fence.
 // Steps whose query rows all miss the kv block skip the MMA (uniform across the CTA).
 #pragma once
@@ -65,6 +66,20 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
   const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv + group * 64 * 128));
   const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q));
 
+  // the q rows of one step, this thread's four 16-byte chunks of the 128-row tile (zero past seq_len)
+  constexpr int kQChunks = kMqaWgmmaN * 8 / kMqaWgmmaThreads;
+  uint4 q_regs[kQChunks];
+  int q_regs_step = -1;  // the step whose q rows q_regs holds (prefetched during the previous step)
+  const auto load_q = [&](int base) {
+    const uint4* src = reinterpret_cast<const uint4*>(q + static_cast<long long>(base) * kNumHeads * 128);
+#pragma unroll
+    for (int u = 0; u < kQChunks; ++u) {
+      const int c = tid + u * kMqaWgmmaThreads;
+      q_regs[u] = base + (c >> 3) / kNumHeads < seq_len ? src[c] : zero;
+    }
+    q_regs_step = base;
+  };
+
   const float neg_inf = -__int_as_float(0x7f800000);
   const int row_begin = blockIdx.y * rows_per_cta;
   const int row_end = min_int(seq_len, row_begin + rows_per_cta);
@@ -87,13 +102,12 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
       }
       continue;
     }
+    if (q_regs_step != i0) load_q(i0);  // not prefetched: the first step, or one after skipped steps
     __syncthreads();  // the previous step's wgmmas (waited for) and weight reads are done
-    const uint4* q_src = reinterpret_cast<const uint4*>(q + static_cast<long long>(i0) * kNumHeads * 128);
 #pragma unroll
-    for (int c = tid; c < kMqaWgmmaN * 8; c += kMqaWgmmaThreads) {
-      const int r = c >> 3, chunk = c & 7;
-      const uint4 v = i0 + r / kNumHeads < seq_len ? q_src[c] : zero;
-      *reinterpret_cast<uint4*>(smem.q + sw128_offset(r, chunk)) = v;
+    for (int u = 0; u < kQChunks; ++u) {
+      const int c = tid + u * kMqaWgmmaThreads;
+      *reinterpret_cast<uint4*>(smem.q + sw128_offset(c >> 3, c & 7)) = q_regs[u];
     }
     if (tid < kMqaWgmmaN) {
       const int i = i0 + tid / kNumHeads;
@@ -101,6 +115,7 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
     }
     ptx::fence_proxy_async_shared();  // the stores above (and the kv tile's) reach the tensor cores' proxy
     __syncthreads();
+    if (i0 + kQRows < row_end) load_q(i0 + kQRows);  // the next step's q arrives during this one's math
 
     float acc[Mma::kNumAccum];
 #pragma unroll
