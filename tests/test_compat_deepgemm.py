@@ -25,7 +25,8 @@ CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gem
            "get_mn_major_tma_aligned_tensor", "transform_sf_into_required_layout", "set_num_sms", "get_num_sms",
            "set_pdl", "get_pdl", "set_mk_alignment_for_contiguous_layout",
            "get_theoretical_mk_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
-           "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias"]
+           "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias",
+           "fp8_mqa_logits", "fp8_fp4_mqa_logits"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 
@@ -47,6 +48,11 @@ SIGNATURES = {
     "k_grouped_fp8_gemm_tn_contiguous": [
         ("a", None), ("b", None), ("d", None), ("ks_cpu", None), ("grouped_layout", None), ("c", None),
         ("recipe", (1, 1, 128)), ("compiled_dims", "mn"), ("use_psum_layout", False)],
+    "fp8_mqa_logits": [("q", None), ("kv", None), ("weights", None), ("cu_seq_len_k_start", None),
+                       ("cu_seq_len_k_end", None), ("clean_logits", True), ("max_seqlen_k", 0)],
+    "fp8_fp4_mqa_logits": [("q", None), ("kv", None), ("weights", None), ("cu_seq_len_k_start", None),
+                           ("cu_seq_len_k_end", None), ("clean_logits", True), ("max_seqlen_k", 0),
+                           ("logits_dtype", torch.float32)],
     "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),

@@ -9,6 +9,7 @@
     deep_gemm.m_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, expert_ends, use_psum_layout=True)
     deep_gemm.m_grouped_fp8_gemm_nt_masked((a, sfa), (b, sfb), d, masked_m, expected_m)
     deep_gemm.k_grouped_fp8_gemm_nt_contiguous((a, sfa), (b, sfb), d, ks, ks_tensor, c=d, recipe=(1, 1, 128))
+    logits = deep_gemm.fp8_mqa_logits(q, (kv, kv_scale), weights, ks, ke)
 
 The names, parameter names, order and defaults are DeepGEMM's (its current API, the keywords of
 the SGLang single-batch-overlap masked GEMM, and the 2025 API, ``gemm_fp8_fp8_bf16_nt`` and
@@ -35,8 +36,9 @@ ignored, because they only steer DeepGEMM's compilation or its SM100 kernels: ``
 does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_for_psum_layout``
 (a tile-size hint). The K-grouped weight-gradient GEMMs (``k_grouped_fp8_gemm_nt_contiguous``, and
 ``k_grouped_fp8_gemm_tn_contiguous``, SM100-only in DeepGEMM) run deep_tile's K-grouped kernel
-after one layout copy of each FP8 operand. DeepGEMM's other kernels (NN/TN/TT layouts, FP4, BF16,
-attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
+after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_logits`` (and
+``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does. DeepGEMM's other
+kernels (NN/TN/TT layouts, FP4, BF16, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
 from deep_tile.compat.deepgemm._api import *  # noqa: F401,F403

@@ -11,6 +11,7 @@ import deep_tile
 from deep_tile.kernels.fp8_gemm import CONTIGUOUS_ALIGNMENT
 
 __all__ = [
+    "fp8_mqa_logits", "fp8_fp4_mqa_logits",
     "fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nt_masked",
     "fp8_m_grouped_gemm_nt_masked", "k_grouped_fp8_gemm_nt_contiguous", "k_grouped_fp8_gemm_tn_contiguous",
     "gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
@@ -536,3 +537,35 @@ def get_col_major_tma_aligned_tensor(x: torch.Tensor) -> torch.Tensor:
     """DeepGEMM 2025's ``get_col_major_tma_aligned_tensor``: the same as :func:`get_mn_major_tma_aligned_tensor`,
     by :func:`deep_tile.get_tma_aligned_a_scale`."""
     return deep_tile.get_tma_aligned_a_scale(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# The lightning indexer (DeepSeek-V3.2)
+# --------------------------------------------------------------------------------------------------
+
+def fp8_mqa_logits(q: torch.Tensor, kv: Pair, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
+                   cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0) -> torch.Tensor:
+    """DeepGEMM's ``fp8_mqa_logits``: float32 logits ``[seq_len, seq_len_kv]`` (``[seq_len,
+    max_seqlen_k]`` compressed) of FP8 ``q [seq_len, H, 128]`` (H 32 or 64) against ``kv = (FP8
+    [seq_len_kv, 128], float32 scales)``, run by :func:`deep_tile.fp8_mqa_logits` (same arguments;
+    it raises ValueError / TypeError on what it does not take, head dims other than 128 included)."""
+    return deep_tile.fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=clean_logits,
+                                    max_seqlen_k=max_seqlen_k)
+
+
+def fp8_fp4_mqa_logits(q, kv: Pair, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
+                       cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0,
+                       logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """DeepGEMM's ``fp8_fp4_mqa_logits`` with ``q = (q_fp8, None)``: :func:`fp8_mqa_logits`. FP4 ``q``
+    (a scale tensor in ``q[1]``, SM100-only in DeepGEMM) and a ``logits_dtype`` other than float32
+    raise NotImplementedError."""
+    fn = "fp8_fp4_mqa_logits"
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"{fn}: q must be a pair (q, q_scale or None), as in DeepGEMM; got {type(q).__name__}.")
+    if q[1] is not None:
+        raise NotImplementedError(f"{fn}: FP4 q (q[1] is a scale tensor) is not supported; deep_tile takes FP8 q "
+                                  "with q[1] = None.")
+    if logits_dtype != torch.float32:
+        raise NotImplementedError(f"{fn}: logits_dtype={logits_dtype} is not supported; "
+                                  "deep_tile writes float32 logits.")
+    return fp8_mqa_logits(q[0], kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k)

@@ -1,0 +1,151 @@
+"""DeepSeek-V3.2's lightning-indexer logits: deep_tile.fp8_mqa_logits against DeepGEMM's
+``fp8_mqa_logits`` (when ``import deep_gemm`` finds DeepGEMM itself, not deep_tile's alias), on the
+same inputs, L2 flushed before every call, median of interleaved runs
+(deep_tile.testing.timing.bench_round_robin).
+
+Shapes (``--shapes``, ``S:S_kv:ranges``): prefill (S 2048 / 4096 query rows over 4096-8192 kv rows,
+causal ranges as DeepGEMM's test draws them: row i sees kv rows up to S_kv - S + i) and decode-like
+(64-128 query rows over a long kv, every row the whole kv), H = 64 heads (``--heads``). Columns:
+microseconds of each kernel design (``--design``, default both:
+deep_tile/kernels/mqa_logits.py DESIGNS); GB/s of the bytes the call must move (q, kv, scales, weights, ranges read; the
+[S, S_kv] float32 logits written) and that as a share of the measured HBM copy rate; TFLOP/s of the
+in-range dot products; DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us). Before timing,
+each design's result is compared with DeepGEMM's (without DeepGEMM: the first design's) inside the
+ranges (largest difference over the largest value);
+``--json PATH`` writes the rows. Needs an sm_90 GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import deep_tile  # noqa: E402
+from deep_tile.kernels import mqa_logits as contract  # noqa: E402
+from deep_tile.testing.table import geomean, print_table  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
+
+SHAPES = ("2048:4096:causal", "2048:8192:causal", "4096:8192:causal", "4096:4096:causal",
+          "64:32768:full", "128:65536:full", "128:16384:full")
+"""Default ``S:S_kv:ranges`` cases (see the module doc)."""
+
+
+def load_deepgemm():
+    """DeepGEMM's module, or None when it is missing or is deep_tile's alias."""
+    try:
+        import deep_gemm
+    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
+        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile alone")
+        return None
+    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, "fp8_mqa_logits"):
+        print("# deep_gemm is deep_tile's alias or lacks fp8_mqa_logits; timing deep_tile alone")
+        return None
+    return deep_gemm
+
+
+def make(seq_len: int, seq_len_kv: int, heads: int, ranges: str, seed: int = 0) -> tuple:
+    """(q, (kv, kv_scale), weights, ks, ke) on the GPU."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(seq_len, heads, 128, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    kv = torch.randn(seq_len_kv, 128, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    kv_scale = torch.rand(seq_len_kv, device="cuda", generator=gen) + 0.05
+    weights = torch.randn(seq_len, heads, device="cuda", generator=gen)
+    if ranges == "causal":
+        ks = torch.zeros(seq_len, dtype=torch.int32, device="cuda")
+        ke = (torch.arange(seq_len, device="cuda") + seq_len_kv - seq_len + 1).clamp(0, seq_len_kv).to(torch.int32)
+    elif ranges == "full":
+        ks = torch.zeros(seq_len, dtype=torch.int32, device="cuda")
+        ke = torch.full((seq_len,), seq_len_kv, dtype=torch.int32, device="cuda")
+    else:
+        raise ValueError(f"ranges must be causal or full, got {ranges!r}")
+    return q, (kv, kv_scale), weights, ks, ke
+
+
+def compare(got: torch.Tensor, want: torch.Tensor, ks: torch.Tensor, ke: torch.Tensor) -> float:
+    """Largest |got - want| inside the ranges over the largest |want| there."""
+    cols = torch.arange(got.shape[1], device=got.device)
+    inside = (cols[None, :] >= ks[:, None].long()) & (cols[None, :] < ke[:, None].long())
+    diff = (got - want).abs()[inside]
+    scale = want.abs()[inside].max() if inside.any() else torch.tensor(1.0)
+    return float(diff.max() / scale) if diff.numel() else 0.0
+
+
+def with_design(design: str, fn):
+    """``fn`` run with the kernels' design set to ``design`` (contract.DESIGN, restored after)."""
+    def run():
+        saved, contract.DESIGN = contract.DESIGN, design
+        try:
+            return fn()
+        finally:
+            contract.DESIGN = saved
+    return run
+
+
+def run_shape(spec: str, heads: int, iters: int, copy_rate: float, dg, designs: list) -> list:
+    """One row per design of shape ``spec``."""
+    s, s_kv, ranges = spec.split(":")
+    seq_len, seq_len_kv = int(s), int(s_kv)
+    q, kv, w, ks, ke = make(seq_len, seq_len_kv, heads, ranges)
+    call = lambda: deep_tile.fp8_mqa_logits(q, kv, w, ks, ke)  # noqa: E731
+    fns = {design: with_design(design, call) for design in designs}
+    want = None
+    if dg is not None:
+        fns["deepgemm"] = lambda: dg.fp8_mqa_logits(q, kv, w, ks, ke)
+        want = fns["deepgemm"]()
+    elif len(designs) > 1:  # without DeepGEMM the designs are held against the first one
+        want = fns[designs[0]]()
+    diffs = {design: None if want is None else compare(fns[design](), want, ks, ke) for design in designs}
+    times = bench_round_robin(fns, iters=iters)
+    pairs = int((ke.long() - ks.long()).clamp(min=0).sum())
+    nbytes = q.numel() + kv[0].numel() + 4 * (kv[1].numel() + w.numel() + 2 * seq_len + seq_len * seq_len_kv)
+    rows = []
+    for design in designs:
+        us = times[design]
+        rows.append({"shape": spec, "design": design, "seq_len": seq_len, "seq_len_kv": seq_len_kv, "heads": heads,
+                     "ranges": ranges, "us": us, "gbs": nbytes / us / 1e3, "share": nbytes / us / 1e3 * 1e9 / copy_rate,
+                     "tflops": 2 * pairs * heads * 128 / us / 1e6, "mbytes": nbytes / 1e6,
+                     "deepgemm_us": times.get("deepgemm"),
+                     "speedup": times["deepgemm"] / us if "deepgemm" in times else None,
+                     "max_rel_diff": diffs[design]})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="S:S_kv:ranges (causal or full)")
+    parser.add_argument("--heads", type=int, default=64, choices=(32, 64))
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--design", nargs="+", choices=contract.DESIGNS, default=list(contract.DESIGNS))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    dg = load_deepgemm()
+    copy_rate = copy_bandwidth()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
+          f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed | H={args.heads}")
+    rows = [row for spec in args.shapes for row in run_shape(spec, args.heads, args.iters, copy_rate, dg, args.design)]
+    print_table(["shape", "design", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "speedup", "max rel diff"],
+                [(r["shape"], r["design"], f"{r['mbytes']:.0f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",
+                  f"{100 * r['share']:.1f}",
+                  f"{r['tflops']:.1f}", "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
+                  "" if r["speedup"] is None else f"{r['speedup']:.3f}",
+                  "" if r["max_rel_diff"] is None else f"{r['max_rel_diff']:.1e}") for r in rows],
+                aligns=["<", "<"] + [">"] * 8)
+    for design in args.design:
+        speedups = [r["speedup"] for r in rows if r["speedup"] and r["design"] == design]
+        if speedups:
+            print(f"{design}: speedup over DeepGEMM geomean {geomean(speedups):.3f}, min {min(speedups):.3f}, "
+                  f"max {max(speedups):.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bytes_per_s": copy_rate,
+                                         "rows": rows}, indent=1))
+    bad = [r for r in rows if (r["max_rel_diff"] or 0.0) > 1e-3]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+// JIT entry for the lightning indexer's logits (deep_tile/attention.py launches them; no defines).
+#include "deep_tile/kernels/mqa_logits.cuh"
+#include "deep_tile/kernels/mqa_logits_wgmma.cuh"
+
+#define DT_MQA_LOGITS_ENTRY(design, function, threads, heads)                                                      \
+  extern "C" __global__ void __launch_bounds__(threads) deep_tile_mqa_logits_##design##h##heads(                 \
+      const deep_tile::u8* __restrict__ q, const deep_tile::u8* __restrict__ kv,                                   \
+      const float* __restrict__ kv_scales, const float* __restrict__ weights, int weights_stride,                  \
+      const int* __restrict__ ks, const int* __restrict__ ke, float* __restrict__ logits, int seq_len,             \
+      int seq_len_kv, int stride_logits, int rows_per_cta, int clean, int compressed_cols) {                       \
+    deep_tile::function<heads>(q, kv, kv_scales, weights, weights_stride, ks, ke, logits, seq_len, seq_len_kv,  \
+                                 stride_logits, rows_per_cta, clean, compressed_cols);                            \
+  }
+
+/// CUDA cores: grid (ceil(seq_len_kv / 128), ceil(seq_len / rows_per_cta)), 256 threads; one symbol per head count.
+DT_MQA_LOGITS_ENTRY(, mqa_logits, deep_tile::kMqaThreads, 32)
+DT_MQA_LOGITS_ENTRY(, mqa_logits, deep_tile::kMqaThreads, 64)
+/// FP8 wgmma: grid (ceil(seq_len_kv / 128), ceil(seq_len / rows_per_cta)), 256 threads;
+/// rows_per_cta a multiple of 128 / H.
+DT_MQA_LOGITS_ENTRY(wgmma_, mqa_logits_wgmma, deep_tile::kMqaWgmmaThreads, 32)
+DT_MQA_LOGITS_ENTRY(wgmma_, mqa_logits_wgmma, deep_tile::kMqaWgmmaThreads, 64)

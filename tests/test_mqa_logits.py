@@ -1,0 +1,224 @@
+"""deep_tile.fp8_mqa_logits (DeepSeek-V3.2's lightning-indexer logits, DeepGEMM's fp8_mqa_logits):
+argument checks before anything runs, the CPU path against the float64 formula written out
+(tests/gpu_mqa_cases.py), DeepGEMM's output layout, the kernels' contract, the kernels' builds for
+sm_90a (no spills, no stack), the DeepGEMM compat names, and (marker ``gpu``) the kernel on a Hopper
+GPU against the float64 formula, in a child process with a timeout.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import deep_tile
+import deep_tile.compat.deepgemm as deep_gemm
+from conftest import compiler_params, run_child_cases
+from deep_tile.attention import fp8_mqa_logits, logits_layout
+from deep_tile.kernels import mqa_logits as contract
+from gpu_mqa_cases import REL_BOUND, check, expected_logits, make_inputs
+
+
+# --------------------------------------------------------------------------------------------------
+# The CPU path
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seq_len,seq_len_kv,heads,ranges", [
+    (1, 1, 32, "full"), (5, 130, 32, "random"), (17, 300, 64, "causal"), (9, 64, 64, "empty"),
+    (12, 200, 32, "wide"), (3, 0, 32, "empty"),
+])
+@pytest.mark.parametrize("clean", [True, False])
+def test_cpu_path_matches_the_float64_formula(seq_len, seq_len_kv, heads, ranges, clean):
+    q, kv, w, ks, ke = make_inputs(seq_len, seq_len_kv, heads, ranges, seed=seq_len)
+    got = fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=clean)
+    result = check(got, q, kv, w, ks, ke, clean=True)  # the CPU path writes -inf outside either way
+    assert result["ok"], result
+    assert result["worst_rel"] < REL_BOUND
+
+
+@pytest.mark.parametrize("max_seqlen_k", [1, 40, 300])
+def test_cpu_compressed_form(max_seqlen_k):
+    q, kv, w, ks, ke = make_inputs(11, 257, 32, "wide", seed=3)
+    got = fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=False, max_seqlen_k=max_seqlen_k)
+    assert tuple(got.shape) == (11, max_seqlen_k)
+    assert check(got, q, kv, w, ks, ke, clean=False, max_seqlen_k=max_seqlen_k)["ok"]
+
+
+def test_float64_formula_by_hand():
+    # one row, two heads' worth spelled out: relu drops the negative head, the scale multiplies the sum
+    q = torch.zeros(1, 32, 128)
+    q[0, 0, 0], q[0, 1, 0] = 2.0, -1.0
+    kv = torch.zeros(3, 128)
+    kv[:, 0] = torch.tensor([1.0, 0.5, -1.0])
+    w = torch.zeros(1, 32)
+    w[0, 0], w[0, 1] = 3.0, 7.0
+    scale = torch.tensor([0.5, 2.0, 1.0])
+    ks, ke = torch.tensor([0], dtype=torch.int32), torch.tensor([2], dtype=torch.int32)
+    q8, kv8 = q.to(torch.float8_e4m3fn), kv.to(torch.float8_e4m3fn)
+    values, _, inside = expected_logits(q8, (kv8, scale), w, ks, ke)
+    # j=0: 3*relu(2) + 7*relu(-1) = 6, *0.5; j=1: 3*1 + 0 = 3, *2; j=2: 3*relu(-2) + 7*relu(1) = 7
+    assert values[0].tolist() == [3.0, 6.0, 7.0]
+    assert inside[0].tolist() == [True, True, False]
+    got = fp8_mqa_logits(q8, (kv8, scale), w, ks, ke)
+    assert got[0].tolist() == [3.0, 6.0, float("-inf")]
+
+
+@pytest.mark.parametrize("seq_len,seq_len_kv,heads", [(1, 1, 64), (5, 1000, 32), (7, 4097, 64), (0, 10, 32)])
+def test_output_layout_is_deepgemms(seq_len, seq_len_kv, heads):
+    rows, stride, columns = logits_layout(seq_len, seq_len_kv, heads)
+    assert stride % 256 == 0 and stride >= seq_len_kv + 256 and columns == seq_len_kv
+    assert rows % (128 // heads) == 0 and rows >= seq_len
+    q, kv, w, ks, ke = make_inputs(seq_len, seq_len_kv, heads, "random", seed=1)
+    got = fp8_mqa_logits(q, kv, w, ks, ke)
+    assert tuple(got.shape) == (seq_len, seq_len_kv) and got.dtype == torch.float32
+    if seq_len > 1:
+        assert got.stride() == (stride, 1)
+    assert logits_layout(3, 100, 64, max_seqlen_k=300)[1:] == (512, 300)
+
+
+# --------------------------------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------------------------------
+
+def bad_cases():
+    q, (kv, s), w, ks, ke = make_inputs(4, 50, 32, "random", seed=0)
+    yield "q dtype", (q.float(), (kv, s), w, ks, ke), {}, ValueError
+    yield "16 heads", (q[:, :16].contiguous(), (kv, s), w[:, :16].contiguous(), ks, ke), {}, ValueError
+    yield "head dim 64", (q[:, :, :64].contiguous(), (kv[:, :64].contiguous(), s), w, ks, ke), {}, ValueError
+    yield "q not contiguous", (q.transpose(0, 1).contiguous().transpose(0, 1), (kv, s), w, ks, ke), {}, ValueError
+    yield "kv not a pair", (q, kv, w, ks, ke), {}, TypeError
+    yield "kv a triple", (q, (kv, s, s), w, ks, ke), {}, TypeError
+    yield "kv dtype", (q, (kv.float(), s), w, ks, ke), {}, ValueError
+    yield "kv scale shape", (q, (kv, s[:-1]), w, ks, ke), {}, ValueError
+    yield "kv scale dtype", (q, (kv, s.double()), w, ks, ke), {}, ValueError
+    yield "weights shape", (q, (kv, s), w[:-1], ks, ke), {}, ValueError
+    yield "weights dtype", (q, (kv, s), w.bfloat16(), ks, ke), {}, ValueError
+    yield "weights column stride", (q, (kv, s), w.t().contiguous().t(), ks, ke), {}, ValueError
+    yield "ks int64", (q, (kv, s), w, ks.long(), ke), {}, ValueError
+    yield "ke length", (q, (kv, s), w, ks, ke[:-1]), {}, ValueError
+    yield "ks not a tensor", (q, (kv, s), w, ks.tolist(), ke), {}, TypeError
+    yield "compressed and clean", (q, (kv, s), w, ks, ke), {"max_seqlen_k": 8}, ValueError
+    yield "negative max_seqlen_k", (q, (kv, s), w, ks, ke), {"clean_logits": False, "max_seqlen_k": -1}, ValueError
+    yield "float max_seqlen_k", (q, (kv, s), w, ks, ke), {"clean_logits": False, "max_seqlen_k": 8.0}, TypeError
+    yield "clean not a bool", (q, (kv, s), w, ks, ke), {"clean_logits": 1}, TypeError
+
+
+@pytest.mark.parametrize("label,args,kwargs,error", list(bad_cases()), ids=[c[0] for c in bad_cases()])
+def test_bad_arguments_are_refused(label, args, kwargs, error):
+    with pytest.raises(error, match="fp8_mqa_logits"):
+        fp8_mqa_logits(*args, **kwargs)
+
+
+def test_weights_may_have_a_row_stride():
+    q, kv, w, ks, ke = make_inputs(6, 90, 64, "random", seed=2)
+    wide = torch.zeros(6, 80)
+    wide[:, :64] = w
+    got = fp8_mqa_logits(q, kv, wide[:, :64], ks, ke)
+    assert torch.equal(got, fp8_mqa_logits(q, kv, w, ks, ke))
+
+
+# --------------------------------------------------------------------------------------------------
+# The contract and the builds
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("design", contract.DESIGNS)
+def test_contract_geometry(design):
+    assert contract.DESIGN in contract.DESIGNS
+    assert contract.symbol(32, "cuda_core") == "deep_tile_mqa_logits_h32"
+    assert contract.symbol(64, "wgmma") == "deep_tile_mqa_logits_wgmma_h64"
+    with pytest.raises(ValueError):
+        contract.symbol(16, design)
+    with pytest.raises(ValueError):
+        contract.symbol(64, "tma")
+    assert len(contract.ARGUMENT_KINDS) == 14
+    for heads in contract.HEADS:
+        step = contract.rows_step(heads, design)
+        assert step == (128 // heads if design == "wgmma" else 1)
+        for seq_len, seq_len_kv in ((1, 1), (64, 65536), (4096, 8192), (257, 1000), (300000, 128), (0, 0)):
+            rows = contract.rows_per_cta(seq_len, seq_len_kv, 132, heads, design)
+            gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design)
+            assert rows >= 1 and rows % step == 0 and gy <= contract.MAX_GRID_Y and gz == 1
+            assert gx * contract.BLOCK_KV[design] >= seq_len_kv and gy * rows >= seq_len
+        assert contract.rows_per_cta(4096, 8192, 132, heads, design) <= contract.MAX_ROWS_PER_CTA
+
+
+SYMBOLS = [contract.symbol(h, d) for d in contract.DESIGNS for h in contract.HEADS]
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_kernels_build_spill_free(name):
+    from deep_tile.jit import compiler, paths
+
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {}, SYMBOLS[0], name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    assert set(SYMBOLS) <= compiler.elf_functions(result.cubin)
+    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
+    assert len(lines) == len(SYMBOLS), result.log
+    for line in lines:
+        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+    for line in result.log.splitlines():  # the CUDA-core design: 2 CTAs of 256 threads per SM
+        if "Used" in line and "registers" in line:
+            assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, result.log
+    sass = compiler.disassemble(result.cubin)
+    if sass is None:
+        pytest.skip("no SASS tools here")
+    bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
+    for symbol in SYMBOLS:  # the wgmma design's four k32 steps are tensor-core MMAs, the other has none
+        assert bodies[symbol].count("QGMMA") == (4 if "wgmma" in symbol else 0), symbol
+
+
+# --------------------------------------------------------------------------------------------------
+# DeepGEMM's names
+# --------------------------------------------------------------------------------------------------
+
+def test_compat_names_forward_to_deep_tile():
+    q, kv, w, ks, ke = make_inputs(4, 70, 32, "causal", seed=5)
+    want = deep_tile.fp8_mqa_logits(q, kv, w, ks, ke)
+    assert torch.equal(deep_gemm.fp8_mqa_logits(q, kv, w, ks, ke), want)
+    assert torch.equal(deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke), want)
+    with pytest.raises(NotImplementedError, match="FP4"):
+        deep_gemm.fp8_fp4_mqa_logits((q, torch.zeros(4, 32, dtype=torch.int32)), kv, w, ks, ke)
+    with pytest.raises(NotImplementedError, match="logits_dtype"):
+        deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke, logits_dtype=torch.bfloat16)
+    with pytest.raises(TypeError):
+        deep_gemm.fp8_fp4_mqa_logits(q, kv, w, ks, ke)
+    for name in ("fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "fp8_fp4_paged_mqa_logits"):
+        assert getattr(deep_gemm, name, None) is None, name
+
+
+# --------------------------------------------------------------------------------------------------
+# On the GPU
+# --------------------------------------------------------------------------------------------------
+
+GPU_CASES = [
+    dict(seq_len=1, seq_len_kv=1000, heads=32, ranges="full"),
+    dict(seq_len=1, seq_len_kv=4097, heads=64, ranges="random"),
+    dict(seq_len=2, seq_len_kv=128, heads=64, ranges="full"),
+    dict(seq_len=7, seq_len_kv=1000, heads=32, ranges="random", clean=False),
+    dict(seq_len=64, seq_len_kv=4097, heads=64, ranges="causal"),
+    dict(seq_len=100, seq_len_kv=1000, heads=64, ranges="empty"),
+    dict(seq_len=129, seq_len_kv=4097, heads=32, ranges="wide"),
+    dict(seq_len=129, seq_len_kv=1000, heads=32, ranges="causal", clean=False),
+    dict(seq_len=257, seq_len_kv=4097, heads=64, ranges="random"),
+    dict(seq_len=257, seq_len_kv=1000, heads=64, ranges="causal", clean=False),
+    dict(seq_len=257, seq_len_kv=257, heads=32, ranges="causal"),
+    dict(seq_len=33, seq_len_kv=4097, heads=64, ranges="wide", clean=False, max_seqlen_k=600),
+    dict(seq_len=40, seq_len_kv=1000, heads=32, ranges="random", clean=False, max_seqlen_k=1000),
+    dict(seq_len=5, seq_len_kv=0, heads=32, ranges="empty"),
+    dict(seq_len=0, seq_len_kv=1000, heads=64, ranges="random"),
+    dict(seq_len=1024, seq_len_kv=8192, heads=64, ranges="causal"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("design", contract.DESIGNS)
+def test_gpu_kernel_matches_the_float64_formula(design):
+    cases = [dict(case, design=design) for case in GPU_CASES]
+    results = run_child_cases("gpu_mqa_cases.py", "mqa", cases, timeout=600)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("design", contract.DESIGNS)
+def test_gpu_kernel_is_deterministic_and_graph_capturable(design):
+    results = run_child_cases("gpu_mqa_cases.py", "timed_graph", [{"design": design}], timeout=300)
+    assert all(r["ok"] for r in results), results
