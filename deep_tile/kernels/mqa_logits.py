@@ -29,9 +29,8 @@ HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
 DESIGNS = ("cuda_core", "wgmma")
 """The kernel designs (module doc)."""
-DESIGN = "cuda_core"
-"""The design :func:`deep_tile.fp8_mqa_logits` launches: the CUDA-core one until the wgmma one has
-passed the GPU tests on a device."""
+DESIGN = "wgmma"
+"""The design :func:`deep_tile.fp8_mqa_logits` launches: FP8 wgmma, the faster (docs/design.md §3.3)."""
 BLOCK_KV = {"cuda_core": 128, "wgmma": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``): the grid's x dimension covers ``seq_len_kv``."""
 BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256}
