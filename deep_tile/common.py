@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import operator
 import os
+from contextlib import contextmanager
+from contextvars import ContextVar
 
-__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4", "check_int", "usable_cpus"]
+__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4", "check_int", "usable_cpus", "recording"]
 
 SCALE_GROUP = 128
 """Width along K of one activation scale (1x128) and edge of one weight scale block (128x128)."""
@@ -48,3 +50,15 @@ def usable_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+@contextmanager
+def recording(log_var: ContextVar):
+    """A fresh list set as ``log_var``'s value inside the block (the checks' overlap tests and the
+    layouts' copies are recorded this way while the native path's plan is built)."""
+    log: list = []
+    token = log_var.set(log)
+    try:
+        yield log
+    finally:
+        log_var.reset(token)

@@ -23,10 +23,9 @@ tensors take the plain path, with no extra work.
 from __future__ import annotations
 
 from contextvars import ContextVar
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from deep_tile.common import SCALE_GROUP, ceil_div, check_int
+from deep_tile.common import SCALE_GROUP, ceil_div, check_int, recording
 from deep_tile.gemm.problem import Problem, ProblemKind
 
 if TYPE_CHECKING:  # annotations only: torch is imported where the tensors are checked
@@ -263,16 +262,10 @@ def _same_view(x, y) -> bool:
 _overlap_tests: ContextVar = ContextVar("deep_tile_overlap_tests", default=None)
 
 
-@contextmanager
 def recording_overlap_tests():
     """A list that gets ``(out, others)`` for every overlap test the checks make inside the block
     (the native path repeats those tests per call: they depend on addresses, not on the signature)."""
-    log: list = []
-    token = _overlap_tests.set(log)
-    try:
-        yield log
-    finally:
-        _overlap_tests.reset(token)
+    return recording(_overlap_tests)
 
 
 def _require_no_overlap(fn: str, out, others: tuple) -> None:

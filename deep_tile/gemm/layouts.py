@@ -12,12 +12,11 @@ rule is written here only.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 import torch
 
-from deep_tile.common import align4
+from deep_tile.common import align4, recording
 from deep_tile.kernels import fp8_gemm as family
 from deep_tile.gemm.problem import ProblemKind
 
@@ -27,16 +26,10 @@ __all__ = ["get_tma_aligned_a_scale", "is_tma_aligned", "reads_row_major", "is_t
 _copies: ContextVar = ContextVar("deep_tile_layout_copies", default=None)
 
 
-@contextmanager
 def recording_copies():
     """A list that gets ``(source, copy, scale)`` for every copy the functions of this module make
     inside the block (``scale``: a scale-layout copy, counted by the native path's stats)."""
-    log: list = []
-    token = _copies.set(log)
-    try:
-        yield log
-    finally:
-        _copies.reset(token)
+    return recording(_copies)
 
 
 def _made(source: torch.Tensor, copy: torch.Tensor, scale: bool = True) -> torch.Tensor:
