@@ -303,16 +303,31 @@ def k_grouped_compat(m: int, n: int, ks: list, c_mode: str = "inplace", seed: in
 
 
 def k_grouped_blocks_bad_sizes(m: int, n: int, sizes: list, seed: int = 0) -> dict:
-    """layout="blocks" with device sizes that are not multiples of 16 (the caller's error): the
-    kernel must finish without a fault (those groups' results are undefined); the launch after it
-    must still be right (the stream is healthy)."""
-    k_tokens = -(-max(sum(sizes), 16) // 16) * 16
-    a, a_scale, b, b_scale = k_grouped_operands(m, n, [k_tokens], seed)
+    """layout="blocks" with device sizes whose ranges start or end off a multiple of 16 tokens (the
+    caller's error): those groups run as empty groups (out[g] keeps C, here out itself), the others
+    are right, nothing faults, and the launch after it is right too (the stream is healthy)."""
+    clamped, begin, ranges = [], 0, []
+    k_tokens = -(-max(sum(max(s, 0) for s in sizes), 16) // 16) * 16
+    for size in sizes:
+        size = min(max(size, 0), k_tokens - begin)
+        ranges.append((begin, begin + size))
+        clamped.append(size)
+        begin += size
+    (a, a_scale, b, b_scale), product, c_values = k_grouped_problem(m, n, clamped, seed)
+    a_in, b_in = to_blocks(a, clamped), to_blocks(b, clamped)
     group_sizes = torch.tensor(sizes, dtype=torch.int32, device=DEVICE)
-    out = torch.zeros((len(sizes), m, n), dtype=torch.float32, device=DEVICE)
-    k_grouped_fp8_gemm_1d1d(a.reshape(-1), a_scale, b.reshape(-1), b_scale, group_sizes, out, c=out, layout="blocks")
+    out = c_values.to(torch.float32)
+    start = out.double().clone()
+    k_grouped_fp8_gemm_1d1d(a_in, a_scale, b_in, b_scale, group_sizes, out, c=out, layout="blocks")
     torch.cuda.synchronize()
-    return k_grouped(m, n, [k_tokens], c_mode="none", seed=seed + 1, layout="blocks") | {"bad_sizes": list(sizes)}
+    fits = [lo == hi or (lo % 16 == 0 and hi % 16 == 0) for lo, hi in ranges]
+    ref = torch.stack([start[g] + product[g] if fit else start[g] for g, fit in enumerate(fits)])
+    valid = out.double()
+    misfit_changed = int(sum((valid[g] != start[g]).sum().item() for g, fit in enumerate(fits) if not fit))
+    after = k_grouped(m, n, [k_tokens], c_mode="none", seed=seed + 1, layout="blocks")
+    return {"m": m, "n": n, "k": k_tokens, "sizes": list(sizes), "fits": fits, "nan": int(torch.isnan(valid).sum().item()),
+            "diff": calc_diff(valid, ref), "rel": max_rel_error(valid, ref), "misfit_changed": misfit_changed,
+            "after": after}
 
 
 def k_grouped_graph(m: int, n: int, sizes: list, new_sizes: list, seed: int = 0, layout: str = "rows") -> dict:

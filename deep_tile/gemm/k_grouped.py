@@ -71,9 +71,9 @@ def k_grouped_fp8_gemm_1d1d(a: torch.Tensor, a_scale: torch.Tensor, b: torch.Ten
             block row-major (tokens contiguous) from element ``m * sum(sizes[:g])`` on, ``m`` the
             rows of ``a_scale``; ``b`` likewise with ``n`` (the rows of ``b_scale``); the scales
             and everything else as for ``"rows"`` (column ``t // 128`` of token ``t``). Each size
-            must be a multiple of 16 (a block's row pitch for TMA; a host list is checked, a device
-            tensor's other sizes give that group an undefined result, never an access out of
-            bounds). Runs on the Python host path, not as a custom op: each call launches a
+            must be a multiple of 16 (a block's row pitch for TMA; a host list is checked; a group
+            of a device tensor whose token range starts or ends off a multiple of 16 runs as an
+            empty group, out[g] = c[g]). Runs on the Python host path, not as a custom op: each call launches a
             one-CTA kernel that writes the groups' tensor maps from the device sizes (graph-safe),
             then the GEMM (docs/training.md).
 

@@ -680,6 +680,14 @@ struct Scheduler<Cfg, ProblemKind::kKGroupedBlocks> : Scheduler<Cfg, ProblemKind
   using Scheduler<Cfg, ProblemKind::kKGrouped>::Scheduler;
   /// The first token of tile `t`'s group (its block's column 0).
   DT_DEVICE int k_origin(const Tile<Cfg>& t) const { return this->table.row_begin[t.expert]; }
+
+  /// As kKGrouped's, but a group whose range starts or ends off a multiple of 16 tokens (the
+  /// caller's error: TMA's row pitch) runs as an empty group: its maps are never read.
+  DT_DEVICE KRange k_range(const Tile<Cfg>& t) const {
+    const int begin = this->table.row_begin[t.expert], end = this->table.row_end[t.expert];
+    if ((begin | end) % 16 != 0) return KRange{0, 0, 0, Cfg::kBlockK};
+    return Scheduler<Cfg, ProblemKind::kKGrouped>::k_range(t);
+  }
 };
 
 }  // namespace deep_tile
