@@ -12,7 +12,8 @@ deep_tile/kernels/mqa_logits.py DESIGNS); GB/s of the bytes the call must move (
 in-range dot products; DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us). Before timing,
 each design's result is compared with DeepGEMM's (without DeepGEMM: the first design's) inside the
 ranges (largest difference over the largest value);
-``--json PATH`` writes the rows. Needs an sm_90 GPU.
+``--max-rows R ...`` times each design once per R with MAX_ROWS_PER_CTA (query rows per CTA) forced to
+R (rows labelled ``design@R``). ``--json PATH`` writes the rows. Needs an sm_90 GPU.
 """
 from __future__ import annotations
 
@@ -75,24 +76,34 @@ def compare(got: torch.Tensor, want: torch.Tensor, ks: torch.Tensor, ke: torch.T
     return float(diff.max() / scale) if diff.numel() else 0.0
 
 
-def with_design(design: str, fn):
-    """``fn`` run with the kernels' design set to ``design`` (contract.DESIGN, restored after)."""
+def variant_name(design: str, max_rows) -> str:
+    """A timed variant's label: the design, and ``@R`` when its MAX_ROWS_PER_CTA is forced to R."""
+    return design if max_rows is None else f"{design}@{max_rows}"
+
+
+def with_design(design: str, fn, max_rows=None):
+    """``fn`` run with the kernels' design set to ``design`` (contract.DESIGN) and, when given,
+    contract.MAX_ROWS_PER_CTA set to ``max_rows`` (both restored after)."""
     def run():
-        saved, contract.DESIGN = contract.DESIGN, design
+        saved = contract.DESIGN, contract.MAX_ROWS_PER_CTA
+        contract.DESIGN = design
+        if max_rows is not None:
+            contract.MAX_ROWS_PER_CTA = max_rows
         try:
             return fn()
         finally:
-            contract.DESIGN = saved
+            contract.DESIGN, contract.MAX_ROWS_PER_CTA = saved
     return run
 
 
-def run_shape(spec: str, heads: int, iters: int, copy_rate: float, dg, designs: list) -> list:
-    """One row per design of shape ``spec``."""
+def run_shape(spec: str, heads: int, iters: int, copy_rate: float, dg, designs: list, max_rows=(None,)) -> list:
+    """One row per design (and forced MAX_ROWS_PER_CTA of ``max_rows``) of shape ``spec``."""
     s, s_kv, ranges = spec.split(":")
     seq_len, seq_len_kv = int(s), int(s_kv)
     q, kv, w, ks, ke = make(seq_len, seq_len_kv, heads, ranges)
     call = lambda: deep_tile.fp8_mqa_logits(q, kv, w, ks, ke)  # noqa: E731
-    fns = {design: with_design(design, call) for design in designs}
+    fns = {variant_name(design, rows): with_design(design, call, rows) for design in designs for rows in max_rows}
+    designs = list(fns)
     want = None
     if dg is not None:
         fns["deepgemm"] = lambda: dg.fp8_mqa_logits(q, kv, w, ks, ke)
@@ -121,13 +132,16 @@ def main(argv=None) -> int:
     parser.add_argument("--heads", type=int, default=64, choices=(32, 64))
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--design", nargs="+", choices=contract.DESIGNS, default=list(contract.DESIGNS))
+    parser.add_argument("--max-rows", nargs="+", type=int, metavar="R",
+                        help="time each design once per R with MAX_ROWS_PER_CTA forced to R (labels design@R)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    max_rows = tuple(args.max_rows) if args.max_rows else (None,)
     dg = load_deepgemm()
     copy_rate = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed | H={args.heads}")
-    rows = [row for spec in args.shapes for row in run_shape(spec, args.heads, args.iters, copy_rate, dg, args.design)]
+    rows = [row for spec in args.shapes for row in run_shape(spec, args.heads, args.iters, copy_rate, dg, args.design, max_rows)]
     print_table(["shape", "design", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "speedup", "max rel diff"],
                 [(r["shape"], r["design"], f"{r['mbytes']:.0f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",
                   f"{100 * r['share']:.1f}",
@@ -135,7 +149,7 @@ def main(argv=None) -> int:
                   "" if r["speedup"] is None else f"{r['speedup']:.3f}",
                   "" if r["max_rel_diff"] is None else f"{r['max_rel_diff']:.1e}") for r in rows],
                 aligns=["<", "<"] + [">"] * 8)
-    for design in args.design:
+    for design in dict.fromkeys(r["design"] for r in rows):
         speedups = [r["speedup"] for r in rows if r["speedup"] and r["design"] == design]
         if speedups:
             print(f"{design}: speedup over DeepGEMM geomean {geomean(speedups):.3f}, min {min(speedups):.3f}, "
