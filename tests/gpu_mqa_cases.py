@@ -21,7 +21,7 @@ REL_BOUND = 3e-5
 """The error allowed per entry, relative to kv_scale[j] * sum_h |w| * sum_d |q * kv| (float32 sums
 of 128 products and then H heads)."""
 WGMMA_REL_BOUND = 1e-3
-"""The same for the wgmma design: Hopper's FP8 MMA adds its products with about 14 mantissa bits
+"""The same for the wgmma and ring designs: Hopper's FP8 MMA adds its products with about 14 mantissa bits
 (four k32 steps per dot product), the head sum is float32."""
 
 
@@ -124,7 +124,7 @@ def mqa(seq_len: int, seq_len_kv: int, heads: int, ranges: str, clean: bool = Tr
     layout_ok = (tuple(got.shape) == (seq_len, columns) and (seq_len <= 1 or got.stride(0) == stride)
                  and got.stride(1) == 1)
     result = check(got, q, kv_pair, weights, ks, ke, clean, max_seqlen_k,
-                   WGMMA_REL_BOUND if design == "wgmma" else REL_BOUND)
+                   REL_BOUND if design == "cuda_core" else WGMMA_REL_BOUND)
     result["layout_ok"] = layout_ok
     result["ok"] = result["ok"] and layout_ok
     return {"case": f"mqa {design} S={seq_len} S_kv={seq_len_kv} H={heads} {ranges} clean={clean} "

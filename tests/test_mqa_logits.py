@@ -6,6 +6,8 @@ GPU against the float64 formula, in a child process with a timeout.
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -131,9 +133,15 @@ def test_contract_geometry(design):
     assert len(contract.ARGUMENT_KINDS) == 14
     for heads in contract.HEADS:
         step = contract.rows_step(heads, design)
-        assert step == (128 // heads if design == "wgmma" else 1)
+        assert step == (1 if design == "cuda_core" else 128 // heads)
         for seq_len, seq_len_kv in ((1, 1), (64, 65536), (4096, 8192), (257, 1000), (300000, 128), (0, 0)):
             rows = contract.rows_per_cta(seq_len, seq_len_kv, 132, heads, design)
+            if design == "ring":  # one block of query rows per CTA; its kv blocks split over grid[1]
+                splits = contract.ring_splits(seq_len, seq_len_kv, 132, heads)
+                gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design, splits)
+                assert rows == step and gy == splits and 1 <= splits <= contract.MAX_GRID_Y and gz == 1
+                assert gx * rows >= seq_len and (splits == 1 or -(-seq_len_kv // 128) // splits >= contract.RING_MIN_BLOCKS_PER_CTA)
+                continue
             gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design)
             assert rows >= 1 and rows % step == 0 and gy <= contract.MAX_GRID_Y and gz == 1
             assert gx * contract.BLOCK_KV[design] >= seq_len_kv and gy * rows >= seq_len
@@ -141,6 +149,16 @@ def test_contract_geometry(design):
 
 
 SYMBOLS = [contract.symbol(h, d) for d in contract.DESIGNS for h in contract.HEADS]
+CUDA_CORE_SYMBOLS = {contract.symbol(h, "cuda_core") for h in contract.HEADS}
+
+
+def test_ring_shared_memory_matches_the_entry():
+    """The ring design's dynamic shared memory (RING_SMEM_BYTES) is the size the entry file asserts
+    for MqaRingSmem."""
+    from deep_tile.jit import paths
+
+    source = paths.entry_path(contract.ENTRY).read_text()
+    assert re.search(r"sizeof\(deep_tile::MqaRingSmem\) == (\d+)", source).group(1) == str(contract.RING_SMEM_BYTES)
 
 
 @pytest.mark.parametrize("name", compiler_params())
@@ -154,15 +172,15 @@ def test_kernels_build_spill_free(name):
     assert len(lines) == len(SYMBOLS), result.log
     for line in lines:
         assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
-    for line in result.log.splitlines():  # the CUDA-core design: 2 CTAs of 256 threads per SM
+    for line in result.log.splitlines():  # 2 CTAs of 256 threads per SM (the ring: of 288, so <= 96)
         if "Used" in line and "registers" in line:
             assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, result.log
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
-    for symbol in SYMBOLS:  # the wgmma design's four k32 steps are tensor-core MMAs, the other has none
-        assert bodies[symbol].count("QGMMA") == (4 if "wgmma" in symbol else 0), symbol
+    for symbol in SYMBOLS:  # the wgmma designs' four k32 steps are tensor-core MMAs, the CUDA-core one has none
+        assert bodies[symbol].count("QGMMA") == (0 if symbol in CUDA_CORE_SYMBOLS else 4), symbol
 
 
 # --------------------------------------------------------------------------------------------------

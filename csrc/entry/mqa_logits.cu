@@ -19,3 +19,23 @@ DT_MQA_LOGITS_ENTRY(, mqa_logits, deep_tile::kMqaThreads, 64)
 /// rows_per_cta a multiple of 128 / H.
 DT_MQA_LOGITS_ENTRY(wgmma_, mqa_logits_wgmma, deep_tile::kMqaWgmmaThreads, 32)
 DT_MQA_LOGITS_ENTRY(wgmma_, mqa_logits_wgmma, deep_tile::kMqaWgmmaThreads, 64)
+
+#include "deep_tile/kernels/mqa_logits_ring.cuh"
+
+// deep_tile/kernels/mqa_logits.py RING_SMEM_BYTES is this size (checked by tests/test_mqa_logits.py)
+static_assert(sizeof(deep_tile::MqaRingSmem) == 84992, "MqaRingSmem changed: update RING_SMEM_BYTES");
+
+#define DT_MQA_LOGITS_RING_ENTRY(heads)                                                                          \
+  extern "C" __global__ void __launch_bounds__(deep_tile::kMqaRingThreads, 2) deep_tile_mqa_logits_ring_h##heads( \
+      const __grid_constant__ deep_tile::TmaDescriptor q_map, const __grid_constant__ deep_tile::TmaDescriptor kv_map, \
+      const __grid_constant__ deep_tile::TmaDescriptor scale_map, const float* __restrict__ weights,              \
+      int weights_stride, const int* __restrict__ ks, const int* __restrict__ ke, float* __restrict__ logits,     \
+      int seq_len, int seq_len_kv, int stride_logits, int clean, int compressed_cols) {                           \
+    deep_tile::mqa_logits_ring<heads>(&q_map, &kv_map, &scale_map, weights, weights_stride, ks, ke, logits,      \
+                                      seq_len, seq_len_kv, stride_logits, clean, compressed_cols);               \
+  }
+
+/// q fixed, kv streamed: grid (ceil(seq_len / (128 / H)), kv splits), 288 threads, RING_SMEM_BYTES of
+/// dynamic shared memory; q, kv and kv_scales through tensor maps (deep_tile/attention.py builds them).
+DT_MQA_LOGITS_RING_ENTRY(32)
+DT_MQA_LOGITS_RING_ENTRY(64)

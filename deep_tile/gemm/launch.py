@@ -314,13 +314,15 @@ def k_grouped_operands(problem, a, a_scale, b, b_scale, sizes, out, c) -> tuple:
     return (a, get_tma_aligned_a_scale(a_scale), b, get_tma_aligned_a_scale(b_scale), flat(out), sizes, flat(c))
 
 
-def launch_small_kernel(entry: str, symbol: str, kinds: tuple, values: tuple, grid, block: int, device) -> None:
-    """Launch ``symbol`` of the define-free JIT entry ``entry`` (the MoE layout and SwiGLU kernels:
-    no shared memory, no cluster) on ``device``'s current stream, with PDL as :func:`deep_tile.set_pdl`
-    says; ``values`` are its parameters, of :class:`deep_tile.jit.runtime.KernelArgs` ``kinds``."""
+def launch_small_kernel(entry: str, symbol: str, kinds: tuple, values: tuple, grid, block: int, device,
+                        smem_bytes: int = 0) -> None:
+    """Launch ``symbol`` of the define-free JIT entry ``entry`` (the MoE layout, SwiGLU and MQA
+    logits kernels: no cluster; ``smem_bytes`` of dynamic shared memory) on ``device``'s current
+    stream, with PDL as :func:`deep_tile.set_pdl` says; ``values`` are its parameters, of
+    :class:`deep_tile.jit.runtime.KernelArgs` ``kinds``."""
     kernel = get_kernel(entry, {}, symbol)
     with torch.cuda.device(device):
-        kernel.launch(grid=grid, block=block, smem_bytes=0, stream=torch.cuda.current_stream(device).cuda_stream,
+        kernel.launch(grid=grid, block=block, smem_bytes=smem_bytes, stream=torch.cuda.current_stream(device).cuda_stream,
                       args=KernelArgs(list(zip(kinds, values))), device=device.index, pdl=get_pdl())
 
 

@@ -8,7 +8,10 @@ count each:
 - ``"cuda_core"`` (include/deep_tile/kernels/mqa_logits.cuh): float32 dot products on CUDA cores,
   128 kv rows and 256 threads per CTA;
 - ``"wgmma"`` (include/deep_tile/kernels/mqa_logits_wgmma.cuh): FP8 m64n128k32 wgmmas, 128 kv rows
-  and two warpgroups (64 rows each) per CTA, ``128 / H`` query rows per step.
+  and two warpgroups (64 rows each) per CTA, ``128 / H`` query rows per step;
+- ``"ring"`` (include/deep_tile/kernels/mqa_logits_ring.cuh): the same wgmmas with ``128 / H`` query
+  rows fixed per CTA and their kv blocks streamed through a TMA ring (tensor maps, dynamic shared
+  memory), the blocks of each query block split over ``grid[1]`` CTAs (:func:`ring_splits`).
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
@@ -18,8 +21,9 @@ from __future__ import annotations
 from deep_tile.common import align_up, ceil_div
 
 __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "DESIGNS", "DESIGN", "BLOCK_KV", "BLOCK_THREADS", "WGMMA_N",
-           "MAX_ROWS_PER_CTA", "CTAS_PER_SM_TARGET", "MAX_GRID_Y", "ARGUMENT_KINDS", "symbol", "rows_step",
-           "rows_per_cta", "grid"]
+           "MAX_ROWS_PER_CTA", "CTAS_PER_SM_TARGET", "MAX_GRID_Y", "ARGUMENT_KINDS", "RING_ARGUMENT_KINDS",
+           "RING_SMEM_BYTES", "RING_CTAS_PER_SM", "RING_MIN_BLOCKS_PER_CTA", "symbol", "rows_step", "rows_per_cta",
+           "ring_splits", "grid"]
 
 ENTRY = "mqa_logits"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -27,14 +31,16 @@ HEAD_DIM = 128
 """The one head dimension the kernels take."""
 HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
-DESIGNS = ("cuda_core", "wgmma")
+DESIGNS = ("cuda_core", "wgmma", "ring")
 """The kernel designs (module doc)."""
 DESIGN = "wgmma"
 """The design :func:`deep_tile.fp8_mqa_logits` launches: FP8 wgmma, the faster (docs/design.md §3.3)."""
-BLOCK_KV = {"cuda_core": 128, "wgmma": 128}
-"""kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``): the grid's x dimension covers ``seq_len_kv``."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256}
-"""Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups)."""
+BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128}
+"""kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
+``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288}
+"""Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups;
+``kMqaRingThreads``: two math warpgroups and the producer warp)."""
 WGMMA_N = 128
 """Query rows x heads per wgmma step (``kMqaWgmmaN``): a step takes ``WGMMA_N / H`` query rows."""
 MAX_ROWS_PER_CTA = 16
@@ -48,6 +54,16 @@ ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "ptr", "i32", "ptr", "ptr", "ptr", "i32",
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters (both designs): (q, kv,
 kv_scales, weights, weights_stride, ks, ke, logits, seq_len, seq_len_kv, stride_logits,
 rows_per_cta, clean, compressed_cols)."""
+RING_ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "i32", "ptr", "ptr", "ptr", "i32", "i32", "i32",
+                       "i32", "i32")
+"""The ring design's parameters: (q map, kv map, kv_scales map, weights, weights_stride, ks, ke,
+logits, seq_len, seq_len_kv, stride_logits, clean, compressed_cols)."""
+RING_SMEM_BYTES = 84992
+"""Dynamic shared memory of a ring CTA: ``sizeof(MqaRingSmem)`` (the entry file asserts it)."""
+RING_CTAS_PER_SM = 2
+"""Ring CTAs resident per SM (registers and shared memory): the kv split aims at two waves of them."""
+RING_MIN_BLOCKS_PER_CTA = 4
+"""The fewest kv blocks a ring CTA is split down to (its q tile and start-up paid over them)."""
 
 
 def _design(design) -> str:
@@ -62,12 +78,12 @@ def symbol(num_heads: int, design: str | None = None) -> str:
     design = _design(design)
     if num_heads not in HEADS:
         raise ValueError(f"mqa_logits: no kernel for {num_heads} heads; the kernels take {HEADS}.")
-    return f"deep_tile_mqa_logits_{'wgmma_' if design == 'wgmma' else ''}h{num_heads}"
+    return f"deep_tile_mqa_logits_{'' if design == 'cuda_core' else design + '_'}h{num_heads}"
 
 
 def rows_step(num_heads: int, design: str | None = None) -> int:
     """Query rows a CTA takes at a time: ``rows_per_cta`` is a multiple of it."""
-    return WGMMA_N // num_heads if _design(design) == "wgmma" else 1
+    return 1 if _design(design) == "cuda_core" else WGMMA_N // num_heads
 
 
 def rows_per_cta(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 64, design: str | None = None) -> int:
@@ -76,6 +92,8 @@ def rows_per_cta(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 6
     the grid's y limit."""
     design = _design(design)
     step = rows_step(num_heads, design)
+    if design == "ring":  # one block of query rows per CTA
+        return step
     kv_blocks = max(1, ceil_div(seq_len_kv, BLOCK_KV[design]))
     row_blocks = ceil_div(CTAS_PER_SM_TARGET * max(1, num_sms), kv_blocks)
     rows = max(1, min(MAX_ROWS_PER_CTA, ceil_div(max(1, seq_len), row_blocks)))
@@ -83,6 +101,20 @@ def rows_per_cta(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 6
     return align_up(rows, step)
 
 
-def grid(seq_len: int, seq_len_kv: int, rows: int, design: str | None = None) -> tuple:
-    """(x, y, z): kv blocks by query-row blocks of ``rows`` (at least one each)."""
-    return (max(1, ceil_div(seq_len_kv, BLOCK_KV[_design(design)])), max(1, ceil_div(seq_len, rows)), 1)
+def ring_splits(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 64) -> int:
+    """CTAs sharing one ring query block's kv blocks: enough CTAs for two waves of RING_CTAS_PER_SM
+    per SM, each with at least RING_MIN_BLOCKS_PER_CTA blocks (of the whole kv: the ranges are on
+    the device), at most MAX_GRID_Y."""
+    q_blocks = max(1, ceil_div(seq_len, WGMMA_N // num_heads))
+    kv_blocks = max(1, ceil_div(seq_len_kv, BLOCK_KV["ring"]))
+    want = ceil_div(2 * RING_CTAS_PER_SM * max(1, num_sms), q_blocks)
+    return max(1, min(want, kv_blocks // RING_MIN_BLOCKS_PER_CTA, MAX_GRID_Y))
+
+
+def grid(seq_len: int, seq_len_kv: int, rows: int, design: str | None = None, splits: int = 1) -> tuple:
+    """(x, y, z): kv blocks by query-row blocks of ``rows`` (at least one each); the ring design:
+    query-row blocks by ``splits``."""
+    design = _design(design)
+    if design == "ring":
+        return (max(1, ceil_div(seq_len, rows)), max(1, splits), 1)
+    return (max(1, ceil_div(seq_len_kv, BLOCK_KV[design])), max(1, ceil_div(seq_len, rows)), 1)
