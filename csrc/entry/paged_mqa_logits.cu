@@ -25,9 +25,9 @@ DT_PAGED_MQA_LOGITS_ENTRY(1, 64)
 DT_PAGED_MQA_LOGITS_ENTRY(2, 32)
 DT_PAGED_MQA_LOGITS_ENTRY(2, 64)
 
-/// The clean pass: any grid, any block; -inf past each row's length.
+/// The clean pass: any grid, any block; -inf past each row's length (cut at len_limit).
 extern "C" __global__ void deep_tile_paged_mqa_logits_clean(const int* __restrict__ context_lens,
                                                             float* __restrict__ logits, int rows, int stride_logits,
-                                                            int max_context_len) {
-  deep_tile::paged_mqa_logits_clean(context_lens, logits, rows, stride_logits, max_context_len);
+                                                            int max_context_len, int len_limit) {
+  deep_tile::paged_mqa_logits_clean(context_lens, logits, rows, stride_logits, max_context_len, len_limit);
 }

@@ -287,14 +287,15 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
 }
 
 /// Clean kernel body: grid-stride over the rows; row r gets -inf in columns
-/// [clamp(context_lens[r], 0, max_context_len), max_context_len).
+/// [clamp(context_lens[r], 0, len_limit), max_context_len) (len_limit <= max_context_len: the
+/// rows the block table holds, past which the logits kernel computes nothing).
 DT_DEVICE void paged_mqa_logits_clean(const int* __restrict__ context_lens, float* __restrict__ logits, int rows,
-                                      int stride_logits, int max_context_len) {
+                                      int stride_logits, int max_context_len, int len_limit) {
   ptx::grid_dependency_wait();  // the logits kernel before this one writes the rows
   ptx::launch_dependents();
   const float neg_inf = -__int_as_float(0x7f800000);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int begin = min_int(max_int(context_lens[r], 0), max_context_len);
+    const int begin = min_int(max_int(context_lens[r], 0), len_limit);
     float* row = logits + static_cast<long long>(r) * stride_logits;
     for (int p = begin + threadIdx.x; p < max_context_len; p += blockDim.x) row[p] = neg_inf;
   }
