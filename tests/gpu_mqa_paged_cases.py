@@ -4,7 +4,8 @@ float64 formula serve the CPU tests too.
 
 Each case draws fresh random inputs as DeepGEMM's test does (a fused FP8 cache with a float32
 scale per row, blocks handed out from a random permutation, per-token lengths at most the
-sequence's last one, which is drawn around ``avg_kv``), poisons the memory the logits will land in
+sequence's last one, which is drawn around ``avg_kv``; drawn on the GPU, whose float64 also
+computes the expectation), poisons the memory the logits will land in
 (a NaN-filled buffer of the same size is freed just before the call, so torch's caching allocator
 hands it back), runs the kernels and compares with :func:`expected_logits` (float64): every entry
 inside a row's length within a bound relative to the sum of the absolute terms, ``-inf`` past it
@@ -27,77 +28,79 @@ it (DeepGEMM's test); every length zero; every token of a sequence at its last o
 
 def make_inputs(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str, seed: int, device: str = "cpu",
                 spare_blocks: int = 3, block_stride: int = 0) -> dict:
-    """The arguments of fp8_paged_mqa_logits (less the schedule) on ``device``, drawn on the CPU
-    from ``seed``: ``q, kv_cache, weights, context_lens, block_table, max_context_len``. The cache
-    has ``spare_blocks`` blocks no sequence uses; ``block_stride`` > 0 spaces the blocks that many
-    bytes apart (a view of a larger buffer)."""
-    gen = torch.Generator().manual_seed(seed)
+    """The arguments of fp8_paged_mqa_logits (less the schedule), drawn on ``device`` from ``seed``:
+    ``q, kv_cache, weights, context_lens, block_table, max_context_len``. The cache has
+    ``spare_blocks`` blocks no sequence uses; ``block_stride`` > 0 spaces the blocks that many bytes
+    apart (a view of a larger buffer)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     if lengths == "zero":
-        last = torch.zeros(batch, dtype=torch.int64)
+        last = torch.zeros(batch, dtype=torch.int64, device=device)
     elif lengths == "tiny":
-        last = torch.randint(0, 4, (batch,), generator=gen)
+        last = torch.randint(0, 4, (batch,), generator=gen, device=device)
     else:
-        last = torch.randint(int(0.7 * avg_kv), int(1.3 * avg_kv) + 1, (batch,), generator=gen)
-    lens = ((last[:, None] + 1) * torch.rand(batch, next_n, generator=gen)).long().clamp(max=last[:, None]) \
-        if lengths == "random" else last[:, None].expand(batch, next_n).clone()
+        last = torch.randint(int(0.7 * avg_kv), int(1.3 * avg_kv) + 1, (batch,), generator=gen, device=device)
+    if lengths == "random":
+        lens = ((last[:, None] + 1) * torch.rand(batch, next_n, generator=gen, device=device)).long()
+        lens = torch.minimum(lens, last[:, None])
+    else:
+        lens = last[:, None].expand(batch, next_n).clone()
     lens[:, -1] = last
     blocks_per_seq = (last + 63) // 64
     max_blocks = max(1, int(blocks_per_seq.max()) if batch else 1)
     num_blocks = int(blocks_per_seq.sum()) + spare_blocks
-    order = torch.randperm(num_blocks, generator=gen).to(torch.int32)
-    block_table = torch.zeros(batch, max_blocks, dtype=torch.int32)
-    offset = 0
-    for b in range(batch):
-        n = int(blocks_per_seq[b])
-        block_table[b, :n] = order[offset:offset + n]
-        offset += n
-    values = torch.randn(num_blocks, 64, 128, generator=gen)
-    scales = values.abs().amax(dim=2).clamp(min=1e-4) / 448.0
-    fp8 = (values / scales[:, :, None]).to(torch.float8_e4m3fn)
+    order = torch.randperm(num_blocks, generator=gen, device=device).to(torch.int32)
+    first = torch.cumsum(blocks_per_seq, 0) - blocks_per_seq  # each sequence's run of the permutation
+    column = torch.arange(max_blocks, device=device)
+    index = (first[:, None] + column[None, :]).clamp(max=num_blocks - 1)
+    block_table = torch.where(column[None, :] < blocks_per_seq[:, None], order[index], 0).to(torch.int32)
     block_bytes = 64 * 132
     stride = block_stride or block_bytes
-    raw = torch.zeros(num_blocks * stride, dtype=torch.uint8)
+    raw = torch.zeros(num_blocks * stride, dtype=torch.uint8, device=device)
     flat = torch.as_strided(raw, (num_blocks, block_bytes), (stride, 1))
-    flat[:, :64 * 128] = fp8.view(torch.uint8).reshape(num_blocks, -1)
-    flat[:, 64 * 128:] = scales.float().contiguous().view(torch.uint8).reshape(num_blocks, -1)
-    q = torch.randn(batch, next_n, heads, 128, generator=gen).to(torch.float8_e4m3fn)
-    weights = torch.randn(batch * next_n, heads, generator=gen)
-    max_context_len = max_blocks * 64
-    out = dict(q=q, weights=weights, context_lens=lens.to(torch.int32), block_table=block_table)
-    out = {k: v.to(device) for k, v in out.items()}
-    raw = raw.to(device)
-    out["kv_cache"] = torch.as_strided(raw, (num_blocks, 64, 1, 132), (stride, 132, 132, 1))
-    out["max_context_len"] = max_context_len
-    return out
+    for begin in range(0, num_blocks, 16384):  # bounded float32 temporaries
+        end = min(num_blocks, begin + 16384)
+        values = torch.randn(end - begin, 64, 128, generator=gen, device=device)
+        scales = values.abs().amax(dim=2).clamp(min=1e-4) / 448.0
+        fp8 = (values / scales[:, :, None]).to(torch.float8_e4m3fn)
+        flat[begin:end, :64 * 128] = fp8.view(torch.uint8).reshape(end - begin, -1)
+        flat[begin:end, 64 * 128:] = scales.float().contiguous().view(torch.uint8).reshape(end - begin, -1)
+    q = torch.randn(batch, next_n, heads, 128, generator=gen, device=device).to(torch.float8_e4m3fn)
+    weights = torch.randn(batch * next_n, heads, generator=gen, device=device)
+    return dict(q=q, weights=weights, context_lens=lens.to(torch.int32), block_table=block_table,
+                kv_cache=torch.as_strided(raw, (num_blocks, 64, 1, 132), (stride, 132, 132, 1)),
+                max_context_len=max_blocks * 64)
 
 
 def expected_logits(inputs: dict) -> tuple:
-    """(values, bound, inside) in float64 on the CPU, [B * next_n, max_context_len] each: the formula
-    written out from the cache's bytes (relu of each head's dot product, weighted, summed, times the
-    row's scale), the error scale of each entry, and which entries are inside their row's length."""
-    q = inputs["q"].cpu().double()
-    weights = inputs["weights"].cpu().double()
-    lens = inputs["context_lens"].cpu().long()
-    table = inputs["block_table"].cpu().long()
-    cache = inputs["kv_cache"].cpu()
+    """(values, bound, inside) in float64 on the inputs' device, [B * next_n, max_context_len] each:
+    the formula written out from the cache's bytes (relu of each head's dot product, weighted,
+    summed, times the row's scale), the error scale of each entry, and which entries are inside
+    their row's length."""
+    q = inputs["q"].double()
+    weights = inputs["weights"].double()
+    lens = inputs["context_lens"].long()
+    table = inputs["block_table"].long()
+    cache = inputs["kv_cache"]
     batch, next_n, heads, dim = q.shape
     width = inputs["max_context_len"]
     num_blocks = cache.shape[0]
     stride = cache.stride(0) if num_blocks > 1 else 64 * 132
     flat = torch.as_strided(cache, (num_blocks, 64 * 132), (stride, 1))
-    kv_all = flat[:, :64 * 128].contiguous().view(torch.float8_e4m3fn).double().view(num_blocks, 64, dim)
-    scale_all = flat[:, 64 * 128:].contiguous().view(torch.float32).double()
-    values = torch.zeros(batch * next_n, width, dtype=torch.float64)
+    kv_all = flat[:, :64 * 128].contiguous().view(torch.float8_e4m3fn).view(num_blocks, 64, dim)
+    scale_all = flat[:, 64 * 128:].contiguous().view(torch.float32)
+    values = torch.zeros(batch * next_n, width, dtype=torch.float64, device=q.device)
     bound = torch.zeros_like(values)
-    cols = torch.arange(width)
-    inside = cols[None, :] < lens.reshape(-1, 1).clamp(max=min(width, 64 * table.shape[1]))
+    cols = torch.arange(width, device=q.device)
+    limit = min(width, 64 * table.shape[1])
+    inside = cols[None, :] < lens.reshape(-1, 1).clamp(max=limit)
+    extents = lens.clamp(min=0, max=limit).amax(dim=1).tolist() if batch else []
     for b in range(batch):
-        extent = int(lens[b].clamp(min=0, max=min(width, 64 * table.shape[1])).max())
+        extent = extents[b]
         if extent == 0:
             continue
         nblocks = -(-extent // 64)
-        kv = kv_all[table[b, :nblocks]].reshape(-1, dim)[:extent]
-        scale = scale_all[table[b, :nblocks]].reshape(-1)[:extent]
+        kv = kv_all[table[b, :nblocks]].double().reshape(-1, dim)[:extent]
+        scale = scale_all[table[b, :nblocks]].double().reshape(-1)[:extent]
         qb, wb = q[b].reshape(next_n * heads, dim), weights[b * next_n:(b + 1) * next_n]
         scores = (qb @ kv.T).reshape(next_n, heads, extent)
         magnitude = (qb.abs() @ kv.abs().T).reshape(next_n, heads, extent)
@@ -110,7 +113,7 @@ def expected_logits(inputs: dict) -> tuple:
 def check(got: torch.Tensor, inputs: dict, clean: bool, rel_bound: float = REL_BOUND) -> dict:
     """How ``got`` (float32 logits from fp8_paged_mqa_logits) meets the expectation; ``ok`` says all."""
     values, bound, inside = expected_logits(inputs)
-    got = got.cpu().double()
+    got = got.double()
     err = (got - values).abs()
     in_range = err[inside]
     worst = float((in_range / (bound[inside] + 1e-30)).max()) if in_range.numel() else 0.0
