@@ -9,7 +9,8 @@ block ``block_table[b, p // 64]``; DeepGEMM's conventions:
 
 * ``q`` float8_e4m3fn ``[B, next_n, H, 128]`` contiguous, ``next_n`` 1 or 2, ``H`` 32 or 64;
   ``weights`` float32 ``[B * next_n, H]`` contiguous; ``context_lens`` int32 ``[B, next_n]``
-  contiguous (DeepGEMM takes only this 2-D form); ``block_table`` int32 ``[B, max_blocks]`` with
+  contiguous (DeepGEMM's form), or ``[B]`` (its older form, still passed by engines: the tokens
+  are the sequence's last ``next_n`` positions, :func:`per_token_lengths`); ``block_table`` int32 ``[B, max_blocks]`` with
   unit column stride.
 * ``kv_cache`` uint8 ``[num_blocks, 64, 1, 132]``: each block is 64 rows of 128 e4m3 bytes, then
   the rows' 64 float32 scales (``kv_cache.view(num_blocks, -1)[:, :8192]`` and ``[:, 8192:]``);
@@ -40,7 +41,7 @@ from deep_tile.kernels import paged_mqa_logits as contract
 from deep_tile.pdl import get_pdl
 
 __all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "paged_mqa_logits_reference",
-           "paged_schedule_reference", "paged_logits_stride", "KV_ROW_BYTES"]
+           "paged_schedule_reference", "paged_logits_stride", "per_token_lengths", "KV_ROW_BYTES"]
 
 KV_ROW_BYTES = contract.HEAD_DIM + 4
 """Bytes per kv row of the fused cache: 128 e4m3 values and a float32 scale."""
@@ -72,13 +73,23 @@ def _int(fn: str, name: str, value, low: int) -> int:
 
 def _check_context_lens(fn: str, context_lens) -> torch.Tensor:
     context_lens = _tensor(fn, "context_lens", context_lens)
-    if context_lens.dtype != torch.int32 or context_lens.dim() != 2 or not context_lens.is_contiguous():
-        _fail(fn, f"context_lens must be a contiguous int32 [batch, next_n] tensor (DeepGEMM takes only the "
-                  f"2-D form); got {context_lens.dtype} {tuple(context_lens.shape)}"
+    if context_lens.dtype != torch.int32 or context_lens.dim() not in (1, 2) or not context_lens.is_contiguous():
+        _fail(fn, f"context_lens must be a contiguous int32 [batch, next_n] tensor (or [batch], DeepGEMM's older "
+                  f"form); got {context_lens.dtype} {tuple(context_lens.shape)}"
                   f"{'' if context_lens.is_contiguous() else ' (not contiguous)'}.")
-    if context_lens.shape[1] < 1:
+    if context_lens.dim() == 2 and context_lens.shape[1] < 1:
         _fail(fn, f"context_lens needs next_n >= 1 columns; got {tuple(context_lens.shape)}.")
     return context_lens
+
+
+def per_token_lengths(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
+    """``context_lens`` as int32 ``[batch, next_n]``: the 2-D form as given; the older 1-D form
+    (each sequence's length, its tokens the last ``next_n`` positions) as token ``t`` of sequence
+    ``b`` seeing ``context_lens[b] - next_n + t + 1`` rows."""
+    if context_lens.dim() == 2:
+        return context_lens
+    steps = torch.arange(1 - next_n, 1, dtype=torch.int32, device=context_lens.device)
+    return (context_lens[:, None] + steps[None, :]).contiguous()
 
 
 def paged_schedule_reference(context_lens: torch.Tensor, num_sms: int) -> torch.Tensor:
@@ -119,6 +130,8 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
     if block_kv != contract.BLOCK_KV:
         _fail(fn, f"block_kv must be {contract.BLOCK_KV} (DeepGEMM's SM90 kernel takes only it); got {block_kv}.")
     _int(fn, "num_sms", num_sms, 1)
+    if context_lens.dim() == 1:  # a sequence's last token has its whole length: the same units
+        context_lens = context_lens[:, None]
     batch, next_n = context_lens.shape
     if not context_lens.is_cuda:
         return paged_schedule_reference(context_lens, num_sms)
@@ -159,8 +172,9 @@ def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_c
     if weights.dtype != torch.float32 or tuple(weights.shape) != (batch * next_n, heads) or not weights.is_contiguous():
         _fail(fn, f"weights must be a contiguous float32 [{batch * next_n}, {heads}] tensor; "
                   f"got {weights.dtype} {tuple(weights.shape)}.")
-    if tuple(context_lens.shape) != (batch, next_n):
-        _fail(fn, f"context_lens must be [{batch}, {next_n}] (q's batch and next_n); got {tuple(context_lens.shape)}.")
+    if tuple(context_lens.shape) not in ((batch, next_n), (batch,)):
+        _fail(fn, f"context_lens must be [{batch}, {next_n}] or [{batch}] (q's batch and next_n); "
+                  f"got {tuple(context_lens.shape)}.")
     if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] != batch \
             or (block_table.shape[1] > 1 and block_table.stride(1) != 1):
         _fail(fn, f"block_table must be an int32 [{batch}, max_blocks] tensor with unit column stride; "
@@ -244,6 +258,7 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     """
     q, kv_cache, weights, context_lens, block_table, schedule_meta = _check(
         q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits)
+    context_lens = per_token_lengths(context_lens, q.shape[1])
     if not q.is_cuda:
         return paged_mqa_logits_reference(q, kv_cache, weights, context_lens, block_table, max_context_len)
     batch, next_n, heads, _ = q.shape

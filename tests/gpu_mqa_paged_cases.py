@@ -125,21 +125,26 @@ def check(got: torch.Tensor, inputs: dict, clean: bool, rel_bound: float = REL_B
 
 
 def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "random", clean: bool = False,
-          num_sms: int = 0, block_stride: int = 0, seed: int = 0) -> dict:
+          num_sms: int = 0, block_stride: int = 0, one_d: bool = False, seed: int = 0) -> dict:
     """One call of deep_tile.fp8_paged_mqa_logits on the GPU against the float64 formula, with the
-    schedule from get_paged_mqa_logits_metadata over ``num_sms`` slots (0: the device's SMs)."""
+    schedule from get_paged_mqa_logits_metadata over ``num_sms`` slots (0: the device's SMs);
+    ``one_d``: the older 1-D ``context_lens`` (the sequences' lengths) is passed instead."""
     import deep_tile
-    from deep_tile.paged_attention import paged_logits_stride, paged_schedule_reference
+    from deep_tile.paged_attention import paged_logits_stride, paged_schedule_reference, per_token_lengths
 
     inputs = make_inputs(batch, next_n, heads, avg_kv, lengths, seed, "cuda", block_stride=block_stride)
+    given = inputs["context_lens"]
+    if one_d:
+        given = inputs["context_lens"][:, -1].contiguous()
+        inputs["context_lens"] = per_token_lengths(given, next_n)  # what the expectation reads
     slots = num_sms or deep_tile.get_num_sms()
-    schedule = deep_tile.get_paged_mqa_logits_metadata(inputs["context_lens"], 64, slots)
+    schedule = deep_tile.get_paged_mqa_logits_metadata(given, 64, slots)
     schedule_ok = torch.equal(schedule.cpu(), paged_schedule_reference(inputs["context_lens"].cpu(), slots))
     width = inputs["max_context_len"]
     stride = paged_logits_stride(width)
     poison = torch.full((batch * next_n, max(stride, 1)), float("nan"), device="cuda")
     del poison  # the allocator hands this block to the logits: unwritten entries stay NaN
-    got = deep_tile.fp8_paged_mqa_logits(inputs["q"], inputs["kv_cache"], inputs["weights"], inputs["context_lens"],
+    got = deep_tile.fp8_paged_mqa_logits(inputs["q"], inputs["kv_cache"], inputs["weights"], given,
                                          inputs["block_table"], schedule, width, clean_logits=clean)
     torch.cuda.synchronize()
     layout_ok = (tuple(got.shape) == (batch * next_n, width) and (batch * next_n <= 1 or got.stride(0) == stride)
@@ -148,7 +153,7 @@ def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "rand
     result.update(layout_ok=layout_ok, schedule_ok=schedule_ok)
     result["ok"] = result["ok"] and layout_ok and schedule_ok
     return {"case": f"paged B={batch} next_n={next_n} H={heads} avg_kv={avg_kv} {lengths} clean={clean} "
-                    f"slots={slots} block_stride={block_stride}", **result}
+                    f"slots={slots} block_stride={block_stride} one_d={one_d}", **result}
 
 
 def timed_graph(batch: int = 64, next_n: int = 2, heads: int = 64, avg_kv: int = 4096) -> dict:

@@ -214,7 +214,8 @@ def _inputs():
     (dict(weights=torch.zeros(4, 32, dtype=torch.float64)), ValueError, "weights"),
     (dict(weights=torch.zeros(32, 4).t()), ValueError, "weights"),
     (dict(weights=torch.zeros(2, 32)), ValueError, "weights"),
-    (dict(context_lens=torch.zeros(2, dtype=torch.int32)), ValueError, "2-D"),
+    (dict(context_lens=torch.zeros(3, dtype=torch.int32)), ValueError, "context_lens must be"),
+    (dict(context_lens=torch.zeros(2, 2, 1, dtype=torch.int32)), ValueError, "int32 \\[batch, next_n\\]"),
     (dict(context_lens=torch.zeros(2, 2, dtype=torch.int64)), ValueError, "int32"),
     (dict(context_lens=torch.zeros(2, 1, dtype=torch.int32)), ValueError, "context_lens must be"),
     (dict(context_lens=torch.zeros(2, 4, dtype=torch.int32)[:, ::2]), ValueError, "contiguous"),
@@ -246,10 +247,21 @@ def test_bad_schedule_and_flags_raise():
         get_paged_mqa_logits_metadata(inputs["context_lens"], 64, 0)
     with pytest.raises(TypeError, match="num_sms"):
         get_paged_mqa_logits_metadata(inputs["context_lens"], 64, 4.0)
-    with pytest.raises(ValueError, match="2-D"):
-        get_paged_mqa_logits_metadata(inputs["context_lens"].reshape(-1), 64, 4)
+    with pytest.raises(ValueError, match="context_lens"):
+        get_paged_mqa_logits_metadata(inputs["context_lens"][:, :, None], 64, 4)
     with pytest.raises(TypeError, match="context_lens"):
         get_paged_mqa_logits_metadata([1, 2], 64, 4)
+
+
+def test_one_dimensional_context_lens_is_deepgemms_older_form():
+    # [B]: token t of sequence b sees context_lens[b] - next_n + t + 1 rows (causal within the step)
+    inputs = make_inputs(3, 2, 64, 200, "full", seed=6)
+    last = inputs["context_lens"][:, -1].contiguous()
+    two_d = torch.stack([last - 1, last], dim=1).to(torch.int32)
+    schedule = get_paged_mqa_logits_metadata(last, 64, 4)
+    assert torch.equal(schedule, get_paged_mqa_logits_metadata(two_d, 64, 4))
+    got = _call(inputs, schedule=schedule, context_lens=last, clean=True)
+    assert torch.equal(got, _call(inputs, schedule=schedule, context_lens=two_d, clean=True))
 
 
 def test_empty_batch_and_zero_width():
@@ -371,6 +383,7 @@ GPU_CASES = [
     dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True),
     dict(batch=40, next_n=2, heads=32, avg_kv=900, block_stride=64 * 132 + 256, clean=True),
     dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1),
+    dict(batch=100, next_n=2, heads=64, avg_kv=3000, one_d=True, clean=True),
 ]
 
 
