@@ -39,8 +39,10 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-STAGES = 3
-"""Cache blocks in flight per CTA, the one being multiplied included (``kPagedStages``)."""
+STAGES = 4
+"""Cache blocks in flight per CTA, the one being multiplied included (``kPagedStages``): with the
+q slots this gives 2 (next_n * H = 128), 3 (64) or 4 (32) CTAs per SM and 6 to 12 blocks (50-100 KB)
+in flight per SM, about what the HBM's bandwidth-latency product asks of each SM."""
 SCHEDULE_THREADS = 1024
 """Threads of the schedule's one CTA (``kPagedScheduleThreads``)."""
 CLEAN_THREADS = 256

@@ -38,7 +38,7 @@ constexpr int kPagedBlockKV = 64;                                  // kv rows pe
 constexpr int kPagedSplitBlocks = 4;                               // cache blocks per work unit (CTAs per SM slot)
 constexpr int kPagedSplitKV = kPagedBlockKV * kPagedSplitBlocks;   // kv rows per work unit
 constexpr int kPagedThreads = 128;                                 // one warpgroup per CTA
-constexpr int kPagedStages = 3;                                    // blocks in flight per CTA, the one in use included
+constexpr int kPagedStages = 4;                                    // blocks in flight per CTA, the one in use included
 constexpr int kPagedScheduleThreads = 1024;                        // the schedule kernel's one CTA
 constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
 
