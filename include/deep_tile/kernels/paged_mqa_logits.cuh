@@ -19,6 +19,8 @@
 // 128B-swizzled for the wgmma), kPagedStages - 1 blocks ahead of the one being multiplied; a
 // sequence's q rows and weights go into a ring slot of their own when the sequence changes
 // (kPagedStages slots: a slot is rewritten only after every block of its sequence was consumed).
+// One barrier per block: past it every thread's copies of the block have landed and every thread
+// is done with the previous block, whose stage the next copies then fill.
 // Plain 16-byte copies rather than TMA: a block is one 8 KiB run plus 256 bytes of scales, one
 // cp.async per thread per 2 KiB, with no tensor map to build per call and no mbarrier phases.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
@@ -150,6 +152,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
                                 float* __restrict__ logits, int stride_logits, int max_context_len) {
   constexpr int kN = kNextN * kNumHeads;  // q rows of one sequence: the wgmma's N
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
+  static_assert(kPagedStages >= 2, "a block in use and at least one in flight");
   using Mma = ptx::WgmmaFp8<kN>;
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
@@ -221,10 +224,10 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   int consumer_q_seq = -1, consumer_b = -1;
   int lens[kNextN];
   for (int iter = 0; consumer.has(); ++iter) {
-    issue((iter + kPagedStages - 1) % kPagedStages);  // the stage consumed last iteration (all done with it)
-    ptx::cp_async_wait_group<kPagedStages - 1>();    // this thread's copies of block `iter` have landed
+    ptx::cp_async_wait_group<kPagedStages - 2>();    // this thread's copies of block `iter` have landed
     ptx::fence_proxy_async_shared();                  // ... and are visible to the wgmma's proxy
-    __syncthreads();                                  // ... and so are every other thread's
+    __syncthreads();  // ... and so are every other thread's; and all are done with block iter - 1
+    issue((iter + kPagedStages - 1) % kPagedStages);  // into block iter - 1's stage (and maybe a q slot)
     const int stage = iter % kPagedStages;
     if (consumer.b != consumer_b) {
       consumer_b = consumer.b, ++consumer_q_seq;
@@ -279,7 +282,6 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
         if (p1 < lens[t]) out_row[p1] = v1[t] * scale1;
       }
     }
-    __syncthreads();  // every thread is done with this stage and q slot before they are refilled
     ++consumer.s;
     consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
   }
