@@ -273,7 +273,7 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads))
     values = (q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
               weights.data_ptr(), context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0),
-              block_table.shape[1], schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len)
+              block_table.shape[1], schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
     with torch.cuda.device(device):
         kernel.launch(grid=contract.grid(num_slots), block=contract.THREADS,
                       smem_bytes=contract.smem_bytes(next_n, heads), stream=stream,

@@ -293,7 +293,7 @@ def test_contract_geometry():
             assert smem == 1024 + contract.STAGES * (n * 128 + 8192 + 256 + 4 * n)
     assert contract.units(0) == 0 and contract.units(-5) == 0 and contract.units(256) == 1 and contract.units(257) == 2
     assert contract.clean_grid(0, 132) == (1, 1, 1) and contract.clean_grid(10 ** 6, 132) == (1056, 1, 1)
-    assert len(contract.LOGITS_ARGUMENT_KINDS) == 13 and len(contract.SCHEDULE_ARGUMENT_KINDS) == 5
+    assert len(contract.LOGITS_ARGUMENT_KINDS) == 14 and len(contract.SCHEDULE_ARGUMENT_KINDS) == 5
     assert len(contract.CLEAN_ARGUMENT_KINDS) == 6
 
 

@@ -13,10 +13,11 @@ extern "C" __global__ void __launch_bounds__(deep_tile::kPagedScheduleThreads) d
           const deep_tile::u8* __restrict__ q, const deep_tile::u8* __restrict__ kv_cache, int kv_block_stride,    \
           int num_kv_blocks, const float* __restrict__ weights, const int* __restrict__ context_lens,              \
           const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
-          const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len) { \
+          const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
+          int batch) {                                                                                             \
     deep_tile::paged_mqa_logits<next_n, heads>(q, kv_cache, kv_block_stride, num_kv_blocks, weights, context_lens, \
                                                block_table, block_table_stride, max_blocks, schedule, logits,     \
-                                               stride_logits, max_context_len);                                    \
+                                               stride_logits, max_context_len, batch);                             \
   }
 
 /// The logits: 4 CTAs of 128 threads per schedule slot, paged_mqa_logits_smem_bytes(next_n * heads) bytes each.

@@ -53,10 +53,11 @@ CLEAN_SYMBOL = "deep_tile_paged_mqa_logits_clean"
 """The clean pass."""
 SCHEDULE_ARGUMENT_KINDS = ("ptr", "i32", "i32", "i32", "ptr")
 """The schedule's parameters: (context_lens, batch, next_n, num_slots, schedule)."""
-LOGITS_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "ptr", "ptr", "ptr", "i32", "i32", "ptr", "ptr", "i32", "i32")
+LOGITS_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "ptr", "ptr", "ptr", "i32", "i32", "ptr", "ptr", "i32", "i32",
+                         "i32")
 """The logits kernel's parameters: (q, kv_cache, kv_block_stride in bytes, num_kv_blocks, weights,
 context_lens, block_table, block_table_stride, max_blocks, schedule, logits, stride_logits,
-max_context_len)."""
+max_context_len, batch)."""
 CLEAN_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32", "i32")
 """The clean pass's parameters: (context_lens, logits, rows, stride_logits, max_context_len,
 len_limit: lengths are cut there, the rows the block table holds)."""

@@ -143,13 +143,14 @@ struct PagedCursor {
 
 /// Logits kernel body: grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
 /// paged_mqa_logits_smem_bytes(kNextN * kNumHeads). kv_block_stride: bytes between cache blocks;
-/// block_table_stride: ints between table rows of max_blocks entries; logits rows of stride_logits floats.
+/// block_table_stride: ints between table rows of max_blocks entries; logits rows of stride_logits floats;
+/// batch: the sequences (the schedule's units past them are not read).
 template <int kNextN, int kNumHeads>
 DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__ kv_cache, int kv_block_stride,
                                 int num_kv_blocks, const float* __restrict__ weights,
                                 const int* __restrict__ context_lens, const int* __restrict__ block_table,
                                 int block_table_stride, int max_blocks, const int* __restrict__ schedule,
-                                float* __restrict__ logits, int stride_logits, int max_context_len) {
+                                float* __restrict__ logits, int stride_logits, int max_context_len, int batch) {
   constexpr int kN = kNextN * kNumHeads;  // q rows of one sequence: the wgmma's N
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
   static_assert(kPagedStages >= 2, "a block in use and at least one in flight");
@@ -170,6 +171,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   PagedCursor start;
   start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
   start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
+  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a schedule of a larger batch stops at this one's end
   start.group = group, start.units = 0, start.blocks = 0;
   if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
   start.settle(context_lens, kNextN, max_blocks, max_context_len);
