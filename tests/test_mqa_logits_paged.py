@@ -288,9 +288,10 @@ def test_contract_geometry():
     for next_n in contract.NEXT_N:
         for heads in contract.HEADS:
             smem = contract.smem_bytes(next_n, heads)
-            assert smem <= 227 * 1024
             n = next_n * heads
-            assert smem == 1024 + contract.STAGES * (n * 128 + 8192 + 256 + 4 * n)
+            assert smem == 1024 + contract.STAGES[n] * (n * 128 + 8192 + 256 + 4 * n)
+            per_sm = 228 * 1024 // (smem + 1024)  # the SM's shared memory, 1 KiB reserved per CTA
+            assert per_sm == (2 if n == 128 else contract.CTAS_PER_SLOT), (n, per_sm)
     assert contract.units(0) == 0 and contract.units(-5) == 0 and contract.units(256) == 1 and contract.units(257) == 2
     assert contract.clean_grid(0, 132) == (1, 1, 1) and contract.clean_grid(10 ** 6, 132) == (1056, 1, 1)
     assert len(contract.LOGITS_ARGUMENT_KINDS) == 14 and len(contract.SCHEDULE_ARGUMENT_KINDS) == 5

@@ -39,10 +39,11 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-STAGES = 4
-"""Cache blocks in flight per CTA, the one being multiplied included (``kPagedStages``): with the
-q slots this gives 2 (next_n * H = 128), 3 (64) or 4 (32) CTAs per SM and 6 to 12 blocks (50-100 KB)
-in flight per SM, about what the HBM's bandwidth-latency product asks of each SM."""
+STAGES = {32: 4, 64: 3, 128: 4}
+"""Ring stages per CTA by ``next_n * H`` (``paged_stages``): the blocks in flight, the one in use
+included. N 32 and 64 keep four CTAs per SM (a slot's four resident together, one wave); N 128
+fits two per SM either way. 6 to 12 blocks (50-100 KB) are in flight per SM, about what the HBM's
+bandwidth-latency product asks of each SM."""
 SCHEDULE_THREADS = 1024
 """Threads of the schedule's one CTA (``kPagedScheduleThreads``)."""
 CLEAN_THREADS = 256
@@ -76,7 +77,7 @@ def smem_bytes(next_n: int, num_heads: int) -> int:
     rows (``next_n * H`` x 128 bytes), a cache block (64 x 128 bytes), its 64 scales and the
     ``next_n * H`` weights, and 1024 bytes to align the rings."""
     n = next_n * num_heads
-    return 1024 + STAGES * (n * HEAD_DIM + BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + n * 4)
+    return 1024 + STAGES[n] * (n * HEAD_DIM + BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + n * 4)
 
 
 def grid(num_slots: int) -> tuple:

@@ -15,10 +15,10 @@
 // tokens, K: head_dim 128) into N / 2 accumulators, then relu, weights and the head sums of each
 // token in registers (in-thread, then over a row quad) and the kv row's scale.
 //
-// Operands stream with 16-byte cp.async into a ring of kPagedStages stages (kv block + scales,
-// 128B-swizzled for the wgmma), kPagedStages - 1 blocks ahead of the one being multiplied; a
+// Operands stream with 16-byte cp.async into a ring of S = paged_stages(N) stages (kv block + scales,
+// 128B-swizzled for the wgmma), S - 1 blocks ahead of the one being multiplied; a
 // sequence's q rows and weights go into a ring slot of their own when the sequence changes
-// (kPagedStages slots: a slot is rewritten only after every block of its sequence was consumed).
+// (S slots: a slot is rewritten only after every block of its sequence was consumed).
 // One barrier per block: past it every thread's copies of the block have landed and every thread
 // is done with the previous block, whose stage the next copies then fill.
 // Plain 16-byte copies rather than TMA: a block is one 8 KiB run plus 256 bytes of scales, one
@@ -40,14 +40,19 @@ constexpr int kPagedBlockKV = 64;                                  // kv rows pe
 constexpr int kPagedSplitBlocks = 4;                               // cache blocks per work unit (CTAs per SM slot)
 constexpr int kPagedSplitKV = kPagedBlockKV * kPagedSplitBlocks;   // kv rows per work unit
 constexpr int kPagedThreads = 128;                                 // one warpgroup per CTA
-constexpr int kPagedStages = 4;                                    // blocks in flight per CTA, the one in use included
 constexpr int kPagedScheduleThreads = 1024;                        // the schedule kernel's one CTA
 constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
+
+/// Ring stages (blocks in flight per CTA, the one in use included) for N = next_n * H q rows: as
+/// many as keep all four CTAs of an SM slot resident together where they fit (N 32: 4 stages,
+/// 4 CTAs per SM; N 64: 3 stages, 4 CTAs: a fourth stage would leave 3 per SM and a second,
+/// one-CTA-per-SM wave); N 128 fits 2 CTAs per SM with 3 or 4 stages, so 4.
+__host__ __device__ constexpr int paged_stages(int n) { return n == 64 ? 3 : 4; }
 
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n) {
-  return 1024 + kPagedStages * (n * kPagedHeadDim + kPagedBlockBytes + kPagedBlockKV * 4 + n * 4);
+  return 1024 + paged_stages(n) * (n * kPagedHeadDim + kPagedBlockBytes + kPagedBlockKV * 4 + n * 4);
 }
 
 /// The longest context of sequence b over its next_n tokens (negative lengths count as 0).
@@ -153,15 +158,16 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
                                 float* __restrict__ logits, int stride_logits, int max_context_len, int batch) {
   constexpr int kN = kNextN * kNumHeads;  // q rows of one sequence: the wgmma's N
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
-  static_assert(kPagedStages >= 2, "a block in use and at least one in flight");
+  constexpr int kStages = paged_stages(kN);
+  static_assert(kStages >= 2, "a block in use and at least one in flight");
   using Mma = ptx::WgmmaFp8<kN>;
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
-  u8* q_ring = smem;                                          // kPagedStages x kQBytes
-  u8* kv_ring = q_ring + kPagedStages * kQBytes;              // kPagedStages x kPagedBlockBytes
-  float* scale_ring = reinterpret_cast<float*>(kv_ring + kPagedStages * kPagedBlockBytes);  // x 64
-  float* weight_ring = scale_ring + kPagedStages * kPagedBlockKV;                           // x kN
+  u8* q_ring = smem;                                          // kStages x kQBytes
+  u8* kv_ring = q_ring + kStages * kQBytes;                   // kStages x kPagedBlockBytes
+  float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kStages x kN
 
   ptx::grid_dependency_wait();  // the stream predecessor may write any input
   ptx::launch_dependents();
@@ -199,7 +205,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
         ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
       if (producer.b != producer_b) {
         producer_b = producer.b, ++producer_q_seq;
-        const int q_slot = producer_q_seq % kPagedStages;
+        const int q_slot = producer_q_seq % kStages;
         const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
         u8* q_dst = q_ring + q_slot * kQBytes;
 #pragma unroll
@@ -219,25 +225,25 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   };
 
 #pragma unroll
-  for (int stage = 0; stage < kPagedStages - 1; ++stage) issue(stage);
+  for (int stage = 0; stage < kStages - 1; ++stage) issue(stage);
 
   // this thread's two kv rows of a block in the accumulator layout
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
   int consumer_q_seq = -1, consumer_b = -1;
   int lens[kNextN];
   for (int iter = 0; consumer.has(); ++iter) {
-    ptx::cp_async_wait_group<kPagedStages - 2>();    // this thread's copies of block `iter` have landed
-    ptx::fence_proxy_async_shared();                  // ... and are visible to the wgmma's proxy
+    ptx::cp_async_wait_group<kStages - 2>();  // this thread's copies of block `iter` have landed
+    ptx::fence_proxy_async_shared();          // ... and are visible to the wgmma's proxy
     __syncthreads();  // ... and so are every other thread's; and all are done with block iter - 1
-    issue((iter + kPagedStages - 1) % kPagedStages);  // into block iter - 1's stage (and maybe a q slot)
-    const int stage = iter % kPagedStages;
+    issue((iter + kStages - 1) % kStages);  // into block iter - 1's stage (and maybe a q slot)
+    const int stage = iter % kStages;
     if (consumer.b != consumer_b) {
       consumer_b = consumer.b, ++consumer_q_seq;
 #pragma unroll
       for (int t = 0; t < kNextN; ++t)
         lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
     }
-    const int q_slot = consumer_q_seq % kPagedStages;
+    const int q_slot = consumer_q_seq % kStages;
 
     float acc[Mma::kNumAccum];
 #pragma unroll
