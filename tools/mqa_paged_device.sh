@@ -48,7 +48,7 @@ if command -v compute-sanitizer > /dev/null; then
 else
   for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
 fi
-run bench_warm 150 $PY benchmarks/bench_mqa_logits_paged.py --shapes 256:1:32:8192 256:2:64:8192 --iters 1
+run bench_warm 150 $PY benchmarks/bench_mqa_logits_paged.py --shapes 256:1:32:8192 256:1:64:8192 256:2:32:8192 256:2:64:8192 --iters 1
 wait
 phase1=$(( $(date +%s) - start ))
 left=$(( 285 - phase1 )); [ "$left" -lt 60 ] && left=60
