@@ -10,8 +10,8 @@ block ``block_table[b, p // 64]``; DeepGEMM's conventions:
 * ``q`` float8_e4m3fn ``[B, next_n, H, 128]`` contiguous, ``next_n`` 1 or 2, ``H`` 32 or 64;
   ``weights`` float32 ``[B * next_n, H]`` contiguous; ``context_lens`` int32 ``[B, next_n]``
   contiguous (DeepGEMM's form), or ``[B]`` (its older form, still passed by engines: the tokens
-  are the sequence's last ``next_n`` positions, :func:`per_token_lengths`); ``block_table`` int32 ``[B, max_blocks]`` with
-  unit column stride.
+  are the sequence's last ``next_n`` positions, :func:`per_token_lengths`); ``block_table`` int32
+  ``[B, max_blocks]`` with unit column stride.
 * ``kv_cache`` uint8 ``[num_blocks, 64, 1, 132]``: each block is 64 rows of 128 e4m3 bytes, then
   the rows' 64 float32 scales (``kv_cache.view(num_blocks, -1)[:, :8192]`` and ``[:, 8192:]``);
   rows contiguous in a block, blocks ``kv_cache.stride(0)`` bytes apart (a multiple of 16 here).
@@ -167,8 +167,9 @@ def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_c
                   f"contiguous in a block (strides (*, {KV_ROW_BYTES}, *, 1)); got {kv_cache.dtype} "
                   f"{tuple(kv_cache.shape)} strides {kv_cache.stride()}.")
     if kv_cache.shape[0] > 1 and (kv_cache.stride(0) % 16 or kv_cache.stride(0) < contract.BLOCK_KV * KV_ROW_BYTES):
-        _fail(fn, f"kv_cache's blocks must lie a multiple of 16 bytes apart, at least {contract.BLOCK_KV * KV_ROW_BYTES}"
-                  f" (the kernel copies 16-byte vectors); got a stride of {kv_cache.stride(0)} bytes.")
+        _fail(fn, f"kv_cache's blocks must lie a multiple of 16 bytes apart, at least "
+                  f"{contract.BLOCK_KV * KV_ROW_BYTES} (the kernel copies 16-byte vectors); got a stride of "
+                  f"{kv_cache.stride(0)} bytes.")
     if weights.dtype != torch.float32 or tuple(weights.shape) != (batch * next_n, heads) or not weights.is_contiguous():
         _fail(fn, f"weights must be a contiguous float32 [{batch * next_n}, {heads}] tensor; "
                   f"got {weights.dtype} {tuple(weights.shape)}.")

@@ -177,7 +177,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   PagedCursor start;
   start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
   start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
-  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a schedule of a larger batch stops at this one's end
+  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a larger batch's schedule stops at this one's end
   start.group = group, start.units = 0, start.blocks = 0;
   if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
   start.settle(context_lens, kNextN, max_blocks, max_context_len);
