@@ -192,6 +192,63 @@ def test_schedule_uses_the_longest_token():
     assert schedule.tolist() == [[0, 0], [0, 1], [1, 1], [2, 0]]  # units 2 and 3: slots start at 0, 1, 3
 
 
+def _pipeline(seqs: list, stages: int, q_slots: int) -> int:
+    """The logits kernel's copy pipeline transcribed (issue / wait / consume over the CTA's blocks,
+    ``seqs[i]`` the sequence of block i), asserting at every step that the block in use has been
+    issued and waited for, that no copy lands in a stage whose block is unconsumed and that no
+    q slot is rewritten while a block of its sequence is unconsumed. Returns the largest number of
+    blocks in flight."""
+    numbers = []  # the sequence number of each block: sequence changes along the walk
+    for i, b in enumerate(seqs):
+        numbers.append(0 if i == 0 else numbers[-1] + (b != seqs[i - 1]))
+    issued, most = 0, 0
+    slot_owner = {}
+    stage_block = {}
+
+    def can_issue(last, consumer_seq):
+        return issued < len(seqs) and issued <= last and numbers[issued] - consumer_seq < q_slots
+
+    def issue(consumed_before):
+        nonlocal issued
+        t = issued
+        old = stage_block.get(t % stages)
+        assert old is None or old < consumed_before, ("stage reused too early", t, old)
+        stage_block[t % stages] = t
+        if t == 0 or numbers[t] != numbers[t - 1]:  # a new sequence: its q slot is written
+            slot = numbers[t] % q_slots
+            owner = slot_owner.get(slot)
+            in_use = [i for i in range(consumed_before, t) if numbers[i] == owner]
+            assert owner is None or not in_use, ("q slot rewritten in use", t, owner)
+            slot_owner[slot] = numbers[t]
+        issued += 1
+
+    while can_issue(stages - 2, 0):
+        issue(0)
+    for it in range(len(seqs)):
+        ahead = issued - 1 - it
+        assert ahead >= 0, ("block not issued before its wait", it)
+        assert ahead <= stages - 2
+        most = max(most, ahead + 1)
+        while can_issue(it + stages - 1, numbers[it]):
+            issue(it)
+        assert slot_owner[numbers[it] % q_slots] == numbers[it], ("q slot holds another sequence", it)
+        assert stage_block[it % stages] == it
+    return most
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_copy_pipeline_never_overwrites_what_is_in_use(seed):
+    rng = random.Random(seed)
+    seqs, b = [], 0
+    for _ in range(rng.randint(1, 12)):  # runs of blocks per sequence, many of them short
+        seqs += [b] * rng.choice([1, 1, 2, 3, 7, 40])
+        b += rng.randint(1, 3)
+    for stages in sorted(set(contract.STAGES.values())) + [2, 3]:
+        most = _pipeline(seqs, stages, contract.Q_SLOTS)
+        if len(set(seqs)) == 1:  # one sequence: the ring runs full
+            assert most == min(len(seqs), stages - 1)
+
+
 # --------------------------------------------------------------------------------------------------
 # Argument checks
 # --------------------------------------------------------------------------------------------------
@@ -289,7 +346,7 @@ def test_contract_geometry():
         for heads in contract.HEADS:
             smem = contract.smem_bytes(next_n, heads)
             n = next_n * heads
-            assert smem == 1024 + contract.STAGES[n] * (n * 128 + 8192 + 256 + 4 * n)
+            assert smem == 1024 + contract.Q_SLOTS * (n * 128 + 4 * n) + contract.STAGES[n] * (8192 + 256)
             per_sm = 228 * 1024 // (smem + 1024)  # the SM's shared memory, 1 KiB reserved per CTA
             assert per_sm == (2 if n == 128 else contract.CTAS_PER_SLOT), (n, per_sm)
     assert contract.units(0) == 0 and contract.units(-5) == 0 and contract.units(256) == 1 and contract.units(257) == 2

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from deep_tile.common import ceil_div
 
-__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "STAGES",
+__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "STAGES", "Q_SLOTS",
            "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL", "SCHEDULE_ARGUMENT_KINDS",
            "LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS", "symbol", "smem_bytes", "grid", "units",
            "clean_grid"]
@@ -39,11 +39,13 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-STAGES = {32: 4, 64: 3, 128: 4}
+STAGES = {32: 5, 64: 4, 128: 8}
 """Ring stages per CTA by ``next_n * H`` (``paged_stages``): the blocks in flight, the one in use
 included. N 32 and 64 keep four CTAs per SM (a slot's four resident together, one wave); N 128
-fits two per SM either way. 6 to 12 blocks (50-100 KB) are in flight per SM, about what the HBM's
+fits two per SM. 14 to 16 blocks (115-135 KB) are in flight per SM, more than the HBM's
 bandwidth-latency product asks of each SM."""
+Q_SLOTS = 2
+"""q slots per CTA (``kPagedQSlots``): a sequence's q rows and weights each."""
 SCHEDULE_THREADS = 1024
 """Threads of the schedule's one CTA (``kPagedScheduleThreads``)."""
 CLEAN_THREADS = 256
@@ -73,11 +75,11 @@ def symbol(next_n: int, num_heads: int) -> str:
 
 
 def smem_bytes(next_n: int, num_heads: int) -> int:
-    """Dynamic shared memory of a logits CTA (``paged_mqa_logits_smem_bytes``): per stage the q
-    rows (``next_n * H`` x 128 bytes), a cache block (64 x 128 bytes), its 64 scales and the
-    ``next_n * H`` weights, and 1024 bytes to align the rings."""
+    """Dynamic shared memory of a logits CTA (``paged_mqa_logits_smem_bytes``): per q slot the q
+    rows (``next_n * H`` x 128 bytes) and their weights, per stage a cache block (64 x 128 bytes)
+    and its 64 scales, and 1024 bytes to align the rings."""
     n = next_n * num_heads
-    return 1024 + STAGES[n] * (n * HEAD_DIM + BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + n * 4)
+    return 1024 + Q_SLOTS * (n * HEAD_DIM + n * 4) + STAGES[n] * (BLOCK_KV * HEAD_DIM + BLOCK_KV * 4)
 
 
 def grid(num_slots: int) -> tuple:

@@ -15,12 +15,15 @@
 // tokens, K: head_dim 128) into N / 2 accumulators, then relu, weights and the head sums of each
 // token in registers (in-thread, then over a row quad) and the kv row's scale.
 //
-// Operands stream with 16-byte cp.async into a ring of S = paged_stages(N) stages (kv block + scales,
-// 128B-swizzled for the wgmma), S - 1 blocks ahead of the one being multiplied; a
-// sequence's q rows and weights go into a ring slot of their own when the sequence changes
-// (S slots: a slot is rewritten only after every block of its sequence was consumed).
-// One barrier per block: past it every thread's copies of the block have landed and every thread
-// is done with the previous block, whose stage the next copies then fill.
+// Operands stream with 16-byte cp.async (one commit group per block) into a ring of S =
+// paged_stages(N) stages (kv block + scales, 128B-swizzled for the wgmma), up to S - 1 blocks
+// ahead of the one being multiplied; a sequence's q rows and weights go into one of
+// kPagedQSlots slots when the sequence changes. A block is issued only when its stage's previous
+// block was consumed and, if it starts a sequence, when that sequence's slot is free (fewer than
+// kPagedQSlots sequences from the one in use to it): short sequences may hold the copies back, and
+// the wait then asks for fewer groups in flight. One barrier per block: past it every thread's
+// copies of the block have landed and every thread is done with the previous block, whose stage
+// (and maybe q slot) the next copies then fill.
 // Plain 16-byte copies rather than TMA: a block is one 8 KiB run plus 256 bytes of scales, one
 // cp.async per thread per 2 KiB, with no tensor map to build per call and no mbarrier phases.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
@@ -43,16 +46,33 @@ constexpr int kPagedThreads = 128;                                 // one warpgr
 constexpr int kPagedScheduleThreads = 1024;                        // the schedule kernel's one CTA
 constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
 
+/// q slots per CTA: two, so a sequence's q rows arrive while the previous sequence's last blocks
+/// are multiplied; the shared memory they would take beyond that goes to kv stages.
+constexpr int kPagedQSlots = 2;
+
 /// Ring stages (blocks in flight per CTA, the one in use included) for N = next_n * H q rows: as
-/// many as keep all four CTAs of an SM slot resident together where they fit (N 32: 4 stages,
-/// 4 CTAs per SM; N 64: 3 stages, 4 CTAs: a fourth stage would leave 3 per SM and a second,
-/// one-CTA-per-SM wave); N 128 fits 2 CTAs per SM with 3 or 4 stages, so 4.
-__host__ __device__ constexpr int paged_stages(int n) { return n == 64 ? 3 : 4; }
+/// many as fit with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4), and for N
+/// 128, which fits only 2 CTAs per SM, as many as fit two (8).
+__host__ __device__ constexpr int paged_stages(int n) { return n <= 32 ? 5 : n <= 64 ? 4 : 8; }
 
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n) {
-  return 1024 + paged_stages(n) * (n * kPagedHeadDim + kPagedBlockBytes + kPagedBlockKV * 4 + n * 4);
+  return 1024 + kPagedQSlots * (n * kPagedHeadDim + n * 4) + paged_stages(n) * (kPagedBlockBytes + kPagedBlockKV * 4);
+}
+
+/// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
+template <int N>
+DT_DEVICE void cp_async_wait_at_most(int ahead) {
+  if constexpr (N == 0) {
+    ptx::cp_async_wait_group<0>();
+  } else {
+    if (ahead >= N) {
+      ptx::cp_async_wait_group<N>();
+    } else {
+      cp_async_wait_at_most<N - 1>(ahead);
+    }
+  }
 }
 
 /// The longest context of sequence b over its next_n tokens (negative lengths count as 0).
@@ -164,10 +184,10 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
-  u8* q_ring = smem;                                          // kStages x kQBytes
-  u8* kv_ring = q_ring + kStages * kQBytes;                   // kStages x kPagedBlockBytes
+  u8* q_ring = smem;                                          // kPagedQSlots x kQBytes
+  u8* kv_ring = q_ring + kPagedQSlots * kQBytes;              // kStages x kPagedBlockBytes
   float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
-  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kStages x kN
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kPagedQSlots x kN
 
   ptx::grid_dependency_wait();  // the stream predecessor may write any input
   ptx::launch_dependents();
@@ -183,67 +203,75 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   start.settle(context_lens, kNextN, max_blocks, max_context_len);
   PagedCursor producer = start, consumer = start;
 
-  // the producer: stage `stage` gets block producer.block() of sequence producer.b, and a new
-  // sequence's q rows and weights go into q slot q_slot
+  // the producer: block `issued` of the CTA's walk goes into stage issued % kStages, a new
+  // sequence's q rows and weights into slot (its sequence number) % kPagedQSlots
   const auto table_entry = [&](const PagedCursor& c) {
     return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
   };
   int producer_entry = table_entry(producer);
-  int producer_q_seq = -1, producer_b = -1;  // q slots are numbered by sequence changes
-  const auto issue = [&](int stage) {
-    if (producer.has()) {
-      const bool valid = producer_entry >= 0 && producer_entry < num_kv_blocks;
-      const u8* src = kv_cache + static_cast<long long>(valid ? producer_entry : 0) * kv_block_stride;
-      const u32 bytes = valid ? 16u : 0u;
-      u8* kv_dst = kv_ring + stage * kPagedBlockBytes;
+  int issued = 0;
+  int producer_q_seq = -1, producer_b = -1;  // sequence numbers count the walk's sequence changes
+  // whether the next block may be issued now: its stage is free (it is at most `last`) and, if it
+  // starts a sequence, so is that sequence's q slot (consumer_q_seq: the sequence in use)
+  const auto can_issue = [&](int last, int consumer_q_seq) {
+    const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
+    return producer.has() && issued <= last && seq - consumer_q_seq < kPagedQSlots;
+  };
+  const auto issue = [&]() {
+    const int stage = issued % kStages;
+    const bool valid = producer_entry >= 0 && producer_entry < num_kv_blocks;
+    const u8* src = kv_cache + static_cast<long long>(valid ? producer_entry : 0) * kv_block_stride;
+    const u32 bytes = valid ? 16u : 0u;
+    u8* kv_dst = kv_ring + stage * kPagedBlockBytes;
 #pragma unroll
-      for (int u = 0; u < kPagedBlockBytes / 16 / kPagedThreads; ++u) {
-        const int c = tid + u * kPagedThreads;
-        ptx::cp_async_16_zfill(kv_dst + sw128_offset(c >> 3, c & 7), src + c * 16, bytes);
-      }
-      if (tid < kPagedBlockKV * 4 / 16)
-        ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
-      if (producer.b != producer_b) {
-        producer_b = producer.b, ++producer_q_seq;
-        const int q_slot = producer_q_seq % kStages;
-        const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
-        u8* q_dst = q_ring + q_slot * kQBytes;
-#pragma unroll
-        for (int u = 0; u < kQBytes / 16 / kPagedThreads; ++u) {
-          const int c = tid + u * kPagedThreads;
-          ptx::cp_async_16_zfill(q_dst + sw128_offset(c >> 3, c & 7), q_src + c * 16, 16u);
-        }
-        if (tid < kN / 4)
-          ptx::cp_async_16_zfill(weight_ring + q_slot * kN + tid * 4,
-                                 weights + static_cast<long long>(producer.b) * kN + tid * 4, 16u);
-      }
-      ++producer.s;
-      producer.settle(context_lens, kNextN, max_blocks, max_context_len);
-      producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
+    for (int u = 0; u < kPagedBlockBytes / 16 / kPagedThreads; ++u) {
+      const int c = tid + u * kPagedThreads;
+      ptx::cp_async_16_zfill(kv_dst + sw128_offset(c >> 3, c & 7), src + c * 16, bytes);
     }
-    ptx::cp_async_commit_group();  // one group per stage, empty or not: the wait count below holds
+    if (tid < kPagedBlockKV * 4 / 16)
+      ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
+    if (producer.b != producer_b) {
+      producer_b = producer.b, ++producer_q_seq;
+      const int q_slot = producer_q_seq % kPagedQSlots;
+      const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
+      u8* q_dst = q_ring + q_slot * kQBytes;
+#pragma unroll
+      for (int u = 0; u < kQBytes / 16 / kPagedThreads; ++u) {
+        const int c = tid + u * kPagedThreads;
+        ptx::cp_async_16_zfill(q_dst + sw128_offset(c >> 3, c & 7), q_src + c * 16, 16u);
+      }
+      if (tid < kN / 4)
+        ptx::cp_async_16_zfill(weight_ring + q_slot * kN + tid * 4,
+                               weights + static_cast<long long>(producer.b) * kN + tid * 4, 16u);
+    }
+    ptx::cp_async_commit_group();  // one group per block: groups and blocks are counted alike
+    ++issued;
+    ++producer.s;
+    producer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
   };
 
-#pragma unroll
-  for (int stage = 0; stage < kStages - 1; ++stage) issue(stage);
+  while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
 
   // this thread's two kv rows of a block in the accumulator layout
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
   int consumer_q_seq = -1, consumer_b = -1;
   int lens[kNextN];
   for (int iter = 0; consumer.has(); ++iter) {
-    ptx::cp_async_wait_group<kStages - 2>();  // this thread's copies of block `iter` have landed
+    // block iter was issued by now: at the last iteration's issue its sequence was at most one past
+    // the one in use then, and every block before it no further
+    cp_async_wait_at_most<kStages - 2>(issued - 1 - iter);  // this thread's copies of block iter landed
     ptx::fence_proxy_async_shared();          // ... and are visible to the wgmma's proxy
     __syncthreads();  // ... and so are every other thread's; and all are done with block iter - 1
-    issue((iter + kStages - 1) % kStages);  // into block iter - 1's stage (and maybe a q slot)
-    const int stage = iter % kStages;
     if (consumer.b != consumer_b) {
       consumer_b = consumer.b, ++consumer_q_seq;
 #pragma unroll
       for (int t = 0; t < kNextN; ++t)
         lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
     }
-    const int q_slot = consumer_q_seq % kStages;
+    while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // stages of blocks before iter are free
+    const int stage = iter % kStages;
+    const int q_slot = consumer_q_seq % kPagedQSlots;
 
     float acc[Mma::kNumAccum];
 #pragma unroll
