@@ -99,8 +99,11 @@ def expected_logits(inputs: dict) -> tuple:
         if extent == 0:
             continue
         nblocks = -(-extent // 64)
-        kv = kv_all[table[b, :nblocks]].double().reshape(-1, dim)[:extent]
-        scale = scale_all[table[b, :nblocks]].double().reshape(-1)[:extent]
+        entries = table[b, :nblocks]
+        valid = ((entries >= 0) & (entries < num_blocks)).double()  # other entries read as zero rows
+        entries = entries.clamp(0, max(num_blocks - 1, 0))
+        kv = (kv_all[entries].double() * valid[:, None, None]).reshape(-1, dim)[:extent]
+        scale = (scale_all[entries].double() * valid[:, None]).reshape(-1)[:extent]
         qb, wb = q[b].reshape(next_n * heads, dim), weights[b * next_n:(b + 1) * next_n]
         scores = (qb @ kv.T).reshape(next_n, heads, extent)
         magnitude = (qb.abs() @ kv.abs().T).reshape(next_n, heads, extent)
@@ -125,15 +128,21 @@ def check(got: torch.Tensor, inputs: dict, clean: bool, rel_bound: float = REL_B
 
 
 def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "random", clean: bool = False,
-          num_sms: int = 0, block_stride: int = 0, one_d: bool = False, seed: int = 0) -> dict:
+          num_sms: int = 0, block_stride: int = 0, one_d: bool = False, bad_entries: bool = False,
+          seed: int = 0) -> dict:
     """One call of deep_tile.fp8_paged_mqa_logits on the GPU against the float64 formula, with the
     schedule from get_paged_mqa_logits_metadata over ``num_sms`` slots (0: the device's SMs);
-    ``one_d``: the older 1-D ``context_lens`` (the sequences' lengths) is passed instead."""
+    ``one_d``: the older 1-D ``context_lens`` (the sequences' lengths) is passed instead;
+    ``bad_entries``: some block-table entries point outside the cache (-1, num_blocks)."""
     import deep_tile
     from deep_tile.paged_attention import paged_logits_stride, paged_schedule_reference, per_token_lengths
 
     inputs = make_inputs(batch, next_n, heads, avg_kv, lengths, seed, "cuda", block_stride=block_stride)
     given = inputs["context_lens"]
+    if bad_entries:
+        table = inputs["block_table"]
+        table[0::2, 0] = -1
+        table[1::2, 0] = inputs["kv_cache"].shape[0]
     if one_d:
         given = inputs["context_lens"][:, -1].contiguous()
         inputs["context_lens"] = per_token_lengths(given, next_n)  # what the expectation reads
@@ -153,7 +162,7 @@ def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "rand
     result.update(layout_ok=layout_ok, schedule_ok=schedule_ok)
     result["ok"] = result["ok"] and layout_ok and schedule_ok
     return {"case": f"paged B={batch} next_n={next_n} H={heads} avg_kv={avg_kv} {lengths} clean={clean} "
-                    f"slots={slots} block_stride={block_stride} one_d={one_d}", **result}
+                    f"slots={slots} block_stride={block_stride} one_d={one_d} bad_entries={bad_entries}", **result}
 
 
 def timed_graph(batch: int = 64, next_n: int = 2, heads: int = 64, avg_kv: int = 4096) -> dict:

@@ -45,6 +45,14 @@ def test_cpu_path_matches_the_float64_formula(batch, next_n, heads, avg_kv, leng
     assert result["ok"], result
 
 
+def test_float64_expectation_reads_bad_table_entries_as_zero_rows():
+    inputs = make_inputs(4, 2, 32, 150, "random", seed=8)
+    table = inputs["block_table"]
+    table[0::2, 0], table[1::2, 0] = -1, inputs["kv_cache"].shape[0]
+    got = _call(inputs, clean=True)  # the CPU path, itself held to zero rows above
+    assert check(got, inputs, clean=True, rel_bound=CPU_REL_BOUND)["ok"]
+
+
 def test_cpu_path_with_spaced_blocks_and_bad_table_entries():
     inputs = make_inputs(3, 2, 32, 200, "random", seed=9, block_stride=64 * 132 + 512)
     assert inputs["kv_cache"].stride(0) == 64 * 132 + 512
@@ -442,6 +450,7 @@ GPU_CASES = [
     dict(batch=40, next_n=2, heads=32, avg_kv=900, block_stride=64 * 132 + 256, clean=True),
     dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1),
     dict(batch=100, next_n=2, heads=64, avg_kv=3000, one_d=True, clean=True),
+    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True),
 ]
 
 

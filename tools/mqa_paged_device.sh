@@ -4,8 +4,9 @@
 #   OUT=/tmp/x PY=python3 bash tools/mqa_paged_device.sh
 # Phase 1 (parallel, each under a timeout): the GPU tests of tests/test_mqa_logits_paged.py,
 # compute-sanitizer memcheck, racecheck and synccheck on three small cases (lengths off the block
-# size with cleaning, zero lengths, more slots than units and spaced cache blocks), and one
-# untimed pass of the benchmark (both libraries' kernels compiled). Phase 2:
+# size with cleaning, zero lengths, more slots than units, spaced cache blocks and block-table
+# entries outside the cache), and one untimed pass of the benchmark (both libraries' kernels
+# compiled). Phase 2:
 # benchmarks/bench_mqa_logits_paged.py (DeepGEMM beside deep_tile when `import deep_gemm` finds it).
 set -u
 cd "$(dirname "$0")/.."
@@ -36,7 +37,7 @@ sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
 results = [paged(5, 2, 64, 150, clean=True),
            paged(6, 1, 32, 100, lengths="zero", clean=True),
-           paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256)]
+           paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True)]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
