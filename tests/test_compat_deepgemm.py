@@ -26,7 +26,8 @@ CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gem
            "set_pdl", "get_pdl", "set_mk_alignment_for_contiguous_layout",
            "get_theoretical_mk_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
            "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias",
-           "fp8_mqa_logits", "fp8_fp4_mqa_logits"]
+           "fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits",
+           "fp8_fp4_paged_mqa_logits"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 
@@ -53,6 +54,13 @@ SIGNATURES = {
     "fp8_fp4_mqa_logits": [("q", None), ("kv", None), ("weights", None), ("cu_seq_len_k_start", None),
                            ("cu_seq_len_k_end", None), ("clean_logits", True), ("max_seqlen_k", 0),
                            ("logits_dtype", torch.float32)],
+    "get_paged_mqa_logits_metadata": [("context_lens", None), ("block_kv", None), ("num_sms", None), ("indices", None)],
+    "fp8_paged_mqa_logits": [("q", None), ("kv_cache", None), ("weights", None), ("context_lens", None),
+                             ("block_table", None), ("schedule_meta", None), ("max_context_len", None),
+                             ("clean_logits", False), ("indices", None)],
+    "fp8_fp4_paged_mqa_logits": [("q", None), ("kv_cache", None), ("weights", None), ("context_lens", None),
+                                 ("block_table", None), ("schedule_meta", None), ("max_context_len", None),
+                                 ("clean_logits", False), ("logits_dtype", torch.float32), ("indices", None)],
     "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),

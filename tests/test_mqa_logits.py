@@ -198,8 +198,6 @@ def test_compat_names_forward_to_deep_tile():
         deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke, logits_dtype=torch.bfloat16)
     with pytest.raises(TypeError):
         deep_gemm.fp8_fp4_mqa_logits(q, kv, w, ks, ke)
-    for name in ("fp8_paged_mqa_logits", "get_paged_mqa_logits_metadata", "fp8_fp4_paged_mqa_logits"):
-        assert getattr(deep_gemm, name, None) is None, name
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,97 @@
+"""The lightning indexer's paged logits kernels' contract: entry file, symbols, launch geometry, arguments.
+
+``csrc/entry/paged_mqa_logits.cu`` (include/deep_tile/kernels/paged_mqa_logits.cuh, no defines)
+holds three kernels:
+
+- the schedule (``deep_tile_paged_mqa_logits_schedule``, one CTA): splits the work units,
+  (sequence ``b``, kv rows ``[256 s, 256 s + 256)``), evenly over ``num_slots`` SM slots and writes
+  int32 ``[num_slots + 1, 2]``: slot ``i`` starts at unit ``(schedule[i, 0], schedule[i, 1])``
+  and ends where slot ``i + 1`` starts; the last row is ``(batch, 0)``;
+- the logits (``deep_tile_paged_mqa_logits_n<next_n>_h<H>``): :data:`CTAS_PER_SLOT` CTAs of one
+  warpgroup per slot, CTA ``g`` taking cache block ``4 s + g`` of each of its slot's units,
+  FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by 16-byte cp.async;
+- the clean pass (``deep_tile_paged_mqa_logits_clean``): ``-inf`` past each row's length.
+
+Pure Python.
+"""
+from __future__ import annotations
+
+from deep_tile.common import ceil_div
+
+__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "STAGES", "Q_SLOTS",
+           "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL", "SCHEDULE_ARGUMENT_KINDS",
+           "LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS", "symbol", "smem_bytes", "grid", "units",
+           "clean_grid"]
+
+ENTRY = "paged_mqa_logits"
+"""Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
+HEAD_DIM = 128
+"""The one head dimension the kernels take (``kPagedHeadDim``)."""
+HEADS = (32, 64)
+"""Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
+NEXT_N = (1, 2)
+"""Tokens per sequence with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
+BLOCK_KV = 64
+"""kv rows per cache block (``kPagedBlockKV``): the wgmma's M."""
+SPLIT_KV = 256
+"""kv rows per work unit (``kPagedSplitKV``): four cache blocks."""
+CTAS_PER_SLOT = 4
+"""CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
+THREADS = 128
+"""Threads per logits CTA (``kPagedThreads``): one warpgroup."""
+STAGES = {32: 5, 64: 4, 128: 8}
+"""Ring stages per CTA by ``next_n * H`` (``paged_stages``): the blocks in flight, the one in use
+included. N 32 and 64 keep four CTAs per SM (a slot's four resident together, one wave); N 128
+fits two per SM. 14 to 16 blocks (115-135 KB) are in flight per SM, more than the HBM's
+bandwidth-latency product asks of each SM."""
+Q_SLOTS = 2
+"""q slots per CTA (``kPagedQSlots``): a sequence's q rows and weights each."""
+SCHEDULE_THREADS = 1024
+"""Threads of the schedule's one CTA (``kPagedScheduleThreads``)."""
+CLEAN_THREADS = 256
+"""Threads per CTA of the clean pass (any count works)."""
+SCHEDULE_SYMBOL = "deep_tile_paged_mqa_logits_schedule"
+"""The schedule kernel."""
+CLEAN_SYMBOL = "deep_tile_paged_mqa_logits_clean"
+"""The clean pass."""
+SCHEDULE_ARGUMENT_KINDS = ("ptr", "i32", "i32", "i32", "ptr")
+"""The schedule's parameters: (context_lens, batch, next_n, num_slots, schedule)."""
+LOGITS_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "ptr", "ptr", "ptr", "i32", "i32", "ptr", "ptr", "i32", "i32",
+                         "i32")
+"""The logits kernel's parameters: (q, kv_cache, kv_block_stride in bytes, num_kv_blocks, weights,
+context_lens, block_table, block_table_stride, max_blocks, schedule, logits, stride_logits,
+max_context_len, batch)."""
+CLEAN_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32", "i32")
+"""The clean pass's parameters: (context_lens, logits, rows, stride_logits, max_context_len,
+len_limit: lengths are cut there, the rows the block table holds)."""
+
+
+def symbol(next_n: int, num_heads: int) -> str:
+    """The logits kernel for ``next_n`` tokens (one of :data:`NEXT_N`) of ``num_heads`` heads (one of :data:`HEADS`)."""
+    if next_n not in NEXT_N or num_heads not in HEADS:
+        raise ValueError(f"paged_mqa_logits: no kernel for next_n={next_n}, {num_heads} heads; "
+                         f"the kernels take next_n in {NEXT_N} and heads in {HEADS}.")
+    return f"deep_tile_paged_mqa_logits_n{next_n}_h{num_heads}"
+
+
+def smem_bytes(next_n: int, num_heads: int) -> int:
+    """Dynamic shared memory of a logits CTA (``paged_mqa_logits_smem_bytes``): per q slot the q
+    rows (``next_n * H`` x 128 bytes) and their weights, per stage a cache block (64 x 128 bytes)
+    and its 64 scales, and 1024 bytes to align the rings."""
+    n = next_n * num_heads
+    return 1024 + Q_SLOTS * (n * HEAD_DIM + n * 4) + STAGES[n] * (BLOCK_KV * HEAD_DIM + BLOCK_KV * 4)
+
+
+def grid(num_slots: int) -> tuple:
+    """(x, y, z) of the logits kernel: :data:`CTAS_PER_SLOT` CTAs per schedule slot."""
+    return (CTAS_PER_SLOT * num_slots, 1, 1)
+
+
+def units(context_len: int) -> int:
+    """Work units of a sequence whose longest context is ``context_len`` rows (``paged_units``)."""
+    return ceil_div(max(0, context_len), SPLIT_KV)
+
+
+def clean_grid(rows: int, num_sms: int) -> tuple:
+    """(x, y, z) of the clean pass: one CTA per row, at most eight per SM (it strides over the rest)."""
+    return (max(1, min(rows, 8 * max(1, num_sms))), 1, 1)

@@ -1,0 +1,342 @@
+// The lightning indexer's paged (decode) logits (DeepSeek-V3.2; DeepGEMM's fp8_paged_mqa_logits)
+// on FP8 tensor cores, and the schedule kernel that splits the work over the SMs.
+//
+//   logits[b * next_n + t, p] = kv_scale[p] * sum_h weights[b * next_n + t, h] * relu(q[b, t, h] . kv[p])
+// for p < context_lens[b, t], where kv row p of sequence b is row p % 64 of cache block
+// block_table[b, p / 64]; the fused cache block holds 64 rows of 128 e4m3 bytes, then their 64
+// float32 scales. Columns at or past a row's length are not written (the clean kernel fills them).
+//
+// Work unit: (sequence b, split s) = kv rows [256 s, 256 s + 256), four cache blocks. The schedule
+// (paged_mqa_logits_schedule) gives SM slot i the units from its entry i to its entry i + 1 in
+// (b, s) order; the logits kernel runs four 128-thread CTAs per slot, CTA g taking block 4 s + g
+// of each unit, so the four blocks of a unit stream on different CTAs (the slot's split of
+// DeepGEMM's four math warpgroups, without their shared barriers). A CTA is one warpgroup: per
+// block one m64nNk32 wgmma chain (M: the 64 kv rows, N = next_n * H: the q rows of all next_n
+// tokens, K: head_dim 128) into N / 2 accumulators, then relu, weights and the head sums of each
+// token in registers (in-thread, then over a row quad) and the kv row's scale.
+//
+// Operands stream with 16-byte cp.async (one commit group per block) into a ring of S =
+// paged_stages(N) stages (kv block + scales, 128B-swizzled for the wgmma), up to S - 1 blocks
+// ahead of the one being multiplied; a sequence's q rows and weights go into one of
+// kPagedQSlots slots when the sequence changes. A block is issued only when its stage's previous
+// block was consumed and, if it starts a sequence, when that sequence's slot is free (fewer than
+// kPagedQSlots sequences from the one in use to it): short sequences may hold the copies back, and
+// the wait then asks for fewer groups in flight. One barrier per block: past it every thread's
+// copies of the block have landed and every thread is done with the previous block, whose stage
+// (and maybe q slot) the next copies then fill.
+// Plain 16-byte copies rather than TMA: a block is one 8 KiB run plus 256 bytes of scales, one
+// cp.async per thread per 2 KiB, with no tensor map to build per call and no mbarrier phases.
+// Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/mqa_logits_wgmma.cuh"
+#include "deep_tile/ptx/address.cuh"
+#include "deep_tile/ptx/cp_async.cuh"
+#include "deep_tile/ptx/grid_dependency.cuh"
+#include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/ptx/wgmma_fp8.cuh"
+
+namespace deep_tile {
+
+constexpr int kPagedHeadDim = 128;
+constexpr int kPagedBlockKV = 64;                                  // kv rows per cache block: the wgmma's M
+constexpr int kPagedSplitBlocks = 4;                               // cache blocks per work unit (CTAs per SM slot)
+constexpr int kPagedSplitKV = kPagedBlockKV * kPagedSplitBlocks;   // kv rows per work unit
+constexpr int kPagedThreads = 128;                                 // one warpgroup per CTA
+constexpr int kPagedScheduleThreads = 1024;                        // the schedule kernel's one CTA
+constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
+
+/// q slots per CTA: two, so a sequence's q rows arrive while the previous sequence's last blocks
+/// are multiplied; the shared memory they would take beyond that goes to kv stages.
+constexpr int kPagedQSlots = 2;
+
+/// Ring stages (blocks in flight per CTA, the one in use included) for N = next_n * H q rows: as
+/// many as fit with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4), and for N
+/// 128, which fits only 2 CTAs per SM, as many as fit two (8).
+__host__ __device__ constexpr int paged_stages(int n) { return n <= 32 ? 5 : n <= 64 ? 4 : 8; }
+
+/// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
+/// align the rings to the 128B swizzle's period).
+__host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n) {
+  return 1024 + kPagedQSlots * (n * kPagedHeadDim + n * 4) + paged_stages(n) * (kPagedBlockBytes + kPagedBlockKV * 4);
+}
+
+/// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
+template <int N>
+DT_DEVICE void cp_async_wait_at_most(int ahead) {
+  if constexpr (N == 0) {
+    ptx::cp_async_wait_group<0>();
+  } else {
+    if (ahead >= N) {
+      ptx::cp_async_wait_group<N>();
+    } else {
+      cp_async_wait_at_most<N - 1>(ahead);
+    }
+  }
+}
+
+/// The longest context of sequence b over its next_n tokens (negative lengths count as 0).
+DT_DEVICE int paged_context_extent(const int* __restrict__ context_lens, int b, int next_n) {
+  int extent = 0;
+  for (int t = 0; t < next_n; ++t) extent = max_int(extent, context_lens[b * next_n + t]);
+  return extent;
+}
+
+/// Work units of a sequence whose longest context is `extent` rows: the schedule and the logits
+/// kernel count them with this one function, so the logits kernel walks the schedule's units.
+DT_DEVICE int paged_units(int extent) { return (extent + kPagedSplitKV - 1) / kPagedSplitKV; }
+
+/// Schedule: one CTA of kPagedScheduleThreads. schedule[2 i], schedule[2 i + 1] = the (sequence,
+/// split) where SM slot i starts, for i <= num_slots; slot i ends where slot i + 1 starts, and
+/// entry num_slots is (batch, 0). Slot i starts at unit floor(i * total / num_slots) of the
+/// units in (b, s) order: the slots' unit counts differ by at most one.
+DT_DEVICE void paged_mqa_logits_schedule(const int* __restrict__ context_lens, int batch, int next_n,
+                                         int num_slots, int* __restrict__ schedule) {
+  __shared__ int warp_sums[kPagedScheduleThreads / 32];
+  ptx::grid_dependency_wait();  // the stream predecessor may write context_lens
+  ptx::launch_dependents();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int per_thread = (batch + kPagedScheduleThreads - 1) / kPagedScheduleThreads;
+  const int b_begin = min_int(batch, tid * per_thread), b_end = min_int(batch, b_begin + per_thread);
+  int mine = 0;
+  for (int b = b_begin; b < b_end; ++b) mine += paged_units(paged_context_extent(context_lens, b, next_n));
+  // exclusive scan of `mine` over the CTA: within each warp, then over the warps' sums
+  int inclusive = mine;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+    if (lane >= offset) inclusive += other;
+  }
+  if (lane == 31) warp_sums[warp] = inclusive;
+  __syncthreads();
+  int before = 0, total = 0;
+  for (int w = 0; w < kPagedScheduleThreads / 32; ++w) {
+    before += w < warp ? warp_sums[w] : 0;
+    total += warp_sums[w];
+  }
+  int prefix = before + inclusive - mine;
+  if (total == 0) {  // nothing to do: every slot starts (and ends) at the end marker
+    for (int i = tid; i <= num_slots; i += kPagedScheduleThreads) schedule[2 * i] = batch, schedule[2 * i + 1] = 0;
+    return;
+  }
+  // slot i starts inside sequence b when prefix_b <= floor(i * total / n) < prefix_b + units_b,
+  // i.e. for i in [ceil(prefix_b * n / total), ceil((prefix_b + units_b) * n / total))
+  const long long n = num_slots, all = total;
+  for (int b = b_begin; b < b_end; ++b) {
+    const int units = paged_units(paged_context_extent(context_lens, b, next_n));
+    const long long lo = (prefix * n + all - 1) / all, hi = ((prefix + units) * n + all - 1) / all;
+    for (long long i = lo; i < hi; ++i) {
+      schedule[2 * i] = b;
+      schedule[2 * i + 1] = static_cast<int>(i * all / n) - prefix;
+    }
+    prefix += units;
+  }
+  if (tid == 0) schedule[2 * num_slots] = batch, schedule[2 * num_slots + 1] = 0;
+}
+
+/// A CTA's walk over its slot's units, stopping only at those whose block `group` holds kv rows;
+/// every thread of the CTA holds the same cursor (the loads it makes are broadcasts).
+struct PagedCursor {
+  int b, s, end_b, end_s;
+  int units;   // work units of sequence b
+  int blocks;  // cache blocks of sequence b that are read (its rows, clamped to the table and the logits)
+  int group;   // which block of a unit this CTA takes
+
+  DT_DEVICE bool has() const { return b < end_b || (b == end_b && s < end_s); }
+  DT_DEVICE int block() const { return s * kPagedSplitBlocks + group; }
+
+  DT_DEVICE void load(const int* __restrict__ context_lens, int next_n, int max_blocks, int max_context_len) {
+    const int extent = paged_context_extent(context_lens, b, next_n);
+    units = paged_units(extent);
+    blocks = min_int(min_int(extent, max_context_len) + kPagedBlockKV - 1, kPagedBlockKV * max_blocks) / kPagedBlockKV;
+  }
+
+  /// Move forward to the first unit at or after the current one whose block `group` is read.
+  DT_DEVICE void settle(const int* __restrict__ context_lens, int next_n, int max_blocks, int max_context_len) {
+    while (has()) {
+      if (s >= units) {
+        ++b, s = 0;
+        if (has()) load(context_lens, next_n, max_blocks, max_context_len);
+      } else if (block() >= blocks) {
+        ++s;
+      } else {
+        break;
+      }
+    }
+  }
+};
+
+/// Logits kernel body: grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
+/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads). kv_block_stride: bytes between cache blocks;
+/// block_table_stride: ints between table rows of max_blocks entries; logits rows of stride_logits floats;
+/// batch: the sequences (the schedule's units past them are not read).
+template <int kNextN, int kNumHeads>
+DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__ kv_cache, int kv_block_stride,
+                                int num_kv_blocks, const float* __restrict__ weights,
+                                const int* __restrict__ context_lens, const int* __restrict__ block_table,
+                                int block_table_stride, int max_blocks, const int* __restrict__ schedule,
+                                float* __restrict__ logits, int stride_logits, int max_context_len, int batch) {
+  constexpr int kN = kNextN * kNumHeads;  // q rows of one sequence: the wgmma's N
+  static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
+  constexpr int kStages = paged_stages(kN);
+  static_assert(kStages >= 2, "a block in use and at least one in flight");
+  using Mma = ptx::WgmmaFp8<kN>;
+  constexpr int kQBytes = kN * kPagedHeadDim;
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
+  u8* q_ring = smem;                                          // kPagedQSlots x kQBytes
+  u8* kv_ring = q_ring + kPagedQSlots * kQBytes;              // kStages x kPagedBlockBytes
+  float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kPagedQSlots x kN
+
+  ptx::grid_dependency_wait();  // the stream predecessor may write any input
+  ptx::launch_dependents();
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
+  PagedCursor start;
+  start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
+  start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
+  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a larger batch's schedule stops at this one's end
+  start.group = group, start.units = 0, start.blocks = 0;
+  if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
+  start.settle(context_lens, kNextN, max_blocks, max_context_len);
+  PagedCursor producer = start, consumer = start;
+
+  // the producer: block `issued` of the CTA's walk goes into stage issued % kStages, a new
+  // sequence's q rows and weights into slot (its sequence number) % kPagedQSlots
+  const auto table_entry = [&](const PagedCursor& c) {
+    return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
+  };
+  int producer_entry = table_entry(producer);
+  int issued = 0;
+  int producer_q_seq = -1, producer_b = -1;  // sequence numbers count the walk's sequence changes
+  // whether the next block may be issued now: its stage is free (it is at most `last`) and, if it
+  // starts a sequence, so is that sequence's q slot (consumer_q_seq: the sequence in use)
+  const auto can_issue = [&](int last, int consumer_q_seq) {
+    const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
+    return producer.has() && issued <= last && seq - consumer_q_seq < kPagedQSlots;
+  };
+  const auto issue = [&]() {
+    const int stage = issued % kStages;
+    const bool valid = producer_entry >= 0 && producer_entry < num_kv_blocks;
+    const u8* src = kv_cache + static_cast<long long>(valid ? producer_entry : 0) * kv_block_stride;
+    const u32 bytes = valid ? 16u : 0u;
+    u8* kv_dst = kv_ring + stage * kPagedBlockBytes;
+#pragma unroll
+    for (int u = 0; u < kPagedBlockBytes / 16 / kPagedThreads; ++u) {
+      const int c = tid + u * kPagedThreads;
+      ptx::cp_async_16_zfill(kv_dst + sw128_offset(c >> 3, c & 7), src + c * 16, bytes);
+    }
+    if (tid < kPagedBlockKV * 4 / 16)
+      ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
+    if (producer.b != producer_b) {
+      producer_b = producer.b, ++producer_q_seq;
+      const int q_slot = producer_q_seq % kPagedQSlots;
+      const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
+      u8* q_dst = q_ring + q_slot * kQBytes;
+#pragma unroll
+      for (int u = 0; u < kQBytes / 16 / kPagedThreads; ++u) {
+        const int c = tid + u * kPagedThreads;
+        ptx::cp_async_16_zfill(q_dst + sw128_offset(c >> 3, c & 7), q_src + c * 16, 16u);
+      }
+      if (tid < kN / 4)
+        ptx::cp_async_16_zfill(weight_ring + q_slot * kN + tid * 4,
+                               weights + static_cast<long long>(producer.b) * kN + tid * 4, 16u);
+    }
+    ptx::cp_async_commit_group();  // one group per block: groups and blocks are counted alike
+    ++issued;
+    ++producer.s;
+    producer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
+  };
+
+  while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
+
+  // this thread's two kv rows of a block in the accumulator layout
+  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+  int consumer_q_seq = -1, consumer_b = -1;
+  int lens[kNextN];
+  for (int iter = 0; consumer.has(); ++iter) {
+    // block iter was issued by now: at the last iteration's issue its sequence was at most one past
+    // the one in use then, and every block before it no further
+    cp_async_wait_at_most<kStages - 2>(issued - 1 - iter);  // this thread's copies of block iter landed
+    ptx::fence_proxy_async_shared();          // ... and are visible to the wgmma's proxy
+    __syncthreads();  // ... and so are every other thread's; and all are done with block iter - 1
+    if (consumer.b != consumer_b) {
+      consumer_b = consumer.b, ++consumer_q_seq;
+#pragma unroll
+      for (int t = 0; t < kNextN; ++t)
+        lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
+    }
+    while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // stages of blocks before iter are free
+    const int stage = iter % kStages;
+    const int q_slot = consumer_q_seq % kPagedQSlots;
+
+    float acc[Mma::kNumAccum];
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
+    __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
+    ptx::wgmma_commit_group();
+    const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+
+    const float* w = weight_ring + q_slot * kN;
+    float v0[kNextN], v1[kNextN];
+#pragma unroll
+    for (int t = 0; t < kNextN; ++t) v0[t] = v1[t] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kN / 8; ++n) {
+      const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
+      const int col = 8 * n + 2 * (lane & 3);
+      const float w0 = w[col], w1 = w[col + 1];
+      v0[t] = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, v0[t]));
+      v1[t] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, v1[t]));
+    }
+#pragma unroll
+    for (int t = 0; t < kNextN; ++t) {
+#pragma unroll
+      for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
+        v0[t] += __shfl_xor_sync(0xffffffffu, v0[t], offset);
+        v1[t] += __shfl_xor_sync(0xffffffffu, v1[t], offset);
+      }
+    }
+    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
+      const int p0 = consumer.block() * kPagedBlockKV + r0, p1 = p0 + 8;
+#pragma unroll
+      for (int t = 0; t < kNextN; ++t) {
+        float* out_row = logits + static_cast<long long>(consumer.b * kNextN + t) * stride_logits;
+        if (p0 < lens[t]) out_row[p0] = v0[t] * scale0;
+        if (p1 < lens[t]) out_row[p1] = v1[t] * scale1;
+      }
+    }
+    ++consumer.s;
+    consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
+  }
+  ptx::cp_async_wait_group<0>();  // no copy may land after the CTA exits
+}
+
+/// Clean kernel body: grid-stride over the rows; row r gets -inf in columns
+/// [clamp(context_lens[r], 0, len_limit), max_context_len) (len_limit <= max_context_len: the
+/// rows the block table holds, past which the logits kernel computes nothing).
+DT_DEVICE void paged_mqa_logits_clean(const int* __restrict__ context_lens, float* __restrict__ logits, int rows,
+                                      int stride_logits, int max_context_len, int len_limit) {
+  ptx::grid_dependency_wait();  // the logits kernel before this one writes the rows
+  ptx::launch_dependents();
+  const float neg_inf = -__int_as_float(0x7f800000);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int begin = min_int(max_int(context_lens[r], 0), len_limit);
+    float* row = logits + static_cast<long long>(r) * stride_logits;
+    for (int p = begin + threadIdx.x; p < max_context_len; p += blockDim.x) row[p] = neg_inf;
+  }
+}
+
+}  // namespace deep_tile

@@ -1,0 +1,467 @@
+"""deep_tile.fp8_paged_mqa_logits and get_paged_mqa_logits_metadata (DeepSeek-V3.2's paged indexer
+logits, DeepGEMM's names): argument checks before anything runs, the CPU path against the float64
+formula (tests/gpu_mqa_paged_cases.py), DeepGEMM's output layout, the schedule (the schedule
+kernel's arithmetic and the logits kernel's walk, transcribed, cover every cache block once),
+the kernels' builds for sm_90a (no spills, no stack), the DeepGEMM compat names, and (marker
+``gpu``) the kernels on a Hopper GPU against the float64 formula, in a child process with a timeout.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import deep_tile
+import deep_tile.compat.deepgemm as deep_gemm
+from conftest import compiler_params, run_child_cases
+from deep_tile.kernels import paged_mqa_logits as contract
+from deep_tile.paged_attention import (fp8_paged_mqa_logits, get_paged_mqa_logits_metadata, paged_logits_stride,
+                                       paged_schedule_reference)
+from gpu_mqa_paged_cases import CPU_REL_BOUND, check, make_inputs
+
+
+def _call(inputs: dict, schedule=None, clean: bool = False, **override):
+    args = dict(inputs, **override)
+    if schedule is None:
+        schedule = get_paged_mqa_logits_metadata(args["context_lens"], 64, 5)
+    return fp8_paged_mqa_logits(args["q"], args["kv_cache"], args["weights"], args["context_lens"],
+                                args["block_table"], schedule, args["max_context_len"], clean)
+
+
+# --------------------------------------------------------------------------------------------------
+# The CPU path
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch,next_n,heads,avg_kv,lengths", [
+    (3, 1, 32, 300, "random"), (4, 2, 64, 200, "random"), (2, 2, 32, 100, "zero"), (5, 1, 64, 100, "tiny"),
+    (3, 2, 32, 130, "full"), (1, 1, 64, 64, "full"),
+])
+@pytest.mark.parametrize("clean", [True, False])
+def test_cpu_path_matches_the_float64_formula(batch, next_n, heads, avg_kv, lengths, clean):
+    inputs = make_inputs(batch, next_n, heads, avg_kv, lengths, seed=batch + next_n)
+    got = _call(inputs, clean=clean)
+    result = check(got, inputs, clean=True, rel_bound=CPU_REL_BOUND)  # the CPU path writes -inf past either way
+    assert result["ok"], result
+
+
+def test_float64_expectation_reads_bad_table_entries_as_zero_rows():
+    inputs = make_inputs(4, 2, 32, 150, "random", seed=8)
+    table = inputs["block_table"]
+    table[0::2, 0], table[1::2, 0] = -1, inputs["kv_cache"].shape[0]
+    got = _call(inputs, clean=True)  # the CPU path, itself held to zero rows above
+    assert check(got, inputs, clean=True, rel_bound=CPU_REL_BOUND)["ok"]
+
+
+def test_cpu_path_with_spaced_blocks_and_bad_table_entries():
+    inputs = make_inputs(3, 2, 32, 200, "random", seed=9, block_stride=64 * 132 + 512)
+    assert inputs["kv_cache"].stride(0) == 64 * 132 + 512
+    assert check(_call(inputs, clean=True), inputs, clean=True, rel_bound=CPU_REL_BOUND)["ok"]
+    # entries outside the cache read as zero rows: logits 0 there
+    table = inputs["block_table"].clone()
+    table[0, 0], table[1, 0] = -1, inputs["kv_cache"].shape[0]
+    got = _call(inputs, block_table=table, clean=True)
+    lens = inputs["context_lens"]
+    for b in (0, 1):
+        for t in range(2):
+            n = min(64, int(lens[b, t]))
+            assert torch.equal(got[2 * b + t, :n], torch.zeros(n)), (b, t)
+
+
+def test_float64_formula_by_hand():
+    # one sequence, one token, one row: two heads spelled out, relu drops the negative one
+    inputs = make_inputs(1, 1, 32, 1, "full", seed=0)
+    q = torch.zeros(1, 1, 32, 128)
+    q[0, 0, 0, 0], q[0, 0, 1, 0] = 2.0, -1.0
+    inputs["q"] = q.to(torch.float8_e4m3fn)
+    w = torch.zeros(1, 32)
+    w[0, 0], w[0, 1] = 3.0, 7.0
+    inputs["weights"] = w
+    cache = inputs["kv_cache"]
+    flat = torch.as_strided(cache, (cache.shape[0], 64 * 132), (cache.stride(0), 1))
+    block = int(inputs["block_table"][0, 0])
+    row = torch.zeros(128)
+    row[0] = 1.5
+    flat[block, :128] = row.to(torch.float8_e4m3fn).view(torch.uint8)
+    flat[block, 64 * 128:64 * 128 + 4] = torch.tensor([0.5]).view(torch.uint8)
+    inputs["context_lens"] = torch.ones(1, 1, dtype=torch.int32)
+    got = _call(inputs, clean=True)
+    assert got[0, 0].item() == 0.5 * 3.0 * 2.0 * 1.5  # 7 * relu(-1.5) adds nothing
+    assert got[0, 1:].eq(float("-inf")).all()
+
+
+@pytest.mark.parametrize("max_context_len", [1, 64, 255, 256, 257, 1000])
+def test_output_layout_is_deepgemms(max_context_len):
+    stride = paged_logits_stride(max_context_len)
+    assert stride % 256 == 0 and stride >= max_context_len and stride - max_context_len < 256
+    inputs = make_inputs(3, 2, 32, 40, "random", seed=1)
+    got = _call(inputs, max_context_len=max_context_len)
+    assert tuple(got.shape) == (6, max_context_len) and got.dtype == torch.float32
+    assert got.stride() == (stride, 1)
+
+
+def test_lengths_past_max_context_len_or_the_table_are_cut():
+    inputs = make_inputs(2, 1, 32, 300, "full", seed=4)
+    got = _call(inputs, max_context_len=100, clean=True)
+    full = _call(inputs, clean=True)
+    assert torch.equal(got, full[:, :100])
+    short = inputs["block_table"][:, :2]
+    got = _call(inputs, block_table=short, clean=True)
+    assert torch.equal(got[:, :128], full[:, :128]) and got[:, 128:].eq(float("-inf")).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# The schedule
+# --------------------------------------------------------------------------------------------------
+
+def _device_schedule(lens: list, num_slots: int, threads: int = contract.SCHEDULE_THREADS) -> list:
+    """paged_mqa_logits_schedule transcribed: per-thread chunks of sequences, their exclusive
+    prefix, and the slots whose start falls inside each sequence."""
+    batch = len(lens)
+    units = [contract.units(max(row)) for row in lens]
+    out = [None] * (num_slots + 1)
+    total = sum(units)
+    if total == 0:
+        return [(batch, 0)] * (num_slots + 1)
+    per = -(-batch // threads)
+    for tid in range(threads):
+        begin, end = min(batch, tid * per), min(batch, tid * per + per)
+        prefix = sum(units[:begin])
+        for b in range(begin, end):
+            lo = -(-(prefix * num_slots) // total)
+            hi = -(-((prefix + units[b]) * num_slots) // total)
+            for i in range(lo, hi):
+                assert out[i] is None, "two threads wrote one slot"
+                out[i] = (b, i * total // num_slots - prefix)
+            prefix += units[b]
+    out[num_slots] = (batch, 0)
+    assert all(entry is not None for entry in out), "a slot was not written"
+    return out
+
+
+def _walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> list:
+    """The logits CTAs' cursors transcribed (PagedCursor): the (sequence, block) pairs each CTA takes."""
+    def units(b):
+        return contract.units(max(lens[b]))
+
+    def blocks(b):
+        extent = max(0, max(lens[b]))
+        return min(min(extent, max_context_len) + 63, 64 * max_blocks) // 64
+
+    taken = []
+    for slot in range(len(schedule) - 1):
+        (b, s), (end_b, end_s) = schedule[slot], schedule[slot + 1]
+        for group in range(contract.CTAS_PER_SLOT):
+            cb, cs = b, s
+            has = lambda: cb < end_b or (cb == end_b and cs < end_s)  # noqa: E731
+            while has():
+                if cs >= units(cb):
+                    cb, cs = cb + 1, 0
+                elif cs * 4 + group >= blocks(cb):
+                    cs += 1
+                else:
+                    taken.append((cb, cs * 4 + group, slot))
+                    cs += 1
+    return taken
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_schedule_covers_every_block_once_and_balances(seed):
+    rng = random.Random(seed)
+    batch = rng.choice([0, 1, 3, 17, 132, 1025, 2500])
+    next_n = rng.choice([1, 2])
+    num_slots = rng.choice([1, 4, 78, 132])
+    scale = rng.choice([0, 3, 64, 256, 300, 5000])
+    lens = [[rng.randint(0, scale) for _ in range(next_n)] for _ in range(batch)]
+    if batch and seed % 3 == 0:
+        lens[rng.randrange(batch)] = [0] * next_n  # a zero-length sequence inside the batch
+    context_lens = torch.tensor(lens, dtype=torch.int32).reshape(batch, next_n)
+    ref = [tuple(map(int, row)) for row in paged_schedule_reference(context_lens, num_slots).tolist()]
+    assert ref == _device_schedule(lens, num_slots)
+    assert ref == [tuple(row) for row in get_paged_mqa_logits_metadata(context_lens, 64, num_slots).tolist()]
+    assert ref[-1] == (batch, 0)
+    max_blocks = max([-(-max(row) // 64) for row in lens] + [1])
+    taken = _walk(lens, ref, max_blocks, 64 * max_blocks)
+    pairs = [(b, blk) for b, blk, _ in taken]
+    wanted = [(b, blk) for b in range(batch) for blk in range(-(-max(lens[b]) // 64))]
+    assert sorted(pairs) == sorted(wanted) and len(set(pairs)) == len(pairs)
+    per_slot = [0] * num_slots
+    for b, blk, slot in taken:
+        per_slot[slot] += 1
+    units = [sum(1 for b, blk, sl in taken if sl == i and blk % 4 == 0) for i in range(num_slots)]
+    if taken:  # the slots' 256-row units differ by at most one (their last blocks may be partial)
+        assert max(units) - min(units) <= 1, units
+
+
+def test_schedule_uses_the_longest_token():
+    # DeepGEMM reads the last token's length; deep_tile the longest, the same when the last is longest
+    context_lens = torch.tensor([[300, 10], [0, 513]], dtype=torch.int32)
+    schedule = get_paged_mqa_logits_metadata(context_lens, 64, 3)
+    assert schedule.tolist() == [[0, 0], [0, 1], [1, 1], [2, 0]]  # units 2 and 3: slots start at 0, 1, 3
+
+
+def _pipeline(seqs: list, stages: int, q_slots: int) -> int:
+    """The logits kernel's copy pipeline transcribed (issue / wait / consume over the CTA's blocks,
+    ``seqs[i]`` the sequence of block i), asserting at every step that the block in use has been
+    issued and waited for, that no copy lands in a stage whose block is unconsumed and that no
+    q slot is rewritten while a block of its sequence is unconsumed. Returns the largest number of
+    blocks in flight."""
+    numbers = []  # the sequence number of each block: sequence changes along the walk
+    for i, b in enumerate(seqs):
+        numbers.append(0 if i == 0 else numbers[-1] + (b != seqs[i - 1]))
+    issued, most = 0, 0
+    slot_owner = {}
+    stage_block = {}
+
+    def can_issue(last, consumer_seq):
+        return issued < len(seqs) and issued <= last and numbers[issued] - consumer_seq < q_slots
+
+    def issue(consumed_before):
+        nonlocal issued
+        t = issued
+        old = stage_block.get(t % stages)
+        assert old is None or old < consumed_before, ("stage reused too early", t, old)
+        stage_block[t % stages] = t
+        if t == 0 or numbers[t] != numbers[t - 1]:  # a new sequence: its q slot is written
+            slot = numbers[t] % q_slots
+            owner = slot_owner.get(slot)
+            in_use = [i for i in range(consumed_before, t) if numbers[i] == owner]
+            assert owner is None or not in_use, ("q slot rewritten in use", t, owner)
+            slot_owner[slot] = numbers[t]
+        issued += 1
+
+    while can_issue(stages - 2, 0):
+        issue(0)
+    for it in range(len(seqs)):
+        ahead = issued - 1 - it
+        assert ahead >= 0, ("block not issued before its wait", it)
+        assert ahead <= stages - 2
+        most = max(most, ahead + 1)
+        while can_issue(it + stages - 1, numbers[it]):
+            issue(it)
+        assert slot_owner[numbers[it] % q_slots] == numbers[it], ("q slot holds another sequence", it)
+        assert stage_block[it % stages] == it
+    return most
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_copy_pipeline_never_overwrites_what_is_in_use(seed):
+    rng = random.Random(seed)
+    seqs, b = [], 0
+    for _ in range(rng.randint(1, 12)):  # runs of blocks per sequence, many of them short
+        seqs += [b] * rng.choice([1, 1, 2, 3, 7, 40])
+        b += rng.randint(1, 3)
+    for stages in sorted(set(contract.STAGES.values())) + [2, 3]:
+        most = _pipeline(seqs, stages, contract.Q_SLOTS)
+        if len(set(seqs)) == 1:  # one sequence: the ring runs full
+            assert most == min(len(seqs), stages - 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------------------------------
+
+def _inputs():
+    return make_inputs(2, 2, 32, 100, "random", seed=2)
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (dict(q="no"), TypeError, "q must be a torch.Tensor"),
+    (dict(q=torch.zeros(2, 2, 32, 128)), ValueError, "float8_e4m3fn"),
+    (dict(q=torch.zeros(2, 3, 32, 128, dtype=torch.float8_e4m3fn)), ValueError, "next_n"),
+    (dict(q=torch.zeros(2, 2, 16, 128, dtype=torch.float8_e4m3fn)), ValueError, "H in"),
+    (dict(q=torch.zeros(2, 2, 32, 64, dtype=torch.float8_e4m3fn)), ValueError, "128"),
+    (dict(kv_cache=torch.zeros(4, 64, 1, 132)), ValueError, "uint8"),
+    (dict(kv_cache=torch.zeros(4, 32, 1, 132, dtype=torch.uint8)), ValueError, "kv_cache must be"),
+    (dict(kv_cache=torch.zeros(4, 64, 1, 68, dtype=torch.uint8)), ValueError, "kv_cache must be"),
+    (dict(kv_cache=torch.as_strided(torch.zeros(4 * 8452, dtype=torch.uint8), (4, 64, 1, 132), (8452, 132, 132, 1))),
+     ValueError, "16 bytes"),
+    (dict(weights=torch.zeros(4, 32, dtype=torch.float64)), ValueError, "weights"),
+    (dict(weights=torch.zeros(32, 4).t()), ValueError, "weights"),
+    (dict(weights=torch.zeros(2, 32)), ValueError, "weights"),
+    (dict(context_lens=torch.zeros(3, dtype=torch.int32)), ValueError, "context_lens must be"),
+    (dict(context_lens=torch.zeros(2, 2, 1, dtype=torch.int32)), ValueError, "int32 \\[batch, next_n\\]"),
+    (dict(context_lens=torch.zeros(2, 2, dtype=torch.int64)), ValueError, "int32"),
+    (dict(context_lens=torch.zeros(2, 1, dtype=torch.int32)), ValueError, "context_lens must be"),
+    (dict(context_lens=torch.zeros(2, 4, dtype=torch.int32)[:, ::2]), ValueError, "contiguous"),
+    (dict(block_table=torch.zeros(2, 4, dtype=torch.int64)), ValueError, "block_table"),
+    (dict(block_table=torch.zeros(3, 4, dtype=torch.int32)), ValueError, "block_table"),
+    (dict(block_table=torch.zeros(4, 2, dtype=torch.int32).t()), ValueError, "block_table"),
+    (dict(max_context_len=2.0), TypeError, "max_context_len"),
+    (dict(max_context_len=True), TypeError, "max_context_len"),
+    (dict(max_context_len=-1), ValueError, "max_context_len"),
+])
+def test_bad_arguments_raise_before_anything_runs(change, error, match):
+    inputs = _inputs()
+    schedule = get_paged_mqa_logits_metadata(inputs["context_lens"], 64, 4)
+    with pytest.raises(error, match=match):
+        _call(inputs, schedule=schedule, **change)
+
+
+def test_bad_schedule_and_flags_raise():
+    inputs = _inputs()
+    for bad in (torch.zeros(5, 2, dtype=torch.int64), torch.zeros(5, 3, dtype=torch.int32),
+                torch.zeros(1, 2, dtype=torch.int32), torch.zeros(2, 5, dtype=torch.int32).t()):
+        with pytest.raises(ValueError, match="schedule_meta"):
+            _call(inputs, schedule=bad)
+    with pytest.raises(TypeError, match="clean_logits"):
+        _call(inputs, clean=1)
+    with pytest.raises(ValueError, match="block_kv"):
+        get_paged_mqa_logits_metadata(inputs["context_lens"], 32, 4)
+    with pytest.raises(ValueError, match="num_sms"):
+        get_paged_mqa_logits_metadata(inputs["context_lens"], 64, 0)
+    with pytest.raises(TypeError, match="num_sms"):
+        get_paged_mqa_logits_metadata(inputs["context_lens"], 64, 4.0)
+    with pytest.raises(ValueError, match="context_lens"):
+        get_paged_mqa_logits_metadata(inputs["context_lens"][:, :, None], 64, 4)
+    with pytest.raises(TypeError, match="context_lens"):
+        get_paged_mqa_logits_metadata([1, 2], 64, 4)
+
+
+def test_one_dimensional_context_lens_is_deepgemms_older_form():
+    # [B]: token t of sequence b sees context_lens[b] - next_n + t + 1 rows (causal within the step)
+    inputs = make_inputs(3, 2, 64, 200, "full", seed=6)
+    last = inputs["context_lens"][:, -1].contiguous()
+    two_d = torch.stack([last - 1, last], dim=1).to(torch.int32)
+    schedule = get_paged_mqa_logits_metadata(last, 64, 4)
+    assert torch.equal(schedule, get_paged_mqa_logits_metadata(two_d, 64, 4))
+    got = _call(inputs, schedule=schedule, context_lens=last, clean=True)
+    assert torch.equal(got, _call(inputs, schedule=schedule, context_lens=two_d, clean=True))
+
+
+def test_empty_batch_and_zero_width():
+    inputs = make_inputs(0, 1, 32, 100, "random", seed=0)
+    got = _call(inputs)
+    assert tuple(got.shape) == (0, inputs["max_context_len"])
+    inputs = make_inputs(2, 1, 32, 100, "random", seed=0)
+    got = _call(inputs, max_context_len=0, clean=True)
+    assert tuple(got.shape) == (2, 0)
+
+
+# --------------------------------------------------------------------------------------------------
+# The kernels' contract and builds
+# --------------------------------------------------------------------------------------------------
+
+def test_contract_geometry():
+    assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32"
+    assert contract.symbol(2, 64) == "deep_tile_paged_mqa_logits_n2_h64"
+    for bad in ((3, 64), (1, 16), (0, 32)):
+        with pytest.raises(ValueError):
+            contract.symbol(*bad)
+    assert contract.SPLIT_KV == contract.BLOCK_KV * contract.CTAS_PER_SLOT
+    assert contract.grid(132) == (528, 1, 1)
+    for next_n in contract.NEXT_N:
+        for heads in contract.HEADS:
+            smem = contract.smem_bytes(next_n, heads)
+            n = next_n * heads
+            assert smem == 1024 + contract.Q_SLOTS * (n * 128 + 4 * n) + contract.STAGES[n] * (8192 + 256)
+            per_sm = 228 * 1024 // (smem + 1024)  # the SM's shared memory, 1 KiB reserved per CTA
+            assert per_sm == (2 if n == 128 else contract.CTAS_PER_SLOT), (n, per_sm)
+    assert contract.units(0) == 0 and contract.units(-5) == 0 and contract.units(256) == 1 and contract.units(257) == 2
+    assert contract.clean_grid(0, 132) == (1, 1, 1) and contract.clean_grid(10 ** 6, 132) == (1056, 1, 1)
+    assert len(contract.LOGITS_ARGUMENT_KINDS) == 14 and len(contract.SCHEDULE_ARGUMENT_KINDS) == 5
+    assert len(contract.CLEAN_ARGUMENT_KINDS) == 6
+
+
+SYMBOLS = [contract.symbol(n, h) for n in contract.NEXT_N for h in contract.HEADS]
+ALL_SYMBOLS = SYMBOLS + [contract.SCHEDULE_SYMBOL, contract.CLEAN_SYMBOL]
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_kernels_build_spill_free(name):
+    from deep_tile.jit import compiler, paths
+
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {}, SYMBOLS[0], name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    assert set(ALL_SYMBOLS) <= compiler.elf_functions(result.cubin)
+    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
+    assert len(lines) == len(ALL_SYMBOLS), result.log
+    for line in lines:
+        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+    for line in result.log.splitlines():  # 128-thread CTAs, several per SM: well under the 255 limit
+        if "Used" in line and "registers" in line:
+            assert int(line.split("Used ")[1].split(" registers")[0]) <= 168, result.log
+    sass = compiler.disassemble(result.cubin)
+    if sass is None:
+        pytest.skip("no SASS tools here")
+    bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
+    for symbol in SYMBOLS:  # four k32 wgmmas per block, operands by 16-byte cp.async
+        assert bodies[symbol].count("QGMMA") == 4, symbol
+        assert "LDGSTS" in bodies[symbol], symbol
+
+
+# --------------------------------------------------------------------------------------------------
+# DeepGEMM's names
+# --------------------------------------------------------------------------------------------------
+
+def test_public_names():
+    assert deep_tile.fp8_paged_mqa_logits is fp8_paged_mqa_logits
+    assert deep_tile.get_paged_mqa_logits_metadata is get_paged_mqa_logits_metadata
+
+
+def test_compat_names_forward_to_deep_tile():
+    inputs = _inputs()
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(inputs["context_lens"], 64, deep_gemm.get_num_sms()
+                                                      if torch.cuda.is_available() else 4)
+    assert torch.equal(schedule, get_paged_mqa_logits_metadata(inputs["context_lens"], 64, schedule.shape[0] - 1))
+    want = _call(inputs, schedule=schedule, clean=True)
+    got = deep_gemm.fp8_paged_mqa_logits(inputs["q"], inputs["kv_cache"], inputs["weights"], inputs["context_lens"],
+                                         inputs["block_table"], schedule, inputs["max_context_len"], clean_logits=True)
+    assert torch.equal(got, want)
+    got = deep_gemm.fp8_fp4_paged_mqa_logits((inputs["q"], None), inputs["kv_cache"], inputs["weights"],
+                                             inputs["context_lens"], inputs["block_table"], schedule,
+                                             inputs["max_context_len"], clean_logits=True)
+    assert torch.equal(got, want)
+    with pytest.raises(NotImplementedError, match="indices"):
+        deep_gemm.get_paged_mqa_logits_metadata(inputs["context_lens"], 64, 4, indices=torch.zeros(2))
+    with pytest.raises(NotImplementedError, match="indices"):
+        deep_gemm.fp8_paged_mqa_logits(inputs["q"], inputs["kv_cache"], inputs["weights"], inputs["context_lens"],
+                                       inputs["block_table"], schedule, 10, indices=torch.zeros(2))
+    with pytest.raises(NotImplementedError, match="FP4"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((inputs["q"], torch.zeros(1)), inputs["kv_cache"], inputs["weights"],
+                                           inputs["context_lens"], inputs["block_table"], schedule, 10)
+    with pytest.raises(NotImplementedError, match="logits_dtype"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((inputs["q"], None), inputs["kv_cache"], inputs["weights"],
+                                           inputs["context_lens"], inputs["block_table"], schedule, 10,
+                                           logits_dtype=torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------------------
+# On the GPU
+# --------------------------------------------------------------------------------------------------
+
+GPU_CASES = [
+    # DeepGEMM's test shapes (batch 256 / 4096, next_n 1 / 2, H 32 / 64, avg_kv 8192; the
+    # 65536 ones in the benchmark), lengths not a multiple of 64 throughout
+    dict(batch=256, next_n=1, heads=32, avg_kv=8192),
+    dict(batch=256, next_n=2, heads=64, avg_kv=8192),
+    dict(batch=4096, next_n=1, heads=64, avg_kv=8192),
+    dict(batch=4096, next_n=2, heads=32, avg_kv=8192, clean=True),
+    dict(batch=256, next_n=2, heads=32, avg_kv=65536),
+    # edge cases
+    dict(batch=1, next_n=1, heads=32, avg_kv=1),
+    dict(batch=3, next_n=2, heads=64, avg_kv=100, clean=True),
+    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True),
+    dict(batch=9, next_n=2, heads=32, avg_kv=300, lengths="zero"),
+    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True),
+    dict(batch=64, next_n=2, heads=64, avg_kv=1000, lengths="full", clean=True),
+    dict(batch=500, next_n=1, heads=32, avg_kv=700, num_sms=7),
+    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True),
+    dict(batch=40, next_n=2, heads=32, avg_kv=900, block_stride=64 * 132 + 256, clean=True),
+    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1),
+    dict(batch=100, next_n=2, heads=64, avg_kv=3000, one_d=True, clean=True),
+    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True),
+]
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_match_the_float64_formula():
+    results = run_child_cases("gpu_mqa_paged_cases.py", "paged", GPU_CASES, timeout=900)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_are_deterministic_and_graph_capturable():
+    results = run_child_cases("gpu_mqa_paged_cases.py", "timed_graph", [{}], timeout=300)
+    assert all(r["ok"] for r in results), results

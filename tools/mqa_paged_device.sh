@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# fp8_paged_mqa_logits / get_paged_mqa_logits_metadata (DeepSeek-V3.2's paged indexer logits) on one
+# H200 within 5 minutes; logs under $OUT (or /tmp/mqa_paged_out), a short table last.
+#   OUT=/tmp/x PY=python3 bash tools/mqa_paged_device.sh
+# Phase 1 (parallel, each under a timeout): the GPU tests of tests/test_mqa_logits_paged.py,
+# compute-sanitizer memcheck, racecheck and synccheck on three small cases (lengths off the block
+# size with cleaning, zero lengths, more slots than units, spaced cache blocks and block-table
+# entries outside the cache), and one untimed pass of the benchmark (both libraries' kernels
+# compiled). Phase 2:
+# benchmarks/bench_mqa_logits_paged.py (DeepGEMM beside deep_tile when `import deep_gemm` finds it).
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
+OUT=${OUT:-/tmp/mqa_paged_out}; mkdir -p "$OUT"
+PY=${PY:-python}
+start=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/info.log" 2>&1
+$PY -c "import torch, deep_tile; print(torch.__version__, torch.version.cuda)" >> "$OUT/info.log" 2>&1
+$PY -c "import deep_gemm; print('deep_gemm', getattr(deep_gemm, '__version__', '?'), deep_gemm.__file__)" \
+  >> "$OUT/info.log" 2>&1 || echo "deep_gemm: not importable (the benchmark runs without it)" >> "$OUT/info.log"
+
+run() {  # name limit command...: one stage under a timeout, its exit status in $OUT/name.rc
+  local name=$1 limit=$2; shift 2
+  ( timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc" ) &
+}
+# the kernels compile once, before the parallel stages race to build them
+timeout 120 $PY -c "
+import sys; sys.path.insert(0, 'tests')
+from gpu_mqa_paged_cases import paged
+print(paged(2, 2, 64, 100, clean=True)); print(paged(2, 1, 32, 100)); print(paged(2, 2, 32, 100)); print(paged(2, 1, 64, 100))
+" > "$OUT/build.log" 2>&1; echo $? > "$OUT/build.rc"
+run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
+cat > "$OUT/san_case.py" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests")
+from gpu_mqa_paged_cases import paged
+results = [paged(5, 2, 64, 150, clean=True),
+           paged(6, 1, 32, 100, lengths="zero", clean=True),
+           paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True)]
+for r in results:
+    print(r)
+assert all(r["ok"] for r in results)
+PYEOF
+if command -v compute-sanitizer > /dev/null; then
+  run memcheck 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
+  run racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"
+  run synccheck 150 compute-sanitizer --tool synccheck --error-exitcode 99 $PY "$OUT/san_case.py"
+else
+  for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
+fi
+run bench_warm 150 $PY benchmarks/bench_mqa_logits_paged.py --shapes 256:1:32:8192 256:1:64:8192 256:2:32:8192 256:2:64:8192 --iters 1
+wait
+phase1=$(( $(date +%s) - start ))
+left=$(( 285 - phase1 )); [ "$left" -lt 60 ] && left=60
+run bench "$left" $PY benchmarks/bench_mqa_logits_paged.py --json "$OUT/bench_mqa_logits_paged.json"
+wait
+{
+  echo "== mqa_paged_device: phase 1 ${phase1}s, total $(( $(date +%s) - start ))s"
+  printf "%-11s %4s  %s\n" stage rc "last line"
+  for s in build tests memcheck racecheck synccheck bench_warm bench; do
+    printf "%-11s %4s  %s\n" "$s" "$(cat "$OUT/$s.rc" 2>/dev/null || echo -)" \
+      "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
+  done
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null
+  grep -E "^# |^shape|^[0-9]+:[0-9]|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-200
+  grep -h "'ok': False" "$OUT/build.log" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null | cut -c1-300
+  grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
+} | tee "$OUT/summary.txt"
