@@ -19,6 +19,8 @@ does:
   with the transposed copy training needs, in one pass; :func:`padded_group_sizes` -- the
   K-grouped weight gradient's group sizes over a grouped transposed copy.
 - :func:`fp8_mqa_logits` -- DeepSeek-V3.2's lightning-indexer logits (DeepGEMM's ``fp8_mqa_logits``).
+- :func:`tf32_hc_prenorm_gemm` -- the hyper-connection pre-norm GEMM (``a @ b^T`` in TF32 and the
+  rows' sums of squares; DeepGEMM's ``tf32_hc_prenorm_gemm``).
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
@@ -49,6 +51,7 @@ _LAZY = {
     "per_block_cast_transpose_to_fp8": "deep_tile.casts.cast_transpose",
     "padded_group_sizes": "deep_tile.casts.cast_transpose",
     "fp8_mqa_logits": "deep_tile.attention",
+    "tf32_hc_prenorm_gemm": "deep_tile.hyper_connection",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",
     "fp8_gemm_1d1d": "deep_tile.gemm.dense",

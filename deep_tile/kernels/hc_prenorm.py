@@ -1,0 +1,68 @@
+"""The hyper-connection pre-norm GEMM's contract: entry file, symbols, defines, shared memory,
+tensor-map boxes, launch geometry, arguments.
+
+``csrc/entry/hc_prenorm.cu`` (include/deep_tile/kernels/hc_prenorm.cuh) computes one K split of
+``d = a @ b^T`` (TF32 wgmma, A from registers) and of ``sqr_sum = (a * a).sum(-1)`` for a bf16
+``[m, k]`` and b float32 ``[N, k]``, one CTA per 64 rows and split: one math warpgroup and one TMA
+warp, :data:`STAGES` 64-wide K blocks in flight, two CTAs per SM. One symbol per N in :data:`NS`.
+Pure Python.
+"""
+from __future__ import annotations
+
+from deep_tile.common import ceil_div
+
+__all__ = ["ENTRY", "NS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K", "ARGUMENT_KINDS",
+           "defines", "symbol", "smem_bytes", "grid", "k_blocks_of_split"]
+
+ENTRY = "hc_prenorm"
+"""Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
+NS = (8, 16, 24, 32)
+"""The column counts N with a kernel symbol (DeepGEMM's SM90 kernel takes N <= 32, a multiple of 8)."""
+BLOCK_M = 64
+"""Rows per CTA (``kHcBlockM``: the TF32 wgmma's M)."""
+BLOCK_K = 64
+"""K per stage (``kHcBlockK``): 128 bytes of a bf16 row, one 128B-swizzle row; k must be a multiple."""
+STAGES = 6
+"""K blocks in flight per CTA (``DT_HC_STAGES``): six keep about 48 KB of a per CTA in flight and
+let two CTAs share an SM."""
+THREADS = 160
+"""Threads per CTA (``kHcThreads``): one math warpgroup and one TMA warp."""
+SWIZZLE = 128
+"""The 128B swizzle of both operands' tiles."""
+B_BOX_K = 32
+"""K extent of b's TMA box: 32 floats fill one 128-byte swizzle row, so a stage takes two boxes."""
+ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters: (map_a, map_b, d,
+sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride)."""
+
+
+def defines() -> dict:
+    """The entry's ``-D`` defines."""
+    return {"DT_HC_STAGES": STAGES}
+
+
+def symbol(n: int) -> str:
+    """The kernel of ``n`` columns (one of :data:`NS`)."""
+    if n not in NS:
+        raise ValueError(f"hc_prenorm: no kernel for n = {n}; the kernels take n in {NS}.")
+    return f"deep_tile_hc_prenorm_gemm_n{n}"
+
+
+def smem_bytes(n: int) -> int:
+    """Dynamic shared memory (``HcSmem<N>::kBytes``; the kernel traps if given less): per stage the
+    a tile (64 x 64 bf16) and b's (N x 64 float32), then a full and an empty barrier per stage."""
+    symbol(n)
+    return STAGES * (BLOCK_M * BLOCK_K * 2 + n * BLOCK_K * 4) + 2 * STAGES * 8
+
+
+def grid(m: int, num_splits: int) -> int:
+    """CTAs: row blocks times K splits (split index fastest)."""
+    return max(1, ceil_div(m, BLOCK_M)) * num_splits
+
+
+def k_blocks_of_split(num_k_blocks: int, num_splits: int, split: int) -> range:
+    """The K blocks split ``split`` reads (the kernel's rule: the first ``num_k_blocks % num_splits``
+    splits take one block more; a split past the blocks reads none and writes zeros)."""
+    per, extra = divmod(num_k_blocks, num_splits)
+    begin = split * per + min(split, extra)
+    return range(begin, begin + per + (1 if split < extra else 0))

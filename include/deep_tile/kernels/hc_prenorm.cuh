@@ -1,0 +1,185 @@
+// The hyper-connection pre-norm GEMM (deep_tile/kernels/hc_prenorm.py): for a bf16 [m, k], b
+// float32 [N, k] (N = 8, 16, 24 or 32), one K split of d = a @ b^T in TF32 and of the rows' sums of
+// squares, per CTA of 64 rows.
+//
+// The op reads a once and is bound by HBM, so the CTA is small (one math warpgroup and one TMA
+// warp, about 100 KB of shared memory: two CTAs per SM) and the K range is split over CTAs by the
+// host. Per 64-wide K block the TMA warp loads the a tile (64 rows x 128 bytes) and the b tile (N
+// rows x 256 bytes, as two 128-byte swizzle atoms), both 128B-swizzled. The math warpgroup reads
+// its a fragments from shared memory into registers (bf16 -> float is exact, so TF32 sees a
+// unchanged), squares them for the row sums, and issues eight m64nNk8 TF32 wgmmas with A from
+// registers and B from shared memory. Fragments alternate between two register sets so that
+// the loads of one block overlap the previous block's wgmmas. The epilogue stores the
+// accumulators straight to global memory (d is small beside a).
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/address.cuh"
+#include "deep_tile/ptx/grid_dependency.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/ptx/wgmma_fp8.cuh"
+#include "deep_tile/ptx/wgmma_tf32.cuh"
+
+#ifndef DT_HC_STAGES
+#error "DT_HC_STAGES is set by deep_tile/kernels/hc_prenorm.py"
+#endif
+
+namespace deep_tile {
+
+constexpr int kHcBlockM = 64;                     // rows per CTA: the wgmma's M
+constexpr int kHcBlockK = 64;                     // K per stage: 128 bytes of bf16, one swizzle row of a
+constexpr int kHcMathThreads = 128;               // one warpgroup
+constexpr int kHcThreads = kHcMathThreads + 32;   // and one TMA warp
+constexpr int kHcStages = DT_HC_STAGES;
+DT_STATIC_ASSERT(kHcStages >= 2 && kHcStages <= 16, "DT_HC_STAGES must lie in [2, 16]");
+
+/// Shared memory of one CTA for N columns: per stage the a tile then b's two K atoms, every tile
+/// 1024-byte aligned (the 128B swizzle's period), then the full and empty barriers.
+template <int kN>
+struct HcSmem {
+  static constexpr int kABytes = kHcBlockM * kHcBlockK * 2;
+  static constexpr int kBAtomBytes = kN * 128;  // 32 floats of each of N rows
+  static constexpr int kStageBytes = kABytes + 2 * kBAtomBytes;
+  static constexpr int kBarrierOffset = kHcStages * kStageBytes;
+  static constexpr int kBytes = kBarrierOffset + 2 * kHcStages * 8;
+  DT_STATIC_ASSERT(kBAtomBytes % 1024 == 0 && kABytes % 1024 == 0, "N must be a multiple of 8");
+};
+
+DT_DEVICE u32 dynamic_smem_bytes() {
+  u32 bytes;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes;
+}
+
+/// One CTA: rows [64 * (blockIdx.x / num_splits), +64), K split blockIdx.x % num_splits of
+/// num_k_blocks 64-wide blocks (the first num_k_blocks % num_splits splits take one more).
+/// Writes d[split][row][0..N) (split stride d_split_stride, row stride d_row_stride floats) and
+/// sqr_sum[split * m + row].
+template <int kN>
+DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* map_b, float* __restrict__ d,
+                               float* __restrict__ sqr_sum, int m, int num_k_blocks, int num_splits,
+                               int d_row_stride, int d_split_stride) {
+  using Smem = HcSmem<kN>;
+  using Mma = ptx::WgmmaTf32RegA<kN>;
+  extern __shared__ __align__(1024) u8 smem[];
+  u64* full = reinterpret_cast<u64*>(smem + Smem::kBarrierOffset);
+  u64* empty = full + kHcStages;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int m_block = blockIdx.x / num_splits, split = blockIdx.x % num_splits;
+  const int per_split = num_k_blocks / num_splits, extra = num_k_blocks % num_splits;
+  const int k_block_begin = split * per_split + min_int(split, extra);
+  const int num_blocks = per_split + (split < extra ? 1 : 0);
+
+  if (tid == kHcMathThreads) {
+    if (dynamic_smem_bytes() < static_cast<u32>(Smem::kBytes)) asm volatile("trap;");  // host and kernel disagree
+    ptx::tma_prefetch_descriptor(map_a);
+    ptx::tma_prefetch_descriptor(map_b);
+    for (int s = 0; s < kHcStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], kHcMathThreads / 32);  // one arrival per math warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  ptx::grid_dependency_wait();  // the stream predecessor may write a, b, d or sqr_sum
+  ptx::launch_dependents();
+
+  if (warp == kHcMathThreads / 32) {
+    if (lane == 0) {
+      const u64 stream_policy = ptx::l2_policy_evict_first();  // a is read once
+      const u64 keep_policy = ptx::l2_policy_evict_last();     // b is read by every row block
+      for (int s = 0; s < num_blocks; ++s) {
+        const int stage = s % kHcStages;
+        ptx::mbarrier_wait(&empty[stage], ((s / kHcStages) & 1) ^ 1);
+        u8* tile = smem + stage * Smem::kStageBytes;
+        const int k0 = (k_block_begin + s) * kHcBlockK;
+        ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
+        ptx::tma_load_2d_hinted(tile, map_a, &full[stage], k0, m_block * kHcBlockM, stream_policy);
+        ptx::tma_load_2d_hinted(tile + Smem::kABytes, map_b, &full[stage], k0, 0, keep_policy);
+        ptx::tma_load_2d_hinted(tile + Smem::kABytes + Smem::kBAtomBytes, map_b, &full[stage], k0 + 32, 0,
+                                keep_policy);
+      }
+    }
+    return;
+  }
+
+  // Math warpgroup: this thread's rows r and r + 8 of the block, K columns q and q + 4 of each k8 slice.
+  const int row = warp * 16 + (lane >> 2), q = lane & 3;
+  float acc[Mma::kNumAccum];
+#pragma unroll
+  for (int i = 0; i < Mma::kNumAccum; ++i) acc[i] = 0.0f;
+  float sq0 = 0.0f, sq1 = 0.0f;
+  u32 frag0[32], frag1[32];
+  const u32 smem_base = ptx::smem_addr(smem);
+
+  // Wait for block s, read its a fragments into `frag` (and square them), then, once the previous
+  // block's wgmmas are done (its stage and its fragment set are free), release that stage and
+  // issue this block's eight k8 wgmmas.
+  const auto step = [&](int s, u32(&frag)[32]) {
+    const int stage = s % kHcStages;
+    ptx::mbarrier_wait(&full[stage], (s / kHcStages) & 1);
+    const u8* tile = smem + stage * Smem::kStageBytes;
+    const u16* upper = reinterpret_cast<const u16*>(tile + row * 128);
+    const u16* lower = upper + 8 * 64;  // row + 8: same swizzle phase
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int chunk = (i ^ (row & 7)) * 8;  // the 16-byte chunk of K slice i, 8 bf16 each
+      const u32 x0 = static_cast<u32>(upper[chunk + q]) << 16, x1 = static_cast<u32>(lower[chunk + q]) << 16;
+      const u32 x2 = static_cast<u32>(upper[chunk + q + 4]) << 16, x3 = static_cast<u32>(lower[chunk + q + 4]) << 16;
+      frag[4 * i + 0] = x0;
+      frag[4 * i + 1] = x1;
+      frag[4 * i + 2] = x2;
+      frag[4 * i + 3] = x3;
+      const float f0 = __uint_as_float(x0), f1 = __uint_as_float(x1);
+      const float f2 = __uint_as_float(x2), f3 = __uint_as_float(x3);
+      sq0 = fmaf(f0, f0, fmaf(f2, f2, sq0));
+      sq1 = fmaf(f1, f1, fmaf(f3, f3, sq1));
+    }
+    ptx::wgmma_wait_group<0>();
+    if (s > 0 && lane == 0) ptx::mbarrier_arrive(&empty[(s - 1) % kHcStages]);
+    const u32 b_lo = ptx::sw128_lo(smem_base + stage * Smem::kStageBytes + Smem::kABytes);
+#pragma unroll
+    for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < 8; ++i)  // slice i: atom i / 4, 32 bytes per k8 along the swizzled row
+      Mma::mma(&frag[4 * i], ptx::sw128_desc(b_lo + (i >> 2) * (Smem::kBAtomBytes >> 4) + (i & 3) * 2), acc, true);
+    ptx::wgmma_commit_group();
+#pragma unroll
+    for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+  };
+  int s = 0;
+  for (; s + 1 < num_blocks; s += 2) {
+    step(s, frag0);
+    step(s + 1, frag1);
+  }
+  if (s < num_blocks) step(s, frag0);
+  ptx::wgmma_wait_group<0>();
+#pragma unroll
+  for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+
+#pragma unroll
+  for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the rows' other columns
+    sq0 += __shfl_xor_sync(0xffffffffu, sq0, offset);
+    sq1 += __shfl_xor_sync(0xffffffffu, sq1, offset);
+  }
+  const int r0 = m_block * kHcBlockM + row, r1 = r0 + 8;
+  if (q == 0) {
+    if (r0 < m) sqr_sum[static_cast<long long>(split) * m + r0] = sq0;
+    if (r1 < m) sqr_sum[static_cast<long long>(split) * m + r1] = sq1;
+  }
+  float* d_split = d + static_cast<long long>(split) * d_split_stride;
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+    const int col = 8 * j + 2 * q;
+    if (r0 < m)
+      *reinterpret_cast<float2*>(d_split + static_cast<long long>(r0) * d_row_stride + col) =
+          make_float2(acc[4 * j], acc[4 * j + 1]);
+    if (r1 < m)
+      *reinterpret_cast<float2*>(d_split + static_cast<long long>(r1) * d_row_stride + col) =
+          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+}  // namespace deep_tile
