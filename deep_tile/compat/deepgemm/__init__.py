@@ -37,7 +37,8 @@ does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_
 (a tile-size hint). The K-grouped weight-gradient GEMMs (``k_grouped_fp8_gemm_nt_contiguous``, and
 ``k_grouped_fp8_gemm_tn_contiguous``, SM100-only in DeepGEMM) run deep_tile's K-grouped kernel
 after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_logits`` (and
-``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does. DeepGEMM's other
+``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does, and the
+hyper-connection ``tf32_hc_prenorm_gemm`` writes its outputs as DeepGEMM does. DeepGEMM's other
 kernels (NN/TN/TT layouts, FP4, BF16, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
@@ -46,6 +47,7 @@ from deep_tile.compat.deepgemm._api import (  # noqa: F401
     RECIPE, RECIPE_A, RECIPE_B, SIGNAL_BLOCK_M, SM90_MK_ALIGNMENT,
 )
 from deep_tile.compat.deepgemm._api import __all__ as _api_all
+from deep_tile.compat.deepgemm._hc_einsum import *  # noqa: F401,F403
 from deep_tile.compat.deepgemm import utils  # noqa: E402,F401  (DeepGEMM's deep_gemm.utils)
 # DeepGEMM's package also hands its utils' helpers on at the top level (vLLM looks them up there)
 from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
@@ -53,7 +55,7 @@ from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
     get_mn_major_tma_aligned_packed_ue8m0_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp8,
 )
 
-__all__ = [*_api_all, "install_alias"]
+__all__ = [*_api_all, "tf32_hc_prenorm_gemm", "install_alias"]
 
 # --------------------------------------------------------------------------------------------------
 # The module layout of the deep_gemm package, and the alias
