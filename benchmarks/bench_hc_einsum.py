@@ -1,0 +1,114 @@
+"""The hyper-connection pre-norm GEMM (and the einsum expressions): deep_tile against DeepGEMM
+(when ``import deep_gemm`` finds DeepGEMM itself, not deep_tile's alias), on the same inputs, L2
+flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
+
+``tf32_hc_prenorm_gemm`` shapes (``--hc``, ``m:n:k:splits``, splits 0 for None): DeepGEMM's test,
+m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16.
+Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
+DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
+DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
+two results (summed over splits) over the largest value. ``--json PATH`` writes the rows. Needs
+an sm_90 GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import deep_tile  # noqa: E402
+from deep_tile.testing.table import geomean, print_table  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
+
+HC_SHAPES = tuple(f"{m}:24:{k}:{splits}" for m in (13, 137, 4096, 8192) for k in (28672, 7680, 7168)
+                  for splits in (0, 16))
+"""Default ``m:n:k:splits`` cases of the pre-norm GEMM (DeepGEMM's test shapes; splits 0 = None)."""
+
+
+def load_deepgemm(name: str):
+    """DeepGEMM's module when it has ``name``, or None when it is missing or is deep_tile's alias."""
+    try:
+        import deep_gemm
+    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
+        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile alone")
+        return None
+    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, name):
+        print(f"# deep_gemm is deep_tile's alias or lacks {name}; timing deep_tile alone")
+        return None
+    return deep_gemm
+
+
+def rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:
+    """Largest |got - want| over the largest |want|."""
+    scale = want.abs().max().clamp(min=1e-30)
+    return float((got - want).abs().max() / scale) if want.numel() else 0.0
+
+
+def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
+    """One row: the pre-norm GEMM of shape ``spec``."""
+    m, n, k, splits = map(int, spec.split(":"))
+    num_splits = splits or None
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", generator=gen)
+    lead = () if num_splits is None else (num_splits,)
+    d, s = torch.empty(*lead, m, n, device="cuda"), torch.empty(*lead, m, device="cuda")
+    fns = {"deep_tile": lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)}
+    diff = None
+    if dg is not None:
+        d_dg, s_dg = torch.empty_like(d), torch.empty_like(s)
+        fns["deepgemm"] = lambda: dg.tf32_hc_prenorm_gemm(a, b, d_dg, s_dg, num_splits=num_splits)
+        fns["deep_tile"]()
+        fns["deepgemm"]()
+        total = (lambda t: t) if num_splits is None else (lambda t: t.sum(0))
+        diff = max(rel_diff(total(d), total(d_dg)), rel_diff(total(s), total(s_dg)))
+    times = bench_round_robin(fns, iters=iters)
+    nbytes = a.numel() * 2 + 4 * (b.numel() + d.numel() + s.numel())
+    us = times["deep_tile"]
+    return {"op": "hc", "shape": spec, "us": us, "gbs": nbytes / us / 1e3, "share": nbytes / us / 1e3 * 1e9 / copy_rate,
+            "tflops": 2 * m * n * k / us / 1e6, "mbytes": nbytes / 1e6, "deepgemm_us": times.get("deepgemm"),
+            "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,
+            "speedup": times["deepgemm"] / us if "deepgemm" in times else None, "max_rel_diff": diff}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hc", nargs="*", default=list(HC_SHAPES), help="m:n:k:splits (splits 0 = None)")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    copy_rate = copy_bandwidth()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
+          f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed")
+    rows = []
+    if args.hc:
+        dg = load_deepgemm("tf32_hc_prenorm_gemm")
+        rows += [run_hc(spec, args.iters, copy_rate, dg) for spec in args.hc]
+    print_table(["op", "m:n:k:splits", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "DG % copy", "speedup",
+                 "max rel diff"],
+                [(r["op"], r["shape"], f"{r['mbytes']:.1f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",
+                  f"{100 * r['share']:.1f}", f"{r['tflops']:.1f}",
+                  "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
+                  "" if r["deepgemm_share"] is None else f"{100 * r['deepgemm_share']:.1f}",
+                  "" if r["speedup"] is None else f"{r['speedup']:.3f}",
+                  "" if r["max_rel_diff"] is None else f"{r['max_rel_diff']:.1e}") for r in rows],
+                aligns=["<", "<"] + [">"] * 9)
+    for op in sorted({r["op"] for r in rows}):
+        speedups = [r["speedup"] for r in rows if r["speedup"] and r["op"] == op]
+        if speedups:
+            print(f"{op}: speedup over DeepGEMM geomean {geomean(speedups):.3f}, min {min(speedups):.3f}, "
+                  f"max {max(speedups):.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bytes_per_s": copy_rate,
+                                         "rows": rows}, indent=1))
+    bad = [r for r in rows if (r["max_rel_diff"] or 0.0) > 1e-3]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
