@@ -18,6 +18,9 @@ SQR_REL_BOUND = 1e-5
 """Error allowed per row sum of squares, relative to the sum (exact squares, float32 sums)."""
 EINSUM_REL_BOUND = 1e-5
 """Error allowed per entry of a float32 einsum result, relative to the sum of absolute terms."""
+BF16_OUT_BOUND = 2.0 ** -7
+"""Error allowed per entry of a bf16 result, relative to the entry: its rounding (half of 2^-7 at
+most) with room for a library that rounds a partial sum on the way."""
 
 
 def make_hc_inputs(m: int, n: int, k: int, seed: int, device: str = "cpu", a_row_stride: int = 0) -> tuple:
@@ -94,6 +97,96 @@ def hc_repeat_and_graph(m: int = 4096, n: int = 24, k: int = 7168, num_splits=16
     outs.append((d, s))
     ok = all(torch.equal(outs[0][0], o[0]) and torch.equal(outs[0][1], o[1]) for o in outs[1:])
     return {"case": f"hc repeat+graph m={m} n={n} k={k} splits={num_splits}", "ok": bool(ok)}
+
+
+def make_einsum_inputs(expr: str, dims: dict, seed: int, device: str = "cpu") -> tuple:
+    """(a, b) bf16 of ``expr`` with the sizes ``dims`` (letter -> size), drawn on the CPU from ``seed``;
+    b of the per-head expressions is a view of wider rows (unit stride along r, not contiguous)."""
+    gen = torch.Generator().manual_seed(seed)
+    left, right = expr.split("->")[0].split(",")
+    a = torch.randn(*[dims[ch] for ch in left], generator=gen).to(torch.bfloat16)
+    if expr == "bmk,bnk->mn":
+        b = torch.randn(*[dims[ch] for ch in right], generator=gen).to(torch.bfloat16)
+    else:  # hdr with r padded by 128, as DeepGEMM's test draws it
+        b = torch.randn(dims["h"], dims["d"], dims["r"] + 128, generator=gen).to(torch.bfloat16)[:, :, :dims["r"]]
+    return a.to(device), b.to(device)
+
+
+def check_close(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, rel: float, out_dtype) -> dict:
+    """got against float64 ``ref``: per entry within ``rel * bound`` (bound: the sum of absolute
+    terms) plus the rounding of ``out_dtype``; NaN (unwritten) fails."""
+    g = got.double()
+    rounding = BF16_OUT_BOUND if out_dtype == torch.bfloat16 else 0.0
+    allowed = rel * bound + rounding * ref.abs() + 1e-30
+    err = ((g - ref).abs() / allowed).nan_to_num(float("inf"))
+    worst = float(err.max()) if err.numel() else 0.0
+    denom = float((g * g + ref * ref).sum())
+    diff = 1 - 2 * float((g * ref).sum()) / denom if denom else 0.0
+    nan = int(torch.isnan(g).sum())
+    return {"ok": nan == 0 and worst <= 1.0, "nan": nan, "worst_over_bound": worst, "calc_diff": diff}
+
+
+def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0, device: str = "cuda") -> dict:
+    """One deep_tile.einsum call against float64 (d NaN-filled first; a float32 'bmk,bnk->mn' d
+    starts from random values and is accumulated into)."""
+    import deep_tile
+
+    dtype = getattr(torch, out_dtype)
+    a, b = make_einsum_inputs(expr, dims, seed, device)
+    out_shape = [dims[ch] for ch in expr.split("->")[1]]
+    a64, b64 = a.double(), b.double()
+    ref = torch.einsum(expr, a64, b64)
+    bound = torch.einsum(expr, a64.abs(), b64.abs())
+    c = None
+    if expr == "bmk,bnk->mn" and dtype == torch.float32:
+        gen = torch.Generator().manual_seed(seed + 1)
+        d = torch.randn(*out_shape, generator=gen).to(device)
+        ref, bound, c = ref + d.double(), bound + d.double().abs(), d
+    else:
+        d = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
+    deep_tile.einsum(expr, a, b, d, c=c)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    result = check_close(d, ref, bound, EINSUM_REL_BOUND, dtype)
+    return {"case": f"einsum {expr} {dims} d={out_dtype}", **result}
+
+
+def quantize_fp8(t: torch.Tensor, block_rows: int) -> tuple:
+    """(fp8, float32 scales) of ``t [..., rows, cols]``: one scale per ``block_rows x 128`` block (amax / 448)."""
+    *lead, rows, cols = t.shape
+    pr, pc = -(-rows // block_rows) * block_rows, -(-cols // 128) * 128
+    padded = torch.zeros(*lead, pr, pc, dtype=torch.float32, device=t.device)
+    padded[..., :rows, :cols] = t.float()
+    blocks = padded.view(*lead, pr // block_rows, block_rows, pc // 128, 128)
+    amax = blocks.abs().amax(dim=(-3, -1), keepdim=True).clamp(min=1e-4)
+    q = (blocks * (448.0 / amax)).to(torch.float8_e4m3fn).view(*lead, pr, pc)[..., :rows, :cols].contiguous()
+    scale = (amax / 448.0).squeeze(-1).squeeze(-2)
+    return q, scale
+
+
+def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: int = 0, device: str = "cuda") -> dict:
+    """One deep_tile.fp8_einsum('bhr,hdr->bhd') call against the float64 product of the dequantized operands."""
+    import deep_tile
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, h, r, generator=gen).to(device)
+    y = torch.randn(h, d, r, generator=gen).to(device)
+    xq, sx = quantize_fp8(x.view(b * h, 1, r), 1)
+    xq, sx = xq.view(b, h, r), sx.view(b, h, -1)
+    yq, sy = quantize_fp8(y, 128)
+    xd = xq.double() * sx.double().repeat_interleave(128, dim=2)[..., :r]
+    yd = yq.double() * sy.double().repeat_interleave(128, dim=1)[:, :d].repeat_interleave(128, dim=2)[..., :r]
+    ref = torch.einsum("bhr,hdr->bhd", xd, yd)
+    bound = torch.einsum("bhr,hdr->bhd", xd.abs(), yd.abs())
+    c = torch.randn(b, h, d, generator=gen).to(torch.bfloat16).to(device) if with_c else None
+    if c is not None:
+        ref, bound = ref + c.double(), bound + c.double().abs()
+    out = torch.full((b, h, d), float("nan"), dtype=torch.bfloat16, device=device)
+    deep_tile.fp8_einsum("bhr,hdr->bhd", (xq, sx), (yq, sy), out, c=c)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    result = check_close(out, ref, bound, EINSUM_REL_BOUND, torch.bfloat16)
+    return {"case": f"fp8_einsum bhr,hdr->bhd b={b} h={h} r={r} d={d} c={with_c}", **result}
 
 
 if __name__ == "__main__":

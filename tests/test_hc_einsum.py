@@ -15,8 +15,11 @@ import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
 from conftest import compiler_params, run_child_cases
 from deep_tile.hyper_connection import hc_prenorm_reference, tf32_hc_prenorm_gemm
+from deep_tile.einsums import EXPRESSIONS, einsum, fp8_einsum
+from deep_tile.kernels import einsum as einsum_contract
 from deep_tile.kernels import hc_prenorm as contract
-from gpu_hc_einsum_cases import check_hc, hc_outputs, make_hc_inputs
+from gpu_hc_einsum_cases import (check_hc, einsum_case, fp8_einsum_case, hc_outputs, make_einsum_inputs,
+                                 make_hc_inputs, quantize_fp8)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,3 +199,176 @@ def test_gpu_hc_matches_float64():
 def test_gpu_hc_is_deterministic_and_graph_capturable():
     results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph", [{}, {"num_splits": None}], timeout=300)
     assert all(r["ok"] for r in results), results
+
+
+# --------------------------------------------------------------------------------------------------
+# einsum and fp8_einsum: the CPU paths
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr,dims,out_dtype", [
+    ("bmk,bnk->mn", dict(b=3, m=128, n=192, k=64), "float32"),
+    ("bmk,bnk->mn", dict(b=2, m=64, n=64, k=128), "bfloat16"),
+    ("bmk,bnk->mn", dict(b=0, m=64, n=128, k=64), "float32"),
+    ("bhr,hdr->bhd", dict(b=5, h=4, r=256, d=128), "bfloat16"),
+    ("bhd,hdr->bhr", dict(b=3, h=2, r=64, d=96), "bfloat16"),
+])
+def test_einsum_cpu_matches_float64(expr, dims, out_dtype):
+    result = einsum_case(expr, dims, out_dtype, seed=1, device="cpu")
+    assert result["ok"], result
+
+
+@pytest.mark.parametrize("b,h,r,d,with_c", [(5, 2, 384, 256, False), (3, 2, 200, 130, True), (1, 1, 128, 128, False)])
+def test_fp8_einsum_cpu_matches_float64(b, h, r, d, with_c):
+    result = fp8_einsum_case(b, h, r, d, with_c, seed=2, device="cpu")
+    assert result["ok"], result
+
+
+def einsum_bad_cases():
+    a, b = make_einsum_inputs("bmk,bnk->mn", dict(b=2, m=64, n=128, k=64), seed=0)
+    d = torch.zeros(64, 128)
+    x, y = make_einsum_inputs("bhr,hdr->bhd", dict(b=4, h=2, r=128, d=64), seed=0)
+    z = torch.zeros(4, 2, 64, dtype=torch.bfloat16)
+    yield "expr not a str", (0, a, b, d), {"c": d}, TypeError
+    yield "a not a tensor", ("bmk,bnk->mn", a.tolist(), b, d), {"c": d}, TypeError
+    yield "unknown expression", ("bmk,bnk->nm", a, b, d), {"c": d}, ValueError
+    yield "spaces in expression", ("bmk, bnk -> mn", a, b, d), {"c": d}, ValueError
+    yield "a float32", ("bmk,bnk->mn", a.float(), b, d), {"c": d}, ValueError
+    yield "d float16", ("bmk,bnk->mn", a, b, d.half()), {}, ValueError
+    yield "c dtype", ("bmk,bnk->mn", a, b, d), {"c": d.bfloat16()}, ValueError
+    yield "float32 d without c", ("bmk,bnk->mn", a, b, d), {}, ValueError
+    yield "float32 d, c another tensor", ("bmk,bnk->mn", a, b, d), {"c": d.clone()}, ValueError
+    yield "bf16 d with c", ("bmk,bnk->mn", a, b, d.bfloat16()), {"c": d.bfloat16()}, ValueError
+    yield "use_cublaslt", ("bmk,bnk->mn", a, b, d), {"c": d, "use_cublaslt": True}, ValueError
+    yield "a not contiguous", ("bmk,bnk->mn", a.transpose(1, 2).contiguous().transpose(1, 2), b, d), {"c": d}, ValueError
+    yield "batch mismatch", ("bmk,bnk->mn", a, b[:1], d), {"c": d}, ValueError
+    d32 = torch.zeros(32, 128)
+    yield "m not a multiple of 64", ("bmk,bnk->mn", a[:, :32].contiguous(), b, d32), {"c": d32}, ValueError
+    yield "k not a multiple of 64", ("bmk,bnk->mn", a[..., :32].contiguous(), b[..., :32].contiguous(), d), {"c": d}, \
+        ValueError
+    yield "d shape", ("bmk,bnk->mn", a, b, d[:, :64].contiguous()), {}, ValueError
+    yield "bhr with c", ("bhr,hdr->bhd", x, y, z), {"c": z}, ValueError
+    yield "bhr shapes", ("bhr,hdr->bhd", x, y, z[:, :, :32]), {}, ValueError
+    yield "bhr d float32", ("bhr,hdr->bhd", x, y, z.float()), {}, ValueError
+    yield "bhr a strided r", ("bhr,hdr->bhd", x.transpose(0, 2).contiguous().transpose(0, 2), y, z), {}, ValueError
+    yield "bhd shapes", ("bhd,hdr->bhr", x, y, z), {}, ValueError
+
+
+@pytest.mark.parametrize("label,args,kwargs,error", list(einsum_bad_cases()), ids=[c[0] for c in einsum_bad_cases()])
+def test_einsum_bad_arguments_are_refused(label, args, kwargs, error):
+    d = args[3]
+    before = d.clone()
+    with pytest.raises(error, match="einsum"):
+        einsum(*args, **kwargs)
+    assert torch.equal(before, d)  # nothing written
+
+
+def fp8_bad_cases():
+    x = torch.randn(4, 2, 256)
+    y = torch.randn(2, 128, 256)
+    xq, sx = quantize_fp8(x.view(8, 1, 256), 1)
+    xq, sx = xq.view(4, 2, 256), sx.view(4, 2, 2)
+    yq, sy = quantize_fp8(y, 128)
+    z = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
+    yield "a not a pair", ("bhr,hdr->bhd", xq, (yq, sy), z), {}, TypeError
+    yield "SM100 expression bhd,hdr->bhr", ("bhd,hdr->bhr", (xq, sx), (yq, sy), z), {}, ValueError
+    yield "SM100 expression bhd,bhr->hdr", ("bhd,bhr->hdr", (xq, sx), (yq, sy), z), {}, ValueError
+    yield "recipe 1,1,128", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z), {"recipe": (1, 1, 128)}, ValueError
+    yield "x bf16", ("bhr,hdr->bhd", (x.bfloat16(), sx), (yq, sy), z), {}, ValueError
+    yield "d float32", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z.float()), {}, ValueError
+    yield "sx shape", ("bhr,hdr->bhd", (xq, sx[..., :1]), (yq, sy), z), {}, ValueError
+    yield "sy shape", ("bhr,hdr->bhd", (xq, sx), (yq, sy[:, :, :1]), z), {}, ValueError
+    yield "d shape", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z[:, :, :64]), {}, ValueError
+    yield "c dtype", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z), {"c": z.float()}, ValueError
+
+
+@pytest.mark.parametrize("label,args,kwargs,error", list(fp8_bad_cases()), ids=[c[0] for c in fp8_bad_cases()])
+def test_fp8_einsum_bad_arguments_are_refused(label, args, kwargs, error):
+    d = args[3]
+    before = d.clone()
+    with pytest.raises(error, match="fp8_einsum"):
+        fp8_einsum(*args, **kwargs)
+    assert torch.equal(before, d)
+
+
+# --------------------------------------------------------------------------------------------------
+# einsum: contract, build, DeepGEMM's names
+# --------------------------------------------------------------------------------------------------
+
+def test_einsum_contract():
+    assert EXPRESSIONS[0] == "bmk,bnk->mn"
+    assert len(einsum_contract.ARGUMENT_KINDS) == 8
+    assert einsum_contract.smem_bytes() <= 232448
+    # DeepGEMM's split rule: 2 x 3 tiles of 128 x 128 on 132 SMs leave 22 splits of the s * k / 64 blocks
+    split = einsum_contract.split_factor(4096, 256, 384, 128, 132)
+    assert split == -(-4096 * 2 // 22)
+    assert einsum_contract.grid(4096, 256, 384, 128, split) == 6 * -(-4096 * 2 // split)
+    for s, m, n, k in ((129, 128, 384, 128), (1, 64, 64, 64), (8192, 384, 128, 384), (3, 4096, 4096, 64)):
+        split = einsum_contract.split_factor(s, m, n, k, 132)
+        tiles = -(-m // 128) * -(-n // 128)
+        assert split >= 1 and einsum_contract.grid(s, m, n, k, split) // tiles * split >= s * (k // 64)
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_einsum_kernel_builds_spill_free(name):
+    from deep_tile.jit import compiler, paths
+
+    result = compiler.compile_cubin(paths.entry_path(einsum_contract.ENTRY), einsum_contract.defines(),
+                                    einsum_contract.SYMBOL, name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    assert einsum_contract.SYMBOL in compiler.elf_functions(result.cubin)
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in result.log, result.log
+    sass = compiler.disassemble(result.cubin)
+    if sass is None:
+        pytest.skip("no SASS tools here")
+    assert sass.count("HGMMA.64x128x16.F32.BF16") == 4  # four k16 steps per 64-wide block
+    assert "REDG.E.ADD.F32x2" in sass  # the tile is added into d with vector reductions
+
+
+def test_einsum_compat_names_follow_deepgemm():
+    def params(fn):
+        return [(p.name, None if p.default is inspect.Parameter.empty else p.default)
+                for p in inspect.signature(fn).parameters.values()]
+
+    assert params(deep_gemm.einsum) == [("expr", None), ("a", None), ("b", None), ("d", None), ("c", None),
+                                        ("use_cublaslt", False)]
+    assert params(deep_gemm.fp8_einsum) == [("expr", None), ("a", None), ("b", None), ("d", None), ("c", None),
+                                            ("recipe", (1, 128, 128))]
+    a, b = make_einsum_inputs("bmk,bnk->mn", dict(b=2, m=64, n=64, k=64), seed=3)
+    d = torch.zeros(64, 64)
+    want = torch.zeros(64, 64)
+    assert deep_gemm.einsum("bmk,bnk->mn", a, b, d, c=d) is None
+    deep_tile.einsum("bmk,bnk->mn", a, b, want, c=want)
+    assert torch.equal(d, want)
+    with pytest.raises(ValueError, match="unsupported expression"):
+        deep_gemm.einsum("ij,jk->ik", a[0], b[0], d)
+
+
+# --------------------------------------------------------------------------------------------------
+# einsum on the GPU
+# --------------------------------------------------------------------------------------------------
+
+EINSUM_GPU_CASES = (
+    [dict(expr="bmk,bnk->mn", dims=dict(b=s, m=m, n=n, k=k), out_dtype=dt)  # DeepGEMM's test shapes
+     for s in (129, 4096, 8192) for m, n, k in ((128, 384, 128), (256, 256, 256), (384, 128, 384))
+     for dt in ("float32", "bfloat16")]
+    + [dict(expr="bmk,bnk->mn", dims=dict(b=1, m=64, n=64, k=64)),
+       dict(expr="bmk,bnk->mn", dims=dict(b=3, m=192, n=320, k=192)),
+       dict(expr="bmk,bnk->mn", dims=dict(b=2, m=1024, n=1024, k=512), out_dtype="bfloat16")]
+    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16")
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 128)]
+)
+
+
+@pytest.mark.gpu
+def test_gpu_einsum_matches_float64():
+    results = run_child_cases("gpu_hc_einsum_cases.py", "einsum_case", EINSUM_GPU_CASES, timeout=600)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_einsum_matches_float64():
+    cases = [dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128)] + [dict(b=5, h=2, r=200, d=130, with_c=True)]
+    results = run_child_cases("gpu_hc_einsum_cases.py", "fp8_einsum_case", cases, timeout=300)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))

@@ -38,8 +38,9 @@ does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_
 ``k_grouped_fp8_gemm_tn_contiguous``, SM100-only in DeepGEMM) run deep_tile's K-grouped kernel
 after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_logits`` (and
 ``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does, and the
-hyper-connection ``tf32_hc_prenorm_gemm`` writes its outputs as DeepGEMM does. DeepGEMM's other
-kernels (NN/TN/TT layouts, FP4, BF16, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
+hyper-connection ``tf32_hc_prenorm_gemm`` and the SM90 expressions of ``einsum`` / ``fp8_einsum``
+write their outputs as DeepGEMM does. DeepGEMM's other
+kernels (NN/TN/TT layouts, FP4, BF16, paged MQA logits, other attention, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
 from deep_tile.compat.deepgemm._api import *  # noqa: F401,F403
@@ -55,7 +56,7 @@ from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
     get_mn_major_tma_aligned_packed_ue8m0_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp8,
 )
 
-__all__ = [*_api_all, "tf32_hc_prenorm_gemm", "install_alias"]
+__all__ = [*_api_all, "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum", "install_alias"]
 
 # --------------------------------------------------------------------------------------------------
 # The module layout of the deep_gemm package, and the alias
