@@ -24,12 +24,12 @@ most) with room for a library that rounds a partial sum on the way."""
 
 
 def make_hc_inputs(m: int, n: int, k: int, seed: int, device: str = "cpu", a_row_stride: int = 0) -> tuple:
-    """(a bf16 [m, k], b float32 [n, k]) drawn on the CPU from ``seed``; a may be a view of wider rows."""
-    gen = torch.Generator().manual_seed(seed)
+    """(a bf16 [m, k], b float32 [n, k]) drawn on ``device`` from ``seed``; a may be a view of wider rows."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     width = a_row_stride or k
-    a = torch.randn(m, width, generator=gen).to(torch.bfloat16)[:, :k]
-    b = torch.randn(n, k, generator=gen)
-    return a.to(device), b.to(device)
+    a = torch.randn(m, width, generator=gen, device=device).to(torch.bfloat16)[:, :k]
+    b = torch.randn(n, k, generator=gen, device=device)
+    return a, b
 
 
 def hc_outputs(m: int, n: int, num_splits, device: str, d_row_stride: int = 0) -> tuple:
@@ -100,16 +100,17 @@ def hc_repeat_and_graph(m: int = 4096, n: int = 24, k: int = 7168, num_splits=16
 
 
 def make_einsum_inputs(expr: str, dims: dict, seed: int, device: str = "cpu") -> tuple:
-    """(a, b) bf16 of ``expr`` with the sizes ``dims`` (letter -> size), drawn on the CPU from ``seed``;
-    b of the per-head expressions is a view of wider rows (unit stride along r, not contiguous)."""
-    gen = torch.Generator().manual_seed(seed)
+    """(a, b) bf16 of ``expr`` with the sizes ``dims`` (letter -> size), drawn on ``device`` from
+    ``seed``; b of the per-head expressions is a view of wider rows (unit stride along r, not contiguous)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
     left, right = expr.split("->")[0].split(",")
-    a = torch.randn(*[dims[ch] for ch in left], generator=gen).to(torch.bfloat16)
+    a = torch.randn(*[dims[ch] for ch in left], generator=gen, device=device).to(torch.bfloat16)
     if expr == "bmk,bnk->mn":
-        b = torch.randn(*[dims[ch] for ch in right], generator=gen).to(torch.bfloat16)
+        b = torch.randn(*[dims[ch] for ch in right], generator=gen, device=device).to(torch.bfloat16)
     else:  # hdr with r padded by 128, as DeepGEMM's test draws it
-        b = torch.randn(dims["h"], dims["d"], dims["r"] + 128, generator=gen).to(torch.bfloat16)[:, :, :dims["r"]]
-    return a.to(device), b.to(device)
+        b = torch.randn(dims["h"], dims["d"], dims["r"] + 128, generator=gen,
+                        device=device).to(torch.bfloat16)[:, :, :dims["r"]]
+    return a, b
 
 
 def check_close(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, rel: float, out_dtype) -> dict:
@@ -139,8 +140,8 @@ def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0
     bound = torch.einsum(expr, a64.abs(), b64.abs())
     c = None
     if expr == "bmk,bnk->mn" and dtype == torch.float32:
-        gen = torch.Generator().manual_seed(seed + 1)
-        d = torch.randn(*out_shape, generator=gen).to(device)
+        gen = torch.Generator(device=device).manual_seed(seed + 1)
+        d = torch.randn(*out_shape, generator=gen, device=device)
         ref, bound, c = ref + d.double(), bound + d.double().abs(), d
     else:
         d = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
@@ -168,9 +169,9 @@ def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: 
     """One deep_tile.fp8_einsum('bhr,hdr->bhd') call against the float64 product of the dequantized operands."""
     import deep_tile
 
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(b, h, r, generator=gen).to(device)
-    y = torch.randn(h, d, r, generator=gen).to(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(b, h, r, generator=gen, device=device)
+    y = torch.randn(h, d, r, generator=gen, device=device)
     xq, sx = quantize_fp8(x.view(b * h, 1, r), 1)
     xq, sx = xq.view(b, h, r), sx.view(b, h, -1)
     yq, sy = quantize_fp8(y, 128)
@@ -178,7 +179,7 @@ def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: 
     yd = yq.double() * sy.double().repeat_interleave(128, dim=1)[:, :d].repeat_interleave(128, dim=2)[..., :r]
     ref = torch.einsum("bhr,hdr->bhd", xd, yd)
     bound = torch.einsum("bhr,hdr->bhd", xd.abs(), yd.abs())
-    c = torch.randn(b, h, d, generator=gen).to(torch.bfloat16).to(device) if with_c else None
+    c = torch.randn(b, h, d, generator=gen, device=device).to(torch.bfloat16) if with_c else None
     if c is not None:
         ref, bound = ref + c.double(), bound + c.double().abs()
     out = torch.full((b, h, d), float("nan"), dtype=torch.bfloat16, device=device)
