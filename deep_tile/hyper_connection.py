@@ -13,13 +13,17 @@ float32 sums) and ``sqr_sum = (a * a).sum(-1)`` (float32) for a bf16 ``[m, k]`` 
   m = 0 writes nothing.
 
 On CUDA one JIT kernel of ``csrc/entry/hc_prenorm.cu`` (contract:
-:mod:`deep_tile.kernels.hc_prenorm`) on the current stream; on the CPU the same partial sums in
-float32 torch. Arguments are checked before anything is launched or written.
+:mod:`deep_tile.kernels.hc_prenorm`) on the current stream. The op is bound by reading a, so every
+SM should stream part of it: with ``num_splits=None`` and fewer row blocks than SMs the kernel
+splits K itself (``own_splits``) into a workspace whose partials torch then sums in a fixed order
+(deterministic; float32 sums in another order than one split's). On the CPU the same partial sums
+in float32 torch. Arguments are checked before anything is launched or written.
 """
 from __future__ import annotations
 
 import torch
 
+from deep_tile.device import get_num_sms
 from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
@@ -127,12 +131,25 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
         d.copy_(ref_d)
         sqr_sum.copy_(ref_s)
         return
+    own = contract.own_splits(m, k, get_num_sms()) if num_splits is None else 1
+    if own > 1:  # partials in a workspace, summed in split order
+        work_d = torch.empty((own, m, n), dtype=torch.float32, device=a.device)
+        work_s = torch.empty((own, m), dtype=torch.float32, device=a.device)
+        _launch(a, b, work_d, work_s, m, n, k, own, n, m * n)
+        torch.sum(work_d, dim=0, out=d)
+        torch.sum(work_s, dim=0, out=sqr_sum)
+        return
+    row_stride = d.stride(-2) if m > 1 else n
+    split_stride = d.stride(0) if num_splits is not None and splits > 1 else 0
+    _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride)
+
+
+def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride) -> None:
+    """The kernel on ``a``'s device and current stream: ``splits`` K splits into ``d`` / ``sqr_sum``."""
     map_a = encode_2d(a.data_ptr(), "bfloat16", k, m, a.stride(0) * 2 if m > 1 else k * 2,
                       contract.BLOCK_K, contract.BLOCK_M, contract.SWIZZLE, 256)
     map_b = encode_2d(b.data_ptr(), "float32", k, n, b.stride(0) * 4 if n > 1 else k * 4,
                       contract.B_BOX_K, n, contract.SWIZZLE, 256)
-    row_stride = d.stride(-2) if m > 1 else n
-    split_stride = d.stride(0) if num_splits is not None and splits > 1 else 0
     values = (map_a, map_b, d.data_ptr(), sqr_sum.data_ptr(), m, k // contract.BLOCK_K, splits, row_stride,
               split_stride)
     kernel = get_kernel(contract.ENTRY, contract.defines(), contract.symbol(n))

@@ -134,6 +134,19 @@ def test_hc_contract():
             assert covered == list(range(blocks))
 
 
+def test_own_splits_fill_one_wave():
+    assert contract.own_splits(13, 7168, 132) == 56  # capped: two K blocks per split at least
+    assert contract.own_splits(13, 28672, 132) == 224
+    assert contract.own_splits(137, 7168, 132) == 56
+    assert contract.own_splits(4096, 7168, 132) == 4  # 64 row blocks x 4 = 256 CTAs <= 264
+    assert contract.own_splits(8192, 28672, 132) == 2
+    assert contract.own_splits(32768, 7168, 132) == 1  # the row blocks fill the GPU alone
+    assert contract.own_splits(100, 64, 132) == 1  # one K block: nothing to split
+    for m, k in ((13, 7168), (4096, 28672), (8192, 7680), (600, 640)):
+        splits = contract.own_splits(m, k, 132)
+        assert contract.grid(m, splits) <= 2 * 132 or splits == 1
+
+
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
 
 
@@ -184,7 +197,8 @@ HC_GPU_CASES = (
      for m in (13, 137, 4096, 8192) for k in (28672, 7680, 7168) for splits in (None, 16)]
     + [dict(m=1, n=8, k=64), dict(m=64, n=16, k=128, num_splits=1), dict(m=65, n=32, k=192, num_splits=5),
        dict(m=200, n=24, k=640, num_splits=3, a_row_stride=704, d_row_stride=28),
-       dict(m=129, n=32, k=7168, d_row_stride=36), dict(m=300, n=8, k=1024, num_splits=16)]
+       dict(m=129, n=32, k=7168, d_row_stride=36), dict(m=300, n=8, k=1024, num_splits=16),
+       dict(m=20000, n=24, k=1024, d_row_stride=26)]  # row blocks fill the GPU: no own splits
 )
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "NS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K", "ARGUMENT_KINDS",
-           "defines", "symbol", "smem_bytes", "grid", "k_blocks_of_split"]
+           "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "grid", "k_blocks_of_split",
+           "own_splits"]
 
 ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -31,6 +32,11 @@ SWIZZLE = 128
 """The 128B swizzle of both operands' tiles."""
 B_BOX_K = 32
 """K extent of b's TMA box: 32 floats fill one 128-byte swizzle row, so a stage takes two boxes."""
+CTAS_PER_SM = 2
+"""CTAs that share an SM (the shared memory of :func:`smem_bytes` allows two)."""
+MIN_BLOCKS_PER_SPLIT = 2
+"""The fewest K blocks a split of :func:`own_splits` reads (fewer would spend more on the
+pipeline's start and the partials than they save)."""
 ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters: (map_a, map_b, d,
 sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride)."""
@@ -66,3 +72,13 @@ def k_blocks_of_split(num_k_blocks: int, num_splits: int, split: int) -> range:
     per, extra = divmod(num_k_blocks, num_splits)
     begin = split * per + min(split, extra)
     return range(begin, begin + per + (1 if split < extra else 0))
+
+
+def own_splits(m: int, k: int, num_sms: int) -> int:
+    """K splits the host adds for ``num_splits=None`` (1: none): as many as one wave of
+    :data:`CTAS_PER_SM` CTAs per SM holds when the row blocks alone are fewer (never a second,
+    partial wave), each split at least :data:`MIN_BLOCKS_PER_SPLIT` K blocks. The partials are
+    summed afterwards."""
+    row_blocks = max(1, ceil_div(m, BLOCK_M))
+    wanted = CTAS_PER_SM * max(1, num_sms) // row_blocks
+    return max(1, min(wanted, (k // BLOCK_K) // MIN_BLOCKS_PER_SPLIT))
