@@ -95,9 +95,9 @@ def _bmk_bnk_mn(a, b, d) -> None:
     if not a.is_cuda:
         d += torch.einsum("bmk,bnk->mn", a.float(), b.float())
         return
-    for name, t in (("a", a), ("b", b)):
-        if t.data_ptr() % 16:
-            _fail("einsum('bmk,bnk->mn')", f"{name} must start on a 16-byte boundary (TMA).")
+    for name, t, align in (("a", a, 16), ("b", b, 16), ("d", d, 8)):  # TMA; two-float reductions
+        if t.data_ptr() % align:
+            _fail("einsum('bmk,bnk->mn')", f"{name} must start on a {align}-byte boundary.")
     map_a = encode_2d(a.data_ptr(), "bfloat16", k, s * m, k * 2, contract.BLOCK_K, contract.BLOCK_M, contract.SWIZZLE,
                       256)
     map_b = encode_2d(b.data_ptr(), "bfloat16", k, s * n, k * 2, contract.BLOCK_K, contract.BLOCK_N, contract.SWIZZLE,
