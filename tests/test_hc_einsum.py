@@ -125,9 +125,12 @@ def test_hc_contract():
         with pytest.raises(ValueError):
             contract.symbol(bad)
     assert len(contract.ARGUMENT_KINDS) == 9
-    for n in contract.NS:  # two CTAs per SM (227 KB each SM's usable shared memory, 1 KB reserved per CTA)
-        assert 2 * (contract.smem_bytes(n) + 1024) <= 233472
-    assert contract.grid(13, 1) == 1 and contract.grid(8192, 16) == 128 * 16 and contract.grid(0, 4) == 4
+    for n in contract.NS:  # CTAS_PER_SM CTAs per SM (228 KB of shared memory per SM, 1 KB reserved per CTA)
+        assert contract.CTAS_PER_SM * (contract.smem_bytes(n) + 1024) <= 233472
+        assert contract.smem_bytes(n) <= 232448
+    assert contract.THREADS == 128 * contract.MATH_GROUPS + 32 and contract.BLOCK_M == 64 * contract.MATH_GROUPS
+    assert contract.grid(13, 1) == 1 and contract.grid(8192, 16) == 8192 // contract.BLOCK_M * 16
+    assert contract.grid(0, 4) == 4
     for blocks in (1, 7, 112, 448):
         for splits in (1, 3, 16, 500):
             covered = [b for i in range(splits) for b in contract.k_blocks_of_split(blocks, splits, i)]
@@ -135,16 +138,15 @@ def test_hc_contract():
 
 
 def test_own_splits_fill_one_wave():
-    assert contract.own_splits(13, 7168, 132) == 56  # capped: two K blocks per split at least
-    assert contract.own_splits(13, 28672, 132) == 224
-    assert contract.own_splits(137, 7168, 132) == 56
-    assert contract.own_splits(4096, 7168, 132) == 4  # 64 row blocks x 4 = 256 CTAs <= 264
-    assert contract.own_splits(8192, 28672, 132) == 2
+    slots = contract.CTAS_PER_SM * 132
+    assert contract.own_splits(13, 7168, 132) == min(slots, 56)  # at most 112 / 2 splits: two K blocks each
+    assert contract.own_splits(13, 28672, 132) == min(slots, 224)
+    assert contract.own_splits(4096, 7168, 132) == slots // (4096 // contract.BLOCK_M)
     assert contract.own_splits(32768, 7168, 132) == 1  # the row blocks fill the GPU alone
     assert contract.own_splits(100, 64, 132) == 1  # one K block: nothing to split
-    for m, k in ((13, 7168), (4096, 28672), (8192, 7680), (600, 640)):
+    for m, k in ((13, 7168), (137, 7168), (4096, 28672), (8192, 7680), (8192, 28672), (600, 640)):
         splits = contract.own_splits(m, k, 132)
-        assert contract.grid(m, splits) <= 2 * 132 or splits == 1
+        assert contract.grid(m, splits) <= slots or splits == 1
 
 
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
@@ -161,9 +163,10 @@ def test_hc_kernels_build_spill_free(name):
     assert len(lines) == len(HC_SYMBOLS), result.log
     for line in lines:
         assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
-    for line in result.log.splitlines():  # two CTAs of 160 threads per SM
+    for line in result.log.splitlines():  # CTAS_PER_SM CTAs of THREADS threads per SM
         if "Used" in line and "registers" in line:
-            assert int(line.split("Used ")[1].split(" registers")[0]) <= 200, result.log
+            used = int(line.split("Used ")[1].split(" registers")[0])
+            assert used * contract.THREADS * contract.CTAS_PER_SM <= 65536, result.log
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")

@@ -3,15 +3,16 @@ tensor-map boxes, launch geometry, arguments.
 
 ``csrc/entry/hc_prenorm.cu`` (include/deep_tile/kernels/hc_prenorm.cuh) computes one K split of
 ``d = a @ b^T`` (TF32 wgmma, A from registers) and of ``sqr_sum = (a * a).sum(-1)`` for a bf16
-``[m, k]`` and b float32 ``[N, k]``, one CTA per 64 rows and split: one math warpgroup and one TMA
-warp, :data:`STAGES` 64-wide K blocks in flight, two CTAs per SM. One symbol per N in :data:`NS`.
+``[m, k]`` and b float32 ``[N, k]``, one CTA per :data:`BLOCK_M` rows and split: :data:`MATH_GROUPS`
+math warpgroups of 64 rows (sharing b's tiles, which every CTA reads from L2) and one TMA warp,
+:data:`STAGES` 64-wide K blocks in flight, one CTA per SM. One symbol per N in :data:`NS`.
 Pure Python.
 """
 from __future__ import annotations
 
 from deep_tile.common import ceil_div
 
-__all__ = ["ENTRY", "NS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K", "ARGUMENT_KINDS",
+__all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K", "ARGUMENT_KINDS",
            "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "grid", "k_blocks_of_split",
            "own_splits"]
 
@@ -19,21 +20,23 @@ ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
 NS = (8, 16, 24, 32)
 """The column counts N with a kernel symbol (DeepGEMM's SM90 kernel takes N <= 32, a multiple of 8)."""
-BLOCK_M = 64
-"""Rows per CTA (``kHcBlockM``: the TF32 wgmma's M)."""
+MATH_GROUPS = 2
+"""Math warpgroups per CTA (``DT_HC_MATH_GROUPS``): two share each b tile, so b's L2 reads are
+3/8 of a's bytes at N = 24 (one would read 3/4)."""
+BLOCK_M = 64 * MATH_GROUPS
+"""Rows per CTA (``kHcBlockM``: the TF32 wgmma's M per warpgroup)."""
 BLOCK_K = 64
 """K per stage (``kHcBlockK``): 128 bytes of a bf16 row, one 128B-swizzle row; k must be a multiple."""
-STAGES = 6
-"""K blocks in flight per CTA (``DT_HC_STAGES``): six keep about 48 KB of a per CTA in flight and
-let two CTAs share an SM."""
-THREADS = 160
-"""Threads per CTA (``kHcThreads``): one math warpgroup and one TMA warp."""
+STAGES = 8
+"""K blocks in flight per CTA (``DT_HC_STAGES``): eight keep 128 KB of a in flight per SM."""
+THREADS = 128 * MATH_GROUPS + 32
+"""Threads per CTA (``kHcThreads``): the math warpgroups and one TMA warp."""
 SWIZZLE = 128
 """The 128B swizzle of both operands' tiles."""
 B_BOX_K = 32
 """K extent of b's TMA box: 32 floats fill one 128-byte swizzle row, so a stage takes two boxes."""
-CTAS_PER_SM = 2
-"""CTAs that share an SM (the shared memory of :func:`smem_bytes` allows two)."""
+CTAS_PER_SM = 1
+"""CTAs per SM (:func:`smem_bytes` leaves room for one)."""
 MIN_BLOCKS_PER_SPLIT = 2
 """The fewest K blocks a split of :func:`own_splits` reads (fewer would spend more on the
 pipeline's start and the partials than they save)."""
@@ -44,7 +47,7 @@ sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride)."""
 
 def defines() -> dict:
     """The entry's ``-D`` defines."""
-    return {"DT_HC_STAGES": STAGES}
+    return {"DT_HC_STAGES": STAGES, "DT_HC_MATH_GROUPS": MATH_GROUPS}
 
 
 def symbol(n: int) -> str:
@@ -56,7 +59,7 @@ def symbol(n: int) -> str:
 
 def smem_bytes(n: int) -> int:
     """Dynamic shared memory (``HcSmem<N>::kBytes``; the kernel traps if given less): per stage the
-    a tile (64 x 64 bf16) and b's (N x 64 float32), then a full and an empty barrier per stage."""
+    a tile (BLOCK_M x 64 bf16) and b's (N x 64 float32), then a full and an empty barrier per stage."""
     symbol(n)
     return STAGES * (BLOCK_M * BLOCK_K * 2 + n * BLOCK_K * 4) + 2 * STAGES * 8
 

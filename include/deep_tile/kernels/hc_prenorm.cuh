@@ -1,12 +1,12 @@
 // The hyper-connection pre-norm GEMM (deep_tile/kernels/hc_prenorm.py): for a bf16 [m, k], b
 // float32 [N, k] (N = 8, 16, 24 or 32), one K split of d = a @ b^T in TF32 and of the rows' sums of
-// squares, per CTA of 64 rows.
+// squares, per CTA of 64 * DT_HC_MATH_GROUPS rows.
 //
-// The op reads a once and is bound by HBM, so the CTA is small (one math warpgroup and one TMA
-// warp, about 100 KB of shared memory: two CTAs per SM) and the K range is split over CTAs by the
-// host. Per 64-wide K block the TMA warp loads the a tile (64 rows x 128 bytes) and the b tile (N
-// rows x 256 bytes, as two 128-byte swizzle atoms), both 128B-swizzled. The math warpgroup reads
-// its a fragments from shared memory into registers (bf16 -> float is exact, so TF32 sees a
+// The op reads a once and is bound by HBM, and the K range is split over CTAs by the host so that
+// every SM streams a. Every CTA also reads b's tile of each K block (from L2); math warpgroups of
+// 64 rows each share it, so that b's L2 traffic stays a fraction of a's. Per 64-wide K block the
+// TMA warp loads the a tile (64 rows per warpgroup x 128 bytes) and the b tile (N rows x 256 bytes,
+// as two 128-byte swizzle atoms), both 128B-swizzled. Each math warpgroup reads its a fragments from shared memory into registers (bf16 -> float is exact, so TF32 sees a
 // unchanged), squares them for the row sums, and issues eight m64nNk8 TF32 wgmmas with A from
 // registers and B from shared memory. Fragments alternate between two register sets so that
 // the loads of one block overlap the previous block's wgmmas. The epilogue stores the
@@ -20,15 +20,17 @@
 #include "deep_tile/ptx/wgmma_fp8.cuh"
 #include "deep_tile/ptx/wgmma_tf32.cuh"
 
-#ifndef DT_HC_STAGES
-#error "DT_HC_STAGES is set by deep_tile/kernels/hc_prenorm.py"
+#if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS)
+#error "DT_HC_STAGES and DT_HC_MATH_GROUPS are set by deep_tile/kernels/hc_prenorm.py"
 #endif
 
 namespace deep_tile {
 
-constexpr int kHcBlockM = 64;                     // rows per CTA: the wgmma's M
+constexpr int kHcMathGroups = DT_HC_MATH_GROUPS;
+DT_STATIC_ASSERT(kHcMathGroups >= 1 && kHcMathGroups <= 4, "DT_HC_MATH_GROUPS must lie in [1, 4] (TMA box rows <= 256)");
+constexpr int kHcBlockM = 64 * kHcMathGroups;     // rows per CTA: the wgmma's M per warpgroup
 constexpr int kHcBlockK = 64;                     // K per stage: 128 bytes of bf16, one swizzle row of a
-constexpr int kHcMathThreads = 128;               // one warpgroup
+constexpr int kHcMathThreads = 128 * kHcMathGroups;
 constexpr int kHcThreads = kHcMathThreads + 32;   // and one TMA warp
 constexpr int kHcStages = DT_HC_STAGES;
 DT_STATIC_ASSERT(kHcStages >= 2 && kHcStages <= 16, "DT_HC_STAGES must lie in [2, 16]");
@@ -51,7 +53,7 @@ DT_DEVICE u32 dynamic_smem_bytes() {
   return bytes;
 }
 
-/// One CTA: rows [64 * (blockIdx.x / num_splits), +64), K split blockIdx.x % num_splits of
+/// One CTA: rows [kHcBlockM * (blockIdx.x / num_splits), +kHcBlockM), K split blockIdx.x % num_splits of
 /// num_k_blocks 64-wide blocks (the first num_k_blocks % num_splits splits take one more).
 /// Writes d[split][row][0..N) (split stride d_split_stride, row stride d_row_stride floats) and
 /// sqr_sum[split * m + row].
@@ -104,7 +106,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     return;
   }
 
-  // Math warpgroup: this thread's rows r and r + 8 of the block, K columns q and q + 4 of each k8 slice.
+  // Math warpgroups: this thread's rows r and r + 8 of the block (its warpgroup's 64 are
+  // consecutive), K columns q and q + 4 of each k8 slice.
   const int row = warp * 16 + (lane >> 2), q = lane & 3;
   float acc[Mma::kNumAccum];
 #pragma unroll
