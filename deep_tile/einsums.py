@@ -16,8 +16,10 @@ checks; every other expression is refused (ValueError):
 * ``fp8_einsum('bhr,hdr->bhd', (x, sx), (y, sy), d, c=None, recipe=(1, 128, 128))``: FP8
   ``x [b, h, r]`` with float32 1x128 scales ``sx [b, h, ceil(r / 128)]``, FP8 ``y [h, d, r]`` with
   float32 128x128 scales ``sy [h, ceil(d / 128), ceil(r / 128)]``, bf16 ``d [b, h, d]`` (``+ c``).
-  deep_tile has no kernel for it yet and runs the dequantized product in float32 torch. DeepGEMM's
-  other FP8 expressions (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100 only and are refused.
+  On CUDA, when r is a multiple of 16 and d of 8, deep_tile's masked grouped FP8 GEMM runs it (one
+  group per head, b rows each) on a head-major copy of x, and d takes its result back; other sizes
+  (and the CPU) take the dequantized product in float32 torch. DeepGEMM's other FP8 expressions
+  (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100 only and are refused.
 
 Arguments are checked before anything is launched or written; on the CPU every expression runs
 in torch.
@@ -28,6 +30,7 @@ import torch
 
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
+from deep_tile.gemm.grouped import m_grouped_fp8_gemm_masked
 from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
@@ -43,6 +46,7 @@ FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
 FP8_RECIPE = (1, 128, 128)
 """The one scaling recipe of :func:`fp8_einsum` on SM90: 1x128 scales for x, 128x128 for y."""
 _I32_MAX = 2**31 - 1
+_MAX_HEADS = 512  # the masked grouped GEMM's most groups
 
 
 def _fail(fn: str, message: str, error=ValueError):
@@ -224,6 +228,14 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     bs, h, r = x.shape
     dd = y.shape[1]
     if bs == 0 or h == 0 or dd == 0:
+        return
+    if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the grouped GEMM's 16-byte rows
+        out = torch.empty((h, bs, dd), dtype=torch.bfloat16, device=x.device)
+        masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
+        addend = None if c is None else c.permute(1, 0, 2).contiguous()
+        m_grouped_fp8_gemm_masked(x.permute(1, 0, 2).contiguous(), sx.permute(1, 0, 2), y.contiguous(),
+                                  sy.contiguous(), masked_m, bs, out=out, c=addend)
+        d.copy_(out.permute(1, 0, 2))
         return
     xf = x.float() * sx.repeat_interleave(128, dim=2)[..., :r]
     yf = y.float() * sy.repeat_interleave(128, dim=1)[:, :dd].repeat_interleave(128, dim=2)[..., :r]

@@ -18,6 +18,9 @@ SQR_REL_BOUND = 1e-5
 """Error allowed per row sum of squares, relative to the sum (exact squares, float32 sums)."""
 EINSUM_REL_BOUND = 1e-5
 """Error allowed per entry of a float32 einsum result, relative to the sum of absolute terms."""
+FP8_REL_BOUND = 1e-3
+"""Error allowed per entry of fp8_einsum, relative to the sum of absolute terms: Hopper's FP8 MMA
+adds its products with about 14 mantissa bits within each 128-wide K block."""
 BF16_OUT_BOUND = 2.0 ** -7
 """Error allowed per entry of a bf16 result, relative to the entry: its rounding (half of 2^-7 at
 most) with room for a library that rounds a partial sum on the way."""
@@ -186,7 +189,7 @@ def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: 
     deep_tile.fp8_einsum("bhr,hdr->bhd", (xq, sx), (yq, sy), out, c=c)
     if device == "cuda":
         torch.cuda.synchronize()
-    result = check_close(out, ref, bound, EINSUM_REL_BOUND, torch.bfloat16)
+    result = check_close(out, ref, bound, FP8_REL_BOUND, torch.bfloat16)
     return {"case": f"fp8_einsum bhr,hdr->bhd b={b} h={h} r={r} d={d} c={with_c}", **result}
 
 

@@ -385,7 +385,9 @@ def test_gpu_einsum_matches_float64():
 
 @pytest.mark.gpu
 def test_gpu_fp8_einsum_matches_float64():
-    cases = [dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128)] + [dict(b=5, h=2, r=200, d=130, with_c=True)]
+    cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128)]  # DeepGEMM's shapes: the grouped FP8 GEMM
+             + [dict(b=64, h=4, r=512, d=256, with_c=True), dict(b=1, h=3, r=144, d=136)]
+             + [dict(b=5, h=2, r=200, d=130, with_c=True)])  # r not a multiple of 16: torch
     results = run_child_cases("gpu_hc_einsum_cases.py", "fp8_einsum_case", cases, timeout=300)
     bad = [r for r in results if not r["ok"]]
     assert not bad, "\n".join(map(str, bad))

@@ -36,7 +36,7 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
 
 def fp8_einsum(expr: str, a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[torch.Tensor, torch.Tensor], d: torch.Tensor,
                c: Optional[torch.Tensor] = None, recipe: Tuple[int, int, int] = (1, 128, 128)) -> None:
-    """DeepGEMM's ``fp8_einsum`` on SM90: ``'bhr,hdr->bhd'`` of scaled FP8 pairs into bf16 ``d`` (through
-    torch for now), run by :func:`deep_tile.fp8_einsum` (same arguments; the SM100-only expressions
+    """DeepGEMM's ``fp8_einsum`` on SM90: ``'bhr,hdr->bhd'`` of scaled FP8 pairs into bf16 ``d`` (the
+    masked grouped FP8 GEMM, one group per head), run by :func:`deep_tile.fp8_einsum` (same arguments; the SM100-only expressions
     and recipes other than ``(1, 128, 128)`` raise ValueError)."""
     deep_tile.fp8_einsum(expr, a, b, d, c=c, recipe=recipe)
