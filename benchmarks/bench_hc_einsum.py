@@ -14,6 +14,9 @@ two results (summed over splits) over the largest value.
 accumulated with ``c=d``, and bf16 d), and a few of its per-head ``'bhr,hdr->bhd'`` /
 ``'bhd,hdr->bhr'`` shapes, which deep_tile runs through torch for now (those rows time torch's
 cuBLAS). Bytes as DeepGEMM's test counts them (a, b, and d as float32 / the operands and d).
+
+``fp8_einsum`` shapes (``--fp8-einsum``, ``b x h x r x d``): DeepGEMM's test of ``'bhr,hdr->bhd'``
+(h, r, d = 8, 4096, 1024; b in 4, 32, 128, 4096, 8192), x cast per token and y per 128x128 block.
 ``--json PATH`` writes the rows. Needs an sm_90 GPU.
 """
 from __future__ import annotations
@@ -136,11 +139,45 @@ def run_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
             "speedup": times["deepgemm"] / us if "deepgemm" in times else None, "max_rel_diff": diff}
 
 
+FP8_EINSUM_SHAPES = tuple(f"{b}x8x4096x1024" for b in (4, 32, 128, 4096, 8192))
+"""Default ``b x h x r x d`` cases of fp8_einsum('bhr,hdr->bhd') (DeepGEMM's test shapes)."""
+
+
+def run_fp8_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
+    """One row: fp8_einsum('bhr,hdr->bhd') of shape ``spec``."""
+    bs, h, r, dd = map(int, spec.split("x"))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(bs * h, r, device="cuda", generator=gen).to(torch.bfloat16)
+    y = torch.randn(h, dd, r, device="cuda", generator=gen).to(torch.bfloat16)
+    xq, sx = deep_tile.per_token_cast_to_fp8(x)
+    a = (xq.view(bs, h, r), sx.contiguous().view(bs, h, -1))
+    pairs = [deep_tile.per_block_cast_to_fp8(y[i]) for i in range(h)]
+    b = (torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs]))
+    d = torch.empty(bs, h, dd, dtype=torch.bfloat16, device="cuda")
+    fns = {"deep_tile": lambda: deep_tile.fp8_einsum("bhr,hdr->bhd", a, b, d)}
+    diff = None
+    if dg is not None:
+        d_dg = torch.empty_like(d)
+        fns["deepgemm"] = lambda: dg.fp8_einsum("bhr,hdr->bhd", a, b, d_dg)
+        fns["deep_tile"]()
+        fns["deepgemm"]()
+        diff = rel_diff(d.float(), d_dg.float())
+    times = bench_round_robin(fns, iters=iters)
+    us = times["deep_tile"]
+    nbytes = a[0].numel() + b[0].numel() + 4 * (a[1].numel() + b[1].numel()) + 2 * d.numel()
+    return {"op": "fp8_einsum", "shape": f"bhr,hdr->bhd:{spec}", "us": us, "gbs": nbytes / us / 1e3,
+            "share": nbytes / us / 1e3 * 1e9 / copy_rate, "tflops": 2 * bs * h * r * dd / us / 1e6,
+            "mbytes": nbytes / 1e6, "deepgemm_us": times.get("deepgemm"),
+            "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,
+            "speedup": times["deepgemm"] / us if "deepgemm" in times else None, "max_rel_diff": diff}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hc", nargs="*", default=list(HC_SHAPES), help="m:n:k:splits (splits 0 = None)")
     parser.add_argument("--einsum", nargs="*", default=list(EINSUM_SHAPES),
                         help="expr:dims:dtype, dims s x m x n x k or b x h x r x d, dtype f32 or bf16")
+    parser.add_argument("--fp8-einsum", nargs="*", default=list(FP8_EINSUM_SHAPES), help="b x h x r x d")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -154,6 +191,9 @@ def main(argv=None) -> int:
     if args.einsum:
         dg = load_deepgemm("einsum")
         rows += [run_einsum(spec, args.iters, copy_rate, dg) for spec in args.einsum]
+    if args.fp8_einsum:
+        dg = load_deepgemm("fp8_einsum")
+        rows += [run_fp8_einsum(spec, args.iters, copy_rate, dg) for spec in args.fp8_einsum]
     print_table(["op", "shape", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "DG % copy", "speedup",
                  "max rel diff"],
                 [(r["op"], r["shape"], f"{r['mbytes']:.1f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",

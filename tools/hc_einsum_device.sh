@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tf32_hc_prenorm_gemm (and the einsum expressions) on one H200 within 5 minutes; logs under $OUT
+# tf32_hc_prenorm_gemm, einsum and fp8_einsum on one H200 within 5 minutes; logs under $OUT
 # (or /tmp/hc_einsum_out), a short table last.
 #   OUT=/tmp/out PY=python3 bash tools/hc_einsum_device.sh
 # Phase 1 (parallel, each under a timeout): the GPU tests of tests/test_hc_einsum.py; memcheck,
@@ -46,7 +46,7 @@ else
   for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
 fi
 run bench_warm 120 $PY benchmarks/bench_hc_einsum.py --hc 13:24:7168:0 4096:24:7168:16 \
-  --einsum bmk,bnk->mn:129x128x384x128:f32 bmk,bnk->mn:129x128x384x128:bf16 --iters 1
+  --einsum bmk,bnk->mn:129x128x384x128:f32 bmk,bnk->mn:129x128x384x128:bf16 --fp8-einsum 4x8x4096x1024 --iters 1
 wait
 phase1=$(( $(date +%s) - start ))
 left=$(( 280 - phase1 )); [ "$left" -lt 60 ] && left=60
@@ -60,7 +60,7 @@ wait
       "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
   done
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null
-  grep -E "^# |^op|^hc |^einsum|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-200
+  grep -E "^# |^op|^hc |^einsum|^fp8_einsum|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-200
   grep -h "'ok': False" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null | cut -c1-300
   grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
 } | tee "$OUT/summary.txt"
