@@ -256,7 +256,8 @@ def einsum_bad_cases():
     yield "float32 d, c another tensor", ("bmk,bnk->mn", a, b, d), {"c": d.clone()}, ValueError
     yield "bf16 d with c", ("bmk,bnk->mn", a, b, d.bfloat16()), {"c": d.bfloat16()}, ValueError
     yield "use_cublaslt", ("bmk,bnk->mn", a, b, d), {"c": d, "use_cublaslt": True}, ValueError
-    yield "a not contiguous", ("bmk,bnk->mn", a.transpose(1, 2).contiguous().transpose(1, 2), b, d), {"c": d}, ValueError
+    a_t = a.transpose(1, 2).contiguous().transpose(1, 2)
+    yield "a not contiguous", ("bmk,bnk->mn", a_t, b, d), {"c": d}, ValueError
     yield "batch mismatch", ("bmk,bnk->mn", a, b[:1], d), {"c": d}, ValueError
     d32 = torch.zeros(32, 128)
     yield "m not a multiple of 64", ("bmk,bnk->mn", a[:, :32].contiguous(), b, d32), {"c": d32}, ValueError

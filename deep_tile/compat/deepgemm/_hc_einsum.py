@@ -34,8 +34,11 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Opti
     deep_tile.einsum(expr, a, b, d, c=c, use_cublaslt=use_cublaslt)
 
 
-def fp8_einsum(expr: str, a: Tuple[torch.Tensor, torch.Tensor], b: Tuple[torch.Tensor, torch.Tensor], d: torch.Tensor,
-               c: Optional[torch.Tensor] = None, recipe: Tuple[int, int, int] = (1, 128, 128)) -> None:
+_Pair = Tuple[torch.Tensor, torch.Tensor]  # (FP8 tensor, float32 scales)
+
+
+def fp8_einsum(expr: str, a: _Pair, b: _Pair, d: torch.Tensor, c: Optional[torch.Tensor] = None,
+               recipe: Tuple[int, int, int] = (1, 128, 128)) -> None:
     """DeepGEMM's ``fp8_einsum`` on SM90: ``'bhr,hdr->bhd'`` of scaled FP8 pairs into bf16 ``d`` (the
     masked grouped FP8 GEMM, one group per head), run by :func:`deep_tile.fp8_einsum` (same arguments; the SM100-only expressions
     and recipes other than ``(1, 128, 128)`` raise ValueError)."""

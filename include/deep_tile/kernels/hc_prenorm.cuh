@@ -6,9 +6,10 @@
 // every SM streams a. Every CTA also reads b's tile of each K block (from L2); math warpgroups of
 // 64 rows each share it, so that b's L2 traffic stays a fraction of a's. Per 64-wide K block the
 // TMA warp loads the a tile (64 rows per warpgroup x 128 bytes) and the b tile (N rows x 256 bytes,
-// as two 128-byte swizzle atoms), both 128B-swizzled. Each math warpgroup reads its a fragments from shared memory into registers (bf16 -> float is exact, so TF32 sees a
-// unchanged), squares them for the row sums, and issues eight m64nNk8 TF32 wgmmas with A from
-// registers and B from shared memory. Fragments alternate between two register sets so that
+// as two 128-byte swizzle atoms), both 128B-swizzled. Each math warpgroup reads its a fragments
+// from shared memory into registers (bf16 -> float is exact, so TF32 sees a unchanged), squares
+// them for the row sums, and issues eight m64nNk8 TF32 wgmmas with A from registers and B from
+// shared memory. Fragments alternate between two register sets so that
 // the loads of one block overlap the previous block's wgmmas. The epilogue stores the
 // accumulators straight to global memory (d is small beside a).
 #pragma once
@@ -27,7 +28,8 @@
 namespace deep_tile {
 
 constexpr int kHcMathGroups = DT_HC_MATH_GROUPS;
-DT_STATIC_ASSERT(kHcMathGroups >= 1 && kHcMathGroups <= 4, "DT_HC_MATH_GROUPS must lie in [1, 4] (TMA box rows <= 256)");
+DT_STATIC_ASSERT(kHcMathGroups >= 1 && kHcMathGroups <= 4,
+                 "DT_HC_MATH_GROUPS must lie in [1, 4] (TMA box rows <= 256)");
 constexpr int kHcBlockM = 64 * kHcMathGroups;     // rows per CTA: the wgmma's M per warpgroup
 constexpr int kHcBlockK = 64;                     // K per stage: 128 bytes of bf16, one swizzle row of a
 constexpr int kHcMathThreads = 128 * kHcMathGroups;
