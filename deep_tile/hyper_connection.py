@@ -15,8 +15,8 @@ float32 sums) and ``sqr_sum = (a * a).sum(-1)`` (float32) for a bf16 ``[m, k]`` 
 On CUDA one JIT kernel of ``csrc/entry/hc_prenorm.cu`` (contract:
 :mod:`deep_tile.kernels.hc_prenorm`) on the current stream. The op is bound by reading a, so every
 SM should stream part of it: with ``num_splits=None`` and fewer row blocks than SMs the kernel
-splits K itself (``own_splits``) into a workspace whose partials torch then sums in a fixed order
-(deterministic; float32 sums in another order than one split's). On the CPU the same partial sums
+splits K itself (``own_splits``) into a workspace whose partials a second kernel sums in split
+order (deterministic; float32 sums in another order than one split's). On the CPU the same partial sums
 in float32 torch. Arguments are checked before anything is launched or written.
 """
 from __future__ import annotations
@@ -131,13 +131,20 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
         d.copy_(ref_d)
         sqr_sum.copy_(ref_s)
         return
-    own = contract.own_splits(m, k, get_num_sms()) if num_splits is None else 1
-    if own > 1:  # partials in a workspace, summed in split order
+    num_sms = get_num_sms()
+    own = contract.own_splits(m, k, num_sms) if num_splits is None else 1
+    if own > 1:  # partials in a workspace, summed in split order by a second kernel
         work_d = torch.empty((own, m, n), dtype=torch.float32, device=a.device)
         work_s = torch.empty((own, m), dtype=torch.float32, device=a.device)
         _launch(a, b, work_d, work_s, m, n, k, own, n, m * n)
-        torch.sum(work_d, dim=0, out=d)
-        torch.sum(work_s, dim=0, out=sqr_sum)
+        values = (work_d.data_ptr(), work_s.data_ptr(), d.data_ptr(), sqr_sum.data_ptr(), m, n, own,
+                  d.stride(0) if m > 1 else n)
+        kernel = get_kernel(contract.ENTRY, contract.defines(), contract.REDUCE_SYMBOL)
+        with torch.cuda.device(a.device):
+            kernel.launch(grid=contract.reduce_grid(m, n, num_sms), block=contract.REDUCE_THREADS, smem_bytes=0,
+                          stream=torch.cuda.current_stream(a.device).cuda_stream,
+                          args=KernelArgs(list(zip(contract.REDUCE_ARGUMENT_KINDS, values))),
+                          device=a.device.index, pdl=get_pdl())
         return
     row_stride = d.stride(-2) if m > 1 else n
     split_stride = d.stride(0) if num_splits is not None and splits > 1 else 0

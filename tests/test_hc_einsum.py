@@ -131,6 +131,8 @@ def test_hc_contract():
     assert contract.THREADS == 128 * contract.MATH_GROUPS + 32 and contract.BLOCK_M == 64 * contract.MATH_GROUPS
     assert contract.grid(13, 1) == 1 and contract.grid(8192, 16) == 8192 // contract.BLOCK_M * 16
     assert contract.grid(0, 4) == 4
+    assert len(contract.REDUCE_ARGUMENT_KINDS) == 8
+    assert contract.reduce_grid(13, 24, 132) == 2 and contract.reduce_grid(8192, 24, 132) == 4 * 132
     for blocks in (1, 7, 112, 448):
         for splits in (1, 3, 16, 500):
             covered = [b for i in range(splits) for b in contract.k_blocks_of_split(blocks, splits, i)]
@@ -158,9 +160,9 @@ def test_hc_kernels_build_spill_free(name):
 
     result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(), HC_SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
-    assert set(HC_SYMBOLS) <= compiler.elf_functions(result.cubin)
+    assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
     lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
-    assert len(lines) == len(HC_SYMBOLS), result.log
+    assert len(lines) == len(HC_SYMBOLS) + 1, result.log
     for line in lines:
         assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
     for line in result.log.splitlines():  # CTAS_PER_SM CTAs of THREADS threads per SM

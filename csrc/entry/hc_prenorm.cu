@@ -16,3 +16,10 @@ DT_HC_PRENORM_ENTRY(8)
 DT_HC_PRENORM_ENTRY(16)
 DT_HC_PRENORM_ENTRY(24)
 DT_HC_PRENORM_ENTRY(32)
+
+/// The own splits' sum: grid-stride over m * n + m outputs, kHcReduceThreads threads, no shared memory.
+extern "C" __global__ void __launch_bounds__(deep_tile::kHcReduceThreads) deep_tile_hc_prenorm_reduce(
+    const float* __restrict__ work_d, const float* __restrict__ work_s, float* __restrict__ d,
+    float* __restrict__ sqr_sum, int m, int n, int splits, int d_row_stride) {
+  deep_tile::hc_prenorm_reduce(work_d, work_s, d, sqr_sum, m, n, splits, d_row_stride);
+}

@@ -14,7 +14,8 @@ from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K",
            "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "grid",
-           "k_blocks_of_split", "own_splits"]
+           "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
+           "reduce_grid"]
 
 ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -43,6 +44,14 @@ pipeline's start and the partials than they save)."""
 ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters: (map_a, map_b, d,
 sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride)."""
+
+
+REDUCE_SYMBOL = "deep_tile_hc_prenorm_reduce"
+"""The kernel that sums the host's own K splits (:func:`own_splits`) into d and sqr_sum, in split order."""
+REDUCE_THREADS = 256
+"""Threads per CTA of the sum (``kHcReduceThreads``)."""
+REDUCE_ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32")
+"""Parameter kinds of the sum: (work_d, work_s, d, sqr_sum, m, n, splits, d_row_stride)."""
 
 
 def defines() -> dict:
@@ -85,3 +94,8 @@ def own_splits(m: int, k: int, num_sms: int) -> int:
     row_blocks = max(1, ceil_div(m, BLOCK_M))
     wanted = CTAS_PER_SM * max(1, num_sms) // row_blocks
     return max(1, min(wanted, (k // BLOCK_K) // MIN_BLOCKS_PER_SPLIT))
+
+
+def reduce_grid(m: int, n: int, num_sms: int) -> int:
+    """CTAs of the sum: one output per thread up to four CTAs per SM (a grid-stride loop beyond)."""
+    return max(1, min(ceil_div(m * n + m, REDUCE_THREADS), 4 * max(1, num_sms)))

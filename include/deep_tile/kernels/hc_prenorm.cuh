@@ -187,4 +187,29 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   }
 }
 
+constexpr int kHcReduceThreads = 256;
+
+/// The host's own K splits summed in split order: d[r][c] = sum_s work_d[s][r][c] (work rows of n
+/// floats, contiguous) and sqr_sum[r] = sum_s work_s[s][r]; a grid-stride loop over m * n + m outputs.
+DT_DEVICE void hc_prenorm_reduce(const float* __restrict__ work_d, const float* __restrict__ work_s,
+                                 float* __restrict__ d, float* __restrict__ sqr_sum, int m, int n, int splits,
+                                 int d_row_stride) {
+  ptx::grid_dependency_wait();  // the split kernel before it wrote the partials
+  ptx::launch_dependents();
+  const long long total = static_cast<long long>(m) * n;
+  for (long long idx = static_cast<long long>(blockIdx.x) * kHcReduceThreads + threadIdx.x; idx < total + m;
+       idx += static_cast<long long>(gridDim.x) * kHcReduceThreads) {
+    float acc = 0.0f;
+    if (idx < total) {
+      for (int s = 0; s < splits; ++s) acc += work_d[s * total + idx];
+      const long long row = idx / n;
+      d[row * d_row_stride + (idx - row * n)] = acc;
+    } else {
+      const long long row = idx - total;
+      for (int s = 0; s < splits; ++s) acc += work_s[static_cast<long long>(s) * m + row];
+      sqr_sum[row] = acc;
+    }
+  }
+}
+
 }  // namespace deep_tile
