@@ -105,6 +105,7 @@ DT_DEVICE void bmk_bnk_mn(const TmaDescriptor* map_a, const TmaDescriptor* map_b
     const u32 b_lo = smem_lo + ((stage * BmkSmem::kStageBytes + BmkSmem::kABytes) >> 4);
 #pragma unroll
     for (int r = 0; r < Mma::kNumAccum; ++r) ptx::fence_operand(acc[r]);
+    __syncwarp();  // the wgmmas are .aligned: the warp leaves its barrier polls and arrives together
     ptx::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBmkBlockK / 16; ++kk)  // k16: 32 bytes along the swizzled row

@@ -146,6 +146,7 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     const u32 b_lo = ptx::sw128_lo(smem_base + stage * Smem::kStageBytes + Smem::kABytes);
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    __syncwarp();  // the wgmmas are .aligned: the warp leaves its barrier polls and arrives together
     ptx::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < 8; ++i)  // slice i: atom i / 4, 32 bytes per k8 along the swizzled row
