@@ -136,7 +136,7 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
     if own > 1:  # partials in a workspace, summed in split order by a second kernel
         work_d = torch.empty((own, m, n), dtype=torch.float32, device=a.device)
         work_s = torch.empty((own, m), dtype=torch.float32, device=a.device)
-        _launch(a, b, work_d, work_s, m, n, k, own, n, m * n)
+        _launch(a, b, work_d, work_s, m, n, k, own, n, m * n, num_sms)
         values = (work_d.data_ptr(), work_s.data_ptr(), d.data_ptr(), sqr_sum.data_ptr(), m, n, own,
                   d.stride(0) if m > 1 else n)
         kernel = get_kernel(contract.ENTRY, contract.defines(), contract.REDUCE_SYMBOL)
@@ -148,10 +148,10 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
         return
     row_stride = d.stride(-2) if m > 1 else n
     split_stride = d.stride(0) if num_splits is not None and splits > 1 else 0
-    _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride)
+    _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms)
 
 
-def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride) -> None:
+def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms) -> None:
     """The kernel on ``a``'s device and current stream: ``splits`` K splits into ``d`` / ``sqr_sum``."""
     map_a = encode_2d(a.data_ptr(), "bfloat16", k, m, a.stride(0) * 2 if m > 1 else k * 2,
                       contract.BLOCK_K, contract.BLOCK_M, contract.SWIZZLE, 256)
@@ -162,7 +162,7 @@ def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride) -> None
     kernel = get_kernel(contract.ENTRY, contract.defines(), contract.symbol(n))
     device = a.device
     with torch.cuda.device(device):
-        kernel.launch(grid=contract.grid(m, splits), block=contract.THREADS, smem_bytes=contract.smem_bytes(n),
+        kernel.launch(grid=contract.grid(m, splits, num_sms), block=contract.THREADS, smem_bytes=contract.smem_bytes(n),
                       stream=torch.cuda.current_stream(device).cuda_stream,
                       args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index,
                       pdl=get_pdl())

@@ -129,8 +129,9 @@ def test_hc_contract():
         assert contract.CTAS_PER_SM * (contract.smem_bytes(n) + 1024) <= 233472
         assert contract.smem_bytes(n) <= 232448
     assert contract.THREADS == 128 * contract.MATH_GROUPS + 32 and contract.BLOCK_M == 64 * contract.MATH_GROUPS
-    assert contract.grid(13, 1) == 1 and contract.grid(8192, 16) == 8192 // contract.BLOCK_M * 16
-    assert contract.grid(0, 4) == 4
+    assert contract.num_items(13, 1) == 1 and contract.num_items(8192, 16) == 8192 // contract.BLOCK_M * 16
+    assert contract.num_items(0, 4) == 4
+    assert contract.grid(13, 1, 132) == 1 and contract.grid(8192, 16, 132) == contract.CTAS_PER_SM * 132
     assert len(contract.REDUCE_ARGUMENT_KINDS) == 8
     assert contract.reduce_grid(13, 24, 132) == 2 and contract.reduce_grid(8192, 24, 132) == 4 * 132
     for blocks in (1, 7, 112, 448):
@@ -148,7 +149,7 @@ def test_own_splits_fill_one_wave():
     assert contract.own_splits(100, 64, 132) == 1  # one K block: nothing to split
     for m, k in ((13, 7168), (137, 7168), (4096, 28672), (8192, 7680), (8192, 28672), (600, 640)):
         splits = contract.own_splits(m, k, 132)
-        assert contract.grid(m, splits) <= slots or splits == 1
+        assert contract.num_items(m, splits) <= slots or splits == 1
 
 
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
@@ -160,6 +161,7 @@ def test_hc_kernels_build_spill_free(name):
 
     result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(), HC_SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
+    assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
     assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
     lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
     assert len(lines) == len(HC_SYMBOLS) + 1, result.log
@@ -335,6 +337,7 @@ def test_einsum_kernel_builds_spill_free(name):
     result = compiler.compile_cubin(paths.entry_path(einsum_contract.ENTRY), einsum_contract.defines(),
                                     einsum_contract.SYMBOL, name)
     assert compiler.ptxas_problems(result.log) == [], result.log
+    assert "C75" not in result.log, result.log
     assert einsum_contract.SYMBOL in compiler.elf_functions(result.cubin)
     assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in result.log, result.log
     sass = compiler.disassemble(result.cubin)

@@ -1,9 +1,9 @@
 // JIT entry for the hyper-connection pre-norm GEMM (deep_tile/hyper_connection.py launches it;
-// DT_HC_STAGES and DT_HC_MATH_GROUPS from deep_tile/kernels/hc_prenorm.py).
+// DT_HC_STAGES, DT_HC_MATH_GROUPS and DT_HC_CTAS_PER_SM from deep_tile/kernels/hc_prenorm.py).
 #include "deep_tile/kernels/hc_prenorm.cuh"
 
 #define DT_HC_PRENORM_ENTRY(n)                                                                                  \
-  extern "C" __global__ void __launch_bounds__(deep_tile::kHcThreads, 1) deep_tile_hc_prenorm_gemm_n##n(        \
+  extern "C" __global__ void __launch_bounds__(deep_tile::kHcThreads, deep_tile::kHcCtasPerSm) deep_tile_hc_prenorm_gemm_n##n(        \
       const __grid_constant__ deep_tile::TmaDescriptor map_a, const __grid_constant__ deep_tile::TmaDescriptor map_b, \
       float* __restrict__ d, float* __restrict__ sqr_sum, int m, int num_k_blocks, int num_splits,              \
       int d_row_stride, int d_split_stride) {                                                                    \

@@ -3,9 +3,10 @@ tensor-map boxes, launch geometry, arguments.
 
 ``csrc/entry/hc_prenorm.cu`` (include/deep_tile/kernels/hc_prenorm.cuh) computes one K split of
 ``d = a @ b^T`` (TF32 wgmma, A from registers) and of ``sqr_sum = (a * a).sum(-1)`` for a bf16
-``[m, k]`` and b float32 ``[N, k]``, one CTA per :data:`BLOCK_M` rows and split: :data:`MATH_GROUPS`
-math warpgroups of 64 rows (sharing b's tiles, which every CTA reads from L2) and one TMA warp,
-:data:`STAGES` 64-wide K blocks in flight, one CTA per SM. One symbol per N in :data:`NS`.
+``[m, k]`` and b float32 ``[N, k]``, in work items of :data:`BLOCK_M` rows and one K split,
+taken in turn by persistent CTAs (:func:`grid`): :data:`MATH_GROUPS` math warpgroups of 64 rows
+(sharing b's tiles, which every CTA reads from L2) and one TMA warp, :data:`STAGES` 64-wide K
+blocks in flight across items, :data:`CTAS_PER_SM` CTA per SM. One symbol per N in :data:`NS`.
 Pure Python.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K",
-           "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "grid",
+           "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items", "grid",
            "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
            "reduce_grid"]
 
@@ -29,7 +30,7 @@ BLOCK_M = 64 * MATH_GROUPS
 BLOCK_K = 64
 """K per stage (``kHcBlockK``): 128 bytes of a bf16 row, one 128B-swizzle row; k must be a multiple."""
 STAGES = 8
-"""K blocks in flight per CTA (``DT_HC_STAGES``): eight keep 128 KB of a in flight per SM."""
+"""K blocks in flight per CTA (``DT_HC_STAGES``): 128 KB of a in flight per SM."""
 THREADS = 128 * MATH_GROUPS + 32
 """Threads per CTA (``kHcThreads``): the math warpgroups and one TMA warp."""
 SWIZZLE = 128
@@ -37,7 +38,9 @@ SWIZZLE = 128
 B_BOX_K = 32
 """K extent of b's TMA box: 32 floats fill one 128-byte swizzle row, so a stage takes two boxes."""
 CTAS_PER_SM = 1
-"""CTAs per SM (:func:`smem_bytes` leaves room for one)."""
+"""CTAs per SM (``DT_HC_CTAS_PER_SM``, the launch bound). Not two: under the register bound of two
+CTAs (112 per thread) ptxas serialises the wgmmas (C7512); the persistent loop over work items
+keeps the pipeline running between short K splits instead."""
 MIN_BLOCKS_PER_SPLIT = 2
 """The fewest K blocks a split of :func:`own_splits` reads (fewer would spend more on the
 pipeline's start and the partials than they save)."""
@@ -56,7 +59,7 @@ REDUCE_ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32")
 
 def defines() -> dict:
     """The entry's ``-D`` defines."""
-    return {"DT_HC_STAGES": STAGES, "DT_HC_MATH_GROUPS": MATH_GROUPS}
+    return {"DT_HC_STAGES": STAGES, "DT_HC_MATH_GROUPS": MATH_GROUPS, "DT_HC_CTAS_PER_SM": CTAS_PER_SM}
 
 
 def symbol(n: int) -> str:
@@ -73,9 +76,14 @@ def smem_bytes(n: int) -> int:
     return STAGES * (BLOCK_M * BLOCK_K * 2 + n * BLOCK_K * 4) + 2 * STAGES * 8
 
 
-def grid(m: int, num_splits: int) -> int:
-    """CTAs: row blocks times K splits (split index fastest)."""
+def num_items(m: int, num_splits: int) -> int:
+    """Work items: row blocks times K splits (item i: row block i // num_splits, split i % num_splits)."""
     return max(1, ceil_div(m, BLOCK_M)) * num_splits
+
+
+def grid(m: int, num_splits: int, num_sms: int) -> int:
+    """Persistent CTAs: one per work item, at most :data:`CTAS_PER_SM` per SM."""
+    return min(num_items(m, num_splits), CTAS_PER_SM * max(1, num_sms))
 
 
 def k_blocks_of_split(num_k_blocks: int, num_splits: int, split: int) -> range:

@@ -1,9 +1,10 @@
 // The hyper-connection pre-norm GEMM (deep_tile/kernels/hc_prenorm.py): for a bf16 [m, k], b
 // float32 [N, k] (N = 8, 16, 24 or 32), one K split of d = a @ b^T in TF32 and of the rows' sums of
-// squares, per CTA of 64 * DT_HC_MATH_GROUPS rows.
+// squares, per work item of 64 * DT_HC_MATH_GROUPS rows.
 //
-// The op reads a once and is bound by HBM, and the K range is split over CTAs by the host so that
-// every SM streams a. Every CTA also reads b's tile of each K block (from L2); math warpgroups of
+// The op reads a once and is bound by HBM: the K range is split by the host so that every SM
+// streams a, and persistent CTAs take the work items (row block, K split) in turn with one stage
+// ring, so that a short split does not drain and refill the pipeline. Every CTA also reads b's tile of each K block (from L2); math warpgroups of
 // 64 rows each share it, so that b's L2 traffic stays a fraction of a's. Per 64-wide K block the
 // TMA warp loads the a tile (64 rows per warpgroup x 128 bytes) and the b tile (N rows x 256 bytes,
 // as two 128-byte swizzle atoms), both 128B-swizzled. Each math warpgroup reads its a fragments
@@ -21,8 +22,8 @@
 #include "deep_tile/ptx/wgmma_fp8.cuh"
 #include "deep_tile/ptx/wgmma_tf32.cuh"
 
-#if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS)
-#error "DT_HC_STAGES and DT_HC_MATH_GROUPS are set by deep_tile/kernels/hc_prenorm.py"
+#if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS) || !defined(DT_HC_CTAS_PER_SM)
+#error "DT_HC_STAGES, DT_HC_MATH_GROUPS and DT_HC_CTAS_PER_SM are set by deep_tile/kernels/hc_prenorm.py"
 #endif
 
 namespace deep_tile {
@@ -35,6 +36,7 @@ constexpr int kHcBlockK = 64;                     // K per stage: 128 bytes of b
 constexpr int kHcMathThreads = 128 * kHcMathGroups;
 constexpr int kHcThreads = kHcMathThreads + 32;   // and one TMA warp
 constexpr int kHcStages = DT_HC_STAGES;
+constexpr int kHcCtasPerSm = DT_HC_CTAS_PER_SM;  // the launch bound: registers for this many CTAs per SM
 DT_STATIC_ASSERT(kHcStages >= 2 && kHcStages <= 16, "DT_HC_STAGES must lie in [2, 16]");
 
 /// Shared memory of one CTA for N columns: per stage the a tile then b's two K atoms, every tile
@@ -47,6 +49,7 @@ struct HcSmem {
   static constexpr int kBarrierOffset = kHcStages * kStageBytes;
   static constexpr int kBytes = kBarrierOffset + 2 * kHcStages * 8;
   DT_STATIC_ASSERT(kBAtomBytes % 1024 == 0 && kABytes % 1024 == 0, "N must be a multiple of 8");
+  DT_STATIC_ASSERT(kHcCtasPerSm * (kBytes + 1024) <= 233472, "DT_HC_CTAS_PER_SM CTAs must fit an SM's shared memory");
 };
 
 DT_DEVICE u32 dynamic_smem_bytes() {
@@ -55,10 +58,22 @@ DT_DEVICE u32 dynamic_smem_bytes() {
   return bytes;
 }
 
-/// One CTA: rows [kHcBlockM * (blockIdx.x / num_splits), +kHcBlockM), K split blockIdx.x % num_splits of
-/// num_k_blocks 64-wide blocks (the first num_k_blocks % num_splits splits take one more).
-/// Writes d[split][row][0..N) (split stride d_split_stride, row stride d_row_stride floats) and
-/// sqr_sum[split * m + row].
+/// The K blocks of split `split` of num_k_blocks over num_splits (the first num_k_blocks %
+/// num_splits splits take one more): the first one and how many.
+struct HcSplit {
+  int begin, count;
+  DT_DEVICE HcSplit(int num_k_blocks, int num_splits, int split) {
+    const int per_split = num_k_blocks / num_splits, extra = num_k_blocks % num_splits;
+    begin = split * per_split + min_int(split, extra);
+    count = per_split + (split < extra ? 1 : 0);
+  }
+};
+
+/// A persistent CTA: work items blockIdx.x, + gridDim.x, ... of ceil(m / kHcBlockM) * num_splits,
+/// item i being rows [kHcBlockM * (i / num_splits), +kHcBlockM) and K split i % num_splits. The
+/// stage ring runs on across items, so the TMA warp loads the next item's blocks while the math
+/// warpgroups finish this one. Writes d[split][row][0..N) (split stride d_split_stride, row
+/// stride d_row_stride floats) and sqr_sum[split * m + row].
 template <int kN>
 DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* map_b, float* __restrict__ d,
                                float* __restrict__ sqr_sum, int m, int num_k_blocks, int num_splits,
@@ -70,10 +85,7 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   u64* empty = full + kHcStages;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int m_block = blockIdx.x / num_splits, split = blockIdx.x % num_splits;
-  const int per_split = num_k_blocks / num_splits, extra = num_k_blocks % num_splits;
-  const int k_block_begin = split * per_split + min_int(split, extra);
-  const int num_blocks = per_split + (split < extra ? 1 : 0);
+  const int num_items = ceil_div(m, kHcBlockM) * num_splits;
 
   if (tid == kHcMathThreads) {
     if (dynamic_smem_bytes() < static_cast<u32>(Smem::kBytes)) asm volatile("trap;");  // host and kernel disagree
@@ -93,16 +105,21 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     if (lane == 0) {
       const u64 stream_policy = ptx::l2_policy_evict_first();  // a is read once
       const u64 keep_policy = ptx::l2_policy_evict_last();     // b is read by every row block
-      for (int s = 0; s < num_blocks; ++s) {
-        const int stage = s % kHcStages;
-        ptx::mbarrier_wait(&empty[stage], ((s / kHcStages) & 1) ^ 1);
-        u8* tile = smem + stage * Smem::kStageBytes;
-        const int k0 = (k_block_begin + s) * kHcBlockK;
-        ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
-        ptx::tma_load_2d_hinted(tile, map_a, &full[stage], k0, m_block * kHcBlockM, stream_policy);
-        ptx::tma_load_2d_hinted(tile + Smem::kABytes, map_b, &full[stage], k0, 0, keep_policy);
-        ptx::tma_load_2d_hinted(tile + Smem::kABytes + Smem::kBAtomBytes, map_b, &full[stage], k0 + 32, 0,
-                                keep_policy);
+      int g = 0;  // blocks loaded so far: the ring's position and phase
+      for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
+        const int m0 = (item / num_splits) * kHcBlockM;
+        const HcSplit range(num_k_blocks, num_splits, item % num_splits);
+        for (int s = 0; s < range.count; ++s, ++g) {
+          const int stage = g % kHcStages;
+          ptx::mbarrier_wait(&empty[stage], ((g / kHcStages) & 1) ^ 1);
+          u8* tile = smem + stage * Smem::kStageBytes;
+          const int k0 = (range.begin + s) * kHcBlockK;
+          ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
+          ptx::tma_load_2d_hinted(tile, map_a, &full[stage], k0, m0, stream_policy);
+          ptx::tma_load_2d_hinted(tile + Smem::kABytes, map_b, &full[stage], k0, 0, keep_policy);
+          ptx::tma_load_2d_hinted(tile + Smem::kABytes + Smem::kBAtomBytes, map_b, &full[stage], k0 + 32, 0,
+                                  keep_policy);
+        }
       }
     }
     return;
@@ -112,18 +129,17 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   // consecutive), K columns q and q + 4 of each k8 slice.
   const int row = warp * 16 + (lane >> 2), q = lane & 3;
   float acc[Mma::kNumAccum];
-#pragma unroll
-  for (int i = 0; i < Mma::kNumAccum; ++i) acc[i] = 0.0f;
-  float sq0 = 0.0f, sq1 = 0.0f;
+  float sq0, sq1;
   u32 frag0[32], frag1[32];
   const u32 smem_base = ptx::smem_addr(smem);
+  int g = 0;  // blocks consumed so far, as the TMA warp counts them
 
-  // Wait for block s, read its a fragments into `frag` (and square them), then, once the previous
-  // block's wgmmas are done (its stage and its fragment set are free), release that stage and
-  // issue this block's eight k8 wgmmas.
-  const auto step = [&](int s, u32(&frag)[32]) {
-    const int stage = s % kHcStages;
-    ptx::mbarrier_wait(&full[stage], (s / kHcStages) & 1);
+  // Wait for block g, read its a fragments into `frag` (and square them), then, once the previous
+  // block's wgmmas are done (its stage and its fragment set are free), release that stage (`release`:
+  // the previous block is this item's) and issue this block's eight k8 wgmmas.
+  const auto step = [&](bool release, u32(&frag)[32]) {
+    const int stage = g % kHcStages;
+    ptx::mbarrier_wait(&full[stage], (g / kHcStages) & 1);
     const u8* tile = smem + stage * Smem::kStageBytes;
     const u16* upper = reinterpret_cast<const u16*>(tile + row * 128);
     const u16* lower = upper + 8 * 64;  // row + 8: same swizzle phase
@@ -142,7 +158,7 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
       sq1 = fmaf(f1, f1, fmaf(f3, f3, sq1));
     }
     ptx::wgmma_wait_group<0>();
-    if (s > 0 && lane == 0) ptx::mbarrier_arrive(&empty[(s - 1) % kHcStages]);
+    if (release && lane == 0) ptx::mbarrier_arrive(&empty[(g - 1) % kHcStages]);
     const u32 b_lo = ptx::sw128_lo(smem_base + stage * Smem::kStageBytes + Smem::kABytes);
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
@@ -154,37 +170,47 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     ptx::wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    ++g;
   };
-  int s = 0;
-  for (; s + 1 < num_blocks; s += 2) {
-    step(s, frag0);
-    step(s + 1, frag1);
-  }
-  if (s < num_blocks) step(s, frag0);
-  ptx::wgmma_wait_group<0>();
+
+  for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
+    const int m_block = item / num_splits, split = item % num_splits;
+    const int num_blocks = HcSplit(num_k_blocks, num_splits, split).count;
 #pragma unroll
-  for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    for (int i = 0; i < Mma::kNumAccum; ++i) acc[i] = 0.0f;
+    sq0 = sq1 = 0.0f;
+    int s = 0;
+    for (; s + 1 < num_blocks; s += 2) {
+      step(s > 0, frag0);
+      step(true, frag1);
+    }
+    if (s < num_blocks) step(s > 0, frag0);
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    if (num_blocks > 0 && lane == 0) ptx::mbarrier_arrive(&empty[(g - 1) % kHcStages]);  // this item's last block
 
 #pragma unroll
-  for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the rows' other columns
-    sq0 += __shfl_xor_sync(0xffffffffu, sq0, offset);
-    sq1 += __shfl_xor_sync(0xffffffffu, sq1, offset);
-  }
-  const int r0 = m_block * kHcBlockM + row, r1 = r0 + 8;
-  if (q == 0) {
-    if (r0 < m) sqr_sum[static_cast<long long>(split) * m + r0] = sq0;
-    if (r1 < m) sqr_sum[static_cast<long long>(split) * m + r1] = sq1;
-  }
-  float* d_split = d + static_cast<long long>(split) * d_split_stride;
+    for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the rows' other columns
+      sq0 += __shfl_xor_sync(0xffffffffu, sq0, offset);
+      sq1 += __shfl_xor_sync(0xffffffffu, sq1, offset);
+    }
+    const int r0 = m_block * kHcBlockM + row, r1 = r0 + 8;
+    if (q == 0) {
+      if (r0 < m) sqr_sum[static_cast<long long>(split) * m + r0] = sq0;
+      if (r1 < m) sqr_sum[static_cast<long long>(split) * m + r1] = sq1;
+    }
+    float* d_split = d + static_cast<long long>(split) * d_split_stride;
 #pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
-    const int col = 8 * j + 2 * q;
-    if (r0 < m)
-      *reinterpret_cast<float2*>(d_split + static_cast<long long>(r0) * d_row_stride + col) =
-          make_float2(acc[4 * j], acc[4 * j + 1]);
-    if (r1 < m)
-      *reinterpret_cast<float2*>(d_split + static_cast<long long>(r1) * d_row_stride + col) =
-          make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    for (int j = 0; j < kN / 8; ++j) {
+      const int col = 8 * j + 2 * q;
+      if (r0 < m)
+        *reinterpret_cast<float2*>(d_split + static_cast<long long>(r0) * d_row_stride + col) =
+            make_float2(acc[4 * j], acc[4 * j + 1]);
+      if (r1 < m)
+        *reinterpret_cast<float2*>(d_split + static_cast<long long>(r1) * d_row_stride + col) =
+            make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
   }
 }
 
