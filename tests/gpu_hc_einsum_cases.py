@@ -64,20 +64,27 @@ def check_hc(a, b, d, s, num_splits) -> dict:
     return {"ok": ok, "nan": nan, "worst_rel_d": worst_d, "worst_rel_sqr": worst_s, "calc_diff": diff}
 
 
-def hc(m: int, n: int, k: int, num_splits=None, seed: int = 0, a_row_stride: int = 0, d_row_stride: int = 0) -> dict:
-    """One call of deep_tile.tf32_hc_prenorm_gemm on the GPU against float64."""
+def hc(m: int, n: int, k: int, num_splits=None, seed: int = 0, a_row_stride: int = 0, d_row_stride: int = 0,
+       num_sms: int = 0) -> dict:
+    """One call of deep_tile.tf32_hc_prenorm_gemm on the GPU against float64 (``num_sms`` > 0: with
+    the grid limited to that many SMs, so that each CTA takes several work items)."""
     import deep_tile
 
     a, b = make_hc_inputs(m, n, k, seed, "cuda", a_row_stride)
     d, s = hc_outputs(m, n, num_splits, "cuda", d_row_stride)
-    deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)
+    deep_tile.set_num_sms(num_sms or None)
+    try:
+        deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)
+    finally:
+        deep_tile.set_num_sms(None)
     torch.cuda.synchronize()
     result = check_hc(a, b, d, s, num_splits)
     if d_row_stride:  # the padding columns must still be NaN
         full = d.as_strided((*d.shape[:-1], d_row_stride), (*d.stride()[:-1], 1))
         result["padding_untouched"] = bool(torch.isnan(full[..., n:]).all())
         result["ok"] = result["ok"] and result["padding_untouched"]
-    return {"case": f"hc m={m} n={n} k={k} splits={num_splits} a_stride={a_row_stride} d_stride={d_row_stride}",
+    return {"case": f"hc m={m} n={n} k={k} splits={num_splits} a_stride={a_row_stride} d_stride={d_row_stride} "
+                    f"sms={num_sms or 'all'}",
             **result}
 
 

@@ -205,7 +205,9 @@ HC_GPU_CASES = (
     + [dict(m=1, n=8, k=64), dict(m=64, n=16, k=128, num_splits=1), dict(m=65, n=32, k=192, num_splits=5),
        dict(m=200, n=24, k=640, num_splits=3, a_row_stride=704, d_row_stride=28),
        dict(m=129, n=32, k=7168, d_row_stride=36), dict(m=300, n=8, k=1024, num_splits=16),
-       dict(m=20000, n=24, k=1024, d_row_stride=26)]  # row blocks fill the GPU: no own splits
+       dict(m=20000, n=24, k=1024, d_row_stride=26),  # row blocks fill the GPU: no own splits
+       dict(m=600, n=24, k=640, num_splits=3, num_sms=4), dict(m=700, n=32, k=1280, num_sms=3),  # items per CTA
+       dict(m=300, n=16, k=192, num_splits=7, num_sms=2)]  # some items with no K block
 )
 
 

@@ -3,9 +3,9 @@
 # (or /tmp/hc_einsum_out), a short table last.
 #   OUT=/tmp/out PY=python3 bash tools/hc_einsum_device.sh
 # Phase 1 (parallel, each under a timeout): the GPU tests of tests/test_hc_einsum.py; memcheck,
-# racecheck and synccheck on five small cases (pre-norm GEMM: one row block with a tail, split
-# partials with more splits than K blocks, strided views; einsum 'bmk,bnk->mn': partial tiles
-# with float32 and bf16 d); one untimed pass of the benchmark (both libraries'
+# racecheck and synccheck on six small cases (pre-norm GEMM: one row block with a tail, split
+# partials with more splits than K blocks, strided views, several work items per CTA; einsum
+# 'bmk,bnk->mn': partial tiles with float32 and bf16 d); one untimed pass of the benchmark (both libraries'
 # kernels compiled). Phase 2: benchmarks/bench_hc_einsum.py (DeepGEMM beside deep_tile when
 # `import deep_gemm` finds it).
 set -u
@@ -32,6 +32,7 @@ import gpu_hc_einsum_cases as cases
 results = [cases.hc(137, 24, 1024),
            cases.hc(70, 32, 256, num_splits=6),
            cases.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20),
+           cases.hc(600, 24, 640, num_splits=3, num_sms=4),
            cases.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
            cases.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16")]
 for r in results:
