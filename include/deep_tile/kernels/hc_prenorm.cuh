@@ -49,7 +49,8 @@ struct HcSmem {
   static constexpr int kBarrierOffset = kHcStages * kStageBytes;
   static constexpr int kBytes = kBarrierOffset + 2 * kHcStages * 8;
   DT_STATIC_ASSERT(kBAtomBytes % 1024 == 0 && kABytes % 1024 == 0, "N must be a multiple of 8");
-  DT_STATIC_ASSERT(kHcCtasPerSm * (kBytes + 1024) <= 233472, "DT_HC_CTAS_PER_SM CTAs must fit an SM's shared memory");
+  DT_STATIC_ASSERT(kHcCtasPerSm * (kBytes + 1024) <= 233472,
+                   "DT_HC_CTAS_PER_SM CTAs must fit an SM's shared memory (1 KB reserved per CTA)");
 };
 
 DT_DEVICE u32 dynamic_smem_bytes() {
