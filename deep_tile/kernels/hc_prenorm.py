@@ -14,8 +14,8 @@ from __future__ import annotations
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K",
-           "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items", "grid",
-           "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
+           "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items",
+           "grid", "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
            "reduce_grid"]
 
 ENTRY = "hc_prenorm"

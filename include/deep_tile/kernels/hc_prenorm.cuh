@@ -4,8 +4,9 @@
 //
 // The op reads a once and is bound by HBM: the K range is split by the host so that every SM
 // streams a, and persistent CTAs take the work items (row block, K split) in turn with one stage
-// ring, so that a short split does not drain and refill the pipeline. Every CTA also reads b's tile of each K block (from L2); math warpgroups of
-// 64 rows each share it, so that b's L2 traffic stays a fraction of a's. Per 64-wide K block the
+// ring, so that a short split does not drain and refill the pipeline. Every CTA also reads b's
+// tile of each K block (from L2); math warpgroups of 64 rows each share it, so that b's L2
+// traffic stays a fraction of a's. Per 64-wide K block the
 // TMA warp loads the a tile (64 rows per warpgroup x 128 bytes) and the b tile (N rows x 256 bytes,
 // as two 128-byte swizzle atoms), both 128B-swizzled. Each math warpgroup reads its a fragments
 // from shared memory into registers (bf16 -> float is exact, so TF32 sees a unchanged), squares
