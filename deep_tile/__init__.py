@@ -21,6 +21,10 @@ does:
 - :func:`fp8_mqa_logits` -- DeepSeek-V3.2's lightning-indexer logits (DeepGEMM's ``fp8_mqa_logits``);
   :func:`fp8_paged_mqa_logits`, :func:`get_paged_mqa_logits_metadata` -- the paged (decode) ones and
   their work schedule.
+- :func:`tf32_hc_prenorm_gemm` -- the hyper-connection pre-norm GEMM (``a @ b^T`` in TF32 and the
+  rows' sums of squares; DeepGEMM's ``tf32_hc_prenorm_gemm``).
+- :func:`einsum`, :func:`fp8_einsum` -- DeepGEMM's einsum expressions on SM90 (``'bmk,bnk->mn'`` and
+  the per-head ``'bhr,hdr->bhd'`` / ``'bhd,hdr->bhr'``; FP8 ``'bhr,hdr->bhd'``).
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
@@ -53,6 +57,9 @@ _LAZY = {
     "fp8_mqa_logits": "deep_tile.attention",
     "fp8_paged_mqa_logits": "deep_tile.paged_attention",
     "get_paged_mqa_logits_metadata": "deep_tile.paged_attention",
+    "tf32_hc_prenorm_gemm": "deep_tile.hyper_connection",
+    "einsum": "deep_tile.einsums",
+    "fp8_einsum": "deep_tile.einsums",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",
     "fp8_gemm_1d1d": "deep_tile.gemm.dense",

@@ -27,7 +27,8 @@ CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gem
            "get_theoretical_mk_alignment_for_contiguous_layout", "get_k_alignment_for_contiguous_layout",
            "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias",
            "fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits",
-           "fp8_fp4_paged_mqa_logits"]
+           "fp8_fp4_paged_mqa_logits",
+           "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 

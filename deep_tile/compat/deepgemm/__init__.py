@@ -39,8 +39,10 @@ does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_
 after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_logits`` (and
 ``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does, and so do the paged
 (decode) ones, ``get_paged_mqa_logits_metadata`` and ``fp8_paged_mqa_logits`` (its schedule
-tensor is deep_tile's format: pass it on unread). DeepGEMM's other
-kernels (NN/TN/TT layouts, FP4, BF16, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
+tensor is deep_tile's format: pass it on unread); the hyper-connection ``tf32_hc_prenorm_gemm``
+and the SM90 expressions of ``einsum`` / ``fp8_einsum`` write their outputs as DeepGEMM does.
+DeepGEMM's other kernels (NN/TN/TT layouts, FP4, BF16, other attention, mega MoE) are not
+provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
 from deep_tile.compat.deepgemm._api import *  # noqa: F401,F403
@@ -49,6 +51,7 @@ from deep_tile.compat.deepgemm._api import (  # noqa: F401
 )
 from deep_tile.compat.deepgemm._api import __all__ as _api_all
 from deep_tile.compat.deepgemm._paged_attention import *  # noqa: F401,F403,E402
+from deep_tile.compat.deepgemm._hc_einsum import *  # noqa: F401,F403
 from deep_tile.compat.deepgemm import utils  # noqa: E402,F401  (DeepGEMM's deep_gemm.utils)
 # DeepGEMM's package also hands its utils' helpers on at the top level (vLLM looks them up there)
 from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
@@ -57,7 +60,7 @@ from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
 )
 
 __all__ = [*_api_all, "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits",
-           "install_alias"]
+           "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum", "install_alias"]
 
 # --------------------------------------------------------------------------------------------------
 # The module layout of the deep_gemm package, and the alias

@@ -1,0 +1,245 @@
+"""DeepGEMM's einsum expressions on deep_tile: ``einsum`` (bf16) and ``fp8_einsum``.
+
+The expressions are the ones DeepGEMM runs on SM90, spelled exactly as it spells them, with its
+checks; every other expression is refused (ValueError):
+
+* ``einsum('bmk,bnk->mn', a, b, d, c=None)``: bf16 ``a [s, m, k]``, ``b [s, n, k]`` (contiguous)
+  -> ``d [m, n] = sum_s a[s] @ b[s]^T``. A float32 ``d`` must be accumulated into (``c`` is ``d``:
+  ``d += ...``); a bf16 ``d`` takes no ``c`` (the float32 sum is rounded once). k and m, n must be
+  multiples of 64, ``s * max(m, n)`` within int32, and ``use_cublaslt`` False (DeepGEMM's
+  limits). On CUDA deep_tile's kernel (:mod:`deep_tile.kernels.einsum`): float32 sums added into d
+  in no fixed order, so the last bits may differ from run to run.
+* ``einsum('bhr,hdr->bhd', ...)`` and ``einsum('bhd,hdr->bhr', ...)``: bf16 ``[b, h, r] x [h, d, r]
+  -> [b, h, d]`` and ``[b, h, d] x [h, d, r] -> [b, h, r]``, unit stride along the last dimension of
+  all three, no ``c``. DeepGEMM runs its own BF16 GEMM (or cuBLASLt with ``use_cublaslt``);
+  deep_tile has no kernel for them yet and runs ``torch.einsum`` (cuBLAS) for both settings.
+* ``fp8_einsum('bhr,hdr->bhd', (x, sx), (y, sy), d, c=None, recipe=(1, 128, 128))``: FP8
+  ``x [b, h, r]`` with float32 1x128 scales ``sx [b, h, ceil(r / 128)]``, FP8 ``y [h, d, r]`` with
+  float32 128x128 scales ``sy [h, ceil(d / 128), ceil(r / 128)]``, bf16 ``d [b, h, d]`` (``+ c``).
+  On CUDA, when r is a multiple of 16 and d of 8, deep_tile's masked grouped FP8 GEMM runs it (one
+  group per head, b rows each) on a head-major copy of x, and d takes its result back; other sizes
+  (and the CPU) take the dequantized product in float32 torch. DeepGEMM's other FP8 expressions
+  (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100 only and are refused.
+
+Arguments are checked before anything is launched or written; on the CPU every expression runs
+in torch.
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile.common import ceil_div
+from deep_tile.device import get_num_sms
+from deep_tile.gemm.grouped import m_grouped_fp8_gemm_masked
+from deep_tile.gemm.tma import encode_2d
+from deep_tile.jit.loader import get_kernel
+from deep_tile.jit.runtime import KernelArgs
+from deep_tile.kernels import einsum as contract
+from deep_tile.pdl import get_pdl
+
+__all__ = ["einsum", "fp8_einsum", "EXPRESSIONS", "FP8_EXPRESSIONS", "FP8_RECIPE"]
+
+EXPRESSIONS = ("bmk,bnk->mn", "bhr,hdr->bhd", "bhd,hdr->bhr")
+"""The expressions :func:`einsum` takes (DeepGEMM's on SM90)."""
+FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
+"""The expressions :func:`fp8_einsum` takes (DeepGEMM's on SM90)."""
+FP8_RECIPE = (1, 128, 128)
+"""The one scaling recipe of :func:`fp8_einsum` on SM90: 1x128 scales for x, 128x128 for y."""
+_I32_MAX = 2**31 - 1
+_MAX_HEADS = 512  # the masked grouped GEMM's most groups
+
+
+def _fail(fn: str, message: str, error=ValueError):
+    raise error(f"{fn}: {message}")
+
+
+def _tensors(fn: str, **named) -> None:
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            _fail(fn, f"{name} must be a torch.Tensor, got {type(t).__name__}.", TypeError)
+
+
+def _one_device(fn: str, *tensors) -> None:
+    devices = {t.device for t in tensors if t is not None}
+    if len(devices) != 1:
+        _fail(fn, f"all tensors must be on one device; got {sorted(map(str, devices))}.")
+
+
+def _check_bmk(a, b, d, c) -> tuple:
+    """'bmk,bnk->mn' checked (DeepGEMM's rules, and d's shape); returns (s, m, n, k)."""
+    fn = "einsum('bmk,bnk->mn')"
+    if d.dtype == torch.float32:
+        if c is None or c.data_ptr() != d.data_ptr() or c.shape != d.shape or c.stride() != d.stride():
+            _fail(fn, "a float32 d must be accumulated into: pass c=d (d += sum_s a[s] @ b[s].T).")
+    elif c is not None:
+        _fail(fn, "a bf16 d takes no c (only a float32 d accumulates).")
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        if not t.is_contiguous():
+            _fail(fn, f"{name} must be contiguous.")
+    if a.dim() != 3 or b.dim() != 3:
+        _fail(fn, f"a and b must be 3-D ([s, m, k], [s, n, k]); got {tuple(a.shape)} and {tuple(b.shape)}.")
+    (s, m, k), (s_b, n, k_b) = a.shape, b.shape
+    if s != s_b or k != k_b:
+        _fail(fn, f"a {tuple(a.shape)} and b {tuple(b.shape)} must agree in s and k.")
+    if tuple(d.shape) != (m, n):
+        _fail(fn, f"d must be [m, n] = {(m, n)}, got {tuple(d.shape)}.")
+    if k % contract.BLOCK_K or m % 64 or n % 64:
+        _fail(fn, f"k must be a multiple of {contract.BLOCK_K} and m, n of 64; got m={m}, n={n}, k={k}.")
+    if s * max(m, n) > _I32_MAX:
+        _fail(fn, f"s * max(m, n) must stay within int32; got s={s}, m={m}, n={n}.")
+    _one_device(fn, a, b, d)
+    return s, m, n, k
+
+
+def _bmk_bnk_mn(a, b, d) -> None:
+    """d (float32) += sum_s a[s] @ b[s]^T, by the kernel on CUDA, in float32 torch on the CPU."""
+    s, m, n, k = a.shape[0], a.shape[1], b.shape[1], a.shape[2]
+    if s == 0 or m == 0 or n == 0 or k == 0:
+        return
+    if not a.is_cuda:
+        d += torch.einsum("bmk,bnk->mn", a.float(), b.float())
+        return
+    for name, t, align in (("a", a, 16), ("b", b, 16), ("d", d, 8)):  # TMA; two-float reductions
+        if t.data_ptr() % align:
+            _fail("einsum('bmk,bnk->mn')", f"{name} must start on a {align}-byte boundary.")
+    map_a = encode_2d(a.data_ptr(), "bfloat16", k, s * m, k * 2, contract.BLOCK_K, contract.BLOCK_M, contract.SWIZZLE,
+                      256)
+    map_b = encode_2d(b.data_ptr(), "bfloat16", k, s * n, k * 2, contract.BLOCK_K, contract.BLOCK_N, contract.SWIZZLE,
+                      256)
+    split = contract.split_factor(s, m, n, k, get_num_sms())
+    values = (map_a, map_b, d.data_ptr(), s, m, n, k, split)
+    kernel = get_kernel(contract.ENTRY, contract.defines(), contract.SYMBOL)
+    device = a.device
+    with torch.cuda.device(device):
+        kernel.launch(grid=contract.grid(s, m, n, k, split), block=contract.THREADS, smem_bytes=contract.smem_bytes(),
+                      stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index, pdl=get_pdl())
+
+
+def _check_bh(expr: str, a, b, d, c) -> None:
+    """'bhr,hdr->bhd' / 'bhd,hdr->bhr' checked (DeepGEMM's rules)."""
+    fn = f"einsum({expr!r})"
+    if c is not None:
+        _fail(fn, "takes no c.")
+    if a.dim() != 3 or b.dim() != 3 or d.dim() != 3:
+        _fail(fn, f"a, b and d must be 3-D; got {tuple(a.shape)}, {tuple(b.shape)}, {tuple(d.shape)}.")
+    (bs, h, x), (h_b, y, z), (bs_d, h_d, w) = a.shape, b.shape, d.shape
+    if expr == "bhr,hdr->bhd":  # a [b, h, r], b [h, d, r], d [b, h, d]
+        ok = h == h_b and x == z and bs == bs_d and h == h_d and y == w
+    else:  # a [b, h, d], b [h, d, r], d [b, h, r]
+        ok = h == h_b and x == y and bs == bs_d and h == h_d and z == w
+    if not ok:
+        _fail(fn, f"shapes disagree: a {tuple(a.shape)}, b {tuple(b.shape)}, d {tuple(d.shape)}.")
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        if t.dtype != torch.bfloat16 or (t.shape[2] > 1 and t.stride(2) != 1):
+            _fail(fn, f"{name} must be bf16 with unit stride along its last dimension; got {t.dtype} strides "
+                      f"{t.stride()}.")
+    _one_device(fn, a, b, d)
+
+
+def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None,
+           use_cublaslt: bool = False) -> None:
+    """DeepGEMM's bf16 einsum expressions (module doc), written into ``d``; returns None.
+
+    Raises:
+        TypeError: a non-tensor argument or a non-str expression.
+        ValueError: an expression other than :data:`EXPRESSIONS`, or a dtype, shape, layout or
+            device the expression does not take.
+    """
+    if not isinstance(expr, str):
+        _fail("einsum", f"expr must be a str, got {type(expr).__name__}.", TypeError)
+    _tensors("einsum", a=a, b=b, d=d)
+    if c is not None:
+        _tensors("einsum", c=c)
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        _fail("einsum", f"a and b must be bf16; got {a.dtype} and {b.dtype}.")
+    if d.dtype not in (torch.bfloat16, torch.float32):
+        _fail("einsum", f"d must be bf16 or float32, got {d.dtype}.")
+    if c is not None and c.dtype != d.dtype:
+        _fail("einsum", f"c must have d's dtype {d.dtype}, got {c.dtype}.")
+    if expr not in EXPRESSIONS:
+        _fail("einsum", f"unsupported expression {expr!r}; the expressions are {EXPRESSIONS}.")
+    if expr == "bmk,bnk->mn":
+        if use_cublaslt:
+            _fail("einsum('bmk,bnk->mn')", "use_cublaslt=True is not taken (DeepGEMM runs its own kernel only).")
+        _check_bmk(a, b, d, c)
+        if d.dtype == torch.float32:
+            _bmk_bnk_mn(a, b, d)
+        else:
+            workspace = torch.zeros(d.shape, dtype=torch.float32, device=d.device)
+            _bmk_bnk_mn(a, b, workspace)
+            d.copy_(workspace)
+        return
+    _check_bh(expr, a, b, d, c)
+    d.copy_(torch.einsum(expr, a, b))
+
+
+def _check_fp8(expr, a, b, d, c, recipe) -> tuple:
+    """fp8_einsum checked; returns (x, sx, y, sy)."""
+    fn = "fp8_einsum"
+    if not isinstance(expr, str):
+        _fail(fn, f"expr must be a str, got {type(expr).__name__}.", TypeError)
+    for name, pair in (("a", a), ("b", b)):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            _fail(fn, f"{name} must be a pair (fp8 tensor, float32 scales); got {type(pair).__name__}.", TypeError)
+    x, sx, y, sy = a[0], a[1], b[0], b[1]
+    _tensors(fn, **{"a[0]": x, "a[1]": sx, "b[0]": y, "b[1]": sy, "d": d})
+    if c is not None:
+        _tensors(fn, c=c)
+    if expr not in FP8_EXPRESSIONS:
+        _fail(fn, f"unsupported expression {expr!r} on SM90; the expressions are {FP8_EXPRESSIONS} "
+                  "(DeepGEMM runs 'bhd,hdr->bhr' and 'bhd,bhr->hdr' on SM100 only).")
+    if tuple(recipe) != FP8_RECIPE:
+        _fail(fn, f"recipe must be {FP8_RECIPE} on SM90 (1x128 scales for a, 128x128 for b); got {tuple(recipe)}.")
+    if x.dim() != 3 or y.dim() != 3 or d.dim() != 3:
+        _fail(fn, f"a[0], b[0] and d must be 3-D; got {tuple(x.shape)}, {tuple(y.shape)}, {tuple(d.shape)}.")
+    (bs, h, r), (h_y, dd, r_y) = x.shape, y.shape
+    if h != h_y or r != r_y or tuple(d.shape) != (bs, h, dd):
+        _fail(fn, f"shapes disagree: a[0] {tuple(x.shape)}, b[0] {tuple(y.shape)}, d {tuple(d.shape)} "
+                  "(want [b, h, r], [h, d, r], [b, h, d]).")
+    if x.dtype != torch.float8_e4m3fn or y.dtype != torch.float8_e4m3fn:
+        _fail(fn, f"a[0] and b[0] must be float8_e4m3fn; got {x.dtype} and {y.dtype}.")
+    if x.stride(-1) != 1 or y.stride(-1) != 1:
+        _fail(fn, "a[0] and b[0] must be K-major (unit stride along r) on SM90.")
+    if d.dtype != torch.bfloat16 or d.stride(-1) != 1:
+        _fail(fn, f"d must be bf16 with unit stride along its last dimension on SM90; got {d.dtype} {d.stride()}.")
+    if c is not None and (c.dtype != d.dtype or tuple(c.shape) != tuple(d.shape) or c.stride(-1) != 1):
+        _fail(fn, f"c must be like d (bf16 {tuple(d.shape)}, unit last stride); got {c.dtype} {tuple(c.shape)}.")
+    kb = ceil_div(r, 128)
+    if sx.dtype != torch.float32 or tuple(sx.shape) != (bs, h, kb):
+        _fail(fn, f"a[1] must be float32 [{bs}, {h}, {kb}]; got {sx.dtype} {tuple(sx.shape)}.")
+    if sy.dtype != torch.float32 or tuple(sy.shape) != (h, ceil_div(dd, 128), kb):
+        _fail(fn, f"b[1] must be float32 [{h}, {ceil_div(dd, 128)}, {kb}]; got {sy.dtype} {tuple(sy.shape)}.")
+    _one_device(fn, x, sx, y, sy, d, c)
+    return x, sx, y, sy
+
+
+def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
+               recipe: tuple = FP8_RECIPE) -> None:
+    """DeepGEMM's FP8 einsum on SM90 (module doc): ``d = x @ y`` per head from the scaled FP8
+    pairs ``a = (x, sx)``, ``b = (y, sy)`` (``+ c``), written into ``d``; returns None.
+
+    Raises:
+        TypeError: a non-pair operand, a non-tensor argument or a non-str expression.
+        ValueError: an expression other than :data:`FP8_EXPRESSIONS`, a recipe other than
+            :data:`FP8_RECIPE`, or a dtype, shape, layout or device it does not take.
+    """
+    x, sx, y, sy = _check_fp8(expr, a, b, d, c, recipe)
+    bs, h, r = x.shape
+    dd = y.shape[1]
+    if bs == 0 or h == 0 or dd == 0:
+        return
+    if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the grouped GEMM's 16-byte rows
+        out = torch.empty((h, bs, dd), dtype=torch.bfloat16, device=x.device)
+        masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
+        addend = None if c is None else c.permute(1, 0, 2).contiguous()
+        m_grouped_fp8_gemm_masked(x.permute(1, 0, 2).contiguous(), sx.permute(1, 0, 2), y.contiguous(),
+                                  sy.contiguous(), masked_m, bs, out=out, c=addend)
+        d.copy_(out.permute(1, 0, 2))
+        return
+    xf = x.float() * sx.repeat_interleave(128, dim=2)[..., :r]
+    yf = y.float() * sy.repeat_interleave(128, dim=1)[:, :dd].repeat_interleave(128, dim=2)[..., :r]
+    out = torch.einsum("bhr,hdr->bhd", xf, yf)
+    if c is not None:
+        out = out + c.float()
+    d.copy_(out)

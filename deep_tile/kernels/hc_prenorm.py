@@ -1,0 +1,109 @@
+"""The hyper-connection pre-norm GEMM's contract: entry file, symbols, defines, shared memory,
+tensor-map boxes, launch geometry, arguments.
+
+``csrc/entry/hc_prenorm.cu`` (include/deep_tile/kernels/hc_prenorm.cuh) computes one K split of
+``d = a @ b^T`` (TF32 wgmma, A from registers) and of ``sqr_sum = (a * a).sum(-1)`` for a bf16
+``[m, k]`` and b float32 ``[N, k]``, in work items of :data:`BLOCK_M` rows and one K split,
+taken in turn by persistent CTAs (:func:`grid`): :data:`MATH_GROUPS` math warpgroups of 64 rows
+(sharing b's tiles, which every CTA reads from L2) and one TMA warp, :data:`STAGES` 64-wide K
+blocks in flight across items, :data:`CTAS_PER_SM` CTA per SM. One symbol per N in :data:`NS`.
+Pure Python.
+"""
+from __future__ import annotations
+
+from deep_tile.common import ceil_div
+
+__all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K",
+           "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items",
+           "grid", "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
+           "reduce_grid"]
+
+ENTRY = "hc_prenorm"
+"""Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
+NS = (8, 16, 24, 32)
+"""The column counts N with a kernel symbol (DeepGEMM's SM90 kernel takes N <= 32, a multiple of 8)."""
+MATH_GROUPS = 2
+"""Math warpgroups per CTA (``DT_HC_MATH_GROUPS``): two share each b tile, so b's L2 reads are
+3/8 of a's bytes at N = 24 (one would read 3/4)."""
+BLOCK_M = 64 * MATH_GROUPS
+"""Rows per CTA (``kHcBlockM``: the TF32 wgmma's M per warpgroup)."""
+BLOCK_K = 64
+"""K per stage (``kHcBlockK``): 128 bytes of a bf16 row, one 128B-swizzle row; k must be a multiple."""
+STAGES = 8
+"""K blocks in flight per CTA (``DT_HC_STAGES``): 128 KB of a in flight per SM."""
+THREADS = 128 * MATH_GROUPS + 32
+"""Threads per CTA (``kHcThreads``): the math warpgroups and one TMA warp."""
+SWIZZLE = 128
+"""The 128B swizzle of both operands' tiles."""
+B_BOX_K = 32
+"""K extent of b's TMA box: 32 floats fill one 128-byte swizzle row, so a stage takes two boxes."""
+CTAS_PER_SM = 1
+"""CTAs per SM (``DT_HC_CTAS_PER_SM``, the launch bound). Not two: under the register bound of two
+CTAs (112 per thread) ptxas serialises the wgmmas (C7512); the persistent loop over work items
+keeps the pipeline running between short K splits instead."""
+MIN_BLOCKS_PER_SPLIT = 2
+"""The fewest K blocks a split of :func:`own_splits` reads (fewer would spend more on the
+pipeline's start and the partials than they save)."""
+ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
+"""The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters: (map_a, map_b, d,
+sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride)."""
+
+
+REDUCE_SYMBOL = "deep_tile_hc_prenorm_reduce"
+"""The kernel that sums the host's own K splits (:func:`own_splits`) into d and sqr_sum, in split order."""
+REDUCE_THREADS = 256
+"""Threads per CTA of the sum (``kHcReduceThreads``)."""
+REDUCE_ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32")
+"""Parameter kinds of the sum: (work_d, work_s, d, sqr_sum, m, n, splits, d_row_stride)."""
+
+
+def defines() -> dict:
+    """The entry's ``-D`` defines."""
+    return {"DT_HC_STAGES": STAGES, "DT_HC_MATH_GROUPS": MATH_GROUPS, "DT_HC_CTAS_PER_SM": CTAS_PER_SM}
+
+
+def symbol(n: int) -> str:
+    """The kernel of ``n`` columns (one of :data:`NS`)."""
+    if n not in NS:
+        raise ValueError(f"hc_prenorm: no kernel for n = {n}; the kernels take n in {NS}.")
+    return f"deep_tile_hc_prenorm_gemm_n{n}"
+
+
+def smem_bytes(n: int) -> int:
+    """Dynamic shared memory (``HcSmem<N>::kBytes``; the kernel traps if given less): per stage the
+    a tile (BLOCK_M x 64 bf16) and b's (N x 64 float32), then a full and an empty barrier per stage."""
+    symbol(n)
+    return STAGES * (BLOCK_M * BLOCK_K * 2 + n * BLOCK_K * 4) + 2 * STAGES * 8
+
+
+def num_items(m: int, num_splits: int) -> int:
+    """Work items: row blocks times K splits (item i: row block i // num_splits, split i % num_splits)."""
+    return max(1, ceil_div(m, BLOCK_M)) * num_splits
+
+
+def grid(m: int, num_splits: int, num_sms: int) -> int:
+    """Persistent CTAs: one per work item, at most :data:`CTAS_PER_SM` per SM."""
+    return min(num_items(m, num_splits), CTAS_PER_SM * max(1, num_sms))
+
+
+def k_blocks_of_split(num_k_blocks: int, num_splits: int, split: int) -> range:
+    """The K blocks split ``split`` reads (the kernel's rule: the first ``num_k_blocks % num_splits``
+    splits take one block more; a split past the blocks reads none and writes zeros)."""
+    per, extra = divmod(num_k_blocks, num_splits)
+    begin = split * per + min(split, extra)
+    return range(begin, begin + per + (1 if split < extra else 0))
+
+
+def own_splits(m: int, k: int, num_sms: int) -> int:
+    """K splits the host adds for ``num_splits=None`` (1: none): as many as one wave of
+    :data:`CTAS_PER_SM` CTAs per SM holds when the row blocks alone are fewer (never a second,
+    partial wave), each split at least :data:`MIN_BLOCKS_PER_SPLIT` K blocks. The partials are
+    summed afterwards."""
+    row_blocks = max(1, ceil_div(m, BLOCK_M))
+    wanted = CTAS_PER_SM * max(1, num_sms) // row_blocks
+    return max(1, min(wanted, (k // BLOCK_K) // MIN_BLOCKS_PER_SPLIT))
+
+
+def reduce_grid(m: int, n: int, num_sms: int) -> int:
+    """CTAs of the sum: one output per thread up to four CTAs per SM (a grid-stride loop beyond)."""
+    return max(1, min(ceil_div(m * n + m, REDUCE_THREADS), 4 * max(1, num_sms)))

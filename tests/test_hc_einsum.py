@@ -1,0 +1,401 @@
+"""deep_tile.tf32_hc_prenorm_gemm (DeepGEMM's hyper-connection pre-norm GEMM) and deep_tile.einsum /
+fp8_einsum (DeepGEMM's einsum expressions): argument checks before anything runs, the CPU paths
+against float64 (tests/gpu_hc_einsum_cases.py), the split partials, the kernels' contract and
+builds for sm_90a (no spills, no stack), the DeepGEMM compat names, and (marker ``gpu``) the
+kernels on a Hopper GPU against float64, in a child process with a timeout.
+"""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import deep_tile
+import deep_tile.compat.deepgemm as deep_gemm
+from conftest import compiler_params, run_child_cases
+from deep_tile.hyper_connection import hc_prenorm_reference, tf32_hc_prenorm_gemm
+from deep_tile.einsums import EXPRESSIONS, einsum, fp8_einsum
+from deep_tile.kernels import einsum as einsum_contract
+from deep_tile.kernels import hc_prenorm as contract
+from gpu_hc_einsum_cases import (check_hc, einsum_case, fp8_einsum_case, hc_outputs, make_einsum_inputs,
+                                 make_hc_inputs, quantize_fp8)
+
+
+# --------------------------------------------------------------------------------------------------
+# The pre-norm GEMM: the CPU path
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("m,n,k", [(13, 24, 256), (1, 8, 64), (70, 32, 448), (5, 16, 640)])
+@pytest.mark.parametrize("num_splits", [None, 1, 3, 16])
+def test_cpu_path_matches_float64(m, n, k, num_splits):
+    a, b = make_hc_inputs(m, n, k, seed=m + n)
+    d, s = hc_outputs(m, n, num_splits, "cpu")
+    assert tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits) is None
+    result = check_hc(a, b, d, s, num_splits)
+    assert result["ok"], result
+
+
+def test_split_partials_sum_to_the_whole_and_follow_the_kernels_rule():
+    a, b = make_hc_inputs(9, 24, 64 * 7, seed=4)
+    d, s = hc_outputs(9, 24, 3, "cpu")
+    tf32_hc_prenorm_gemm(a, b, d, s, num_splits=3)
+    whole_d, whole_s = hc_prenorm_reference(a, b, None, torch.float64)
+    assert torch.allclose(d.double().sum(0), whole_d, rtol=1e-5, atol=1e-3)
+    assert torch.allclose(s.double().sum(0), whole_s, rtol=1e-6)
+    # seven blocks over three splits: 3, 2, 2 (the first 7 % 3 splits take one more)
+    ranges = [contract.k_blocks_of_split(7, 3, i) for i in range(3)]
+    assert ranges == [range(0, 3), range(3, 5), range(5, 7)]
+    first = a[:, :3 * 64].double() @ b[:, :3 * 64].double().T
+    assert torch.allclose(d[0].double(), first, rtol=1e-5, atol=1e-3)
+    # more splits than blocks: the splits past the blocks hold zeros
+    a, b = make_hc_inputs(4, 8, 128, seed=5)
+    d, s = hc_outputs(4, 8, 5, "cpu")
+    tf32_hc_prenorm_gemm(a, b, d, s, num_splits=5)
+    assert torch.count_nonzero(d[2:]) == 0 and torch.count_nonzero(s[2:]) == 0
+
+
+def test_empty_m_writes_nothing():
+    a, b = make_hc_inputs(0, 24, 128, seed=0)
+    d, s = hc_outputs(0, 24, None, "cpu")
+    assert tf32_hc_prenorm_gemm(a, b, d, s) is None
+    # m = 0 returns before the kernel's own limits, as DeepGEMM does
+    a, b = torch.zeros(0, 100, dtype=torch.bfloat16), torch.zeros(40, 100)
+    tf32_hc_prenorm_gemm(a, b, torch.zeros(0, 40), torch.zeros(0))
+
+
+def test_strided_views_are_taken():
+    a, b = make_hc_inputs(6, 16, 192, seed=2, a_row_stride=256)
+    assert a.stride(0) == 256
+    d, s = hc_outputs(6, 16, None, "cpu", d_row_stride=20)
+    tf32_hc_prenorm_gemm(a, b, d, s)
+    assert check_hc(a, b, d, s, None)["ok"]
+    full = d.as_strided((6, 20), (20, 1))
+    assert torch.isnan(full[:, 16:]).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# The pre-norm GEMM: argument checks
+# --------------------------------------------------------------------------------------------------
+
+def hc_bad_cases():
+    a, b = make_hc_inputs(8, 24, 128, seed=0)
+    d, s = hc_outputs(8, 24, None, "cpu")
+    d3, s3 = hc_outputs(8, 24, 4, "cpu")
+    yield "a not a tensor", (a.tolist(), b, d, s), {}, TypeError
+    yield "num_splits float", (a, b, d3, s3), {"num_splits": 4.0}, TypeError
+    yield "num_splits bool", (a, b, d3, s3), {"num_splits": True}, TypeError
+    yield "a dtype", (a.float(), b, d, s), {}, ValueError
+    yield "b dtype", (a, b.bfloat16(), d, s), {}, ValueError
+    yield "d dtype", (a, b, d.bfloat16(), s), {}, ValueError
+    yield "sqr_sum dtype", (a, b, d, s.double()), {}, ValueError
+    yield "a 3-D", (a[None], b, d, s), {}, ValueError
+    yield "a M-major", (a.t().contiguous().t(), b, d, s), {}, ValueError
+    yield "b M-major", (a, b.t().contiguous().t(), d, s), {}, ValueError
+    yield "d column stride", (a, b, d.t().contiguous().t(), s), {}, ValueError
+    yield "sqr_sum strided", (a, b, d, torch.zeros(16)[::2]), {}, ValueError
+    yield "k mismatch", (a, b[:, :64].contiguous(), d, s), {}, ValueError
+    yield "d shape", (a, b, d[:, :16], s), {}, ValueError
+    yield "split d without num_splits", (a, b, d3, s3), {}, ValueError
+    yield "num_splits without split d", (a, b, d, s), {"num_splits": 4}, ValueError
+    yield "num_splits mismatch", (a, b, d3, s3), {"num_splits": 3}, ValueError
+    yield "num_splits zero", (a, b, d3[:0], s3[:0]), {"num_splits": 0}, ValueError
+    yield "n 40", (a, torch.zeros(40, 128), torch.zeros(8, 40), s), {}, ValueError
+    yield "n 12", (a, torch.zeros(12, 128), torch.zeros(8, 12), s), {}, ValueError
+    yield "k 96", (a[:, :96].contiguous(), b[:, :96].contiguous(), d, s), {}, ValueError
+
+
+@pytest.mark.parametrize("label,args,kwargs,error", list(hc_bad_cases()), ids=[c[0] for c in hc_bad_cases()])
+def test_hc_bad_arguments_are_refused(label, args, kwargs, error):
+    d, s = args[2], args[3]
+    before = (d.clone(), s.clone()) if isinstance(d, torch.Tensor) else None
+    with pytest.raises(error, match="tf32_hc_prenorm_gemm"):
+        tf32_hc_prenorm_gemm(*args, **kwargs)
+    if before is not None:  # nothing written
+        assert torch.equal(before[0].isnan(), d.isnan()) and torch.equal(before[1].isnan(), s.isnan())
+
+
+# --------------------------------------------------------------------------------------------------
+# The pre-norm GEMM: contract and builds
+# --------------------------------------------------------------------------------------------------
+
+def test_hc_contract():
+    assert contract.symbol(24) == "deep_tile_hc_prenorm_gemm_n24"
+    for bad in (0, 12, 40, 64):
+        with pytest.raises(ValueError):
+            contract.symbol(bad)
+    assert len(contract.ARGUMENT_KINDS) == 9
+    for n in contract.NS:  # CTAS_PER_SM CTAs per SM (228 KB of shared memory per SM, 1 KB reserved per CTA)
+        assert contract.CTAS_PER_SM * (contract.smem_bytes(n) + 1024) <= 233472
+        assert contract.smem_bytes(n) <= 232448
+    assert contract.THREADS == 128 * contract.MATH_GROUPS + 32 and contract.BLOCK_M == 64 * contract.MATH_GROUPS
+    assert contract.num_items(13, 1) == 1 and contract.num_items(8192, 16) == 8192 // contract.BLOCK_M * 16
+    assert contract.num_items(0, 4) == 4
+    assert contract.grid(13, 1, 132) == 1 and contract.grid(8192, 16, 132) == contract.CTAS_PER_SM * 132
+    assert len(contract.REDUCE_ARGUMENT_KINDS) == 8
+    assert contract.reduce_grid(13, 24, 132) == 2 and contract.reduce_grid(8192, 24, 132) == 4 * 132
+    for blocks in (1, 7, 112, 448):
+        for splits in (1, 3, 16, 500):
+            covered = [b for i in range(splits) for b in contract.k_blocks_of_split(blocks, splits, i)]
+            assert covered == list(range(blocks))
+
+
+def test_own_splits_fill_one_wave():
+    slots = contract.CTAS_PER_SM * 132
+    assert contract.own_splits(13, 7168, 132) == min(slots, 56)  # at most 112 / 2 splits: two K blocks each
+    assert contract.own_splits(13, 28672, 132) == min(slots, 224)
+    assert contract.own_splits(4096, 7168, 132) == slots // (4096 // contract.BLOCK_M)
+    assert contract.own_splits(32768, 7168, 132) == 1  # the row blocks fill the GPU alone
+    assert contract.own_splits(100, 64, 132) == 1  # one K block: nothing to split
+    for m, k in ((13, 7168), (137, 7168), (4096, 28672), (8192, 7680), (8192, 28672), (600, 640)):
+        splits = contract.own_splits(m, k, 132)
+        assert contract.num_items(m, splits) <= slots or splits == 1
+
+
+HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_hc_kernels_build_spill_free(name):
+    from deep_tile.jit import compiler, paths
+
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(), HC_SYMBOLS[0], name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
+    assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
+    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
+    assert len(lines) == len(HC_SYMBOLS) + 1, result.log
+    for line in lines:
+        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+    for line in result.log.splitlines():  # CTAS_PER_SM CTAs of THREADS threads per SM
+        if "Used" in line and "registers" in line:
+            used = int(line.split("Used ")[1].split(" registers")[0])
+            assert used * contract.THREADS * contract.CTAS_PER_SM <= 65536, result.log
+    sass = compiler.disassemble(result.cubin)
+    if sass is None:
+        pytest.skip("no SASS tools here")
+    bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
+    for symbol in HC_SYMBOLS:  # eight k8 TF32 wgmmas per K block, in three unrolled copies of the step
+        assert bodies[symbol].count("HGMMA") == 24, symbol
+
+
+# --------------------------------------------------------------------------------------------------
+# DeepGEMM's names
+# --------------------------------------------------------------------------------------------------
+
+def test_hc_compat_name_forwards():
+    params = [(p.name, None if p.default is inspect.Parameter.empty else p.default)
+              for p in inspect.signature(deep_gemm.tf32_hc_prenorm_gemm).parameters.values()]
+    assert params == [("a", None), ("b", None), ("d", None), ("sqr_sum", None), ("num_splits", None)]
+    a, b = make_hc_inputs(7, 24, 128, seed=9)
+    d, s = hc_outputs(7, 24, 2, "cpu")
+    want_d, want_s = hc_outputs(7, 24, 2, "cpu")
+    assert deep_gemm.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=2) is None
+    deep_tile.tf32_hc_prenorm_gemm(a, b, want_d, want_s, num_splits=2)
+    assert torch.equal(d, want_d) and torch.equal(s, want_s)
+
+
+# --------------------------------------------------------------------------------------------------
+# On the GPU
+# --------------------------------------------------------------------------------------------------
+
+HC_GPU_CASES = (
+    [dict(m=m, n=24, k=k, num_splits=splits)  # DeepGEMM's test shapes
+     for m in (13, 137, 4096, 8192) for k in (28672, 7680, 7168) for splits in (None, 16)]
+    + [dict(m=1, n=8, k=64), dict(m=64, n=16, k=128, num_splits=1), dict(m=65, n=32, k=192, num_splits=5),
+       dict(m=200, n=24, k=640, num_splits=3, a_row_stride=704, d_row_stride=28),
+       dict(m=129, n=32, k=7168, d_row_stride=36), dict(m=300, n=8, k=1024, num_splits=16),
+       dict(m=20000, n=24, k=1024, d_row_stride=26),  # row blocks fill the GPU: no own splits
+       dict(m=600, n=24, k=640, num_splits=3, num_sms=4), dict(m=700, n=32, k=1280, num_sms=3),  # items per CTA
+       dict(m=300, n=16, k=192, num_splits=7, num_sms=2)]  # some items with no K block
+)
+
+
+@pytest.mark.gpu
+def test_gpu_hc_matches_float64():
+    results = run_child_cases("gpu_hc_einsum_cases.py", "hc", HC_GPU_CASES, timeout=600)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
+def test_gpu_hc_is_deterministic_and_graph_capturable():
+    results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph", [{}, {"num_splits": None}], timeout=300)
+    assert all(r["ok"] for r in results), results
+
+
+# --------------------------------------------------------------------------------------------------
+# einsum and fp8_einsum: the CPU paths
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr,dims,out_dtype", [
+    ("bmk,bnk->mn", dict(b=3, m=128, n=192, k=64), "float32"),
+    ("bmk,bnk->mn", dict(b=2, m=64, n=64, k=128), "bfloat16"),
+    ("bmk,bnk->mn", dict(b=0, m=64, n=128, k=64), "float32"),
+    ("bhr,hdr->bhd", dict(b=5, h=4, r=256, d=128), "bfloat16"),
+    ("bhd,hdr->bhr", dict(b=3, h=2, r=64, d=96), "bfloat16"),
+])
+def test_einsum_cpu_matches_float64(expr, dims, out_dtype):
+    result = einsum_case(expr, dims, out_dtype, seed=1, device="cpu")
+    assert result["ok"], result
+
+
+@pytest.mark.parametrize("b,h,r,d,with_c", [(5, 2, 384, 256, False), (3, 2, 200, 130, True), (1, 1, 128, 128, False)])
+def test_fp8_einsum_cpu_matches_float64(b, h, r, d, with_c):
+    result = fp8_einsum_case(b, h, r, d, with_c, seed=2, device="cpu")
+    assert result["ok"], result
+
+
+def einsum_bad_cases():
+    a, b = make_einsum_inputs("bmk,bnk->mn", dict(b=2, m=64, n=128, k=64), seed=0)
+    d = torch.zeros(64, 128)
+    x, y = make_einsum_inputs("bhr,hdr->bhd", dict(b=4, h=2, r=128, d=64), seed=0)
+    z = torch.zeros(4, 2, 64, dtype=torch.bfloat16)
+    yield "expr not a str", (0, a, b, d), {"c": d}, TypeError
+    yield "a not a tensor", ("bmk,bnk->mn", a.tolist(), b, d), {"c": d}, TypeError
+    yield "unknown expression", ("bmk,bnk->nm", a, b, d), {"c": d}, ValueError
+    yield "spaces in expression", ("bmk, bnk -> mn", a, b, d), {"c": d}, ValueError
+    yield "a float32", ("bmk,bnk->mn", a.float(), b, d), {"c": d}, ValueError
+    yield "d float16", ("bmk,bnk->mn", a, b, d.half()), {}, ValueError
+    yield "c dtype", ("bmk,bnk->mn", a, b, d), {"c": d.bfloat16()}, ValueError
+    yield "float32 d without c", ("bmk,bnk->mn", a, b, d), {}, ValueError
+    yield "float32 d, c another tensor", ("bmk,bnk->mn", a, b, d), {"c": d.clone()}, ValueError
+    yield "bf16 d with c", ("bmk,bnk->mn", a, b, d.bfloat16()), {"c": d.bfloat16()}, ValueError
+    yield "use_cublaslt", ("bmk,bnk->mn", a, b, d), {"c": d, "use_cublaslt": True}, ValueError
+    a_t = a.transpose(1, 2).contiguous().transpose(1, 2)
+    yield "a not contiguous", ("bmk,bnk->mn", a_t, b, d), {"c": d}, ValueError
+    yield "batch mismatch", ("bmk,bnk->mn", a, b[:1], d), {"c": d}, ValueError
+    d32 = torch.zeros(32, 128)
+    yield "m not a multiple of 64", ("bmk,bnk->mn", a[:, :32].contiguous(), b, d32), {"c": d32}, ValueError
+    yield "k not a multiple of 64", ("bmk,bnk->mn", a[..., :32].contiguous(), b[..., :32].contiguous(), d), {"c": d}, \
+        ValueError
+    yield "d shape", ("bmk,bnk->mn", a, b, d[:, :64].contiguous()), {}, ValueError
+    yield "bhr with c", ("bhr,hdr->bhd", x, y, z), {"c": z}, ValueError
+    yield "bhr shapes", ("bhr,hdr->bhd", x, y, z[:, :, :32]), {}, ValueError
+    yield "bhr d float32", ("bhr,hdr->bhd", x, y, z.float()), {}, ValueError
+    yield "bhr a strided r", ("bhr,hdr->bhd", x.transpose(0, 2).contiguous().transpose(0, 2), y, z), {}, ValueError
+    yield "bhd shapes", ("bhd,hdr->bhr", x, y, z), {}, ValueError
+
+
+@pytest.mark.parametrize("label,args,kwargs,error", list(einsum_bad_cases()), ids=[c[0] for c in einsum_bad_cases()])
+def test_einsum_bad_arguments_are_refused(label, args, kwargs, error):
+    d = args[3]
+    before = d.clone()
+    with pytest.raises(error, match="einsum"):
+        einsum(*args, **kwargs)
+    assert torch.equal(before, d)  # nothing written
+
+
+def fp8_bad_cases():
+    x = torch.randn(4, 2, 256)
+    y = torch.randn(2, 128, 256)
+    xq, sx = quantize_fp8(x.view(8, 1, 256), 1)
+    xq, sx = xq.view(4, 2, 256), sx.view(4, 2, 2)
+    yq, sy = quantize_fp8(y, 128)
+    z = torch.zeros(4, 2, 128, dtype=torch.bfloat16)
+    yield "a not a pair", ("bhr,hdr->bhd", xq, (yq, sy), z), {}, TypeError
+    yield "SM100 expression bhd,hdr->bhr", ("bhd,hdr->bhr", (xq, sx), (yq, sy), z), {}, ValueError
+    yield "SM100 expression bhd,bhr->hdr", ("bhd,bhr->hdr", (xq, sx), (yq, sy), z), {}, ValueError
+    yield "recipe 1,1,128", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z), {"recipe": (1, 1, 128)}, ValueError
+    yield "x bf16", ("bhr,hdr->bhd", (x.bfloat16(), sx), (yq, sy), z), {}, ValueError
+    yield "d float32", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z.float()), {}, ValueError
+    yield "sx shape", ("bhr,hdr->bhd", (xq, sx[..., :1]), (yq, sy), z), {}, ValueError
+    yield "sy shape", ("bhr,hdr->bhd", (xq, sx), (yq, sy[:, :, :1]), z), {}, ValueError
+    yield "d shape", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z[:, :, :64]), {}, ValueError
+    yield "c dtype", ("bhr,hdr->bhd", (xq, sx), (yq, sy), z), {"c": z.float()}, ValueError
+
+
+@pytest.mark.parametrize("label,args,kwargs,error", list(fp8_bad_cases()), ids=[c[0] for c in fp8_bad_cases()])
+def test_fp8_einsum_bad_arguments_are_refused(label, args, kwargs, error):
+    d = args[3]
+    before = d.clone()
+    with pytest.raises(error, match="fp8_einsum"):
+        fp8_einsum(*args, **kwargs)
+    assert torch.equal(before, d)
+
+
+# --------------------------------------------------------------------------------------------------
+# einsum: contract, build, DeepGEMM's names
+# --------------------------------------------------------------------------------------------------
+
+def test_einsum_contract():
+    assert EXPRESSIONS[0] == "bmk,bnk->mn"
+    assert len(einsum_contract.ARGUMENT_KINDS) == 8
+    assert einsum_contract.smem_bytes() <= 232448
+    # DeepGEMM's split rule: 2 x 3 tiles of 128 x 128 on 132 SMs leave 22 splits of the s * k / 64 blocks
+    split = einsum_contract.split_factor(4096, 256, 384, 128, 132)
+    assert split == -(-4096 * 2 // 22)
+    assert einsum_contract.grid(4096, 256, 384, 128, split) == 6 * -(-4096 * 2 // split)
+    for s, m, n, k in ((129, 128, 384, 128), (1, 64, 64, 64), (8192, 384, 128, 384), (3, 4096, 4096, 64)):
+        split = einsum_contract.split_factor(s, m, n, k, 132)
+        tiles = -(-m // 128) * -(-n // 128)
+        assert split >= 1 and einsum_contract.grid(s, m, n, k, split) // tiles * split >= s * (k // 64)
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_einsum_kernel_builds_spill_free(name):
+    from deep_tile.jit import compiler, paths
+
+    result = compiler.compile_cubin(paths.entry_path(einsum_contract.ENTRY), einsum_contract.defines(),
+                                    einsum_contract.SYMBOL, name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    assert "C75" not in result.log, result.log
+    assert einsum_contract.SYMBOL in compiler.elf_functions(result.cubin)
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in result.log, result.log
+    sass = compiler.disassemble(result.cubin)
+    if sass is None:
+        pytest.skip("no SASS tools here")
+    assert sass.count("HGMMA.64x128x16.F32.BF16") == 4  # four k16 steps per 64-wide block
+    assert "REDG.E.ADD.F32x2" in sass  # the tile is added into d with vector reductions
+
+
+def test_einsum_compat_names_follow_deepgemm():
+    def params(fn):
+        return [(p.name, None if p.default is inspect.Parameter.empty else p.default)
+                for p in inspect.signature(fn).parameters.values()]
+
+    assert params(deep_gemm.einsum) == [("expr", None), ("a", None), ("b", None), ("d", None), ("c", None),
+                                        ("use_cublaslt", False)]
+    assert params(deep_gemm.fp8_einsum) == [("expr", None), ("a", None), ("b", None), ("d", None), ("c", None),
+                                            ("recipe", (1, 128, 128))]
+    a, b = make_einsum_inputs("bmk,bnk->mn", dict(b=2, m=64, n=64, k=64), seed=3)
+    d = torch.zeros(64, 64)
+    want = torch.zeros(64, 64)
+    assert deep_gemm.einsum("bmk,bnk->mn", a, b, d, c=d) is None
+    deep_tile.einsum("bmk,bnk->mn", a, b, want, c=want)
+    assert torch.equal(d, want)
+    with pytest.raises(ValueError, match="unsupported expression"):
+        deep_gemm.einsum("ij,jk->ik", a[0], b[0], d)
+
+
+# --------------------------------------------------------------------------------------------------
+# einsum on the GPU
+# --------------------------------------------------------------------------------------------------
+
+EINSUM_GPU_CASES = (
+    [dict(expr="bmk,bnk->mn", dims=dict(b=s, m=m, n=n, k=k), out_dtype=dt)  # DeepGEMM's test shapes
+     for s in (129, 4096, 8192) for m, n, k in ((128, 384, 128), (256, 256, 256), (384, 128, 384))
+     for dt in ("float32", "bfloat16")]
+    + [dict(expr="bmk,bnk->mn", dims=dict(b=1, m=64, n=64, k=64)),
+       dict(expr="bmk,bnk->mn", dims=dict(b=3, m=192, n=320, k=192)),
+       dict(expr="bmk,bnk->mn", dims=dict(b=2, m=1024, n=1024, k=512), out_dtype="bfloat16")]
+    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16")
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 128)]
+)
+
+
+@pytest.mark.gpu
+def test_gpu_einsum_matches_float64():
+    results = run_child_cases("gpu_hc_einsum_cases.py", "einsum_case", EINSUM_GPU_CASES, timeout=600)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_einsum_matches_float64():
+    cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128)]  # DeepGEMM's shapes: the grouped FP8 GEMM
+             + [dict(b=64, h=4, r=512, d=256, with_c=True), dict(b=1, h=3, r=144, d=136)]
+             + [dict(b=5, h=2, r=200, d=130, with_c=True)])  # r not a multiple of 16: torch
+    results = run_child_cases("gpu_hc_einsum_cases.py", "fp8_einsum_case", cases, timeout=300)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
