@@ -47,7 +47,7 @@ else
   for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
 fi
 run bench_warm 120 $PY benchmarks/bench_hc_einsum.py --hc 13:24:7168:0 4096:24:7168:16 \
-  --einsum bmk,bnk->mn:129x128x384x128:f32 bmk,bnk->mn:129x128x384x128:bf16 --fp8-einsum 4x8x4096x1024 --iters 1
+  --einsum 'bmk,bnk->mn:129x128x384x128:f32' 'bmk,bnk->mn:129x128x384x128:bf16' --fp8-einsum 4x8x4096x1024 --iters 1
 wait
 phase1=$(( $(date +%s) - start ))
 left=$(( 280 - phase1 )); [ "$left" -lt 60 ] && left=60
