@@ -33,8 +33,9 @@ HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
 DESIGNS = ("cuda_core", "wgmma", "ring")
 """The kernel designs (module doc)."""
-DESIGN = "wgmma"
-"""The design :func:`deep_tile.fp8_mqa_logits` launches: FP8 wgmma, the faster (docs/design.md §3.3)."""
+DESIGN = "ring"
+"""The design :func:`deep_tile.fp8_mqa_logits` launches: the ring, the fastest on every measured shape
+(docs/design.md §3.3); it falls back to ``"wgmma"`` when ``kv_scale`` is not 16-byte aligned."""
 BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
 ``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
