@@ -214,6 +214,14 @@ def _check_fp8(expr, a, b, d, c, recipe) -> tuple:
     return x, sx, y, sy
 
 
+def _head_major(t: torch.Tensor) -> torch.Tensor:
+    """``t`` [b, h, x] copied to [h, b, x] with canonical strides (``.contiguous()`` keeps a permuted
+    view's strides when b is 1, which the grouped GEMM's check refuses)."""
+    out = torch.empty((t.shape[1], t.shape[0], t.shape[2]), dtype=t.dtype, device=t.device)
+    out.copy_(t.permute(1, 0, 2))
+    return out
+
+
 def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
                recipe: tuple = FP8_RECIPE) -> None:
     """DeepGEMM's FP8 einsum on SM90 (module doc): ``d = x @ y`` per head from the scaled FP8
@@ -232,8 +240,8 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the grouped GEMM's 16-byte rows
         out = torch.empty((h, bs, dd), dtype=torch.bfloat16, device=x.device)
         masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
-        addend = None if c is None else c.permute(1, 0, 2).contiguous()
-        m_grouped_fp8_gemm_masked(x.permute(1, 0, 2).contiguous(), sx.permute(1, 0, 2), y.contiguous(),
+        addend = None if c is None else _head_major(c)
+        m_grouped_fp8_gemm_masked(_head_major(x), sx.permute(1, 0, 2), y.contiguous(),
                                   sy.contiguous(), masked_m, bs, out=out, c=addend)
         d.copy_(out.permute(1, 0, 2))
         return

@@ -4,7 +4,8 @@ The K-grouped GEMM (:func:`deep_tile.k_grouped_fp8_gemm_1d1d`, MoE weight gradie
 ``num_groups`` outputs of ``m x n``, each over its group's share of the ``k`` tokens. The rule:
 where the problem allows the staged epilogue (an FP32 out without C or accumulated in place, ``m``
 a multiple of 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`), it with a 128x128
-tile of one accumulator buffer (:data:`STAGED_TILE`); otherwise a 128x160 tile in one WGMMA of 160
+tile of one accumulator buffer (:data:`STAGED_TILE`), or with :data:`TILE` for long groups in
+place (:func:`wide_staged_pays`); otherwise a 128x160 tile in one WGMMA of 160
 columns and one accumulator buffer (:data:`TILE`), stored from registers; the 64x128 tile with two
 buffers when ``m <= 64`` (:data:`SHORT_TILE`, staged where allowed); each made a K-grouped kernel:
 persistent on every SM (no split-K: the groups already give ``num_groups`` times the tiles), no
@@ -29,6 +30,12 @@ from registers was slower too. In place, the kernel adds a tile of 12 k-blocks o
 TMA unit's reduce-add instead (no C loaded); with it, 128x144, 128x160, 128x128 with two buffers and
 128x96 were each slower than 128x128 on at least three of the six shapes of 4-16 groups of 2-8k tokens.
 
+Why 128x160 staged for long groups (:func:`wide_staged_pays`): in place, with 4 groups of ~8k
+tokens at 7168x2048 and 4096x7168, and with 8 groups of ~4k at 4096x7168 (m < n), the 128x160
+tile with the staged epilogue (3 stages) ran 1.5-3.0% faster than 128x128 on an H200 beside
+DeepGEMM latest (two runs); with 8 groups of ~4k at 7168x2048 and with 16 of ~2k it was 0.4-2.7%
+slower, so the rule keeps 128x128 there.
+
 Why pairs (2-CTA multicast of B, :data:`PAIRS_MAX_TOKENS`): with the staged epilogue, in place,
 the 128x128 tile in pairs sharing B (along M) ran faster than alone at 4096x7168 with 32 and 64
 groups of ~1k tokens (m < n, tiles of at most 8 k-blocks), even with 8 groups sharing 2048 tokens,
@@ -49,8 +56,8 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
-__all__ = ["select_k_grouped_config", "most_stages", "pairs_pay", "TILE", "SHORT_TILE", "STAGED_TILE",
-           "PAIRS_MAX_TOKENS"]
+__all__ = ["select_k_grouped_config", "most_stages", "pairs_pay", "wide_staged_pays", "TILE", "SHORT_TILE",
+           "STAGED_TILE", "PAIRS_MAX_TOKENS", "WIDE_MIN_TOKENS", "WIDE_MIN_TOKENS_M_BELOW_N"]
 
 TILE = (128, 160, 160, 1)
 """(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
@@ -68,6 +75,25 @@ PAIRS_MAX_TOKENS = 1536
 (:func:`pairs_pay`): 12 k-blocks a tile, between the ~1k tokens (8 k-blocks) where pairs paid and
 the ~2k (16) where they did not; tiles of fewer k-blocks load C (the staged epilogue's
 kStagedReduceMinKBlocks)."""
+
+
+WIDE_MIN_TOKENS = 6144
+"""Tokens per group, on average, from which the staged epilogue runs the 128x160 tile
+(:func:`wide_staged_pays`): measured to pay at ~8k (64 k-blocks a tile), not at ~2k."""
+
+WIDE_MIN_TOKENS_M_BELOW_N = 3072
+"""The same threshold when ``m < n``: measured to pay at ~4k there too, not at 7168x2048."""
+
+
+def wide_staged_pays(problem: Problem, staged: bool) -> bool:
+    """Whether the rule runs the K-grouped ``problem``'s staged epilogue with the 128x160 tile
+    instead of 128x128: in place (FP32 D accumulated), ``m`` above 64, at least
+    :data:`WIDE_MIN_TOKENS` tokens per group on average (:data:`WIDE_MIN_TOKENS_M_BELOW_N` when
+    ``m < n``); the module docstring says why."""
+    if not staged or problem.c_dtype != "out" or problem.m <= 64:
+        return False
+    tokens = problem.k / max(problem.num_groups, 1)
+    return tokens >= (WIDE_MIN_TOKENS_M_BELOW_N if problem.m < problem.n else WIDE_MIN_TOKENS)
 
 
 def pairs_pay(problem: Problem, staged: bool) -> bool:
@@ -98,7 +124,8 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
     if problem.kind is not ProblemKind.K_GROUPED:
         raise ValueError(f"select_k_grouped_config: needs a k_grouped problem; got {problem.kind.value}")
     staged = family.staged_epilogue_allowed(problem)
-    block_m, block_n, wgmma_n, accum_buffers = SHORT_TILE if problem.m <= 64 else (STAGED_TILE if staged else TILE)
+    block_m, block_n, wgmma_n, accum_buffers = SHORT_TILE if problem.m <= 64 else (
+        STAGED_TILE if staged and not wide_staged_pays(problem, staged) else TILE)
     config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
                           k_unroll=3, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
