@@ -19,6 +19,9 @@ does:
   with the transposed copy training needs, in one pass; :func:`padded_group_sizes` -- the
   K-grouped weight gradient's group sizes over a grouped transposed copy.
 - :func:`fp8_mqa_logits` -- DeepSeek-V3.2's lightning-indexer logits (DeepGEMM's ``fp8_mqa_logits``).
+- :func:`bf16_gemm_nt` (and ``_nn``, ``_tn``, ``_tt``), :func:`m_grouped_bf16_gemm_nt_contiguous`
+  (``_nn_contiguous``), :func:`m_grouped_bf16_gemm_nt_masked` -- DeepGEMM's BF16 GEMMs, one kernel
+  for every operand layout; :func:`ref_bf16_gemm` -- their float64 reference.
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
@@ -49,6 +52,14 @@ _LAZY = {
     "per_block_cast_transpose_to_fp8": "deep_tile.casts.cast_transpose",
     "padded_group_sizes": "deep_tile.casts.cast_transpose",
     "fp8_mqa_logits": "deep_tile.attention",
+    "bf16_gemm_nt": "deep_tile.bf16",
+    "bf16_gemm_nn": "deep_tile.bf16",
+    "bf16_gemm_tn": "deep_tile.bf16",
+    "bf16_gemm_tt": "deep_tile.bf16",
+    "m_grouped_bf16_gemm_nt_contiguous": "deep_tile.bf16",
+    "m_grouped_bf16_gemm_nn_contiguous": "deep_tile.bf16",
+    "m_grouped_bf16_gemm_nt_masked": "deep_tile.bf16",
+    "ref_bf16_gemm": "deep_tile.bf16",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",
     "fp8_gemm_1d1d": "deep_tile.gemm.dense",

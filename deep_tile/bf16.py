@@ -198,6 +198,8 @@ def _check_grouped_b(name: str, b: torch.Tensor, groups: int, n: int, k: int) ->
     if groups > 1 and b.stride(0) != inner:
         _fail(name, f"b's groups must be packed (stride(0) == {inner}), got strides {b.stride()}.")
     _check_tma(name, "b", b, major)
+    if major == "mn" and groups > 1 and k % 64:
+        _fail(name, f"an MN-major b needs k a multiple of 64 (a k block must not reach the next group), got k={k}.")
     return major
 
 

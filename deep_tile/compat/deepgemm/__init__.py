@@ -37,8 +37,10 @@ does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_
 (a tile-size hint). The K-grouped weight-gradient GEMMs (``k_grouped_fp8_gemm_nt_contiguous``, and
 ``k_grouped_fp8_gemm_tn_contiguous``, SM100-only in DeepGEMM) run deep_tile's K-grouped kernel
 after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_logits`` (and
-``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does. DeepGEMM's other
-kernels (NN/TN/TT layouts, FP4, BF16, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
+``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does. The BF16 GEMMs
+(``bf16_gemm_{nt,nn,tn,tt}``, ``m_grouped_bf16_gemm_{nt,nn}_contiguous``, ``m_grouped_bf16_gemm_nt_masked``)
+run deep_tile's BF16 kernel (:mod:`._bf16`). DeepGEMM's other
+kernels (FP8 NN/TN/TT layouts, FP4, the K-grouped BF16 GEMM, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
 from deep_tile.compat.deepgemm._api import *  # noqa: F401,F403
@@ -46,6 +48,8 @@ from deep_tile.compat.deepgemm._api import (  # noqa: F401
     RECIPE, RECIPE_A, RECIPE_B, SIGNAL_BLOCK_M, SM90_MK_ALIGNMENT,
 )
 from deep_tile.compat.deepgemm._api import __all__ as _api_all
+from deep_tile.compat.deepgemm._bf16 import *  # noqa: F401,F403
+from deep_tile.compat.deepgemm._bf16 import __all__ as _bf16_all
 from deep_tile.compat.deepgemm import utils  # noqa: E402,F401  (DeepGEMM's deep_gemm.utils)
 # DeepGEMM's package also hands its utils' helpers on at the top level (vLLM looks them up there)
 from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
@@ -53,7 +57,7 @@ from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
     get_mn_major_tma_aligned_packed_ue8m0_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp8,
 )
 
-__all__ = [*_api_all, "install_alias"]
+__all__ = [*_api_all, *_bf16_all, "install_alias"]
 
 # --------------------------------------------------------------------------------------------------
 # The module layout of the deep_gemm package, and the alias

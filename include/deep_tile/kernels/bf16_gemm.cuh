@@ -72,8 +72,11 @@ struct Bf16Scheduler {
 
   DT_DEVICE Bf16Scheduler(int m_, int n_, int k_, int groups, const int* layout_)
       : m(m_), n(n_), k(k_), num_groups(groups), layout(layout_), num_n_blocks(ceil_div(n_, Cfg::kBlockN)) {
-    if (Cfg::kGemmType == kBf16MGroupedMasked) group_tiles = ceil_div(layout[0], Cfg::kBlockM) * num_n_blocks;
+    if (Cfg::kGemmType == kBf16MGroupedMasked) group_tiles = ceil_div(masked_rows(0), Cfg::kBlockM) * num_n_blocks;
   }
+
+  /// Group g's rows of the masked GEMM, clamped to [0, m] (a bad count must not write another group).
+  DT_DEVICE int masked_rows(int g) const { return min_int(max_int(layout[g], 0), m); }
 
   /// Band order within a rectangle of `mb` x `nb` blocks.
   DT_DEVICE void order(int t, int mb, int& m_block, int& n_block) const {
@@ -92,9 +95,9 @@ struct Bf16Scheduler {
       while (t - tiles_before >= group_tiles) {
         if (++group >= num_groups) return false;
         tiles_before += group_tiles;
-        group_tiles = ceil_div(layout[group], Cfg::kBlockM) * num_n_blocks;
+        group_tiles = ceil_div(masked_rows(group), Cfg::kBlockM) * num_n_blocks;
       }
-      const int masked = layout[group];
+      const int masked = masked_rows(group);
       order(t - tiles_before, ceil_div(masked, Cfg::kBlockM), tile.m_block, tile.n_block);
       tile.a_row = group * m + tile.m_block * Cfg::kBlockM;
       tile.b_base = group * (Cfg::kMajorB ? k : n);
@@ -186,6 +189,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   const int warp = (tid / 32) & 3, lane = tid & 31;
   // descriptor steps: a k16 slice is 32 bytes along a K-major row, 16 rows of 128 bytes MN-major
   constexpr u32 kStepA = Cfg::kMajorA ? 16 * 128 : 32, kStepB = Cfg::kMajorB ? 16 * 128 : 32;
+  // LBO: MN-major operands step 8 KiB (one 64-row TMA box) between 64-element MN atoms; K-major ignores it
+  constexpr u32 kLboA = Cfg::kMajorA ? 64 * 128 : 0, kLboB = Cfg::kMajorB ? 64 * 128 : 0;
   const u32 a_base = ptx::smem_addr(smem_a) + cw * 64 * 128;
   const u32 b_base = ptx::smem_addr(smem_b);
   float acc[Mma::kNumAccum];
@@ -202,8 +207,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        const u64 da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + kk * kStepA, 64 * 128);
-        const u64 db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + kk * kStepB, 64 * 128);
+        const u64 da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + kk * kStepA, kLboA);
+        const u64 db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + kk * kStepB, kLboB);
         Mma::mma(da, db, acc, kb > 0 || kk > 0);
       }
       ptx::wgmma_commit_group();
