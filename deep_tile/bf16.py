@@ -61,6 +61,9 @@ def _check_tma(name: str, what: str, t: torch.Tensor, major: str) -> None:
     if not t.is_cuda or t.numel() == 0:
         return
     pitch = t.stride(-2) if major == "k" else t.stride(-1)
+    outer = t.shape[-2] if major == "k" else t.shape[-1]
+    if outer == 1 and t.dim() == 2:
+        pitch = 8  # one row: its pitch is never used (the maps take a 16-byte one)
     if t.data_ptr() % 16:
         _fail(name, f"{what} must start on a 16-byte boundary (TMA).")
     if (pitch * 2) % 16:
@@ -85,12 +88,19 @@ def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", 
     return contract.Bf16Config(major_a, major_b, block_n, 0, out_f32, accumulate, gemm_type)
 
 
+def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
+    """Row pitch in bytes of a map whose rows step along ``dim``: one row's pitch is never used,
+    so it is the inner extent rounded up to TMA's 16 bytes."""
+    return t.stride(dim) * 2 if outer > 1 else -(-inner * 2 // 16) * 16
+
+
 def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int) -> bytes:
     from deep_tile.gemm.tma import encode_2d
 
     if major == "k":
-        return encode_2d(a2.data_ptr(), "bfloat16", k, rows, a2.stride(-2) * 2, contract.BLOCK_K, contract.BLOCK_M, 128, 256)
-    return encode_2d(a2.data_ptr(), "bfloat16", rows, k, a2.stride(-1) * 2, 64, contract.BLOCK_K, 128, 256)
+        return encode_2d(a2.data_ptr(), "bfloat16", k, rows, _pitch(a2, -2, rows, k), contract.BLOCK_K,
+                         contract.BLOCK_M, 128, 256)
+    return encode_2d(a2.data_ptr(), "bfloat16", rows, k, _pitch(a2, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
 def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int) -> bytes:
@@ -98,8 +108,8 @@ def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int) -> byt
     from deep_tile.gemm.tma import encode_2d
 
     if major == "k":
-        return encode_2d(b.data_ptr(), "bfloat16", k, rows, b.stride(-2) * 2, contract.BLOCK_K, block_n, 128, 256)
-    return encode_2d(b.data_ptr(), "bfloat16", rows, k, b.stride(-1) * 2, 64, contract.BLOCK_K, 128, 256)
+        return encode_2d(b.data_ptr(), "bfloat16", k, rows, _pitch(b, -2, rows, k), contract.BLOCK_K, block_n, 128, 256)
+    return encode_2d(b.data_ptr(), "bfloat16", rows, k, _pitch(b, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
