@@ -81,11 +81,25 @@ def _check_d(name: str, d: torch.Tensor, dtypes: tuple) -> None:
 
 def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,
                 accumulate: bool = False, gemm_type: str = "normal", m_blocks: int | None = None,
-                num_sms: int | None = None) -> contract.Bf16Config:
-    """The kernel instance the call runs: :func:`deep_tile.kernels.bf16_gemm.select_block_n`'s tile width."""
+                num_sms: int | None = None, tma_store: bool = False) -> contract.Bf16Config:
+    """The kernel instance the call runs: :func:`deep_tile.kernels.bf16_gemm.select_block_n`'s tile
+    width; ``tma_store`` (bf16 d, no accumulation, d TMA-aligned) stores through shared memory."""
     blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
     block_n = contract.select_block_n(blocks, n, get_num_sms() if num_sms is None else num_sms)
-    return contract.Bf16Config(major_a, major_b, block_n, 0, out_f32, accumulate, gemm_type)
+    return contract.Bf16Config(major_a, major_b, block_n, 0, out_f32, accumulate, gemm_type, tma_store)
+
+
+def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
+    """Whether d can leave through TMA stores: bf16, no accumulation, 16-byte start and row pitch."""
+    rows = d.shape[0]
+    return (d.dtype == torch.bfloat16 and not accumulate and d.data_ptr() % 16 == 0
+            and (rows == 1 or (d.stride(0) * 2) % 16 == 0))
+
+
+def _tmap_d(d: torch.Tensor, rows: int, n: int) -> bytes:
+    from deep_tile.gemm.tma import encode_2d
+
+    return encode_2d(d.data_ptr(), "bfloat16", n, rows, _pitch(d, 0, rows, n), *contract.STORE_BOX, 128, 0)
 
 
 def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
@@ -113,13 +127,15 @@ def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int) -> byt
 
 
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
-            ldd: int, groups: int, tiles: int) -> None:
+            ldd: int, groups: int, tiles: int, d_rows: int = 0) -> None:
+    """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's)."""
     from deep_tile.jit.loader import get_kernel
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.pdl import get_pdl
 
     kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
-    values = (tmap_a, tmap_b, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups)
+    tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
+    values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups)
     device = d.device
     with torch.cuda.device(device):
         kernel.launch(grid=(contract.grid(tiles, get_num_sms()), 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
@@ -179,7 +195,8 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
-    cfg = bf16_config(m, n, k, major_a, major_b, d.dtype == torch.float32, c is not None)
+    cfg = bf16_config(m, n, k, major_a, major_b, d.dtype == torch.float32, c is not None,
+                      tma_store=_tma_store_ok(d, c is not None))
     _launch(cfg, _tmap_a(a, major_a, m, k), _tmap_b(b, major_b, n, k, cfg.block_n), d, None, m, n, k,
             d.stride(0) if m > 1 else n, 1, ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n))
 
@@ -254,7 +271,7 @@ def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
                 end = min(m, start + contract.BLOCK_M)
                 d[start:end] = (a[start:end].float() @ b[g].float().T).to(d.dtype)
         return
-    cfg = bf16_config(m, n, k, "k", major_b, gemm_type="contiguous")
+    cfg = bf16_config(m, n, k, "k", major_b, gemm_type="contiguous", tma_store=_tma_store_ok(d, False))
     b_rows, b_k = (groups * n, k) if major_b == "k" else (n, groups * k)
     _launch(cfg, _tmap_a(a, "k", m, k), _tmap_b(b, major_b, b_rows, b_k, cfg.block_n), d, m_indices, m, n, k,
             d.stride(0) if m > 1 else n, groups, ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n))

@@ -154,8 +154,10 @@ def all_configs() -> list:
     cfgs = [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal")
             for ma, mb, bn, f32, acc in itertools.product(contract.MAJORS, contract.MAJORS, contract.BLOCK_NS,
                                                           (False, True), (False, True))]
-    cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous")
-             for mb, bn in itertools.product(contract.MAJORS, contract.BLOCK_NS)]
+    cfgs += [contract.Bf16Config(ma, mb, bn, 0, False, False, "normal", True)
+             for ma, mb, bn in itertools.product(contract.MAJORS, contract.MAJORS, contract.BLOCK_NS)]
+    cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
+             for mb, bn, store in itertools.product(contract.MAJORS, contract.BLOCK_NS, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", bn, 0, False, False, "masked") for bn in contract.BLOCK_NS]
     return cfgs
 
@@ -164,13 +166,17 @@ def test_contract_geometry():
     assert [contract.stages_for(bn) for bn in contract.BLOCK_NS] == [8, 6, 4]
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 9
+        assert len(cfg.defines()) == 10
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=96)
     with pytest.raises(ValueError):
         contract.Bf16Config(major_a="mn", gemm_type="masked")
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=256, stages=5)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(gemm_type="masked", tma_store=True)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(out_f32=True, tma_store=True)
 
 
 def test_tile_rule():
@@ -216,7 +222,8 @@ DENSE_CASES = (
     + [dict(m=130, n=256, k=7168, layout="nt", out="f32"), dict(m=1, n=1000, k=256, layout="tn", out="f32"),
        dict(m=200, n=328, k=512, layout="nt", accumulate="c"), dict(m=200, n=328, k=512, layout="nn", accumulate="inplace"),
        dict(m=77, n=96, k=64, layout="tt", out="f32", accumulate="inplace"),
-       dict(m=64, n=20, k=72, layout="nt", out="f32")]
+       dict(m=64, n=20, k=72, layout="nt", out="f32"),
+       dict(m=100, n=36, k=64, layout="nt"), dict(m=300, n=36, k=64, layout="tn", block_n=64)]
 )
 GROUPED_CASES = [
     ("contiguous", dict(groups=4, expected_m=300, n=512, k=256)),

@@ -31,8 +31,12 @@ SMEM_LIMIT = 227 * 1024
 MAX_STAGES = 8
 SMEM_BUDGET = 200 * 1024
 """Bytes of operand stages a configuration aims for (4 stages of 128 x 256, 6 of 128 x 128, 8 of 128 x 64)."""
-ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
-"""(tmap_a, tmap_b, d, layout, m, n, k, ldd, num_groups)."""
+ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
+"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups); tmap_d is read only with ``tma_store``."""
+STORE_BYTES = 2 * 2 * 64 * 128
+"""``tma_store``'s staging: two 64 x 64 bf16 boxes per consumer warpgroup."""
+STORE_BOX = (64, 64)
+"""D's TMA box (columns, rows): 128 bytes of bf16 by one warpgroup's rows."""
 
 
 def stage_bytes(block_n: int) -> int:
@@ -44,14 +48,15 @@ def stages_for(block_n: int) -> int:
     return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n))
 
 
-def smem_bytes(block_n: int, stages: int) -> int:
-    """Dynamic shared memory: the stages and 2 mbarriers per stage (``Bf16GemmConfig::kSmemBytes``)."""
-    return stages * stage_bytes(block_n) + 16 * stages
+def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
+    """Dynamic shared memory: the stages, ``tma_store``'s staging, 2 mbarriers per stage
+    (``Bf16GemmConfig::kSmemBytes``)."""
+    return stages * stage_bytes(block_n) + (STORE_BYTES if tma_store else 0) + 16 * stages
 
 
 @dataclass(frozen=True)
 class Bf16Config:
-    """One kernel instance (``Bf16GemmConfig``'s seven template parameters)."""
+    """One kernel instance (``Bf16GemmConfig``'s eight template parameters)."""
 
     major_a: str = "k"
     major_b: str = "k"
@@ -60,6 +65,7 @@ class Bf16Config:
     out_f32: bool = False
     accumulate: bool = False
     gemm_type: str = "normal"
+    tma_store: bool = False
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
@@ -70,26 +76,29 @@ class Bf16Config:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
         if self.gemm_type != "normal" and (self.major_a != "k" or self.out_f32 or self.accumulate):
             raise ValueError("bf16_gemm: the M-grouped kernels take a K-major A and write bf16 without accumulation.")
+        if self.tma_store and (self.out_f32 or self.accumulate or self.gemm_type == "masked"):
+            raise ValueError("bf16_gemm: tma_store takes a bf16 d without accumulation, not the masked GEMM.")
         if not self.stages:
             object.__setattr__(self, "stages", stages_for(self.block_n))
-        if self.stages < 2 or smem_bytes(self.block_n, self.stages) > SMEM_LIMIT:
+        if self.stages < 2 or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
             raise ValueError(f"bf16_gemm: {self.stages} stages of block_n {self.block_n} do not fit shared memory.")
 
     @property
     def smem(self) -> int:
-        return smem_bytes(self.block_n, self.stages)
+        return smem_bytes(self.block_n, self.stages, self.tma_store)
 
     def defines(self) -> dict:
         return {"DT_BF16_MAJOR_A": int(self.major_a == "mn"), "DT_BF16_MAJOR_B": int(self.major_b == "mn"),
                 "DT_BF16_BLOCK_N": self.block_n, "DT_BF16_STAGES": self.stages,
                 "DT_BF16_OUT_F32": int(self.out_f32), "DT_BF16_ACCUMULATE": int(self.accumulate),
-                "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_SMEM_BYTES": self.smem,
+                "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
+                "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": THREADS}
 
     @property
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} 128x{self.block_n} s{self.stages}"
-                f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}")
+                f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:

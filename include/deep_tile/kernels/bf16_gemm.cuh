@@ -10,9 +10,11 @@
 // One producer warpgroup (one elected thread issues the TMAs, 40 registers) fills a ring of
 // kStages full/empty mbarrier stages; two consumer warpgroups (232 registers) each own 64 rows
 // of the 128 x kBlockN tile. CTAs are persistent and walk the tiles in bands of kBandM m-blocks
-// (consecutive CTAs share B tiles in L2). The epilogue stores the accumulators straight from
-// registers (bf16x2 / float2 per thread, bounds-checked), adding D's previous value when
-// kAccumulate (the host copies c into d first, as DeepGEMM does).
+// (consecutive CTAs share B tiles in L2). The epilogue (kTmaStore) packs bf16 into two 128B-swizzled
+// 64 x 64 boxes per warpgroup, stored by TMA while the next box fills; otherwise (float32 D,
+// accumulation, the masked GEMM, a D pitch TMA cannot take) it stores straight from registers
+// (bf16x2 / float2 per thread, bounds-checked), adding D's previous value when kAccumulate (the
+// host copies c into d first, as DeepGEMM does).
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
@@ -29,8 +31,10 @@ enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGr
 /// The kernel's compile-time configuration (7 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (64, 128 or 256); kStages: the ring's depth.
-///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType.
-template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_>
+///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
+///   kTmaStore: bf16 D leaves through swizzled shared memory and TMA stores (else straight from registers).
+template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
+          int kTmaStore_>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
@@ -41,7 +45,11 @@ struct Bf16GemmConfig {
   static constexpr int kBandM = 8;      // m-blocks per band of the tile order
   static constexpr int kABytes = kBlockM * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kSmemBytes = kStages * kStageBytes + 2 * kStages * 8;
+  static constexpr bool kTmaStore = kTmaStore_ != 0;
+  static constexpr int kStoreBytes = 64 * 128;  // one 64 x 64 bf16 box: a warpgroup's rows, 64 columns
+  static constexpr int kStoreBuffers = 2;       // per warpgroup: fill one while the other is stored
+  static constexpr int kSmemBytes = kStages * kStageBytes + (kTmaStore ? 2 * kStoreBuffers * kStoreBytes : 0) +
+                                    2 * kStages * 8;
   DT_STATIC_ASSERT(kMajorA_ == 0 || kMajorA_ == 1, "kMajorA: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kBlockN_ == 64 || kBlockN_ == 128 || kBlockN_ == 256, "kBlockN: 64, 128 or 256");
@@ -50,6 +58,8 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kMajorA_ == 0, "the M-grouped GEMMs take a K-major A");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || (kOutF32_ == 0 && kAccumulate_ == 0),
                    "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
+  DT_STATIC_ASSERT(kTmaStore_ == 0 || (kOutF32_ == 0 && kAccumulate_ == 0 && kGemmType_ != kBf16MGroupedMasked),
+                   "kTmaStore: bf16 D without accumulation, not the masked GEMM (its tiles' rows past masked_m stay untouched)");
 };
 
 /// One tile of work: where its operands and outputs are.
@@ -120,14 +130,16 @@ struct Bf16Scheduler {
 };
 
 template <class Cfg>
-DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_b, void* __restrict__ d,
+DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_b, const TmaDescriptor* tmap_d,
+                         void* __restrict__ d,
                          const int* __restrict__ layout, int m, int n, int k, int ldd, int num_groups) {
   using Mma = ptx::WgmmaBf16<Cfg::kBlockN, Cfg::kMajorA, Cfg::kMajorB>;
   constexpr int kStages = Cfg::kStages, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kBlockK = Cfg::kBlockK;
   extern __shared__ __align__(1024) u8 smem[];
   u8* smem_a = smem;
   u8* smem_b = smem + kStages * Cfg::kABytes;
-  u64* full = reinterpret_cast<u64*>(smem + kStages * Cfg::kStageBytes);
+  u8* smem_d = smem + kStages * Cfg::kStageBytes;  // kTmaStore: 2 buffers per consumer warpgroup
+  u64* full = reinterpret_cast<u64*>(smem_d + (Cfg::kTmaStore ? 2 * Cfg::kStoreBuffers * Cfg::kStoreBytes : 0));
   u64* empty = full + kStages;
 
   const int tid = threadIdx.x;
@@ -194,6 +206,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   const u32 a_base = ptx::smem_addr(smem_a) + cw * 64 * 128;
   const u32 b_base = ptx::smem_addr(smem_b);
   float acc[Mma::kNumAccum];
+  u32 stores = 0;  // kTmaStore: boxes this warpgroup has stored, whose parity picks the buffer
   int stage = 0;
   u32 phase = 0;
   Bf16Tile tile;
@@ -224,6 +237,35 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
     if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+
+    if constexpr (Cfg::kTmaStore) {
+      // per 64 columns: pack to bf16 into a 128B-swizzled 64 x 64 box, then one thread stores it
+      const int r = warp * 16 + lane / 4;  // this thread's rows r and r + 8 of the warpgroup's 64
+      const bool leader = (tid & 127) == 0;
+#pragma unroll
+      for (int q = 0; q < kBlockN / 64; ++q) {
+        u8* buf = smem_d + (cw * Cfg::kStoreBuffers + (stores++ & 1)) * Cfg::kStoreBytes;
+        if (leader) ptx::tma_store_wait_read<1>();  // the store that last read this buffer is done
+        ptx::named_barrier_sync(1 + cw, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          const int j = q * 8 + jj;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r + 8 * h;
+            const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
+          }
+        }
+        ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
+        ptx::named_barrier_sync(1 + cw, 128);
+        if (leader) {
+          ptx::tma_store_2d(tmap_d, buf, tile.n_block * kBlockN + 64 * q, tile.a_row + cw * 64);
+          ptx::tma_store_commit();
+        }
+      }
+      continue;
+    }
 
     // epilogue: rows r0 and r0 + 8 of this warpgroup's 64, columns 8j + 2 (lane % 4) (+1)
     const int r0 = cw * 64 + warp * 16 + lane / 4;
@@ -269,6 +311,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       }
     }
   }
+  if (Cfg::kTmaStore && (tid & 127) == 0) ptx::tma_store_wait_all();  // shared memory outlives its last store
 }
 
 }  // namespace deep_tile
