@@ -207,8 +207,10 @@ def test_every_variant_builds_spill_free(name):
         assert lines and all("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line
                              for line in lines), (cfg.label, result.log)
         sass = compiler.disassemble(result.cubin)
-        if sass is not None:  # four k16 wgmmas per stage, and the register split
+        if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
             assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
+            assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
+            assert ("UTMASTG" in sass) == cfg.tma_store, cfg.label
 
 
 # --------------------------------------------------------------------------------------------------
