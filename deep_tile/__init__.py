@@ -20,7 +20,8 @@ does:
   K-grouped weight gradient's group sizes over a grouped transposed copy.
 - :func:`fp8_mqa_logits` -- DeepSeek-V3.2's lightning-indexer logits (DeepGEMM's ``fp8_mqa_logits``).
 - :func:`bf16_gemm_nt` (and ``_nn``, ``_tn``, ``_tt``), :func:`m_grouped_bf16_gemm_nt_contiguous`
-  (``_nn_contiguous``), :func:`m_grouped_bf16_gemm_nt_masked` -- DeepGEMM's BF16 GEMMs, one kernel
+  (``_nn_contiguous``), :func:`m_grouped_bf16_gemm_nt_masked`, :func:`k_grouped_bf16_gemm_tn_contiguous`
+  -- DeepGEMM's BF16 GEMMs, one kernel
   for every operand layout; :func:`ref_bf16_gemm` -- their float64 reference.
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
@@ -59,6 +60,7 @@ _LAZY = {
     "m_grouped_bf16_gemm_nt_contiguous": "deep_tile.bf16",
     "m_grouped_bf16_gemm_nn_contiguous": "deep_tile.bf16",
     "m_grouped_bf16_gemm_nt_masked": "deep_tile.bf16",
+    "k_grouped_bf16_gemm_tn_contiguous": "deep_tile.bf16",
     "ref_bf16_gemm": "deep_tile.bf16",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",

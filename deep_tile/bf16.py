@@ -18,6 +18,11 @@ Semantics and conventions are DeepGEMM's (its csrc/apis/gemm.hpp):
   expected_m)``: rows ``[0, masked_m[g])`` of group ``g``; the other rows of ``d`` are left as they
   were. ``expected_m`` is accepted and checked (the tile rule does not need it).
 
+* :func:`k_grouped_bf16_gemm_tn_contiguous` ``(a [K, m], b [K, n], d [G, m, n], ks_cpu, grouped_layout,
+  c)``: ``d[g] = c[g] + a[rows_g].T @ b[rows_g]`` in float32, group g owning the next ``ks_cpu[g]``
+  rows of ``a`` and ``b`` (each a multiple of 128; ``grouped_layout`` the same sizes as an int32
+  tensor on the device, which the kernel reads); ``c`` may be ``d``, None counts as zeros.
+
 Alignment (TMA's, as in DeepGEMM): every operand starts on a 16-byte boundary and its
 non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is even. Empty
 problems return early as DeepGEMM's do (``k == 0``: ``d = c`` or zeros). On CUDA one persistent
@@ -33,8 +38,8 @@ from deep_tile.device import get_num_sms
 from deep_tile.kernels import bf16_gemm as contract
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
-           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "bf16_config",
-           "ref_bf16_gemm"]
+           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
+           "bf16_config", "ref_bf16_gemm"]
 
 
 def _fail(name: str, message: str, error=ValueError):
@@ -326,3 +331,58 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
     tiles = groups * ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n)
     _launch(cfg, _tmap_a(a2, "k", groups * m, k), _tmap_b(b2, "k", groups * n, k, cfg.block_n), d, masked_m, m, n, k,
             d.stride(1) if m > 1 else n, groups, tiles)
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,
+                                      c: torch.Tensor | None = None, compiled_dims: str = "mn",
+                                      use_psum_layout: bool = False) -> None:
+    """``d[g] = c[g] + a[rows_g].T @ b[rows_g]`` (module doc): the weight gradient of grouped experts."""
+    name = "k_grouped_bf16_gemm_tn_contiguous"
+    a, b, d, grouped_layout = (_tensor(name, w, t) for w, t in
+                               (("a", a), ("b", b), ("d", d), ("grouped_layout", grouped_layout)))
+    if use_psum_layout:
+        _fail(name, "use_psum_layout=True is not supported (DeepGEMM's SM90 kernel has none either).",
+              NotImplementedError)
+    if not isinstance(ks_cpu, (list, tuple)) or not ks_cpu or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in ks_cpu):
+        _fail(name, "ks_cpu must be a non-empty list of ints (each group's k).", TypeError)
+    if d.dtype != torch.float32 or d.dim() != 3 or not d.is_contiguous():
+        _fail(name, f"d must be a contiguous float32 [G, m, n] tensor, got {d.dtype} {tuple(d.shape)}.")
+    groups, m, n = d.shape
+    if len(ks_cpu) != groups:
+        _fail(name, f"ks_cpu has {len(ks_cpu)} entries for {groups} groups.")
+    if any(v < 0 or v % contract.K_GROUP_ALIGNMENT for v in ks_cpu):
+        _fail(name, f"every group's k must be a non-negative multiple of {contract.K_GROUP_ALIGNMENT}, got {list(ks_cpu)}.")
+    total = sum(ks_cpu)
+    for what, t, cols in (("a", a, m), ("b", b, n)):
+        if t.dtype != torch.bfloat16 or tuple(t.shape) != (total, cols) or not t.is_contiguous():
+            _fail(name, f"{what} must be a contiguous bfloat16 [{total}, {cols}] tensor, got {t.dtype} {tuple(t.shape)}.")
+    if grouped_layout.dtype != torch.int32 or tuple(grouped_layout.shape) != (groups,) \
+            or not grouped_layout.is_contiguous():
+        _fail(name, f"grouped_layout must be a contiguous int32 [{groups}] tensor (ks_cpu on the device).")
+    if c is not None:
+        c = _tensor(name, "c", c)
+        if c.dtype != torch.float32 or tuple(c.shape) != (groups, m, n) or not c.is_contiguous():
+            _fail(name, f"c must be a contiguous float32 [{groups}, {m}, {n}] tensor, got {c.dtype} {tuple(c.shape)}.")
+    if len({t.device for t in (a, b, d, grouped_layout) + ((c,) if c is not None else ())}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    _check_tma(name, "a", a.T, "mn")
+    _check_tma(name, "b", b.T, "mn")
+    if m == 0 or n == 0:
+        return
+    if c is None:
+        d.zero_()
+    elif c.data_ptr() != d.data_ptr():
+        d.copy_(c)
+    if total == 0:
+        return
+    if not d.is_cuda:
+        start = 0
+        for g, kg in enumerate(ks_cpu):
+            d[g] += a[start:start + kg].float().T @ b[start:start + kg].float()
+            start += kg
+        return
+    mb = ceil_div(m, contract.BLOCK_M)
+    cfg = bf16_config(m, n, total, "mn", "mn", True, True, gemm_type="k_grouped", m_blocks=groups * mb)
+    _launch(cfg, _tmap_a(a.T, "mn", m, total), _tmap_b(b.T, "mn", n, total, cfg.block_n), d, grouped_layout, m, n,
+            total, n, groups, groups * mb * ceil_div(n, cfg.block_n), d_rows=groups * m)

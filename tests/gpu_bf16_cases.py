@@ -176,6 +176,27 @@ def compat_psum(groups: int = 4, expected_m: int = 300, n: int = 512, k: int = 2
     return {"case": f"compat psum G={groups}", "ok": ok, "worst": worst}
 
 
+def k_grouped(ks: list, m: int, n: int, inplace: bool = False, seed: int = 0) -> dict:
+    """One ``k_grouped_bf16_gemm_tn_contiguous`` call (c separate, or c is d) against float64 per group."""
+    import deep_tile
+
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(ks)
+    a = torch.randn(total, m, generator=gen).to(torch.bfloat16).cuda()
+    b = torch.randn(total, n, generator=gen).to(torch.bfloat16).cuda()
+    c = torch.randn(len(ks), m, n, generator=gen).cuda()
+    d = c.clone() if inplace else torch.full_like(c, float("nan"))
+    deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"),
+                                                d if inplace else c)
+    torch.cuda.synchronize()
+    ok, worst, start = True, 0.0, 0
+    for g, kg in enumerate(ks):
+        r = check(d[g], a[start:start + kg].T, b[start:start + kg].T, c[g])
+        ok, worst = ok and r["ok"], max(worst, r["worst"])
+        start += kg
+    return {"case": f"k_grouped ks={ks} m={m} n={n} inplace={inplace}", "ok": ok, "worst": worst}
+
+
 def repeat_graph(m: int = 1000, n: int = 2048, k: int = 1536, layout: str = "tn") -> dict:
     """The call twice on a stream and once under a CUDA graph: bitwise the same result."""
     import deep_tile

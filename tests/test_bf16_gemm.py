@@ -53,6 +53,22 @@ def test_k_zero_gives_c_or_zeros():
     assert torch.equal(d, c)
 
 
+def test_cpu_k_grouped_path():
+    ks = [128, 0, 256]
+    a = torch.randn(384, 24).to(BF)
+    b = torch.randn(384, 40).to(BF)
+    c = torch.randn(3, 24, 40)
+    d = torch.full((3, 24, 40), float("nan"))
+    deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32), c)
+    assert check(d[0], a[:128].T, b[:128].T, c[0])["ok"] and torch.equal(d[1], c[1])
+    assert check(d[2], a[128:].T, b[128:].T, c[2])["ok"]
+    with pytest.raises(ValueError, match="multiple of 128"):
+        deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, [64, 64, 256], torch.tensor(ks, dtype=torch.int32), c)
+    with pytest.raises(NotImplementedError, match="psum"):
+        deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32), c,
+                                                    use_psum_layout=True)
+
+
 def test_cpu_grouped_paths():
     a, b, m_indices, _ = make_contiguous(3, 100, 32, 64, seed=3)
     d = torch.full((a.shape[0], 32), float("nan"), dtype=torch.bfloat16)
@@ -142,7 +158,7 @@ def test_compat_names_forward(monkeypatch):
     assert calls[0][1] == (1, 2, 3, 4) and calls[4][1][1:] == (256, 128) and calls[5][1][3] == "m_idx"
     with pytest.raises(ValueError, match="psum"):
         deep_gemm.m_grouped_bf16_gemm_nt_contiguous(1, 2, 3, 4, expected_m_for_psum_layout=8)
-    assert getattr(deep_gemm, "k_grouped_bf16_gemm_tn_contiguous", None) is None
+    assert callable(deep_gemm.k_grouped_bf16_gemm_tn_contiguous)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -159,6 +175,7 @@ def all_configs() -> list:
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, contract.BLOCK_NS, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", bn, 0, False, False, "masked") for bn in contract.BLOCK_NS]
+    cfgs += [contract.Bf16Config("mn", "mn", bn, 0, True, True, "k_grouped") for bn in contract.BLOCK_NS]
     return cfgs
 
 
@@ -234,6 +251,8 @@ GROUPED_CASES = [
     ("masked", dict(groups=4, max_m=512, expected_m=192, n=512, k=256)),
     ("masked", dict(groups=6, max_m=64, expected_m=20, n=1024, k=2048, block_n=128)),
     ("compat_psum", dict()),
+    ("k_grouped", dict(ks=[256, 0, 384, 128], m=200, n=264)),
+    ("k_grouped", dict(ks=[1024, 2048], m=1024, n=768, inplace=True)),
     ("repeat_graph", dict()),
 ]
 

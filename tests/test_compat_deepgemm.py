@@ -28,7 +28,8 @@ CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gem
            "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias",
            "fp8_mqa_logits", "fp8_fp4_mqa_logits",
            "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
-           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "bf16_m_grouped_gemm_nt_masked"]
+           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "bf16_m_grouped_gemm_nt_masked",
+           "k_grouped_bf16_gemm_tn_contiguous"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 
@@ -66,6 +67,9 @@ SIGNATURES = {
         ("use_psum_layout", False), ("ensure_zero_padding", True)],
     "m_grouped_bf16_gemm_nt_masked": [("a", None), ("b", None), ("d", None), ("masked_m", None), ("expected_m", None),
                                       ("compiled_dims", "nk")],
+    "k_grouped_bf16_gemm_tn_contiguous": [("a", None), ("b", None), ("d", None), ("ks_cpu", None),
+                                          ("grouped_layout", None), ("c", None), ("compiled_dims", "mn"),
+                                          ("use_psum_layout", False)],
     "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),

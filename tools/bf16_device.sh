@@ -26,10 +26,11 @@ run() {  # name limit command...: one stage under a timeout, its exit status in 
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
-from gpu_bf16_cases import contiguous, dense, masked
+from gpu_bf16_cases import contiguous, dense, k_grouped, masked
 results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
            dense(70, 136, 72, "tt", block_n=64), dense(65, 128, 64, "nn", accumulate="c"),
-           contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128)]
+           contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
+           k_grouped([128, 0, 256], 72, 136)]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)

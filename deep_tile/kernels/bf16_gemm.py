@@ -25,8 +25,11 @@ BLOCK_M = 128
 BLOCK_K = 64
 BLOCK_NS = (64, 128, 256)
 MAJORS = ("k", "mn")
-GEMM_TYPES = {"normal": 0, "contiguous": 1, "masked": 2}
-"""``Bf16GemmType``: the dense GEMM, the M-grouped contiguous (m_indices) and masked (masked_m) GEMMs."""
+GEMM_TYPES = {"normal": 0, "contiguous": 1, "masked": 2, "k_grouped": 3}
+"""``Bf16GemmType``: the dense GEMM, the M-grouped contiguous (m_indices) and masked (masked_m) GEMMs,
+the K-grouped GEMM (each group's k rows, float32 D accumulated)."""
+K_GROUP_ALIGNMENT = 128
+"""The K-grouped GEMM's group sizes are multiples of this (DeepGEMM's SM90 alignment; the kernel needs BLOCK_K)."""
 SMEM_LIMIT = 227 * 1024
 MAX_STAGES = 8
 SMEM_BUDGET = 200 * 1024
@@ -74,8 +77,10 @@ class Bf16Config:
             raise ValueError(f"bf16_gemm: block_n must be in {BLOCK_NS}, got {self.block_n}.")
         if self.gemm_type not in GEMM_TYPES:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
-        if self.gemm_type != "normal" and (self.major_a != "k" or self.out_f32 or self.accumulate):
+        if self.gemm_type in ("contiguous", "masked") and (self.major_a != "k" or self.out_f32 or self.accumulate):
             raise ValueError("bf16_gemm: the M-grouped kernels take a K-major A and write bf16 without accumulation.")
+        if self.gemm_type == "k_grouped" and not (self.out_f32 and self.accumulate and not self.tma_store):
+            raise ValueError("bf16_gemm: the K-grouped kernel accumulates into float32 d (no TMA stores).")
         if self.tma_store and (self.out_f32 or self.accumulate or self.gemm_type == "masked"):
             raise ValueError("bf16_gemm: tma_store takes a bf16 d without accumulation, not the masked GEMM.")
         if not self.stages:

@@ -38,9 +38,10 @@ does on SM90 whatever this flag says), ``ensure_zero_padding`` and ``expected_m_
 ``k_grouped_fp8_gemm_tn_contiguous``, SM100-only in DeepGEMM) run deep_tile's K-grouped kernel
 after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_logits`` (and
 ``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does. The BF16 GEMMs
-(``bf16_gemm_{nt,nn,tn,tt}``, ``m_grouped_bf16_gemm_{nt,nn}_contiguous``, ``m_grouped_bf16_gemm_nt_masked``)
+(``bf16_gemm_{nt,nn,tn,tt}``, ``m_grouped_bf16_gemm_{nt,nn}_contiguous``, ``m_grouped_bf16_gemm_nt_masked``,
+``k_grouped_bf16_gemm_tn_contiguous``)
 run deep_tile's BF16 kernel (:mod:`._bf16`). DeepGEMM's other
-kernels (FP8 NN/TN/TT layouts, FP4, the K-grouped BF16 GEMM, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
+kernels (FP8 NN/TN/TT layouts, FP4, paged MQA logits, other attention, einsum, mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
 from deep_tile.compat.deepgemm._api import *  # noqa: F401,F403

@@ -3,7 +3,7 @@ parameters, order and defaults; each writes ``d`` and returns None. ``compiled_d
 ``ensure_zero_padding`` are accepted and ignored (they steer DeepGEMM's compilation and its SM100
 kernels). The psum layout of the contiguous GEMM is turned into m_indices on the device
 (:func:`deep_tile.psum_to_m_indices`, at the current ``set_mk_alignment_for_contiguous_layout``).
-``k_grouped_bf16_gemm_tn_contiguous`` is not provided.
+``k_grouped_bf16_gemm_tn_contiguous`` takes ks_cpu (DeepGEMM's SM90 form; no psum layout).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import torch
 import deep_tile
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
-           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "bf16_m_grouped_gemm_nt_masked"]
+           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "bf16_m_grouped_gemm_nt_masked",
+           "k_grouped_bf16_gemm_tn_contiguous"]
 
 
 def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: Optional[torch.Tensor] = None,
@@ -83,3 +84,10 @@ def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Ten
 
 bf16_m_grouped_gemm_nt_masked = m_grouped_bf16_gemm_nt_masked
 """DeepGEMM's older name of :func:`m_grouped_bf16_gemm_nt_masked`."""
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,
+                                      c: Optional[torch.Tensor] = None, compiled_dims: str = "mn",
+                                      use_psum_layout: bool = False) -> None:
+    """``d[g] = c[g] + a[rows_g].T @ b[rows_g]``: :func:`deep_tile.k_grouped_bf16_gemm_tn_contiguous`."""
+    deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks_cpu, grouped_layout, c, use_psum_layout=use_psum_layout)

@@ -26,7 +26,7 @@
 
 namespace deep_tile {
 
-enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2 };
+enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
 /// The kernel's compile-time configuration (7 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
@@ -54,10 +54,13 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kBlockN_ == 64 || kBlockN_ == 128 || kBlockN_ == 256, "kBlockN: 64, 128 or 256");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
-  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 2, "kGemmType: Bf16GemmType");
-  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kMajorA_ == 0, "the M-grouped GEMMs take a K-major A");
-  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || (kOutF32_ == 0 && kAccumulate_ == 0),
+  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
+  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
+                   "the M-grouped GEMMs take a K-major A");
+  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || (kOutF32_ == 0 && kAccumulate_ == 0),
                    "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
+  DT_STATIC_ASSERT(kGemmType_ != kBf16KGrouped || (kOutF32_ == 1 && kAccumulate_ == 1),
+                   "the K-grouped GEMM accumulates into float32 D (DeepGEMM's)");
   DT_STATIC_ASSERT(kTmaStore_ == 0 || (kOutF32_ == 0 && kAccumulate_ == 0 && kGemmType_ != kBf16MGroupedMasked),
                    "kTmaStore: bf16 D without accumulation, not the masked GEMM (its tiles' rows past masked_m stay untouched)");
 };
@@ -68,6 +71,9 @@ struct Bf16Tile {
   int a_row;             // first row of A (the 2-D view's row; masked: group * m + ...)
   int b_base;            // row offset of the group's B in B's 2-D view (K-major: g * n, MN-major: g * k)
   int m_limit;           // rows of D valid from the tile's first row
+  int d_row;             // D's row of the tile's first row (D's 2-D view: [groups * m, n] when grouped)
+  int k_begin;           // first k of the tile's reduction (the K-grouped GEMM: its group's first)
+  int k_blocks;          // BLOCK_K steps of the reduction
   bool valid;            // false: nothing to compute (contiguous tiles of padding rows)
 };
 
@@ -79,6 +85,7 @@ struct Bf16Scheduler {
   int num_n_blocks;
   // masked: the group the walk is in and the tiles before it
   int group = 0, tiles_before = 0, group_tiles = 0;
+  int k_before = 0;  // K-grouped: the k rows of the groups before `group`
 
   DT_DEVICE Bf16Scheduler(int m_, int n_, int k_, int groups, const int* layout_)
       : m(m_), n(n_), k(k_), num_groups(groups), layout(layout_), num_n_blocks(ceil_div(n_, Cfg::kBlockN)) {
@@ -101,6 +108,24 @@ struct Bf16Scheduler {
   /// The t-th tile; false when the walk is over.
   DT_DEVICE bool get(int t, Bf16Tile& tile) {
     tile.valid = true;
+    tile.k_begin = 0;
+    tile.k_blocks = ceil_div(k, Cfg::kBlockK);
+    if (Cfg::kGemmType == kBf16KGrouped) {
+      // every group has the same tiles: d[g] = sum over its k rows; layout holds each group's k (multiples of 128)
+      const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
+      const int g = t / per_group;
+      if (g >= num_groups) return false;
+      for (; group < g; ++group) k_before += layout[group];
+      order(t - g * per_group, mb, tile.m_block, tile.n_block);
+      tile.a_row = tile.m_block * Cfg::kBlockM;
+      tile.d_row = g * m + tile.a_row;
+      tile.b_base = 0;
+      tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
+      tile.k_begin = k_before;
+      tile.k_blocks = layout[g] / Cfg::kBlockK;
+      tile.valid = tile.k_blocks > 0;
+      return true;
+    }
     if (Cfg::kGemmType == kBf16MGroupedMasked) {
       while (t - tiles_before >= group_tiles) {
         if (++group >= num_groups) return false;
@@ -112,6 +137,7 @@ struct Bf16Scheduler {
       tile.a_row = group * m + tile.m_block * Cfg::kBlockM;
       tile.b_base = group * (Cfg::kMajorB ? k : n);
       tile.m_limit = min_int(masked - tile.m_block * Cfg::kBlockM, Cfg::kBlockM);
+      tile.d_row = tile.a_row;
       return true;
     }
     const int mb = ceil_div(m, Cfg::kBlockM);
@@ -119,6 +145,7 @@ struct Bf16Scheduler {
     order(t, mb, tile.m_block, tile.n_block);
     tile.a_row = tile.m_block * Cfg::kBlockM;
     tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
+    tile.d_row = tile.a_row;
     tile.b_base = 0;
     if (Cfg::kGemmType == kBf16MGroupedContiguous) {
       const int g = layout[tile.a_row];
@@ -158,7 +185,6 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   ptx::launch_dependents();
 
   Bf16Scheduler<Cfg> sched(m, n, k, num_groups, layout);
-  const int num_k_blocks = ceil_div(k, kBlockK);
 
   if (wg == 0) {
     ptx::setmaxnreg_dec<40>();
@@ -169,13 +195,13 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
         if (!tile.valid) continue;
         const int n0 = tile.n_block * kBlockN;
-        for (int kb = 0; kb < num_k_blocks; ++kb) {
+        for (int kb = 0; kb < tile.k_blocks; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           u64* bar = &full[stage];
           ptx::mbarrier_arrive_expect_tx(bar, Cfg::kStageBytes);
           u8* a = smem_a + stage * Cfg::kABytes;
           u8* b = smem_b + stage * Cfg::kBBytes;
-          const int k0 = kb * kBlockK;
+          const int k0 = tile.k_begin + kb * kBlockK;
           if (Cfg::kMajorA == 0) {
             ptx::tma_load_2d(a, tmap_a, bar, k0, tile.a_row);
           } else {
@@ -213,7 +239,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
     if (!tile.valid) continue;
     int prev_stage = -1;
-    for (int kb = 0; kb < num_k_blocks; ++kb) {
+    for (int kb = 0; kb < tile.k_blocks; ++kb) {
       ptx::mbarrier_wait(&full[stage], phase);
 #pragma unroll
       for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
@@ -260,7 +286,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
         ptx::named_barrier_sync(1 + cw, 128);
         if (leader) {
-          ptx::tma_store_2d(tmap_d, buf, tile.n_block * kBlockN + 64 * q, tile.a_row + cw * 64);
+          ptx::tma_store_2d(tmap_d, buf, tile.n_block * kBlockN + 64 * q, tile.d_row + cw * 64);
           ptx::tma_store_commit();
         }
       }
@@ -270,8 +296,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     // epilogue: rows r0 and r0 + 8 of this warpgroup's 64, columns 8j + 2 (lane % 4) (+1)
     const int r0 = cw * 64 + warp * 16 + lane / 4;
     const int c0 = tile.n_block * kBlockN + 2 * (lane % 4);
-    // D's row of the tile's first row: the A row (normal, contiguous and masked alike: d is [G * m, n])
-    const long long d_row0 = tile.a_row;
+    const long long d_row0 = tile.d_row;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
