@@ -25,6 +25,10 @@ does:
   rows' sums of squares; DeepGEMM's ``tf32_hc_prenorm_gemm``).
 - :func:`einsum`, :func:`fp8_einsum` -- DeepGEMM's einsum expressions on SM90 (``'bmk,bnk->mn'`` and
   the per-head ``'bhr,hdr->bhd'`` / ``'bhd,hdr->bhr'``; FP8 ``'bhr,hdr->bhd'``).
+- :func:`bf16_gemm_nt` (and ``_nn``, ``_tn``, ``_tt``), :func:`m_grouped_bf16_gemm_nt_contiguous`
+  (``_nn_contiguous``), :func:`m_grouped_bf16_gemm_nt_masked`, :func:`k_grouped_bf16_gemm_tn_contiguous`
+  -- DeepGEMM's BF16 GEMMs, one kernel
+  for every operand layout; :func:`ref_bf16_gemm` -- their float64 reference.
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
@@ -60,6 +64,15 @@ _LAZY = {
     "tf32_hc_prenorm_gemm": "deep_tile.hyper_connection",
     "einsum": "deep_tile.einsums",
     "fp8_einsum": "deep_tile.einsums",
+    "bf16_gemm_nt": "deep_tile.bf16",
+    "bf16_gemm_nn": "deep_tile.bf16",
+    "bf16_gemm_tn": "deep_tile.bf16",
+    "bf16_gemm_tt": "deep_tile.bf16",
+    "m_grouped_bf16_gemm_nt_contiguous": "deep_tile.bf16",
+    "m_grouped_bf16_gemm_nn_contiguous": "deep_tile.bf16",
+    "m_grouped_bf16_gemm_nt_masked": "deep_tile.bf16",
+    "k_grouped_bf16_gemm_tn_contiguous": "deep_tile.bf16",
+    "ref_bf16_gemm": "deep_tile.bf16",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",
     "fp8_gemm_1d1d": "deep_tile.gemm.dense",

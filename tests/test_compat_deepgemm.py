@@ -28,7 +28,10 @@ CURRENT = ["fp8_gemm_nt", "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gem
            "get_tma_aligned_size", "get_compile_mode", "set_compile_mode", "install_alias",
            "fp8_mqa_logits", "fp8_fp4_mqa_logits", "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits",
            "fp8_fp4_paged_mqa_logits",
-           "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum"]
+           "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum",
+           "bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
+           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "bf16_m_grouped_gemm_nt_masked",
+           "k_grouped_bf16_gemm_tn_contiguous"]
 OLD = ["gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
        "get_m_alignment_for_contiguous_layout", "get_col_major_tma_aligned_tensor"]
 
@@ -62,6 +65,20 @@ SIGNATURES = {
     "fp8_fp4_paged_mqa_logits": [("q", None), ("kv_cache", None), ("weights", None), ("context_lens", None),
                                  ("block_table", None), ("schedule_meta", None), ("max_context_len", None),
                                  ("clean_logits", False), ("logits_dtype", torch.float32), ("indices", None)],
+    **{f"bf16_gemm_{layout}": [("a", None), ("b", None), ("d", None), ("c", None),
+                                ("compiled_dims", "nk" if layout in ("nt", "nn") else "mn")]
+       for layout in ("nt", "nn", "tn", "tt")},
+    "m_grouped_bf16_gemm_nt_contiguous": [
+        ("a", None), ("b", None), ("d", None), ("grouped_layout", None), ("compiled_dims", "nk"),
+        ("use_psum_layout", False), ("ensure_zero_padding", True), ("expected_m_for_psum_layout", None)],
+    "m_grouped_bf16_gemm_nn_contiguous": [
+        ("a", None), ("b", None), ("d", None), ("grouped_layout", None), ("compiled_dims", "nk"),
+        ("use_psum_layout", False), ("ensure_zero_padding", True)],
+    "m_grouped_bf16_gemm_nt_masked": [("a", None), ("b", None), ("d", None), ("masked_m", None), ("expected_m", None),
+                                      ("compiled_dims", "nk")],
+    "k_grouped_bf16_gemm_tn_contiguous": [("a", None), ("b", None), ("d", None), ("ks_cpu", None),
+                                          ("grouped_layout", None), ("c", None), ("compiled_dims", "mn"),
+                                          ("use_psum_layout", False)],
     "gemm_fp8_fp8_bf16_nt": [("lhs", None), ("rhs", None), ("out", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous": [("lhs", None), ("rhs", None), ("out", None), ("m_indices", None)],
     "m_grouped_gemm_fp8_fp8_bf16_nt_masked": [("lhs", None), ("rhs", None), ("out", None), ("masked_m", None),

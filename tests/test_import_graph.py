@@ -584,7 +584,7 @@ LAYERS = (
     ("host paths", ("deep_tile.native", "deep_tile.native.*", "deep_tile.gemm.launch", "deep_tile.casts.quant_impl",
                     "deep_tile.casts.cast_transpose_impl", "deep_tile.gemm.moe_layout", "deep_tile.casts.swiglu",
                     "deep_tile.attention", "deep_tile.paged_attention",
-                    "deep_tile.hyper_connection")),
+                    "deep_tile.hyper_connection", "deep_tile.bf16")),
     ("planning", ("deep_tile.gemm.planner", "deep_tile.gemm.plan_index", "deep_tile.select", "deep_tile.select.*",
                   "deep_tile.gemm.layouts", "deep_tile.casts.quant_kernels", "deep_tile.casts.cast_transpose_kernels",
                   "deep_tile.gemm.tma")),

@@ -40,9 +40,11 @@ after one layout copy of each FP8 operand. The lightning indexer's ``fp8_mqa_log
 ``fp8_fp4_mqa_logits`` with FP8 ``q``) returns its logits as DeepGEMM does, and so do the paged
 (decode) ones, ``get_paged_mqa_logits_metadata`` and ``fp8_paged_mqa_logits`` (its schedule
 tensor is deep_tile's format: pass it on unread); the hyper-connection ``tf32_hc_prenorm_gemm``
-and the SM90 expressions of ``einsum`` / ``fp8_einsum`` write their outputs as DeepGEMM does.
-DeepGEMM's other kernels (NN/TN/TT layouts, FP4, BF16, other attention, mega MoE) are not
-provided here; an engine finds them missing (``getattr`` gives None)
+and the SM90 expressions of ``einsum`` / ``fp8_einsum`` write their outputs as DeepGEMM does. The
+BF16 GEMMs (``bf16_gemm_{nt,nn,tn,tt}``, ``m_grouped_bf16_gemm_{nt,nn}_contiguous``,
+``m_grouped_bf16_gemm_nt_masked``, ``k_grouped_bf16_gemm_tn_contiguous``) run deep_tile's BF16
+kernel (:mod:`._bf16`). DeepGEMM's other kernels (FP8 NN/TN/TT layouts, FP4, other attention,
+mega MoE) are not provided here; an engine finds them missing (``getattr`` gives None)
 and uses its own fallback. docs/deepgemm-compat.md lists every name and its status.
 """
 from deep_tile.compat.deepgemm._api import *  # noqa: F401,F403
@@ -52,6 +54,8 @@ from deep_tile.compat.deepgemm._api import (  # noqa: F401
 from deep_tile.compat.deepgemm._api import __all__ as _api_all
 from deep_tile.compat.deepgemm._paged_attention import *  # noqa: F401,F403,E402
 from deep_tile.compat.deepgemm._hc_einsum import *  # noqa: F401,F403
+from deep_tile.compat.deepgemm._bf16 import *  # noqa: F401,F403
+from deep_tile.compat.deepgemm._bf16 import __all__ as _bf16_all
 from deep_tile.compat.deepgemm import utils  # noqa: E402,F401  (DeepGEMM's deep_gemm.utils)
 # DeepGEMM's package also hands its utils' helpers on at the top level (vLLM looks them up there)
 from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
@@ -59,8 +63,8 @@ from deep_tile.compat.deepgemm.utils import (  # noqa: E402,F401
     get_mn_major_tma_aligned_packed_ue8m0_tensor, pack_ue8m0_to_int, per_block_cast_to_fp8, per_token_cast_to_fp8,
 )
 
-__all__ = [*_api_all, "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits",
-           "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum", "install_alias"]
+__all__ = [*_api_all, *_bf16_all, "get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits",
+           "fp8_fp4_paged_mqa_logits", "tf32_hc_prenorm_gemm", "einsum", "fp8_einsum", "install_alias"]
 
 # --------------------------------------------------------------------------------------------------
 # The module layout of the deep_gemm package, and the alias

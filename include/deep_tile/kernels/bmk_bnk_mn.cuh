@@ -51,7 +51,7 @@ DT_DEVICE void red_add_f32x2(float* ptr, float x, float y) {
 /// of the s * k / 64 (batch, K) blocks.
 DT_DEVICE void bmk_bnk_mn(const TmaDescriptor* map_a, const TmaDescriptor* map_b, float* __restrict__ d,
                           int num_batches, int m, int n, int k, int split) {
-  using Mma = ptx::WgmmaBf16<kBmkBlockN>;
+  using Mma = ptx::WgmmaBf16<kBmkBlockN, 0, 0>;  // both operands K-major
   extern __shared__ __align__(1024) u8 smem[];
   u64* full = reinterpret_cast<u64*>(smem + BmkSmem::kBarrierOffset);
   u64* empty = full + kBmkStages;

@@ -1,0 +1,117 @@
+"""deep_tile's BF16 GEMMs against DeepGEMM's ``bf16_gemm_<layout>`` (when ``import deep_gemm``
+finds DeepGEMM itself, not deep_tile's alias) and torch.matmul (cuBLAS), on the same inputs, L2
+flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
+
+Shapes (``--shapes``, ``m:n:k:layout:out[:acc]``): DeepGEMM's own BF16 test shapes
+(tests/test_bf16.py's enumerate_normal): the forward GEMMs at m = 4096, 128 and 1 over its (n, k)
+list, a float32-output one, and the backward layouts (dgrad NN, wgrad TN with float32
+accumulation). Columns: microseconds; TFLOP/s; GB/s of the bytes the call must move and that as a
+share of the measured HBM copy rate; DeepGEMM's and cuBLAS's times and the speedups (their us /
+deep_tile us; cuBLAS writes bf16 and does not accumulate). Before timing, deep_tile's result is
+compared with float32 torch (calc_diff). ``--json PATH`` writes the rows. Needs an sm_90 GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import deep_tile  # noqa: E402
+from deep_tile.testing.numeric import calc_diff  # noqa: E402
+from deep_tile.testing.table import geomean, print_table  # noqa: E402
+from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
+
+SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt:bf16", "4096:32768:512:nt:bf16",
+          "4096:7168:16384:nt:bf16", "4096:4096:7168:nt:bf16", "4096:7168:2048:nt:bf16", "128:2112:7168:nt:bf16",
+          "1:4096:7168:nt:bf16", "4096:256:7168:nt:f32", "4096:2048:7168:nn:bf16", "7168:2048:4096:tn:f32:acc")
+"""Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
+
+
+def load_deepgemm():
+    """DeepGEMM's module, or None when it is missing or is deep_tile's alias."""
+    try:
+        import deep_gemm
+    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
+        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile and cuBLAS")
+        return None
+    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, "bf16_gemm_nt"):
+        print("# deep_gemm is deep_tile's alias or lacks bf16_gemm_nt; timing deep_tile and cuBLAS")
+        return None
+    return deep_gemm
+
+
+def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:
+    """(a_arg, b_arg, a [m, k] view, b [n, k] view, d, c) on the GPU, as ``bf16_gemm_<layout>`` takes them."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a_arg = torch.randn((k, m) if layout[0] == "t" else (m, k), device="cuda", generator=gen).to(torch.bfloat16)
+    b_arg = torch.randn((k, n) if layout[1] == "n" else (n, k), device="cuda", generator=gen).to(torch.bfloat16)
+    a = a_arg.T if layout[0] == "t" else a_arg
+    b = b_arg.T if layout[1] == "n" else b_arg
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    d = torch.empty(m, n, dtype=dtype, device="cuda")
+    c = torch.randn(m, n, device="cuda", generator=gen).to(dtype) if acc else None
+    return a_arg, b_arg, a, b, d, c
+
+
+def run_shape(spec: str, iters: int, copy_rate: float, dg) -> dict:
+    """One row for shape ``spec``."""
+    parts = spec.split(":")
+    m, n, k = map(int, parts[:3])
+    layout, out, acc = parts[3], parts[4], len(parts) > 5 and parts[5] == "acc"
+    a_arg, b_arg, a, b, d, c = make(m, n, k, layout, out, acc)
+    ours = getattr(deep_tile, f"bf16_gemm_{layout}")
+    ours(a_arg, b_arg, d, c=c)
+    want = a.float() @ b.float().T + (c.float() if c is not None else 0)
+    diff = float(calc_diff(d.float(), want))
+    d_cublas = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    fns = {"deep_tile": lambda: ours(a_arg, b_arg, d, c=c),
+           "cublas": lambda: torch.matmul(a, b.T, out=d_cublas)}
+    if dg is not None:
+        d_dg = torch.empty_like(d)
+        theirs = getattr(dg, f"bf16_gemm_{layout}")
+        fns["deepgemm"] = lambda: theirs(a_arg, b_arg, d_dg, c=c)
+    times = bench_round_robin(fns, iters=iters)
+    us = times["deep_tile"]
+    nbytes = 2 * (m * k + n * k) + d.element_size() * m * n * (2 if acc else 1)
+    return {"shape": spec, "m": m, "n": n, "k": k, "layout": layout, "out": out, "acc": acc, "us": us,
+            "tflops": 2 * m * n * k / us / 1e6, "gbs": nbytes / us / 1e3, "share": nbytes / us / 1e3 * 1e9 / copy_rate,
+            "deepgemm_us": times.get("deepgemm"), "cublas_us": times["cublas"],
+            "speedup": times["deepgemm"] / us if "deepgemm" in times else None,
+            "vs_cublas": times["cublas"] / us, "diff": diff}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="m:n:k:layout:out[:acc]")
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    dg = load_deepgemm()
+    copy_rate = copy_bandwidth()
+    print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
+          f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed")
+    rows = [run_shape(spec, args.iters, copy_rate, dg) for spec in args.shapes]
+    print_table(["shape", "us", "TFLOP/s", "GB/s", "% copy", "DeepGEMM us", "vs DeepGEMM", "cuBLAS us", "vs cuBLAS",
+                 "calc_diff"],
+                [(r["shape"], f"{r['us']:.1f}", f"{r['tflops']:.0f}", f"{r['gbs']:.0f}", f"{100 * r['share']:.1f}",
+                  "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
+                  "" if r["speedup"] is None else f"{r['speedup']:.3f}", f"{r['cublas_us']:.1f}",
+                  f"{r['vs_cublas']:.3f}", f"{r['diff']:.1e}") for r in rows],
+                aligns=["<"] + [">"] * 9)
+    speedups = [r["speedup"] for r in rows if r["speedup"]]
+    if speedups:
+        print(f"speedup over DeepGEMM geomean {geomean(speedups):.3f}, min {min(speedups):.3f}, max {max(speedups):.3f}")
+    print(f"speedup over cuBLAS geomean {geomean([r['vs_cublas'] for r in rows]):.3f}")
+    if args.json:
+        args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bytes_per_s": copy_rate,
+                                         "rows": rows}, indent=1))
+    return 1 if any(r["diff"] > 1e-5 for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

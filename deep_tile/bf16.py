@@ -1,0 +1,388 @@
+"""The BF16 GEMMs: DeepGEMM's ``bf16_gemm_{nt,nn,tn,tt}`` and M-grouped BF16 GEMMs on deep_tile.
+
+Semantics and conventions are DeepGEMM's (its csrc/apis/gemm.hpp):
+
+* :func:`bf16_gemm_nt` ``(a, b, d, c=None)``: ``d = a @ b.T (+ c)``, ``a`` bf16 ``[m, k]``, ``b`` bf16
+  ``[n, k]``, ``d`` bf16 or float32 ``[m, n]`` with unit column stride; ``c`` (optional) of ``d``'s
+  dtype and shape, may be ``d`` itself (in-place accumulation; otherwise it is copied into ``d``
+  first, as DeepGEMM does). ``a`` and ``b`` may each be K-major (unit stride along k) or MN-major
+  (unit stride along m / n): the one kernel reads either (the wgmma's transpose immediates).
+* :func:`bf16_gemm_nn` ``(a [m, k], b [k, n])``, :func:`bf16_gemm_tn` ``(a [k, m], b [k, n])``,
+  :func:`bf16_gemm_tt` ``(a [k, m], b [n, k])``: DeepGEMM's aliases, ``bf16_gemm_nt`` on the
+  transposed views (no copies).
+* :func:`m_grouped_bf16_gemm_nt_contiguous` ``(a [M, k], b [G, n, k], d [M, n], m_indices [M])``:
+  row ``i`` of ``d`` is ``a[i] @ b[m_indices[i]].T``; each 128-row block takes the group of its
+  first row and a block whose first row is ``-1`` is skipped (``d`` left as it was). ``b`` may be
+  K- or MN-major (DeepGEMM's ``_nn`` alias). bf16 ``d``.
+* :func:`m_grouped_bf16_gemm_nt_masked` ``(a [G, m, k], b [G, n, k], d [G, m, n], masked_m [G],
+  expected_m)``: rows ``[0, masked_m[g])`` of group ``g``; the other rows of ``d`` are left as they
+  were. ``expected_m`` is accepted and checked (the tile rule does not need it).
+
+* :func:`k_grouped_bf16_gemm_tn_contiguous` ``(a [K, m], b [K, n], d [G, m, n], ks_cpu, grouped_layout,
+  c)``: ``d[g] = c[g] + a[rows_g].T @ b[rows_g]`` in float32, group g owning the next ``ks_cpu[g]``
+  rows of ``a`` and ``b`` (each a multiple of 128; ``grouped_layout`` the same sizes as an int32
+  tensor on the device, which the kernel reads); ``c`` may be ``d``, None counts as zeros.
+
+Alignment (TMA's, as in DeepGEMM): every operand starts on a 16-byte boundary and its
+non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is even. Empty
+problems return early as DeepGEMM's do (``k == 0``: ``d = c`` or zeros). On CUDA one persistent
+kernel of ``csrc/entry/bf16_gemm.cu`` (:mod:`deep_tile.kernels.bf16_gemm`); tensors on the CPU are
+computed with float32 torch (for tests and tooling).
+"""
+from __future__ import annotations
+
+import torch
+
+from deep_tile.common import ceil_div
+from deep_tile.device import get_num_sms
+from deep_tile.kernels import bf16_gemm as contract
+
+__all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
+           "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
+           "bf16_config", "ref_bf16_gemm"]
+
+
+def _fail(name: str, message: str, error=ValueError):
+    raise error(f"{name}: {message}")
+
+
+def _tensor(name: str, what: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        _fail(name, f"{what} must be a torch.Tensor, got {type(t).__name__}.", TypeError)
+    return t
+
+
+def _major(name: str, what: str, t: torch.Tensor) -> str:
+    """"k" when the last dimension has unit stride, "mn" when the one before it has (DeepGEMM's
+    get_major_type_ab); anything else is refused."""
+    if t.stride(-1) == 1 or t.shape[-1] == 1 and t.stride(-2) != 1:
+        return "k"
+    if t.stride(-2) == 1 or t.shape[-2] == 1:
+        return "mn"
+    _fail(name, f"{what} must have a unit stride along one of its last two dimensions; strides {t.stride()}.")
+
+
+def _check_tma(name: str, what: str, t: torch.Tensor, major: str) -> None:
+    if not t.is_cuda or t.numel() == 0:
+        return
+    pitch = t.stride(-2) if major == "k" else t.stride(-1)
+    outer = t.shape[-2] if major == "k" else t.shape[-1]
+    if outer == 1 and t.dim() == 2:
+        pitch = 8  # one row: its pitch is never used (the maps take a 16-byte one)
+    if t.data_ptr() % 16:
+        _fail(name, f"{what} must start on a 16-byte boundary (TMA).")
+    if (pitch * 2) % 16:
+        _fail(name, f"{what}'s non-contiguous stride ({pitch} elements) must be a multiple of 8 (16 bytes, TMA).")
+
+
+def _check_d(name: str, d: torch.Tensor, dtypes: tuple) -> None:
+    if d.dtype not in dtypes:
+        _fail(name, f"d must be {' or '.join(map(str, dtypes))}, got {d.dtype}.")
+    if d.stride(-1) != 1 and d.shape[-1] > 1:
+        _fail(name, f"d must have unit column stride (DeepGEMM's N-major D); strides {d.stride()}.")
+    if d.is_cuda and d.numel() and (d.data_ptr() % 8 or (d.dim() >= 2 and d.shape[-2] > 1 and d.stride(-2) % 2)):
+        _fail(name, "d must start on an 8-byte boundary and have an even row stride.")
+
+
+def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,
+                accumulate: bool = False, gemm_type: str = "normal", m_blocks: int | None = None,
+                num_sms: int | None = None, tma_store: bool = False) -> contract.Bf16Config:
+    """The kernel instance the call runs: :func:`deep_tile.kernels.bf16_gemm.select_block_n`'s tile
+    width; ``tma_store`` (bf16 d, no accumulation, d TMA-aligned) stores through shared memory."""
+    blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
+    block_n = contract.select_block_n(blocks, n, get_num_sms() if num_sms is None else num_sms)
+    return contract.Bf16Config(major_a, major_b, block_n, 0, out_f32, accumulate, gemm_type, tma_store)
+
+
+def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
+    """Whether d can leave through TMA stores: bf16, no accumulation, 16-byte start and row pitch."""
+    rows = d.shape[0]
+    return (d.dtype == torch.bfloat16 and not accumulate and d.data_ptr() % 16 == 0
+            and (rows == 1 or (d.stride(0) * 2) % 16 == 0))
+
+
+def _tmap_d(d: torch.Tensor, rows: int, n: int) -> bytes:
+    from deep_tile.gemm.tma import encode_2d
+
+    return encode_2d(d.data_ptr(), "bfloat16", n, rows, _pitch(d, 0, rows, n), *contract.STORE_BOX, 128, 0)
+
+
+def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
+    """Row pitch in bytes of a map whose rows step along ``dim``: one row's pitch is never used,
+    so it is the inner extent rounded up to TMA's 16 bytes."""
+    return t.stride(dim) * 2 if outer > 1 else -(-inner * 2 // 16) * 16
+
+
+def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int) -> bytes:
+    from deep_tile.gemm.tma import encode_2d
+
+    if major == "k":
+        return encode_2d(a2.data_ptr(), "bfloat16", k, rows, _pitch(a2, -2, rows, k), contract.BLOCK_K,
+                         contract.BLOCK_M, 128, 256)
+    return encode_2d(a2.data_ptr(), "bfloat16", rows, k, _pitch(a2, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
+
+
+def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int) -> bytes:
+    """B's map; ``rows`` the rows of its 2-D view (n, or groups * n), ``k`` (k, or groups * k MN-major)."""
+    from deep_tile.gemm.tma import encode_2d
+
+    if major == "k":
+        return encode_2d(b.data_ptr(), "bfloat16", k, rows, _pitch(b, -2, rows, k), contract.BLOCK_K, block_n, 128, 256)
+    return encode_2d(b.data_ptr(), "bfloat16", rows, k, _pitch(b, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
+
+
+def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
+            ldd: int, groups: int, tiles: int, d_rows: int = 0) -> None:
+    """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's)."""
+    from deep_tile.jit.loader import get_kernel
+    from deep_tile.jit.runtime import KernelArgs
+    from deep_tile.pdl import get_pdl
+
+    kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
+    tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
+    values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups)
+    device = d.device
+    with torch.cuda.device(device):
+        kernel.launch(grid=(contract.grid(tiles, get_num_sms()), 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
+                      stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index, pdl=get_pdl())
+
+
+def ref_bf16_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None,
+                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``a @ b.T (+ c)`` in ``dtype`` (float64: the tests' reference)."""
+    out = a.to(dtype) @ b.to(dtype).T
+    return out if c is None else out + c.to(dtype)
+
+
+def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Tensor | None = None,
+                 compiled_dims: str = "nk") -> None:
+    """``d = a @ b.T (+ c)`` (module doc); ``compiled_dims`` is accepted for DeepGEMM's signature
+    (the kernel takes every dimension at run time)."""
+    name = "bf16_gemm"
+    a, b, d = _tensor(name, "a", a), _tensor(name, "b", b), _tensor(name, "d", d)
+    if not isinstance(compiled_dims, str):
+        _fail(name, f"compiled_dims must be a str, got {type(compiled_dims).__name__}.", TypeError)
+    for what, t in (("a", a), ("b", b), ("d", d)):
+        if t.dim() != 2:
+            _fail(name, f"{what} must be 2-D, got shape {tuple(t.shape)}.")
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        _fail(name, f"a and b must be bfloat16, got {a.dtype} and {b.dtype}.")
+    m, k = a.shape
+    n, k_ = b.shape
+    if k != k_ or tuple(d.shape) != (m, n):
+        _fail(name, f"shapes disagree: a {tuple(a.shape)}, b {tuple(b.shape)}, d {tuple(d.shape)} "
+                    f"(a [m, k] @ b [n, k].T -> d [m, n]).")
+    _check_d(name, d, (torch.bfloat16, torch.float32))
+    if c is not None:
+        c = _tensor(name, "c", c)
+        if c.dtype != d.dtype or tuple(c.shape) != (m, n):
+            _fail(name, f"c must match d ({d.dtype} {tuple(d.shape)}), got {c.dtype} {tuple(c.shape)}.")
+        if c.shape[-1] > 1 and c.stride(-1) != 1:
+            _fail(name, "c must have unit column stride.")
+        if c.data_ptr() == d.data_ptr() and c.stride() != d.stride():
+            _fail(name, "c aliases d with other strides.")
+    if len({t.device for t in (a, b, d) + ((c,) if c is not None else ())}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    major_a, major_b = _major(name, "a", a), _major(name, "b", b)
+    _check_tma(name, "a", a, major_a)
+    _check_tma(name, "b", b, major_b)
+    # DeepGEMM's early_return: empty outputs, k == 0, and c copied into d before accumulating
+    if m == 0 or n == 0:
+        return
+    same = c is not None and c.data_ptr() == d.data_ptr()
+    if k == 0:
+        if not same:
+            d.copy_(c) if c is not None else d.zero_()
+        return
+    if c is not None and not same:
+        d.copy_(c)
+    if not d.is_cuda:
+        d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
+        return
+    cfg = bf16_config(m, n, k, major_a, major_b, d.dtype == torch.float32, c is not None,
+                      tma_store=_tma_store_ok(d, c is not None))
+    _launch(cfg, _tmap_a(a, major_a, m, k), _tmap_b(b, major_b, n, k, cfg.block_n), d, None, m, n, k,
+            d.stride(0) if m > 1 else n, 1, ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n))
+
+
+def bf16_gemm_nn(a, b, d, c=None, compiled_dims: str = "nk") -> None:
+    """DeepGEMM's alias: ``a [m, k]``, ``b [k, n]``: :func:`bf16_gemm_nt` of ``(a, b.T)``."""
+    bf16_gemm_nt(a, _tensor("bf16_gemm", "b", b).transpose(0, 1), d, c, compiled_dims)
+
+
+def bf16_gemm_tn(a, b, d, c=None, compiled_dims: str = "mn") -> None:
+    """DeepGEMM's alias: ``a [k, m]``, ``b [k, n]``: :func:`bf16_gemm_nt` of ``(a.T, b.T)``."""
+    bf16_gemm_nt(_tensor("bf16_gemm", "a", a).transpose(0, 1), _tensor("bf16_gemm", "b", b).transpose(0, 1), d, c,
+                 compiled_dims)
+
+
+def bf16_gemm_tt(a, b, d, c=None, compiled_dims: str = "mn") -> None:
+    """DeepGEMM's alias: ``a [k, m]``, ``b [n, k]``: :func:`bf16_gemm_nt` of ``(a.T, b)``."""
+    bf16_gemm_nt(_tensor("bf16_gemm", "a", a).transpose(0, 1), b, d, c, compiled_dims)
+
+
+def _check_grouped_b(name: str, b: torch.Tensor, groups: int, n: int, k: int) -> str:
+    if b.dtype != torch.bfloat16 or b.dim() != 3 or tuple(b.shape) != (groups, n, k):
+        _fail(name, f"b must be bfloat16 [{groups}, {n}, {k}], got {b.dtype} {tuple(b.shape)}.")
+    major = _major(name, "b", b)
+    inner = b.stride(1) * n if major == "k" else b.stride(2) * k
+    if groups > 1 and b.stride(0) != inner:
+        _fail(name, f"b's groups must be packed (stride(0) == {inner}), got strides {b.stride()}.")
+    _check_tma(name, "b", b, major)
+    if major == "mn" and groups > 1 and k % 64:
+        _fail(name, f"an MN-major b needs k a multiple of 64 (a k block must not reach the next group), got k={k}.")
+    return major
+
+
+def m_grouped_bf16_gemm_nt_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m_indices: torch.Tensor,
+                                      compiled_dims: str = "nk", use_psum_layout: bool = False,
+                                      ensure_zero_padding: bool = True,
+                                      expected_m_for_psum_layout: int | None = None) -> None:
+    """``d[i] = a[i] @ b[m_indices[i]].T`` per 128-row block (module doc). DeepGEMM's psum layout
+    (``use_psum_layout=True``) is not taken here: pass m_indices."""
+    name = "m_grouped_bf16_gemm_nt_contiguous"
+    a, b, d, m_indices = (_tensor(name, w, t) for w, t in (("a", a), ("b", b), ("d", d), ("m_indices", m_indices)))
+    if use_psum_layout:
+        _fail(name, "use_psum_layout=True is not supported by deep_tile's BF16 kernel; pass m_indices "
+                    "(deep_tile.psum_to_m_indices converts).", NotImplementedError)
+    if expected_m_for_psum_layout is not None:
+        _fail(name, "expected_m_for_psum_layout needs use_psum_layout=True.")
+    if a.dtype != torch.bfloat16 or a.dim() != 2:
+        _fail(name, f"a must be bfloat16 [M, k], got {a.dtype} {tuple(a.shape)}.")
+    if _major(name, "a", a) != "k":
+        _fail(name, "a must be K-major (unit stride along k), as in DeepGEMM.")
+    m, k = a.shape
+    if b.dim() != 3:
+        _fail(name, f"b must be [G, n, k], got {tuple(b.shape)}.")
+    groups, n = b.shape[0], b.shape[1]
+    major_b = _check_grouped_b(name, b, groups, n, k)
+    if tuple(d.shape) != (m, n):
+        _fail(name, f"d must be [{m}, {n}], got {tuple(d.shape)}.")
+    _check_d(name, d, (torch.bfloat16,))
+    if m_indices.dtype != torch.int32 or tuple(m_indices.shape) != (m,) or not m_indices.is_contiguous():
+        _fail(name, f"m_indices must be a contiguous int32 [{m}] tensor, got {m_indices.dtype} {tuple(m_indices.shape)}.")
+    if n <= 0 or k <= 0 or groups <= 0:
+        _fail(name, f"n, k and the groups must be positive, got n={n}, k={k}, groups={groups}.")
+    if len({t.device for t in (a, b, d, m_indices)}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    _check_tma(name, "a", a, "k")
+    if m == 0:
+        return
+    if not d.is_cuda:
+        for start in range(0, m, contract.BLOCK_M):
+            g = int(m_indices[start])
+            if 0 <= g < groups:
+                end = min(m, start + contract.BLOCK_M)
+                d[start:end] = (a[start:end].float() @ b[g].float().T).to(d.dtype)
+        return
+    cfg = bf16_config(m, n, k, "k", major_b, gemm_type="contiguous", tma_store=_tma_store_ok(d, False))
+    b_rows, b_k = (groups * n, k) if major_b == "k" else (n, groups * k)
+    _launch(cfg, _tmap_a(a, "k", m, k), _tmap_b(b, major_b, b_rows, b_k, cfg.block_n), d, m_indices, m, n, k,
+            d.stride(0) if m > 1 else n, groups, ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n))
+
+
+def m_grouped_bf16_gemm_nn_contiguous(a, b, d, m_indices, compiled_dims: str = "nk", use_psum_layout: bool = False,
+                                      ensure_zero_padding: bool = True) -> None:
+    """DeepGEMM's alias: ``b [G, k, n]``: :func:`m_grouped_bf16_gemm_nt_contiguous` of ``b.transpose(1, 2)``."""
+    m_grouped_bf16_gemm_nt_contiguous(a, _tensor("m_grouped_bf16_gemm_nn_contiguous", "b", b).transpose(1, 2), d,
+                                      m_indices, compiled_dims, use_psum_layout, ensure_zero_padding)
+
+
+def m_grouped_bf16_gemm_nt_masked(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, masked_m: torch.Tensor,
+                                  expected_m: int, compiled_dims: str = "nk") -> None:
+    """``d[g, :masked_m[g]] = a[g, :masked_m[g]] @ b[g].T`` (module doc)."""
+    name = "m_grouped_bf16_gemm_nt_masked"
+    a, b, d, masked_m = (_tensor(name, w, t) for w, t in (("a", a), ("b", b), ("d", d), ("masked_m", masked_m)))
+    if isinstance(expected_m, bool) or not isinstance(expected_m, int):
+        _fail(name, f"expected_m must be an int, got {type(expected_m).__name__}.", TypeError)
+    if a.dtype != torch.bfloat16 or a.dim() != 3:
+        _fail(name, f"a must be bfloat16 [G, m, k], got {a.dtype} {tuple(a.shape)}.")
+    groups, m, k = a.shape
+    if b.dim() != 3:
+        _fail(name, f"b must be [G, n, k], got {tuple(b.shape)}.")
+    n = b.shape[1]
+    if _major(name, "a", a) != "k" or _check_grouped_b(name, b, groups, n, k) != "k":
+        _fail(name, "a and b must be K-major (unit stride along k), as in DeepGEMM.")
+    if groups > 1 and a.stride(0) != a.stride(1) * m:
+        _fail(name, f"a's groups must be packed (stride(0) == {a.stride(1) * m}), got strides {a.stride()}.")
+    if tuple(d.shape) != (groups, m, n):
+        _fail(name, f"d must be [{groups}, {m}, {n}], got {tuple(d.shape)}.")
+    _check_d(name, d, (torch.bfloat16,))
+    if groups > 1 and d.stride(0) != d.stride(1) * m:
+        _fail(name, f"d's groups must be packed (stride(0) == {d.stride(1) * m}), got strides {d.stride()}.")
+    if masked_m.dtype != torch.int32 or tuple(masked_m.shape) != (groups,) or not masked_m.is_contiguous():
+        _fail(name, f"masked_m must be a contiguous int32 [{groups}] tensor, got {masked_m.dtype} {tuple(masked_m.shape)}.")
+    if expected_m <= 0 or m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+        _fail(name, f"expected_m, m, n, k and the groups must be positive, got {expected_m}, {m}, {n}, {k}, {groups}.")
+    if len({t.device for t in (a, b, d, masked_m)}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    _check_tma(name, "a", a, "k")
+    if not d.is_cuda:
+        for g in range(groups):
+            rows = max(0, min(m, int(masked_m[g])))
+            d[g, :rows] = (a[g, :rows].float() @ b[g].float().T).to(d.dtype)
+        return
+    # the tile rule sees expected_m rows per group (the real counts are on the device)
+    cfg = bf16_config(expected_m, n, k, "k", "k", gemm_type="masked",
+                      m_blocks=groups * ceil_div(min(expected_m, m), contract.BLOCK_M))
+    a2 = a.reshape(groups * m, k) if a.is_contiguous() else a.as_strided((groups * m, k), (a.stride(1), 1))
+    b2 = b.as_strided((groups * n, k), (b.stride(1), 1))
+    tiles = groups * ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n)
+    _launch(cfg, _tmap_a(a2, "k", groups * m, k), _tmap_b(b2, "k", groups * n, k, cfg.block_n), d, masked_m, m, n, k,
+            d.stride(1) if m > 1 else n, groups, tiles)
+
+
+def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, ks_cpu, grouped_layout: torch.Tensor,
+                                      c: torch.Tensor | None = None, compiled_dims: str = "mn",
+                                      use_psum_layout: bool = False) -> None:
+    """``d[g] = c[g] + a[rows_g].T @ b[rows_g]`` (module doc): the weight gradient of grouped experts."""
+    name = "k_grouped_bf16_gemm_tn_contiguous"
+    a, b, d, grouped_layout = (_tensor(name, w, t) for w, t in
+                               (("a", a), ("b", b), ("d", d), ("grouped_layout", grouped_layout)))
+    if use_psum_layout:
+        _fail(name, "use_psum_layout=True is not supported (DeepGEMM's SM90 kernel has none either).",
+              NotImplementedError)
+    if not isinstance(ks_cpu, (list, tuple)) or not ks_cpu or \
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in ks_cpu):
+        _fail(name, "ks_cpu must be a non-empty list of ints (each group's k).", TypeError)
+    if d.dtype != torch.float32 or d.dim() != 3 or not d.is_contiguous():
+        _fail(name, f"d must be a contiguous float32 [G, m, n] tensor, got {d.dtype} {tuple(d.shape)}.")
+    groups, m, n = d.shape
+    if len(ks_cpu) != groups:
+        _fail(name, f"ks_cpu has {len(ks_cpu)} entries for {groups} groups.")
+    if any(v < 0 or v % contract.K_GROUP_ALIGNMENT for v in ks_cpu):
+        _fail(name, f"every group's k must be a non-negative multiple of {contract.K_GROUP_ALIGNMENT}, got {list(ks_cpu)}.")
+    total = sum(ks_cpu)
+    for what, t, cols in (("a", a, m), ("b", b, n)):
+        if t.dtype != torch.bfloat16 or tuple(t.shape) != (total, cols) or not t.is_contiguous():
+            _fail(name, f"{what} must be a contiguous bfloat16 [{total}, {cols}] tensor, got {t.dtype} {tuple(t.shape)}.")
+    if grouped_layout.dtype != torch.int32 or tuple(grouped_layout.shape) != (groups,) \
+            or not grouped_layout.is_contiguous():
+        _fail(name, f"grouped_layout must be a contiguous int32 [{groups}] tensor (ks_cpu on the device).")
+    if c is not None:
+        c = _tensor(name, "c", c)
+        if c.dtype != torch.float32 or tuple(c.shape) != (groups, m, n) or not c.is_contiguous():
+            _fail(name, f"c must be a contiguous float32 [{groups}, {m}, {n}] tensor, got {c.dtype} {tuple(c.shape)}.")
+    if len({t.device for t in (a, b, d, grouped_layout) + ((c,) if c is not None else ())}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    _check_tma(name, "a", a.T, "mn")
+    _check_tma(name, "b", b.T, "mn")
+    if m == 0 or n == 0:
+        return
+    if c is None:
+        d.zero_()
+    elif c.data_ptr() != d.data_ptr():
+        d.copy_(c)
+    if total == 0:
+        return
+    if not d.is_cuda:
+        start = 0
+        for g, kg in enumerate(ks_cpu):
+            d[g] += a[start:start + kg].float().T @ b[start:start + kg].float()
+            start += kg
+        return
+    mb = ceil_div(m, contract.BLOCK_M)
+    cfg = bf16_config(m, n, total, "mn", "mn", True, True, gemm_type="k_grouped", m_blocks=groups * mb)
+    _launch(cfg, _tmap_a(a.T, "mn", m, total), _tmap_b(b.T, "mn", n, total, cfg.block_n), d, grouped_layout, m, n,
+            total, n, groups, groups * mb * ceil_div(n, cfg.block_n), d_rows=groups * m)

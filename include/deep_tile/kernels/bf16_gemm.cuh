@@ -1,0 +1,342 @@
+// BF16 GEMMs on Hopper (sm_90a): DeepGEMM's bf16_gemm_{nt,nn,tn,tt} and the M-grouped BF16 GEMMs
+// (contiguous with m_indices, masked with masked_m), one kernel whose operands' majorness is a
+// template parameter (deep_tile/kernels/bf16_gemm.py is the host's contract).
+//
+//   D[m, n] (+)= sum_k A[m, k] * B[n, k]      (float32 accumulation, bf16 or float32 D)
+//
+// A and B are loaded by TMA into 128B-swizzled shared memory, K-major (boxes of 64 k x rows) or
+// MN-major (boxes of 64 rows x 64 k, one per 64 rows); the BF16 wgmma reads an MN-major operand
+// through its transpose immediate (ptx/wgmma_bf16.cuh), so no layout needs a transposing copy.
+// One producer warpgroup (one elected thread issues the TMAs, 40 registers) fills a ring of
+// kStages full/empty mbarrier stages; two consumer warpgroups (232 registers) each own 64 rows
+// of the 128 x kBlockN tile. CTAs are persistent and walk the tiles in bands of kBandM m-blocks
+// (consecutive CTAs share B tiles in L2). The epilogue (kTmaStore) packs bf16 into two 128B-swizzled
+// 64 x 64 boxes per warpgroup, stored by TMA while the next box fills; otherwise (float32 D,
+// accumulation, the masked GEMM, a D pitch TMA cannot take) it stores straight from registers
+// (bf16x2 / float2 per thread, bounds-checked), adding D's previous value when kAccumulate (the
+// host copies c into d first, as DeepGEMM does).
+#pragma once
+#include "deep_tile/common/types.cuh"
+#include "deep_tile/ptx/address.cuh"
+#include "deep_tile/ptx/grid_dependency.cuh"
+#include "deep_tile/ptx/mbarrier.cuh"
+#include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/ptx/warpgroup.cuh"
+#include "deep_tile/ptx/wgmma_bf16.cuh"
+
+namespace deep_tile {
+
+enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
+
+/// The kernel's compile-time configuration (7 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
+///   kBlockN: tile columns (64, 128 or 256); kStages: the ring's depth.
+///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
+///   kTmaStore: bf16 D leaves through swizzled shared memory and TMA stores (else straight from registers).
+template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
+          int kTmaStore_>
+struct Bf16GemmConfig {
+  static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
+  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
+  static constexpr int kStages = kStages_;
+  static constexpr bool kOutF32 = kOutF32_ != 0, kAccumulate = kAccumulate_ != 0;
+  static constexpr int kGemmType = kGemmType_;
+  static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+  static constexpr int kBandM = 8;      // m-blocks per band of the tile order
+  static constexpr int kABytes = kBlockM * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr bool kTmaStore = kTmaStore_ != 0;
+  static constexpr int kStoreBytes = 64 * 128;  // one 64 x 64 bf16 box: a warpgroup's rows, 64 columns
+  static constexpr int kStoreBuffers = 2;       // per warpgroup: fill one while the other is stored
+  static constexpr int kSmemBytes = kStages * kStageBytes + (kTmaStore ? 2 * kStoreBuffers * kStoreBytes : 0) +
+                                    2 * kStages * 8;
+  DT_STATIC_ASSERT(kMajorA_ == 0 || kMajorA_ == 1, "kMajorA: 0 (K-major) or 1 (MN-major)");
+  DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
+  DT_STATIC_ASSERT(kBlockN_ == 64 || kBlockN_ == 128 || kBlockN_ == 256, "kBlockN: 64, 128 or 256");
+  DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
+  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
+  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
+                   "the M-grouped GEMMs take a K-major A");
+  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || (kOutF32_ == 0 && kAccumulate_ == 0),
+                   "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
+  DT_STATIC_ASSERT(kGemmType_ != kBf16KGrouped || (kOutF32_ == 1 && kAccumulate_ == 1),
+                   "the K-grouped GEMM accumulates into float32 D (DeepGEMM's)");
+  DT_STATIC_ASSERT(kTmaStore_ == 0 || (kOutF32_ == 0 && kAccumulate_ == 0 && kGemmType_ != kBf16MGroupedMasked),
+                   "kTmaStore: bf16 D without accumulation, not the masked GEMM (its tiles' rows past masked_m stay untouched)");
+};
+
+/// One tile of work: where its operands and outputs are.
+struct Bf16Tile {
+  int m_block, n_block;  // block indices (m_block within the group for the masked GEMM)
+  int a_row;             // first row of A (the 2-D view's row; masked: group * m + ...)
+  int b_base;            // row offset of the group's B in B's 2-D view (K-major: g * n, MN-major: g * k)
+  int m_limit;           // rows of D valid from the tile's first row
+  int d_row;             // D's row of the tile's first row (D's 2-D view: [groups * m, n] when grouped)
+  int k_begin;           // first k of the tile's reduction (the K-grouped GEMM: its group's first)
+  int k_blocks;          // BLOCK_K steps of the reduction
+  bool valid;            // false: nothing to compute (contiguous tiles of padding rows)
+};
+
+/// Persistent tile order (the same walk in the producer and the consumers).
+template <class Cfg>
+struct Bf16Scheduler {
+  int m, n, k, num_groups;
+  const int* layout;  // m_indices (contiguous) or masked_m (masked)
+  int num_n_blocks;
+  // masked: the group the walk is in and the tiles before it
+  int group = 0, tiles_before = 0, group_tiles = 0;
+  int k_before = 0;  // K-grouped: the k rows of the groups before `group`
+
+  DT_DEVICE Bf16Scheduler(int m_, int n_, int k_, int groups, const int* layout_)
+      : m(m_), n(n_), k(k_), num_groups(groups), layout(layout_), num_n_blocks(ceil_div(n_, Cfg::kBlockN)) {
+    if (Cfg::kGemmType == kBf16MGroupedMasked) group_tiles = ceil_div(masked_rows(0), Cfg::kBlockM) * num_n_blocks;
+  }
+
+  /// Group g's rows of the masked GEMM, clamped to [0, m] (a bad count must not write another group).
+  DT_DEVICE int masked_rows(int g) const { return min_int(max_int(layout[g], 0), m); }
+
+  /// Band order within a rectangle of `mb` x `nb` blocks.
+  DT_DEVICE void order(int t, int mb, int& m_block, int& n_block) const {
+    const int band_tiles = Cfg::kBandM * num_n_blocks;
+    const int band = t / band_tiles, in_band = t - band * band_tiles;
+    const int first = band * Cfg::kBandM;
+    const int rows = min_int(mb - first, Cfg::kBandM);
+    m_block = first + in_band % rows;
+    n_block = in_band / rows;
+  }
+
+  /// The t-th tile; false when the walk is over.
+  DT_DEVICE bool get(int t, Bf16Tile& tile) {
+    tile.valid = true;
+    tile.k_begin = 0;
+    tile.k_blocks = ceil_div(k, Cfg::kBlockK);
+    if (Cfg::kGemmType == kBf16KGrouped) {
+      // every group has the same tiles: d[g] = sum over its k rows; layout holds each group's k (multiples of 128)
+      const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
+      const int g = t / per_group;
+      if (g >= num_groups) return false;
+      for (; group < g; ++group) k_before += layout[group];
+      order(t - g * per_group, mb, tile.m_block, tile.n_block);
+      tile.a_row = tile.m_block * Cfg::kBlockM;
+      tile.d_row = g * m + tile.a_row;
+      tile.b_base = 0;
+      tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
+      tile.k_begin = k_before;
+      tile.k_blocks = layout[g] / Cfg::kBlockK;
+      tile.valid = tile.k_blocks > 0;
+      return true;
+    }
+    if (Cfg::kGemmType == kBf16MGroupedMasked) {
+      while (t - tiles_before >= group_tiles) {
+        if (++group >= num_groups) return false;
+        tiles_before += group_tiles;
+        group_tiles = ceil_div(masked_rows(group), Cfg::kBlockM) * num_n_blocks;
+      }
+      const int masked = masked_rows(group);
+      order(t - tiles_before, ceil_div(masked, Cfg::kBlockM), tile.m_block, tile.n_block);
+      tile.a_row = group * m + tile.m_block * Cfg::kBlockM;
+      tile.b_base = group * (Cfg::kMajorB ? k : n);
+      tile.m_limit = min_int(masked - tile.m_block * Cfg::kBlockM, Cfg::kBlockM);
+      tile.d_row = tile.a_row;
+      return true;
+    }
+    const int mb = ceil_div(m, Cfg::kBlockM);
+    if (t >= mb * num_n_blocks) return false;
+    order(t, mb, tile.m_block, tile.n_block);
+    tile.a_row = tile.m_block * Cfg::kBlockM;
+    tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
+    tile.d_row = tile.a_row;
+    tile.b_base = 0;
+    if (Cfg::kGemmType == kBf16MGroupedContiguous) {
+      const int g = layout[tile.a_row];
+      tile.valid = g >= 0 && g < num_groups;
+      tile.b_base = (tile.valid ? g : 0) * (Cfg::kMajorB ? k : n);
+    }
+    return true;
+  }
+};
+
+template <class Cfg>
+DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_b, const TmaDescriptor* tmap_d,
+                         void* __restrict__ d,
+                         const int* __restrict__ layout, int m, int n, int k, int ldd, int num_groups) {
+  using Mma = ptx::WgmmaBf16<Cfg::kBlockN, Cfg::kMajorA, Cfg::kMajorB>;
+  constexpr int kStages = Cfg::kStages, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kBlockK = Cfg::kBlockK;
+  extern __shared__ __align__(1024) u8 smem[];
+  u8* smem_a = smem;
+  u8* smem_b = smem + kStages * Cfg::kABytes;
+  u8* smem_d = smem + kStages * Cfg::kStageBytes;  // kTmaStore: 2 buffers per consumer warpgroup
+  u64* full = reinterpret_cast<u64*>(smem_d + (Cfg::kTmaStore ? 2 * Cfg::kStoreBuffers * Cfg::kStoreBytes : 0));
+  u64* empty = full + kStages;
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  if (tid == 0) {
+    ptx::tma_prefetch_descriptor(tmap_a);
+    ptx::tma_prefetch_descriptor(tmap_b);
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&full[s], 1);
+      ptx::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  ptx::grid_dependency_wait();  // the stream predecessor may write A, B, D or the layout
+  ptx::launch_dependents();
+
+  Bf16Scheduler<Cfg> sched(m, n, k, num_groups, layout);
+
+  if (wg == 0) {
+    ptx::setmaxnreg_dec<40>();
+    if (tid == 0) {
+      int stage = 0;
+      u32 phase = 0;
+      Bf16Tile tile;
+      for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
+        if (!tile.valid) continue;
+        const int n0 = tile.n_block * kBlockN;
+        for (int kb = 0; kb < tile.k_blocks; ++kb) {
+          ptx::mbarrier_wait(&empty[stage], phase ^ 1);
+          u64* bar = &full[stage];
+          ptx::mbarrier_arrive_expect_tx(bar, Cfg::kStageBytes);
+          u8* a = smem_a + stage * Cfg::kABytes;
+          u8* b = smem_b + stage * Cfg::kBBytes;
+          const int k0 = tile.k_begin + kb * kBlockK;
+          if (Cfg::kMajorA == 0) {
+            ptx::tma_load_2d(a, tmap_a, bar, k0, tile.a_row);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kBlockM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
+          }
+          if (Cfg::kMajorB == 0) {
+            ptx::tma_load_2d(b, tmap_b, bar, k0, tile.b_base + n0);
+          } else {
+#pragma unroll
+            for (int i = 0; i < kBlockN / 64; ++i) ptx::tma_load_2d(b + i * 64 * 128, tmap_b, bar, n0 + 64 * i, tile.b_base + k0);
+          }
+          stage = stage + 1 == kStages ? 0 : stage + 1;
+          phase ^= stage == 0;
+        }
+      }
+    }
+    return;
+  }
+
+  ptx::setmaxnreg_inc<232>();
+  const int cw = wg - 1;  // this warpgroup's 64 rows of the tile
+  const int warp = (tid / 32) & 3, lane = tid & 31;
+  // descriptor steps: a k16 slice is 32 bytes along a K-major row, 16 rows of 128 bytes MN-major
+  constexpr u32 kStepA = Cfg::kMajorA ? 16 * 128 : 32, kStepB = Cfg::kMajorB ? 16 * 128 : 32;
+  // LBO: MN-major operands step 8 KiB (one 64-row TMA box) between 64-element MN atoms; K-major ignores it
+  constexpr u32 kLboA = Cfg::kMajorA ? 64 * 128 : 0, kLboB = Cfg::kMajorB ? 64 * 128 : 0;
+  const u32 a_base = ptx::smem_addr(smem_a) + cw * 64 * 128;
+  const u32 b_base = ptx::smem_addr(smem_b);
+  float acc[Mma::kNumAccum];
+  u32 stores = 0;  // kTmaStore: boxes this warpgroup has stored, whose parity picks the buffer
+  int stage = 0;
+  u32 phase = 0;
+  Bf16Tile tile;
+  for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
+    if (!tile.valid) continue;
+    int prev_stage = -1;
+    for (int kb = 0; kb < tile.k_blocks; ++kb) {
+      ptx::mbarrier_wait(&full[stage], phase);
+#pragma unroll
+      for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk) {
+        const u64 da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + kk * kStepA, kLboA);
+        const u64 db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + kk * kStepB, kLboB);
+        Mma::mma(da, db, acc, kb > 0 || kk > 0);
+      }
+      ptx::wgmma_commit_group();
+#pragma unroll
+      for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+      ptx::wgmma_wait_group<1>();  // the previous stage's wgmmas are done: release it
+      if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+      prev_stage = stage;
+      stage = stage + 1 == kStages ? 0 : stage + 1;
+      phase ^= stage == 0;
+    }
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+
+    if constexpr (Cfg::kTmaStore) {
+      // per 64 columns: pack to bf16 into a 128B-swizzled 64 x 64 box, then one thread stores it
+      const int r = warp * 16 + lane / 4;  // this thread's rows r and r + 8 of the warpgroup's 64
+      const bool leader = (tid & 127) == 0;
+#pragma unroll
+      for (int q = 0; q < kBlockN / 64; ++q) {
+        u8* buf = smem_d + (cw * Cfg::kStoreBuffers + (stores++ & 1)) * Cfg::kStoreBytes;
+        if (leader) ptx::tma_store_wait_read<1>();  // the store that last read this buffer is done
+        ptx::named_barrier_sync(1 + cw, 128);
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+          const int j = q * 8 + jj;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r + 8 * h;
+            const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
+          }
+        }
+        ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
+        ptx::named_barrier_sync(1 + cw, 128);
+        if (leader) {
+          ptx::tma_store_2d(tmap_d, buf, tile.n_block * kBlockN + 64 * q, tile.d_row + cw * 64);
+          ptx::tma_store_commit();
+        }
+      }
+      continue;
+    }
+
+    // epilogue: rows r0 and r0 + 8 of this warpgroup's 64, columns 8j + 2 (lane % 4) (+1)
+    const int r0 = cw * 64 + warp * 16 + lane / 4;
+    const int c0 = tile.n_block * kBlockN + 2 * (lane % 4);
+    const long long d_row0 = tile.d_row;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 8 * h;
+      if (r >= tile.m_limit) continue;
+      const long long base = (d_row0 + r) * static_cast<long long>(ldd);
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        const int c = c0 + 8 * j;
+        if (c >= n) continue;
+        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        const bool pair = c + 1 < n;
+        if (Cfg::kOutF32) {
+          float* p = reinterpret_cast<float*>(d) + base + c;
+          if (pair) {
+            if (Cfg::kAccumulate) {
+              const float2 old = *reinterpret_cast<const float2*>(p);
+              v0 += old.x, v1 += old.y;
+            }
+            *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+          } else {
+            p[0] = Cfg::kAccumulate ? p[0] + v0 : v0;
+          }
+        } else {
+          u16* p = reinterpret_cast<u16*>(d) + base + c;
+          if (pair) {
+            if (Cfg::kAccumulate) {
+              const u32 old = *reinterpret_cast<const u32*>(p);
+              v0 += __uint_as_float((old & 0xFFFFu) << 16);
+              v1 += __uint_as_float(old & 0xFFFF0000u);
+            }
+            *reinterpret_cast<u32*>(p) = ptx::pack_bf16x2(v0, v1);
+          } else {
+            if (Cfg::kAccumulate) v0 += __uint_as_float(static_cast<u32>(p[0]) << 16);
+            p[0] = static_cast<u16>(ptx::pack_bf16x2(v0, 0.0f) & 0xFFFFu);
+          }
+        }
+      }
+    }
+  }
+  if (Cfg::kTmaStore && (tid & 127) == 0) ptx::tma_store_wait_all();  // shared memory outlives its last store
+}
+
+}  // namespace deep_tile

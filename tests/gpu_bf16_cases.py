@@ -1,0 +1,224 @@
+"""GPU checks of deep_tile's BF16 GEMMs, run in a child process by tests/test_bf16_gemm.py
+(protocol: gpu_cases.serve); the input makers serve the CPU tests and the benchmark too.
+
+Each case draws fresh random bf16 inputs on the CPU, fills the output with NaN (unwritten entries
+show), runs the kernel and compares with the float64 product: every entry within a bound relative
+to the sum of the absolute terms (float32 accumulation; bf16 outputs add half an ulp of the value),
+and DeepGEMM's calc_diff under 1e-5.
+"""
+from __future__ import annotations
+
+import torch
+
+LAYOUTS = ("nt", "nn", "tn", "tt")
+"""DeepGEMM's layout suffixes: the first letter says whether ``a`` is given as [m, k] (n) or [k, m]
+(t), the second whether ``b`` is given as [n, k] (t) or [k, n] (n)."""
+F32_REL = 1e-5
+"""Error allowed per entry relative to sum_k |a b| (+ |c|): float32 sums of exact bf16 products, with
+room for the tensor cores' accumulation (one rounding per k16 step); a wrong operand tile gives O(1)."""
+BF16_REL = 2.0 ** -8
+"""The extra error of a bf16 output, relative to the entry (round to nearest)."""
+
+
+def make_dense(m: int, n: int, k: int, layout: str, seed: int, device: str = "cpu") -> tuple:
+    """(a_arg, b_arg, a [m, k] view, b [n, k] view): the operands as ``bf16_gemm_<layout>`` takes them."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(n, k, generator=gen).to(torch.bfloat16)
+    a_arg = a.T.contiguous() if layout[0] == "t" else a
+    b_arg = b.T.contiguous() if layout[1] == "n" else b
+    a_arg, b_arg = a_arg.to(device), b_arg.to(device)
+    a_view = a_arg.T if layout[0] == "t" else a_arg
+    b_view = b_arg.T if layout[1] == "n" else b_arg
+    return a_arg, b_arg, a_view, b_view
+
+
+def check(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None,
+          rows: slice | None = None) -> dict:
+    """``got`` against ``a @ b.T (+ c)`` in float64 (a [m, k], b [n, k] views): the per-entry bound
+    and calc_diff."""
+    from deep_tile.testing.numeric import calc_diff
+
+    a64, b64 = a.double().cpu(), b.double().cpu()
+    ref = a64 @ b64.T
+    bound = a64.abs() @ b64.abs().T
+    if c is not None:
+        ref = ref + c.double().cpu()
+        bound = bound + c.double().cpu().abs()
+    out = got.double().cpu()
+    if rows is not None:
+        ref, bound, out = ref[rows], bound[rows], out[rows]
+    allowed = F32_REL * bound + (BF16_REL * ref.abs() if got.dtype == torch.bfloat16 else 0) + 1e-30
+    err = (out - ref).abs()
+    nan = int(torch.isnan(out).sum())
+    worst = float((err / allowed).max()) if out.numel() else 0.0
+    diff = float(calc_diff(out, ref)) if out.numel() else 0.0
+    ok = nan == 0 and worst <= 1.0 and diff < 1e-5
+    return {"ok": ok, "nan": nan, "worst": worst, "diff": diff}
+
+
+_RULE = {}
+
+
+def _force_block_n(block_n: int | None) -> None:
+    """Run the next call with tile width ``block_n`` (None: the tile rule's own choice)."""
+    from deep_tile.kernels import bf16_gemm as contract
+
+    rule = _RULE.setdefault("rule", contract.select_block_n)
+    contract.select_block_n = rule if block_n is None else (lambda *args, **kwargs: block_n)
+
+
+def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumulate: str = "none", seed: int = 0,
+          block_n: int | None = None) -> dict:
+    """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d)."""
+    import deep_tile
+
+    _force_block_n(block_n)
+    a_arg, b_arg, a, b = make_dense(m, n, k, layout, seed, "cuda")
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    gen = torch.Generator().manual_seed(seed + 1)
+    c = torch.randn(m, n, generator=gen).to(dtype).cuda() if accumulate != "none" else None
+    if accumulate == "inplace":
+        d = c.clone()
+        c_ref = c
+        c = d
+    else:
+        d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        c_ref = c
+    getattr(deep_tile, f"bf16_gemm_{layout}")(a_arg, b_arg, d, c=c)
+    torch.cuda.synchronize()
+    return {"case": f"dense {layout} m={m} n={n} k={k} {out} acc={accumulate} block_n={block_n}",
+            **check(d, a, b, c_ref)}
+
+
+def make_contiguous(groups: int, expected_m: int, n: int, k: int, seed: int, major_b: str = "k",
+                    device: str = "cpu") -> tuple:
+    """(a [M, k], b [G, n, k] (MN-major storage when major_b is "mn"), m_indices [M], group sizes):
+    each group's rows padded to 128 with ``-1`` rows of zeros, as DeepGEMM's tests draw them."""
+    gen = torch.Generator().manual_seed(seed)
+    sizes = [max(1, int(expected_m * (0.7 + 0.6 * float(torch.rand(1, generator=gen))))) for _ in range(groups)]
+    padded = [-(-s // 128) * 128 for s in sizes]
+    m = sum(padded)
+    a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    b = torch.randn(groups, n, k, generator=gen).to(torch.bfloat16)
+    m_indices = torch.full((m,), -1, dtype=torch.int32)
+    start = 0
+    for g, (s, p) in enumerate(zip(sizes, padded)):
+        m_indices[start:start + s] = g
+        a[start + s:start + p] = 0
+        start += p
+    if major_b == "mn":
+        b = b.transpose(1, 2).contiguous().transpose(1, 2)
+    return a.to(device), b.to(device), m_indices.to(device), sizes
+
+
+def contiguous(groups: int, expected_m: int, n: int, k: int, major_b: str = "k", seed: int = 0,
+               block_n: int | None = None) -> dict:
+    """One ``m_grouped_bf16_gemm_nt_contiguous`` call; every row of every block checked (padding rows: zeros)."""
+    import deep_tile
+
+    _force_block_n(block_n)
+    a, b, m_indices, _ = make_contiguous(groups, expected_m, n, k, seed, major_b, "cuda")
+    d = torch.full((a.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    deep_tile.m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices)
+    torch.cuda.synchronize()
+    result = {"ok": True, "nan": 0, "worst": 0.0, "diff": 0.0}
+    idx = m_indices.cpu()
+    for start in range(0, a.shape[0], 128):
+        g = int(idx[start])
+        r = check(d[start:start + 128], a[start:start + 128], b[g])
+        result = {"ok": result["ok"] and r["ok"], "nan": result["nan"] + r["nan"],
+                  "worst": max(result["worst"], r["worst"]), "diff": max(result["diff"], r["diff"])}
+    return {"case": f"contiguous G={groups} m~{expected_m} n={n} k={k} b:{major_b} block_n={block_n}", **result}
+
+
+def masked(groups: int, max_m: int, expected_m: int, n: int, k: int, seed: int = 0, block_n: int | None = None) -> dict:
+    """One ``m_grouped_bf16_gemm_nt_masked`` call: rows below masked_m checked, the rest still NaN."""
+    import deep_tile
+
+    _force_block_n(block_n)
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.randn(groups, max_m, k, generator=gen).to(torch.bfloat16).cuda()
+    b = torch.randn(groups, n, k, generator=gen).to(torch.bfloat16).cuda()
+    counts = [min(max_m, int(expected_m * (0.5 + float(torch.rand(1, generator=gen))))) for _ in range(groups)]
+    counts[0] = 0 if groups > 1 else counts[0]  # an empty group
+    masked_m = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    d = torch.full((groups, max_m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    deep_tile.m_grouped_bf16_gemm_nt_masked(a, b, d, masked_m, expected_m)
+    torch.cuda.synchronize()
+    ok, worst, diff, untouched = True, 0.0, 0.0, True
+    for g, rows in enumerate(counts):
+        if rows:
+            r = check(d[g, :rows], a[g, :rows], b[g])
+            ok, worst, diff = ok and r["ok"], max(worst, r["worst"]), max(diff, r["diff"])
+        untouched = untouched and bool(torch.isnan(d[g, rows:]).all())
+    return {"case": f"masked G={groups} max_m={max_m} m~{expected_m} n={n} k={k} block_n={block_n}",
+            "ok": ok and untouched, "worst": worst, "diff": diff, "untouched": untouched}
+
+
+def compat_psum(groups: int = 4, expected_m: int = 300, n: int = 512, k: int = 256, seed: int = 0) -> dict:
+    """DeepGEMM's psum-layout call through deep_tile.compat.deepgemm: each group's rows checked."""
+    import deep_tile.compat.deepgemm as deep_gemm
+
+    a, b, m_indices, sizes = make_contiguous(groups, expected_m, n, k, seed, "k", "cuda")
+    ends, start = [], 0
+    for s in sizes:
+        ends.append(start + s)
+        start += -(-s // 128) * 128
+    psum = torch.tensor(ends, dtype=torch.int32, device="cuda")
+    d = torch.full((a.shape[0], n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    deep_gemm.m_grouped_bf16_gemm_nt_contiguous(a, b, d, psum, use_psum_layout=True)
+    torch.cuda.synchronize()
+    ok, worst, start = True, 0.0, 0
+    for g, s in enumerate(sizes):
+        r = check(d[start:start + s], a[start:start + s], b[g])
+        ok, worst = ok and r["ok"], max(worst, r["worst"])
+        start += -(-s // 128) * 128
+    return {"case": f"compat psum G={groups}", "ok": ok, "worst": worst}
+
+
+def k_grouped(ks: list, m: int, n: int, inplace: bool = False, seed: int = 0) -> dict:
+    """One ``k_grouped_bf16_gemm_tn_contiguous`` call (c separate, or c is d) against float64 per group."""
+    import deep_tile
+
+    gen = torch.Generator().manual_seed(seed)
+    total = sum(ks)
+    a = torch.randn(total, m, generator=gen).to(torch.bfloat16).cuda()
+    b = torch.randn(total, n, generator=gen).to(torch.bfloat16).cuda()
+    c = torch.randn(len(ks), m, n, generator=gen).cuda()
+    d = c.clone() if inplace else torch.full_like(c, float("nan"))
+    deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32, device="cuda"),
+                                                d if inplace else c)
+    torch.cuda.synchronize()
+    ok, worst, start = True, 0.0, 0
+    for g, kg in enumerate(ks):
+        r = check(d[g], a[start:start + kg].T, b[start:start + kg].T, c[g])
+        ok, worst = ok and r["ok"], max(worst, r["worst"])
+        start += kg
+    return {"case": f"k_grouped ks={ks} m={m} n={n} inplace={inplace}", "ok": ok, "worst": worst}
+
+
+def repeat_graph(m: int = 1000, n: int = 2048, k: int = 1536, layout: str = "tn") -> dict:
+    """The call twice on a stream and once under a CUDA graph: bitwise the same result."""
+    import deep_tile
+
+    a_arg, b_arg, _, _ = make_dense(m, n, k, layout, 3, "cuda")
+    fn = getattr(deep_tile, f"bf16_gemm_{layout}")
+    outs = []
+    for _ in range(2):
+        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+        fn(a_arg, b_arg, d)
+        outs.append(d)
+    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(a_arg, b_arg, d)
+    graph.replay()
+    torch.cuda.synchronize()
+    return {"case": f"repeat+graph {layout}", "ok": bool(torch.equal(outs[0], outs[1]) and torch.equal(outs[0], d))}
+
+
+if __name__ == "__main__":
+    from gpu_cases import serve
+
+    serve(globals())

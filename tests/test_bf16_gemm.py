@@ -1,0 +1,271 @@
+"""deep_tile's BF16 GEMMs (deep_tile/bf16.py): argument checks, the CPU path against float64, the
+kernel's contract and tile rule, the builds of every kernel variant for sm_90a (no spills, no
+stack, BF16 wgmmas and setmaxnreg in the SASS), the generated wgmma header, and (marker ``gpu``)
+the kernel on a Hopper GPU against float64 (tests/gpu_bf16_cases.py, in a child process).
+"""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import deep_tile
+from conftest import compiler_params, run_child_cases
+from deep_tile.kernels import bf16_gemm as contract
+from gpu_bf16_cases import LAYOUTS, check, make_contiguous, make_dense
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------------------------------
+# The CPU path and the checks
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("out", ["bf16", "f32"])
+def test_cpu_path_matches_float64(layout, out):
+    a_arg, b_arg, a, b = make_dense(37, 24, 72, layout, seed=1)
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    d = torch.full((37, 24), float("nan"), dtype=dtype)
+    getattr(deep_tile, f"bf16_gemm_{layout}")(a_arg, b_arg, d)
+    assert check(d, a, b)["ok"]
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_cpu_accumulation(inplace):
+    _, _, a, b = make_dense(16, 40, 64, "nt", seed=2)
+    c = torch.randn(16, 40)
+    d = c.clone() if inplace else torch.empty(16, 40)
+    deep_tile.bf16_gemm_nt(a, b, d, c=d if inplace else c)
+    assert check(d, a, b, c)["ok"]
+
+
+def test_k_zero_gives_c_or_zeros():
+    a, b = torch.empty(4, 0, dtype=torch.bfloat16), torch.empty(8, 0, dtype=torch.bfloat16)
+    d = torch.full((4, 8), float("nan"))
+    deep_tile.bf16_gemm_nt(a, b, d)
+    assert torch.equal(d, torch.zeros(4, 8))
+    c = torch.randn(4, 8)
+    deep_tile.bf16_gemm_nt(a, b, d, c=c)
+    assert torch.equal(d, c)
+
+
+def test_cpu_k_grouped_path():
+    ks = [128, 0, 256]
+    a = torch.randn(384, 24).to(BF)
+    b = torch.randn(384, 40).to(BF)
+    c = torch.randn(3, 24, 40)
+    d = torch.full((3, 24, 40), float("nan"))
+    deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32), c)
+    assert check(d[0], a[:128].T, b[:128].T, c[0])["ok"] and torch.equal(d[1], c[1])
+    assert check(d[2], a[128:].T, b[128:].T, c[2])["ok"]
+    with pytest.raises(ValueError, match="multiple of 128"):
+        deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, [64, 64, 256], torch.tensor(ks, dtype=torch.int32), c)
+    with pytest.raises(NotImplementedError, match="psum"):
+        deep_tile.k_grouped_bf16_gemm_tn_contiguous(a, b, d, ks, torch.tensor(ks, dtype=torch.int32), c,
+                                                    use_psum_layout=True)
+
+
+def test_cpu_grouped_paths():
+    a, b, m_indices, _ = make_contiguous(3, 100, 32, 64, seed=3)
+    d = torch.full((a.shape[0], 32), float("nan"), dtype=torch.bfloat16)
+    deep_tile.m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices)
+    for start in range(0, a.shape[0], 128):
+        g = int(m_indices[start])
+        assert check(d[start:start + 128], a[start:start + 128], b[g])["ok"]
+    a3 = torch.randn(2, 50, 64).to(torch.bfloat16)
+    b3 = torch.randn(2, 32, 64).to(torch.bfloat16)
+    d3 = torch.full((2, 50, 32), float("nan"), dtype=torch.bfloat16)
+    deep_tile.m_grouped_bf16_gemm_nt_masked(a3, b3, d3, torch.tensor([7, 0], dtype=torch.int32), 8)
+    assert check(d3[0, :7], a3[0, :7], b3[0])["ok"]
+    assert torch.isnan(d3[0, 7:]).all() and torch.isnan(d3[1]).all()
+
+
+BF = torch.bfloat16
+BAD_DENSE = [
+    ("a not a tensor", lambda: ([1], torch.zeros(8, 8, dtype=BF), torch.zeros(1, 8, dtype=BF)), TypeError, "a must"),
+    ("a float32", lambda: (torch.zeros(4, 8), torch.zeros(8, 8, dtype=BF), torch.zeros(4, 8, dtype=BF)), ValueError,
+     "bfloat16"),
+    ("k mismatch", lambda: (torch.zeros(4, 8, dtype=BF), torch.zeros(8, 16, dtype=BF), torch.zeros(4, 8, dtype=BF)),
+     ValueError, "shapes disagree"),
+    ("d float16", lambda: (torch.zeros(4, 8, dtype=BF), torch.zeros(8, 8, dtype=BF), torch.zeros(4, 8, dtype=torch.half)),
+     ValueError, "d must be"),
+    ("d column-major", lambda: (torch.zeros(4, 8, dtype=BF), torch.zeros(8, 8, dtype=BF), torch.zeros(8, 4, dtype=BF).T),
+     ValueError, "unit column stride"),
+    ("a 3-D", lambda: (torch.zeros(1, 4, 8, dtype=BF), torch.zeros(8, 8, dtype=BF), torch.zeros(4, 8, dtype=BF)),
+     ValueError, "2-D"),
+    ("a strided both ways", lambda: (torch.zeros(8, 16, dtype=BF)[::2, ::2], torch.zeros(8, 8, dtype=BF),
+                                     torch.zeros(4, 8, dtype=BF)), ValueError, "unit stride"),
+]
+
+
+@pytest.mark.parametrize("label,make,error,match", BAD_DENSE, ids=[b[0] for b in BAD_DENSE])
+def test_bad_dense_arguments_are_refused(label, make, error, match):
+    a, b, d = make()
+    with pytest.raises(error, match=match):
+        deep_tile.bf16_gemm_nt(a, b, d)
+
+
+def test_bad_c_is_refused():
+    a, b = torch.zeros(4, 8, dtype=BF), torch.zeros(8, 8, dtype=BF)
+    with pytest.raises(ValueError, match="c must match"):
+        deep_tile.bf16_gemm_nt(a, b, torch.zeros(4, 8), c=torch.zeros(4, 8, dtype=BF))
+
+
+def test_bad_grouped_arguments_are_refused():
+    a, b, m_indices, _ = make_contiguous(2, 60, 32, 64, seed=4)
+    d = torch.empty(a.shape[0], 32, dtype=BF)
+    with pytest.raises(ValueError, match="m_indices"):
+        deep_tile.m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices.long())
+    with pytest.raises(ValueError, match="K-major"):
+        deep_tile.m_grouped_bf16_gemm_nt_contiguous(a.T.contiguous().T, b, d, m_indices)
+    with pytest.raises(NotImplementedError, match="psum"):
+        deep_tile.m_grouped_bf16_gemm_nt_contiguous(a, b, d, m_indices, use_psum_layout=True)
+    with pytest.raises(ValueError, match="d must be"):
+        deep_tile.m_grouped_bf16_gemm_nt_contiguous(a, b, d.float(), m_indices)
+    a3, b3 = torch.zeros(2, 16, 64, dtype=BF), torch.zeros(2, 32, 64, dtype=BF)
+    d3 = torch.zeros(2, 16, 32, dtype=BF)
+    with pytest.raises(ValueError, match="masked_m"):
+        deep_tile.m_grouped_bf16_gemm_nt_masked(a3, b3, d3, torch.zeros(3, dtype=torch.int32), 4)
+    with pytest.raises(TypeError, match="expected_m"):
+        deep_tile.m_grouped_bf16_gemm_nt_masked(a3, b3, d3, torch.zeros(2, dtype=torch.int32), 4.0)
+    with pytest.raises(ValueError, match="positive"):
+        deep_tile.m_grouped_bf16_gemm_nt_masked(a3, b3, d3, torch.zeros(2, dtype=torch.int32), 0)
+    with pytest.raises(ValueError, match="K-major"):
+        deep_tile.m_grouped_bf16_gemm_nt_masked(a3, b3.transpose(1, 2).contiguous().transpose(1, 2), d3,
+                                                torch.zeros(2, dtype=torch.int32), 4)
+
+
+def test_compat_names_forward(monkeypatch):
+    import deep_tile.compat.deepgemm as deep_gemm
+
+    calls = []
+    for name in ("bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
+                 "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "psum_to_m_indices"):
+        monkeypatch.setattr(deep_tile, name, lambda *args, _n=name: calls.append((_n, args)) or "m_idx")
+    for layout in LAYOUTS:
+        getattr(deep_gemm, f"bf16_gemm_{layout}")(1, 2, 3, c=4, compiled_dims="mn")
+    deep_gemm.m_grouped_bf16_gemm_nt_contiguous(torch.zeros(256, 8), 2, 3, "ends", use_psum_layout=True)
+    deep_gemm.m_grouped_bf16_gemm_nt_contiguous(1, 2, 3, "m_indices")
+    deep_gemm.bf16_m_grouped_gemm_nt_masked(1, 2, 3, 4, 5)
+    names = [n for n, _ in calls]
+    assert names == ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "psum_to_m_indices",
+                     "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_contiguous",
+                     "m_grouped_bf16_gemm_nt_masked"]
+    assert calls[0][1] == (1, 2, 3, 4) and calls[4][1][1:] == (256, 128) and calls[5][1][3] == "m_idx"
+    with pytest.raises(ValueError, match="psum"):
+        deep_gemm.m_grouped_bf16_gemm_nt_contiguous(1, 2, 3, 4, expected_m_for_psum_layout=8)
+    assert callable(deep_gemm.k_grouped_bf16_gemm_tn_contiguous)
+
+
+# --------------------------------------------------------------------------------------------------
+# The contract, the tile rule, the builds
+# --------------------------------------------------------------------------------------------------
+
+def all_configs() -> list:
+    """Every kernel variant the host can launch."""
+    cfgs = [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal")
+            for ma, mb, bn, f32, acc in itertools.product(contract.MAJORS, contract.MAJORS, contract.BLOCK_NS,
+                                                          (False, True), (False, True))]
+    cfgs += [contract.Bf16Config(ma, mb, bn, 0, False, False, "normal", True)
+             for ma, mb, bn in itertools.product(contract.MAJORS, contract.MAJORS, contract.BLOCK_NS)]
+    cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
+             for mb, bn, store in itertools.product(contract.MAJORS, contract.BLOCK_NS, (False, True))]
+    cfgs += [contract.Bf16Config("k", "k", bn, 0, False, False, "masked") for bn in contract.BLOCK_NS]
+    cfgs += [contract.Bf16Config("mn", "mn", bn, 0, True, True, "k_grouped") for bn in contract.BLOCK_NS]
+    return cfgs
+
+
+def test_contract_geometry():
+    assert [contract.stages_for(bn) for bn in contract.BLOCK_NS] == [8, 6, 4]
+    for cfg in all_configs():
+        assert cfg.smem <= contract.SMEM_LIMIT
+        assert len(cfg.defines()) == 10
+    with pytest.raises(ValueError):
+        contract.Bf16Config(block_n=96)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(major_a="mn", gemm_type="masked")
+    with pytest.raises(ValueError):
+        contract.Bf16Config(block_n=256, stages=5)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(gemm_type="masked", tma_store=True)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(out_f32=True, tma_store=True)
+
+
+def test_tile_rule():
+    assert contract.select_block_n(1, 7168, 132) == 64      # one m-block: narrow tiles fill the SMs
+    assert contract.select_block_n(32, 7168, 132) == 256    # 4096 rows: wide tiles
+    assert contract.select_block_n(1, 256, 132) == 64
+    assert contract.grid(5, 132) == 5 and contract.grid(10_000, 132) == 132 and contract.grid(0, 132) == 1
+
+
+def test_generated_wgmma_header_is_current():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import gen_wgmma_bf16
+    finally:
+        sys.path.pop(0)
+    assert (ROOT / "include/deep_tile/ptx/wgmma_bf16.cuh").read_text() == gen_wgmma_bf16.render()
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_every_variant_builds_spill_free(name):
+    from deep_tile.jit import compiler, paths
+
+    for cfg in all_configs():
+        result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), cfg.defines(), contract.SYMBOL, name)
+        assert compiler.ptxas_problems(result.log) == [], (cfg.label, result.log)
+        assert contract.SYMBOL in compiler.elf_functions(result.cubin)
+        lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
+        assert lines and all("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line
+                             for line in lines), (cfg.label, result.log)
+        sass = compiler.disassemble(result.cubin)
+        if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
+            assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
+            assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
+            assert ("UTMASTG" in sass) == cfg.tma_store, cfg.label
+
+
+# --------------------------------------------------------------------------------------------------
+# On the GPU
+# --------------------------------------------------------------------------------------------------
+
+DENSE_CASES = (
+    [dict(m=m, n=n, k=k, layout=layout) for layout in LAYOUTS
+     for m, n, k in ((1, 576, 7168), (129, 2112, 1536), (300, 264, 200), (4096, 4096, 512), (8, 64, 64))]
+    + [dict(m=257, n=520, k=136, layout=layout, block_n=bn) for layout in LAYOUTS for bn in contract.BLOCK_NS]
+    + [dict(m=130, n=256, k=7168, layout="nt", out="f32"), dict(m=1, n=1000, k=256, layout="tn", out="f32"),
+       dict(m=200, n=328, k=512, layout="nt", accumulate="c"), dict(m=200, n=328, k=512, layout="nn", accumulate="inplace"),
+       dict(m=77, n=96, k=64, layout="tt", out="f32", accumulate="inplace"),
+       dict(m=64, n=20, k=72, layout="nt", out="f32"),
+       dict(m=100, n=36, k=64, layout="nt"), dict(m=300, n=36, k=64, layout="tn", block_n=64)]
+)
+GROUPED_CASES = [
+    ("contiguous", dict(groups=4, expected_m=300, n=512, k=256)),
+    ("contiguous", dict(groups=3, expected_m=200, n=1000, k=448, major_b="mn")),
+    ("contiguous", dict(groups=8, expected_m=130, n=256, k=128, block_n=64)),
+    ("masked", dict(groups=4, max_m=512, expected_m=192, n=512, k=256)),
+    ("masked", dict(groups=6, max_m=64, expected_m=20, n=1024, k=2048, block_n=128)),
+    ("compat_psum", dict()),
+    ("k_grouped", dict(ks=[256, 0, 384, 128], m=200, n=264)),
+    ("k_grouped", dict(ks=[1024, 2048], m=1024, n=768, inplace=True)),
+    ("repeat_graph", dict()),
+]
+
+
+@pytest.mark.gpu
+def test_gpu_dense_matches_float64():
+    results = run_child_cases("gpu_bf16_cases.py", "dense", DENSE_CASES, timeout=900)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("function,case", GROUPED_CASES, ids=[f"{f}-{i}" for i, (f, _) in enumerate(GROUPED_CASES)])
+def test_gpu_grouped_matches_float64(function, case):
+    results = run_child_cases("gpu_bf16_cases.py", function, [case], timeout=600)
+    assert all(r["ok"] for r in results), results

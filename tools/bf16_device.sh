@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The BF16 GEMMs (deep_tile/bf16.py) on one H200 within 5 minutes; logs under $OUT (or
+# /tmp/bf16_out), a short table last.
+#   OUT=/tmp/bf16_out PY=python3 bash tools/bf16_device.sh
+# Phase 0: one small call per kernel kind under a short timeout (a wrong mbarrier phase hangs:
+# the watchdog build traps instead). Phase 1 (parallel, each under a timeout): the GPU tests of
+# tests/test_bf16_gemm.py, compute-sanitizer memcheck, racecheck and synccheck on three small
+# cases, one untimed benchmark pass (both libraries' kernels compiled). Phase 2:
+# benchmarks/bench_bf16_gemm.py (DeepGEMM beside deep_tile when `import deep_gemm` finds it).
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
+OUT=${OUT:-/tmp/bf16_out}; mkdir -p "$OUT"
+PY=${PY:-python}
+start=$(date +%s)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/info.log" 2>&1
+$PY -c "import torch, deep_tile; print(torch.__version__, torch.version.cuda)" >> "$OUT/info.log" 2>&1
+$PY -c "import deep_gemm; print('deep_gemm', getattr(deep_gemm, '__version__', '?'), deep_gemm.__file__)" \
+  >> "$OUT/info.log" 2>&1 || echo "deep_gemm: not importable (the benchmark runs without it)" >> "$OUT/info.log"
+
+run() {  # name limit command...: one stage under a timeout, its exit status in $OUT/name.rc
+  local name=$1 limit=$2; shift 2
+  ( timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc" ) &
+}
+cat > "$OUT/san_case.py" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests")
+from gpu_bf16_cases import contiguous, dense, k_grouped, masked
+results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
+           dense(70, 136, 72, "tt", block_n=64), dense(65, 128, 64, "nn", accumulate="c"),
+           contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
+           k_grouped([128, 0, 256], 72, 136)]
+for r in results:
+    print(r)
+assert all(r["ok"] for r in results)
+PYEOF
+# Phase 0: a hang here means a pipeline bug; the watchdog build traps instead of hanging forever
+DEEP_TILE_WATCHDOG=1 run smoke 120 $PY "$OUT/san_case.py"
+wait
+run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
+if command -v compute-sanitizer > /dev/null; then
+  run memcheck 170 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
+  run racecheck 170 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"
+  run synccheck 170 compute-sanitizer --tool synccheck --error-exitcode 99 $PY "$OUT/san_case.py"
+else
+  for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
+fi
+run bench_warm 170 $PY benchmarks/bench_bf16_gemm.py --iters 1
+wait
+phase1=$(( $(date +%s) - start ))
+left=$(( 290 - phase1 )); [ "$left" -lt 60 ] && left=60
+run bench "$left" $PY benchmarks/bench_bf16_gemm.py --json "$OUT/bench_bf16_gemm.json"
+wait
+{
+  echo "== bf16_device: phase 1 ${phase1}s, total $(( $(date +%s) - start ))s"
+  printf "%-11s %4s  %s\n" stage rc "last line"
+  for s in smoke tests memcheck racecheck synccheck bench_warm bench; do
+    printf "%-11s %4s  %s\n" "$s" "$(cat "$OUT/$s.rc" 2>/dev/null || echo -)" \
+      "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
+  done
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null
+  grep -E "^# |^shape|:nt:|:nn:|:tn:|:tt:|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-200
+  grep -h "'ok': False" "$OUT/smoke.log" "$OUT/memcheck.log" 2>/dev/null | cut -c1-300
+  grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
+} | tee "$OUT/summary.txt"
