@@ -20,14 +20,22 @@ BF16_REL = 2.0 ** -8
 """The extra error of a bf16 output, relative to the entry (round to nearest)."""
 
 
+def mn_major(x: torch.Tensor, device: str) -> torch.Tensor:
+    """``x`` [rows, k] as a [k, rows] view on ``device`` whose row pitch is ``rows`` rounded up to 8
+    elements (16 bytes: TMA's pitch rule, which DeepGEMM's layouts meet too), any ``rows``."""
+    rows, k = x.shape
+    buf = torch.zeros(k, -(-rows // 8) * 8, dtype=x.dtype, device=device)
+    buf[:, :rows] = x.T.to(device)
+    return buf[:, :rows]
+
+
 def make_dense(m: int, n: int, k: int, layout: str, seed: int, device: str = "cpu") -> tuple:
     """(a_arg, b_arg, a [m, k] view, b [n, k] view): the operands as ``bf16_gemm_<layout>`` takes them."""
     gen = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=gen).to(torch.bfloat16)
     b = torch.randn(n, k, generator=gen).to(torch.bfloat16)
-    a_arg = a.T.contiguous() if layout[0] == "t" else a
-    b_arg = b.T.contiguous() if layout[1] == "n" else b
-    a_arg, b_arg = a_arg.to(device), b_arg.to(device)
+    a_arg = mn_major(a, device) if layout[0] == "t" else a.to(device)
+    b_arg = mn_major(b, device) if layout[1] == "n" else b.to(device)
     a_view = a_arg.T if layout[0] == "t" else a_arg
     b_view = b_arg.T if layout[1] == "n" else b_arg
     return a_arg, b_arg, a_view, b_view
