@@ -9,6 +9,8 @@
 #                               pairs, the staged epilogue), the M-grouped output variants
 #   tools/sanitize_casts.py     the casts and cast-transposes (weight stacks, grouped), SwiGLU
 #   tools/sanitize_moe_layout.py  the psum layout kernel, the masked kind with completion signals
+#   tools/sanitize_new_families.py  the indexer logits (ring, wgmma), the paged ones, the pre-norm GEMM,
+#                               the einsum, the BF16 GEMMs
 # with memcheck, racecheck, synccheck and initcheck. Each script first runs once without the
 # sanitizer (it builds its kernels and checks its answers), then under each tool; the runs go
 # SANITIZE_JOBS at a time (default two per GPU, SANITIZE_DEVICES) and each log lands in $OUT/<script>_<tool>.txt. Prints one
@@ -28,7 +30,7 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
 OUT=${OUT:-/tmp/dt_out}; mkdir -p "$OUT"
 scripts=${SANITIZE_SCRIPTS:-tools/sanitize_cases.py tools/sanitize_grouped.py tools/sanitize_training.py \
-tools/sanitize_casts.py tools/sanitize_moe_layout.py}
+tools/sanitize_casts.py tools/sanitize_moe_layout.py tools/sanitize_new_families.py}
 [ $# -gt 0 ] && scripts=tools/sanitize_cases.py
 tools=${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}
 # the runs spread over the GPUs (SANITIZE_DEVICES, default every one nvidia-smi lists), two per GPU

@@ -1,0 +1,37 @@
+"""The families beside the FP8 GEMM, in one process, for compute-sanitizer (tools/sanitize.sh runs it
+under each tool): the indexer logits (ring and wgmma designs), the paged indexer logits, the
+pre-norm GEMM, the einsum and the BF16 GEMMs, each on the small cases its device script
+(tools/mqa_device.sh, mqa_paged_device.sh, hc_einsum_device.sh, bf16_device.sh) sanitizes:
+    SANITIZE_SCRIPTS=tools/sanitize_new_families.py bash tools/sanitize.sh
+(run from the repository root; uses the tests' GPU case modules). Exits 1 when a case fails its check."""
+import sys
+
+sys.path.insert(0, "tests")
+import gpu_bf16_cases as bf16  # noqa: E402
+import gpu_hc_einsum_cases as hc  # noqa: E402
+import gpu_mqa_cases as mqa  # noqa: E402
+import gpu_mqa_paged_cases as paged  # noqa: E402
+
+runs = [
+    *(lambda design=design: [mqa.mqa(9, 300, 64, "wide", design=design),
+                             mqa.mqa(5, 200, 32, "random", clean=False, max_seqlen_k=150, design=design),
+                             mqa.mqa(40, 700, 64, "causal", design=design),
+                             mqa.mqa(3, 129, 32, "causal", clean=False, design=design)]
+      for design in ("ring", "wgmma")),
+    lambda: [paged.paged(5, 2, 64, 150, clean=True), paged.paged(6, 1, 32, 100, lengths="zero", clean=True),
+             paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True)],
+    lambda: [hc.hc(137, 24, 1024), hc.hc(70, 32, 256, num_splits=6),
+             hc.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20),
+             hc.hc(600, 24, 640, num_splits=3, num_sms=4),
+             hc.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
+             hc.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16")],
+    lambda: [bf16.dense(130, 264, 200, "nt"), bf16.dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
+             bf16.dense(70, 136, 72, "tt", block_n=64), bf16.dense(65, 128, 64, "nn", accumulate="c"),
+             bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136)],
+]
+results = [r for run in runs for r in run()]
+bad = [r for r in results if not r["ok"]]
+for r in results:
+    print(r["case"], "ok" if r["ok"] else f"BAD {r}")
+print(f"new families sanitize cases: {len(results)}, bad: {len(bad)}")
+sys.exit(1 if bad else 0)
