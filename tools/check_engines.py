@@ -388,8 +388,82 @@ class Recorder:
             self.calls.append(("m_grouped_fp8_gemm_masked", {"groups": a.shape[0], "expected_m": expected_m}))
             return out
 
+        def mqa_logits(q, kv, weights, ks, ke, clean_logits=True, max_seqlen_k=0):
+            # deep_tile's own type rules (it raises TypeError for a non-bool flag), then DeepGEMM's SM90 asserts
+            assert isinstance(clean_logits, bool), (
+                f"clean_logits is {type(clean_logits).__name__} {clean_logits!r}, not a bool (DeepGEMM's 6th "
+                "parameter is clean_logits, its 7th max_seqlen_k; deep_tile raises TypeError)")
+            assert isinstance(max_seqlen_k, int) and not isinstance(max_seqlen_k, bool) and max_seqlen_k >= 0
+            assert not (clean_logits and max_seqlen_k), "compressed logits (max_seqlen_k > 0) need clean_logits=False"
+            assert q.dtype == torch.float8_e4m3fn and q.dim() == 3 and q.shape[1] in (32, 64) and q.shape[2] == 128
+            assert q.is_contiguous(), q.stride()
+            kv_fp8, kv_scale = kv
+            assert kv_fp8.dtype == torch.float8_e4m3fn and kv_fp8.dim() == 2 and kv_fp8.shape[1] == 128
+            assert kv_scale.dtype == torch.float32 and tuple(kv_scale.shape) == (kv_fp8.shape[0],)
+            assert kv_fp8.is_contiguous() and kv_scale.is_contiguous()
+            m, heads = q.shape[:2]
+            assert weights.dtype == torch.float32 and tuple(weights.shape) == (m, heads) and weights.stride(1) == 1
+            for t in (ks, ke):
+                assert t.dtype == torch.int32 and tuple(t.shape) == (m,) and t.is_contiguous(), (t.dtype, t.shape)
+            self.calls.append(("fp8_mqa_logits", {"m": m, "n": kv_fp8.shape[0], "heads": heads,
+                                                  "clean_logits": clean_logits, "max_seqlen_k": max_seqlen_k}))
+            return torch.full((m, max_seqlen_k or kv_fp8.shape[0]), float("nan"), device=q.device)
+
+        def paged_metadata(context_lens, block_kv, num_sms):
+            assert context_lens.dtype == torch.int32 and context_lens.dim() == 2 and context_lens.is_contiguous()
+            assert block_kv == 64 and isinstance(num_sms, int) and num_sms >= 1, (block_kv, num_sms)
+            # a schedule no kernel would compute: the logits stand-in finds whether it came through unread
+            schedule = torch.arange(2 * num_sms + 2, dtype=torch.int32, device=context_lens.device).view(-1, 2) * 7 + 3
+            self.calls.append(("get_paged_mqa_logits_metadata", {
+                "lens": context_lens.cpu().clone(), "num_sms": num_sms, "schedule": schedule.cpu().clone()}))
+            return schedule
+
+        def paged_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                         clean_logits=False):
+            assert isinstance(clean_logits, bool) and isinstance(max_context_len, int) and max_context_len >= 0
+            assert q.dtype == torch.float8_e4m3fn and q.dim() == 4 and q.shape[1] in (1, 2, 4)
+            assert q.shape[2] in (32, 64) and q.shape[3] == 128 and q.is_contiguous(), (q.shape, q.stride())
+            batch, next_n, heads = q.shape[:3]
+            assert kv_cache.dtype == torch.uint8 and kv_cache.dim() == 4 and tuple(kv_cache.shape[1:]) == (64, 1, 132)
+            assert kv_cache.stride(1) == 132 and kv_cache.stride(3) == 1, kv_cache.stride()
+            assert weights.dtype == torch.float32 and tuple(weights.shape) == (batch * next_n, heads)
+            assert weights.is_contiguous()
+            assert context_lens.dtype == torch.int32 and tuple(context_lens.shape) == (batch, next_n)
+            assert block_table.dtype == torch.int32 and block_table.dim() == 2 and block_table.shape[0] == batch
+            assert block_table.shape[1] == 1 or block_table.stride(1) == 1, block_table.stride()
+            assert schedule_meta.dtype == torch.int32 and schedule_meta.dim() == 2 and schedule_meta.shape[1] == 2
+            assert schedule_meta.is_contiguous()
+            self.calls.append(("fp8_paged_mqa_logits", {
+                "batch": batch, "next_n": next_n, "heads": heads, "max_context_len": max_context_len,
+                "clean_logits": clean_logits, "lens": context_lens.cpu().clone(),
+                "blocks": block_table.cpu().clone(), "schedule": schedule_meta.cpu().clone()}))
+            return torch.full((batch * next_n, max_context_len), float("nan"), device=q.device)
+
+        def bf16_gemm_nt(a, b, d, c=None):
+            assert a.dtype == b.dtype == torch.bfloat16 and a.dim() == b.dim() == 2 and a.shape[1] == b.shape[1]
+            assert d.dtype in (torch.bfloat16, torch.float32) and tuple(d.shape) == (a.shape[0], b.shape[0])
+            self.calls.append(("bf16_gemm_nt", {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1], "d": d.dtype}))
+
+        def bf16_contiguous(a, b, d, m_indices):
+            assert a.dtype == b.dtype == d.dtype == torch.bfloat16 and a.dim() == 2 and b.dim() == 3
+            assert b.shape[2] == a.shape[1] and tuple(d.shape) == (a.shape[0], b.shape[1])
+            assert m_indices.dtype == torch.int32 and tuple(m_indices.shape) == (a.shape[0],)
+            self.calls.append(("m_grouped_bf16_gemm_nt_contiguous", {"m": a.shape[0], "groups": b.shape[0]}))
+
+        def bf16_masked(a, b, d, masked_m, expected_m):
+            assert a.dtype == b.dtype == d.dtype == torch.bfloat16 and a.dim() == b.dim() == 3
+            assert b.shape[0] == a.shape[0] and b.shape[2] == a.shape[2]
+            assert tuple(d.shape) == (a.shape[0], a.shape[1], b.shape[1])
+            assert masked_m.dtype == torch.int32 and tuple(masked_m.shape) == (a.shape[0],)
+            assert isinstance(expected_m, int) and not isinstance(expected_m, bool)
+            self.calls.append(("m_grouped_bf16_gemm_nt_masked", {"groups": a.shape[0], "expected_m": expected_m}))
+
         for name, fn in (("fp8_gemm", fp8_gemm), ("m_grouped_fp8_gemm_contiguous", contiguous),
-                         ("m_grouped_fp8_gemm_psum", psum), ("m_grouped_fp8_gemm_masked", masked)):
+                         ("m_grouped_fp8_gemm_psum", psum), ("m_grouped_fp8_gemm_masked", masked),
+                         ("fp8_mqa_logits", mqa_logits), ("get_paged_mqa_logits_metadata", paged_metadata),
+                         ("fp8_paged_mqa_logits", paged_logits), ("bf16_gemm_nt", bf16_gemm_nt),
+                         ("m_grouped_bf16_gemm_nt_contiguous", bf16_contiguous),
+                         ("m_grouped_bf16_gemm_nt_masked", bf16_masked)):
             vars(deep_tile)[name] = fn
 
     def take(self) -> list[str]:
@@ -425,8 +499,28 @@ class Inputs:
         w, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
         return (w[0], s[0]) if groups == 0 else (w, s)
 
-    def out(self, *shape):
-        return self.torch.full(shape, float("nan"), dtype=self.torch.bfloat16, device=self.device)
+    def out(self, *shape, dtype=None):
+        return self.torch.full(shape, float("nan"), dtype=dtype or self.torch.bfloat16, device=self.device)
+
+    def bf16(self, *shape):
+        return self.torch.randn(*shape, generator=self.gen).to(self.torch.bfloat16).to(self.device)
+
+    def fp8(self, *shape):
+        torch = self.torch
+        return torch.randn(*shape, generator=self.gen).clamp(-4, 4).to(torch.float8_e4m3fn).to(self.device)
+
+    def f32(self, *shape, low=-1.0):
+        """float32 uniform in [low, 1) (indexer weights; scales with low > 0)."""
+        torch = self.torch
+        return (torch.rand(*shape, generator=self.gen) * (1 - low) + low).to(self.device)
+
+    def paged_cache(self, num_blocks):
+        """DeepGEMM's fused indexer cache as the engines allocate it, uint8 [num_blocks, 64 * 132]:
+        each block's 64 x 128 FP8 values, then its 64 float32 scales."""
+        torch = self.torch
+        values = self.fp8(num_blocks, 64 * 128).view(torch.uint8)
+        scales = self.f32(num_blocks, 64, low=0.5).view(torch.uint8)
+        return torch.cat([values, scales], dim=1).contiguous()
 
 
 def _verify(inputs: Inputs, recorder: Recorder, want: list[str], got_fn) -> None:
@@ -459,6 +553,151 @@ def _psum_case(inputs: Inputs, sizes: list, alignment: int):
     return inputs.torch.tensor(ends, dtype=inputs.torch.int32, device=inputs.device), m
 
 
+def _recorded(inputs: Inputs, recorder: Recorder, want: list[str]) -> "list[dict] | None":
+    """CPU: the recorded deep_tile calls must be ``want``; returns their summaries. GPU: None."""
+    if inputs.gpu:
+        return None
+    calls = list(recorder.calls)
+    recorder.calls.clear()
+    assert [name for name, _ in calls] == want, f"deep_tile calls {[name for name, _ in calls]}, expected {want}"
+    return [summary for _, summary in calls]
+
+
+def _verify_logits(inputs: Inputs, logits, ref_fn, shape: tuple) -> None:
+    """The logits have ``shape`` (float32); GPU: where ``ref_fn()`` (float64) is finite they match it
+    (calc_diff < 1e-3); entries it leaves -inf are DeepGEMM's unspecified columns, not compared."""
+    torch = inputs.torch
+    assert tuple(logits.shape) == shape and logits.dtype == torch.float32, (tuple(logits.shape), logits.dtype, shape)
+    if not inputs.gpu:
+        return
+    torch.cuda.synchronize()
+    from deep_tile.testing.numeric import calc_diff
+
+    ref = ref_fn()
+    real = torch.isfinite(ref)
+    assert real.any(), "the reference has no valid entry"
+    got = logits.double()[real]
+    assert int(torch.isnan(got).sum()) == 0, "valid logits are NaN"
+    diff = calc_diff(got, ref[real])
+    assert diff < 1e-3, f"calc_diff {diff:.2e} against the float64 reference"
+
+
+def _schedule_came_through(made: dict, used: dict) -> None:
+    """The logits call got the schedule the metadata call made, unread and whole (CPU summaries)."""
+    rows = made["schedule"].shape[0]
+    assert used["schedule"].shape[0] == rows, f"schedule of {used['schedule'].shape[0]} rows, made {rows}"
+    assert torch_equal(used["schedule"], made["schedule"]), "the schedule reached the logits call changed"
+
+
+def torch_equal(a, b) -> bool:
+    """Same shape and values (CPU tensors)."""
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+INDEXER_HEADS, HEAD_DIM, BLOCK_KV = 64, 128, 64
+"""DeepSeek-V3.2's lightning indexer: 64 heads of 128, the paged cache in blocks of 64 tokens."""
+
+
+def _prefill_ranges(inputs: Inputs, lengths: list):
+    """Per query token of sequences with ``lengths`` (causal prefill, sequences' KV rows packed):
+    int32 ks, ke, the KV rows in all, the longest range."""
+    ks, ke, start = [], [], 0
+    for length in lengths:
+        ks += [start] * length
+        ke += [start + i + 1 for i in range(length)]
+        start += length
+    t = inputs.torch
+    return (t.tensor(ks, dtype=t.int32, device=inputs.device), t.tensor(ke, dtype=t.int32, device=inputs.device),
+            start, max(lengths))
+
+
+def _paged_case(inputs: Inputs, lens: list, next_n: int, num_blocks: int = 24):
+    """A decode batch of ``len(lens)`` sequences, ``next_n`` query tokens each: int32 context lengths
+    [B, next_n] (token t of a sequence of length L sees L - next_n + t + 1 rows), a block table
+    [B, max_blocks] of distinct blocks, the fused cache [num_blocks, 64 * 132]."""
+    torch = inputs.torch
+    rows = [[length - next_n + t + 1 for t in range(next_n)] for length in lens]
+    context = torch.tensor(rows, dtype=torch.int32, device=inputs.device)
+    max_blocks = -(-max(lens) // BLOCK_KV) + 1
+    order = torch.randperm(num_blocks, generator=inputs.gen)[:len(lens) * max_blocks]
+    table = order.view(len(lens), max_blocks).to(torch.int32).to(inputs.device)
+    return context, table, inputs.paged_cache(num_blocks)
+
+
+def _paged_ref(q, kv4, weights, context, table, max_len):
+    """The float64 reference of the paged logits (deep_tile's)."""
+    from deep_tile.paged_attention import paged_mqa_logits_reference
+
+    import torch
+
+    return paged_mqa_logits_reference(q, kv4, weights, context, table, max_len, dtype=torch.float64)
+
+
+def _mqa_ref(q, kv, weights, ks, ke, clean_logits, max_seqlen_k):
+    """The float64 reference of the prefill logits (deep_tile's)."""
+    from deep_tile.attention import mqa_logits_reference
+
+    import torch
+
+    return mqa_logits_reference(q, kv, weights, ks, ke, clean_logits, max_seqlen_k, dtype=torch.float64)
+
+
+def drive_vllm_indexer(report: Report, inputs: Inputs, recorder: Recorder, vdg, stand_ins: list) -> None:
+    """vLLM's DeepSeek-V3.2 indexer calls: ``vllm.utils.deep_gemm``'s ``fp8_fp4_mqa_logits``
+    (prefill, as ``sparse_attn_indexer`` passes it), ``get_paged_mqa_logits_metadata`` (as the
+    indexer metadata builder) and ``fp8_fp4_paged_mqa_logits`` (decode, next_n 1 and 2)."""
+    torch = inputs.torch
+    engine = "vllm"
+    sai = None
+    with report.check(engine, "import vllm.model_executor.layers.sparse_attn_indexer (the indexer layer)"):
+        import vllm.model_executor.layers.sparse_attn_indexer as sai  # noqa: F811
+
+        assert sai.fp8_fp4_mqa_logits is vdg.fp8_fp4_mqa_logits
+        assert sai.fp8_fp4_paged_mqa_logits is vdg.fp8_fp4_paged_mqa_logits
+    with report.check(engine, "fp8_fp4_mqa_logits (prefill: q=(q, None), compressed logits of max_seqlen_k)"):
+        ks, ke, n, max_k = _prefill_ranges(inputs, [37, 21])
+        q, kv = inputs.fp8(len(ks), INDEXER_HEADS, HEAD_DIM), (inputs.fp8(n, HEAD_DIM), inputs.f32(n, low=0.5))
+        weights = inputs.f32(len(ks), INDEXER_HEADS)
+        q_scale, weights = vdg.mqa_logits_mx_inputs(q, None, weights)  # the layer's adaptation (SM100 only)
+        logits = vdg.fp8_fp4_mqa_logits((q, q_scale), kv, weights, ks, ke, max_k)
+        got = _recorded(inputs, recorder, ["fp8_mqa_logits"])
+        if got:
+            assert (got[0]["clean_logits"], got[0]["max_seqlen_k"]) == (False, max_k), got[0]
+        _verify_logits(inputs, logits, lambda: _mqa_ref(q, kv, weights, ks, ke, False, max_k), (len(ks), max_k))
+    num_sms = 132  # the builder's num_compute_units on an H100 / H200
+    for next_n in (1, 2):
+        with report.check(engine, f"get_paged_mqa_logits_metadata + fp8_fp4_paged_mqa_logits (decode, next_n "
+                                  f"{next_n}, the builder's schedule buffer)"):
+            lens = [70, 3, 200]
+            context, table, cache = _paged_case(inputs, lens, next_n)
+            kv4 = (sai.kv_cache_as_quant_view if sai else lambda c, d, f: c.unsqueeze(-2))(
+                cache.view(-1, BLOCK_KV, HEAD_DIM + 4), HEAD_DIM, False)
+            if next_n == 1:  # a [B, 1] table that is a transposed view: their clone gives it a unit stride
+                table = table[:, :1].t().contiguous().t()
+                lens = [min(length, BLOCK_KV) for length in lens]
+                context = torch.tensor([[length] for length in lens], dtype=torch.int32, device=inputs.device)
+            buffer = torch.empty((num_sms + 1, 2), dtype=torch.int32, device=inputs.device)
+            made = vdg.get_paged_mqa_logits_metadata(context, BLOCK_KV, num_sms, indices=None)
+            schedule = buffer[:made.shape[0]]
+            schedule[:] = made
+            q = inputs.fp8(len(lens), next_n, INDEXER_HEADS, HEAD_DIM)
+            weights = inputs.f32(len(lens) * next_n, INDEXER_HEADS)
+            max_len = 256
+            logits = vdg.fp8_fp4_paged_mqa_logits((q, None), kv4, weights, context, table, schedule,
+                                                  max_model_len=max_len, indices=None)
+            got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
+            if got:
+                assert got[0]["num_sms"] == num_sms and torch_equal(got[0]["lens"], context.cpu()), got[0]
+                _schedule_came_through(got[0], got[1])
+                assert (got[1]["next_n"], got[1]["heads"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
+                    (next_n, INDEXER_HEADS, max_len, False), got[1]
+                assert torch_equal(got[1]["blocks"], table.cpu()), "the block table reached deep_tile changed"
+            _verify_logits(inputs, logits, lambda: _paged_ref(q, kv4, weights, context, table, max_len),
+                           (len(lens) * next_n, max_len))
+
+
 def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: list) -> None:
     import deep_tile
     torch = inputs.torch
@@ -477,7 +716,8 @@ def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: li
         for name in ("_fp8_gemm_nt_impl", "_grouped_impl", "_grouped_masked_impl",
                      "_get_mn_major_tma_aligned_tensor_impl", "_get_mk_alignment_for_contiguous_layout_impl",
                      "_get_theoretical_mk_alignment_for_contiguous_layout_impl",
-                     "_transform_sf_into_required_layout_impl"):
+                     "_transform_sf_into_required_layout_impl", "_fp8_fp4_mqa_logits_impl",
+                     "_fp8_fp4_paged_mqa_logits_impl", "_get_paged_mqa_logits_metadata_impl"):
             assert getattr(vdg, name) is not None, f"{name} is None"
     k, n = 512, 256
     with report.check(engine, "fp8_gemm_nt (dense FP8 linear)"):
@@ -538,6 +778,7 @@ def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: li
         sms = vdg.get_num_sms()
         vdg.set_num_sms(sms)
         assert vdg.get_num_sms() == sms
+    drive_vllm_indexer(report, inputs, recorder, vdg, stand_ins)
     warm = None
     with report.check(engine, "import vllm.model_executor.warmup.deep_gemm_warmup"):
         import vllm.model_executor.warmup.deep_gemm_warmup as warm  # noqa: F811
