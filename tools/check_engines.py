@@ -917,6 +917,33 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
             assert got == want, (g, got, want)
         _verify(inputs, recorder, ["m_grouped_fp8_gemm_masked"],
                 lambda: [(d, deep_tile.ref_m_grouped_fp8_gemm_masked(a, sa, w1, w1s, masked_m))])
+    with report.check(engine, "gemm_nt_bf16bf16f32 (BF16 linear, float32 out: deep_gemm.bf16_gemm_nt)"):
+        a, b = inputs.bf16(77, k), inputs.bf16(n, k)
+        d = inputs.out(77, n, dtype=torch.float32)
+        entry.gemm_nt_bf16bf16f32(a, b, d)
+        got = _recorded(inputs, recorder, ["bf16_gemm_nt"])
+        if got:
+            assert got[0] == {"m": 77, "n": n, "k": k, "d": torch.float32}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, deep_tile.ref_bf16_gemm(a, b))])
+    wb = inputs.bf16(groups, n, k)
+    with report.check(engine, "grouped_gemm_nt_bf16_contig (m_indices, a -1 block)"):
+        m_indices = torch.tensor([2] * 128 + [-1] * 128 + [0] * 128, dtype=torch.int32, device=inputs.device)
+        a = inputs.bf16(384, k)
+        d = inputs.out(384, n)
+        entry.grouped_gemm_nt_bf16_contig(a, wb, d, m_indices)
+        got = _recorded(inputs, recorder, ["m_grouped_bf16_gemm_nt_contiguous"])
+        if got:
+            assert got[0] == {"m": 384, "groups": groups}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, _bf16_contiguous_ref(a, wb, m_indices))])
+    with report.check(engine, "grouped_gemm_nt_bf16_masked"):
+        a = inputs.bf16(groups, 128, k)
+        masked_m = torch.tensor([5, 0, 128, 64], dtype=torch.int32, device=inputs.device)
+        d = inputs.out(groups, 128, n)
+        entry.grouped_gemm_nt_bf16_masked(a, wb, d, masked_m, 64)
+        got = _recorded(inputs, recorder, ["m_grouped_bf16_gemm_nt_masked"])
+        if got:
+            assert got[0] == {"groups": groups, "expected_m": 64}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, _bf16_masked_ref(a, wb, masked_m))])
     kinds = compile_utils.DeepGemmKernelType
     compile_utils.disable_symmetric_memory_context = lambda: None
     compile_utils.restore_symmetric_memory_context = lambda saved: None
@@ -927,14 +954,39 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
         stand_ins.append("sglang compile_utils.torch: device='cuda' allocations on the CPU, cuda syncs no-ops")
     for kind, want in ((kinds.GEMM_NT_F8F8BF16, "fp8_gemm"),
                        (kinds.GROUPED_GEMM_NT_F8F8BF16_CONTIG, "m_grouped_fp8_gemm_contiguous"),
-                       (kinds.GROUPED_GEMM_NT_F8F8BF16_MASKED, "m_grouped_fp8_gemm_masked")):
+                       (kinds.GROUPED_GEMM_NT_F8F8BF16_MASKED, "m_grouped_fp8_gemm_masked"),
+                       (kinds.GEMM_NT_BF16BF16F32, "bf16_gemm_nt"),
+                       (kinds.GROUPED_GEMM_NT_BF16_CONTIG, "m_grouped_bf16_gemm_nt_contiguous"),
+                       (kinds.GROUPED_GEMM_NT_BF16_MASKED, "m_grouped_bf16_gemm_nt_masked")):
         with report.check(engine, f"warm-up: _compile_deep_gemm_one_type_all({kind.name}) with set_compile_mode"):
-            m_list = [1, 64, 128, 256] if kind != kinds.GROUPED_GEMM_NT_F8F8BF16_CONTIG else [128, 256]
+            contig = kind in (kinds.GROUPED_GEMM_NT_F8F8BF16_CONTIG, kinds.GROUPED_GEMM_NT_BF16_CONTIG)
+            m_list = [1, 64, 128, 256] if not contig else [128, 256]
             compile_utils._compile_deep_gemm_one_type_all(kind, n, k, groups, m_list)
             assert entry.deep_gemm.get_compile_mode() == 0  # restored
             if not inputs.gpu:
                 calls = recorder.take()
                 assert calls == [want] * len(m_list), calls
+
+
+def _bf16_contiguous_ref(a, b, m_indices):
+    """float64 ``a[i] @ b[m_indices[i]].T``; NaN where m_indices is -1 (rows the GEMM leaves)."""
+    import torch
+
+    ref = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.float64, device=a.device)
+    for g in range(b.shape[0]):
+        rows = m_indices == g
+        ref[rows] = a[rows].double() @ b[g].double().T
+    return ref
+
+
+def _bf16_masked_ref(a, b, masked_m):
+    """float64 ``a[g, :masked_m[g]] @ b[g].T``; NaN past masked_m[g] (rows the GEMM leaves)."""
+    import torch
+
+    ref = torch.full((a.shape[0], a.shape[1], b.shape[1]), float("nan"), dtype=torch.float64, device=a.device)
+    for g, rows in enumerate(masked_m.tolist()):
+        ref[g, :rows] = a[g, :rows].double() @ b[g].double().T
+    return ref
 
 
 def deep_gemm_state(compat) -> list:
