@@ -37,6 +37,7 @@ do not reach it.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import importlib
@@ -176,9 +177,19 @@ class _Stub:
         return False
 
 
-class _StubBase:
+class _StubMeta(abc.ABCMeta):
+    """The type of :class:`_StubBase`: a missing class attribute is a stub too (pydantic's
+    ``Model.model_rebuild()`` at import); an ABCMeta, so a class may also derive from ``ABC``."""
+
+    def __getattr__(cls, name):
+        if name in PROTOCOL_DUNDERS:
+            raise AttributeError(name)
+        return _Stub(f"{cls.__name__}.{name}")
+
+
+class _StubBase(metaclass=_StubMeta):
     """What a class deriving from a stub derives from: takes any class keywords and any
-    constructor arguments; a missing attribute of an instance is a stub."""
+    constructor arguments; a missing attribute of an instance or of the class is a stub."""
 
     def __init_subclass__(cls, **kwargs):
         pass
@@ -944,6 +955,7 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
         if got:
             assert got[0] == {"groups": groups, "expected_m": 64}, got[0]
         _verify(inputs, recorder, [], lambda: [(d, _bf16_masked_ref(a, wb, masked_m))])
+    drive_sglang_indexer(report, inputs, recorder, stand_ins)
     kinds = compile_utils.DeepGemmKernelType
     compile_utils.disable_symmetric_memory_context = lambda: None
     compile_utils.restore_symmetric_memory_context = lambda saved: None
@@ -987,6 +999,85 @@ def _bf16_masked_ref(a, b, masked_m):
     for g, rows in enumerate(masked_m.tolist()):
         ref[g, :rows] = a[g, :rows].double() @ b[g].double().T
     return ref
+
+
+def drive_sglang_indexer(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: list) -> None:
+    """SGLang's DeepSeek-V3.2 (DSA / NSA) indexer calls: its resolvers in ``dsa.utils`` (which hand
+    out deep_gemm's functions), the prefill ``fp8_mqa_logits`` as ``Indexer._get_topk_ragged``
+    calls it, and the decode paths ``deepgemm_paged_mqa_logits_split`` (next_n 1) and
+    ``_native`` (target verify, next_n 2) with the schedule of ``get_paged_mqa_logits_metadata``."""
+    torch = inputs.torch
+    engine = "sglang"
+    utils = paged = None
+    with report.check(engine, "dsa.utils resolvers: deep_gemm's fp8_mqa_logits, fp8_paged_mqa_logits, metadata, "
+                              "get_num_sms"):
+        import sglang.srt.layers.attention.dsa.utils as utils  # noqa: F811
+        import sglang.kernels.ops.attention.dsa.paged_mqa_logits as paged  # noqa: F811
+
+        dg = sys.modules["deep_gemm"]
+        assert not utils._use_torch_mqa_logits(), "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH is set"
+        assert utils.resolve_fp8_mqa_logits_fn() is dg.fp8_mqa_logits
+        assert utils.resolve_fp8_paged_mqa_logits_fn() is dg.fp8_paged_mqa_logits
+        assert utils.resolve_paged_mqa_logits_metadata_fn() is dg.get_paged_mqa_logits_metadata
+        assert utils.resolve_num_sms() == dg.get_num_sms()
+    if utils is None:
+        return
+    pad_heads = None
+    with report.check(engine, "import dsa.dsa_indexer (Indexer._pad_heads_for_deep_gemm)"):
+        from sglang.srt.layers.attention.dsa.dsa_indexer import Indexer
+
+        pad_heads = Indexer._pad_heads_for_deep_gemm
+    with report.check(engine, "fp8_mqa_logits as Indexer._get_topk_ragged (prefill, clean_logits=False)"):
+        if pad_heads is None:
+            raise _Skip("dsa.dsa_indexer did not import")
+        ks, ke, n, _ = _prefill_ranges(inputs, [37, 21])
+        tokens = len(ks) + 3  # their q and weights carry padding rows past q_offset
+        q, kv = inputs.fp8(tokens, INDEXER_HEADS, HEAD_DIM), (inputs.fp8(n, HEAD_DIM), inputs.f32(n, low=0.5))
+        weights = inputs.f32(tokens, INDEXER_HEADS, 1).squeeze(-1)
+        q_offset = ks.shape[0]
+        q_padded, w_padded, _ = pad_heads(q[:q_offset], weights[:q_offset])
+        logits = utils.resolve_fp8_mqa_logits_fn()(q_padded, kv, w_padded, ks, ke, clean_logits=False)
+        assert logits.shape[0] == q_offset and logits.shape[1] == n  # their asserts
+        got = _recorded(inputs, recorder, ["fp8_mqa_logits"])
+        if got:
+            assert got[0] == {"m": q_offset, "n": n, "heads": INDEXER_HEADS, "clean_logits": False,
+                              "max_seqlen_k": 0}, got[0]
+        _verify_logits(inputs, logits, lambda: _mqa_ref(q_padded, kv, w_padded, ks, ke, False, 0), (q_offset, n))
+    sm_count = utils.resolve_num_sms()
+    for next_n, how in ((1, "deepgemm_paged_mqa_logits_split"), (2, "deepgemm_paged_mqa_logits_native")):
+        with report.check(engine, f"get_paged_mqa_logits_metadata + {how} (decode, next_n {next_n})"):
+            lens = [70, 3, 200]
+            batch = len(lens)
+            context, table, cache = _paged_case(inputs, lens, next_n)
+            tokens = batch * next_n
+            q = inputs.fp8(tokens + 2, INDEXER_HEADS, HEAD_DIM)  # [tokens, H, 128] with padding rows
+            weights = inputs.f32(tokens + 2, INDEXER_HEADS, 1).squeeze(2)
+            kv4 = cache.view(cache.shape[0], BLOCK_KV, 1, HEAD_DIM + 4)  # the layer's view of its 2-D pool
+            max_len = table.shape[1] * BLOCK_KV
+            if next_n == 1:
+                ctx = context.contiguous().view(-1, 1)
+                schedule = utils.resolve_paged_mqa_logits_metadata_fn()(ctx, BLOCK_KV, sm_count)
+                logits = paged.deepgemm_paged_mqa_logits_split(
+                    utils.resolve_fp8_paged_mqa_logits_fn(), q, kv4, weights, ctx, table, schedule, max_len,
+                    q_offset=tokens)
+                q4, blocks = q[:tokens].unsqueeze(1), table
+            else:  # target verify: the table repeated per draft token, de-expanded by their [::next_n]
+                ctx = context
+                schedule = utils.resolve_paged_mqa_logits_metadata_fn()(ctx, BLOCK_KV, sm_count)
+                expanded = table.repeat_interleave(next_n, dim=0)
+                logits = paged.deepgemm_paged_mqa_logits_native(
+                    utils.resolve_fp8_paged_mqa_logits_fn(), q, kv4, weights, ctx, expanded, schedule, max_len,
+                    q_offset=tokens, B=batch, next_n=next_n)
+                q4, blocks = q[:tokens].view(batch, next_n, INDEXER_HEADS, HEAD_DIM), expanded[::next_n]
+            got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
+            if got:
+                assert got[0]["num_sms"] == sm_count and torch_equal(got[0]["lens"], ctx.cpu()), got[0]
+                _schedule_came_through(got[0], got[1])
+                assert (got[1]["batch"], got[1]["next_n"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
+                    (q4.shape[0], next_n, max_len, False), got[1]
+                assert torch_equal(got[1]["blocks"], blocks.cpu()), "the block table reached deep_tile changed"
+            _verify_logits(inputs, logits, lambda: _paged_ref(q4, kv4, weights[:tokens], ctx, blocks, max_len),
+                           (tokens, max_len))
 
 
 def deep_gemm_state(compat) -> list:
