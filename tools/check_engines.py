@@ -600,6 +600,11 @@ def _schedule_came_through(made: dict, used: dict) -> None:
     assert torch_equal(used["schedule"], made["schedule"]), "the schedule reached the logits call changed"
 
 
+def _brief(summary: dict) -> dict:
+    """A recorded call's summary without its tensors (for a failure's message)."""
+    return {key: value for key, value in summary.items() if not hasattr(value, "shape")}
+
+
 def torch_equal(a, b) -> bool:
     """Same shape and values (CPU tensors)."""
     import torch
@@ -700,10 +705,10 @@ def drive_vllm_indexer(report: Report, inputs: Inputs, recorder: Recorder, vdg, 
                                                   max_model_len=max_len, indices=None)
             got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
             if got:
-                assert got[0]["num_sms"] == num_sms and torch_equal(got[0]["lens"], context.cpu()), got[0]
+                assert got[0]["num_sms"] == num_sms and torch_equal(got[0]["lens"], context.cpu()), _brief(got[0])
                 _schedule_came_through(got[0], got[1])
                 assert (got[1]["next_n"], got[1]["heads"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
-                    (next_n, INDEXER_HEADS, max_len, False), got[1]
+                    (next_n, INDEXER_HEADS, max_len, False), _brief(got[1])
                 assert torch_equal(got[1]["blocks"], table.cpu()), "the block table reached deep_tile changed"
             _verify_logits(inputs, logits, lambda: _paged_ref(q, kv4, weights, context, table, max_len),
                            (len(lens) * next_n, max_len))
@@ -1071,10 +1076,10 @@ def drive_sglang_indexer(report: Report, inputs: Inputs, recorder: Recorder, sta
                 q4, blocks = q[:tokens].view(batch, next_n, INDEXER_HEADS, HEAD_DIM), expanded[::next_n]
             got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
             if got:
-                assert got[0]["num_sms"] == sm_count and torch_equal(got[0]["lens"], ctx.cpu()), got[0]
+                assert got[0]["num_sms"] == sm_count and torch_equal(got[0]["lens"], ctx.cpu()), _brief(got[0])
                 _schedule_came_through(got[0], got[1])
                 assert (got[1]["batch"], got[1]["next_n"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
-                    (q4.shape[0], next_n, max_len, False), got[1]
+                    (q4.shape[0], next_n, max_len, False), _brief(got[1])
                 assert torch_equal(got[1]["blocks"], blocks.cpu()), "the block table reached deep_tile changed"
             _verify_logits(inputs, logits, lambda: _paged_ref(q4, kv4, weights[:tokens], ctx, blocks, max_len),
                            (tokens, max_len))
