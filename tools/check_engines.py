@@ -25,12 +25,21 @@ What it does:
    by stand-ins, listed too. Then it imports the engines' DeepGEMM wrapper modules and calls their
    wrapper functions the way their layers do: dense FP8 linear, MoE contiguous (``m_indices``) and
    psum layouts inside the alignment scope, masked (with and without SGLang's overlap signal), the
-   alignment and layout helpers, and their warm-up code.
+   alignment and layout helpers, and their warm-up code; SGLang's BF16 entry points (dense with a
+   float32 out, contiguous, masked) and their warm-ups (vLLM calls no DeepGEMM BF16 name); and
+   DeepSeek-V3.2's lightning indexer (H 64, head dim 128, blocks of 64): vLLM's
+   ``fp8_fp4_mqa_logits`` (prefill, compressed logits), ``get_paged_mqa_logits_metadata`` and
+   ``fp8_fp4_paged_mqa_logits`` (decode, next_n 1 and 2, the schedule copied into the builder's
+   buffer), SGLang's ``dsa.utils`` resolvers, ``fp8_mqa_logits`` as its ragged prefill calls it,
+   and its paged ``split`` (next_n 1) and ``native`` (target verify, next_n 2) decode paths.
 
 Without a GPU the deep_tile kernels are replaced by recording stand-ins that check the tensors they
-get (shapes, dtypes, the psum ends) and the check verifies the recorded calls; with a GPU every call
-runs for real and each output is compared with deep_tile's float64 reference (NaN-poisoned outputs:
-rows the GEMM must not write stay NaN). Neither needs more than torch and deep_tile's base install:
+get (shapes, dtypes, the psum ends, DeepGEMM's asserts on the logits' arguments) and the check
+verifies the recorded calls and the values that reached deep_tile (the flags, ``max_seqlen_k``,
+the SM count, the block table, and the schedule: the metadata stand-in makes one no kernel would,
+and the logits call must get it unchanged); with a GPU every call runs for real and each output is
+compared with deep_tile's float64 reference (NaN-poisoned outputs: rows the GEMM must not write
+stay NaN; the logits where the reference has a value). Neither needs more than torch and deep_tile's base install:
 without cuda-bindings and NVRTC the CPU run checks all the same. Each check starts from the same
 state: the calls an earlier one recorded and the deep_gemm settings it changed, failed or not,
 do not reach it.
@@ -363,7 +372,8 @@ class _Skip(Exception):
 
 class Recorder:
     """Stand-ins for deep_tile's kernels on a CPU: each call checks its tensors like deep_tile's
-    argument checks would (shapes, dtypes) and is recorded as (name, summary)."""
+    argument checks would (shapes, dtypes) and is recorded as (name, summary); the logits ones
+    return DeepGEMM's shapes (NaN), the paged metadata a marked schedule (kept in its summary)."""
 
     def __init__(self):
         self.calls: list[tuple[str, dict]] = []
