@@ -26,7 +26,8 @@ What it does:
    wrapper functions the way their layers do: dense FP8 linear, MoE contiguous (``m_indices``) and
    psum layouts inside the alignment scope, masked (with and without SGLang's overlap signal), the
    alignment and layout helpers, and their warm-up code; SGLang's BF16 entry points (dense with a
-   float32 out, contiguous, masked) and their warm-ups (vLLM calls no DeepGEMM BF16 name); and
+   float32 out, contiguous, masked), their warm-ups and its batch-invariant ``bf16_gemm_nn`` (vLLM
+   calls no DeepGEMM BF16 name); and
    DeepSeek-V3.2's lightning indexer (H 64, head dim 128, blocks of 64): vLLM's
    ``fp8_fp4_mqa_logits`` (prefill, compressed logits), ``get_paged_mqa_logits_metadata`` and
    ``fp8_fp4_paged_mqa_logits`` (decode, next_n 1 and 2, the schedule copied into the builder's
@@ -465,6 +466,11 @@ class Recorder:
             assert d.dtype in (torch.bfloat16, torch.float32) and tuple(d.shape) == (a.shape[0], b.shape[0])
             self.calls.append(("bf16_gemm_nt", {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1], "d": d.dtype}))
 
+        def bf16_gemm_nn(a, b, d, c=None):
+            assert a.dtype == b.dtype == torch.bfloat16 and a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0]
+            assert d.dtype in (torch.bfloat16, torch.float32) and tuple(d.shape) == (a.shape[0], b.shape[1])
+            self.calls.append(("bf16_gemm_nn", {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1], "d": d.dtype}))
+
         def bf16_contiguous(a, b, d, m_indices):
             assert a.dtype == b.dtype == d.dtype == torch.bfloat16 and a.dim() == 2 and b.dim() == 3
             assert b.shape[2] == a.shape[1] and tuple(d.shape) == (a.shape[0], b.shape[1])
@@ -483,6 +489,7 @@ class Recorder:
                          ("m_grouped_fp8_gemm_psum", psum), ("m_grouped_fp8_gemm_masked", masked),
                          ("fp8_mqa_logits", mqa_logits), ("get_paged_mqa_logits_metadata", paged_metadata),
                          ("fp8_paged_mqa_logits", paged_logits), ("bf16_gemm_nt", bf16_gemm_nt),
+                         ("bf16_gemm_nn", bf16_gemm_nn),
                          ("m_grouped_bf16_gemm_nt_contiguous", bf16_contiguous),
                          ("m_grouped_bf16_gemm_nt_masked", bf16_masked)):
             vars(deep_tile)[name] = fn
@@ -951,6 +958,16 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
         if got:
             assert got[0] == {"m": 77, "n": n, "k": k, "d": torch.float32}, got[0]
         _verify(inputs, recorder, [], lambda: [(d, deep_tile.ref_bf16_gemm(a, b))])
+    with report.check(engine, "batch_invariant_ops._matmul_persistent_deepgemm (deep_gemm.bf16_gemm_nn, b [k, n])"):
+        from sglang.srt.batch_invariant_ops import batch_invariant_ops as bio
+
+        assert bio.deep_gemm is sys.modules["deep_gemm"]
+        a, b = inputs.bf16(77, k), inputs.bf16(k, n)
+        d = bio._matmul_persistent_deepgemm(a, b, torch.bfloat16)
+        got = _recorded(inputs, recorder, ["bf16_gemm_nn"])
+        if got:
+            assert got[0] == {"m": 77, "n": n, "k": k, "d": torch.bfloat16}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, deep_tile.ref_bf16_gemm(a, b.T))])
     wb = inputs.bf16(groups, n, k)
     with report.check(engine, "grouped_gemm_nt_bf16_contig (m_indices, a -1 block)"):
         m_indices = torch.tensor([2] * 128 + [-1] * 128 + [0] * 128, dtype=torch.int32, device=inputs.device)
