@@ -531,9 +531,11 @@ class Inputs:
         return self.torch.full(shape, float("nan"), dtype=dtype or self.torch.bfloat16, device=self.device)
 
     def bf16(self, *shape):
+        """A random bfloat16 operand."""
         return self.torch.randn(*shape, generator=self.gen).to(self.torch.bfloat16).to(self.device)
 
     def fp8(self, *shape):
+        """Random float8_e4m3fn values (the indexer's q and k)."""
         torch = self.torch
         return torch.randn(*shape, generator=self.gen).clamp(-4, 4).to(torch.float8_e4m3fn).to(self.device)
 
@@ -614,7 +616,7 @@ def _schedule_came_through(made: dict, used: dict) -> None:
     """The logits call got the schedule the metadata call made, unread and whole (CPU summaries)."""
     rows = made["schedule"].shape[0]
     assert used["schedule"].shape[0] == rows, f"schedule of {used['schedule'].shape[0]} rows, made {rows}"
-    assert torch_equal(used["schedule"], made["schedule"]), "the schedule reached the logits call changed"
+    assert _torch_equal(used["schedule"], made["schedule"]), "the schedule reached the logits call changed"
 
 
 def _brief(summary: dict) -> dict:
@@ -622,7 +624,7 @@ def _brief(summary: dict) -> dict:
     return {key: value for key, value in summary.items() if not hasattr(value, "shape")}
 
 
-def torch_equal(a, b) -> bool:
+def _torch_equal(a, b) -> bool:
     """Same shape and values (CPU tensors)."""
     import torch
 
@@ -677,7 +679,7 @@ def _mqa_ref(q, kv, weights, ks, ke, clean_logits, max_seqlen_k):
     return mqa_logits_reference(q, kv, weights, ks, ke, clean_logits, max_seqlen_k, dtype=torch.float64)
 
 
-def drive_vllm_indexer(report: Report, inputs: Inputs, recorder: Recorder, vdg, stand_ins: list) -> None:
+def drive_vllm_indexer(report: Report, inputs: Inputs, recorder: Recorder, vdg) -> None:
     """vLLM's DeepSeek-V3.2 indexer calls: ``vllm.utils.deep_gemm``'s ``fp8_fp4_mqa_logits``
     (prefill, as ``sparse_attn_indexer`` passes it), ``get_paged_mqa_logits_metadata`` (as the
     indexer metadata builder) and ``fp8_fp4_paged_mqa_logits`` (decode, next_n 1 and 2)."""
@@ -722,11 +724,11 @@ def drive_vllm_indexer(report: Report, inputs: Inputs, recorder: Recorder, vdg, 
                                                   max_model_len=max_len, indices=None)
             got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
             if got:
-                assert got[0]["num_sms"] == num_sms and torch_equal(got[0]["lens"], context.cpu()), _brief(got[0])
+                assert got[0]["num_sms"] == num_sms and _torch_equal(got[0]["lens"], context.cpu()), _brief(got[0])
                 _schedule_came_through(got[0], got[1])
                 assert (got[1]["next_n"], got[1]["heads"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
                     (next_n, INDEXER_HEADS, max_len, False), _brief(got[1])
-                assert torch_equal(got[1]["blocks"], table.cpu()), "the block table reached deep_tile changed"
+                assert _torch_equal(got[1]["blocks"], table.cpu()), "the block table reached deep_tile changed"
             _verify_logits(inputs, logits, lambda: _paged_ref(q, kv4, weights, context, table, max_len),
                            (len(lens) * next_n, max_len))
 
@@ -811,7 +813,7 @@ def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: li
         sms = vdg.get_num_sms()
         vdg.set_num_sms(sms)
         assert vdg.get_num_sms() == sms
-    drive_vllm_indexer(report, inputs, recorder, vdg, stand_ins)
+    drive_vllm_indexer(report, inputs, recorder, vdg)
     warm = None
     with report.check(engine, "import vllm.model_executor.warmup.deep_gemm_warmup"):
         import vllm.model_executor.warmup.deep_gemm_warmup as warm  # noqa: F811
@@ -987,7 +989,7 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
         if got:
             assert got[0] == {"groups": groups, "expected_m": 64}, got[0]
         _verify(inputs, recorder, [], lambda: [(d, _bf16_masked_ref(a, wb, masked_m))])
-    drive_sglang_indexer(report, inputs, recorder, stand_ins)
+    drive_sglang_indexer(report, inputs, recorder)
     kinds = compile_utils.DeepGemmKernelType
     compile_utils.disable_symmetric_memory_context = lambda: None
     compile_utils.restore_symmetric_memory_context = lambda saved: None
@@ -1033,7 +1035,7 @@ def _bf16_masked_ref(a, b, masked_m):
     return ref
 
 
-def drive_sglang_indexer(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: list) -> None:
+def drive_sglang_indexer(report: Report, inputs: Inputs, recorder: Recorder) -> None:
     """SGLang's DeepSeek-V3.2 (DSA / NSA) indexer calls: its resolvers in ``dsa.utils`` (which hand
     out deep_gemm's functions), the prefill ``fp8_mqa_logits`` as ``Indexer._get_topk_ragged``
     calls it, and the decode paths ``deepgemm_paged_mqa_logits_split`` (next_n 1) and
@@ -1103,11 +1105,11 @@ def drive_sglang_indexer(report: Report, inputs: Inputs, recorder: Recorder, sta
                 q4, blocks = q[:tokens].view(batch, next_n, INDEXER_HEADS, HEAD_DIM), expanded[::next_n]
             got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
             if got:
-                assert got[0]["num_sms"] == sm_count and torch_equal(got[0]["lens"], ctx.cpu()), _brief(got[0])
+                assert got[0]["num_sms"] == sm_count and _torch_equal(got[0]["lens"], ctx.cpu()), _brief(got[0])
                 _schedule_came_through(got[0], got[1])
                 assert (got[1]["batch"], got[1]["next_n"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
                     (q4.shape[0], next_n, max_len, False), _brief(got[1])
-                assert torch_equal(got[1]["blocks"], blocks.cpu()), "the block table reached deep_tile changed"
+                assert _torch_equal(got[1]["blocks"], blocks.cpu()), "the block table reached deep_tile changed"
             _verify_logits(inputs, logits, lambda: _paged_ref(q4, kv4, weights[:tokens], ctx, blocks, max_len),
                            (tokens, max_len))
 
