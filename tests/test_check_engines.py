@@ -39,6 +39,14 @@ def test_stub_values_behave_as_import_time_code_needs(tool):
 
     d = Derived(1, 2, key=3)
     assert d.value() == 7 and isinstance(d.missing, tool._Stub) and Derived[int] is Derived
+    assert isinstance(Derived.model_rebuild(), tool._Stub)  # a class attribute too (pydantic's, at import)
+
+    import abc
+
+    class Both(stub.Model, abc.ABC):  # a stub base beside ABC (vLLM's metrics models)
+        pass
+
+    assert isinstance(Both.missing, tool._Stub)
     with pytest.raises(AttributeError):
         stub.__wrapped__  # inspect.unwrap must not loop
 
@@ -185,3 +193,33 @@ def test_cpu_checks_run_without_a_cuda_stack():
                         ("masked with the single-batch-overlap signal", "ok"),
                         ("fails on purpose after a call and new settings", "FAIL: RuntimeError: on purpose"),
                         ("the next check", "ok")], outcomes
+
+
+def test_indexer_stand_ins_refuse_what_deep_tile_refuses(tool):
+    """The logits stand-ins fail on what deep_tile would refuse (an int flag, a 3-D context), and
+    the pass-through check fails on a schedule that changed on its way."""
+    import torch
+
+    deep_tile = type("deep_tile_stand_in", (), {})()
+    recorder = tool.Recorder()
+    recorder.install(deep_tile)
+    q = torch.zeros(4, 64, 128).to(torch.float8_e4m3fn)
+    kv = (torch.zeros(9, 128).to(torch.float8_e4m3fn), torch.ones(9))
+    ks, ke = torch.zeros(4, dtype=torch.int32), torch.full((4,), 9, dtype=torch.int32)
+    logits = deep_tile.fp8_mqa_logits(q, kv, torch.ones(4, 64), ks, ke, False, 5)
+    assert logits.shape == (4, 5) and recorder.calls[-1][1]["max_seqlen_k"] == 5
+    with pytest.raises(AssertionError, match="not a bool"):
+        deep_tile.fp8_mqa_logits(q, kv, torch.ones(4, 64), ks, ke, 5)
+    lens = torch.tensor([[70, 71]], dtype=torch.int32)
+    schedule = deep_tile.get_paged_mqa_logits_metadata(lens, 64, 132)
+    with pytest.raises(AssertionError):
+        deep_tile.get_paged_mqa_logits_metadata(lens[None], 64, 132)
+    q4 = torch.zeros(1, 2, 64, 128).to(torch.float8_e4m3fn)
+    cache = torch.zeros(3, 64, 1, 132, dtype=torch.uint8)
+    table = torch.zeros(1, 2, dtype=torch.int32)
+    deep_tile.fp8_paged_mqa_logits(q4, cache, torch.ones(2, 64), lens, table, schedule.clone(), 128)
+    made, used = recorder.calls[-2][1], recorder.calls[-1][1]
+    tool._schedule_came_through(made, used)
+    deep_tile.fp8_paged_mqa_logits(q4, cache, torch.ones(2, 64), lens, table, schedule.flip(0).contiguous(), 128)
+    with pytest.raises(AssertionError, match="changed"):
+        tool._schedule_came_through(made, recorder.calls[-1][1])

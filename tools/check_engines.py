@@ -25,18 +25,29 @@ What it does:
    by stand-ins, listed too. Then it imports the engines' DeepGEMM wrapper modules and calls their
    wrapper functions the way their layers do: dense FP8 linear, MoE contiguous (``m_indices``) and
    psum layouts inside the alignment scope, masked (with and without SGLang's overlap signal), the
-   alignment and layout helpers, and their warm-up code.
+   alignment and layout helpers, and their warm-up code; SGLang's BF16 entry points (dense with a
+   float32 out, contiguous, masked), their warm-ups and its batch-invariant ``bf16_gemm_nn`` (vLLM
+   calls no DeepGEMM BF16 name); and
+   DeepSeek-V3.2's lightning indexer (H 64, head dim 128, blocks of 64): vLLM's
+   ``fp8_fp4_mqa_logits`` (prefill, compressed logits), ``get_paged_mqa_logits_metadata`` and
+   ``fp8_fp4_paged_mqa_logits`` (decode, next_n 1 and 2, the schedule copied into the builder's
+   buffer), SGLang's ``dsa.utils`` resolvers, ``fp8_mqa_logits`` as its ragged prefill calls it,
+   and its paged ``split`` (next_n 1) and ``native`` (target verify, next_n 2) decode paths.
 
 Without a GPU the deep_tile kernels are replaced by recording stand-ins that check the tensors they
-get (shapes, dtypes, the psum ends) and the check verifies the recorded calls; with a GPU every call
-runs for real and each output is compared with deep_tile's float64 reference (NaN-poisoned outputs:
-rows the GEMM must not write stay NaN). Neither needs more than torch and deep_tile's base install:
+get (shapes, dtypes, the psum ends, DeepGEMM's asserts on the logits' arguments) and the check
+verifies the recorded calls and the values that reached deep_tile (the flags, ``max_seqlen_k``,
+the SM count, the block table, and the schedule: the metadata stand-in makes one no kernel would,
+and the logits call must get it unchanged); with a GPU every call runs for real and each output is
+compared with deep_tile's float64 reference (NaN-poisoned outputs: rows the GEMM must not write
+stay NaN; the logits where the reference has a value). Neither needs more than torch and deep_tile's base install:
 without cuda-bindings and NVRTC the CPU run checks all the same. Each check starts from the same
 state: the calls an earlier one recorded and the deep_gemm settings it changed, failed or not,
 do not reach it.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import importlib
@@ -176,9 +187,19 @@ class _Stub:
         return False
 
 
-class _StubBase:
+class _StubMeta(abc.ABCMeta):
+    """The type of :class:`_StubBase`: a missing class attribute is a stub too (pydantic's
+    ``Model.model_rebuild()`` at import); an ABCMeta, so a class may also derive from ``ABC``."""
+
+    def __getattr__(cls, name):
+        if name in PROTOCOL_DUNDERS:
+            raise AttributeError(name)
+        return _Stub(f"{cls.__name__}.{name}")
+
+
+class _StubBase(metaclass=_StubMeta):
     """What a class deriving from a stub derives from: takes any class keywords and any
-    constructor arguments; a missing attribute of an instance is a stub."""
+    constructor arguments; a missing attribute of an instance or of the class is a stub."""
 
     def __init_subclass__(cls, **kwargs):
         pass
@@ -352,7 +373,8 @@ class _Skip(Exception):
 
 class Recorder:
     """Stand-ins for deep_tile's kernels on a CPU: each call checks its tensors like deep_tile's
-    argument checks would (shapes, dtypes) and is recorded as (name, summary)."""
+    argument checks would (shapes, dtypes) and is recorded as (name, summary); the logits ones
+    return DeepGEMM's shapes (NaN), the paged metadata a marked schedule (kept in its summary)."""
 
     def __init__(self):
         self.calls: list[tuple[str, dict]] = []
@@ -388,8 +410,88 @@ class Recorder:
             self.calls.append(("m_grouped_fp8_gemm_masked", {"groups": a.shape[0], "expected_m": expected_m}))
             return out
 
+        def mqa_logits(q, kv, weights, ks, ke, clean_logits=True, max_seqlen_k=0):
+            # deep_tile's own type rules (it raises TypeError for a non-bool flag), then DeepGEMM's SM90 asserts
+            assert isinstance(clean_logits, bool), (
+                f"clean_logits is {type(clean_logits).__name__} {clean_logits!r}, not a bool (DeepGEMM's 6th "
+                "parameter is clean_logits, its 7th max_seqlen_k; deep_tile raises TypeError)")
+            assert isinstance(max_seqlen_k, int) and not isinstance(max_seqlen_k, bool) and max_seqlen_k >= 0
+            assert not (clean_logits and max_seqlen_k), "compressed logits (max_seqlen_k > 0) need clean_logits=False"
+            assert q.dtype == torch.float8_e4m3fn and q.dim() == 3 and q.shape[1] in (32, 64) and q.shape[2] == 128
+            assert q.is_contiguous(), q.stride()
+            kv_fp8, kv_scale = kv
+            assert kv_fp8.dtype == torch.float8_e4m3fn and kv_fp8.dim() == 2 and kv_fp8.shape[1] == 128
+            assert kv_scale.dtype == torch.float32 and tuple(kv_scale.shape) == (kv_fp8.shape[0],)
+            assert kv_fp8.is_contiguous() and kv_scale.is_contiguous()
+            m, heads = q.shape[:2]
+            assert weights.dtype == torch.float32 and tuple(weights.shape) == (m, heads) and weights.stride(1) == 1
+            for t in (ks, ke):
+                assert t.dtype == torch.int32 and tuple(t.shape) == (m,) and t.is_contiguous(), (t.dtype, t.shape)
+            self.calls.append(("fp8_mqa_logits", {"m": m, "n": kv_fp8.shape[0], "heads": heads,
+                                                  "clean_logits": clean_logits, "max_seqlen_k": max_seqlen_k}))
+            return torch.full((m, max_seqlen_k or kv_fp8.shape[0]), float("nan"), device=q.device)
+
+        def paged_metadata(context_lens, block_kv, num_sms):
+            assert context_lens.dtype == torch.int32 and context_lens.dim() == 2 and context_lens.is_contiguous()
+            assert block_kv == 64 and isinstance(num_sms, int) and num_sms >= 1, (block_kv, num_sms)
+            # a schedule no kernel would compute: the logits stand-in finds whether it came through unread
+            schedule = torch.arange(2 * num_sms + 2, dtype=torch.int32, device=context_lens.device).view(-1, 2) * 7 + 3
+            self.calls.append(("get_paged_mqa_logits_metadata", {
+                "lens": context_lens.cpu().clone(), "num_sms": num_sms, "schedule": schedule.cpu().clone()}))
+            return schedule
+
+        def paged_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+                         clean_logits=False):
+            assert isinstance(clean_logits, bool) and isinstance(max_context_len, int) and max_context_len >= 0
+            assert q.dtype == torch.float8_e4m3fn and q.dim() == 4 and q.shape[1] in (1, 2, 4)
+            assert q.shape[2] in (32, 64) and q.shape[3] == 128 and q.is_contiguous(), (q.shape, q.stride())
+            batch, next_n, heads = q.shape[:3]
+            assert kv_cache.dtype == torch.uint8 and kv_cache.dim() == 4 and tuple(kv_cache.shape[1:]) == (64, 1, 132)
+            assert kv_cache.stride(1) == 132 and kv_cache.stride(3) == 1, kv_cache.stride()
+            assert weights.dtype == torch.float32 and tuple(weights.shape) == (batch * next_n, heads)
+            assert weights.is_contiguous()
+            assert context_lens.dtype == torch.int32 and tuple(context_lens.shape) == (batch, next_n)
+            assert block_table.dtype == torch.int32 and block_table.dim() == 2 and block_table.shape[0] == batch
+            assert block_table.shape[1] == 1 or block_table.stride(1) == 1, block_table.stride()
+            assert schedule_meta.dtype == torch.int32 and schedule_meta.dim() == 2 and schedule_meta.shape[1] == 2
+            assert schedule_meta.is_contiguous()
+            self.calls.append(("fp8_paged_mqa_logits", {
+                "batch": batch, "next_n": next_n, "heads": heads, "max_context_len": max_context_len,
+                "clean_logits": clean_logits, "lens": context_lens.cpu().clone(),
+                "blocks": block_table.cpu().clone(), "schedule": schedule_meta.cpu().clone()}))
+            return torch.full((batch * next_n, max_context_len), float("nan"), device=q.device)
+
+        def bf16_gemm_nt(a, b, d, c=None):
+            assert a.dtype == b.dtype == torch.bfloat16 and a.dim() == b.dim() == 2 and a.shape[1] == b.shape[1]
+            assert d.dtype in (torch.bfloat16, torch.float32) and tuple(d.shape) == (a.shape[0], b.shape[0])
+            self.calls.append(("bf16_gemm_nt", {"m": a.shape[0], "n": b.shape[0], "k": a.shape[1], "d": d.dtype}))
+
+        def bf16_gemm_nn(a, b, d, c=None):
+            assert a.dtype == b.dtype == torch.bfloat16 and a.dim() == b.dim() == 2 and a.shape[1] == b.shape[0]
+            assert d.dtype in (torch.bfloat16, torch.float32) and tuple(d.shape) == (a.shape[0], b.shape[1])
+            self.calls.append(("bf16_gemm_nn", {"m": a.shape[0], "n": b.shape[1], "k": a.shape[1], "d": d.dtype}))
+
+        def bf16_contiguous(a, b, d, m_indices):
+            assert a.dtype == b.dtype == d.dtype == torch.bfloat16 and a.dim() == 2 and b.dim() == 3
+            assert b.shape[2] == a.shape[1] and tuple(d.shape) == (a.shape[0], b.shape[1])
+            assert m_indices.dtype == torch.int32 and tuple(m_indices.shape) == (a.shape[0],)
+            self.calls.append(("m_grouped_bf16_gemm_nt_contiguous", {"m": a.shape[0], "groups": b.shape[0]}))
+
+        def bf16_masked(a, b, d, masked_m, expected_m):
+            assert a.dtype == b.dtype == d.dtype == torch.bfloat16 and a.dim() == b.dim() == 3
+            assert b.shape[0] == a.shape[0] and b.shape[2] == a.shape[2]
+            assert tuple(d.shape) == (a.shape[0], a.shape[1], b.shape[1])
+            assert masked_m.dtype == torch.int32 and tuple(masked_m.shape) == (a.shape[0],)
+            assert isinstance(expected_m, int) and not isinstance(expected_m, bool)
+            self.calls.append(("m_grouped_bf16_gemm_nt_masked", {"groups": a.shape[0], "expected_m": expected_m}))
+
         for name, fn in (("fp8_gemm", fp8_gemm), ("m_grouped_fp8_gemm_contiguous", contiguous),
-                         ("m_grouped_fp8_gemm_psum", psum), ("m_grouped_fp8_gemm_masked", masked)):
+                         ("m_grouped_fp8_gemm_psum", psum), ("m_grouped_fp8_gemm_masked", masked),
+                         ("fp8_mqa_logits", mqa_logits), ("get_paged_mqa_logits_metadata", paged_metadata),
+                         ("fp8_paged_mqa_logits", paged_logits), ("bf16_gemm_nt", bf16_gemm_nt),
+                         ("bf16_gemm_nn", bf16_gemm_nn),
+                         ("m_grouped_bf16_gemm_nt_contiguous", bf16_contiguous),
+                         ("m_grouped_bf16_gemm_nt_masked", bf16_masked)):
             vars(deep_tile)[name] = fn
 
     def take(self) -> list[str]:
@@ -425,8 +527,30 @@ class Inputs:
         w, s = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
         return (w[0], s[0]) if groups == 0 else (w, s)
 
-    def out(self, *shape):
-        return self.torch.full(shape, float("nan"), dtype=self.torch.bfloat16, device=self.device)
+    def out(self, *shape, dtype=None):
+        return self.torch.full(shape, float("nan"), dtype=dtype or self.torch.bfloat16, device=self.device)
+
+    def bf16(self, *shape):
+        """A random bfloat16 operand."""
+        return self.torch.randn(*shape, generator=self.gen).to(self.torch.bfloat16).to(self.device)
+
+    def fp8(self, *shape):
+        """Random float8_e4m3fn values (the indexer's q and k)."""
+        torch = self.torch
+        return torch.randn(*shape, generator=self.gen).clamp(-4, 4).to(torch.float8_e4m3fn).to(self.device)
+
+    def f32(self, *shape, low=-1.0):
+        """float32 uniform in [low, 1) (indexer weights; scales with low > 0)."""
+        torch = self.torch
+        return (torch.rand(*shape, generator=self.gen) * (1 - low) + low).to(self.device)
+
+    def paged_cache(self, num_blocks):
+        """DeepGEMM's fused indexer cache as the engines allocate it, uint8 [num_blocks, 64 * 132]:
+        each block's 64 x 128 FP8 values, then its 64 float32 scales."""
+        torch = self.torch
+        values = self.fp8(num_blocks, 64 * 128).view(torch.uint8)
+        scales = self.f32(num_blocks, 64, low=0.5).view(torch.uint8)
+        return torch.cat([values, scales], dim=1).contiguous()
 
 
 def _verify(inputs: Inputs, recorder: Recorder, want: list[str], got_fn) -> None:
@@ -459,6 +583,156 @@ def _psum_case(inputs: Inputs, sizes: list, alignment: int):
     return inputs.torch.tensor(ends, dtype=inputs.torch.int32, device=inputs.device), m
 
 
+def _recorded(inputs: Inputs, recorder: Recorder, want: list[str]) -> "list[dict] | None":
+    """CPU: the recorded deep_tile calls must be ``want``; returns their summaries. GPU: None."""
+    if inputs.gpu:
+        return None
+    calls = list(recorder.calls)
+    recorder.calls.clear()
+    assert [name for name, _ in calls] == want, f"deep_tile calls {[name for name, _ in calls]}, expected {want}"
+    return [summary for _, summary in calls]
+
+
+def _verify_logits(inputs: Inputs, logits, ref_fn, shape: tuple) -> None:
+    """The logits have ``shape`` (float32); GPU: where ``ref_fn()`` (float64) is finite they match it
+    (calc_diff < 1e-3); entries it leaves -inf are DeepGEMM's unspecified columns, not compared."""
+    torch = inputs.torch
+    assert tuple(logits.shape) == shape and logits.dtype == torch.float32, (tuple(logits.shape), logits.dtype, shape)
+    if not inputs.gpu:
+        return
+    torch.cuda.synchronize()
+    from deep_tile.testing.numeric import calc_diff
+
+    ref = ref_fn()
+    real = torch.isfinite(ref)
+    assert real.any(), "the reference has no valid entry"
+    got = logits.double()[real]
+    assert int(torch.isnan(got).sum()) == 0, "valid logits are NaN"
+    diff = calc_diff(got, ref[real])
+    assert diff < 1e-3, f"calc_diff {diff:.2e} against the float64 reference"
+
+
+def _schedule_came_through(made: dict, used: dict) -> None:
+    """The logits call got the schedule the metadata call made, unread and whole (CPU summaries)."""
+    rows = made["schedule"].shape[0]
+    assert used["schedule"].shape[0] == rows, f"schedule of {used['schedule'].shape[0]} rows, made {rows}"
+    assert _torch_equal(used["schedule"], made["schedule"]), "the schedule reached the logits call changed"
+
+
+def _brief(summary: dict) -> dict:
+    """A recorded call's summary without its tensors (for a failure's message)."""
+    return {key: value for key, value in summary.items() if not hasattr(value, "shape")}
+
+
+def _torch_equal(a, b) -> bool:
+    """Same shape and values (CPU tensors)."""
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+INDEXER_HEADS, HEAD_DIM, BLOCK_KV = 64, 128, 64
+"""DeepSeek-V3.2's lightning indexer: 64 heads of 128, the paged cache in blocks of 64 tokens."""
+
+
+def _prefill_ranges(inputs: Inputs, lengths: list):
+    """Per query token of sequences with ``lengths`` (causal prefill, sequences' KV rows packed):
+    int32 ks, ke, the KV rows in all, the longest range."""
+    ks, ke, start = [], [], 0
+    for length in lengths:
+        ks += [start] * length
+        ke += [start + i + 1 for i in range(length)]
+        start += length
+    t = inputs.torch
+    return (t.tensor(ks, dtype=t.int32, device=inputs.device), t.tensor(ke, dtype=t.int32, device=inputs.device),
+            start, max(lengths))
+
+
+def _paged_case(inputs: Inputs, lens: list, next_n: int, num_blocks: int = 24):
+    """A decode batch of ``len(lens)`` sequences, ``next_n`` query tokens each: int32 context lengths
+    [B, next_n] (token t of a sequence of length L sees L - next_n + t + 1 rows), a block table
+    [B, max_blocks] of distinct blocks, the fused cache [num_blocks, 64 * 132]."""
+    torch = inputs.torch
+    rows = [[length - next_n + t + 1 for t in range(next_n)] for length in lens]
+    context = torch.tensor(rows, dtype=torch.int32, device=inputs.device)
+    max_blocks = -(-max(lens) // BLOCK_KV) + 1
+    order = torch.randperm(num_blocks, generator=inputs.gen)[:len(lens) * max_blocks]
+    table = order.view(len(lens), max_blocks).to(torch.int32).to(inputs.device)
+    return context, table, inputs.paged_cache(num_blocks)
+
+
+def _paged_ref(q, kv4, weights, context, table, max_len):
+    """The float64 reference of the paged logits (deep_tile's)."""
+    from deep_tile.paged_attention import paged_mqa_logits_reference
+
+    import torch
+
+    return paged_mqa_logits_reference(q, kv4, weights, context, table, max_len, dtype=torch.float64)
+
+
+def _mqa_ref(q, kv, weights, ks, ke, clean_logits, max_seqlen_k):
+    """The float64 reference of the prefill logits (deep_tile's)."""
+    from deep_tile.attention import mqa_logits_reference
+
+    import torch
+
+    return mqa_logits_reference(q, kv, weights, ks, ke, clean_logits, max_seqlen_k, dtype=torch.float64)
+
+
+def drive_vllm_indexer(report: Report, inputs: Inputs, recorder: Recorder, vdg) -> None:
+    """vLLM's DeepSeek-V3.2 indexer calls: ``vllm.utils.deep_gemm``'s ``fp8_fp4_mqa_logits``
+    (prefill, as ``sparse_attn_indexer`` passes it), ``get_paged_mqa_logits_metadata`` (as the
+    indexer metadata builder) and ``fp8_fp4_paged_mqa_logits`` (decode, next_n 1 and 2)."""
+    torch = inputs.torch
+    engine = "vllm"
+    sai = None
+    with report.check(engine, "import vllm.model_executor.layers.sparse_attn_indexer (the indexer layer)"):
+        import vllm.model_executor.layers.sparse_attn_indexer as sai  # noqa: F811
+
+        assert sai.fp8_fp4_mqa_logits is vdg.fp8_fp4_mqa_logits
+        assert sai.fp8_fp4_paged_mqa_logits is vdg.fp8_fp4_paged_mqa_logits
+    with report.check(engine, "fp8_fp4_mqa_logits (prefill: q=(q, None), compressed logits of max_seqlen_k)"):
+        ks, ke, n, max_k = _prefill_ranges(inputs, [37, 21])
+        q, kv = inputs.fp8(len(ks), INDEXER_HEADS, HEAD_DIM), (inputs.fp8(n, HEAD_DIM), inputs.f32(n, low=0.5))
+        weights = inputs.f32(len(ks), INDEXER_HEADS)
+        q_scale, weights = vdg.mqa_logits_mx_inputs(q, None, weights)  # the layer's adaptation (SM100 only)
+        logits = vdg.fp8_fp4_mqa_logits((q, q_scale), kv, weights, ks, ke, max_k)
+        got = _recorded(inputs, recorder, ["fp8_mqa_logits"])
+        if got:
+            assert (got[0]["clean_logits"], got[0]["max_seqlen_k"]) == (False, max_k), got[0]
+        _verify_logits(inputs, logits, lambda: _mqa_ref(q, kv, weights, ks, ke, False, max_k), (len(ks), max_k))
+    num_sms = 132  # the builder's num_compute_units on an H100 / H200
+    for next_n in (1, 2):
+        with report.check(engine, f"get_paged_mqa_logits_metadata + fp8_fp4_paged_mqa_logits (decode, next_n "
+                                  f"{next_n}, the builder's schedule buffer)"):
+            lens = [70, 3, 200]
+            context, table, cache = _paged_case(inputs, lens, next_n)
+            kv4 = (sai.kv_cache_as_quant_view if sai else lambda c, d, f: c.unsqueeze(-2))(
+                cache.view(-1, BLOCK_KV, HEAD_DIM + 4), HEAD_DIM, False)
+            if next_n == 1:  # a [B, 1] table that is a transposed view: their clone gives it a unit stride
+                table = table[:, :1].t().contiguous().t()
+                lens = [min(length, BLOCK_KV) for length in lens]
+                context = torch.tensor([[length] for length in lens], dtype=torch.int32, device=inputs.device)
+            buffer = torch.empty((num_sms + 1, 2), dtype=torch.int32, device=inputs.device)
+            made = vdg.get_paged_mqa_logits_metadata(context, BLOCK_KV, num_sms, indices=None)
+            schedule = buffer[:made.shape[0]]
+            schedule[:] = made
+            q = inputs.fp8(len(lens), next_n, INDEXER_HEADS, HEAD_DIM)
+            weights = inputs.f32(len(lens) * next_n, INDEXER_HEADS)
+            max_len = 256
+            logits = vdg.fp8_fp4_paged_mqa_logits((q, None), kv4, weights, context, table, schedule,
+                                                  max_model_len=max_len, indices=None)
+            got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
+            if got:
+                assert got[0]["num_sms"] == num_sms and _torch_equal(got[0]["lens"], context.cpu()), _brief(got[0])
+                _schedule_came_through(got[0], got[1])
+                assert (got[1]["next_n"], got[1]["heads"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
+                    (next_n, INDEXER_HEADS, max_len, False), _brief(got[1])
+                assert _torch_equal(got[1]["blocks"], table.cpu()), "the block table reached deep_tile changed"
+            _verify_logits(inputs, logits, lambda: _paged_ref(q, kv4, weights, context, table, max_len),
+                           (len(lens) * next_n, max_len))
+
+
 def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: list) -> None:
     import deep_tile
     torch = inputs.torch
@@ -477,7 +751,8 @@ def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: li
         for name in ("_fp8_gemm_nt_impl", "_grouped_impl", "_grouped_masked_impl",
                      "_get_mn_major_tma_aligned_tensor_impl", "_get_mk_alignment_for_contiguous_layout_impl",
                      "_get_theoretical_mk_alignment_for_contiguous_layout_impl",
-                     "_transform_sf_into_required_layout_impl"):
+                     "_transform_sf_into_required_layout_impl", "_fp8_fp4_mqa_logits_impl",
+                     "_fp8_fp4_paged_mqa_logits_impl", "_get_paged_mqa_logits_metadata_impl"):
             assert getattr(vdg, name) is not None, f"{name} is None"
     k, n = 512, 256
     with report.check(engine, "fp8_gemm_nt (dense FP8 linear)"):
@@ -538,6 +813,7 @@ def drive_vllm(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: li
         sms = vdg.get_num_sms()
         vdg.set_num_sms(sms)
         assert vdg.get_num_sms() == sms
+    drive_vllm_indexer(report, inputs, recorder, vdg)
     warm = None
     with report.check(engine, "import vllm.model_executor.warmup.deep_gemm_warmup"):
         import vllm.model_executor.warmup.deep_gemm_warmup as warm  # noqa: F811
@@ -676,6 +952,44 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
             assert got == want, (g, got, want)
         _verify(inputs, recorder, ["m_grouped_fp8_gemm_masked"],
                 lambda: [(d, deep_tile.ref_m_grouped_fp8_gemm_masked(a, sa, w1, w1s, masked_m))])
+    with report.check(engine, "gemm_nt_bf16bf16f32 (BF16 linear, float32 out: deep_gemm.bf16_gemm_nt)"):
+        a, b = inputs.bf16(77, k), inputs.bf16(n, k)
+        d = inputs.out(77, n, dtype=torch.float32)
+        entry.gemm_nt_bf16bf16f32(a, b, d)
+        got = _recorded(inputs, recorder, ["bf16_gemm_nt"])
+        if got:
+            assert got[0] == {"m": 77, "n": n, "k": k, "d": torch.float32}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, deep_tile.ref_bf16_gemm(a, b))])
+    with report.check(engine, "batch_invariant_ops._matmul_persistent_deepgemm (deep_gemm.bf16_gemm_nn, b [k, n])"):
+        from sglang.srt.batch_invariant_ops import batch_invariant_ops as bio
+
+        assert bio.deep_gemm is sys.modules["deep_gemm"]
+        a, b = inputs.bf16(77, k), inputs.bf16(k, n)
+        d = bio._matmul_persistent_deepgemm(a, b, torch.bfloat16)
+        got = _recorded(inputs, recorder, ["bf16_gemm_nn"])
+        if got:
+            assert got[0] == {"m": 77, "n": n, "k": k, "d": torch.bfloat16}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, deep_tile.ref_bf16_gemm(a, b.T))])
+    wb = inputs.bf16(groups, n, k)
+    with report.check(engine, "grouped_gemm_nt_bf16_contig (m_indices, a -1 block)"):
+        m_indices = torch.tensor([2] * 128 + [-1] * 128 + [0] * 128, dtype=torch.int32, device=inputs.device)
+        a = inputs.bf16(384, k)
+        d = inputs.out(384, n)
+        entry.grouped_gemm_nt_bf16_contig(a, wb, d, m_indices)
+        got = _recorded(inputs, recorder, ["m_grouped_bf16_gemm_nt_contiguous"])
+        if got:
+            assert got[0] == {"m": 384, "groups": groups}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, _bf16_contiguous_ref(a, wb, m_indices))])
+    with report.check(engine, "grouped_gemm_nt_bf16_masked"):
+        a = inputs.bf16(groups, 128, k)
+        masked_m = torch.tensor([5, 0, 128, 64], dtype=torch.int32, device=inputs.device)
+        d = inputs.out(groups, 128, n)
+        entry.grouped_gemm_nt_bf16_masked(a, wb, d, masked_m, 64)
+        got = _recorded(inputs, recorder, ["m_grouped_bf16_gemm_nt_masked"])
+        if got:
+            assert got[0] == {"groups": groups, "expected_m": 64}, got[0]
+        _verify(inputs, recorder, [], lambda: [(d, _bf16_masked_ref(a, wb, masked_m))])
+    drive_sglang_indexer(report, inputs, recorder)
     kinds = compile_utils.DeepGemmKernelType
     compile_utils.disable_symmetric_memory_context = lambda: None
     compile_utils.restore_symmetric_memory_context = lambda saved: None
@@ -686,14 +1000,118 @@ def drive_sglang(report: Report, inputs: Inputs, recorder: Recorder, stand_ins: 
         stand_ins.append("sglang compile_utils.torch: device='cuda' allocations on the CPU, cuda syncs no-ops")
     for kind, want in ((kinds.GEMM_NT_F8F8BF16, "fp8_gemm"),
                        (kinds.GROUPED_GEMM_NT_F8F8BF16_CONTIG, "m_grouped_fp8_gemm_contiguous"),
-                       (kinds.GROUPED_GEMM_NT_F8F8BF16_MASKED, "m_grouped_fp8_gemm_masked")):
+                       (kinds.GROUPED_GEMM_NT_F8F8BF16_MASKED, "m_grouped_fp8_gemm_masked"),
+                       (kinds.GEMM_NT_BF16BF16F32, "bf16_gemm_nt"),
+                       (kinds.GROUPED_GEMM_NT_BF16_CONTIG, "m_grouped_bf16_gemm_nt_contiguous"),
+                       (kinds.GROUPED_GEMM_NT_BF16_MASKED, "m_grouped_bf16_gemm_nt_masked")):
         with report.check(engine, f"warm-up: _compile_deep_gemm_one_type_all({kind.name}) with set_compile_mode"):
-            m_list = [1, 64, 128, 256] if kind != kinds.GROUPED_GEMM_NT_F8F8BF16_CONTIG else [128, 256]
+            contig = kind in (kinds.GROUPED_GEMM_NT_F8F8BF16_CONTIG, kinds.GROUPED_GEMM_NT_BF16_CONTIG)
+            m_list = [1, 64, 128, 256] if not contig else [128, 256]
             compile_utils._compile_deep_gemm_one_type_all(kind, n, k, groups, m_list)
             assert entry.deep_gemm.get_compile_mode() == 0  # restored
             if not inputs.gpu:
                 calls = recorder.take()
                 assert calls == [want] * len(m_list), calls
+
+
+def _bf16_contiguous_ref(a, b, m_indices):
+    """float64 ``a[i] @ b[m_indices[i]].T``; NaN where m_indices is -1 (rows the GEMM leaves)."""
+    import torch
+
+    ref = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=torch.float64, device=a.device)
+    for g in range(b.shape[0]):
+        rows = m_indices == g
+        ref[rows] = a[rows].double() @ b[g].double().T
+    return ref
+
+
+def _bf16_masked_ref(a, b, masked_m):
+    """float64 ``a[g, :masked_m[g]] @ b[g].T``; NaN past masked_m[g] (rows the GEMM leaves)."""
+    import torch
+
+    ref = torch.full((a.shape[0], a.shape[1], b.shape[1]), float("nan"), dtype=torch.float64, device=a.device)
+    for g, rows in enumerate(masked_m.tolist()):
+        ref[g, :rows] = a[g, :rows].double() @ b[g].double().T
+    return ref
+
+
+def drive_sglang_indexer(report: Report, inputs: Inputs, recorder: Recorder) -> None:
+    """SGLang's DeepSeek-V3.2 (DSA / NSA) indexer calls: its resolvers in ``dsa.utils`` (which hand
+    out deep_gemm's functions), the prefill ``fp8_mqa_logits`` as ``Indexer._get_topk_ragged``
+    calls it, and the decode paths ``deepgemm_paged_mqa_logits_split`` (next_n 1) and
+    ``_native`` (target verify, next_n 2) with the schedule of ``get_paged_mqa_logits_metadata``."""
+    torch = inputs.torch
+    engine = "sglang"
+    utils = paged = None
+    with report.check(engine, "dsa.utils resolvers: deep_gemm's fp8_mqa_logits, fp8_paged_mqa_logits, metadata, "
+                              "get_num_sms"):
+        import sglang.srt.layers.attention.dsa.utils as utils  # noqa: F811
+        import sglang.kernels.ops.attention.dsa.paged_mqa_logits as paged  # noqa: F811
+
+        dg = sys.modules["deep_gemm"]
+        assert not utils._use_torch_mqa_logits(), "SGLANG_FP8_PAGED_MQA_LOGITS_TORCH is set"
+        assert utils.resolve_fp8_mqa_logits_fn() is dg.fp8_mqa_logits
+        assert utils.resolve_fp8_paged_mqa_logits_fn() is dg.fp8_paged_mqa_logits
+        assert utils.resolve_paged_mqa_logits_metadata_fn() is dg.get_paged_mqa_logits_metadata
+        assert utils.resolve_num_sms() == dg.get_num_sms()
+    if utils is None:
+        return
+    pad_heads = None
+    with report.check(engine, "import dsa.dsa_indexer (Indexer._pad_heads_for_deep_gemm)"):
+        from sglang.srt.layers.attention.dsa.dsa_indexer import Indexer
+
+        pad_heads = Indexer._pad_heads_for_deep_gemm
+    with report.check(engine, "fp8_mqa_logits as Indexer._get_topk_ragged (prefill, clean_logits=False)"):
+        if pad_heads is None:
+            raise _Skip("dsa.dsa_indexer did not import")
+        ks, ke, n, _ = _prefill_ranges(inputs, [37, 21])
+        tokens = len(ks) + 3  # their q and weights carry padding rows past q_offset
+        q, kv = inputs.fp8(tokens, INDEXER_HEADS, HEAD_DIM), (inputs.fp8(n, HEAD_DIM), inputs.f32(n, low=0.5))
+        weights = inputs.f32(tokens, INDEXER_HEADS, 1).squeeze(-1)
+        q_offset = ks.shape[0]
+        q_padded, w_padded, _ = pad_heads(q[:q_offset], weights[:q_offset])
+        logits = utils.resolve_fp8_mqa_logits_fn()(q_padded, kv, w_padded, ks, ke, clean_logits=False)
+        assert logits.shape[0] == q_offset and logits.shape[1] == n  # their asserts
+        got = _recorded(inputs, recorder, ["fp8_mqa_logits"])
+        if got:
+            assert got[0] == {"m": q_offset, "n": n, "heads": INDEXER_HEADS, "clean_logits": False,
+                              "max_seqlen_k": 0}, got[0]
+        _verify_logits(inputs, logits, lambda: _mqa_ref(q_padded, kv, w_padded, ks, ke, False, 0), (q_offset, n))
+    sm_count = utils.resolve_num_sms()
+    for next_n, how in ((1, "deepgemm_paged_mqa_logits_split"), (2, "deepgemm_paged_mqa_logits_native")):
+        with report.check(engine, f"get_paged_mqa_logits_metadata + {how} (decode, next_n {next_n})"):
+            lens = [70, 3, 200]
+            batch = len(lens)
+            context, table, cache = _paged_case(inputs, lens, next_n)
+            tokens = batch * next_n
+            q = inputs.fp8(tokens + 2, INDEXER_HEADS, HEAD_DIM)  # [tokens, H, 128] with padding rows
+            weights = inputs.f32(tokens + 2, INDEXER_HEADS, 1).squeeze(2)
+            kv4 = cache.view(cache.shape[0], BLOCK_KV, 1, HEAD_DIM + 4)  # the layer's view of its 2-D pool
+            max_len = table.shape[1] * BLOCK_KV
+            if next_n == 1:
+                ctx = context.contiguous().view(-1, 1)
+                schedule = utils.resolve_paged_mqa_logits_metadata_fn()(ctx, BLOCK_KV, sm_count)
+                logits = paged.deepgemm_paged_mqa_logits_split(
+                    utils.resolve_fp8_paged_mqa_logits_fn(), q, kv4, weights, ctx, table, schedule, max_len,
+                    q_offset=tokens)
+                q4, blocks = q[:tokens].unsqueeze(1), table
+            else:  # target verify: the table repeated per draft token, de-expanded by their [::next_n]
+                ctx = context
+                schedule = utils.resolve_paged_mqa_logits_metadata_fn()(ctx, BLOCK_KV, sm_count)
+                expanded = table.repeat_interleave(next_n, dim=0)
+                logits = paged.deepgemm_paged_mqa_logits_native(
+                    utils.resolve_fp8_paged_mqa_logits_fn(), q, kv4, weights, ctx, expanded, schedule, max_len,
+                    q_offset=tokens, B=batch, next_n=next_n)
+                q4, blocks = q[:tokens].view(batch, next_n, INDEXER_HEADS, HEAD_DIM), expanded[::next_n]
+            got = _recorded(inputs, recorder, ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits"])
+            if got:
+                assert got[0]["num_sms"] == sm_count and _torch_equal(got[0]["lens"], ctx.cpu()), _brief(got[0])
+                _schedule_came_through(got[0], got[1])
+                assert (got[1]["batch"], got[1]["next_n"], got[1]["max_context_len"], got[1]["clean_logits"]) == \
+                    (q4.shape[0], next_n, max_len, False), _brief(got[1])
+                assert _torch_equal(got[1]["blocks"], blocks.cpu()), "the block table reached deep_tile changed"
+            _verify_logits(inputs, logits, lambda: _paged_ref(q4, kv4, weights[:tokens], ctx, blocks, max_len),
+                           (tokens, max_len))
 
 
 def deep_gemm_state(compat) -> list:
