@@ -10,6 +10,7 @@
 // The warpgroups meet only at the ring's barriers, so one's epilogue overlaps the other's MMAs.
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/mqa_logits_epilogue.cuh"
 #include "deep_tile/pipeline/pipeline_state.cuh"
 #include "deep_tile/ptx/address.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
@@ -134,36 +135,12 @@ DT_DEVICE void mqa_logits_ring(const TmaDescriptor* q_map, const TmaDescriptor* 
     const float scale1 = smem.scales[state.index][row_in_block + 8];
     const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[state.index] + group * 64 * 128));
     float acc[Mma::kNumAccum];
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k)  // head_dim 128 = 4 x k32; 32 bytes along the swizzled row each
-      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+    mqa_tile_mma<kMqaRingN>(kv_desc_lo, q_desc_lo, acc);
     ptx::mbarrier_arrive(&smem.empty[state.index]);  // its wgmmas and scale reads are done
 
     float v0[kQRows], v1[kQRows];
-#pragma unroll
-    for (int r = 0; r < kQRows; ++r) v0[r] = v1[r] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kMqaRingN / 8; ++n) {
-      const int r = (8 * n) / kNumHeads;  // the query row of columns 8n..8n+7
-      const float2 w = *reinterpret_cast<const float2*>(smem.weights + 8 * n + 2 * (lane & 3));
-      v0[r] = fmaf(fmaxf(acc[4 * n], 0.0f), w.x, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w.y, v0[r]));
-      v1[r] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w.x, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w.y, v1[r]));
-    }
-#pragma unroll
-    for (int r = 0; r < kQRows; ++r) {
-#pragma unroll
-      for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
-        v0[r] += __shfl_xor_sync(0xffffffffu, v0[r], offset);
-        v1[r] += __shfl_xor_sync(0xffffffffu, v1[r], offset);
-      }
-    }
+    mqa_head_sums<kMqaRingN, kNumHeads>(
+        acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(smem.weights + col); }, v0, v1);
     const int j0 = work.lo + b * kMqaRingBlockKV + row_in_block;
 #pragma unroll
     for (int r = 0; r < kQRows; ++r) {
@@ -173,16 +150,7 @@ DT_DEVICE void mqa_logits_ring(const TmaDescriptor* q_map, const TmaDescriptor* 
       for (int s = 0; s < 2; ++s) {
         const int j = j0 + 8 * s;
         const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
-        if (j >= seq_len_kv) continue;
-        const bool inside = max_int(raw_start[r], 0) <= j && j < end[r];
-        if (compressed_cols > 0) {
-          const int col = j - raw_start[r];  // DeepGEMM's compressed column: offset from the row's start
-          if (inside && col < compressed_cols) out_row[col] = value;
-        } else if (inside) {
-          out_row[j] = value;
-        } else if (clean) {
-          out_row[j] = neg_inf;
-        }
+        if (j < seq_len_kv) mqa_store_logit(out_row, j, value, raw_start[r], end[r], clean, compressed_cols);
       }
     }
   }

@@ -12,6 +12,7 @@
 // Steps whose query rows all miss the kv block skip the MMA (uniform across the CTA).
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/mqa_logits_epilogue.cuh"
 #include "deep_tile/ptx/address.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
 #include "deep_tile/ptx/tma.cuh"
@@ -118,37 +119,12 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
     if (i0 + kQRows < row_end) load_q(i0 + kQRows);  // the next step's q arrives during this one's math
 
     float acc[Mma::kNumAccum];
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
     __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < 4; ++k)  // head_dim 128 = 4 x k32; 32 bytes along the swizzled row each
-      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+    mqa_tile_mma<kMqaWgmmaN>(kv_desc_lo, q_desc_lo, acc);
 
     float v0[kQRows], v1[kQRows];
-#pragma unroll
-    for (int r = 0; r < kQRows; ++r) v0[r] = v1[r] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kMqaWgmmaN / 8; ++n) {
-      const int r = (8 * n) / kNumHeads;  // the query row of columns 8n..8n+7
-      const int col = 8 * n + 2 * (lane & 3);
-      const float w0 = smem.weights[col], w1 = smem.weights[col + 1];
-      v0[r] = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, v0[r]));
-      v1[r] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, v1[r]));
-    }
-#pragma unroll
-    for (int r = 0; r < kQRows; ++r) {
-#pragma unroll
-      for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
-        v0[r] += __shfl_xor_sync(0xffffffffu, v0[r], offset);
-        v1[r] += __shfl_xor_sync(0xffffffffu, v1[r], offset);
-      }
-    }
+    mqa_head_sums<kMqaWgmmaN, kNumHeads>(
+        acc, lane, [&](int col) { return make_float2(smem.weights[col], smem.weights[col + 1]); }, v0, v1);
     if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
 #pragma unroll
       for (int r = 0; r < kQRows; ++r) {
@@ -159,16 +135,7 @@ DT_DEVICE void mqa_logits_wgmma(const u8* __restrict__ q, const u8* __restrict__
         for (int s = 0; s < 2; ++s) {
           const int j = s == 0 ? j0 : j1;
           const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
-          if (j >= seq_len_kv) continue;
-          const bool inside = start[r] <= j && j < end[r];
-          if (compressed_cols > 0) {
-            const int col = j - raw_start[r];  // DeepGEMM's compressed column: offset from the row's start
-            if (inside && col < compressed_cols) out_row[col] = value;
-          } else if (inside) {
-            out_row[j] = value;
-          } else if (clean) {
-            out_row[j] = neg_inf;
-          }
+          if (j < seq_len_kv) mqa_store_logit(out_row, j, value, raw_start[r], end[r], clean, compressed_cols);
         }
       }
     }
