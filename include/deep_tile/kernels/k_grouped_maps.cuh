@@ -10,6 +10,7 @@
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
 #include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/scheduler/tile_scheduler.cuh"
 
 namespace deep_tile {
 
@@ -33,9 +34,9 @@ DT_DEVICE void write_group_map(TmaDescriptor* dst, const TmaDescriptor& tmpl, co
 /// Fill maps[2 g], maps[2 g + 1] for g < num_groups (<= kKGroupedMapsThreads; thread g writes
 /// group g's). Group g's K range is the K-grouped kind's (GroupTable::build_k_ranges: sizes
 /// clamped, running sum saturating at k), [begin, end); its blocks start at a[m * begin] and
-/// b[n * begin]. A group whose range starts or ends off a multiple of 16 (TMA's pitch and address
-/// alignment; the caller's error) keeps the host-built template (the whole [rows, k] view): the
-/// GEMM runs it as an empty group (Scheduler<kKGroupedBlocks>::k_range) and never reads its maps.
+/// b[n * begin]. A group that does not fit (k_grouped_block_fits; the caller's error) keeps the
+/// host-built template (the whole [rows, k] view): the GEMM runs it as an empty group
+/// (Scheduler<kKGroupedBlocks>::k_range) and never reads its maps.
 DT_DEVICE void write_k_grouped_maps(const TmaDescriptor& tmpl_a, const TmaDescriptor& tmpl_b, const u8* a,
                                     const u8* b, const int* __restrict__ sizes, int num_groups, int k, int m, int n,
                                     TmaDescriptor* __restrict__ maps) {
@@ -58,7 +59,7 @@ DT_DEVICE void write_k_grouped_maps(const TmaDescriptor& tmpl_a, const TmaDescri
   if (g >= num_groups) return;
   const int begin = g == 0 ? 0 : scan[g - 1], end = inclusive;
   const bool used = end > begin;
-  const bool aligned = (begin | end) % 16 == 0;  // the GEMM's own test (Scheduler<kKGroupedBlocks>::k_range)
+  const bool aligned = k_grouped_block_fits(begin, end);  // the GEMM's own test
   const bool replace = used && aligned;  // a misfit keeps the template: a valid map over the buffer, in bounds
   const u32 cols = static_cast<u32>(end - begin);
   const u64 a_offset = static_cast<u64>(m) * static_cast<u64>(begin);

@@ -673,6 +673,11 @@ struct Scheduler<Cfg, ProblemKind::kKGrouped> {
   DT_DEVICE u32 stage_tx_bytes() const { return stage_tx_bytes_for<Cfg>(m); }
 };
 
+/// kKGroupedBlocks: whether a group's token range [begin, end) is read through its own tensor maps:
+/// both ends on a multiple of 16 tokens (TMA's row pitch and address alignment; the map-table
+/// kernel, kernels/k_grouped_maps.cuh, writes maps for these groups only).
+DT_DEVICE bool k_grouped_block_fits(int begin, int end) { return (begin | end) % 16 == 0; }
+
 /// kKGroupedBlocks: the K-grouped tiles, K ranges and table as kKGrouped; A and B of tile `t` are
 /// read through its group's tensor maps, at K coordinates counted from the group's first token.
 template <class Cfg>
@@ -681,11 +686,11 @@ struct Scheduler<Cfg, ProblemKind::kKGroupedBlocks> : Scheduler<Cfg, ProblemKind
   /// The first token of tile `t`'s group (its block's column 0).
   DT_DEVICE int k_origin(const Tile<Cfg>& t) const { return this->table.row_begin[t.expert]; }
 
-  /// As kKGrouped's, but a group whose range starts or ends off a multiple of 16 tokens (the
-  /// caller's error: TMA's row pitch) runs as an empty group: its maps are never read.
+  /// As kKGrouped's, but a group that does not fit (k_grouped_block_fits; the caller's error) runs
+  /// as an empty group: its maps are never read.
   DT_DEVICE KRange k_range(const Tile<Cfg>& t) const {
     const int begin = this->table.row_begin[t.expert], end = this->table.row_end[t.expert];
-    if ((begin | end) % 16 != 0) return KRange{0, 0, 0, Cfg::kBlockK};
+    if (!k_grouped_block_fits(begin, end)) return KRange{0, 0, 0, Cfg::kBlockK};
     return Scheduler<Cfg, ProblemKind::kKGrouped>::k_range(t);
   }
 };
