@@ -31,6 +31,7 @@
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
+#include "deep_tile/ptx/cp_async.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
 
 #ifndef DT_CT_THREADS
@@ -357,13 +358,6 @@ DT_DEVICE void cast_tile(const Args& a) {
 // 16-byte cp.async (LDGSTS, zero-filled outside the tensor), kStages - 1 tiles ahead of the one
 // being quantised, so an SM keeps a tile's loads in flight per CTA while it converts and stores.
 
-DT_DEVICE void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-DT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-DT_DEVICE void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
 /// Byte offset of element (row, col) of a tile buffer: rows of 256 bytes whose 16-byte words are
 /// XOR-swizzled by bits 4-6 of the row, so the 8 rows 16 apart that a warp of the line column pass
 /// reads at once fall in 8 different bank groups (rows and 16-byte words stay whole).
@@ -389,7 +383,7 @@ DT_DEVICE void load_tile(const Args& a, const TileRows& rows, int tile_x, u32 bu
     const int row = row0 + r_first + 2 * k;
     const bool ok = row < rows.end && col < a.cols;  // cols % 16 == 0: a word is all inside or all outside
     const u16* src = ok ? a.x + static_cast<long long>(row) * a.cols + col : a.x;
-    cp_async_16(dst + 2 * k * (kTile * 2), src, ok ? 16u : 0u);
+    ptx::cp_async_16_zfill(dst + 2 * k * (kTile * 2), src, ok ? 16u : 0u);
   }
 }
 
@@ -524,7 +518,7 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
   for (int s = 0; s < kStages - 1; ++s) {  // prologue: the first kStages - 1 tiles of this CTA
     const int t = blockIdx.x + s * gridDim.x;
     if (t < tiles) load_nth_tile<kBlock>(a, groups, t, per_matrix, tiles_x, base + s * kTileBytes);
-    cp_async_commit();
+    ptx::cp_async_commit_group();
   }
   u32 stage_off = 0;  // byte offset of this iteration's buffer: stage * kTileBytes
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -532,9 +526,9 @@ DT_DEVICE void cast_tiles_pipelined(const Args& a) {
     const int ahead = tile + (kStages - 1) * gridDim.x;
     const u32 ahead_off = stage_off == 0 ? (kStages - 1) * kTileBytes : stage_off - kTileBytes;
     if (ahead < tiles) load_nth_tile<kBlock>(a, groups, ahead, per_matrix, tiles_x, base + ahead_off);
-    cp_async_commit();                  // one group per iteration, empty or not: the count below holds
-    cp_async_wait<kStages - 1>();       // this thread's copies of `tile` have landed
-    __syncthreads();                    // ... and every thread's
+    ptx::cp_async_commit_group();             // one group per iteration, empty or not: the count below holds
+    ptx::cp_async_wait_group<kStages - 1>();  // this thread's copies of `tile` have landed
+    __syncthreads();                          // ... and every thread's
     const int in_matrix = tile % per_matrix;
     const Args m = a.of<kBlock>(tile / per_matrix);
     cast_smem_tile<kBlock>(m, tile_bufs + stage_off, groups.rows_of(m, in_matrix / tiles_x), in_matrix / tiles_x,

@@ -13,6 +13,12 @@ DT_DEVICE void cp_async_16_zfill(void* smem_dst, const void* gmem_src, u32 src_b
                : "memory");
 }
 
+/// The same with `smem_dst` already a shared-memory address (a loop that steps one address).
+DT_DEVICE void cp_async_16_zfill(u32 smem_dst, const void* gmem_src, u32 src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_dst), "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+
 /// Close the group of this thread's copies issued since the last commit (an empty group counts too).
 DT_DEVICE void cp_async_commit_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
