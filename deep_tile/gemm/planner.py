@@ -67,19 +67,26 @@ def fit_clusters(config, kernel):
     return config if config.grid_size <= limit else dataclasses.replace(config, grid_size=limit)
 
 
+def _plan_of(problem, config, defines: dict, symbol: str, argument_specs) -> Plan:
+    """The plan of ``config``'s kernel (``defines``, ``symbol`` of the FP8 GEMM entry) for
+    ``problem``: its 2-CTA grid fitted to the device (:func:`fit_clusters`), its arguments
+    ``argument_specs(config, problem)``."""
+    from deep_tile.jit.loader import get_kernel
+
+    kernel = get_kernel(family.ENTRY, defines, symbol)
+    config = fit_clusters(config, kernel)
+    return Plan(problem, config, kernel, argument_specs(config, problem),
+                family.launch_grid(config, problem.rows, problem.n), family.cluster_size(config))
+
+
 def plan_for_config(config, problem, extra_defines=None) -> Plan:
     """The plan of ``config`` (a :class:`deep_tile.select.KernelConfig`) for ``problem`` (a
     :class:`deep_tile.gemm.problem.Problem`) on the current device, its kernel built with
     ``extra_defines`` added (not memoised). The config's a_scale variant and kind follow the
     problem's."""
-    from deep_tile.jit.loader import get_kernel
-
     config = config.for_problem(problem)
     defines = {**config.defines(), **family.probe_defines(extra_defines)}
-    kernel = get_kernel(family.ENTRY, defines, family.symbol(problem.kind))
-    config = fit_clusters(config, kernel)
-    return Plan(problem, config, kernel, family.argument_specs(config, problem),
-                family.launch_grid(config, problem.rows, problem.n), family.cluster_size(config))
+    return _plan_of(problem, config, defines, family.symbol(problem.kind), family.argument_specs)
 
 
 def select(problem, num_sms: int):
@@ -108,16 +115,12 @@ def plan_k_grouped_blocks(problem, num_sms: int, config=None) -> Plan:
     K-grouped kind (or ``config``, not memoised), its kernel built as
     ``ProblemKind::kKGroupedBlocks`` (:func:`deep_tile.kernels.fp8_gemm.k_grouped_blocks_defines`),
     its arguments :func:`deep_tile.kernels.fp8_gemm.k_grouped_blocks_argument_specs`."""
-    from deep_tile.jit.loader import get_kernel
-
     key = ("k_grouped_blocks", problem, num_sms, torch.cuda.current_device())
     found = _plans.get(key) if config is None else None
     if found is None:
         chosen = (config or select(problem, num_sms)).for_problem(problem)
-        kernel = get_kernel(family.ENTRY, family.k_grouped_blocks_defines(chosen), family.GROUPED_SYMBOL)
-        chosen = fit_clusters(chosen, kernel)
-        found = Plan(problem, chosen, kernel, family.k_grouped_blocks_argument_specs(chosen, problem),
-                     family.launch_grid(chosen, problem.rows, problem.n), family.cluster_size(chosen))
+        found = _plan_of(problem, chosen, family.k_grouped_blocks_defines(chosen), family.GROUPED_SYMBOL,
+                         family.k_grouped_blocks_argument_specs)
         if config is None:
             _plans[key] = found
     return found
@@ -130,15 +133,12 @@ def plan_signal(problem, num_sms: int, max_block_n: int, mode: int = family.SIGN
     :data:`deep_tile.kernels.fp8_gemm.SIGNAL_MODES` (when each counter is raised); its arguments are
     :func:`deep_tile.kernels.fp8_gemm.signal_argument_specs` (operands
     :data:`~deep_tile.kernels.fp8_gemm.SIGNAL_OPERANDS`)."""
-    from deep_tile.jit.loader import get_kernel
     from deep_tile.select.api import get_signal_config
 
     key = ("signal", problem, num_sms, max_block_n, mode, torch.cuda.current_device())
     found = _plans.get(key)
     if found is None:
         config = get_signal_config(problem, max_block_n, num_sms, mode).for_problem(problem)
-        kernel = get_kernel(family.ENTRY, {**config.defines(), family.SIGNAL_DEFINE: mode}, family.SIGNAL_SYMBOL)
-        config = fit_clusters(config, kernel)
-        found = _plans[key] = Plan(problem, config, kernel, family.signal_argument_specs(config, problem),
-                                   family.launch_grid(config, problem.rows, problem.n), family.cluster_size(config))
+        found = _plans[key] = _plan_of(problem, config, {**config.defines(), family.SIGNAL_DEFINE: mode},
+                                       family.SIGNAL_SYMBOL, family.signal_argument_specs)
     return found
