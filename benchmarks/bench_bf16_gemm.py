@@ -22,6 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
+from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
@@ -30,19 +31,6 @@ SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt
           "4096:7168:16384:nt:bf16", "4096:4096:7168:nt:bf16", "4096:7168:2048:nt:bf16", "128:2112:7168:nt:bf16",
           "1:4096:7168:nt:bf16", "4096:256:7168:nt:f32", "4096:2048:7168:nn:bf16", "7168:2048:4096:tn:f32:acc")
 """Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
-
-
-def load_deepgemm():
-    """DeepGEMM's module, or None when it is missing or is deep_tile's alias."""
-    try:
-        import deep_gemm
-    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
-        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile and cuBLAS")
-        return None
-    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, "bf16_gemm_nt"):
-        print("# deep_gemm is deep_tile's alias or lacks bf16_gemm_nt; timing deep_tile and cuBLAS")
-        return None
-    return deep_gemm
 
 
 def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:
@@ -91,7 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    dg = load_deepgemm()
+    dg = load_deepgemm("bf16_gemm_nt", "timing deep_tile and cuBLAS")
     copy_rate = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed")

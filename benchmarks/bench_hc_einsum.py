@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
+from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
 
@@ -43,19 +44,6 @@ EINSUM_SHAPES = tuple(f"bmk,bnk->mn:{s}x{m}x{n}x{k}:{dt}" for s in (129, 4096, 8
           for b in (4, 128, 4096))
 """Default ``expr:dims:dtype`` einsum cases (dims s x m x n x k, or b x h x r x d for the per-head
 expressions; DeepGEMM's test shapes)."""
-
-
-def load_deepgemm(name: str):
-    """DeepGEMM's module when it has ``name``, or None when it is missing or is deep_tile's alias."""
-    try:
-        import deep_gemm
-    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
-        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile alone")
-        return None
-    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, name):
-        print(f"# deep_gemm is deep_tile's alias or lacks {name}; timing deep_tile alone")
-        return None
-    return deep_gemm
 
 
 def rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:

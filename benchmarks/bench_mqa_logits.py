@@ -28,25 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
 from deep_tile.kernels import mqa_logits as contract  # noqa: E402
+from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
 
 SHAPES = ("2048:4096:causal", "2048:8192:causal", "4096:8192:causal", "4096:4096:causal",
           "64:32768:full", "128:65536:full", "128:16384:full")
 """Default ``S:S_kv:ranges`` cases (see the module doc)."""
-
-
-def load_deepgemm():
-    """DeepGEMM's module, or None when it is missing or is deep_tile's alias."""
-    try:
-        import deep_gemm
-    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
-        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile alone")
-        return None
-    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, "fp8_mqa_logits"):
-        print("# deep_gemm is deep_tile's alias or lacks fp8_mqa_logits; timing deep_tile alone")
-        return None
-    return deep_gemm
 
 
 def make(seq_len: int, seq_len_kv: int, heads: int, ranges: str, seed: int = 0) -> tuple:
@@ -137,7 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     max_rows = tuple(args.max_rows) if args.max_rows else (None,)
-    dg = load_deepgemm()
+    dg = load_deepgemm("fp8_mqa_logits")
     copy_rate = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed | H={args.heads}")

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import deep_tile  # noqa: E402
+from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
 from gpu_mqa_paged_cases import expected_logits, make_inputs  # noqa: E402
@@ -37,19 +38,6 @@ SHAPES = tuple(f"{b}:{n}:{h}:{kv}" for b, kv in ((256, 8192), (256, 65536), (409
 """Default ``B:next_n:H:avg_kv`` cases: DeepGEMM's SM90 test grid (see the module doc)."""
 REF_SEQUENCES = 4
 """Sequences whose rows are checked against the float64 formula before timing."""
-
-
-def load_deepgemm():
-    """DeepGEMM's module, or None when it is missing, is deep_tile's alias or lacks the paged names."""
-    try:
-        import deep_gemm
-    except Exception as exc:  # noqa: BLE001 (a broken build is as good as none here)
-        print(f"# deep_gemm not importable ({type(exc).__name__}: {exc}); timing deep_tile alone")
-        return None
-    if hasattr(deep_gemm, "install_alias") or not hasattr(deep_gemm, "fp8_paged_mqa_logits"):
-        print("# deep_gemm is deep_tile's alias or lacks fp8_paged_mqa_logits; timing deep_tile alone")
-        return None
-    return deep_gemm
 
 
 def inside_mask(context_lens: torch.Tensor, width: int) -> torch.Tensor:
@@ -112,7 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    dg = load_deepgemm()
+    dg = load_deepgemm("fp8_paged_mqa_logits")
     copy_rate = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed")
