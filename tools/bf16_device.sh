@@ -9,20 +9,7 @@
 # benchmarks/bench_bf16_gemm.py (DeepGEMM beside deep_tile when `import deep_gemm` finds it).
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export DEEP_TILE_CACHE_DIR=${DEEP_TILE_CACHE_DIR:-/tmp/dt_cache}
-OUT=${OUT:-/tmp/bf16_out}; mkdir -p "$OUT"
-PY=${PY:-python}
-start=$(date +%s)
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/info.log" 2>&1
-$PY -c "import torch, deep_tile; print(torch.__version__, torch.version.cuda)" >> "$OUT/info.log" 2>&1
-$PY -c "import deep_gemm; print('deep_gemm', getattr(deep_gemm, '__version__', '?'), deep_gemm.__file__)" \
-  >> "$OUT/info.log" 2>&1 || echo "deep_gemm: not importable (the benchmark runs without it)" >> "$OUT/info.log"
-
-run() {  # name limit command...: one stage under a timeout, its exit status in $OUT/name.rc
-  local name=$1 limit=$2; shift 2
-  ( timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc" ) &
-}
+. tools/family_device_lib.sh /tmp/bf16_out
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
