@@ -12,24 +12,24 @@ import gpu_hc_einsum_cases as hc  # noqa: E402
 import gpu_mqa_cases as mqa  # noqa: E402
 import gpu_mqa_paged_cases as paged  # noqa: E402
 
-runs = [
-    *(lambda design=design: [mqa.mqa(9, 300, 64, "wide", design=design),
-                             mqa.mqa(5, 200, 32, "random", clean=False, max_seqlen_k=150, design=design),
-                             mqa.mqa(40, 700, 64, "causal", design=design),
-                             mqa.mqa(3, 129, 32, "causal", clean=False, design=design)]
-      for design in ("ring", "wgmma")),
-    lambda: [paged.paged(5, 2, 64, 150, clean=True), paged.paged(6, 1, 32, 100, lengths="zero", clean=True),
-             paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True)],
-    lambda: [hc.hc(137, 24, 1024), hc.hc(70, 32, 256, num_splits=6),
-             hc.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20),
-             hc.hc(600, 24, 640, num_splits=3, num_sms=4),
-             hc.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
-             hc.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16")],
-    lambda: [bf16.dense(130, 264, 200, "nt"), bf16.dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
-             bf16.dense(70, 136, 72, "tt", block_n=64), bf16.dense(65, 128, 64, "nn", accumulate="c"),
-             bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136)],
+def mqa_cases(design: str) -> list:
+    return [mqa.mqa(9, 300, 64, "wide", design=design),
+            mqa.mqa(5, 200, 32, "random", clean=False, max_seqlen_k=150, design=design),
+            mqa.mqa(40, 700, 64, "causal", design=design), mqa.mqa(3, 129, 32, "causal", clean=False, design=design)]
+
+
+results = [
+    *mqa_cases("ring"), *mqa_cases("wgmma"),
+    paged.paged(5, 2, 64, 150, clean=True), paged.paged(6, 1, 32, 100, lengths="zero", clean=True),
+    paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True),
+    hc.hc(137, 24, 1024), hc.hc(70, 32, 256, num_splits=6),
+    hc.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20), hc.hc(600, 24, 640, num_splits=3, num_sms=4),
+    hc.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
+    hc.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16"),
+    bf16.dense(130, 264, 200, "nt"), bf16.dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
+    bf16.dense(70, 136, 72, "tt", block_n=64), bf16.dense(65, 128, 64, "nn", accumulate="c"),
+    bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136),
 ]
-results = [r for run in runs for r in run()]
 bad = [r for r in results if not r["ok"]]
 for r in results:
     print(r["case"], "ok" if r["ok"] else f"BAD {r}")
