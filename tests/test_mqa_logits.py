@@ -198,6 +198,13 @@ def test_compat_names_forward_to_deep_tile():
         deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke, logits_dtype=torch.bfloat16)
     with pytest.raises(TypeError):
         deep_gemm.fp8_fp4_mqa_logits(q, kv, w, ks, ke)
+    # DeepGEMM's newer binding (vendored by vLLM): max_seqlen_k sixth, compressed and not cleaned
+    max_k = int((ke - ks).max())
+    newer = deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke, max_k)
+    assert newer.shape == (4, max_k)
+    assert torch.equal(newer, deep_tile.fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=False, max_seqlen_k=max_k))
+    with pytest.raises(NotImplementedError, match="schedule_meta"):
+        deep_gemm.fp8_fp4_mqa_logits((q, None), kv, w, ks, ke, max_k, torch.zeros(2, dtype=torch.int32))
 
 
 # --------------------------------------------------------------------------------------------------

@@ -558,8 +558,17 @@ def fp8_fp4_mqa_logits(q, kv: Pair, weights: torch.Tensor, cu_seq_len_k_start: t
                        logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """DeepGEMM's ``fp8_fp4_mqa_logits`` with ``q = (q_fp8, None)``: :func:`fp8_mqa_logits`. FP4 ``q``
     (a scale tensor in ``q[1]``, SM100-only in DeepGEMM) and a ``logits_dtype`` other than float32
-    raise NotImplementedError."""
+    raise NotImplementedError.
+
+    An int (not a bool) as the sixth argument is read as DeepGEMM's newer binding reads it, the one
+    vLLM vendors and calls: ``(..., max_seqlen_k, schedule_meta=None)``, compressed logits of
+    ``max_seqlen_k`` columns, the tail not cleaned; ``schedule_meta`` must then be None."""
     fn = "fp8_fp4_mqa_logits"
+    if isinstance(clean_logits, int) and not isinstance(clean_logits, bool):
+        if not (max_seqlen_k is None or (type(max_seqlen_k) is int and max_seqlen_k == 0)):  # schedule_meta there
+            raise NotImplementedError(f"{fn}: with max_seqlen_k as the sixth argument (DeepGEMM's newer binding) "
+                                      "the seventh, schedule_meta, must be None.")
+        clean_logits, max_seqlen_k = False, clean_logits
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError(f"{fn}: q must be a pair (q, q_scale or None), as in DeepGEMM; got {type(q).__name__}.")
     if q[1] is not None:
