@@ -28,7 +28,7 @@ for r in results:
     print(r)
 assert all(r["ok"] for r in results)
 PYEOF
-run smoke 90 env DEEP_TILE_WATCHDOG=1 $PY "$OUT/san_case.py" ring persistent
+run smoke 60 env DEEP_TILE_WATCHDOG=1 $PY "$OUT/san_case.py" ring persistent
 wait
 run tests 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits.py
 if command -v compute-sanitizer > /dev/null; then
@@ -42,7 +42,7 @@ run bench_warm 150 $PY benchmarks/bench_mqa_logits.py --shapes 2048:4096:causal 
   --design ring persistent
 wait
 phase1=$(( $(date +%s) - start ))
-left=$(( 285 - phase1 )); [ "$left" -lt 60 ] && left=60
+left=$(( 290 - phase1 )); [ "$left" -lt 60 ] && left=60
 run bench "$left" $PY benchmarks/bench_mqa_logits.py --design ring persistent --iters 30 --json "$OUT/bench_mqa_logits.json"
 wait
 {

@@ -43,7 +43,7 @@ DT_MQA_LOGITS_RING_ENTRY(64)
 #include "deep_tile/kernels/mqa_logits_persistent.cuh"
 
 // deep_tile/kernels/mqa_logits.py PERSISTENT_SMEM_BYTES is this size (checked by tests/test_mqa_logits.py)
-static_assert(sizeof(deep_tile::MqaPersistSmem) == 169984, "MqaPersistSmem changed: update PERSISTENT_SMEM_BYTES");
+static_assert(sizeof(deep_tile::MqaPersistSmem) == 203776, "MqaPersistSmem changed: update PERSISTENT_SMEM_BYTES");
 
 #define DT_MQA_LOGITS_PERSISTENT_ENTRY(heads)                                                                    \
   extern "C" __global__ void __launch_bounds__(deep_tile::kMqaPersistThreads, 1)                                 \

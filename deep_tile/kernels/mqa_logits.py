@@ -76,7 +76,7 @@ RING_MIN_BLOCKS_PER_CTA = 4
 """The fewest kv blocks a ring CTA is split down to (its q tile and start-up paid over them)."""
 PERSISTENT_COLS = 256
 """Query rows x heads of a persistent item (``kMqaPersistCols``): ``256 / H`` query rows."""
-PERSISTENT_SMEM_BYTES = 169984
+PERSISTENT_SMEM_BYTES = 203776
 """Dynamic shared memory of a persistent CTA: ``sizeof(MqaPersistSmem)`` (the entry file asserts it)."""
 PERSISTENT_ARGUMENT_KINDS = RING_ARGUMENT_KINDS + ("i32",)
 """The persistent design's parameters: the ring's, then the kv splits per query block."""

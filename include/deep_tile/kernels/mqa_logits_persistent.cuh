@@ -3,7 +3,7 @@
 //
 // One CTA per SM walks work items (a query block of 256 / H rows and a share of its kv blocks) in a
 // snake order, heaviest query blocks first, so causal ranges end together. A producer warp
-// publishes each item through one of two q stages (the rows' ranges, weights and the q tile of 256
+// publishes each item through one of three q stages (the rows' ranges, weights and the q tile of 256
 // columns, the next item's loading during the current one) and streams the kv blocks of 128 rows
 // with their scales through a TMA ring. Four math warpgroups share every kv block: warpgroup w
 // takes kv rows 64 (w % 2) .. + 64 against query columns 128 (w / 2) .. + 128 (one m64n128k32
@@ -21,7 +21,7 @@
 namespace deep_tile {
 
 constexpr int kMqaPersistStages = 6;   // kv blocks in flight
-constexpr int kMqaPersistQStages = 2;  // the next item's q tile loads during the current one
+constexpr int kMqaPersistQStages = 3;  // the next items' q tiles load during the current one (short causal items)
 constexpr int kMqaPersistBlockKV = 128;
 constexpr int kMqaPersistCols = 256;  // query rows x heads of an item: two wgmma N halves
 constexpr int kMqaPersistMathThreads = 512;
