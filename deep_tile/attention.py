@@ -166,10 +166,10 @@ def fp8_mqa_logits(q: torch.Tensor, kv: Sequence[torch.Tensor], weights: torch.T
             logits.fill_(float("-inf"))  # no kv row: every column is outside the range
         return logits
     design = contract.DESIGN
-    if design == "ring" and kv_scale.data_ptr() % 16:
+    if design in ("ring", "persistent") and kv_scale.data_ptr() % 16:
         design = "wgmma"  # TMA reads kv_scale from a 16-byte boundary only
-    if design == "ring":
-        _launch_ring(q, kv_fp8, kv_scale, weights, ks, ke, logits, stride, clean_logits, max_seqlen_k)
+    if design in ("ring", "persistent"):
+        _launch_tma(design, q, kv_fp8, kv_scale, weights, ks, ke, logits, stride, clean_logits, max_seqlen_k)
         return logits
     rows_per_cta = contract.rows_per_cta(seq_len, seq_len_kv, get_num_sms(), num_heads, design)
     values = (q.data_ptr(), kv_fp8.data_ptr(), kv_scale.data_ptr(), weights.data_ptr(), weights.stride(0),
@@ -181,22 +181,31 @@ def fp8_mqa_logits(q: torch.Tensor, kv: Sequence[torch.Tensor], weights: torch.T
     return logits
 
 
-def _launch_ring(q, kv_fp8, kv_scale, weights, ks, ke, logits, stride: int, clean_logits: bool,
-                 max_seqlen_k: int) -> None:
-    """The ring design's launch: tensor maps of q ([seq_len * H, 128] bytes), kv ([seq_len_kv,
-    128] bytes, both 128B-swizzled boxes of 128 rows) and kv_scale (one row of floats, boxes of 128)."""
+def _launch_tma(design: str, q, kv_fp8, kv_scale, weights, ks, ke, logits, stride: int, clean_logits: bool,
+                max_seqlen_k: int) -> None:
+    """The ring or persistent design's launch: tensor maps of q ([seq_len * H, 128] bytes, boxes of
+    128 rows for the ring, 256 for the persistent design), kv ([seq_len_kv, 128] bytes, boxes of 128
+    rows; both 128B-swizzled) and kv_scale (one row of floats, boxes of 128)."""
     seq_len, num_heads, _ = q.shape
     seq_len_kv = kv_fp8.shape[0]
+    q_box = contract.PERSISTENT_COLS if design == "persistent" else contract.WGMMA_N
     q_map = encode_2d(q.data_ptr(), "uint8", contract.HEAD_DIM, seq_len * num_heads, contract.HEAD_DIM,
-                      contract.HEAD_DIM, contract.WGMMA_N, 128, 256)
+                      contract.HEAD_DIM, q_box, 128, 256)
     kv_map = encode_2d(kv_fp8.data_ptr(), "uint8", contract.HEAD_DIM, seq_len_kv, contract.HEAD_DIM,
                        contract.HEAD_DIM, contract.BLOCK_KV["ring"], 128, 256)
     scale_map = encode_2d(kv_scale.data_ptr(), "float32", seq_len_kv, 1, align_up(4 * seq_len_kv, 16),
                           contract.BLOCK_KV["ring"], 1, 0, 0)
-    splits = contract.ring_splits(seq_len, seq_len_kv, get_num_sms(), num_heads)
-    rows = contract.rows_per_cta(seq_len, seq_len_kv, get_num_sms(), num_heads, "ring")
+    num_sms = get_num_sms()
+    rows = contract.rows_per_cta(seq_len, seq_len_kv, num_sms, num_heads, design)
     values = (q_map, kv_map, scale_map, weights.data_ptr(), weights.stride(0), ks.data_ptr(), ke.data_ptr(),
               logits.data_ptr(), seq_len, seq_len_kv, stride, int(clean_logits), max_seqlen_k)
-    launch_small_kernel(contract.ENTRY, contract.symbol(num_heads, "ring"), contract.RING_ARGUMENT_KINDS, values,
-                        contract.grid(seq_len, seq_len_kv, rows, "ring", splits), contract.BLOCK_THREADS["ring"],
-                        q.device, contract.RING_SMEM_BYTES)
+    if design == "persistent":
+        splits = contract.persistent_splits(seq_len, seq_len_kv, num_sms, num_heads)
+        kinds, smem = contract.PERSISTENT_ARGUMENT_KINDS, contract.PERSISTENT_SMEM_BYTES
+        values += (splits,)
+    else:
+        splits = contract.ring_splits(seq_len, seq_len_kv, num_sms, num_heads)
+        kinds, smem = contract.RING_ARGUMENT_KINDS, contract.RING_SMEM_BYTES
+    launch_small_kernel(contract.ENTRY, contract.symbol(num_heads, design), kinds, values,
+                        contract.grid(seq_len, seq_len_kv, rows, design, splits, num_sms),
+                        contract.BLOCK_THREADS[design], q.device, smem)

@@ -133,9 +133,16 @@ def test_contract_geometry(design):
     assert len(contract.ARGUMENT_KINDS) == 14
     for heads in contract.HEADS:
         step = contract.rows_step(heads, design)
-        assert step == (1 if design == "cuda_core" else 128 // heads)
+        assert step == {"cuda_core": 1, "persistent": 256 // heads}.get(design, 128 // heads)
         for seq_len, seq_len_kv in ((1, 1), (64, 65536), (4096, 8192), (257, 1000), (300000, 128), (0, 0)):
             rows = contract.rows_per_cta(seq_len, seq_len_kv, 132, heads, design)
+            if design == "persistent":  # one CTA per SM (at most one per item) over the items
+                splits = contract.persistent_splits(seq_len, seq_len_kv, 132, heads)
+                gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design, splits, 132)
+                items = max(1, -(-seq_len // rows)) * splits
+                assert rows == 256 // heads and (gx, gy, gz) == (min(items, 132), 1, 1)
+                assert 1 <= splits <= max(1, -(-seq_len_kv // 128))
+                continue
             if design == "ring":  # one block of query rows per CTA; its kv blocks split over grid[1]
                 splits = contract.ring_splits(seq_len, seq_len_kv, 132, heads)
                 gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design, splits)
@@ -146,6 +153,19 @@ def test_contract_geometry(design):
             assert rows >= 1 and rows % step == 0 and gy <= contract.MAX_GRID_Y and gz == 1
             assert gx * contract.BLOCK_KV[design] >= seq_len_kv and gy * rows >= seq_len
         assert contract.rows_per_cta(4096, 8192, 132, heads, design) <= contract.MAX_ROWS_PER_CTA
+
+
+@pytest.mark.parametrize("seq_len,seq_len_kv,heads,want", [
+    (2048, 4096, 64, 1),    # prefill: 512 query blocks already fill the SMs several times
+    (64, 32768, 64, 8),     # decode: 16 query blocks x 8 splits = 128 CTAs of 32 kv blocks
+    (128, 65536, 64, 4),    # 32 query blocks x 4 splits
+    (1, 128, 32, 1),        # one kv block cannot split
+])
+def test_persistent_splits_fill_the_sms(seq_len, seq_len_kv, heads, want):
+    splits = contract.persistent_splits(seq_len, seq_len_kv, 132, heads)
+    assert splits == want
+    items = -(-seq_len // (256 // heads)) * splits
+    assert items <= 132 or items >= 4 * 132 or splits == 1
 
 
 SYMBOLS = [contract.symbol(h, d) for d in contract.DESIGNS for h in contract.HEADS]
@@ -159,6 +179,9 @@ def test_ring_shared_memory_matches_the_entry():
 
     source = paths.entry_path(contract.ENTRY).read_text()
     assert re.search(r"sizeof\(deep_tile::MqaRingSmem\) == (\d+)", source).group(1) == str(contract.RING_SMEM_BYTES)
+    assert re.search(r"sizeof\(deep_tile::MqaPersistSmem\) == (\d+)", source).group(1) == \
+        str(contract.PERSISTENT_SMEM_BYTES)
+    assert contract.PERSISTENT_SMEM_BYTES <= 227 * 1024  # one CTA per SM
 
 
 @pytest.mark.parametrize("name", compiler_params())
@@ -228,6 +251,14 @@ GPU_CASES = [
     dict(seq_len=5, seq_len_kv=0, heads=32, ranges="empty"),
     dict(seq_len=0, seq_len_kv=1000, heads=64, ranges="random"),
     dict(seq_len=1024, seq_len_kv=8192, heads=64, ranges="causal"),
+    # the persistent design: several items per CTA (ranges off multiples of 4, rows past seq_len in
+    # the last item), many kv splits, splits with the compressed form, items with no kv block
+    dict(seq_len=1101, seq_len_kv=3000, heads=32, ranges="random"),
+    dict(seq_len=2051, seq_len_kv=2500, heads=64, ranges="causal"),
+    dict(seq_len=1030, seq_len_kv=1500, heads=32, ranges="causal", clean=False),
+    dict(seq_len=3, seq_len_kv=20000, heads=64, ranges="wide"),
+    dict(seq_len=9, seq_len_kv=9001, heads=32, ranges="random", clean=False, max_seqlen_k=5000),
+    dict(seq_len=601, seq_len_kv=1000, heads=64, ranges="empty"),
 ]
 
 

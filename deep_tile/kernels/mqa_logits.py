@@ -11,19 +11,26 @@ count each:
   and two warpgroups (64 rows each) per CTA, ``128 / H`` query rows per step;
 - ``"ring"`` (include/deep_tile/kernels/mqa_logits_ring.cuh): the same wgmmas with ``128 / H`` query
   rows fixed per CTA and their kv blocks streamed through a TMA ring (tensor maps, dynamic shared
-  memory), the blocks of each query block split over ``grid[1]`` CTAs (:func:`ring_splits`).
+  memory), the blocks of each query block split over ``grid[1]`` CTAs (:func:`ring_splits`);
+- ``"persistent"`` (include/deep_tile/kernels/mqa_logits_persistent.cuh): one CTA per SM walking
+  items of ``256 / H`` query rows (two wgmma N halves) by a share of their kv blocks
+  (:func:`persistent_splits`), heaviest first in a snake order, four math warpgroups sharing each
+  streamed kv block and the next item's q tile loading during the current one.
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from deep_tile.common import align_up, ceil_div
 
 __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "DESIGNS", "DESIGN", "BLOCK_KV", "BLOCK_THREADS", "WGMMA_N",
            "MAX_ROWS_PER_CTA", "CTAS_PER_SM_TARGET", "MAX_GRID_Y", "ARGUMENT_KINDS", "RING_ARGUMENT_KINDS",
-           "RING_SMEM_BYTES", "RING_CTAS_PER_SM", "RING_MIN_BLOCKS_PER_CTA", "symbol", "rows_step", "rows_per_cta",
-           "ring_splits", "grid"]
+           "RING_SMEM_BYTES", "RING_CTAS_PER_SM", "RING_MIN_BLOCKS_PER_CTA", "PERSISTENT_COLS",
+           "PERSISTENT_SMEM_BYTES", "PERSISTENT_ARGUMENT_KINDS", "PERSISTENT_ITEM_OVERHEAD", "symbol", "rows_step",
+           "rows_per_cta", "ring_splits", "persistent_splits", "grid"]
 
 ENTRY = "mqa_logits"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -31,17 +38,19 @@ HEAD_DIM = 128
 """The one head dimension the kernels take."""
 HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
-DESIGNS = ("cuda_core", "wgmma", "ring")
+DESIGNS = ("cuda_core", "wgmma", "ring", "persistent")
 """The kernel designs (module doc)."""
-DESIGN = "ring"
-"""The design :func:`deep_tile.fp8_mqa_logits` launches: the ring, the fastest on every measured shape
-(docs/design.md §3.3); it falls back to ``"wgmma"`` when ``kv_scale`` is not 16-byte aligned."""
-BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128}
+DESIGN = "persistent"
+"""The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one (half the L2 traffic per
+FLOP of the ring and no causal tail; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"``
+when ``kv_scale`` is not 16-byte aligned."""
+BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
 ``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288}
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544}
 """Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups;
-``kMqaRingThreads``: two math warpgroups and the producer warp)."""
+``kMqaRingThreads``: two math warpgroups and the producer warp; ``kMqaPersistThreads``: four
+math warpgroups and the producer warp)."""
 WGMMA_N = 128
 """Query rows x heads per wgmma step (``kMqaWgmmaN``): a step takes ``WGMMA_N / H`` query rows."""
 MAX_ROWS_PER_CTA = 16
@@ -65,6 +74,14 @@ RING_CTAS_PER_SM = 2
 """Ring CTAs resident per SM (registers and shared memory): the kv split aims at two waves of them."""
 RING_MIN_BLOCKS_PER_CTA = 4
 """The fewest kv blocks a ring CTA is split down to (its q tile and start-up paid over them)."""
+PERSISTENT_COLS = 256
+"""Query rows x heads of a persistent item (``kMqaPersistCols``): ``256 / H`` query rows."""
+PERSISTENT_SMEM_BYTES = 203776
+"""Dynamic shared memory of a persistent CTA: ``sizeof(MqaPersistSmem)`` (the entry file asserts it)."""
+PERSISTENT_ARGUMENT_KINDS = RING_ARGUMENT_KINDS + ("i32",)
+"""The persistent design's parameters: the ring's, then the kv splits per query block."""
+PERSISTENT_ITEM_OVERHEAD = 2
+"""An item's fixed cost in kv blocks (its ranges, first block's latency, -inf fill) for the split choice."""
 
 
 def _design(design) -> str:
@@ -84,7 +101,10 @@ def symbol(num_heads: int, design: str | None = None) -> str:
 
 def rows_step(num_heads: int, design: str | None = None) -> int:
     """Query rows a CTA takes at a time: ``rows_per_cta`` is a multiple of it."""
-    return 1 if _design(design) == "cuda_core" else WGMMA_N // num_heads
+    design = _design(design)
+    if design == "persistent":
+        return PERSISTENT_COLS // num_heads
+    return 1 if design == "cuda_core" else WGMMA_N // num_heads
 
 
 def rows_per_cta(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 64, design: str | None = None) -> int:
@@ -93,7 +113,7 @@ def rows_per_cta(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 6
     the grid's y limit."""
     design = _design(design)
     step = rows_step(num_heads, design)
-    if design == "ring":  # one block of query rows per CTA
+    if design in ("ring", "persistent"):  # one block of query rows per CTA (per item)
         return step
     kv_blocks = max(1, ceil_div(seq_len_kv, BLOCK_KV[design]))
     row_blocks = ceil_div(CTAS_PER_SM_TARGET * max(1, num_sms), kv_blocks)
@@ -112,10 +132,33 @@ def ring_splits(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 64
     return max(1, min(want, kv_blocks // RING_MIN_BLOCKS_PER_CTA, MAX_GRID_Y))
 
 
-def grid(seq_len: int, seq_len_kv: int, rows: int, design: str | None = None, splits: int = 1) -> tuple:
+@lru_cache(maxsize=256)
+def persistent_splits(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 64) -> int:
+    """kv splits per persistent query block: the count whose items (query blocks x splits) over
+    ``num_sms`` CTAs give the fewest kv blocks (plus PERSISTENT_ITEM_OVERHEAD per item) on the
+    busiest CTA, taking the kv of every row whole (the ranges are on the device); ties: fewer splits."""
+    q_blocks = max(1, ceil_div(seq_len, PERSISTENT_COLS // num_heads))
+    kv_blocks = max(1, ceil_div(seq_len_kv, BLOCK_KV["persistent"]))
+    sms = max(1, num_sms)
+    best, best_cost = 1, None
+    for splits in range(1, min(kv_blocks, MAX_GRID_Y) + 1):
+        cost = ceil_div(q_blocks * splits, sms) * (ceil_div(kv_blocks, splits) + PERSISTENT_ITEM_OVERHEAD)
+        if best_cost is None or cost < best_cost:
+            best, best_cost = splits, cost
+        if q_blocks * splits >= 64 * sms:  # more splits only add turns
+            break
+    return best
+
+
+def grid(seq_len: int, seq_len_kv: int, rows: int, design: str | None = None, splits: int = 1,
+         num_sms: int = 0) -> tuple:
     """(x, y, z): kv blocks by query-row blocks of ``rows`` (at least one each); the ring design:
-    query-row blocks by ``splits``."""
+    query-row blocks by ``splits``; the persistent design: one CTA per SM (``num_sms``), at most one
+    per item (query-row blocks times ``splits``)."""
     design = _design(design)
+    if design == "persistent":
+        items = max(1, ceil_div(seq_len, rows)) * max(1, splits)
+        return (max(1, min(items, num_sms)), 1, 1)
     if design == "ring":
         return (max(1, ceil_div(seq_len, rows)), max(1, splits), 1)
     return (max(1, ceil_div(seq_len_kv, BLOCK_KV[design])), max(1, ceil_div(seq_len, rows)), 1)
