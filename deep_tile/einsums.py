@@ -26,10 +26,14 @@ in torch.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
+from deep_tile.gemm.dense import fp8_gemm
+from deep_tile.gemm.layouts import get_tma_aligned_a_scale
 from deep_tile.gemm.grouped import m_grouped_fp8_gemm_masked
 from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
@@ -37,7 +41,8 @@ from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import einsum as contract
 from deep_tile.pdl import get_pdl
 
-__all__ = ["einsum", "fp8_einsum", "EXPRESSIONS", "FP8_EXPRESSIONS", "FP8_RECIPE"]
+__all__ = ["einsum", "fp8_einsum", "EXPRESSIONS", "FP8_EXPRESSIONS", "FP8_RECIPE", "BH_PATHS", "FP8_PATHS",
+           "BH_PATH_ENV", "FP8_PATH_ENV"]
 
 EXPRESSIONS = ("bmk,bnk->mn", "bhr,hdr->bhd", "bhd,hdr->bhr")
 """The expressions :func:`einsum` takes (DeepGEMM's on SM90)."""
@@ -47,6 +52,21 @@ FP8_RECIPE = (1, 128, 128)
 """The one scaling recipe of :func:`fp8_einsum` on SM90: 1x128 scales for x, 128x128 for y."""
 _I32_MAX = 2**31 - 1
 _MAX_HEADS = 512  # the masked grouped GEMM's most groups
+BH_PATH_ENV = "DEEP_TILE_BH_EINSUM"
+"""Environment variable choosing how the per-head bf16 expressions run on CUDA (:data:`BH_PATHS`)."""
+BH_PATHS = ("bmm", "heads", "torch")
+"""``bmm`` (default): one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
+nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided per-head views;
+``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation)."""
+FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
+"""Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
+FP8_PATHS = ("auto", "heads", "masked", "copy")
+"""``heads``: deep_tile's dense FP8 GEMM once per head, reading x and writing d in place (strided
+per-head views; only the scales of x are copied, once for all heads); ``masked``: the masked
+grouped FP8 GEMM on head-major copies of x (and c), moved in 8-byte words, its output moved into
+d likewise; ``copy``: the first implementation (the same with torch's element-wise copies and a
+fresh masked_m per call); ``auto`` (default): ``heads`` when one head's 128 x 128 tiles fill the
+SMs, else ``masked``."""
 
 
 def _fail(fn: str, message: str, error=ValueError):
@@ -171,7 +191,42 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
             d.copy_(workspace)
         return
     _check_bh(expr, a, b, d, c)
-    d.copy_(torch.einsum(expr, a, b))
+    path = _env_path(BH_PATH_ENV, BH_PATHS, "bmm")
+    if not a.is_cuda or path == "torch" or 0 in a.shape or 0 in d.shape or b.shape[1] == 0 or b.shape[2] == 0:
+        d.copy_(torch.einsum(expr, a, b))
+        return
+    if path == "heads" and _bh_heads(expr, a, b, d):
+        return
+    _bh_bmm(expr, a, b, d)
+
+
+def _bh_bmm(expr: str, a, b, d) -> None:
+    """The per-head expression as one ``torch.bmm`` on head-major views written into d's own
+    head-major view: cuBLAS takes the strides as they are (batch stride x, row pitch h * x)."""
+    rhs = b.transpose(1, 2) if expr == "bhr,hdr->bhd" else b
+    torch.bmm(a.transpose(0, 1), rhs, out=d.transpose(0, 1))
+
+
+def _env_path(name: str, paths: tuple, default: str) -> str:
+    """The path the environment variable ``name`` names (``default`` when unset); ValueError for another."""
+    value = os.environ.get(name, default) or default
+    if value not in paths:
+        raise ValueError(f"{name} must be one of {paths}; got {value!r}.")
+    return value
+
+
+def _bh_heads(expr: str, a, b, d) -> bool:
+    """The per-head expression as one deep_tile BF16 GEMM per head on strided views (nothing
+    copied); False, having done nothing, when a view breaks the GEMM's 16-byte TMA rules."""
+    from deep_tile.bf16 import bf16_gemm_nn, bf16_gemm_nt
+
+    views = (a, b, d)
+    if any(t.data_ptr() % 16 or any(s % 8 for s in t.stride()[:-1]) for t in views):
+        return False
+    gemm = bf16_gemm_nt if expr == "bhr,hdr->bhd" else bf16_gemm_nn
+    for head in range(a.shape[1]):  # a[:, h] [b, x]; b[h] [d, r]; d[:, h] [b, y]
+        gemm(a[:, head], b[head], d[:, head])
+    return True
 
 
 def _check_fp8(expr, a, b, d, c, recipe) -> tuple:
@@ -222,6 +277,78 @@ def _head_major(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed in the widest of 8-, 4- or 2-byte words its last dimension, strides and offset
+    allow (unit last stride), else itself: a permuted copy then moves words, not single bytes."""
+    size = t.element_size()
+    for word in (torch.int64, torch.int32, torch.int16):
+        ratio = word.itemsize // size
+        if ratio <= 1:
+            break
+        if (t.shape[-1] % ratio == 0 and t.storage_offset() % ratio == 0
+                and all(st % ratio == 0 for st in t.stride()[:-1]) and (t.shape[-1] == 1 or t.stride(-1) == 1)):
+            return t.view(word)
+    return t
+
+
+def _moved(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` (same shape and dtype, last dimension of unit stride) in the widest
+    word both allow."""
+    wd, ws = _words(dst), _words(src)
+    if wd.dtype == ws.dtype and wd.shape == ws.shape:
+        wd.copy_(ws)
+    else:
+        dst.copy_(src)
+
+
+def _head_major_words(t: torch.Tensor) -> torch.Tensor:
+    """:func:`_head_major` moved in words (:func:`_moved`)."""
+    out = torch.empty((t.shape[1], t.shape[0], t.shape[2]), dtype=t.dtype, device=t.device)
+    _moved(out, t.permute(1, 0, 2))
+    return out
+
+
+_MASKED_M: dict = {}  # (device, heads, rows) -> int32 [heads] filled with rows: read-only, made once
+
+
+def _masked_m(h: int, bs: int, device) -> torch.Tensor:
+    """int32 [h] of bs on ``device``, cached (not while a CUDA graph is being captured: its
+    memory would belong to the graph's pool)."""
+    key = (str(device), h, bs)
+    cached = _MASKED_M.get(key)
+    if cached is not None:
+        return cached
+    made = torch.full((h,), bs, dtype=torch.int32, device=device)
+    if not torch.cuda.is_current_stream_capturing():
+        _MASKED_M[key] = made
+    return made
+
+
+def _heads_fit(x, d, c) -> bool:
+    """Whether every per-head view passes the dense GEMM's TMA rules: 16-byte starts and row pitches."""
+    if x.data_ptr() % 16 or x.stride(0) % 16 or x.stride(1) % 16:
+        return False
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * 2) % 16 == 0 and (t.stride(1) * 2) % 16 == 0
+               for t in (d, c) if t is not None)
+
+
+def _fp8_heads(x, sx, y, sy, d, c) -> None:
+    """fp8_einsum as one dense FP8 GEMM per head: x[:, h] and d[:, h] read and written in place;
+    x's scales copied once into the per-head TMA-aligned layout (every head's then zero-copy)."""
+    scales = get_tma_aligned_a_scale(sx.permute(1, 0, 2))  # [h, b, K blocks], per head column-major
+    for head in range(x.shape[1]):
+        fp8_gemm(x[:, head], scales[head], y[head], sy[head], out=d[:, head],
+                 c=None if c is None else c[:, head])
+
+
+def _fp8_path(bs: int, dd: int) -> str:
+    """The path of :data:`FP8_PATHS` the call takes (``auto`` resolved)."""
+    path = _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
+    if path == "auto":
+        path = "heads" if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms() else "masked"
+    return path
+
+
 def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
                recipe: tuple = FP8_RECIPE) -> None:
     """DeepGEMM's FP8 einsum on SM90 (module doc): ``d = x @ y`` per head from the scaled FP8
@@ -237,13 +364,23 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     dd = y.shape[1]
     if bs == 0 or h == 0 or dd == 0:
         return
-    if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the grouped GEMM's 16-byte rows
+    if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the GEMMs' 16-byte rows
+        path = _fp8_path(bs, dd)
+        if path == "heads" and _heads_fit(x, d, c) and (c is None or not _overlaps(c, d)):
+            _fp8_heads(x, sx, y, sy, d, c)
+            return
         out = torch.empty((h, bs, dd), dtype=torch.bfloat16, device=x.device)
-        masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
-        addend = None if c is None else _head_major(c)
-        m_grouped_fp8_gemm_masked(_head_major(x), sx.permute(1, 0, 2), y.contiguous(),
-                                  sy.contiguous(), masked_m, bs, out=out, c=addend)
-        d.copy_(out.permute(1, 0, 2))
+        if path == "copy":
+            masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
+            addend = None if c is None else _head_major(c)
+            m_grouped_fp8_gemm_masked(_head_major(x), sx.permute(1, 0, 2), y.contiguous(),
+                                      sy.contiguous(), masked_m, bs, out=out, c=addend)
+            d.copy_(out.permute(1, 0, 2))
+            return
+        addend = None if c is None else _head_major_words(c)
+        m_grouped_fp8_gemm_masked(_head_major_words(x), sx.permute(1, 0, 2), y.contiguous(),
+                                  sy.contiguous(), _masked_m(h, bs, x.device), bs, out=out, c=addend)
+        _moved(d, out.permute(1, 0, 2))
         return
     xf = x.float() * sx.repeat_interleave(128, dim=2)[..., :r]
     yf = y.float() * sy.repeat_interleave(128, dim=1)[:, :dd].repeat_interleave(128, dim=2)[..., :r]
@@ -251,3 +388,12 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     if c is not None:
         out = out + c.float()
     d.copy_(out)
+
+
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the memory hulls of x and y meet (a c that shares d's memory takes the copying path)."""
+    def span(t):
+        extent = 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()) if n > 0)
+        return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+    (x0, x1), (y0, y1) = span(x), span(y)
+    return x0 < y1 and y0 < x1

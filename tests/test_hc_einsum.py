@@ -15,7 +15,7 @@ import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
 from conftest import compiler_params, run_child_cases
 from deep_tile.hyper_connection import hc_prenorm_reference, tf32_hc_prenorm_gemm
-from deep_tile.einsums import EXPRESSIONS, einsum, fp8_einsum
+from deep_tile.einsums import BH_PATHS, EXPRESSIONS, FP8_PATHS, einsum, fp8_einsum
 from deep_tile.kernels import einsum as einsum_contract
 from deep_tile.kernels import hc_prenorm as contract
 from gpu_hc_einsum_cases import (check_hc, einsum_case, fp8_einsum_case, hc_outputs, make_einsum_inputs,
@@ -246,6 +246,44 @@ def test_fp8_einsum_cpu_matches_float64(b, h, r, d, with_c):
     assert result["ok"], result
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+@pytest.mark.parametrize("b,h,x", [(3, 5, 64), (1, 4, 24), (6, 2, 6), (2, 3, 3)])
+def test_word_moves_equal_copies(dtype, b, h, x):
+    from deep_tile.einsums import _head_major, _head_major_words, _moved, _words
+
+    t = torch.randn(b, h, x + 8).to(dtype)[..., :x]  # a view of wider rows
+    assert torch.equal(_head_major_words(t).view(torch.uint8), _head_major(t).view(torch.uint8))
+    dst = torch.zeros(b, h, x + 8, dtype=dtype)[..., :x]
+    _moved(dst, _head_major(t).permute(1, 0, 2))
+    assert torch.equal(dst.view(torch.uint8), t.view(torch.uint8))
+    if (x * t.element_size()) % 8 == 0:
+        assert _words(t).dtype == torch.int64
+
+
+@pytest.mark.parametrize("expr", ["bhr,hdr->bhd", "bhd,hdr->bhr"])
+def test_bmm_views_compute_the_expression(expr):
+    from deep_tile.einsums import _bh_bmm
+
+    gen = torch.Generator().manual_seed(4)
+    b, h, r, d = 5, 3, 24, 16
+    a = torch.randn(b, h, r if expr == "bhr,hdr->bhd" else d, generator=gen, dtype=torch.float64)
+    w = torch.randn(h, d, r + 8, generator=gen, dtype=torch.float64)[..., :r]
+    out = torch.full((b, h, (d if expr == "bhr,hdr->bhd" else r) + 4), float("nan"), dtype=torch.float64)
+    _bh_bmm(expr, a, w, out[..., :-4])
+    torch.testing.assert_close(out[..., :-4], torch.einsum(expr, a, w))
+    assert torch.isnan(out[..., -4:]).all()
+
+
+def test_path_variables_are_checked(monkeypatch):
+    from deep_tile.einsums import BH_PATH_ENV, FP8_PATH_ENV, _env_path
+
+    monkeypatch.setenv(FP8_PATH_ENV, "fast")
+    with pytest.raises(ValueError, match=FP8_PATH_ENV):
+        _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
+    monkeypatch.delenv(BH_PATH_ENV, raising=False)
+    assert _env_path(BH_PATH_ENV, BH_PATHS, "bmm") == "bmm"
+
+
 def einsum_bad_cases():
     a, b = make_einsum_inputs("bmk,bnk->mn", dict(b=2, m=64, n=128, k=64), seed=0)
     d = torch.zeros(64, 128)
@@ -379,8 +417,11 @@ EINSUM_GPU_CASES = (
     + [dict(expr="bmk,bnk->mn", dims=dict(b=1, m=64, n=64, k=64)),
        dict(expr="bmk,bnk->mn", dims=dict(b=3, m=192, n=320, k=192)),
        dict(expr="bmk,bnk->mn", dims=dict(b=2, m=1024, n=1024, k=512), out_dtype="bfloat16")]
-    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16")
-       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 128)]
+    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16", path=path)
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 128)
+       for path in BH_PATHS]
+    + [dict(expr=e, dims=dict(b=b, h=3, r=r, d=d), out_dtype="bfloat16", path=path, d_pad=8)
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for b, r, d in ((1, 64, 72), (37, 192, 136)) for path in BH_PATHS]
 )
 
 
@@ -393,8 +434,11 @@ def test_gpu_einsum_matches_float64():
 
 @pytest.mark.gpu
 def test_gpu_fp8_einsum_matches_float64():
-    cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128)]  # DeepGEMM's shapes: the grouped FP8 GEMM
-             + [dict(b=64, h=4, r=512, d=256, with_c=True), dict(b=1, h=3, r=144, d=136)]
+    cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128, 4096)]  # DeepGEMM's shapes (auto)
+             + [dict(b=b, h=h, r=r, d=d, with_c=c, path=path, d_pad=pad)
+                for b, h, r, d, c, pad in ((64, 4, 512, 256, True, 0), (1, 3, 144, 136, False, 0),
+                                           (300, 2, 384, 264, True, 8), (2048, 2, 256, 1024, False, 0))
+                for path in FP8_PATHS]
              + [dict(b=5, h=2, r=200, d=130, with_c=True)])  # r not a multiple of 16: torch
     results = run_child_cases("gpu_hc_einsum_cases.py", "fp8_einsum_case", cases, timeout=300)
     bad = [r for r in results if not r["ok"]]
