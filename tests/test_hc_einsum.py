@@ -124,20 +124,47 @@ def test_hc_contract():
     for bad in (0, 12, 40, 64):
         with pytest.raises(ValueError):
             contract.symbol(bad)
-    assert len(contract.ARGUMENT_KINDS) == 9
+    assert len(contract.ARGUMENT_KINDS) == 10
     for n in contract.NS:  # CTAS_PER_SM CTAs per SM (228 KB of shared memory per SM, 1 KB reserved per CTA)
-        assert contract.CTAS_PER_SM * (contract.smem_bytes(n) + 1024) <= 233472
-        assert contract.smem_bytes(n) <= 232448
+        for groups in contract.GROUP_CHOICES:
+            assert contract.CTAS_PER_SM * (contract.smem_bytes(n, groups) + 1024) <= 233472
+            assert contract.smem_bytes(n, groups) <= 232448
+    assert contract.threads(1) == 160 and contract.block_m(1) == 64 and contract.defines(1)["DT_HC_MATH_GROUPS"] == 1
+    with pytest.raises(ValueError):
+        contract.defines(3)
     assert contract.THREADS == 128 * contract.MATH_GROUPS + 32 and contract.BLOCK_M == 64 * contract.MATH_GROUPS
     assert contract.num_items(13, 1) == 1 and contract.num_items(8192, 16) == 8192 // contract.BLOCK_M * 16
     assert contract.num_items(0, 4) == 4
     assert contract.grid(13, 1, 132) == 1 and contract.grid(8192, 16, 132) == contract.CTAS_PER_SM * 132
-    assert len(contract.REDUCE_ARGUMENT_KINDS) == 8
+    assert len(contract.REDUCE_ARGUMENT_KINDS) == 10
     assert contract.reduce_grid(13, 24, 132) == 2 and contract.reduce_grid(8192, 24, 132) == 4 * 132
+    assert contract.reduce_grid(13, 24, 132, 16) == 21
     for blocks in (1, 7, 112, 448):
         for splits in (1, 3, 16, 500):
             covered = [b for i in range(splits) for b in contract.k_blocks_of_split(blocks, splits, i)]
             assert covered == list(range(blocks))
+
+
+def test_parts_cover_each_split():
+    for blocks in (1, 7, 112, 448):
+        for splits in (1, 3, 16):
+            for sub in (1, 2, 7):
+                for split in range(splits):
+                    pieces = [b for p in range(split * sub, split * sub + sub)
+                              for b in contract.k_blocks_of_part(blocks, splits, sub, p)]
+                    assert pieces == list(contract.k_blocks_of_split(blocks, splits, split))
+
+
+def test_sub_splits_fill_idle_sms_only():
+    assert contract.sub_splits(13, 28672, 16, 132, 1) == 7  # 16 CTAs of 28 blocks -> 112 of 4
+    assert contract.sub_splits(13, 7168, 16, 132, 1) == 1  # 7 blocks per split: not cut
+    assert contract.sub_splits(4096, 28672, 16, 132, 2) == 1  # the row blocks fill the GPU
+    for m, k, splits in ((13, 28672, 16), (137, 28672, 16), (137, 7680, 3), (600, 640, 3)):
+        groups = contract.math_groups(m)
+        sub = contract.sub_splits(m, k, splits, 132, groups)
+        assert sub == 1 or contract.num_items(m, splits, groups, sub) <= contract.CTAS_PER_SM * 132
+        assert sub == 1 or (k // contract.BLOCK_K) // splits // sub >= contract.MIN_BLOCKS_PER_PART
+    assert contract.math_groups(13) == 1 and contract.math_groups(4096) == contract.MATH_GROUPS
 
 
 def test_own_splits_fill_one_wave():
@@ -155,11 +182,12 @@ def test_own_splits_fill_one_wave():
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
 
 
+@pytest.mark.parametrize("groups", contract.GROUP_CHOICES)
 @pytest.mark.parametrize("name", compiler_params())
-def test_hc_kernels_build_spill_free(name):
+def test_hc_kernels_build_spill_free(name, groups):
     from deep_tile.jit import compiler, paths
 
-    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(), HC_SYMBOLS[0], name)
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(groups), HC_SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
     assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
@@ -170,7 +198,7 @@ def test_hc_kernels_build_spill_free(name):
     for line in result.log.splitlines():  # CTAS_PER_SM CTAs of THREADS threads per SM
         if "Used" in line and "registers" in line:
             used = int(line.split("Used ")[1].split(" registers")[0])
-            assert used * contract.THREADS * contract.CTAS_PER_SM <= 65536, result.log
+            assert used * contract.threads(groups) * contract.CTAS_PER_SM <= 65536, result.log
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")
@@ -208,6 +236,9 @@ HC_GPU_CASES = (
        dict(m=20000, n=24, k=1024, d_row_stride=26),  # row blocks fill the GPU: no own splits
        dict(m=600, n=24, k=640, num_splits=3, num_sms=4), dict(m=700, n=32, k=1280, num_sms=3),  # items per CTA
        dict(m=300, n=16, k=192, num_splits=7, num_sms=2)]  # some items with no K block
+    + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, sub=sub)  # forced math groups and pieces
+       for m, n, k, splits in ((13, 24, 7168, 16), (137, 32, 2048, 3), (70, 8, 640, 2), (300, 16, 1024, None))
+       for groups, sub in ((1, None), (2, None), (1, 3), (2, 4), (1, 1), (2, 1))]
 )
 
 
@@ -220,7 +251,9 @@ def test_gpu_hc_matches_float64():
 
 @pytest.mark.gpu
 def test_gpu_hc_is_deterministic_and_graph_capturable():
-    results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph", [{}, {"num_splits": None}], timeout=300)
+    results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph",
+                              [{}, {"num_splits": None}, {"m": 13, "k": 28672}, {"m": 137, "k": 7168, "num_splits": None}],
+                              timeout=300)
     assert all(r["ok"] for r in results), results
 
 
