@@ -3,7 +3,9 @@
 flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
 
 ``tf32_hc_prenorm_gemm`` shapes (``--hc``, ``m:n:k:splits``, splits 0 for None): DeepGEMM's test,
-m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16.
+m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
+m 1024 the rows also time the first implementation ("old": two math warpgroups, no pieces) and
+one math warpgroup without pieces ("g1"), through deep_tile.hyper_connection's variables.
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
 DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
 DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
@@ -85,6 +87,12 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     lead = () if num_splits is None else (num_splits,)
     d, s = torch.empty(*lead, m, n, device="cuda"), torch.empty(*lead, m, device="cuda")
     fns = {"deep_tile": lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)}
+    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
+    d_alt, s_alt = torch.empty_like(d), torch.empty_like(s)
+    alt = lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d_alt, s_alt, num_splits=num_splits)  # noqa: E731
+    if m <= 1024:  # the paths differ at small m only
+        fns["path:old"] = with_env(GROUPS_ENV, "2", with_env(SUB_SPLITS_ENV, "1", alt))
+        fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
     diff = None
     if dg is not None:
         d_dg, s_dg = torch.empty_like(d), torch.empty_like(s)
@@ -96,7 +104,8 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     times = bench_round_robin(fns, iters=iters)
     nbytes = a.numel() * 2 + 4 * (b.numel() + d.numel() + s.numel())
     us = times["deep_tile"]
-    return {"op": "hc", "shape": spec, "us": us, "gbs": nbytes / us / 1e3, "share": nbytes / us / 1e3 * 1e9 / copy_rate,
+    return {"op": "hc", "shape": spec, "us": us, "others": others_of(times), "gbs": nbytes / us / 1e3,
+            "share": nbytes / us / 1e3 * 1e9 / copy_rate,
             "tflops": 2 * m * n * k / us / 1e6, "mbytes": nbytes / 1e6, "deepgemm_us": times.get("deepgemm"),
             "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,
             "speedup": times["deepgemm"] / us if "deepgemm" in times else None, "max_rel_diff": diff}

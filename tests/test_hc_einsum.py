@@ -252,7 +252,8 @@ def test_gpu_hc_matches_float64():
 @pytest.mark.gpu
 def test_gpu_hc_is_deterministic_and_graph_capturable():
     results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph",
-                              [{}, {"num_splits": None}, {"m": 13, "k": 28672}, {"m": 137, "k": 7168, "num_splits": None}],
+                              [{}, {"num_splits": None}, {"m": 13, "k": 28672},
+                               {"m": 137, "k": 7168, "num_splits": None}],
                               timeout=300)
     assert all(r["ok"] for r in results), results
 
