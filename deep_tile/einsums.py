@@ -12,13 +12,15 @@ checks; every other expression is refused (ValueError):
 * ``einsum('bhr,hdr->bhd', ...)`` and ``einsum('bhd,hdr->bhr', ...)``: bf16 ``[b, h, r] x [h, d, r]
   -> [b, h, d]`` and ``[b, h, d] x [h, d, r] -> [b, h, r]``, unit stride along the last dimension of
   all three, no ``c``. DeepGEMM runs its own BF16 GEMM (or cuBLASLt with ``use_cublaslt``);
-  deep_tile has no kernel for them yet and runs ``torch.einsum`` (cuBLAS) for both settings.
+  deep_tile runs one ``torch.bmm`` (cuBLAS) on head-major views of the three tensors, reading and
+  writing them in place, for both settings (:data:`BH_PATHS` names the alternatives).
 * ``fp8_einsum('bhr,hdr->bhd', (x, sx), (y, sy), d, c=None, recipe=(1, 128, 128))``: FP8
   ``x [b, h, r]`` with float32 1x128 scales ``sx [b, h, ceil(r / 128)]``, FP8 ``y [h, d, r]`` with
   float32 128x128 scales ``sy [h, ceil(d / 128), ceil(r / 128)]``, bf16 ``d [b, h, d]`` (``+ c``).
-  On CUDA, when r is a multiple of 16 and d of 8, deep_tile's masked grouped FP8 GEMM runs it (one
-  group per head, b rows each) on a head-major copy of x, and d takes its result back; other sizes
-  (and the CPU) take the dequantized product in float32 torch. DeepGEMM's other FP8 expressions
+  On CUDA, when r is a multiple of 16 and d of 8: when one head's 128 x 128 tiles fill the SMs,
+  deep_tile's dense FP8 GEMM once per head, reading x and writing d in place; else the masked
+  grouped FP8 GEMM (one group per head, b rows each) on a head-major copy of x, d taking its result
+  back (:data:`FP8_PATHS`). Other sizes (and the CPU) take the dequantized product in float32 torch. DeepGEMM's other FP8 expressions
   (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100 only and are refused.
 
 Arguments are checked before anything is launched or written; on the CPU every expression runs
