@@ -20,8 +20,9 @@ checks; every other expression is refused (ValueError):
   On CUDA, when r is a multiple of 16 and d of 8: when one head's 128 x 128 tiles fill the SMs,
   deep_tile's dense FP8 GEMM once per head, reading x and writing d in place; else the masked
   grouped FP8 GEMM (one group per head, b rows each) on a head-major copy of x, d taking its result
-  back (:data:`FP8_PATHS`). Other sizes (and the CPU) take the dequantized product in float32 torch. DeepGEMM's other FP8 expressions
-  (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100 only and are refused.
+  back (:data:`FP8_PATHS`). Other sizes (and the CPU) take the dequantized product in float32
+  torch. DeepGEMM's other FP8 expressions (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100
+  only and are refused.
 
 Arguments are checked before anything is launched or written; on the CPU every expression runs
 in torch.
@@ -65,10 +66,11 @@ FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
 FP8_PATHS = ("auto", "heads", "masked", "copy")
 """``heads``: deep_tile's dense FP8 GEMM once per head, reading x and writing d in place (strided
 per-head views; only the scales of x are copied, once for all heads); ``masked``: the masked
-grouped FP8 GEMM on head-major copies of x (and c), moved in 8-byte words, its output moved into
-d likewise; ``copy``: the first implementation (the same with torch's element-wise copies and a
-fresh masked_m per call); ``auto`` (default): ``heads`` when one head's 128 x 128 tiles fill the
-SMs, else ``masked``."""
+grouped FP8 GEMM on head-major copies of x, its scales (read row-major) and c, made by one kernel
+(``deep_tile_einsum_head_major``; torch copies in 8-byte words when a row is not whole 16-byte
+chunks), its output moved into d in 8-byte words; ``copy``: the first implementation (the same
+with torch's element-wise copies and a fresh masked_m per call); ``auto`` (default): ``heads``
+when one head's 128 x 128 tiles fill the SMs, else ``masked``."""
 
 
 def _fail(fn: str, message: str, error=ValueError):
@@ -310,6 +312,44 @@ def _head_major_words(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _chunk_rows(t: torch.Tensor) -> tuple | None:
+    """(chunks per row, b stride, h stride) of a [b, h, row] tensor in 16-byte chunks, or None
+    when its rows, strides or start are not whole chunks."""
+    size = t.element_size()
+    per = 16 // size
+    if (t.shape[2] % per or (t.shape[2] > 1 and t.stride(2) != 1) or t.stride(0) % per or t.stride(1) % per
+            or t.data_ptr() % 16):
+        return None
+    return t.shape[2] // per, t.stride(0) // per, t.stride(1) // per
+
+
+def _head_major_fused(x, sx, c) -> tuple | None:
+    """(x, sx, c) copied to contiguous head-major [h, b, row] by one kernel (the einsum entry's
+    ``deep_tile_einsum_head_major``), c None when None; None when a tensor is not in 16-byte chunks
+    or the chunks pass 2^31 (the kernel's 32-bit indices)."""
+    bs, h, _ = x.shape
+    tensors = [t for t in (x, sx, c) if t is not None]
+    layouts = [_chunk_rows(t) for t in tensors]
+    if any(layout is None for layout in layouts):
+        return None
+    total = sum(bs * h * layout[0] for layout in layouts)
+    if total >= 2**31 or any(max(layout[1:]) >= 2**31 for layout in layouts):
+        return None
+    outs = [torch.empty((h, bs, t.shape[2]), dtype=t.dtype, device=t.device) for t in tensors]
+    values = []
+    for t, out, layout in zip(tensors, outs, layouts):
+        values += [t.data_ptr(), out.data_ptr(), *layout]
+    values += [0, 0, 0, 0, 0] * (3 - len(tensors)) + [bs, h]
+    kernel = get_kernel(contract.ENTRY, contract.defines(), contract.HEAD_MAJOR_SYMBOL)
+    device = x.device
+    with torch.cuda.device(device):
+        kernel.launch(grid=contract.head_major_grid(total, get_num_sms()), block=contract.HEAD_MAJOR_THREADS,
+                      smem_bytes=0, stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.HEAD_MAJOR_ARGUMENT_KINDS, values))), device=device.index,
+                      pdl=get_pdl())
+    return outs[0], outs[1], (outs[2] if c is not None else None)
+
+
 _MASKED_M: dict = {}  # (device, heads, rows) -> int32 [heads] filled with rows: read-only, made once
 
 
@@ -379,9 +419,14 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
                                       sy.contiguous(), masked_m, bs, out=out, c=addend)
             d.copy_(out.permute(1, 0, 2))
             return
-        addend = None if c is None else _head_major_words(c)
-        m_grouped_fp8_gemm_masked(_head_major_words(x), sx.permute(1, 0, 2), y.contiguous(),
-                                  sy.contiguous(), _masked_m(h, bs, x.device), bs, out=out, c=addend)
+        fused = _head_major_fused(x, sx, c)  # x, its scales and c in one launch
+        if fused is not None:
+            x_hm, scales, addend = fused
+        else:
+            x_hm, scales = _head_major_words(x), sx.permute(1, 0, 2)
+            addend = None if c is None else _head_major_words(c)
+        m_grouped_fp8_gemm_masked(x_hm, scales, y.contiguous(), sy.contiguous(), _masked_m(h, bs, x.device), bs,
+                                  out=out, c=addend)
         _moved(d, out.permute(1, 0, 2))
         return
     xf = x.float() * sx.repeat_interleave(128, dim=2)[..., :r]

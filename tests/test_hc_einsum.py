@@ -308,6 +308,17 @@ def test_bmm_views_compute_the_expression(expr):
     assert torch.isnan(out[..., -4:]).all()
 
 
+def test_head_major_chunks():
+    from deep_tile.einsums import _chunk_rows
+
+    x = torch.zeros(6, 4, 512, dtype=torch.float8_e4m3fn)
+    assert _chunk_rows(x) == (32, 4 * 32, 32)
+    assert _chunk_rows(torch.zeros(6, 4, 32)) == (8, 32, 8)  # float32 scales of r = 4096
+    assert _chunk_rows(torch.zeros(6, 4, 3)) is None  # rows not whole 16-byte chunks
+    assert _chunk_rows(torch.zeros(6, 4, 264, dtype=torch.bfloat16)[:, :, :256]) == (32, 4 * 33, 33)
+    assert _chunk_rows(torch.zeros(6, 4, 260, dtype=torch.bfloat16)[:, :, :256]) is None  # pitch not whole chunks
+
+
 def test_path_variables_are_checked(monkeypatch):
     from deep_tile.einsums import BH_PATH_ENV, FP8_PATH_ENV, _env_path
 
@@ -471,7 +482,8 @@ def test_gpu_fp8_einsum_matches_float64():
     cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128, 4096)]  # DeepGEMM's shapes (auto)
              + [dict(b=b, h=h, r=r, d=d, with_c=c, path=path, d_pad=pad)  # each path forced (few builds)
                 for path, shapes in (("heads", ((300, 2, 384, 264, True, 8), (1, 3, 144, 136, False, 0))),
-                                     ("masked", ((64, 4, 512, 256, True, 0), (300, 2, 384, 264, True, 8))),
+                                     ("masked", ((64, 4, 512, 256, True, 0), (300, 2, 512, 264, True, 8),
+                                                 (300, 2, 384, 264, True, 8))),  # one copy kernel; torch's
                                      ("copy", ((64, 4, 512, 256, True, 0),)))
                 for b, h, r, d, c, pad in shapes]
              + [dict(b=5, h=2, r=200, d=130, with_c=True)])  # r not a multiple of 16: torch
