@@ -4,8 +4,9 @@ flushed before every call, median of interleaved runs (deep_tile.testing.timing.
 
 ``tf32_hc_prenorm_gemm`` shapes (``--hc``, ``m:n:k:splits``, splits 0 for None): DeepGEMM's test,
 m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
-m 1024 the rows also time the first implementation ("old": two math warpgroups, no pieces) and
-one math warpgroup without pieces ("g1"), through deep_tile.hyper_connection's variables.
+m 1024 the rows also time the first implementation's kernel shape ("old": two math warpgroups,
+no pieces; its own splits are summed by the current reduce kernel) and one math warpgroup without
+pieces ("g1"), through deep_tile.hyper_connection's variables.
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
 DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
 DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
