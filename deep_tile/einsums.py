@@ -45,7 +45,7 @@ from deep_tile.kernels import einsum as contract
 from deep_tile.pdl import get_pdl
 
 __all__ = ["einsum", "fp8_einsum", "EXPRESSIONS", "FP8_EXPRESSIONS", "FP8_RECIPE", "BH_PATHS", "FP8_PATHS",
-           "BH_PATH_ENV", "FP8_PATH_ENV"]
+           "BH_PATH_ENV", "FP8_PATH_ENV", "DIAG_MAX_ROWS"]
 
 EXPRESSIONS = ("bmk,bnk->mn", "bhr,hdr->bhd", "bhd,hdr->bhr")
 """The expressions :func:`einsum` takes (DeepGEMM's on SM90)."""
@@ -63,14 +63,20 @@ nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided pe
 ``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation)."""
 FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
 """Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
-FP8_PATHS = ("auto", "heads", "masked", "copy")
+FP8_PATHS = ("auto", "heads", "masked", "diag", "copy")
 """``heads``: deep_tile's dense FP8 GEMM once per head, reading x and writing d in place (strided
 per-head views; only the scales of x are copied, once for all heads); ``masked``: the masked
 grouped FP8 GEMM on head-major copies of x, its scales (read row-major) and c, made by one kernel
 (``deep_tile_einsum_head_major``; torch copies in 8-byte words when a row is not whole 16-byte
 chunks), its output moved into d in 8-byte words; ``copy``: the first implementation (the same
 with torch's element-wise copies and a fresh masked_m per call); ``auto`` (default): ``heads``
-when one head's 128 x 128 tiles fill the SMs, else ``masked``."""
+when one head's 128 x 128 tiles fill the SMs, ``diag`` for at most :data:`DIAG_MAX_ROWS` rows
+b * h without c, else ``masked``. ``diag``: one dense FP8 GEMM of x as ``[b * h, r]`` against y as
+``[h * d, r]`` (both read in place; h times the products needed, which costs nothing while reading
+y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d."""
+DIAG_MAX_ROWS = 256
+"""Most rows b * h of the ``diag`` path under ``auto`` (beyond, its h-fold products cost more than
+the grouped path's copies)."""
 
 
 def _fail(fn: str, message: str, error=ValueError):
@@ -383,12 +389,50 @@ def _fp8_heads(x, sx, y, sy, d, c) -> None:
                  c=None if c is None else c[:, head])
 
 
-def _fp8_path(bs: int, dd: int) -> str:
+def _fp8_path(bs: int, h: int, dd: int, c) -> str:
     """The path of :data:`FP8_PATHS` the call takes (``auto`` resolved)."""
     path = _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
     if path == "auto":
-        path = "heads" if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms() else "masked"
+        if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms():
+            path = "heads"
+        elif c is None and bs * h <= DIAG_MAX_ROWS and h <= 16:
+            path = "diag"
+        else:
+            path = "masked"
     return path
+
+
+def _diag_views(x, sx, y, sy, d, c):
+    """(x as [b * h, r], sx as [b * h, K blocks], y as [h * d, r], sy as [h * d / 128, K blocks]),
+    all views, or None when the diag path does not apply: a c, d not a multiple of 128 (a head's
+    rows of y would share scale blocks), or a tensor whose rows are not evenly strided."""
+    bs, h, r = x.shape
+    dd = y.shape[1]
+    if c is not None or dd % 128 or x.stride(0) != h * x.stride(1) or sx.stride(0) != h * sx.stride(1):
+        return None
+    if y.stride(0) != dd * y.stride(1) or sy.stride(0) != (dd // 128) * sy.stride(1):
+        return None
+    kb = sx.shape[2]
+    return (x.as_strided((bs * h, r), (x.stride(1), x.stride(2))),
+            sx.as_strided((bs * h, kb), (sx.stride(1), sx.stride(2))),
+            y.as_strided((h * dd, r), (y.stride(1), y.stride(2))),
+            sy.as_strided((h * dd // 128, kb), (sy.stride(1), sy.stride(2))))
+
+
+def _fp8_diag(views, d) -> None:
+    """fp8_einsum as one dense FP8 GEMM of every row against every head's y (:func:`_diag_views`),
+    then row (b, h)'s columns of head h moved into d[b, h] (a strided view, 8-byte words)."""
+    x2, sx2, y2, sy2 = views
+    bs, h, dd = d.shape
+    full = torch.empty((bs * h, h * dd), dtype=torch.bfloat16, device=d.device)
+    fp8_gemm(x2, sx2, y2, sy2, out=full)
+    _moved(d, _diagonal_blocks(full, bs, h, dd))
+
+
+def _diagonal_blocks(full: torch.Tensor, bs: int, h: int, dd: int) -> torch.Tensor:
+    """The [b, h, d] view of ``full`` [b * h, h * d] (contiguous) whose element (i, g, j) is
+    ``full[i * h + g, g * d + j]``: row (i, g) against head g's own columns."""
+    return full.as_strided((bs, h, dd), (h * h * dd, (h + 1) * dd, 1))
 
 
 def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
@@ -407,9 +451,13 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     if bs == 0 or h == 0 or dd == 0:
         return
     if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the GEMMs' 16-byte rows
-        path = _fp8_path(bs, dd)
+        path = _fp8_path(bs, h, dd, c)
         if path == "heads" and _heads_fit(x, d, c) and (c is None or not _overlaps(c, d)):
             _fp8_heads(x, sx, y, sy, d, c)
+            return
+        views = _diag_views(x, sx, y, sy, d, c) if path == "diag" else None
+        if views is not None:
+            _fp8_diag(views, d)
             return
         out = torch.empty((h, bs, dd), dtype=torch.bfloat16, device=x.device)
         if path == "copy":

@@ -308,6 +308,24 @@ def test_bmm_views_compute_the_expression(expr):
     assert torch.isnan(out[..., -4:]).all()
 
 
+def test_diag_views_pick_each_heads_block():
+    from deep_tile.einsums import _diag_views, _diagonal_blocks
+
+    gen = torch.Generator().manual_seed(5)
+    bs, h, r, dd = 3, 4, 256, 128
+    x = torch.randn(bs, h, r, generator=gen, dtype=torch.float64)
+    y = torch.randn(h, dd, r, generator=gen, dtype=torch.float64)
+    sx, sy = torch.ones(bs, h, 2), torch.ones(h, 1, 2)
+    d = torch.empty(bs, h, dd)
+    x2, sx2, y2, sy2 = _diag_views(x, sx, y, sy, d, None)
+    assert x2.shape == (bs * h, r) and y2.shape == (h * dd, r) and sx2.shape == (bs * h, 2) and sy2.shape == (h, 2)
+    full = (x2 @ y2.T).contiguous()
+    torch.testing.assert_close(_diagonal_blocks(full, bs, h, dd), torch.einsum("bhr,hdr->bhd", x, y))
+    assert _diag_views(x, sx, y, sy, d, d) is None  # a c: not this path
+    assert _diag_views(x, sx, y[:, :64], sy, d, None) is None  # d not a multiple of 128
+    assert _diag_views(x.transpose(0, 1).contiguous().transpose(0, 1), sx, y, sy, d, None) is None
+
+
 def test_head_major_chunks():
     from deep_tile.einsums import _chunk_rows
 
@@ -486,6 +504,8 @@ def test_gpu_fp8_einsum_matches_float64():
                 for path, shapes in (("heads", ((300, 2, 384, 264, True, 8), (1, 3, 144, 136, False, 0))),
                                      ("masked", ((64, 4, 512, 256, True, 0), (300, 2, 512, 264, True, 8),
                                                  (300, 2, 384, 264, True, 8))),  # one copy kernel; torch's
+                                     ("diag", ((4, 8, 512, 256, False, 0), (40, 6, 384, 128, False, 8),
+                                               (3, 2, 256, 136, False, 0))),  # d % 128: the grouped path
                                      ("copy", ((64, 4, 512, 256, True, 0),)))
                 for b, h, r, d, c, pad in shapes]
              + [dict(b=5, h=2, r=200, d=130, with_c=True)])  # r not a multiple of 16: torch

@@ -9,7 +9,7 @@
 # cases (pre-norm GEMM: one row block with a tail, split partials with more splits than K blocks,
 # strided views, several work items per CTA, one math warpgroup with pieces; einsum 'bmk,bnk->mn'
 # with float32 and bf16 d, the per-head expressions by torch.bmm and by deep_tile's BF16 GEMM;
-# fp8_einsum per head and grouped); one untimed pass of the benchmark (both libraries' kernels
+# fp8_einsum per head, grouped and block-diagonal); one untimed pass of the benchmark (both libraries' kernels
 # compiled). Phase 2: benchmarks/bench_hc_einsum.py (DeepGEMM beside deep_tile when
 # `import deep_gemm` finds it): the default paths, the first implementations ("old", "torch",
 # "copy") and the alternatives, in one round robin.
@@ -45,7 +45,8 @@ results = [cases.hc(137, 24, 1024),
            cases.einsum_case("bhr,hdr->bhd", dict(b=37, h=3, r=192, d=136), "bfloat16", path="heads", d_pad=8),
            cases.einsum_case("bhd,hdr->bhr", dict(b=37, h=3, r=192, d=136), "bfloat16", path="bmm", d_pad=8),
            cases.fp8_einsum_case(300, 2, 384, 264, with_c=True, path="heads", d_pad=8),
-           cases.fp8_einsum_case(64, 4, 512, 256, with_c=True, path="masked")]
+           cases.fp8_einsum_case(64, 4, 512, 256, with_c=True, path="masked"),
+           cases.fp8_einsum_case(4, 8, 512, 256, path="diag")]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
@@ -59,7 +60,7 @@ else
 fi
 run bench_warm 150 $PY benchmarks/bench_hc_einsum.py --hc 13:24:7168:0 13:24:28672:16 4096:24:7168:16 \
   --einsum 'bmk,bnk->mn:129x128x384x128:f32' 'bmk,bnk->mn:129x128x384x128:bf16' 'bhr,hdr->bhd:4x8x4096x1024:bf16' \
-  'bhd,hdr->bhr:4x8x4096x1024:bf16' --fp8-einsum 4x8x4096x1024 4096x8x4096x1024 --iters 1
+  'bhd,hdr->bhr:4x8x4096x1024:bf16' --fp8-einsum 4x8x4096x1024 32x8x4096x1024 4096x8x4096x1024 --iters 1
 wait
 phase1=$(( $(date +%s) - start ))
 left=$(( 285 - phase1 )); [ "$left" -lt 60 ] && left=60
