@@ -5,8 +5,8 @@ flushed before every call, median of interleaved runs (deep_tile.testing.timing.
 ``tf32_hc_prenorm_gemm`` shapes (``--hc``, ``m:n:k:splits``, splits 0 for None): DeepGEMM's test,
 m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
 m 1024 the rows also time the first implementation's kernel shape ("old": two math warpgroups,
-no pieces; its own splits are summed by the current reduce kernel) and one math warpgroup without
-pieces ("g1"), through deep_tile.hyper_connection's variables.
+no pieces; its own splits are summed by the current reduce kernel), and every row one math
+warpgroup without pieces ("g1"), through deep_tile.hyper_connection's variables.
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
 DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
 DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
@@ -91,9 +91,9 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
     d_alt, s_alt = torch.empty_like(d), torch.empty_like(s)
     alt = lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d_alt, s_alt, num_splits=num_splits)  # noqa: E731
-    if m <= 1024:  # the paths differ at small m only
+    if m <= 1024:  # the first kernel shape differs from the default at small m only
         fns["path:old"] = with_env(GROUPS_ENV, "2", with_env(SUB_SPLITS_ENV, "1", alt))
-        fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
+    fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
     diff = None
     if dg is not None:
         d_dg, s_dg = torch.empty_like(d), torch.empty_like(s)
