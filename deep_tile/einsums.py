@@ -202,7 +202,8 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
         return
     _check_bh(expr, a, b, d, c)
     path = _env_path(BH_PATH_ENV, BH_PATHS, "bmm")
-    if not a.is_cuda or path == "torch" or 0 in a.shape or 0 in d.shape or b.shape[1] == 0 or b.shape[2] == 0:
+    tracked = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)  # out= refuses autograd
+    if not a.is_cuda or path == "torch" or tracked or 0 in a.shape or 0 in d.shape or 0 in b.shape:
         d.copy_(torch.einsum(expr, a, b))
         return
     if path == "heads" and _bh_heads(expr, a, b, d):
