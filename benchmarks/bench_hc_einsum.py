@@ -3,7 +3,10 @@
 flushed before every call, median of interleaved runs (deep_tile.testing.timing.bench_round_robin).
 
 ``tf32_hc_prenorm_gemm`` shapes (``--hc``, ``m:n:k:splits``, splits 0 for None): DeepGEMM's test,
-m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16.
+m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
+m 1024 the rows also time the first implementation's kernel shape ("old": two math warpgroups,
+no pieces; its own splits are summed by the current reduce kernel), and every row one math
+warpgroup without pieces ("g1"), through deep_tile.hyper_connection's variables.
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
 DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
 DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
@@ -11,9 +14,11 @@ two results (summed over splits) over the largest value.
 
 ``einsum`` shapes (``--einsum``, ``expr:dims:dtype``): DeepGEMM's test of ``'bmk,bnk->mn'`` (s in
 129, 4096, 8192; (m, n, k) in (128, 384, 128), (256, 256, 256), (384, 128, 384); float32 d
-accumulated with ``c=d``, and bf16 d), and a few of its per-head ``'bhr,hdr->bhd'`` /
-``'bhd,hdr->bhr'`` shapes, which deep_tile runs through torch for now (those rows time torch's
-cuBLAS). Bytes as DeepGEMM's test counts them (a, b, and d as float32 / the operands and d).
+accumulated with ``c=d``, and bf16 d), and of its per-head ``'bhr,hdr->bhd'`` / ``'bhd,hdr->bhr'``
+((h, r, d) in (128, 512, 128), (8, 4096, 1024); b in 4, 32, 128, 4096, 8192). Bytes as DeepGEMM's
+test counts them (a, b, and d as float32 / the operands and d). The per-head rows also time the
+other paths of ``DEEP_TILE_BH_EINSUM`` (deep_tile.einsums.BH_PATHS), and the fp8_einsum rows those
+of ``DEEP_TILE_FP8_EINSUM`` (FP8_PATHS), in the same round robin: the column "other paths".
 
 ``fp8_einsum`` shapes (``--fp8-einsum``, ``b x h x r x d``): DeepGEMM's test of ``'bhr,hdr->bhd'``
 (h, r, d = 8, 4096, 1024; b in 4, 32, 128, 4096, 8192), x cast per token and y per 128x128 block.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,8 +46,8 @@ HC_SHAPES = tuple(f"{m}:24:{k}:{splits}" for m in (13, 137, 4096, 8192) for k in
 """Default ``m:n:k:splits`` cases of the pre-norm GEMM (DeepGEMM's test shapes; splits 0 = None)."""
 EINSUM_SHAPES = tuple(f"bmk,bnk->mn:{s}x{m}x{n}x{k}:{dt}" for s in (129, 4096, 8192)
                       for m, n, k in ((128, 384, 128), (256, 256, 256), (384, 128, 384)) for dt in ("f32", "bf16")) + \
-    tuple(f"{e}:{b}x{h}x{r}x{d}:bf16" for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((8, 4096, 1024),)
-          for b in (4, 128, 4096))
+    tuple(f"{e}:{b}x{h}x{r}x{d}:bf16" for e in ("bhr,hdr->bhd", "bhd,hdr->bhr")
+          for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 32, 128, 4096, 8192))
 """Default ``expr:dims:dtype`` einsum cases (dims s x m x n x k, or b x h x r x d for the per-head
 expressions; DeepGEMM's test shapes)."""
 
@@ -50,6 +56,26 @@ def rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:
     """Largest |got - want| over the largest |want|."""
     scale = want.abs().max().clamp(min=1e-30)
     return float((got - want).abs().max() / scale) if want.numel() else 0.0
+
+
+def with_env(name: str, value: str, fn):
+    """A callable running fn() with the environment variable ``name`` set to ``value`` (restored after)."""
+    def call():
+        old = os.environ.get(name)
+        os.environ[name] = value
+        try:
+            fn()
+        finally:
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+    return call
+
+
+def others_of(times: dict) -> dict:
+    """The timings of the alternative paths (keys ``path:<name>``) as name -> us."""
+    return {k.split(":", 1)[1]: v for k, v in times.items() if k.startswith("path:")}
 
 
 def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
@@ -62,6 +88,12 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     lead = () if num_splits is None else (num_splits,)
     d, s = torch.empty(*lead, m, n, device="cuda"), torch.empty(*lead, m, device="cuda")
     fns = {"deep_tile": lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)}
+    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
+    d_alt, s_alt = torch.empty_like(d), torch.empty_like(s)
+    alt = lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d_alt, s_alt, num_splits=num_splits)  # noqa: E731
+    if m <= 1024:  # the first kernel shape differs from the default at small m only
+        fns["path:old"] = with_env(GROUPS_ENV, "2", with_env(SUB_SPLITS_ENV, "1", alt))
+    fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
     diff = None
     if dg is not None:
         d_dg, s_dg = torch.empty_like(d), torch.empty_like(s)
@@ -73,7 +105,8 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     times = bench_round_robin(fns, iters=iters)
     nbytes = a.numel() * 2 + 4 * (b.numel() + d.numel() + s.numel())
     us = times["deep_tile"]
-    return {"op": "hc", "shape": spec, "us": us, "gbs": nbytes / us / 1e3, "share": nbytes / us / 1e3 * 1e9 / copy_rate,
+    return {"op": "hc", "shape": spec, "us": us, "others": others_of(times), "gbs": nbytes / us / 1e3,
+            "share": nbytes / us / 1e3 * 1e9 / copy_rate,
             "tflops": 2 * m * n * k / us / 1e6, "mbytes": nbytes / 1e6, "deepgemm_us": times.get("deepgemm"),
             "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,
             "speedup": times["deepgemm"] / us if "deepgemm" in times else None, "max_rel_diff": diff}
@@ -103,6 +136,13 @@ def run_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
         c, flops = None, 2 * bs * h * r * dd
         nbytes = 2 * (a.numel() + b.numel() + d.numel())
     fns = {"deep_tile": lambda: deep_tile.einsum(expr, a, b, d, c=c)}
+    if expr != "bmk,bnk->mn":
+        from deep_tile.einsums import BH_PATH_ENV, BH_PATHS
+        d_alt = torch.empty_like(d)
+        for path in BH_PATHS[1:]:
+            if path == "heads" and sizes[1] > 16:  # a launch per head: the CPU, not the GPU, would be timed
+                continue
+            fns[f"path:{path}"] = with_env(BH_PATH_ENV, path, lambda: deep_tile.einsum(expr, a, b, d_alt))
     diff = None
     if dg is not None:
         d_dg = d.clone()
@@ -120,7 +160,7 @@ def run_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
             diff = rel_diff(d, d_dg)
     times = bench_round_robin(fns, iters=iters)
     us = times["deep_tile"]
-    return {"op": "einsum", "shape": spec, "us": us, "gbs": nbytes / us / 1e3,
+    return {"op": "einsum", "shape": spec, "us": us, "others": others_of(times), "gbs": nbytes / us / 1e3,
             "share": nbytes / us / 1e3 * 1e9 / copy_rate, "tflops": flops / us / 1e6, "mbytes": nbytes / 1e6,
             "deepgemm_us": times.get("deepgemm"),
             "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,
@@ -143,6 +183,10 @@ def run_fp8_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
     b = (torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs]))
     d = torch.empty(bs, h, dd, dtype=torch.bfloat16, device="cuda")
     fns = {"deep_tile": lambda: deep_tile.fp8_einsum("bhr,hdr->bhd", a, b, d)}
+    from deep_tile.einsums import FP8_PATH_ENV, FP8_PATHS
+    d_alt = torch.empty_like(d)
+    for path in FP8_PATHS[1:]:
+        fns[f"path:{path}"] = with_env(FP8_PATH_ENV, path, lambda: deep_tile.fp8_einsum("bhr,hdr->bhd", a, b, d_alt))
     diff = None
     if dg is not None:
         d_dg = torch.empty_like(d)
@@ -153,11 +197,21 @@ def run_fp8_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
     times = bench_round_robin(fns, iters=iters)
     us = times["deep_tile"]
     nbytes = a[0].numel() + b[0].numel() + 4 * (a[1].numel() + b[1].numel()) + 2 * d.numel()
-    return {"op": "fp8_einsum", "shape": f"bhr,hdr->bhd:{spec}", "us": us, "gbs": nbytes / us / 1e3,
+    return {"op": "fp8_einsum", "shape": f"bhr,hdr->bhd:{spec}", "us": us, "others": others_of(times),
+            "gbs": nbytes / us / 1e3,
             "share": nbytes / us / 1e3 * 1e9 / copy_rate, "tflops": 2 * bs * h * r * dd / us / 1e6,
             "mbytes": nbytes / 1e6, "deepgemm_us": times.get("deepgemm"),
             "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,
             "speedup": times["deepgemm"] / us if "deepgemm" in times else None, "max_rel_diff": diff}
+
+
+def others_text(row: dict) -> str:
+    """The other paths' times, with DeepGEMM's time over each when DeepGEMM ran."""
+    parts = []
+    for path, us in row.get("others", {}).items():
+        ratio = f" {row['deepgemm_us'] / us:.2f}x" if row["deepgemm_us"] else ""
+        parts.append(f"{path} {us:.1f}{ratio}")
+    return ", ".join(parts)
 
 
 def main(argv=None) -> int:
@@ -183,19 +237,26 @@ def main(argv=None) -> int:
         dg = load_deepgemm("fp8_einsum")
         rows += [run_fp8_einsum(spec, args.iters, copy_rate, dg) for spec in args.fp8_einsum]
     print_table(["op", "shape", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "DG % copy", "speedup",
-                 "max rel diff"],
+                 "max rel diff", "other paths (us, DG us / us)"],
                 [(r["op"], r["shape"], f"{r['mbytes']:.1f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",
                   f"{100 * r['share']:.1f}", f"{r['tflops']:.1f}",
                   "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
                   "" if r["deepgemm_share"] is None else f"{100 * r['deepgemm_share']:.1f}",
                   "" if r["speedup"] is None else f"{r['speedup']:.3f}",
-                  "" if r["max_rel_diff"] is None else f"{r['max_rel_diff']:.1e}") for r in rows],
-                aligns=["<", "<"] + [">"] * 9)
+                  "" if r["max_rel_diff"] is None else f"{r['max_rel_diff']:.1e}", others_text(r)) for r in rows],
+                aligns=["<", "<"] + [">"] * 9 + ["<"])
     for op in sorted({r["op"] for r in rows}):
         speedups = [r["speedup"] for r in rows if r["speedup"] and r["op"] == op]
         if speedups:
             print(f"{op}: speedup over DeepGEMM geomean {geomean(speedups):.3f}, min {min(speedups):.3f}, "
                   f"max {max(speedups):.3f}")
+        for path in sorted({p for r in rows if r["op"] == op for p in r.get("others", {})}):
+            pairs = [(r["deepgemm_us"], r["others"][path]) for r in rows
+                     if r["op"] == op and r["deepgemm_us"] and path in r.get("others", {})]
+            if pairs:
+                ratios = [dg / us for dg, us in pairs]
+                print(f"{op} path {path}: speedup over DeepGEMM geomean {geomean(ratios):.3f}, min {min(ratios):.3f}, "
+                      f"max {max(ratios):.3f} over {len(ratios)} rows")
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bytes_per_s": copy_rate,
                                          "rows": rows}, indent=1))

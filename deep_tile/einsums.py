@@ -12,24 +12,31 @@ checks; every other expression is refused (ValueError):
 * ``einsum('bhr,hdr->bhd', ...)`` and ``einsum('bhd,hdr->bhr', ...)``: bf16 ``[b, h, r] x [h, d, r]
   -> [b, h, d]`` and ``[b, h, d] x [h, d, r] -> [b, h, r]``, unit stride along the last dimension of
   all three, no ``c``. DeepGEMM runs its own BF16 GEMM (or cuBLASLt with ``use_cublaslt``);
-  deep_tile has no kernel for them yet and runs ``torch.einsum`` (cuBLAS) for both settings.
+  deep_tile runs one ``torch.bmm`` (cuBLAS) on head-major views of the three tensors, reading and
+  writing them in place, for both settings (:data:`BH_PATHS` names the alternatives).
 * ``fp8_einsum('bhr,hdr->bhd', (x, sx), (y, sy), d, c=None, recipe=(1, 128, 128))``: FP8
   ``x [b, h, r]`` with float32 1x128 scales ``sx [b, h, ceil(r / 128)]``, FP8 ``y [h, d, r]`` with
   float32 128x128 scales ``sy [h, ceil(d / 128), ceil(r / 128)]``, bf16 ``d [b, h, d]`` (``+ c``).
-  On CUDA, when r is a multiple of 16 and d of 8, deep_tile's masked grouped FP8 GEMM runs it (one
-  group per head, b rows each) on a head-major copy of x, and d takes its result back; other sizes
-  (and the CPU) take the dequantized product in float32 torch. DeepGEMM's other FP8 expressions
-  (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100 only and are refused.
+  On CUDA, when r is a multiple of 16 and d of 8: when one head's 128 x 128 tiles fill the SMs,
+  deep_tile's dense FP8 GEMM once per head, reading x and writing d in place; else the masked
+  grouped FP8 GEMM (one group per head, b rows each) on a head-major copy of x, d taking its result
+  back (:data:`FP8_PATHS`). Other sizes (and the CPU) take the dequantized product in float32
+  torch. DeepGEMM's other FP8 expressions (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100
+  only and are refused.
 
 Arguments are checked before anything is launched or written; on the CPU every expression runs
 in torch.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
+from deep_tile.gemm.dense import fp8_gemm
+from deep_tile.gemm.layouts import get_tma_aligned_a_scale
 from deep_tile.gemm.grouped import m_grouped_fp8_gemm_masked
 from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
@@ -37,7 +44,8 @@ from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import einsum as contract
 from deep_tile.pdl import get_pdl
 
-__all__ = ["einsum", "fp8_einsum", "EXPRESSIONS", "FP8_EXPRESSIONS", "FP8_RECIPE"]
+__all__ = ["einsum", "fp8_einsum", "EXPRESSIONS", "FP8_EXPRESSIONS", "FP8_RECIPE", "BH_PATHS", "FP8_PATHS",
+           "BH_PATH_ENV", "FP8_PATH_ENV", "DIAG_MAX_ROWS"]
 
 EXPRESSIONS = ("bmk,bnk->mn", "bhr,hdr->bhd", "bhd,hdr->bhr")
 """The expressions :func:`einsum` takes (DeepGEMM's on SM90)."""
@@ -47,6 +55,28 @@ FP8_RECIPE = (1, 128, 128)
 """The one scaling recipe of :func:`fp8_einsum` on SM90: 1x128 scales for x, 128x128 for y."""
 _I32_MAX = 2**31 - 1
 _MAX_HEADS = 512  # the masked grouped GEMM's most groups
+BH_PATH_ENV = "DEEP_TILE_BH_EINSUM"
+"""Environment variable choosing how the per-head bf16 expressions run on CUDA (:data:`BH_PATHS`)."""
+BH_PATHS = ("bmm", "heads", "torch")
+"""``bmm`` (default): one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
+nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided per-head views;
+``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation)."""
+FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
+"""Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
+FP8_PATHS = ("auto", "heads", "masked", "diag", "copy")
+"""``heads``: deep_tile's dense FP8 GEMM once per head, reading x and writing d in place (strided
+per-head views; only the scales of x are copied, once for all heads); ``masked``: the masked
+grouped FP8 GEMM on head-major copies of x, its scales (read row-major) and c, made by one kernel
+(``deep_tile_einsum_head_major``; torch copies in 8-byte words when a row is not whole 16-byte
+chunks), its output moved into d in 8-byte words; ``copy``: the first implementation (the same
+with torch's element-wise copies and a fresh masked_m per call); ``auto`` (default): ``heads``
+when one head's 128 x 128 tiles fill the SMs, ``diag`` for at most :data:`DIAG_MAX_ROWS` rows
+b * h without c, else ``masked``. ``diag``: one dense FP8 GEMM of x as ``[b * h, r]`` against y as
+``[h * d, r]`` (both read in place; h times the products needed, which costs nothing while reading
+y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d."""
+DIAG_MAX_ROWS = 256
+"""Most rows b * h of the ``diag`` path under ``auto`` (beyond, its h-fold products cost more than
+the grouped path's copies)."""
 
 
 def _fail(fn: str, message: str, error=ValueError):
@@ -171,7 +201,43 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
             d.copy_(workspace)
         return
     _check_bh(expr, a, b, d, c)
-    d.copy_(torch.einsum(expr, a, b))
+    path = _env_path(BH_PATH_ENV, BH_PATHS, "bmm")
+    tracked = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)  # out= refuses autograd
+    if not a.is_cuda or path == "torch" or tracked or 0 in a.shape or 0 in d.shape or 0 in b.shape:
+        d.copy_(torch.einsum(expr, a, b))
+        return
+    if path == "heads" and _bh_heads(expr, a, b, d):
+        return
+    _bh_bmm(expr, a, b, d)
+
+
+def _bh_bmm(expr: str, a, b, d) -> None:
+    """The per-head expression as one ``torch.bmm`` on head-major views written into d's own
+    head-major view: cuBLAS takes the strides as they are (batch stride x, row pitch h * x)."""
+    rhs = b.transpose(1, 2) if expr == "bhr,hdr->bhd" else b
+    torch.bmm(a.transpose(0, 1), rhs, out=d.transpose(0, 1))
+
+
+def _env_path(name: str, paths: tuple, default: str) -> str:
+    """The path the environment variable ``name`` names (``default`` when unset); ValueError for another."""
+    value = os.environ.get(name, default) or default
+    if value not in paths:
+        raise ValueError(f"{name} must be one of {paths}; got {value!r}.")
+    return value
+
+
+def _bh_heads(expr: str, a, b, d) -> bool:
+    """The per-head expression as one deep_tile BF16 GEMM per head on strided views (nothing
+    copied); False, having done nothing, when a view breaks the GEMM's 16-byte TMA rules."""
+    from deep_tile.bf16 import bf16_gemm_nn, bf16_gemm_nt
+
+    views = (a, b, d)
+    if any(t.data_ptr() % 16 or any(s % 8 for s in t.stride()[:-1]) for t in views):
+        return False
+    gemm = bf16_gemm_nt if expr == "bhr,hdr->bhd" else bf16_gemm_nn
+    for head in range(a.shape[1]):  # a[:, h] [b, x]; b[h] [d, r]; d[:, h] [b, y]
+        gemm(a[:, head], b[head], d[:, head])
+    return True
 
 
 def _check_fp8(expr, a, b, d, c, recipe) -> tuple:
@@ -222,6 +288,154 @@ def _head_major(t: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def _words(t: torch.Tensor) -> torch.Tensor:
+    """``t`` viewed in the widest of 8-, 4- or 2-byte words its last dimension, strides and offset
+    allow (unit last stride), else itself: a permuted copy then moves words, not single bytes."""
+    size = t.element_size()
+    for word in (torch.int64, torch.int32, torch.int16):
+        ratio = word.itemsize // size
+        if ratio <= 1:
+            break
+        if (t.shape[-1] % ratio == 0 and t.storage_offset() % ratio == 0
+                and all(st % ratio == 0 for st in t.stride()[:-1]) and (t.shape[-1] == 1 or t.stride(-1) == 1)):
+            return t.view(word)
+    return t
+
+
+def _moved(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` (same shape and dtype, last dimension of unit stride) in the widest
+    word both allow."""
+    wd, ws = _words(dst), _words(src)
+    if wd.dtype == ws.dtype and wd.shape == ws.shape:
+        wd.copy_(ws)
+    else:
+        dst.copy_(src)
+
+
+def _head_major_words(t: torch.Tensor) -> torch.Tensor:
+    """:func:`_head_major` moved in words (:func:`_moved`)."""
+    out = torch.empty((t.shape[1], t.shape[0], t.shape[2]), dtype=t.dtype, device=t.device)
+    _moved(out, t.permute(1, 0, 2))
+    return out
+
+
+def _chunk_rows(t: torch.Tensor) -> tuple | None:
+    """(chunks per row, b stride, h stride) of a [b, h, row] tensor in 16-byte chunks, or None
+    when its rows, strides or start are not whole chunks."""
+    size = t.element_size()
+    per = 16 // size
+    if (t.shape[2] % per or (t.shape[2] > 1 and t.stride(2) != 1) or t.stride(0) % per or t.stride(1) % per
+            or t.data_ptr() % 16):
+        return None
+    return t.shape[2] // per, t.stride(0) // per, t.stride(1) // per
+
+
+def _head_major_fused(x, sx, c) -> tuple | None:
+    """(x, sx, c) copied to contiguous head-major [h, b, row] by one kernel (the einsum entry's
+    ``deep_tile_einsum_head_major``), c None when None; None when a tensor is not in 16-byte chunks
+    or the chunks pass 2^31 (the kernel's 32-bit indices)."""
+    bs, h, _ = x.shape
+    tensors = [t for t in (x, sx, c) if t is not None]
+    layouts = [_chunk_rows(t) for t in tensors]
+    if any(layout is None for layout in layouts):
+        return None
+    total = sum(bs * h * layout[0] for layout in layouts)
+    if total >= 2**31 or any(max(layout[1:]) >= 2**31 for layout in layouts):
+        return None
+    outs = [torch.empty((h, bs, t.shape[2]), dtype=t.dtype, device=t.device) for t in tensors]
+    values = []
+    for t, out, layout in zip(tensors, outs, layouts):
+        values += [t.data_ptr(), out.data_ptr(), *layout]
+    values += [0, 0, 0, 0, 0] * (3 - len(tensors)) + [bs, h]
+    kernel = get_kernel(contract.ENTRY, contract.defines(), contract.HEAD_MAJOR_SYMBOL)
+    device = x.device
+    with torch.cuda.device(device):
+        kernel.launch(grid=contract.head_major_grid(total, get_num_sms()), block=contract.HEAD_MAJOR_THREADS,
+                      smem_bytes=0, stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.HEAD_MAJOR_ARGUMENT_KINDS, values))), device=device.index,
+                      pdl=get_pdl())
+    return outs[0], outs[1], (outs[2] if c is not None else None)
+
+
+_MASKED_M: dict = {}  # (device, heads, rows) -> int32 [heads] filled with rows: read-only, made once
+
+
+def _masked_m(h: int, bs: int, device) -> torch.Tensor:
+    """int32 [h] of bs on ``device``, cached (not while a CUDA graph is being captured: its
+    memory would belong to the graph's pool)."""
+    key = (str(device), h, bs)
+    cached = _MASKED_M.get(key)
+    if cached is not None:
+        return cached
+    made = torch.full((h,), bs, dtype=torch.int32, device=device)
+    if not torch.cuda.is_current_stream_capturing():
+        _MASKED_M[key] = made
+    return made
+
+
+def _heads_fit(x, d, c) -> bool:
+    """Whether every per-head view passes the dense GEMM's TMA rules: 16-byte starts and row pitches."""
+    if x.data_ptr() % 16 or x.stride(0) % 16 or x.stride(1) % 16:
+        return False
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * 2) % 16 == 0 and (t.stride(1) * 2) % 16 == 0
+               for t in (d, c) if t is not None)
+
+
+def _fp8_heads(x, sx, y, sy, d, c) -> None:
+    """fp8_einsum as one dense FP8 GEMM per head: x[:, h] and d[:, h] read and written in place;
+    x's scales copied once into the per-head TMA-aligned layout (every head's then zero-copy)."""
+    scales = get_tma_aligned_a_scale(sx.permute(1, 0, 2))  # [h, b, K blocks], per head column-major
+    for head in range(x.shape[1]):
+        fp8_gemm(x[:, head], scales[head], y[head], sy[head], out=d[:, head],
+                 c=None if c is None else c[:, head])
+
+
+def _fp8_path(bs: int, h: int, dd: int, c) -> str:
+    """The path of :data:`FP8_PATHS` the call takes (``auto`` resolved)."""
+    path = _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
+    if path == "auto":
+        if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms():
+            path = "heads"
+        elif c is None and bs * h <= DIAG_MAX_ROWS and h <= 16:
+            path = "diag"
+        else:
+            path = "masked"
+    return path
+
+
+def _diag_views(x, sx, y, sy, d, c):
+    """(x as [b * h, r], sx as [b * h, K blocks], y as [h * d, r], sy as [h * d / 128, K blocks]),
+    all views, or None when the diag path does not apply: a c, d not a multiple of 128 (a head's
+    rows of y would share scale blocks), or a tensor whose rows are not evenly strided."""
+    bs, h, r = x.shape
+    dd = y.shape[1]
+    if c is not None or dd % 128 or x.stride(0) != h * x.stride(1) or sx.stride(0) != h * sx.stride(1):
+        return None
+    if y.stride(0) != dd * y.stride(1) or sy.stride(0) != (dd // 128) * sy.stride(1):
+        return None
+    kb = sx.shape[2]
+    return (x.as_strided((bs * h, r), (x.stride(1), x.stride(2))),
+            sx.as_strided((bs * h, kb), (sx.stride(1), sx.stride(2))),
+            y.as_strided((h * dd, r), (y.stride(1), y.stride(2))),
+            sy.as_strided((h * dd // 128, kb), (sy.stride(1), sy.stride(2))))
+
+
+def _fp8_diag(views, d) -> None:
+    """fp8_einsum as one dense FP8 GEMM of every row against every head's y (:func:`_diag_views`),
+    then row (b, h)'s columns of head h moved into d[b, h] (a strided view, 8-byte words)."""
+    x2, sx2, y2, sy2 = views
+    bs, h, dd = d.shape
+    full = torch.empty((bs * h, h * dd), dtype=torch.bfloat16, device=d.device)
+    fp8_gemm(x2, sx2, y2, sy2, out=full)
+    _moved(d, _diagonal_blocks(full, bs, h, dd))
+
+
+def _diagonal_blocks(full: torch.Tensor, bs: int, h: int, dd: int) -> torch.Tensor:
+    """The [b, h, d] view of ``full`` [b * h, h * d] (contiguous) whose element (i, g, j) is
+    ``full[i * h + g, g * d + j]``: row (i, g) against head g's own columns."""
+    return full.as_strided((bs, h, dd), (h * h * dd, (h + 1) * dd, 1))
+
+
 def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
                recipe: tuple = FP8_RECIPE) -> None:
     """DeepGEMM's FP8 einsum on SM90 (module doc): ``d = x @ y`` per head from the scaled FP8
@@ -237,13 +451,32 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     dd = y.shape[1]
     if bs == 0 or h == 0 or dd == 0:
         return
-    if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the grouped GEMM's 16-byte rows
+    if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the GEMMs' 16-byte rows
+        path = _fp8_path(bs, h, dd, c)
+        if path == "heads" and _heads_fit(x, d, c) and (c is None or not _overlaps(c, d)):
+            _fp8_heads(x, sx, y, sy, d, c)
+            return
+        views = _diag_views(x, sx, y, sy, d, c) if path == "diag" else None
+        if views is not None:
+            _fp8_diag(views, d)
+            return
         out = torch.empty((h, bs, dd), dtype=torch.bfloat16, device=x.device)
-        masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
-        addend = None if c is None else _head_major(c)
-        m_grouped_fp8_gemm_masked(_head_major(x), sx.permute(1, 0, 2), y.contiguous(),
-                                  sy.contiguous(), masked_m, bs, out=out, c=addend)
-        d.copy_(out.permute(1, 0, 2))
+        if path == "copy":
+            masked_m = torch.full((h,), bs, dtype=torch.int32, device=x.device)
+            addend = None if c is None else _head_major(c)
+            m_grouped_fp8_gemm_masked(_head_major(x), sx.permute(1, 0, 2), y.contiguous(),
+                                      sy.contiguous(), masked_m, bs, out=out, c=addend)
+            d.copy_(out.permute(1, 0, 2))
+            return
+        fused = _head_major_fused(x, sx, c)  # x, its scales and c in one launch
+        if fused is not None:
+            x_hm, scales, addend = fused
+        else:
+            x_hm, scales = _head_major_words(x), sx.permute(1, 0, 2)
+            addend = None if c is None else _head_major_words(c)
+        m_grouped_fp8_gemm_masked(x_hm, scales, y.contiguous(), sy.contiguous(), _masked_m(h, bs, x.device), bs,
+                                  out=out, c=addend)
+        _moved(d, out.permute(1, 0, 2))
         return
     xf = x.float() * sx.repeat_interleave(128, dim=2)[..., :r]
     yf = y.float() * sy.repeat_interleave(128, dim=1)[:, :dd].repeat_interleave(128, dim=2)[..., :r]
@@ -251,3 +484,12 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
     if c is not None:
         out = out + c.float()
     d.copy_(out)
+
+
+def _overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether the memory hulls of x and y meet (a c that shares d's memory takes the copying path)."""
+    def span(t):
+        extent = 1 + sum((n - 1) * abs(st) for n, st in zip(t.shape, t.stride()) if n > 0)
+        return t.data_ptr(), t.data_ptr() + extent * t.element_size()
+    (x0, x1), (y0, y1) = span(x), span(y)
+    return x0 < y1 and y0 < x1

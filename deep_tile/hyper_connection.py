@@ -15,11 +15,17 @@ float32 sums) and ``sqr_sum = (a * a).sum(-1)`` (float32) for a bf16 ``[m, k]`` 
 On CUDA one JIT kernel of ``csrc/entry/hc_prenorm.cu`` (contract:
 :mod:`deep_tile.kernels.hc_prenorm`) on the current stream. The op is bound by reading a, so every
 SM should stream part of it: with ``num_splits=None`` and fewer row blocks than SMs the kernel
-splits K itself (``own_splits``) into a workspace whose partials a second kernel sums in split
-order (deterministic; float32 sums in another order than one split's). On the CPU the same partial sums
-in float32 torch. Arguments are checked before anything is launched or written.
+splits K itself (``own_splits``), and with few caller's splits it cuts each into pieces
+(``sub_splits``), into a workspace whose partials a second kernel sums in order (deterministic;
+float32 sums in another order than one split's). Up to ``SMALL_M`` rows one math warpgroup of 64
+rows runs instead of two (``math_groups``). Two environment variables override those choices
+(for measurements): ``DEEP_TILE_HC_GROUPS`` (1 or 2) and ``DEEP_TILE_HC_SUB_SPLITS`` (an int >= 1);
+``DEEP_TILE_HC_GROUPS=2 DEEP_TILE_HC_SUB_SPLITS=1`` is the first implementation. On the CPU the
+same partial sums in float32 torch. Arguments are checked before anything is launched or written.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -30,7 +36,12 @@ from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import hc_prenorm as contract
 from deep_tile.pdl import get_pdl
 
-__all__ = ["tf32_hc_prenorm_gemm", "hc_prenorm_reference"]
+__all__ = ["tf32_hc_prenorm_gemm", "hc_prenorm_reference", "GROUPS_ENV", "SUB_SPLITS_ENV"]
+
+GROUPS_ENV = "DEEP_TILE_HC_GROUPS"
+"""Environment variable forcing the math warpgroups per CTA (1 or 2; unset: ``math_groups(m)``)."""
+SUB_SPLITS_ENV = "DEEP_TILE_HC_SUB_SPLITS"
+"""Environment variable forcing the pieces per caller's split (an int >= 1; unset: ``sub_splits``)."""
 
 _I32_MAX = 2**31 - 1
 
@@ -132,37 +143,63 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
         sqr_sum.copy_(ref_s)
         return
     num_sms = get_num_sms()
-    own = contract.own_splits(m, k, num_sms) if num_splits is None else 1
-    if own > 1:  # partials in a workspace, summed in split order by a second kernel
-        work_d = torch.empty((own, m, n), dtype=torch.float32, device=a.device)
-        work_s = torch.empty((own, m), dtype=torch.float32, device=a.device)
-        _launch(a, b, work_d, work_s, m, n, k, own, n, m * n, num_sms)
-        values = (work_d.data_ptr(), work_s.data_ptr(), d.data_ptr(), sqr_sum.data_ptr(), m, n, own,
-                  d.stride(0) if m > 1 else n)
-        kernel = get_kernel(contract.ENTRY, contract.defines(), contract.REDUCE_SYMBOL)
-        with torch.cuda.device(a.device):
-            kernel.launch(grid=contract.reduce_grid(m, n, num_sms), block=contract.REDUCE_THREADS, smem_bytes=0,
-                          stream=torch.cuda.current_stream(a.device).cuda_stream,
-                          args=KernelArgs(list(zip(contract.REDUCE_ARGUMENT_KINDS, values))),
-                          device=a.device.index, pdl=get_pdl())
-        return
+    groups = _env_int(GROUPS_ENV) or contract.math_groups(m)
+    if groups not in contract.GROUP_CHOICES:
+        _fail(f"{GROUPS_ENV} must be one of {contract.GROUP_CHOICES}, got {groups}.")
+    if num_splits is None:  # own splits, each its own part, all summed into d
+        parts = contract.own_splits(m, k, num_sms, groups)
+        per_output, outputs, launch_splits, sub = parts, 1, parts, 1
+    else:
+        sub = _env_int(SUB_SPLITS_ENV) or contract.sub_splits(m, k, splits, num_sms, groups)
+        parts, per_output, outputs = splits * sub, sub, splits
+        launch_splits = splits
     row_stride = d.stride(-2) if m > 1 else n
     split_stride = d.stride(0) if num_splits is not None and splits > 1 else 0
-    _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms)
+    if parts == 1 or per_output == 1:  # the kernel writes d itself
+        _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, 1)
+        return
+    # partials in a workspace, summed in order by a second kernel
+    work_d = torch.empty((parts, m, n), dtype=torch.float32, device=a.device)
+    work_s = torch.empty((parts, m), dtype=torch.float32, device=a.device)
+    _launch(a, b, work_d, work_s, m, n, k, launch_splits, n, m * n, num_sms, groups, sub)
+    values = (work_d.data_ptr(), work_s.data_ptr(), d.data_ptr(), sqr_sum.data_ptr(), m, n, per_output, row_stride,
+              outputs, split_stride)
+    kernel = get_kernel(contract.ENTRY, contract.defines(groups), contract.REDUCE_SYMBOL)
+    with torch.cuda.device(a.device):
+        kernel.launch(grid=contract.reduce_grid(m, n, num_sms, outputs), block=contract.REDUCE_THREADS, smem_bytes=0,
+                      stream=torch.cuda.current_stream(a.device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.REDUCE_ARGUMENT_KINDS, values))),
+                      device=a.device.index, pdl=get_pdl())
 
 
-def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms) -> None:
-    """The kernel on ``a``'s device and current stream: ``splits`` K splits into ``d`` / ``sqr_sum``."""
+def _env_int(name: str) -> int:
+    """The positive int the environment variable ``name`` holds (0 when unset or empty)."""
+    value = os.environ.get(name, "")
+    if not value:
+        return 0
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        _fail(f"{name} must be a positive int, got {value!r}.")
+    return number
+
+
+def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, sub) -> None:
+    """The kernel on ``a``'s device and current stream: ``splits`` K splits of ``sub`` pieces each
+    into ``d`` / ``sqr_sum`` (part p at split stride p), ``groups`` math warpgroups."""
     map_a = encode_2d(a.data_ptr(), "bfloat16", k, m, a.stride(0) * 2 if m > 1 else k * 2,
-                      contract.BLOCK_K, contract.BLOCK_M, contract.SWIZZLE, 256)
+                      contract.BLOCK_K, contract.block_m(groups), contract.SWIZZLE, 256)
     map_b = encode_2d(b.data_ptr(), "float32", k, n, b.stride(0) * 4 if n > 1 else k * 4,
                       contract.B_BOX_K, n, contract.SWIZZLE, 256)
     values = (map_a, map_b, d.data_ptr(), sqr_sum.data_ptr(), m, k // contract.BLOCK_K, splits, row_stride,
-              split_stride)
-    kernel = get_kernel(contract.ENTRY, contract.defines(), contract.symbol(n))
+              split_stride, sub)
+    kernel = get_kernel(contract.ENTRY, contract.defines(groups), contract.symbol(n))
     device = a.device
     with torch.cuda.device(device):
-        kernel.launch(grid=contract.grid(m, splits, num_sms), block=contract.THREADS, smem_bytes=contract.smem_bytes(n),
+        kernel.launch(grid=contract.grid(m, splits, num_sms, groups, sub), block=contract.threads(groups),
+                      smem_bytes=contract.smem_bytes(n, groups),
                       stream=torch.cuda.current_stream(device).cuda_stream,
                       args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index,
                       pdl=get_pdl())

@@ -65,16 +65,20 @@ def check_hc(a, b, d, s, num_splits) -> dict:
 
 
 def hc(m: int, n: int, k: int, num_splits=None, seed: int = 0, a_row_stride: int = 0, d_row_stride: int = 0,
-       num_sms: int = 0) -> dict:
+       num_sms: int = 0, groups=None, sub=None) -> dict:
     """One call of deep_tile.tf32_hc_prenorm_gemm on the GPU against float64 (``num_sms`` > 0: with
-    the grid limited to that many SMs, so that each CTA takes several work items)."""
+    the grid limited to that many SMs, so that each CTA takes several work items; ``groups`` /
+    ``sub``: the math warpgroups and pieces per split forced through their environment variables)."""
     import deep_tile
+    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
 
     a, b = make_hc_inputs(m, n, k, seed, "cuda", a_row_stride)
     d, s = hc_outputs(m, n, num_splits, "cuda", d_row_stride)
     deep_tile.set_num_sms(num_sms or None)
     try:
-        deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)
+        _with_path(GROUPS_ENV, None if groups is None else str(groups),
+                   lambda: _with_path(SUB_SPLITS_ENV, None if sub is None else str(sub),
+                                      lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)))
     finally:
         deep_tile.set_num_sms(None)
     torch.cuda.synchronize()
@@ -84,7 +88,7 @@ def hc(m: int, n: int, k: int, num_splits=None, seed: int = 0, a_row_stride: int
         result["padding_untouched"] = bool(torch.isnan(full[..., n:]).all())
         result["ok"] = result["ok"] and result["padding_untouched"]
     return {"case": f"hc m={m} n={n} k={k} splits={num_splits} a_stride={a_row_stride} d_stride={d_row_stride} "
-                    f"sms={num_sms or 'all'}",
+                    f"sms={num_sms or 'all'} groups={groups} sub={sub}",
             **result}
 
 
@@ -137,10 +141,29 @@ def check_close(got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, rel: 
     return {"ok": nan == 0 and worst <= 1.0, "nan": nan, "worst_over_bound": worst, "calc_diff": diff}
 
 
-def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0, device: str = "cuda") -> dict:
+def _with_path(name: str, path, fn) -> None:
+    """fn() with the environment variable ``name`` set to ``path`` (unset when None), restored after."""
+    import os
+
+    old = os.environ.pop(name, None)
+    if path is not None:
+        os.environ[name] = path
+    try:
+        fn()
+    finally:
+        os.environ.pop(name, None)
+        if old is not None:
+            os.environ[name] = old
+
+
+def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0, device: str = "cuda",
+                path=None, d_pad: int = 0) -> dict:
     """One deep_tile.einsum call against float64 (d NaN-filled first; a float32 'bmk,bnk->mn' d
-    starts from random values and is accumulated into)."""
+    starts from random values and is accumulated into); ``path`` one of deep_tile.einsums.BH_PATHS
+    for the per-head expressions (None: the default); ``d_pad`` > 0: d a view of rows that many
+    elements wider, whose padding must stay NaN."""
     import deep_tile
+    from deep_tile.einsums import BH_PATH_ENV
 
     dtype = getattr(torch, out_dtype)
     a, b = make_einsum_inputs(expr, dims, seed, device)
@@ -154,12 +177,16 @@ def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0
         d = torch.randn(*out_shape, generator=gen, device=device)
         ref, bound, c = ref + d.double(), bound + d.double().abs(), d
     else:
-        d = torch.full(out_shape, float("nan"), dtype=dtype, device=device)
-    deep_tile.einsum(expr, a, b, d, c=c)
+        full = torch.full(out_shape[:-1] + [out_shape[-1] + d_pad], float("nan"), dtype=dtype, device=device)
+        d = full[..., :out_shape[-1]]
+    _with_path(BH_PATH_ENV, path, lambda: deep_tile.einsum(expr, a, b, d, c=c))
     if device == "cuda":
         torch.cuda.synchronize()
     result = check_close(d, ref, bound, EINSUM_REL_BOUND, dtype)
-    return {"case": f"einsum {expr} {dims} d={out_dtype}", **result}
+    if d_pad:
+        result["padding_untouched"] = bool(torch.isnan(full[..., out_shape[-1]:].float()).all())
+        result["ok"] = result["ok"] and result["padding_untouched"]
+    return {"case": f"einsum {expr} {dims} d={out_dtype} path={path} d_pad={d_pad}", **result}
 
 
 def quantize_fp8(t: torch.Tensor, block_rows: int) -> tuple:
@@ -175,9 +202,13 @@ def quantize_fp8(t: torch.Tensor, block_rows: int) -> tuple:
     return q, scale
 
 
-def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: int = 0, device: str = "cuda") -> dict:
-    """One deep_tile.fp8_einsum('bhr,hdr->bhd') call against the float64 product of the dequantized operands."""
+def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: int = 0, device: str = "cuda",
+                    path=None, d_pad: int = 0) -> dict:
+    """One deep_tile.fp8_einsum('bhr,hdr->bhd') call against the float64 product of the dequantized
+    operands; ``path`` one of deep_tile.einsums.FP8_PATHS (None: the default); ``d_pad`` > 0: the
+    output a view of rows that many elements wider, whose padding must stay NaN."""
     import deep_tile
+    from deep_tile.einsums import FP8_PATH_ENV
 
     gen = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(b, h, r, generator=gen, device=device)
@@ -192,12 +223,17 @@ def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: 
     c = torch.randn(b, h, d, generator=gen, device=device).to(torch.bfloat16) if with_c else None
     if c is not None:
         ref, bound = ref + c.double(), bound + c.double().abs()
-    out = torch.full((b, h, d), float("nan"), dtype=torch.bfloat16, device=device)
-    deep_tile.fp8_einsum("bhr,hdr->bhd", (xq, sx), (yq, sy), out, c=c)
+    full = torch.full((b, h, d + d_pad), float("nan"), dtype=torch.bfloat16, device=device)
+    out = full[..., :d]
+    _with_path(FP8_PATH_ENV, path, lambda: deep_tile.fp8_einsum("bhr,hdr->bhd", (xq, sx), (yq, sy), out, c=c))
     if device == "cuda":
         torch.cuda.synchronize()
     result = check_close(out, ref, bound, FP8_REL_BOUND, torch.bfloat16)
-    return {"case": f"fp8_einsum bhr,hdr->bhd b={b} h={h} r={r} d={d} c={with_c}", **result}
+    if d_pad:
+        result["padding_untouched"] = bool(torch.isnan(full[..., d:].float()).all())
+        result["ok"] = result["ok"] and result["padding_untouched"]
+    return {"case": f"fp8_einsum bhr,hdr->bhd b={b} h={h} r={r} d={d} c={with_c} path={path} d_pad={d_pad}",
+            **result}
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
 from conftest import compiler_params, run_child_cases
 from deep_tile.hyper_connection import hc_prenorm_reference, tf32_hc_prenorm_gemm
-from deep_tile.einsums import EXPRESSIONS, einsum, fp8_einsum
+from deep_tile.einsums import BH_PATHS, EXPRESSIONS, FP8_PATHS, einsum, fp8_einsum
 from deep_tile.kernels import einsum as einsum_contract
 from deep_tile.kernels import hc_prenorm as contract
 from gpu_hc_einsum_cases import (check_hc, einsum_case, fp8_einsum_case, hc_outputs, make_einsum_inputs,
@@ -124,20 +124,47 @@ def test_hc_contract():
     for bad in (0, 12, 40, 64):
         with pytest.raises(ValueError):
             contract.symbol(bad)
-    assert len(contract.ARGUMENT_KINDS) == 9
+    assert len(contract.ARGUMENT_KINDS) == 10
     for n in contract.NS:  # CTAS_PER_SM CTAs per SM (228 KB of shared memory per SM, 1 KB reserved per CTA)
-        assert contract.CTAS_PER_SM * (contract.smem_bytes(n) + 1024) <= 233472
-        assert contract.smem_bytes(n) <= 232448
+        for groups in contract.GROUP_CHOICES:
+            assert contract.CTAS_PER_SM * (contract.smem_bytes(n, groups) + 1024) <= 233472
+            assert contract.smem_bytes(n, groups) <= 232448
+    assert contract.threads(1) == 160 and contract.block_m(1) == 64 and contract.defines(1)["DT_HC_MATH_GROUPS"] == 1
+    with pytest.raises(ValueError):
+        contract.defines(3)
     assert contract.THREADS == 128 * contract.MATH_GROUPS + 32 and contract.BLOCK_M == 64 * contract.MATH_GROUPS
     assert contract.num_items(13, 1) == 1 and contract.num_items(8192, 16) == 8192 // contract.BLOCK_M * 16
     assert contract.num_items(0, 4) == 4
     assert contract.grid(13, 1, 132) == 1 and contract.grid(8192, 16, 132) == contract.CTAS_PER_SM * 132
-    assert len(contract.REDUCE_ARGUMENT_KINDS) == 8
+    assert len(contract.REDUCE_ARGUMENT_KINDS) == 10
     assert contract.reduce_grid(13, 24, 132) == 2 and contract.reduce_grid(8192, 24, 132) == 4 * 132
+    assert contract.reduce_grid(13, 24, 132, 16) == 21
     for blocks in (1, 7, 112, 448):
         for splits in (1, 3, 16, 500):
             covered = [b for i in range(splits) for b in contract.k_blocks_of_split(blocks, splits, i)]
             assert covered == list(range(blocks))
+
+
+def test_parts_cover_each_split():
+    for blocks in (1, 7, 112, 448):
+        for splits in (1, 3, 16):
+            for sub in (1, 2, 7):
+                for split in range(splits):
+                    pieces = [b for p in range(split * sub, split * sub + sub)
+                              for b in contract.k_blocks_of_part(blocks, splits, sub, p)]
+                    assert pieces == list(contract.k_blocks_of_split(blocks, splits, split))
+
+
+def test_sub_splits_fill_idle_sms_only():
+    assert contract.sub_splits(13, 28672, 16, 132, 1) == 7  # 16 CTAs of 28 blocks -> 112 of 4
+    assert contract.sub_splits(13, 7168, 16, 132, 1) == 1  # 7 blocks per split: not cut
+    assert contract.sub_splits(4096, 28672, 16, 132, 2) == 1  # the row blocks fill the GPU
+    for m, k, splits in ((13, 28672, 16), (137, 28672, 16), (137, 7680, 3), (600, 640, 3)):
+        groups = contract.math_groups(m)
+        sub = contract.sub_splits(m, k, splits, 132, groups)
+        assert sub == 1 or contract.num_items(m, splits, groups, sub) <= contract.CTAS_PER_SM * 132
+        assert sub == 1 or (k // contract.BLOCK_K) // splits // sub >= contract.MIN_BLOCKS_PER_PART
+    assert contract.math_groups(13) == 1 and contract.math_groups(4096) == contract.MATH_GROUPS
 
 
 def test_own_splits_fill_one_wave():
@@ -155,11 +182,12 @@ def test_own_splits_fill_one_wave():
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
 
 
+@pytest.mark.parametrize("groups", contract.GROUP_CHOICES)
 @pytest.mark.parametrize("name", compiler_params())
-def test_hc_kernels_build_spill_free(name):
+def test_hc_kernels_build_spill_free(name, groups):
     from deep_tile.jit import compiler, paths
 
-    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(), HC_SYMBOLS[0], name)
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(groups), HC_SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
     assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
@@ -170,7 +198,7 @@ def test_hc_kernels_build_spill_free(name):
     for line in result.log.splitlines():  # CTAS_PER_SM CTAs of THREADS threads per SM
         if "Used" in line and "registers" in line:
             used = int(line.split("Used ")[1].split(" registers")[0])
-            assert used * contract.THREADS * contract.CTAS_PER_SM <= 65536, result.log
+            assert used * contract.threads(groups) * contract.CTAS_PER_SM <= 65536, result.log
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")
@@ -208,6 +236,9 @@ HC_GPU_CASES = (
        dict(m=20000, n=24, k=1024, d_row_stride=26),  # row blocks fill the GPU: no own splits
        dict(m=600, n=24, k=640, num_splits=3, num_sms=4), dict(m=700, n=32, k=1280, num_sms=3),  # items per CTA
        dict(m=300, n=16, k=192, num_splits=7, num_sms=2)]  # some items with no K block
+    + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, sub=sub)  # forced math groups and pieces
+       for m, n, k, splits in ((13, 24, 7168, 16), (137, 32, 2048, 3), (70, 8, 640, 2), (300, 16, 1024, None))
+       for groups, sub in ((1, None), (2, None), (1, 3), (2, 4), (1, 1), (2, 1))]
 )
 
 
@@ -220,7 +251,10 @@ def test_gpu_hc_matches_float64():
 
 @pytest.mark.gpu
 def test_gpu_hc_is_deterministic_and_graph_capturable():
-    results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph", [{}, {"num_splits": None}], timeout=300)
+    results = run_child_cases("gpu_hc_einsum_cases.py", "hc_repeat_and_graph",
+                              [{}, {"num_splits": None}, {"m": 13, "k": 28672},
+                               {"m": 137, "k": 7168, "num_splits": None}],
+                              timeout=300)
     assert all(r["ok"] for r in results), results
 
 
@@ -244,6 +278,73 @@ def test_einsum_cpu_matches_float64(expr, dims, out_dtype):
 def test_fp8_einsum_cpu_matches_float64(b, h, r, d, with_c):
     result = fp8_einsum_case(b, h, r, d, with_c, seed=2, device="cpu")
     assert result["ok"], result
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+@pytest.mark.parametrize("b,h,x", [(3, 5, 64), (1, 4, 24), (6, 2, 6), (2, 3, 3)])
+def test_word_moves_equal_copies(dtype, b, h, x):
+    from deep_tile.einsums import _head_major, _head_major_words, _moved, _words
+
+    t = torch.randn(b, h, x + 8).to(dtype)[..., :x]  # a view of wider rows
+    assert torch.equal(_head_major_words(t).view(torch.uint8), _head_major(t).view(torch.uint8))
+    dst = torch.zeros(b, h, x + 8, dtype=dtype)[..., :x]
+    _moved(dst, _head_major(t).permute(1, 0, 2))
+    assert torch.equal(dst.view(torch.uint8), t.view(torch.uint8))
+    if (x * t.element_size()) % 8 == 0:
+        assert _words(t).dtype == torch.int64
+
+
+@pytest.mark.parametrize("expr", ["bhr,hdr->bhd", "bhd,hdr->bhr"])
+def test_bmm_views_compute_the_expression(expr):
+    from deep_tile.einsums import _bh_bmm
+
+    gen = torch.Generator().manual_seed(4)
+    b, h, r, d = 5, 3, 24, 16
+    a = torch.randn(b, h, r if expr == "bhr,hdr->bhd" else d, generator=gen, dtype=torch.float64)
+    w = torch.randn(h, d, r + 8, generator=gen, dtype=torch.float64)[..., :r]
+    out = torch.full((b, h, (d if expr == "bhr,hdr->bhd" else r) + 4), float("nan"), dtype=torch.float64)
+    _bh_bmm(expr, a, w, out[..., :-4])
+    torch.testing.assert_close(out[..., :-4], torch.einsum(expr, a, w))
+    assert torch.isnan(out[..., -4:]).all()
+
+
+def test_diag_views_pick_each_heads_block():
+    from deep_tile.einsums import _diag_views, _diagonal_blocks
+
+    gen = torch.Generator().manual_seed(5)
+    bs, h, r, dd = 3, 4, 256, 128
+    x = torch.randn(bs, h, r, generator=gen, dtype=torch.float64)
+    y = torch.randn(h, dd, r, generator=gen, dtype=torch.float64)
+    sx, sy = torch.ones(bs, h, 2), torch.ones(h, 1, 2)
+    d = torch.empty(bs, h, dd)
+    x2, sx2, y2, sy2 = _diag_views(x, sx, y, sy, d, None)
+    assert x2.shape == (bs * h, r) and y2.shape == (h * dd, r) and sx2.shape == (bs * h, 2) and sy2.shape == (h, 2)
+    full = (x2 @ y2.T).contiguous()
+    torch.testing.assert_close(_diagonal_blocks(full, bs, h, dd), torch.einsum("bhr,hdr->bhd", x, y))
+    assert _diag_views(x, sx, y, sy, d, d) is None  # a c: not this path
+    assert _diag_views(x, sx, y[:, :64], sy, d, None) is None  # d not a multiple of 128
+    assert _diag_views(x.transpose(0, 1).contiguous().transpose(0, 1), sx, y, sy, d, None) is None
+
+
+def test_head_major_chunks():
+    from deep_tile.einsums import _chunk_rows
+
+    x = torch.zeros(6, 4, 512, dtype=torch.float8_e4m3fn)
+    assert _chunk_rows(x) == (32, 4 * 32, 32)
+    assert _chunk_rows(torch.zeros(6, 4, 32)) == (8, 32, 8)  # float32 scales of r = 4096
+    assert _chunk_rows(torch.zeros(6, 4, 3)) is None  # rows not whole 16-byte chunks
+    assert _chunk_rows(torch.zeros(6, 4, 264, dtype=torch.bfloat16)[:, :, :256]) == (32, 4 * 33, 33)
+    assert _chunk_rows(torch.zeros(6, 4, 260, dtype=torch.bfloat16)[:, :, :256]) is None  # pitch not whole chunks
+
+
+def test_path_variables_are_checked(monkeypatch):
+    from deep_tile.einsums import BH_PATH_ENV, FP8_PATH_ENV, _env_path
+
+    monkeypatch.setenv(FP8_PATH_ENV, "fast")
+    with pytest.raises(ValueError, match=FP8_PATH_ENV):
+        _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
+    monkeypatch.delenv(BH_PATH_ENV, raising=False)
+    assert _env_path(BH_PATH_ENV, BH_PATHS, "bmm") == "bmm"
 
 
 def einsum_bad_cases():
@@ -340,8 +441,10 @@ def test_einsum_kernel_builds_spill_free(name):
                                     einsum_contract.SYMBOL, name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log
-    assert einsum_contract.SYMBOL in compiler.elf_functions(result.cubin)
-    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in result.log, result.log
+    assert {einsum_contract.SYMBOL, einsum_contract.HEAD_MAJOR_SYMBOL} <= compiler.elf_functions(result.cubin)
+    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
+    assert len(lines) == 2 and all("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line
+                                   for line in lines), result.log
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")
@@ -379,8 +482,11 @@ EINSUM_GPU_CASES = (
     + [dict(expr="bmk,bnk->mn", dims=dict(b=1, m=64, n=64, k=64)),
        dict(expr="bmk,bnk->mn", dims=dict(b=3, m=192, n=320, k=192)),
        dict(expr="bmk,bnk->mn", dims=dict(b=2, m=1024, n=1024, k=512), out_dtype="bfloat16")]
-    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16")
-       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 128)]
+    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16", path=path)
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for h, r, d in ((128, 512, 128), (8, 4096, 1024)) for b in (4, 128)
+       for path in BH_PATHS]
+    + [dict(expr=e, dims=dict(b=b, h=3, r=r, d=d), out_dtype="bfloat16", path=path, d_pad=8)
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for b, r, d in ((1, 64, 72), (37, 192, 136)) for path in BH_PATHS]
 )
 
 
@@ -393,8 +499,15 @@ def test_gpu_einsum_matches_float64():
 
 @pytest.mark.gpu
 def test_gpu_fp8_einsum_matches_float64():
-    cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128)]  # DeepGEMM's shapes: the grouped FP8 GEMM
-             + [dict(b=64, h=4, r=512, d=256, with_c=True), dict(b=1, h=3, r=144, d=136)]
+    cases = ([dict(b=b, h=8, r=4096, d=1024) for b in (4, 32, 128, 4096)]  # DeepGEMM's shapes (auto)
+             + [dict(b=b, h=h, r=r, d=d, with_c=c, path=path, d_pad=pad)  # each path forced (few builds)
+                for path, shapes in (("heads", ((300, 2, 384, 264, True, 8), (1, 3, 144, 136, False, 0))),
+                                     ("masked", ((64, 4, 512, 256, True, 0), (300, 2, 512, 264, True, 8),
+                                                 (300, 2, 384, 264, True, 8))),  # one copy kernel; torch's
+                                     ("diag", ((4, 8, 512, 256, False, 0), (40, 6, 384, 128, False, 8),
+                                               (3, 2, 256, 136, False, 0))),  # d % 128: the grouped path
+                                     ("copy", ((64, 4, 512, 256, True, 0),)))
+                for b, h, r, d, c, pad in shapes]
              + [dict(b=5, h=2, r=200, d=130, with_c=True)])  # r not a multiple of 16: torch
     results = run_child_cases("gpu_hc_einsum_cases.py", "fp8_einsum_case", cases, timeout=300)
     bad = [r for r in results if not r["ok"]]

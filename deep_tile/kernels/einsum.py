@@ -11,7 +11,8 @@ from __future__ import annotations
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "SYMBOL", "BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "ARGUMENT_KINDS",
-           "defines", "smem_bytes", "split_factor", "grid"]
+           "defines", "smem_bytes", "split_factor", "grid", "HEAD_MAJOR_SYMBOL", "HEAD_MAJOR_THREADS",
+           "HEAD_MAJOR_ARGUMENT_KINDS", "head_major_grid"]
 
 ENTRY = "einsum"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -32,6 +33,21 @@ SWIZZLE = 128
 ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "i32", "i32", "i32", "i32", "i32")
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters: (map_a, map_b, d,
 num_batches, m, n, k, split)."""
+
+
+HEAD_MAJOR_SYMBOL = "deep_tile_einsum_head_major"
+"""fp8_einsum's copy of up to three ``[b, h, row]`` tensors to contiguous ``[h, b, row]`` in one
+launch (include/deep_tile/kernels/head_major.cuh): rows of 16-byte chunks."""
+HEAD_MAJOR_THREADS = 256
+"""Threads per CTA of the copy (``kHeadMajorThreads``)."""
+HEAD_MAJOR_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32") * 3 + ("i32", "i32")
+"""Parameter kinds of the copy: (src, dst, chunks per row, b stride, h stride) per tensor, strides
+in chunks (chunks 0: no tensor), then (b, h)."""
+
+
+def head_major_grid(total_chunks: int, num_sms: int) -> int:
+    """CTAs of the copy: one chunk per thread up to eight CTAs per SM (a grid-stride loop beyond)."""
+    return max(1, min(ceil_div(total_chunks, HEAD_MAJOR_THREADS), 8 * max(1, num_sms)))
 
 
 def defines() -> dict:

@@ -16,7 +16,8 @@ from deep_tile.common import ceil_div
 __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREADS", "SWIZZLE", "B_BOX_K",
            "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items",
            "grid", "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
-           "reduce_grid"]
+           "reduce_grid", "GROUP_CHOICES", "STAGES_OF", "SMALL_M", "MIN_BLOCKS_PER_PART", "block_m", "threads",
+           "math_groups", "sub_splits", "k_blocks_of_part"]
 
 ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -30,7 +31,18 @@ BLOCK_M = 64 * MATH_GROUPS
 BLOCK_K = 64
 """K per stage (``kHcBlockK``): 128 bytes of a bf16 row, one 128B-swizzle row; k must be a multiple."""
 STAGES = 8
-"""K blocks in flight per CTA (``DT_HC_STAGES``): 128 KB of a in flight per SM."""
+"""K blocks in flight per CTA (``DT_HC_STAGES``) with :data:`MATH_GROUPS` groups: 128 KB of a in flight per SM."""
+GROUP_CHOICES = (1, 2)
+"""The math warpgroups a call may use (one build each): two share b's tiles; one wastes no tensor
+work on rows past m when m is small and gives twice the row blocks (CTAs) at small m."""
+STAGES_OF = {1: 12, 2: STAGES}
+"""Stages per math-group count: one group's stages are half as large, so more fit (12 at N = 32:
+192 KB)."""
+SMALL_M = 256
+"""Largest m that runs one math warpgroup by default (:func:`math_groups`)."""
+MIN_BLOCKS_PER_PART = 4
+"""The fewest K blocks a piece of a caller's split reads when :func:`sub_splits` cuts it (a CTA's
+chain of blocks is what costs at small m; the pieces' sum is a second, short kernel)."""
 THREADS = 128 * MATH_GROUPS + 32
 """Threads per CTA (``kHcThreads``): the math warpgroups and one TMA warp."""
 SWIZZLE = 128
@@ -44,22 +56,46 @@ keeps the pipeline running between short K splits instead."""
 MIN_BLOCKS_PER_SPLIT = 2
 """The fewest K blocks a split of :func:`own_splits` reads (fewer would spend more on the
 pipeline's start and the partials than they save)."""
-ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
+ARGUMENT_KINDS = ("tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "i32")
 """The :class:`deep_tile.jit.runtime.KernelArgs` kinds of the parameters: (map_a, map_b, d,
-sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride)."""
+sqr_sum, m, num_k_blocks, num_splits, d_row_stride, d_split_stride, sub_splits)."""
 
 
 REDUCE_SYMBOL = "deep_tile_hc_prenorm_reduce"
 """The kernel that sums the host's own K splits (:func:`own_splits`) into d and sqr_sum, in split order."""
 REDUCE_THREADS = 256
 """Threads per CTA of the sum (``kHcReduceThreads``)."""
-REDUCE_ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32")
-"""Parameter kinds of the sum: (work_d, work_s, d, sqr_sum, m, n, splits, d_row_stride)."""
+REDUCE_ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "i32")
+"""Parameter kinds of the sum: (work_d, work_s, d, sqr_sum, m, n, splits, d_row_stride, groups,
+d_split_stride): ``groups`` outputs, each the sum of ``splits`` consecutive partials."""
 
 
-def defines() -> dict:
-    """The entry's ``-D`` defines."""
-    return {"DT_HC_STAGES": STAGES, "DT_HC_MATH_GROUPS": MATH_GROUPS, "DT_HC_CTAS_PER_SM": CTAS_PER_SM}
+def _groups(groups) -> int:
+    groups = MATH_GROUPS if groups is None else groups
+    if groups not in GROUP_CHOICES:
+        raise ValueError(f"hc_prenorm: math groups must be one of {GROUP_CHOICES}, got {groups!r}.")
+    return groups
+
+
+def defines(groups: int | None = None) -> dict:
+    """The entry's ``-D`` defines for ``groups`` math warpgroups (default :data:`MATH_GROUPS`)."""
+    groups = _groups(groups)
+    return {"DT_HC_STAGES": STAGES_OF[groups], "DT_HC_MATH_GROUPS": groups, "DT_HC_CTAS_PER_SM": CTAS_PER_SM}
+
+
+def block_m(groups: int | None = None) -> int:
+    """Rows per work item with ``groups`` math warpgroups."""
+    return 64 * _groups(groups)
+
+
+def threads(groups: int | None = None) -> int:
+    """Threads per CTA with ``groups`` math warpgroups (and the TMA warp)."""
+    return 128 * _groups(groups) + 32
+
+
+def math_groups(m: int) -> int:
+    """The math warpgroups a call of m rows uses by default: one up to :data:`SMALL_M` rows."""
+    return 1 if m <= SMALL_M else MATH_GROUPS
 
 
 def symbol(n: int) -> str:
@@ -69,21 +105,24 @@ def symbol(n: int) -> str:
     return f"deep_tile_hc_prenorm_gemm_n{n}"
 
 
-def smem_bytes(n: int) -> int:
+def smem_bytes(n: int, groups: int | None = None) -> int:
     """Dynamic shared memory (``HcSmem<N>::kBytes``; the kernel traps if given less): per stage the
-    a tile (BLOCK_M x 64 bf16) and b's (N x 64 float32), then a full and an empty barrier per stage."""
+    a tile (block_m x 64 bf16) and b's (N x 64 float32), then a full and an empty barrier per stage."""
     symbol(n)
-    return STAGES * (BLOCK_M * BLOCK_K * 2 + n * BLOCK_K * 4) + 2 * STAGES * 8
+    groups = _groups(groups)
+    stages = STAGES_OF[groups]
+    return stages * (block_m(groups) * BLOCK_K * 2 + n * BLOCK_K * 4) + 2 * stages * 8
 
 
-def num_items(m: int, num_splits: int) -> int:
-    """Work items: row blocks times K splits (item i: row block i // num_splits, split i % num_splits)."""
-    return max(1, ceil_div(m, BLOCK_M)) * num_splits
+def num_items(m: int, num_splits: int, groups: int | None = None, sub: int = 1) -> int:
+    """Work items: row blocks times K parts (``num_splits * sub``; item i: row block i // parts,
+    part i % parts)."""
+    return max(1, ceil_div(m, block_m(groups))) * num_splits * sub
 
 
-def grid(m: int, num_splits: int, num_sms: int) -> int:
+def grid(m: int, num_splits: int, num_sms: int, groups: int | None = None, sub: int = 1) -> int:
     """Persistent CTAs: one per work item, at most :data:`CTAS_PER_SM` per SM."""
-    return min(num_items(m, num_splits), CTAS_PER_SM * max(1, num_sms))
+    return min(num_items(m, num_splits, groups, sub), CTAS_PER_SM * max(1, num_sms))
 
 
 def k_blocks_of_split(num_k_blocks: int, num_splits: int, split: int) -> range:
@@ -94,16 +133,33 @@ def k_blocks_of_split(num_k_blocks: int, num_splits: int, split: int) -> range:
     return range(begin, begin + per + (1 if split < extra else 0))
 
 
-def own_splits(m: int, k: int, num_sms: int) -> int:
+def k_blocks_of_part(num_k_blocks: int, num_splits: int, sub: int, part: int) -> range:
+    """The K blocks of part ``part`` of ``num_splits * sub`` (the kernel's ``hc_part``): piece
+    ``part % sub`` of split ``part // sub``'s blocks, by the same rule."""
+    split = k_blocks_of_split(num_k_blocks, num_splits, part // sub)
+    piece = k_blocks_of_split(len(split), sub, part % sub)
+    return range(split.start + piece.start, split.start + piece.stop)
+
+
+def own_splits(m: int, k: int, num_sms: int, groups: int | None = None) -> int:
     """K splits the host adds for ``num_splits=None`` (1: none): as many as one wave of
     :data:`CTAS_PER_SM` CTAs per SM holds when the row blocks alone are fewer (never a second,
     partial wave), each split at least :data:`MIN_BLOCKS_PER_SPLIT` K blocks. The partials are
     summed afterwards."""
-    row_blocks = max(1, ceil_div(m, BLOCK_M))
+    row_blocks = max(1, ceil_div(m, block_m(groups)))
     wanted = CTAS_PER_SM * max(1, num_sms) // row_blocks
     return max(1, min(wanted, (k // BLOCK_K) // MIN_BLOCKS_PER_SPLIT))
 
 
-def reduce_grid(m: int, n: int, num_sms: int) -> int:
+def sub_splits(m: int, k: int, num_splits: int, num_sms: int, groups: int | None = None) -> int:
+    """Pieces per caller's split (1: none): when the caller's splits leave SMs idle, each split's
+    K blocks are cut into as many pieces as one wave holds, each at least
+    :data:`MIN_BLOCKS_PER_PART` blocks; the pieces' partials are summed into the split's."""
+    items = num_items(m, num_splits, groups)
+    wanted = CTAS_PER_SM * max(1, num_sms) // items
+    return max(1, min(wanted, (k // BLOCK_K) // num_splits // MIN_BLOCKS_PER_PART))
+
+
+def reduce_grid(m: int, n: int, num_sms: int, groups: int = 1) -> int:
     """CTAs of the sum: one output per thread up to four CTAs per SM (a grid-stride loop beyond)."""
-    return max(1, min(ceil_div(m * n + m, REDUCE_THREADS), 4 * max(1, num_sms)))
+    return max(1, min(ceil_div(groups * (m * n + m), REDUCE_THREADS), 4 * max(1, num_sms)))

@@ -71,15 +71,26 @@ struct HcSplit {
   }
 };
 
-/// A persistent CTA: work items blockIdx.x, + gridDim.x, ... of ceil(m / kHcBlockM) * num_splits,
-/// item i being rows [kHcBlockM * (i / num_splits), +kHcBlockM) and K split i % num_splits. The
-/// stage ring runs on across items, so the TMA warp loads the next item's blocks while the math
-/// warpgroups finish this one. Writes d[split][row][0..N) (split stride d_split_stride, row
-/// stride d_row_stride floats) and sqr_sum[split * m + row].
+/// The K blocks of part `part` of num_splits * sub_splits: part / sub_splits names the split
+/// (HcSplit), part % sub_splits the piece of that split's blocks (HcSplit's rule again), so the
+/// pieces of a split cover exactly its blocks.
+DT_DEVICE HcSplit hc_part(int num_k_blocks, int num_splits, int sub_splits, int part) {
+  const HcSplit split(num_k_blocks, num_splits, part / sub_splits);
+  HcSplit piece(split.count, sub_splits, part % sub_splits);
+  piece.begin += split.begin;
+  return piece;
+}
+
+/// A persistent CTA: work items blockIdx.x, + gridDim.x, ... of ceil(m / kHcBlockM) * parts
+/// (parts = num_splits * sub_splits), item i being rows [kHcBlockM * (i / parts), +kHcBlockM) and
+/// the K blocks of part i % parts (hc_part). The stage ring runs on across items, so the TMA warp
+/// loads the next item's blocks while the math warpgroups finish this one. Writes
+/// d[part][row][0..N) (part stride d_split_stride, row stride d_row_stride floats) and
+/// sqr_sum[part * m + row].
 template <int kN>
 DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* map_b, float* __restrict__ d,
                                float* __restrict__ sqr_sum, int m, int num_k_blocks, int num_splits,
-                               int d_row_stride, int d_split_stride) {
+                               int d_row_stride, int d_split_stride, int sub_splits) {
   using Smem = HcSmem<kN>;
   using Mma = ptx::WgmmaTf32RegA<kN>;
   extern __shared__ __align__(1024) u8 smem[];
@@ -87,7 +98,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   u64* empty = full + kHcStages;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int num_items = ceil_div(m, kHcBlockM) * num_splits;
+  const int parts = num_splits * sub_splits;
+  const int num_items = ceil_div(m, kHcBlockM) * parts;
 
   if (tid == kHcMathThreads) {
     if (dynamic_smem_bytes() < static_cast<u32>(Smem::kBytes)) asm volatile("trap;");  // host and kernel disagree
@@ -109,8 +121,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
       const u64 keep_policy = ptx::l2_policy_evict_last();     // b is read by every row block
       int g = 0;  // blocks loaded so far: the ring's position and phase
       for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-        const int m0 = (item / num_splits) * kHcBlockM;
-        const HcSplit range(num_k_blocks, num_splits, item % num_splits);
+        const int m0 = (item / parts) * kHcBlockM;
+        const HcSplit range = hc_part(num_k_blocks, num_splits, sub_splits, item % parts);
         for (int s = 0; s < range.count; ++s, ++g) {
           const int stage = g % kHcStages;
           ptx::mbarrier_wait(&empty[stage], ((g / kHcStages) & 1) ^ 1);
@@ -176,8 +188,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   };
 
   for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
-    const int m_block = item / num_splits, split = item % num_splits;
-    const int num_blocks = HcSplit(num_k_blocks, num_splits, split).count;
+    const int m_block = item / parts, split = item % parts;
+    const int num_blocks = hc_part(num_k_blocks, num_splits, sub_splits, split).count;
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) acc[i] = 0.0f;
     sq0 = sq1 = 0.0f;
@@ -218,25 +230,42 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
 
 constexpr int kHcReduceThreads = 256;
 
-/// The host's own K splits summed in split order: d[r][c] = sum_s work_d[s][r][c] (work rows of n
-/// floats, contiguous) and sqr_sum[r] = sum_s work_s[s][r]; a grid-stride loop over m * n + m outputs.
+/// Partials summed in part order: for each of `groups` outputs g, d[g][r][c] = sum_s
+/// work_d[g * splits + s][r][c] (work rows of n floats, contiguous; d's group stride
+/// d_split_stride, row stride d_row_stride) and sqr_sum[g * m + r] likewise; a grid-stride loop
+/// over groups * (m * n + m) outputs. Eight partials are loaded before they are added (in order,
+/// so the bits do not depend on the batching): the sum waits on L2 once per eight.
 DT_DEVICE void hc_prenorm_reduce(const float* __restrict__ work_d, const float* __restrict__ work_s,
                                  float* __restrict__ d, float* __restrict__ sqr_sum, int m, int n, int splits,
-                                 int d_row_stride) {
+                                 int d_row_stride, int groups, int d_split_stride) {
   ptx::grid_dependency_wait();  // the split kernel before it wrote the partials
   ptx::launch_dependents();
-  const long long total = static_cast<long long>(m) * n;
-  for (long long idx = static_cast<long long>(blockIdx.x) * kHcReduceThreads + threadIdx.x; idx < total + m;
+  const long long total = static_cast<long long>(m) * n, per_group = total + m;
+  constexpr int kBatch = 8;
+  for (long long idx = static_cast<long long>(blockIdx.x) * kHcReduceThreads + threadIdx.x; idx < groups * per_group;
        idx += static_cast<long long>(gridDim.x) * kHcReduceThreads) {
+    const int group = static_cast<int>(idx / per_group);
+    const long long at = idx - group * per_group;
+    const bool is_d = at < total;
+    // partial s of this output: work_d[(group * splits + s) * total + at] or work_s[(..) * m + row]
+    const float* src = is_d ? work_d + static_cast<long long>(group) * splits * total + at
+                            : work_s + static_cast<long long>(group) * splits * m + (at - total);
+    const long long step = is_d ? total : m;
     float acc = 0.0f;
-    if (idx < total) {
-      for (int s = 0; s < splits; ++s) acc += work_d[s * total + idx];
-      const long long row = idx / n;
-      d[row * d_row_stride + (idx - row * n)] = acc;
+    int s = 0;
+    for (; s + kBatch <= splits; s += kBatch) {
+      float v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = src[(s + j) * step];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) acc += v[j];
+    }
+    for (; s < splits; ++s) acc += src[s * step];
+    if (is_d) {
+      const long long row = at / n;
+      d[static_cast<long long>(group) * d_split_stride + row * d_row_stride + (at - row * n)] = acc;
     } else {
-      const long long row = idx - total;
-      for (int s = 0; s < splits; ++s) acc += work_s[static_cast<long long>(s) * m + row];
-      sqr_sum[row] = acc;
+      sqr_sum[static_cast<long long>(group) * m + (at - total)] = acc;
     }
   }
 }
