@@ -115,10 +115,9 @@ _VARS = (
     EnvVar("DEEP_TILE_KGROUPED_TN_TRANSPOSE", "choice", "`kernel`",
            "How the compatible module's `k_grouped_fp8_gemm_tn_contiguous` turns its token-major operands "
            "K-major before the GEMM: `kernel` by deep_tile's byte-transposition kernel (both operands in one "
-           "launch), `overlap` by the same kernel on a side stream in about four chunks of groups, each "
-           "chunk's GEMM waiting for its own chunk only, `torch` by torch's `.t().contiguous()` (the "
-           "earlier, slower copy; kept for comparison). Read at each call.",
-           choices=("kernel", "overlap", "torch")),
+           "launch), `torch` by torch's `.t().contiguous()` (the earlier, slower copy; kept for comparison). "
+           "Read at each call.",
+           choices=("kernel", "torch")),
     EnvVar("CXX", "str", "c++",
            "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
            "its build key."),
@@ -306,7 +305,7 @@ def tp_transport() -> str:
 
 
 def kgrouped_tn_transpose() -> str:
-    """``DEEP_TILE_KGROUPED_TN_TRANSPOSE``: ``"kernel"`` (default), ``"overlap"`` or ``"torch"``."""
+    """``DEEP_TILE_KGROUPED_TN_TRANSPOSE``: ``"kernel"`` (default) or ``"torch"``."""
     return get("DEEP_TILE_KGROUPED_TN_TRANSPOSE") if os.environ.get("DEEP_TILE_KGROUPED_TN_TRANSPOSE", "").strip() \
         else "kernel"
 

@@ -387,9 +387,6 @@ def test_gpu_k_grouped_as_a_trainer_calls_it():
         dict(form="tn", m=528, n=1168, ks=[384, 0, 128, 256], seed=4),  # partial transposition tiles
         dict(form="tn", m=528, n=1168, ks=[384, 0, 128, 256], in_place=False, seed=5),
         dict(form="tn", m=520, n=1160, ks=[128, 256], seed=6),  # m % 16 != 0: torch's copy
-        dict(form="tn", m=7168, n=2048, ks=ks, seed=7, transpose="overlap"),
-        dict(form="tn", m=528, n=1168, ks=[0, 384, 0, 128, 256, 0], in_place=False, seed=8, transpose="overlap"),
-        dict(form="tn", m=520, n=1160, ks=[128, 256], seed=9, transpose="overlap"),
     ])
 
 

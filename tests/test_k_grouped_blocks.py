@@ -285,17 +285,3 @@ def test_the_transposition_builds_spill_free():
     result = compiler.compile_cubin(paths.entry_path(moe_layout.ENTRY), {}, moe_layout.TRANSPOSE_SYMBOL, "nvrtc")
     assert compiler.has_symbol(result.cubin, moe_layout.TRANSPOSE_SYMBOL)
     assert compiler.ptxas_problems(result.log) == []
-
-
-@pytest.mark.parametrize("ks", [[2048] * 16, [128, 0, 256], [0, 0, 512, 0], [256, 0, 1024, 384, 128], [128] * 40,
-                                [4096, 128, 128, 128, 128]])
-def test_tn_overlap_chunks_cover_every_group_once(ks):
-    """The overlapped TN form's chunks: consecutive group ranges covering every group once, at most
-    four, the first holding no more than about an eighth of the tokens unless one group is larger."""
-    from deep_tile.compat.deepgemm._api import _tn_chunks
-
-    chunks = _tn_chunks(ks)
-    assert chunks[0][0] == 0 and chunks[-1][1] == len(ks) and len(chunks) <= 4
-    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(chunks, chunks[1:]))
-    first = sum(ks[chunks[0][0]:chunks[0][1]])
-    assert first <= max(sum(ks) / 8, max(ks)) or len(chunks) == 1

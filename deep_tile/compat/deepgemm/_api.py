@@ -228,11 +228,7 @@ def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, 
 
     fn = "k_grouped_fp8_gemm_tn_contiguous"
     ks = _k_grouped_checks(fn, a, b, d, ks_cpu, recipe, use_psum_layout)
-    mode = env.kgrouped_tn_transpose()
-    if mode == "overlap" and a[0].is_cuda and len(ks) > 1 and sum(ks):
-        _k_grouped_tn_overlapped(fn, a, b, d, ks, grouped_layout, c)
-        return
-    use_kernel = mode != "torch"
+    use_kernel = env.kgrouped_tn_transpose() == "kernel"
     pairs, operands = [], []
     for name, (data, sf), rows in (("a", a, d.shape[1]), ("b", b, d.shape[2])):
         if not isinstance(data, torch.Tensor) or data.dim() != 2 or tuple(data.shape) != (sum(ks), rows):
@@ -249,73 +245,6 @@ def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, 
     if sum(ks) and pairs:
         transpose_bytes_into(pairs)
     _k_grouped_run(operands[0], operands[1], operands[2], operands[3], d, ks, grouped_layout, c)
-
-
-def _tn_chunks(ks: list, parts: int = 4) -> list:
-    """Group ranges [g0, g1) of the overlapped TN form: about ``parts`` chunks of consecutive groups,
-    the first near 1/8 of the tokens (its transposition is the one nothing hides), the rest even."""
-    total, bounds, acc, g0 = sum(ks), [], 0, 0
-    targets = [total / 8] + [total / 8 + (total * 7 / 8) * i / (parts - 1) for i in range(1, parts)]
-    for g, k in enumerate(ks):
-        acc += k
-        if g + 1 < len(ks) and bounds.__len__() < parts - 1 and acc >= targets[len(bounds)] and acc > 0:
-            bounds.append((g0, g + 1))
-            g0 = g + 1
-    bounds.append((g0, len(ks)))
-    return bounds
-
-
-def _k_grouped_tn_overlapped(fn: str, a: Pair, b: Pair, d, ks: list, grouped_layout, c) -> None:
-    """The TN form in chunks of groups (:func:`_tn_chunks`): a side stream transposes chunk i + 1's
-    tokens of both operands while the current stream runs chunk i's GEMM (the transposition's CTAs
-    fit beside the GEMM's on an SM: 16 KB of shared memory, 256 threads), each GEMM waiting only for
-    its own chunk's transposition; the current stream waits for the side stream's last work."""
-    from deep_tile.gemm.moe_layout import transpose_bytes_into
-
-    m, n = d.shape[1], d.shape[2]
-    for name, (data, sf), rows in (("a", a, m), ("b", b, n)):
-        if not isinstance(data, torch.Tensor) or data.dim() != 2 or tuple(data.shape) != (sum(ks), rows):
-            raise ValueError(f"{fn}: {name}[0] must have shape (sum(ks), {rows}) = ({sum(ks)}, {rows}); got "
-                             f"{tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__}.")
-        if not isinstance(sf, torch.Tensor) or sf.dim() != 2:
-            raise ValueError(f"{fn}: {name}[1] must be 2-D [sum(ks) / 128, {rows}].")
-    a_data, b_data = a[0].contiguous(), b[0].contiguous()
-    sfa, sfb = a[1].t(), b[1].t()
-    main = torch.cuda.current_stream(a_data.device)
-    side = _side_stream(a_data.device)
-    side.wait_stream(main)  # the operands and the workspaces (allocated on main) are ready
-    chunks, done, buffers, start = _tn_chunks(ks), [], [], 0
-    for g0, g1 in chunks:
-        t0, t1 = start, start + sum(ks[g0:g1])
-        start = t1
-        a_rows = torch.empty((m, t1 - t0), dtype=a_data.dtype, device=a_data.device)
-        b_rows = torch.empty((n, t1 - t0), dtype=b_data.dtype, device=b_data.device)
-        buffers.append((a_rows, b_rows, t0, t1))
-        with torch.cuda.stream(side if done else main):  # the first chunk's copy: on the GEMM's own stream
-            if t1 > t0:
-                transpose_bytes_into([(a_data[t0:t1], a_rows), (b_data[t0:t1], b_rows)])
-            event = torch.cuda.Event()
-            event.record()
-        done.append(event)
-    for (g0, g1), event, (a_rows, b_rows, t0, t1) in zip(chunks, done, buffers):
-        main.wait_event(event)
-        d_part = d[g0:g1]
-        c_part = None if c is None else d_part if c is d else c[g0:g1]
-        layout = grouped_layout[g0:g1] if isinstance(grouped_layout, torch.Tensor) else None
-        _k_grouped_run(a_rows, sfa[:, t0 // 128:t1 // 128], b_rows, sfb[:, t0 // 128:t1 // 128], d_part, ks[g0:g1],
-                       layout, c_part)
-    main.wait_stream(side)
-
-
-_SIDE_STREAMS: dict = {}
-
-
-def _side_stream(device) -> "torch.cuda.Stream":
-    """One side stream per device for the overlapped TN form (made once, reused)."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _SIDE_STREAMS:
-        _SIDE_STREAMS[index] = torch.cuda.Stream(device=index)
-    return _SIDE_STREAMS[index]
 
 
 def _is_1d1d(recipe, recipe_a, recipe_b) -> bool:
