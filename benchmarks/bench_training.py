@@ -36,8 +36,7 @@ arguments (``compat``: ``fp8_gemm_nt(..., c=d, recipe=(1, 1, 128))``; k-grouped
 blocks layout's kernel (no operand copy: its time is the map-table kernel and the GEMM), and
 ``compat_tn``, ``k_grouped_fp8_gemm_tn_contiguous`` on the tokens-as-rows [sum(k), m] operands of
 the same values, for which DeepGEMM has no SM90 kernel (each operand transposed by deep_tile's byte
-transposition; ``compat_tn_overlap``: in chunks of groups on a side stream beside the GEMM;
-``compat_tn_torch``: by torch's copy, as before)),
+transposition; ``compat_tn_torch``: by torch's copy, as before)),
 with ``compat_speedup`` (DeepGEMM over compat), ``tn_vs_nt`` and ``blocks_vs_rows`` (deep_tile's
 side-by-side layout over the compat NT call: what reading the blocks costs or saves).
 
@@ -254,9 +253,8 @@ def _kgrouped_diffs(outputs: dict, start: torch.Tensor, a, a_scale, b, b_scale, 
     return {name: (1.0 - 2.0 * xy / sq) if sq else 0.0 for name, (xy, sq) in sums.items()}
 
 
-TN_MODES = {"compat_tn": "kernel", "compat_tn_overlap": "overlap", "compat_tn_torch": "torch"}
-"""The TN form's timed variants: DEEP_TILE_KGROUPED_TN_TRANSPOSE of each (the default, the side-stream
-chunks, torch's copy as before)."""
+TN_MODES = {"compat_tn": "kernel", "compat_tn_torch": "torch"}
+"""The TN form's timed variants: DEEP_TILE_KGROUPED_TN_TRANSPOSE of each (the default, torch's copy as before)."""
 
 
 def _tn_call(compat, mode: str, a, b, d, ks, sizes) -> None:
