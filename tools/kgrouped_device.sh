@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The K-grouped GEMM through DeepGEMM's API on one H200 within 5 minutes: the NT form (layout="blocks")
+# The K-grouped GEMM through DeepGEMM's API on one H200 within about 5 minutes: the NT form (layout="blocks")
 # and the TN form (tokens-as-rows operands, turned K-major by deep_tile's byte transposition);
 # logs under $OUT (or /tmp/kg_out), a short table last.
 #   OUT=/tmp/kg_out PY=python3 bash tools/kgrouped_device.sh
@@ -9,7 +9,8 @@
 # transposition checks; compute-sanitizer memcheck, racecheck and synccheck on the small case; one
 # untimed benchmark pass (kernels compiled). Phase 2: benchmarks/bench_training.py --set kgrouped
 # --compat at 4 x ~8192 and 16 x ~2048 tokens: deep_tile rows, compat NT, compat TN with the
-# transposition kernel and with torch's copy (DEEP_TILE_KGROUPED_TN_TRANSPOSE), DeepGEMM when importable.
+# transposition kernel and with torch's copy (DEEP_TILE_KGROUPED_TN_TRANSPOSE), DeepGEMM when importable;
+# then benchmarks/probes/k_grouped_configs.py at 16 x ~2048: the rule's pick beside the old one.
 set -u
 cd "$(dirname "$0")/.."
 . tools/family_device_lib.sh /tmp/kg_out
@@ -34,30 +35,35 @@ PYEOF
 DEEP_TILE_WATCHDOG=1 DEEP_TILE_CACHE_DIR=/tmp/dt_cache_watchdog run smoke 100 $PY "$OUT/small_case.py"
 wait
 T=tests/test_k_grouped_blocks.py
-run t_blocks 200 $PY -m pytest -q -m gpu -p no:cacheprovider "$T" -k "public_api or compat_nt or graph_replay"
-run t_forced 200 $PY -m pytest -q -m gpu -p no:cacheprovider "$T" -k "forced_tiles or misaligned"
-run t_compat 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_compat_deepgemm.py \
+run t_blocks 150 $PY -m pytest -q -m gpu -p no:cacheprovider "$T" -k "public_api or compat_nt or graph_replay"
+run t_forced 150 $PY -m pytest -q -m gpu -p no:cacheprovider "$T" -k "forced_tiles or misaligned"
+run t_compat 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_compat_deepgemm.py \
   -k "k_grouped or transpose_bytes"
-run t_rows 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_k_grouped.py -k "public_api"
+run t_rows 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_k_grouped.py -k "public_api"
 if command -v compute-sanitizer > /dev/null; then
   for tool in memcheck racecheck synccheck; do
     extra=""; [ "$tool" = memcheck ] && extra="--report-api-errors no"
-    run "$tool" 200 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 $PY "$OUT/small_case.py" --small
+    run "$tool" 150 compute-sanitizer --tool "$tool" $extra --error-exitcode 99 $PY "$OUT/small_case.py" --small
   done
 else
   for tool in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$tool.log"; echo 127 > "$OUT/$tool.rc"; done
 fi
 BENCH="benchmarks/bench_training.py --set kgrouped --compat --groups 4x~8192 --groups 16x~2048"
-run bench_warm 200 $PY $BENCH --warmup 1 --iters 1
+run bench_warm 150 $PY $BENCH --warmup 1 --iters 1
 wait
 phase1=$(( $(date +%s) - start ))
-left=$(( 285 - phase1 )); [ "$left" -lt 40 ] && left=40
+left=$(( 235 - phase1 )); [ "$left" -lt 60 ] && left=60
 run bench "$left" $PY $BENCH --iters 20 --json "$OUT/bench_kgrouped.json"
+wait
+# the rule's pick at 16 x ~2048 (auto: pairs at m > n) beside the old pick (128x128 staged) and 128x160 staged
+left=$(( 290 - $(date +%s) + start )); [ "$left" -lt 30 ] && left=30
+run probe "$left" $PY benchmarks/probes/k_grouped_configs.py --shapes 7168,2048,16x2048 4096,7168,16x2048 \
+  --configs auto,128x128:st,128x160:st --iters 10
 wait
 {
   echo "== kgrouped_device: phase 1 ${phase1}s, total $(( $(date +%s) - start ))s; $(tr '\n' ' ' < "$OUT/info.log" | cut -c1-160)"
   printf "%-11s %4s  %s\n" stage rc "last line"
-  for s in smoke t_blocks t_forced t_compat t_rows memcheck racecheck synccheck bench_warm bench; do
+  for s in smoke t_blocks t_forced t_compat t_rows memcheck racecheck synccheck bench_warm bench probe; do
     printf "%-11s %4s  %s\n" "$s" "$(cat "$OUT/$s.rc" 2>/dev/null || echo -)" \
       "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
   done
@@ -65,4 +71,5 @@ wait
     echo "$tool: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/$tool.log" 2>/dev/null | tr '\n' ' ')"
   done
   grep -E "^kgrp|geomean|compat NT|compat TN" "$OUT/bench.log" 2>/dev/null | cut -c1-420
+  grep -E "tokens\)| TFLOPS|^  !" "$OUT/probe.log" 2>/dev/null | cut -c1-120
 } | tee "$OUT/summary.txt"
