@@ -32,7 +32,7 @@ for case in [dict(form="tn", m=272, n=400, ks=[256, 0, 128, 384], seed=3),
 print("small case", "ok" if ok else "FAILED")
 sys.exit(0 if ok else 1)
 PYEOF
-DEEP_TILE_WATCHDOG=1 DEEP_TILE_CACHE_DIR=/tmp/dt_cache_watchdog run smoke 100 $PY "$OUT/small_case.py"
+DEEP_TILE_WATCHDOG=1 run smoke 100 $PY "$OUT/small_case.py"
 wait
 T=tests/test_k_grouped_blocks.py
 run t_blocks 150 $PY -m pytest -q -m gpu -p no:cacheprovider "$T" -k "public_api or compat_nt or graph_replay"
