@@ -118,7 +118,8 @@ def pairs_pay(problem: Problem, staged: bool) -> bool:
     if problem.m < problem.n:
         tokens_pay = problem.k <= PAIRS_MAX_TOKENS * groups
     else:
-        tokens_pay = problem.m > problem.n and PAIRS_MAX_TOKENS * groups < problem.k <= PAIRS_MAX_TOKENS_M_ABOVE_N * groups
+        tokens_pay = (problem.m > problem.n
+                      and PAIRS_MAX_TOKENS * groups < problem.k <= PAIRS_MAX_TOKENS_M_ABOVE_N * groups)
     return (staged and problem.c_dtype == "out" and tokens_pay
             and family.k_grouped_multicast_allowed(problem, block_m, block_n))
 
