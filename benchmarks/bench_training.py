@@ -35,7 +35,8 @@ arguments (``compat``: ``fp8_gemm_nt(..., c=d, recipe=(1, 1, 128))``; k-grouped
 ``k_grouped_fp8_gemm_nt_contiguous`` on DeepGEMM's per-group blocks, read as they are by the
 blocks layout's kernel (no operand copy: its time is the map-table kernel and the GEMM), and
 ``compat_tn``, ``k_grouped_fp8_gemm_tn_contiguous`` on the tokens-as-rows [sum(k), m] operands of
-the same values, for which DeepGEMM has no SM90 kernel (one transposing copy of each operand)),
+the same values, for which DeepGEMM has no SM90 kernel (each operand transposed by deep_tile's byte
+transposition; ``compat_tn_torch``: by torch's copy, as before)),
 with ``compat_speedup`` (DeepGEMM over compat), ``tn_vs_nt`` and ``blocks_vs_rows`` (deep_tile's
 side-by-side layout over the compat NT call: what reading the blocks costs or saves).
 
@@ -48,7 +49,9 @@ Needs an sm_90 GPU; DeepGEMM when ``import deep_gemm`` works (tools/device_run.s
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -250,6 +253,16 @@ def _kgrouped_diffs(outputs: dict, start: torch.Tensor, a, a_scale, b, b_scale, 
     return {name: (1.0 - 2.0 * xy / sq) if sq else 0.0 for name, (xy, sq) in sums.items()}
 
 
+TN_MODES = {"compat_tn": "kernel", "compat_tn_torch": "torch"}
+"""The TN form's timed variants: DEEP_TILE_KGROUPED_TN_TRANSPOSE of each (the default, torch's copy as before)."""
+
+
+def _tn_call(compat, mode: str, a, b, d, ks, sizes) -> None:
+    """The compatible TN form, in place, with DEEP_TILE_KGROUPED_TN_TRANSPOSE=mode (read at each call)."""
+    os.environ["DEEP_TILE_KGROUPED_TN_TRANSPOSE"] = mode
+    compat.k_grouped_fp8_gemm_tn_contiguous(a, b, d, ks, sizes, d, recipe=(1, 1, 128))
+
+
 def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
     """One k-grouped shape: checked, then timed."""
     tokens = sum(ks)
@@ -279,17 +292,19 @@ def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
     if args.compat:  # through deep_tile.compat.deepgemm: DeepGEMM's NT layout, and the TN form on the same values
         import deep_tile.compat.deepgemm as compat
 
-        nt_d, tn_d = start.clone(), start.clone()
+        nt_d = start.clone()
         a_tn, b_tn = a.t().contiguous(), b.t().contiguous()  # [sum(ks), m]: tokens as rows
         sfa_tn, sfb_tn = a_scale.t().contiguous(), b_scale.t().contiguous()  # [sum(ks) / 128, m]
         fns["compat"] = lambda: compat.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), nt_d, ks,
                                                                         sizes, nt_d, recipe=(1, 1, 128))
-        fns["compat_tn"] = lambda: compat.k_grouped_fp8_gemm_tn_contiguous((a_tn, sfa_tn), (b_tn, sfb_tn), tn_d, ks,
-                                                                           sizes, tn_d, recipe=(1, 1, 128))
         fns["compat"]()
-        fns["compat_tn"]()
+        outputs["compat"] = nt_d
+        for name, mode in TN_MODES.items():  # the TN form's copies, one process (DEEP_TILE_KGROUPED_TN_TRANSPOSE)
+            tn_d = start.clone()
+            fns[name] = functools.partial(_tn_call, compat, mode, (a_tn, sfa_tn), (b_tn, sfb_tn), tn_d, ks, sizes)
+            fns[name]()
+            outputs[name] = tn_d
         torch.cuda.synchronize()
-        outputs["compat"], outputs["compat_tn"] = nt_d, tn_d
     if dg is not None and hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
         dg_d = start.clone()
         try:
@@ -312,6 +327,7 @@ def kgrouped_row(m: int, n: int, label: str, ks: list, args) -> dict:
     if "compat" in times:
         row["compat_speedup"] = times["deepgemm"] / times["compat"] if "deepgemm" in times else None
         row["tn_vs_nt"] = times["compat"] / times["compat_tn"]
+        row["tn_modes_vs_nt"] = {name: times["compat"] / times[name] for name in TN_MODES}
         row["blocks_vs_rows"] = times["deep_tile"] / times["compat"]
     return row
 
@@ -328,7 +344,10 @@ def print_rows(rows: list) -> None:
         extra = f"  [{r['groups']}; {r['vs_dense']:.2f}x the dense 1D1D's TFLOPS]" if "groups" in r else ""
         if r.get("compat_speedup"):
             extra += f"  compat {r['compat_speedup']:.3f}x DeepGEMM"
-        if r.get("tn_vs_nt"):
+        if r.get("tn_modes_vs_nt"):
+            extra += ", TN " + " ".join(f"{name[len('compat_tn'):].lstrip('_') or 'kernel'} {v:.3f}x"
+                                        for name, v in r["tn_modes_vs_nt"].items()) + " NT"
+        elif r.get("tn_vs_nt"):
             extra += f", TN {r['tn_vs_nt']:.3f}x NT"
         if r.get("blocks_vs_rows"):
             extra += f", NT blocks {r['blocks_vs_rows']:.3f}x rows"
@@ -346,6 +365,11 @@ def print_rows(rows: list) -> None:
     compat = [r["compat_speedup"] for r in rows if r.get("compat_speedup")]
     if compat:
         print(f"  compat NT: geomean {geomean(compat):.3f}x DeepGEMM (min {min(compat):.3f}) over {len(compat)} shapes")
+    for name in TN_MODES:
+        tn = [r["tn_modes_vs_nt"][name] for r in rows if name in r.get("tn_modes_vs_nt", {})]
+        if tn:
+            print(f"  compat TN ({TN_MODES[name]}) vs compat NT: geomean {geomean(tn):.3f}x (min {min(tn):.3f}) "
+                  f"over {len(tn)} shapes")
     blocks = [r["blocks_vs_rows"] for r in rows if r.get("blocks_vs_rows")]
     if blocks:
         print(f"  compat NT (blocks layout) vs deep_tile rows layout: geomean {geomean(blocks):.3f}x "
@@ -369,6 +393,8 @@ def main(argv=None) -> int:
     parser.add_argument("--compat", action="store_true",
                         help="wgrad and kgrouped: also deep_tile through deep_tile.compat.deepgemm, called "
                              "as DeepGEMM is (kgrouped: its NT layout, and the TN form on the same values)")
+    parser.add_argument("--groups", action="append",
+                        help="kgrouped: only these group labels (e.g. '16x~2048'; default all)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     sets = args.set or ["dense", "wgrad", "kgrouped"]
@@ -387,6 +413,8 @@ def main(argv=None) -> int:
     if "kgrouped" in sets:
         for m, n in KGROUPED_MN:
             for label, ks in kgrouped_sizes(args.seed):
+                if args.groups and label not in args.groups:
+                    continue
                 rows.append(kgrouped_row(m, n, label, ks, args))
                 print(json.dumps({key: rows[-1].get(key) for key in ("m", "n", "k", "groups", "us", "diff",
                                                                       "deepgemm_error")}), flush=True)

@@ -29,6 +29,7 @@ __all__ = [
     "EnvVar", "EnvValueError", "REGISTRY", "get", "validate", "snapshot", "markdown_table", "subprocess_env",
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
     "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "pdl", "cxx", "tp_transport",
+    "kgrouped_tn_transpose",
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -111,6 +112,12 @@ _VARS = (
            "back to `nccl` where symmetric memory cannot be set up), `nccl` uses NCCL's collectives and "
            "point-to-point transfers. Read at each call.",
            choices=("symm", "nccl")),
+    EnvVar("DEEP_TILE_KGROUPED_TN_TRANSPOSE", "choice", "`kernel`",
+           "How the compatible module's `k_grouped_fp8_gemm_tn_contiguous` turns its token-major operands "
+           "K-major before the GEMM: `kernel` by deep_tile's byte-transposition kernel (both operands in one "
+           "launch), `torch` by torch's `.t().contiguous()` (the earlier, slower copy; kept for comparison). "
+           "Read at each call.",
+           choices=("kernel", "torch")),
     EnvVar("CXX", "str", "c++",
            "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
            "its build key."),
@@ -295,6 +302,12 @@ def pdl() -> bool:
 def tp_transport() -> str:
     """``DEEP_TILE_TP_TRANSPORT``: ``"symm"`` (default) or ``"nccl"``."""
     return get("DEEP_TILE_TP_TRANSPORT") if os.environ.get("DEEP_TILE_TP_TRANSPORT", "").strip() else "symm"
+
+
+def kgrouped_tn_transpose() -> str:
+    """``DEEP_TILE_KGROUPED_TN_TRANSPOSE``: ``"kernel"`` (default) or ``"torch"``."""
+    return get("DEEP_TILE_KGROUPED_TN_TRANSPOSE") if os.environ.get("DEEP_TILE_KGROUPED_TN_TRANSPOSE", "").strip() \
+        else "kernel"
 
 
 def cxx() -> str:

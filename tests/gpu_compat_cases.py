@@ -295,12 +295,16 @@ def signal_consumer(max_m: int, masked_rows: list, expected_m: int, n: int, k: i
             "returned_none": True, "released_early": early, **result}
 
 
-def k_grouped(form: str, m: int, n: int, ks: list, in_place: bool = True, seed: int = 0) -> dict:
+def k_grouped(form: str, m: int, n: int, ks: list, in_place: bool = True, seed: int = 0,
+              transpose: str = "kernel") -> dict:
     """``k_grouped_fp8_gemm_{form}_contiguous`` as a trainer calls DeepGEMM's: dY [sum_k, m] and X
     [sum_k, n] quantised per channel along 128 tokens, NT form each group's K-major block in a flat
     buffer (scales [m, sum_k/128]), TN form the token rows as they are (scales [sum_k/128, m]);
     ``d`` [G, m, n] FP32 accumulated in place (``c=d``, as DeepGEMM's test) or, without ``c``,
-    NaN-poisoned and written."""
+    NaN-poisoned and written. ``transpose``: the TN form's DEEP_TILE_KGROUPED_TN_TRANSPOSE."""
+    import os
+
+    os.environ["DEEP_TILE_KGROUPED_TN_TRANSPOSE"] = transpose
     gen = _generator(seed)
     total = sum(ks)
     a_t, sfa = deep_tile.per_token_cast_to_fp8(_randn((m, total), gen))  # [m, T]: tokens contiguous
@@ -323,8 +327,26 @@ def k_grouped(form: str, m: int, n: int, ks: list, in_place: bool = True, seed: 
         d = torch.full((len(ks), m, n), float("nan"), dtype=torch.float32, device=DEVICE)
         returned = getattr(deep_gemm, f"k_grouped_fp8_gemm_{form}_contiguous")(a, b, d, ks, layout)
     torch.cuda.synchronize()
-    return {"case": f"k_grouped {form} m={m} n={n} ks={ks} in_place={in_place}", "returned_none": returned is None,
-            **_compare(d, ref)}
+    return {"case": f"k_grouped {form} m={m} n={n} ks={ks} in_place={in_place} transpose={transpose}",
+            "returned_none": returned is None, **_compare(d, ref)}
+
+
+def transpose_bytes(shapes: list, seed: int = 0) -> dict:
+    """deep_tile.gemm.moe_layout.transpose_bytes_into on random bytes (every value, NaN patterns
+    included) of one or two [rows, cols] matrices into outputs pre-filled with 0xA5: the number of
+    bytes that differ from torch's transposed copy, and whether the kernel could run at all."""
+    from deep_tile.gemm.moe_layout import transposable, transpose_bytes_into
+
+    gen = _generator(seed)
+    pairs = []
+    for rows, cols in shapes:
+        src = torch.randint(0, 256, (rows, cols), generator=gen, device=DEVICE, dtype=torch.int32)
+        src = src.to(torch.uint8).view(torch.float8_e4m3fn)
+        pairs.append((src, torch.full((cols, rows), 0xA5, dtype=torch.uint8, device=DEVICE).view(torch.float8_e4m3fn)))
+    transpose_bytes_into(pairs)
+    torch.cuda.synchronize()
+    wrong = sum(int((dst.view(torch.uint8) != src.view(torch.uint8).t()).sum().item()) for src, dst in pairs)
+    return {"case": f"transpose_bytes {shapes}", "wrong": wrong, "kernel": all(transposable(s) for s, _ in pairs)}
 
 
 if __name__ == "__main__":

@@ -383,7 +383,23 @@ def test_gpu_k_grouped_as_a_trainer_calls_it():
         dict(form="nt", m=520, n=1160, ks=ks, in_place=False, seed=1),
         dict(form="tn", m=7168, n=2048, ks=ks, seed=2),
         dict(form="tn", m=256, n=384, ks=[128, 128, 0], in_place=False, seed=3),
+        dict(form="tn", m=7168, n=2048, ks=ks, seed=2, transpose="torch"),
+        dict(form="tn", m=528, n=1168, ks=[384, 0, 128, 256], seed=4),  # partial transposition tiles
+        dict(form="tn", m=528, n=1168, ks=[384, 0, 128, 256], in_place=False, seed=5),
+        dict(form="tn", m=520, n=1160, ks=[128, 256], seed=6),  # m % 16 != 0: torch's copy
     ])
+
+
+@pytest.mark.gpu
+def test_gpu_transpose_bytes_equals_torch():
+    """The byte transposition of the TN form: bit-exact against torch's transposed copy over every
+    byte value, one and two matrices, whole and partial 128x128 tiles, outputs pre-filled."""
+    results = run_child_cases("gpu_compat_cases.py", "transpose_bytes", [
+        dict(shapes=[(256, 384)], seed=0), dict(shapes=[(4096, 7168), (4096, 2048)], seed=1),
+        dict(shapes=[(16, 16), (16, 48)], seed=2), dict(shapes=[(400, 528), (400, 1168)], seed=3),
+        dict(shapes=[(384, 520)], seed=4)], timeout=240)
+    assert [r["kernel"] for r in results] == [True, True, True, True, False], results
+    assert not [r for r in results if r["wrong"]], results
 
 
 @pytest.mark.gpu

@@ -311,7 +311,8 @@ def test_the_kernel_contract():
 
 def test_the_rule_pairs_only_where_measured():
     """The rule's pairs: the staged tile in place with m < n and at most PAIRS_MAX_TOKENS tokens per
-    group; not with more tokens, m >= n, another output variant, or an odd number of tiles."""
+    group, or m > n with ~2k (above PAIRS_MAX_TOKENS, at most PAIRS_MAX_TOKENS_M_ABOVE_N); not with
+    other token counts, m == n, another output variant, or an odd number of tiles."""
     def pick(m, n, groups, tokens, c_dtype="out"):
         p = Problem(m, n, groups * tokens, kind=KG, num_groups=groups, b_scale_1d=True, out_dtype="float32",
                     c_dtype=c_dtype)
@@ -319,7 +320,11 @@ def test_the_rule_pairs_only_where_measured():
     assert pick(4096, 7168, 32, 1024).num_multicast == 2 and pick(4096, 7168, 64, 1000).num_multicast == 2
     assert pick(4096, 7168, 8, 256).num_multicast == 2
     assert pick(4096, 7168, 16, 2048).num_multicast == 1  # more tokens per group
-    assert pick(7168, 2048, 64, 1024).num_multicast == 1  # m > n
+    assert pick(7168, 2048, 64, 1024).num_multicast == 1  # m > n, ~1k
+    assert pick(7168, 2048, 16, 2088).num_multicast == 2  # m > n, ~2k: the benchmark's 16 x ~2048
+    assert pick(7168, 2048, 8, 3584).num_multicast == 1  # m > n, ~4k
+    assert pick(7168, 2048, 16, 2048, c_dtype=None).num_multicast == 1  # not in place
+    assert pick(2048, 2048, 16, 2048).num_multicast == 1  # m == n
     assert pick(4096, 7168, 32, 1024, c_dtype=None).num_multicast == 1  # not in place
     assert pick(128, 384, 32, 1024).num_multicast == 1  # 3 tiles per group
     paired = pick(4096, 7168, 32, 1024)

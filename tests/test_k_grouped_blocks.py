@@ -217,3 +217,71 @@ def test_blocks_reach_the_launcher_without_a_copy(monkeypatch):
     assert va.data_ptr() == a.data_ptr() and vb.data_ptr() == b.data_ptr() and va.shape == (8, 384)
     assert psa is sa and psb is sb and psizes is sizes and pout is out and pc is out and pc2 is other
     assert config is None
+
+
+# ---- the TN form's byte transposition (host side; its GPU checks: tests/test_compat_deepgemm.py) ----
+
+def test_the_transposition_kernel_contract():
+    """The transposition's parameters are TRANSPOSE_ARGUMENT_KINDS; its threads and tile are the
+    header's; the grid covers both matrices' tiles."""
+    source = paths.entry_path(moe_layout.ENTRY).read_text()
+    signature = re.search(rf"{moe_layout.TRANSPOSE_SYMBOL}\((.*?)\)\s*{{", source, re.S).group(1)
+    kinds = ["ptr" if "*" in p else "i32" for p in signature.split(",")]
+    assert tuple(kinds) == moe_layout.TRANSPOSE_ARGUMENT_KINDS
+    header = (paths.include_dir() / "deep_tile" / "kernels" / "fp8_transpose.cuh").read_text()
+    assert int(re.search(r"kTransposeThreads = (\d+);", header).group(1)) == moe_layout.TRANSPOSE_THREADS
+    assert int(re.search(r"kTransposeTile = (\d+);", header).group(1)) == moe_layout.TRANSPOSE_TILE
+    assert moe_layout.transpose_grid(4096, 7168, 2048) == 32 * (56 + 16)
+    assert moe_layout.transpose_grid(400, 528, 0) == 4 * 5
+    assert moe_layout.transpose_grid(0, 528, 16) == 0
+
+
+def test_transpose_bytes_on_the_cpu_is_torchs_copy():
+    """CPU tensors (and shapes the kernel refuses) take torch's copy: the exact transposes; bad
+    shapes raise."""
+    from deep_tile.gemm.moe_layout import transposable, transpose_bytes_into
+
+    gen = torch.Generator().manual_seed(0)
+    pairs = []
+    for rows, cols in ((48, 80), (48, 24)):
+        src = torch.randint(0, 256, (rows, cols), generator=gen, dtype=torch.int32).to(torch.uint8)
+        pairs.append((src.view(torch.float8_e4m3fn), torch.full((cols, rows), 7, dtype=torch.uint8)))
+    transpose_bytes_into(pairs)
+    for src, dst in pairs:
+        assert torch.equal(dst, src.view(torch.uint8).t())
+        assert not transposable(src)
+    with pytest.raises(ValueError, match="one or two"):
+        transpose_bytes_into(pairs * 2)
+    with pytest.raises(ValueError, match="contiguous dst"):
+        transpose_bytes_into([(pairs[0][0], torch.empty(48, 80, dtype=torch.uint8))])
+
+
+@pytest.mark.parametrize("choice", ["kernel", "torch"])
+def test_tn_form_hands_on_the_same_operands_either_way(monkeypatch, choice):
+    """DEEP_TILE_KGROUPED_TN_TRANSPOSE picks the copy; on the CPU both give the launcher the same
+    [m, sum_k] / [n, sum_k] operands (the recorded call)."""
+    import deep_tile.compat.deepgemm as deep_gemm
+    import deep_tile.gemm.k_grouped
+
+    monkeypatch.setenv("DEEP_TILE_KGROUPED_TN_TRANSPOSE", choice)
+    recorded = []
+    monkeypatch.setattr(deep_tile.gemm.k_grouped, "k_grouped_fp8_gemm_1d1d", lambda *a, **k: recorded.append(a))
+    ks = [128, 0, 256]
+    m, n = 32, 48
+    gen = torch.Generator().manual_seed(1)
+    x = [torch.randint(0, 256, (sum(ks), r), generator=gen, dtype=torch.int32).to(torch.uint8)
+         .view(torch.float8_e4m3fn) for r in (m, n)]
+    sf = [torch.rand(sum(ks) // 128, r, generator=gen) for r in (m, n)]
+    d = torch.zeros(len(ks), m, n)
+    deep_gemm.k_grouped_fp8_gemm_tn_contiguous((x[0], sf[0]), (x[1], sf[1]), d, ks, torch.tensor(ks, dtype=torch.int32))
+    (args,) = recorded
+    assert torch.equal(args[0].view(torch.uint8), x[0].view(torch.uint8).t())
+    assert torch.equal(args[2].view(torch.uint8), x[1].view(torch.uint8).t())
+    assert args[0].is_contiguous() and args[2].is_contiguous() and args[0].dtype == torch.float8_e4m3fn
+
+
+def test_the_transposition_builds_spill_free():
+    """The transposition compiles for sm_90a without spills or a stack frame."""
+    result = compiler.compile_cubin(paths.entry_path(moe_layout.ENTRY), {}, moe_layout.TRANSPOSE_SYMBOL, "nvrtc")
+    assert compiler.has_symbol(result.cubin, moe_layout.TRANSPOSE_SYMBOL)
+    assert compiler.ptxas_problems(result.log) == []

@@ -337,7 +337,7 @@ def cast_transpose_job(name: str, design: str) -> BuildJob:
                     tuple(sorted(cast_transpose.defines(design).items())), cast_transpose.TOKEN_SYMBOL, name)
 
 
-SMALL_KERNELS = {moe_layout.ENTRY: (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL),
+SMALL_KERNELS = {moe_layout.ENTRY: (moe_layout.PSUM_SYMBOL, moe_layout.SIGNAL_SYMBOL, moe_layout.TRANSPOSE_SYMBOL),
                  swiglu.ENTRY: (swiglu.FORWARD_SYMBOL, swiglu.BACKWARD_SYMBOL)}
 """Entries of the small elementwise kernels (no defines, one translation unit each) and their symbols."""
 

@@ -10,10 +10,12 @@ two buffers, one buffer with two sub-tiles (256 rows), one consumer warpgroup, n
 in the tokens past the groups, and the staged epilogue (FP32 in place and without C; a last m-block
 whose second warpgroup has no rows, a last atom 8 columns wide, one consumer warpgroup). Then the
 M-grouped kinds' output variants (contiguous, offsets, masked, psum; FP32 in place, a separate C,
-no C; experts of 0, 1, 127, 128, 129 and 300 rows). Exit status 1 if any check fails.
+no C; experts of 0, 1, 127, 128, 129 and 300 rows). Then the compatible module's K-grouped TN form
+(tokens-as-rows operands through the byte-transposition kernel, partial 128x128 tiles, in place and
+without C). Exit status 1 if any check fails.
 Run as ``SANITIZE_SCRIPTS=tools/sanitize_training.py tools/sanitize.sh``; with
 ``SANITIZE_TRAINING=k_grouped`` (or ``dense``, ``m_grouped``) in the environment only the
-K-grouped (dense, M-grouped) cases run.
+K-grouped (dense, M-grouped) cases run; the TN cases count as K-grouped.
 """
 import os
 import sys
@@ -178,6 +180,41 @@ def dense_case(fields, out_dtype, mode, m, n, k) -> bool:
     return ok
 
 
+# The compatible K-grouped TN form: (m, n, group sizes (multiples of 128), in place); m and n multiples
+# of 16 but not of 128, so the transposition has partial tiles on both matrices
+TN_CASES = [(272, 400, [256, 0, 128, 384], True), (144, 528, [128, 128], False)]
+
+
+def tn_case(m, n, sizes, in_place) -> bool:
+    """One ``k_grouped_fp8_gemm_tn_contiguous`` call on [sum_k, m] / [sum_k, n] against float64
+    (NaN-poisoned without C); the transposition kernel must be the path taken."""
+    import deep_tile.compat.deepgemm as compat
+    from deep_tile.gemm.moe_layout import transposable
+
+    os.environ["DEEP_TILE_KGROUPED_TN_TRANSPOSE"] = "kernel"
+    a, sa, b, sb = k_grouped_operands(m, n, sizes, seed=m + n)
+    ref = ref_k_grouped_fp8_gemm_1d1d(a, sa, b, sb, sizes)
+    a_tn = a.view(torch.uint8).t().contiguous().view(torch.float8_e4m3fn)
+    b_tn = b.view(torch.uint8).t().contiguous().view(torch.float8_e4m3fn)
+    assert transposable(a_tn) and transposable(b_tn), "a TN case the transposition kernel would not take"
+    layout = torch.tensor(sizes, dtype=torch.int32, device="cuda")
+    if in_place:
+        d = torch.randn((len(sizes), m, n), device="cuda", dtype=torch.float32)
+        ref = ref + d.double()
+        compat.k_grouped_fp8_gemm_tn_contiguous((a_tn, sa.t().contiguous()), (b_tn, sb.t().contiguous()), d, sizes,
+                                                layout, d, recipe=(1, 1, 128))
+    else:
+        d = torch.full((len(sizes), m, n), float("nan"), device="cuda", dtype=torch.float32)
+        compat.k_grouped_fp8_gemm_tn_contiguous((a_tn, sa.t().contiguous()), (b_tn, sb.t().contiguous()), d, sizes,
+                                                layout)
+    torch.cuda.synchronize()
+    diff = calc_diff(d.double(), ref)
+    ok = not torch.isnan(d).any().item() and diff < 1e-3
+    print(f"{'ok  ' if ok else 'FAIL'} {'compat TN (transposition kernel)':>32} in_place={in_place} {m}x{n} sizes "
+          f"{sizes} diff {diff:.1e}", flush=True)
+    return ok
+
+
 def main() -> int:
     failures = 0
     only = os.environ.get("SANITIZE_TRAINING")  # "k_grouped", "dense" or "m_grouped": that kind's cases alone
@@ -190,7 +227,10 @@ def main() -> int:
     m_grouped_cases = M_GROUPED_CASES if only in (None, "", "m_grouped") else []
     for case in m_grouped_cases:
         failures += not m_grouped_case(*case)
-    print(f"{len(cases) + len(k_grouped_cases) + len(m_grouped_cases)} GEMM cases, {failures} failed")
+    tn_cases = TN_CASES if only in (None, "", "k_grouped") else []
+    for case in tn_cases:
+        failures += not tn_case(*case)
+    print(f"{len(cases) + len(k_grouped_cases) + len(m_grouped_cases) + len(tn_cases)} GEMM cases, {failures} failed")
     return 1 if failures else 0
 
 

@@ -1,5 +1,6 @@
-// JIT entry for the MoE layout kernels and the K-grouped GEMM's map table (deep_tile/gemm/moe_layout.py and
-// deep_tile/gemm/launch.py launch them; no defines).
+// JIT entry for the MoE layout kernels, the K-grouped GEMM's map table and the byte transposition of its TN
+// form (deep_tile/gemm/moe_layout.py and deep_tile/gemm/launch.py launch them; no defines).
+#include "deep_tile/kernels/fp8_transpose.cuh"
 #include "deep_tile/kernels/k_grouped_maps.cuh"
 #include "deep_tile/kernels/moe_layout.cuh"
 
@@ -25,4 +26,12 @@ extern "C" __global__ void __launch_bounds__(deep_tile::kKGroupedMapsThreads) de
     const deep_tile::u8* a, const deep_tile::u8* b, const int* __restrict__ sizes, int num_groups, int k, int m, int n,
     deep_tile::TmaDescriptor* __restrict__ maps) {
   deep_tile::write_k_grouped_maps(tmpl_a, tmpl_b, a, b, sizes, num_groups, k, m, n, maps);
+}
+
+/// src0 [rows, cols0] -> dst0 [cols0, rows] and src1 [rows, cols1] -> dst1 [cols1, rows] (bytes; cols1 0: none);
+/// one CTA per 128x128 tile, op0's tiles first.
+extern "C" __global__ void __launch_bounds__(deep_tile::kTransposeThreads) deep_tile_transpose_bytes(
+    const deep_tile::u8* __restrict__ src0, deep_tile::u8* __restrict__ dst0, int cols0,
+    const deep_tile::u8* __restrict__ src1, deep_tile::u8* __restrict__ dst1, int cols1, int rows) {
+  deep_tile::transpose_bytes({src0, dst0, cols0}, {src1, dst1, cols1}, rows);
 }

@@ -1,5 +1,6 @@
 """The MoE layout kernels' host side: DeepGEMM's psum contiguous layout turned into the contiguous
-kind's ``m_indices``, and the completion flags of a masked GEMM (SGLang's single-batch overlap).
+kind's ``m_indices``, the completion flags of a masked GEMM (SGLang's single-batch overlap), and
+the byte transposition of the K-grouped GEMM's token-major (TN) operands.
 
 Each function runs one JIT kernel of ``csrc/entry/moe_layout.cu`` (contract:
 :mod:`deep_tile.kernels.moe_layout`) for CUDA tensors, on the current stream, without a host
@@ -13,7 +14,7 @@ import torch
 
 from deep_tile.kernels import moe_layout
 
-__all__ = ["psum_to_m_indices_into", "raise_signals"]
+__all__ = ["psum_to_m_indices_into", "raise_signals", "transpose_bytes_into", "transposable"]
 
 
 def _launch(symbol: str, kinds: tuple, values: tuple, elements: int, device: torch.device) -> None:
@@ -61,3 +62,45 @@ def raise_signals(signal: torch.Tensor, masked_m: torch.Tensor, max_m: int, bloc
     real = -(-masked_m.to(torch.int64).clamp(0, max_m) // block_m)
     index = torch.arange(blocks, dtype=torch.int64)
     flags.copy_(torch.where(index[None, :] < real[:, None], torch.full_like(flags, threshold), flags))
+
+
+def transposable(src: torch.Tensor) -> bool:
+    """Whether :func:`transpose_bytes_into` runs its kernel on ``src`` (a contiguous 2-D CUDA tensor of
+    one-byte elements, both sizes and the address multiples of 16, fewer than 2**31 tiles);
+    otherwise it copies with torch."""
+    align = moe_layout.TRANSPOSE_ALIGN
+    return (src.is_cuda and src.dim() == 2 and src.element_size() == 1 and src.is_contiguous()
+            and src.shape[0] % align == 0 and src.shape[1] % align == 0 and src.data_ptr() % align == 0
+            and src.shape[0] < 2 ** 31 and src.shape[1] < 2 ** 31)
+
+
+def transpose_bytes_into(pairs) -> None:
+    """``dst.copy_(src.t())`` for each ``(src, dst)`` of ``pairs`` (one or two; ``src`` [rows, cols]
+    and ``dst`` [cols, rows] contiguous, one-byte elements, the same rows for both pairs). CUDA
+    tensors that :func:`transposable` accepts go through one launch of the byte-transposition kernel
+    on the current stream (both matrices' tiles in one grid); anything else through torch."""
+    pairs = list(pairs)
+    if not 1 <= len(pairs) <= 2:
+        raise ValueError(f"transpose_bytes_into: one or two (src, dst) pairs; got {len(pairs)}")
+    for src, dst in pairs:
+        if src.dim() != 2 or tuple(dst.shape) != (src.shape[1], src.shape[0]) or src.element_size() != 1 \
+                or dst.element_size() != 1 or not dst.is_contiguous():
+            raise ValueError(f"transpose_bytes_into: src [rows, cols] and a contiguous dst [cols, rows] of one-byte "
+                             f"elements; got {tuple(src.shape)} {src.dtype} -> {tuple(dst.shape)} {dst.dtype}")
+    rows = pairs[0][0].shape[0]
+    fast = all(transposable(src) and dst.data_ptr() % moe_layout.TRANSPOSE_ALIGN == 0 and src.shape[0] == rows
+               for src, dst in pairs)
+    if not fast:
+        for src, dst in pairs:
+            dst.view(torch.uint8).copy_(src.view(torch.uint8).t())
+        return
+    (s0, d0), (s1, d1) = pairs if len(pairs) == 2 else (pairs[0], (pairs[0][0], pairs[0][1][:0]))
+    cols0, cols1 = s0.shape[1], s1.shape[1] if len(pairs) == 2 else 0
+    blocks = moe_layout.transpose_grid(rows, cols0, cols1)
+    if blocks == 0:
+        return
+    from deep_tile.gemm.launch import launch_small_kernel
+
+    launch_small_kernel(moe_layout.ENTRY, moe_layout.TRANSPOSE_SYMBOL, moe_layout.TRANSPOSE_ARGUMENT_KINDS,
+                        (s0.data_ptr(), d0.data_ptr(), cols0, s1.data_ptr(), d1.data_ptr(), cols1, rows),
+                        blocks, moe_layout.TRANSPOSE_THREADS, s0.device)

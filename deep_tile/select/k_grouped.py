@@ -40,10 +40,15 @@ Why pairs (2-CTA multicast of B, :data:`PAIRS_MAX_TOKENS`): with the staged epil
 the 128x128 tile in pairs sharing B (along M) ran faster than alone at 4096x7168 with 32 and 64
 groups of ~1k tokens (m < n, tiles of at most 8 k-blocks), even with 8 groups sharing 2048 tokens,
 but slower with 8-16 groups of 2-4k tokens there, and at 7168x2048 (m > n) with 32-64 groups of ~1k.
-The rule takes pairs only where they were measured to pay: m < n, at most
-:data:`PAIRS_MAX_TOKENS` tokens per group on average (the benchmark's "~1k" sets average 1016-1030),
-and an even number of tiles per group
-(:func:`deep_tile.kernels.fp8_gemm.k_grouped_multicast_allowed`). An empirical rule, not a model.
+At 7168x2048 (m > n) with 16 groups of ~2k tokens, though, the pairs ran 0.975x and 0.969x DeepGEMM
+latest in two H200 runs where 128x128 alone ran 0.956x in both (128x160 0.942x and 0.930x): there a
+tile's 16 k-blocks leave the per-tile costs (the staged epilogue's registers-to-staging copy, during
+which both consumer warpgroups issue no WGMMA) a larger share than at ~8k tokens, and the pair halves
+the L2 reads of B per tile. The rule takes pairs only where they were measured to pay: m < n with at
+most :data:`PAIRS_MAX_TOKENS` tokens per group on average (the benchmark's "~1k" sets average
+1016-1030), or m > n with more than that and at most :data:`PAIRS_MAX_TOKENS_M_ABOVE_N` (~2k: 16
+k-blocks a tile; at ~4k, 8 groups, alone and in pairs ran within 0.3%), and an even number of tiles
+per group (:func:`deep_tile.kernels.fp8_gemm.k_grouped_multicast_allowed`). An empirical rule, not a model.
 
 Pure Python, no torch.
 """
@@ -57,7 +62,8 @@ from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
 __all__ = ["select_k_grouped_config", "most_stages", "pairs_pay", "wide_staged_pays", "TILE", "SHORT_TILE",
-           "STAGED_TILE", "PAIRS_MAX_TOKENS", "WIDE_MIN_TOKENS", "WIDE_MIN_TOKENS_M_BELOW_N"]
+           "STAGED_TILE", "PAIRS_MAX_TOKENS", "PAIRS_MAX_TOKENS_M_ABOVE_N", "WIDE_MIN_TOKENS",
+           "WIDE_MIN_TOKENS_M_BELOW_N"]
 
 TILE = (128, 160, 160, 1)
 """(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
@@ -75,6 +81,12 @@ PAIRS_MAX_TOKENS = 1536
 (:func:`pairs_pay`): 12 k-blocks a tile, between the ~1k tokens (8 k-blocks) where pairs paid and
 the ~2k (16) where they did not; tiles of fewer k-blocks load C (the staged epilogue's
 kStagedReduceMinKBlocks)."""
+
+
+PAIRS_MAX_TOKENS_M_ABOVE_N = 3072
+"""When ``m > n``: the most tokens per group, on average, at which the staged tile runs in pairs
+sharing B, from above :data:`PAIRS_MAX_TOKENS` (:func:`pairs_pay`): measured to pay at ~2k tokens
+(16 k-blocks a tile), not at ~1k (below :data:`PAIRS_MAX_TOKENS`) nor ~4k."""
 
 
 WIDE_MIN_TOKENS = 6144
@@ -98,11 +110,17 @@ def wide_staged_pays(problem: Problem, staged: bool) -> bool:
 
 def pairs_pay(problem: Problem, staged: bool) -> bool:
     """Whether the rule runs the K-grouped ``problem``'s staged tile in 2-CTA pairs sharing B: in
-    place (FP32 D accumulated), ``m < n``, at most :data:`PAIRS_MAX_TOKENS` tokens per group on
-    average, every group an even number of tiles (the module docstring says why)."""
+    place (FP32 D accumulated), every group an even number of tiles, and on average per group at most
+    :data:`PAIRS_MAX_TOKENS` tokens when ``m < n``, or more than that and at most
+    :data:`PAIRS_MAX_TOKENS_M_ABOVE_N` when ``m > n`` (the module docstring says why)."""
     block_m, block_n, _, _ = STAGED_TILE
-    return (staged and problem.c_dtype == "out" and problem.m < problem.n
-            and problem.k <= PAIRS_MAX_TOKENS * max(problem.num_groups, 1)
+    groups = max(problem.num_groups, 1)
+    if problem.m < problem.n:
+        tokens_pay = problem.k <= PAIRS_MAX_TOKENS * groups
+    else:
+        tokens_pay = (problem.m > problem.n
+                      and PAIRS_MAX_TOKENS * groups < problem.k <= PAIRS_MAX_TOKENS_M_ABOVE_N * groups)
+    return (staged and problem.c_dtype == "out" and tokens_pay
             and family.k_grouped_multicast_allowed(problem, block_m, block_n))
 
 

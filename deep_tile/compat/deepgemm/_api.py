@@ -217,19 +217,33 @@ def k_grouped_fp8_gemm_tn_contiguous(a: Pair, b: Pair, d: torch.Tensor, ks_cpu, 
     ``recipe`` as :func:`k_grouped_fp8_gemm_nt_contiguous`.
 
     Runs :func:`deep_tile.gemm.k_grouped.k_grouped_fp8_gemm_1d1d` on ``a.T`` and ``b.T`` made contiguous
-    (one transposing copy of each FP8 operand per call; the scales are read as their transposed
-    views). Refusals as :func:`k_grouped_fp8_gemm_nt_contiguous`.
+    (FP8 WGMMA reads K-major operands only): both FP8 operands transposed into [m, sum_k] and
+    [n, sum_k] by one launch of deep_tile's byte-transposition kernel
+    (:func:`deep_tile.gemm.moe_layout.transpose_bytes_into`; ``DEEP_TILE_KGROUPED_TN_TRANSPOSE=torch``:
+    torch's copy instead); the scales are read as their transposed views. Refusals as
+    :func:`k_grouped_fp8_gemm_nt_contiguous`.
     """
+    from deep_tile import env
+    from deep_tile.gemm.moe_layout import transpose_bytes_into
+
     fn = "k_grouped_fp8_gemm_tn_contiguous"
     ks = _k_grouped_checks(fn, a, b, d, ks_cpu, recipe, use_psum_layout)
-    operands = []
+    use_kernel = env.kgrouped_tn_transpose() == "kernel"
+    pairs, operands = [], []
     for name, (data, sf), rows in (("a", a, d.shape[1]), ("b", b, d.shape[2])):
         if not isinstance(data, torch.Tensor) or data.dim() != 2 or tuple(data.shape) != (sum(ks), rows):
             raise ValueError(f"{fn}: {name}[0] must have shape (sum(ks), {rows}) = ({sum(ks)}, {rows}); got "
                              f"{tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__}.")
         if not isinstance(sf, torch.Tensor) or sf.dim() != 2:
             raise ValueError(f"{fn}: {name}[1] must be 2-D [sum(ks) / 128, {rows}].")
-        operands += [data.view(torch.uint8).t().contiguous().view(data.dtype), sf.t()]
+        if use_kernel and data.is_cuda:
+            rows_major = torch.empty((rows, sum(ks)), dtype=data.dtype, device=data.device)
+            pairs.append((data.contiguous(), rows_major))
+        else:
+            rows_major = data.view(torch.uint8).t().contiguous().view(data.dtype)
+        operands += [rows_major, sf.t()]
+    if sum(ks) and pairs:
+        transpose_bytes_into(pairs)
     _k_grouped_run(operands[0], operands[1], operands[2], operands[3], d, ks, grouped_layout, c)
 
 
