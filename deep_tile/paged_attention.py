@@ -146,7 +146,8 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
     return schedule
 
 
-def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits) -> tuple:
+def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+           design=contract.DESIGNS[0]) -> tuple:
     """Every argument checked; returns (q, kv_cache, weights, context_lens, block_table, schedule_meta)."""
     fn = "fp8_paged_mqa_logits"
     q, kv_cache, weights = (_tensor(fn, n, t) for n, t in (("q", q), ("kv_cache", kv_cache), ("weights", weights)))
@@ -155,6 +156,8 @@ def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_c
     _int(fn, "max_context_len", max_context_len, 0)
     if not isinstance(clean_logits, bool):
         _fail(fn, f"clean_logits must be a bool, got {type(clean_logits).__name__}.", TypeError)
+    if design not in contract.DESIGNS:
+        _fail(fn, f"design must be one of {contract.DESIGNS}; got {design!r}.")
     if q.dtype != torch.float8_e4m3fn or q.dim() != 4 or q.shape[1] not in contract.NEXT_N \
             or q.shape[2] not in contract.HEADS or q.shape[3] != contract.HEAD_DIM or not q.is_contiguous():
         _fail(fn, f"q must be a contiguous float8_e4m3fn [batch, next_n, H, {contract.HEAD_DIM}] tensor with next_n "
@@ -249,16 +252,18 @@ def paged_mqa_logits_reference(q: torch.Tensor, kv_cache: torch.Tensor, weights:
 
 def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
                          block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                         clean_logits: bool = False) -> torch.Tensor:
+                         clean_logits: bool = False, *, design: str = contract.DESIGNS[0]) -> torch.Tensor:
     """The indexer's paged logits (module doc): float32 ``[B * next_n, max_context_len]``, a view of
-    DeepGEMM's padded buffer.
+    DeepGEMM's padded buffer. ``design`` picks the CUDA logits kernel's design (one of
+    ``deep_tile.kernels.paged_mqa_logits.DESIGNS``, the default first; the others are kept to time
+    against); the CPU path ignores it.
 
     Raises:
         TypeError: an argument of the wrong type (a non-tensor, a non-int length, a non-bool flag).
         ValueError: a dtype, shape, layout, device or alignment the kernels do not take.
     """
     q, kv_cache, weights, context_lens, block_table, schedule_meta = _check(
-        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits)
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits, design)
     context_lens = per_token_lengths(context_lens, q.shape[1])
     if not q.is_cuda:
         return paged_mqa_logits_reference(q, kv_cache, weights, context_lens, block_table, max_context_len)
@@ -271,13 +276,13 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     stream = torch.cuda.current_stream(device).cuda_stream
     num_slots = schedule_meta.shape[0] - 1
     num_blocks = kv_cache.shape[0]
-    kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads))
+    kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads, design))
     values = (q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
               weights.data_ptr(), context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0),
               block_table.shape[1], schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
     with torch.cuda.device(device):
         kernel.launch(grid=contract.grid(num_slots), block=contract.THREADS,
-                      smem_bytes=contract.smem_bytes(next_n, heads), stream=stream,
+                      smem_bytes=contract.smem_bytes(next_n, heads, design), stream=stream,
                       args=KernelArgs(list(zip(contract.LOGITS_ARGUMENT_KINDS, values))), device=device.index,
                       pdl=get_pdl())
     if clean_logits:

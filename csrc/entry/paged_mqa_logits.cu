@@ -1,4 +1,5 @@
-// JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines).
+// JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines):
+// each logits kernel in both designs, kPagedFourCtas under the plain name, kPagedTwoSlots with a _two_slots suffix.
 #include "deep_tile/kernels/paged_mqa_logits.cuh"
 
 /// The schedule: one CTA of kPagedScheduleThreads; schedule int32 [num_slots + 1, 2].
@@ -7,24 +8,28 @@ extern "C" __global__ void __launch_bounds__(deep_tile::kPagedScheduleThreads) d
   deep_tile::paged_mqa_logits_schedule(context_lens, batch, next_n, num_slots, schedule);
 }
 
-#define DT_PAGED_MQA_LOGITS_ENTRY(next_n, heads)                                                                   \
-  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedThreads)                                         \
-      deep_tile_paged_mqa_logits_n##next_n##_h##heads(                                                              \
+#define DT_PAGED_MQA_LOGITS_ENTRY(next_n, heads, design, suffix)                                                     \
+  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedThreads, 4)                                      \
+      deep_tile_paged_mqa_logits_n##next_n##_h##heads##suffix(                                                      \
           const deep_tile::u8* __restrict__ q, const deep_tile::u8* __restrict__ kv_cache, int kv_block_stride,    \
           int num_kv_blocks, const float* __restrict__ weights, const int* __restrict__ context_lens,              \
           const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
           const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
           int batch) {                                                                                             \
-    deep_tile::paged_mqa_logits<next_n, heads>(q, kv_cache, kv_block_stride, num_kv_blocks, weights, context_lens, \
-                                               block_table, block_table_stride, max_blocks, schedule, logits,     \
-                                               stride_logits, max_context_len, batch);                             \
+    deep_tile::paged_mqa_logits<next_n, heads, design>(q, kv_cache, kv_block_stride, num_kv_blocks, weights,       \
+                                                       context_lens, block_table, block_table_stride, max_blocks,  \
+                                                       schedule, logits, stride_logits, max_context_len, batch);   \
   }
 
-/// The logits: 4 CTAs of 128 threads per schedule slot, paged_mqa_logits_smem_bytes(next_n * heads) bytes each.
-DT_PAGED_MQA_LOGITS_ENTRY(1, 32)
-DT_PAGED_MQA_LOGITS_ENTRY(1, 64)
-DT_PAGED_MQA_LOGITS_ENTRY(2, 32)
-DT_PAGED_MQA_LOGITS_ENTRY(2, 64)
+/// The logits: 4 CTAs of 128 threads per schedule slot, paged_mqa_logits_smem_bytes(next_n * heads, design) bytes each.
+DT_PAGED_MQA_LOGITS_ENTRY(1, 32, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(1, 64, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(2, 32, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(1, 32, deep_tile::kPagedTwoSlots, _two_slots)
+DT_PAGED_MQA_LOGITS_ENTRY(1, 64, deep_tile::kPagedTwoSlots, _two_slots)
+DT_PAGED_MQA_LOGITS_ENTRY(2, 32, deep_tile::kPagedTwoSlots, _two_slots)
+DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedTwoSlots, _two_slots)
 
 /// The clean pass: any grid, any block; -inf past each row's length (cut at len_limit).
 extern "C" __global__ void deep_tile_paged_mqa_logits_clean(const int* __restrict__ context_lens,

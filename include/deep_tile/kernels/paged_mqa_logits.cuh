@@ -18,9 +18,9 @@
 // Operands stream with 16-byte cp.async (one commit group per block) into a ring of S =
 // paged_stages(N) stages (kv block + scales, 128B-swizzled for the wgmma), up to S - 1 blocks
 // ahead of the one being multiplied; a sequence's q rows and weights go into one of
-// kPagedQSlots slots when the sequence changes. A block is issued only when its stage's previous
+// kQSlots slots when the sequence changes. A block is issued only when its stage's previous
 // block was consumed and, if it starts a sequence, when that sequence's slot is free (fewer than
-// kPagedQSlots sequences from the one in use to it): short sequences may hold the copies back, and
+// kQSlots sequences from the one in use to it): short sequences may hold the copies back, and
 // the wait then asks for fewer groups in flight. One barrier per block: past it every thread's
 // copies of the block have landed and every thread is done with the previous block, whose stage
 // (and maybe q slot) the next copies then fill.
@@ -46,19 +46,33 @@ constexpr int kPagedThreads = 128;                                 // one warpgr
 constexpr int kPagedScheduleThreads = 1024;                        // the schedule kernel's one CTA
 constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
 
-/// q slots per CTA: two, so a sequence's q rows arrive while the previous sequence's last blocks
-/// are multiplied; the shared memory they would take beyond that goes to kv stages.
-constexpr int kPagedQSlots = 2;
+/// Kernel designs (a template argument, one symbol each; the host picks by name):
+/// kPagedFourCtas (the default): four CTAs per SM for every N. N 128 keeps one q slot and four
+///   stages, so a slot's four CTAs share the SM's tensor cores (one CTA's epilogue under the
+///   others' wgmmas) with 12 blocks in flight per SM; the weights live in registers per sequence.
+/// kPagedTwoSlots (the earlier design, kept to time against): two q slots everywhere, N 128 with
+///   eight stages and two CTAs per SM; weights read from shared memory per block.
+constexpr int kPagedFourCtas = 0;
+constexpr int kPagedTwoSlots = 1;
 
-/// Ring stages (blocks in flight per CTA, the one in use included) for N = next_n * H q rows: as
-/// many as fit with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4), and for N
-/// 128, which fits only 2 CTAs per SM, as many as fit two (8).
-__host__ __device__ constexpr int paged_stages(int n) { return n <= 32 ? 5 : n <= 64 ? 4 : 8; }
+/// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
+/// sequence's last blocks are multiplied) unless that keeps four CTAs off the SM (N 128, kPagedFourCtas).
+__host__ __device__ constexpr int paged_q_slots(int n, int design) {
+  return design == kPagedFourCtas && n > 64 ? 1 : 2;
+}
+
+/// Ring stages (blocks in flight per CTA, the one in use included) for N q rows: as many as fit
+/// with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4, N 128 with one q slot:
+/// 4); kPagedTwoSlots' N 128, which fits only 2 CTAs per SM, as many as fit two (8).
+__host__ __device__ constexpr int paged_stages(int n, int design) {
+  return n <= 32 ? 5 : n <= 64 ? 4 : design == kPagedFourCtas ? 4 : 8;
+}
 
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
-__host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n) {
-  return 1024 + kPagedQSlots * (n * kPagedHeadDim + n * 4) + paged_stages(n) * (kPagedBlockBytes + kPagedBlockKV * 4);
+__host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
+  return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4) +
+         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4);
 }
 
 /// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
@@ -167,10 +181,10 @@ struct PagedCursor {
 };
 
 /// Logits kernel body: grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
-/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads). kv_block_stride: bytes between cache blocks;
+/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads, kDesign). kv_block_stride: bytes between cache blocks;
 /// block_table_stride: ints between table rows of max_blocks entries; logits rows of stride_logits floats;
 /// batch: the sequences (the schedule's units past them are not read).
-template <int kNextN, int kNumHeads>
+template <int kNextN, int kNumHeads, int kDesign>
 DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__ kv_cache, int kv_block_stride,
                                 int num_kv_blocks, const float* __restrict__ weights,
                                 const int* __restrict__ context_lens, const int* __restrict__ block_table,
@@ -178,16 +192,18 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
                                 float* __restrict__ logits, int stride_logits, int max_context_len, int batch) {
   constexpr int kN = kNextN * kNumHeads;  // q rows of one sequence: the wgmma's N
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
-  constexpr int kStages = paged_stages(kN);
+  constexpr int kStages = paged_stages(kN, kDesign);
+  constexpr int kQSlots = paged_q_slots(kN, kDesign);
+  constexpr bool kWeightsInRegisters = kDesign == kPagedFourCtas;
   static_assert(kStages >= 2, "a block in use and at least one in flight");
   using Mma = ptx::WgmmaFp8<kN>;
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
-  u8* q_ring = smem;                                          // kPagedQSlots x kQBytes
-  u8* kv_ring = q_ring + kPagedQSlots * kQBytes;              // kStages x kPagedBlockBytes
+  u8* q_ring = smem;                                          // kQSlots x kQBytes
+  u8* kv_ring = q_ring + kQSlots * kQBytes;              // kStages x kPagedBlockBytes
   float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
-  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kPagedQSlots x kN
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kQSlots x kN
 
   ptx::grid_dependency_wait();  // the stream predecessor may write any input
   ptx::launch_dependents();
@@ -204,7 +220,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   PagedCursor producer = start, consumer = start;
 
   // the producer: block `issued` of the CTA's walk goes into stage issued % kStages, a new
-  // sequence's q rows and weights into slot (its sequence number) % kPagedQSlots
+  // sequence's q rows and weights into slot (its sequence number) % kQSlots
   const auto table_entry = [&](const PagedCursor& c) {
     return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
   };
@@ -215,7 +231,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   // starts a sequence, so is that sequence's q slot (consumer_q_seq: the sequence in use)
   const auto can_issue = [&](int last, int consumer_q_seq) {
     const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
-    return producer.has() && issued <= last && seq - consumer_q_seq < kPagedQSlots;
+    return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
   };
   const auto issue = [&]() {
     const int stage = issued % kStages;
@@ -232,7 +248,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
       ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
     if (producer.b != producer_b) {
       producer_b = producer.b, ++producer_q_seq;
-      const int q_slot = producer_q_seq % kPagedQSlots;
+      const int q_slot = producer_q_seq % kQSlots;
       const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
       u8* q_dst = q_ring + q_slot * kQBytes;
 #pragma unroll
@@ -257,21 +273,41 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
   int consumer_q_seq = -1, consumer_b = -1;
   int lens[kNextN];
+  // with kWeightsInRegisters: this thread's weights of the sequence in use, columns 8n + 2 (lane % 4) + {0, 1}
+  float wreg[kWeightsInRegisters ? kN / 4 : 1];
   for (int iter = 0; consumer.has(); ++iter) {
-    // block iter was issued by now: at the last iteration's issue its sequence was at most one past
-    // the one in use then, and every block before it no further
+    // with two q slots block iter was issued by now: at the last iteration's issue its sequence was
+    // at most one past the one in use then, and every block before it no further; with one slot a
+    // block that starts a sequence is issued only below, once the previous sequence is done
     cp_async_wait_at_most<kStages - 2>(issued - 1 - iter);  // this thread's copies of block iter landed
     ptx::fence_proxy_async_shared();          // ... and are visible to the wgmma's proxy
     __syncthreads();  // ... and so are every other thread's; and all are done with block iter - 1
-    if (consumer.b != consumer_b) {
+    const bool new_sequence = consumer.b != consumer_b;
+    if (new_sequence) {
       consumer_b = consumer.b, ++consumer_q_seq;
 #pragma unroll
       for (int t = 0; t < kNextN; ++t)
         lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
     }
+    const bool late = issued <= iter;  // the same in every thread: only with one q slot
     while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // stages of blocks before iter are free
+    if (kQSlots == 1 && late) {  // block iter (and its q rows) was issued just now: wait for it
+      cp_async_wait_at_most<kStages - 1>(issued - 1 - iter);  // up to kStages - 1 issued after block iter
+      ptx::fence_proxy_async_shared();
+      __syncthreads();
+    }
     const int stage = iter % kStages;
-    const int q_slot = consumer_q_seq % kPagedQSlots;
+    const int q_slot = consumer_q_seq % kQSlots;
+    const float* w = weight_ring + q_slot * kN;
+    if constexpr (kWeightsInRegisters) {
+      if (new_sequence) {
+#pragma unroll
+        for (int n = 0; n < kN / 8; ++n) {
+          const float2 pair = *reinterpret_cast<const float2*>(w + 8 * n + 2 * (lane & 3));
+          wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
+        }
+      }
+    }
 
     float acc[Mma::kNumAccum];
 #pragma unroll
@@ -289,24 +325,32 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
 #pragma unroll
     for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
 
-    const float* w = weight_ring + q_slot * kN;
-    float v0[kNextN], v1[kNextN];
+    float v0[kNextN][2], v1[kNextN][2];  // two partial sums per row: half the dependent FMA chain
 #pragma unroll
-    for (int t = 0; t < kNextN; ++t) v0[t] = v1[t] = 0.0f;
+    for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
 #pragma unroll
     for (int n = 0; n < kN / 8; ++n) {
       const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
-      const int col = 8 * n + 2 * (lane & 3);
-      const float w0 = w[col], w1 = w[col + 1];
-      v0[t] = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, v0[t]));
-      v1[t] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, v1[t]));
+      float w0, w1;
+      if constexpr (kWeightsInRegisters) {
+        w0 = wreg[2 * n], w1 = wreg[2 * n + 1];
+      } else {
+        const int col = 8 * n + 2 * (lane & 3);
+        w0 = w[col], w1 = w[col + 1];
+      }
+      float& a0 = v0[t][n & 1];
+      float& a1 = v1[t][n & 1];
+      a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
+      a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
     }
+    float s0[kNextN], s1[kNextN];
 #pragma unroll
     for (int t = 0; t < kNextN; ++t) {
+      s0[t] = v0[t][0] + v0[t][1], s1[t] = v1[t][0] + v1[t][1];
 #pragma unroll
       for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
-        v0[t] += __shfl_xor_sync(0xffffffffu, v0[t], offset);
-        v1[t] += __shfl_xor_sync(0xffffffffu, v1[t], offset);
+        s0[t] += __shfl_xor_sync(0xffffffffu, s0[t], offset);
+        s1[t] += __shfl_xor_sync(0xffffffffu, s1[t], offset);
       }
     }
     if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
@@ -314,8 +358,8 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
 #pragma unroll
       for (int t = 0; t < kNextN; ++t) {
         float* out_row = logits + static_cast<long long>(consumer.b * kNextN + t) * stride_logits;
-        if (p0 < lens[t]) out_row[p0] = v0[t] * scale0;
-        if (p1 < lens[t]) out_row[p1] = v1[t] * scale1;
+        if (p0 < lens[t]) out_row[p0] = s0[t] * scale0;
+        if (p1 < lens[t]) out_row[p1] = s1[t] * scale1;
       }
     }
     ++consumer.s;
