@@ -194,7 +194,9 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
   constexpr int kStages = paged_stages(kN, kDesign);
   constexpr int kQSlots = paged_q_slots(kN, kDesign);
-  constexpr bool kWeightsInRegisters = kDesign == kPagedFourCtas;
+  constexpr bool kWeightsInRegisters = kDesign == kPagedFourCtas && kN <= 64;  // N 128: registers go to the accumulators
+  constexpr bool kIssueUnderMma = kDesign == kPagedFourCtas;  // the copies' address work hides under the wgmmas
+  constexpr bool kSplitSums = kDesign == kPagedFourCtas;      // two FMA chains per row in the head sum
   static_assert(kStages >= 2, "a block in use and at least one in flight");
   using Mma = ptx::WgmmaFp8<kN>;
   constexpr int kQBytes = kN * kPagedHeadDim;
@@ -290,7 +292,12 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
         lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
     }
     const bool late = issued <= iter;  // the same in every thread: only with one q slot
-    while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // stages of blocks before iter are free
+    // stages of blocks before iter are free: the copies go out here, or (kIssueUnderMma) once the
+    // wgmmas of block iter run, which read neither their stage nor (one slot: no q copy then;
+    // two: the other one) their q slot
+    if (!kIssueUnderMma || late) {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
+    }
     if (kQSlots == 1 && late) {  // block iter (and its q rows) was issued just now: wait for it
       cp_async_wait_at_most<kStages - 1>(issued - 1 - iter);  // up to kStages - 1 issued after block iter
       ptx::fence_proxy_async_shared();
@@ -320,6 +327,9 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
       Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
     ptx::wgmma_commit_group();
+    if constexpr (kIssueUnderMma) {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // a no-op after a late issue above
+    }
     const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
     ptx::wgmma_wait_group<0>();
 #pragma unroll
@@ -338,8 +348,8 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
         const int col = 8 * n + 2 * (lane & 3);
         w0 = w[col], w1 = w[col + 1];
       }
-      float& a0 = v0[t][n & 1];
-      float& a1 = v1[t][n & 1];
+      float& a0 = v0[t][kSplitSums ? n & 1 : 0];
+      float& a1 = v1[t][kSplitSums ? n & 1 : 0];
       a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
       a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
     }
