@@ -2,20 +2,44 @@
 # fp8_paged_mqa_logits / get_paged_mqa_logits_metadata (DeepSeek-V3.2's paged indexer logits) on one
 # H200 within 5 minutes; logs under $OUT (or /tmp/mqa_paged_out), a short table last.
 #   OUT=/tmp/x PY=python3 bash tools/mqa_paged_device.sh
-# Phase 1 (parallel, each under a timeout): the GPU tests of tests/test_mqa_logits_paged.py,
-# compute-sanitizer memcheck, racecheck and synccheck on three small cases (lengths off the block
-# size with cleaning, zero lengths, more slots than units, spaced cache blocks and block-table
-# entries outside the cache), and one untimed pass of the benchmark (both libraries' kernels
-# compiled). Phase 2:
-# benchmarks/bench_mqa_logits_paged.py (DeepGEMM beside deep_tile when `import deep_gemm` finds it).
+# Phase 0: a smoke of every kernel design under the watchdog build (DEEP_TILE_WATCHDOG=1), short
+# timeout: a hang stops the script here. Phase 1 (parallel, each under a timeout): the GPU tests of
+# tests/test_mqa_logits_paged.py, compute-sanitizer memcheck, racecheck and synccheck on small
+# cases (lengths off the block size with cleaning, zero lengths, more slots than units, spaced
+# cache blocks and block-table entries outside the cache, many short sequences at N 128 where the
+# default design holds one q slot, the earlier two_slots design), and one untimed pass of the
+# benchmark (both libraries' kernels compiled). Phase 2: benchmarks/bench_mqa_logits_paged.py, the
+# default design beside the earlier one and DeepGEMM (when `import deep_gemm` finds it).
 set -u
 cd "$(dirname "$0")/.."
 . tools/family_device_lib.sh /tmp/mqa_paged_out
-# the kernels compile once, before the parallel stages race to build them
+cat > "$OUT/smoke_case.py" <<'PYEOF'
+import sys
+sys.path.insert(0, "tests")
+from gpu_mqa_paged_cases import paged
+results = []
+for design in ("four_ctas", "two_slots"):
+    results += [paged(2, 2, 64, 100, clean=True, design=design), paged(2, 1, 32, 100, design=design),
+                paged(2, 2, 32, 100, design=design), paged(2, 1, 64, 100, design=design),
+                paged(60, 2, 64, 70, lengths="tiny", clean=True, num_sms=3, design=design)]
+for r in results:
+    print(r)
+print("smoke ok" if all(r["ok"] for r in results) else "smoke FAILED")
+assert all(r["ok"] for r in results)
+PYEOF
+DEEP_TILE_WATCHDOG=1 timeout 90 $PY "$OUT/smoke_case.py" > "$OUT/smoke.log" 2>&1; echo $? > "$OUT/smoke.rc"
+if [ "$(cat "$OUT/smoke.rc")" != 0 ]; then
+  echo "== mqa_paged_device: the watchdog smoke failed (rc $(cat "$OUT/smoke.rc")); stopping"
+  tail -20 "$OUT/smoke.log" | cut -c1-300
+  exit 1
+fi
+# the plain kernels compile once, before the parallel stages race to build them
 timeout 120 $PY -c "
 import sys; sys.path.insert(0, 'tests')
 from gpu_mqa_paged_cases import paged
-print(paged(2, 2, 64, 100, clean=True)); print(paged(2, 1, 32, 100)); print(paged(2, 2, 32, 100)); print(paged(2, 1, 64, 100))
+for d in ('four_ctas', 'two_slots'):
+    print(paged(2, 2, 64, 100, clean=True, design=d)); print(paged(2, 1, 32, 100, design=d))
+    print(paged(2, 2, 32, 100, design=d)); print(paged(2, 1, 64, 100, design=d))
 " > "$OUT/build.log" 2>&1; echo $? > "$OUT/build.rc"
 run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
 cat > "$OUT/san_case.py" <<'PYEOF'
@@ -24,7 +48,9 @@ sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
 results = [paged(5, 2, 64, 150, clean=True),
            paged(6, 1, 32, 100, lengths="zero", clean=True),
-           paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True)]
+           paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True),
+           paged(12, 2, 64, 90, lengths="tiny", clean=True, num_sms=2, bad_entries=True),
+           paged(4, 2, 64, 300, clean=True, num_sms=3, design="two_slots")]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
@@ -45,12 +71,12 @@ wait
 {
   echo "== mqa_paged_device: phase 1 ${phase1}s, total $(( $(date +%s) - start ))s"
   printf "%-11s %4s  %s\n" stage rc "last line"
-  for s in build tests memcheck racecheck synccheck bench_warm bench; do
+  for s in smoke build tests memcheck racecheck synccheck bench_warm bench; do
     printf "%-11s %4s  %s\n" "$s" "$(cat "$OUT/$s.rc" 2>/dev/null || echo -)" \
       "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
   done
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null
-  grep -E "^# |^shape|^[0-9]+:[0-9]|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-200
+  grep -E "^# |^shape|^[0-9]+:[0-9]|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-160
   grep -h "'ok': False" "$OUT/build.log" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null | cut -c1-300
   grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
 } | tee "$OUT/summary.txt"
