@@ -274,6 +274,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   // this thread's two kv rows of a block in the accumulator layout
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
   int consumer_q_seq = -1, consumer_b = -1;
+  int prefetched_b = -1;  // with one q slot: the last sequence whose first blocks were asked of L2
   int lens[kNextN];
   // with kWeightsInRegisters: this thread's weights of the sequence in use, columns 8n + 2 (lane % 4) + {0, 1}
   float wreg[kWeightsInRegisters ? kN / 4 : 1];
@@ -329,6 +330,24 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     ptx::wgmma_commit_group();
     if constexpr (kIssueUnderMma) {
       while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // a no-op after a late issue above
+    }
+    if constexpr (kQSlots == 1) {
+      // the producer waits at the next sequence's first block for the q slot: ask L2 for that
+      // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
+      if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+        prefetched_b = producer.b;
+        if (tid == 0) {
+          ptx::bulk_prefetch_l2(q + static_cast<long long>(producer.b) * kQBytes, kQBytes);
+          ptx::bulk_prefetch_l2(weights + static_cast<long long>(producer.b) * kN, kN * 4);
+        }
+        const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+        if (tid < kStages - 1 && block < producer.blocks) {
+          const int entry = block_table[static_cast<long long>(producer.b) * block_table_stride + block];
+          if (entry >= 0 && entry < num_kv_blocks)
+            ptx::bulk_prefetch_l2(kv_cache + static_cast<long long>(entry) * kv_block_stride,
+                                  kPagedBlockBytes + kPagedBlockKV * 4);
+        }
+      }
     }
     const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
     ptx::wgmma_wait_group<0>();
