@@ -35,6 +35,7 @@ import torch
 
 from deep_tile.common import align_up
 from deep_tile.device import get_num_sms
+from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import paged_mqa_logits as contract
@@ -250,6 +251,20 @@ def paged_mqa_logits_reference(q: torch.Tensor, kv_cache: torch.Tensor, weights:
     return logits
 
 
+def _tma_maps(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, block_stride: int) -> tuple:
+    """The ``tma`` design's four tensor maps (``paged_mqa_logits_tma``): the cache as 128-byte rows
+    (boxes of a block's 64 rows, 128B-swizzled, and of its scales' two rows), q's rows (a
+    sequence's ``next_n * H`` per box, 128B-swizzled) and the weights (a sequence's per box)."""
+    row = contract.TMA_ROW_BYTES
+    rows = ((kv_cache.shape[0] - 1) * block_stride + contract.BLOCK_KV * KV_ROW_BYTES) // row
+    batch, next_n, heads, dim = q.shape
+    n = next_n * heads
+    return (encode_2d(kv_cache.data_ptr(), "uint8", row, rows, row, row, contract.BLOCK_KV, 128, 256),
+            encode_2d(kv_cache.data_ptr(), "uint8", row, rows, row, row, 4 * contract.BLOCK_KV // row, 0, 256),
+            encode_2d(q.data_ptr(), "uint8", dim, batch * n, dim, dim, n, 128, 256),
+            encode_2d(weights.data_ptr(), "float32", n, batch, 4 * n, n, 1, 0, 0))
+
+
 def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
                          block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
                          clean_logits: bool = False, *, design: str = contract.DESIGNS[0]) -> torch.Tensor:
@@ -276,15 +291,23 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     stream = torch.cuda.current_stream(device).cuda_stream
     num_slots = schedule_meta.shape[0] - 1
     num_blocks = kv_cache.shape[0]
+    block_stride = kv_cache.stride(0) if num_blocks > 1 else contract.BLOCK_KV * KV_ROW_BYTES
+    if design == "tma" and (block_stride % contract.TMA_ROW_BYTES or num_blocks * block_stride >= 2 ** 38):
+        design = contract.DESIGNS[0]  # blocks off the TMA's 128-byte rows (or rows past int32): cp.async
     kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads, design))
-    values = (q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
-              weights.data_ptr(), context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0),
-              block_table.shape[1], schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
+    tail = (context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0), block_table.shape[1],
+            schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
+    if design == "tma":
+        kinds, values = contract.TMA_LOGITS_ARGUMENT_KINDS, _tma_maps(q, kv_cache, weights, block_stride) + (
+            block_stride // contract.TMA_ROW_BYTES, num_blocks) + tail
+    else:
+        kinds, values = contract.LOGITS_ARGUMENT_KINDS, (
+            q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
+            weights.data_ptr()) + tail
     with torch.cuda.device(device):
         kernel.launch(grid=contract.grid(num_slots), block=contract.THREADS,
                       smem_bytes=contract.smem_bytes(next_n, heads, design), stream=stream,
-                      args=KernelArgs(list(zip(contract.LOGITS_ARGUMENT_KINDS, values))), device=device.index,
-                      pdl=get_pdl())
+                      args=KernelArgs(list(zip(kinds, values))), device=device.index, pdl=get_pdl())
     if clean_logits:
         clean = get_kernel(contract.ENTRY, {}, contract.CLEAN_SYMBOL)
         limit = min(max_context_len, contract.BLOCK_KV * block_table.shape[1])  # rows past the table are outside

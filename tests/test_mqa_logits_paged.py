@@ -372,10 +372,12 @@ def test_contract_geometry():
                 smem = contract.smem_bytes(next_n, heads, design)
                 n = next_n * heads
                 assert smem == 1024 + contract.Q_SLOTS[design][n] * (n * 128 + 4 * n) + \
-                    contract.STAGES[design][n] * (8192 + 256)
+                    contract.STAGES[design][n] * (8192 + 256 + (8 if design == "tma" else 0))
                 per_sm = 228 * 1024 // (smem + 1024)  # the SM's shared memory, 1 KiB reserved per CTA
                 want = 2 if (n == 128 and design == "two_slots") else contract.CTAS_PER_SLOT
                 assert per_sm == want, (design, n, per_sm)
+                if design == "tma":
+                    assert smem == contract.smem_bytes(next_n, heads) + 8 * contract.STAGES[design][n]
     assert contract.units(0) == 0 and contract.units(-5) == 0 and contract.units(256) == 1 and contract.units(257) == 2
     assert contract.clean_grid(0, 132) == (1, 1, 1) and contract.clean_grid(10 ** 6, 132) == (1056, 1, 1)
     assert len(contract.LOGITS_ARGUMENT_KINDS) == 14 and len(contract.SCHEDULE_ARGUMENT_KINDS) == 5
@@ -404,9 +406,12 @@ def test_kernels_build_spill_free(name):
     if sass is None:
         pytest.skip("no SASS tools here")
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
-    for symbol in SYMBOLS:  # four k32 wgmmas per block, operands by 16-byte cp.async
+    for symbol in SYMBOLS:  # four k32 wgmmas per block, operands by 16-byte cp.async or (tma) by TMA
         assert bodies[symbol].count("QGMMA") == 4, symbol
-        assert "LDGSTS" in bodies[symbol], symbol
+        if symbol.endswith("_tma"):
+            assert "UTMALDG.2D" in bodies[symbol] and "LDGSTS" not in bodies[symbol], symbol
+        else:
+            assert "LDGSTS" in bodies[symbol] and "UTMALDG" not in bodies[symbol], symbol
 
 
 # --------------------------------------------------------------------------------------------------
@@ -477,6 +482,22 @@ GPU_CASES = [
     dict(batch=256, next_n=2, heads=64, avg_kv=2000, design="two_slots", clean=True),
     dict(batch=9, next_n=2, heads=32, avg_kv=300, lengths="zero", design="two_slots"),
     dict(batch=10, next_n=1, heads=64, avg_kv=500, bad_entries=True, clean=True, design="two_slots"),
+    # the tma design: DeepGEMM's shapes, edge cases, spaced blocks (on 128-byte rows, and off them:
+    # the cp.async design runs), bad entries, one q slot with many short sequences
+    dict(batch=256, next_n=1, heads=32, avg_kv=8192, design="tma"),
+    dict(batch=256, next_n=2, heads=64, avg_kv=8192, design="tma", clean=True),
+    dict(batch=4096, next_n=1, heads=64, avg_kv=2000, design="tma"),
+    dict(batch=300, next_n=2, heads=32, avg_kv=3000, design="tma", one_d=True),
+    dict(batch=1, next_n=1, heads=32, avg_kv=1, design="tma"),
+    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma"),
+    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True, design="tma"),
+    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3, design="tma"),
+    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True, design="tma"),
+    dict(batch=40, next_n=2, heads=32, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma"),
+    dict(batch=40, next_n=1, heads=64, avg_kv=900, block_stride=64 * 132 + 16, clean=True, design="tma"),
+    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True, design="tma"),
+    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma"),
+    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1, design="tma"),
 ]
 
 

@@ -52,27 +52,31 @@ constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes
 ///   others' wgmmas) with 12 blocks in flight per SM; the weights live in registers per sequence.
 /// kPagedTwoSlots (the earlier design, kept to time against): two q slots everywhere, N 128 with
 ///   eight stages and two CTAs per SM; weights read from shared memory per block.
+/// kPagedTma: kPagedFourCtas' geometry, the operands by TMA (one thread issues a block, an
+///   mbarrier per stage says it landed) instead of every thread's cp.async; needs cache blocks a
+///   multiple of 128 bytes apart (the kv rows are a 2-D tensor of 128-byte rows).
 constexpr int kPagedFourCtas = 0;
 constexpr int kPagedTwoSlots = 1;
+constexpr int kPagedTma = 2;
 
 /// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
 /// sequence's last blocks are multiplied) unless that keeps four CTAs off the SM (N 128, kPagedFourCtas).
 __host__ __device__ constexpr int paged_q_slots(int n, int design) {
-  return design == kPagedFourCtas && n > 64 ? 1 : 2;
+  return design != kPagedTwoSlots && n > 64 ? 1 : 2;
 }
 
 /// Ring stages (blocks in flight per CTA, the one in use included) for N q rows: as many as fit
 /// with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4, N 128 with one q slot:
 /// 4); kPagedTwoSlots' N 128, which fits only 2 CTAs per SM, as many as fit two (8).
 __host__ __device__ constexpr int paged_stages(int n, int design) {
-  return n <= 32 ? 5 : n <= 64 ? 4 : design == kPagedFourCtas ? 4 : 8;
+  return n <= 32 ? 5 : n <= 64 ? 4 : design != kPagedTwoSlots ? 4 : 8;
 }
 
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
   return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4) +
-         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4);
+         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 + (design == kPagedTma ? 8 : 0));
 }
 
 /// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
@@ -395,6 +399,218 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
   }
   ptx::cp_async_wait_group<0>();  // no copy may land after the CTA exits
+}
+
+/// The head sums of one block's accumulators, times the kv rows' scales, stored inside the
+/// tokens' lengths (the epilogue of paged_mqa_logits_tma). w: this thread's kN / 4 weights in
+/// registers, or with kWeightsInSmem the sequence's kN weights in shared memory.
+template <int kNextN, int kNumHeads, bool kWeightsInSmem, int kNumAccum>
+DT_DEVICE void paged_block_epilogue(const float (&acc)[kNumAccum], const float* w, float scale0, float scale1,
+                                    const int (&lens)[kNextN], float* __restrict__ logits, int stride_logits, int b,
+                                    int p0, int lane) {
+  constexpr int kN = kNextN * kNumHeads;
+  float v0[kNextN][2], v1[kNextN][2];  // two partial sums per row: half the dependent FMA chain
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kN / 8; ++n) {
+    const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
+    const int col = kWeightsInSmem ? 8 * n + 2 * (lane & 3) : 2 * n;
+    const float w0 = w[col], w1 = w[col + 1];
+    float& a0 = v0[t][n & 1];
+    float& a1 = v1[t][n & 1];
+    a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
+    a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
+  }
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) {
+    float s0 = v0[t][0] + v0[t][1], s1 = v1[t][0] + v1[t][1];
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
+      s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
+    }
+    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
+      float* out_row = logits + static_cast<long long>(b * kNextN + t) * stride_logits;
+      if (p0 < lens[t]) out_row[p0] = s0 * scale0;
+      if (p0 + 8 < lens[t]) out_row[p0 + 8] = s1 * scale1;
+    }
+  }
+}
+
+/// Logits kernel body of the kPagedTma design: kPagedFourCtas' walk, rings and overlap, with
+/// operands by TMA. grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
+/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads, kPagedTma). Tensor maps (uint8 unless said):
+/// tmap_kv the cache as rows of 128 bytes, box 128 x 64, 128B swizzle (cache block e starts at row
+/// e * rows_per_block, its scales 64 rows later); tmap_scales the same rows, box 128 x 2, no
+/// swizzle; tmap_q [batch * N rows, 128], box 128 x N, 128B swizzle; tmap_w float32 [batch, N],
+/// box N x 1. Entries outside [0, num_kv_blocks) load a box wholly before row 0: zeros.
+template <int kNextN, int kNumHeads>
+DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescriptor* tmap_scales,
+                                    const TmaDescriptor* tmap_q, const TmaDescriptor* tmap_w, int rows_per_block,
+                                    int num_kv_blocks, const int* __restrict__ context_lens,
+                                    const int* __restrict__ block_table, int block_table_stride, int max_blocks,
+                                    const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits,
+                                    int max_context_len, int batch) {
+  constexpr int kN = kNextN * kNumHeads;
+  static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 128, "whole 8-column groups per token; a TMA box <= 256 rows");
+  constexpr int kStages = paged_stages(kN, kPagedTma);
+  constexpr int kQSlots = paged_q_slots(kN, kPagedTma);
+  static_assert(kStages >= 2, "a block in use and at least one in flight");
+  constexpr bool kWeightsInRegisters = kN <= 64;  // N 128: registers go to the accumulators
+  using Mma = ptx::WgmmaFp8<kN>;
+  constexpr int kQBytes = kN * kPagedHeadDim;
+  constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
+  constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
+  u8* q_ring = smem;                                          // kQSlots x kQBytes
+  u8* kv_ring = q_ring + kQSlots * kQBytes;                   // kStages x kPagedBlockBytes
+  float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kQSlots x kN
+  u64* full = reinterpret_cast<u64*>(weight_ring + kQSlots * kN);  // kStages: the stage's block (and q) landed
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    ptx::tma_prefetch_descriptor(tmap_kv);
+    ptx::tma_prefetch_descriptor(tmap_scales);
+    ptx::tma_prefetch_descriptor(tmap_q);
+    ptx::tma_prefetch_descriptor(tmap_w);
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(&full[s], 1);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  ptx::grid_dependency_wait();  // the stream predecessor may write any input
+  ptx::launch_dependents();
+
+  const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
+  PagedCursor start;
+  start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
+  start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
+  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a larger batch's schedule stops at this one's end
+  start.group = group, start.units = 0, start.blocks = 0;
+  if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
+  start.settle(context_lens, kNextN, max_blocks, max_context_len);
+  PagedCursor producer = start, consumer = start;
+
+  // the tensor-map row of a table entry's block; outside the cache: a box wholly before row 0
+  const auto block_row = [&](int entry) {
+    return entry >= 0 && entry < num_kv_blocks ? entry * rows_per_block : -2 * kPagedBlockKV;
+  };
+  const auto table_entry = [&](const PagedCursor& c) {
+    return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
+  };
+  int producer_entry = table_entry(producer);
+  int issued = 0;
+  int producer_q_seq = -1, producer_b = -1;
+  const auto can_issue = [&](int last, int consumer_q_seq) {
+    const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
+    return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
+  };
+  // block `issued` into stage issued % kStages (and a new sequence's q rows and weights into slot
+  // (its sequence number) % kQSlots), all on the stage's barrier; thread 0 issues, all count
+  const auto issue = [&]() {
+    const int stage = issued % kStages;
+    const bool new_sequence = producer.b != producer_b;
+    if (new_sequence) producer_b = producer.b, ++producer_q_seq;
+    if (tid == 0) {
+      const int row = block_row(producer_entry);
+      ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
+      ptx::tma_load_2d(kv_ring + stage * kPagedBlockBytes, tmap_kv, &full[stage], 0, row);
+      ptx::tma_load_2d(scale_ring + stage * kPagedBlockKV, tmap_scales, &full[stage], 0, row + kPagedBlockKV);
+      if (new_sequence) {
+        const int q_slot = producer_q_seq % kQSlots;
+        ptx::tma_load_2d(q_ring + q_slot * kQBytes, tmap_q, &full[stage], 0, producer.b * kN);
+        ptx::tma_load_2d(weight_ring + q_slot * kN, tmap_w, &full[stage], 0, producer.b);
+      }
+    }
+    ++issued;
+    ++producer.s;
+    producer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
+  };
+
+  while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
+
+  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+  int consumer_q_seq = -1, consumer_b = -1;
+  int prefetched_b = -1;  // with one q slot: the last sequence whose first blocks were asked of L2
+  int lens[kNextN];
+  float wreg[kWeightsInRegisters ? kN / 4 : 1];  // this thread's weights: columns 8n + 2 (lane % 4) + {0, 1}
+  for (int iter = 0; consumer.has(); ++iter) {
+    const int stage = iter % kStages;
+    const u32 parity = static_cast<u32>(iter / kStages) & 1u;
+    // with two q slots block iter was issued by now (see paged_mqa_logits); with one, a block
+    // that starts a sequence is issued below, once every thread is done with the previous one
+    const bool late = issued <= iter;  // the same in every thread
+    if (!late) ptx::mbarrier_wait(&full[stage], parity);
+    __syncthreads();  // every thread is done with block iter - 1: its stage (and q slot) may be refilled
+    const bool new_sequence = consumer.b != consumer_b;
+    if (new_sequence) {
+      consumer_b = consumer.b, ++consumer_q_seq;
+#pragma unroll
+      for (int t = 0; t < kNextN; ++t)
+        lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
+    }
+    if (late) {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
+      ptx::mbarrier_wait(&full[stage], parity);
+    }
+    const int q_slot = consumer_q_seq % kQSlots;
+    const float* w = weight_ring + q_slot * kN;
+    if constexpr (kWeightsInRegisters) {
+      if (new_sequence) {
+#pragma unroll
+        for (int n = 0; n < kN / 8; ++n) {
+          const float2 pair = *reinterpret_cast<const float2*>(w + 8 * n + 2 * (lane & 3));
+          wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
+        }
+      }
+    }
+
+    float acc[Mma::kNumAccum];
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
+    __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
+    ptx::wgmma_commit_group();
+    // stages of blocks before iter are free; the wgmmas read neither those stages nor (one slot:
+    // no q copy now; two: the other one) another q slot
+    while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
+    if constexpr (kQSlots == 1) {
+      // the producer waits at the next sequence's first block for the q slot: ask L2 for that
+      // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
+      if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+        prefetched_b = producer.b;
+        if (tid == 0) {
+          ptx::tma_prefetch_2d_l2(tmap_q, 0, producer.b * kN);
+          ptx::tma_prefetch_2d_l2(tmap_w, 0, producer.b);
+        }
+        const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+        if (tid < kStages - 1 && block < producer.blocks) {
+          const int row = block_row(block_table[static_cast<long long>(producer.b) * block_table_stride + block]);
+          if (row >= 0) {
+            ptx::tma_prefetch_2d_l2(tmap_kv, 0, row);
+            ptx::tma_prefetch_2d_l2(tmap_scales, 0, row + kPagedBlockKV);
+          }
+        }
+      }
+    }
+    const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+    paged_block_epilogue<kNextN, kNumHeads, !kWeightsInRegisters>(acc, kWeightsInRegisters ? wreg : w, scale0, scale1,
+                                                                  lens, logits, stride_logits, consumer.b,
+                                                                  consumer.block() * kPagedBlockKV + r0, lane);
+    ++consumer.s;
+    consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
+  }
 }
 
 /// Clean kernel body: grid-stride over the rows; row r gets -inf in columns
