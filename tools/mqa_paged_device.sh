@@ -18,39 +18,52 @@ import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
 results = []
-for design in ("four_ctas", "two_slots"):
+for design in sys.argv[1:]:
     results += [paged(2, 2, 64, 100, clean=True, design=design), paged(2, 1, 32, 100, design=design),
                 paged(2, 2, 32, 100, design=design), paged(2, 1, 64, 100, design=design),
-                paged(60, 2, 64, 70, lengths="tiny", clean=True, num_sms=3, design=design)]
+                paged(60, 2, 64, 70, lengths="tiny", clean=True, num_sms=3, design=design),
+                paged(9, 1, 32, 300, bad_entries=True, clean=True, design=design)]
 for r in results:
     print(r)
 print("smoke ok" if all(r["ok"] for r in results) else "smoke FAILED")
 assert all(r["ok"] for r in results)
 PYEOF
-DEEP_TILE_WATCHDOG=1 timeout 90 $PY "$OUT/smoke_case.py" > "$OUT/smoke.log" 2>&1; echo $? > "$OUT/smoke.rc"
+# the cp.async designs must pass (else stop); the tma design, on its own, is dropped from the
+# later stages if it fails or hangs
+DEEP_TILE_WATCHDOG=1 timeout 90 $PY "$OUT/smoke_case.py" four_ctas two_slots > "$OUT/smoke.log" 2>&1; echo $? > "$OUT/smoke.rc"
 if [ "$(cat "$OUT/smoke.rc")" != 0 ]; then
   echo "== mqa_paged_device: the watchdog smoke failed (rc $(cat "$OUT/smoke.rc")); stopping"
   tail -20 "$OUT/smoke.log" | cut -c1-300
   exit 1
 fi
+DEEP_TILE_WATCHDOG=1 timeout 60 $PY "$OUT/smoke_case.py" tma > "$OUT/smoke_tma.log" 2>&1; echo $? > "$OUT/smoke_tma.rc"
+if [ "$(cat "$OUT/smoke_tma.rc")" = 0 ]; then DESIGNS="four_ctas two_slots tma"; else DESIGNS="four_ctas two_slots"; fi
+export PAGED_DESIGNS="$DESIGNS"
 # the plain kernels compile once, before the parallel stages race to build them
 timeout 120 $PY -c "
-import sys; sys.path.insert(0, 'tests')
+import os, sys; sys.path.insert(0, 'tests')
 from gpu_mqa_paged_cases import paged
-for d in ('four_ctas', 'two_slots'):
+for d in os.environ['PAGED_DESIGNS'].split():
     print(paged(2, 2, 64, 100, clean=True, design=d)); print(paged(2, 1, 32, 100, design=d))
     print(paged(2, 2, 32, 100, design=d)); print(paged(2, 1, 64, 100, design=d))
 " > "$OUT/build.log" 2>&1; echo $? > "$OUT/build.rc"
-run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
+TESTS_K="paged or tma"; case "$DESIGNS" in *tma*) ;; *) TESTS_K="not tma";; esac  # tma's smoke failed: not its cases
+run tests 230 $PY -m pytest -q -m gpu -k "$TESTS_K" -p no:cacheprovider tests/test_mqa_logits_paged.py
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
+import os
 results = [paged(5, 2, 64, 150, clean=True),
            paged(6, 1, 32, 100, lengths="zero", clean=True),
            paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True),
            paged(12, 2, 64, 90, lengths="tiny", clean=True, num_sms=2, bad_entries=True),
            paged(4, 2, 64, 300, clean=True, num_sms=3, design="two_slots")]
+if "tma" in os.environ.get("PAGED_DESIGNS", ""):
+    results += [paged(5, 2, 64, 150, clean=True, design="tma"),
+                paged(6, 1, 32, 100, lengths="zero", clean=True, design="tma"),
+                paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design="tma"),
+                paged(12, 2, 64, 90, lengths="tiny", clean=True, num_sms=2, bad_entries=True, design="tma")]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
@@ -62,21 +75,24 @@ if command -v compute-sanitizer > /dev/null; then
 else
   for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
 fi
-run bench_warm 150 $PY benchmarks/bench_mqa_logits_paged.py --shapes 256:1:32:8192 256:1:64:8192 256:2:32:8192 256:2:64:8192 --iters 1
+OTHER=${DESIGNS#four_ctas }  # the designs timed beside the default
+run bench_warm 150 $PY benchmarks/bench_mqa_logits_paged.py --shapes 256:1:32:8192 256:1:64:8192 256:2:32:8192 256:2:64:8192 --iters 1 --designs $OTHER
 wait
 phase1=$(( $(date +%s) - start ))
 left=$(( 285 - phase1 )); [ "$left" -lt 60 ] && left=60
-run bench "$left" $PY benchmarks/bench_mqa_logits_paged.py --json "$OUT/bench_mqa_logits_paged.json"
+run bench "$left" $PY benchmarks/bench_mqa_logits_paged.py --json "$OUT/bench_mqa_logits_paged.json" --designs $OTHER
 wait
 {
-  echo "== mqa_paged_device: phase 1 ${phase1}s, total $(( $(date +%s) - start ))s"
+  echo "== mqa_paged_device: phase 1 ${phase1}s, total $(( $(date +%s) - start ))s; designs: $DESIGNS"
   printf "%-11s %4s  %s\n" stage rc "last line"
-  for s in smoke build tests memcheck racecheck synccheck bench_warm bench; do
+  for s in smoke smoke_tma build tests memcheck racecheck synccheck bench_warm bench; do
     printf "%-11s %4s  %s\n" "$s" "$(cat "$OUT/$s.rc" 2>/dev/null || echo -)" \
       "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
   done
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null
   grep -E "^# |^shape|^[0-9]+:[0-9]|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-160
-  grep -h "'ok': False" "$OUT/build.log" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null | cut -c1-300
+  grep -h "'ok': False" "$OUT/smoke_tma.log" "$OUT/build.log" "$OUT/memcheck.log" "$OUT/racecheck.log" \
+    "$OUT/synccheck.log" 2>/dev/null | head -8 | cut -c1-300
+  grep -hE "Error|error" "$OUT/smoke_tma.log" 2>/dev/null | tail -3 | cut -c1-300
   grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
 } | tee "$OUT/summary.txt"
