@@ -15,17 +15,20 @@
 // tokens, K: head_dim 128) into N / 2 accumulators, then relu, weights and the head sums of each
 // token in registers (in-thread, then over a row quad) and the kv row's scale.
 //
-// Operands stream with 16-byte cp.async (one commit group per block) into a ring of S =
-// paged_stages(N) stages (kv block + scales, 128B-swizzled for the wgmma), up to S - 1 blocks
-// ahead of the one being multiplied; a sequence's q rows and weights go into one of
-// kQSlots slots when the sequence changes. A block is issued only when its stage's previous
-// block was consumed and, if it starts a sequence, when that sequence's slot is free (fewer than
-// kQSlots sequences from the one in use to it): short sequences may hold the copies back, and
-// the wait then asks for fewer groups in flight. One barrier per block: past it every thread's
-// copies of the block have landed and every thread is done with the previous block, whose stage
-// (and maybe q slot) the next copies then fill.
-// Plain 16-byte copies rather than TMA: a block is one 8 KiB run plus 256 bytes of scales, one
-// cp.async per thread per 2 KiB, with no tensor map to build per call and no mbarrier phases.
+// Operands stream into a ring of S = paged_stages(N, design) stages (kv block + scales,
+// 128B-swizzled for the wgmma), up to S - 1 blocks ahead of the one being multiplied; a
+// sequence's q rows and weights go into one of paged_q_slots(N, design) slots when the sequence
+// changes. A block is issued only when its stage's previous block was consumed and, if it starts
+// a sequence, when that sequence's slot is free (fewer than kQSlots sequences from the one in use
+// to it): short sequences may hold the copies back. With one q slot (N 128 at four CTAs per SM) a
+// sequence's first block is issued only once the previous sequence is done, then waited for (its
+// q rows, weights and first blocks asked of L2 while the producer waits). One barrier per block:
+// past it every thread is done with the previous block, whose stage (and maybe q slot) the next
+// copies then fill.
+// Designs (paged_q_slots / paged_stages): kPagedFourCtas (default) and kPagedTwoSlots copy with
+// 16-byte cp.async (one commit group per block, every thread), no tensor map to build per call;
+// kPagedFourCtas issues them while the block's wgmmas run. kPagedTma (paged_mqa_logits_tma)
+// loads by TMA, one thread per block, an mbarrier per stage.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
