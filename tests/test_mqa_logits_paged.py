@@ -406,8 +406,15 @@ def test_kernels_build_spill_free(name):
     if sass is None:
         pytest.skip("no SASS tools here")
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
-    for symbol in SYMBOLS:  # four k32 wgmmas per block, operands by 16-byte cp.async or (tma) by TMA
-        assert bodies[symbol].count("QGMMA") == 4, symbol
+    for next_n in contract.NEXT_N:  # four k32 wgmmas per block, in two N / 2 chains for N >= 64 but two_slots
+        for heads in contract.HEADS:
+            for design in contract.DESIGNS:
+                chains = 2 if next_n * heads >= 64 and design != "two_slots" else 1
+                width = next_n * heads // chains
+                body = bodies[contract.symbol(next_n, heads, design)]
+                assert body.count("QGMMA") == 4 * chains and body.count(f"QGMMA.64x{width}x32") == 4 * chains
+                assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (chains == 2), (next_n, heads, design)
+    for symbol in SYMBOLS:  # operands by 16-byte cp.async or (tma) by TMA
         if symbol.endswith("_tma"):
             assert "UTMALDG.2D" in bodies[symbol] and "LDGSTS" not in bodies[symbol], symbol
         else:

@@ -27,8 +27,10 @@
 // copies then fill.
 // Designs (paged_q_slots / paged_stages): kPagedFourCtas (default) and kPagedTwoSlots copy with
 // 16-byte cp.async (one commit group per block, every thread), no tensor map to build per call;
-// kPagedFourCtas issues them while the block's wgmmas run. kPagedTma (paged_mqa_logits_tma)
-// loads by TMA, one thread per block, an mbarrier per stage.
+// kPagedFourCtas issues them while the block's wgmmas run, and for N >= 64 splits a block's
+// wgmmas into two chains of N / 2 columns so the head sums of the first run under the second
+// (paged_block). kPagedTma (paged_mqa_logits_tma) is kPagedFourCtas loading by TMA, one thread
+// per block, an mbarrier per stage.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
@@ -187,6 +189,104 @@ struct PagedCursor {
   }
 };
 
+/// Adds one wgmma chunk's share of the head sums: relu(acc) * weight over the chunk's columns
+/// [kColBase, kColBase + 2 kNumAccum), per token (v0: row r0, v1: row r1; two partial sums each,
+/// half the dependent FMA chain). w: this thread's kN / 4 weights in registers (column
+/// 8g + 2 (lane % 4) + {0, 1} at 2g, 2g + 1), or with kWeightsInSmem the sequence's kN weights.
+template <int kNextN, int kNumHeads, bool kWeightsInSmem, int kColBase, int kNumAccum>
+DT_DEVICE void paged_head_sums(const float (&acc)[kNumAccum], const float* w, int lane, float (&v0)[kNextN][2],
+                               float (&v1)[kNextN][2]) {
+#pragma unroll
+  for (int n = 0; n < kNumAccum / 4; ++n) {
+    const int g = kColBase / 8 + n;     // the 8-column group
+    const int t = (8 * g) / kNumHeads;  // its token
+    const int col = kWeightsInSmem ? 8 * g + 2 * (lane & 3) : 2 * g;
+    const float w0 = w[col], w1 = w[col + 1];
+    float& a0 = v0[t][g & 1];
+    float& a1 = v1[t][g & 1];
+    a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
+    a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
+  }
+}
+
+/// The head sums over the row quad, times the kv rows' scales, stored inside the tokens' lengths
+/// (rows p0 and p0 + 8 of sequence b).
+template <int kNextN>
+DT_DEVICE void paged_store_rows(const float (&v0)[kNextN][2], const float (&v1)[kNextN][2], float scale0, float scale1,
+                                const int (&lens)[kNextN], float* __restrict__ logits, int stride_logits, int b,
+                                int p0, int lane) {
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) {
+    float s0 = v0[t][0] + v0[t][1], s1 = v1[t][0] + v1[t][1];
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
+      s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
+    }
+    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
+      float* out_row = logits + static_cast<long long>(b * kNextN + t) * stride_logits;
+      if (p0 < lens[t]) out_row[p0] = s0 * scale0;
+      if (p0 + 8 < lens[t]) out_row[p0 + 8] = s1 * scale1;
+    }
+  }
+}
+
+/// One block's wgmmas and epilogue, the N columns in kChunks chains of N / kChunks (one commit
+/// group each) so the head sums of a chunk run while the next chunk's wgmmas do; `between` runs
+/// after the wgmmas are issued (the next copies), before the first wait. kv_desc_lo / q_desc_lo:
+/// sw128_lo of the block's stage and of the q slot (N rows of 128 bytes, 1024-byte aligned).
+template <int kNextN, int kNumHeads, int kChunks, bool kWeightsInSmem, typename Between>
+DT_DEVICE void paged_block(u32 kv_desc_lo, u32 q_desc_lo, const float* w, const float* scales, int r0,
+                           const int (&lens)[kNextN], float* __restrict__ logits, int stride_logits, int b, int p0,
+                           int lane, Between&& between) {
+  constexpr int kN = kNextN * kNumHeads;
+  constexpr int kChunkN = kN / kChunks;
+  static_assert(kChunks == 1 || kChunks == 2, "one or two chunks");
+  static_assert(kChunkN % 16 == 0 && kChunkN % 8 == 0, "a chunk is whole 8-column groups of a wgmma N");
+  using Mma = ptx::WgmmaFp8<kChunkN>;
+  constexpr u32 kChunkDesc = kChunkN * kPagedHeadDim / 16;  // a chunk's q rows in descriptor units
+  float acc0[Mma::kNumAccum], acc1[kChunks == 2 ? Mma::kNumAccum : 1];
+#pragma unroll
+  for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc0[a]);
+  if constexpr (kChunks == 2) {
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc1[a]);
+  }
+  __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+    Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc0, k > 0);
+  ptx::wgmma_commit_group();
+  if constexpr (kChunks == 2) {
+#pragma unroll
+    for (int k = 0; k < kPagedHeadDim / 32; ++k)
+      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + kChunkDesc + k * 2), acc1, k > 0);
+    ptx::wgmma_commit_group();
+  }
+  between();
+  const float scale0 = scales[r0], scale1 = scales[r0 + 8];
+  float v0[kNextN][2], v1[kNextN][2];
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
+  if constexpr (kChunks == 2) {
+    ptx::wgmma_wait_group<1>();  // the first chunk's wgmmas are done, the second's may run on
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc0[a]);
+    paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, 0>(acc0, w, lane, v0, v1);
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc1[a]);
+    paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, kChunkN>(acc1, w, lane, v0, v1);
+  } else {
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc0[a]);
+    paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, 0>(acc0, w, lane, v0, v1);
+  }
+  paged_store_rows<kNextN>(v0, v1, scale0, scale1, lens, logits, stride_logits, b, p0, lane);
+}
+
 /// Logits kernel body: grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
 /// paged_mqa_logits_smem_bytes(kNextN * kNumHeads, kDesign). kv_block_stride: bytes between cache blocks;
 /// block_table_stride: ints between table rows of max_blocks entries; logits rows of stride_logits floats;
@@ -203,9 +303,8 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   constexpr int kQSlots = paged_q_slots(kN, kDesign);
   constexpr bool kWeightsInRegisters = kDesign == kPagedFourCtas && kN <= 64;  // N 128: registers go to the accumulators
   constexpr bool kIssueUnderMma = kDesign == kPagedFourCtas;  // the copies' address work hides under the wgmmas
-  constexpr bool kSplitSums = kDesign == kPagedFourCtas;      // two FMA chains per row in the head sum
+  constexpr int kChunks = kN >= 64 ? 2 : 1;  // N 32 is memory-bound; wider N splits its wgmmas in two
   static_assert(kStages >= 2, "a block in use and at least one in flight");
-  using Mma = ptx::WgmmaFp8<kN>;
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
@@ -324,121 +423,83 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
       }
     }
 
-    float acc[Mma::kNumAccum];
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
     const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
     const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
-    __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
-      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-    ptx::wgmma_commit_group();
-    if constexpr (kIssueUnderMma) {
-      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // a no-op after a late issue above
-    }
-    if constexpr (kQSlots == 1) {
-      // the producer waits at the next sequence's first block for the q slot: ask L2 for that
-      // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
-      if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
-        prefetched_b = producer.b;
-        if (tid == 0) {
-          ptx::bulk_prefetch_l2(q + static_cast<long long>(producer.b) * kQBytes, kQBytes);
-          ptx::bulk_prefetch_l2(weights + static_cast<long long>(producer.b) * kN, kN * 4);
+    if constexpr (kDesign == kPagedFourCtas) {
+      // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas
+      // read neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
+      const auto between = [&]() {
+        while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // a no-op after a late issue
+        if constexpr (kQSlots == 1) {
+          // the producer waits at the next sequence's first block for the q slot: ask L2 for that
+          // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
+          if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+            prefetched_b = producer.b;
+            if (tid == 0) {
+              ptx::bulk_prefetch_l2(q + static_cast<long long>(producer.b) * kQBytes, kQBytes);
+              ptx::bulk_prefetch_l2(weights + static_cast<long long>(producer.b) * kN, kN * 4);
+            }
+            const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+            if (tid < kStages - 1 && block < producer.blocks) {
+              const int entry = block_table[static_cast<long long>(producer.b) * block_table_stride + block];
+              if (entry >= 0 && entry < num_kv_blocks)
+                ptx::bulk_prefetch_l2(kv_cache + static_cast<long long>(entry) * kv_block_stride,
+                                      kPagedBlockBytes + kPagedBlockKV * 4);
+            }
+          }
         }
-        const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
-        if (tid < kStages - 1 && block < producer.blocks) {
-          const int entry = block_table[static_cast<long long>(producer.b) * block_table_stride + block];
-          if (entry >= 0 && entry < num_kv_blocks)
-            ptx::bulk_prefetch_l2(kv_cache + static_cast<long long>(entry) * kv_block_stride,
-                                  kPagedBlockBytes + kPagedBlockKV * 4);
-        }
-      }
-    }
-    const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
-    ptx::wgmma_wait_group<0>();
+      };
+      paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
+          kv_desc_lo, q_desc_lo, kWeightsInRegisters ? wreg : w, scale_ring + stage * kPagedBlockKV, r0, lens,
+          logits, stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
+    } else {  // kPagedTwoSlots: the earlier block, one wgmma chain and one FMA chain per row
+      using Mma = ptx::WgmmaFp8<kN>;
+      float acc[Mma::kNumAccum];
 #pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-
-    float v0[kNextN][2], v1[kNextN][2];  // two partial sums per row: half the dependent FMA chain
+      for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+      __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+      ptx::wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
+      for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+        Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
+      ptx::wgmma_commit_group();
+      const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
+      ptx::wgmma_wait_group<0>();
 #pragma unroll
-    for (int n = 0; n < kN / 8; ++n) {
-      const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
-      float w0, w1;
-      if constexpr (kWeightsInRegisters) {
-        w0 = wreg[2 * n], w1 = wreg[2 * n + 1];
-      } else {
+      for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+      float v0[kNextN], v1[kNextN];
+#pragma unroll
+      for (int t = 0; t < kNextN; ++t) v0[t] = v1[t] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kN / 8; ++n) {
+        const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
         const int col = 8 * n + 2 * (lane & 3);
-        w0 = w[col], w1 = w[col + 1];
+        const float w0 = w[col], w1 = w[col + 1];
+        v0[t] = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, v0[t]));
+        v1[t] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, v1[t]));
       }
-      float& a0 = v0[t][kSplitSums ? n & 1 : 0];
-      float& a1 = v1[t][kSplitSums ? n & 1 : 0];
-      a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
-      a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
-    }
-    float s0[kNextN], s1[kNextN];
-#pragma unroll
-    for (int t = 0; t < kNextN; ++t) {
-      s0[t] = v0[t][0] + v0[t][1], s1[t] = v1[t][0] + v1[t][1];
-#pragma unroll
-      for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
-        s0[t] += __shfl_xor_sync(0xffffffffu, s0[t], offset);
-        s1[t] += __shfl_xor_sync(0xffffffffu, s1[t], offset);
-      }
-    }
-    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
-      const int p0 = consumer.block() * kPagedBlockKV + r0, p1 = p0 + 8;
 #pragma unroll
       for (int t = 0; t < kNextN; ++t) {
-        float* out_row = logits + static_cast<long long>(consumer.b * kNextN + t) * stride_logits;
-        if (p0 < lens[t]) out_row[p0] = s0[t] * scale0;
-        if (p1 < lens[t]) out_row[p1] = s1[t] * scale1;
+#pragma unroll
+        for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
+          v0[t] += __shfl_xor_sync(0xffffffffu, v0[t], offset);
+          v1[t] += __shfl_xor_sync(0xffffffffu, v1[t], offset);
+        }
+      }
+      if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
+        const int p0 = consumer.block() * kPagedBlockKV + r0, p1 = p0 + 8;
+#pragma unroll
+        for (int t = 0; t < kNextN; ++t) {
+          float* out_row = logits + static_cast<long long>(consumer.b * kNextN + t) * stride_logits;
+          if (p0 < lens[t]) out_row[p0] = v0[t] * scale0;
+          if (p1 < lens[t]) out_row[p1] = v1[t] * scale1;
+        }
       }
     }
     ++consumer.s;
     consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
   }
   ptx::cp_async_wait_group<0>();  // no copy may land after the CTA exits
-}
-
-/// The head sums of one block's accumulators, times the kv rows' scales, stored inside the
-/// tokens' lengths (the epilogue of paged_mqa_logits_tma). w: this thread's kN / 4 weights in
-/// registers, or with kWeightsInSmem the sequence's kN weights in shared memory.
-template <int kNextN, int kNumHeads, bool kWeightsInSmem, int kNumAccum>
-DT_DEVICE void paged_block_epilogue(const float (&acc)[kNumAccum], const float* w, float scale0, float scale1,
-                                    const int (&lens)[kNextN], float* __restrict__ logits, int stride_logits, int b,
-                                    int p0, int lane) {
-  constexpr int kN = kNextN * kNumHeads;
-  float v0[kNextN][2], v1[kNextN][2];  // two partial sums per row: half the dependent FMA chain
-#pragma unroll
-  for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
-#pragma unroll
-  for (int n = 0; n < kN / 8; ++n) {
-    const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
-    const int col = kWeightsInSmem ? 8 * n + 2 * (lane & 3) : 2 * n;
-    const float w0 = w[col], w1 = w[col + 1];
-    float& a0 = v0[t][n & 1];
-    float& a1 = v1[t][n & 1];
-    a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
-    a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
-  }
-#pragma unroll
-  for (int t = 0; t < kNextN; ++t) {
-    float s0 = v0[t][0] + v0[t][1], s1 = v1[t][0] + v1[t][1];
-#pragma unroll
-    for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
-      s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
-      s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
-    }
-    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
-      float* out_row = logits + static_cast<long long>(b * kNextN + t) * stride_logits;
-      if (p0 < lens[t]) out_row[p0] = s0 * scale0;
-      if (p0 + 8 < lens[t]) out_row[p0 + 8] = s1 * scale1;
-    }
-  }
 }
 
 /// Logits kernel body of the kPagedTma design: kPagedFourCtas' walk, rings and overlap, with
@@ -461,7 +522,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   constexpr int kQSlots = paged_q_slots(kN, kPagedTma);
   static_assert(kStages >= 2, "a block in use and at least one in flight");
   constexpr bool kWeightsInRegisters = kN <= 64;  // N 128: registers go to the accumulators
-  using Mma = ptx::WgmmaFp8<kN>;
+  constexpr int kChunks = kN >= 64 ? 2 : 1;        // N 32 is memory-bound; wider N splits its wgmmas in two
   constexpr int kQBytes = kN * kPagedHeadDim;
   constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
   constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
@@ -535,7 +596,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
 
   while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
 
-  const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
+  const int r0 = warp * 16 + (lane >> 2);  // this thread's kv rows of a block: r0, r0 + 8
   int consumer_q_seq = -1, consumer_b = -1;
   int prefetched_b = -1;  // with one q slot: the last sequence whose first blocks were asked of L2
   int lens[kNextN];
@@ -571,46 +632,35 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
       }
     }
 
-    float acc[Mma::kNumAccum];
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
     const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
     const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
-    __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
-      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-    ptx::wgmma_commit_group();
-    // stages of blocks before iter are free; the wgmmas read neither those stages nor (one slot:
-    // no q copy now; two: the other one) another q slot
-    while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
-    if constexpr (kQSlots == 1) {
-      // the producer waits at the next sequence's first block for the q slot: ask L2 for that
-      // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
-      if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
-        prefetched_b = producer.b;
-        if (tid == 0) {
-          ptx::tma_prefetch_2d_l2(tmap_q, 0, producer.b * kN);
-          ptx::tma_prefetch_2d_l2(tmap_w, 0, producer.b);
-        }
-        const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
-        if (tid < kStages - 1 && block < producer.blocks) {
-          const int row = block_row(block_table[static_cast<long long>(producer.b) * block_table_stride + block]);
-          if (row >= 0) {
-            ptx::tma_prefetch_2d_l2(tmap_kv, 0, row);
-            ptx::tma_prefetch_2d_l2(tmap_scales, 0, row + kPagedBlockKV);
+    // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas read
+    // neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
+    const auto between = [&]() {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
+      if constexpr (kQSlots == 1) {
+        // the producer waits at the next sequence's first block for the q slot: ask L2 for that
+        // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
+        if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+          prefetched_b = producer.b;
+          if (tid == 0) {
+            ptx::tma_prefetch_2d_l2(tmap_q, 0, producer.b * kN);
+            ptx::tma_prefetch_2d_l2(tmap_w, 0, producer.b);
+          }
+          const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+          if (tid < kStages - 1 && block < producer.blocks) {
+            const int row = block_row(block_table[static_cast<long long>(producer.b) * block_table_stride + block]);
+            if (row >= 0) {
+              ptx::tma_prefetch_2d_l2(tmap_kv, 0, row);
+              ptx::tma_prefetch_2d_l2(tmap_scales, 0, row + kPagedBlockKV);
+            }
           }
         }
       }
-    }
-    const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
-    ptx::wgmma_wait_group<0>();
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-    paged_block_epilogue<kNextN, kNumHeads, !kWeightsInRegisters>(acc, kWeightsInRegisters ? wreg : w, scale0, scale1,
-                                                                  lens, logits, stride_logits, consumer.b,
-                                                                  consumer.block() * kPagedBlockKV + r0, lane);
+    };
+    paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
+        kv_desc_lo, q_desc_lo, kWeightsInRegisters ? wreg : w, scale_ring + stage * kPagedBlockKV, r0, lens, logits,
+        stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
     ++consumer.s;
     consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
   }
