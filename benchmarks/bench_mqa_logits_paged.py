@@ -118,6 +118,10 @@ def main(argv=None) -> int:
     rows = []
     for spec in args.shapes:
         rows.append(run_shape(spec, args.iters, copy_rate, dg, args.designs))
+        r = rows[-1]  # a line per shape as it is measured: a run cut short still reports what it timed
+        print(f"row {spec} default {r['us']:.1f} us" + "".join(f" | {d} {r['designs'][d]['us']:.1f}" for d in args.designs)
+              + ("" if r["deepgemm_us"] is None else f" | DeepGEMM {r['deepgemm_us']:.1f} | DG/default {r['speedup']:.3f}"),
+              flush=True)
         torch.cuda.empty_cache()
     print_table(["shape B:n:H:kv", "MB", "us", "GB/s", "% copy", "DeepGEMM us", "DeepGEMM GB/s", "DG us / dt us",
                  "ref diff", "DG diff"],
