@@ -292,13 +292,13 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     num_slots = schedule_meta.shape[0] - 1
     num_blocks = kv_cache.shape[0]
     block_stride = kv_cache.stride(0) if num_blocks > 1 else contract.BLOCK_KV * KV_ROW_BYTES
-    if design == "tma" and (block_stride % contract.TMA_ROW_BYTES or num_blocks * block_stride >= 2 ** 38
-                            or num_blocks == 0):
-        design = contract.DESIGNS[0]  # blocks off the TMA's 128-byte rows (rows past int32, no rows): cp.async
+    if design in contract.TMA_DESIGNS and (block_stride % contract.TMA_ROW_BYTES
+                                           or num_blocks * block_stride >= 2 ** 38 or num_blocks == 0):
+        design = contract.FALLBACK  # blocks off the TMA's 128-byte rows (rows past int32, no rows): cp.async
     kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads, design))
     tail = (context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0), block_table.shape[1],
             schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
-    if design == "tma":
+    if design in contract.TMA_DESIGNS:
         kinds, values = contract.TMA_LOGITS_ARGUMENT_KINDS, _tma_maps(q, kv_cache, weights, block_stride) + (
             block_stride // contract.TMA_ROW_BYTES, num_blocks) + tail
     else:

@@ -355,8 +355,8 @@ def test_empty_batch_and_zero_width():
 # --------------------------------------------------------------------------------------------------
 
 def test_contract_geometry():
-    assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32"
-    assert contract.symbol(2, 64) == "deep_tile_paged_mqa_logits_n2_h64"
+    assert contract.symbol(1, 32, "four_ctas") == "deep_tile_paged_mqa_logits_n1_h32"
+    assert contract.symbol(2, 64) == "deep_tile_paged_mqa_logits_n2_h64_tma"
     for bad in ((3, 64), (1, 16), (0, 32)):
         with pytest.raises(ValueError):
             contract.symbol(*bad)
@@ -365,19 +365,21 @@ def test_contract_geometry():
     assert contract.symbol(2, 64, "two_slots") == "deep_tile_paged_mqa_logits_n2_h64_two_slots"
     with pytest.raises(ValueError, match="design"):
         contract.symbol(1, 32, "other")
-    assert contract.smem_bytes(2, 64) == contract.smem_bytes(2, 64, "four_ctas")
+    assert contract.smem_bytes(2, 64) == contract.smem_bytes(2, 64, "tma") and contract.DESIGNS[0] == "tma"
+    assert contract.symbol(1, 32, contract.FALLBACK) == "deep_tile_paged_mqa_logits_n1_h32"
+    assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma"
     for design in contract.DESIGNS:
         for next_n in contract.NEXT_N:
             for heads in contract.HEADS:
                 smem = contract.smem_bytes(next_n, heads, design)
                 n = next_n * heads
                 assert smem == 1024 + contract.Q_SLOTS[design][n] * (n * 128 + 4 * n) + \
-                    contract.STAGES[design][n] * (8192 + 256 + (8 if design == "tma" else 0))
+                    contract.STAGES[design][n] * (8192 + 256 + (8 if design in contract.TMA_DESIGNS else 0))
                 per_sm = 228 * 1024 // (smem + 1024)  # the SM's shared memory, 1 KiB reserved per CTA
                 want = 2 if (n == 128 and design == "two_slots") else contract.CTAS_PER_SLOT
                 assert per_sm == want, (design, n, per_sm)
-                if design == "tma":
-                    assert smem == contract.smem_bytes(next_n, heads) + 8 * contract.STAGES[design][n]
+                if design in contract.TMA_DESIGNS:
+                    assert smem == contract.smem_bytes(next_n, heads, "four_ctas") + 8 * contract.STAGES[design][n]
     assert contract.units(0) == 0 and contract.units(-5) == 0 and contract.units(256) == 1 and contract.units(257) == 2
     assert contract.clean_grid(0, 132) == (1, 1, 1) and contract.clean_grid(10 ** 6, 132) == (1056, 1, 1)
     assert len(contract.LOGITS_ARGUMENT_KINDS) == 14 and len(contract.SCHEDULE_ARGUMENT_KINDS) == 5
@@ -406,16 +408,16 @@ def test_kernels_build_spill_free(name):
     if sass is None:
         pytest.skip("no SASS tools here")
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
-    for next_n in contract.NEXT_N:  # four k32 wgmmas per block, in two N / 2 chains for N >= 64 but two_slots
+    for next_n in contract.NEXT_N:  # four k32 wgmmas per block, in two N / 2 chains for N >= 64 (tma, four_ctas)
         for heads in contract.HEADS:
             for design in contract.DESIGNS:
-                chains = 2 if next_n * heads >= 64 and design != "two_slots" else 1
+                chains = 2 if next_n * heads >= 64 and design in ("tma", "four_ctas") else 1
                 width = next_n * heads // chains
                 body = bodies[contract.symbol(next_n, heads, design)]
                 assert body.count("QGMMA") == 4 * chains and body.count(f"QGMMA.64x{width}x32") == 4 * chains
                 assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (chains == 2), (next_n, heads, design)
     for symbol in SYMBOLS:  # operands by 16-byte cp.async or (tma) by TMA
-        if symbol.endswith("_tma"):
+        if symbol.endswith(("_tma", "_tma_one_chain")):
             assert "UTMALDG.2D" in bodies[symbol] and "LDGSTS" not in bodies[symbol], symbol
         else:
             assert "LDGSTS" in bodies[symbol] and "UTMALDG" not in bodies[symbol], symbol
@@ -507,6 +509,15 @@ TMA_CASES = [
     dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True, design="tma"),
     dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma"),
     dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1, design="tma"),
+    # tma_one_chain: every N, one q slot with short sequences, spaced blocks, bad entries
+    dict(batch=256, next_n=2, heads=64, avg_kv=8192, design="tma_one_chain", clean=True),
+    dict(batch=64, next_n=1, heads=32, avg_kv=3000, design="tma_one_chain"),
+    dict(batch=64, next_n=1, heads=64, avg_kv=3000, design="tma_one_chain", clean=True),
+    dict(batch=64, next_n=2, heads=32, avg_kv=3000, design="tma_one_chain", one_d=True),
+    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3, design="tma_one_chain"),
+    dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_one_chain"),
+    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_one_chain"),
+    dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_one_chain"),
 ]
 
 

@@ -7,11 +7,11 @@ holds three kernels:
   (sequence ``b``, kv rows ``[256 s, 256 s + 256)``), evenly over ``num_slots`` SM slots and writes
   int32 ``[num_slots + 1, 2]``: slot ``i`` starts at unit ``(schedule[i, 0], schedule[i, 1])``
   and ends where slot ``i + 1`` starts; the last row is ``(batch, 0)``;
-- the logits (``deep_tile_paged_mqa_logits_n<next_n>_h<H>``, and ``..._two_slots`` / ``..._tma``
-  for the other designs, :data:`DESIGNS`): :data:`CTAS_PER_SLOT` CTAs of one
+- the logits (``deep_tile_paged_mqa_logits_n<next_n>_h<H>`` for ``four_ctas``, and
+  ``..._<design>`` for the other designs, :data:`DESIGNS`): :data:`CTAS_PER_SLOT` CTAs of one
   warpgroup per slot, CTA ``g`` taking cache block ``4 s + g`` of each of its slot's units,
-  FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by 16-byte cp.async (``tma``:
-  by TMA);
+  FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by TMA (``four_ctas``,
+  ``two_slots``: by 16-byte cp.async);
 - the clean pass (``deep_tile_paged_mqa_logits_clean``): ``-inf`` past each row's length.
 
 Pure Python.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "DESIGNS", "STAGES",
-           "Q_SLOTS", "TMA_ROW_BYTES", "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL",
+           "Q_SLOTS", "FALLBACK", "TMA_DESIGNS", "TMA_ROW_BYTES", "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL",
            "SCHEDULE_ARGUMENT_KINDS", "LOGITS_ARGUMENT_KINDS", "TMA_LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS",
            "symbol", "smem_bytes", "grid", "units", "clean_grid"]
 
@@ -41,19 +41,28 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-DESIGNS = ("four_ctas", "two_slots", "tma")
-"""The logits kernel's designs (``kPagedFourCtas``, ``kPagedTwoSlots``, ``kPagedTma``), the default
-first: ``four_ctas`` keeps four CTAs per SM for every ``next_n * H`` (N 128 with one q slot) and
-issues the next copies (16-byte cp.async by every thread) under each block's wgmmas; ``two_slots``
-is the earlier design (two q slots everywhere, N 128 at two CTAs per SM), kept to time against;
-``tma`` is ``four_ctas`` with the operands by TMA (one thread issues, an mbarrier per stage), for
-caches whose blocks lie a multiple of :data:`TMA_ROW_BYTES` apart (others run ``four_ctas``)."""
-STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4}}
+DESIGNS = ("tma", "four_ctas", "two_slots", "tma_one_chain")
+"""The logits kernel's designs (``kPagedTma``, ``kPagedFourCtas``, ``kPagedTwoSlots``,
+``kPagedTmaOneChain``), the default first: ``four_ctas`` keeps four CTAs per SM for every
+``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
+thread) under each block's wgmmas; ``tma`` is ``four_ctas`` with the operands by TMA (one thread
+issues, an mbarrier per stage), for caches whose blocks lie a multiple of :data:`TMA_ROW_BYTES`
+apart (others run :data:`FALLBACK`); ``two_slots`` is the earlier design (two q slots everywhere,
+N 128 at two CTAs per SM), kept to time against; ``tma_one_chain`` is ``tma`` with a block's
+wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers for every N."""
+FALLBACK = "four_ctas"
+"""The design a TMA design runs as when the cache's blocks are off :data:`TMA_ROW_BYTES` rows
+(or the cache is empty): its kernel keeps the plain symbol."""
+TMA_DESIGNS = ("tma", "tma_one_chain")
+"""The designs that load by TMA (an mbarrier per stage, tensor maps as arguments)."""
+STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
+          "tma_one_chain": {32: 5, 64: 4, 128: 4}}
 """Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
 one in use included, as many as fit with the design's CTAs per SM (four, or two for
 ``two_slots``' N 128): 12 to 16 blocks (100-135 KB) per SM, more than the HBM's
 bandwidth-latency product asks of each SM."""
-Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1}}
+Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},
+           "tma_one_chain": {32: 2, 64: 2, 128: 1}}
 """q slots per CTA by design and ``next_n * H`` (``paged_q_slots``): a sequence's q rows and weights each."""
 TMA_ROW_BYTES = 128
 """The ``tma`` design reads the cache as rows of this many bytes (a kv row; a block's scales are
@@ -75,7 +84,7 @@ context_lens, block_table, block_table_stride, max_blocks, schedule, logits, str
 max_context_len, batch)."""
 TMA_LOGITS_ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "tensormap", "i32", "i32", "ptr", "ptr", "i32",
                              "i32", "ptr", "ptr", "i32", "i32", "i32")
-"""The ``tma`` design's logits kernel's parameters: (tensor maps of the kv rows, of their scales, of
+"""The TMA designs' logits kernels' parameters: (tensor maps of the kv rows, of their scales, of
 q, of the weights; rows_per_block: the cache block stride in 128-byte rows, num_kv_blocks,
 context_lens, block_table, block_table_stride, max_blocks, schedule, logits, stride_logits,
 max_context_len, batch); the maps as ``deep_tile.paged_attention`` encodes them."""
@@ -96,7 +105,7 @@ def symbol(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> str:
         raise ValueError(f"paged_mqa_logits: no kernel for next_n={next_n}, {num_heads} heads; "
                          f"the kernels take next_n in {NEXT_N} and heads in {HEADS}.")
     _check_design(design)
-    suffix = "" if design == DESIGNS[0] else f"_{design}"
+    suffix = "" if design == FALLBACK else f"_{design}"
     return f"deep_tile_paged_mqa_logits_n{next_n}_h{num_heads}{suffix}"
 
 
@@ -106,7 +115,7 @@ def smem_bytes(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> int:
     and its 64 scales, and 1024 bytes to align the rings."""
     _check_design(design)
     n = next_n * num_heads
-    barrier = 8 if design == "tma" else 0  # one mbarrier per stage
+    barrier = 8 if design in TMA_DESIGNS else 0  # one mbarrier per stage
     return 1024 + Q_SLOTS[design][n] * (n * HEAD_DIM + n * 4) + STAGES[design][n] * (
         BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + barrier)
 

@@ -25,12 +25,13 @@
 // q rows, weights and first blocks asked of L2 while the producer waits). One barrier per block:
 // past it every thread is done with the previous block, whose stage (and maybe q slot) the next
 // copies then fill.
-// Designs (paged_q_slots / paged_stages): kPagedFourCtas (default) and kPagedTwoSlots copy with
-// 16-byte cp.async (one commit group per block, every thread), no tensor map to build per call;
+// Designs (paged_q_slots / paged_stages): kPagedFourCtas and kPagedTwoSlots copy with 16-byte
+// cp.async (one commit group per block, every thread), no tensor map to build per call;
 // kPagedFourCtas issues them while the block's wgmmas run, and for N >= 64 splits a block's
 // wgmmas into two chains of N / 2 columns so the head sums of the first run under the second
-// (paged_block). kPagedTma (paged_mqa_logits_tma) is kPagedFourCtas loading by TMA, one thread
-// per block, an mbarrier per stage.
+// (paged_block). kPagedTma (paged_mqa_logits_tma; the host's default, kPagedFourCtas its fallback
+// for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
+// mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
@@ -52,9 +53,10 @@ constexpr int kPagedScheduleThreads = 1024;                        // the schedu
 constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
 
 /// Kernel designs (a template argument, one symbol each; the host picks by name):
-/// kPagedFourCtas (the default): four CTAs per SM for every N. N 128 keeps one q slot and four
-///   stages, so a slot's four CTAs share the SM's tensor cores (one CTA's epilogue under the
-///   others' wgmmas) with 12 blocks in flight per SM; the weights live in registers per sequence.
+/// kPagedFourCtas (the TMA designs' cp.async fallback): four CTAs per SM for every N. N 128 keeps
+///   one q slot and four stages, so a slot's four CTAs share the SM's tensor cores (one CTA's
+///   epilogue under the others' wgmmas) with 12 blocks in flight per SM; the weights live in
+///   registers per sequence.
 /// kPagedTwoSlots (the earlier design, kept to time against): two q slots everywhere, N 128 with
 ///   eight stages and two CTAs per SM; weights read from shared memory per block.
 /// kPagedTma: kPagedFourCtas' geometry, the operands by TMA (one thread issues a block, an
@@ -63,6 +65,9 @@ constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes
 constexpr int kPagedFourCtas = 0;
 constexpr int kPagedTwoSlots = 1;
 constexpr int kPagedTma = 2;
+/// kPagedTmaOneChain: kPagedTma with a block's wgmmas in one chain of N columns (the kv tile read
+///   once from shared memory, not once per chunk) and the weights in registers for every N.
+constexpr int kPagedTmaOneChain = 3;
 
 /// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
 /// sequence's last blocks are multiplied) unless that keeps four CTAs off the SM (N 128, kPagedFourCtas).
@@ -81,7 +86,8 @@ __host__ __device__ constexpr int paged_stages(int n, int design) {
 /// align the rings to the 128B swizzle's period).
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
   return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4) +
-         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 + (design == kPagedTma ? 8 : 0));
+         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 +
+                                     (design == kPagedTma || design == kPagedTmaOneChain ? 8 : 0));
 }
 
 /// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
@@ -509,7 +515,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
 /// e * rows_per_block, its scales 64 rows later); tmap_scales the same rows, box 128 x 2, no
 /// swizzle; tmap_q [batch * N rows, 128], box 128 x N, 128B swizzle; tmap_w float32 [batch, N],
 /// box N x 1. Entries outside [0, num_kv_blocks) load a box wholly before row 0: zeros.
-template <int kNextN, int kNumHeads>
+template <int kNextN, int kNumHeads, int kDesign>
 DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescriptor* tmap_scales,
                                     const TmaDescriptor* tmap_q, const TmaDescriptor* tmap_w, int rows_per_block,
                                     int num_kv_blocks, const int* __restrict__ context_lens,
@@ -518,11 +524,13 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
                                     int max_context_len, int batch) {
   constexpr int kN = kNextN * kNumHeads;
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 128, "whole 8-column groups per token; a TMA box <= 256 rows");
-  constexpr int kStages = paged_stages(kN, kPagedTma);
-  constexpr int kQSlots = paged_q_slots(kN, kPagedTma);
+  static_assert(kDesign == kPagedTma || kDesign == kPagedTmaOneChain, "a TMA design");
+  constexpr int kStages = paged_stages(kN, kDesign);
+  constexpr int kQSlots = paged_q_slots(kN, kDesign);
   static_assert(kStages >= 2, "a block in use and at least one in flight");
-  constexpr bool kWeightsInRegisters = kN <= 64;  // N 128: registers go to the accumulators
-  constexpr int kChunks = kN >= 64 ? 2 : 1;        // N 32 is memory-bound; wider N splits its wgmmas in two
+  constexpr bool kOneChain = kDesign == kPagedTmaOneChain;
+  constexpr bool kWeightsInRegisters = kOneChain || kN <= 64;  // kPagedTma's N 128: registers go to two chains
+  constexpr int kChunks = !kOneChain && kN >= 64 ? 2 : 1;       // N 32 is memory-bound; one chain reads the kv tile once
   constexpr int kQBytes = kN * kPagedHeadDim;
   constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
   constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
