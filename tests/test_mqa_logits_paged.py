@@ -484,7 +484,7 @@ GPU_CASES = [
     dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1),
     dict(batch=100, next_n=2, heads=64, avg_kv=3000, one_d=True, clean=True),
     dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True),
-    # one q slot (N 128 in the default design): many short sequences per CTA, each change of
+    # one q slot (N 128 in four_ctas and the TMA designs): many short sequences per CTA, each change of
     # sequence waits for its q rows; and the earlier design, still selectable
     dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3),
     dict(batch=50, next_n=2, heads=64, avg_kv=400, lengths="zero", clean=True, num_sms=11),
