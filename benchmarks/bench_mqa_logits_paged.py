@@ -13,7 +13,9 @@ a random permutation of the cache. Columns: microseconds; GB/s of the bytes the 
 float32 logits) and that as a share of the measured HBM copy rate (decode is memory bound);
 DeepGEMM's time and the ratio DeepGEMM us / deep_tile us; the largest difference from a float64
 formula on the first sequences (over the largest value there) and, with DeepGEMM, from its logits
-inside the lengths. ``--json PATH`` writes the rows. Needs an sm_90 GPU.
+inside the lengths. ``--designs`` times the logits kernel's other designs (default: all of
+them, the earlier ones kept to compare) in the same rounds, a table each. ``--json PATH`` writes
+the rows. Needs an sm_90 GPU.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import deep_tile  # noqa: E402
+from deep_tile.kernels import paged_mqa_logits as contract  # noqa: E402
 from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
 from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: E402
@@ -64,8 +67,8 @@ def reference_diff(inputs: dict, got: torch.Tensor) -> float:
     return rel_diff(got[:n * next_n], values, inside)
 
 
-def run_shape(spec: str, iters: int, copy_rate: float, dg) -> dict:
-    """One row: shape ``spec`` timed for deep_tile (and DeepGEMM)."""
+def run_shape(spec: str, iters: int, copy_rate: float, dg, others=()) -> dict:
+    """One row: shape ``spec`` timed for deep_tile's default design, its designs ``others`` (and DeepGEMM)."""
     batch, next_n, heads, avg_kv = map(int, spec.split(":"))
     inputs = make_inputs(batch, next_n, heads, avg_kv, "random", seed=batch + next_n + heads, device="cuda")
     q, kv, w, lens, table, width = (inputs[k] for k in ("q", "kv_cache", "weights", "context_lens", "block_table",
@@ -75,6 +78,11 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg) -> dict:
     fns = {"deep_tile": lambda: deep_tile.fp8_paged_mqa_logits(q, kv, w, lens, table, schedule, width)}
     got = fns["deep_tile"]()
     inside = inside_mask(lens, width)
+    other_diff = {}
+    for design in others:  # the kernel's other designs, timed in the same rounds
+        fns[design] = lambda design=design: deep_tile.fp8_paged_mqa_logits(q, kv, w, lens, table, schedule, width,
+                                                                           design=design)
+        other_diff[design] = rel_diff(got, fns[design](), inside)
     dg_diff = None
     if dg is not None:
         dg_schedule = dg.get_paged_mqa_logits_metadata(lens, 64, dg.get_num_sms())
@@ -91,7 +99,8 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg) -> dict:
             "deepgemm_us": times.get("deepgemm"), "deepgemm_gbs": nbytes / times["deepgemm"] / 1e3
             if "deepgemm" in times else None,
             "speedup": times["deepgemm"] / us if "deepgemm" in times else None,
-            "ref_rel_diff": ref_diff, "deepgemm_rel_diff": dg_diff}
+            "ref_rel_diff": ref_diff, "deepgemm_rel_diff": dg_diff,
+            "designs": {d: {"us": times[d], "rel_diff_to_default": other_diff[d]} for d in others}}
 
 
 def main(argv=None) -> int:
@@ -99,6 +108,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="B:next_n:H:avg_kv")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--designs", nargs="*", default=list(contract.DESIGNS[1:]),
+                        help="the logits kernel's other designs to time beside the default (none: just it)")
     args = parser.parse_args(argv)
     dg = load_deepgemm("fp8_paged_mqa_logits")
     copy_rate = copy_bandwidth()
@@ -106,7 +117,11 @@ def main(argv=None) -> int:
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed")
     rows = []
     for spec in args.shapes:
-        rows.append(run_shape(spec, args.iters, copy_rate, dg))
+        rows.append(run_shape(spec, args.iters, copy_rate, dg, args.designs))
+        r = rows[-1]  # a line per shape as it is measured: a run cut short still reports what it timed
+        print(f"row {spec} default {r['us']:.1f} us" + "".join(f" | {d} {r['designs'][d]['us']:.1f}" for d in args.designs)
+              + ("" if r["deepgemm_us"] is None else f" | DeepGEMM {r['deepgemm_us']:.1f} | DG/default {r['speedup']:.3f}"),
+              flush=True)
         torch.cuda.empty_cache()
     print_table(["shape B:n:H:kv", "MB", "us", "GB/s", "% copy", "DeepGEMM us", "DeepGEMM GB/s", "DG us / dt us",
                  "ref diff", "DG diff"],
@@ -116,6 +131,19 @@ def main(argv=None) -> int:
                   "" if r["speedup"] is None else f"{r['speedup']:.3f}", f"{r['ref_rel_diff']:.1e}",
                   "" if r["deepgemm_rel_diff"] is None else f"{r['deepgemm_rel_diff']:.1e}") for r in rows],
                 aligns=["<"] + [">"] * 9)
+    for design in args.designs:
+        print(f"# design {design} (default: {contract.DESIGNS[0]})")
+        print_table(["shape B:n:H:kv", "us", "default us", "DeepGEMM us", "DG us / its us", "its us / default us",
+                     "diff to default"],
+                    [(r["shape"], f"{r['designs'][design]['us']:.1f}", f"{r['us']:.1f}",
+                      "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
+                      "" if r["deepgemm_us"] is None else f"{r['deepgemm_us'] / r['designs'][design]['us']:.3f}",
+                      f"{r['designs'][design]['us'] / r['us']:.3f}",
+                      f"{r['designs'][design]['rel_diff_to_default']:.1e}") for r in rows],
+                    aligns=["<"] + [">"] * 6)
+        if rows and rows[0]["deepgemm_us"] is not None:
+            print(f"design {design}: speedup over DeepGEMM geomean "
+                  f"{geomean([r['deepgemm_us'] / r['designs'][design]['us'] for r in rows]):.3f}")
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     if speedups:
         print(f"speedup over DeepGEMM (DeepGEMM us / deep_tile us) geomean {geomean(speedups):.3f}, "
@@ -124,7 +152,8 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bytes_per_s": copy_rate,
                                          "rows": rows}, indent=1))
-    bad = [r for r in rows if r["ref_rel_diff"] > 1e-2 or (r["deepgemm_rel_diff"] or 0.0) > 1e-2]
+    bad = [r for r in rows if r["ref_rel_diff"] > 1e-2 or (r["deepgemm_rel_diff"] or 0.0) > 1e-2
+           or any(d["rel_diff_to_default"] > 1e-2 for d in r["designs"].values())]
     return 1 if bad else 0
 
 

@@ -35,6 +35,7 @@ import torch
 
 from deep_tile.common import align_up
 from deep_tile.device import get_num_sms
+from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
 from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import paged_mqa_logits as contract
@@ -146,7 +147,8 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
     return schedule
 
 
-def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits) -> tuple:
+def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
+           design=contract.DESIGNS[0]) -> tuple:
     """Every argument checked; returns (q, kv_cache, weights, context_lens, block_table, schedule_meta)."""
     fn = "fp8_paged_mqa_logits"
     q, kv_cache, weights = (_tensor(fn, n, t) for n, t in (("q", q), ("kv_cache", kv_cache), ("weights", weights)))
@@ -155,6 +157,8 @@ def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_c
     _int(fn, "max_context_len", max_context_len, 0)
     if not isinstance(clean_logits, bool):
         _fail(fn, f"clean_logits must be a bool, got {type(clean_logits).__name__}.", TypeError)
+    if design not in contract.DESIGNS:
+        _fail(fn, f"design must be one of {contract.DESIGNS}; got {design!r}.")
     if q.dtype != torch.float8_e4m3fn or q.dim() != 4 or q.shape[1] not in contract.NEXT_N \
             or q.shape[2] not in contract.HEADS or q.shape[3] != contract.HEAD_DIM or not q.is_contiguous():
         _fail(fn, f"q must be a contiguous float8_e4m3fn [batch, next_n, H, {contract.HEAD_DIM}] tensor with next_n "
@@ -247,18 +251,34 @@ def paged_mqa_logits_reference(q: torch.Tensor, kv_cache: torch.Tensor, weights:
     return logits
 
 
+def _tma_maps(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, block_stride: int) -> tuple:
+    """The ``tma`` design's four tensor maps (``paged_mqa_logits_tma``): the cache as 128-byte rows
+    (boxes of a block's 64 rows, 128B-swizzled, and of its scales' two rows), q's rows (a
+    sequence's ``next_n * H`` per box, 128B-swizzled) and the weights (a sequence's per box)."""
+    row = contract.TMA_ROW_BYTES
+    rows = ((kv_cache.shape[0] - 1) * block_stride + contract.BLOCK_KV * KV_ROW_BYTES) // row
+    batch, next_n, heads, dim = q.shape
+    n = next_n * heads
+    return (encode_2d(kv_cache.data_ptr(), "uint8", row, rows, row, row, contract.BLOCK_KV, 128, 256),
+            encode_2d(kv_cache.data_ptr(), "uint8", row, rows, row, row, 4 * contract.BLOCK_KV // row, 0, 256),
+            encode_2d(q.data_ptr(), "uint8", dim, batch * n, dim, dim, n, 128, 256),
+            encode_2d(weights.data_ptr(), "float32", n, batch, 4 * n, n, 1, 0, 0))
+
+
 def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
                          block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                         clean_logits: bool = False) -> torch.Tensor:
+                         clean_logits: bool = False, *, design: str = contract.DESIGNS[0]) -> torch.Tensor:
     """The indexer's paged logits (module doc): float32 ``[B * next_n, max_context_len]``, a view of
-    DeepGEMM's padded buffer.
+    DeepGEMM's padded buffer. ``design`` picks the CUDA logits kernel's design (one of
+    ``deep_tile.kernels.paged_mqa_logits.DESIGNS``, the default first; the others are kept to time
+    against); the CPU path ignores it.
 
     Raises:
         TypeError: an argument of the wrong type (a non-tensor, a non-int length, a non-bool flag).
         ValueError: a dtype, shape, layout, device or alignment the kernels do not take.
     """
     q, kv_cache, weights, context_lens, block_table, schedule_meta = _check(
-        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits)
+        q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits, design)
     context_lens = per_token_lengths(context_lens, q.shape[1])
     if not q.is_cuda:
         return paged_mqa_logits_reference(q, kv_cache, weights, context_lens, block_table, max_context_len)
@@ -271,15 +291,24 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     stream = torch.cuda.current_stream(device).cuda_stream
     num_slots = schedule_meta.shape[0] - 1
     num_blocks = kv_cache.shape[0]
-    kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads))
-    values = (q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
-              weights.data_ptr(), context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0),
-              block_table.shape[1], schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
+    block_stride = kv_cache.stride(0) if num_blocks > 1 else contract.BLOCK_KV * KV_ROW_BYTES
+    if design in contract.TMA_DESIGNS and (block_stride % contract.TMA_ROW_BYTES
+                                           or num_blocks * block_stride >= 2 ** 38 or num_blocks == 0):
+        design = contract.FALLBACK  # blocks off the TMA's 128-byte rows (rows past int32, no rows): cp.async
+    kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads, design))
+    tail = (context_lens.data_ptr(), block_table.data_ptr(), block_table.stride(0), block_table.shape[1],
+            schedule_meta.data_ptr(), logits.data_ptr(), stride, max_context_len, batch)
+    if design in contract.TMA_DESIGNS:
+        kinds, values = contract.TMA_LOGITS_ARGUMENT_KINDS, _tma_maps(q, kv_cache, weights, block_stride) + (
+            block_stride // contract.TMA_ROW_BYTES, num_blocks) + tail
+    else:
+        kinds, values = contract.LOGITS_ARGUMENT_KINDS, (
+            q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
+            weights.data_ptr()) + tail
     with torch.cuda.device(device):
         kernel.launch(grid=contract.grid(num_slots), block=contract.THREADS,
-                      smem_bytes=contract.smem_bytes(next_n, heads), stream=stream,
-                      args=KernelArgs(list(zip(contract.LOGITS_ARGUMENT_KINDS, values))), device=device.index,
-                      pdl=get_pdl())
+                      smem_bytes=contract.smem_bytes(next_n, heads, design), stream=stream,
+                      args=KernelArgs(list(zip(kinds, values))), device=device.index, pdl=get_pdl())
     if clean_logits:
         clean = get_kernel(contract.ENTRY, {}, contract.CLEAN_SYMBOL)
         limit = min(max_context_len, contract.BLOCK_KV * block_table.shape[1])  # rows past the table are outside

@@ -129,8 +129,8 @@ def check(got: torch.Tensor, inputs: dict, clean: bool, rel_bound: float = REL_B
 
 def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "random", clean: bool = False,
           num_sms: int = 0, block_stride: int = 0, one_d: bool = False, bad_entries: bool = False,
-          seed: int = 0) -> dict:
-    """One call of deep_tile.fp8_paged_mqa_logits on the GPU against the float64 formula, with the
+          seed: int = 0, design: str = "four_ctas") -> dict:
+    """One call of deep_tile.fp8_paged_mqa_logits (kernel design ``design``) on the GPU against the float64 formula, with the
     schedule from get_paged_mqa_logits_metadata over ``num_sms`` slots (0: the device's SMs);
     ``one_d``: the older 1-D ``context_lens`` (the sequences' lengths) is passed instead;
     ``bad_entries``: some block-table entries point outside the cache (-1, num_blocks)."""
@@ -154,7 +154,7 @@ def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "rand
     poison = torch.full((batch * next_n, max(stride, 1)), float("nan"), device="cuda")
     del poison  # the allocator hands this block to the logits: unwritten entries stay NaN
     got = deep_tile.fp8_paged_mqa_logits(inputs["q"], inputs["kv_cache"], inputs["weights"], given,
-                                         inputs["block_table"], schedule, width, clean_logits=clean)
+                                         inputs["block_table"], schedule, width, clean_logits=clean, design=design)
     torch.cuda.synchronize()
     layout_ok = (tuple(got.shape) == (batch * next_n, width) and (batch * next_n <= 1 or got.stride(0) == stride)
                  and got.stride(1) == 1)
@@ -162,7 +162,8 @@ def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "rand
     result.update(layout_ok=layout_ok, schedule_ok=schedule_ok)
     result["ok"] = result["ok"] and layout_ok and schedule_ok
     return {"case": f"paged B={batch} next_n={next_n} H={heads} avg_kv={avg_kv} {lengths} clean={clean} "
-                    f"slots={slots} block_stride={block_stride} one_d={one_d} bad_entries={bad_entries}", **result}
+                    f"slots={slots} block_stride={block_stride} one_d={one_d} bad_entries={bad_entries} "
+                    f"design={design}", **result}
 
 
 def timed_graph(batch: int = 64, next_n: int = 2, heads: int = 64, avg_kv: int = 4096) -> dict:

@@ -1,4 +1,6 @@
-// JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines).
+// JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines):
+// each logits kernel in four designs, kPagedFourCtas under the plain name, the others with a suffix
+// (_two_slots, _tma, _tma_one_chain).
 #include "deep_tile/kernels/paged_mqa_logits.cuh"
 
 /// The schedule: one CTA of kPagedScheduleThreads; schedule int32 [num_slots + 1, 2].
@@ -7,24 +9,55 @@ extern "C" __global__ void __launch_bounds__(deep_tile::kPagedScheduleThreads) d
   deep_tile::paged_mqa_logits_schedule(context_lens, batch, next_n, num_slots, schedule);
 }
 
-#define DT_PAGED_MQA_LOGITS_ENTRY(next_n, heads)                                                                   \
-  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedThreads)                                         \
-      deep_tile_paged_mqa_logits_n##next_n##_h##heads(                                                              \
+#define DT_PAGED_MQA_LOGITS_ENTRY(next_n, heads, design, suffix)                                                     \
+  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedThreads, 4)                                      \
+      deep_tile_paged_mqa_logits_n##next_n##_h##heads##suffix(                                                      \
           const deep_tile::u8* __restrict__ q, const deep_tile::u8* __restrict__ kv_cache, int kv_block_stride,    \
           int num_kv_blocks, const float* __restrict__ weights, const int* __restrict__ context_lens,              \
           const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
           const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
           int batch) {                                                                                             \
-    deep_tile::paged_mqa_logits<next_n, heads>(q, kv_cache, kv_block_stride, num_kv_blocks, weights, context_lens, \
-                                               block_table, block_table_stride, max_blocks, schedule, logits,     \
-                                               stride_logits, max_context_len, batch);                             \
+    deep_tile::paged_mqa_logits<next_n, heads, design>(q, kv_cache, kv_block_stride, num_kv_blocks, weights,       \
+                                                       context_lens, block_table, block_table_stride, max_blocks,  \
+                                                       schedule, logits, stride_logits, max_context_len, batch);   \
   }
 
-/// The logits: 4 CTAs of 128 threads per schedule slot, paged_mqa_logits_smem_bytes(next_n * heads) bytes each.
-DT_PAGED_MQA_LOGITS_ENTRY(1, 32)
-DT_PAGED_MQA_LOGITS_ENTRY(1, 64)
-DT_PAGED_MQA_LOGITS_ENTRY(2, 32)
-DT_PAGED_MQA_LOGITS_ENTRY(2, 64)
+/// The logits: 4 CTAs of 128 threads per schedule slot, paged_mqa_logits_smem_bytes(next_n * heads, design) bytes each.
+DT_PAGED_MQA_LOGITS_ENTRY(1, 32, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(1, 64, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(2, 32, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedFourCtas, )
+DT_PAGED_MQA_LOGITS_ENTRY(1, 32, deep_tile::kPagedTwoSlots, _two_slots)
+DT_PAGED_MQA_LOGITS_ENTRY(1, 64, deep_tile::kPagedTwoSlots, _two_slots)
+DT_PAGED_MQA_LOGITS_ENTRY(2, 32, deep_tile::kPagedTwoSlots, _two_slots)
+DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedTwoSlots, _two_slots)
+
+#define DT_PAGED_MQA_LOGITS_TMA_ENTRY(next_n, heads, design, suffix)                                           \
+  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedThreads, 4)                                      \
+      deep_tile_paged_mqa_logits_n##next_n##_h##heads##suffix(                                                      \
+          const __grid_constant__ deep_tile::TmaDescriptor tmap_kv,                                                 \
+          const __grid_constant__ deep_tile::TmaDescriptor tmap_scales,                                             \
+          const __grid_constant__ deep_tile::TmaDescriptor tmap_q, const __grid_constant__ deep_tile::TmaDescriptor tmap_w, \
+          int rows_per_block, int num_kv_blocks, const int* __restrict__ context_lens,                             \
+          const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
+          const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
+          int batch) {                                                                                             \
+    deep_tile::paged_mqa_logits_tma<next_n, heads, design>(&tmap_kv, &tmap_scales, &tmap_q, &tmap_w,      \
+                                                   rows_per_block, num_kv_blocks, context_lens, block_table, block_table_stride,   \
+                                                   max_blocks, schedule, logits, stride_logits, max_context_len,   \
+                                                   batch);                                                         \
+  }
+
+/// The kPagedTma design: operands by TMA through four tensor maps (paged_mqa_logits_tma).
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 32, deep_tile::kPagedTma, _tma)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 64, deep_tile::kPagedTma, _tma)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 32, deep_tile::kPagedTma, _tma)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 64, deep_tile::kPagedTma, _tma)
+/// kPagedTmaOneChain: one wgmma chain per block, the weights in registers.
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 32, deep_tile::kPagedTmaOneChain, _tma_one_chain)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 64, deep_tile::kPagedTmaOneChain, _tma_one_chain)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 32, deep_tile::kPagedTmaOneChain, _tma_one_chain)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 64, deep_tile::kPagedTmaOneChain, _tma_one_chain)
 
 /// The clean pass: any grid, any block; -inf past each row's length (cut at len_limit).
 extern "C" __global__ void deep_tile_paged_mqa_logits_clean(const int* __restrict__ context_lens,

@@ -7,9 +7,11 @@ holds three kernels:
   (sequence ``b``, kv rows ``[256 s, 256 s + 256)``), evenly over ``num_slots`` SM slots and writes
   int32 ``[num_slots + 1, 2]``: slot ``i`` starts at unit ``(schedule[i, 0], schedule[i, 1])``
   and ends where slot ``i + 1`` starts; the last row is ``(batch, 0)``;
-- the logits (``deep_tile_paged_mqa_logits_n<next_n>_h<H>``): :data:`CTAS_PER_SLOT` CTAs of one
+- the logits (``deep_tile_paged_mqa_logits_n<next_n>_h<H>`` for ``four_ctas``, and
+  ``..._<design>`` for the other designs, :data:`DESIGNS`): :data:`CTAS_PER_SLOT` CTAs of one
   warpgroup per slot, CTA ``g`` taking cache block ``4 s + g`` of each of its slot's units,
-  FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by 16-byte cp.async;
+  FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by TMA (``four_ctas``,
+  ``two_slots``: by 16-byte cp.async);
 - the clean pass (``deep_tile_paged_mqa_logits_clean``): ``-inf`` past each row's length.
 
 Pure Python.
@@ -18,10 +20,10 @@ from __future__ import annotations
 
 from deep_tile.common import ceil_div
 
-__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "STAGES", "Q_SLOTS",
-           "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL", "SCHEDULE_ARGUMENT_KINDS",
-           "LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS", "symbol", "smem_bytes", "grid", "units",
-           "clean_grid"]
+__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "DESIGNS", "STAGES",
+           "Q_SLOTS", "FALLBACK", "TMA_DESIGNS", "TMA_ROW_BYTES", "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL",
+           "SCHEDULE_ARGUMENT_KINDS", "LOGITS_ARGUMENT_KINDS", "TMA_LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS",
+           "symbol", "smem_bytes", "grid", "units", "clean_grid"]
 
 ENTRY = "paged_mqa_logits"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -39,13 +41,32 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-STAGES = {32: 5, 64: 4, 128: 8}
-"""Ring stages per CTA by ``next_n * H`` (``paged_stages``): the blocks in flight, the one in use
-included. N 32 and 64 keep four CTAs per SM (a slot's four resident together, one wave); N 128
-fits two per SM. 14 to 16 blocks (115-135 KB) are in flight per SM, more than the HBM's
+DESIGNS = ("tma", "four_ctas", "two_slots", "tma_one_chain")
+"""The logits kernel's designs (``kPagedTma``, ``kPagedFourCtas``, ``kPagedTwoSlots``,
+``kPagedTmaOneChain``), the default first: ``four_ctas`` keeps four CTAs per SM for every
+``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
+thread) under each block's wgmmas; ``tma`` is ``four_ctas`` with the operands by TMA (one thread
+issues, an mbarrier per stage), for caches whose blocks lie a multiple of :data:`TMA_ROW_BYTES`
+apart (others run :data:`FALLBACK`); ``two_slots`` is the earlier design (two q slots everywhere,
+N 128 at two CTAs per SM), kept to time against; ``tma_one_chain`` is ``tma`` with a block's
+wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers for every N."""
+FALLBACK = "four_ctas"
+"""The design a TMA design runs as when the cache's blocks are off :data:`TMA_ROW_BYTES` rows
+(or the cache is empty): its kernel keeps the plain symbol."""
+TMA_DESIGNS = ("tma", "tma_one_chain")
+"""The designs that load by TMA (an mbarrier per stage, tensor maps as arguments)."""
+STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
+          "tma_one_chain": {32: 5, 64: 4, 128: 4}}
+"""Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
+one in use included, as many as fit with the design's CTAs per SM (four, or two for
+``two_slots``' N 128): 12 to 16 blocks (100-135 KB) per SM, more than the HBM's
 bandwidth-latency product asks of each SM."""
-Q_SLOTS = 2
-"""q slots per CTA (``kPagedQSlots``): a sequence's q rows and weights each."""
+Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},
+           "tma_one_chain": {32: 2, 64: 2, 128: 1}}
+"""q slots per CTA by design and ``next_n * H`` (``paged_q_slots``): a sequence's q rows and weights each."""
+TMA_ROW_BYTES = 128
+"""The ``tma`` design reads the cache as rows of this many bytes (a kv row; a block's scales are
+two more rows): cache blocks must start on such a row."""
 SCHEDULE_THREADS = 1024
 """Threads of the schedule's one CTA (``kPagedScheduleThreads``)."""
 CLEAN_THREADS = 256
@@ -61,25 +82,42 @@ LOGITS_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "ptr", "ptr", "ptr", "i32",
 """The logits kernel's parameters: (q, kv_cache, kv_block_stride in bytes, num_kv_blocks, weights,
 context_lens, block_table, block_table_stride, max_blocks, schedule, logits, stride_logits,
 max_context_len, batch)."""
+TMA_LOGITS_ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "tensormap", "i32", "i32", "ptr", "ptr", "i32",
+                             "i32", "ptr", "ptr", "i32", "i32", "i32")
+"""The TMA designs' logits kernels' parameters: (tensor maps of the kv rows, of their scales, of
+q, of the weights; rows_per_block: the cache block stride in 128-byte rows, num_kv_blocks,
+context_lens, block_table, block_table_stride, max_blocks, schedule, logits, stride_logits,
+max_context_len, batch); the maps as ``deep_tile.paged_attention`` encodes them."""
 CLEAN_ARGUMENT_KINDS = ("ptr", "ptr", "i32", "i32", "i32", "i32")
 """The clean pass's parameters: (context_lens, logits, rows, stride_logits, max_context_len,
 len_limit: lengths are cut there, the rows the block table holds)."""
 
 
-def symbol(next_n: int, num_heads: int) -> str:
-    """The logits kernel for ``next_n`` tokens (one of :data:`NEXT_N`) of ``num_heads`` heads (one of :data:`HEADS`)."""
+def _check_design(design: str) -> None:
+    if design not in DESIGNS:
+        raise ValueError(f"paged_mqa_logits: no design {design!r}; the designs are {DESIGNS}.")
+
+
+def symbol(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> str:
+    """The logits kernel for ``next_n`` tokens (one of :data:`NEXT_N`) of ``num_heads`` heads (one
+    of :data:`HEADS`) in ``design`` (one of :data:`DESIGNS`)."""
     if next_n not in NEXT_N or num_heads not in HEADS:
         raise ValueError(f"paged_mqa_logits: no kernel for next_n={next_n}, {num_heads} heads; "
                          f"the kernels take next_n in {NEXT_N} and heads in {HEADS}.")
-    return f"deep_tile_paged_mqa_logits_n{next_n}_h{num_heads}"
+    _check_design(design)
+    suffix = "" if design == FALLBACK else f"_{design}"
+    return f"deep_tile_paged_mqa_logits_n{next_n}_h{num_heads}{suffix}"
 
 
-def smem_bytes(next_n: int, num_heads: int) -> int:
+def smem_bytes(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> int:
     """Dynamic shared memory of a logits CTA (``paged_mqa_logits_smem_bytes``): per q slot the q
     rows (``next_n * H`` x 128 bytes) and their weights, per stage a cache block (64 x 128 bytes)
     and its 64 scales, and 1024 bytes to align the rings."""
+    _check_design(design)
     n = next_n * num_heads
-    return 1024 + Q_SLOTS * (n * HEAD_DIM + n * 4) + STAGES[n] * (BLOCK_KV * HEAD_DIM + BLOCK_KV * 4)
+    barrier = 8 if design in TMA_DESIGNS else 0  # one mbarrier per stage
+    return 1024 + Q_SLOTS[design][n] * (n * HEAD_DIM + n * 4) + STAGES[design][n] * (
+        BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + barrier)
 
 
 def grid(num_slots: int) -> tuple:

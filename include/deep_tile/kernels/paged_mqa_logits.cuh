@@ -15,17 +15,23 @@
 // tokens, K: head_dim 128) into N / 2 accumulators, then relu, weights and the head sums of each
 // token in registers (in-thread, then over a row quad) and the kv row's scale.
 //
-// Operands stream with 16-byte cp.async (one commit group per block) into a ring of S =
-// paged_stages(N) stages (kv block + scales, 128B-swizzled for the wgmma), up to S - 1 blocks
-// ahead of the one being multiplied; a sequence's q rows and weights go into one of
-// kPagedQSlots slots when the sequence changes. A block is issued only when its stage's previous
-// block was consumed and, if it starts a sequence, when that sequence's slot is free (fewer than
-// kPagedQSlots sequences from the one in use to it): short sequences may hold the copies back, and
-// the wait then asks for fewer groups in flight. One barrier per block: past it every thread's
-// copies of the block have landed and every thread is done with the previous block, whose stage
-// (and maybe q slot) the next copies then fill.
-// Plain 16-byte copies rather than TMA: a block is one 8 KiB run plus 256 bytes of scales, one
-// cp.async per thread per 2 KiB, with no tensor map to build per call and no mbarrier phases.
+// Operands stream into a ring of S = paged_stages(N, design) stages (kv block + scales,
+// 128B-swizzled for the wgmma), up to S - 1 blocks ahead of the one being multiplied; a
+// sequence's q rows and weights go into one of paged_q_slots(N, design) slots when the sequence
+// changes. A block is issued only when its stage's previous block was consumed and, if it starts
+// a sequence, when that sequence's slot is free (fewer than kQSlots sequences from the one in use
+// to it): short sequences may hold the copies back. With one q slot (N 128 at four CTAs per SM) a
+// sequence's first block is issued only once the previous sequence is done, then waited for (its
+// q rows, weights and first blocks asked of L2 while the producer waits). One barrier per block:
+// past it every thread is done with the previous block, whose stage (and maybe q slot) the next
+// copies then fill.
+// Designs (paged_q_slots / paged_stages): kPagedFourCtas and kPagedTwoSlots copy with 16-byte
+// cp.async (one commit group per block, every thread), no tensor map to build per call;
+// kPagedFourCtas issues them while the block's wgmmas run, and for N >= 64 splits a block's
+// wgmmas into two chains of N / 2 columns so the head sums of the first run under the second
+// (paged_block). kPagedTma (paged_mqa_logits_tma; the host's default, kPagedFourCtas its fallback
+// for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
+// mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
@@ -46,19 +52,42 @@ constexpr int kPagedThreads = 128;                                 // one warpgr
 constexpr int kPagedScheduleThreads = 1024;                        // the schedule kernel's one CTA
 constexpr int kPagedBlockBytes = kPagedBlockKV * kPagedHeadDim;    // e4m3 bytes of one block (its scales follow)
 
-/// q slots per CTA: two, so a sequence's q rows arrive while the previous sequence's last blocks
-/// are multiplied; the shared memory they would take beyond that goes to kv stages.
-constexpr int kPagedQSlots = 2;
+/// Kernel designs (a template argument, one symbol each; the host picks by name):
+/// kPagedFourCtas (the TMA designs' cp.async fallback): four CTAs per SM for every N. N 128 keeps
+///   one q slot and four stages, so a slot's four CTAs share the SM's tensor cores (one CTA's
+///   epilogue under the others' wgmmas) with 12 blocks in flight per SM; the weights live in
+///   registers per sequence.
+/// kPagedTwoSlots (the earlier design, kept to time against): two q slots everywhere, N 128 with
+///   eight stages and two CTAs per SM; weights read from shared memory per block.
+/// kPagedTma: kPagedFourCtas' geometry, the operands by TMA (one thread issues a block, an
+///   mbarrier per stage says it landed) instead of every thread's cp.async; needs cache blocks a
+///   multiple of 128 bytes apart (the kv rows are a 2-D tensor of 128-byte rows).
+constexpr int kPagedFourCtas = 0;
+constexpr int kPagedTwoSlots = 1;
+constexpr int kPagedTma = 2;
+/// kPagedTmaOneChain: kPagedTma with a block's wgmmas in one chain of N columns (the kv tile read
+///   once from shared memory, not once per chunk) and the weights in registers for every N.
+constexpr int kPagedTmaOneChain = 3;
 
-/// Ring stages (blocks in flight per CTA, the one in use included) for N = next_n * H q rows: as
-/// many as fit with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4), and for N
-/// 128, which fits only 2 CTAs per SM, as many as fit two (8).
-__host__ __device__ constexpr int paged_stages(int n) { return n <= 32 ? 5 : n <= 64 ? 4 : 8; }
+/// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
+/// sequence's last blocks are multiplied) unless that keeps four CTAs off the SM (N 128, kPagedFourCtas).
+__host__ __device__ constexpr int paged_q_slots(int n, int design) {
+  return design != kPagedTwoSlots && n > 64 ? 1 : 2;
+}
+
+/// Ring stages (blocks in flight per CTA, the one in use included) for N q rows: as many as fit
+/// with a slot's four CTAs resident on one SM together (N 32: 5, N 64: 4, N 128 with one q slot:
+/// 4); kPagedTwoSlots' N 128, which fits only 2 CTAs per SM, as many as fit two (8).
+__host__ __device__ constexpr int paged_stages(int n, int design) {
+  return n <= 32 ? 5 : n <= 64 ? 4 : design != kPagedTwoSlots ? 4 : 8;
+}
 
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
-__host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n) {
-  return 1024 + kPagedQSlots * (n * kPagedHeadDim + n * 4) + paged_stages(n) * (kPagedBlockBytes + kPagedBlockKV * 4);
+__host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
+  return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4) +
+         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 +
+                                     (design == kPagedTma || design == kPagedTmaOneChain ? 8 : 0));
 }
 
 /// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
@@ -166,11 +195,109 @@ struct PagedCursor {
   }
 };
 
+/// Adds one wgmma chunk's share of the head sums: relu(acc) * weight over the chunk's columns
+/// [kColBase, kColBase + 2 kNumAccum), per token (v0: row r0, v1: row r1; two partial sums each,
+/// half the dependent FMA chain). w: this thread's kN / 4 weights in registers (column
+/// 8g + 2 (lane % 4) + {0, 1} at 2g, 2g + 1), or with kWeightsInSmem the sequence's kN weights.
+template <int kNextN, int kNumHeads, bool kWeightsInSmem, int kColBase, int kNumAccum>
+DT_DEVICE void paged_head_sums(const float (&acc)[kNumAccum], const float* w, int lane, float (&v0)[kNextN][2],
+                               float (&v1)[kNextN][2]) {
+#pragma unroll
+  for (int n = 0; n < kNumAccum / 4; ++n) {
+    const int g = kColBase / 8 + n;     // the 8-column group
+    const int t = (8 * g) / kNumHeads;  // its token
+    const int col = kWeightsInSmem ? 8 * g + 2 * (lane & 3) : 2 * g;
+    const float w0 = w[col], w1 = w[col + 1];
+    float& a0 = v0[t][g & 1];
+    float& a1 = v1[t][g & 1];
+    a0 = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, a0));
+    a1 = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, a1));
+  }
+}
+
+/// The head sums over the row quad, times the kv rows' scales, stored inside the tokens' lengths
+/// (rows p0 and p0 + 8 of sequence b).
+template <int kNextN>
+DT_DEVICE void paged_store_rows(const float (&v0)[kNextN][2], const float (&v1)[kNextN][2], float scale0, float scale1,
+                                const int (&lens)[kNextN], float* __restrict__ logits, int stride_logits, int b,
+                                int p0, int lane) {
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) {
+    float s0 = v0[t][0] + v0[t][1], s1 = v1[t][0] + v1[t][1];
+#pragma unroll
+    for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
+      s0 += __shfl_xor_sync(0xffffffffu, s0, offset);
+      s1 += __shfl_xor_sync(0xffffffffu, s1, offset);
+    }
+    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
+      float* out_row = logits + static_cast<long long>(b * kNextN + t) * stride_logits;
+      if (p0 < lens[t]) out_row[p0] = s0 * scale0;
+      if (p0 + 8 < lens[t]) out_row[p0 + 8] = s1 * scale1;
+    }
+  }
+}
+
+/// One block's wgmmas and epilogue, the N columns in kChunks chains of N / kChunks (one commit
+/// group each) so the head sums of a chunk run while the next chunk's wgmmas do; `between` runs
+/// after the wgmmas are issued (the next copies), before the first wait. kv_desc_lo / q_desc_lo:
+/// sw128_lo of the block's stage and of the q slot (N rows of 128 bytes, 1024-byte aligned).
+template <int kNextN, int kNumHeads, int kChunks, bool kWeightsInSmem, typename Between>
+DT_DEVICE void paged_block(u32 kv_desc_lo, u32 q_desc_lo, const float* w, const float* scales, int r0,
+                           const int (&lens)[kNextN], float* __restrict__ logits, int stride_logits, int b, int p0,
+                           int lane, Between&& between) {
+  constexpr int kN = kNextN * kNumHeads;
+  constexpr int kChunkN = kN / kChunks;
+  static_assert(kChunks == 1 || kChunks == 2, "one or two chunks");
+  static_assert(kChunkN % 16 == 0 && kChunkN % 8 == 0, "a chunk is whole 8-column groups of a wgmma N");
+  using Mma = ptx::WgmmaFp8<kChunkN>;
+  constexpr u32 kChunkDesc = kChunkN * kPagedHeadDim / 16;  // a chunk's q rows in descriptor units
+  float acc0[Mma::kNumAccum], acc1[kChunks == 2 ? Mma::kNumAccum : 1];
+#pragma unroll
+  for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc0[a]);
+  if constexpr (kChunks == 2) {
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc1[a]);
+  }
+  __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+    Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc0, k > 0);
+  ptx::wgmma_commit_group();
+  if constexpr (kChunks == 2) {
+#pragma unroll
+    for (int k = 0; k < kPagedHeadDim / 32; ++k)
+      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + kChunkDesc + k * 2), acc1, k > 0);
+    ptx::wgmma_commit_group();
+  }
+  between();
+  const float scale0 = scales[r0], scale1 = scales[r0 + 8];
+  float v0[kNextN][2], v1[kNextN][2];
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
+  if constexpr (kChunks == 2) {
+    ptx::wgmma_wait_group<1>();  // the first chunk's wgmmas are done, the second's may run on
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc0[a]);
+    paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, 0>(acc0, w, lane, v0, v1);
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc1[a]);
+    paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, kChunkN>(acc1, w, lane, v0, v1);
+  } else {
+    ptx::wgmma_wait_group<0>();
+#pragma unroll
+    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc0[a]);
+    paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, 0>(acc0, w, lane, v0, v1);
+  }
+  paged_store_rows<kNextN>(v0, v1, scale0, scale1, lens, logits, stride_logits, b, p0, lane);
+}
+
 /// Logits kernel body: grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
-/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads). kv_block_stride: bytes between cache blocks;
+/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads, kDesign). kv_block_stride: bytes between cache blocks;
 /// block_table_stride: ints between table rows of max_blocks entries; logits rows of stride_logits floats;
 /// batch: the sequences (the schedule's units past them are not read).
-template <int kNextN, int kNumHeads>
+template <int kNextN, int kNumHeads, int kDesign>
 DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__ kv_cache, int kv_block_stride,
                                 int num_kv_blocks, const float* __restrict__ weights,
                                 const int* __restrict__ context_lens, const int* __restrict__ block_table,
@@ -178,16 +305,19 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
                                 float* __restrict__ logits, int stride_logits, int max_context_len, int batch) {
   constexpr int kN = kNextN * kNumHeads;  // q rows of one sequence: the wgmma's N
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 256, "whole 8-column groups per token");
-  constexpr int kStages = paged_stages(kN);
+  constexpr int kStages = paged_stages(kN, kDesign);
+  constexpr int kQSlots = paged_q_slots(kN, kDesign);
+  constexpr bool kWeightsInRegisters = kDesign == kPagedFourCtas && kN <= 64;  // N 128: registers go to the accumulators
+  constexpr bool kIssueUnderMma = kDesign == kPagedFourCtas;  // the copies' address work hides under the wgmmas
+  constexpr int kChunks = kN >= 64 ? 2 : 1;  // N 32 is memory-bound; wider N splits its wgmmas in two
   static_assert(kStages >= 2, "a block in use and at least one in flight");
-  using Mma = ptx::WgmmaFp8<kN>;
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
-  u8* q_ring = smem;                                          // kPagedQSlots x kQBytes
-  u8* kv_ring = q_ring + kPagedQSlots * kQBytes;              // kStages x kPagedBlockBytes
+  u8* q_ring = smem;                                          // kQSlots x kQBytes
+  u8* kv_ring = q_ring + kQSlots * kQBytes;              // kStages x kPagedBlockBytes
   float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
-  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kPagedQSlots x kN
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kQSlots x kN
 
   ptx::grid_dependency_wait();  // the stream predecessor may write any input
   ptx::launch_dependents();
@@ -204,7 +334,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   PagedCursor producer = start, consumer = start;
 
   // the producer: block `issued` of the CTA's walk goes into stage issued % kStages, a new
-  // sequence's q rows and weights into slot (its sequence number) % kPagedQSlots
+  // sequence's q rows and weights into slot (its sequence number) % kQSlots
   const auto table_entry = [&](const PagedCursor& c) {
     return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
   };
@@ -215,7 +345,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   // starts a sequence, so is that sequence's q slot (consumer_q_seq: the sequence in use)
   const auto can_issue = [&](int last, int consumer_q_seq) {
     const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
-    return producer.has() && issued <= last && seq - consumer_q_seq < kPagedQSlots;
+    return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
   };
   const auto issue = [&]() {
     const int stage = issued % kStages;
@@ -232,7 +362,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
       ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
     if (producer.b != producer_b) {
       producer_b = producer.b, ++producer_q_seq;
-      const int q_slot = producer_q_seq % kPagedQSlots;
+      const int q_slot = producer_q_seq % kQSlots;
       const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
       u8* q_dst = q_ring + q_slot * kQBytes;
 #pragma unroll
@@ -256,72 +386,292 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   // this thread's two kv rows of a block in the accumulator layout
   const int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
   int consumer_q_seq = -1, consumer_b = -1;
+  int prefetched_b = -1;  // with one q slot: the last sequence whose first blocks were asked of L2
   int lens[kNextN];
+  // with kWeightsInRegisters: this thread's weights of the sequence in use, columns 8n + 2 (lane % 4) + {0, 1}
+  float wreg[kWeightsInRegisters ? kN / 4 : 1];
   for (int iter = 0; consumer.has(); ++iter) {
-    // block iter was issued by now: at the last iteration's issue its sequence was at most one past
-    // the one in use then, and every block before it no further
+    // with two q slots block iter was issued by now: at the last iteration's issue its sequence was
+    // at most one past the one in use then, and every block before it no further; with one slot a
+    // block that starts a sequence is issued only below, once the previous sequence is done
     cp_async_wait_at_most<kStages - 2>(issued - 1 - iter);  // this thread's copies of block iter landed
     ptx::fence_proxy_async_shared();          // ... and are visible to the wgmma's proxy
     __syncthreads();  // ... and so are every other thread's; and all are done with block iter - 1
-    if (consumer.b != consumer_b) {
+    const bool new_sequence = consumer.b != consumer_b;
+    if (new_sequence) {
       consumer_b = consumer.b, ++consumer_q_seq;
 #pragma unroll
       for (int t = 0; t < kNextN; ++t)
         lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
     }
-    while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // stages of blocks before iter are free
-    const int stage = iter % kStages;
-    const int q_slot = consumer_q_seq % kPagedQSlots;
-
-    float acc[Mma::kNumAccum];
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
-    __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
-    ptx::wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
-      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-    ptx::wgmma_commit_group();
-    const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
-    ptx::wgmma_wait_group<0>();
-#pragma unroll
-    for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-
-    const float* w = weight_ring + q_slot * kN;
-    float v0[kNextN], v1[kNextN];
-#pragma unroll
-    for (int t = 0; t < kNextN; ++t) v0[t] = v1[t] = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kN / 8; ++n) {
-      const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
-      const int col = 8 * n + 2 * (lane & 3);
-      const float w0 = w[col], w1 = w[col + 1];
-      v0[t] = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, v0[t]));
-      v1[t] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, v1[t]));
+    const bool late = issued <= iter;  // the same in every thread: only with one q slot
+    // stages of blocks before iter are free: the copies go out here, or (kIssueUnderMma) once the
+    // wgmmas of block iter run, which read neither their stage nor (one slot: no q copy then;
+    // two: the other one) their q slot
+    if (!kIssueUnderMma || late) {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
     }
+    if (kQSlots == 1 && late) {  // block iter (and its q rows) was issued just now: wait for it
+      cp_async_wait_at_most<kStages - 1>(issued - 1 - iter);  // up to kStages - 1 issued after block iter
+      ptx::fence_proxy_async_shared();
+      __syncthreads();
+    }
+    const int stage = iter % kStages;
+    const int q_slot = consumer_q_seq % kQSlots;
+    const float* w = weight_ring + q_slot * kN;
+    if constexpr (kWeightsInRegisters) {
+      if (new_sequence) {
 #pragma unroll
-    for (int t = 0; t < kNextN; ++t) {
-#pragma unroll
-      for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
-        v0[t] += __shfl_xor_sync(0xffffffffu, v0[t], offset);
-        v1[t] += __shfl_xor_sync(0xffffffffu, v1[t], offset);
+        for (int n = 0; n < kN / 8; ++n) {
+          const float2 pair = *reinterpret_cast<const float2*>(w + 8 * n + 2 * (lane & 3));
+          wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
+        }
       }
     }
-    if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
-      const int p0 = consumer.block() * kPagedBlockKV + r0, p1 = p0 + 8;
+
+    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
+    if constexpr (kDesign == kPagedFourCtas) {
+      // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas
+      // read neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
+      const auto between = [&]() {
+        while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // a no-op after a late issue
+        if constexpr (kQSlots == 1) {
+          // the producer waits at the next sequence's first block for the q slot: ask L2 for that
+          // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
+          if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+            prefetched_b = producer.b;
+            if (tid == 0) {
+              ptx::bulk_prefetch_l2(q + static_cast<long long>(producer.b) * kQBytes, kQBytes);
+              ptx::bulk_prefetch_l2(weights + static_cast<long long>(producer.b) * kN, kN * 4);
+            }
+            const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+            if (tid < kStages - 1 && block < producer.blocks) {
+              const int entry = block_table[static_cast<long long>(producer.b) * block_table_stride + block];
+              if (entry >= 0 && entry < num_kv_blocks)
+                ptx::bulk_prefetch_l2(kv_cache + static_cast<long long>(entry) * kv_block_stride,
+                                      kPagedBlockBytes + kPagedBlockKV * 4);
+            }
+          }
+        }
+      };
+      paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
+          kv_desc_lo, q_desc_lo, kWeightsInRegisters ? wreg : w, scale_ring + stage * kPagedBlockKV, r0, lens,
+          logits, stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
+    } else {  // kPagedTwoSlots: the earlier block, one wgmma chain and one FMA chain per row
+      using Mma = ptx::WgmmaFp8<kN>;
+      float acc[Mma::kNumAccum];
+#pragma unroll
+      for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+      __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+        Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
+      ptx::wgmma_commit_group();
+      const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
+      ptx::wgmma_wait_group<0>();
+#pragma unroll
+      for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+      float v0[kNextN], v1[kNextN];
+#pragma unroll
+      for (int t = 0; t < kNextN; ++t) v0[t] = v1[t] = 0.0f;
+#pragma unroll
+      for (int n = 0; n < kN / 8; ++n) {
+        const int t = (8 * n) / kNumHeads;  // the token of columns 8n..8n+7
+        const int col = 8 * n + 2 * (lane & 3);
+        const float w0 = w[col], w1 = w[col + 1];
+        v0[t] = fmaf(fmaxf(acc[4 * n], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 1], 0.0f), w1, v0[t]));
+        v1[t] = fmaf(fmaxf(acc[4 * n + 2], 0.0f), w0, fmaf(fmaxf(acc[4 * n + 3], 0.0f), w1, v1[t]));
+      }
 #pragma unroll
       for (int t = 0; t < kNextN; ++t) {
-        float* out_row = logits + static_cast<long long>(consumer.b * kNextN + t) * stride_logits;
-        if (p0 < lens[t]) out_row[p0] = v0[t] * scale0;
-        if (p1 < lens[t]) out_row[p1] = v1[t] * scale1;
+#pragma unroll
+        for (int offset = 1; offset < 4; offset <<= 1) {  // the quad's four lanes hold the other heads
+          v0[t] += __shfl_xor_sync(0xffffffffu, v0[t], offset);
+          v1[t] += __shfl_xor_sync(0xffffffffu, v1[t], offset);
+        }
+      }
+      if ((lane & 3) == 0) {  // one lane of each quad stores its two kv rows
+        const int p0 = consumer.block() * kPagedBlockKV + r0, p1 = p0 + 8;
+#pragma unroll
+        for (int t = 0; t < kNextN; ++t) {
+          float* out_row = logits + static_cast<long long>(consumer.b * kNextN + t) * stride_logits;
+          if (p0 < lens[t]) out_row[p0] = v0[t] * scale0;
+          if (p1 < lens[t]) out_row[p1] = v1[t] * scale1;
+        }
       }
     }
     ++consumer.s;
     consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
   }
   ptx::cp_async_wait_group<0>();  // no copy may land after the CTA exits
+}
+
+/// Logits kernel body of the kPagedTma design: kPagedFourCtas' walk, rings and overlap, with
+/// operands by TMA. grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
+/// paged_mqa_logits_smem_bytes(kNextN * kNumHeads, kPagedTma). Tensor maps (uint8 unless said):
+/// tmap_kv the cache as rows of 128 bytes, box 128 x 64, 128B swizzle (cache block e starts at row
+/// e * rows_per_block, its scales 64 rows later); tmap_scales the same rows, box 128 x 2, no
+/// swizzle; tmap_q [batch * N rows, 128], box 128 x N, 128B swizzle; tmap_w float32 [batch, N],
+/// box N x 1. Entries outside [0, num_kv_blocks) load a box wholly before row 0: zeros.
+template <int kNextN, int kNumHeads, int kDesign>
+DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescriptor* tmap_scales,
+                                    const TmaDescriptor* tmap_q, const TmaDescriptor* tmap_w, int rows_per_block,
+                                    int num_kv_blocks, const int* __restrict__ context_lens,
+                                    const int* __restrict__ block_table, int block_table_stride, int max_blocks,
+                                    const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits,
+                                    int max_context_len, int batch) {
+  constexpr int kN = kNextN * kNumHeads;
+  static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 128, "whole 8-column groups per token; a TMA box <= 256 rows");
+  static_assert(kDesign == kPagedTma || kDesign == kPagedTmaOneChain, "a TMA design");
+  constexpr int kStages = paged_stages(kN, kDesign);
+  constexpr int kQSlots = paged_q_slots(kN, kDesign);
+  static_assert(kStages >= 2, "a block in use and at least one in flight");
+  constexpr bool kOneChain = kDesign == kPagedTmaOneChain;
+  constexpr bool kWeightsInRegisters = kOneChain || kN <= 64;  // kPagedTma's N 128: registers go to two chains
+  constexpr int kChunks = !kOneChain && kN >= 64 ? 2 : 1;       // N 32 is memory-bound; one chain reads the kv tile once
+  constexpr int kQBytes = kN * kPagedHeadDim;
+  constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
+  constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
+  extern __shared__ u8 smem_raw[];
+  u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
+  u8* q_ring = smem;                                          // kQSlots x kQBytes
+  u8* kv_ring = q_ring + kQSlots * kQBytes;                   // kStages x kPagedBlockBytes
+  float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
+  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kQSlots x kN
+  u64* full = reinterpret_cast<u64*>(weight_ring + kQSlots * kN);  // kStages: the stage's block (and q) landed
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    ptx::tma_prefetch_descriptor(tmap_kv);
+    ptx::tma_prefetch_descriptor(tmap_scales);
+    ptx::tma_prefetch_descriptor(tmap_q);
+    ptx::tma_prefetch_descriptor(tmap_w);
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(&full[s], 1);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  ptx::grid_dependency_wait();  // the stream predecessor may write any input
+  ptx::launch_dependents();
+
+  const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
+  PagedCursor start;
+  start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
+  start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
+  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a larger batch's schedule stops at this one's end
+  start.group = group, start.units = 0, start.blocks = 0;
+  if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
+  start.settle(context_lens, kNextN, max_blocks, max_context_len);
+  PagedCursor producer = start, consumer = start;
+
+  // the tensor-map row of a table entry's block; outside the cache: a box wholly before row 0
+  const auto block_row = [&](int entry) {
+    return entry >= 0 && entry < num_kv_blocks ? entry * rows_per_block : -2 * kPagedBlockKV;
+  };
+  const auto table_entry = [&](const PagedCursor& c) {
+    return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
+  };
+  int producer_entry = table_entry(producer);
+  int issued = 0;
+  int producer_q_seq = -1, producer_b = -1;
+  const auto can_issue = [&](int last, int consumer_q_seq) {
+    const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
+    return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
+  };
+  // block `issued` into stage issued % kStages (and a new sequence's q rows and weights into slot
+  // (its sequence number) % kQSlots), all on the stage's barrier; thread 0 issues, all count
+  const auto issue = [&]() {
+    const int stage = issued % kStages;
+    const bool new_sequence = producer.b != producer_b;
+    if (new_sequence) producer_b = producer.b, ++producer_q_seq;
+    if (tid == 0) {
+      const int row = block_row(producer_entry);
+      ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
+      ptx::tma_load_2d(kv_ring + stage * kPagedBlockBytes, tmap_kv, &full[stage], 0, row);
+      ptx::tma_load_2d(scale_ring + stage * kPagedBlockKV, tmap_scales, &full[stage], 0, row + kPagedBlockKV);
+      if (new_sequence) {
+        const int q_slot = producer_q_seq % kQSlots;
+        ptx::tma_load_2d(q_ring + q_slot * kQBytes, tmap_q, &full[stage], 0, producer.b * kN);
+        ptx::tma_load_2d(weight_ring + q_slot * kN, tmap_w, &full[stage], 0, producer.b);
+      }
+    }
+    ++issued;
+    ++producer.s;
+    producer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
+  };
+
+  while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
+
+  const int r0 = warp * 16 + (lane >> 2);  // this thread's kv rows of a block: r0, r0 + 8
+  int consumer_q_seq = -1, consumer_b = -1;
+  int prefetched_b = -1;  // with one q slot: the last sequence whose first blocks were asked of L2
+  int lens[kNextN];
+  float wreg[kWeightsInRegisters ? kN / 4 : 1];  // this thread's weights: columns 8n + 2 (lane % 4) + {0, 1}
+  for (int iter = 0; consumer.has(); ++iter) {
+    const int stage = iter % kStages;
+    const u32 parity = static_cast<u32>(iter / kStages) & 1u;
+    // with two q slots block iter was issued by now (see paged_mqa_logits); with one, a block
+    // that starts a sequence is issued below, once every thread is done with the previous one
+    const bool late = issued <= iter;  // the same in every thread
+    if (!late) ptx::mbarrier_wait(&full[stage], parity);
+    __syncthreads();  // every thread is done with block iter - 1: its stage (and q slot) may be refilled
+    const bool new_sequence = consumer.b != consumer_b;
+    if (new_sequence) {
+      consumer_b = consumer.b, ++consumer_q_seq;
+#pragma unroll
+      for (int t = 0; t < kNextN; ++t)
+        lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
+    }
+    if (late) {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
+      ptx::mbarrier_wait(&full[stage], parity);
+    }
+    const int q_slot = consumer_q_seq % kQSlots;
+    const float* w = weight_ring + q_slot * kN;
+    if constexpr (kWeightsInRegisters) {
+      if (new_sequence) {
+#pragma unroll
+        for (int n = 0; n < kN / 8; ++n) {
+          const float2 pair = *reinterpret_cast<const float2*>(w + 8 * n + 2 * (lane & 3));
+          wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
+        }
+      }
+    }
+
+    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
+    // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas read
+    // neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
+    const auto between = [&]() {
+      while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
+      if constexpr (kQSlots == 1) {
+        // the producer waits at the next sequence's first block for the q slot: ask L2 for that
+        // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
+        if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+          prefetched_b = producer.b;
+          if (tid == 0) {
+            ptx::tma_prefetch_2d_l2(tmap_q, 0, producer.b * kN);
+            ptx::tma_prefetch_2d_l2(tmap_w, 0, producer.b);
+          }
+          const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+          if (tid < kStages - 1 && block < producer.blocks) {
+            const int row = block_row(block_table[static_cast<long long>(producer.b) * block_table_stride + block]);
+            if (row >= 0) {
+              ptx::tma_prefetch_2d_l2(tmap_kv, 0, row);
+              ptx::tma_prefetch_2d_l2(tmap_scales, 0, row + kPagedBlockKV);
+            }
+          }
+        }
+      }
+    };
+    paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
+        kv_desc_lo, q_desc_lo, kWeightsInRegisters ? wreg : w, scale_ring + stage * kPagedBlockKV, r0, lens, logits,
+        stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
+    ++consumer.s;
+    consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
+  }
 }
 
 /// Clean kernel body: grid-stride over the rows; row r gets -inf in columns

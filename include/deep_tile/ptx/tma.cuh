@@ -1,5 +1,5 @@
 // TMA (bulk tensor copy) wrappers: PTX ISA 9.7.9.25 cp.async.bulk.tensor, cp.async.bulk.commit_group /
-// wait_group, prefetch.tensormap, cp.async.bulk.prefetch.tensor (L2), and the generic<->async proxy fence.
+// wait_group, prefetch.tensormap, cp.async.bulk.prefetch(.tensor) (L2), and the generic<->async proxy fence.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
@@ -17,6 +17,12 @@ DT_DEVICE void tma_prefetch_2d_l2(const TmaDescriptor* desc, int c0, int c1) {
   asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(reinterpret_cast<u64>(desc)),
                "r"(c0), "r"(c1)
                : "memory");
+}
+
+/// Ask L2 for `bytes` (a multiple of 16) of global memory from `src` (16-byte aligned): one
+/// instruction for a whole run, no shared memory, no barrier.
+DT_DEVICE void bulk_prefetch_l2(const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(reinterpret_cast<u64>(src)), "r"(bytes) : "memory");
 }
 
 /// 2-D tile load into this CTA's shared memory; completes `bytes` on `bar`.
