@@ -29,10 +29,10 @@ in torch.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 
+from deep_tile import env
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.gemm.dense import fp8_gemm
@@ -201,7 +201,7 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
             d.copy_(workspace)
         return
     _check_bh(expr, a, b, d, c)
-    path = _env_path(BH_PATH_ENV, BH_PATHS, "bmm")
+    path = env.bh_einsum()
     tracked = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)  # out= refuses autograd
     if not a.is_cuda or path == "torch" or tracked or 0 in a.shape or 0 in d.shape or 0 in b.shape:
         d.copy_(torch.einsum(expr, a, b))
@@ -216,14 +216,6 @@ def _bh_bmm(expr: str, a, b, d) -> None:
     head-major view: cuBLAS takes the strides as they are (batch stride x, row pitch h * x)."""
     rhs = b.transpose(1, 2) if expr == "bhr,hdr->bhd" else b
     torch.bmm(a.transpose(0, 1), rhs, out=d.transpose(0, 1))
-
-
-def _env_path(name: str, paths: tuple, default: str) -> str:
-    """The path the environment variable ``name`` names (``default`` when unset); ValueError for another."""
-    value = os.environ.get(name, default) or default
-    if value not in paths:
-        raise ValueError(f"{name} must be one of {paths}; got {value!r}.")
-    return value
 
 
 def _bh_heads(expr: str, a, b, d) -> bool:
@@ -392,7 +384,7 @@ def _fp8_heads(x, sx, y, sy, d, c) -> None:
 
 def _fp8_path(bs: int, h: int, dd: int, c) -> str:
     """The path of :data:`FP8_PATHS` the call takes (``auto`` resolved)."""
-    path = _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
+    path = env.fp8_einsum()
     if path == "auto":
         if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms():
             path = "heads"

@@ -118,6 +118,23 @@ _VARS = (
            "launch), `torch` by torch's `.t().contiguous()` (the earlier, slower copy; kept for comparison). "
            "Read at each call.",
            choices=("kernel", "torch")),
+    EnvVar("DEEP_TILE_BH_EINSUM", "choice", "`bmm`",
+           "How `einsum`'s per-head bf16 expressions (`bhr,hdr->bhd`, `bhd,hdr->bhr`) run on CUDA: `bmm` one "
+           "`torch.bmm` on head-major views, nothing copied; `heads` deep_tile's BF16 GEMM once per head; "
+           "`torch` `torch.einsum` and a copy into `d` (the earlier path). Read at each call.",
+           choices=("bmm", "heads", "torch")),
+    EnvVar("DEEP_TILE_FP8_EINSUM", "choice", "`auto`",
+           "How `fp8_einsum` runs on CUDA: `auto` by the batch size, `heads` the dense FP8 GEMM once per head "
+           "in place, `masked` the masked grouped GEMM between head-major copies, `diag` one GEMM over every "
+           "head keeping the diagonal blocks, `copy` the earlier path. Read at each call.",
+           choices=("auto", "heads", "masked", "diag", "copy")),
+    EnvVar("DEEP_TILE_HC_GROUPS", "choice", "unset",
+           "Forces the math warpgroups per CTA of `tf32_hc_prenorm_gemm` (1 or 2; unset: one up to 256 rows). "
+           "For measurements. Read at each call.",
+           choices=("1", "2")),
+    EnvVar("DEEP_TILE_HC_SUB_SPLITS", "str", "unset",
+           "Forces the pieces each of the caller's K splits of `tf32_hc_prenorm_gemm` is cut into (an int >= 1; "
+           "unset: enough to fill the SMs, each at least 4 K blocks). For measurements. Read at each call."),
     EnvVar("CXX", "str", "c++",
            "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
            "its build key."),
@@ -308,6 +325,36 @@ def kgrouped_tn_transpose() -> str:
     """``DEEP_TILE_KGROUPED_TN_TRANSPOSE``: ``"kernel"`` (default) or ``"torch"``."""
     return get("DEEP_TILE_KGROUPED_TN_TRANSPOSE") if os.environ.get("DEEP_TILE_KGROUPED_TN_TRANSPOSE", "").strip() \
         else "kernel"
+
+
+def bh_einsum() -> str:
+    """``DEEP_TILE_BH_EINSUM``: ``"bmm"`` (default), ``"heads"`` or ``"torch"``."""
+    return get("DEEP_TILE_BH_EINSUM") or "bmm"
+
+
+def fp8_einsum() -> str:
+    """``DEEP_TILE_FP8_EINSUM``: ``"auto"`` (default), ``"heads"``, ``"masked"``, ``"diag"`` or ``"copy"``."""
+    return get("DEEP_TILE_FP8_EINSUM") or "auto"
+
+
+def hc_groups() -> int:
+    """``DEEP_TILE_HC_GROUPS``: 1 or 2 math warpgroups forced, 0 when unset."""
+    value = get("DEEP_TILE_HC_GROUPS")
+    return int(value) if value else 0
+
+
+def hc_sub_splits() -> int:
+    """``DEEP_TILE_HC_SUB_SPLITS``: the pieces per split forced (an int >= 1), 0 when unset."""
+    raw = get("DEEP_TILE_HC_SUB_SPLITS")
+    if raw is None:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise _bad(REGISTRY["DEEP_TILE_HC_SUB_SPLITS"], "an int >= 1", raw)
+    return value
 
 
 def cxx() -> str:

@@ -25,10 +25,9 @@ same partial sums in float32 torch. Arguments are checked before anything is lau
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
+from deep_tile import env
 from deep_tile.device import get_num_sms
 from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
@@ -143,14 +142,14 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
         sqr_sum.copy_(ref_s)
         return
     num_sms = get_num_sms()
-    groups = _env_int(GROUPS_ENV) or contract.math_groups(m)
+    groups = env.hc_groups() or contract.math_groups(m)
     if groups not in contract.GROUP_CHOICES:
         _fail(f"{GROUPS_ENV} must be one of {contract.GROUP_CHOICES}, got {groups}.")
     if num_splits is None:  # own splits, each its own part, all summed into d
         parts = contract.own_splits(m, k, num_sms, groups)
         per_output, outputs, launch_splits, sub = parts, 1, parts, 1
     else:
-        sub = _env_int(SUB_SPLITS_ENV) or contract.sub_splits(m, k, splits, num_sms, groups)
+        sub = env.hc_sub_splits() or contract.sub_splits(m, k, splits, num_sms, groups)
         parts, per_output, outputs = splits * sub, sub, splits
         launch_splits = splits
     row_stride = d.stride(-2) if m > 1 else n
@@ -170,20 +169,6 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
                       stream=torch.cuda.current_stream(a.device).cuda_stream,
                       args=KernelArgs(list(zip(contract.REDUCE_ARGUMENT_KINDS, values))),
                       device=a.device.index, pdl=get_pdl())
-
-
-def _env_int(name: str) -> int:
-    """The positive int the environment variable ``name`` holds (0 when unset or empty)."""
-    value = os.environ.get(name, "")
-    if not value:
-        return 0
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        _fail(f"{name} must be a positive int, got {value!r}.")
-    return number
 
 
 def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, sub) -> None:

@@ -338,13 +338,40 @@ def test_head_major_chunks():
 
 
 def test_path_variables_are_checked(monkeypatch):
-    from deep_tile.einsums import BH_PATH_ENV, FP8_PATH_ENV, _env_path
+    from deep_tile import env
+    from deep_tile.einsums import BH_PATH_ENV, FP8_PATH_ENV
 
+    # the registry's choices are the paths the module knows
+    assert env.REGISTRY[BH_PATH_ENV].choices == BH_PATHS
+    assert env.REGISTRY[FP8_PATH_ENV].choices == FP8_PATHS
     monkeypatch.setenv(FP8_PATH_ENV, "fast")
     with pytest.raises(ValueError, match=FP8_PATH_ENV):
-        _env_path(FP8_PATH_ENV, FP8_PATHS, "auto")
+        env.fp8_einsum()
     monkeypatch.delenv(BH_PATH_ENV, raising=False)
-    assert _env_path(BH_PATH_ENV, BH_PATHS, "bmm") == "bmm"
+    assert env.bh_einsum() == "bmm"
+    monkeypatch.setenv(BH_PATH_ENV, "Heads")
+    assert env.bh_einsum() == "heads"
+
+
+def test_prenorm_variables_are_checked(monkeypatch):
+    from deep_tile import env
+    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
+    from deep_tile.kernels import hc_prenorm
+
+    assert tuple(int(c) for c in env.REGISTRY[GROUPS_ENV].choices) == tuple(hc_prenorm.GROUP_CHOICES)
+    monkeypatch.delenv(GROUPS_ENV, raising=False)
+    monkeypatch.delenv(SUB_SPLITS_ENV, raising=False)
+    assert (env.hc_groups(), env.hc_sub_splits()) == (0, 0)
+    monkeypatch.setenv(GROUPS_ENV, "1")
+    monkeypatch.setenv(SUB_SPLITS_ENV, "3")
+    assert (env.hc_groups(), env.hc_sub_splits()) == (1, 3)
+    for bad in ("0", "x"):
+        monkeypatch.setenv(SUB_SPLITS_ENV, bad)
+        with pytest.raises(ValueError, match=SUB_SPLITS_ENV):
+            env.hc_sub_splits()
+    monkeypatch.setenv(GROUPS_ENV, "3")
+    with pytest.raises(ValueError, match=GROUPS_ENV):
+        env.hc_groups()
 
 
 def einsum_bad_cases():
