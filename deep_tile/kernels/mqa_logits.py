@@ -47,7 +47,7 @@ when ``kv_scale`` is not 16-byte aligned."""
 BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
 ``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544}
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 288}
 """Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups;
 ``kMqaRingThreads``: two math warpgroups and the producer warp; ``kMqaPersistThreads``: four
 math warpgroups and the producer warp)."""
