@@ -5,9 +5,9 @@
 // snake order, heaviest query blocks first, so causal ranges end together. A producer warp
 // publishes each item through one of three q stages (the rows' ranges, weights and the q tile of 256
 // columns, the next item's loading during the current one) and streams the kv blocks of 128 rows
-// with their scales through a TMA ring. Four math warpgroups share every kv block: warpgroup w
-// takes kv rows 64 (w % 2) .. + 64 against query columns 128 (w / 2) .. + 128 (one m64n128k32
-// wgmma chain), so each kv byte brought from L2 serves 256 columns instead of 128.
+// with their scales through a TMA ring. Two math warpgroups share every kv block: warpgroup w
+// takes kv rows 64 w .. + 64 against both query halves of 128 columns (two m64n128k32 chains into
+// two accumulators), so each kv byte brought from L2 serves 256 columns instead of 128.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/kernels/mqa_logits_epilogue.cuh"
