@@ -49,11 +49,33 @@ struct alignas(1024) MqaPersistSmem {
   u64 empty[kMqaPersistStages];
 };
 
-/// A query half as a type: the epilogue's row indices stay compile-time (registers, not local memory).
-template <int kHalf>
-struct MqaPersistHalf {
-  static constexpr int value = kHalf;
-};
+/// The logits of query half kHalf (rows kHalf * kQRows / 2 on) of one kv block from its
+/// accumulators: this thread's kv rows j0 and j0 + 8 (scales scale0, scale1); a template, not a
+/// generic lambda (NVRTC 13.0 takes those for host functions).
+template <int kHalf, int kNumHeads>
+DT_DEVICE void mqa_persist_half_logits(const float (&acc)[ptx::WgmmaFp8<128>::kNumAccum], const float* item_weights,
+                                       const MqaPersistInfo& info, int lane, int i0, int j0, float scale0, float scale1,
+                                       float* __restrict__ logits, int seq_len, int seq_len_kv, int stride_logits,
+                                       int clean, int compressed_cols) {
+  constexpr int kHalfRows = 128 / kNumHeads;
+  const float* half_weights = item_weights + kHalf * 128;
+  float v0[kHalfRows], v1[kHalfRows];
+  mqa_head_sums<128, kNumHeads>(
+      acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
+#pragma unroll
+  for (int r = 0; r < kHalfRows; ++r) {
+    const int row = kHalf * kHalfRows + r;
+    if ((lane & 3) != (r & 3) || i0 + row >= seq_len) continue;  // lane q of each quad stores rows q, q + 4
+    float* out_row = logits + static_cast<long long>(i0 + row) * stride_logits;
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int j = j0 + 8 * s;
+      const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
+      if (j < seq_len_kv)
+        mqa_store_logit(out_row, j, value, info.raw_start[row], info.row_end[row], clean, compressed_cols);
+    }
+  }
+}
 
 /// The item of this CTA's k-th turn, or -1 past the last: turn k covers items [k P, (k + 1) P) of P
 /// CTAs, walked forwards on even turns and backwards on odd ones, counting from the last item.
@@ -71,7 +93,6 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
                                      int clean, int compressed_cols, int splits) {
   static_assert(128 % kNumHeads == 0 && kNumHeads % 8 == 0, "whole query rows per wgmma N half");
   constexpr int kQRows = kMqaPersistCols / kNumHeads;  // of an item
-  constexpr int kHalfRows = kQRows / 2;                // of one wgmma N half
   static_assert(kQRows <= kMqaPersistMaxRows, "MqaPersistInfo holds the rows");
   extern __shared__ __align__(1024) u8 mqa_persist_smem[];
   MqaPersistSmem& smem = *reinterpret_cast<MqaPersistSmem*>(mqa_persist_smem);
@@ -175,35 +196,7 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
     ptx::mbarrier_wait(&smem.q_full[q_state.index], q_state.full_parity());
     const MqaPersistInfo& info = smem.info[q_state.index];
     const int lo = info.lo, hi = info.hi, begin = info.begin, end = info.end;
-    const float* item_weights = smem.weights[q_state.index];
     const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index]));
-
-    // the logits of query half kHalf (a MqaPersistHalf) of block b from its accumulators
-    auto epilogue = [&](auto half, const float (&acc)[ptx::WgmmaFp8<128>::kNumAccum], int b, float scale0,
-                        float scale1) {
-      constexpr int kHalf = decltype(half)::value;
-      const float* half_weights = item_weights + kHalf * 128;
-      float v0[kHalfRows], v1[kHalfRows];
-      mqa_head_sums<128, kNumHeads>(
-          acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
-      const int j0 = lo + b * kMqaPersistBlockKV + row_in_block;
-#pragma unroll
-      for (int r = 0; r < kHalfRows; ++r) {
-        const int row = kHalf * kHalfRows + r;
-        if ((lane & 3) != (r & 3) || i0 + row >= seq_len) continue;  // lane q of each quad stores rows q, q + 4
-        float* out_row = logits + static_cast<long long>(i0 + row) * stride_logits;
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          const int j = j0 + 8 * s;
-          const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
-          if (j < seq_len_kv) mqa_store_logit(out_row, j, value, info.raw_start[row], info.row_end[row], clean,
-                                          compressed_cols);
-        }
-      }
-    };
-    auto kv_desc_lo = [&](int stage) {
-      return ptx::sw128_lo(ptx::smem_addr(smem.kv[stage] + kv_half * 64 * 128));
-    };
 
     // per block both halves' wgmmas issue at once: the second half runs during the first half's
     // epilogue, and the other warpgroup's wgmmas during the second's (a wait on a group issued in
@@ -214,13 +207,18 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
       const float scale0 = smem.scales[stage][row_in_block];
       const float scale1 = smem.scales[stage][row_in_block + 8];
       float acc0[ptx::WgmmaFp8<128>::kNumAccum], acc1[ptx::WgmmaFp8<128>::kNumAccum];
-      mqa_tile_mma_issue<128>(kv_desc_lo(stage), q_desc_lo, acc0);
-      mqa_tile_mma_issue<128>(kv_desc_lo(stage), q_desc_lo + kQHalfDesc, acc1);
+      const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[stage] + kv_half * 64 * 128));
+      mqa_tile_mma_issue<128>(kv_desc_lo, q_desc_lo, acc0);
+      mqa_tile_mma_issue<128>(kv_desc_lo, q_desc_lo + kQHalfDesc, acc1);
       mqa_tile_mma_wait<1, 128>(acc0);
-      epilogue(MqaPersistHalf<0>{}, acc0, b, scale0, scale1);
+      mqa_persist_half_logits<0, kNumHeads>(acc0, smem.weights[q_state.index], info, lane, i0,
+                                              lo + b * kMqaPersistBlockKV + row_in_block, scale0, scale1, logits,
+                                              seq_len, seq_len_kv, stride_logits, clean, compressed_cols);
       mqa_tile_mma_wait<0, 128>(acc1);
       ptx::mbarrier_arrive(&smem.empty[stage]);  // both halves' wgmmas and the scale reads are done
-      epilogue(MqaPersistHalf<1>{}, acc1, b, scale0, scale1);
+      mqa_persist_half_logits<1, kNumHeads>(acc1, smem.weights[q_state.index], info, lane, i0,
+                                              lo + b * kMqaPersistBlockKV + row_in_block, scale0, scale1, logits,
+                                              seq_len, seq_len_kv, stride_logits, clean, compressed_cols);
     }
     ptx::mbarrier_arrive(&smem.q_empty[q_state.index]);  // q tile, weights and info read
 
