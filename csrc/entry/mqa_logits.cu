@@ -59,6 +59,6 @@ static_assert(sizeof(deep_tile::MqaPersistSmem) == 203776, "MqaPersistSmem chang
   }
 
 /// Persistent CTAs over items (query blocks of 256 / H rows by kv splits): grid (min(items, SMs)),
-/// 288 threads, PERSISTENT_SMEM_BYTES of dynamic shared memory; q tile boxes of 256 rows.
+/// 544 threads, PERSISTENT_SMEM_BYTES of dynamic shared memory; q tile boxes of 256 rows.
 DT_MQA_LOGITS_PERSISTENT_ENTRY(32)
 DT_MQA_LOGITS_PERSISTENT_ENTRY(64)

@@ -14,9 +14,8 @@ count each:
   memory), the blocks of each query block split over ``grid[1]`` CTAs (:func:`ring_splits`);
 - ``"persistent"`` (include/deep_tile/kernels/mqa_logits_persistent.cuh): one CTA per SM walking
   items of ``256 / H`` query rows (two wgmma N halves) by a share of their kv blocks
-  (:func:`persistent_splits`), heaviest first in a snake order, two math warpgroups sharing each
-  streamed kv block (each both query halves, one accumulator per half, so one half's wgmmas run
-  during the other's epilogue) and the next item's q tile loading during the current one.
+  (:func:`persistent_splits`), heaviest first in a snake order, four math warpgroups sharing each
+  streamed kv block and the next item's q tile loading during the current one.
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
@@ -48,10 +47,10 @@ when ``kv_scale`` is not 16-byte aligned."""
 BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
 ``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 288}
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544}
 """Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups;
-``kMqaRingThreads``: two math warpgroups and the producer warp; ``kMqaPersistThreads``: two
-math warpgroups of two accumulators and the producer warp)."""
+``kMqaRingThreads``: two math warpgroups and the producer warp; ``kMqaPersistThreads``: four
+math warpgroups and the producer warp)."""
 WGMMA_N = 128
 """Query rows x heads per wgmma step (``kMqaWgmmaN``): a step takes ``WGMMA_N / H`` query rows."""
 MAX_ROWS_PER_CTA = 16

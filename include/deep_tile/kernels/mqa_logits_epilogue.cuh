@@ -24,27 +24,6 @@ DT_DEVICE void mqa_tile_mma(u32 kv_desc_lo, u32 q_desc_lo, float (&acc)[ptx::Wgm
   for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
 }
 
-/// Issues acc := kv tile . q tile (as mqa_tile_mma) as one committed wgmma group, not waited for.
-template <int kN>
-DT_DEVICE void mqa_tile_mma_issue(u32 kv_desc_lo, u32 q_desc_lo, float (&acc)[ptx::WgmmaFp8<kN>::kNumAccum]) {
-  using Mma = ptx::WgmmaFp8<kN>;
-#pragma unroll
-  for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-  ptx::wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < 4; ++k)
-    Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-  ptx::wgmma_commit_group();  // no operand fence after: an asm touching `acc` in flight serializes the wgmmas
-}
-
-/// Waits until at most kPending wgmma groups are in flight, then `acc` (an older group's) is readable.
-template <int kPending, int kN>
-DT_DEVICE void mqa_tile_mma_wait(float (&acc)[ptx::WgmmaFp8<kN>::kNumAccum]) {
-  ptx::wgmma_wait_group<kPending>();
-#pragma unroll
-  for (int a = 0; a < ptx::WgmmaFp8<kN>::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-}
-
 /// v0[r], v1[r]: sum over query row r's heads of relu(acc) * weight for this thread's two kv rows,
 /// then over the row quad's four lanes (every lane of a quad ends with the sums). `weight_pair(c)`
 /// gives the weights of columns c and c + 1 (c even).

@@ -5,9 +5,9 @@
 // snake order, heaviest query blocks first, so causal ranges end together. A producer warp
 // publishes each item through one of three q stages (the rows' ranges, weights and the q tile of 256
 // columns, the next item's loading during the current one) and streams the kv blocks of 128 rows
-// with their scales through a TMA ring. Two math warpgroups share every kv block: warpgroup w
-// takes kv rows 64 w .. + 64 against both query halves of 128 columns (two m64n128k32 chains into
-// two accumulators), so each kv byte brought from L2 serves 256 columns instead of 128.
+// with their scales through a TMA ring. Four math warpgroups share every kv block: warpgroup w
+// takes kv rows 64 (w % 2) .. + 64 against query columns 128 (w / 2) .. + 128 (one m64n128k32
+// wgmma chain), so each kv byte brought from L2 serves 256 columns instead of 128.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/kernels/mqa_logits_epilogue.cuh"
@@ -24,7 +24,7 @@ constexpr int kMqaPersistStages = 6;   // kv blocks in flight
 constexpr int kMqaPersistQStages = 3;  // the next items' q tiles load during the current one (short causal items)
 constexpr int kMqaPersistBlockKV = 128;
 constexpr int kMqaPersistCols = 256;  // query rows x heads of an item: two wgmma N halves
-constexpr int kMqaPersistMathThreads = 256;  // two math warpgroups, two accumulators each
+constexpr int kMqaPersistMathThreads = 512;
 constexpr int kMqaPersistThreads = kMqaPersistMathThreads + 32;  // + the producer warp
 constexpr int kMqaPersistMaxRows = kMqaPersistCols / 32;         // query rows of an item at H = 32
 
@@ -49,34 +49,6 @@ struct alignas(1024) MqaPersistSmem {
   u64 empty[kMqaPersistStages];
 };
 
-/// The logits of query half kHalf (rows kHalf * kQRows / 2 on) of one kv block from its
-/// accumulators: this thread's kv rows j0 and j0 + 8 (scales scale0, scale1); a template, not a
-/// generic lambda (NVRTC 13.0 takes those for host functions).
-template <int kHalf, int kNumHeads>
-DT_DEVICE void mqa_persist_half_logits(const float (&acc)[ptx::WgmmaFp8<128>::kNumAccum], const float* item_weights,
-                                       const MqaPersistInfo& info, int lane, int i0, int j0, float scale0, float scale1,
-                                       float* __restrict__ logits, int seq_len, int seq_len_kv, int stride_logits,
-                                       int clean, int compressed_cols) {
-  constexpr int kHalfRows = 128 / kNumHeads;
-  const float* half_weights = item_weights + kHalf * 128;
-  float v0[kHalfRows], v1[kHalfRows];
-  mqa_head_sums<128, kNumHeads>(
-      acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
-#pragma unroll
-  for (int r = 0; r < kHalfRows; ++r) {
-    const int row = kHalf * kHalfRows + r;
-    if ((lane & 3) != (r & 3) || i0 + row >= seq_len) continue;  // lane q of each quad stores rows q, q + 4
-    float* out_row = logits + static_cast<long long>(i0 + row) * stride_logits;
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      const int j = j0 + 8 * s;
-      const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
-      if (j < seq_len_kv)
-        mqa_store_logit(out_row, j, value, info.raw_start[row], info.row_end[row], clean, compressed_cols);
-    }
-  }
-}
-
 /// The item of this CTA's k-th turn, or -1 past the last: turn k covers items [k P, (k + 1) P) of P
 /// CTAs, walked forwards on even turns and backwards on odd ones, counting from the last item.
 DT_DEVICE int mqa_persist_item(int k, int num_items) {
@@ -93,6 +65,7 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
                                      int clean, int compressed_cols, int splits) {
   static_assert(128 % kNumHeads == 0 && kNumHeads % 8 == 0, "whole query rows per wgmma N half");
   constexpr int kQRows = kMqaPersistCols / kNumHeads;  // of an item
+  constexpr int kHalfRows = kQRows / 2;                // of one wgmma N half
   static_assert(kQRows <= kMqaPersistMaxRows, "MqaPersistInfo holds the rows");
   extern __shared__ __align__(1024) u8 mqa_persist_smem[];
   MqaPersistSmem& smem = *reinterpret_cast<MqaPersistSmem*>(mqa_persist_smem);
@@ -178,15 +151,12 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
     return;
   }
 
-  // the math warpgroups: warpgroup g takes kv rows 64 g .. + 64 of every block against both query
-  // halves in turn, one accumulator each, so one half's wgmmas run during the other half's epilogue
-  // (with a shared full barrier, single-accumulator warpgroups issue together and then all sit in
-  // their epilogues while the tensor core idles). This thread's columns of a half are
-  // 8 n + 2 (lane % 4) + {0, 1}, n < 16; its kv rows are 16 warp + lane / 4 and 8 below, of the 64.
-  const int kv_half = warp >> 2, warp_in_group = warp & 3;
+  // the math warpgroups: this thread's columns (of its N half) are 8 n + 2 (lane % 4) + {0, 1}, n < 16;
+  // its kv rows are 16 warp + lane / 4 and 8 below, of its warpgroup's 64
+  const int group = warp >> 2, warp_in_group = warp & 3;
+  const int kv_half = group & 1, q_half = group >> 1;
   const int row_in_block = kv_half * 64 + warp_in_group * 16 + (lane >> 2);
   const float neg_inf = -__int_as_float(0x7f800000);
-  constexpr u32 kQHalfDesc = 128 * 128 >> 4;  // descriptor units (16 bytes) between the q halves
   PipelineState<kMqaPersistQStages> q_state;
   PipelineState<kMqaPersistStages> kv_state;
   for (int k = 0;; ++k, q_state.advance()) {
@@ -196,29 +166,40 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
     ptx::mbarrier_wait(&smem.q_full[q_state.index], q_state.full_parity());
     const MqaPersistInfo& info = smem.info[q_state.index];
     const int lo = info.lo, hi = info.hi, begin = info.begin, end = info.end;
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index]));
+    int raw_start[kHalfRows], row_end[kHalfRows];
+#pragma unroll
+    for (int r = 0; r < kHalfRows; ++r) {
+      raw_start[r] = info.raw_start[q_half * kHalfRows + r];
+      row_end[r] = info.row_end[q_half * kHalfRows + r];
+    }
+    const float* half_weights = smem.weights[q_state.index] + q_half * 128;
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index] + q_half * 128 * 128));
+    const int i_half = i0 + q_half * kHalfRows;
 
-    // per block both halves' wgmmas issue at once: the second half runs during the first half's
-    // epilogue, and the other warpgroup's wgmmas during the second's (a wait on a group issued in
-    // an earlier iteration would make ptxas serialize every wgmma: C7514)
     for (int b = begin; b < end; ++b, kv_state.advance()) {
-      const int stage = kv_state.index;
-      ptx::mbarrier_wait(&smem.full[stage], kv_state.full_parity());
-      const float scale0 = smem.scales[stage][row_in_block];
-      const float scale1 = smem.scales[stage][row_in_block + 8];
-      float acc0[ptx::WgmmaFp8<128>::kNumAccum], acc1[ptx::WgmmaFp8<128>::kNumAccum];
-      const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[stage] + kv_half * 64 * 128));
-      mqa_tile_mma_issue<128>(kv_desc_lo, q_desc_lo, acc0);
-      mqa_tile_mma_issue<128>(kv_desc_lo, q_desc_lo + kQHalfDesc, acc1);
-      mqa_tile_mma_wait<1, 128>(acc0);
-      mqa_persist_half_logits<0, kNumHeads>(acc0, smem.weights[q_state.index], info, lane, i0,
-                                              lo + b * kMqaPersistBlockKV + row_in_block, scale0, scale1, logits,
-                                              seq_len, seq_len_kv, stride_logits, clean, compressed_cols);
-      mqa_tile_mma_wait<0, 128>(acc1);
-      ptx::mbarrier_arrive(&smem.empty[stage]);  // both halves' wgmmas and the scale reads are done
-      mqa_persist_half_logits<1, kNumHeads>(acc1, smem.weights[q_state.index], info, lane, i0,
-                                              lo + b * kMqaPersistBlockKV + row_in_block, scale0, scale1, logits,
-                                              seq_len, seq_len_kv, stride_logits, clean, compressed_cols);
+      ptx::mbarrier_wait(&smem.full[kv_state.index], kv_state.full_parity());
+      const float scale0 = smem.scales[kv_state.index][row_in_block];
+      const float scale1 = smem.scales[kv_state.index][row_in_block + 8];
+      const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[kv_state.index] + kv_half * 64 * 128));
+      float acc[ptx::WgmmaFp8<128>::kNumAccum];
+      mqa_tile_mma<128>(kv_desc_lo, q_desc_lo, acc);
+      ptx::mbarrier_arrive(&smem.empty[kv_state.index]);  // its wgmmas and scale reads are done
+
+      float v0[kHalfRows], v1[kHalfRows];
+      mqa_head_sums<128, kNumHeads>(
+          acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
+      const int j0 = lo + b * kMqaPersistBlockKV + row_in_block;
+#pragma unroll
+      for (int r = 0; r < kHalfRows; ++r) {
+        if ((lane & 3) != (r & 3) || i_half + r >= seq_len) continue;  // lane q of each quad stores rows q, q + 4
+        float* out_row = logits + static_cast<long long>(i_half + r) * stride_logits;
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const int j = j0 + 8 * s;
+          const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
+          if (j < seq_len_kv) mqa_store_logit(out_row, j, value, raw_start[r], row_end[r], clean, compressed_cols);
+        }
+      }
     }
     ptx::mbarrier_arrive(&smem.q_empty[q_state.index]);  // q tile, weights and info read
 
