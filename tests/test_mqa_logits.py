@@ -204,6 +204,7 @@ def test_kernels_build_spill_free(name):
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
     for symbol in SYMBOLS:  # the wgmma designs' four k32 steps are tensor-core MMAs, the CUDA-core one has none
         assert bodies[symbol].count("QGMMA") == (0 if symbol in CUDA_CORE_SYMBOLS else 4), symbol
+    assert "C7514" not in result.log and "C7518" not in result.log, result.log  # ptxas serialized no wgmma
 
 
 # --------------------------------------------------------------------------------------------------
