@@ -90,6 +90,30 @@ __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design)
                                      (design == kPagedTma || design == kPagedTmaOneChain ? 8 : 0));
 }
 
+/// The logits CTA's rings in dynamic shared memory from its first 1024-byte boundary (the 128B
+/// swizzle's period): kQSlots q tiles of kN rows of 128 bytes, kStages kv blocks, their kStages x 64
+/// scales, kQSlots x kN weights; end() is past them (the TMA designs' mbarriers).
+template <int kN, int kStages, int kQSlots>
+struct PagedRings {
+  static constexpr int kQBytes = kN * kPagedHeadDim;
+  u8* q_ring;
+  u8* kv_ring;
+  float* scale_ring;
+  float* weight_ring;
+
+  DT_DEVICE explicit PagedRings(u8* smem_raw) {
+    q_ring = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);
+    kv_ring = q_ring + kQSlots * kQBytes;
+    scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);
+    weight_ring = scale_ring + kStages * kPagedBlockKV;
+  }
+  DT_DEVICE u8* q(int slot) const { return q_ring + slot * kQBytes; }
+  DT_DEVICE u8* kv(int stage) const { return kv_ring + stage * kPagedBlockBytes; }
+  DT_DEVICE float* scales(int stage) const { return scale_ring + stage * kPagedBlockKV; }
+  DT_DEVICE float* weights(int slot) const { return weight_ring + slot * kN; }
+  DT_DEVICE u64* end() const { return reinterpret_cast<u64*>(weight_ring + kQSlots * kN); }
+};
+
 /// Wait until at most `ahead` (clamped to [0, N]) of this thread's newest cp.async groups are in flight.
 template <int N>
 DT_DEVICE void cp_async_wait_at_most(int ahead) {
@@ -163,6 +187,13 @@ DT_DEVICE void paged_mqa_logits_schedule(const int* __restrict__ context_lens, i
   if (tid == 0) schedule[2 * num_slots] = batch, schedule[2 * num_slots + 1] = 0;
 }
 
+/// The columns each of sequence b's kNextN logits rows gets: its context length, cut at max_context_len.
+template <int kNextN>
+DT_DEVICE void paged_row_lens(const int* __restrict__ context_lens, int b, int max_context_len, int (&lens)[kNextN]) {
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) lens[t] = min_int(context_lens[b * kNextN + t], max_context_len);
+}
+
 /// A CTA's walk over its slot's units, stopping only at those whose block `group` holds kv rows;
 /// every thread of the CTA holds the same cursor (the loads it makes are broadcasts).
 struct PagedCursor {
@@ -194,6 +225,21 @@ struct PagedCursor {
     }
   }
 };
+
+/// The cursor of CTA `group` of SM slot `slot` at its first unit with a block of its own, walking
+/// to the slot's end in the schedule (or `batch`: a larger batch's schedule stops at this one's end).
+DT_DEVICE PagedCursor paged_slot_start(const int* __restrict__ schedule, int slot, int group, int batch,
+                                       const int* __restrict__ context_lens, int next_n, int max_blocks,
+                                       int max_context_len) {
+  PagedCursor start;
+  start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
+  start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
+  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;
+  start.group = group, start.units = 0, start.blocks = 0;
+  if (start.has()) start.load(context_lens, next_n, max_blocks, max_context_len);
+  start.settle(context_lens, next_n, max_blocks, max_context_len);
+  return start;
+}
 
 /// Adds one wgmma chunk's share of the head sums: relu(acc) * weight over the chunk's columns
 /// [kColBase, kColBase + 2 kNumAccum), per token (v0: row r0, v1: row r1; two partial sums each,
@@ -237,6 +283,36 @@ DT_DEVICE void paged_store_rows(const float (&v0)[kNextN][2], const float (&v1)[
   }
 }
 
+/// The weights paged_block reads for a block of the sequence whose kN weights lie at `slot_weights`:
+/// with kInRegisters this thread's kN / 4 of them in `wreg` (columns 8n + 2 (lane % 4) + {0, 1} at
+/// 2n, 2n + 1: its accumulators' columns), loaded as the sequence starts rather than per block.
+template <int kN, bool kInRegisters>
+DT_DEVICE const float* paged_block_weights(const float* slot_weights, bool new_sequence, int lane,
+                                           float (&wreg)[kInRegisters ? kN / 4 : 1]) {
+  if constexpr (kInRegisters) {
+    if (new_sequence) {
+#pragma unroll
+      for (int n = 0; n < kN / 8; ++n) {
+        const float2 pair = *reinterpret_cast<const float2*>(slot_weights + 8 * n + 2 * (lane & 3));
+        wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
+      }
+    }
+    return wreg;
+  } else {
+    return slot_weights;
+  }
+}
+
+/// Issues one wgmma chain, acc := kv tile (64 rows at descriptor word kv_desc_lo) . q rows (kN at
+/// q_desc_lo) over head_dim 128, as one commit group; the caller fences acc and waits.
+template <int kN>
+DT_DEVICE void paged_wgmma_chain(u32 kv_desc_lo, u32 q_desc_lo, float (&acc)[ptx::WgmmaFp8<kN>::kNumAccum]) {
+#pragma unroll
+  for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
+    ptx::WgmmaFp8<kN>::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
+  ptx::wgmma_commit_group();
+}
+
 /// One block's wgmmas and epilogue, the N columns in kChunks chains of N / kChunks (one commit
 /// group each) so the head sums of a chunk run while the next chunk's wgmmas do; `between` runs
 /// after the wgmmas are issued (the next copies), before the first wait. kv_desc_lo / q_desc_lo:
@@ -260,16 +336,8 @@ DT_DEVICE void paged_block(u32 kv_desc_lo, u32 q_desc_lo, const float* w, const 
   }
   __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
   ptx::wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
-    Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc0, k > 0);
-  ptx::wgmma_commit_group();
-  if constexpr (kChunks == 2) {
-#pragma unroll
-    for (int k = 0; k < kPagedHeadDim / 32; ++k)
-      Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + kChunkDesc + k * 2), acc1, k > 0);
-    ptx::wgmma_commit_group();
-  }
+  paged_wgmma_chain<kChunkN>(kv_desc_lo, q_desc_lo, acc0);
+  if constexpr (kChunks == 2) paged_wgmma_chain<kChunkN>(kv_desc_lo, q_desc_lo + kChunkDesc, acc1);
   between();
   const float scale0 = scales[r0], scale1 = scales[r0 + 8];
   float v0[kNextN][2], v1[kNextN][2];
@@ -313,24 +381,15 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
   static_assert(kStages >= 2, "a block in use and at least one in flight");
   constexpr int kQBytes = kN * kPagedHeadDim;
   extern __shared__ u8 smem_raw[];
-  u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
-  u8* q_ring = smem;                                          // kQSlots x kQBytes
-  u8* kv_ring = q_ring + kQSlots * kQBytes;              // kStages x kPagedBlockBytes
-  float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
-  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kQSlots x kN
+  const PagedRings<kN, kStages, kQSlots> rings(smem_raw);
 
   ptx::grid_dependency_wait();  // the stream predecessor may write any input
   ptx::launch_dependents();
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
-  PagedCursor start;
-  start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
-  start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
-  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a larger batch's schedule stops at this one's end
-  start.group = group, start.units = 0, start.blocks = 0;
-  if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
-  start.settle(context_lens, kNextN, max_blocks, max_context_len);
+  const PagedCursor start = paged_slot_start(schedule, slot, group, batch, context_lens, kNextN, max_blocks,
+                                             max_context_len);
   PagedCursor producer = start, consumer = start;
 
   // the producer: block `issued` of the CTA's walk goes into stage issued % kStages, a new
@@ -352,26 +411,26 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     const bool valid = producer_entry >= 0 && producer_entry < num_kv_blocks;
     const u8* src = kv_cache + static_cast<long long>(valid ? producer_entry : 0) * kv_block_stride;
     const u32 bytes = valid ? 16u : 0u;
-    u8* kv_dst = kv_ring + stage * kPagedBlockBytes;
+    u8* kv_dst = rings.kv(stage);
 #pragma unroll
     for (int u = 0; u < kPagedBlockBytes / 16 / kPagedThreads; ++u) {
       const int c = tid + u * kPagedThreads;
       ptx::cp_async_16_zfill(kv_dst + sw128_offset(c >> 3, c & 7), src + c * 16, bytes);
     }
     if (tid < kPagedBlockKV * 4 / 16)
-      ptx::cp_async_16_zfill(scale_ring + stage * kPagedBlockKV + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
+      ptx::cp_async_16_zfill(rings.scales(stage) + tid * 4, src + kPagedBlockBytes + tid * 16, bytes);
     if (producer.b != producer_b) {
       producer_b = producer.b, ++producer_q_seq;
       const int q_slot = producer_q_seq % kQSlots;
       const u8* q_src = q + static_cast<long long>(producer.b) * kQBytes;
-      u8* q_dst = q_ring + q_slot * kQBytes;
+      u8* q_dst = rings.q(q_slot);
 #pragma unroll
       for (int u = 0; u < kQBytes / 16 / kPagedThreads; ++u) {
         const int c = tid + u * kPagedThreads;
         ptx::cp_async_16_zfill(q_dst + sw128_offset(c >> 3, c & 7), q_src + c * 16, 16u);
       }
       if (tid < kN / 4)
-        ptx::cp_async_16_zfill(weight_ring + q_slot * kN + tid * 4,
+        ptx::cp_async_16_zfill(rings.weights(q_slot) + tid * 4,
                                weights + static_cast<long long>(producer.b) * kN + tid * 4, 16u);
     }
     ptx::cp_async_commit_group();  // one group per block: groups and blocks are counted alike
@@ -400,9 +459,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     const bool new_sequence = consumer.b != consumer_b;
     if (new_sequence) {
       consumer_b = consumer.b, ++consumer_q_seq;
-#pragma unroll
-      for (int t = 0; t < kNextN; ++t)
-        lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
+      paged_row_lens<kNextN>(context_lens, consumer.b, max_context_len, lens);
     }
     const bool late = issued <= iter;  // the same in every thread: only with one q slot
     // stages of blocks before iter are free: the copies go out here, or (kIssueUnderMma) once the
@@ -418,19 +475,10 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     }
     const int stage = iter % kStages;
     const int q_slot = consumer_q_seq % kQSlots;
-    const float* w = weight_ring + q_slot * kN;
-    if constexpr (kWeightsInRegisters) {
-      if (new_sequence) {
-#pragma unroll
-        for (int n = 0; n < kN / 8; ++n) {
-          const float2 pair = *reinterpret_cast<const float2*>(w + 8 * n + 2 * (lane & 3));
-          wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
-        }
-      }
-    }
+    const float* w = paged_block_weights<kN, kWeightsInRegisters>(rings.weights(q_slot), new_sequence, lane, wreg);
 
-    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
+    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.kv(stage)));
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.q(q_slot)));
     if constexpr (kDesign == kPagedFourCtas) {
       // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas
       // read neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
@@ -456,7 +504,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
         }
       };
       paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
-          kv_desc_lo, q_desc_lo, kWeightsInRegisters ? wreg : w, scale_ring + stage * kPagedBlockKV, r0, lens,
+          kv_desc_lo, q_desc_lo, w, rings.scales(stage), r0, lens,
           logits, stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
     } else {  // kPagedTwoSlots: the earlier block, one wgmma chain and one FMA chain per row
       using Mma = ptx::WgmmaFp8<kN>;
@@ -465,11 +513,8 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
       for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
       __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
       ptx::wgmma_fence();
-#pragma unroll
-      for (int k = 0; k < kPagedHeadDim / 32; ++k)  // k32 steps: 32 bytes along the swizzled row each
-        Mma::mma(ptx::sw128_desc(kv_desc_lo + k * 2), ptx::sw128_desc(q_desc_lo + k * 2), acc, k > 0);
-      ptx::wgmma_commit_group();
-      const float scale0 = scale_ring[stage * kPagedBlockKV + r0], scale1 = scale_ring[stage * kPagedBlockKV + r1];
+      paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
+      const float scale0 = rings.scales(stage)[r0], scale1 = rings.scales(stage)[r1];
       ptx::wgmma_wait_group<0>();
 #pragma unroll
       for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
@@ -535,12 +580,8 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
   constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
   extern __shared__ u8 smem_raw[];
-  u8* smem = smem_raw + ((1024 - (ptx::smem_addr(smem_raw) & 1023)) & 1023);  // the swizzle's 1024-byte period
-  u8* q_ring = smem;                                          // kQSlots x kQBytes
-  u8* kv_ring = q_ring + kQSlots * kQBytes;                   // kStages x kPagedBlockBytes
-  float* scale_ring = reinterpret_cast<float*>(kv_ring + kStages * kPagedBlockBytes);  // kStages x 64
-  float* weight_ring = scale_ring + kStages * kPagedBlockKV;  // kQSlots x kN
-  u64* full = reinterpret_cast<u64*>(weight_ring + kQSlots * kN);  // kStages: the stage's block (and q) landed
+  const PagedRings<kN, kStages, kQSlots> rings(smem_raw);
+  u64* full = rings.end();  // kStages: the stage's block (and q) landed
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   if (tid == 0) {
@@ -556,13 +597,8 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   ptx::launch_dependents();
 
   const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
-  PagedCursor start;
-  start.b = schedule[2 * slot], start.s = schedule[2 * slot + 1];
-  start.end_b = schedule[2 * slot + 2], start.end_s = schedule[2 * slot + 3];
-  if (start.end_b >= batch) start.end_b = batch, start.end_s = 0;  // a larger batch's schedule stops at this one's end
-  start.group = group, start.units = 0, start.blocks = 0;
-  if (start.has()) start.load(context_lens, kNextN, max_blocks, max_context_len);
-  start.settle(context_lens, kNextN, max_blocks, max_context_len);
+  const PagedCursor start = paged_slot_start(schedule, slot, group, batch, context_lens, kNextN, max_blocks,
+                                             max_context_len);
   PagedCursor producer = start, consumer = start;
 
   // the tensor-map row of a table entry's block; outside the cache: a box wholly before row 0
@@ -588,12 +624,12 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     if (tid == 0) {
       const int row = block_row(producer_entry);
       ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
-      ptx::tma_load_2d(kv_ring + stage * kPagedBlockBytes, tmap_kv, &full[stage], 0, row);
-      ptx::tma_load_2d(scale_ring + stage * kPagedBlockKV, tmap_scales, &full[stage], 0, row + kPagedBlockKV);
+      ptx::tma_load_2d(rings.kv(stage), tmap_kv, &full[stage], 0, row);
+      ptx::tma_load_2d(rings.scales(stage), tmap_scales, &full[stage], 0, row + kPagedBlockKV);
       if (new_sequence) {
         const int q_slot = producer_q_seq % kQSlots;
-        ptx::tma_load_2d(q_ring + q_slot * kQBytes, tmap_q, &full[stage], 0, producer.b * kN);
-        ptx::tma_load_2d(weight_ring + q_slot * kN, tmap_w, &full[stage], 0, producer.b);
+        ptx::tma_load_2d(rings.q(q_slot), tmap_q, &full[stage], 0, producer.b * kN);
+        ptx::tma_load_2d(rings.weights(q_slot), tmap_w, &full[stage], 0, producer.b);
       }
     }
     ++issued;
@@ -620,28 +656,17 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     const bool new_sequence = consumer.b != consumer_b;
     if (new_sequence) {
       consumer_b = consumer.b, ++consumer_q_seq;
-#pragma unroll
-      for (int t = 0; t < kNextN; ++t)
-        lens[t] = min_int(context_lens[consumer.b * kNextN + t], max_context_len);
+      paged_row_lens<kNextN>(context_lens, consumer.b, max_context_len, lens);
     }
     if (late) {
       while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
       ptx::mbarrier_wait(&full[stage], parity);
     }
     const int q_slot = consumer_q_seq % kQSlots;
-    const float* w = weight_ring + q_slot * kN;
-    if constexpr (kWeightsInRegisters) {
-      if (new_sequence) {
-#pragma unroll
-        for (int n = 0; n < kN / 8; ++n) {
-          const float2 pair = *reinterpret_cast<const float2*>(w + 8 * n + 2 * (lane & 3));
-          wreg[2 * n] = pair.x, wreg[2 * n + 1] = pair.y;
-        }
-      }
-    }
+    const float* w = paged_block_weights<kN, kWeightsInRegisters>(rings.weights(q_slot), new_sequence, lane, wreg);
 
-    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(kv_ring + stage * kPagedBlockBytes));
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(q_ring + q_slot * kQBytes));
+    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.kv(stage)));
+    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.q(q_slot)));
     // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas read
     // neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
     const auto between = [&]() {
@@ -667,7 +692,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
       }
     };
     paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
-        kv_desc_lo, q_desc_lo, kWeightsInRegisters ? wreg : w, scale_ring + stage * kPagedBlockKV, r0, lens, logits,
+        kv_desc_lo, q_desc_lo, w, rings.scales(stage), r0, lens, logits,
         stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
     ++consumer.s;
     consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
