@@ -204,6 +204,10 @@ struct PagedCursor {
 
   DT_DEVICE bool has() const { return b < end_b || (b == end_b && s < end_s); }
   DT_DEVICE int block() const { return s * kPagedSplitBlocks + group; }
+  /// The cache block of block() in the block table; -1 past the walk's end.
+  DT_DEVICE int table_entry(const int* __restrict__ block_table, int block_table_stride) const {
+    return has() ? block_table[static_cast<long long>(b) * block_table_stride + block()] : -1;
+  }
 
   DT_DEVICE void load(const int* __restrict__ context_lens, int next_n, int max_blocks, int max_context_len) {
     const int extent = paged_context_extent(context_lens, b, next_n);
@@ -239,6 +243,34 @@ DT_DEVICE PagedCursor paged_slot_start(const int* __restrict__ schedule, int slo
   if (start.has()) start.load(context_lens, next_n, max_blocks, max_context_len);
   start.settle(context_lens, next_n, max_blocks, max_context_len);
   return start;
+}
+
+/// Whether the producer (at `producer`, the last q rows it issued those of sequence producer_b,
+/// number producer_q_seq) may issue its next block, number `issued`, now: its stage is free (it is
+/// at most `last`) and, if it starts a sequence, so is that sequence's q slot (consumer_q_seq: the
+/// sequence in use; sequence numbers count the walk's sequence changes).
+template <int kQSlots>
+DT_DEVICE bool paged_can_issue(const PagedCursor& producer, int producer_b, int producer_q_seq, int issued, int last,
+                               int consumer_q_seq) {
+  const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
+  return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
+}
+
+/// With one q slot the producer waits at the next sequence's first block for the slot: once per such
+/// sequence, ask L2 for its q rows and weights (prefetch_sequence(b), thread 0) and for this CTA's
+/// first kStages - 1 blocks of it (prefetch_block(table entry), a thread each) meanwhile, so the
+/// late issue finds them there. prefetched_b: the last sequence asked for.
+template <int kStages, typename PrefetchSequence, typename PrefetchBlock>
+DT_DEVICE void paged_prefetch_waiting_sequence(const PagedCursor& producer, int producer_b, int& prefetched_b, int tid,
+                                               const int* __restrict__ block_table, int block_table_stride,
+                                               PrefetchSequence&& prefetch_sequence, PrefetchBlock&& prefetch_block) {
+  if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
+    prefetched_b = producer.b;
+    if (tid == 0) prefetch_sequence(producer.b);
+    const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
+    if (tid < kStages - 1 && block < producer.blocks)
+      prefetch_block(block_table[static_cast<long long>(producer.b) * block_table_stride + block]);
+  }
 }
 
 /// Adds one wgmma chunk's share of the head sums: relu(acc) * weight over the chunk's columns
@@ -394,17 +426,11 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
 
   // the producer: block `issued` of the CTA's walk goes into stage issued % kStages, a new
   // sequence's q rows and weights into slot (its sequence number) % kQSlots
-  const auto table_entry = [&](const PagedCursor& c) {
-    return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
-  };
-  int producer_entry = table_entry(producer);
+  int producer_entry = producer.table_entry(block_table, block_table_stride);
   int issued = 0;
   int producer_q_seq = -1, producer_b = -1;  // sequence numbers count the walk's sequence changes
-  // whether the next block may be issued now: its stage is free (it is at most `last`) and, if it
-  // starts a sequence, so is that sequence's q slot (consumer_q_seq: the sequence in use)
   const auto can_issue = [&](int last, int consumer_q_seq) {
-    const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
-    return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
+    return paged_can_issue<kQSlots>(producer, producer_b, producer_q_seq, issued, last, consumer_q_seq);
   };
   const auto issue = [&]() {
     const int stage = issued % kStages;
@@ -437,7 +463,8 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     ++issued;
     ++producer.s;
     producer.settle(context_lens, kNextN, max_blocks, max_context_len);
-    producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
+    // read one block ahead: its latency hides behind this block
+    producer_entry = producer.table_entry(block_table, block_table_stride);
   };
 
   while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
@@ -485,22 +512,17 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
       const auto between = [&]() {
         while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();  // a no-op after a late issue
         if constexpr (kQSlots == 1) {
-          // the producer waits at the next sequence's first block for the q slot: ask L2 for that
-          // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
-          if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
-            prefetched_b = producer.b;
-            if (tid == 0) {
-              ptx::bulk_prefetch_l2(q + static_cast<long long>(producer.b) * kQBytes, kQBytes);
-              ptx::bulk_prefetch_l2(weights + static_cast<long long>(producer.b) * kN, kN * 4);
-            }
-            const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
-            if (tid < kStages - 1 && block < producer.blocks) {
-              const int entry = block_table[static_cast<long long>(producer.b) * block_table_stride + block];
-              if (entry >= 0 && entry < num_kv_blocks)
-                ptx::bulk_prefetch_l2(kv_cache + static_cast<long long>(entry) * kv_block_stride,
-                                      kPagedBlockBytes + kPagedBlockKV * 4);
-            }
-          }
+          paged_prefetch_waiting_sequence<kStages>(
+              producer, producer_b, prefetched_b, tid, block_table, block_table_stride,
+              [&](int b) {
+                ptx::bulk_prefetch_l2(q + static_cast<long long>(b) * kQBytes, kQBytes);
+                ptx::bulk_prefetch_l2(weights + static_cast<long long>(b) * kN, kN * 4);
+              },
+              [&](int entry) {
+                if (entry >= 0 && entry < num_kv_blocks)
+                  ptx::bulk_prefetch_l2(kv_cache + static_cast<long long>(entry) * kv_block_stride,
+                                        kPagedBlockBytes + kPagedBlockKV * 4);
+              });
         }
       };
       paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
@@ -605,15 +627,11 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   const auto block_row = [&](int entry) {
     return entry >= 0 && entry < num_kv_blocks ? entry * rows_per_block : -2 * kPagedBlockKV;
   };
-  const auto table_entry = [&](const PagedCursor& c) {
-    return c.has() ? block_table[static_cast<long long>(c.b) * block_table_stride + c.block()] : -1;
-  };
-  int producer_entry = table_entry(producer);
+  int producer_entry = producer.table_entry(block_table, block_table_stride);
   int issued = 0;
   int producer_q_seq = -1, producer_b = -1;
   const auto can_issue = [&](int last, int consumer_q_seq) {
-    const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
-    return producer.has() && issued <= last && seq - consumer_q_seq < kQSlots;
+    return paged_can_issue<kQSlots>(producer, producer_b, producer_q_seq, issued, last, consumer_q_seq);
   };
   // block `issued` into stage issued % kStages (and a new sequence's q rows and weights into slot
   // (its sequence number) % kQSlots), all on the stage's barrier; thread 0 issues, all count
@@ -635,7 +653,8 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     ++issued;
     ++producer.s;
     producer.settle(context_lens, kNextN, max_blocks, max_context_len);
-    producer_entry = table_entry(producer);  // read one block ahead: its latency hides behind this block
+    // read one block ahead: its latency hides behind this block
+    producer_entry = producer.table_entry(block_table, block_table_stride);
   };
 
   while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
@@ -672,23 +691,19 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     const auto between = [&]() {
       while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
       if constexpr (kQSlots == 1) {
-        // the producer waits at the next sequence's first block for the q slot: ask L2 for that
-        // sequence's q rows, weights and first blocks meanwhile, so the late issue finds them there
-        if (producer.has() && producer.b != producer_b && producer.b != prefetched_b) {
-          prefetched_b = producer.b;
-          if (tid == 0) {
-            ptx::tma_prefetch_2d_l2(tmap_q, 0, producer.b * kN);
-            ptx::tma_prefetch_2d_l2(tmap_w, 0, producer.b);
-          }
-          const int block = producer.block() + tid * kPagedSplitBlocks;  // this CTA's blocks of the sequence
-          if (tid < kStages - 1 && block < producer.blocks) {
-            const int row = block_row(block_table[static_cast<long long>(producer.b) * block_table_stride + block]);
-            if (row >= 0) {
-              ptx::tma_prefetch_2d_l2(tmap_kv, 0, row);
-              ptx::tma_prefetch_2d_l2(tmap_scales, 0, row + kPagedBlockKV);
-            }
-          }
-        }
+        paged_prefetch_waiting_sequence<kStages>(
+            producer, producer_b, prefetched_b, tid, block_table, block_table_stride,
+            [&](int b) {
+              ptx::tma_prefetch_2d_l2(tmap_q, 0, b * kN);
+              ptx::tma_prefetch_2d_l2(tmap_w, 0, b);
+            },
+            [&](int entry) {
+              const int row = block_row(entry);
+              if (row >= 0) {
+                ptx::tma_prefetch_2d_l2(tmap_kv, 0, row);
+                ptx::tma_prefetch_2d_l2(tmap_scales, 0, row + kPagedBlockKV);
+              }
+            });
       }
     };
     paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
