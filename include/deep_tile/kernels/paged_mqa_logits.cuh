@@ -228,6 +228,12 @@ struct PagedCursor {
       }
     }
   }
+
+  /// Move past the current unit to the next one whose block `group` is read.
+  DT_DEVICE void next(const int* __restrict__ context_lens, int next_n, int max_blocks, int max_context_len) {
+    ++s;
+    settle(context_lens, next_n, max_blocks, max_context_len);
+  }
 };
 
 /// The cursor of CTA `group` of SM slot `slot` at its first unit with a block of its own, walking
@@ -461,8 +467,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     }
     ptx::cp_async_commit_group();  // one group per block: groups and blocks are counted alike
     ++issued;
-    ++producer.s;
-    producer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    producer.next(context_lens, kNextN, max_blocks, max_context_len);
     // read one block ahead: its latency hides behind this block
     producer_entry = producer.table_entry(block_table, block_table_stride);
   };
@@ -569,8 +574,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
         }
       }
     }
-    ++consumer.s;
-    consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    consumer.next(context_lens, kNextN, max_blocks, max_context_len);
   }
   ptx::cp_async_wait_group<0>();  // no copy may land after the CTA exits
 }
@@ -651,8 +655,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
       }
     }
     ++issued;
-    ++producer.s;
-    producer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    producer.next(context_lens, kNextN, max_blocks, max_context_len);
     // read one block ahead: its latency hides behind this block
     producer_entry = producer.table_entry(block_table, block_table_stride);
   };
@@ -709,8 +712,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
         kv_desc_lo, q_desc_lo, w, rings.scales(stage), r0, lens, logits,
         stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
-    ++consumer.s;
-    consumer.settle(context_lens, kNextN, max_blocks, max_context_len);
+    consumer.next(context_lens, kNextN, max_blocks, max_context_len);
   }
 }
 
