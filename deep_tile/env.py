@@ -323,8 +323,7 @@ def tp_transport() -> str:
 
 def kgrouped_tn_transpose() -> str:
     """``DEEP_TILE_KGROUPED_TN_TRANSPOSE``: ``"kernel"`` (default) or ``"torch"``."""
-    return get("DEEP_TILE_KGROUPED_TN_TRANSPOSE") if os.environ.get("DEEP_TILE_KGROUPED_TN_TRANSPOSE", "").strip() \
-        else "kernel"
+    return get("DEEP_TILE_KGROUPED_TN_TRANSPOSE") or "kernel"
 
 
 def bh_einsum() -> str:

@@ -96,6 +96,15 @@ def cache_entries(tmp_path: Path) -> list[Path]:
     return sorted(p for p in root.glob("*/*") if p.is_dir() and not p.name.startswith("."))
 
 
+def assert_spill_free(log: str, reports: int | None = None) -> None:
+    """Every ptxas ``-v`` report in ``log`` says 0 bytes of stack frame and spills; ``reports``: how
+    many reports (functions) there must be (None: at least one)."""
+    lines = [line for line in log.splitlines() if "bytes stack frame" in line]
+    assert len(lines) == reports if reports is not None else lines, log
+    for line in lines:
+        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, log
+
+
 def compiler_params() -> list:
     """``pytest.param("nvrtc")`` and ``pytest.param("nvcc")``, each skipped when that compiler is
     not available here (nvcc also marked ``nvcc``): parametrize compile tests with it."""

@@ -13,7 +13,7 @@ import torch
 
 import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
-from conftest import compiler_params, run_child_cases
+from conftest import assert_spill_free, compiler_params, run_child_cases
 from deep_tile.hyper_connection import hc_prenorm_reference, tf32_hc_prenorm_gemm
 from deep_tile.einsums import BH_PATHS, EXPRESSIONS, FP8_PATHS, einsum, fp8_einsum
 from deep_tile.kernels import einsum as einsum_contract
@@ -191,10 +191,7 @@ def test_hc_kernels_build_spill_free(name, groups):
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
     assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
-    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
-    assert len(lines) == len(HC_SYMBOLS) + 1, result.log
-    for line in lines:
-        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+    assert_spill_free(result.log, len(HC_SYMBOLS) + 1)
     for line in result.log.splitlines():  # CTAS_PER_SM CTAs of THREADS threads per SM
         if "Used" in line and "registers" in line:
             used = int(line.split("Used ")[1].split(" registers")[0])
@@ -469,9 +466,7 @@ def test_einsum_kernel_builds_spill_free(name):
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log
     assert {einsum_contract.SYMBOL, einsum_contract.HEAD_MAJOR_SYMBOL} <= compiler.elf_functions(result.cubin)
-    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
-    assert len(lines) == 2 and all("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line
-                                   for line in lines), result.log
+    assert_spill_free(result.log, 2)
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")

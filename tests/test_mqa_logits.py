@@ -13,7 +13,7 @@ import torch
 
 import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
-from conftest import compiler_params, run_child_cases
+from conftest import assert_spill_free, compiler_params, run_child_cases
 from deep_tile.attention import fp8_mqa_logits, logits_layout
 from deep_tile.kernels import mqa_logits as contract
 from gpu_mqa_cases import REL_BOUND, check, expected_logits, make_inputs
@@ -191,10 +191,7 @@ def test_kernels_build_spill_free(name):
     result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {}, SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert set(SYMBOLS) <= compiler.elf_functions(result.cubin)
-    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
-    assert len(lines) == len(SYMBOLS), result.log
-    for line in lines:
-        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+    assert_spill_free(result.log, len(SYMBOLS))
     for line in result.log.splitlines():  # 2 CTAs of 256 threads per SM (the ring: of 288, so <= 96)
         if "Used" in line and "registers" in line:
             assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, result.log

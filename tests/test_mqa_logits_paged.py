@@ -14,7 +14,7 @@ import torch
 
 import deep_tile
 import deep_tile.compat.deepgemm as deep_gemm
-from conftest import compiler_params, run_child_cases
+from conftest import assert_spill_free, compiler_params, run_child_cases
 from deep_tile.kernels import paged_mqa_logits as contract
 from deep_tile.paged_attention import (fp8_paged_mqa_logits, get_paged_mqa_logits_metadata, paged_logits_stride,
                                        paged_schedule_reference)
@@ -397,10 +397,7 @@ def test_kernels_build_spill_free(name):
     result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {}, SYMBOLS[0], name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert set(ALL_SYMBOLS) <= compiler.elf_functions(result.cubin)
-    lines = [line for line in result.log.splitlines() if "bytes stack frame" in line]
-    assert len(lines) == len(ALL_SYMBOLS), result.log
-    for line in lines:
-        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in line, result.log
+    assert_spill_free(result.log, len(ALL_SYMBOLS))
     for line in result.log.splitlines():  # 128-thread CTAs, four per SM: at most 128 registers
         if "Used" in line and "registers" in line:
             assert int(line.split("Used ")[1].split(" registers")[0]) <= 128, result.log

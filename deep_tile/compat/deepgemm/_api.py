@@ -567,6 +567,21 @@ def fp8_mqa_logits(q: torch.Tensor, kv: Pair, weights: torch.Tensor, cu_seq_len_
                                     max_seqlen_k=max_seqlen_k)
 
 
+def fp8_q_of_pair(fn: str, q, logits_dtype: torch.dtype) -> torch.Tensor:
+    """The FP8 ``q`` of DeepGEMM's ``fp8_fp4_*`` pair ``(q, None)``: TypeError for anything but a pair,
+    NotImplementedError for FP4 ``q`` (a scale tensor in ``q[1]``, SM100-only in DeepGEMM) and for a
+    ``logits_dtype`` other than float32."""
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"{fn}: q must be a pair (q, q_scale or None), as in DeepGEMM; got {type(q).__name__}.")
+    if q[1] is not None:
+        raise NotImplementedError(f"{fn}: FP4 q (q[1] is a scale tensor) is not supported; deep_tile takes FP8 q "
+                                  "with q[1] = None.")
+    if logits_dtype != torch.float32:
+        raise NotImplementedError(f"{fn}: logits_dtype={logits_dtype} is not supported; "
+                                  "deep_tile writes float32 logits.")
+    return q[0]
+
+
 def fp8_fp4_mqa_logits(q, kv: Pair, weights: torch.Tensor, cu_seq_len_k_start: torch.Tensor,
                        cu_seq_len_k_end: torch.Tensor, clean_logits: bool = True, max_seqlen_k: int = 0,
                        logits_dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -583,12 +598,5 @@ def fp8_fp4_mqa_logits(q, kv: Pair, weights: torch.Tensor, cu_seq_len_k_start: t
             raise NotImplementedError(f"{fn}: with max_seqlen_k as the sixth argument (DeepGEMM's newer binding) "
                                       "the seventh, schedule_meta, must be None.")
         clean_logits, max_seqlen_k = False, clean_logits
-    if not isinstance(q, (tuple, list)) or len(q) != 2:
-        raise TypeError(f"{fn}: q must be a pair (q, q_scale or None), as in DeepGEMM; got {type(q).__name__}.")
-    if q[1] is not None:
-        raise NotImplementedError(f"{fn}: FP4 q (q[1] is a scale tensor) is not supported; deep_tile takes FP8 q "
-                                  "with q[1] = None.")
-    if logits_dtype != torch.float32:
-        raise NotImplementedError(f"{fn}: logits_dtype={logits_dtype} is not supported; "
-                                  "deep_tile writes float32 logits.")
-    return fp8_mqa_logits(q[0], kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits, max_seqlen_k)
+    return fp8_mqa_logits(fp8_q_of_pair(fn, q, logits_dtype), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                          clean_logits, max_seqlen_k)

@@ -12,6 +12,7 @@ from typing import Optional
 import torch
 
 import deep_tile
+from deep_tile.compat.deepgemm._api import fp8_q_of_pair
 
 __all__ = ["get_paged_mqa_logits_metadata", "fp8_paged_mqa_logits", "fp8_fp4_paged_mqa_logits"]
 
@@ -49,14 +50,7 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache: torch.Tensor, weights: torch.Tensor, c
     """DeepGEMM's ``fp8_fp4_paged_mqa_logits`` with ``q = (q_fp8, None)``: :func:`fp8_paged_mqa_logits`.
     FP4 ``q`` (a scale tensor in ``q[1]``) and a ``logits_dtype`` other than float32 raise NotImplementedError."""
     fn = "fp8_fp4_paged_mqa_logits"
-    if not isinstance(q, (tuple, list)) or len(q) != 2:
-        raise TypeError(f"{fn}: q must be a pair (q, q_scale or None), as in DeepGEMM; got {type(q).__name__}.")
-    if q[1] is not None:
-        raise NotImplementedError(f"{fn}: FP4 q (q[1] is a scale tensor) is not supported; deep_tile takes FP8 q "
-                                  "with q[1] = None.")
-    if logits_dtype != torch.float32:
-        raise NotImplementedError(f"{fn}: logits_dtype={logits_dtype} is not supported; "
-                                  "deep_tile writes float32 logits.")
+    q_fp8 = fp8_q_of_pair(fn, q, logits_dtype)
     _no_indices(fn, indices)
-    return fp8_paged_mqa_logits(q[0], kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
+    return fp8_paged_mqa_logits(q_fp8, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len,
                                 clean_logits)
