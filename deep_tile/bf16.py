@@ -28,14 +28,26 @@ non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is 
 problems return early as DeepGEMM's do (``k == 0``: ``d = c`` or zeros). On CUDA one persistent
 kernel of ``csrc/entry/bf16_gemm.cu`` (:mod:`deep_tile.kernels.bf16_gemm`); tensors on the CPU are
 computed with float32 torch (for tests and tooling).
+
+Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
+problems fill the SMs, K splits for the dense GEMM at small m (float32 partials in a workspace, summed
+in a fixed order by torch: deterministic), a short A box at tiny m, and float32 d stored (or
+accumulated, TMA reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` in the environment
+(read at import; :data:`LEGACY` at run time) selects the earlier plan instead: 64 / 128 / 256 wide
+tiles, no split, float32 d stored from registers.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.kernels import bf16_gemm as contract
+
+LEGACY = os.environ.get("DEEP_TILE_BF16_LEGACY", "0") == "1"
+"""True: the earlier selection (module doc), for side-by-side timing."""
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
@@ -84,27 +96,53 @@ def _check_d(name: str, d: torch.Tensor, dtypes: tuple) -> None:
         _fail(name, "d must start on an 8-byte boundary and have an even row stride.")
 
 
+def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", gemm_type: str = "normal",
+              m_blocks: int | None = None, num_sms: int | None = None) -> contract.Bf16Plan:
+    """The call's tile width, K splits and A box: :func:`deep_tile.kernels.bf16_gemm.plan`, or the
+    legacy rule when :data:`LEGACY` is set."""
+    blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
+    sms = get_num_sms() if num_sms is None else num_sms
+    if LEGACY:
+        return contract.legacy_plan(blocks, n, sms)
+    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal")
+
+
 def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,
                 accumulate: bool = False, gemm_type: str = "normal", m_blocks: int | None = None,
                 num_sms: int | None = None, tma_store: bool = False) -> contract.Bf16Config:
-    """The kernel instance the call runs: :func:`deep_tile.kernels.bf16_gemm.select_block_n`'s tile
-    width; ``tma_store`` (bf16 d, no accumulation, d TMA-aligned) stores through shared memory."""
-    blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
-    block_n = contract.select_block_n(blocks, n, get_num_sms() if num_sms is None else num_sms)
-    return contract.Bf16Config(major_a, major_b, block_n, 0, out_f32, accumulate, gemm_type, tma_store)
+    """The kernel instance an unsplit call runs (:func:`bf16_plan`'s tile); ``tma_store`` (d
+    TMA-aligned, and bf16 without accumulation or float32) stores through shared memory when the
+    tile holds a whole box."""
+    pl = bf16_plan(m, n, k, major_a, major_b, gemm_type, m_blocks, num_sms)
+    return _config(pl, major_a, major_b, out_f32, accumulate, gemm_type, tma_store)
+
+
+def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, accumulate: bool, gemm_type: str,
+            tma_store: bool) -> contract.Bf16Config:
+    box_cols = (contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX)[0]
+    store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
+    return contract.Bf16Config(major_a, major_b, pl.block_n, 0, out_f32, accumulate, gemm_type, store, pl.box_m)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
-    """Whether d can leave through TMA stores: bf16, no accumulation, 16-byte start and row pitch."""
+    """Whether d can leave through TMA: 16-byte start and row pitch, and bf16 without accumulation
+    or (not :data:`LEGACY`) float32 (accumulation by TMA reduce-add)."""
     rows = d.shape[0]
-    return (d.dtype == torch.bfloat16 and not accumulate and d.data_ptr() % 16 == 0
-            and (rows == 1 or (d.stride(0) * 2) % 16 == 0))
+    if d.dtype == torch.bfloat16:
+        kind_ok = not accumulate
+    else:
+        kind_ok = d.dtype == torch.float32 and not LEGACY
+    return (kind_ok and d.data_ptr() % 16 == 0
+            and (rows == 1 or (d.stride(0) * d.element_size()) % 16 == 0))
 
 
 def _tmap_d(d: torch.Tensor, rows: int, n: int) -> bytes:
     from deep_tile.gemm.tma import encode_2d
 
-    return encode_2d(d.data_ptr(), "bfloat16", n, rows, _pitch(d, 0, rows, n), *contract.STORE_BOX, 128, 0)
+    f32 = d.dtype == torch.float32
+    box = contract.STORE_BOX_F32 if f32 else contract.STORE_BOX
+    pitch = d.stride(0) * d.element_size() if rows > 1 else -(-n * d.element_size() // 16) * 16
+    return encode_2d(d.data_ptr(), "float32" if f32 else "bfloat16", n, rows, pitch, *box, 128, 0)
 
 
 def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
@@ -113,12 +151,13 @@ def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
     return t.stride(dim) * 2 if outer > 1 else -(-inner * 2 // 16) * 16
 
 
-def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int) -> bytes:
+def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int, box_m: int = contract.BLOCK_M) -> bytes:
+    """A's map; K-major boxes of ``box_m`` rows (the plan's A box), MN-major boxes of 64."""
     from deep_tile.gemm.tma import encode_2d
 
     if major == "k":
         return encode_2d(a2.data_ptr(), "bfloat16", k, rows, _pitch(a2, -2, rows, k), contract.BLOCK_K,
-                         contract.BLOCK_M, 128, 256)
+                         box_m, 128, 256)
     return encode_2d(a2.data_ptr(), "bfloat16", rows, k, _pitch(a2, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
@@ -200,10 +239,25 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
-    cfg = bf16_config(m, n, k, major_a, major_b, d.dtype == torch.float32, c is not None,
-                      tma_store=_tma_store_ok(d, c is not None))
-    _launch(cfg, _tmap_a(a, major_a, m, k), _tmap_b(b, major_b, n, k, cfg.block_n), d, None, m, n, k,
-            d.stride(0) if m > 1 else n, 1, ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n))
+    pl = bf16_plan(m, n, k, major_a, major_b)
+    tiles = ceil_div(m, contract.BLOCK_M) * ceil_div(n, pl.block_n)
+    tmap_a, tmap_b = _tmap_a(a, major_a, m, k, pl.box_m), _tmap_b(b, major_b, n, k, pl.block_n)
+    if pl.splits == 1:
+        cfg = _config(pl, major_a, major_b, d.dtype == torch.float32, c is not None, "normal",
+                      _tma_store_ok(d, c is not None))
+        _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, d.stride(0) if m > 1 else n, 1, tiles)
+        return
+    # split K: float32 partials [splits, m, n], then one fixed-order sum (deterministic, graph-safe)
+    k_blocks = ceil_div(k, contract.BLOCK_K)
+    splits = ceil_div(k_blocks, ceil_div(k_blocks, pl.splits))  # the kernel writes no partial for an empty split
+    partials = torch.empty((splits, m, n), dtype=torch.float32, device=d.device)
+    cfg = _config(pl, major_a, major_b, True, False, "normal", False)
+    _launch(cfg, tmap_a, tmap_b, partials, None, m, n, k, n, splits, tiles * splits)
+    if c is None and d.dtype == torch.float32:
+        torch.sum(partials, 0, out=d)
+        return
+    total = partials.sum(0)
+    d.copy_(total.add_(d) if c is not None else total)  # c + a b^T in float32, rounded once
 
 
 def bf16_gemm_nn(a, b, d, c=None, compiled_dims: str = "nk") -> None:

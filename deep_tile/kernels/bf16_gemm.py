@@ -5,7 +5,9 @@
 ``Bf16Config.major_a`` / ``major_b`` say whether A / B is K-major (``"k"``: unit stride along k)
 or MN-major (``"mn"``: unit stride along m / n), read through the BF16 wgmma's transpose
 immediates (no transposing copies). Tiles are 128 x ``block_n`` (two consumer warpgroups of 64
-rows), ``BLOCK_K`` = 64, one producer warpgroup, persistent CTAs. Pure Python.
+rows), ``BLOCK_K`` = 64, one producer warpgroup, persistent CTAs. :func:`plan` picks a shape's tile
+width, K splits and A box from a small cost model; :func:`select_block_n` is the earlier rule (the
+legacy plan, kept selectable for comparisons). Pure Python.
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 
 from deep_tile.common import ceil_div
 
-__all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "MAJORS", "GEMM_TYPES",
-           "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "stages_for", "smem_bytes", "select_block_n", "grid"]
+__all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
+           "GEMM_TYPES", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
+           "select_block_n", "plan", "legacy_plan", "grid"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -23,7 +26,13 @@ THREADS = 384
 """A producer warpgroup and two consumer warpgroups (``Bf16GemmConfig::kThreads``)."""
 BLOCK_M = 128
 BLOCK_K = 64
-BLOCK_NS = (64, 128, 256)
+BLOCK_NS = tuple(range(16, 257, 16))
+"""Tile widths the kernel takes (an MN-major B: the multiples of 64)."""
+LEGACY_BLOCK_NS = (64, 128, 256)
+"""The widths of the earlier tile rule (:func:`select_block_n`)."""
+BOX_MS = (16, 32, 64, 128)
+"""A rows loaded per stage: 128, or fewer for the dense GEMM when m fits (TMA's out-of-bounds fill costs bandwidth)."""
+MAX_SPLITS = 16
 MAJORS = ("k", "mn")
 GEMM_TYPES = {"normal": 0, "contiguous": 1, "masked": 2, "k_grouped": 3}
 """``Bf16GemmType``: the dense GEMM, the M-grouped contiguous (m_indices) and masked (masked_m) GEMMs,
@@ -35,20 +44,25 @@ MAX_STAGES = 8
 SMEM_BUDGET = 200 * 1024
 """Bytes of operand stages a configuration aims for (4 stages of 128 x 256, 6 of 128 x 128, 8 of 128 x 64)."""
 ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
-"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups); tmap_d is read only with ``tma_store``."""
+"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups); tmap_d is read only with ``tma_store``;
+the dense GEMM reads num_groups as its K splits (float32 partials at rows ``split * m`` of d)."""
 STORE_BYTES = 2 * 2 * 64 * 128
-"""``tma_store``'s staging: two 64 x 64 bf16 boxes per consumer warpgroup."""
+"""``tma_store``'s staging: two boxes of 64 rows x 128 bytes per consumer warpgroup."""
 STORE_BOX = (64, 64)
-"""D's TMA box (columns, rows): 128 bytes of bf16 by one warpgroup's rows."""
+"""bf16 D's TMA box (columns, rows): 128 bytes by one warpgroup's rows."""
+STORE_BOX_F32 = (32, 64)
+"""float32 D's TMA box (columns, rows)."""
 
 
 def stage_bytes(block_n: int) -> int:
     return (BLOCK_M + block_n) * BLOCK_K * 2
 
 
-def stages_for(block_n: int) -> int:
-    """The ring's depth for ``block_n``: as many stages as SMEM_BUDGET holds, at most MAX_STAGES."""
-    return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n))
+def stages_for(block_n: int, tma_store: bool = False) -> int:
+    """The ring's depth for ``block_n``: as many stages as SMEM_BUDGET holds (and shared memory with
+    ``tma_store``'s staging), at most MAX_STAGES."""
+    room = SMEM_LIMIT - (STORE_BYTES if tma_store else 0) - 16 * MAX_STAGES
+    return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n), room // stage_bytes(block_n))
 
 
 def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
@@ -59,7 +73,7 @@ def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
 
 @dataclass(frozen=True)
 class Bf16Config:
-    """One kernel instance (``Bf16GemmConfig``'s eight template parameters)."""
+    """One kernel instance (``Bf16GemmConfig``'s nine template parameters)."""
 
     major_a: str = "k"
     major_b: str = "k"
@@ -69,22 +83,30 @@ class Bf16Config:
     accumulate: bool = False
     gemm_type: str = "normal"
     tma_store: bool = False
+    box_m: int = BLOCK_M
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
             raise ValueError(f"bf16_gemm: majors must be in {MAJORS}, got {self.major_a!r}, {self.major_b!r}.")
-        if self.block_n not in BLOCK_NS:
-            raise ValueError(f"bf16_gemm: block_n must be in {BLOCK_NS}, got {self.block_n}.")
+        if self.block_n not in BLOCK_NS or (self.major_b == "mn" and self.block_n % 64):
+            raise ValueError(f"bf16_gemm: block_n must be a multiple of 16 up to 256 (of 64 for an MN-major b), "
+                             f"got {self.block_n}.")
+        if self.box_m not in BOX_MS or (self.box_m < BLOCK_M and (self.gemm_type != "normal" or
+                                                                  (self.major_a == "mn" and self.box_m != 64))):
+            raise ValueError(f"bf16_gemm: box_m must be 128, or 16 / 32 / 64 (MN-major a: 64) for the dense GEMM, "
+                             f"got {self.box_m}.")
         if self.gemm_type not in GEMM_TYPES:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
         if self.gemm_type in ("contiguous", "masked") and (self.major_a != "k" or self.out_f32 or self.accumulate):
             raise ValueError("bf16_gemm: the M-grouped kernels take a K-major A and write bf16 without accumulation.")
         if self.gemm_type == "k_grouped" and not (self.out_f32 and self.accumulate and not self.tma_store):
             raise ValueError("bf16_gemm: the K-grouped kernel accumulates into float32 d (no TMA stores).")
-        if self.tma_store and (self.out_f32 or self.accumulate or self.gemm_type == "masked"):
-            raise ValueError("bf16_gemm: tma_store takes a bf16 d without accumulation, not the masked GEMM.")
+        if self.tma_store and ((self.accumulate and not self.out_f32) or self.gemm_type in ("masked", "k_grouped")
+                               or self.block_n < (STORE_BOX_F32 if self.out_f32 else STORE_BOX)[0]):
+            raise ValueError("bf16_gemm: tma_store takes bf16 d without accumulation or float32 d, at least one "
+                             "whole box wide, not the masked or K-grouped GEMM.")
         if not self.stages:
-            object.__setattr__(self, "stages", stages_for(self.block_n))
+            object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store))
         if self.stages < 2 or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
             raise ValueError(f"bf16_gemm: {self.stages} stages of block_n {self.block_n} do not fit shared memory.")
 
@@ -97,26 +119,105 @@ class Bf16Config:
                 "DT_BF16_BLOCK_N": self.block_n, "DT_BF16_STAGES": self.stages,
                 "DT_BF16_OUT_F32": int(self.out_f32), "DT_BF16_ACCUMULATE": int(self.accumulate),
                 "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
+                "DT_BF16_BOX_M": self.box_m,
                 "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": THREADS}
 
     @property
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} 128x{self.block_n} s{self.stages}"
-                f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}")
+                f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}"
+                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
     """The tile width: the fewest predicted time units, ``waves * (block_n + 64)`` (a wave of
     128 x block_n tiles costs about its width plus a fixed part for A and the epilogue), so small-M
     problems take narrow tiles (more CTAs streaming B) and large ones 128 x 256."""
-    best, best_cost = BLOCK_NS[-1], None
-    for block_n in reversed(BLOCK_NS):
+    best, best_cost = LEGACY_BLOCK_NS[-1], None
+    for block_n in reversed(LEGACY_BLOCK_NS):
         tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n)
         cost = ceil_div(tiles, max(1, num_sms)) * (block_n + 64)
         if best_cost is None or cost < best_cost:
             best, best_cost = block_n, cost
     return best
+
+
+@dataclass(frozen=True)
+class Bf16Plan:
+    """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed by the
+    host) and the A rows each stage loads."""
+
+    block_n: int
+    splits: int = 1
+    box_m: int = BLOCK_M
+
+
+# the cost model's machine (an H200; only ratios between candidates matter)
+_FLOPS_PER_SM_US = 800e6 / 132  # dense BF16 wgmma, FLOP per microsecond per SM
+_SM_BYTES_US = 100e3           # what one SM's TMA loads sustain, bytes per microsecond
+_LATENCY_US = 2.0              # a stage's round trip: the ring's bytes in flight per this bound a CTA's rate
+_L2_BYTES_US = 10e6            # all SMs' loads together
+_HBM_BYTES_US = 4.0e6
+_SPLIT_US = 3.0                # the partials' sum: two more kernels
+_PARTIAL_BYTES_US = 2.5e6      # the partials written, read and the result written
+
+
+def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int, box_m: int) -> tuple:
+    """(predicted microseconds, the same without the HBM floor): see :func:`plan_cost`."""
+    k_blocks = ceil_div(max(1, k), BLOCK_K)
+    tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n) * splits
+    active = min(tiles, num_sms)
+    rows = 64 if box_m <= 64 else BLOCK_M
+    stage = (box_m + block_n) * BLOCK_K * 2
+    mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
+    rate = min(_SM_BYTES_US, _L2_BYTES_US / active, stages_for(block_n) * stage / _LATENCY_US)
+    cost = ceil_div(tiles, num_sms) * ceil_div(k_blocks, splits) * max(mma, stage / rate)
+    if splits > 1:
+        cost += _SPLIT_US + splits * m * n * 4 * 2 / _PARTIAL_BYTES_US
+    return max(cost, 2 * k * (m + n) / _HBM_BYTES_US), cost
+
+
+def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int = 1,
+              box_m: int = BLOCK_M) -> float:
+    """Predicted microseconds: waves of CTAs times each CTA's k blocks at the slower of its wgmma and
+    its TMA loads (the SMs' share of L2, or the ring's bytes per round trip), no less than the HBM
+    reads; splits add the partials' sum."""
+    return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m)[0]
+
+
+def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
+    """The earlier rule: :func:`select_block_n`'s width, no split, whole A boxes."""
+    return Bf16Plan(select_block_n(m_blocks, n, num_sms))
+
+
+def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k", major_b: str = "k",
+         dense: bool = True) -> Bf16Plan:
+    """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
+    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m. The legacy plan stays
+    unless the model predicts it at least 7% slower (its shapes are measured at parity)."""
+    old = legacy_plan(m_blocks, n, num_sms)
+    best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M)
+    legacy_cost = best_cost[0]
+    k_blocks = ceil_div(max(1, k), BLOCK_K)
+    box = BLOCK_M
+    if dense and m <= 64:
+        box = next(b for b in BOX_MS if b >= m)
+        box = 64 if major_a == "mn" else box
+    for block_n in BLOCK_NS:
+        if major_b == "mn" and block_n % 64:
+            continue
+        tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n)
+        max_splits = 1
+        if dense:  # every split at least 4 k blocks, no more CTAs than SMs
+            max_splits = max(1, min(MAX_SPLITS, k_blocks // 4, num_sms // tiles))
+        for splits in range(1, max_splits + 1):
+            if (splits - 1) * ceil_div(k_blocks, splits) >= k_blocks:
+                continue  # the last split would be empty
+            cost = _costs(m, n, k, m_blocks, num_sms, block_n, splits, box)
+            if cost < best_cost:  # ties on the HBM floor: the less loaded plan
+                best, best_cost = Bf16Plan(block_n, splits, box), cost
+    return best if best_cost[0] < 0.93 * legacy_cost else old
 
 
 def grid(tiles: int, num_sms: int) -> int:

@@ -9,12 +9,18 @@
 // through its transpose immediate (ptx/wgmma_bf16.cuh), so no layout needs a transposing copy.
 // One producer warpgroup (one elected thread issues the TMAs, 40 registers) fills a ring of
 // kStages full/empty mbarrier stages; two consumer warpgroups (232 registers) each own 64 rows
-// of the 128 x kBlockN tile. CTAs are persistent and walk the tiles in bands of kBandM m-blocks
-// (consecutive CTAs share B tiles in L2). The epilogue (kTmaStore) packs bf16 into two 128B-swizzled
-// 64 x 64 boxes per warpgroup, stored by TMA while the next box fills; otherwise (float32 D,
-// accumulation, the masked GEMM, a D pitch TMA cannot take) it stores straight from registers
-// (bf16x2 / float2 per thread, bounds-checked), adding D's previous value when kAccumulate (the
-// host copies c into d first, as DeepGEMM does).
+// of the 128 x kBlockN tile (kBlockN any multiple of 16, so that few-column problems fill the SMs).
+// CTAs are persistent and walk the tiles in bands of kBandM m-blocks (consecutive CTAs share B
+// tiles in L2). At tiny m, kBoxM < 128 loads only A's first kBoxM rows (TMA fills out-of-bounds rows
+// at full cost) and the second consumer warpgroup, which owns no valid row, only releases stages.
+// The dense GEMM may split K (num_groups = the splits): split s reduces its share of the k blocks
+// and writes float32 partials to rows [s m, s m + m) of D (a workspace the host sums in a fixed
+// order). The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
+// of 128-byte rows (64 bf16 or 32 float32 columns), double-buffered, each stored by TMA (or
+// TMA-reduce-added into float32 D when kAccumulate) while the next fills; columns past the last
+// whole box, and every other case (bf16 accumulation, the masked and K-grouped GEMMs, a D pitch TMA
+// cannot take) store straight from registers (bf16x2 / float2 per thread, bounds-checked), adding
+// D's previous value when kAccumulate (the host copies c into d first, as DeepGEMM does).
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
@@ -28,13 +34,14 @@ namespace deep_tile {
 
 enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
-/// The kernel's compile-time configuration (7 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+/// The kernel's compile-time configuration (9 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
-///   kBlockN: tile columns (64, 128 or 256); kStages: the ring's depth.
+///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
-///   kTmaStore: bf16 D leaves through swizzled shared memory and TMA stores (else straight from registers).
+///   kTmaStore: D leaves through swizzled shared memory and TMA stores / reduce-adds (else from registers);
+///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
-          int kTmaStore_>
+          int kTmaStore_, int kBoxM_>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
@@ -43,16 +50,24 @@ struct Bf16GemmConfig {
   static constexpr int kGemmType = kGemmType_;
   static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
   static constexpr int kBandM = 8;      // m-blocks per band of the tile order
+  static constexpr int kBoxM = kBoxM_;
   static constexpr int kABytes = kBlockM * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kStageTxBytes = kBoxM * kBlockK * 2 + kBBytes;  // what one stage's TMAs deliver
   static constexpr bool kTmaStore = kTmaStore_ != 0;
-  static constexpr int kStoreBytes = 64 * 128;  // one 64 x 64 bf16 box: a warpgroup's rows, 64 columns
+  static constexpr int kStoreBytes = 64 * 128;  // one box: a warpgroup's 64 rows of 128 bytes
+  static constexpr int kStoreCols = kOutF32 ? 32 : 64;  // D columns in a box's 128-byte row
+  static constexpr int kStoreBoxes = kTmaStore ? kBlockN / kStoreCols : 0;  // whole boxes per warpgroup and tile
   static constexpr int kStoreBuffers = 2;       // per warpgroup: fill one while the other is stored
   static constexpr int kSmemBytes = kStages * kStageBytes + (kTmaStore ? 2 * kStoreBuffers * kStoreBytes : 0) +
                                     2 * kStages * 8;
   DT_STATIC_ASSERT(kMajorA_ == 0 || kMajorA_ == 1, "kMajorA: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
-  DT_STATIC_ASSERT(kBlockN_ == 64 || kBlockN_ == 128 || kBlockN_ == 256, "kBlockN: 64, 128 or 256");
+  DT_STATIC_ASSERT(kBlockN_ % 16 == 0 && kBlockN_ >= 16 && kBlockN_ <= 256, "kBlockN: a multiple of 16, at most 256");
+  DT_STATIC_ASSERT(kMajorB_ == 0 || kBlockN_ % 64 == 0, "an MN-major B loads 64-row boxes: kBlockN a multiple of 64");
+  DT_STATIC_ASSERT(kBoxM_ == 128 || ((kBoxM_ == 16 || kBoxM_ == 32 || kBoxM_ == 64) && kGemmType_ == kBf16Normal &&
+                                     (kMajorA_ == 0 || kBoxM_ == 64)),
+                   "kBoxM: 128, or 16 / 32 / 64 (MN-major A: 64) for the dense GEMM");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
   DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
@@ -61,8 +76,10 @@ struct Bf16GemmConfig {
                    "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
   DT_STATIC_ASSERT(kGemmType_ != kBf16KGrouped || (kOutF32_ == 1 && kAccumulate_ == 1),
                    "the K-grouped GEMM accumulates into float32 D (DeepGEMM's)");
-  DT_STATIC_ASSERT(kTmaStore_ == 0 || (kOutF32_ == 0 && kAccumulate_ == 0 && kGemmType_ != kBf16MGroupedMasked),
-                   "kTmaStore: bf16 D without accumulation, not the masked GEMM (its tiles' rows past masked_m stay untouched)");
+  DT_STATIC_ASSERT(kTmaStore_ == 0 || ((kOutF32_ == 1 || kAccumulate_ == 0) && kGemmType_ != kBf16MGroupedMasked &&
+                                       kGemmType_ != kBf16KGrouped),
+                   "kTmaStore: not bf16 accumulation (TMA adds float32 only), nor the masked GEMM (rows past masked_m "
+                   "stay untouched) or the K-grouped one (a tile's rows may reach the next group)");
 };
 
 /// One tile of work: where its operands and outputs are.
@@ -140,13 +157,22 @@ struct Bf16Scheduler {
       tile.d_row = tile.a_row;
       return true;
     }
-    const int mb = ceil_div(m, Cfg::kBlockM);
-    if (t >= mb * num_n_blocks) return false;
-    order(t, mb, tile.m_block, tile.n_block);
+    const int mb = ceil_div(m, Cfg::kBlockM), tiles = mb * num_n_blocks;
+    // the dense GEMM: num_groups splits of K, the split the slowest index (split 0's tiles first)
+    const int split = Cfg::kGemmType == kBf16Normal ? t / tiles : 0;
+    if (split >= (Cfg::kGemmType == kBf16Normal ? num_groups : 1)) return false;
+    order(t - split * tiles, mb, tile.m_block, tile.n_block);
     tile.a_row = tile.m_block * Cfg::kBlockM;
     tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
     tile.d_row = tile.a_row;
     tile.b_base = 0;
+    if (Cfg::kGemmType == kBf16Normal && num_groups > 1) {
+      const int per = ceil_div(tile.k_blocks, num_groups);  // the host makes every split non-empty
+      tile.k_begin = split * per * Cfg::kBlockK;
+      tile.k_blocks = min_int(per, tile.k_blocks - split * per);
+      tile.d_row = split * m + tile.a_row;
+      tile.valid = tile.k_blocks > 0;
+    }
     if (Cfg::kGemmType == kBf16MGroupedContiguous) {
       const int g = layout[tile.a_row];
       tile.valid = g >= 0 && g < num_groups;
@@ -198,7 +224,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         for (int kb = 0; kb < tile.k_blocks; ++kb) {
           ptx::mbarrier_wait(&empty[stage], phase ^ 1);
           u64* bar = &full[stage];
-          ptx::mbarrier_arrive_expect_tx(bar, Cfg::kStageBytes);
+          ptx::mbarrier_arrive_expect_tx(bar, Cfg::kStageTxBytes);
           u8* a = smem_a + stage * Cfg::kABytes;
           u8* b = smem_b + stage * Cfg::kBBytes;
           const int k0 = tile.k_begin + kb * kBlockK;
@@ -206,7 +232,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
             ptx::tma_load_2d(a, tmap_a, bar, k0, tile.a_row);
           } else {
 #pragma unroll
-            for (int i = 0; i < kBlockM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
+            for (int i = 0; i < Cfg::kBoxM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
           }
           if (Cfg::kMajorB == 0) {
             ptx::tma_load_2d(b, tmap_b, bar, k0, tile.b_base + n0);
@@ -236,11 +262,19 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   int stage = 0;
   u32 phase = 0;
   Bf16Tile tile;
+  // kBoxM <= 64: the second warpgroup's rows are past m (never loaded): it only releases the stages
+  const bool idle = Cfg::kBoxM <= 64 && cw == 1;
   for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
     if (!tile.valid) continue;
     int prev_stage = -1;
     for (int kb = 0; kb < tile.k_blocks; ++kb) {
       ptx::mbarrier_wait(&full[stage], phase);
+      if (idle) {
+        if (lane == 0) ptx::mbarrier_arrive(&empty[stage]);
+        stage = stage + 1 == kStages ? 0 : stage + 1;
+        phase ^= stage == 0;
+        continue;
+      }
 #pragma unroll
       for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
@@ -259,41 +293,54 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       stage = stage + 1 == kStages ? 0 : stage + 1;
       phase ^= stage == 0;
     }
+    if (idle) continue;
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
     if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
 
-    if constexpr (Cfg::kTmaStore) {
-      // per 64 columns: pack to bf16 into a 128B-swizzled 64 x 64 box, then one thread stores it
-      const int r = warp * 16 + lane / 4;  // this thread's rows r and r + 8 of the warpgroup's 64
+    if constexpr (Cfg::kStoreBoxes > 0) {
+      // per box of kStoreCols columns: pack into a 128B-swizzled 64-row box, then one thread stores it
+      constexpr int kGroups = Cfg::kStoreCols / 8;  // 8-column accumulator groups per box row
+      const int r = warp * 16 + lane / 4;           // this thread's rows r and r + 8 of the warpgroup's 64
       const bool leader = (tid & 127) == 0;
 #pragma unroll
-      for (int q = 0; q < kBlockN / 64; ++q) {
+      for (int q = 0; q < Cfg::kStoreBoxes; ++q) {
         u8* buf = smem_d + (cw * Cfg::kStoreBuffers + (stores++ & 1)) * Cfg::kStoreBytes;
         if (leader) ptx::tma_store_wait_read<1>();  // the store that last read this buffer is done
         ptx::named_barrier_sync(1 + cw, 128);
 #pragma unroll
-        for (int jj = 0; jj < 8; ++jj) {
-          const int j = q * 8 + jj;
+        for (int jj = 0; jj < kGroups; ++jj) {
+          const int j = q * kGroups + jj;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = r + 8 * h;
-            const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
+            if constexpr (Cfg::kOutF32) {
+              // 8 floats = two 16-byte chunks: lanes 0-1 of a quad fill the first, 2-3 the second
+              const int chunk = 2 * jj + (lane % 4) / 2;
+              *reinterpret_cast<float2*>(buf + row * 128 + ((chunk ^ (row & 7)) << 4) + (lane % 2) * 8) =
+                  make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            } else {
+              const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
+            }
           }
         }
         ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
         ptx::named_barrier_sync(1 + cw, 128);
         if (leader) {
-          ptx::tma_store_2d(tmap_d, buf, tile.n_block * kBlockN + 64 * q, tile.d_row + cw * 64);
+          const int c = tile.n_block * kBlockN + Cfg::kStoreCols * q, row = tile.d_row + cw * 64;
+          if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
+          else ptx::tma_store_2d(tmap_d, buf, c, row);
           ptx::tma_store_commit();
         }
       }
-      continue;
     }
+    // columns past the staged boxes (all of them without kTmaStore) go straight from registers
+    constexpr int kDirectFrom = Cfg::kStoreBoxes * Cfg::kStoreCols / 8;
+    if constexpr (kDirectFrom == kBlockN / 8) continue;
 
-    // epilogue: rows r0 and r0 + 8 of this warpgroup's 64, columns 8j + 2 (lane % 4) (+1)
+    // rows r0 and r0 + 8 of this warpgroup's 64, columns 8j + 2 (lane % 4) (+1)
     const int r0 = cw * 64 + warp * 16 + lane / 4;
     const int c0 = tile.n_block * kBlockN + 2 * (lane % 4);
     const long long d_row0 = tile.d_row;
@@ -303,7 +350,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       if (r >= tile.m_limit) continue;
       const long long base = (d_row0 + r) * static_cast<long long>(ldd);
 #pragma unroll
-      for (int j = 0; j < kBlockN / 8; ++j) {
+      for (int j = kDirectFrom; j < kBlockN / 8; ++j) {
         const int c = c0 + 8 * j;
         if (c >= n) continue;
         float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
