@@ -155,9 +155,9 @@ class Bf16Plan:
 
 # the cost model's machine (an H200; only ratios between candidates matter)
 _FLOPS_PER_SM_US = 800e6 / 132  # dense BF16 wgmma, FLOP per microsecond per SM
-_SM_BYTES_US = 100e3           # what one SM's TMA loads sustain, bytes per microsecond
+_SM_BYTES_US = 92e3            # what one SM's TMA loads sustain, bytes per microsecond (m 128, 33 CTAs: measured)
 _LATENCY_US = 2.0              # a stage's round trip: the ring's bytes in flight per this bound a CTA's rate
-_L2_BYTES_US = 10e6            # all SMs' loads together
+_L2_BYTES_US = 9.2e6           # all SMs' loads together (128 CTAs of 128 x 64 tiles: measured)
 _HBM_BYTES_US = 4.0e6
 _SPLIT_US = 3.0                # the partials' sum: two more kernels
 _PARTIAL_BYTES_US = 2.5e6      # the partials written, read and the result written
