@@ -121,7 +121,8 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
             tma_store: bool) -> contract.Bf16Config:
     box_cols = (contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX)[0]
     store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
-    return contract.Bf16Config(major_a, major_b, pl.block_n, 0, out_f32, accumulate, gemm_type, store, pl.box_m)
+    return contract.Bf16Config(major_a, major_b, pl.block_n, 0, out_f32, accumulate, gemm_type, store, pl.box_m,
+                               pl.cluster_m)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
@@ -161,12 +162,14 @@ def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int, box_m: int = contra
     return encode_2d(a2.data_ptr(), "bfloat16", rows, k, _pitch(a2, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
-def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int) -> bytes:
-    """B's map; ``rows`` the rows of its 2-D view (n, or groups * n), ``k`` (k, or groups * k MN-major)."""
+def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int, cluster_m: int = 1) -> bytes:
+    """B's map; ``rows`` the rows of its 2-D view (n, or groups * n), ``k`` (k, or groups * k MN-major);
+    a pair sharing B by multicast loads ``block_n / cluster_m`` rows each."""
     from deep_tile.gemm.tma import encode_2d
 
     if major == "k":
-        return encode_2d(b.data_ptr(), "bfloat16", k, rows, _pitch(b, -2, rows, k), contract.BLOCK_K, block_n, 128, 256)
+        return encode_2d(b.data_ptr(), "bfloat16", k, rows, _pitch(b, -2, rows, k), contract.BLOCK_K,
+                         block_n // cluster_m, 128, 256)
     return encode_2d(b.data_ptr(), "bfloat16", rows, k, _pitch(b, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
@@ -182,9 +185,14 @@ def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Ten
     values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups)
     device = d.device
     with torch.cuda.device(device):
-        kernel.launch(grid=(contract.grid(tiles, get_num_sms()), 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
+        grid = contract.grid(tiles, get_num_sms())
+        if cfg.cluster_m > 1:  # whole pairs, no more than can be resident at once (tiles counts both of a pair)
+            pairs = kernel.max_active_clusters(device.index, contract.THREADS, cfg.smem, cfg.cluster_m)
+            grid = max(1, min(tiles // cfg.cluster_m, pairs)) * cfg.cluster_m
+        kernel.launch(grid=(grid, 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
                       stream=torch.cuda.current_stream(device).cuda_stream,
-                      args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index, pdl=get_pdl())
+                      args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index,
+                      cluster=cfg.cluster_m, pdl=get_pdl())
 
 
 def ref_bf16_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None,
@@ -240,8 +248,12 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
     pl = bf16_plan(m, n, k, major_a, major_b)
-    tiles = ceil_div(m, contract.BLOCK_M) * ceil_div(n, pl.block_n)
-    tmap_a, tmap_b = _tmap_a(a, major_a, m, k, pl.box_m), _tmap_b(b, major_b, n, k, pl.block_n)
+    if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
+        pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m)  # multicast only for the plain K-major-b case
+    m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
+    tiles = m_blocks * ceil_div(n, pl.block_n)
+    tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)
+    tmap_b = _tmap_b(b, major_b, n, k, pl.block_n, pl.cluster_m)
     if pl.splits == 1:
         cfg = _config(pl, major_a, major_b, d.dtype == torch.float32, c is not None, "normal",
                       _tma_store_ok(d, c is not None))

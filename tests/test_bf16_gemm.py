@@ -185,6 +185,12 @@ def all_configs() -> list:
     # split-K partials (float32, no store staging) at tiny m: the short A boxes
     cfgs += [contract.Bf16Config("k", mb, bn, 0, True, False, "normal", False, box)
              for mb, bn, box in itertools.product(contract.MAJORS, (64, 128, 256), (16, 32, 64))]
+    # B multicast to CTA pairs
+    cfgs += [contract.Bf16Config(ma, "k", bn, 0, f32, acc, "normal", store, 128, 2)
+             for ma, bn, (f32, acc, store) in itertools.product(
+                 contract.MAJORS, (48, 144, 176, 256), ((False, False, True), (True, False, True), (True, True, True),
+                                                        (False, True, False)))
+             if not store or bn >= (32 if f32 else 64)]
     cfgs += [contract.Bf16Config("mn", "k", 96, 0, False, False, "normal", True, 64),
              contract.Bf16Config("k", "k", 32, 0, True, False, "normal", False, 16)]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
@@ -201,7 +207,7 @@ def test_contract_geometry():
     assert contract.stages_for(192, True) == 4  # the staging's 32 KiB must still fit beside the ring
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 11
+        assert len(cfg.defines()) == 12
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=88)
     with pytest.raises(ValueError):
@@ -210,6 +216,12 @@ def test_contract_geometry():
         contract.Bf16Config(box_m=16, gemm_type="contiguous")
     with pytest.raises(ValueError):
         contract.Bf16Config(major_a="mn", box_m=32)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(major_b="mn", cluster_m=2)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(box_m=64, cluster_m=2)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(gemm_type="contiguous", cluster_m=2)
     with pytest.raises(ValueError):
         contract.Bf16Config(accumulate=True, tma_store=True)  # bf16 accumulation: no TMA add
     with pytest.raises(ValueError):
@@ -241,7 +253,8 @@ def test_plan():
     p = contract.plan(4096, 576, 7168, 32, 132)
     assert p.splits == 1 and 132 * 0.9 <= 32 * -(-576 // p.block_n) <= 132
     p = contract.plan(4096, 2112, 7168, 32, 132)
-    assert p.block_n != 256 and p.splits == 1
+    assert p.block_n != 256 and p.splits == 1 and p.cluster_m == 2  # B's L2 reads halved by multicast
+    assert contract.plan(4096, 2112, 7168, 32, 132, "k", "mn").cluster_m == 1
     # tiny m: K splits over most SMs, and a short A box at m = 1
     for m in (1, 128):
         p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132)
@@ -251,6 +264,7 @@ def test_plan():
     assert contract.plan(1, 4096, 7168, 1, 132, "mn").box_m == 64
     # no splits for the grouped GEMMs, MN-major b widths in steps of 64, every split non-empty
     assert contract.plan(128, 2112, 7168, 1, 132, dense=False).splits == 1
+    assert contract.plan(4096, 2112, 7168, 32, 132, dense=False).cluster_m == 1
     for n in range(64, 3000, 200):
         for k in (64, 320, 4096):
             p = contract.plan(1, n, k, 1, 132, "k", "mn")
@@ -307,10 +321,17 @@ DENSE_CASES = (
            (30, 264, 1000, "nt", 96, 4, 32, "bf16", "c"), (64, 300, 704, "tn", 64, 5, 64, "f32", "none"),
            (61, 520, 2048, "nn", 256, 2, 64, "bf16", "inplace"), (200, 136, 1536, "tn", 64, 3, 128, "bf16", "none"),
            (129, 2112, 7168, "nt", 96, 4, 128, "f32", "c"), (7, 64, 200, "nt", 48, 4, 16, "bf16", "none"))]
+    # B multicast to CTA pairs: an odd m-block count (the last pair's twin past m), every store kind
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, cluster_m=2, out=out, accumulate=acc)
+       for m, n, k, layout, bn, out, acc in (
+           (300, 530, 520, "nt", 176, "bf16", "none"), (257, 400, 264, "tt", 144, "bf16", "none"),
+           (384, 300, 200, "nt", 96, "f32", "none"), (200, 520, 640, "tt", 176, "f32", "inplace"),
+           (129, 264, 136, "nt", 48, "bf16", "c"), (1000, 2112, 1024, "nt", 256, "bf16", "none"))]
     # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
     + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
        for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),
-                                    (512, 576, 7168, "nt", "bf16"), (512, 256, 7168, "nt", "f32"))]
+                                    (512, 576, 7168, "nt", "bf16"), (512, 256, 7168, "nt", "f32"),
+                                    (1024, 2112, 2048, "nt", "bf16"))]
     + [dict(m=130, n=256, k=7168, layout="nt", out="f32"), dict(m=1, n=1000, k=256, layout="tn", out="f32"),
        dict(m=200, n=328, k=512, layout="nt", accumulate="c"), dict(m=200, n=328, k=512, layout="nn", accumulate="inplace"),
        dict(m=77, n=96, k=64, layout="tt", out="f32", accumulate="inplace"),

@@ -3,7 +3,7 @@
 # /tmp/bf16_out), a short table last.
 #   OUT=/tmp/bf16_out PY=python3 bash tools/bf16_device.sh
 # Phase 0: one small call per kernel kind and plan path (split K, short A box, odd widths, float32
-# TMA store and reduce-add, the legacy plan) under a short timeout (a wrong mbarrier phase hangs:
+# TMA store and reduce-add, B multicast to CTA pairs, the legacy plan) under a short timeout (a wrong mbarrier phase hangs:
 # the watchdog build traps instead). Phase 1 (parallel, each under a timeout): the GPU tests of
 # tests/test_bf16_gemm.py, compute-sanitizer memcheck, racecheck and synccheck on the same small
 # cases, one untimed benchmark pass (both libraries' kernels compiled). Phase 2:
@@ -23,6 +23,8 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(1, 300, 512, "nt", block_n=64, splits=3, box_m=16),
            dense(40, 200, 448, "tn", out="f32", accumulate="c", block_n=128, splits=4, box_m=64),
            dense(130, 264, 200, "tn", legacy=True),
+           dense(300, 200, 136, "nt", block_n=176, cluster_m=2),
+           dense(200, 100, 200, "tt", out="f32", accumulate="inplace", block_n=96, cluster_m=2),
            contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
            k_grouped([128, 0, 256], 72, 136)]
 for r in results:

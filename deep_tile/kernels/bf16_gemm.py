@@ -73,7 +73,7 @@ def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
 
 @dataclass(frozen=True)
 class Bf16Config:
-    """One kernel instance (``Bf16GemmConfig``'s nine template parameters)."""
+    """One kernel instance (``Bf16GemmConfig``'s ten template parameters)."""
 
     major_a: str = "k"
     major_b: str = "k"
@@ -84,6 +84,7 @@ class Bf16Config:
     gemm_type: str = "normal"
     tma_store: bool = False
     box_m: int = BLOCK_M
+    cluster_m: int = 1
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
@@ -95,6 +96,10 @@ class Bf16Config:
                                                                   (self.major_a == "mn" and self.box_m != 64))):
             raise ValueError(f"bf16_gemm: box_m must be 128, or 16 / 32 / 64 (MN-major a: 64) for the dense GEMM, "
                              f"got {self.box_m}.")
+        if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and (self.gemm_type != "normal" or self.major_b != "k"
+                                                                      or self.box_m != BLOCK_M)):
+            raise ValueError(f"bf16_gemm: cluster_m must be 1, or 2 for the dense GEMM with a K-major b and whole A "
+                             f"boxes, got {self.cluster_m}.")
         if self.gemm_type not in GEMM_TYPES:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
         if self.gemm_type in ("contiguous", "masked") and (self.major_a != "k" or self.out_f32 or self.accumulate):
@@ -119,7 +124,7 @@ class Bf16Config:
                 "DT_BF16_BLOCK_N": self.block_n, "DT_BF16_STAGES": self.stages,
                 "DT_BF16_OUT_F32": int(self.out_f32), "DT_BF16_ACCUMULATE": int(self.accumulate),
                 "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
-                "DT_BF16_BOX_M": self.box_m,
+                "DT_BF16_BOX_M": self.box_m, "DT_BF16_CLUSTER_M": self.cluster_m,
                 "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": THREADS}
 
@@ -127,7 +132,7 @@ class Bf16Config:
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} 128x{self.block_n} s{self.stages}"
                 f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}"
-                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}")
+                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
@@ -146,11 +151,12 @@ def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
 @dataclass(frozen=True)
 class Bf16Plan:
     """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed by the
-    host) and the A rows each stage loads."""
+    host), the A rows each stage loads, and the CTAs sharing B by multicast (1 or 2)."""
 
     block_n: int
     splits: int = 1
     box_m: int = BLOCK_M
+    cluster_m: int = 1
 
 
 # the cost model's machine (an H200; only ratios between candidates matter)
@@ -163,27 +169,30 @@ _SPLIT_US = 3.0                # the partials' sum: two more kernels
 _PARTIAL_BYTES_US = 2.5e6      # the partials written, read and the result written
 
 
-def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int, box_m: int) -> tuple:
+def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int, box_m: int,
+           cluster_m: int = 1) -> tuple:
     """(predicted microseconds, the same without the HBM floor): see :func:`plan_cost`."""
     k_blocks = ceil_div(max(1, k), BLOCK_K)
-    tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n) * splits
-    active = min(tiles, num_sms)
+    tiles = ceil_div(max(1, m_blocks), cluster_m) * cluster_m * ceil_div(max(1, n), block_n) * splits
+    sms = num_sms if cluster_m == 1 else num_sms - 2  # pairs may leave an SM of an odd GPC idle
+    active = min(tiles, sms)
     rows = 64 if box_m <= 64 else BLOCK_M
     stage = (box_m + block_n) * BLOCK_K * 2
+    loaded = (box_m + block_n // cluster_m) * BLOCK_K * 2  # what this CTA reads from L2
     mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
     rate = min(_SM_BYTES_US, _L2_BYTES_US / active, stages_for(block_n) * stage / _LATENCY_US)
-    cost = ceil_div(tiles, num_sms) * ceil_div(k_blocks, splits) * max(mma, stage / rate)
+    cost = ceil_div(tiles, sms) * ceil_div(k_blocks, splits) * max(mma, loaded / rate)
     if splits > 1:
         cost += _SPLIT_US + splits * m * n * 4 * 2 / _PARTIAL_BYTES_US
     return max(cost, 2 * k * (m + n) / _HBM_BYTES_US), cost
 
 
 def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int = 1,
-              box_m: int = BLOCK_M) -> float:
+              box_m: int = BLOCK_M, cluster_m: int = 1) -> float:
     """Predicted microseconds: waves of CTAs times each CTA's k blocks at the slower of its wgmma and
     its TMA loads (the SMs' share of L2, or the ring's bytes per round trip), no less than the HBM
-    reads; splits add the partials' sum."""
-    return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m)[0]
+    reads; splits add the partials' sum; a pair sharing B by multicast reads half of it each."""
+    return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m)[0]
 
 
 def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
@@ -194,8 +203,9 @@ def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
 def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k", major_b: str = "k",
          dense: bool = True) -> Bf16Plan:
     """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
-    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m. The legacy plan stays
-    unless the model predicts it at least 7% slower (its shapes are measured at parity)."""
+    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m, or B multicast to CTA
+    pairs (a K-major b, two m-blocks or more). The legacy plan stays unless the model predicts it at
+    least 7% slower (its shapes are measured at parity)."""
     old = legacy_plan(m_blocks, n, num_sms)
     best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M)
     legacy_cost = best_cost[0]
@@ -217,6 +227,10 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
             cost = _costs(m, n, k, m_blocks, num_sms, block_n, splits, box)
             if cost < best_cost:  # ties on the HBM floor: the less loaded plan
                 best, best_cost = Bf16Plan(block_n, splits, box), cost
+        if dense and major_b == "k" and m_blocks >= 2 and box == BLOCK_M:
+            cost = _costs(m, n, k, m_blocks, num_sms, block_n, 1, box, 2)
+            if cost < best_cost:
+                best, best_cost = Bf16Plan(block_n, 1, box, 2), cost
     return best if best_cost[0] < 0.93 * legacy_cost else old
 
 

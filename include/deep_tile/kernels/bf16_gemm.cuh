@@ -13,6 +13,9 @@
 // CTAs are persistent and walk the tiles in bands of kBandM m-blocks (consecutive CTAs share B
 // tiles in L2). At tiny m, kBoxM < 128 loads only A's first kBoxM rows (TMA fills out-of-bounds rows
 // at full cost) and the second consumer warpgroup, which owns no valid row, only releases stages.
+// With kClusterM = 2 (the dense GEMM, K-major B) two CTAs of a cluster take adjacent m-blocks of
+// one n-block and each loads half of the B tile, multicast to both: B's L2 reads halve; each CTA's
+// consumers release a stage in both CTAs (a stage is refilled only when both have read it).
 // The dense GEMM may split K (num_groups = the splits): split s reduces its share of the k blocks
 // and writes float32 partials to rows [s m, s m + m) of D (a workspace the host sums in a fixed
 // order). The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
@@ -34,14 +37,15 @@ namespace deep_tile {
 
 enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
-/// The kernel's compile-time configuration (9 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+/// The kernel's compile-time configuration (10 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
 ///   kTmaStore: D leaves through swizzled shared memory and TMA stores / reduce-adds (else from registers);
-///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM).
+///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM);
+///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
-          int kTmaStore_, int kBoxM_>
+          int kTmaStore_, int kBoxM_, int kClusterM_>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
@@ -51,6 +55,7 @@ struct Bf16GemmConfig {
   static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
   static constexpr int kBandM = 8;      // m-blocks per band of the tile order
   static constexpr int kBoxM = kBoxM_;
+  static constexpr int kClusterM = kClusterM_;
   static constexpr int kABytes = kBlockM * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStageTxBytes = kBoxM * kBlockK * 2 + kBBytes;  // what one stage's TMAs deliver
@@ -68,6 +73,8 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kBoxM_ == 128 || ((kBoxM_ == 16 || kBoxM_ == 32 || kBoxM_ == 64) && kGemmType_ == kBf16Normal &&
                                      (kMajorA_ == 0 || kBoxM_ == 64)),
                    "kBoxM: 128, or 16 / 32 / 64 (MN-major A: 64) for the dense GEMM");
+  DT_STATIC_ASSERT(kClusterM_ == 1 || (kClusterM_ == 2 && kGemmType_ == kBf16Normal && kMajorB_ == 0 && kBoxM_ == 128),
+                   "kClusterM: 1, or 2 for the dense GEMM with a K-major B");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
   DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
@@ -103,10 +110,12 @@ struct Bf16Scheduler {
   // masked: the group the walk is in and the tiles before it
   int group = 0, tiles_before = 0, group_tiles = 0;
   int k_before = 0;  // K-grouped: the k rows of the groups before `group`
+  int rank = 0;      // kClusterM = 2: this CTA's m-block within its cluster's pair
 
   DT_DEVICE Bf16Scheduler(int m_, int n_, int k_, int groups, const int* layout_)
       : m(m_), n(n_), k(k_), num_groups(groups), layout(layout_), num_n_blocks(ceil_div(n_, Cfg::kBlockN)) {
     if (Cfg::kGemmType == kBf16MGroupedMasked) group_tiles = ceil_div(masked_rows(0), Cfg::kBlockM) * num_n_blocks;
+    if (Cfg::kClusterM > 1) rank = static_cast<int>(ptx::cluster_cta_rank());
   }
 
   /// Group g's rows of the masked GEMM, clamped to [0, m] (a bad count must not write another group).
@@ -157,11 +166,13 @@ struct Bf16Scheduler {
       tile.d_row = tile.a_row;
       return true;
     }
-    const int mb = ceil_div(m, Cfg::kBlockM), tiles = mb * num_n_blocks;
+    // kClusterM = 2: t walks pairs of m-blocks (the second of an odd count past m: loads zeros, stores nothing)
+    const int mb = ceil_div(ceil_div(m, Cfg::kBlockM), Cfg::kClusterM), tiles = mb * num_n_blocks;
     // the dense GEMM: num_groups splits of K, the split the slowest index (split 0's tiles first)
     const int split = Cfg::kGemmType == kBf16Normal ? t / tiles : 0;
     if (split >= (Cfg::kGemmType == kBf16Normal ? num_groups : 1)) return false;
     order(t - split * tiles, mb, tile.m_block, tile.n_block);
+    tile.m_block = tile.m_block * Cfg::kClusterM + rank;
     tile.a_row = tile.m_block * Cfg::kBlockM;
     tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
     tile.d_row = tile.a_row;
@@ -202,11 +213,13 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     ptx::tma_prefetch_descriptor(tmap_b);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], 8);  // one arrival per consumer warp
+      ptx::mbarrier_init(&empty[s], 8 * Cfg::kClusterM);  // one arrival per consumer warp of the cluster
     }
     ptx::fence_barrier_init();
   }
-  __syncthreads();
+  // a pair's barriers must be initialised before the peer multicasts into them or arrives on them
+  if constexpr (Cfg::kClusterM > 1) ptx::cluster_sync();
+  else __syncthreads();
   ptx::grid_dependency_wait();  // the stream predecessor may write A, B, D or the layout
   ptx::launch_dependents();
 
@@ -218,7 +231,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       int stage = 0;
       u32 phase = 0;
       Bf16Tile tile;
-      for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
+      for (int t = blockIdx.x / Cfg::kClusterM; sched.get(t, tile); t += gridDim.x / Cfg::kClusterM) {
         if (!tile.valid) continue;
         const int n0 = tile.n_block * kBlockN;
         for (int kb = 0; kb < tile.k_blocks; ++kb) {
@@ -234,7 +247,10 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
 #pragma unroll
             for (int i = 0; i < Cfg::kBoxM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
           }
-          if (Cfg::kMajorB == 0) {
+          if (Cfg::kClusterM > 1) {  // this CTA's half of the B tile, to both CTAs
+            constexpr int kHalf = kBlockN / 2;
+            ptx::tma_load_2d_multicast(b + sched.rank * kHalf * 128, tmap_b, bar, k0, n0 + sched.rank * kHalf, 0x3);
+          } else if (Cfg::kMajorB == 0) {
             ptx::tma_load_2d(b, tmap_b, bar, k0, tile.b_base + n0);
           } else {
 #pragma unroll
@@ -245,6 +261,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         }
       }
     }
+    if constexpr (Cfg::kClusterM > 1) ptx::cluster_sync();  // the peer may still arrive on our barriers
     return;
   }
 
@@ -264,13 +281,23 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   Bf16Tile tile;
   // kBoxM <= 64: the second warpgroup's rows are past m (never loaded): it only releases the stages
   const bool idle = Cfg::kBoxM <= 64 && cw == 1;
-  for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
+  // a stage is free once every consumer warp of the cluster has read it
+  auto release = [&](int s) {
+    if (lane != 0) return;
+    if constexpr (Cfg::kClusterM > 1) {
+#pragma unroll
+      for (int r = 0; r < Cfg::kClusterM; ++r) ptx::mbarrier_arrive_cluster(&empty[s], static_cast<u32>(r));
+    } else {
+      ptx::mbarrier_arrive(&empty[s]);
+    }
+  };
+  for (int t = blockIdx.x / Cfg::kClusterM; sched.get(t, tile); t += gridDim.x / Cfg::kClusterM) {
     if (!tile.valid) continue;
     int prev_stage = -1;
     for (int kb = 0; kb < tile.k_blocks; ++kb) {
       ptx::mbarrier_wait(&full[stage], phase);
       if (idle) {
-        if (lane == 0) ptx::mbarrier_arrive(&empty[stage]);
+        release(stage);
         stage = stage + 1 == kStages ? 0 : stage + 1;
         phase ^= stage == 0;
         continue;
@@ -288,7 +315,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
 #pragma unroll
       for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_wait_group<1>();  // the previous stage's wgmmas are done: release it
-      if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+      if (prev_stage >= 0) release(prev_stage);
       prev_stage = stage;
       stage = stage + 1 == kStages ? 0 : stage + 1;
       phase ^= stage == 0;
@@ -297,7 +324,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
-    if (prev_stage >= 0 && lane == 0) ptx::mbarrier_arrive(&empty[prev_stage]);
+    if (prev_stage >= 0) release(prev_stage);
 
     if constexpr (Cfg::kStoreBoxes > 0) {
       // per box of kStoreCols columns: pack into a 128B-swizzled 64-row box, then one thread stores it
@@ -384,6 +411,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     }
   }
   if (Cfg::kTmaStore && (tid & 127) == 0) ptx::tma_store_wait_all();  // shared memory outlives its last store
+  if constexpr (Cfg::kClusterM > 1) ptx::cluster_sync();  // the peer's last multicasts and arrivals are done
 }
 
 }  // namespace deep_tile
