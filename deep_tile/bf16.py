@@ -34,7 +34,9 @@ problems fill the SMs, K splits for the dense GEMM at small m (float32 partials 
 in a fixed order by torch: deterministic), a short A box at tiny m, and float32 d stored (or
 accumulated, TMA reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` in the environment
 (read at import; :data:`LEGACY` at run time) selects the earlier plan instead: 64 / 128 / 256 wide
-tiles, no split, float32 d stored from registers.
+tiles, no split, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
+(:data:`FORCE_PLAN` at run time) forces one plan on every call, for tuning (the kernel's limits apply:
+:class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
 """
 from __future__ import annotations
 
@@ -48,6 +50,16 @@ from deep_tile.kernels import bf16_gemm as contract
 
 LEGACY = os.environ.get("DEEP_TILE_BF16_LEGACY", "0") == "1"
 """True: the earlier selection (module doc), for side-by-side timing."""
+
+
+def parse_plan(text: str) -> contract.Bf16Plan:
+    """``"block_n/splits/box_m/cluster_m"`` (trailing fields may be left out) as a plan."""
+    fields = [int(v) for v in text.split("/")]
+    return contract.Bf16Plan(*fields)
+
+
+FORCE_PLAN = parse_plan(os.environ["DEEP_TILE_BF16_PLAN"]) if os.environ.get("DEEP_TILE_BF16_PLAN") else None
+"""A plan every call takes (module doc), or None."""
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
@@ -102,6 +114,8 @@ def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", ge
     legacy rule when :data:`LEGACY` is set."""
     blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
     sms = get_num_sms() if num_sms is None else num_sms
+    if FORCE_PLAN is not None:
+        return FORCE_PLAN
     if LEGACY:
         return contract.legacy_plan(blocks, n, sms)
     return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal")

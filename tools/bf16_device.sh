@@ -34,7 +34,7 @@ PYEOF
 # Phase 0: a hang here means a pipeline bug; the watchdog build traps instead of hanging forever
 DEEP_TILE_WATCHDOG=1 run smoke 120 $PY "$OUT/san_case.py"
 wait
-run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
+DEEP_TILE_WATCHDOG=1 run tests 230 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
 if command -v compute-sanitizer > /dev/null; then
   run memcheck 170 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
   run racecheck 170 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"
@@ -56,7 +56,7 @@ wait
       "$(grep -v '^\s*$' "$OUT/$s.log" 2>/dev/null | tail -1 | cut -c1-150)"
   done
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|SYNCCHECK" "$OUT/memcheck.log" "$OUT/racecheck.log" "$OUT/synccheck.log" 2>/dev/null
-  grep -E "^# |^shape|:nt:|:nn:|:tn:|:tt:|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-220
+  grep -E "^# |^shape|^alt shape|:nt:|:nn:|:tn:|:tt:|geomean" "$OUT/bench.log" 2>/dev/null | cut -c1-220
   grep -hE "Error|error:|Traceback" "$OUT/bench.log" "$OUT/smoke.log" 2>/dev/null | head -5 | cut -c1-200
   grep -h "'ok': False" "$OUT/smoke.log" "$OUT/memcheck.log" 2>/dev/null | cut -c1-300
   grep -E "^FAILED|passed|failed" "$OUT/tests.log" 2>/dev/null | cut -c1-300
