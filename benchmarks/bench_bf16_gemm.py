@@ -39,8 +39,10 @@ SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt
 """Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
 ALTS = ("4096:2112:7168:nt:bf16=176/1/128/1,256/1/128/2,192/1/128/2", "4096:576:7168:nt:bf16=144/1/128/1,192/1/128/2",
         "128:2112:7168:nt:bf16=64/4/128/1,128/8/128/1", "1:4096:7168:nt:bf16=128/4/16/1,64/2/16/1,256/8/128/1",
-        "4096:256:7168:nt:f32=96/1/128/1,128/2/128/1,64/1/128/2", "7168:2048:4096:tn:f32:acc=192/1/128/1")
-"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure."""
+        "4096:256:7168:nt:f32=96/1/128/1,128/2/128/1,64/1/128/2", "7168:2048:4096:tn:f32:acc=192/1/128/1",
+        "4096:24576:1536:nt:bf16=256/1/128/2", "4096:32768:512:nt:bf16=256/1/128/2")
+"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure, and B
+multicast on two large shapes the model keeps on the legacy tile (2% predicted)."""
 
 
 def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:
