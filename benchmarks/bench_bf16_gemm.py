@@ -71,7 +71,7 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg, alts: tuple = ()) -> 
         try:
             ours(a_arg, b_arg, d_legacy, c=c)
         finally:
-            bf16_host.LEGACY = False
+            bf16_host.LEGACY = None
 
     want = a.float() @ b.float().T + (c.float() if c is not None else 0)
     d_legacy = torch.empty_like(d)

@@ -32,24 +32,25 @@ computed with float32 torch (for tests and tooling).
 Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
 problems fill the SMs, K splits for the dense GEMM at small m (float32 partials in a workspace, summed
 in a fixed order by torch: deterministic), a short A box at tiny m, and float32 d stored (or
-accumulated, TMA reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` in the environment
-(read at import; :data:`LEGACY` at run time) selects the earlier plan instead: 64 / 128 / 256 wide
-tiles, no split, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
-(:data:`FORCE_PLAN` at run time) forces one plan on every call, for tuning (the kernel's limits apply:
-:class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
+accumulated, TMA reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call;
+:data:`LEGACY` overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split,
+no multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
+(:data:`FORCE_PLAN` overrides it) forces one plan on every call, for tuning (the kernel's limits
+apply: :class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
 """
 from __future__ import annotations
 
-import os
-
 import torch
+
+from deep_tile import env
 
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.kernels import bf16_gemm as contract
 
-LEGACY = os.environ.get("DEEP_TILE_BF16_LEGACY", "0") == "1"
-"""True: the earlier selection (module doc), for side-by-side timing."""
+LEGACY: bool | None = None
+"""True / False: the earlier selection (module doc) or not, whatever ``DEEP_TILE_BF16_LEGACY`` says; None:
+as it says."""
 
 
 def parse_plan(text: str) -> contract.Bf16Plan:
@@ -58,8 +59,19 @@ def parse_plan(text: str) -> contract.Bf16Plan:
     return contract.Bf16Plan(*fields)
 
 
-FORCE_PLAN = parse_plan(os.environ["DEEP_TILE_BF16_PLAN"]) if os.environ.get("DEEP_TILE_BF16_PLAN") else None
-"""A plan every call takes (module doc), or None."""
+FORCE_PLAN: contract.Bf16Plan | None = None
+"""A plan every call takes (module doc), or None: ``DEEP_TILE_BF16_PLAN``'s, if set."""
+
+
+def _legacy() -> bool:
+    return env.bf16_legacy() if LEGACY is None else LEGACY
+
+
+def _forced_plan() -> contract.Bf16Plan | None:
+    if FORCE_PLAN is not None:
+        return FORCE_PLAN
+    text = env.bf16_plan()
+    return parse_plan(text) if text else None
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
@@ -111,12 +123,14 @@ def _check_d(name: str, d: torch.Tensor, dtypes: tuple) -> None:
 def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", gemm_type: str = "normal",
               m_blocks: int | None = None, num_sms: int | None = None) -> contract.Bf16Plan:
     """The call's tile width, K splits and A box: :func:`deep_tile.kernels.bf16_gemm.plan`, or the
-    legacy rule when :data:`LEGACY` is set."""
+    legacy rule (:data:`LEGACY` / ``DEEP_TILE_BF16_LEGACY``), or the forced plan (:data:`FORCE_PLAN` /
+    ``DEEP_TILE_BF16_PLAN``)."""
     blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
     sms = get_num_sms() if num_sms is None else num_sms
-    if FORCE_PLAN is not None:
-        return FORCE_PLAN
-    if LEGACY:
+    forced = _forced_plan()
+    if forced is not None:
+        return forced
+    if _legacy():
         return contract.legacy_plan(blocks, n, sms)
     return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal")
 
@@ -141,12 +155,12 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
     """Whether d can leave through TMA: 16-byte start and row pitch, and bf16 without accumulation
-    or (not :data:`LEGACY`) float32 (accumulation by TMA reduce-add)."""
+    or (not the legacy plan) float32 (accumulation by TMA reduce-add)."""
     rows = d.shape[0]
     if d.dtype == torch.bfloat16:
         kind_ok = not accumulate
     else:
-        kind_ok = d.dtype == torch.float32 and not LEGACY
+        kind_ok = d.dtype == torch.float32 and not _legacy()
     return (kind_ok and d.data_ptr() % 16 == 0
             and (rows == 1 or (d.stride(0) * d.element_size()) % 16 == 0))
 

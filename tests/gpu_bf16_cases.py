@@ -76,7 +76,7 @@ def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legac
     from deep_tile.kernels import bf16_gemm as contract
 
     rules = _RULE.setdefault("rules", (contract.plan, contract.legacy_plan))
-    host.LEGACY = legacy
+    host.LEGACY = True if legacy else None
     if block_n is None:
         contract.plan, contract.legacy_plan = rules
     else:

@@ -42,7 +42,8 @@ def test_readme_table_lists_the_registry():
     assert {n for n in table if n.startswith("DEEP_TILE_")} == {
         "DEEP_TILE_CACHE_DIR", "DEEP_TILE_DISABLE_CACHE", "DEEP_TILE_COMPILER", "DEEP_TILE_NVCC",
         "DEEP_TILE_DEBUG", "DEEP_TILE_PTXAS_CHECK", "DEEP_TILE_DUMP_ASM", "DEEP_TILE_PRINT_CONFIGS",
-        "DEEP_TILE_WATCHDOG", "DEEP_TILE_NATIVE", "DEEP_TILE_PDL", "DEEP_TILE_TP_TRANSPORT"}
+        "DEEP_TILE_WATCHDOG", "DEEP_TILE_NATIVE", "DEEP_TILE_PDL", "DEEP_TILE_TP_TRANSPORT", "DEEP_TILE_BF16_LEGACY",
+        "DEEP_TILE_BF16_PLAN"}
 
 
 def test_readme_rows_match_the_declarations():
