@@ -166,7 +166,7 @@ struct Bf16Scheduler {
       tile.d_row = tile.a_row;
       return true;
     }
-    // kClusterM = 2: t walks pairs of m-blocks (the second of an odd count past m: loads zeros, stores nothing)
+    // kClusterM = 2: t walks pairs of m-blocks (the second of an odd count lies past m)
     const int mb = ceil_div(ceil_div(m, Cfg::kBlockM), Cfg::kClusterM), tiles = mb * num_n_blocks;
     // the dense GEMM: num_groups splits of K, the split the slowest index (split 0's tiles first)
     const int split = Cfg::kGemmType == kBf16Normal ? t / tiles : 0;
@@ -184,6 +184,8 @@ struct Bf16Scheduler {
       tile.d_row = split * m + tile.a_row;
       tile.valid = tile.k_blocks > 0;
     }
+    // an odd m-block count's last twin reads its partner's rows (no fully out-of-bounds box) and stores nothing
+    if (Cfg::kClusterM > 1 && tile.a_row >= m) tile.a_row -= Cfg::kBlockM;
     if (Cfg::kGemmType == kBf16MGroupedContiguous) {
       const int g = layout[tile.a_row];
       tile.valid = g >= 0 && g < num_groups;
@@ -325,6 +327,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
     if (prev_stage >= 0) release(prev_stage);
+    if (tile.m_limit <= 0) continue;  // a pair's twin past m
 
     if constexpr (Cfg::kStoreBoxes > 0) {
       // per box of kStoreCols columns: pack into a 128B-swizzled 64-row box, then one thread stores it
