@@ -43,7 +43,6 @@ from __future__ import annotations
 import torch
 
 from deep_tile import env
-
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.kernels import bf16_gemm as contract
