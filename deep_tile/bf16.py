@@ -30,9 +30,11 @@ kernel of ``csrc/entry/bf16_gemm.cu`` (:mod:`deep_tile.kernels.bf16_gemm`); tens
 computed with float32 torch (for tests and tooling).
 
 Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
-problems fill the SMs, K splits for the dense GEMM at small m (float32 partials in a workspace, summed
-in a fixed order by torch: deterministic), a short A box at tiny m, and float32 d stored (or
-accumulated, TMA reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call;
+problems fill the SMs, K splits for the dense GEMM with a K-major b at small m (float32 partials in
+a workspace, summed in a fixed order by torch: deterministic, but a row's summation order then
+depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
+short A box at tiny m, B multicast to CTA pairs, and float32 d stored (or accumulated, TMA
+reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call;
 :data:`LEGACY` overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split,
 no multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
 (:data:`FORCE_PLAN` overrides it) forces one plan on every call, for tuning (the kernel's limits

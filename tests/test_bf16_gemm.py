@@ -269,7 +269,9 @@ def test_plan():
         for k in (64, 320, 4096):
             p = contract.plan(1, n, k, 1, 132, "k", "mn")
             kb = -(-k // 64)
-            assert p.block_n % 64 == 0 and (p.splits - 1) * -(-kb // p.splits) < kb
+            assert p.block_n % 64 == 0 and p.splits == 1  # nn stays batch invariant: no split
+            p = contract.plan(1, n, k, 1, 132)
+            assert (p.splits - 1) * -(-kb // p.splits) < kb  # every split non-empty
 
 
 def test_generated_wgmma_header_is_current():

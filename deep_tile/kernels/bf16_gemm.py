@@ -204,7 +204,8 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
          dense: bool = True) -> Bf16Plan:
     """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
     and, for the dense GEMM (``dense``), K splits and a short A box at tiny m, or B multicast to CTA
-    pairs (a K-major b, two m-blocks or more). The legacy plan stays unless the model predicts it at
+    pairs (a K-major b, two m-blocks or more). Splits change a row's summation order with m, so an
+    MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split. The legacy plan stays unless the model predicts it at
     least 7% slower (its shapes are measured at parity)."""
     old = legacy_plan(m_blocks, n, num_sms)
     best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M)
@@ -219,7 +220,7 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
             continue
         tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n)
         max_splits = 1
-        if dense:  # every split at least 4 k blocks, no more CTAs than SMs
+        if dense and major_b == "k":  # every split at least 4 k blocks, no more CTAs than SMs
             max_splits = max(1, min(MAX_SPLITS, k_blocks // 4, num_sms // tiles))
         for splits in range(1, max_splits + 1):
             if (splits - 1) * ceil_div(k_blocks, splits) >= k_blocks:
