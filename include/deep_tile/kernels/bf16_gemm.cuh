@@ -168,8 +168,9 @@ struct Bf16Scheduler {
     }
     // kClusterM = 2: t walks pairs of m-blocks (the second of an odd count lies past m)
     const int mb = ceil_div(ceil_div(m, Cfg::kBlockM), Cfg::kClusterM), tiles = mb * num_n_blocks;
-    // the dense GEMM: num_groups splits of K, the split the slowest index (split 0's tiles first)
-    const int split = Cfg::kGemmType == kBf16Normal ? t / tiles : 0;
+    // the dense GEMM: num_groups splits of K, the split the slowest index (split 0's tiles first);
+    // the contiguous kind has one split, so its walk ends after `tiles` (no m_indices read past m)
+    const int split = t / tiles;
     if (split >= (Cfg::kGemmType == kBf16Normal ? num_groups : 1)) return false;
     order(t - split * tiles, mb, tile.m_block, tile.n_block);
     tile.m_block = tile.m_block * Cfg::kClusterM + rank;
