@@ -37,12 +37,13 @@ SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt
           "4096:7168:16384:nt:bf16", "4096:4096:7168:nt:bf16", "4096:7168:2048:nt:bf16", "128:2112:7168:nt:bf16",
           "1:4096:7168:nt:bf16", "4096:256:7168:nt:f32", "4096:2048:7168:nn:bf16", "7168:2048:4096:tn:f32:acc")
 """Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
-ALTS = ("4096:2112:7168:nt:bf16=176/1/128/1,256/1/128/2,192/1/128/2", "4096:576:7168:nt:bf16=144/1/128/1,192/1/128/2",
-        "128:2112:7168:nt:bf16=64/4/128/1,128/8/128/1", "1:4096:7168:nt:bf16=128/4/16/1,64/2/16/1,256/8/128/1",
-        "4096:256:7168:nt:f32=96/1/128/1,128/2/128/1,64/1/128/2", "7168:2048:4096:tn:f32:acc=192/1/128/1",
-        "4096:24576:1536:nt:bf16=256/1/128/2", "4096:32768:512:nt:bf16=256/1/128/2")
-"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure, and B
-multicast on two large shapes the model keeps on the legacy tile (2% predicted)."""
+ALTS = ("4096:2112:7168:nt:bf16=176/1/128/1", "4096:576:7168:nt:bf16=144/1/128/1",
+        "128:2112:7168:nt:bf16=112/5/128/1,64/2/128/1,128/4/128/1", "1:4096:7168:nt:bf16=256/8/16/1,128/4/16/1,64/2/16/1",
+        "4096:256:7168:nt:f32=64/1/128/1,96/1/128/1", "7168:2048:4096:tn:f32:acc=256/1/128/1",
+        "4096:32768:512:nt:bf16=256/1/128/2,128/1/128/2")
+"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure (the
+split counts and widths at small m with the in-kernel sum, multicast on and off, the measured
+exception's model pick), and B multicast on the K = 512 shape the model keeps on the legacy tile."""
 
 
 def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:
@@ -103,7 +104,8 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg, alts: tuple = ()) -> 
     times = bench_round_robin(fns, iters=iters)
     us = times["deep_tile"]
     nbytes = 2 * (m * k + n * k) + d.element_size() * m * n * (2 if acc else 1)
-    pl = bf16_host.bf16_plan(m, n, k, "mn" if layout[0] == "t" else "k", "mn" if layout[1] == "n" else "k")
+    pl = bf16_host.bf16_plan(m, n, k, "mn" if layout[0] == "t" else "k", "mn" if layout[1] == "n" else "k",
+                             out_f32=out == "f32", accumulate=acc)
     return {"shape": spec, "m": m, "n": n, "k": k, "layout": layout, "out": out, "acc": acc, "us": us,
             "plan": f"{pl.block_n}/{pl.splits}/{pl.box_m}/{pl.cluster_m}", "legacy_us": times["legacy"],
             "legacy_speedup": times["deepgemm"] / times["legacy"] if "deepgemm" in times else None,

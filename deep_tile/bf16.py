@@ -31,7 +31,8 @@ computed with float32 torch (for tests and tooling).
 
 Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
 problems fill the SMs, K splits for the dense GEMM with a K-major b at small m (float32 partials in
-a workspace, summed in a fixed order by torch: deterministic, but a row's summation order then
+a workspace, summed in split order by each tile's last split inside the kernel, tile counters that
+the kernel leaves zeroed: deterministic and graph-replayable, but a row's summation order then
 depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
 short A box at tiny m, B multicast to CTA pairs, and float32 d stored (or accumulated, TMA
 reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call;
@@ -122,7 +123,8 @@ def _check_d(name: str, d: torch.Tensor, dtypes: tuple) -> None:
 
 
 def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", gemm_type: str = "normal",
-              m_blocks: int | None = None, num_sms: int | None = None) -> contract.Bf16Plan:
+              m_blocks: int | None = None, num_sms: int | None = None, out_f32: bool = False,
+              accumulate: bool = False) -> contract.Bf16Plan:
     """The call's tile width, K splits and A box: :func:`deep_tile.kernels.bf16_gemm.plan`, or the
     legacy rule (:data:`LEGACY` / ``DEEP_TILE_BF16_LEGACY``), or the forced plan (:data:`FORCE_PLAN` /
     ``DEEP_TILE_BF16_PLAN``)."""
@@ -133,7 +135,7 @@ def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", ge
         return forced
     if _legacy():
         return contract.legacy_plan(blocks, n, sms)
-    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal")
+    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal", out_f32, accumulate)
 
 
 def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,
@@ -147,11 +149,14 @@ def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", 
 
 
 def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, accumulate: bool, gemm_type: str,
-            tma_store: bool) -> contract.Bf16Config:
+            tma_store: bool, deep: bool = False) -> contract.Bf16Config:
+    """``deep``: the dense new plan's ring (:func:`deep_tile.kernels.bf16_gemm.plan_stages`), D from
+    registers where it takes the deeper ring."""
     box_cols = (contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX)[0]
     store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
-    return contract.Bf16Config(major_a, major_b, pl.block_n, 0, out_f32, accumulate, gemm_type, store, pl.box_m,
-                               pl.cluster_m)
+    stages = contract.plan_stages(pl, accumulate) if deep else 0
+    return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
+                               store and not stages, pl.box_m, pl.cluster_m)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
@@ -202,16 +207,48 @@ def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int, cluste
     return encode_2d(b.data_ptr(), "bfloat16", rows, k, _pitch(b, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
+_COUNTER_POOL = 1 << 18
+"""uint32 split-K tile counters per device (1 MiB): regions of STREAM_COUNTERS for the streams that run
+split calls, and above them regions reserved for good by the calls that CUDA graphs capture."""
+STREAM_COUNTERS = 4096
+_counters: dict = {}  # device index -> [pool, {stream handle: offset}, next free offset]
+
+
+def _split_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """``tiles`` zeroed uint32 counters (as int32) for one split call on the current stream, which the
+    kernel leaves zeroed. Calls on one stream share a region (they run in order); a captured call
+    reserves its own (a graph may replay on any stream); a call that finds no room gets fresh zeros."""
+    stream = torch.cuda.current_stream(device)
+    capturing = torch.cuda.is_current_stream_capturing()
+    entry = _counters.get(device.index)
+    if entry is None and not capturing:  # one memset, outside any capture
+        entry = _counters[device.index] = [torch.zeros(_COUNTER_POOL, dtype=torch.int32, device=device), {}, 0]
+    if entry is not None and tiles <= STREAM_COUNTERS:
+        pool, regions, free = entry
+        key = None if capturing else stream.cuda_stream
+        offset = regions.get(key) if key is not None else None
+        if offset is None and free + STREAM_COUNTERS <= _COUNTER_POOL:
+            offset, entry[2] = free, free + (STREAM_COUNTERS if key is not None else tiles)
+            if key is not None:
+                regions[key] = offset
+        if offset is not None:
+            return pool[offset:offset + tiles]
+    return torch.zeros(tiles, dtype=torch.int32, device=device)
+
+
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
-            ldd: int, groups: int, tiles: int, d_rows: int = 0) -> None:
-    """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's)."""
+            ldd: int, groups: int, tiles: int, d_rows: int = 0, workspace: torch.Tensor | None = None,
+            counters: torch.Tensor | None = None) -> None:
+    """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's);
+    ``workspace`` / ``counters``: a split call's partials and tile counters."""
     from deep_tile.jit.loader import get_kernel
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.pdl import get_pdl
 
     kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
     tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
-    values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups)
+    values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups,
+              0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr())
     device = d.device
     with torch.cuda.device(device):
         grid = contract.grid(tiles, get_num_sms())
@@ -276,29 +313,26 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
-    pl = bf16_plan(m, n, k, major_a, major_b)
+    pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
         pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m)  # multicast only for the plain K-major-b case
     m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
     tiles = m_blocks * ceil_div(n, pl.block_n)
     tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)
     tmap_b = _tmap_b(b, major_b, n, k, pl.block_n, pl.cluster_m)
-    if pl.splits == 1:
-        cfg = _config(pl, major_a, major_b, d.dtype == torch.float32, c is not None, "normal",
-                      _tma_store_ok(d, c is not None))
-        _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, d.stride(0) if m > 1 else n, 1, tiles)
-        return
-    # split K: float32 partials [splits, m, n], then one fixed-order sum (deterministic, graph-safe)
+    cfg = _config(pl, major_a, major_b, d.dtype == torch.float32, c is not None, "normal",
+                  _tma_store_ok(d, c is not None), deep=not _legacy() and _forced_plan() is None)
+    ldd = d.stride(0) if m > 1 else n
     k_blocks = ceil_div(k, contract.BLOCK_K)
-    splits = ceil_div(k_blocks, ceil_div(k_blocks, pl.splits))  # the kernel writes no partial for an empty split
-    partials = torch.empty((splits, m, n), dtype=torch.float32, device=d.device)
-    cfg = _config(pl, major_a, major_b, True, False, "normal", False)
-    _launch(cfg, tmap_a, tmap_b, partials, None, m, n, k, n, splits, tiles * splits)
-    if c is None and d.dtype == torch.float32:
-        torch.sum(partials, 0, out=d)
+    splits = ceil_div(k_blocks, ceil_div(k_blocks, pl.splits))  # every split non-empty
+    if splits == 1:
+        _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, 1, tiles)
         return
-    total = partials.sum(0)
-    d.copy_(total.add_(d) if c is not None else total)  # c + a b^T in float32, rounded once
+    # split K: float32 partials in a workspace, summed in split order by each tile's last split in the kernel
+    workspace = torch.empty(contract.split_workspace_floats(tiles, splits, pl.block_n), dtype=torch.float32,
+                            device=d.device)
+    _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, splits, tiles * splits, workspace=workspace,
+            counters=_split_counters(d.device, tiles))
 
 
 def bf16_gemm_nn(a, b, d, c=None, compiled_dims: str = "nk") -> None:

@@ -260,6 +260,58 @@ def repeat_graph(m: int = 1000, n: int = 2048, k: int = 1536, layout: str = "tn"
             "same": same}
 
 
+def split_counters(m: int = 100, n: int = 1000, k: int = 2048, block_n: int = 96, splits: int = 5, box_m: int = 128,
+                   out: str = "bf16", repeats: int = 4) -> dict:
+    """The in-kernel split-K sum: ``repeats`` calls on the default stream and on a side stream, then a
+    CUDA graph replayed with new inputs: every result right against float64, bitwise the same for the
+    same inputs (the sum's order does not follow the splits' arrival), and every tile counter back at
+    zero after each (the next launch and replay depend on it)."""
+    import deep_tile
+    import deep_tile.bf16 as host
+
+    _force_block_n(block_n, splits, box_m)
+    a_arg, b_arg, a, b = make_dense(m, n, k, "nt", 6, "cuda")
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def counters_zero() -> bool:
+        torch.cuda.synchronize()
+        entry = host._counters.get(device.index)
+        return entry is None or int(entry[0].count_nonzero()) == 0
+
+    outs, zero = [], True
+    side = torch.cuda.Stream()
+    for i in range(2 * repeats):
+        d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        with torch.cuda.stream(side if i % 2 else torch.cuda.current_stream()):
+            deep_tile.bf16_gemm_nt(a_arg, b_arg, d)
+        torch.cuda.synchronize()
+        zero = zero and counters_zero()
+        outs.append(d)
+    same = all(torch.equal(outs[0], o) for o in outs[1:])
+    r0 = check(outs[0], a, b)
+    d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        deep_tile.bf16_gemm_nt(a_arg, b_arg, d)
+    graph.replay()
+    torch.cuda.synchronize()
+    same = same and torch.equal(outs[0], d)
+    zero = zero and counters_zero()
+    a2_arg, b2_arg, a2, b2 = make_dense(m, n, k, "nt", 7, "cuda")
+    a_arg.copy_(a2_arg)
+    b_arg.copy_(b2_arg)
+    d.fill_(float("nan"))
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    zero = zero and counters_zero()
+    r = check(d, a2, b2)
+    _force_block_n(None)
+    return {"case": f"split counters m={m} n={n} k={k} {block_n}/{splits}/{box_m} {out}", **r,
+            "ok": r["ok"] and r0["ok"] and same and zero, "same": same, "counters_zero": zero}
+
+
 if __name__ == "__main__":
     from gpu_cases import serve
 

@@ -193,6 +193,17 @@ def all_configs() -> list:
              if not store or bn >= (32 if f32 else 64)]
     cfgs += [contract.Bf16Config("mn", "k", 96, 0, False, False, "normal", True, 64),
              contract.Bf16Config("k", "k", 32, 0, True, False, "normal", False, 16)]
+    # the split-K plans' own widths and boxes (the last split's in-kernel sum and direct store)
+    cfgs += [contract.Bf16Config("k", "k", 112, 0, False, False, "normal", True),
+             contract.Bf16Config("k", "k", 192, 0, False, False, "normal", False, 16),
+             contract.Bf16Config("k", "k", 176, 0, False, True, "normal", False, 16),
+             contract.Bf16Config("k", "k", 64, 0, True, True, "normal", True, 32)]
+    # the deep rings of narrow register-stored plans (contract.plan_stages)
+    cfgs += [contract.Bf16Config("k", "k", bn, contract.deep_stages(bn), bn % 32 == 0, False, "normal", False,
+                                 16 if bn <= 64 else 128) for bn in range(16, 129, 16)]
+    cfgs += [contract.Bf16Config("k", "mn", 128, contract.deep_stages(128), False, False, "normal"),
+             contract.Bf16Config("mn", "mn", 64, contract.deep_stages(64), True, False, "normal"),
+             contract.Bf16Config("k", "k", 192, contract.deep_stages(192), False, True, "normal", False, 16)]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
@@ -205,6 +216,9 @@ def test_contract_geometry():
     assert [contract.stages_for(bn) for bn in contract.LEGACY_BLOCK_NS] == [8, 6, 4]
     assert [contract.stages_for(bn, True) for bn in contract.LEGACY_BLOCK_NS] == [8, 6, 4]
     assert contract.stages_for(192, True) == 4  # the staging's 32 KiB must still fit beside the ring
+    assert [contract.deep_stages(bn) for bn in (16, 64, 128, 192, 256)] == [12, 9, 7, 5, 4]
+    assert contract.plan_stages(contract.Bf16Plan(64)) == 9 and contract.plan_stages(contract.Bf16Plan(64), True) == 0
+    assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
         assert len(cfg.defines()) == 12
@@ -249,19 +263,33 @@ def test_plan():
     # the shapes measured at parity keep the legacy tile
     for m, n, k in ((4096, 4096, 7168), (4096, 7168, 2048), (4096, 32768, 512), (4096, 7168, 16384)):
         assert contract.plan(m, n, k, 32, 132) == contract.legacy_plan(32, n, 132) == legacy
-    # few n tiles: a width that fills the SMs in whole waves
+    # few n tiles: a width that fills the SMs in whole waves; B multicast only when forced (measured no faster)
     p = contract.plan(4096, 576, 7168, 32, 132)
-    assert p.splits == 1 and 132 * 0.9 <= 32 * -(-576 // p.block_n) <= 132
-    p = contract.plan(4096, 2112, 7168, 32, 132)
-    assert p.block_n != 256 and p.splits == 1 and p.cluster_m == 2  # B's L2 reads halved by multicast
-    assert contract.plan(4096, 2112, 7168, 32, 132, "k", "mn").cluster_m == 1
+    assert p == contract.Bf16Plan(144)
+    assert 132 * 0.9 <= 32 * -(-576 // p.block_n) <= 132
+    assert contract.plan(4096, 2112, 7168, 32, 132) == contract.Bf16Plan(176)
+    assert contract.plan(4096, 256, 7168, 32, 132, out_f32=True) == contract.Bf16Plan(64)
+    # the TN wgrad with float32 accumulation: the reduce-add epilogue makes 192 beat 256 (as measured)
+    assert contract.plan(7168, 2048, 4096, 56, 132, "mn", "mn", True, True, True) == contract.Bf16Plan(192)
+    assert contract.plan(7168, 2048, 4096, 56, 132, "mn", "mn") == contract.legacy_plan(56, 2048, 132)
+    # no K split past MAX_SPLIT_M_BLOCKS m-blocks (4096 x 256 split measured slower)
+    for m in (384, 1024, 4096):
+        assert contract.plan(m, 256, 7168, -(-m // 128), 132).splits == 1
     # tiny m: K splits over most SMs, and a short A box at m = 1
     for m in (1, 128):
         p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132)
         tiles = -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
-        assert p.splits > 1 and 64 <= tiles <= 132, p
+        assert p.splits > 1 and 100 <= tiles <= 132, p
     assert contract.plan(1, 4096, 7168, 1, 132).box_m == 16
     assert contract.plan(1, 4096, 7168, 1, 132, "mn").box_m == 64
+    # the model's fit to the measured plans (us, within 6%; measured with the default ring)
+    for args, us in (((4096, 2112, 7168, 32, 132, 176), 167.8), ((4096, 576, 7168, 32, 132, 144), 49.1),
+                     ((4096, 4096, 7168, 32, 132, 256), 303.1), ((4096, 32768, 512, 32, 132, 256), 218.5),
+                     ((4096, 7168, 2048, 32, 132, 256), 164.8), ((128, 2112, 7168, 1, 132, 64), 30.5)):
+        assert abs(contract.plan_cost(*args) / us - 1) < 0.06, (args, contract.plan_cost(*args))
+    for block_n, us in ((256, 218.3), (192, 212.2)):
+        got = contract.plan_cost(7168, 2048, 4096, 56, 132, block_n, out_f32=True, accumulate=True)
+        assert abs(got / us - 1) < 0.03, (block_n, got)
     # no splits for the grouped GEMMs, MN-major b widths in steps of 64, every split non-empty
     assert contract.plan(128, 2112, 7168, 1, 132, dense=False).splits == 1
     assert contract.plan(4096, 2112, 7168, 32, 132, dense=False).cluster_m == 1
@@ -271,7 +299,24 @@ def test_plan():
             kb = -(-k // 64)
             assert p.block_n % 64 == 0 and p.splits == 1  # nn stays batch invariant: no split
             p = contract.plan(1, n, k, 1, 132)
-            assert (p.splits - 1) * -(-kb // p.splits) < kb  # every split non-empty
+            assert (p.splits - 1) * -(-kb // p.splits) < kb and p.splits <= contract.MAX_SPLITS  # non-empty splits
+
+
+def test_split_workspace_and_arguments():
+    assert contract.split_workspace_floats(19, 5, 112) == 19 * 5 * 128 * 112
+    assert len(contract.ARGUMENT_KINDS) == 12 and contract.ARGUMENT_KINDS[-2:] == ("ptr", "ptr")
+    header = (ROOT / "include/deep_tile/kernels/bf16_gemm.cuh").read_text()
+    assert f"kBf16MaxSplits = {contract.MAX_SPLITS};" in header
+
+
+def test_bad_plans_are_refused():
+    import deep_tile.bf16 as host
+
+    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4)):
+        with pytest.raises(ValueError, match="a plan takes"):
+            contract.Bf16Plan(*fields)
+    with pytest.raises(ValueError, match="a plan takes"):
+        host.parse_plan("64/17")
 
 
 def test_generated_wgmma_header_is_current():
@@ -323,7 +368,11 @@ DENSE_CASES = (
            (1, 576, 7168, "nt", 64, 7, 16, "bf16", "none"), (1, 1000, 640, "tt", 128, 3, 64, "f32", "inplace"),
            (30, 264, 1000, "nt", 96, 4, 32, "bf16", "c"), (64, 300, 704, "tn", 64, 5, 64, "f32", "none"),
            (61, 520, 2048, "nn", 256, 2, 64, "bf16", "inplace"), (200, 136, 1536, "tn", 64, 3, 128, "bf16", "none"),
-           (129, 2112, 7168, "nt", 96, 4, 128, "f32", "c"), (7, 64, 200, "nt", 48, 4, 16, "bf16", "none"))]
+           (129, 2112, 7168, "nt", 96, 4, 128, "f32", "c"), (7, 64, 200, "nt", 48, 4, 16, "bf16", "none"),
+           # the in-kernel sum's column tails (n odd at one row, n - 2 of a quad) and every split count kind
+           (1, 1001, 2048, "nt", 128, 5, 16, "bf16", "c"), (1, 999, 1024, "nt", 192, 16, 16, "f32", "inplace"),
+           (100, 1002, 1024, "nt", 112, 3, 128, "f32", "none"), (256, 530, 1024, "nt", 256, 2, 128, "bf16", "inplace"),
+           (1, 4096, 7168, "nt", 192, 6, 16, "bf16", "none"))]
     # B multicast to CTA pairs: an odd m-block count (the last pair's twin past m), every store kind
     + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, cluster_m=2, out=out, accumulate=acc)
        for m, n, k, layout, bn, out, acc in (
@@ -354,6 +403,8 @@ GROUPED_CASES = [
     ("repeat_graph", dict(m=1, n=4096, k=7168, layout="nt")),
     ("repeat_graph", dict(m=128, n=2112, k=7168, layout="nt", out="f32", accumulate=True)),
     ("repeat_graph", dict(m=700, n=2048, k=1024, layout="tn", out="f32", accumulate=True)),
+    ("split_counters", dict()),
+    ("split_counters", dict(m=1, n=4096, k=7168, block_n=192, splits=6, box_m=16, out="f32")),
 ]
 
 

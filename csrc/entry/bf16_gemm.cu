@@ -21,8 +21,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     deep_tile_bf16_gemm(const __grid_constant__ deep_tile::TmaDescriptor tmap_a,
                         const __grid_constant__ deep_tile::TmaDescriptor tmap_b,
                         const __grid_constant__ deep_tile::TmaDescriptor tmap_d, void* __restrict__ d,
-                        const int* __restrict__ layout, int m, int n, int k, int ldd, int num_groups) {
+                        const int* __restrict__ layout, int m, int n, int k, int ldd, int num_groups,
+                        float* __restrict__ workspace, unsigned* __restrict__ counters) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  deep_tile::bf16_gemm<Bf16Cfg>(&tmap_a, &tmap_b, &tmap_d, d, layout, m, n, k, ldd, num_groups);
+  deep_tile::bf16_gemm<Bf16Cfg>(&tmap_a, &tmap_b, &tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters);
 #endif
 }

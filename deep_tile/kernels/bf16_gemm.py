@@ -11,13 +11,16 @@ legacy plan, kept selectable for comparisons). Pure Python.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
            "GEMM_TYPES", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
-           "select_block_n", "plan", "legacy_plan", "grid"]
+           "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
+           "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "MEASURED_PLANS", "HYSTERESIS",
+           "MAX_SPLIT_M_BLOCKS", "plan_cost"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -43,9 +46,11 @@ SMEM_LIMIT = 227 * 1024
 MAX_STAGES = 8
 SMEM_BUDGET = 200 * 1024
 """Bytes of operand stages a configuration aims for (4 stages of 128 x 256, 6 of 128 x 128, 8 of 128 x 64)."""
-ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
-"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups); tmap_d is read only with ``tma_store``;
-the dense GEMM reads num_groups as its K splits (float32 partials at rows ``split * m`` of d)."""
+ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "ptr", "ptr")
+"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters); tmap_d is read
+only with ``tma_store``; the dense GEMM reads num_groups as its K splits, whose float32 partial tiles go
+to ``workspace`` (:func:`split_workspace_floats`) and whose arrivals are counted in ``counters`` (one
+uint32 per output tile, zero before the launch and left zero after it)."""
 STORE_BYTES = 2 * 2 * 64 * 128
 """``tma_store``'s staging: two boxes of 64 rows x 128 bytes per consumer warpgroup."""
 STORE_BOX = (64, 64)
@@ -63,6 +68,25 @@ def stages_for(block_n: int, tma_store: bool = False) -> int:
     ``tma_store``'s staging), at most MAX_STAGES."""
     room = SMEM_LIMIT - (STORE_BYTES if tma_store else 0) - 16 * MAX_STAGES
     return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n), room // stage_bytes(block_n))
+
+
+DEEP_MAX_STAGES = 12
+DEEP_MAX_BLOCK_N = 128
+"""Plans this narrow that store D from registers take :func:`deep_stages` (no staging to make room for)."""
+
+
+def deep_stages(block_n: int) -> int:
+    """The deepest ring shared memory holds for ``block_n`` without store staging (at most
+    DEEP_MAX_STAGES): narrow few-column and split plans wait on their loads' round trips, so more
+    bytes in flight is their lever."""
+    return min(DEEP_MAX_STAGES, SMEM_LIMIT // (stage_bytes(block_n) + 16))
+
+
+def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
+    """The ring a plan runs (0: the configuration's default, :func:`stages_for`): :func:`deep_stages`
+    for a split plan or a non-accumulating one at most DEEP_MAX_BLOCK_N wide, whose D then leaves
+    from registers."""
+    return deep_stages(pl.block_n) if pl.splits > 1 or (pl.block_n <= DEEP_MAX_BLOCK_N and not accumulate) else 0
 
 
 def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
@@ -112,7 +136,7 @@ class Bf16Config:
                              "whole box wide, not the masked or K-grouped GEMM.")
         if not self.stages:
             object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store))
-        if self.stages < 2 or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
+        if self.stages < 2 or self.stages > DEEP_MAX_STAGES or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
             raise ValueError(f"bf16_gemm: {self.stages} stages of block_n {self.block_n} do not fit shared memory.")
 
     @property
@@ -158,41 +182,59 @@ class Bf16Plan:
     box_m: int = BLOCK_M
     cluster_m: int = 1
 
+    def __post_init__(self):
+        if (self.block_n not in BLOCK_NS or not 1 <= self.splits <= MAX_SPLITS or self.box_m not in BOX_MS
+                or self.cluster_m not in (1, 2)):
+            raise ValueError(f"bf16_gemm: a plan takes block_n in {BLOCK_NS[0]}..{BLOCK_NS[-1]} (steps of 16), "
+                             f"1..{MAX_SPLITS} splits, box_m in {BOX_MS} and cluster_m 1 or 2; got {self}.")
+
 
 # the cost model's machine (an H200; only ratios between candidates matter)
-_FLOPS_PER_SM_US = 800e6 / 132  # dense BF16 wgmma, FLOP per microsecond per SM
-_SM_BYTES_US = 92e3            # what one SM's TMA loads sustain, bytes per microsecond (m 128, 33 CTAs: measured)
+_FLOPS_PER_SM_US = 818e6 / 132  # dense BF16 wgmma, FLOP per microsecond per SM
+_SM_BYTES_US = 95e3            # the bytes TMA lands in one SM's shared memory per microsecond, alone
+_L2_BYTES_US = 52.6e6          # every active CTA's loads slow each CTA's by their sum over this
 _LATENCY_US = 2.0              # a stage's round trip: the ring's bytes in flight per this bound a CTA's rate
-_L2_BYTES_US = 9.2e6           # all SMs' loads together (128 CTAs of 128 x 64 tiles: measured)
 _HBM_BYTES_US = 4.0e6
-_SPLIT_US = 3.0                # the partials' sum: two more kernels
-_PARTIAL_BYTES_US = 2.5e6      # the partials written, read and the result written
+_STORE_BYTES_US = 46e3         # one CTA's tile of D stored (the consumers wait), bytes per microsecond
+_ADD_BYTES_US = 15.5e3         # and added to D's previous value (D read from HBM first)
+_SPLIT_US = 0.5                # split K: the counter's round trip and the last CTA's barriers
+_PARTIAL_BYTES_US = 60e3       # one SM's float32 partial stores and loads (not TMA)
+MAX_SPLIT_M_BLOCKS = 2
+"""K splits only up to this many m-blocks (wider, measured slower than the unsplit plan)."""
 
 
 def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int, box_m: int,
-           cluster_m: int = 1) -> tuple:
+           cluster_m: int = 1, out_f32: bool = False, accumulate: bool = False) -> tuple:
     """(predicted microseconds, the same without the HBM floor): see :func:`plan_cost`."""
     k_blocks = ceil_div(max(1, k), BLOCK_K)
     tiles = ceil_div(max(1, m_blocks), cluster_m) * cluster_m * ceil_div(max(1, n), block_n) * splits
     sms = num_sms if cluster_m == 1 else num_sms - 2  # pairs may leave an SM of an odd GPC idle
     active = min(tiles, sms)
     rows = 64 if box_m <= 64 else BLOCK_M
-    stage = (box_m + block_n) * BLOCK_K * 2
-    loaded = (box_m + block_n // cluster_m) * BLOCK_K * 2  # what this CTA reads from L2
+    stage = (box_m + block_n) * BLOCK_K * 2  # what lands in this CTA's shared memory, multicast or not
     mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
-    rate = min(_SM_BYTES_US, _L2_BYTES_US / active, stages_for(block_n) * stage / _LATENCY_US)
-    cost = ceil_div(tiles, sms) * ceil_div(k_blocks, splits) * max(mma, loaded / rate)
-    if splits > 1:
-        cost += _SPLIT_US + splits * m * n * 4 * 2 / _PARTIAL_BYTES_US
+    ring = deep_stages(block_n) if splits > 1 or (block_n <= DEEP_MAX_BLOCK_N and not accumulate) else stages_for(block_n)
+    feed = max(stage / _SM_BYTES_US + stage * active / _L2_BYTES_US, _LATENCY_US / ring)
+    out = min(BLOCK_M, max(1, m)) * block_n * (4 if out_f32 else 2)  # one tile of D
+    epilogue = out / _STORE_BYTES_US + (out / _ADD_BYTES_US if accumulate else 0.0)
+    if splits > 1:  # only the last split of a tile stores D
+        epilogue = 0.0
+    cost = ceil_div(tiles, sms) * (ceil_div(k_blocks, splits) * max(mma, feed) + epilogue)
+    if splits > 1:  # every split stores its partial, the last of a tile loads them all
+        live = min(BLOCK_M, ceil_div(max(1, m), 16) * 16)
+        cost += _SPLIT_US + (1 + splits) * live * block_n * 4 / _PARTIAL_BYTES_US + out / _STORE_BYTES_US
     return max(cost, 2 * k * (m + n) / _HBM_BYTES_US), cost
 
 
 def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int = 1,
-              box_m: int = BLOCK_M, cluster_m: int = 1) -> float:
+              box_m: int = BLOCK_M, cluster_m: int = 1, out_f32: bool = False, accumulate: bool = False) -> float:
     """Predicted microseconds: waves of CTAs times each CTA's k blocks at the slower of its wgmma and
-    its TMA loads (the SMs' share of L2, or the ring's bytes per round trip), no less than the HBM
-    reads; splits add the partials' sum; a pair sharing B by multicast reads half of it each."""
-    return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m)[0]
+    its feed (the bytes landing in its shared memory at one SM's rate, slowed in proportion to the
+    active CTAs; or the ring's bytes per round trip), plus each tile's epilogue (its D stored, and
+    added to D's previous value when accumulating), no less than the HBM reads; splits add the
+    partials' stores and the last split's loads. B multicast to pairs saves nothing here (measured
+    no faster): it only costs the SMs a pair cannot use."""
+    return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m, out_f32, accumulate)[0]
 
 
 def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
@@ -200,15 +242,29 @@ def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
     return Bf16Plan(select_block_n(m_blocks, n, num_sms))
 
 
+MEASURED_PLANS: dict = {}
+"""Shapes ``(m, n, k, major_a, major_b, out_f32, accumulate)`` whose plan a device run measured faster
+than the model's pick (the float32 reduce-add epilogue of a TN wgrad, which the model does not
+see): taken as they are; their neighbours follow the model."""
+HYSTERESIS = 0.98
+"""The legacy plan stays unless the model predicts the best plan at least this much faster."""
+
+
+@functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k", major_b: str = "k",
-         dense: bool = True) -> Bf16Plan:
+         dense: bool = True, out_f32: bool = False, accumulate: bool = False) -> Bf16Plan:
     """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
-    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m, or B multicast to CTA
-    pairs (a K-major b, two m-blocks or more). Splits change a row's summation order with m, so an
-    MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split. The legacy plan stays unless the model predicts it at
-    least 7% slower (its shapes are measured at parity)."""
+    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m (B multicast to CTA
+    pairs only when forced: measured no faster). Splits change a row's summation order with m, so an
+    MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split, nor
+    more than MAX_SPLIT_M_BLOCKS m-blocks. The legacy plan stays unless the model predicts the best
+    one :data:`HYSTERESIS` faster (its shapes are measured at parity); :data:`MEASURED_PLANS` first.
+    Cached: a call's plan costs no model evaluation after the first."""
+    measured = MEASURED_PLANS.get((m, n, k, major_a, major_b, out_f32, accumulate)) if dense else None
+    if measured is not None:
+        return measured
     old = legacy_plan(m_blocks, n, num_sms)
-    best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M)
+    best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M, 1, out_f32, accumulate)
     legacy_cost = best_cost[0]
     k_blocks = ceil_div(max(1, k), BLOCK_K)
     box = BLOCK_M
@@ -220,19 +276,20 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
             continue
         tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n)
         max_splits = 1
-        if dense and major_b == "k":  # every split at least 4 k blocks, no more CTAs than SMs
+        if dense and major_b == "k" and m_blocks <= MAX_SPLIT_M_BLOCKS:  # every split 4+ k blocks, CTAs <= SMs
             max_splits = max(1, min(MAX_SPLITS, k_blocks // 4, num_sms // tiles))
         for splits in range(1, max_splits + 1):
             if (splits - 1) * ceil_div(k_blocks, splits) >= k_blocks:
                 continue  # the last split would be empty
-            cost = _costs(m, n, k, m_blocks, num_sms, block_n, splits, box)
+            cost = _costs(m, n, k, m_blocks, num_sms, block_n, splits, box, 1, out_f32, accumulate)
             if cost < best_cost:  # ties on the HBM floor: the less loaded plan
                 best, best_cost = Bf16Plan(block_n, splits, box), cost
-        if dense and major_b == "k" and m_blocks >= 2 and box == BLOCK_M:
-            cost = _costs(m, n, k, m_blocks, num_sms, block_n, 1, box, 2)
-            if cost < best_cost:
-                best, best_cost = Bf16Plan(block_n, 1, box, 2), cost
-    return best if best_cost[0] < 0.93 * legacy_cost else old
+    return best if best_cost[0] < HYSTERESIS * legacy_cost else old
+
+
+def split_workspace_floats(tiles: int, splits: int, block_n: int) -> int:
+    """The split-K workspace in floats: one 128 x ``block_n`` float32 partial per output tile and split."""
+    return tiles * splits * BLOCK_M * block_n
 
 
 def grid(tiles: int, num_sms: int) -> int:

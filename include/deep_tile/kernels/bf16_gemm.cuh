@@ -17,8 +17,11 @@
 // one n-block and each loads half of the B tile, multicast to both: B's L2 reads halve; each CTA's
 // consumers release a stage in both CTAs (a stage is refilled only when both have read it).
 // The dense GEMM may split K (num_groups = the splits): split s reduces its share of the k blocks
-// and writes float32 partials to rows [s m, s m + m) of D (a workspace the host sums in a fixed
-// order). The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
+// and writes its float32 partial rows (row-major) to a workspace, then bumps the tile's counter
+// (acquire-release at GPU scope); the CTA that brings it to the split count resets it to zero (the
+// next launch and graph replays find it so) and sums the partials in split order (deterministic
+// whatever the arrival order), every thread four columns with all splits' loads in flight, storing
+// D from registers: no host reduction. The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
 // of 128-byte rows (64 bf16 or 32 float32 columns), double-buffered, each stored by TMA (or
 // TMA-reduce-added into float32 D when kAccumulate) while the next fills; columns past the last
 // whole box, and every other case (bf16 accumulation, the masked and K-grouped GEMMs, a D pitch TMA
@@ -98,6 +101,7 @@ struct Bf16Tile {
   int d_row;             // D's row of the tile's first row (D's 2-D view: [groups * m, n] when grouped)
   int k_begin;           // first k of the tile's reduction (the K-grouped GEMM: its group's first)
   int k_blocks;          // BLOCK_K steps of the reduction
+  int split, slot;       // split K: this tile's split and its output tile's index (counter, workspace)
   bool valid;            // false: nothing to compute (contiguous tiles of padding rows)
 };
 
@@ -135,6 +139,7 @@ struct Bf16Scheduler {
   DT_DEVICE bool get(int t, Bf16Tile& tile) {
     tile.valid = true;
     tile.k_begin = 0;
+    tile.split = tile.slot = 0;
     tile.k_blocks = ceil_div(k, Cfg::kBlockK);
     if (Cfg::kGemmType == kBf16KGrouped) {
       // every group has the same tiles: d[g] = sum over its k rows; layout holds each group's k (multiples of 128)
@@ -172,7 +177,9 @@ struct Bf16Scheduler {
     // the contiguous kind has one split, so its walk ends after `tiles` (no m_indices read past m)
     const int split = t / tiles;
     if (split >= (Cfg::kGemmType == kBf16Normal ? num_groups : 1)) return false;
-    order(t - split * tiles, mb, tile.m_block, tile.n_block);
+    tile.split = split;
+    tile.slot = t - split * tiles;
+    order(tile.slot, mb, tile.m_block, tile.n_block);
     tile.m_block = tile.m_block * Cfg::kClusterM + rank;
     tile.a_row = tile.m_block * Cfg::kBlockM;
     tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
@@ -182,7 +189,6 @@ struct Bf16Scheduler {
       const int per = ceil_div(tile.k_blocks, num_groups);  // the host makes every split non-empty
       tile.k_begin = split * per * Cfg::kBlockK;
       tile.k_blocks = min_int(per, tile.k_blocks - split * per);
-      tile.d_row = split * m + tile.a_row;
       tile.valid = tile.k_blocks > 0;
     }
     // an odd m-block count's last twin reads its partner's rows (no fully out-of-bounds box) and stores nothing
@@ -196,10 +202,54 @@ struct Bf16Scheduler {
   }
 };
 
+/// The most K splits the dense GEMM takes (deep_tile/kernels/bf16_gemm.py's MAX_SPLITS): the last
+/// split's loads of every partial are all in flight at once.
+constexpr int kBf16MaxSplits = 16;
+
+/// D's columns c and c + 1 (only c when c + 1 == n) of the row at `base`, from registers: bf16x2 or
+/// float2, adding D's previous values when kAccumulate.
+template <class Cfg>
+DT_DEVICE void bf16_store_pair(void* d, long long base, int c, int n, float v0, float v1) {
+  const bool pair = c + 1 < n;
+  if (Cfg::kOutF32) {
+    float* p = reinterpret_cast<float*>(d) + base + c;
+    if (pair) {
+      if (Cfg::kAccumulate) {
+        const float2 old = *reinterpret_cast<const float2*>(p);
+        v0 += old.x, v1 += old.y;
+      }
+      *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+    } else {
+      p[0] = Cfg::kAccumulate ? p[0] + v0 : v0;
+    }
+  } else {
+    u16* p = reinterpret_cast<u16*>(d) + base + c;
+    if (pair) {
+      if (Cfg::kAccumulate) {
+        const u32 old = *reinterpret_cast<const u32*>(p);
+        v0 += __uint_as_float((old & 0xFFFFu) << 16);
+        v1 += __uint_as_float(old & 0xFFFF0000u);
+      }
+      *reinterpret_cast<u32*>(p) = ptx::pack_bf16x2(v0, v1);
+    } else {
+      if (Cfg::kAccumulate) v0 += __uint_as_float(static_cast<u32>(p[0]) << 16);
+      p[0] = static_cast<u16>(ptx::pack_bf16x2(v0, 0.0f) & 0xFFFFu);
+    }
+  }
+}
+
+/// `*counter += 1`, acquire-release at GPU scope: the partials this CTA wrote before it (ordered by
+/// a barrier) are visible to the thread that sees the final count, and it sees everyone's.
+DT_DEVICE u32 bf16_split_arrive(u32* counter) {
+  u32 old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
+  return old;
+}
+
 template <class Cfg>
 DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_b, const TmaDescriptor* tmap_d,
-                         void* __restrict__ d,
-                         const int* __restrict__ layout, int m, int n, int k, int ldd, int num_groups) {
+                         void* __restrict__ d, const int* __restrict__ layout, int m, int n, int k, int ldd,
+                         int num_groups, float* __restrict__ workspace, u32* __restrict__ counters) {
   using Mma = ptx::WgmmaBf16<Cfg::kBlockN, Cfg::kMajorA, Cfg::kMajorB>;
   constexpr int kStages = Cfg::kStages, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kBlockK = Cfg::kBlockK;
   extern __shared__ __align__(1024) u8 smem[];
@@ -330,6 +380,53 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     if (prev_stage >= 0) release(prev_stage);
     if (tile.m_limit <= 0) continue;  // a pair's twin past m
 
+    if (Cfg::kGemmType == kBf16Normal && Cfg::kClusterM == 1 && num_groups > 1) {
+      // split K: this split's rows out (row-major), then the tile's last split sums all in split order
+      constexpr u32 kSplitThreads = Cfg::kBoxM <= 64 ? 128 : 256;  // the idle warpgroup takes no part
+      constexpr int kTileFloats = kBlockM * kBlockN;
+      const int ctid = tid - 128;
+      float* tile_ws = workspace + static_cast<long long>(tile.slot) * num_groups * kTileFloats;
+      {
+        float* mine = tile_ws + tile.split * kTileFloats;
+        const int r0 = cw * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (r0 + 8 * h >= tile.m_limit) continue;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j)
+            __stcg(reinterpret_cast<float2*>(mine + (r0 + 8 * h) * kBlockN + 8 * j + 2 * (lane % 4)),
+                   make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]));
+        }
+      }
+      ptx::named_barrier_sync(3, kSplitThreads);  // every partial store before the leader's release
+      bool last = false;
+      if (ctid == 0) {
+        last = bf16_split_arrive(counters + tile.slot) == static_cast<u32>(num_groups - 1);
+        if (last) counters[tile.slot] = 0;  // no other split touches it again in this launch
+      }
+      if (ptx::named_barrier_popc(3, kSplitThreads, last) == 0) continue;
+      // every thread takes 4 columns of a row: all splits' loads in flight at once, summed in split order
+      constexpr int kQuadsPerRow = kBlockN / 4;
+      const int quads = tile.m_limit * kQuadsPerRow;
+      for (int i = ctid; i < quads; i += kSplitThreads) {
+        const float4* src = reinterpret_cast<const float4*>(tile_ws) + i;
+        float4 p[kBf16MaxSplits];
+#pragma unroll
+        for (int s = 0; s < kBf16MaxSplits; ++s)
+          if (s < num_groups) p[s] = __ldcg(src + s * (kTileFloats / 4));
+        float4 v = p[0];
+#pragma unroll
+        for (int s = 1; s < kBf16MaxSplits; ++s) {
+          if (s < num_groups) v.x += p[s].x, v.y += p[s].y, v.z += p[s].z, v.w += p[s].w;
+        }
+        const int r = i / kQuadsPerRow, c = tile.n_block * kBlockN + (i - r * kQuadsPerRow) * 4;
+        const long long base = (tile.d_row + r) * static_cast<long long>(ldd);
+        if (c < n) bf16_store_pair<Cfg>(d, base, c, n, v.x, v.y);
+        if (c + 2 < n) bf16_store_pair<Cfg>(d, base, c + 2, n, v.z, v.w);
+      }
+      continue;
+    }
+
     if constexpr (Cfg::kStoreBoxes > 0) {
       // per box of kStoreCols columns: pack into a 128B-swizzled 64-row box, then one thread stores it
       constexpr int kGroups = Cfg::kStoreCols / 8;  // 8-column accumulator groups per box row
@@ -383,34 +480,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
 #pragma unroll
       for (int j = kDirectFrom; j < kBlockN / 8; ++j) {
         const int c = c0 + 8 * j;
-        if (c >= n) continue;
-        float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        const bool pair = c + 1 < n;
-        if (Cfg::kOutF32) {
-          float* p = reinterpret_cast<float*>(d) + base + c;
-          if (pair) {
-            if (Cfg::kAccumulate) {
-              const float2 old = *reinterpret_cast<const float2*>(p);
-              v0 += old.x, v1 += old.y;
-            }
-            *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-          } else {
-            p[0] = Cfg::kAccumulate ? p[0] + v0 : v0;
-          }
-        } else {
-          u16* p = reinterpret_cast<u16*>(d) + base + c;
-          if (pair) {
-            if (Cfg::kAccumulate) {
-              const u32 old = *reinterpret_cast<const u32*>(p);
-              v0 += __uint_as_float((old & 0xFFFFu) << 16);
-              v1 += __uint_as_float(old & 0xFFFF0000u);
-            }
-            *reinterpret_cast<u32*>(p) = ptx::pack_bf16x2(v0, v1);
-          } else {
-            if (Cfg::kAccumulate) v0 += __uint_as_float(static_cast<u32>(p[0]) << 16);
-            p[0] = static_cast<u16>(ptx::pack_bf16x2(v0, 0.0f) & 0xFFFFu);
-          }
-        }
+        if (c < n) bf16_store_pair<Cfg>(d, base, c, n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
     }
   }
