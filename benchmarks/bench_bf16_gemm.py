@@ -37,13 +37,15 @@ SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt
           "4096:7168:16384:nt:bf16", "4096:4096:7168:nt:bf16", "4096:7168:2048:nt:bf16", "128:2112:7168:nt:bf16",
           "1:4096:7168:nt:bf16", "4096:256:7168:nt:f32", "4096:2048:7168:nn:bf16", "7168:2048:4096:tn:f32:acc")
 """Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
-ALTS = ("4096:2112:7168:nt:bf16=176/1/128/1", "4096:576:7168:nt:bf16=144/1/128/1",
-        "128:2112:7168:nt:bf16=112/5/128/1,64/2/128/1,128/4/128/1", "1:4096:7168:nt:bf16=256/8/16/1,128/4/16/1,64/2/16/1",
-        "4096:256:7168:nt:f32=64/1/128/1,96/1/128/1", "7168:2048:4096:tn:f32:acc=256/1/128/1",
-        "4096:32768:512:nt:bf16=256/1/128/2,128/1/128/2")
-"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure (the
-split counts and widths at small m with the in-kernel sum, multicast on and off, the measured
-exception's model pick), and B multicast on the K = 512 shape the model keeps on the legacy tile."""
+ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "4096:24576:1536:nt:bf16=256/1/128/1",
+        "128:2112:7168:nt:bf16=64/4/128/1,112/5/128/1,64/2/128/1", "1:4096:7168:nt:bf16=128/4/16/1,256/8/16/1,64/2/16/1",
+        "4096:256:7168:nt:f32=64/1/128/1,64/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/128/1",
+        "4096:32768:512:nt:bf16=240/1/128/1")
+"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure. Forced
+plans run the default ring, so the chosen plan's own row beside them (64/1/128/1 at 4096 x 256,
+64/4 and 128/4 at small m) measures the deep ring; the others: split counts and widths at small m
+with the in-kernel sum, multicast, the 240 width the model now takes at 4096 x 24576 against the
+legacy 256, and 240 at K = 512."""
 
 
 def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:

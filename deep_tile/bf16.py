@@ -34,12 +34,14 @@ problems fill the SMs, K splits for the dense GEMM with a K-major b at small m (
 a workspace, summed in split order by each tile's last split inside the kernel, tile counters that
 the kernel leaves zeroed: deterministic and graph-replayable, but a row's summation order then
 depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
-short A box at tiny m, B multicast to CTA pairs, and float32 d stored (or accumulated, TMA
-reduce-add) through shared memory. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call;
-:data:`LEGACY` overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split,
-no multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
-(:data:`FORCE_PLAN` overrides it) forces one plan on every call, for tuning (the kernel's limits
-apply: :class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
+short A box at tiny m, the deepest ring for narrow plans that store d from registers (split ones,
+and non-accumulating ones up to 128 wide), and float32 d stored (or accumulated, TMA reduce-add)
+through shared memory otherwise. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call; :data:`LEGACY`
+overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split, no
+multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
+(:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring, for
+tuning; B multicast to CTA pairs (``cluster_m`` 2) is reached only so (the kernel's limits apply:
+:class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
 """
 from __future__ import annotations
 
@@ -308,12 +310,14 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         if not same:
             d.copy_(c) if c is not None else d.zero_()
         return
+    pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
+    if pl.box_m < contract.BLOCK_M and m > pl.box_m:
+        _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
     if c is not None and not same:
         d.copy_(c)
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
-    pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
         pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m)  # multicast only for the plain K-major-b case
     m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin

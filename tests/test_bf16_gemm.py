@@ -305,8 +305,6 @@ def test_plan():
 def test_split_workspace_and_arguments():
     assert contract.split_workspace_floats(19, 5, 112) == 19 * 5 * 128 * 112
     assert len(contract.ARGUMENT_KINDS) == 12 and contract.ARGUMENT_KINDS[-2:] == ("ptr", "ptr")
-    header = (ROOT / "include/deep_tile/kernels/bf16_gemm.cuh").read_text()
-    assert f"kBf16MaxSplits = {contract.MAX_SPLITS};" in header
 
 
 def test_bad_plans_are_refused():
@@ -317,6 +315,15 @@ def test_bad_plans_are_refused():
             contract.Bf16Plan(*fields)
     with pytest.raises(ValueError, match="a plan takes"):
         host.parse_plan("64/17")
+    a, b = torch.zeros(40, 64, dtype=BF), torch.zeros(64, 64, dtype=BF)
+    d = torch.full((40, 64), float("nan"), dtype=BF)
+    host.FORCE_PLAN = contract.Bf16Plan(64, 2, 32)
+    try:
+        with pytest.raises(ValueError, match="A box of 32 rows"):
+            deep_tile.bf16_gemm_nt(a, b, d, c=torch.zeros(40, 64, dtype=BF))
+    finally:
+        host.FORCE_PLAN = None
+    assert torch.isnan(d).all()  # refused before c was copied in
 
 
 def test_generated_wgmma_header_is_current():
@@ -362,7 +369,7 @@ DENSE_CASES = (
        for bn in (16, 48, 176, 240) for out in ("bf16", "f32")]
     + [dict(m=300, n=460, k=264, layout=layout, block_n=bn, out="f32", accumulate=acc)
        for layout, bn in (("tn", 192), ("nt", 144), ("nn", 128), ("tt", 208)) for acc in ("c", "inplace")]
-    # split K (float32 partials summed by the host), with and without c, short A boxes at tiny m
+    # split K (float32 partials summed in the kernel by the last split), with and without c, short A boxes at tiny m
     + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, splits=sp, box_m=box, out=out, accumulate=acc)
        for m, n, k, layout, bn, sp, box, out, acc in (
            (1, 576, 7168, "nt", 64, 7, 16, "bf16", "none"), (1, 1000, 640, "tt", 128, 3, 64, "f32", "inplace"),

@@ -26,6 +26,7 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(1, 1001, 512, "nt", accumulate="c", block_n=112, splits=5, box_m=16),
            dense(130, 260, 640, "nt", out="f32", block_n=96, splits=3),
            split_counters(70, 300, 512, 64, 4, 128, repeats=2),
+           dense(130, 256, 1024, "nt", out="f32", accumulate="inplace"), dense(1, 1000, 2048, "nt"),
            dense(130, 264, 200, "tn", legacy=True),
            dense(300, 200, 136, "nt", block_n=176, cluster_m=2),
            dense(200, 100, 200, "tt", out="f32", accumulate="inplace", block_n=96, cluster_m=2),

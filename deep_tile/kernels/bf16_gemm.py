@@ -19,7 +19,7 @@ from deep_tile.common import ceil_div
 __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
            "GEMM_TYPES", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
            "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
-           "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "MEASURED_PLANS", "HYSTERESIS",
+           "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
            "MAX_SPLIT_M_BLOCKS", "plan_cost"]
 
 ENTRY = "bf16_gemm"
@@ -174,8 +174,9 @@ def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
 
 @dataclass(frozen=True)
 class Bf16Plan:
-    """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed by the
-    host), the A rows each stage loads, and the CTAs sharing B by multicast (1 or 2)."""
+    """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed in the
+    kernel by each tile's last split), the A rows each stage loads, and the CTAs sharing B by
+    multicast (1 or 2; forced plans only)."""
 
     block_n: int
     splits: int = 1
@@ -242,12 +243,9 @@ def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
     return Bf16Plan(select_block_n(m_blocks, n, num_sms))
 
 
-MEASURED_PLANS: dict = {}
-"""Shapes ``(m, n, k, major_a, major_b, out_f32, accumulate)`` whose plan a device run measured faster
-than the model's pick (the float32 reduce-add epilogue of a TN wgrad, which the model does not
-see): taken as they are; their neighbours follow the model."""
 HYSTERESIS = 0.98
-"""The legacy plan stays unless the model predicts the best plan at least this much faster."""
+"""The legacy plan stays unless the model predicts the best plan this much faster (its shapes sit at
+parity with DeepGEMM)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -258,11 +256,8 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
     pairs only when forced: measured no faster). Splits change a row's summation order with m, so an
     MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split, nor
     more than MAX_SPLIT_M_BLOCKS m-blocks. The legacy plan stays unless the model predicts the best
-    one :data:`HYSTERESIS` faster (its shapes are measured at parity); :data:`MEASURED_PLANS` first.
-    Cached: a call's plan costs no model evaluation after the first."""
-    measured = MEASURED_PLANS.get((m, n, k, major_a, major_b, out_f32, accumulate)) if dense else None
-    if measured is not None:
-        return measured
+    one :data:`HYSTERESIS` faster (its shapes are measured at parity). ``out_f32`` / ``accumulate``:
+    D's kind, for the epilogue's cost. Cached: a call's plan costs no model evaluation after the first."""
     old = legacy_plan(m_blocks, n, num_sms)
     best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M, 1, out_f32, accumulate)
     legacy_cost = best_cost[0]

@@ -20,8 +20,8 @@
 // and writes its float32 partial rows (row-major) to a workspace, then bumps the tile's counter
 // (acquire-release at GPU scope); the CTA that brings it to the split count resets it to zero (the
 // next launch and graph replays find it so) and sums the partials in split order (deterministic
-// whatever the arrival order), every thread four columns with all splits' loads in flight, storing
-// D from registers: no host reduction. The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
+// whatever the arrival order; each thread sums kBlockN / 8 quads of 4 columns, a split's loads all in
+// flight) and stores D from registers: no host reduction. The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
 // of 128-byte rows (64 bf16 or 32 float32 columns), double-buffered, each stored by TMA (or
 // TMA-reduce-added into float32 D when kAccumulate) while the next fills; columns past the last
 // whole box, and every other case (bf16 accumulation, the masked and K-grouped GEMMs, a D pitch TMA
@@ -201,10 +201,6 @@ struct Bf16Scheduler {
     return true;
   }
 };
-
-/// The most K splits the dense GEMM takes (deep_tile/kernels/bf16_gemm.py's MAX_SPLITS): the last
-/// split's loads of every partial are all in flight at once.
-constexpr int kBf16MaxSplits = 16;
 
 /// D's columns c and c + 1 (only c when c + 1 == n) of the row at `base`, from registers: bf16x2 or
 /// float2, adding D's previous values when kAccumulate.
@@ -405,24 +401,46 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         if (last) counters[tile.slot] = 0;  // no other split touches it again in this launch
       }
       if (ptx::named_barrier_popc(3, kSplitThreads, last) == 0) continue;
-      // every thread takes 4 columns of a row: all splits' loads in flight at once, summed in split order
-      constexpr int kQuadsPerRow = kBlockN / 4;
+      // thread ctid sums quads (4 columns of a row) ctid + u kSplitThreads into acc, split by split in
+      // order: every quad of a split in flight at once, two splits at once for narrow tiles
+      constexpr int kQuadsPerRow = kBlockN / 4, kU = kBlockN / 8;  // kU quads per thread = acc's floats / 4
+      constexpr int kS = kU <= 8 ? 2 : 1;                    // splits loaded together
+      constexpr int kChunk = kU <= 16 ? kU : 8;              // quads per pass: wide tiles keep registers for acc
       const int quads = tile.m_limit * kQuadsPerRow;
-      for (int i = ctid; i < quads; i += kSplitThreads) {
-        const float4* src = reinterpret_cast<const float4*>(tile_ws) + i;
-        float4 p[kBf16MaxSplits];
+      const float4* ws4 = reinterpret_cast<const float4*>(tile_ws) + ctid;
 #pragma unroll
-        for (int s = 0; s < kBf16MaxSplits; ++s)
-          if (s < num_groups) p[s] = __ldcg(src + s * (kTileFloats / 4));
-        float4 v = p[0];
+      for (int u0 = 0; u0 < kU; u0 += kChunk) {
+#pragma unroll 1
+        for (int s0 = 0; s0 < num_groups; s0 += kS) {
 #pragma unroll
-        for (int s = 1; s < kBf16MaxSplits; ++s) {
-          if (s < num_groups) v.x += p[s].x, v.y += p[s].y, v.z += p[s].z, v.w += p[s].w;
+          for (int ss = 0; ss < kS; ++ss) {
+            const int s = s0 + ss;
+            if (s >= num_groups) break;
+#pragma unroll
+            for (int u = u0; u < (u0 + kChunk < kU ? u0 + kChunk : kU); ++u) {
+              if (ctid + u * static_cast<int>(kSplitThreads) >= quads) continue;
+              const float4 v = __ldcg(ws4 + s * (kTileFloats / 4) + u * kSplitThreads);
+              acc[4 * u] = s ? acc[4 * u] + v.x : v.x;
+              acc[4 * u + 1] = s ? acc[4 * u + 1] + v.y : v.y;
+              acc[4 * u + 2] = s ? acc[4 * u + 2] + v.z : v.z;
+              acc[4 * u + 3] = s ? acc[4 * u + 3] + v.w : v.w;
+            }
+          }
         }
-        const int r = i / kQuadsPerRow, c = tile.n_block * kBlockN + (i - r * kQuadsPerRow) * 4;
-        const long long base = (tile.d_row + r) * static_cast<long long>(ldd);
-        if (c < n) bf16_store_pair<Cfg>(d, base, c, n, v.x, v.y);
-        if (c + 2 < n) bf16_store_pair<Cfg>(d, base, c + 2, n, v.z, v.w);
+      }
+      // quad ctid + u kSplitThreads sits at row r, quad q: stepped without a division per quad
+      int r = ctid / kQuadsPerRow, q = ctid - r * kQuadsPerRow;
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (ctid + u * static_cast<int>(kSplitThreads) < quads) {
+          const int c = tile.n_block * kBlockN + q * 4;
+          const long long base = (tile.d_row + r) * static_cast<long long>(ldd);
+          if (c < n) bf16_store_pair<Cfg>(d, base, c, n, acc[4 * u], acc[4 * u + 1]);
+          if (c + 2 < n) bf16_store_pair<Cfg>(d, base, c + 2, n, acc[4 * u + 2], acc[4 * u + 3]);
+        }
+        q += static_cast<int>(kSplitThreads) % kQuadsPerRow;
+        r += static_cast<int>(kSplitThreads) / kQuadsPerRow;
+        if (q >= kQuadsPerRow) q -= kQuadsPerRow, ++r;
       }
       continue;
     }
