@@ -379,7 +379,10 @@ DENSE_CASES = (
            # the in-kernel sum's column tails (n odd at one row, n - 2 of a quad) and every split count kind
            (1, 1001, 2048, "nt", 128, 5, 16, "bf16", "c"), (1, 999, 1024, "nt", 192, 16, 16, "f32", "inplace"),
            (100, 1002, 1024, "nt", 112, 3, 128, "f32", "none"), (256, 530, 1024, "nt", 256, 2, 128, "bf16", "inplace"),
-           (1, 4096, 7168, "nt", 192, 6, 16, "bf16", "none"))]
+           (1, 4096, 7168, "nt", 192, 6, 16, "bf16", "none"),
+           # a quad per thread (a row or two): splits loaded 4 at a time over wide tiles, 16 over narrow
+           (1, 700, 1024, "nt", 256, 9, 16, "bf16", "c"), (2, 600, 2048, "nt", 240, 7, 16, "f32", "none"),
+           (2, 300, 2048, "nt", 64, 16, 16, "bf16", "inplace"))]
     # B multicast to CTA pairs: an odd m-block count (the last pair's twin past m), every store kind
     + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, cluster_m=2, out=out, accumulate=acc)
        for m, n, k, layout, bn, out, acc in (

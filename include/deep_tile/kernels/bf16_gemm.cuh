@@ -21,7 +21,8 @@
 // (acquire-release at GPU scope); the CTA that brings it to the split count resets it to zero (the
 // next launch and graph replays find it so) and sums the partials in split order (deterministic
 // whatever the arrival order; each thread sums kBlockN / 8 quads of 4 columns, a split's loads all in
-// flight) and stores D from registers: no host reduction. The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
+// flight, or at a row or two one quad over many splits at once) and stores D from registers: no host
+// reduction. The staged epilogue (kTmaStore) packs each warpgroup's 64 rows into 128B-swizzled boxes
 // of 128-byte rows (64 bf16 or 32 float32 columns), double-buffered, each stored by TMA (or
 // TMA-reduce-added into float32 D when kAccumulate) while the next fills; columns past the last
 // whole box, and every other case (bf16 accumulation, the masked and K-grouped GEMMs, a D pitch TMA
@@ -408,22 +409,45 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       constexpr int kChunk = kU <= 16 ? kU : 8;              // quads per pass: wide tiles keep registers for acc
       const int quads = tile.m_limit * kQuadsPerRow;
       const float4* ws4 = reinterpret_cast<const float4*>(tile_ws) + ctid;
-#pragma unroll
-      for (int u0 = 0; u0 < kU; u0 += kChunk) {
+      if (quads <= static_cast<int>(kSplitThreads)) {
+        // a quad per thread at most (a row or two): many splits' loads in flight at once, one round trip
+        constexpr int kAtOnce = kU <= 16 ? 16 : 4;
+        if (ctid < quads) {
 #pragma unroll 1
-        for (int s0 = 0; s0 < num_groups; s0 += kS) {
+          for (int s0 = 0; s0 < num_groups; s0 += kAtOnce) {
+            float4 p[kAtOnce];
 #pragma unroll
-          for (int ss = 0; ss < kS; ++ss) {
-            const int s = s0 + ss;
-            if (s >= num_groups) break;
+            for (int ss = 0; ss < kAtOnce; ++ss)
+              if (s0 + ss < num_groups) p[ss] = __ldcg(ws4 + (s0 + ss) * (kTileFloats / 4));
 #pragma unroll
-            for (int u = u0; u < (u0 + kChunk < kU ? u0 + kChunk : kU); ++u) {
-              if (ctid + u * static_cast<int>(kSplitThreads) >= quads) continue;
-              const float4 v = __ldcg(ws4 + s * (kTileFloats / 4) + u * kSplitThreads);
-              acc[4 * u] = s ? acc[4 * u] + v.x : v.x;
-              acc[4 * u + 1] = s ? acc[4 * u + 1] + v.y : v.y;
-              acc[4 * u + 2] = s ? acc[4 * u + 2] + v.z : v.z;
-              acc[4 * u + 3] = s ? acc[4 * u + 3] + v.w : v.w;
+            for (int ss = 0; ss < kAtOnce; ++ss) {
+              if (s0 + ss >= num_groups) break;
+              const bool first = s0 + ss == 0;
+              acc[0] = first ? p[ss].x : acc[0] + p[ss].x;
+              acc[1] = first ? p[ss].y : acc[1] + p[ss].y;
+              acc[2] = first ? p[ss].z : acc[2] + p[ss].z;
+              acc[3] = first ? p[ss].w : acc[3] + p[ss].w;
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u0 = 0; u0 < kU; u0 += kChunk) {
+#pragma unroll 1
+          for (int s0 = 0; s0 < num_groups; s0 += kS) {
+#pragma unroll
+            for (int ss = 0; ss < kS; ++ss) {
+              const int s = s0 + ss;
+              if (s >= num_groups) break;
+#pragma unroll
+              for (int u = u0; u < (u0 + kChunk < kU ? u0 + kChunk : kU); ++u) {
+                if (ctid + u * static_cast<int>(kSplitThreads) >= quads) continue;
+                const float4 v = __ldcg(ws4 + s * (kTileFloats / 4) + u * kSplitThreads);
+                acc[4 * u] = s ? acc[4 * u] + v.x : v.x;
+                acc[4 * u + 1] = s ? acc[4 * u + 1] + v.y : v.y;
+                acc[4 * u + 2] = s ? acc[4 * u + 2] + v.z : v.z;
+                acc[4 * u + 3] = s ? acc[4 * u + 3] + v.w : v.w;
+              }
             }
           }
         }
