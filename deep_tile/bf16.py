@@ -210,8 +210,8 @@ def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int, cluste
 
 
 _COUNTER_POOL = 1 << 18
-"""uint32 split-K tile counters per device (1 MiB): regions of STREAM_COUNTERS for the streams that run
-split calls, and above them regions reserved for good by the calls that CUDA graphs capture."""
+"""uint32 split-K tile counters per device (1 MiB), handed out in order: STREAM_COUNTERS for each
+stream that runs split calls, and each captured call's own tiles, reserved for good."""
 STREAM_COUNTERS = 4096
 _counters: dict = {}  # device index -> [pool, {stream handle: offset}, next free offset]
 
@@ -225,6 +225,7 @@ def _split_counters(device: torch.device, tiles: int) -> torch.Tensor:
     entry = _counters.get(device.index)
     if entry is None and not capturing:  # one memset, outside any capture
         entry = _counters[device.index] = [torch.zeros(_COUNTER_POOL, dtype=torch.int32, device=device), {}, 0]
+        torch.cuda.synchronize(device)  # zeroed before any other stream's call reads it
     if entry is not None and tiles <= STREAM_COUNTERS:
         pool, regions, free = entry
         key = None if capturing else stream.cuda_stream
