@@ -5,10 +5,15 @@ flushed before every call, median of interleaved runs (deep_tile.testing.timing.
 Shapes (``--shapes``, ``m:n:k:layout:out[:acc]``): DeepGEMM's own BF16 test shapes
 (tests/test_bf16.py's enumerate_normal): the forward GEMMs at m = 4096, 128 and 1 over its (n, k)
 list, a float32-output one, and the backward layouts (dgrad NN, wgrad TN with float32
-accumulation). Columns: microseconds; TFLOP/s; GB/s of the bytes the call must move and that as a
-share of the measured HBM copy rate; DeepGEMM's and cuBLAS's times and the speedups (their us /
-deep_tile us; cuBLAS writes bf16 and does not accumulate). Before timing, deep_tile's result is
-compared with float32 torch (calc_diff). ``--json PATH`` writes the rows. Needs an sm_90 GPU.
+accumulation). Columns: microseconds; the plan (tile width / K splits / A box / multicast CTAs);
+TFLOP/s; the bytes the call must move per second as a share of the measured HBM copy rate; the
+legacy selection's time (``DEEP_TILE_BF16_LEGACY``'s plan, timed in the same rounds) and DeepGEMM's
+and cuBLAS's, and the speedups (their us / deep_tile us; cuBLAS writes bf16 and does not
+accumulate). Before timing, both deep_tile paths' results are compared with float32 torch
+(calc_diff). ``--json PATH`` writes the
+rows. ``--alt SHAPE=PLAN,...`` times forced plans (``block_n/splits/box_m/cluster_m``) of a shape in the
+same rounds, printed as a second table (the defaults: the uncertain shapes' nearest alternatives).
+Needs an sm_90 GPU.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
+import deep_tile.bf16 as bf16_host  # noqa: E402
 from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.numeric import calc_diff  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
@@ -31,6 +37,15 @@ SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt
           "4096:7168:16384:nt:bf16", "4096:4096:7168:nt:bf16", "4096:7168:2048:nt:bf16", "128:2112:7168:nt:bf16",
           "1:4096:7168:nt:bf16", "4096:256:7168:nt:f32", "4096:2048:7168:nn:bf16", "7168:2048:4096:tn:f32:acc")
 """Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
+ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "4096:24576:1536:nt:bf16=256/1/128/1",
+        "128:2112:7168:nt:bf16=64/4/128/1,112/5/128/1,64/2/128/1", "1:4096:7168:nt:bf16=128/4/16/1,256/8/16/1,64/2/16/1",
+        "4096:256:7168:nt:f32=64/1/128/1,64/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/128/1",
+        "4096:32768:512:nt:bf16=240/1/128/1")
+"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure. Forced
+plans run the default ring, so the chosen plan's own row beside them (64/1/128/1 at 4096 x 256,
+64/4 and 128/4 at small m) measures the deep ring; the others: split counts and widths at small m
+with the in-kernel sum, multicast, the 240 width the model now takes at 4096 x 24576 against the
+legacy 256, and 240 at K = 512."""
 
 
 def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:
@@ -46,19 +61,44 @@ def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0
     return a_arg, b_arg, a, b, d, c
 
 
-def run_shape(spec: str, iters: int, copy_rate: float, dg) -> dict:
-    """One row for shape ``spec``."""
+def run_shape(spec: str, iters: int, copy_rate: float, dg, alts: tuple = ()) -> dict:
+    """One row for shape ``spec``; ``alts``: forced plans (strings) timed beside it."""
     parts = spec.split(":")
     m, n, k = map(int, parts[:3])
     layout, out, acc = parts[3], parts[4], len(parts) > 5 and parts[5] == "acc"
     a_arg, b_arg, a, b, d, c = make(m, n, k, layout, out, acc)
     ours = getattr(deep_tile, f"bf16_gemm_{layout}")
-    ours(a_arg, b_arg, d, c=c)
+
+    def legacy():
+        bf16_host.LEGACY = True
+        try:
+            ours(a_arg, b_arg, d_legacy, c=c)
+        finally:
+            bf16_host.LEGACY = None
+
     want = a.float() @ b.float().T + (c.float() if c is not None else 0)
-    diff = float(calc_diff(d.float(), want))
+    d_legacy = torch.empty_like(d)
+    ours(a_arg, b_arg, d, c=c)
+    legacy()
+    diff = max(float(calc_diff(d.float(), want)), float(calc_diff(d_legacy.float(), want)))
     d_cublas = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-    fns = {"deep_tile": lambda: ours(a_arg, b_arg, d, c=c),
+    fns = {"deep_tile": lambda: ours(a_arg, b_arg, d, c=c), "legacy": legacy,
            "cublas": lambda: torch.matmul(a, b.T, out=d_cublas)}
+
+    def forced(plan):
+        def call():
+            bf16_host.FORCE_PLAN = plan
+            try:
+                ours(a_arg, b_arg, d_legacy, c=c)
+            finally:
+                bf16_host.FORCE_PLAN = None
+        return call
+
+    alt_diffs = {}
+    for text in alts:
+        fns[f"alt {text}"] = forced(bf16_host.parse_plan(text))
+        fns[f"alt {text}"]()
+        alt_diffs[text] = float(calc_diff(d_legacy.float(), want))
     if dg is not None:
         d_dg = torch.empty_like(d)
         theirs = getattr(dg, f"bf16_gemm_{layout}")
@@ -66,11 +106,16 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg) -> dict:
     times = bench_round_robin(fns, iters=iters)
     us = times["deep_tile"]
     nbytes = 2 * (m * k + n * k) + d.element_size() * m * n * (2 if acc else 1)
+    pl = bf16_host.bf16_plan(m, n, k, "mn" if layout[0] == "t" else "k", "mn" if layout[1] == "n" else "k",
+                             out_f32=out == "f32", accumulate=acc)
     return {"shape": spec, "m": m, "n": n, "k": k, "layout": layout, "out": out, "acc": acc, "us": us,
+            "plan": f"{pl.block_n}/{pl.splits}/{pl.box_m}/{pl.cluster_m}", "legacy_us": times["legacy"],
+            "legacy_speedup": times["deepgemm"] / times["legacy"] if "deepgemm" in times else None,
             "tflops": 2 * m * n * k / us / 1e6, "gbs": nbytes / us / 1e3, "share": nbytes / us / 1e3 * 1e9 / copy_rate,
             "deepgemm_us": times.get("deepgemm"), "cublas_us": times["cublas"],
             "speedup": times["deepgemm"] / us if "deepgemm" in times else None,
-            "vs_cublas": times["cublas"] / us, "diff": diff}
+            "vs_cublas": times["cublas"] / us, "diff": diff,
+            "alts": [(text, times[f"alt {text}"], alt_diffs[text]) for text in alts]}
 
 
 def main(argv=None) -> int:
@@ -78,27 +123,38 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="m:n:k:layout:out[:acc]")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--alt", nargs="*", default=list(ALTS), help="SHAPE=PLAN[,PLAN...] (block_n/splits/box_m/cluster_m)")
     args = parser.parse_args(argv)
+    alts = {spec: tuple(plans.split(",")) for spec, plans in (a.split("=") for a in args.alt)}
     dg = load_deepgemm("bf16_gemm_nt", "timing deep_tile and cuBLAS")
     copy_rate = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed")
-    rows = [run_shape(spec, args.iters, copy_rate, dg) for spec in args.shapes]
-    print_table(["shape", "us", "TFLOP/s", "GB/s", "% copy", "DeepGEMM us", "vs DeepGEMM", "cuBLAS us", "vs cuBLAS",
-                 "calc_diff"],
-                [(r["shape"], f"{r['us']:.1f}", f"{r['tflops']:.0f}", f"{r['gbs']:.0f}", f"{100 * r['share']:.1f}",
-                  "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
-                  "" if r["speedup"] is None else f"{r['speedup']:.3f}", f"{r['cublas_us']:.1f}",
+    rows = [run_shape(spec, args.iters, copy_rate, dg, alts.get(spec, ())) for spec in args.shapes]
+    print_table(["shape", "us", "plan n/s/box/cl", "TFLOP/s", "% copy", "legacy us", "DeepGEMM us", "vs DeepGEMM",
+                 "legacy vs DG", "cuBLAS us", "vs cuBLAS", "calc_diff"],
+                [(r["shape"], f"{r['us']:.1f}", r["plan"], f"{r['tflops']:.0f}", f"{100 * r['share']:.1f}",
+                  f"{r['legacy_us']:.1f}", "" if r["deepgemm_us"] is None else f"{r['deepgemm_us']:.1f}",
+                  "" if r["speedup"] is None else f"{r['speedup']:.3f}",
+                  "" if r["legacy_speedup"] is None else f"{r['legacy_speedup']:.3f}", f"{r['cublas_us']:.1f}",
                   f"{r['vs_cublas']:.3f}", f"{r['diff']:.1e}") for r in rows],
-                aligns=["<"] + [">"] * 9)
+                aligns=["<", ">", "<"] + [">"] * 9)
     speedups = [r["speedup"] for r in rows if r["speedup"]]
     if speedups:
         print(f"speedup over DeepGEMM geomean {geomean(speedups):.3f}, min {min(speedups):.3f}, max {max(speedups):.3f}")
+        old = [r["legacy_speedup"] for r in rows if r["legacy_speedup"]]
+        print(f"legacy plan over DeepGEMM geomean {geomean(old):.3f}, min {min(old):.3f}, max {max(old):.3f}")
     print(f"speedup over cuBLAS geomean {geomean([r['vs_cublas'] for r in rows]):.3f}")
+    alt_rows = [(r["shape"], r["plan"], f"{r['us']:.1f}", text, f"{us:.1f}",
+                 "" if r["deepgemm_us"] is None else f"{r['deepgemm_us'] / us:.3f}", f"{diff:.1e}")
+                for r in rows for text, us, diff in r["alts"]]
+    if alt_rows:
+        print_table(["alt shape", "chosen", "us", "forced plan", "us", "forced vs DG", "calc_diff"], alt_rows,
+                    aligns=["<", "<", ">", "<", ">", ">", ">"])
     if args.json:
         args.json.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "copy_bytes_per_s": copy_rate,
                                          "rows": rows}, indent=1))
-    return 1 if any(r["diff"] > 1e-5 for r in rows) else 0
+    return 1 if any(r["diff"] > 1e-5 for r in rows) or any(a[2] > 1e-5 for r in rows for a in r["alts"]) else 0
 
 
 if __name__ == "__main__":

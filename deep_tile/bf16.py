@@ -28,14 +28,54 @@ non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is 
 problems return early as DeepGEMM's do (``k == 0``: ``d = c`` or zeros). On CUDA one persistent
 kernel of ``csrc/entry/bf16_gemm.cu`` (:mod:`deep_tile.kernels.bf16_gemm`); tensors on the CPU are
 computed with float32 torch (for tests and tooling).
+
+Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
+problems fill the SMs, K splits for the dense GEMM with a K-major b at small m (float32 partials in
+a workspace, summed in split order by each tile's last split inside the kernel, tile counters that
+the kernel leaves zeroed: deterministic and graph-replayable, but a row's summation order then
+depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
+short A box at tiny m, the deepest ring for narrow plans that store d from registers (split ones,
+and non-accumulating ones up to 128 wide), and float32 d stored (or accumulated, TMA reduce-add)
+through shared memory otherwise. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call; :data:`LEGACY`
+overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split, no
+multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
+(:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring, for
+tuning; B multicast to CTA pairs (``cluster_m`` 2) is reached only so (the kernel's limits apply:
+:class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
 """
 from __future__ import annotations
 
 import torch
 
+from deep_tile import env
 from deep_tile.common import ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.kernels import bf16_gemm as contract
+
+LEGACY: bool | None = None
+"""True / False: the earlier selection (module doc) or not, whatever ``DEEP_TILE_BF16_LEGACY`` says; None:
+as it says."""
+
+
+def parse_plan(text: str) -> contract.Bf16Plan:
+    """``"block_n/splits/box_m/cluster_m"`` (trailing fields may be left out) as a plan."""
+    fields = [int(v) for v in text.split("/")]
+    return contract.Bf16Plan(*fields)
+
+
+FORCE_PLAN: contract.Bf16Plan | None = None
+"""A plan every call takes (module doc), or None: ``DEEP_TILE_BF16_PLAN``'s, if set."""
+
+
+def _legacy() -> bool:
+    return env.bf16_legacy() if LEGACY is None else LEGACY
+
+
+def _forced_plan() -> contract.Bf16Plan | None:
+    if FORCE_PLAN is not None:
+        return FORCE_PLAN
+    text = env.bf16_plan()
+    return parse_plan(text) if text else None
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
@@ -84,27 +124,62 @@ def _check_d(name: str, d: torch.Tensor, dtypes: tuple) -> None:
         _fail(name, "d must start on an 8-byte boundary and have an even row stride.")
 
 
+def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", gemm_type: str = "normal",
+              m_blocks: int | None = None, num_sms: int | None = None, out_f32: bool = False,
+              accumulate: bool = False) -> contract.Bf16Plan:
+    """The call's tile width, K splits and A box: :func:`deep_tile.kernels.bf16_gemm.plan`, or the
+    legacy rule (:data:`LEGACY` / ``DEEP_TILE_BF16_LEGACY``), or the forced plan (:data:`FORCE_PLAN` /
+    ``DEEP_TILE_BF16_PLAN``)."""
+    blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
+    sms = get_num_sms() if num_sms is None else num_sms
+    forced = _forced_plan()
+    if forced is not None:
+        return forced
+    if _legacy():
+        return contract.legacy_plan(blocks, n, sms)
+    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal", out_f32, accumulate)
+
+
 def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,
                 accumulate: bool = False, gemm_type: str = "normal", m_blocks: int | None = None,
                 num_sms: int | None = None, tma_store: bool = False) -> contract.Bf16Config:
-    """The kernel instance the call runs: :func:`deep_tile.kernels.bf16_gemm.select_block_n`'s tile
-    width; ``tma_store`` (bf16 d, no accumulation, d TMA-aligned) stores through shared memory."""
-    blocks = ceil_div(m, contract.BLOCK_M) if m_blocks is None else m_blocks
-    block_n = contract.select_block_n(blocks, n, get_num_sms() if num_sms is None else num_sms)
-    return contract.Bf16Config(major_a, major_b, block_n, 0, out_f32, accumulate, gemm_type, tma_store)
+    """The kernel instance an unsplit call runs (:func:`bf16_plan`'s tile); ``tma_store`` (d
+    TMA-aligned, and bf16 without accumulation or float32) stores through shared memory when the
+    tile holds a whole box."""
+    pl = bf16_plan(m, n, k, major_a, major_b, gemm_type, m_blocks, num_sms)
+    return _config(pl, major_a, major_b, out_f32, accumulate, gemm_type, tma_store)
+
+
+def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, accumulate: bool, gemm_type: str,
+            tma_store: bool, deep: bool = False) -> contract.Bf16Config:
+    """``deep``: the dense new plan's ring (:func:`deep_tile.kernels.bf16_gemm.plan_stages`), D from
+    registers where it takes the deeper ring."""
+    box_cols = (contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX)[0]
+    store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
+    stages = contract.plan_stages(pl, accumulate) if deep else 0
+    return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
+                               store and not stages, pl.box_m, pl.cluster_m)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
-    """Whether d can leave through TMA stores: bf16, no accumulation, 16-byte start and row pitch."""
+    """Whether d can leave through TMA: 16-byte start and row pitch, and bf16 without accumulation
+    or (not the legacy plan) float32 (accumulation by TMA reduce-add)."""
     rows = d.shape[0]
-    return (d.dtype == torch.bfloat16 and not accumulate and d.data_ptr() % 16 == 0
-            and (rows == 1 or (d.stride(0) * 2) % 16 == 0))
+    if d.dtype == torch.bfloat16:
+        kind_ok = not accumulate
+    else:
+        kind_ok = d.dtype == torch.float32 and not _legacy()
+    return (kind_ok and d.data_ptr() % 16 == 0
+            and (rows == 1 or (d.stride(0) * d.element_size()) % 16 == 0))
 
 
 def _tmap_d(d: torch.Tensor, rows: int, n: int) -> bytes:
     from deep_tile.gemm.tma import encode_2d
 
-    return encode_2d(d.data_ptr(), "bfloat16", n, rows, _pitch(d, 0, rows, n), *contract.STORE_BOX, 128, 0)
+    f32 = d.dtype == torch.float32
+    box = contract.STORE_BOX_F32 if f32 else contract.STORE_BOX
+    pitch = d.stride(0) * d.element_size() if rows > 1 else -(-n * d.element_size() // 16) * 16
+    return encode_2d(d.data_ptr(), "float32" if f32 else "bfloat16", n, rows, pitch, *box, 128, 0)
 
 
 def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
@@ -113,39 +188,80 @@ def _pitch(t: torch.Tensor, dim: int, outer: int, inner: int) -> int:
     return t.stride(dim) * 2 if outer > 1 else -(-inner * 2 // 16) * 16
 
 
-def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int) -> bytes:
+def _tmap_a(a2: torch.Tensor, major: str, rows: int, k: int, box_m: int = contract.BLOCK_M) -> bytes:
+    """A's map; K-major boxes of ``box_m`` rows (the plan's A box), MN-major boxes of 64."""
     from deep_tile.gemm.tma import encode_2d
 
     if major == "k":
         return encode_2d(a2.data_ptr(), "bfloat16", k, rows, _pitch(a2, -2, rows, k), contract.BLOCK_K,
-                         contract.BLOCK_M, 128, 256)
+                         box_m, 128, 256)
     return encode_2d(a2.data_ptr(), "bfloat16", rows, k, _pitch(a2, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
-def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int) -> bytes:
-    """B's map; ``rows`` the rows of its 2-D view (n, or groups * n), ``k`` (k, or groups * k MN-major)."""
+def _tmap_b(b: torch.Tensor, major: str, rows: int, k: int, block_n: int, cluster_m: int = 1) -> bytes:
+    """B's map; ``rows`` the rows of its 2-D view (n, or groups * n), ``k`` (k, or groups * k MN-major);
+    a pair sharing B by multicast loads ``block_n / cluster_m`` rows each."""
     from deep_tile.gemm.tma import encode_2d
 
     if major == "k":
-        return encode_2d(b.data_ptr(), "bfloat16", k, rows, _pitch(b, -2, rows, k), contract.BLOCK_K, block_n, 128, 256)
+        return encode_2d(b.data_ptr(), "bfloat16", k, rows, _pitch(b, -2, rows, k), contract.BLOCK_K,
+                         block_n // cluster_m, 128, 256)
     return encode_2d(b.data_ptr(), "bfloat16", rows, k, _pitch(b, -1, k, rows), 64, contract.BLOCK_K, 128, 256)
 
 
+_COUNTER_POOL = 1 << 18
+"""uint32 split-K tile counters per device (1 MiB), handed out in order: STREAM_COUNTERS for each
+stream that runs split calls, and each captured call's own tiles, reserved for good."""
+STREAM_COUNTERS = 4096
+_counters: dict = {}  # device index -> [pool, {stream handle: offset}, next free offset]
+
+
+def _split_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """``tiles`` zeroed uint32 counters (as int32) for one split call on the current stream, which the
+    kernel leaves zeroed. Calls on one stream share a region (they run in order); a captured call
+    reserves its own (a graph may replay on any stream); a call that finds no room gets fresh zeros."""
+    stream = torch.cuda.current_stream(device)
+    capturing = torch.cuda.is_current_stream_capturing()
+    entry = _counters.get(device.index)
+    if entry is None and not capturing:  # one memset, outside any capture
+        entry = _counters[device.index] = [torch.zeros(_COUNTER_POOL, dtype=torch.int32, device=device), {}, 0]
+        torch.cuda.synchronize(device)  # zeroed before any other stream's call reads it
+    if entry is not None and tiles <= STREAM_COUNTERS:
+        pool, regions, free = entry
+        key = None if capturing else stream.cuda_stream
+        offset = regions.get(key) if key is not None else None
+        if offset is None and free + STREAM_COUNTERS <= _COUNTER_POOL:
+            offset, entry[2] = free, free + (STREAM_COUNTERS if key is not None else tiles)
+            if key is not None:
+                regions[key] = offset
+        if offset is not None:
+            return pool[offset:offset + tiles]
+    return torch.zeros(tiles, dtype=torch.int32, device=device)
+
+
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
-            ldd: int, groups: int, tiles: int, d_rows: int = 0) -> None:
-    """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's)."""
+            ldd: int, groups: int, tiles: int, d_rows: int = 0, workspace: torch.Tensor | None = None,
+            counters: torch.Tensor | None = None) -> None:
+    """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's);
+    ``workspace`` / ``counters``: a split call's partials and tile counters."""
     from deep_tile.jit.loader import get_kernel
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.pdl import get_pdl
 
     kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
     tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
-    values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups)
+    values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups,
+              0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr())
     device = d.device
     with torch.cuda.device(device):
-        kernel.launch(grid=(contract.grid(tiles, get_num_sms()), 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
+        grid = contract.grid(tiles, get_num_sms())
+        if cfg.cluster_m > 1:  # whole pairs, no more than can be resident at once (tiles counts both of a pair)
+            pairs = kernel.max_active_clusters(device.index, contract.THREADS, cfg.smem, cfg.cluster_m)
+            grid = max(1, min(tiles // cfg.cluster_m, pairs)) * cfg.cluster_m
+        kernel.launch(grid=(grid, 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
                       stream=torch.cuda.current_stream(device).cuda_stream,
-                      args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index, pdl=get_pdl())
+                      args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index,
+                      cluster=cfg.cluster_m, pdl=get_pdl())
 
 
 def ref_bf16_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None,
@@ -195,15 +311,33 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         if not same:
             d.copy_(c) if c is not None else d.zero_()
         return
+    pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
+    if pl.box_m < contract.BLOCK_M and m > pl.box_m:
+        _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
     if c is not None and not same:
         d.copy_(c)
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
-    cfg = bf16_config(m, n, k, major_a, major_b, d.dtype == torch.float32, c is not None,
-                      tma_store=_tma_store_ok(d, c is not None))
-    _launch(cfg, _tmap_a(a, major_a, m, k), _tmap_b(b, major_b, n, k, cfg.block_n), d, None, m, n, k,
-            d.stride(0) if m > 1 else n, 1, ceil_div(m, contract.BLOCK_M) * ceil_div(n, cfg.block_n))
+    if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
+        pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m)  # multicast only for the plain K-major-b case
+    m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
+    tiles = m_blocks * ceil_div(n, pl.block_n)
+    tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)
+    tmap_b = _tmap_b(b, major_b, n, k, pl.block_n, pl.cluster_m)
+    cfg = _config(pl, major_a, major_b, d.dtype == torch.float32, c is not None, "normal",
+                  _tma_store_ok(d, c is not None), deep=not _legacy() and _forced_plan() is None)
+    ldd = d.stride(0) if m > 1 else n
+    k_blocks = ceil_div(k, contract.BLOCK_K)
+    splits = ceil_div(k_blocks, ceil_div(k_blocks, pl.splits))  # every split non-empty
+    if splits == 1:
+        _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, 1, tiles)
+        return
+    # split K: float32 partials in a workspace, summed in split order by each tile's last split in the kernel
+    workspace = torch.empty(contract.split_workspace_floats(tiles, splits, pl.block_n), dtype=torch.float32,
+                            device=d.device)
+    _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, splits, tiles * splits, workspace=workspace,
+            counters=_split_counters(d.device, tiles))
 
 
 def bf16_gemm_nn(a, b, d, c=None, compiled_dims: str = "nk") -> None:

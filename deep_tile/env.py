@@ -30,6 +30,7 @@ __all__ = [
     "cache_dir", "disable_cache", "compiler", "nvcc_path", "cuda_home", "debug",
     "ptxas_check", "dump_asm", "print_configs", "watchdog", "native", "pdl", "cxx", "tp_transport",
     "kgrouped_tn_transpose",
+    "bf16_legacy", "bf16_plan",
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
@@ -135,6 +136,14 @@ _VARS = (
     EnvVar("DEEP_TILE_HC_SUB_SPLITS", "str", "unset",
            "Forces the pieces each of the caller's K splits of `tf32_hc_prenorm_gemm` is cut into (an int >= 1; "
            "unset: enough to fill the SMs, each at least 4 K blocks). For measurements. Read at each call."),
+    EnvVar("DEEP_TILE_BF16_LEGACY", "bool", "off",
+           "The BF16 GEMMs (`deep_tile.bf16`) take their earlier plan: 64 / 128 / 256-wide tiles, no split K, "
+           "no multicast, float32 `d` stored from registers (for side-by-side timing; `deep_tile.bf16.LEGACY` "
+           "overrides it at run time). Read at each call."),
+    EnvVar("DEEP_TILE_BF16_PLAN", "str", "unset",
+           "Force one plan on every BF16 GEMM call: `block_n/splits/box_m/cluster_m` (trailing fields may be "
+           "left out; for tuning, the kernel's limits apply; `deep_tile.bf16.FORCE_PLAN` overrides it). Read "
+           "at each call."),
     EnvVar("CXX", "str", "c++",
            "C++ compiler that builds the native host path (through `torch.utils.cpp_extension`); part of "
            "its build key."),
@@ -314,6 +323,16 @@ def pdl() -> bool:
     """``DEEP_TILE_PDL``: launch kernels with programmatic dependent launch (default on; the
     setting in force is :func:`deep_tile.pdl.get_pdl`)."""
     return get("DEEP_TILE_PDL")
+
+
+def bf16_legacy() -> bool:
+    """``DEEP_TILE_BF16_LEGACY``: the BF16 GEMMs' earlier plan."""
+    return get("DEEP_TILE_BF16_LEGACY")
+
+
+def bf16_plan() -> str | None:
+    """``DEEP_TILE_BF16_PLAN``: a forced BF16 GEMM plan (``block_n/splits/box_m/cluster_m``), or None."""
+    return get("DEEP_TILE_BF16_PLAN")
 
 
 def tp_transport() -> str:

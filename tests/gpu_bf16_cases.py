@@ -68,20 +68,30 @@ def check(got: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor |
 _RULE = {}
 
 
-def _force_block_n(block_n: int | None) -> None:
-    """Run the next call with tile width ``block_n`` (None: the tile rule's own choice)."""
+def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legacy: bool = False,
+                   cluster_m: int = 1) -> None:
+    """Run the next calls with tile width ``block_n``, ``splits``, ``box_m`` and ``cluster_m`` (block_n
+    None: the plan's own choice); ``legacy``: the earlier selection (deep_tile.bf16.LEGACY)."""
+    import deep_tile.bf16 as host
     from deep_tile.kernels import bf16_gemm as contract
 
-    rule = _RULE.setdefault("rule", contract.select_block_n)
-    contract.select_block_n = rule if block_n is None else (lambda *args, **kwargs: block_n)
+    rules = _RULE.setdefault("rules", (contract.plan, contract.legacy_plan))
+    host.LEGACY = True if legacy else None
+    if block_n is None:
+        contract.plan, contract.legacy_plan = rules
+    else:
+        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m)
+        contract.plan = contract.legacy_plan = lambda *args, **kwargs: forced
 
 
 def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumulate: str = "none", seed: int = 0,
-          block_n: int | None = None) -> dict:
-    """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d)."""
+          block_n: int | None = None, splits: int = 1, box_m: int = 128, legacy: bool = False,
+          cluster_m: int = 1) -> dict:
+    """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d);
+    ``block_n`` / ``splits`` / ``box_m`` force the plan, ``legacy`` takes the earlier selection."""
     import deep_tile
 
-    _force_block_n(block_n)
+    _force_block_n(block_n, splits, box_m, legacy, cluster_m)
     a_arg, b_arg, a, b = make_dense(m, n, k, layout, seed, "cuda")
     dtype = torch.float32 if out == "f32" else torch.bfloat16
     gen = torch.Generator().manual_seed(seed + 1)
@@ -95,8 +105,9 @@ def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumul
         c_ref = c
     getattr(deep_tile, f"bf16_gemm_{layout}")(a_arg, b_arg, d, c=c)
     torch.cuda.synchronize()
-    return {"case": f"dense {layout} m={m} n={n} k={k} {out} acc={accumulate} block_n={block_n}",
-            **check(d, a, b, c_ref)}
+    _force_block_n(None)
+    return {"case": f"dense {layout} m={m} n={n} k={k} {out} acc={accumulate} block_n={block_n} splits={splits} "
+                    f"box_m={box_m} cluster_m={cluster_m}{' legacy' if legacy else ''}", **check(d, a, b, c_ref)}
 
 
 def make_contiguous(groups: int, expected_m: int, n: int, k: int, seed: int, major_b: str = "k",
@@ -168,6 +179,7 @@ def compat_psum(groups: int = 4, expected_m: int = 300, n: int = 512, k: int = 2
     """DeepGEMM's psum-layout call through deep_tile.compat.deepgemm: each group's rows checked."""
     import deep_tile.compat.deepgemm as deep_gemm
 
+    _force_block_n(None)
     a, b, m_indices, sizes = make_contiguous(groups, expected_m, n, k, seed, "k", "cuda")
     ends, start = [], 0
     for s in sizes:
@@ -189,6 +201,7 @@ def k_grouped(ks: list, m: int, n: int, inplace: bool = False, seed: int = 0) ->
     """One ``k_grouped_bf16_gemm_tn_contiguous`` call (c separate, or c is d) against float64 per group."""
     import deep_tile
 
+    _force_block_n(None)
     gen = torch.Generator().manual_seed(seed)
     total = sum(ks)
     a = torch.randn(total, m, generator=gen).to(torch.bfloat16).cuda()
@@ -206,24 +219,97 @@ def k_grouped(ks: list, m: int, n: int, inplace: bool = False, seed: int = 0) ->
     return {"case": f"k_grouped ks={ks} m={m} n={n} inplace={inplace}", "ok": ok, "worst": worst}
 
 
-def repeat_graph(m: int = 1000, n: int = 2048, k: int = 1536, layout: str = "tn") -> dict:
-    """The call twice on a stream and once under a CUDA graph: bitwise the same result."""
+def repeat_graph(m: int = 1000, n: int = 2048, k: int = 1536, layout: str = "tn", out: str = "bf16",
+                 accumulate: bool = False) -> dict:
+    """The call twice on a stream and once under a CUDA graph (replayed twice, with new inputs copied
+    in before the second replay): bitwise the same results, and the second replay right against float64.
+    Small m takes the split-K plan (its workspace allocated under capture), float32 ``+=`` the TMA
+    reduce-add."""
     import deep_tile
 
-    a_arg, b_arg, _, _ = make_dense(m, n, k, layout, 3, "cuda")
+    _force_block_n(None)
+    a_arg, b_arg, a, b = make_dense(m, n, k, layout, 3, "cuda")
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    c = torch.randn(m, n, generator=torch.Generator().manual_seed(4)).to(dtype).cuda() if accumulate else None
     fn = getattr(deep_tile, f"bf16_gemm_{layout}")
+
+    def call(d):
+        if c is not None:
+            d.copy_(c)
+        fn(a_arg, b_arg, d, c=d if c is not None else None)
+
     outs = []
     for _ in range(2):
-        d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-        fn(a_arg, b_arg, d)
+        d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        call(d)
         outs.append(d)
-    d = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn(a_arg, b_arg, d)
+        call(d)
     graph.replay()
     torch.cuda.synchronize()
-    return {"case": f"repeat+graph {layout}", "ok": bool(torch.equal(outs[0], outs[1]) and torch.equal(outs[0], d))}
+    same = bool(torch.equal(outs[0], outs[1]) and torch.equal(outs[0], d))
+    a2_arg, b2_arg, a2, b2 = make_dense(m, n, k, layout, 5, "cuda")
+    a_arg.copy_(a2_arg)
+    b_arg.copy_(b2_arg)
+    graph.replay()
+    torch.cuda.synchronize()
+    r = check(d, a2, b2, c)
+    return {"case": f"repeat+graph {layout} m={m} n={n} k={k} {out} acc={accumulate}", **r, "ok": same and r["ok"],
+            "same": same}
+
+
+def split_counters(m: int = 100, n: int = 1000, k: int = 2048, block_n: int = 96, splits: int = 5, box_m: int = 128,
+                   out: str = "bf16", repeats: int = 4) -> dict:
+    """The in-kernel split-K sum: ``repeats`` calls on the default stream and on a side stream, then a
+    CUDA graph replayed with new inputs: every result right against float64, bitwise the same for the
+    same inputs (the sum's order does not follow the splits' arrival), and every tile counter back at
+    zero after each (the next launch and replay depend on it)."""
+    import deep_tile
+    import deep_tile.bf16 as host
+
+    _force_block_n(block_n, splits, box_m)
+    a_arg, b_arg, a, b = make_dense(m, n, k, "nt", 6, "cuda")
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def counters_zero() -> bool:
+        torch.cuda.synchronize()
+        entry = host._counters.get(device.index)
+        return entry is None or int(entry[0].count_nonzero()) == 0
+
+    outs, zero = [], True
+    side = torch.cuda.Stream()
+    for i in range(2 * repeats):
+        d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        with torch.cuda.stream(side if i % 2 else torch.cuda.current_stream()):
+            deep_tile.bf16_gemm_nt(a_arg, b_arg, d)
+        torch.cuda.synchronize()
+        zero = zero and counters_zero()
+        outs.append(d)
+    same = all(torch.equal(outs[0], o) for o in outs[1:])
+    r0 = check(outs[0], a, b)
+    d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        deep_tile.bf16_gemm_nt(a_arg, b_arg, d)
+    graph.replay()
+    torch.cuda.synchronize()
+    same = same and torch.equal(outs[0], d)
+    zero = zero and counters_zero()
+    a2_arg, b2_arg, a2, b2 = make_dense(m, n, k, "nt", 7, "cuda")
+    a_arg.copy_(a2_arg)
+    b_arg.copy_(b2_arg)
+    d.fill_(float("nan"))
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    zero = zero and counters_zero()
+    r = check(d, a2, b2)
+    _force_block_n(None)
+    return {"case": f"split counters m={m} n={n} k={k} {block_n}/{splits}/{box_m} {out}", **r,
+            "ok": r["ok"] and r0["ok"] and same and zero, "same": same, "counters_zero": zero}
 
 
 if __name__ == "__main__":

@@ -165,27 +165,81 @@ def test_compat_names_forward(monkeypatch):
 # The contract, the tile rule, the builds
 # --------------------------------------------------------------------------------------------------
 
+ODD_BLOCK_NS = (16, 48, 96, 144, 176, 240)
+"""Widths beside the legacy three that the builds cover (K-major b; an MN-major b takes multiples of 64)."""
+
+
 def all_configs() -> list:
-    """Every kernel variant the host can launch."""
+    """The kernel variants the host launches: every legacy one, and the new widths, boxes and stores."""
+    legacy = contract.LEGACY_BLOCK_NS
     cfgs = [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal")
-            for ma, mb, bn, f32, acc in itertools.product(contract.MAJORS, contract.MAJORS, contract.BLOCK_NS,
+            for ma, mb, bn, f32, acc in itertools.product(contract.MAJORS, contract.MAJORS, legacy,
                                                           (False, True), (False, True))]
-    cfgs += [contract.Bf16Config(ma, mb, bn, 0, False, False, "normal", True)
-             for ma, mb, bn in itertools.product(contract.MAJORS, contract.MAJORS, contract.BLOCK_NS)]
+    cfgs += [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal", True)
+             for ma, mb, bn, (f32, acc) in itertools.product(contract.MAJORS, contract.MAJORS, legacy,
+                                                             ((False, False), (True, False), (True, True)))]
+    cfgs += [contract.Bf16Config("k", "k", bn, 0, f32, False, "normal", store and bn >= (32 if f32 else 64))
+             for bn, f32, store in itertools.product(ODD_BLOCK_NS, (False, True), (False, True))]
+    cfgs += [contract.Bf16Config("k", "k", 176, 0, True, True, "normal", True),
+             contract.Bf16Config("mn", "mn", 192, 0, True, True, "normal", True)]
+    # split-K partials (float32, no store staging) at tiny m: the short A boxes
+    cfgs += [contract.Bf16Config("k", mb, bn, 0, True, False, "normal", False, box)
+             for mb, bn, box in itertools.product(contract.MAJORS, (64, 128, 256), (16, 32, 64))]
+    # B multicast to CTA pairs
+    cfgs += [contract.Bf16Config(ma, "k", bn, 0, f32, acc, "normal", store, 128, 2)
+             for ma, bn, (f32, acc, store) in itertools.product(
+                 contract.MAJORS, (48, 144, 176, 256), ((False, False, True), (True, False, True), (True, True, True),
+                                                        (False, True, False)))
+             if not store or bn >= (32 if f32 else 64)]
+    cfgs += [contract.Bf16Config("mn", "k", 96, 0, False, False, "normal", True, 64),
+             contract.Bf16Config("k", "k", 32, 0, True, False, "normal", False, 16)]
+    # the split-K plans' own widths and boxes (the last split's in-kernel sum and direct store)
+    cfgs += [contract.Bf16Config("k", "k", 112, 0, False, False, "normal", True),
+             contract.Bf16Config("k", "k", 192, 0, False, False, "normal", False, 16),
+             contract.Bf16Config("k", "k", 176, 0, False, True, "normal", False, 16),
+             contract.Bf16Config("k", "k", 64, 0, True, True, "normal", True, 32)]
+    # the deep rings of narrow register-stored plans (contract.plan_stages)
+    cfgs += [contract.Bf16Config("k", "k", bn, contract.deep_stages(bn), bn % 32 == 0, False, "normal", False,
+                                 16 if bn <= 64 else 128) for bn in range(16, 129, 16)]
+    cfgs += [contract.Bf16Config("k", "mn", 128, contract.deep_stages(128), False, False, "normal"),
+             contract.Bf16Config("mn", "mn", 64, contract.deep_stages(64), True, False, "normal"),
+             contract.Bf16Config("k", "k", 192, contract.deep_stages(192), False, True, "normal", False, 16)]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
-             for mb, bn, store in itertools.product(contract.MAJORS, contract.BLOCK_NS, (False, True))]
-    cfgs += [contract.Bf16Config("k", "k", bn, 0, False, False, "masked") for bn in contract.BLOCK_NS]
-    cfgs += [contract.Bf16Config("mn", "mn", bn, 0, True, True, "k_grouped") for bn in contract.BLOCK_NS]
+             for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
+    cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
+    cfgs += [contract.Bf16Config("k", "k", bn, 0, False, False, "masked") for bn in legacy + (48,)]
+    cfgs += [contract.Bf16Config("mn", "mn", bn, 0, True, True, "k_grouped") for bn in legacy + (192,)]
     return cfgs
 
 
 def test_contract_geometry():
-    assert [contract.stages_for(bn) for bn in contract.BLOCK_NS] == [8, 6, 4]
+    assert [contract.stages_for(bn) for bn in contract.LEGACY_BLOCK_NS] == [8, 6, 4]
+    assert [contract.stages_for(bn, True) for bn in contract.LEGACY_BLOCK_NS] == [8, 6, 4]
+    assert contract.stages_for(192, True) == 4  # the staging's 32 KiB must still fit beside the ring
+    assert [contract.deep_stages(bn) for bn in (16, 64, 128, 192, 256)] == [12, 9, 7, 5, 4]
+    assert contract.plan_stages(contract.Bf16Plan(64)) == 9 and contract.plan_stages(contract.Bf16Plan(64), True) == 0
+    assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 10
+        assert len(cfg.defines()) == 12
     with pytest.raises(ValueError):
-        contract.Bf16Config(block_n=96)
+        contract.Bf16Config(block_n=88)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(major_b="mn", block_n=96)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(box_m=16, gemm_type="contiguous")
+    with pytest.raises(ValueError):
+        contract.Bf16Config(major_a="mn", box_m=32)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(major_b="mn", cluster_m=2)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(box_m=64, cluster_m=2)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(gemm_type="contiguous", cluster_m=2)
+    with pytest.raises(ValueError):
+        contract.Bf16Config(accumulate=True, tma_store=True)  # bf16 accumulation: no TMA add
+    with pytest.raises(ValueError):
+        contract.Bf16Config(block_n=48, tma_store=True)  # narrower than a bf16 box
     with pytest.raises(ValueError):
         contract.Bf16Config(major_a="mn", gemm_type="masked")
     with pytest.raises(ValueError):
@@ -193,7 +247,8 @@ def test_contract_geometry():
     with pytest.raises(ValueError):
         contract.Bf16Config(gemm_type="masked", tma_store=True)
     with pytest.raises(ValueError):
-        contract.Bf16Config(out_f32=True, tma_store=True)
+        contract.Bf16Config("mn", "mn", 128, 0, True, True, "k_grouped", True)
+    assert contract.Bf16Config(out_f32=True, accumulate=True, tma_store=True).smem <= contract.SMEM_LIMIT
 
 
 def test_tile_rule():
@@ -201,6 +256,74 @@ def test_tile_rule():
     assert contract.select_block_n(32, 7168, 132) == 256    # 4096 rows: wide tiles
     assert contract.select_block_n(1, 256, 132) == 64
     assert contract.grid(5, 132) == 5 and contract.grid(10_000, 132) == 132 and contract.grid(0, 132) == 1
+
+
+def test_plan():
+    legacy = contract.legacy_plan(32, 4096, 132)
+    # the shapes measured at parity keep the legacy tile
+    for m, n, k in ((4096, 4096, 7168), (4096, 7168, 2048), (4096, 32768, 512), (4096, 7168, 16384)):
+        assert contract.plan(m, n, k, 32, 132) == contract.legacy_plan(32, n, 132) == legacy
+    # few n tiles: a width that fills the SMs in whole waves; B multicast only when forced (measured no faster)
+    p = contract.plan(4096, 576, 7168, 32, 132)
+    assert p == contract.Bf16Plan(144)
+    assert 132 * 0.9 <= 32 * -(-576 // p.block_n) <= 132
+    assert contract.plan(4096, 2112, 7168, 32, 132) == contract.Bf16Plan(176)
+    assert contract.plan(4096, 256, 7168, 32, 132, out_f32=True) == contract.Bf16Plan(64)
+    # the TN wgrad with float32 accumulation: the reduce-add epilogue makes 192 beat 256 (as measured)
+    assert contract.plan(7168, 2048, 4096, 56, 132, "mn", "mn", True, True, True) == contract.Bf16Plan(192)
+    assert contract.plan(7168, 2048, 4096, 56, 132, "mn", "mn") == contract.legacy_plan(56, 2048, 132)
+    # no K split past MAX_SPLIT_M_BLOCKS m-blocks (4096 x 256 split measured slower)
+    for m in (384, 1024, 4096):
+        assert contract.plan(m, 256, 7168, -(-m // 128), 132).splits == 1
+    # tiny m: K splits over most SMs, and a short A box at m = 1
+    for m in (1, 128):
+        p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132)
+        tiles = -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
+        assert p.splits > 1 and 100 <= tiles <= 132, p
+    assert contract.plan(1, 4096, 7168, 1, 132).box_m == 16
+    assert contract.plan(1, 4096, 7168, 1, 132, "mn").box_m == 64
+    # the model's fit to the measured plans (us, within 6%; measured with the default ring)
+    for args, us in (((4096, 2112, 7168, 32, 132, 176), 167.8), ((4096, 576, 7168, 32, 132, 144), 49.1),
+                     ((4096, 4096, 7168, 32, 132, 256), 303.1), ((4096, 32768, 512, 32, 132, 256), 218.5),
+                     ((4096, 7168, 2048, 32, 132, 256), 164.8), ((128, 2112, 7168, 1, 132, 64), 30.5)):
+        assert abs(contract.plan_cost(*args) / us - 1) < 0.06, (args, contract.plan_cost(*args))
+    for block_n, us in ((256, 218.3), (192, 212.2)):
+        got = contract.plan_cost(7168, 2048, 4096, 56, 132, block_n, out_f32=True, accumulate=True)
+        assert abs(got / us - 1) < 0.03, (block_n, got)
+    # no splits for the grouped GEMMs, MN-major b widths in steps of 64, every split non-empty
+    assert contract.plan(128, 2112, 7168, 1, 132, dense=False).splits == 1
+    assert contract.plan(4096, 2112, 7168, 32, 132, dense=False).cluster_m == 1
+    for n in range(64, 3000, 200):
+        for k in (64, 320, 4096):
+            p = contract.plan(1, n, k, 1, 132, "k", "mn")
+            kb = -(-k // 64)
+            assert p.block_n % 64 == 0 and p.splits == 1  # nn stays batch invariant: no split
+            p = contract.plan(1, n, k, 1, 132)
+            assert (p.splits - 1) * -(-kb // p.splits) < kb and p.splits <= contract.MAX_SPLITS  # non-empty splits
+
+
+def test_split_workspace_and_arguments():
+    assert contract.split_workspace_floats(19, 5, 112) == 19 * 5 * 128 * 112
+    assert len(contract.ARGUMENT_KINDS) == 12 and contract.ARGUMENT_KINDS[-2:] == ("ptr", "ptr")
+
+
+def test_bad_plans_are_refused():
+    import deep_tile.bf16 as host
+
+    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4)):
+        with pytest.raises(ValueError, match="a plan takes"):
+            contract.Bf16Plan(*fields)
+    with pytest.raises(ValueError, match="a plan takes"):
+        host.parse_plan("64/17")
+    a, b = torch.zeros(40, 64, dtype=BF), torch.zeros(64, 64, dtype=BF)
+    d = torch.full((40, 64), float("nan"), dtype=BF)
+    host.FORCE_PLAN = contract.Bf16Plan(64, 2, 32)
+    try:
+        with pytest.raises(ValueError, match="A box of 32 rows"):
+            deep_tile.bf16_gemm_nt(a, b, d, c=torch.zeros(40, 64, dtype=BF))
+    finally:
+        host.FORCE_PLAN = None
+    assert torch.isnan(d).all()  # refused before c was copied in
 
 
 def test_generated_wgmma_header_is_current():
@@ -225,7 +348,9 @@ def test_every_variant_builds_spill_free(name):
         if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
             assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
             assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
-            assert ("UTMASTG" in sass) == cfg.tma_store, cfg.label
+            stored = cfg.tma_store and cfg.block_n >= (32 if cfg.out_f32 else 64)
+            assert ("UTMASTG" in sass) == (stored and not cfg.accumulate), cfg.label
+            assert ("UTMAREDG" in sass) == (stored and cfg.accumulate), cfg.label
 
 
 # --------------------------------------------------------------------------------------------------
@@ -235,7 +360,38 @@ def test_every_variant_builds_spill_free(name):
 DENSE_CASES = (
     [dict(m=m, n=n, k=k, layout=layout) for layout in LAYOUTS
      for m, n, k in ((1, 576, 7168), (129, 2112, 1536), (300, 264, 200), (4096, 4096, 512), (8, 64, 64))]
-    + [dict(m=257, n=520, k=136, layout=layout, block_n=bn) for layout in LAYOUTS for bn in contract.BLOCK_NS]
+    + [dict(m=257, n=520, k=136, layout=layout, block_n=bn) for layout in LAYOUTS for bn in contract.LEGACY_BLOCK_NS]
+    # widths past the legacy three (K-major b), the float32 staged store and reduce-add, their column tails
+    # (n 520: a row pitch TMA takes; n 530 below: one it does not, stored from registers)
+    + [dict(m=257, n=520, k=200, layout=layout, block_n=bn, out=out) for layout in ("nt", "tt")
+       for bn in (16, 48, 176, 240) for out in ("bf16", "f32")]
+    + [dict(m=300, n=460, k=264, layout=layout, block_n=bn, out="f32", accumulate=acc)
+       for layout, bn in (("tn", 192), ("nt", 144), ("nn", 128), ("tt", 208)) for acc in ("c", "inplace")]
+    # split K (float32 partials summed in the kernel by the last split), with and without c, short A boxes at tiny m
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, splits=sp, box_m=box, out=out, accumulate=acc)
+       for m, n, k, layout, bn, sp, box, out, acc in (
+           (1, 576, 7168, "nt", 64, 7, 16, "bf16", "none"), (1, 1000, 640, "tt", 128, 3, 64, "f32", "inplace"),
+           (30, 264, 1000, "nt", 96, 4, 32, "bf16", "c"), (64, 300, 704, "tn", 64, 5, 64, "f32", "none"),
+           (61, 520, 2048, "nn", 256, 2, 64, "bf16", "inplace"), (200, 136, 1536, "tn", 64, 3, 128, "bf16", "none"),
+           (129, 2112, 7168, "nt", 96, 4, 128, "f32", "c"), (7, 64, 200, "nt", 48, 4, 16, "bf16", "none"),
+           # the in-kernel sum's column tails (n odd at one row, n - 2 of a quad) and every split count kind
+           (1, 1001, 2048, "nt", 128, 5, 16, "bf16", "c"), (1, 999, 1024, "nt", 192, 16, 16, "f32", "inplace"),
+           (100, 1002, 1024, "nt", 112, 3, 128, "f32", "none"), (256, 530, 1024, "nt", 256, 2, 128, "bf16", "inplace"),
+           (1, 4096, 7168, "nt", 192, 6, 16, "bf16", "none"),
+           # a quad per thread (a row or two): splits loaded 4 at a time over wide tiles, 16 over narrow
+           (1, 700, 1024, "nt", 256, 9, 16, "bf16", "c"), (2, 600, 2048, "nt", 240, 7, 16, "f32", "none"),
+           (2, 300, 2048, "nt", 64, 16, 16, "bf16", "inplace"))]
+    # B multicast to CTA pairs: an odd m-block count (the last pair's twin past m), every store kind
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, cluster_m=2, out=out, accumulate=acc)
+       for m, n, k, layout, bn, out, acc in (
+           (300, 530, 520, "nt", 176, "bf16", "none"), (257, 400, 264, "tt", 144, "bf16", "none"),
+           (384, 300, 200, "nt", 96, "f32", "none"), (200, 520, 640, "tt", 176, "f32", "inplace"),
+           (129, 264, 136, "nt", 48, "bf16", "c"), (1000, 2112, 1024, "nt", 256, "bf16", "none"))]
+    # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
+    + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
+       for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),
+                                    (512, 576, 7168, "nt", "bf16"), (512, 256, 7168, "nt", "f32"),
+                                    (1024, 2112, 2048, "nt", "bf16"))]
     + [dict(m=130, n=256, k=7168, layout="nt", out="f32"), dict(m=1, n=1000, k=256, layout="tn", out="f32"),
        dict(m=200, n=328, k=512, layout="nt", accumulate="c"), dict(m=200, n=328, k=512, layout="nn", accumulate="inplace"),
        dict(m=77, n=96, k=64, layout="tt", out="f32", accumulate="inplace"),
@@ -252,6 +408,11 @@ GROUPED_CASES = [
     ("k_grouped", dict(ks=[256, 0, 384, 128], m=200, n=264)),
     ("k_grouped", dict(ks=[1024, 2048], m=1024, n=768, inplace=True)),
     ("repeat_graph", dict()),
+    ("repeat_graph", dict(m=1, n=4096, k=7168, layout="nt")),
+    ("repeat_graph", dict(m=128, n=2112, k=7168, layout="nt", out="f32", accumulate=True)),
+    ("repeat_graph", dict(m=700, n=2048, k=1024, layout="tn", out="f32", accumulate=True)),
+    ("split_counters", dict()),
+    ("split_counters", dict(m=1, n=4096, k=7168, block_n=192, splits=6, box_m=16, out="f32")),
 ]
 
 

@@ -5,16 +5,22 @@
 ``Bf16Config.major_a`` / ``major_b`` say whether A / B is K-major (``"k"``: unit stride along k)
 or MN-major (``"mn"``: unit stride along m / n), read through the BF16 wgmma's transpose
 immediates (no transposing copies). Tiles are 128 x ``block_n`` (two consumer warpgroups of 64
-rows), ``BLOCK_K`` = 64, one producer warpgroup, persistent CTAs. Pure Python.
+rows), ``BLOCK_K`` = 64, one producer warpgroup, persistent CTAs. :func:`plan` picks a shape's tile
+width, K splits and A box from a small cost model; :func:`select_block_n` is the earlier rule (the
+legacy plan, kept selectable for comparisons). Pure Python.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from deep_tile.common import ceil_div
 
-__all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "MAJORS", "GEMM_TYPES",
-           "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "stages_for", "smem_bytes", "select_block_n", "grid"]
+__all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
+           "GEMM_TYPES", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
+           "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
+           "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
+           "MAX_SPLIT_M_BLOCKS", "plan_cost"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -23,7 +29,13 @@ THREADS = 384
 """A producer warpgroup and two consumer warpgroups (``Bf16GemmConfig::kThreads``)."""
 BLOCK_M = 128
 BLOCK_K = 64
-BLOCK_NS = (64, 128, 256)
+BLOCK_NS = tuple(range(16, 257, 16))
+"""Tile widths the kernel takes (an MN-major B: the multiples of 64)."""
+LEGACY_BLOCK_NS = (64, 128, 256)
+"""The widths of the earlier tile rule (:func:`select_block_n`)."""
+BOX_MS = (16, 32, 64, 128)
+"""A rows loaded per stage: 128, or fewer for the dense GEMM when m fits (TMA's out-of-bounds fill costs bandwidth)."""
+MAX_SPLITS = 16
 MAJORS = ("k", "mn")
 GEMM_TYPES = {"normal": 0, "contiguous": 1, "masked": 2, "k_grouped": 3}
 """``Bf16GemmType``: the dense GEMM, the M-grouped contiguous (m_indices) and masked (masked_m) GEMMs,
@@ -34,21 +46,47 @@ SMEM_LIMIT = 227 * 1024
 MAX_STAGES = 8
 SMEM_BUDGET = 200 * 1024
 """Bytes of operand stages a configuration aims for (4 stages of 128 x 256, 6 of 128 x 128, 8 of 128 x 64)."""
-ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32")
-"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups); tmap_d is read only with ``tma_store``."""
+ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "ptr", "ptr")
+"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters); tmap_d is read
+only with ``tma_store``; the dense GEMM reads num_groups as its K splits, whose float32 partial tiles go
+to ``workspace`` (:func:`split_workspace_floats`) and whose arrivals are counted in ``counters`` (one
+uint32 per output tile, zero before the launch and left zero after it)."""
 STORE_BYTES = 2 * 2 * 64 * 128
-"""``tma_store``'s staging: two 64 x 64 bf16 boxes per consumer warpgroup."""
+"""``tma_store``'s staging: two boxes of 64 rows x 128 bytes per consumer warpgroup."""
 STORE_BOX = (64, 64)
-"""D's TMA box (columns, rows): 128 bytes of bf16 by one warpgroup's rows."""
+"""bf16 D's TMA box (columns, rows): 128 bytes by one warpgroup's rows."""
+STORE_BOX_F32 = (32, 64)
+"""float32 D's TMA box (columns, rows)."""
 
 
 def stage_bytes(block_n: int) -> int:
     return (BLOCK_M + block_n) * BLOCK_K * 2
 
 
-def stages_for(block_n: int) -> int:
-    """The ring's depth for ``block_n``: as many stages as SMEM_BUDGET holds, at most MAX_STAGES."""
-    return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n))
+def stages_for(block_n: int, tma_store: bool = False) -> int:
+    """The ring's depth for ``block_n``: as many stages as SMEM_BUDGET holds (and shared memory with
+    ``tma_store``'s staging), at most MAX_STAGES."""
+    room = SMEM_LIMIT - (STORE_BYTES if tma_store else 0) - 16 * MAX_STAGES
+    return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n), room // stage_bytes(block_n))
+
+
+DEEP_MAX_STAGES = 12
+DEEP_MAX_BLOCK_N = 128
+"""Plans this narrow that store D from registers take :func:`deep_stages` (no staging to make room for)."""
+
+
+def deep_stages(block_n: int) -> int:
+    """The deepest ring shared memory holds for ``block_n`` without store staging (at most
+    DEEP_MAX_STAGES): narrow few-column and split plans wait on their loads' round trips, so more
+    bytes in flight is their lever."""
+    return min(DEEP_MAX_STAGES, SMEM_LIMIT // (stage_bytes(block_n) + 16))
+
+
+def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
+    """The ring a plan runs (0: the configuration's default, :func:`stages_for`): :func:`deep_stages`
+    for a split plan or a non-accumulating one at most DEEP_MAX_BLOCK_N wide, whose D then leaves
+    from registers."""
+    return deep_stages(pl.block_n) if pl.splits > 1 or (pl.block_n <= DEEP_MAX_BLOCK_N and not accumulate) else 0
 
 
 def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
@@ -59,7 +97,7 @@ def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
 
 @dataclass(frozen=True)
 class Bf16Config:
-    """One kernel instance (``Bf16GemmConfig``'s eight template parameters)."""
+    """One kernel instance (``Bf16GemmConfig``'s ten template parameters)."""
 
     major_a: str = "k"
     major_b: str = "k"
@@ -69,23 +107,36 @@ class Bf16Config:
     accumulate: bool = False
     gemm_type: str = "normal"
     tma_store: bool = False
+    box_m: int = BLOCK_M
+    cluster_m: int = 1
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
             raise ValueError(f"bf16_gemm: majors must be in {MAJORS}, got {self.major_a!r}, {self.major_b!r}.")
-        if self.block_n not in BLOCK_NS:
-            raise ValueError(f"bf16_gemm: block_n must be in {BLOCK_NS}, got {self.block_n}.")
+        if self.block_n not in BLOCK_NS or (self.major_b == "mn" and self.block_n % 64):
+            raise ValueError(f"bf16_gemm: block_n must be a multiple of 16 up to 256 (of 64 for an MN-major b), "
+                             f"got {self.block_n}.")
+        if self.box_m not in BOX_MS or (self.box_m < BLOCK_M and (self.gemm_type != "normal" or
+                                                                  (self.major_a == "mn" and self.box_m != 64))):
+            raise ValueError(f"bf16_gemm: box_m must be 128, or 16 / 32 / 64 (MN-major a: 64) for the dense GEMM, "
+                             f"got {self.box_m}.")
+        if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and (self.gemm_type != "normal" or self.major_b != "k"
+                                                                      or self.box_m != BLOCK_M)):
+            raise ValueError(f"bf16_gemm: cluster_m must be 1, or 2 for the dense GEMM with a K-major b and whole A "
+                             f"boxes, got {self.cluster_m}.")
         if self.gemm_type not in GEMM_TYPES:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
         if self.gemm_type in ("contiguous", "masked") and (self.major_a != "k" or self.out_f32 or self.accumulate):
             raise ValueError("bf16_gemm: the M-grouped kernels take a K-major A and write bf16 without accumulation.")
         if self.gemm_type == "k_grouped" and not (self.out_f32 and self.accumulate and not self.tma_store):
             raise ValueError("bf16_gemm: the K-grouped kernel accumulates into float32 d (no TMA stores).")
-        if self.tma_store and (self.out_f32 or self.accumulate or self.gemm_type == "masked"):
-            raise ValueError("bf16_gemm: tma_store takes a bf16 d without accumulation, not the masked GEMM.")
+        if self.tma_store and ((self.accumulate and not self.out_f32) or self.gemm_type in ("masked", "k_grouped")
+                               or self.block_n < (STORE_BOX_F32 if self.out_f32 else STORE_BOX)[0]):
+            raise ValueError("bf16_gemm: tma_store takes bf16 d without accumulation or float32 d, at least one "
+                             "whole box wide, not the masked or K-grouped GEMM.")
         if not self.stages:
-            object.__setattr__(self, "stages", stages_for(self.block_n))
-        if self.stages < 2 or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
+            object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store))
+        if self.stages < 2 or self.stages > DEEP_MAX_STAGES or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
             raise ValueError(f"bf16_gemm: {self.stages} stages of block_n {self.block_n} do not fit shared memory.")
 
     @property
@@ -97,26 +148,143 @@ class Bf16Config:
                 "DT_BF16_BLOCK_N": self.block_n, "DT_BF16_STAGES": self.stages,
                 "DT_BF16_OUT_F32": int(self.out_f32), "DT_BF16_ACCUMULATE": int(self.accumulate),
                 "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
+                "DT_BF16_BOX_M": self.box_m, "DT_BF16_CLUSTER_M": self.cluster_m,
                 "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": THREADS}
 
     @property
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} 128x{self.block_n} s{self.stages}"
-                f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}")
+                f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}"
+                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
     """The tile width: the fewest predicted time units, ``waves * (block_n + 64)`` (a wave of
     128 x block_n tiles costs about its width plus a fixed part for A and the epilogue), so small-M
     problems take narrow tiles (more CTAs streaming B) and large ones 128 x 256."""
-    best, best_cost = BLOCK_NS[-1], None
-    for block_n in reversed(BLOCK_NS):
+    best, best_cost = LEGACY_BLOCK_NS[-1], None
+    for block_n in reversed(LEGACY_BLOCK_NS):
         tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n)
         cost = ceil_div(tiles, max(1, num_sms)) * (block_n + 64)
         if best_cost is None or cost < best_cost:
             best, best_cost = block_n, cost
     return best
+
+
+@dataclass(frozen=True)
+class Bf16Plan:
+    """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed in the
+    kernel by each tile's last split), the A rows each stage loads, and the CTAs sharing B by
+    multicast (1 or 2; forced plans only)."""
+
+    block_n: int
+    splits: int = 1
+    box_m: int = BLOCK_M
+    cluster_m: int = 1
+
+    def __post_init__(self):
+        if (self.block_n not in BLOCK_NS or not 1 <= self.splits <= MAX_SPLITS or self.box_m not in BOX_MS
+                or self.cluster_m not in (1, 2)):
+            raise ValueError(f"bf16_gemm: a plan takes block_n in {BLOCK_NS[0]}..{BLOCK_NS[-1]} (steps of 16), "
+                             f"1..{MAX_SPLITS} splits, box_m in {BOX_MS} and cluster_m 1 or 2; got {self}.")
+
+
+# the cost model's machine (an H200; only ratios between candidates matter)
+_FLOPS_PER_SM_US = 818e6 / 132  # dense BF16 wgmma, FLOP per microsecond per SM
+_SM_BYTES_US = 95e3            # the bytes TMA lands in one SM's shared memory per microsecond, alone
+_L2_BYTES_US = 52.6e6          # every active CTA's loads slow each CTA's by their sum over this
+_LATENCY_US = 2.0              # a stage's round trip: the ring's bytes in flight per this bound a CTA's rate
+_HBM_BYTES_US = 4.0e6
+_STORE_BYTES_US = 46e3         # one CTA's tile of D stored (the consumers wait), bytes per microsecond
+_ADD_BYTES_US = 15.5e3         # and added to D's previous value (D read from HBM first)
+_SPLIT_US = 0.5                # split K: the counter's round trip and the last CTA's barriers
+_PARTIAL_BYTES_US = 60e3       # one SM's float32 partial stores and loads (not TMA)
+MAX_SPLIT_M_BLOCKS = 2
+"""K splits only up to this many m-blocks (wider, measured slower than the unsplit plan)."""
+
+
+def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int, box_m: int,
+           cluster_m: int = 1, out_f32: bool = False, accumulate: bool = False) -> tuple:
+    """(predicted microseconds, the same without the HBM floor): see :func:`plan_cost`."""
+    k_blocks = ceil_div(max(1, k), BLOCK_K)
+    tiles = ceil_div(max(1, m_blocks), cluster_m) * cluster_m * ceil_div(max(1, n), block_n) * splits
+    sms = num_sms if cluster_m == 1 else num_sms - 2  # pairs may leave an SM of an odd GPC idle
+    active = min(tiles, sms)
+    rows = 64 if box_m <= 64 else BLOCK_M
+    stage = (box_m + block_n) * BLOCK_K * 2  # what lands in this CTA's shared memory, multicast or not
+    mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
+    ring = deep_stages(block_n) if splits > 1 or (block_n <= DEEP_MAX_BLOCK_N and not accumulate) else stages_for(block_n)
+    feed = max(stage / _SM_BYTES_US + stage * active / _L2_BYTES_US, _LATENCY_US / ring)
+    out = min(BLOCK_M, max(1, m)) * block_n * (4 if out_f32 else 2)  # one tile of D
+    epilogue = out / _STORE_BYTES_US + (out / _ADD_BYTES_US if accumulate else 0.0)
+    if splits > 1:  # only the last split of a tile stores D
+        epilogue = 0.0
+    cost = ceil_div(tiles, sms) * (ceil_div(k_blocks, splits) * max(mma, feed) + epilogue)
+    if splits > 1:  # every split stores its partial, the last of a tile loads them all
+        live = min(BLOCK_M, ceil_div(max(1, m), 16) * 16)
+        cost += _SPLIT_US + (1 + splits) * live * block_n * 4 / _PARTIAL_BYTES_US + out / _STORE_BYTES_US
+    return max(cost, 2 * k * (m + n) / _HBM_BYTES_US), cost
+
+
+def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, splits: int = 1,
+              box_m: int = BLOCK_M, cluster_m: int = 1, out_f32: bool = False, accumulate: bool = False) -> float:
+    """Predicted microseconds: waves of CTAs times each CTA's k blocks at the slower of its wgmma and
+    its feed (the bytes landing in its shared memory at one SM's rate, slowed in proportion to the
+    active CTAs; or the ring's bytes per round trip), plus each tile's epilogue (its D stored, and
+    added to D's previous value when accumulating), no less than the HBM reads; splits add the
+    partials' stores and the last split's loads. B multicast to pairs saves nothing here (measured
+    no faster): it only costs the SMs a pair cannot use."""
+    return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m, out_f32, accumulate)[0]
+
+
+def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
+    """The earlier rule: :func:`select_block_n`'s width, no split, whole A boxes."""
+    return Bf16Plan(select_block_n(m_blocks, n, num_sms))
+
+
+HYSTERESIS = 0.98
+"""The legacy plan stays unless the model predicts the best plan this much faster (its shapes sit at
+parity with DeepGEMM)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k", major_b: str = "k",
+         dense: bool = True, out_f32: bool = False, accumulate: bool = False) -> Bf16Plan:
+    """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
+    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m (B multicast to CTA
+    pairs only when forced: measured no faster). Splits change a row's summation order with m, so an
+    MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split, nor
+    more than MAX_SPLIT_M_BLOCKS m-blocks. The legacy plan stays unless the model predicts the best
+    one :data:`HYSTERESIS` faster (its shapes are measured at parity). ``out_f32`` / ``accumulate``:
+    D's kind, for the epilogue's cost. Cached: a call's plan costs no model evaluation after the first."""
+    old = legacy_plan(m_blocks, n, num_sms)
+    best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M, 1, out_f32, accumulate)
+    legacy_cost = best_cost[0]
+    k_blocks = ceil_div(max(1, k), BLOCK_K)
+    box = BLOCK_M
+    if dense and m <= 64:
+        box = next(b for b in BOX_MS if b >= m)
+        box = 64 if major_a == "mn" else box
+    for block_n in BLOCK_NS:
+        if major_b == "mn" and block_n % 64:
+            continue
+        tiles = max(1, m_blocks) * ceil_div(max(1, n), block_n)
+        max_splits = 1
+        if dense and major_b == "k" and m_blocks <= MAX_SPLIT_M_BLOCKS:  # every split 4+ k blocks, CTAs <= SMs
+            max_splits = max(1, min(MAX_SPLITS, k_blocks // 4, num_sms // tiles))
+        for splits in range(1, max_splits + 1):
+            if (splits - 1) * ceil_div(k_blocks, splits) >= k_blocks:
+                continue  # the last split would be empty
+            cost = _costs(m, n, k, m_blocks, num_sms, block_n, splits, box, 1, out_f32, accumulate)
+            if cost < best_cost:  # ties on the HBM floor: the less loaded plan
+                best, best_cost = Bf16Plan(block_n, splits, box), cost
+    return best if best_cost[0] < HYSTERESIS * legacy_cost else old
+
+
+def split_workspace_floats(tiles: int, splits: int, block_n: int) -> int:
+    """The split-K workspace in floats: one 128 x ``block_n`` float32 partial per output tile and split."""
+    return tiles * splits * BLOCK_M * block_n
 
 
 def grid(tiles: int, num_sms: int) -> int:
