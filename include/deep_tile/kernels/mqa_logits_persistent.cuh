@@ -191,7 +191,7 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
       if (compressed_cols > 0 && compressed_end < row_hi) row_hi = compressed_end;
       const int width = row_hi > row_lo ? static_cast<int>(row_hi - row_lo) : 0;
       const bool neg_fill = clean && compressed_cols == 0 && i < seq_len;
-      const int col_shift = compressed_cols > 0 ? raw : 0;
+      const int col_shift = compressed_cols > 0 ? raw : 0;  // j below counts output columns: kv row - col_shift
       const int col_lo = row_lo - col_shift;
       const float* half_weights = smem.weights[q_state.index] + q_half * 128;
       const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index] + q_half * 128 * 128));
