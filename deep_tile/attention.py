@@ -166,9 +166,10 @@ def fp8_mqa_logits(q: torch.Tensor, kv: Sequence[torch.Tensor], weights: torch.T
             logits.fill_(float("-inf"))  # no kv row: every column is outside the range
         return logits
     design = contract.DESIGN
-    if design in ("ring", "persistent") and kv_scale.data_ptr() % 16:
-        design = "wgmma"  # TMA reads kv_scale from a 16-byte boundary only
-    if design in ("ring", "persistent"):
+    tma = design == "ring" or design in contract.PERSISTENT_DESIGNS
+    if tma and kv_scale.data_ptr() % 16:
+        design, tma = "wgmma", False  # TMA reads kv_scale from a 16-byte boundary only
+    if tma:
         _launch_tma(design, q, kv_fp8, kv_scale, weights, ks, ke, logits, stride, clean_logits, max_seqlen_k)
         return logits
     rows_per_cta = contract.rows_per_cta(seq_len, seq_len_kv, get_num_sms(), num_heads, design)
@@ -188,7 +189,7 @@ def _launch_tma(design: str, q, kv_fp8, kv_scale, weights, ks, ke, logits, strid
     rows; both 128B-swizzled) and kv_scale (one row of floats, boxes of 128)."""
     seq_len, num_heads, _ = q.shape
     seq_len_kv = kv_fp8.shape[0]
-    q_box = contract.PERSISTENT_COLS if design == "persistent" else contract.WGMMA_N
+    q_box = contract.PERSISTENT_COLS if design in contract.PERSISTENT_DESIGNS else contract.WGMMA_N
     q_map = encode_2d(q.data_ptr(), "uint8", contract.HEAD_DIM, seq_len * num_heads, contract.HEAD_DIM,
                       contract.HEAD_DIM, q_box, 128, 256)
     kv_map = encode_2d(kv_fp8.data_ptr(), "uint8", contract.HEAD_DIM, seq_len_kv, contract.HEAD_DIM,
@@ -199,7 +200,7 @@ def _launch_tma(design: str, q, kv_fp8, kv_scale, weights, ks, ke, logits, strid
     rows = contract.rows_per_cta(seq_len, seq_len_kv, num_sms, num_heads, design)
     values = (q_map, kv_map, scale_map, weights.data_ptr(), weights.stride(0), ks.data_ptr(), ke.data_ptr(),
               logits.data_ptr(), seq_len, seq_len_kv, stride, int(clean_logits), max_seqlen_k)
-    if design == "persistent":
+    if design in contract.PERSISTENT_DESIGNS:
         splits = contract.persistent_splits(seq_len, seq_len_kv, num_sms, num_heads)
         kinds, smem = contract.PERSISTENT_ARGUMENT_KINDS, contract.PERSISTENT_SMEM_BYTES
         values += (splits,)

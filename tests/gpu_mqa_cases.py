@@ -131,6 +131,39 @@ def mqa(seq_len: int, seq_len_kv: int, heads: int, ranges: str, clean: bool = Tr
                     f"max_seqlen_k={max_seqlen_k}", **result}
 
 
+def same_logits(seq_len: int, seq_len_kv: int, heads: int, ranges: str, clean: bool = True,
+                max_seqlen_k: int = 0, seed: int = 0, design: str = "persistent_lean",
+                base: str = "persistent") -> dict:
+    """``design`` and ``base`` write the same bits: every logit (NaN-poisoned buffers, so an entry
+    one writes and the other skips differs too)."""
+    import deep_tile
+    from deep_tile.attention import logits_layout
+    from deep_tile.kernels import mqa_logits as contract
+
+    q, kv_pair, weights, ks, ke = make_inputs(seq_len, seq_len_kv, heads, ranges, seed, "cuda")
+    rows, stride, _ = logits_layout(seq_len, seq_len_kv, heads, max_seqlen_k)
+    outs = []
+    for name in (base, design):
+        contract.DESIGN = name
+        poison = torch.full((rows, stride), float("nan"), device="cuda")
+        del poison  # the allocator hands this block to the logits: unwritten entries stay NaN
+        got = deep_tile.fp8_mqa_logits(q, kv_pair, weights, ks, ke, clean_logits=clean, max_seqlen_k=max_seqlen_k)
+        outs.append(got.cpu().contiguous())
+        del got
+    # the entries a call must write: all with cleaning, else those inside the rows' ranges
+    lo, hi = ks.cpu().long().clamp(min=0), ke.cpu().long().clamp(max=seq_len_kv)
+    cols = torch.arange(outs[0].shape[1])[None, :]
+    if max_seqlen_k:
+        written = (cols >= lo[:, None] - ks.cpu().long()[:, None]) & (cols < hi[:, None] - ks.cpu().long()[:, None])
+    else:
+        written = torch.ones_like(cols, dtype=torch.bool) if clean else (cols >= lo[:, None]) & (cols < hi[:, None])
+    written = written.expand(outs[0].shape)
+    same = outs[0].view(torch.int32) == outs[1].view(torch.int32)
+    ok = outs[0].shape == outs[1].shape and bool(same[written].all())
+    return {"case": f"same bits {design} vs {base} S={seq_len} S_kv={seq_len_kv} H={heads} {ranges} clean={clean} "
+                    f"max_seqlen_k={max_seqlen_k}", "ok": bool(ok), "written": int(written.sum())}
+
+
 def timed_graph(seq_len: int = 2048, seq_len_kv: int = 4096, heads: int = 64, design: str = "cuda_core") -> dict:
     """The call twice on a stream and once under a CUDA graph: the same logits each time."""
     import deep_tile

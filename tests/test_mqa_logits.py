@@ -133,10 +133,11 @@ def test_contract_geometry(design):
     assert len(contract.ARGUMENT_KINDS) == 14
     for heads in contract.HEADS:
         step = contract.rows_step(heads, design)
-        assert step == {"cuda_core": 1, "persistent": 256 // heads}.get(design, 128 // heads)
+        assert step == (256 // heads if design in contract.PERSISTENT_DESIGNS else 1 if design == "cuda_core"
+                        else 128 // heads)
         for seq_len, seq_len_kv in ((1, 1), (64, 65536), (4096, 8192), (257, 1000), (300000, 128), (0, 0)):
             rows = contract.rows_per_cta(seq_len, seq_len_kv, 132, heads, design)
-            if design == "persistent":  # one CTA per SM (at most one per item) over the items
+            if design in contract.PERSISTENT_DESIGNS:  # one CTA per SM (at most one per item) over the items
                 splits = contract.persistent_splits(seq_len, seq_len_kv, 132, heads)
                 gx, gy, gz = contract.grid(seq_len, seq_len_kv, rows, design, splits, 132)
                 items = max(1, -(-seq_len // rows)) * splits
@@ -202,6 +203,137 @@ def test_kernels_build_spill_free(name):
     for symbol in SYMBOLS:  # the wgmma designs' four k32 steps are tensor-core MMAs, the CUDA-core one has none
         assert bodies[symbol].count("QGMMA") == (0 if symbol in CUDA_CORE_SYMBOLS else 4), symbol
     assert "C7514" not in result.log and "C7518" not in result.log, result.log  # ptxas serialized no wgmma
+
+
+def _sass_tool():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "mqa_sass.py"
+    spec = importlib.util.spec_from_file_location("mqa_sass", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_lean_epilogue_has_fewer_instructions_per_kv_block(name):
+    """persistent_lean's kv-block loop (tools/mqa_sass.py) is at least a third shorter than the
+    persistent design's, in the plain and the watchdog build."""
+    from deep_tile.jit import compiler, paths
+
+    tool = _sass_tool()
+    for watchdog in (0, 1):
+        result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {"DT_WATCHDOG": watchdog}, SYMBOLS[0], name)
+        sass = compiler.disassemble(result.cubin)
+        if sass is None:
+            pytest.skip("no SASS tools here")
+        bodies = tool.functions(sass)
+        for heads in contract.HEADS:
+            old = tool.loop_body(bodies[contract.symbol(heads, "persistent")])
+            new = tool.loop_body(bodies[contract.symbol(heads, "persistent_lean")])
+            assert old and new and 3 * len(new) <= 2 * len(old), (watchdog, heads, len(old), len(new))
+        info = tool.ptxas_info(result.log)
+        for heads in contract.HEADS:
+            regs, stack, stores, loads = info[contract.symbol(heads, "persistent_lean")]
+            assert regs <= 96 and stack == stores == loads == 0, (watchdog, info)
+
+
+# --------------------------------------------------------------------------------------------------
+# The lean epilogue's index and range logic, modelled on the CPU (mqa_logits_persistent.cuh kLean)
+# --------------------------------------------------------------------------------------------------
+
+def _f32_add(a, b):
+    return float(torch.tensor(a, dtype=torch.float32) + torch.tensor(b, dtype=torch.float32))
+
+
+def _quad_halve(x, upper, bit):
+    """mqa_quad_halve's choice of kept and given values for one lane: (keep, give) lists."""
+    keep, give = [], []
+    for t in range(len(x) // 2):
+        lo = ((t >> bit) << (bit + 1)) | (t & ((1 << bit) - 1))
+        hi = lo | (1 << bit)
+        keep.append(x[hi] if upper else x[lo])
+        give.append(x[lo] if upper else x[hi])
+    return keep, give
+
+
+@pytest.mark.parametrize("heads", contract.HEADS)
+def test_lean_reduce_scatter_gives_the_quad_sums_bit_for_bit(heads):
+    """Each (row, kv row) sum of a quad lands on exactly one lane, the lane the kernel's store takes
+    it from, equal bit for bit to mqa_head_sums' xor-1-then-xor-2 shuffle sum."""
+    half_rows = 128 // heads
+    gen = torch.Generator().manual_seed(heads)
+    for _ in range(20):
+        part = (torch.randn(4, 2 * half_rows, generator=gen) * 10 ** torch.randint(-3, 4, (4, 2 * half_rows),
+                                                                                    generator=gen)).tolist()
+        # the old sum: v += shfl_xor(v, 1); v += shfl_xor(v, 2) on every lane
+        step1 = [[_f32_add(part[q][k], part[q ^ 1][k]) for k in range(2 * half_rows)] for q in range(4)]
+        old = [[_f32_add(step1[q][k], step1[q ^ 2][k]) for k in range(2 * half_rows)] for q in range(4)]
+        # the lean one: x[2 r + s]; halve on bit 1 with lane bit 0, then on bit 0 (H 64) or 1 (H 32) with lane bit 1
+        halves = [_quad_halve(part[q], q & 1, 1) for q in range(4)]
+        y = [[_f32_add(halves[q][0][t], halves[q ^ 1][1][t]) for t in range(half_rows)] for q in range(4)]
+        bit = 0 if half_rows == 2 else 1
+        halves = [_quad_halve(y[q], q & 2, bit) for q in range(4)]
+        z = [[_f32_add(halves[q][0][t], halves[q ^ 2][1][t]) for t in range(half_rows // 2)] for q in range(4)]
+        seen = set()
+        for q in range(4):
+            row = (q & 1) if half_rows == 2 else (q & 3)
+            for t in range(half_rows // 2):
+                s = ((q >> 1) & 1) if half_rows == 2 else t
+                assert z[q][t] == old[0][2 * row + s], (q, t)
+                seen.add((row, s))
+        assert seen == {(r, s) for r in range(half_rows) for s in range(2)}
+
+
+def _old_store(j, raw, end, clean, compressed_cols, seq_len_kv, row_valid):
+    """mqa_store_logit behind the persistent design's gates: None or (column, inside)."""
+    if not row_valid or j >= seq_len_kv:
+        return None
+    inside = max(raw, 0) <= j < end
+    if compressed_cols > 0:
+        return (j - raw, True) if inside and j - raw < compressed_cols else None
+    if inside:
+        return (j, True)
+    return (j, False) if clean else None
+
+
+def _lean_store(j_block, raw, end, clean, compressed_cols, seq_len_kv, row_valid):
+    """The lean epilogue's per-item bounds and per-logit test, in 32-bit arithmetic; j_block is the
+    kv row, the kernel's j the column (j_block - col_shift)."""
+    row_lo = max(raw, 0)
+    row_hi = end
+    if compressed_cols > 0 and raw + compressed_cols < row_hi:
+        row_hi = raw + compressed_cols
+    width = row_hi - row_lo if row_hi > row_lo else 0
+    neg_fill = bool(clean) and compressed_cols == 0 and row_valid
+    col_shift = raw if compressed_cols > 0 else 0
+    col_lo = row_lo - col_shift
+    j = j_block - col_shift
+    inside = ((j - col_lo) & 0xFFFFFFFF) < width
+    if inside or (neg_fill and j < seq_len_kv):
+        return (j, inside)
+    return None
+
+
+@pytest.mark.parametrize("compressed_cols", [0, 1, 37, 300])
+@pytest.mark.parametrize("clean", [0, 1])
+def test_lean_store_test_matches_mqa_store_logit(compressed_cols, clean):
+    """Every logit the persistent design stores (column and whether inside) the lean test stores
+    too, and no other: ranges inside, across and past both ends of a block, before 0, past
+    seq_len_kv, empty, and rows past seq_len (the producer's empty range)."""
+    gen = torch.Generator().manual_seed(7 + compressed_cols + clean)
+    seq_len_kv = 700
+    for _ in range(300):
+        row_valid = bool(torch.randint(0, 5, (1,), generator=gen)) or False
+        raw = int(torch.randint(-300, seq_len_kv + 50, (1,), generator=gen))
+        end = min(int(torch.randint(-20, seq_len_kv + 300, (1,), generator=gen)), seq_len_kv)
+        if not row_valid:
+            raw, end = 0, 0  # the producer's row past seq_len
+        for j in range(0, seq_len_kv + 130, 3):
+            want = _old_store(j, raw, end, clean, compressed_cols, seq_len_kv, row_valid)
+            got = _lean_store(j, raw, end, clean, compressed_cols, seq_len_kv, row_valid)
+            assert got == want, (j, raw, end, row_valid)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,3 +406,26 @@ def test_gpu_kernel_matches_the_float64_formula(design):
 def test_gpu_kernel_is_deterministic_and_graph_capturable(design):
     results = run_child_cases("gpu_mqa_cases.py", "timed_graph", [{"design": design}], timeout=300)
     assert all(r["ok"] for r in results), results
+
+
+# the lean epilogue against the persistent one: blocks wholly inside every row's range (wide, full),
+# partly inside (random, ranges off multiples of four), the causal diagonal, rows past seq_len,
+# the compressed form and no cleaning, both head counts
+SAME_CASES = [
+    dict(seq_len=64, seq_len_kv=4097, heads=64, ranges="wide"),
+    dict(seq_len=9, seq_len_kv=1000, heads=32, ranges="full"),
+    dict(seq_len=257, seq_len_kv=3001, heads=64, ranges="random"),
+    dict(seq_len=129, seq_len_kv=1000, heads=32, ranges="random", clean=False),
+    dict(seq_len=1027, seq_len_kv=1027, heads=64, ranges="causal"),
+    dict(seq_len=1030, seq_len_kv=2500, heads=32, ranges="causal", clean=False),
+    dict(seq_len=33, seq_len_kv=4097, heads=64, ranges="wide", clean=False, max_seqlen_k=600),
+    dict(seq_len=40, seq_len_kv=1000, heads=32, ranges="random", clean=False, max_seqlen_k=1000),
+    dict(seq_len=601, seq_len_kv=1000, heads=64, ranges="empty"),
+]
+
+
+@pytest.mark.gpu
+def test_gpu_lean_epilogue_writes_the_same_bits():
+    results = run_child_cases("gpu_mqa_cases.py", "same_logits", SAME_CASES, timeout=300)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))

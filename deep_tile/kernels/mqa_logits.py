@@ -15,7 +15,10 @@ count each:
 - ``"persistent"`` (include/deep_tile/kernels/mqa_logits_persistent.cuh): one CTA per SM walking
   items of ``256 / H`` query rows (two wgmma N halves) by a share of their kv blocks
   (:func:`persistent_splits`), heaviest first in a snake order, four math warpgroups sharing each
-  streamed kv block and the next item's q tile loading during the current one.
+  streamed kv block and the next item's q tile loading during the current one;
+- ``"persistent_lean"``: the persistent design with a leaner epilogue (the same logits bit for bit:
+  a quad reduce-scatter of the head sums, each lane then storing whole sums with one branch-free
+  range test each; fewer SASS instructions per kv block, tools/mqa_sass.py), to be timed against it.
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
@@ -29,7 +32,7 @@ from deep_tile.common import align_up, ceil_div
 __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "DESIGNS", "DESIGN", "BLOCK_KV", "BLOCK_THREADS", "WGMMA_N",
            "MAX_ROWS_PER_CTA", "CTAS_PER_SM_TARGET", "MAX_GRID_Y", "ARGUMENT_KINDS", "RING_ARGUMENT_KINDS",
            "RING_SMEM_BYTES", "RING_CTAS_PER_SM", "RING_MIN_BLOCKS_PER_CTA", "PERSISTENT_COLS",
-           "PERSISTENT_SMEM_BYTES", "PERSISTENT_ARGUMENT_KINDS", "PERSISTENT_ITEM_OVERHEAD", "symbol", "rows_step",
+           "PERSISTENT_SMEM_BYTES", "PERSISTENT_ARGUMENT_KINDS", "PERSISTENT_DESIGNS", "PERSISTENT_ITEM_OVERHEAD", "symbol", "rows_step",
            "rows_per_cta", "ring_splits", "persistent_splits", "grid"]
 
 ENTRY = "mqa_logits"
@@ -38,16 +41,16 @@ HEAD_DIM = 128
 """The one head dimension the kernels take."""
 HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
-DESIGNS = ("cuda_core", "wgmma", "ring", "persistent")
+DESIGNS = ("cuda_core", "wgmma", "ring", "persistent", "persistent_lean")
 """The kernel designs (module doc)."""
 DESIGN = "persistent"
 """The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one (half the L2 traffic per
 FLOP of the ring and no causal tail; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"``
 when ``kv_scale`` is not 16-byte aligned."""
-BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128}
+BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128, "persistent_lean": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
 ``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544}
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544, "persistent_lean": 544}
 """Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups;
 ``kMqaRingThreads``: two math warpgroups and the producer warp; ``kMqaPersistThreads``: four
 math warpgroups and the producer warp)."""
@@ -80,6 +83,8 @@ PERSISTENT_SMEM_BYTES = 203776
 """Dynamic shared memory of a persistent CTA: ``sizeof(MqaPersistSmem)`` (the entry file asserts it)."""
 PERSISTENT_ARGUMENT_KINDS = RING_ARGUMENT_KINDS + ("i32",)
 """The persistent design's parameters: the ring's, then the kv splits per query block."""
+PERSISTENT_DESIGNS = ("persistent", "persistent_lean")
+"""The designs of the persistent kernel (one launch, geometry and arguments; they differ in the epilogue)."""
 PERSISTENT_ITEM_OVERHEAD = 2
 """An item's fixed cost in kv blocks (its ranges, first block's latency, -inf fill) for the split choice."""
 
@@ -102,7 +107,7 @@ def symbol(num_heads: int, design: str | None = None) -> str:
 def rows_step(num_heads: int, design: str | None = None) -> int:
     """Query rows a CTA takes at a time: ``rows_per_cta`` is a multiple of it."""
     design = _design(design)
-    if design == "persistent":
+    if design in PERSISTENT_DESIGNS:
         return PERSISTENT_COLS // num_heads
     return 1 if design == "cuda_core" else WGMMA_N // num_heads
 
@@ -113,7 +118,7 @@ def rows_per_cta(seq_len: int, seq_len_kv: int, num_sms: int, num_heads: int = 6
     the grid's y limit."""
     design = _design(design)
     step = rows_step(num_heads, design)
-    if design in ("ring", "persistent"):  # one block of query rows per CTA (per item)
+    if design == "ring" or design in PERSISTENT_DESIGNS:  # one block of query rows per CTA (per item)
         return step
     kv_blocks = max(1, ceil_div(seq_len_kv, BLOCK_KV[design]))
     row_blocks = ceil_div(CTAS_PER_SM_TARGET * max(1, num_sms), kv_blocks)
@@ -156,7 +161,7 @@ def grid(seq_len: int, seq_len_kv: int, rows: int, design: str | None = None, sp
     query-row blocks by ``splits``; the persistent design: one CTA per SM (``num_sms``), at most one
     per item (query-row blocks times ``splits``)."""
     design = _design(design)
-    if design == "persistent":
+    if design in PERSISTENT_DESIGNS:
         items = max(1, ceil_div(seq_len, rows)) * max(1, splits)
         return (max(1, min(items, num_sms)), 1, 1)
     if design == "ring":

@@ -8,6 +8,11 @@
 // with their scales through a TMA ring. Four math warpgroups share every kv block: warpgroup w
 // takes kv rows 64 (w % 2) .. + 64 against query columns 128 (w / 2) .. + 128 (one m64n128k32
 // wgmma chain), so each kv byte brought from L2 serves 256 columns instead of 128.
+//
+// kLean (the "persistent_lean" design) changes only the epilogue, to the same values bit for bit:
+// weights in quad order read as float4s, a quad reduce-scatter of the head sums (each lane ends
+// with whole sums of its own row and kv row, none computed twice) and one branch-free range test
+// and store per logit against per-lane bounds set once per item.
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/kernels/mqa_logits_epilogue.cuh"
@@ -57,7 +62,7 @@ DT_DEVICE int mqa_persist_item(int k, int num_items) {
   return t < num_items ? num_items - 1 - t : -1;
 }
 
-template <int kNumHeads>
+template <int kNumHeads, bool kLean = false>
 DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescriptor* kv_map,
                                      const TmaDescriptor* scale_map, const float* __restrict__ weights,
                                      int weights_stride, const int* __restrict__ ks, const int* __restrict__ ke,
@@ -163,41 +168,95 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
     const int item = mqa_persist_item(k, num_items);
     if (item < 0) break;
     const int i0 = (item / splits) * kQRows, split = item % splits;
+    if constexpr (kLean) {  // the q stage from the turn: two fewer registers live across the blocks
+      q_state.index = k % kMqaPersistQStages;
+      q_state.phase = static_cast<u32>(k / kMqaPersistQStages) & 1u;
+    }
     ptx::mbarrier_wait(&smem.q_full[q_state.index], q_state.full_parity());
     const MqaPersistInfo& info = smem.info[q_state.index];
     const int lo = info.lo, hi = info.hi, begin = info.begin, end = info.end;
-    int raw_start[kHalfRows], row_end[kHalfRows];
+    if constexpr (kLean) {
+      // after the reduce-scatter lane q of a quad holds row q % 2 of its N half at kv row s = q / 2
+      // (H = 64), or row q at both kv rows (H = 32)
+      constexpr int kSums = kHalfRows / 2;  // whole sums per lane
+      const int my_row = q_half * kHalfRows + (kHalfRows == 2 ? (lane & 1) : (lane & 3));
+      const int my_s = kHalfRows == 2 ? (lane >> 1) & 1 : 0;
+      const int i = i0 + my_row;
+      const int raw = info.raw_start[my_row], row_end = info.row_end[my_row];
+      // logit j is inside its row's stored range iff row_lo <= j < row_lo + width (compressed: also
+      // j - raw < compressed_cols); past seq_len the producer gave the row an empty range
+      const int row_lo = max_int(raw, 0);
+      long long row_hi = row_end;
+      const long long compressed_end = static_cast<long long>(raw) + compressed_cols;
+      if (compressed_cols > 0 && compressed_end < row_hi) row_hi = compressed_end;
+      const int width = row_hi > row_lo ? static_cast<int>(row_hi - row_lo) : 0;
+      const bool neg_fill = clean && compressed_cols == 0 && i < seq_len;
+      const int col_shift = compressed_cols > 0 ? raw : 0;  // j below counts output columns: kv row - col_shift
+      const int col_lo = row_lo - col_shift;
+      const float* half_weights = smem.weights[q_state.index] + q_half * 128;
+      const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index] + q_half * 128 * 128));
+      const int j_lane = lo + row_in_block + 8 * my_s - col_shift;
+
+      for (int b = begin; b < end; ++b, kv_state.advance()) {
+        ptx::mbarrier_wait(&smem.full[kv_state.index], kv_state.full_parity());
+        float scale[kSums];
 #pragma unroll
-    for (int r = 0; r < kHalfRows; ++r) {
-      raw_start[r] = info.raw_start[q_half * kHalfRows + r];
-      row_end[r] = info.row_end[q_half * kHalfRows + r];
-    }
-    const float* half_weights = smem.weights[q_state.index] + q_half * 128;
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index] + q_half * 128 * 128));
-    const int i_half = i0 + q_half * kHalfRows;
+        for (int t = 0; t < kSums; ++t) scale[t] = smem.scales[kv_state.index][row_in_block + 8 * (my_s + t)];
+        const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[kv_state.index] + kv_half * 64 * 128));
+        float acc[ptx::WgmmaFp8<128>::kNumAccum];
+        mqa_tile_mma<128>(kv_desc_lo, q_desc_lo, acc);
+        ptx::mbarrier_arrive(&smem.empty[kv_state.index]);  // its wgmmas and scale reads are done
 
-    for (int b = begin; b < end; ++b, kv_state.advance()) {
-      ptx::mbarrier_wait(&smem.full[kv_state.index], kv_state.full_parity());
-      const float scale0 = smem.scales[kv_state.index][row_in_block];
-      const float scale1 = smem.scales[kv_state.index][row_in_block + 8];
-      const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[kv_state.index] + kv_half * 64 * 128));
-      float acc[ptx::WgmmaFp8<128>::kNumAccum];
-      mqa_tile_mma<128>(kv_desc_lo, q_desc_lo, acc);
-      ptx::mbarrier_arrive(&smem.empty[kv_state.index]);  // its wgmmas and scale reads are done
-
-      float v0[kHalfRows], v1[kHalfRows];
-      mqa_head_sums<128, kNumHeads>(
-          acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
-      const int j0 = lo + b * kMqaPersistBlockKV + row_in_block;
+        float v0[kHalfRows], v1[kHalfRows];
+        mqa_head_partial_sums<128, kNumHeads>(
+            acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
+        float x[2 * kHalfRows], y[kHalfRows], z[kSums];  // x[2 r + s]: row r at kv row s
+#pragma unroll
+        for (int r = 0; r < kHalfRows; ++r) x[2 * r] = v0[r], x[2 * r + 1] = v1[r];
+        mqa_quad_halve<2 * kHalfRows, 1>(x, y, lane & 1, 1);                   // keeps rows r % 2 == q % 2
+        mqa_quad_halve<kHalfRows, kHalfRows == 2 ? 0 : 1>(y, z, lane & 2, 2);  // H 64: kv row; H 32: row / 2
+#pragma unroll
+        for (int t = 0; t < kSums; ++t) {
+          const int j = j_lane + b * kMqaPersistBlockKV + 8 * t;
+          const bool inside = static_cast<u32>(j - col_lo) < static_cast<u32>(width);
+          if (inside || (neg_fill && j < seq_len_kv))
+            logits[static_cast<long long>(i) * stride_logits + j] = inside ? z[t] * scale[t] : neg_inf;
+        }
+      }
+    } else {
+      int raw_start[kHalfRows], row_end[kHalfRows];
 #pragma unroll
       for (int r = 0; r < kHalfRows; ++r) {
-        if ((lane & 3) != (r & 3) || i_half + r >= seq_len) continue;  // lane q of each quad stores rows q, q + 4
-        float* out_row = logits + static_cast<long long>(i_half + r) * stride_logits;
+        raw_start[r] = info.raw_start[q_half * kHalfRows + r];
+        row_end[r] = info.row_end[q_half * kHalfRows + r];
+      }
+      const float* half_weights = smem.weights[q_state.index] + q_half * 128;
+      const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index] + q_half * 128 * 128));
+      const int i_half = i0 + q_half * kHalfRows;
+
+      for (int b = begin; b < end; ++b, kv_state.advance()) {
+        ptx::mbarrier_wait(&smem.full[kv_state.index], kv_state.full_parity());
+        const float scale0 = smem.scales[kv_state.index][row_in_block];
+        const float scale1 = smem.scales[kv_state.index][row_in_block + 8];
+        const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.kv[kv_state.index] + kv_half * 64 * 128));
+        float acc[ptx::WgmmaFp8<128>::kNumAccum];
+        mqa_tile_mma<128>(kv_desc_lo, q_desc_lo, acc);
+        ptx::mbarrier_arrive(&smem.empty[kv_state.index]);  // its wgmmas and scale reads are done
+
+        float v0[kHalfRows], v1[kHalfRows];
+        mqa_head_sums<128, kNumHeads>(
+            acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
+        const int j0 = lo + b * kMqaPersistBlockKV + row_in_block;
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          const int j = j0 + 8 * s;
-          const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
-          if (j < seq_len_kv) mqa_store_logit(out_row, j, value, raw_start[r], row_end[r], clean, compressed_cols);
+        for (int r = 0; r < kHalfRows; ++r) {
+          if ((lane & 3) != (r & 3) || i_half + r >= seq_len) continue;  // lane q of each quad stores rows q, q + 4
+          float* out_row = logits + static_cast<long long>(i_half + r) * stride_logits;
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const int j = j0 + 8 * s;
+            const float value = s == 0 ? v0[r] * scale0 : v1[r] * scale1;
+            if (j < seq_len_kv) mqa_store_logit(out_row, j, value, raw_start[r], row_end[r], clean, compressed_cols);
+          }
         }
       }
     }
