@@ -9,7 +9,7 @@
 # epilogue); memcheck, racecheck and synccheck on small cases of both persistent designs (ranges
 # past both ends; the compressed form; causal without cleaning; several items per CTA); one
 # untimed pass of the benchmark (both libraries' kernels compiled). Phase 2:
-# benchmarks/bench_mqa_logits.py, the persistent design (the default) and persistent_lean beside
+# benchmarks/bench_mqa_logits.py, the persistent design and persistent_lean (the default) beside
 # DeepGEMM when `import deep_gemm` finds it.
 set -u
 cd "$(dirname "$0")/.."

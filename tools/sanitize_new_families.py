@@ -23,6 +23,8 @@ results = [
     paged.paged(5, 2, 64, 150, clean=True), paged.paged(6, 1, 32, 100, lengths="zero", clean=True),
     paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True),
     paged.paged(12, 2, 64, 90, lengths="tiny", clean=True, num_sms=2, bad_entries=True),
+    paged.paged(5, 2, 64, 150, clean=True, design="tma_one_chain"),
+    paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design="tma_one_chain"),
     paged.paged(5, 2, 64, 150, clean=True, design="tma"),
     paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design="tma"),
     hc.hc(137, 24, 1024), hc.hc(70, 32, 256, num_splits=6),

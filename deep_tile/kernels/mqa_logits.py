@@ -43,9 +43,9 @@ HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
 DESIGNS = ("cuda_core", "wgmma", "ring", "persistent", "persistent_lean")
 """The kernel designs (module doc)."""
-DESIGN = "persistent"
-"""The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one (half the L2 traffic per
-FLOP of the ring and no causal tail; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"``
+DESIGN = "persistent_lean"
+"""The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one with the lean epilogue (half
+the L2 traffic per FLOP of the ring, no causal tail, fewer instructions per kv block; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"``
 when ``kv_scale`` is not 16-byte aligned."""
 BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128, "persistent_lean": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers

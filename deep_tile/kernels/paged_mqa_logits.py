@@ -41,9 +41,9 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-DESIGNS = ("tma", "four_ctas", "two_slots", "tma_one_chain")
-"""The logits kernel's designs (``kPagedTma``, ``kPagedFourCtas``, ``kPagedTwoSlots``,
-``kPagedTmaOneChain``), the default first: ``four_ctas`` keeps four CTAs per SM for every
+DESIGNS = ("tma_one_chain", "tma", "four_ctas", "two_slots")
+"""The logits kernel's designs (``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
+``kPagedTwoSlots``), the default first: ``four_ctas`` keeps four CTAs per SM for every
 ``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
 thread) under each block's wgmmas; ``tma`` is ``four_ctas`` with the operands by TMA (one thread
 issues, an mbarrier per stage), for caches whose blocks lie a multiple of :data:`TMA_ROW_BYTES`
