@@ -38,7 +38,7 @@ from deep_tile.pdl import get_pdl
 __all__ = ["tf32_hc_prenorm_gemm", "hc_prenorm_reference", "GROUPS_ENV", "SUB_SPLITS_ENV"]
 
 GROUPS_ENV = "DEEP_TILE_HC_GROUPS"
-"""Environment variable forcing the math warpgroups per CTA (1 or 2; unset: ``math_groups(m)``)."""
+"""Environment variable forcing the math warpgroups per CTA (1 or 2; unset: ``math_groups``)."""
 SUB_SPLITS_ENV = "DEEP_TILE_HC_SUB_SPLITS"
 """Environment variable forcing the pieces per caller's split (an int >= 1; unset: ``sub_splits``)."""
 
@@ -142,7 +142,8 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
         sqr_sum.copy_(ref_s)
         return
     num_sms = get_num_sms()
-    groups = env.hc_groups() or contract.math_groups(m)  # the registry refuses a value not in GROUP_CHOICES
+    # the registry refuses a value not in GROUP_CHOICES
+    groups = env.hc_groups() or contract.math_groups(m, k, num_splits, num_sms)
     if num_splits is None:  # own splits, each its own part, all summed into d
         parts = contract.own_splits(m, k, num_sms, groups)
         per_output, outputs, launch_splits, sub = parts, 1, parts, 1

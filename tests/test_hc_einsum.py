@@ -167,6 +167,18 @@ def test_sub_splits_fill_idle_sms_only():
     assert contract.math_groups(13) == 1 and contract.math_groups(4096) == contract.MATH_GROUPS
 
 
+def test_one_group_without_splits_where_two_would_split_short_k():
+    # 8192 rows, K 7168 / 7680: 128 one-group row blocks fill 132 SMs unsplit, two groups' 64 split in two
+    for k in (7168, 7680):
+        assert contract.math_groups(8192, k, None, 132) == 1
+        assert contract.own_splits(8192, k, 132, 1) == 1 < contract.own_splits(8192, k, 132, 2)
+    assert contract.math_groups(8192, 28672, None, 132) == 2  # long K: two groups' deeper pipeline
+    assert contract.math_groups(8192, 7168, 16, 132) == 2  # the caller's splits: rule not taken
+    assert contract.math_groups(4096, 7168, None, 132) == 2  # one group would split too
+    assert contract.math_groups(32768, 7168, None, 132) == 2  # neither splits
+    assert contract.math_groups(8192, 7168) == 2  # no SM count: the plain rule
+
+
 def test_own_splits_fill_one_wave():
     slots = contract.CTAS_PER_SM * 132
     assert contract.own_splits(13, 7168, 132) == min(slots, 56)  # at most 112 / 2 splits: two K blocks each

@@ -17,7 +17,7 @@ __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREAD
            "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items",
            "grid", "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
            "reduce_grid", "GROUP_CHOICES", "STAGES_OF", "SMALL_M", "MIN_BLOCKS_PER_PART", "block_m", "threads",
-           "math_groups", "sub_splits", "k_blocks_of_part"]
+           "math_groups", "sub_splits", "k_blocks_of_part", "ONE_GROUP_MAX_K_BLOCKS"]
 
 ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -40,6 +40,10 @@ STAGES_OF = {1: 12, 2: STAGES}
 192 KB)."""
 SMALL_M = 256
 """Largest m that runs one math warpgroup by default (:func:`math_groups`)."""
+ONE_GROUP_MAX_K_BLOCKS = 128
+"""Longest K (in :data:`BLOCK_K` blocks) at which :func:`math_groups` prefers one group without
+splits over two groups split in two: beyond it two groups' deeper pipeline outweighs the partials'
+second kernel (docs/performance.md)."""
 MIN_BLOCKS_PER_PART = 4
 """The fewest K blocks a piece of a caller's split reads when :func:`sub_splits` cuts it (a CTA's
 chain of blocks is what costs at small m; the pieces' sum is a second, short kernel)."""
@@ -93,9 +97,17 @@ def threads(groups: int | None = None) -> int:
     return 128 * _groups(groups) + 32
 
 
-def math_groups(m: int) -> int:
-    """The math warpgroups a call of m rows uses by default: one up to :data:`SMALL_M` rows."""
-    return 1 if m <= SMALL_M else MATH_GROUPS
+def math_groups(m: int, k: int = 0, num_splits: int | None = 1, num_sms: int = 0) -> int:
+    """The math warpgroups a call of m rows uses by default: one up to :data:`SMALL_M` rows; one also
+    when the caller passes no splits (``num_splits`` None), K is at most :data:`ONE_GROUP_MAX_K_BLOCKS`
+    blocks and one group's row blocks fill the SMs without splits where two groups' would be split
+    (the same CTAs then write d directly: no partials, no second kernel)."""
+    if m <= SMALL_M:
+        return 1
+    if (num_splits is None and num_sms > 0 and 0 < k // BLOCK_K <= ONE_GROUP_MAX_K_BLOCKS
+            and own_splits(m, k, num_sms, 1) == 1 < own_splits(m, k, num_sms, MATH_GROUPS)):
+        return 1
+    return MATH_GROUPS
 
 
 def symbol(n: int) -> str:
