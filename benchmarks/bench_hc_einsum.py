@@ -6,7 +6,8 @@ flushed before every call, median of interleaved runs (deep_tile.testing.timing.
 m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
 m 1024 the rows also time the first implementation's kernel shape ("old": two math warpgroups,
 no pieces; its own splits are summed by the current reduce kernel), and every row one math
-warpgroup without pieces ("g1"), through deep_tile.hyper_connection's variables.
+warpgroup without pieces ("g1"), and above 1024 rows two math warpgroups ("g2"), through
+deep_tile.hyper_connection's variables.
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
 DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
 DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
@@ -94,6 +95,8 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     if m <= 1024:  # the first kernel shape differs from the default at small m only
         fns["path:old"] = with_env(GROUPS_ENV, "2", with_env(SUB_SPLITS_ENV, "1", alt))
     fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
+    if m > 1024:  # two math warpgroups, the default there before the one-group rule for short K
+        fns["path:g2"] = with_env(GROUPS_ENV, "2", alt)
     diff = None
     if dg is not None:
         d_dg, s_dg = torch.empty_like(d), torch.empty_like(s)
