@@ -141,11 +141,13 @@ def with_alternative(design: str, splits, fn):
     return run
 
 
-def run_alternatives(shapes: list, heads: int, iters: int, dg) -> int:
+def run_alternatives(shapes: list, heads: int, iters: int, dg, skip=()) -> int:
     """The default design, :data:`ALTERNATIVES` and DeepGEMM per shape in the same rounds (L2
-    flushed, median); one line per shape and a geomean line; 1 when an alternative's bits differ."""
+    flushed, median); one line per shape and a geomean line; 1 when an alternative's bits differ.
+    ``skip``: labels of ALTERNATIVES left out."""
     default = contract.DESIGN
-    labels = ["default"] + list(ALTERNATIVES)
+    alternatives = {label: alt for label, alt in ALTERNATIVES.items() if label not in skip}
+    labels = ["default"] + list(alternatives)
     lines, speedups, bad = [], {label: [] for label in labels}, False
     for spec in shapes:
         s, s_kv, ranges = spec.split(":")
@@ -154,13 +156,13 @@ def run_alternatives(shapes: list, heads: int, iters: int, dg) -> int:
         call = lambda clean=True: deep_tile.fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=clean)  # noqa: E731
         base = contract.persistent_splits(seq_len, seq_len_kv, get_num_sms(), heads)  # as the launch chooses
         fns = {"default": with_alternative(default, None, call)}
-        for label, (design, times, clean) in ALTERNATIVES.items():
+        for label, (design, times, clean) in alternatives.items():
             fns[label] = with_alternative(design, base * times if times != 1 else None,
                                           call if clean else lambda: call(False))
         want = fns["default"]().view(torch.int32).clone()
         cols = torch.arange(seq_len_kv, device=want.device)[None, :]
         inside = (cols >= ks[:, None].long()) & (cols < ke[:, None].long())
-        differ = [label for label, (_, _, clean) in ALTERNATIVES.items()
+        differ = [label for label, (_, _, clean) in alternatives.items()
                   if not torch.equal(*((fns[label]().view(torch.int32), want) if clean
                                        else (fns[label]().view(torch.int32)[inside], want[inside])))]
         bad = bad or bool(differ)
@@ -180,7 +182,7 @@ def run_alternatives(shapes: list, heads: int, iters: int, dg) -> int:
     headers = ["shape", "splits", "DG us"] + [f"{label} us x" for label in labels] + ["bits"]
     print_table(headers, lines, aligns=["<"] + [">"] * (len(headers) - 2) + ["<"])
     names = {"default": default, **{label: f"{d} splits x{t}{'' if c else ' no -inf'}"
-                                    for label, (d, t, c) in ALTERNATIVES.items()}}
+                                    for label, (d, t, c) in alternatives.items()}}
     for label in labels:
         if speedups[label]:
             print(f"{label} ({names[label]}): geomean {geomean(speedups[label]):.3f}, min {min(speedups[label]):.3f}")
@@ -198,6 +200,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--alt", action="store_true",
                         help="the default design beside ALTERNATIVES and DeepGEMM, one line per shape, bits checked")
+    parser.add_argument("--alt-skip", nargs="+", default=[], choices=list(ALTERNATIVES), metavar="LABEL",
+                        help="alternatives left out of --alt")
     args = parser.parse_args(argv)
     max_rows = tuple(args.max_rows) if args.max_rows else (None,)
     dg = load_deepgemm("fp8_mqa_logits")
@@ -205,7 +209,7 @@ def main(argv=None) -> int:
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed | H={args.heads}")
     if args.alt:
-        return run_alternatives(args.shapes, args.heads, args.iters, dg)
+        return run_alternatives(args.shapes, args.heads, args.iters, dg, args.alt_skip)
     rows = [row for spec in args.shapes for row in run_shape(spec, args.heads, args.iters, copy_rate, dg, args.design, max_rows)]
     print_table(["shape", "design", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "speedup", "max rel diff"],
                 [(r["shape"], r["design"], f"{r['mbytes']:.0f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",
