@@ -14,6 +14,12 @@ each design's result is compared with DeepGEMM's (without DeepGEMM: the first de
 ranges (largest difference over the largest value);
 ``--max-rows R ...`` times each design once per R with MAX_ROWS_PER_CTA (query rows per CTA) forced to
 R (rows labelled ``design@R``). ``--json PATH`` writes the rows. Needs an sm_90 GPU.
+
+``--alt`` times the default design beside its alternatives (:data:`ALTERNATIVES`: other designs
+and kv split counts, set through contract.DESIGN and contract.PERSISTENT_SPLITS) and DeepGEMM in
+the same rounds, one line per shape, each alternative's logits checked bit for bit against the
+default's (column ``bits``: the alternatives whose bits differ, ``=`` when none; without cleaning
+only inside the ranges).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import deep_tile  # noqa: E402
+from deep_tile.device import get_num_sms  # noqa: E402
 from deep_tile.kernels import mqa_logits as contract  # noqa: E402
 from deep_tile.testing.baselines import load_deepgemm  # noqa: E402
 from deep_tile.testing.table import geomean, print_table  # noqa: E402
@@ -35,6 +42,13 @@ from deep_tile.testing.timing import bench_round_robin, copy_bandwidth  # noqa: 
 SHAPES = ("2048:4096:causal", "2048:8192:causal", "4096:8192:causal", "4096:4096:causal",
           "64:32768:full", "128:65536:full", "128:16384:full")
 """Default ``S:S_kv:ranges`` cases (see the module doc)."""
+
+
+ALTERNATIVES = {"regs": ("persistent_regs", 1, True), "lean_s2": ("persistent_lean", 2, True),
+                "noclean": ("persistent_lean", 1, False)}
+"""``--alt`` label -> (design, multiple of persistent_splits' kv split count, clean_logits) timed
+beside the default; ``noclean`` (no -inf outside the ranges) only measures what the -inf stores cost,
+its bits checked inside the ranges."""
 
 
 def make(seq_len: int, seq_len_kv: int, heads: int, ranges: str, seed: int = 0) -> tuple:
@@ -114,6 +128,67 @@ def run_shape(spec: str, heads: int, iters: int, copy_rate: float, dg, designs: 
     return rows
 
 
+def with_alternative(design: str, splits, fn):
+    """``fn`` run with contract.DESIGN set to ``design`` and contract.PERSISTENT_SPLITS to ``splits``
+    (both restored after)."""
+    def run():
+        saved = contract.DESIGN, contract.PERSISTENT_SPLITS
+        contract.DESIGN, contract.PERSISTENT_SPLITS = design, splits
+        try:
+            return fn()
+        finally:
+            contract.DESIGN, contract.PERSISTENT_SPLITS = saved
+    return run
+
+
+def run_alternatives(shapes: list, heads: int, iters: int, dg, skip=()) -> int:
+    """The default design, :data:`ALTERNATIVES` and DeepGEMM per shape in the same rounds (L2
+    flushed, median); one line per shape and a geomean line; 1 when an alternative's bits differ.
+    ``skip``: labels of ALTERNATIVES left out."""
+    default = contract.DESIGN
+    alternatives = {label: alt for label, alt in ALTERNATIVES.items() if label not in skip}
+    labels = ["default"] + list(alternatives)
+    lines, speedups, bad = [], {label: [] for label in labels}, False
+    for spec in shapes:
+        s, s_kv, ranges = spec.split(":")
+        seq_len, seq_len_kv = int(s), int(s_kv)
+        q, kv, w, ks, ke = make(seq_len, seq_len_kv, heads, ranges)
+        call = lambda clean=True: deep_tile.fp8_mqa_logits(q, kv, w, ks, ke, clean_logits=clean)  # noqa: E731
+        base = contract.persistent_splits(seq_len, seq_len_kv, get_num_sms(), heads)  # as the launch chooses
+        fns = {"default": with_alternative(default, None, call)}
+        for label, (design, times, clean) in alternatives.items():
+            fns[label] = with_alternative(design, base * times if times != 1 else None,
+                                          call if clean else lambda: call(False))
+        want = fns["default"]().view(torch.int32).clone()
+        cols = torch.arange(seq_len_kv, device=want.device)[None, :]
+        inside = (cols >= ks[:, None].long()) & (cols < ke[:, None].long())
+        differ = [label for label, (_, _, clean) in alternatives.items()
+                  if not torch.equal(*((fns[label]().view(torch.int32), want) if clean
+                                       else (fns[label]().view(torch.int32)[inside], want[inside])))]
+        bad = bad or bool(differ)
+        if dg is not None:
+            fns["deepgemm"] = lambda: dg.fp8_mqa_logits(q, kv, w, ks, ke)
+            rel = compare(deep_tile.fp8_mqa_logits(q, kv, w, ks, ke), fns["deepgemm"](), ks, ke)
+            bad = bad or rel > 1e-3
+        times = bench_round_robin(fns, iters=iters)
+        dg_us = times.get("deepgemm")
+        cells = [spec, f"{base}", "" if dg_us is None else f"{dg_us:.1f}"]
+        for label in labels:
+            cells.append(f"{times[label]:.1f}" + ("" if dg_us is None else f" {dg_us / times[label]:.3f}"))
+            if dg_us is not None:
+                speedups[label].append(dg_us / times[label])
+        cells.append(",".join(differ) or "=")
+        lines.append(cells)
+    headers = ["shape", "splits", "DG us"] + [f"{label} us x" for label in labels] + ["bits"]
+    print_table(headers, lines, aligns=["<"] + [">"] * (len(headers) - 2) + ["<"])
+    names = {"default": default, **{label: f"{d} splits x{t}{'' if c else ' no -inf'}"
+                                    for label, (d, t, c) in alternatives.items()}}
+    for label in labels:
+        if speedups[label]:
+            print(f"{label} ({names[label]}): geomean {geomean(speedups[label]):.3f}, min {min(speedups[label]):.3f}")
+    return 1 if bad else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="S:S_kv:ranges (causal or full)")
@@ -123,12 +198,18 @@ def main(argv=None) -> int:
     parser.add_argument("--max-rows", nargs="+", type=int, metavar="R",
                         help="time each design once per R with MAX_ROWS_PER_CTA forced to R (labels design@R)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--alt", action="store_true",
+                        help="the default design beside ALTERNATIVES and DeepGEMM, one line per shape, bits checked")
+    parser.add_argument("--alt-skip", nargs="+", default=[], choices=list(ALTERNATIVES), metavar="LABEL",
+                        help="alternatives left out of --alt")
     args = parser.parse_args(argv)
     max_rows = tuple(args.max_rows) if args.max_rows else (None,)
     dg = load_deepgemm("fp8_mqa_logits")
     copy_rate = copy_bandwidth()
     print(f"# {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA {torch.version.cuda} | "
           f"HBM copy {copy_rate / 1e9:.0f} GB/s | median of {args.iters} interleaved runs, L2 flushed | H={args.heads}")
+    if args.alt:
+        return run_alternatives(args.shapes, args.heads, args.iters, dg, args.alt_skip)
     rows = [row for spec in args.shapes for row in run_shape(spec, args.heads, args.iters, copy_rate, dg, args.design, max_rows)]
     print_table(["shape", "design", "MB", "us", "GB/s", "% copy", "TFLOP/s", "DeepGEMM us", "speedup", "max rel diff"],
                 [(r["shape"], r["design"], f"{r['mbytes']:.0f}", f"{r['us']:.1f}", f"{r['gbs']:.0f}",

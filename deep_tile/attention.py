@@ -201,7 +201,7 @@ def _launch_tma(design: str, q, kv_fp8, kv_scale, weights, ks, ke, logits, strid
     values = (q_map, kv_map, scale_map, weights.data_ptr(), weights.stride(0), ks.data_ptr(), ke.data_ptr(),
               logits.data_ptr(), seq_len, seq_len_kv, stride, int(clean_logits), max_seqlen_k)
     if design in contract.PERSISTENT_DESIGNS:
-        splits = contract.persistent_splits(seq_len, seq_len_kv, num_sms, num_heads)
+        splits = contract.PERSISTENT_SPLITS or contract.persistent_splits(seq_len, seq_len_kv, num_sms, num_heads)
         kinds, smem = contract.PERSISTENT_ARGUMENT_KINDS, contract.PERSISTENT_SMEM_BYTES
         values += (splits,)
     else:

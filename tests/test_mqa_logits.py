@@ -239,6 +239,35 @@ def test_lean_epilogue_has_fewer_instructions_per_kv_block(name):
             assert regs <= 96 and stack == stores == loads == 0, (watchdog, info)
 
 
+@pytest.mark.parametrize("name", compiler_params())
+def test_register_weights_fit_the_launch(name):
+    """persistent_regs: ptxas gives the kernel the 96 registers per thread that setmaxnreg hands on
+    (640 x 96 = 512 x 112 + 128 x 32: with fewer, the math warpgroups' setmaxnreg.inc would wait
+    forever), spill-free; its kv-block loop reads no weights from shared memory and is no longer
+    than persistent_lean's."""
+    from deep_tile.jit import compiler, paths
+
+    tool = _sass_tool()
+    assert contract.BLOCK_THREADS["persistent_regs"] * 96 == 512 * 112 + 128 * 32
+    for watchdog in (0, 1):
+        result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), {"DT_WATCHDOG": watchdog}, SYMBOLS[0], name)
+        info = tool.ptxas_info(result.log)
+        sass = compiler.disassemble(result.cubin)
+        bodies = tool.functions(sass) if sass is not None else None
+        for heads in contract.HEADS:
+            regs, stack, stores, loads = info[contract.symbol(heads, "persistent_regs")]
+            assert regs == 96 and stack == stores == loads == 0, (watchdog, info)
+            if bodies is None:
+                continue
+            body = bodies[contract.symbol(heads, "persistent_regs")]
+            assert sum("SETMAXREG" in text for _, text in body) == 2, (watchdog, heads)
+            new = tool.loop_body(body)
+            lean = tool.loop_body(bodies[contract.symbol(heads, "persistent_lean")])
+            assert new and len(new) <= len(lean), (watchdog, heads, len(new), len(lean))
+            lds = lambda loop: sum(tool.opcode(text) == "LDS" for _, text in loop)  # noqa: E731
+            assert lds(new) + 16 <= lds(lean), (watchdog, heads, lds(new), lds(lean))
+
+
 # --------------------------------------------------------------------------------------------------
 # The lean epilogue's index and range logic, modelled on the CPU (mqa_logits_persistent.cuh kLean)
 # --------------------------------------------------------------------------------------------------
@@ -425,7 +454,9 @@ SAME_CASES = [
 
 
 @pytest.mark.gpu
-def test_gpu_lean_epilogue_writes_the_same_bits():
-    results = run_child_cases("gpu_mqa_cases.py", "same_logits", SAME_CASES, timeout=300)
+@pytest.mark.parametrize("design,base", [("persistent_lean", "persistent"), ("persistent_regs", "persistent_lean")])
+def test_gpu_lean_epilogue_writes_the_same_bits(design, base):
+    cases = [dict(case, design=design, base=base) for case in SAME_CASES]
+    results = run_child_cases("gpu_mqa_cases.py", "same_logits", cases, timeout=300)
     bad = [r for r in results if not r["ok"]]
     assert not bad, "\n".join(map(str, bad))

@@ -45,8 +45,8 @@ DT_MQA_LOGITS_RING_ENTRY(64)
 // deep_tile/kernels/mqa_logits.py PERSISTENT_SMEM_BYTES is this size (checked by tests/test_mqa_logits.py)
 static_assert(sizeof(deep_tile::MqaPersistSmem) == 203776, "MqaPersistSmem changed: update PERSISTENT_SMEM_BYTES");
 
-#define DT_MQA_LOGITS_PERSISTENT_ENTRY(design, heads, lean)                                                      \
-  extern "C" __global__ void __launch_bounds__(deep_tile::kMqaPersistThreads, 1)                                 \
+#define DT_MQA_LOGITS_PERSISTENT_ENTRY(design, heads, lean, regs, threads)                                       \
+  extern "C" __global__ void __launch_bounds__(threads, 1)                                                       \
       deep_tile_mqa_logits_##design##_h##heads(                                                                  \
           const __grid_constant__ deep_tile::TmaDescriptor q_map,                                                \
           const __grid_constant__ deep_tile::TmaDescriptor kv_map,                                               \
@@ -54,14 +54,17 @@ static_assert(sizeof(deep_tile::MqaPersistSmem) == 203776, "MqaPersistSmem chang
           int weights_stride, const int* __restrict__ ks, const int* __restrict__ ke,                             \
           float* __restrict__ logits, int seq_len, int seq_len_kv, int stride_logits, int clean,                  \
           int compressed_cols, int splits) {                                                                      \
-    deep_tile::mqa_logits_persistent<heads, lean>(&q_map, &kv_map, &scale_map, weights, weights_stride, ks, ke, logits, \
+    deep_tile::mqa_logits_persistent<heads, lean, regs>(&q_map, &kv_map, &scale_map, weights, weights_stride, ks, ke, logits, \
                                             seq_len, seq_len_kv, stride_logits, clean, compressed_cols, splits);  \
   }
 
 /// Persistent CTAs over items (query blocks of 256 / H rows by kv splits): grid (min(items, SMs)),
 /// 544 threads, PERSISTENT_SMEM_BYTES of dynamic shared memory; q tile boxes of 256 rows.
-DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent, 32, false)
-DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent, 64, false)
+DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent, 32, false, false, deep_tile::kMqaPersistThreads)
+DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent, 64, false, false, deep_tile::kMqaPersistThreads)
 /// The same launch with the lean epilogue (mqa_logits_persistent.cuh kLean).
-DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent_lean, 32, true)
-DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent_lean, 64, true)
+DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent_lean, 32, true, false, deep_tile::kMqaPersistThreads)
+DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent_lean, 64, true, false, deep_tile::kMqaPersistThreads)
+/// The lean epilogue with the weights in registers: 640 threads (mqa_logits_persistent.cuh kRegWeights).
+DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent_regs, 32, true, true, deep_tile::kMqaPersistRegsThreads)
+DT_MQA_LOGITS_PERSISTENT_ENTRY(persistent_regs, 64, true, true, deep_tile::kMqaPersistRegsThreads)

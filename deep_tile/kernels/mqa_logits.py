@@ -18,7 +18,10 @@ count each:
   streamed kv block and the next item's q tile loading during the current one;
 - ``"persistent_lean"``: the persistent design with a leaner epilogue (the same logits bit for bit:
   a quad reduce-scatter of the head sums, each lane then storing whole sums with one branch-free
-  range test each; fewer SASS instructions per kv block, tools/mqa_sass.py), to be timed against it.
+  range test each; fewer SASS instructions per kv block, tools/mqa_sass.py), to be timed against it;
+- ``"persistent_regs"``: persistent_lean with each thread's weights of an item in registers instead of
+  read from shared memory at every kv block (the same bits; 640 threads: a producer warpgroup lowers
+  its registers by setmaxnreg so the math warpgroups get 112 each), to be timed against it.
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
@@ -32,7 +35,8 @@ from deep_tile.common import align_up, ceil_div
 __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "DESIGNS", "DESIGN", "BLOCK_KV", "BLOCK_THREADS", "WGMMA_N",
            "MAX_ROWS_PER_CTA", "CTAS_PER_SM_TARGET", "MAX_GRID_Y", "ARGUMENT_KINDS", "RING_ARGUMENT_KINDS",
            "RING_SMEM_BYTES", "RING_CTAS_PER_SM", "RING_MIN_BLOCKS_PER_CTA", "PERSISTENT_COLS",
-           "PERSISTENT_SMEM_BYTES", "PERSISTENT_ARGUMENT_KINDS", "PERSISTENT_DESIGNS", "PERSISTENT_ITEM_OVERHEAD", "symbol", "rows_step",
+           "PERSISTENT_SMEM_BYTES", "PERSISTENT_ARGUMENT_KINDS", "PERSISTENT_DESIGNS", "PERSISTENT_ITEM_OVERHEAD",
+           "PERSISTENT_SPLITS", "symbol", "rows_step",
            "rows_per_cta", "ring_splits", "persistent_splits", "grid"]
 
 ENTRY = "mqa_logits"
@@ -41,19 +45,22 @@ HEAD_DIM = 128
 """The one head dimension the kernels take."""
 HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
-DESIGNS = ("cuda_core", "wgmma", "ring", "persistent", "persistent_lean")
+DESIGNS = ("cuda_core", "wgmma", "ring", "persistent", "persistent_lean", "persistent_regs")
 """The kernel designs (module doc)."""
 DESIGN = "persistent_lean"
 """The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one with the lean epilogue (half
 the L2 traffic per FLOP of the ring, no causal tail, fewer instructions per kv block; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"``
 when ``kv_scale`` is not 16-byte aligned."""
-BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128, "persistent_lean": 128}
+BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128, "persistent_lean": 128,
+            "persistent_regs": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
 ``seq_len_kv``) or per streamed block (``kMqaRingBlockKV``)."""
-BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544, "persistent_lean": 544}
+BLOCK_THREADS = {"cuda_core": 256, "wgmma": 256, "ring": 288, "persistent": 544, "persistent_lean": 544,
+                 "persistent_regs": 640}
 """Threads per CTA (``kMqaThreads``: two per kv row; ``kMqaWgmmaThreads``: two warpgroups;
 ``kMqaRingThreads``: two math warpgroups and the producer warp; ``kMqaPersistThreads``: four
-math warpgroups and the producer warp)."""
+math warpgroups and the producer warp; ``kMqaPersistRegsThreads``: four math warpgroups and a producer
+warpgroup that hands its registers to them)."""
 WGMMA_N = 128
 """Query rows x heads per wgmma step (``kMqaWgmmaN``): a step takes ``WGMMA_N / H`` query rows."""
 MAX_ROWS_PER_CTA = 16
@@ -83,10 +90,13 @@ PERSISTENT_SMEM_BYTES = 203776
 """Dynamic shared memory of a persistent CTA: ``sizeof(MqaPersistSmem)`` (the entry file asserts it)."""
 PERSISTENT_ARGUMENT_KINDS = RING_ARGUMENT_KINDS + ("i32",)
 """The persistent design's parameters: the ring's, then the kv splits per query block."""
-PERSISTENT_DESIGNS = ("persistent", "persistent_lean")
+PERSISTENT_DESIGNS = ("persistent", "persistent_lean", "persistent_regs")
 """The designs of the persistent kernel (one launch, geometry and arguments; they differ in the epilogue)."""
 PERSISTENT_ITEM_OVERHEAD = 2
 """An item's fixed cost in kv blocks (its ranges, first block's latency, -inf fill) for the split choice."""
+PERSISTENT_SPLITS = None
+"""kv splits per query block forced on the persistent designs when set (the benchmark's ``--alt``
+timings); None: :func:`persistent_splits` chooses."""
 
 
 def _design(design) -> str:

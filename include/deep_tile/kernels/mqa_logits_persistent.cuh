@@ -13,6 +13,11 @@
 // weights in quad order read as float4s, a quad reduce-scatter of the head sums (each lane ends
 // with whole sums of its own row and kv row, none computed twice) and one branch-free range test
 // and store per logit against per-lane bounds set once per item.
+//
+// kRegWeights (the "persistent_regs" design, with kLean) keeps the same logits and moves each
+// thread's 32 weights of an item from shared memory into registers (the 16 float2 loads per kv
+// block gone): the producer becomes a warpgroup that gives registers back (setmaxnreg) so the math
+// warpgroups can hold 112 each (a fifth warp per SM sub-partition caps a uniform count at 96).
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/kernels/mqa_logits_epilogue.cuh"
@@ -21,6 +26,7 @@
 #include "deep_tile/ptx/grid_dependency.cuh"
 #include "deep_tile/ptx/mbarrier.cuh"
 #include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/ptx/warpgroup.cuh"
 #include "deep_tile/ptx/wgmma_fp8.cuh"
 
 namespace deep_tile {
@@ -32,6 +38,9 @@ constexpr int kMqaPersistCols = 256;  // query rows x heads of an item: two wgmm
 constexpr int kMqaPersistMathThreads = 512;
 constexpr int kMqaPersistThreads = kMqaPersistMathThreads + 32;  // + the producer warp
 constexpr int kMqaPersistMaxRows = kMqaPersistCols / 32;         // query rows of an item at H = 32
+constexpr int kMqaPersistRegsThreads = kMqaPersistMathThreads + 128;  // kRegWeights: a producer warpgroup
+constexpr int kMqaPersistRegsMath = 112;      // registers of a math thread after setmaxnreg (as DeepGEMM's)
+constexpr int kMqaPersistRegsProducer = 32;   // 512 x 112 + 128 x 32 = 640 x 96: the launch's registers
 
 /// An item as the producer publishes it: the rows' kv span and this item's block share, and each
 /// row's start as given and clamped end (the compressed columns count from the raw start).
@@ -62,7 +71,7 @@ DT_DEVICE int mqa_persist_item(int k, int num_items) {
   return t < num_items ? num_items - 1 - t : -1;
 }
 
-template <int kNumHeads, bool kLean = false>
+template <int kNumHeads, bool kLean = false, bool kRegWeights = false>
 DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescriptor* kv_map,
                                      const TmaDescriptor* scale_map, const float* __restrict__ weights,
                                      int weights_stride, const int* __restrict__ ks, const int* __restrict__ ke,
@@ -72,6 +81,7 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
   constexpr int kQRows = kMqaPersistCols / kNumHeads;  // of an item
   constexpr int kHalfRows = kQRows / 2;                // of one wgmma N half
   static_assert(kQRows <= kMqaPersistMaxRows, "MqaPersistInfo holds the rows");
+  static_assert(kLean || !kRegWeights, "register weights come with the lean epilogue");
   extern __shared__ __align__(1024) u8 mqa_persist_smem[];
   MqaPersistSmem& smem = *reinterpret_cast<MqaPersistSmem*>(mqa_persist_smem);
 
@@ -93,13 +103,21 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
   ptx::grid_dependency_wait();  // the stream predecessor may write q, kv, weights or the ranges
   ptx::launch_dependents();
 
-  if (warp == kMqaPersistMathThreads / 32) {  // the producer warp
+  if (kRegWeights ? warp >= kMqaPersistMathThreads / 32 : warp == kMqaPersistMathThreads / 32) {  // the producer
+    if constexpr (kRegWeights) {  // every warp of the warpgroup executes its setmaxnreg
+      ptx::setmaxnreg_dec<kMqaPersistRegsProducer>();
+      if (warp > kMqaPersistMathThreads / 32) return;  // one producer warp does the work
+    }
     PipelineState<kMqaPersistQStages> q_state;
     PipelineState<kMqaPersistStages> kv_state;
     for (int k = 0;; ++k, q_state.advance()) {
       const int item = mqa_persist_item(k, num_items);
       if (item < 0) break;
       const int i0 = (item / splits) * kQRows, split = item % splits;
+      if constexpr (kRegWeights) {  // the q stage from the turn: the producer's 32 registers hold the rest
+        q_state.index = k % kMqaPersistQStages;
+        q_state.phase = static_cast<u32>(k / kMqaPersistQStages) & 1u;
+      }
       ptx::mbarrier_wait(&smem.q_empty[q_state.index], q_state.empty_parity());
       MqaPersistInfo& info = smem.info[q_state.index];
       int lo = seq_len_kv, hi = 0;
@@ -156,6 +174,8 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
     return;
   }
 
+  // only the math warpgroups reach this point: ptxas allocates the code below with their registers
+  if constexpr (kRegWeights) ptx::setmaxnreg_inc<kMqaPersistRegsMath>();
   // the math warpgroups: this thread's columns (of its N half) are 8 n + 2 (lane % 4) + {0, 1}, n < 16;
   // its kv rows are 16 warp + lane / 4 and 8 below, of its warpgroup's 64
   const int group = warp >> 2, warp_in_group = warp & 3;
@@ -196,6 +216,14 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
       const float* half_weights = smem.weights[q_state.index] + q_half * 128;
       const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(smem.q[q_state.index] + q_half * 128 * 128));
       const int j_lane = lo + row_in_block + 8 * my_s - col_shift;
+      // kRegWeights: the weight pair of columns 8 n + 2 (lane % 4), n < 16, read once per item
+      float* const row_out = logits + static_cast<long long>(i) * stride_logits;
+      float2 weight_regs[kRegWeights ? 16 : 1];
+      if constexpr (kRegWeights) {
+#pragma unroll
+        for (int n = 0; n < 16; ++n)
+          weight_regs[n] = *reinterpret_cast<const float2*>(half_weights + 8 * n + 2 * (lane & 3));
+      }
 
       for (int b = begin; b < end; ++b, kv_state.advance()) {
         ptx::mbarrier_wait(&smem.full[kv_state.index], kv_state.full_parity());
@@ -209,7 +237,12 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
 
         float v0[kHalfRows], v1[kHalfRows];
         mqa_head_partial_sums<128, kNumHeads>(
-            acc, lane, [&](int col) { return *reinterpret_cast<const float2*>(half_weights + col); }, v0, v1);
+            acc, lane,
+            [&](int col) {
+              if constexpr (kRegWeights) return weight_regs[col >> 3];  // col = 8 n + 2 (lane % 4)
+              else return *reinterpret_cast<const float2*>(half_weights + col);
+            },
+            v0, v1);
         float x[2 * kHalfRows], y[kHalfRows], z[kSums];  // x[2 r + s]: row r at kv row s
 #pragma unroll
         for (int r = 0; r < kHalfRows; ++r) x[2 * r] = v0[r], x[2 * r + 1] = v1[r];
@@ -219,8 +252,10 @@ DT_DEVICE void mqa_logits_persistent(const TmaDescriptor* q_map, const TmaDescri
         for (int t = 0; t < kSums; ++t) {
           const int j = j_lane + b * kMqaPersistBlockKV + 8 * t;
           const bool inside = static_cast<u32>(j - col_lo) < static_cast<u32>(width);
-          if (inside || (neg_fill && j < seq_len_kv))
-            logits[static_cast<long long>(i) * stride_logits + j] = inside ? z[t] * scale[t] : neg_inf;
+          if (inside || (neg_fill && j < seq_len_kv)) {
+            if constexpr (kRegWeights) row_out[j] = inside ? z[t] * scale[t] : neg_inf;  // one register pair less live
+            else logits[static_cast<long long>(i) * stride_logits + j] = inside ? z[t] * scale[t] : neg_inf;
+          }
         }
       }
     } else {
