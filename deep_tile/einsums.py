@@ -77,7 +77,7 @@ b * h without c, else ``masked``. ``diag``: one dense FP8 GEMM of x as ``[b * h,
 y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d. ``strided``
 (opt-in; not measured yet, so ``auto`` does not take it): the masked grouped GEMM's head-strided
 kernel (``DT_HEAD_STRIDED``) reading x and its scales and writing d in place, nothing copied, when
-there is no c, r is a multiple of 128, d of 64 and x, sx and d hold their heads side by side in
+there is no c, r is a multiple of 512, d of 64 and x, sx and d hold their heads side by side in
 each row (16-byte rows); else the ``masked`` path."""
 DIAG_MAX_ROWS = 256
 """Most rows b * h of the ``diag`` path under ``auto`` (beyond, its h-fold products cost more than
@@ -419,11 +419,11 @@ def _diag_views(x, sx, y, sy, d, c):
 
 def _strided_views(x, sx, d, c) -> tuple | None:
     """(x as [b, h * r], sx as [b, h * K blocks], d as [b, h * d]) for the head-strided kernel, or
-    None when the ``strided`` path does not apply (:data:`FP8_PATHS`): a c, r not whole 128-blocks,
-    d not a multiple of 64, heads not side by side in a row, or rows and starts not 16-byte aligned."""
+    None when the ``strided`` path does not apply (:data:`FP8_PATHS`): a c, r not a multiple of 512
+    (whole 128-blocks, each head's scales starting 16-byte aligned), d not a multiple of 64, heads not side by side in a row, or rows and starts not 16-byte aligned."""
     bs, h, r = x.shape
     dd, kb = d.shape[2], sx.shape[2]
-    if c is not None or r % 128 or dd % 64:
+    if c is not None or r % 512 or dd % 64:
         return None
     for t, width, size in ((x, r, 1), (sx, kb, 4), (d, dd, 2)):
         if (t.stride(2) != 1 or (h > 1 and t.stride(1) != width) or (bs > 1 and t.stride(0) * size % 16)

@@ -128,7 +128,7 @@ _VARS = (
            "How `fp8_einsum` runs on CUDA: `auto` by the batch size, `heads` the dense FP8 GEMM once per head "
            "in place, `masked` the masked grouped GEMM between head-major copies, `diag` one GEMM over every "
            "head keeping the diagonal blocks, `copy` the earlier path, `strided` (opt-in, not yet measured) the "
-           "masked grouped GEMM reading x and writing d in place (no c, r a multiple of 128, d of 64; else "
+           "masked grouped GEMM reading x and writing d in place (no c, r a multiple of 512, d of 64; else "
            "`masked`). Read at each call.",
            choices=("auto", "heads", "masked", "diag", "copy", "strided")),
     EnvVar("DEEP_TILE_HC_GROUPS", "choice", "unset",

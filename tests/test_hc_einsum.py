@@ -304,35 +304,34 @@ def test_strided_views():
     so head g's rows are columns g * r .. of it; None for what the kernel cannot read or write."""
     from deep_tile.einsums import _strided_views
 
-    bs, h, r, dd = 5, 4, 256, 128
+    bs, h, r, dd = 5, 3, 512, 128
     x = torch.randn(bs, h, r).to(torch.float8_e4m3fn)
     sx = torch.rand(bs, h, r // 128)
     d = torch.zeros(bs, h, dd, dtype=torch.bfloat16)
     x2, sx2, d2 = _strided_views(x, sx, d, None)
-    assert x2.shape == (bs, h * r) and sx2.shape == (bs, h * 2) and d2.shape == (bs, h * dd)
+    assert x2.shape == (bs, h * r) and sx2.shape == (bs, h * 4) and d2.shape == (bs, h * dd)
     assert x2.data_ptr() == x.data_ptr() and d2.data_ptr() == d.data_ptr()  # views, nothing copied
     assert torch.equal(x2[:, 2 * r:3 * r].view(torch.uint8), x[:, 2].view(torch.uint8))
-    assert torch.equal(sx2[:, 2:4], sx[:, 1])
+    assert torch.equal(sx2[:, 4:8], sx[:, 1])
     d2[:, dd:2 * dd] = 1  # head 1's columns are d[:, 1]
-    assert bool((d[:, 1] == 1).all()) and not bool(d[:, 0].any()) and not bool(d[:, 2:].any())
+    assert bool((d[:, 1] == 1).all()) and not bool(d[:, 0].any()) and not bool(d[:, 2].any())
     assert _strided_views(x, sx, d, d) is None  # a c: the masked path
-    x_one = torch.zeros(bs, h, 128, dtype=torch.float8_e4m3fn)  # r = 128: one K block per head
-    assert _strided_views(x_one, torch.rand(bs, h, 1), d, None) is not None
-    assert _strided_views(x[..., :128], sx[..., :1], d, None) is None  # a view of wider rows: heads apart
     x_wide = torch.zeros(bs, h, r + 128, dtype=torch.float8_e4m3fn)[..., :r]  # heads apart in a row
     assert _strided_views(x_wide, sx, d, None) is None
+    sx_wide = torch.rand(bs, h, 8)[..., :4]
+    assert _strided_views(x, sx_wide, d, None) is None
     d_pad = torch.zeros(bs, h, dd + 8, dtype=torch.bfloat16)[..., :dd]
     assert _strided_views(x, sx, d_pad, None) is None
     assert _strided_views(x, sx, torch.zeros(bs, h, 96, dtype=torch.bfloat16), None) is None  # d % 64
-    r_odd = torch.zeros(bs, h, 192, dtype=torch.float8_e4m3fn)
-    assert _strided_views(r_odd, sx, d, None) is None  # r not whole 128-blocks
-    sx_odd = torch.rand(bs, 1, 3)  # one head of 3 K blocks: 12-byte rows, no TMA pitch
-    assert _strided_views(torch.zeros(bs, 1, 384, dtype=torch.float8_e4m3fn), sx_odd,
-                          torch.zeros(bs, 1, dd, dtype=torch.bfloat16), None) is None
-    assert _strided_views(torch.zeros(1, 1, 384, dtype=torch.float8_e4m3fn), torch.rand(1, 1, 3),
-                          torch.zeros(1, 1, dd, dtype=torch.bfloat16), None) is not None  # one row: no pitch
+    for r_bad in (192, 384):  # r not whole 128-blocks; 3 blocks: head 1's scales would start 12 bytes in
+        assert _strided_views(torch.zeros(bs, h, r_bad, dtype=torch.float8_e4m3fn), torch.rand(bs, h, 2 + r_bad // 384),
+                              d, None) is None
+    assert _strided_views(torch.zeros(1, 1, 512, dtype=torch.float8_e4m3fn), torch.rand(1, 1, 4),
+                          torch.zeros(1, 1, dd, dtype=torch.bfloat16), None) is not None  # b 1 and h 1
     h1 = _strided_views(x[:, :1], sx[:, :1], d[:, :1], None)  # h 1: the head stride is free
     assert h1 is not None and h1[0].shape == (bs, r)
+    rows = torch.zeros(bs, 520, dtype=torch.float8_e4m3fn)[:, None, :r]  # one head, rows 520 bytes apart
+    assert _strided_views(rows, sx[:, :1], d[:, :1], None) is None  # a TMA row pitch is whole 16-byte chunks
 
 
 def test_head_strided_contract():
@@ -608,7 +607,7 @@ STRIDED_GPU_CASES = (
     [dict(b=b, h=8, r=4096, d=1024, path="strided", in_place=True) for b in (4, 128)]  # DeepGEMM's shapes
     + [dict(b=b, h=h, r=r, d=d, path="strided", in_place=True)
        for b, h, r, d in ((100, 3, 512, 256),  # b not a multiple of the tile (a partial slab by TMA)
-                          (1, 4, 384, 192),  # b 1: every slab by 16-byte stores; 3 K blocks
+                          (1, 4, 512, 192),  # b 1: every slab by 16-byte stores
                           (37, 1, 512, 320),  # h 1
                           (200, 2, 1024, 128))]  # two m-blocks per head
     + [dict(b=9, h=2, r=512, d=256, with_c=True, path="strided", in_place=False),  # c: the masked path

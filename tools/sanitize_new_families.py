@@ -33,7 +33,7 @@ results = [
     hc.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16"),
     # fp8_einsum's head-strided masked kernel: a partial slab by TMA, and b 1 (16-byte stores only)
     hc.fp8_einsum_case(100, 3, 512, 256, path="strided", in_place=True),
-    hc.fp8_einsum_case(1, 4, 384, 192, path="strided", in_place=True),
+    hc.fp8_einsum_case(1, 4, 512, 192, path="strided", in_place=True),
     bf16.dense(130, 264, 200, "nt"), bf16.dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
     bf16.dense(70, 136, 72, "tt", block_n=64), bf16.dense(65, 128, 64, "nn", accumulate="c"),
     bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136),

@@ -775,16 +775,18 @@ the kernels are unchanged."""
 def head_strided_problems(config, problem) -> list:
     """Why ``config``'s kernel cannot run the masked ``problem`` head-strided, one phrase per broken
     rule: the masked kind with the row-major a_scale, bf16 out without C, no swap-AB or split-K,
-    1D2D scales; K whole 128-blocks (a box never reaches the next head's columns) and n a
-    multiple of 64 (nor a store atom)."""
+    1D2D scales; K a multiple of 512 (whole 128-blocks, so a box never reaches the next head's
+    columns, and each head's scales start 16-byte aligned) and n a multiple of 64 (nor a store
+    atom)."""
     problems = []
     if (problem.kind is not ProblemKind.GROUPED_MASKED or not config.a_scale_row_major or config.swap_n
             or config.split_k != 1 or config.b_scale_1d or config.out_dtype != "bfloat16"
             or config.c_dtype is not None):
         problems.append("head_strided needs the masked kind with the row-major a_scale, bf16 out without c, no "
                         f"swap-AB, split-K or 1D1D scales; got {config.label}")
-    if problem.k % BLOCK_K or problem.n % 64:
-        problems.append(f"head_strided needs k a multiple of {BLOCK_K} and n of 64; got k={problem.k}, n={problem.n}")
+    if problem.k % (4 * BLOCK_K) or problem.n % 64:
+        problems.append(f"head_strided needs k a multiple of {4 * BLOCK_K} and n of 64; got k={problem.k}, "
+                        f"n={problem.n}")
     return problems
 
 
