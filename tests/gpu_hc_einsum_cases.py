@@ -231,9 +231,14 @@ def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: 
         torch.cuda.synchronize()
     result = check_close(out, ref, bound, FP8_REL_BOUND, torch.bfloat16)
     if in_place is not None:
+        from deep_tile.device import get_num_sms
         from deep_tile.einsums import _strided_views
+        from deep_tile.gemm.planner import plan_head_strided
+        from deep_tile.gemm.problem import Problem, ProblemKind
 
-        result["in_place"] = _strided_views(xq, sx, out, c) is not None
+        problem = Problem(b, d, r, kind=ProblemKind.GROUPED_MASKED, num_groups=h)
+        result["in_place"] = (_strided_views(xq, sx, out, c) is not None  # and the pick builds head-strided
+                              and plan_head_strided(problem, get_num_sms()) is not None)
         result["ok"] = result["ok"] and result["in_place"] == in_place
     if d_pad:
         result["padding_untouched"] = bool(torch.isnan(full[..., d:].float()).all())
