@@ -20,7 +20,8 @@ checks; every other expression is refused (ValueError):
   On CUDA, when r is a multiple of 16 and d of 8: when one head's 128 x 128 tiles fill the SMs,
   deep_tile's dense FP8 GEMM once per head, reading x and writing d in place; else the masked
   grouped FP8 GEMM (one group per head, b rows each) on a head-major copy of x, d taking its result
-  back (:data:`FP8_PATHS`). Other sizes (and the CPU) take the dequantized product in float32
+  back (:data:`FP8_PATHS`; the opt-in ``strided`` path reads x and writes d in place through the
+  grouped GEMM's head-strided kernel). Other sizes (and the CPU) take the dequantized product in float32
   torch. DeepGEMM's other FP8 expressions (``'bhd,hdr->bhr'``, ``'bhd,bhr->hdr'``) run on SM100
   only and are refused.
 
@@ -63,7 +64,7 @@ nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided pe
 ``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation)."""
 FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
 """Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
-FP8_PATHS = ("auto", "heads", "masked", "diag", "copy")
+FP8_PATHS = ("auto", "heads", "masked", "diag", "copy", "strided")
 """``heads``: deep_tile's dense FP8 GEMM once per head, reading x and writing d in place (strided
 per-head views; only the scales of x are copied, once for all heads); ``masked``: the masked
 grouped FP8 GEMM on head-major copies of x, its scales (read row-major) and c, made by one kernel
@@ -73,7 +74,11 @@ with torch's element-wise copies and a fresh masked_m per call); ``auto`` (defau
 when one head's 128 x 128 tiles fill the SMs, ``diag`` for at most :data:`DIAG_MAX_ROWS` rows
 b * h without c, else ``masked``. ``diag``: one dense FP8 GEMM of x as ``[b * h, r]`` against y as
 ``[h * d, r]`` (both read in place; h times the products needed, which costs nothing while reading
-y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d."""
+y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d. ``strided``
+(opt-in; not measured yet, so ``auto`` does not take it): the masked grouped GEMM's head-strided
+kernel (``DT_HEAD_STRIDED``) reading x and its scales and writing d in place, nothing copied, when
+there is no c, r is a multiple of 512, d of 64 and x, sx and d hold their heads side by side in
+each row (16-byte rows); else the ``masked`` path."""
 DIAG_MAX_ROWS = 256
 """Most rows b * h of the ``diag`` path under ``auto`` (beyond, its h-fold products cost more than
 the grouped path's copies)."""
@@ -412,6 +417,46 @@ def _diag_views(x, sx, y, sy, d, c):
             sy.as_strided((h * dd // 128, kb), (sy.stride(1), sy.stride(2))))
 
 
+def _strided_views(x, sx, d, c) -> tuple | None:
+    """(x as [b, h * r], sx as [b, h * K blocks], d as [b, h * d]) for the head-strided kernel, or
+    None when the ``strided`` path does not apply (:data:`FP8_PATHS`): a c, r not a multiple of 512
+    (whole 128-blocks, each head's scales starting 16-byte aligned), d not a multiple of 64, heads not side by side in a row, or rows and starts not 16-byte aligned."""
+    bs, h, r = x.shape
+    dd, kb = d.shape[2], sx.shape[2]
+    if c is not None or r % 512 or dd % 64:
+        return None
+    for t, width, size in ((x, r, 1), (sx, kb, 4), (d, dd, 2)):
+        if (t.stride(2) != 1 or (h > 1 and t.stride(1) != width) or (bs > 1 and t.stride(0) * size % 16)
+                or t.data_ptr() % 16):
+            return None
+    return tuple(t.as_strided((bs, h * t.shape[2]), (t.stride(0), 1)) for t in (x, sx, d))
+
+
+def _fp8_strided(x, sx, y, sy, d, c) -> bool:
+    """fp8_einsum as one masked grouped GEMM (one group per head, b rows each) whose kernel reads x
+    and sx and writes d through their [b, h * cols] views (:func:`_strided_views`); False, having
+    done nothing, when the views or the selector's config do not fit it."""
+    from deep_tile.gemm.launch import launch
+    from deep_tile.gemm.planner import plan_head_strided
+    from deep_tile.gemm.problem import Problem, ProblemKind
+
+    views = _strided_views(x, sx, d, c)
+    if views is None:
+        return False
+    bs, h, r = x.shape
+    dd = y.shape[1]
+    device = x.device
+    with torch.cuda.device(device):
+        y2 = y.contiguous().view(h * dd, r)
+        plan = plan_head_strided(Problem(bs, dd, r, kind=ProblemKind.GROUPED_MASKED, num_groups=h), get_num_sms())
+        if plan is None or y2.data_ptr() % 16:
+            return False
+        x2, sx2, d2 = views
+        operands = (x2, sx2, y2, sy.contiguous(), d2, _masked_m(h, bs, device))
+        launch(plan, operands, device)
+    return True
+
+
 def _fp8_diag(views, d) -> None:
     """fp8_einsum as one dense FP8 GEMM of every row against every head's y (:func:`_diag_views`),
     then row (b, h)'s columns of head h moved into d[b, h] (a strided view, 8-byte words)."""
@@ -447,6 +492,8 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
         path = _fp8_path(bs, h, dd, c)
         if path == "heads" and _heads_fit(x, d, c) and (c is None or not _overlaps(c, d)):
             _fp8_heads(x, sx, y, sy, d, c)
+            return
+        if path == "strided" and _fp8_strided(x, sx, y, sy, d, c):
             return
         views = _diag_views(x, sx, y, sy, d, c) if path == "diag" else None
         if views is not None:

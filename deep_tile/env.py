@@ -127,8 +127,10 @@ _VARS = (
     EnvVar("DEEP_TILE_FP8_EINSUM", "choice", "`auto`",
            "How `fp8_einsum` runs on CUDA: `auto` by the batch size, `heads` the dense FP8 GEMM once per head "
            "in place, `masked` the masked grouped GEMM between head-major copies, `diag` one GEMM over every "
-           "head keeping the diagonal blocks, `copy` the earlier path. Read at each call.",
-           choices=("auto", "heads", "masked", "diag", "copy")),
+           "head keeping the diagonal blocks, `copy` the earlier path, `strided` (opt-in, not yet measured) the "
+           "masked grouped GEMM reading x and writing d in place (no c, r a multiple of 512, d of 64; else "
+           "`masked`). Read at each call.",
+           choices=("auto", "heads", "masked", "diag", "copy", "strided")),
     EnvVar("DEEP_TILE_HC_GROUPS", "choice", "unset",
            "Forces the math warpgroups per CTA of `tf32_hc_prenorm_gemm` (1 or 2; unset: one up to 256 rows). "
            "For measurements. Read at each call.",
@@ -351,7 +353,8 @@ def bh_einsum() -> str:
 
 
 def fp8_einsum() -> str:
-    """``DEEP_TILE_FP8_EINSUM``: ``"auto"`` (default), ``"heads"``, ``"masked"``, ``"diag"`` or ``"copy"``."""
+    """``DEEP_TILE_FP8_EINSUM``: ``"auto"`` (default), ``"heads"``, ``"masked"``, ``"diag"``, ``"copy"`` or
+    ``"strided"``."""
     return get("DEEP_TILE_FP8_EINSUM") or "auto"
 
 

@@ -203,10 +203,11 @@ def quantize_fp8(t: torch.Tensor, block_rows: int) -> tuple:
 
 
 def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: int = 0, device: str = "cuda",
-                    path=None, d_pad: int = 0) -> dict:
+                    path=None, d_pad: int = 0, in_place=None) -> dict:
     """One deep_tile.fp8_einsum('bhr,hdr->bhd') call against the float64 product of the dequantized
     operands; ``path`` one of deep_tile.einsums.FP8_PATHS (None: the default); ``d_pad`` > 0: the
-    output a view of rows that many elements wider, whose padding must stay NaN."""
+    output a view of rows that many elements wider, whose padding must stay NaN; ``in_place`` True /
+    False: the ``strided`` path's views must / must not apply (else it falls back to ``masked``)."""
     import deep_tile
     from deep_tile.einsums import FP8_PATH_ENV
 
@@ -229,10 +230,21 @@ def fp8_einsum_case(b: int, h: int, r: int, d: int, with_c: bool = False, seed: 
     if device == "cuda":
         torch.cuda.synchronize()
     result = check_close(out, ref, bound, FP8_REL_BOUND, torch.bfloat16)
+    if in_place is not None:
+        from deep_tile.device import get_num_sms
+        from deep_tile.einsums import _strided_views
+        from deep_tile.gemm.planner import plan_head_strided
+        from deep_tile.gemm.problem import Problem, ProblemKind
+
+        problem = Problem(b, d, r, kind=ProblemKind.GROUPED_MASKED, num_groups=h)
+        result["in_place"] = (_strided_views(xq, sx, out, c) is not None  # and the pick builds head-strided
+                              and plan_head_strided(problem, get_num_sms()) is not None)
+        result["ok"] = result["ok"] and result["in_place"] == in_place
     if d_pad:
         result["padding_untouched"] = bool(torch.isnan(full[..., d:].float()).all())
         result["ok"] = result["ok"] and result["padding_untouched"]
-    return {"case": f"fp8_einsum bhr,hdr->bhd b={b} h={h} r={r} d={d} c={with_c} path={path} d_pad={d_pad}",
+    return {"case": f"fp8_einsum bhr,hdr->bhd b={b} h={h} r={r} d={d} c={with_c} path={path} d_pad={d_pad}"
+                    f"{'' if in_place is None else f' in_place={in_place}'}",
             **result}
 
 

@@ -6,6 +6,7 @@ kernels on a Hopper GPU against float64, in a child process with a timeout.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -289,6 +290,77 @@ def test_fp8_einsum_cpu_matches_float64(b, h, r, d, with_c):
     assert result["ok"], result
 
 
+def test_fp8_einsum_strided_path_on_cpu(monkeypatch):
+    """The ``strided`` path is a CUDA path: on the CPU it takes the float torch product as the others."""
+    from deep_tile.einsums import FP8_PATH_ENV
+
+    monkeypatch.setenv(FP8_PATH_ENV, "strided")
+    result = fp8_einsum_case(5, 2, 256, 128, False, seed=3, device="cpu")
+    assert result["ok"], result
+
+
+def test_strided_views():
+    """The head-strided kernel's views of x, sx and d: row i of each is x[i] (all heads side by side),
+    so head g's rows are columns g * r .. of it; None for what the kernel cannot read or write."""
+    from deep_tile.einsums import _strided_views
+
+    bs, h, r, dd = 5, 3, 512, 128
+    x = torch.randn(bs, h, r).to(torch.float8_e4m3fn)
+    sx = torch.rand(bs, h, r // 128)
+    d = torch.zeros(bs, h, dd, dtype=torch.bfloat16)
+    x2, sx2, d2 = _strided_views(x, sx, d, None)
+    assert x2.shape == (bs, h * r) and sx2.shape == (bs, h * 4) and d2.shape == (bs, h * dd)
+    assert x2.data_ptr() == x.data_ptr() and d2.data_ptr() == d.data_ptr()  # views, nothing copied
+    assert torch.equal(x2[:, 2 * r:3 * r].view(torch.uint8), x[:, 2].view(torch.uint8))
+    assert torch.equal(sx2[:, 4:8], sx[:, 1])
+    d2[:, dd:2 * dd] = 1  # head 1's columns are d[:, 1]
+    assert bool((d[:, 1] == 1).all()) and not bool(d[:, 0].any()) and not bool(d[:, 2].any())
+    assert _strided_views(x, sx, d, d) is None  # a c: the masked path
+    x_wide = torch.zeros(bs, h, r + 128, dtype=torch.float8_e4m3fn)[..., :r]  # heads apart in a row
+    assert _strided_views(x_wide, sx, d, None) is None
+    sx_wide = torch.rand(bs, h, 8)[..., :4]
+    assert _strided_views(x, sx_wide, d, None) is None
+    d_pad = torch.zeros(bs, h, dd + 8, dtype=torch.bfloat16)[..., :dd]
+    assert _strided_views(x, sx, d_pad, None) is None
+    assert _strided_views(x, sx, torch.zeros(bs, h, 96, dtype=torch.bfloat16), None) is None  # d % 64
+    for r_bad in (192, 384):  # r not whole 128-blocks; 3 blocks: head 1's scales would start 12 bytes in
+        assert _strided_views(torch.zeros(bs, h, r_bad, dtype=torch.float8_e4m3fn), torch.rand(bs, h, 2 + r_bad // 384),
+                              d, None) is None
+    assert _strided_views(torch.zeros(1, 1, 512, dtype=torch.float8_e4m3fn), torch.rand(1, 1, 4),
+                          torch.zeros(1, 1, dd, dtype=torch.bfloat16), None) is not None  # b 1 and h 1
+    h1 = _strided_views(x[:, :1], sx[:, :1], d[:, :1], None)  # h 1: the head stride is free
+    assert h1 is not None and h1[0].shape == (bs, r)
+    rows = torch.zeros(bs, 520, dtype=torch.float8_e4m3fn)[:, None, :r]  # one head, rows 520 bytes apart
+    assert _strided_views(rows, sx[:, :1], d[:, :1], None) is None  # a TMA row pitch is whole 16-byte chunks
+
+
+def test_head_strided_contract():
+    """The head-strided kernel's parameters: the masked kind's, m being max_m (the rows of each view)
+    and k the problem's (not the view's h * k columns); D's map the slab view of [max_m, h * n]."""
+    from deep_tile.gemm import kernel_args as spec
+    from deep_tile.gemm.problem import Problem, ProblemKind
+    from deep_tile.kernels import fp8_gemm as family
+    from deep_tile.select import select_config
+
+    problem = Problem(32, 1024, 4096, kind=ProblemKind.GROUPED_MASKED, num_groups=8, a_scale_row_major=True)
+    config = select_config(problem, 132).for_problem(problem)
+    assert family.head_strided_problems(config, problem) == []
+    assert family.head_strided_defines(config) == {**family.defines(config), family.HEAD_STRIDED_DEFINE: 1}
+    specs = family.head_strided_argument_specs(config, problem)
+    plain = family.argument_specs(config, problem)
+    assert len(specs) == len(plain) == len(family.GROUPED_ARGUMENTS)
+    a_map, _, scale_map, d_map = specs[:4]
+    assert a_map.box == (family.BLOCK_K, min(config.block_m, 32)) and scale_map.box == (4, min(config.block_m, 32))
+    assert d_map.slab_rows == d_map.box[1]
+    assert isinstance(specs[7], spec.Size) and specs[7].operand == 0  # m: the views' rows, max_m
+    assert [(s.constant if isinstance(s, spec.Value) else None) for s in specs[8:]] == [
+        1024, 4096, config.raster_width, None, 8, 32]
+    column = family.head_strided_problems(dataclasses.replace(config, a_scale_row_major=False), problem)
+    assert len(column) == 1 and "row-major" in column[0]
+    assert family.head_strided_problems(config, Problem(32, 1000, 4000, kind=ProblemKind.GROUPED_MASKED,
+                                                        num_groups=8)) != []
+
+
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
 @pytest.mark.parametrize("b,h,x", [(3, 5, 64), (1, 4, 24), (6, 2, 6), (2, 3, 3)])
 def test_word_moves_equal_copies(dtype, b, h, x):
@@ -527,6 +599,26 @@ EINSUM_GPU_CASES = (
 @pytest.mark.gpu
 def test_gpu_einsum_matches_float64():
     results = run_child_cases("gpu_hc_einsum_cases.py", "einsum_case", EINSUM_GPU_CASES, timeout=600)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+STRIDED_GPU_CASES = (
+    [dict(b=b, h=8, r=4096, d=1024, path="strided", in_place=True) for b in (4, 128)]  # DeepGEMM's shapes
+    + [dict(b=b, h=h, r=r, d=d, path="strided", in_place=True)
+       for b, h, r, d in ((100, 3, 512, 256),  # b not a multiple of the tile (a partial slab by TMA)
+                          (1, 4, 512, 192),  # b 1: every slab by 16-byte stores
+                          (37, 1, 512, 320),  # h 1
+                          (200, 2, 1024, 128))]  # two m-blocks per head
+    + [dict(b=9, h=2, r=512, d=256, with_c=True, path="strided", in_place=False),  # c: the masked path
+       dict(b=9, h=2, r=512, d=256, path="strided", d_pad=8, in_place=False)]  # d's heads apart: masked
+)
+"""fp8_einsum's ``strided`` path on the device: in place where its views apply, else its fallback."""
+
+
+@pytest.mark.gpu
+def test_gpu_fp8_einsum_strided_matches_float64():
+    results = run_child_cases("gpu_hc_einsum_cases.py", "fp8_einsum_case", STRIDED_GPU_CASES, timeout=300)
     bad = [r for r in results if not r["ok"]]
     assert not bad, "\n".join(map(str, bad))
 

@@ -627,3 +627,34 @@ def test_signal_kernel_builds_with_release_adds(name, index, mode):
     if mode == 1:  # one plain build per pick is enough
         plain = compiler.compile_cubin(entry, config.defines(), fp8_gemm.GROUPED_SYMBOL, name)
         assert "REDG" not in sass_or_skip(plain.cubin) and "FENCE.VIEW.ASYNC.G" not in sass_or_skip(plain.cubin)
+
+
+def _head_strided_configs() -> list:
+    """The selector's masked picks for fp8_einsum's strided path at DeepGEMM's shapes (h 8, r 4096,
+    d 1024) with b 4 and 128 (64x64 and 128x64 tiles), each with the row-major a_scale."""
+    from deep_tile.gemm.problem import Problem, ProblemKind
+
+    picks = []
+    for b in (4, 128):
+        problem = Problem(b, 1024, 4096, kind=ProblemKind.GROUPED_MASKED, num_groups=8, a_scale_row_major=True)
+        picks.append((select_config(problem, 132).for_problem(problem), problem))
+    return picks
+
+
+@pytest.mark.parametrize("watchdog", [0, 1])
+@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("name", COMPILERS)
+def test_head_strided_kernel_builds_spill_free(name, index, watchdog):
+    """The head-strided masked kernel (DT_HEAD_STRIDED) of fp8_einsum's picks builds without a stack
+    frame or spills, with and without the watchdog, and differs from the plain masked kernel (the
+    define takes effect)."""
+    config, problem = _head_strided_configs()[index]
+    assert fp8_gemm.head_strided_problems(config, problem) == []
+    entry = paths.entry_path(fp8_gemm.ENTRY)
+    extra = {"DT_WATCHDOG": 1} if watchdog else {}
+    result = compiler.compile_cubin(entry, {**fp8_gemm.head_strided_defines(config), **extra}, fp8_gemm.GROUPED_SYMBOL,
+                                    name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    if not watchdog:
+        plain = compiler.compile_cubin(entry, config.defines(), fp8_gemm.GROUPED_SYMBOL, name)
+        assert sass_or_skip(result.cubin) != sass_or_skip(plain.cubin), config.label

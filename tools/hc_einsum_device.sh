@@ -9,7 +9,7 @@
 # cases (pre-norm GEMM: one row block with a tail, split partials with more splits than K blocks,
 # strided views, several work items per CTA, one math warpgroup with pieces; einsum 'bmk,bnk->mn'
 # with float32 and bf16 d, the per-head expressions by torch.bmm and by deep_tile's BF16 GEMM;
-# fp8_einsum per head, grouped and block-diagonal); one untimed pass of the benchmark (both libraries' kernels
+# fp8_einsum per head, grouped, block-diagonal and head-strided); one untimed pass of the benchmark (both libraries' kernels
 # compiled). Phase 2: benchmarks/bench_hc_einsum.py (DeepGEMM beside deep_tile when
 # `import deep_gemm` finds it): the default paths, the first implementations ("old", "torch",
 # "copy") and the alternatives, in one round robin.
@@ -46,7 +46,8 @@ results = [cases.hc(137, 24, 1024),
            cases.einsum_case("bhd,hdr->bhr", dict(b=37, h=3, r=192, d=136), "bfloat16", path="bmm", d_pad=8),
            cases.fp8_einsum_case(300, 2, 384, 264, with_c=True, path="heads", d_pad=8),
            cases.fp8_einsum_case(64, 4, 512, 256, with_c=True, path="masked"),
-           cases.fp8_einsum_case(4, 8, 512, 256, path="diag")]
+           cases.fp8_einsum_case(4, 8, 512, 256, path="diag"),
+           cases.fp8_einsum_case(100, 3, 512, 256, path="strided", in_place=True)]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)

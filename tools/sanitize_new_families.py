@@ -1,7 +1,7 @@
 """The families beside the FP8 GEMM, in one process, for compute-sanitizer (tools/sanitize.sh runs it
 under each tool): the indexer logits (ring and wgmma designs), the paged indexer logits, the
-pre-norm GEMM, the einsum and the BF16 GEMMs, each on the small cases its device script
-(tools/mqa_device.sh, mqa_paged_device.sh, hc_einsum_device.sh, bf16_device.sh) sanitizes:
+pre-norm GEMM, the einsums (fp8_einsum's strided path too) and the BF16 GEMMs, each on the small
+cases its device script (tools/mqa_device.sh, mqa_paged_device.sh, hc_einsum_device.sh, bf16_device.sh) sanitizes:
     SANITIZE_SCRIPTS=tools/sanitize_new_families.py bash tools/sanitize.sh
 (run from the repository root; uses the tests' GPU case modules). Exits 1 when a case fails its check."""
 import sys
@@ -31,6 +31,9 @@ results = [
     hc.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20), hc.hc(600, 24, 640, num_splits=3, num_sms=4),
     hc.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
     hc.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16"),
+    # fp8_einsum's head-strided masked kernel: a partial slab by TMA, and b 1 (16-byte stores only)
+    hc.fp8_einsum_case(100, 3, 512, 256, path="strided", in_place=True),
+    hc.fp8_einsum_case(1, 4, 512, 192, path="strided", in_place=True),
     bf16.dense(130, 264, 200, "nt"), bf16.dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
     bf16.dense(70, 136, 72, "tt", block_n=64), bf16.dense(65, 128, 64, "nn", accumulate="c"),
     bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136),

@@ -44,6 +44,13 @@
 #define DT_STATIC_RING 0
 #endif
 
+// DT_HEAD_STRIDED (optional, 0 when absent): the masked kind reading A and its row-major scales and
+// writing D through [rows, G * cols] views of fp8_einsum's tensors (HeadStridedConfig); the
+// kernel's parameters are unchanged, m is the rows of one group (max_m).
+#ifndef DT_HEAD_STRIDED
+#define DT_HEAD_STRIDED 0
+#endif
+
 // The parameters in fp8_gemm_params.cuh's groups, then the family's configuration (DT_B_SCALE_1D).
 using Shape = deep_tile::TileShape<DT_BLOCK_M, DT_BLOCK_N, DT_WGMMA_N>;
 using Cluster = deep_tile::Multicast<DT_NUM_MULTICAST, DT_MULTICAST_ON_A != 0>;
@@ -67,9 +74,14 @@ using ProductCfg = deep_tile::Fp8Gemm1D2DConfig<Shape, Cluster, Pipeline, FixedK
 // A build with extra defines (probes, tools) may change tuned choices; the library's builds never do.
 #ifdef DT_PROBE_OVERRIDES
 #include "deep_tile/probes/overrides.cuh"
-using Cfg = deep_tile::probes::ProbeOverrides<ProductCfg>;
+using TunedCfg = deep_tile::probes::ProbeOverrides<ProductCfg>;
 #else
-using Cfg = ProductCfg;
+using TunedCfg = ProductCfg;
+#endif
+#if DT_HEAD_STRIDED
+using Cfg = deep_tile::HeadStridedConfig<TunedCfg>;
+#else
+using Cfg = TunedCfg;
 #endif
 // The kernel family: how B is scaled (1D1D: per row, the weight gradients; 1D2D: per 128x128 block).
 #if DT_B_SCALE_1D

@@ -19,7 +19,8 @@ import torch
 from deep_tile.errors import UnsupportedProblemError
 from deep_tile.kernels import fp8_gemm as family
 
-__all__ = ["Plan", "plan", "plan_for_config", "plan_k_grouped_blocks", "plan_signal", "fit_clusters", "select"]
+__all__ = ["Plan", "plan", "plan_for_config", "plan_k_grouped_blocks", "plan_signal", "plan_head_strided", "fit_clusters",
+           "select"]
 
 
 class Plan:
@@ -142,3 +143,19 @@ def plan_signal(problem, num_sms: int, max_block_n: int, mode: int = family.SIGN
         found = _plans[key] = _plan_of(problem, config, {**config.defines(), family.SIGNAL_DEFINE: mode},
                                        family.SIGNAL_SYMBOL, family.signal_argument_specs)
     return found
+
+
+def plan_head_strided(problem, num_sms: int):
+    """The memoised plan of the masked ``problem``'s head-strided kernel (``DT_HEAD_STRIDED``,
+    fp8_einsum's ``strided`` path) on the current device with ``num_sms`` SMs: the selector's pick
+    with the row-major a_scale, its arguments :func:`deep_tile.kernels.fp8_gemm.head_strided_argument_specs`
+    (operands the [max_m, G * cols] views); None when that pick cannot run head-strided
+    (:func:`deep_tile.kernels.fp8_gemm.head_strided_problems`)."""
+    problem = problem.with_a_scale_row_major()
+    key = ("head_strided", problem, num_sms, torch.cuda.current_device())
+    if key not in _plans:
+        config = select(problem, num_sms).for_problem(problem)
+        _plans[key] = None if family.head_strided_problems(config, problem) else _plan_of(
+            problem, config, family.head_strided_defines(config), family.GROUPED_SYMBOL,
+            family.head_strided_argument_specs)
+    return _plans[key]

@@ -43,7 +43,8 @@ __all__ = [
     "epilogue_barriers", "STATIC_K_DEFINE", "STATIC_K_UNROLL_DEFINE", "STATIC_K_UNROLL", "static_k_problems",
     "STATIC_RING_DEFINE", "static_ring_problems", "PROBE_OVERRIDES_DEFINE", "probe_defines",
     "K_GROUPED_BLOCKS_CODE", "K_GROUPED_BLOCKS_ARGUMENTS", "K_GROUPED_BLOCKS_OPERANDS", "k_grouped_blocks_defines",
-    "k_grouped_blocks_argument_specs",
+    "k_grouped_blocks_argument_specs", "HEAD_STRIDED_DEFINE", "head_strided_problems", "head_strided_defines",
+    "head_strided_argument_specs",
 ]
 
 ENTRY = "fp8_gemm_sm90"
@@ -761,3 +762,50 @@ def a_scale_masked_columns(problem, config) -> bool:
     (strides ``(K blocks * align4(max_m), 1, align4(max_m))``), passed as the 2-D view
     ``[G * K blocks, max_m]``: a row of max_m floats per (expert, K block)."""
     return problem.kind is ProblemKind.GROUPED_MASKED and not config.a_scale_row_major
+
+
+HEAD_STRIDED_DEFINE = "DT_HEAD_STRIDED"
+"""The define, set to 1, of the masked kernel reading A and its row-major scales and writing D
+through ``[max_m, G * cols]`` views (``HeadStridedConfig`` in include/deep_tile/kernels/fp8_gemm_config.cuh):
+fp8_einsum's ``x [b, h, r]``, ``sx [b, h, r / 128]`` and ``d [b, h, d]`` read and written in place,
+group (head) g's rows ``i`` at row i, from column ``g * r``, ``g * r / 128`` and ``g * d``. Absent,
+the kernels are unchanged."""
+
+
+def head_strided_problems(config, problem) -> list:
+    """Why ``config``'s kernel cannot run the masked ``problem`` head-strided, one phrase per broken
+    rule: the masked kind with the row-major a_scale, bf16 out without C, no swap-AB or split-K,
+    1D2D scales; K a multiple of 512 (whole 128-blocks, so a box never reaches the next head's
+    columns, and each head's scales start 16-byte aligned) and n a multiple of 64 (nor a store
+    atom)."""
+    problems = []
+    if (problem.kind is not ProblemKind.GROUPED_MASKED or not config.a_scale_row_major or config.swap_n
+            or config.split_k != 1 or config.b_scale_1d or config.out_dtype != "bfloat16"
+            or config.c_dtype is not None):
+        problems.append("head_strided needs the masked kind with the row-major a_scale, bf16 out without c, no "
+                        f"swap-AB, split-K or 1D1D scales; got {config.label}")
+    if problem.k % (4 * BLOCK_K) or problem.n % 64:
+        problems.append(f"head_strided needs k a multiple of {4 * BLOCK_K} and n of 64; got k={problem.k}, "
+                        f"n={problem.n}")
+    return problems
+
+
+def head_strided_defines(config) -> dict:
+    """The defines of ``config``'s head-strided kernel: its own and :data:`HEAD_STRIDED_DEFINE`."""
+    return defines(config) | {HEAD_STRIDED_DEFINE: 1}
+
+
+def head_strided_argument_specs(config, problem) -> tuple:
+    """:func:`argument_specs` of the head-strided masked kernel, operands :data:`GROUPED_OPERANDS`
+    as the views ``a [max_m, G * k]`` (FP8), ``a_scale [max_m, G * K blocks]`` (row-major),
+    ``b [G * n, k]``, ``b_scale`` contiguous, ``out [max_m, G * n]`` and ``masked_m``: the kernel's
+    m is max_m (its boxes, and its stage bytes, of at most max_m rows) and k the problem's."""
+    m = problem.m
+    boxes = tensor_map_boxes(config, m)
+    return (spec.TensorMap(_A, "uint8", 1, 0, boxes.a, 128, config.l2_promotion),
+            spec.TensorMap(_B, "uint8", 1, 0, boxes.b, 128, config.l2_promotion),
+            spec.TensorMap(_A_SCALE, "float32", 1, 0, boxes.a_scale, 0),
+            spec.TensorMap(_OUT, "bfloat16", 1, 0, boxes.d, boxes.d_swizzle, slab_rows=boxes.d[1]),
+            spec.Pointer(_B_SCALE), spec.Pointer(_OUT), spec.Stride(_OUT, 0), spec.Size(_A, 0),
+            spec.Value(problem.n), spec.Value(problem.k), spec.Value(config.raster_width), spec.Pointer(_GROUP_INFO),
+            spec.Value(problem.num_groups), spec.Value(m))

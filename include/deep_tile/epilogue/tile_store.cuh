@@ -2,6 +2,7 @@
 // compile time (TileStoreFor): the consumer loop makes one store call per tile and knows no variant.
 //
 //   Bf16TmaStore       bf16 D through shared memory and TMA (the default; with completion signals)
+//   HeadStridedStore   the same, each group's rows and columns in D's [rows, G * n] view (kHeadStrided)
 //   SwappedStore       swap-AB bf16 D, transposed back, straight from registers
 //   F32TmaStore        FP32 D staged per sub-tile, stored or reduce-added by TMA (kTmaF32Store)
 //   StagedStore        the K-grouped FP32 D through the storer thread (kStagedEpilogue)
@@ -64,6 +65,19 @@ struct Bf16TmaStore : StoreBulkPending<Cfg> {
     // The previous tile's slab, handed to the signal warp here (SignalsAtNextStore), exists after the first tile.
     store_tile_bf16<Cfg>(o.smem_d, o.tma_d, result, o.wg, o.thread_in_wg, t.m0, t.n0, t.m_end, o.n, row_real, o.d,
                          o.ldd, first_tile ? -1 : 0);
+  }
+};
+
+/// Bf16TmaStore of the head-strided kernel (Cfg::kHeadStrided): group e's rows are rows
+/// m0 - e * m of D's [m, G * n] view (o.m is max_m there), its columns from e * n, so the tile's
+/// origin and column bound are moved there and the grouped store's TMA and 16-byte paths apply.
+template <class Cfg>
+struct HeadStridedStore : StoreBulkPending<Cfg> {
+  DT_DEVICE void store(const StoreArgs<Cfg>& o, const TileResult<Cfg>& result, const Tile<Cfg>& t, bool row_real,
+                       bool, int) {
+    const int rows_before = t.expert * o.m, cols_before = t.expert * o.n;
+    store_tile_bf16<Cfg>(o.smem_d, o.tma_d, result, o.wg, o.thread_in_wg, t.m0 - rows_before, cols_before + t.n0,
+                         t.m_end - rows_before, cols_before + o.n, row_real, o.d, o.ldd, -1);
   }
 };
 
@@ -144,6 +158,7 @@ using TileStoreFor = typename If<
     typename If<Cfg::kKGrouped, KGroupedDirectStore<Cfg>,
     typename If<Cfg::kDirectStore && Cfg::kSwapAB, SwappedDirectStore<Cfg>,
     typename If<Cfg::kDirectStore, DirectStore<Cfg>,
-    typename If<Cfg::kSwapAB, SwappedStore<Cfg>, Bf16TmaStore<Cfg>>::type>::type>::type>::type>::type>::type>::type;
+    typename If<Cfg::kSwapAB, SwappedStore<Cfg>,
+    typename If<Cfg::kHeadStrided, HeadStridedStore<Cfg>, Bf16TmaStore<Cfg>>::type>::type>::type>::type>::type>::type>::type>::type;
 
 }  // namespace deep_tile

@@ -286,6 +286,9 @@ struct Fp8GemmConfig {
   // The grouped kinds store a slab whose real rows end inside it (a partial slab) by TMA too:
   // D's map is then the 3-D view of store_bf16.cuh's SlabView.
   static constexpr bool kPartialTma = true;
+  // Head-strided A and D (DT_HEAD_STRIDED, the masked kind only): group g's rows i are row i of
+  // [rows, G * K] / [rows, G * N] views, at column g * K / g * N (fp8_einsum's x [b, h, r], d [b, h, d]).
+  static constexpr bool kHeadStrided = false;
   static constexpr int kSmemBytes = kSmemDBytes + kNumStages * kStageBytes + kSmemBScaleBytes + kNumStages * 16 +
                                     kNumEpilogueBarriers * 8 + kSmemTableBytes;
   // The table's offset from the start of shared memory (the last region, SharedStorage::group_table).
@@ -348,6 +351,18 @@ struct Fp8GemmConfig {
                    "DT_STAGED_EPILOGUE needs the K-grouped kind (DT_PROBLEM_KIND 4), FP32 D (DT_OUT_KIND 1) without C or "
                    "accumulated in place (DT_C_KIND 0 or 3), and one sub-tile per consumer warpgroup");
   DT_STATIC_ASSERT(kSmemBytes <= 232448, "shared memory exceeds the sm_90 limit of 232448 bytes");
+};
+
+/// The head-strided variant of a masked config (DT_HEAD_STRIDED; kHeadStrided): A, its row-major
+/// scales and D read and written in views of fp8_einsum's [b, h, *] tensors, whose rows are the
+/// kernel's m (max_m) and whose group e starts at column e * K, e * K blocks and e * n.
+template <class Cfg>
+struct HeadStridedConfig : Cfg {
+  static constexpr bool kHeadStrided = true;
+  DT_STATIC_ASSERT(Cfg::kProblemKind == ProblemKind::kGroupedMasked && Cfg::kAScaleRowMajor && !Cfg::kDirectStore &&
+                       !Cfg::kSwapAB && Cfg::kSignal == 0 && Cfg::kSplitK == 1 && !Cfg::kBScale1D,
+                   "DT_HEAD_STRIDED needs the masked kind (DT_PROBLEM_KIND 2) with the row-major a_scale, bf16 D "
+                   "without C, no swap-AB, no signals, no split-K and 1D2D scales");
 };
 
 }  // namespace deep_tile

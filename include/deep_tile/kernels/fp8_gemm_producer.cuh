@@ -114,13 +114,25 @@ DT_DEVICE void producer_loop(const SharedStorage<Cfg>& smem, const TmaDescriptor
       // a multicast half from the peer completes on this barrier too.
       ptx::mbarrier_arrive_expect_tx(full, stage_tx_bytes);
       const int k0 = kb * Cfg::kBlockK;
-      // kKGroupedBlocks: a group's first k-block may start before its block (negative, zero-filled)
-      load_operand<Cfg::kMulticastA, Cfg::kBlockM, Cfg::kEvictFirstB>(
-          smem.a + state.index * Cfg::kTileABytes, map_a, full, k0 - k_origin, tile.m0, tile.multicast, rank, policy_a);
+      if constexpr (Cfg::kHeadStrided) {
+        // group e's rows are rows m0 - e * m of A's [m, G * K] view, from column e * K (K whole blocks)
+        const int row0 = tile.m0 - tile.expert * sched.m;
+        load_operand<Cfg::kMulticastA, Cfg::kBlockM, Cfg::kEvictFirstB>(
+            smem.a + state.index * Cfg::kTileABytes, map_a, full, tile.expert * sched.num_k_blocks * Cfg::kBlockK + k0,
+            row0, tile.multicast, rank, policy_a);
+      } else {
+        // kKGroupedBlocks: a group's first k-block may start before its block (negative, zero-filled)
+        load_operand<Cfg::kMulticastA, Cfg::kBlockM, Cfg::kEvictFirstB>(
+            smem.a + state.index * Cfg::kTileABytes, map_a, full, k0 - k_origin, tile.m0, tile.multicast, rank,
+            policy_a);
+      }
       load_operand<Cfg::kMulticastB, Cfg::kBlockN, Cfg::kEvictFirstB>(
           smem.b + state.index * Cfg::kTileBBytes, map_b, full, k0 - k_origin, b_row0, tile.multicast, rank, policy_b);
       float* a_scale = smem.a_scale + state.index * Cfg::kBlockM * Cfg::kAScaleCols;
-      if constexpr (Cfg::kAScaleRowMajor) {
+      if constexpr (Cfg::kHeadStrided) {  // the [m, G * K blocks] view: group e's scales from column e * K blocks
+        ptx::tma_load_2d(a_scale, tma_a_scale, full, tile.expert * sched.num_k_blocks + (kb & ~3),
+                         tile.m0 - tile.expert * sched.m);
+      } else if constexpr (Cfg::kAScaleRowMajor) {
         ptx::tma_load_2d(a_scale, tma_a_scale, full, kb & ~3, tile.m0);  // [block_m][4 K blocks]
       } else {
         // [block_m] of K block kb (the masked kind's map has a row per expert and K block)
