@@ -204,6 +204,14 @@ def all_configs() -> list:
     cfgs += [contract.Bf16Config("k", "mn", 128, contract.deep_stages(128), False, False, "normal"),
              contract.Bf16Config("mn", "mn", 64, contract.deep_stages(64), True, False, "normal"),
              contract.Bf16Config("k", "k", 192, contract.deep_stages(192), False, True, "normal", False, 16)]
+    # d staged a buffer per box (store_all): bf16 and float32, every major, multicast, the reduce-add
+    cfgs += [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal", True, 128, 1, True)
+             for ma, mb, bn, f32, acc in (("k", "k", 256, False, False), ("k", "k", 240, False, False),
+                                          ("k", "k", 192, False, False), ("mn", "mn", 256, False, False),
+                                          ("k", "k", 128, True, False), ("mn", "mn", 192, True, True),
+                                          ("k", "mn", 256, True, True))]
+    cfgs += [contract.Bf16Config("k", "k", 256, 0, False, False, "normal", True, 128, 2, True),
+             contract.Bf16Config("k", "k", 176, 0, True, True, "normal", True, 128, 2, True)]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
@@ -221,7 +229,7 @@ def test_contract_geometry():
     assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 12
+        assert len(cfg.defines()) == 13
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=88)
     with pytest.raises(ValueError):
@@ -249,6 +257,14 @@ def test_contract_geometry():
     with pytest.raises(ValueError):
         contract.Bf16Config("mn", "mn", 128, 0, True, True, "k_grouped", True)
     assert contract.Bf16Config(out_f32=True, accumulate=True, tma_store=True).smem <= contract.SMEM_LIMIT
+    # store_all: a buffer per box (64 KiB at 256 wide), so fewer stages; only where it differs from two
+    cfg = contract.Bf16Config(block_n=256, tma_store=True, store_all=True)
+    assert cfg.stages == 3 and cfg.smem == 3 * (384 * 128 + 16) + 2 * 4 * 64 * 128
+    assert contract.Bf16Config(block_n=128, out_f32=True, tma_store=True, store_all=True).stages == 5
+    for bad in (dict(block_n=256, store_all=True), dict(block_n=128, tma_store=True, store_all=True),
+                dict(block_n=256, tma_store=True, store_all=True, stages=4)):
+        with pytest.raises(ValueError):
+            contract.Bf16Config(**bad)
 
 
 def test_tile_rule():
@@ -310,7 +326,8 @@ def test_split_workspace_and_arguments():
 def test_bad_plans_are_refused():
     import deep_tile.bf16 as host
 
-    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4)):
+    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4), (64, 1, 128, 1, 1), (64, 1, 128, 1, 13),
+                   (256, 1, 128, 1, 0, 2)):
         with pytest.raises(ValueError, match="a plan takes"):
             contract.Bf16Plan(*fields)
     with pytest.raises(ValueError, match="a plan takes"):
@@ -324,6 +341,25 @@ def test_bad_plans_are_refused():
     finally:
         host.FORCE_PLAN = None
     assert torch.isnan(d).all()  # refused before c was copied in
+
+
+def test_forced_plan_ring_and_staging():
+    import deep_tile.bf16 as host
+
+    assert host.parse_plan("256/1/128/1/3/1") == contract.Bf16Plan(256, 1, 128, 1, 3, 1)
+    assert host.parse_plan("64/4") == contract.Bf16Plan(64, 4)
+    # a forced ring: d from registers; store_all: d staged a buffer per box where it can be
+    cfg = host._config(contract.Bf16Plan(32, 2, 128, 1, 11), "k", "k", False, False, "normal", True)
+    assert cfg.stages == 11 and not cfg.tma_store
+    cfg = host._config(contract.Bf16Plan(256, 1, 128, 1, 0, 1), "k", "k", False, False, "normal", True)
+    assert cfg.store_all and cfg.tma_store and cfg.stages == 3
+    cfg = host._config(contract.Bf16Plan(240, 1, 128, 2, 0, 1), "k", "k", False, False, "normal", True)
+    assert cfg.store_all and cfg.cluster_m == 2
+    # two boxes or fewer, or d not TMA-stored: the ordinary epilogue
+    cfg = host._config(contract.Bf16Plan(128, 1, 128, 1, 0, 1), "k", "k", False, False, "normal", True)
+    assert not cfg.store_all and cfg.tma_store
+    cfg = host._config(contract.Bf16Plan(256, 1, 128, 1, 0, 1), "k", "k", False, True, "normal", False)
+    assert not cfg.store_all and not cfg.tma_store
 
 
 def test_generated_wgmma_header_is_current():
@@ -387,6 +423,17 @@ DENSE_CASES = (
            (300, 530, 520, "nt", 176, "bf16", "none"), (257, 400, 264, "tt", 144, "bf16", "none"),
            (384, 300, 200, "nt", 96, "f32", "none"), (200, 520, 640, "tt", 176, "f32", "inplace"),
            (129, 264, 136, "nt", 48, "bf16", "c"), (1000, 2112, 1024, "nt", 256, "bf16", "none"))]
+    # d staged a buffer per box (store_all): several tiles per CTA (the wait on the previous tile's stores),
+    # column tails past the last box, float32 reduce-add, multicast; forced rings (d from registers)
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, cluster_m=cl, store_all=1, out=out, accumulate=acc)
+       for m, n, k, layout, bn, cl, out, acc in (
+           (1100, 2200, 320, "nt", 256, 1, "bf16", "none"), (1100, 2100, 320, "tt", 240, 1, "bf16", "none"),
+           (600, 1000, 200, "nn", 192, 1, "bf16", "none"), (700, 1100, 264, "tn", 256, 1, "f32", "inplace"),
+           (300, 530, 1024, "nt", 128, 1, "f32", "c"), (1000, 2112, 512, "nt", 256, 2, "bf16", "none"),
+           (300, 700, 200, "tt", 176, 2, "f32", "inplace"))]
+    + [dict(m=m, n=n, k=k, layout="nt", block_n=bn, splits=sp, box_m=box, stages=st)
+       for m, n, k, bn, sp, box, st in ((1, 4096, 7168, 32, 1, 16, 11), (128, 2112, 7168, 32, 2, 128, 11),
+                                        (128, 2112, 7168, 16, 1, 128, 12), (300, 600, 1024, 256, 1, 128, 3))]
     # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
     + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
        for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),
