@@ -224,6 +224,7 @@ _LATENCY_US = 2.0              # a stage's round trip: the ring's bytes in fligh
 _HBM_BYTES_US = 4.0e6
 _STORE_BYTES_US = 46e3         # one CTA's tile of D stored (the consumers wait), bytes per microsecond
 _ADD_BYTES_US = 15.5e3         # and added to D's previous value (D read from HBM first)
+_TAIL_BYTES_US = 16e3          # the columns past a staged tile's last whole box, stored from registers besides
 _SPLIT_US = 0.5                # split K: the counter's round trip and the last CTA's barriers
 _PARTIAL_BYTES_US = 60e3       # one SM's float32 partial stores and loads (not TMA)
 MAX_SPLIT_M_BLOCKS = 2
@@ -240,10 +241,14 @@ def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, sp
     rows = 64 if box_m <= 64 else BLOCK_M
     stage = (box_m + block_n) * BLOCK_K * 2  # what lands in this CTA's shared memory, multicast or not
     mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
-    ring = deep_stages(block_n) if splits > 1 or (block_n <= DEEP_MAX_BLOCK_N and not accumulate) else stages_for(block_n)
+    deep = splits > 1 or (block_n <= DEEP_MAX_BLOCK_N and not accumulate)  # D from registers (plan_stages)
+    ring = deep_stages(block_n) if deep else stages_for(block_n)
     feed = max(stage / _SM_BYTES_US + stage * active / _L2_BYTES_US, _LATENCY_US / ring)
     out = min(BLOCK_M, max(1, m)) * block_n * (4 if out_f32 else 2)  # one tile of D
     epilogue = out / _STORE_BYTES_US + (out / _ADD_BYTES_US if accumulate else 0.0)
+    box_cols = (STORE_BOX_F32 if out_f32 else STORE_BOX)[0]
+    if not deep and (out_f32 or not accumulate):  # a staged store: its column tail waits
+        epilogue += min(BLOCK_M, max(1, m)) * (block_n % box_cols) * (4 if out_f32 else 2) / _TAIL_BYTES_US
     if splits > 1:  # only the last split of a tile stores D
         epilogue = 0.0
     cost = ceil_div(tiles, sms) * (ceil_div(k_blocks, splits) * max(mma, feed) + epilogue)
@@ -258,7 +263,8 @@ def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int,
     """Predicted microseconds: waves of CTAs times each CTA's k blocks at the slower of its wgmma and
     its feed (the bytes landing in its shared memory at one SM's rate, slowed in proportion to the
     active CTAs; or the ring's bytes per round trip), plus each tile's epilogue (its D stored, and
-    added to D's previous value when accumulating), no less than the HBM reads; splits add the
+    added to D's previous value when accumulating; a staged store's columns past its last whole box
+    cost extra, as measured at 240 wide against 256), no less than the HBM reads; splits add the
     partials' stores and the last split's loads. B multicast to pairs saves nothing here (measured
     no faster): it only costs the SMs a pair cannot use."""
     return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m, out_f32, accumulate)[0]
