@@ -163,7 +163,8 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
                                    pl.box_m, pl.cluster_m, True)
     stages = pl.stages or (contract.plan_stages(pl, accumulate) if deep else 0)
     return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
-                               store and not stages, pl.box_m, pl.cluster_m)
+                               store and not stages, pl.box_m, pl.cluster_m, False,
+                               bool(pl.stages) and pl.box_m <= 64)  # a forced ring: A's unread rows need no room
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:

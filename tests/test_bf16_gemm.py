@@ -212,6 +212,11 @@ def all_configs() -> list:
                                           ("k", "mn", 256, True, True))]
     cfgs += [contract.Bf16Config("k", "k", 256, 0, False, False, "normal", True, 128, 2, True),
              contract.Bf16Config("k", "k", 176, 0, True, True, "normal", True, 128, 2, True)]
+    # short A boxes with a 64-row A slot and the deeper rings it makes room for (forced rings)
+    cfgs += [contract.Bf16Config(ma, mb, bn, st, f32, acc, "normal", False, box, 1, False, True)
+             for ma, mb, bn, st, f32, acc, box in (("k", "k", 32, 16, False, False, 16), ("k", "k", 64, 14, False, False, 16),
+                                                   ("k", "k", 128, 9, False, False, 16), ("mn", "k", 64, 14, True, True, 64),
+                                                   ("k", "mn", 128, 9, True, False, 32), ("k", "k", 256, 5, False, True, 16))]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
@@ -229,7 +234,7 @@ def test_contract_geometry():
     assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 13
+        assert len(cfg.defines()) == 14
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=88)
     with pytest.raises(ValueError):
@@ -261,8 +266,11 @@ def test_contract_geometry():
     cfg = contract.Bf16Config(block_n=256, tma_store=True, store_all=True)
     assert cfg.stages == 3 and cfg.smem == 3 * (384 * 128 + 16) + 2 * 4 * 64 * 128
     assert contract.Bf16Config(block_n=128, out_f32=True, tma_store=True, store_all=True).stages == 5
+    # compact_a: a 64-row A slot at short A boxes, so 16 stages of 32 columns fit
+    assert contract.Bf16Config(block_n=32, stages=16, box_m=16, compact_a=True).smem == 16 * (96 * 128 + 16)
     for bad in (dict(block_n=256, store_all=True), dict(block_n=128, tma_store=True, store_all=True),
-                dict(block_n=256, tma_store=True, store_all=True, stages=4)):
+                dict(block_n=256, tma_store=True, store_all=True, stages=4), dict(block_n=32, compact_a=True),
+                dict(block_n=32, stages=16, box_m=16), dict(block_n=32, stages=17, box_m=16, compact_a=True)):
         with pytest.raises(ValueError):
             contract.Bf16Config(**bad)
 
@@ -330,7 +338,7 @@ def test_split_workspace_and_arguments():
 def test_bad_plans_are_refused():
     import deep_tile.bf16 as host
 
-    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4), (64, 1, 128, 1, 1), (64, 1, 128, 1, 13),
+    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4), (64, 1, 128, 1, 1), (64, 1, 128, 1, 17),
                    (256, 1, 128, 1, 0, 2)):
         with pytest.raises(ValueError, match="a plan takes"):
             contract.Bf16Plan(*fields)
@@ -354,7 +362,10 @@ def test_forced_plan_ring_and_staging():
     assert host.parse_plan("64/4") == contract.Bf16Plan(64, 4)
     # a forced ring: d from registers; store_all: d staged a buffer per box where it can be
     cfg = host._config(contract.Bf16Plan(32, 2, 128, 1, 11), "k", "k", False, False, "normal", True)
-    assert cfg.stages == 11 and not cfg.tma_store
+    assert cfg.stages == 11 and not cfg.tma_store and not cfg.compact_a
+    cfg = host._config(contract.Bf16Plan(32, 1, 16, 1, 16), "k", "k", False, False, "normal", True)
+    assert cfg.stages == 16 and cfg.compact_a  # a short A box's forced ring: 64-row A slots
+    assert not host._config(contract.Bf16Plan(32, 1, 16), "k", "k", False, False, "normal", True, True).compact_a
     cfg = host._config(contract.Bf16Plan(256, 1, 128, 1, 0, 1), "k", "k", False, False, "normal", True)
     assert cfg.store_all and cfg.tma_store and cfg.stages == 3
     cfg = host._config(contract.Bf16Plan(240, 1, 128, 2, 0, 1), "k", "k", False, False, "normal", True)
@@ -435,9 +446,13 @@ DENSE_CASES = (
            (600, 1000, 200, "nn", 192, 1, "bf16", "none"), (700, 1100, 264, "tn", 256, 1, "f32", "inplace"),
            (300, 530, 1024, "nt", 128, 1, "f32", "c"), (1000, 2112, 512, "nt", 256, 2, "bf16", "none"),
            (300, 700, 200, "tt", 176, 2, "f32", "inplace"))]
-    + [dict(m=m, n=n, k=k, layout="nt", block_n=bn, splits=sp, box_m=box, stages=st)
-       for m, n, k, bn, sp, box, st in ((1, 4096, 7168, 32, 1, 16, 11), (128, 2112, 7168, 32, 2, 128, 11),
-                                        (128, 2112, 7168, 16, 1, 128, 12), (300, 600, 1024, 256, 1, 128, 3))]
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, splits=sp, box_m=box, stages=st, out=out, accumulate=acc)
+       for m, n, k, layout, bn, sp, box, st, out, acc in (
+           (1, 4096, 7168, "nt", 32, 1, 16, 16, "bf16", "none"), (1, 4096, 7168, "nt", 64, 2, 16, 14, "bf16", "none"),
+           (1, 4096, 7168, "nt", 128, 4, 16, 9, "bf16", "none"), (30, 1000, 2048, "nt", 64, 3, 32, 14, "f32", "c"),
+           (50, 600, 1024, "tn", 64, 2, 64, 14, "f32", "inplace"), (7, 520, 640, "nn", 128, 1, 16, 9, "bf16", "none"),
+           (128, 2112, 7168, "nt", 32, 2, 128, 11, "bf16", "none"), (128, 2112, 7168, "nt", 16, 1, 128, 12, "bf16", "none"),
+           (300, 600, 1024, "nt", 256, 1, 128, 3, "bf16", "none"))]
     # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
     + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
        for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),

@@ -19,7 +19,7 @@ from deep_tile.common import ceil_div
 __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
            "GEMM_TYPES", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
            "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
-           "store_boxes", "staging_bytes",
+           "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES",
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
            "MAX_SPLIT_M_BLOCKS", "plan_cost"]
 
@@ -62,8 +62,9 @@ STORE_BOX_F32 = (32, 64)
 """float32 D's TMA box (columns, rows)."""
 
 
-def stage_bytes(block_n: int) -> int:
-    return (BLOCK_M + block_n) * BLOCK_K * 2
+def stage_bytes(block_n: int, compact_a: bool = False) -> int:
+    """One stage's slots: A (128 rows, or 64 with ``compact_a``) and B."""
+    return ((64 if compact_a else BLOCK_M) + block_n) * BLOCK_K * 2
 
 
 def store_boxes(block_n: int, out_f32: bool) -> int:
@@ -86,6 +87,8 @@ def stages_for(block_n: int, tma_store: bool = False, store_all: bool = False, o
 
 
 DEEP_MAX_STAGES = 12
+MAX_RING_STAGES = 16
+"""The deepest ring a configuration (a forced plan) may name."""
 DEEP_MAX_BLOCK_N = 128
 """Plans this narrow that store D from registers take :func:`deep_stages` (no staging to make room for)."""
 
@@ -105,10 +108,10 @@ def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
 
 
 def smem_bytes(block_n: int, stages: int, tma_store: bool = False, store_all: bool = False,
-               out_f32: bool = False) -> int:
+               out_f32: bool = False, compact_a: bool = False) -> int:
     """Dynamic shared memory: the stages, ``tma_store``'s staging, 2 mbarriers per stage
     (``Bf16GemmConfig::kSmemBytes``)."""
-    return stages * stage_bytes(block_n) + staging_bytes(block_n, tma_store, store_all, out_f32) + 16 * stages
+    return stages * stage_bytes(block_n, compact_a) + staging_bytes(block_n, tma_store, store_all, out_f32) + 16 * stages
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,7 @@ class Bf16Config:
     box_m: int = BLOCK_M
     cluster_m: int = 1
     store_all: bool = False  # tma_store: a buffer per box, one wait per tile (kStoreAll)
+    compact_a: bool = False  # box_m <= 64: a 64-row A slot per stage, room for a deeper ring (kCompactA)
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
@@ -153,14 +157,16 @@ class Bf16Config:
                              "whole box wide, not the masked or K-grouped GEMM.")
         if self.store_all and not (self.tma_store and store_boxes(self.block_n, self.out_f32) >= 3):
             raise ValueError("bf16_gemm: store_all takes tma_store and at least three whole boxes per tile row.")
+        if self.compact_a and self.box_m > 64:
+            raise ValueError("bf16_gemm: compact_a takes box_m 64 or less.")
         if not self.stages:
             object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store, self.store_all, self.out_f32))
-        if self.stages < 2 or self.stages > DEEP_MAX_STAGES or self.smem > SMEM_LIMIT:
+        if self.stages < 2 or self.stages > MAX_RING_STAGES or self.smem > SMEM_LIMIT:
             raise ValueError(f"bf16_gemm: {self.stages} stages of block_n {self.block_n} do not fit shared memory.")
 
     @property
     def smem(self) -> int:
-        return smem_bytes(self.block_n, self.stages, self.tma_store, self.store_all, self.out_f32)
+        return smem_bytes(self.block_n, self.stages, self.tma_store, self.store_all, self.out_f32, self.compact_a)
 
     def defines(self) -> dict:
         return {"DT_BF16_MAJOR_A": int(self.major_a == "mn"), "DT_BF16_MAJOR_B": int(self.major_b == "mn"),
@@ -168,7 +174,7 @@ class Bf16Config:
                 "DT_BF16_OUT_F32": int(self.out_f32), "DT_BF16_ACCUMULATE": int(self.accumulate),
                 "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
                 "DT_BF16_BOX_M": self.box_m, "DT_BF16_CLUSTER_M": self.cluster_m,
-                "DT_BF16_STORE_ALL": int(self.store_all),
+                "DT_BF16_STORE_ALL": int(self.store_all), "DT_BF16_COMPACT_A": int(self.compact_a),
                 "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": THREADS}
 
@@ -176,7 +182,7 @@ class Bf16Config:
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} 128x{self.block_n} s{self.stages}"
                 f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}"
-                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}{' store-all' if self.store_all else ''}")
+                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}{' store-all' if self.store_all else ''}{' compact-a' if self.compact_a else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
@@ -197,7 +203,8 @@ class Bf16Plan:
     """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed in the
     kernel by each tile's last split), the A rows each stage loads, the CTAs sharing B by multicast
     (1 or 2; forced plans only), and for forced plans only: the ring's depth (0: the default rule;
-    else that many stages, D from registers unless ``store_all``) and ``store_all`` (1: D staged a
+    else that many stages, D from registers unless ``store_all``, and a 64-row A slot when
+    ``box_m`` <= 64, ``Bf16Config.compact_a``) and ``store_all`` (1: D staged a
     buffer per box, ``Bf16Config.store_all``, where D takes TMA stores and the tile holds 3+ boxes)."""
 
     block_n: int
@@ -209,11 +216,11 @@ class Bf16Plan:
 
     def __post_init__(self):
         if (self.block_n not in BLOCK_NS or not 1 <= self.splits <= MAX_SPLITS or self.box_m not in BOX_MS
-                or self.cluster_m not in (1, 2) or not (self.stages == 0 or 2 <= self.stages <= DEEP_MAX_STAGES)
+                or self.cluster_m not in (1, 2) or not (self.stages == 0 or 2 <= self.stages <= MAX_RING_STAGES)
                 or self.store_all not in (0, 1)):
             raise ValueError(f"bf16_gemm: a plan takes block_n in {BLOCK_NS[0]}..{BLOCK_NS[-1]} (steps of 16), "
                              f"1..{MAX_SPLITS} splits, box_m in {BOX_MS}, cluster_m 1 or 2, stages 0 or "
-                             f"2..{DEEP_MAX_STAGES} and store_all 0 or 1; got {self}.")
+                             f"2..{MAX_RING_STAGES} and store_all 0 or 1; got {self}.")
 
 
 # the cost model's machine (an H200; only ratios between candidates matter)

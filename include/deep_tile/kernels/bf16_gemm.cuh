@@ -41,16 +41,17 @@ namespace deep_tile {
 
 enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
-/// The kernel's compile-time configuration (11 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+/// The kernel's compile-time configuration (12 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
 ///   kTmaStore: D leaves through swizzled shared memory and TMA stores / reduce-adds (else from registers);
 ///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM);
 ///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast);
-///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two.
+///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two;
+///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
-          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0>
+          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
@@ -61,7 +62,8 @@ struct Bf16GemmConfig {
   static constexpr int kBandM = 8;      // m-blocks per band of the tile order
   static constexpr int kBoxM = kBoxM_;
   static constexpr int kClusterM = kClusterM_;
-  static constexpr int kABytes = kBlockM * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
+  static constexpr bool kCompactA = kCompactA_ != 0;
+  static constexpr int kABytes = (kCompactA ? 64 : kBlockM) * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStageTxBytes = kBoxM * kBlockK * 2 + kBBytes;  // what one stage's TMAs deliver
   static constexpr bool kTmaStore = kTmaStore_ != 0;
@@ -84,6 +86,8 @@ struct Bf16GemmConfig {
                    "kClusterM: 1, or 2 for the dense GEMM with a K-major B");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
   DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
+  DT_STATIC_ASSERT(kCompactA_ == 0 || (kCompactA_ == 1 && kBoxM_ <= 64),
+                   "kCompactA: only with kBoxM <= 64 (the second warpgroup then reads no A)");
   DT_STATIC_ASSERT(kStoreAll_ == 0 || (kStoreAll_ == 1 && kTmaStore_ == 1 && kStoreBoxes >= 3),
                    "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
