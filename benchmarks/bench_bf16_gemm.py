@@ -42,7 +42,7 @@ ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/1
         "4096:24576:1536:nt:bf16=240/1/128/1,256/1/128/1/0/1,256/1/128/2/0/1,240/1/128/2",
         "4096:32768:512:nt:bf16=256/1/128/1/0/1,256/1/128/2/0/1,256/1/128/2",
         "128:2112:7168:nt:bf16=32/2/128/1/11,16/1/128/1/12,48/3/128/1/10,96/6/128/1/8",
-        "1:4096:7168:nt:bf16=32/1/16/1/11,64/2/16/1/9",
+        "1:4096:7168:nt:bf16=32/1/16/1/16,64/2/16/1/14,128/4/16/1/9",
         "4096:256:7168:nt:f32=64/1/128/1")
 """Default ``--alt``: forced plans beside the chosen one where DeepGEMM leads or the cost model is
 least sure (``block_n/splits/box_m/cluster_m[/stages[/store_all]]``; forced plans without stages
@@ -50,7 +50,8 @@ run the default ring). 4096 x 24576 x 1536 and 4096 x 32768 x 512 (DeepGEMM: 128
 multicast, 256 x 128 with A multicast, both staging the whole tile of d): the 240 width the
 model took before, d staged a buffer per box (one wait per tile instead of one per box), with and
 without B multicast. 128 x 2112 and 1 x 4096 (DeepGEMM: 64 x 32 and 16 x 32 tiles, 132 and 128
-CTAs, no split, 16 stages): as many CTAs with fewer splits or none, with the deep rings. 4096 x 256
+CTAs, no split, 16 stages): as many CTAs with fewer splits or none, with the deep rings (at m = 1
+a 64-row A slot per stage makes room for 9-16 stages). 4096 x 256
 float32 (DeepGEMM: 64 x 128, 8 stages, d through shared memory): the default ring with d by TMA
 against the chosen deep ring with d from registers."""
 WEAK = ("4096:24576:1536:nt:bf16", "4096:32768:512:nt:bf16", "128:2112:7168:nt:bf16", "1:4096:7168:nt:bf16",
