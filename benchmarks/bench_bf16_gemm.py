@@ -11,8 +11,9 @@ legacy selection's time (``DEEP_TILE_BF16_LEGACY``'s plan, timed in the same rou
 and cuBLAS's, and the speedups (their us / deep_tile us; cuBLAS writes bf16 and does not
 accumulate). Before timing, both deep_tile paths' results are compared with float32 torch
 (calc_diff). ``--json PATH`` writes the
-rows. ``--alt SHAPE=PLAN,...`` times forced plans (``block_n/splits/box_m/cluster_m``) of a shape in the
-same rounds, printed as a second table (the defaults: the uncertain shapes' nearest alternatives).
+rows. ``--alt SHAPE=PLAN,...`` times forced plans (``block_n/splits/box_m/cluster_m[/stages[/store_all]]``)
+of a shape in the same rounds, printed as a second table (the defaults: the weak and uncertain shapes'
+nearest alternatives); ``--weak`` times only the shapes below parity with DeepGEMM.
 Needs an sm_90 GPU.
 """
 from __future__ import annotations
@@ -37,15 +38,25 @@ SHAPES = ("4096:2112:7168:nt:bf16", "4096:576:7168:nt:bf16", "4096:24576:1536:nt
           "4096:7168:16384:nt:bf16", "4096:4096:7168:nt:bf16", "4096:7168:2048:nt:bf16", "128:2112:7168:nt:bf16",
           "1:4096:7168:nt:bf16", "4096:256:7168:nt:f32", "4096:2048:7168:nn:bf16", "7168:2048:4096:tn:f32:acc")
 """Default cases (see the module doc): 12 of DeepGEMM's BF16 test shapes."""
-ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "4096:24576:1536:nt:bf16=256/1/128/1",
-        "128:2112:7168:nt:bf16=64/4/128/1,112/5/128/1,64/2/128/1", "1:4096:7168:nt:bf16=128/4/16/1,256/8/16/1,64/2/16/1",
-        "4096:256:7168:nt:f32=64/1/128/1,64/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/128/1",
-        "4096:32768:512:nt:bf16=240/1/128/1")
-"""Default ``--alt``: forced plans beside the chosen one where the cost model is least sure. Forced
-plans run the default ring, so the chosen plan's own row beside them (64/1/128/1 at 4096 x 256,
-64/4 and 128/4 at small m) measures the deep ring; the others: split counts and widths at small m
-with the in-kernel sum, multicast, the 240 width the model now takes at 4096 x 24576 against the
-legacy 256, and 240 at K = 512."""
+ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/128/1",
+        "4096:24576:1536:nt:bf16=240/1/128/1,256/1/128/1/0/1,256/1/128/2/0/1,240/1/128/2",
+        "4096:32768:512:nt:bf16=256/1/128/1/0/1,256/1/128/2/0/1,256/1/128/2",
+        "128:2112:7168:nt:bf16=32/2/128/1/11,16/1/128/1/12,48/3/128/1/10,96/6/128/1/8",
+        "1:4096:7168:nt:bf16=32/1/16/1/16,64/2/16/1/14,128/4/16/1/9",
+        "4096:256:7168:nt:f32=64/1/128/1")
+"""Default ``--alt``: forced plans beside the chosen one where DeepGEMM leads or the cost model is
+least sure (``block_n/splits/box_m/cluster_m[/stages[/store_all]]``; forced plans without stages
+run the default ring). 4096 x 24576 x 1536 and 4096 x 32768 x 512 (DeepGEMM: 128 x 240 with B
+multicast, 256 x 128 with A multicast, both staging the whole tile of d): the 240 width the
+model took before, d staged a buffer per box (one wait per tile instead of one per box), with and
+without B multicast. 128 x 2112 and 1 x 4096 (DeepGEMM: 64 x 32 and 16 x 32 tiles, 132 and 128
+CTAs, no split, 16 stages): as many CTAs with fewer splits or none, with the deep rings (at m = 1
+a 64-row A slot per stage makes room for 9-16 stages). 4096 x 256
+float32 (DeepGEMM: 64 x 128, 8 stages, d through shared memory): the default ring with d by TMA
+against the chosen deep ring with d from registers."""
+WEAK = ("4096:24576:1536:nt:bf16", "4096:32768:512:nt:bf16", "128:2112:7168:nt:bf16", "1:4096:7168:nt:bf16",
+        "4096:256:7168:nt:f32")
+"""``--weak``: the shapes below parity with DeepGEMM, timed with their ALTS alone (a short device run)."""
 
 
 def make(m: int, n: int, k: int, layout: str, out: str, acc: bool, seed: int = 0) -> tuple:
@@ -123,8 +134,12 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), help="m:n:k:layout:out[:acc]")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--alt", nargs="*", default=list(ALTS), help="SHAPE=PLAN[,PLAN...] (block_n/splits/box_m/cluster_m)")
+    parser.add_argument("--alt", nargs="*", default=list(ALTS),
+                        help="SHAPE=PLAN[,PLAN...] (block_n/splits/box_m/cluster_m[/stages[/store_all]])")
+    parser.add_argument("--weak", action="store_true", help="time only the WEAK shapes (overrides --shapes)")
     args = parser.parse_args(argv)
+    if args.weak:
+        args.shapes = list(WEAK)
     alts = {spec: tuple(plans.split(",")) for spec, plans in (a.split("=") for a in args.alt)}
     dg = load_deepgemm("bf16_gemm_nt", "timing deep_tile and cuBLAS")
     copy_rate = copy_bandwidth()

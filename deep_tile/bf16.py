@@ -38,9 +38,10 @@ short A box at tiny m, the deepest ring for narrow plans that store d from regis
 and non-accumulating ones up to 128 wide), and float32 d stored (or accumulated, TMA reduce-add)
 through shared memory otherwise. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call; :data:`LEGACY`
 overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split, no
-multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m``
-(:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring, for
-tuning; B multicast to CTA pairs (``cluster_m`` 2) is reached only so (the kernel's limits apply:
+multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all]]``
+(:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring unless
+``stages`` names one (d then from registers), for tuning; B multicast to CTA pairs (``cluster_m`` 2)
+and d staged a buffer per box (``store_all`` 1) are reached only so (the kernel's limits apply:
 :class:`deep_tile.kernels.bf16_gemm.Bf16Config`).
 """
 from __future__ import annotations
@@ -58,7 +59,7 @@ as it says."""
 
 
 def parse_plan(text: str) -> contract.Bf16Plan:
-    """``"block_n/splits/box_m/cluster_m"`` (trailing fields may be left out) as a plan."""
+    """``"block_n/splits/box_m/cluster_m/stages/store_all"`` (trailing fields may be left out) as a plan."""
     fields = [int(v) for v in text.split("/")]
     return contract.Bf16Plan(*fields)
 
@@ -153,12 +154,17 @@ def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", 
 def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, accumulate: bool, gemm_type: str,
             tma_store: bool, deep: bool = False) -> contract.Bf16Config:
     """``deep``: the dense new plan's ring (:func:`deep_tile.kernels.bf16_gemm.plan_stages`), D from
-    registers where it takes the deeper ring."""
+    registers where it takes the deeper ring. A forced plan's ``stages`` / ``store_all`` apply as
+    :class:`deep_tile.kernels.bf16_gemm.Bf16Plan` says."""
     box_cols = (contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX)[0]
     store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
-    stages = contract.plan_stages(pl, accumulate) if deep else 0
+    if pl.store_all and store and contract.store_boxes(pl.block_n, out_f32) >= 3:
+        return contract.Bf16Config(major_a, major_b, pl.block_n, pl.stages, out_f32, accumulate, gemm_type, True,
+                                   pl.box_m, pl.cluster_m, True)
+    stages = pl.stages or (contract.plan_stages(pl, accumulate) if deep else 0)
     return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
-                               store and not stages, pl.box_m, pl.cluster_m)
+                               store and not stages, pl.box_m, pl.cluster_m, False,
+                               bool(pl.stages) and pl.box_m <= 64)  # a forced ring: A's unread rows need no room
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
@@ -320,7 +326,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
-        pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m)  # multicast only for the plain K-major-b case
+        pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m, 1, pl.stages, pl.store_all)  # multicast: K-major b only
     m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
     tiles = m_blocks * ceil_div(n, pl.block_n)
     tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)

@@ -69,9 +69,10 @@ _RULE = {}
 
 
 def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-                   cluster_m: int = 1) -> None:
-    """Run the next calls with tile width ``block_n``, ``splits``, ``box_m`` and ``cluster_m`` (block_n
-    None: the plan's own choice); ``legacy``: the earlier selection (deep_tile.bf16.LEGACY)."""
+                   cluster_m: int = 1, stages: int = 0, store_all: int = 0) -> None:
+    """Run the next calls with tile width ``block_n``, ``splits``, ``box_m``, ``cluster_m``, ``stages``
+    and ``store_all`` (block_n None: the plan's own choice); ``legacy``: the earlier selection
+    (deep_tile.bf16.LEGACY)."""
     import deep_tile.bf16 as host
     from deep_tile.kernels import bf16_gemm as contract
 
@@ -80,18 +81,19 @@ def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legac
     if block_n is None:
         contract.plan, contract.legacy_plan = rules
     else:
-        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m)
+        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m, stages, store_all)
         contract.plan = contract.legacy_plan = lambda *args, **kwargs: forced
 
 
 def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumulate: str = "none", seed: int = 0,
           block_n: int | None = None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-          cluster_m: int = 1) -> dict:
+          cluster_m: int = 1, stages: int = 0, store_all: int = 0) -> dict:
     """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d);
-    ``block_n`` / ``splits`` / ``box_m`` force the plan, ``legacy`` takes the earlier selection."""
+    ``block_n`` / ``splits`` / ``box_m`` / ``cluster_m`` / ``stages`` / ``store_all`` force the plan,
+    ``legacy`` takes the earlier selection."""
     import deep_tile
 
-    _force_block_n(block_n, splits, box_m, legacy, cluster_m)
+    _force_block_n(block_n, splits, box_m, legacy, cluster_m, stages, store_all)
     a_arg, b_arg, a, b = make_dense(m, n, k, layout, seed, "cuda")
     dtype = torch.float32 if out == "f32" else torch.bfloat16
     gen = torch.Generator().manual_seed(seed + 1)
@@ -107,7 +109,8 @@ def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumul
     torch.cuda.synchronize()
     _force_block_n(None)
     return {"case": f"dense {layout} m={m} n={n} k={k} {out} acc={accumulate} block_n={block_n} splits={splits} "
-                    f"box_m={box_m} cluster_m={cluster_m}{' legacy' if legacy else ''}", **check(d, a, b, c_ref)}
+                    f"box_m={box_m} cluster_m={cluster_m} stages={stages} store_all={store_all}"
+                    f"{' legacy' if legacy else ''}", **check(d, a, b, c_ref)}
 
 
 def make_contiguous(groups: int, expected_m: int, n: int, k: int, seed: int, major_b: str = "k",

@@ -204,6 +204,19 @@ def all_configs() -> list:
     cfgs += [contract.Bf16Config("k", "mn", 128, contract.deep_stages(128), False, False, "normal"),
              contract.Bf16Config("mn", "mn", 64, contract.deep_stages(64), True, False, "normal"),
              contract.Bf16Config("k", "k", 192, contract.deep_stages(192), False, True, "normal", False, 16)]
+    # d staged a buffer per box (store_all): bf16 and float32, every major, multicast, the reduce-add
+    cfgs += [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal", True, 128, 1, True)
+             for ma, mb, bn, f32, acc in (("k", "k", 256, False, False), ("k", "k", 240, False, False),
+                                          ("k", "k", 192, False, False), ("mn", "mn", 256, False, False),
+                                          ("k", "k", 128, True, False), ("mn", "mn", 192, True, True),
+                                          ("k", "mn", 256, True, True))]
+    cfgs += [contract.Bf16Config("k", "k", 256, 0, False, False, "normal", True, 128, 2, True),
+             contract.Bf16Config("k", "k", 176, 0, True, True, "normal", True, 128, 2, True)]
+    # short A boxes with a 64-row A slot and the deeper rings it makes room for (forced rings)
+    cfgs += [contract.Bf16Config(ma, mb, bn, st, f32, acc, "normal", False, box, 1, False, True)
+             for ma, mb, bn, st, f32, acc, box in (("k", "k", 32, 16, False, False, 16), ("k", "k", 64, 14, False, False, 16),
+                                                   ("k", "k", 128, 9, False, False, 16), ("mn", "k", 64, 14, True, True, 64),
+                                                   ("k", "mn", 128, 9, True, False, 32), ("k", "k", 256, 5, False, True, 16))]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
@@ -221,7 +234,7 @@ def test_contract_geometry():
     assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 12
+        assert len(cfg.defines()) == 14
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=88)
     with pytest.raises(ValueError):
@@ -249,6 +262,17 @@ def test_contract_geometry():
     with pytest.raises(ValueError):
         contract.Bf16Config("mn", "mn", 128, 0, True, True, "k_grouped", True)
     assert contract.Bf16Config(out_f32=True, accumulate=True, tma_store=True).smem <= contract.SMEM_LIMIT
+    # store_all: a buffer per box (64 KiB at 256 wide), so fewer stages; only where it differs from two
+    cfg = contract.Bf16Config(block_n=256, tma_store=True, store_all=True)
+    assert cfg.stages == 3 and cfg.smem == 3 * (384 * 128 + 16) + 2 * 4 * 64 * 128
+    assert contract.Bf16Config(block_n=128, out_f32=True, tma_store=True, store_all=True).stages == 5
+    # compact_a: a 64-row A slot at short A boxes, so 16 stages of 32 columns fit
+    assert contract.Bf16Config(block_n=32, stages=16, box_m=16, compact_a=True).smem == 16 * (96 * 128 + 16)
+    for bad in (dict(block_n=256, store_all=True), dict(block_n=128, tma_store=True, store_all=True),
+                dict(block_n=256, tma_store=True, store_all=True, stages=4), dict(block_n=32, compact_a=True),
+                dict(block_n=32, stages=16, box_m=16), dict(block_n=32, stages=17, box_m=16, compact_a=True)):
+        with pytest.raises(ValueError):
+            contract.Bf16Config(**bad)
 
 
 def test_tile_rule():
@@ -263,6 +287,8 @@ def test_plan():
     # the shapes measured at parity keep the legacy tile
     for m, n, k in ((4096, 4096, 7168), (4096, 7168, 2048), (4096, 32768, 512), (4096, 7168, 16384)):
         assert contract.plan(m, n, k, 32, 132) == contract.legacy_plan(32, n, 132) == legacy
+    # 240 wide stores its last 48 columns from registers: measured slower than 256 at 4096 x 24576 x 1536
+    assert contract.plan(4096, 24576, 1536, 32, 132) == legacy
     # few n tiles: a width that fills the SMs in whole waves; B multicast only when forced (measured no faster)
     p = contract.plan(4096, 576, 7168, 32, 132)
     assert p == contract.Bf16Plan(144)
@@ -285,7 +311,9 @@ def test_plan():
     # the model's fit to the measured plans (us, within 6%; measured with the default ring)
     for args, us in (((4096, 2112, 7168, 32, 132, 176), 167.8), ((4096, 576, 7168, 32, 132, 144), 49.1),
                      ((4096, 4096, 7168, 32, 132, 256), 303.1), ((4096, 32768, 512, 32, 132, 256), 218.5),
-                     ((4096, 7168, 2048, 32, 132, 256), 164.8), ((128, 2112, 7168, 1, 132, 64), 30.5)):
+                     ((4096, 7168, 2048, 32, 132, 256), 164.8), ((128, 2112, 7168, 1, 132, 64), 30.5),
+                     ((4096, 24576, 1536, 32, 132, 240), 431.2), ((4096, 24576, 1536, 32, 132, 256), 415.8),
+                     ((4096, 32768, 512, 32, 132, 240), 247.8)):
         assert abs(contract.plan_cost(*args) / us - 1) < 0.06, (args, contract.plan_cost(*args))
     for block_n, us in ((256, 218.3), (192, 212.2)):
         got = contract.plan_cost(7168, 2048, 4096, 56, 132, block_n, out_f32=True, accumulate=True)
@@ -310,7 +338,8 @@ def test_split_workspace_and_arguments():
 def test_bad_plans_are_refused():
     import deep_tile.bf16 as host
 
-    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4)):
+    for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4), (64, 1, 128, 1, 1), (64, 1, 128, 1, 17),
+                   (256, 1, 128, 1, 0, 2)):
         with pytest.raises(ValueError, match="a plan takes"):
             contract.Bf16Plan(*fields)
     with pytest.raises(ValueError, match="a plan takes"):
@@ -324,6 +353,28 @@ def test_bad_plans_are_refused():
     finally:
         host.FORCE_PLAN = None
     assert torch.isnan(d).all()  # refused before c was copied in
+
+
+def test_forced_plan_ring_and_staging():
+    import deep_tile.bf16 as host
+
+    assert host.parse_plan("256/1/128/1/3/1") == contract.Bf16Plan(256, 1, 128, 1, 3, 1)
+    assert host.parse_plan("64/4") == contract.Bf16Plan(64, 4)
+    # a forced ring: d from registers; store_all: d staged a buffer per box where it can be
+    cfg = host._config(contract.Bf16Plan(32, 2, 128, 1, 11), "k", "k", False, False, "normal", True)
+    assert cfg.stages == 11 and not cfg.tma_store and not cfg.compact_a
+    cfg = host._config(contract.Bf16Plan(32, 1, 16, 1, 16), "k", "k", False, False, "normal", True)
+    assert cfg.stages == 16 and cfg.compact_a  # a short A box's forced ring: 64-row A slots
+    assert not host._config(contract.Bf16Plan(32, 1, 16), "k", "k", False, False, "normal", True, True).compact_a
+    cfg = host._config(contract.Bf16Plan(256, 1, 128, 1, 0, 1), "k", "k", False, False, "normal", True)
+    assert cfg.store_all and cfg.tma_store and cfg.stages == 3
+    cfg = host._config(contract.Bf16Plan(240, 1, 128, 2, 0, 1), "k", "k", False, False, "normal", True)
+    assert cfg.store_all and cfg.cluster_m == 2
+    # two boxes or fewer, or d not TMA-stored: the ordinary epilogue
+    cfg = host._config(contract.Bf16Plan(128, 1, 128, 1, 0, 1), "k", "k", False, False, "normal", True)
+    assert not cfg.store_all and cfg.tma_store
+    cfg = host._config(contract.Bf16Plan(256, 1, 128, 1, 0, 1), "k", "k", False, True, "normal", False)
+    assert not cfg.store_all and not cfg.tma_store
 
 
 def test_generated_wgmma_header_is_current():
@@ -387,6 +438,21 @@ DENSE_CASES = (
            (300, 530, 520, "nt", 176, "bf16", "none"), (257, 400, 264, "tt", 144, "bf16", "none"),
            (384, 300, 200, "nt", 96, "f32", "none"), (200, 520, 640, "tt", 176, "f32", "inplace"),
            (129, 264, 136, "nt", 48, "bf16", "c"), (1000, 2112, 1024, "nt", 256, "bf16", "none"))]
+    # d staged a buffer per box (store_all): several tiles per CTA (the wait on the previous tile's stores),
+    # column tails past the last box, float32 reduce-add, multicast; forced rings (d from registers)
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, cluster_m=cl, store_all=1, out=out, accumulate=acc)
+       for m, n, k, layout, bn, cl, out, acc in (
+           (1100, 2200, 320, "nt", 256, 1, "bf16", "none"), (1100, 2100, 320, "tt", 240, 1, "bf16", "none"),
+           (600, 1000, 200, "nn", 192, 1, "bf16", "none"), (700, 1100, 264, "tn", 256, 1, "f32", "inplace"),
+           (300, 530, 1024, "nt", 128, 1, "f32", "c"), (1000, 2112, 512, "nt", 256, 2, "bf16", "none"),
+           (300, 700, 200, "tt", 176, 2, "f32", "inplace"))]
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, splits=sp, box_m=box, stages=st, out=out, accumulate=acc)
+       for m, n, k, layout, bn, sp, box, st, out, acc in (
+           (1, 4096, 7168, "nt", 32, 1, 16, 16, "bf16", "none"), (1, 4096, 7168, "nt", 64, 2, 16, 14, "bf16", "none"),
+           (1, 4096, 7168, "nt", 128, 4, 16, 9, "bf16", "none"), (30, 1000, 2048, "nt", 64, 3, 32, 14, "f32", "c"),
+           (50, 600, 1024, "tn", 64, 2, 64, 14, "f32", "inplace"), (7, 520, 640, "nn", 128, 1, 16, 9, "bf16", "none"),
+           (128, 2112, 7168, "nt", 32, 2, 128, 11, "bf16", "none"), (128, 2112, 7168, "nt", 16, 1, 128, 12, "bf16", "none"),
+           (300, 600, 1024, "nt", 256, 1, 128, 3, "bf16", "none"))]
     # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
     + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
        for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),

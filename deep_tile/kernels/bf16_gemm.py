@@ -19,6 +19,7 @@ from deep_tile.common import ceil_div
 __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
            "GEMM_TYPES", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
            "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
+           "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES",
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
            "MAX_SPLIT_M_BLOCKS", "plan_cost"]
 
@@ -53,24 +54,41 @@ to ``workspace`` (:func:`split_workspace_floats`) and whose arrivals are counted
 uint32 per output tile, zero before the launch and left zero after it)."""
 STORE_BYTES = 2 * 2 * 64 * 128
 """``tma_store``'s staging: two boxes of 64 rows x 128 bytes per consumer warpgroup."""
+BOX_BYTES = 64 * 128
+"""One staged box: a consumer warpgroup's 64 rows of 128 bytes."""
 STORE_BOX = (64, 64)
 """bf16 D's TMA box (columns, rows): 128 bytes by one warpgroup's rows."""
 STORE_BOX_F32 = (32, 64)
 """float32 D's TMA box (columns, rows)."""
 
 
-def stage_bytes(block_n: int) -> int:
-    return (BLOCK_M + block_n) * BLOCK_K * 2
+def stage_bytes(block_n: int, compact_a: bool = False) -> int:
+    """One stage's slots: A (128 rows, or 64 with ``compact_a``) and B."""
+    return ((64 if compact_a else BLOCK_M) + block_n) * BLOCK_K * 2
 
 
-def stages_for(block_n: int, tma_store: bool = False) -> int:
+def store_boxes(block_n: int, out_f32: bool) -> int:
+    """Whole store boxes in a tile row (``Bf16GemmConfig::kStoreBoxes`` with ``tma_store``)."""
+    return block_n // (STORE_BOX_F32 if out_f32 else STORE_BOX)[0]
+
+
+def staging_bytes(block_n: int, tma_store: bool, store_all: bool = False, out_f32: bool = False) -> int:
+    """``tma_store``'s shared memory: two boxes per consumer warpgroup, or (``store_all``) one per box."""
+    if not tma_store:
+        return 0
+    return 2 * store_boxes(block_n, out_f32) * BOX_BYTES if store_all else STORE_BYTES
+
+
+def stages_for(block_n: int, tma_store: bool = False, store_all: bool = False, out_f32: bool = False) -> int:
     """The ring's depth for ``block_n``: as many stages as SMEM_BUDGET holds (and shared memory with
     ``tma_store``'s staging), at most MAX_STAGES."""
-    room = SMEM_LIMIT - (STORE_BYTES if tma_store else 0) - 16 * MAX_STAGES
+    room = SMEM_LIMIT - staging_bytes(block_n, tma_store, store_all, out_f32) - 16 * MAX_STAGES
     return min(MAX_STAGES, SMEM_BUDGET // stage_bytes(block_n), room // stage_bytes(block_n))
 
 
 DEEP_MAX_STAGES = 12
+MAX_RING_STAGES = 16
+"""The deepest ring a configuration (a forced plan) may name."""
 DEEP_MAX_BLOCK_N = 128
 """Plans this narrow that store D from registers take :func:`deep_stages` (no staging to make room for)."""
 
@@ -89,15 +107,16 @@ def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
     return deep_stages(pl.block_n) if pl.splits > 1 or (pl.block_n <= DEEP_MAX_BLOCK_N and not accumulate) else 0
 
 
-def smem_bytes(block_n: int, stages: int, tma_store: bool = False) -> int:
+def smem_bytes(block_n: int, stages: int, tma_store: bool = False, store_all: bool = False,
+               out_f32: bool = False, compact_a: bool = False) -> int:
     """Dynamic shared memory: the stages, ``tma_store``'s staging, 2 mbarriers per stage
     (``Bf16GemmConfig::kSmemBytes``)."""
-    return stages * stage_bytes(block_n) + (STORE_BYTES if tma_store else 0) + 16 * stages
+    return stages * stage_bytes(block_n, compact_a) + staging_bytes(block_n, tma_store, store_all, out_f32) + 16 * stages
 
 
 @dataclass(frozen=True)
 class Bf16Config:
-    """One kernel instance (``Bf16GemmConfig``'s ten template parameters)."""
+    """One kernel instance (``Bf16GemmConfig``'s eleven template parameters)."""
 
     major_a: str = "k"
     major_b: str = "k"
@@ -109,6 +128,8 @@ class Bf16Config:
     tma_store: bool = False
     box_m: int = BLOCK_M
     cluster_m: int = 1
+    store_all: bool = False  # tma_store: a buffer per box, one wait per tile (kStoreAll)
+    compact_a: bool = False  # box_m <= 64: a 64-row A slot per stage, room for a deeper ring (kCompactA)
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
@@ -134,14 +155,18 @@ class Bf16Config:
                                or self.block_n < (STORE_BOX_F32 if self.out_f32 else STORE_BOX)[0]):
             raise ValueError("bf16_gemm: tma_store takes bf16 d without accumulation or float32 d, at least one "
                              "whole box wide, not the masked or K-grouped GEMM.")
+        if self.store_all and not (self.tma_store and store_boxes(self.block_n, self.out_f32) >= 3):
+            raise ValueError("bf16_gemm: store_all takes tma_store and at least three whole boxes per tile row.")
+        if self.compact_a and self.box_m > 64:
+            raise ValueError("bf16_gemm: compact_a takes box_m 64 or less.")
         if not self.stages:
-            object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store))
-        if self.stages < 2 or self.stages > DEEP_MAX_STAGES or smem_bytes(self.block_n, self.stages, self.tma_store) > SMEM_LIMIT:
+            object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store, self.store_all, self.out_f32))
+        if self.stages < 2 or self.stages > MAX_RING_STAGES or self.smem > SMEM_LIMIT:
             raise ValueError(f"bf16_gemm: {self.stages} stages of block_n {self.block_n} do not fit shared memory.")
 
     @property
     def smem(self) -> int:
-        return smem_bytes(self.block_n, self.stages, self.tma_store)
+        return smem_bytes(self.block_n, self.stages, self.tma_store, self.store_all, self.out_f32, self.compact_a)
 
     def defines(self) -> dict:
         return {"DT_BF16_MAJOR_A": int(self.major_a == "mn"), "DT_BF16_MAJOR_B": int(self.major_b == "mn"),
@@ -149,6 +174,7 @@ class Bf16Config:
                 "DT_BF16_OUT_F32": int(self.out_f32), "DT_BF16_ACCUMULATE": int(self.accumulate),
                 "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
                 "DT_BF16_BOX_M": self.box_m, "DT_BF16_CLUSTER_M": self.cluster_m,
+                "DT_BF16_STORE_ALL": int(self.store_all), "DT_BF16_COMPACT_A": int(self.compact_a),
                 "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": THREADS}
 
@@ -156,7 +182,7 @@ class Bf16Config:
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} 128x{self.block_n} s{self.stages}"
                 f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}"
-                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}")
+                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}{' store-all' if self.store_all else ''}{' compact-a' if self.compact_a else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
@@ -175,19 +201,26 @@ def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
 @dataclass(frozen=True)
 class Bf16Plan:
     """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed in the
-    kernel by each tile's last split), the A rows each stage loads, and the CTAs sharing B by
-    multicast (1 or 2; forced plans only)."""
+    kernel by each tile's last split), the A rows each stage loads, the CTAs sharing B by multicast
+    (1 or 2; forced plans only), and for forced plans only: the ring's depth (0: the default rule;
+    else that many stages, D from registers unless ``store_all``, and a 64-row A slot when
+    ``box_m`` <= 64, ``Bf16Config.compact_a``) and ``store_all`` (1: D staged a
+    buffer per box, ``Bf16Config.store_all``, where D takes TMA stores and the tile holds 3+ boxes)."""
 
     block_n: int
     splits: int = 1
     box_m: int = BLOCK_M
     cluster_m: int = 1
+    stages: int = 0
+    store_all: int = 0
 
     def __post_init__(self):
         if (self.block_n not in BLOCK_NS or not 1 <= self.splits <= MAX_SPLITS or self.box_m not in BOX_MS
-                or self.cluster_m not in (1, 2)):
+                or self.cluster_m not in (1, 2) or not (self.stages == 0 or 2 <= self.stages <= MAX_RING_STAGES)
+                or self.store_all not in (0, 1)):
             raise ValueError(f"bf16_gemm: a plan takes block_n in {BLOCK_NS[0]}..{BLOCK_NS[-1]} (steps of 16), "
-                             f"1..{MAX_SPLITS} splits, box_m in {BOX_MS} and cluster_m 1 or 2; got {self}.")
+                             f"1..{MAX_SPLITS} splits, box_m in {BOX_MS}, cluster_m 1 or 2, stages 0 or "
+                             f"2..{MAX_RING_STAGES} and store_all 0 or 1; got {self}.")
 
 
 # the cost model's machine (an H200; only ratios between candidates matter)
@@ -198,6 +231,7 @@ _LATENCY_US = 2.0              # a stage's round trip: the ring's bytes in fligh
 _HBM_BYTES_US = 4.0e6
 _STORE_BYTES_US = 46e3         # one CTA's tile of D stored (the consumers wait), bytes per microsecond
 _ADD_BYTES_US = 15.5e3         # and added to D's previous value (D read from HBM first)
+_TAIL_BYTES_US = 16e3          # the columns past a staged tile's last whole box, stored from registers besides
 _SPLIT_US = 0.5                # split K: the counter's round trip and the last CTA's barriers
 _PARTIAL_BYTES_US = 60e3       # one SM's float32 partial stores and loads (not TMA)
 MAX_SPLIT_M_BLOCKS = 2
@@ -214,10 +248,14 @@ def _costs(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int, sp
     rows = 64 if box_m <= 64 else BLOCK_M
     stage = (box_m + block_n) * BLOCK_K * 2  # what lands in this CTA's shared memory, multicast or not
     mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
-    ring = deep_stages(block_n) if splits > 1 or (block_n <= DEEP_MAX_BLOCK_N and not accumulate) else stages_for(block_n)
+    deep = splits > 1 or (block_n <= DEEP_MAX_BLOCK_N and not accumulate)  # D from registers (plan_stages)
+    ring = deep_stages(block_n) if deep else stages_for(block_n)
     feed = max(stage / _SM_BYTES_US + stage * active / _L2_BYTES_US, _LATENCY_US / ring)
     out = min(BLOCK_M, max(1, m)) * block_n * (4 if out_f32 else 2)  # one tile of D
     epilogue = out / _STORE_BYTES_US + (out / _ADD_BYTES_US if accumulate else 0.0)
+    box_cols = (STORE_BOX_F32 if out_f32 else STORE_BOX)[0]
+    if not deep and (out_f32 or not accumulate):  # a staged store: its column tail waits
+        epilogue += min(BLOCK_M, max(1, m)) * (block_n % box_cols) * (4 if out_f32 else 2) / _TAIL_BYTES_US
     if splits > 1:  # only the last split of a tile stores D
         epilogue = 0.0
     cost = ceil_div(tiles, sms) * (ceil_div(k_blocks, splits) * max(mma, feed) + epilogue)
@@ -232,7 +270,8 @@ def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int,
     """Predicted microseconds: waves of CTAs times each CTA's k blocks at the slower of its wgmma and
     its feed (the bytes landing in its shared memory at one SM's rate, slowed in proportion to the
     active CTAs; or the ring's bytes per round trip), plus each tile's epilogue (its D stored, and
-    added to D's previous value when accumulating), no less than the HBM reads; splits add the
+    added to D's previous value when accumulating; a staged store's columns past its last whole box
+    cost extra, as measured at 240 wide against 256), no less than the HBM reads; splits add the
     partials' stores and the last split's loads. B multicast to pairs saves nothing here (measured
     no faster): it only costs the SMs a pair cannot use."""
     return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m, out_f32, accumulate)[0]

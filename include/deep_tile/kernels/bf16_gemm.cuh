@@ -41,15 +41,17 @@ namespace deep_tile {
 
 enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
-/// The kernel's compile-time configuration (10 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+/// The kernel's compile-time configuration (12 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
 ///   kTmaStore: D leaves through swizzled shared memory and TMA stores / reduce-adds (else from registers);
 ///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM);
-///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast).
+///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast);
+///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two;
+///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
-          int kTmaStore_, int kBoxM_, int kClusterM_>
+          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
   static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
@@ -60,14 +62,17 @@ struct Bf16GemmConfig {
   static constexpr int kBandM = 8;      // m-blocks per band of the tile order
   static constexpr int kBoxM = kBoxM_;
   static constexpr int kClusterM = kClusterM_;
-  static constexpr int kABytes = kBlockM * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
+  static constexpr bool kCompactA = kCompactA_ != 0;
+  static constexpr int kABytes = (kCompactA ? 64 : kBlockM) * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStageTxBytes = kBoxM * kBlockK * 2 + kBBytes;  // what one stage's TMAs deliver
   static constexpr bool kTmaStore = kTmaStore_ != 0;
   static constexpr int kStoreBytes = 64 * 128;  // one box: a warpgroup's 64 rows of 128 bytes
   static constexpr int kStoreCols = kOutF32 ? 32 : 64;  // D columns in a box's 128-byte row
   static constexpr int kStoreBoxes = kTmaStore ? kBlockN / kStoreCols : 0;  // whole boxes per warpgroup and tile
-  static constexpr int kStoreBuffers = 2;       // per warpgroup: fill one while the other is stored
+  static constexpr bool kStoreAll = kStoreAll_ != 0;
+  // per warpgroup: fill one while the other is stored, or (kStoreAll) every box its own, no wait inside a tile
+  static constexpr int kStoreBuffers = kStoreAll ? kStoreBoxes : 2;
   static constexpr int kSmemBytes = kStages * kStageBytes + (kTmaStore ? 2 * kStoreBuffers * kStoreBytes : 0) +
                                     2 * kStages * 8;
   DT_STATIC_ASSERT(kMajorA_ == 0 || kMajorA_ == 1, "kMajorA: 0 (K-major) or 1 (MN-major)");
@@ -81,6 +86,10 @@ struct Bf16GemmConfig {
                    "kClusterM: 1, or 2 for the dense GEMM with a K-major B");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
   DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
+  DT_STATIC_ASSERT(kCompactA_ == 0 || (kCompactA_ == 1 && kBoxM_ <= 64),
+                   "kCompactA: only with kBoxM <= 64 (the second warpgroup then reads no A)");
+  DT_STATIC_ASSERT(kStoreAll_ == 0 || (kStoreAll_ == 1 && kTmaStore_ == 1 && kStoreBoxes >= 3),
+                   "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
                    "the M-grouped GEMMs take a K-major A");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || (kOutF32_ == 0 && kAccumulate_ == 0),
@@ -252,7 +261,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   extern __shared__ __align__(1024) u8 smem[];
   u8* smem_a = smem;
   u8* smem_b = smem + kStages * Cfg::kABytes;
-  u8* smem_d = smem + kStages * Cfg::kStageBytes;  // kTmaStore: 2 buffers per consumer warpgroup
+  u8* smem_d = smem + kStages * Cfg::kStageBytes;  // kTmaStore: kStoreBuffers per consumer warpgroup
   u64* full = reinterpret_cast<u64*>(smem_d + (Cfg::kTmaStore ? 2 * Cfg::kStoreBuffers * Cfg::kStoreBytes : 0));
   u64* empty = full + kStages;
 
@@ -469,7 +478,48 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       continue;
     }
 
-    if constexpr (Cfg::kStoreBoxes > 0) {
+    if constexpr (Cfg::kStoreAll) {
+      // every box packed into its own buffer, then one thread stores them all: the only wait is for the
+      // previous tile's stores to have read the buffers, long done after this tile's k loop
+      constexpr int kGroups = Cfg::kStoreCols / 8;
+      const int r = warp * 16 + lane / 4;
+      const bool leader = (tid & 127) == 0;
+      if (leader) ptx::tma_store_wait_read<0>();
+      ptx::named_barrier_sync(1 + cw, 128);
+#pragma unroll
+      for (int q = 0; q < Cfg::kStoreBoxes; ++q) {
+        u8* buf = smem_d + (cw * Cfg::kStoreBuffers + q) * Cfg::kStoreBytes;
+#pragma unroll
+        for (int jj = 0; jj < kGroups; ++jj) {
+          const int j = q * kGroups + jj;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = r + 8 * h;
+            if constexpr (Cfg::kOutF32) {
+              const int chunk = 2 * jj + (lane % 4) / 2;
+              *reinterpret_cast<float2*>(buf + row * 128 + ((chunk ^ (row & 7)) << 4) + (lane % 2) * 8) =
+                  make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            } else {
+              const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+              *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
+            }
+          }
+        }
+      }
+      ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
+      ptx::named_barrier_sync(1 + cw, 128);
+      if (leader) {
+        const int row = tile.d_row + cw * 64;
+#pragma unroll
+        for (int q = 0; q < Cfg::kStoreBoxes; ++q) {
+          u8* buf = smem_d + (cw * Cfg::kStoreBuffers + q) * Cfg::kStoreBytes;
+          const int c = tile.n_block * kBlockN + Cfg::kStoreCols * q;
+          if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
+          else ptx::tma_store_2d(tmap_d, buf, c, row);
+        }
+        ptx::tma_store_commit();
+      }
+    } else if constexpr (Cfg::kStoreBoxes > 0) {
       // per box of kStoreCols columns: pack into a 128B-swizzled 64-row box, then one thread stores it
       constexpr int kGroups = Cfg::kStoreCols / 8;  // 8-column accumulator groups per box row
       const int r = warp * 16 + lane / 4;           // this thread's rows r and r + 8 of the warpgroup's 64
