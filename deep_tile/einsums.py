@@ -70,12 +70,11 @@ per-head views; only the scales of x are copied, once for all heads); ``masked``
 grouped FP8 GEMM on head-major copies of x, its scales (read row-major) and c, made by one kernel
 (``deep_tile_einsum_head_major``; torch copies in 8-byte words when a row is not whole 16-byte
 chunks), its output moved into d in 8-byte words; ``copy``: the first implementation (the same
-with torch's element-wise copies and a fresh masked_m per call); ``auto`` (default): ``heads``
-when one head's 128 x 128 tiles fill the SMs, ``diag`` for at most :data:`DIAG_MAX_ROWS` rows
-b * h without c, else ``masked``. ``diag``: one dense FP8 GEMM of x as ``[b * h, r]`` against y as
+with torch's element-wise copies and a fresh masked_m per call); ``auto`` (default): ``strided``
+where its views apply, else ``heads`` when one head's 128 x 128 tiles fill the SMs, ``diag`` for at
+most :data:`DIAG_MAX_ROWS` rows b * h without c, else ``masked``. ``diag``: one dense FP8 GEMM of x as ``[b * h, r]`` against y as
 ``[h * d, r]`` (both read in place; h times the products needed, which costs nothing while reading
-y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d. ``strided``
-(opt-in; not measured yet, so ``auto`` does not take it): the masked grouped GEMM's head-strided
+y dominates), whose diagonal blocks (row (b, h), columns of head h) are moved into d. ``strided``: the masked grouped GEMM's head-strided
 kernel (``DT_HEAD_STRIDED``) reading x and its scales and writing d in place, nothing copied, when
 there is no c, r is a multiple of 512, d of 64 and x, sx and d hold their heads side by side in
 each row (16-byte rows); else the ``masked`` path."""
@@ -388,16 +387,18 @@ def _fp8_heads(x, sx, y, sy, d, c) -> None:
 
 
 def _fp8_path(bs: int, h: int, dd: int, c) -> str:
-    """The path of :data:`FP8_PATHS` the call takes (``auto`` resolved)."""
+    """The path of :data:`FP8_PATHS` the call takes first (``auto``: ``strided``)."""
     path = env.fp8_einsum()
-    if path == "auto":
-        if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms():
-            path = "heads"
-        elif c is None and bs * h <= DIAG_MAX_ROWS and h <= 16:
-            path = "diag"
-        else:
-            path = "masked"
-    return path
+    return "strided" if path == "auto" else path
+
+
+def _fp8_fallback(bs: int, h: int, dd: int, c) -> str:
+    """The path ``auto`` takes where the ``strided`` views do not apply (a c, other widths)."""
+    if ceil_div(bs, 128) * ceil_div(dd, 128) >= get_num_sms():
+        return "heads"
+    if c is None and bs * h <= DIAG_MAX_ROWS and h <= 16:
+        return "diag"
+    return "masked"
 
 
 def _diag_views(x, sx, y, sy, d, c):
@@ -490,10 +491,12 @@ def fp8_einsum(expr: str, a, b, d: torch.Tensor, c: torch.Tensor | None = None,
         return
     if x.is_cuda and r % 16 == 0 and dd % 8 == 0 and h <= _MAX_HEADS:  # the GEMMs' 16-byte rows
         path = _fp8_path(bs, h, dd, c)
+        if path == "strided":
+            if _fp8_strided(x, sx, y, sy, d, c):
+                return
+            path = _fp8_fallback(bs, h, dd, c) if env.fp8_einsum() == "auto" else "masked"
         if path == "heads" and _heads_fit(x, d, c) and (c is None or not _overlaps(c, d)):
             _fp8_heads(x, sx, y, sy, d, c)
-            return
-        if path == "strided" and _fp8_strided(x, sx, y, sy, d, c):
             return
         views = _diag_views(x, sx, y, sy, d, c) if path == "diag" else None
         if views is not None:

@@ -125,11 +125,11 @@ _VARS = (
            "`torch` `torch.einsum` and a copy into `d` (the earlier path). Read at each call.",
            choices=("bmm", "heads", "torch")),
     EnvVar("DEEP_TILE_FP8_EINSUM", "choice", "`auto`",
-           "How `fp8_einsum` runs on CUDA: `auto` by the batch size, `heads` the dense FP8 GEMM once per head "
-           "in place, `masked` the masked grouped GEMM between head-major copies, `diag` one GEMM over every "
-           "head keeping the diagonal blocks, `copy` the earlier path, `strided` (opt-in, not yet measured) the "
-           "masked grouped GEMM reading x and writing d in place (no c, r a multiple of 512, d of 64; else "
-           "`masked`). Read at each call.",
+           "How `fp8_einsum` runs on CUDA: `auto` `strided` where it applies, else by the batch size, `heads` "
+           "the dense FP8 GEMM once per head in place, `masked` the masked grouped GEMM between head-major "
+           "copies, `diag` one GEMM over every head keeping the diagonal blocks, `copy` the earlier path, "
+           "`strided` the masked grouped GEMM reading x and writing d in place (no c, r a multiple of 512, d "
+           "of 64; else `masked`). Read at each call.",
            choices=("auto", "heads", "masked", "diag", "copy", "strided")),
     EnvVar("DEEP_TILE_HC_GROUPS", "choice", "unset",
            "Forces the math warpgroups per CTA of `tf32_hc_prenorm_gemm` (1 or 2; unset: one up to 256 rows). "

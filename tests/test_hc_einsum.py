@@ -290,6 +290,22 @@ def test_fp8_einsum_cpu_matches_float64(b, h, r, d, with_c):
     assert result["ok"], result
 
 
+def test_fp8_einsum_auto_takes_strided_first(monkeypatch):
+    """``auto`` tries the in-place strided path first; where its views do not apply, the batch-size rule."""
+    import deep_tile.einsums as einsums
+
+    monkeypatch.delenv(einsums.FP8_PATH_ENV, raising=False)
+    assert einsums._fp8_path(128, 8, 1024, None) == "strided"
+    monkeypatch.setattr(einsums, "get_num_sms", lambda: 132)
+    assert einsums._fp8_fallback(8192, 8, 1024, None) == "heads"  # 64 x 8 tiles of one head fill 132 SMs
+    assert einsums._fp8_fallback(4, 8, 1024, None) == "diag"
+    assert einsums._fp8_fallback(4, 8, 1024, torch.empty(0)) == "masked"  # a c: not diag
+    assert einsums._fp8_fallback(128, 8, 1024, None) == "masked"  # 1024 rows: past DIAG_MAX_ROWS
+    for path in FP8_PATHS[1:]:
+        monkeypatch.setenv(einsums.FP8_PATH_ENV, path)
+        assert einsums._fp8_path(128, 8, 1024, None) == path
+
+
 def test_fp8_einsum_strided_path_on_cpu(monkeypatch):
     """The ``strided`` path is a CUDA path: on the CPU it takes the float torch product as the others."""
     from deep_tile.einsums import FP8_PATH_ENV
