@@ -285,10 +285,17 @@ def test_tile_rule():
 def test_plan():
     legacy = contract.legacy_plan(32, 4096, 132)
     # the shapes measured at parity keep the legacy tile
-    for m, n, k in ((4096, 4096, 7168), (4096, 7168, 2048), (4096, 32768, 512), (4096, 7168, 16384)):
+    for m, n, k in ((4096, 4096, 7168), (4096, 7168, 2048), (4096, 7168, 16384)):
         assert contract.plan(m, n, k, 32, 132) == contract.legacy_plan(32, n, 132) == legacy
+    # short K over many 256-wide tiles: CTA pairs sharing B, a buffer per store box (measured faster);
     # 240 wide stores its last 48 columns from registers: measured slower than 256 at 4096 x 24576 x 1536
-    assert contract.plan(4096, 24576, 1536, 32, 132) == legacy
+    paired = contract.Bf16Plan(256, 1, contract.BLOCK_M, 2, 0, 1)
+    for n, k in ((24576, 1536), (32768, 512)):
+        assert contract.plan(4096, n, k, 32, 132) == paired
+        assert contract.plan(4096, n, k, 32, 132, out_f32=True).cluster_m == 1  # float32 d: not measured
+        assert contract.plan(4096, n, k, 32, 132, major_b="mn").cluster_m == 1  # multicast: K-major b only
+        assert contract.plan(4096, n, k, 32, 132, dense=False).cluster_m == 1
+    assert contract.plan(256, 32768, 512, 2, 132).cluster_m == 1  # 256 tiles: too few for pairs
     # few n tiles: a width that fills the SMs in whole waves; B multicast only when forced (measured no faster)
     p = contract.plan(4096, 576, 7168, 32, 132)
     assert p == contract.Bf16Plan(144)

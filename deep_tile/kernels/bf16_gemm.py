@@ -21,7 +21,7 @@ __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGA
            "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
            "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES",
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
-           "MAX_SPLIT_M_BLOCKS", "plan_cost"]
+           "MAX_SPLIT_M_BLOCKS", "plan_cost", "PAIRED_MAX_K_BLOCKS"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -202,10 +202,11 @@ def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
 class Bf16Plan:
     """How a call runs: the tile width, the K splits (dense GEMM; > 1: float32 partials summed in the
     kernel by each tile's last split), the A rows each stage loads, the CTAs sharing B by multicast
-    (1 or 2; forced plans only), and for forced plans only: the ring's depth (0: the default rule;
-    else that many stages, D from registers unless ``store_all``, and a 64-row A slot when
-    ``box_m`` <= 64, ``Bf16Config.compact_a``) and ``store_all`` (1: D staged a
-    buffer per box, ``Bf16Config.store_all``, where D takes TMA stores and the tile holds 3+ boxes)."""
+    (1 or 2), for forced plans only the ring's depth (0: the default rule; else that many stages, D
+    from registers unless ``store_all``, and a 64-row A slot when ``box_m`` <= 64,
+    ``Bf16Config.compact_a``), and ``store_all`` (1: D staged a buffer per box,
+    ``Bf16Config.store_all``, where D takes TMA stores and the tile holds 3+ boxes). :func:`plan`
+    sets ``cluster_m`` and ``store_all`` only by its short-K rule."""
 
     block_n: int
     splits: int = 1
@@ -282,6 +283,9 @@ def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
     return Bf16Plan(select_block_n(m_blocks, n, num_sms))
 
 
+PAIRED_MAX_K_BLOCKS = 24
+"""Longest K (in BLOCK_K blocks) of the unsplit 256-wide bf16 plan that :func:`plan` runs as CTA
+pairs sharing B with each store box in its own buffer (docs/performance.md has the timings)."""
 HYSTERESIS = 0.98
 """The legacy plan stays unless the model predicts the best plan this much faster (its shapes sit at
 parity with DeepGEMM)."""
@@ -292,7 +296,8 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
          dense: bool = True, out_f32: bool = False, accumulate: bool = False) -> Bf16Plan:
     """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
     and, for the dense GEMM (``dense``), K splits and a short A box at tiny m (B multicast to CTA
-    pairs only when forced: measured no faster). Splits change a row's summation order with m, so an
+    pairs, each store box its own buffer, only for short K over many 256-wide tiles:
+    :data:`PAIRED_MAX_K_BLOCKS`; elsewhere measured no faster). Splits change a row's summation order with m, so an
     MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split, nor
     more than MAX_SPLIT_M_BLOCKS m-blocks. The legacy plan stays unless the model predicts the best
     one :data:`HYSTERESIS` faster (its shapes are measured at parity). ``out_f32`` / ``accumulate``:
@@ -318,7 +323,13 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
             cost = _costs(m, n, k, m_blocks, num_sms, block_n, splits, box, 1, out_f32, accumulate)
             if cost < best_cost:  # ties on the HBM floor: the less loaded plan
                 best, best_cost = Bf16Plan(block_n, splits, box), cost
-    return best if best_cost[0] < HYSTERESIS * legacy_cost else old
+    best = best if best_cost[0] < HYSTERESIS * legacy_cost else old
+    if (dense and major_b == "k" and not out_f32 and not accumulate and best.block_n == 256 and best.splits == 1
+            and k_blocks <= PAIRED_MAX_K_BLOCKS and max(1, m_blocks) * ceil_div(n, 256) >= 4 * num_sms):
+        # short K over many wide tiles: the epilogue is a large share, so B shared by CTA pairs and
+        # every store box its own buffer (one wait per tile), as measured faster there
+        best = Bf16Plan(256, 1, BLOCK_M, 2, 0, 1)
+    return best
 
 
 def split_workspace_floats(tiles: int, splits: int, block_n: int) -> int:
