@@ -18,10 +18,10 @@ count each:
   streamed kv block and the next item's q tile loading during the current one;
 - ``"persistent_lean"``: the persistent design with a leaner epilogue (the same logits bit for bit:
   a quad reduce-scatter of the head sums, each lane then storing whole sums with one branch-free
-  range test each; fewer SASS instructions per kv block, tools/mqa_sass.py), to be timed against it;
+  range test each; fewer SASS instructions per kv block, tools/mqa_sass.py);
 - ``"persistent_regs"``: persistent_lean with each thread's weights of an item in registers instead of
   read from shared memory at every kv block (the same bits; 640 threads: a producer warpgroup lowers
-  its registers by setmaxnreg so the math warpgroups get 112 each), to be timed against it.
+  its registers by setmaxnreg so the math warpgroups get 112 each); the default.
 
 :data:`DESIGN` is the one :func:`deep_tile.fp8_mqa_logits` launches (read at each call; the tests
 and the benchmark set it to run the other). Pure Python.
@@ -47,10 +47,11 @@ HEADS = (32, 64)
 """Head counts with a kernel symbol (DeepGEMM's SM90 kernel takes the same two)."""
 DESIGNS = ("cuda_core", "wgmma", "ring", "persistent", "persistent_lean", "persistent_regs")
 """The kernel designs (module doc)."""
-DESIGN = "persistent_lean"
-"""The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one with the lean epilogue (half
-the L2 traffic per FLOP of the ring, no causal tail, fewer instructions per kv block; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"``
-when ``kv_scale`` is not 16-byte aligned."""
+DESIGN = "persistent_regs"
+"""The design :func:`deep_tile.fp8_mqa_logits` launches: the persistent one with the lean epilogue and
+the weights in registers (half the L2 traffic per FLOP of the ring, no causal tail, fewer
+instructions per kv block; docs/design.md §3.3); the TMA designs fall back to ``"wgmma"`` when
+``kv_scale`` is not 16-byte aligned."""
 BLOCK_KV = {"cuda_core": 128, "wgmma": 128, "ring": 128, "persistent": 128, "persistent_lean": 128,
             "persistent_regs": 128}
 """kv rows per CTA (``kMqaBlockKV``, ``kMqaWgmmaBlockKV``: the grid's x dimension covers
