@@ -246,6 +246,30 @@ DT_DEVICE void bf16_store_pair(void* d, long long base, int c, int n, float v0, 
 
 /// `*counter += 1`, acquire-release at GPU scope: the partials this CTA wrote before it (ordered by
 /// a barrier) are visible to the thread that sees the final count, and it sees everyone's.
+/// Box q (kStoreCols columns) of this thread's accumulators, rows r and r + 8 of its warpgroup's 64,
+/// packed into the 128B-swizzled 64-row buffer the TMA store reads.
+template <class Cfg, int kNumAccum>
+DT_DEVICE void bf16_pack_box(u8* buf, const float (&acc)[kNumAccum], int q, int r, int lane) {
+  constexpr int kGroups = Cfg::kStoreCols / 8;  // 8-column accumulator groups per box row
+#pragma unroll
+  for (int jj = 0; jj < kGroups; ++jj) {
+    const int j = q * kGroups + jj;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = r + 8 * h;
+      if constexpr (Cfg::kOutF32) {
+        // 8 floats = two 16-byte chunks: lanes 0-1 of a quad fill the first, 2-3 the second
+        const int chunk = 2 * jj + (lane % 4) / 2;
+        *reinterpret_cast<float2*>(buf + row * 128 + ((chunk ^ (row & 7)) << 4) + (lane % 2) * 8) =
+            make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      } else {
+        const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
+      }
+    }
+  }
+}
+
 DT_DEVICE u32 bf16_split_arrive(u32* counter) {
   u32 old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(counter) : "memory");
@@ -481,31 +505,13 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     if constexpr (Cfg::kStoreAll) {
       // every box packed into its own buffer, then one thread stores them all: the only wait is for the
       // previous tile's stores to have read the buffers, long done after this tile's k loop
-      constexpr int kGroups = Cfg::kStoreCols / 8;
       const int r = warp * 16 + lane / 4;
       const bool leader = (tid & 127) == 0;
       if (leader) ptx::tma_store_wait_read<0>();
       ptx::named_barrier_sync(1 + cw, 128);
 #pragma unroll
-      for (int q = 0; q < Cfg::kStoreBoxes; ++q) {
-        u8* buf = smem_d + (cw * Cfg::kStoreBuffers + q) * Cfg::kStoreBytes;
-#pragma unroll
-        for (int jj = 0; jj < kGroups; ++jj) {
-          const int j = q * kGroups + jj;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = r + 8 * h;
-            if constexpr (Cfg::kOutF32) {
-              const int chunk = 2 * jj + (lane % 4) / 2;
-              *reinterpret_cast<float2*>(buf + row * 128 + ((chunk ^ (row & 7)) << 4) + (lane % 2) * 8) =
-                  make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            } else {
-              const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-              *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
-            }
-          }
-        }
-      }
+      for (int q = 0; q < Cfg::kStoreBoxes; ++q)
+        bf16_pack_box<Cfg>(smem_d + (cw * Cfg::kStoreBuffers + q) * Cfg::kStoreBytes, acc, q, r, lane);
       ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
       ptx::named_barrier_sync(1 + cw, 128);
       if (leader) {
@@ -521,7 +527,6 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       }
     } else if constexpr (Cfg::kStoreBoxes > 0) {
       // per box of kStoreCols columns: pack into a 128B-swizzled 64-row box, then one thread stores it
-      constexpr int kGroups = Cfg::kStoreCols / 8;  // 8-column accumulator groups per box row
       const int r = warp * 16 + lane / 4;           // this thread's rows r and r + 8 of the warpgroup's 64
       const bool leader = (tid & 127) == 0;
 #pragma unroll
@@ -529,23 +534,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         u8* buf = smem_d + (cw * Cfg::kStoreBuffers + (stores++ & 1)) * Cfg::kStoreBytes;
         if (leader) ptx::tma_store_wait_read<1>();  // the store that last read this buffer is done
         ptx::named_barrier_sync(1 + cw, 128);
-#pragma unroll
-        for (int jj = 0; jj < kGroups; ++jj) {
-          const int j = q * kGroups + jj;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int row = r + 8 * h;
-            if constexpr (Cfg::kOutF32) {
-              // 8 floats = two 16-byte chunks: lanes 0-1 of a quad fill the first, 2-3 the second
-              const int chunk = 2 * jj + (lane % 4) / 2;
-              *reinterpret_cast<float2*>(buf + row * 128 + ((chunk ^ (row & 7)) << 4) + (lane % 2) * 8) =
-                  make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            } else {
-              const u32 v = ptx::pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-              *reinterpret_cast<u32*>(buf + row * 128 + ((jj ^ (row & 7)) << 4) + (lane % 4) * 4) = v;
-            }
-          }
-        }
+        bf16_pack_box<Cfg>(buf, acc, q, r, lane);
         ptx::fence_proxy_async_shared();  // the generic-proxy writes before the TMA engine reads them
         ptx::named_barrier_sync(1 + cw, 128);
         if (leader) {
