@@ -30,7 +30,7 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(130, 264, 200, "tn", legacy=True),
            dense(300, 200, 136, "nt", block_n=176, cluster_m=2),
            dense(200, 100, 200, "tt", out="f32", accumulate="inplace", block_n=96, cluster_m=2),
-           dense(520, 1300, 512, "nt", block_n=256, cluster_m=2, store_all=1),
+           dense(520, 1296, 512, "nt", block_n=256, cluster_m=2, store_all=1),
            contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
            k_grouped([128, 0, 256], 72, 136)]
 for r in results:
