@@ -393,22 +393,50 @@ def test_generated_wgmma_header_is_current():
     assert (ROOT / "include/deep_tile/ptx/wgmma_bf16.cuh").read_text() == gen_wgmma_bf16.render()
 
 
-@pytest.mark.parametrize("name", compiler_params())
-def test_every_variant_builds_spill_free(name):
+def code_path(cfg: contract.Bf16Config) -> tuple:
+    """What selects a variant's code in the kernel (its width only by whether it ends on a partial box)."""
+    default_ring = cfg.stages == contract.stages_for(cfg.block_n, cfg.tma_store, cfg.store_all, cfg.out_f32)
+    return (cfg.major_a, cfg.major_b, cfg.out_f32, cfg.accumulate, cfg.gemm_type, cfg.tma_store, cfg.box_m < 128,
+            cfg.cluster_m, cfg.store_all, cfg.compact_a, default_ring, cfg.block_n % 64 != 0)
+
+
+def smoke_configs() -> list:
+    """One variant of each code path of :func:`all_configs` (the suite builds these; the kernel sweep,
+    tests/test_kernel_build.py --kernel-sweep, builds them all)."""
+    seen = {}
+    for cfg in all_configs():
+        seen.setdefault(code_path(cfg), cfg)
+    return list(seen.values())
+
+
+def check_build(cfg: contract.Bf16Config, name: str) -> None:
+    """``cfg`` compiles with compiler ``name``: no ptxas problem, stack or spill; its SASS has the
+    wgmmas, the register split, the transposed reads and the TMA stores its configuration asks for."""
     from deep_tile.jit import compiler, paths
 
-    for cfg in all_configs():
-        result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), cfg.defines(), contract.SYMBOL, name)
-        assert compiler.ptxas_problems(result.log) == [], (cfg.label, result.log)
-        assert contract.SYMBOL in compiler.elf_functions(result.cubin)
-        assert_spill_free(result.log)
-        sass = compiler.disassemble(result.cubin)
-        if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
-            assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
-            assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
-            stored = cfg.tma_store and cfg.block_n >= (32 if cfg.out_f32 else 64)
-            assert ("UTMASTG" in sass) == (stored and not cfg.accumulate), cfg.label
-            assert ("UTMAREDG" in sass) == (stored and cfg.accumulate), cfg.label
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), cfg.defines(), contract.SYMBOL, name)
+    assert compiler.ptxas_problems(result.log) == [], (cfg.label, result.log)
+    assert contract.SYMBOL in compiler.elf_functions(result.cubin)
+    assert_spill_free(result.log)
+    sass = compiler.disassemble(result.cubin)
+    if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
+        assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
+        assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
+        stored = cfg.tma_store and cfg.block_n >= (32 if cfg.out_f32 else 64)
+        assert ("UTMASTG" in sass) == (stored and not cfg.accumulate), cfg.label
+        assert ("UTMAREDG" in sass) == (stored and cfg.accumulate), cfg.label
+
+
+def test_smoke_configs_take_every_code_path():
+    cfgs = smoke_configs()
+    assert {code_path(c) for c in cfgs} == {code_path(c) for c in all_configs()}
+    assert len(cfgs) < len(all_configs())
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_every_code_path_builds_spill_free(name):
+    for cfg in smoke_configs():
+        check_build(cfg, name)
 
 
 # --------------------------------------------------------------------------------------------------
