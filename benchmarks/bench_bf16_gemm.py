@@ -80,13 +80,16 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg, alts: tuple = ()) -> 
     a_arg, b_arg, a, b, d, c = make(m, n, k, layout, out, acc)
     ours = getattr(deep_tile, f"bf16_gemm_{layout}")
 
-    def legacy():
-        bf16_host.LEGACY = True
-        try:
-            ours(a_arg, b_arg, d_legacy, c=c)
-        finally:
-            bf16_host.LEGACY = None
+    def with_override(attr, value):  # one call into d_legacy with deep_tile.bf16's run-time override set
+        def call():
+            setattr(bf16_host, attr, value)
+            try:
+                ours(a_arg, b_arg, d_legacy, c=c)
+            finally:
+                setattr(bf16_host, attr, None)
+        return call
 
+    legacy = with_override("LEGACY", True)
     want = a.float() @ b.float().T + (c.float() if c is not None else 0)
     d_legacy = torch.empty_like(d)
     ours(a_arg, b_arg, d, c=c)
@@ -96,18 +99,9 @@ def run_shape(spec: str, iters: int, copy_rate: float, dg, alts: tuple = ()) -> 
     fns = {"deep_tile": lambda: ours(a_arg, b_arg, d, c=c), "legacy": legacy,
            "cublas": lambda: torch.matmul(a, b.T, out=d_cublas)}
 
-    def forced(plan):
-        def call():
-            bf16_host.FORCE_PLAN = plan
-            try:
-                ours(a_arg, b_arg, d_legacy, c=c)
-            finally:
-                bf16_host.FORCE_PLAN = None
-        return call
-
     alt_diffs = {}
     for text in alts:
-        fns[f"alt {text}"] = forced(bf16_host.parse_plan(text))
+        fns[f"alt {text}"] = with_override("FORCE_PLAN", bf16_host.parse_plan(text))
         fns[f"alt {text}"]()
         alt_diffs[text] = float(calc_diff(d_legacy.float(), want))
     if dg is not None:
