@@ -195,12 +195,14 @@ def test_own_splits_fill_one_wave():
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
 
 
-@pytest.mark.parametrize("groups", contract.GROUP_CHOICES)
+@pytest.mark.parametrize("groups,variant", [(g, "default") for g in contract.GROUP_CHOICES]
+                         + [(1, v) for v in contract.VARIANTS if v != "default"])
 @pytest.mark.parametrize("name", compiler_params())
-def test_hc_kernels_build_spill_free(name, groups):
+def test_hc_kernels_build_spill_free(name, groups, variant):
     from deep_tile.jit import compiler, paths
 
-    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(groups), HC_SYMBOLS[0], name)
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(groups, variant), HC_SYMBOLS[0],
+                                    name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
     assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
@@ -215,6 +217,10 @@ def test_hc_kernels_build_spill_free(name, groups):
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
     for symbol in HC_SYMBOLS:  # eight k8 TF32 wgmmas per K block, in three unrolled copies of the step
         assert bodies[symbol].count("HGMMA") == 24, symbol
+        if contract.VARIANTS[variant][0] == 2:  # the sets kept apart: the copies read distinct registers
+            operands = {line.split("TF32")[1].split(",")[1].strip() for line in bodies[symbol].splitlines()
+                        if "HGMMA" in line}
+            assert len(operands) == 24, (symbol, sorted(operands))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -249,6 +255,9 @@ HC_GPU_CASES = (
     + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, sub=sub)  # forced math groups and pieces
        for m, n, k, splits in ((13, 24, 7168, 16), (137, 32, 2048, 3), (70, 8, 640, 2), (300, 16, 1024, None))
        for groups, sub in ((1, None), (2, None), (1, 3), (2, 4), (1, 1), (2, 1))]
+    + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, variant=variant)  # each kernel variant
+       for m, n, k, splits, groups in ((13, 24, 7168, 16, 1), (137, 24, 2048, None, 2), (300, 32, 1024, 3, 1))
+       for variant in ("prev", "frags", "hint")]
 )
 
 
@@ -448,6 +457,25 @@ def test_path_variables_are_checked(monkeypatch):
     assert env.bh_einsum() == "bmm"
     monkeypatch.setenv(BH_PATH_ENV, "Heads")
     assert env.bh_einsum() == "heads"
+
+
+def test_prenorm_variant_variable(monkeypatch):
+    from deep_tile import env
+    from deep_tile.hyper_connection import VARIANT_ENV
+    from deep_tile.kernels import hc_prenorm
+
+    assert tuple(env.REGISTRY[VARIANT_ENV].choices) == tuple(hc_prenorm.VARIANTS)
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    assert env.hc_variant() == "default"
+    assert hc_prenorm.defines(1)["DT_HC_FRAG_SETS"] == 2 and hc_prenorm.defines(1)["DT_HC_A_EVICT_FIRST"] == 0
+    monkeypatch.setenv(VARIANT_ENV, "prev")
+    assert env.hc_variant() == "prev"
+    assert (hc_prenorm.defines(2, "prev")["DT_HC_FRAG_SETS"], hc_prenorm.defines(2, "prev")["DT_HC_A_EVICT_FIRST"]) == (1, 1)
+    monkeypatch.setenv(VARIANT_ENV, "nope")
+    with pytest.raises(ValueError, match=VARIANT_ENV):
+        env.hc_variant()
+    with pytest.raises(ValueError, match="variant"):
+        hc_prenorm.defines(1, "nope")
 
 
 def test_prenorm_variables_are_checked(monkeypatch):

@@ -17,7 +17,7 @@ __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREAD
            "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items",
            "grid", "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
            "reduce_grid", "GROUP_CHOICES", "STAGES_OF", "SMALL_M", "MIN_BLOCKS_PER_PART", "block_m", "threads",
-           "math_groups", "sub_splits", "k_blocks_of_part", "ONE_GROUP_MAX_K_BLOCKS"]
+           "math_groups", "sub_splits", "k_blocks_of_part", "ONE_GROUP_MAX_K_BLOCKS", "VARIANTS"]
 
 ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -81,10 +81,22 @@ def _groups(groups) -> int:
     return groups
 
 
-def defines(groups: int | None = None) -> dict:
-    """The entry's ``-D`` defines for ``groups`` math warpgroups (default :data:`MATH_GROUPS`)."""
+VARIANTS = {"default": (2, 0), "prev": (1, 1), "frags": (2, 1), "hint": (1, 0)}
+"""Kernel variants (for side-by-side timing) as (``DT_HC_FRAG_SETS``, ``DT_HC_A_EVICT_FIRST``):
+``default`` two fragment register sets kept apart (a block's bf16 -> TF32 moves before the wait on
+the previous block's wgmmas) and a's loads at L2's normal priority (DeepGEMM's); ``prev`` the
+earlier kernel (one set as ptxas merged them, a evict-first); ``frags`` and ``hint`` one change each."""
+
+
+def defines(groups: int | None = None, variant: str = "default") -> dict:
+    """The entry's ``-D`` defines for ``groups`` math warpgroups (default :data:`MATH_GROUPS`) and
+    the kernel ``variant`` (one of :data:`VARIANTS`)."""
     groups = _groups(groups)
-    return {"DT_HC_STAGES": STAGES_OF[groups], "DT_HC_MATH_GROUPS": groups, "DT_HC_CTAS_PER_SM": CTAS_PER_SM}
+    if variant not in VARIANTS:
+        raise ValueError(f"hc_prenorm: variant must be one of {tuple(VARIANTS)}, got {variant!r}.")
+    frag_sets, a_evict_first = VARIANTS[variant]
+    return {"DT_HC_STAGES": STAGES_OF[groups], "DT_HC_MATH_GROUPS": groups, "DT_HC_CTAS_PER_SM": CTAS_PER_SM,
+            "DT_HC_FRAG_SETS": frag_sets, "DT_HC_A_EVICT_FIRST": a_evict_first}
 
 
 def block_m(groups: int | None = None) -> int:
