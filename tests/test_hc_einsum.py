@@ -217,10 +217,12 @@ def test_hc_kernels_build_spill_free(name, groups, variant):
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
     for symbol in HC_SYMBOLS:  # eight k8 TF32 wgmmas per K block, in three unrolled copies of the step
         assert bodies[symbol].count("HGMMA") == 24, symbol
-        if contract.VARIANTS[variant][0] == 2:  # the sets kept apart: the copies read distinct registers
+        if contract.VARIANTS[variant][0]:  # the fragment sets kept apart: the copies read distinct registers
             operands = {line.split("TF32")[1].split(",")[1].strip() for line in bodies[symbol].splitlines()
                         if "HGMMA" in line}
             assert len(operands) == 24, (symbol, sorted(operands))
+            # the wgmma descriptors in uniform registers: not two R2UR per wgmma (the earlier kernel: 69-81)
+            assert bodies[symbol].count("R2UR") <= 16, symbol
 
 
 # --------------------------------------------------------------------------------------------------
@@ -257,7 +259,7 @@ HC_GPU_CASES = (
        for groups, sub in ((1, None), (2, None), (1, 3), (2, 4), (1, 1), (2, 1))]
     + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, variant=variant)  # each kernel variant
        for m, n, k, splits, groups in ((13, 24, 7168, 16, 1), (137, 24, 2048, None, 2), (300, 32, 1024, 3, 1))
-       for variant in ("prev", "frags", "hint")]
+       for variant in ("prev", "issue", "hint")]
 )
 
 
@@ -467,10 +469,10 @@ def test_prenorm_variant_variable(monkeypatch):
     assert tuple(env.REGISTRY[VARIANT_ENV].choices) == tuple(hc_prenorm.VARIANTS)
     monkeypatch.delenv(VARIANT_ENV, raising=False)
     assert env.hc_variant() == "default"
-    assert hc_prenorm.defines(1)["DT_HC_FRAG_SETS"] == 2 and hc_prenorm.defines(1)["DT_HC_A_EVICT_FIRST"] == 0
+    assert hc_prenorm.defines(1)["DT_HC_LEAN_ISSUE"] == 1 and hc_prenorm.defines(1)["DT_HC_A_EVICT_FIRST"] == 0
     monkeypatch.setenv(VARIANT_ENV, "prev")
     assert env.hc_variant() == "prev"
-    assert (hc_prenorm.defines(2, "prev")["DT_HC_FRAG_SETS"], hc_prenorm.defines(2, "prev")["DT_HC_A_EVICT_FIRST"]) == (1, 1)
+    assert (hc_prenorm.defines(2, "prev")["DT_HC_LEAN_ISSUE"], hc_prenorm.defines(2, "prev")["DT_HC_A_EVICT_FIRST"]) == (0, 1)
     monkeypatch.setenv(VARIANT_ENV, "nope")
     with pytest.raises(ValueError, match=VARIANT_ENV):
         env.hc_variant()

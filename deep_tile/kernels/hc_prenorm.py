@@ -81,11 +81,12 @@ def _groups(groups) -> int:
     return groups
 
 
-VARIANTS = {"default": (2, 0), "prev": (1, 1), "frags": (2, 1), "hint": (1, 0)}
-"""Kernel variants (for side-by-side timing) as (``DT_HC_FRAG_SETS``, ``DT_HC_A_EVICT_FIRST``):
-``default`` two fragment register sets kept apart (a block's bf16 -> TF32 moves before the wait on
-the previous block's wgmmas) and a's loads at L2's normal priority (DeepGEMM's); ``prev`` the
-earlier kernel (one set as ptxas merged them, a evict-first); ``frags`` and ``hint`` one change each."""
+VARIANTS = {"default": (1, 0), "prev": (0, 1), "issue": (1, 1), "hint": (0, 0)}
+"""Kernel variants (for side-by-side timing) as (``DT_HC_LEAN_ISSUE``, ``DT_HC_A_EVICT_FIRST``):
+``default`` the short path from one block's wgmmas to the next (fragment register sets kept
+apart, the squares after the issue, wgmma descriptors in uniform registers) and a's loads at L2's
+normal priority (DeepGEMM's); ``prev`` the earlier kernel (a evict-first); ``issue`` and ``hint``
+one change each."""
 
 
 def defines(groups: int | None = None, variant: str = "default") -> dict:
@@ -94,9 +95,9 @@ def defines(groups: int | None = None, variant: str = "default") -> dict:
     groups = _groups(groups)
     if variant not in VARIANTS:
         raise ValueError(f"hc_prenorm: variant must be one of {tuple(VARIANTS)}, got {variant!r}.")
-    frag_sets, a_evict_first = VARIANTS[variant]
+    lean_issue, a_evict_first = VARIANTS[variant]
     return {"DT_HC_STAGES": STAGES_OF[groups], "DT_HC_MATH_GROUPS": groups, "DT_HC_CTAS_PER_SM": CTAS_PER_SM,
-            "DT_HC_FRAG_SETS": frag_sets, "DT_HC_A_EVICT_FIRST": a_evict_first}
+            "DT_HC_LEAN_ISSUE": lean_issue, "DT_HC_A_EVICT_FIRST": a_evict_first}
 
 
 def block_m(groups: int | None = None) -> int:

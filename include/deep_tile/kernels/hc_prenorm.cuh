@@ -24,8 +24,8 @@
 #include "deep_tile/ptx/wgmma_tf32.cuh"
 
 #if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS) || !defined(DT_HC_CTAS_PER_SM) || \
-    !defined(DT_HC_FRAG_SETS) || !defined(DT_HC_A_EVICT_FIRST)
-#error "DT_HC_STAGES, DT_HC_MATH_GROUPS, DT_HC_CTAS_PER_SM, DT_HC_FRAG_SETS and DT_HC_A_EVICT_FIRST are set by deep_tile/kernels/hc_prenorm.py"
+    !defined(DT_HC_LEAN_ISSUE) || !defined(DT_HC_A_EVICT_FIRST)
+#error "DT_HC_STAGES, DT_HC_MATH_GROUPS, DT_HC_CTAS_PER_SM, DT_HC_LEAN_ISSUE and DT_HC_A_EVICT_FIRST are set by deep_tile/kernels/hc_prenorm.py"
 #endif
 
 namespace deep_tile {
@@ -39,11 +39,12 @@ constexpr int kHcMathThreads = 128 * kHcMathGroups;
 constexpr int kHcThreads = kHcMathThreads + 32;   // and one TMA warp
 constexpr int kHcStages = DT_HC_STAGES;
 constexpr int kHcCtasPerSm = DT_HC_CTAS_PER_SM;  // the launch bound: registers for this many CTAs per SM
-// 2: the fragment sets of consecutive blocks are kept in distinct registers, so that a block's
-// bf16 -> TF32 moves run before the wait on the previous block's wgmmas (1: ptxas may merge them
-// and then places those moves between the wait and the next wgmmas, idling the tensor cores).
-constexpr int kHcFragSets = DT_HC_FRAG_SETS;
-DT_STATIC_ASSERT(kHcFragSets == 1 || kHcFragSets == 2, "DT_HC_FRAG_SETS must be 1 or 2");
+// 1: the path from the wait on a block's wgmmas to the next block's is kept short: the fragment
+// sets of consecutive blocks in distinct registers (so a block's bf16 -> TF32 moves run before the
+// wait; ptxas merged them otherwise), the squares after the issue, the warp index provably uniform
+// (so loop counters and wgmma descriptors stay in uniform registers, not an R2UR per wgmma).
+// 0: the earlier code, for comparison.
+constexpr bool kHcLeanIssue = DT_HC_LEAN_ISSUE != 0;
 // 0: a's loads keep L2's normal priority, so the other half of each 256-byte promoted fetch (the
 // next K block's row) stays until its own load; 1: evict-first, which may drop that half first.
 constexpr bool kHcAEvictFirst = DT_HC_A_EVICT_FIRST != 0;
@@ -109,7 +110,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   u64* full = reinterpret_cast<u64*>(smem + Smem::kBarrierOffset);
   u64* empty = full + kHcStages;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int warp = kHcLeanIssue ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5;  // (kHcLeanIssue)
   const int parts = num_splits * sub_splits;
   const int num_items = ceil_div(m, kHcBlockM) * parts;
 
@@ -188,10 +190,10 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
       frag[4 * i + 1] = x1;
       frag[4 * i + 2] = x2;
       frag[4 * i + 3] = x3;
-      if (kHcFragSets == 1) square(frag, i);
+      if (!kHcLeanIssue) square(frag, i);
     }
     ptx::wgmma_wait_group<0>();
-    if (kHcFragSets == 2) {  // `other` live up to the wait: `frag` cannot share its registers
+    if (kHcLeanIssue) {  // `other` live up to the wait: `frag` cannot share its registers
 #pragma unroll
       for (int i = 0; i < 32; ++i) hc_keep_live(other[i]);
     }
@@ -207,7 +209,7 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     ptx::wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
-    if (kHcFragSets == 2) {  // the squares after the issue: off the path from the wait to the wgmmas
+    if (kHcLeanIssue) {  // the squares after the issue: off the path from the wait to the wgmmas
 #pragma unroll
       for (int i = 0; i < 8; ++i) square(frag, i);
     }
