@@ -6,7 +6,8 @@ flushed before every call, median of interleaved runs (deep_tile.testing.timing.
 m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
 m 1024 the rows also time the first implementation's kernel shape ("old": two math warpgroups,
 no pieces; its own splits are summed by the current reduce kernel), and every row one math
-warpgroup without pieces ("g1"), and above 1024 rows two math warpgroups ("g2"), through
+warpgroup without pieces ("g1"), and above 1024 rows two math warpgroups ("g2"; without splits
+also with the earlier kernel, "g2prev"), through
 deep_tile.hyper_connection's variables, and the default plan with each other kernel variant of
 ``DEEP_TILE_HC_VARIANT`` (``--hc-variants``; "prev" the earlier kernel).
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
@@ -102,6 +103,8 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg, variants=("prev", "issue
         fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
         if m > 1024:  # two math warpgroups, the default there before the one-group rule for short K
             fns["path:g2"] = with_env(GROUPS_ENV, "2", alt)
+            if num_splits is None:  # and with the earlier kernel: the earlier default at long K
+                fns["path:g2prev"] = with_env(GROUPS_ENV, "2", with_env(VARIANT_ENV, "prev", alt))
     for variant in variants:  # the default plan, another kernel variant
         fns[f"path:{variant}"] = with_env(VARIANT_ENV, variant, alt)
     diff = None

@@ -173,7 +173,13 @@ def test_one_group_without_splits_where_two_would_split_short_k():
     for k in (7168, 7680):
         assert contract.math_groups(8192, k, None, 132) == 1
         assert contract.own_splits(8192, k, 132, 1) == 1 < contract.own_splits(8192, k, 132, 2)
-    assert contract.math_groups(8192, 28672, None, 132) == 2  # long K: two groups' deeper pipeline
+    # long K: one group only where its row blocks fill nearly every SM (m 8192: 128 of 132, DeepGEMM's CTAs)
+    assert contract.math_groups(8192, 28672, None, 132) == 1
+    assert contract.math_groups(5000, 28672, None, 132) == 2  # 79 one-group row blocks: two groups, split
+    assert contract.math_groups(5000, 7168, None, 132) == 1  # short K: the rule as before
+    for m in range(257, 20000, 61):  # the long-K change touches only m whose one-group blocks fill 9/10 of the SMs
+        if contract.math_groups(m, 28672, None, 132) != contract.math_groups(m, 28672 // 4, None, 132):
+            assert contract.math_groups(m, 28672, None, 132) == 2 and -(-m // 64) < 0.9 * 132, m
     assert contract.math_groups(8192, 7168, 16, 132) == 2  # the caller's splits: rule not taken
     assert contract.math_groups(4096, 7168, None, 132) == 2  # one group would split too
     assert contract.math_groups(32768, 7168, None, 132) == 2  # neither splits
@@ -472,7 +478,8 @@ def test_prenorm_variant_variable(monkeypatch):
     assert hc_prenorm.defines(1)["DT_HC_LEAN_ISSUE"] == 1 and hc_prenorm.defines(1)["DT_HC_A_EVICT_FIRST"] == 0
     monkeypatch.setenv(VARIANT_ENV, "prev")
     assert env.hc_variant() == "prev"
-    assert (hc_prenorm.defines(2, "prev")["DT_HC_LEAN_ISSUE"], hc_prenorm.defines(2, "prev")["DT_HC_A_EVICT_FIRST"]) == (0, 1)
+    prev = hc_prenorm.defines(2, "prev")
+    assert (prev["DT_HC_LEAN_ISSUE"], prev["DT_HC_A_EVICT_FIRST"]) == (0, 1)
     monkeypatch.setenv(VARIANT_ENV, "nope")
     with pytest.raises(ValueError, match=VARIANT_ENV):
         env.hc_variant()

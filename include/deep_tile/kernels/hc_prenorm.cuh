@@ -25,7 +25,7 @@
 
 #if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS) || !defined(DT_HC_CTAS_PER_SM) || \
     !defined(DT_HC_LEAN_ISSUE) || !defined(DT_HC_A_EVICT_FIRST)
-#error "DT_HC_STAGES, DT_HC_MATH_GROUPS, DT_HC_CTAS_PER_SM, DT_HC_LEAN_ISSUE and DT_HC_A_EVICT_FIRST are set by deep_tile/kernels/hc_prenorm.py"
+#error "DT_HC_STAGES, DT_HC_MATH_GROUPS, DT_HC_CTAS_PER_SM, DT_HC_LEAN_ISSUE, DT_HC_A_EVICT_FIRST: set by hc_prenorm.py"
 #endif
 
 namespace deep_tile {
