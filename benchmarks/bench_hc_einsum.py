@@ -6,8 +6,10 @@ flushed before every call, median of interleaved runs (deep_tile.testing.timing.
 m in 13, 137, 4096, 8192; (n, k) in (24, 28672), (24, 7680), (24, 7168); splits None and 16. Up to
 m 1024 the rows also time the first implementation's kernel shape ("old": two math warpgroups,
 no pieces; its own splits are summed by the current reduce kernel), and every row one math
-warpgroup without pieces ("g1"), and above 1024 rows two math warpgroups ("g2"), through
-deep_tile.hyper_connection's variables.
+warpgroup without pieces ("g1"), and above 1024 rows two math warpgroups ("g2"; without splits
+also with the earlier kernel, "g2prev"), through
+deep_tile.hyper_connection's variables, and the default plan with each other kernel variant of
+``DEEP_TILE_HC_VARIANT`` (``--hc-variants``; "prev" the earlier kernel).
 Columns: microseconds, GB/s of the bytes the call moves (a, b read; d, sqr_sum written, as
 DeepGEMM's test counts them) and that as a share of the measured HBM copy rate, TFLOP/s,
 DeepGEMM's time and the speedup (DeepGEMM us / deep_tile us), and the largest difference of the
@@ -80,8 +82,10 @@ def others_of(times: dict) -> dict:
     return {k.split(":", 1)[1]: v for k, v in times.items() if k.startswith("path:")}
 
 
-def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
-    """One row: the pre-norm GEMM of shape ``spec``."""
+def run_hc(spec: str, iters: int, copy_rate: float, dg, variants=("prev", "issue", "hint"),
+           old_paths: bool = True) -> dict:
+    """One row: the pre-norm GEMM of shape ``spec``; ``variants``: the kernel variants timed beside
+    the default (DEEP_TILE_HC_VARIANT, same plan); ``old_paths``: the forced-plan paths too."""
     m, n, k, splits = map(int, spec.split(":"))
     num_splits = splits or None
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -90,14 +94,19 @@ def run_hc(spec: str, iters: int, copy_rate: float, dg) -> dict:
     lead = () if num_splits is None else (num_splits,)
     d, s = torch.empty(*lead, m, n, device="cuda"), torch.empty(*lead, m, device="cuda")
     fns = {"deep_tile": lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)}
-    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
+    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV, VARIANT_ENV
     d_alt, s_alt = torch.empty_like(d), torch.empty_like(s)
     alt = lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d_alt, s_alt, num_splits=num_splits)  # noqa: E731
-    if m <= 1024:  # the first kernel shape differs from the default at small m only
-        fns["path:old"] = with_env(GROUPS_ENV, "2", with_env(SUB_SPLITS_ENV, "1", alt))
-    fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
-    if m > 1024:  # two math warpgroups, the default there before the one-group rule for short K
-        fns["path:g2"] = with_env(GROUPS_ENV, "2", alt)
+    if old_paths:
+        if m <= 1024:  # the first kernel shape differs from the default at small m only
+            fns["path:old"] = with_env(GROUPS_ENV, "2", with_env(SUB_SPLITS_ENV, "1", alt))
+        fns["path:g1"] = with_env(GROUPS_ENV, "1", with_env(SUB_SPLITS_ENV, "1", alt))
+        if m > 1024:  # two math warpgroups, the default there before the one-group rule for short K
+            fns["path:g2"] = with_env(GROUPS_ENV, "2", alt)
+            if num_splits is None:  # and with the earlier kernel: the earlier default at long K
+                fns["path:g2prev"] = with_env(GROUPS_ENV, "2", with_env(VARIANT_ENV, "prev", alt))
+    for variant in variants:  # the default plan, another kernel variant
+        fns[f"path:{variant}"] = with_env(VARIANT_ENV, variant, alt)
     diff = None
     if dg is not None:
         d_dg, s_dg = torch.empty_like(d), torch.empty_like(s)
@@ -233,6 +242,10 @@ def main(argv=None) -> int:
     parser.add_argument("--fp8-einsum", nargs="*", default=list(FP8_EINSUM_SHAPES), help="b x h x r x d")
     parser.add_argument("--fp8-paths", nargs="*", default=None,
                         help="the fp8_einsum paths timed beside the default (default: every one)")
+    parser.add_argument("--hc-variants", nargs="*", default=["prev", "issue", "hint"],
+                        help="the pre-norm GEMM's kernel variants (DEEP_TILE_HC_VARIANT) timed beside the default")
+    parser.add_argument("--hc-no-plans", action="store_true",
+                        help="leave out the pre-norm GEMM's forced-plan paths (old, g1, g2)")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -242,7 +255,7 @@ def main(argv=None) -> int:
     rows = []
     if args.hc:
         dg = load_deepgemm("tf32_hc_prenorm_gemm")
-        rows += [run_hc(spec, args.iters, copy_rate, dg) for spec in args.hc]
+        rows += [run_hc(spec, args.iters, copy_rate, dg, args.hc_variants, not args.hc_no_plans) for spec in args.hc]
     if args.einsum:
         dg = load_deepgemm("einsum")
         rows += [run_einsum(spec, args.iters, copy_rate, dg) for spec in args.einsum]

@@ -138,6 +138,11 @@ _VARS = (
     EnvVar("DEEP_TILE_HC_SUB_SPLITS", "str", "unset",
            "Forces the pieces each of the caller's K splits of `tf32_hc_prenorm_gemm` is cut into (an int >= 1; "
            "unset: enough to fill the SMs, each at least 4 K blocks). For measurements. Read at each call."),
+    EnvVar("DEEP_TILE_HC_VARIANT", "choice", "`default`",
+           "The kernel variant of `tf32_hc_prenorm_gemm`: `default`, `prev` (the earlier kernel: the longer "
+           "path from one K block's wgmmas to the next, a's loads evict-first), `issue` / `hint` (one of the "
+           "two changes). For measurements. Read at each call.",
+           choices=("default", "prev", "issue", "hint")),
     EnvVar("DEEP_TILE_BF16_LEGACY", "bool", "off",
            "The BF16 GEMMs (`deep_tile.bf16`) take their earlier plan: 64 / 128 / 256-wide tiles, no split K, "
            "no multicast, float32 `d` stored from registers (for side-by-side timing; `deep_tile.bf16.LEGACY` "
@@ -362,6 +367,11 @@ def hc_groups() -> int:
     """``DEEP_TILE_HC_GROUPS``: 1 or 2 math warpgroups forced, 0 when unset."""
     value = get("DEEP_TILE_HC_GROUPS")
     return int(value) if value else 0
+
+
+def hc_variant() -> str:
+    """``DEEP_TILE_HC_VARIANT``: the pre-norm GEMM's kernel variant (``default`` when unset)."""
+    return get("DEEP_TILE_HC_VARIANT") or "default"
 
 
 def hc_sub_splits() -> int:

@@ -20,7 +20,8 @@ splits K itself (``own_splits``), and with few caller's splits it cuts each into
 float32 sums in another order than one split's). Up to ``SMALL_M`` rows one math warpgroup of 64
 rows runs instead of two (``math_groups``). Two environment variables override those choices
 (for measurements): ``DEEP_TILE_HC_GROUPS`` (1 or 2) and ``DEEP_TILE_HC_SUB_SPLITS`` (an int >= 1);
-``DEEP_TILE_HC_GROUPS=2 DEEP_TILE_HC_SUB_SPLITS=1`` is the first implementation. On the CPU the
+``DEEP_TILE_HC_GROUPS=2 DEEP_TILE_HC_SUB_SPLITS=1`` is the first implementation; ``DEEP_TILE_HC_VARIANT``
+picks the kernel's code variant (``contract.VARIANTS``; ``prev`` the earlier kernel). On the CPU the
 same partial sums in float32 torch. Arguments are checked before anything is launched or written.
 """
 from __future__ import annotations
@@ -35,12 +36,15 @@ from deep_tile.jit.runtime import KernelArgs
 from deep_tile.kernels import hc_prenorm as contract
 from deep_tile.pdl import get_pdl
 
-__all__ = ["tf32_hc_prenorm_gemm", "hc_prenorm_reference", "GROUPS_ENV", "SUB_SPLITS_ENV"]
+__all__ = ["tf32_hc_prenorm_gemm", "hc_prenorm_reference", "GROUPS_ENV", "SUB_SPLITS_ENV", "VARIANT_ENV"]
 
 GROUPS_ENV = "DEEP_TILE_HC_GROUPS"
 """Environment variable forcing the math warpgroups per CTA (1 or 2; unset: ``math_groups``)."""
 SUB_SPLITS_ENV = "DEEP_TILE_HC_SUB_SPLITS"
 """Environment variable forcing the pieces per caller's split (an int >= 1; unset: ``sub_splits``)."""
+
+VARIANT_ENV = "DEEP_TILE_HC_VARIANT"
+"""Environment variable picking the kernel variant (``contract.VARIANTS``; unset: ``default``)."""
 
 _I32_MAX = 2**31 - 1
 
@@ -144,6 +148,7 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
     num_sms = get_num_sms()
     # the registry refuses a value not in GROUP_CHOICES
     groups = env.hc_groups() or contract.math_groups(m, k, num_splits, num_sms)
+    defines = contract.defines(groups, env.hc_variant())
     if num_splits is None:  # own splits, each its own part, all summed into d
         parts = contract.own_splits(m, k, num_sms, groups)
         per_output, outputs, launch_splits, sub = parts, 1, parts, 1
@@ -154,15 +159,15 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
     row_stride = d.stride(-2) if m > 1 else n
     split_stride = d.stride(0) if num_splits is not None and splits > 1 else 0
     if parts == 1 or per_output == 1:  # the kernel writes d itself
-        _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, 1)
+        _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, 1, defines)
         return
     # partials in a workspace, summed in order by a second kernel
     work_d = torch.empty((parts, m, n), dtype=torch.float32, device=a.device)
     work_s = torch.empty((parts, m), dtype=torch.float32, device=a.device)
-    _launch(a, b, work_d, work_s, m, n, k, launch_splits, n, m * n, num_sms, groups, sub)
+    _launch(a, b, work_d, work_s, m, n, k, launch_splits, n, m * n, num_sms, groups, sub, defines)
     values = (work_d.data_ptr(), work_s.data_ptr(), d.data_ptr(), sqr_sum.data_ptr(), m, n, per_output, row_stride,
               outputs, split_stride)
-    kernel = get_kernel(contract.ENTRY, contract.defines(groups), contract.REDUCE_SYMBOL)
+    kernel = get_kernel(contract.ENTRY, defines, contract.REDUCE_SYMBOL)
     with torch.cuda.device(a.device):
         kernel.launch(grid=contract.reduce_grid(m, n, num_sms, outputs), block=contract.REDUCE_THREADS, smem_bytes=0,
                       stream=torch.cuda.current_stream(a.device).cuda_stream,
@@ -170,16 +175,17 @@ def tf32_hc_prenorm_gemm(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, sqr_
                       device=a.device.index, pdl=get_pdl())
 
 
-def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, sub) -> None:
+def _launch(a, b, d, sqr_sum, m, n, k, splits, row_stride, split_stride, num_sms, groups, sub, defines) -> None:
     """The kernel on ``a``'s device and current stream: ``splits`` K splits of ``sub`` pieces each
-    into ``d`` / ``sqr_sum`` (part p at split stride p), ``groups`` math warpgroups."""
+    into ``d`` / ``sqr_sum`` (part p at split stride p), ``groups`` math warpgroups, the entry built
+    with ``defines`` (contract.defines)."""
     map_a = encode_2d(a.data_ptr(), "bfloat16", k, m, a.stride(0) * 2 if m > 1 else k * 2,
                       contract.BLOCK_K, contract.block_m(groups), contract.SWIZZLE, 256)
     map_b = encode_2d(b.data_ptr(), "float32", k, n, b.stride(0) * 4 if n > 1 else k * 4,
                       contract.B_BOX_K, n, contract.SWIZZLE, 256)
     values = (map_a, map_b, d.data_ptr(), sqr_sum.data_ptr(), m, k // contract.BLOCK_K, splits, row_stride,
               split_stride, sub)
-    kernel = get_kernel(contract.ENTRY, contract.defines(groups), contract.symbol(n))
+    kernel = get_kernel(contract.ENTRY, defines, contract.symbol(n))
     device = a.device
     with torch.cuda.device(device):
         kernel.launch(grid=contract.grid(m, splits, num_sms, groups, sub), block=contract.threads(groups),

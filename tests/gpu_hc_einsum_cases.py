@@ -65,20 +65,22 @@ def check_hc(a, b, d, s, num_splits) -> dict:
 
 
 def hc(m: int, n: int, k: int, num_splits=None, seed: int = 0, a_row_stride: int = 0, d_row_stride: int = 0,
-       num_sms: int = 0, groups=None, sub=None) -> dict:
+       num_sms: int = 0, groups=None, sub=None, variant=None) -> dict:
     """One call of deep_tile.tf32_hc_prenorm_gemm on the GPU against float64 (``num_sms`` > 0: with
     the grid limited to that many SMs, so that each CTA takes several work items; ``groups`` /
-    ``sub``: the math warpgroups and pieces per split forced through their environment variables)."""
+    ``sub`` / ``variant``: the math warpgroups, pieces per split and kernel variant forced through
+    their environment variables)."""
     import deep_tile
-    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV
+    from deep_tile.hyper_connection import GROUPS_ENV, SUB_SPLITS_ENV, VARIANT_ENV
 
     a, b = make_hc_inputs(m, n, k, seed, "cuda", a_row_stride)
     d, s = hc_outputs(m, n, num_splits, "cuda", d_row_stride)
     deep_tile.set_num_sms(num_sms or None)
     try:
+        call = lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)  # noqa: E731
         _with_path(GROUPS_ENV, None if groups is None else str(groups),
                    lambda: _with_path(SUB_SPLITS_ENV, None if sub is None else str(sub),
-                                      lambda: deep_tile.tf32_hc_prenorm_gemm(a, b, d, s, num_splits=num_splits)))
+                                      lambda: _with_path(VARIANT_ENV, variant, call)))
     finally:
         deep_tile.set_num_sms(None)
     torch.cuda.synchronize()
@@ -88,7 +90,7 @@ def hc(m: int, n: int, k: int, num_splits=None, seed: int = 0, a_row_stride: int
         result["padding_untouched"] = bool(torch.isnan(full[..., n:]).all())
         result["ok"] = result["ok"] and result["padding_untouched"]
     return {"case": f"hc m={m} n={n} k={k} splits={num_splits} a_stride={a_row_stride} d_stride={d_row_stride} "
-                    f"sms={num_sms or 'all'} groups={groups} sub={sub}",
+                    f"sms={num_sms or 'all'} groups={groups} sub={sub} variant={variant or 'default'}",
             **result}
 
 

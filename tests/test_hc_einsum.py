@@ -173,7 +173,13 @@ def test_one_group_without_splits_where_two_would_split_short_k():
     for k in (7168, 7680):
         assert contract.math_groups(8192, k, None, 132) == 1
         assert contract.own_splits(8192, k, 132, 1) == 1 < contract.own_splits(8192, k, 132, 2)
-    assert contract.math_groups(8192, 28672, None, 132) == 2  # long K: two groups' deeper pipeline
+    # long K: one group only where its row blocks fill nearly every SM (m 8192: 128 of 132, DeepGEMM's CTAs)
+    assert contract.math_groups(8192, 28672, None, 132) == 1
+    assert contract.math_groups(5000, 28672, None, 132) == 2  # 79 one-group row blocks: two groups, split
+    assert contract.math_groups(5000, 7168, None, 132) == 1  # short K: the rule as before
+    for m in range(257, 20000, 61):  # the long-K change touches only m whose one-group blocks fill 9/10 of the SMs
+        if contract.math_groups(m, 28672, None, 132) != contract.math_groups(m, 28672 // 4, None, 132):
+            assert contract.math_groups(m, 28672, None, 132) == 2 and -(-m // 64) < 0.9 * 132, m
     assert contract.math_groups(8192, 7168, 16, 132) == 2  # the caller's splits: rule not taken
     assert contract.math_groups(4096, 7168, None, 132) == 2  # one group would split too
     assert contract.math_groups(32768, 7168, None, 132) == 2  # neither splits
@@ -195,12 +201,14 @@ def test_own_splits_fill_one_wave():
 HC_SYMBOLS = [contract.symbol(n) for n in contract.NS]
 
 
-@pytest.mark.parametrize("groups", contract.GROUP_CHOICES)
+@pytest.mark.parametrize("groups,variant", [(g, "default") for g in contract.GROUP_CHOICES]
+                         + [(1, v) for v in contract.VARIANTS if v != "default"])
 @pytest.mark.parametrize("name", compiler_params())
-def test_hc_kernels_build_spill_free(name, groups):
+def test_hc_kernels_build_spill_free(name, groups, variant):
     from deep_tile.jit import compiler, paths
 
-    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(groups), HC_SYMBOLS[0], name)
+    result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), contract.defines(groups, variant), HC_SYMBOLS[0],
+                                    name)
     assert compiler.ptxas_problems(result.log) == [], result.log
     assert "C75" not in result.log, result.log  # C7512 too: wgmmas serialised for want of registers
     assert set(HC_SYMBOLS) | {contract.REDUCE_SYMBOL} <= compiler.elf_functions(result.cubin)
@@ -215,6 +223,12 @@ def test_hc_kernels_build_spill_free(name, groups):
     bodies = {chunk.split()[0]: chunk for chunk in sass.split("Function : ")[1:]}
     for symbol in HC_SYMBOLS:  # eight k8 TF32 wgmmas per K block, in three unrolled copies of the step
         assert bodies[symbol].count("HGMMA") == 24, symbol
+        if contract.VARIANTS[variant][0]:  # the fragment sets kept apart: the copies read distinct registers
+            operands = {line.split("TF32")[1].split(",")[1].strip() for line in bodies[symbol].splitlines()
+                        if "HGMMA" in line}
+            assert len(operands) == 24, (symbol, sorted(operands))
+            # the wgmma descriptors in uniform registers: not two R2UR per wgmma (the earlier kernel: 69-81)
+            assert bodies[symbol].count("R2UR") <= 16, symbol
 
 
 # --------------------------------------------------------------------------------------------------
@@ -249,6 +263,9 @@ HC_GPU_CASES = (
     + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, sub=sub)  # forced math groups and pieces
        for m, n, k, splits in ((13, 24, 7168, 16), (137, 32, 2048, 3), (70, 8, 640, 2), (300, 16, 1024, None))
        for groups, sub in ((1, None), (2, None), (1, 3), (2, 4), (1, 1), (2, 1))]
+    + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, variant=variant)  # each kernel variant
+       for m, n, k, splits, groups in ((13, 24, 7168, 16, 1), (137, 24, 2048, None, 2), (300, 32, 1024, 3, 1))
+       for variant in ("prev", "issue", "hint")]
 )
 
 
@@ -448,6 +465,26 @@ def test_path_variables_are_checked(monkeypatch):
     assert env.bh_einsum() == "bmm"
     monkeypatch.setenv(BH_PATH_ENV, "Heads")
     assert env.bh_einsum() == "heads"
+
+
+def test_prenorm_variant_variable(monkeypatch):
+    from deep_tile import env
+    from deep_tile.hyper_connection import VARIANT_ENV
+    from deep_tile.kernels import hc_prenorm
+
+    assert tuple(env.REGISTRY[VARIANT_ENV].choices) == tuple(hc_prenorm.VARIANTS)
+    monkeypatch.delenv(VARIANT_ENV, raising=False)
+    assert env.hc_variant() == "default"
+    assert hc_prenorm.defines(1)["DT_HC_LEAN_ISSUE"] == 1 and hc_prenorm.defines(1)["DT_HC_A_EVICT_FIRST"] == 0
+    monkeypatch.setenv(VARIANT_ENV, "prev")
+    assert env.hc_variant() == "prev"
+    prev = hc_prenorm.defines(2, "prev")
+    assert (prev["DT_HC_LEAN_ISSUE"], prev["DT_HC_A_EVICT_FIRST"]) == (0, 1)
+    monkeypatch.setenv(VARIANT_ENV, "nope")
+    with pytest.raises(ValueError, match=VARIANT_ENV):
+        env.hc_variant()
+    with pytest.raises(ValueError, match="variant"):
+        hc_prenorm.defines(1, "nope")
 
 
 def test_prenorm_variables_are_checked(monkeypatch):

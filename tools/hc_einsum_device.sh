@@ -21,6 +21,7 @@ import sys
 sys.path.insert(0, "tests")
 import gpu_hc_einsum_cases as cases
 results = [cases.hc(13, 24, 28672, num_splits=16), cases.hc(137, 24, 7168), cases.hc(13, 24, 7168, num_splits=16, sub=3),
+           cases.hc(8192, 24, 7168, variant="prev"), cases.hc(137, 24, 7168, num_splits=16, variant="issue"),
            cases.hc(300, 24, 1024, num_splits=2, groups=2, sub=2), cases.hc(4096, 24, 7168, num_splits=16),
            cases.einsum_case("bhr,hdr->bhd", dict(b=4, h=8, r=512, d=128), "bfloat16"),
            cases.einsum_case("bhd,hdr->bhr", dict(b=4, h=8, r=512, d=128), "bfloat16")]
@@ -40,6 +41,8 @@ results = [cases.hc(137, 24, 1024),
            cases.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20),
            cases.hc(600, 24, 640, num_splits=3, num_sms=4),
            cases.hc(13, 24, 2048, num_splits=2, groups=1, sub=3),
+           cases.hc(200, 24, 1344, num_splits=2, groups=2, variant="prev"),
+           cases.hc(70, 32, 960, num_sms=2, groups=1, variant="hint"),
            cases.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
            cases.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16"),
            cases.einsum_case("bhr,hdr->bhd", dict(b=37, h=3, r=192, d=136), "bfloat16", path="heads", d_pad=8),

@@ -29,6 +29,9 @@ results = [
     paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design="tma"),
     hc.hc(137, 24, 1024), hc.hc(70, 32, 256, num_splits=6),
     hc.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20), hc.hc(600, 24, 640, num_splits=3, num_sms=4),
+    # the pre-norm GEMM's earlier kernel variant (fragment sets merged, a evict-first) beside the default above
+    hc.hc(200, 24, 1344, num_splits=2, groups=2, variant="prev"),
+    hc.hc(70, 32, 960, num_sms=2, groups=1, variant="hint"),
     hc.einsum_case("bmk,bnk->mn", dict(b=5, m=192, n=128, k=128), "float32"),
     hc.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16"),
     # fp8_einsum's head-strided masked kernel: a partial slab by TMA, and b 1 (16-byte stores only)

@@ -17,7 +17,8 @@ __all__ = ["ENTRY", "NS", "MATH_GROUPS", "BLOCK_M", "BLOCK_K", "STAGES", "THREAD
            "ARGUMENT_KINDS", "CTAS_PER_SM", "MIN_BLOCKS_PER_SPLIT", "defines", "symbol", "smem_bytes", "num_items",
            "grid", "k_blocks_of_split", "own_splits", "REDUCE_SYMBOL", "REDUCE_THREADS", "REDUCE_ARGUMENT_KINDS",
            "reduce_grid", "GROUP_CHOICES", "STAGES_OF", "SMALL_M", "MIN_BLOCKS_PER_PART", "block_m", "threads",
-           "math_groups", "sub_splits", "k_blocks_of_part", "ONE_GROUP_MAX_K_BLOCKS"]
+           "math_groups", "sub_splits", "k_blocks_of_part", "ONE_GROUP_MAX_K_BLOCKS", "ONE_GROUP_FULL_SHARE",
+           "VARIANTS"]
 
 ENTRY = "hc_prenorm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -42,8 +43,13 @@ SMALL_M = 256
 """Largest m that runs one math warpgroup by default (:func:`math_groups`)."""
 ONE_GROUP_MAX_K_BLOCKS = 128
 """Longest K (in :data:`BLOCK_K` blocks) at which :func:`math_groups` prefers one group without
-splits over two groups split in two: beyond it two groups' deeper pipeline outweighs the partials'
-second kernel (docs/performance.md)."""
+splits over two groups split in two whatever the share of SMs one group's row blocks take
+(docs/performance.md); beyond it only where they fill :data:`ONE_GROUP_FULL_SHARE` of the SMs."""
+ONE_GROUP_FULL_SHARE = 0.9
+"""Share of the SMs one group's row blocks must fill for :func:`math_groups` to prefer one group
+without splits at any K: then its CTAs are DeepGEMM's (64 rows, all of K, 12 stages) and the
+partials' second kernel is saved. (The earlier kernel's longer issue path between K blocks made
+one group lose at long K: 144 against 134 us at m 8192, K 28672.)"""
 MIN_BLOCKS_PER_PART = 4
 """The fewest K blocks a piece of a caller's split reads when :func:`sub_splits` cuts it (a CTA's
 chain of blocks is what costs at small m; the pieces' sum is a second, short kernel)."""
@@ -81,10 +87,23 @@ def _groups(groups) -> int:
     return groups
 
 
-def defines(groups: int | None = None) -> dict:
-    """The entry's ``-D`` defines for ``groups`` math warpgroups (default :data:`MATH_GROUPS`)."""
+VARIANTS = {"default": (1, 0), "prev": (0, 1), "issue": (1, 1), "hint": (0, 0)}
+"""Kernel variants (for side-by-side timing) as (``DT_HC_LEAN_ISSUE``, ``DT_HC_A_EVICT_FIRST``):
+``default`` the short path from one block's wgmmas to the next (fragment register sets kept
+apart, the squares after the issue, wgmma descriptors in uniform registers) and a's loads at L2's
+normal priority (DeepGEMM's); ``prev`` the earlier kernel (a evict-first); ``issue`` and ``hint``
+one change each."""
+
+
+def defines(groups: int | None = None, variant: str = "default") -> dict:
+    """The entry's ``-D`` defines for ``groups`` math warpgroups (default :data:`MATH_GROUPS`) and
+    the kernel ``variant`` (one of :data:`VARIANTS`)."""
     groups = _groups(groups)
-    return {"DT_HC_STAGES": STAGES_OF[groups], "DT_HC_MATH_GROUPS": groups, "DT_HC_CTAS_PER_SM": CTAS_PER_SM}
+    if variant not in VARIANTS:
+        raise ValueError(f"hc_prenorm: variant must be one of {tuple(VARIANTS)}, got {variant!r}.")
+    lean_issue, a_evict_first = VARIANTS[variant]
+    return {"DT_HC_STAGES": STAGES_OF[groups], "DT_HC_MATH_GROUPS": groups, "DT_HC_CTAS_PER_SM": CTAS_PER_SM,
+            "DT_HC_LEAN_ISSUE": lean_issue, "DT_HC_A_EVICT_FIRST": a_evict_first}
 
 
 def block_m(groups: int | None = None) -> int:
@@ -100,12 +119,14 @@ def threads(groups: int | None = None) -> int:
 def math_groups(m: int, k: int = 0, num_splits: int | None = 1, num_sms: int = 0) -> int:
     """The math warpgroups a call of m rows uses by default: one up to :data:`SMALL_M` rows; one also
     when the caller passes no splits (``num_splits`` None), K is at most :data:`ONE_GROUP_MAX_K_BLOCKS`
-    blocks and one group's row blocks fill the SMs without splits where two groups' would be split
-    (the same CTAs then write d directly: no partials, no second kernel)."""
+    blocks (or its row blocks fill :data:`ONE_GROUP_FULL_SHARE` of the SMs) and one group's row blocks
+    fill the SMs without splits where two groups' would be split (the same CTAs then write d
+    directly: no partials, no second kernel)."""
     if m <= SMALL_M:
         return 1
-    if (num_splits is None and num_sms > 0 and 0 < k // BLOCK_K <= ONE_GROUP_MAX_K_BLOCKS
-            and own_splits(m, k, num_sms, 1) == 1 < own_splits(m, k, num_sms, MATH_GROUPS)):
+    if (num_splits is None and num_sms > 0 and k >= BLOCK_K
+            and own_splits(m, k, num_sms, 1) == 1 < own_splits(m, k, num_sms, MATH_GROUPS)
+            and (k // BLOCK_K <= ONE_GROUP_MAX_K_BLOCKS or ceil_div(m, block_m(1)) >= ONE_GROUP_FULL_SHARE * num_sms)):
         return 1
     return MATH_GROUPS
 

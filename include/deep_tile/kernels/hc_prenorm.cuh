@@ -23,8 +23,9 @@
 #include "deep_tile/ptx/wgmma_fp8.cuh"
 #include "deep_tile/ptx/wgmma_tf32.cuh"
 
-#if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS) || !defined(DT_HC_CTAS_PER_SM)
-#error "DT_HC_STAGES, DT_HC_MATH_GROUPS and DT_HC_CTAS_PER_SM are set by deep_tile/kernels/hc_prenorm.py"
+#if !defined(DT_HC_STAGES) || !defined(DT_HC_MATH_GROUPS) || !defined(DT_HC_CTAS_PER_SM) || \
+    !defined(DT_HC_LEAN_ISSUE) || !defined(DT_HC_A_EVICT_FIRST)
+#error "DT_HC_STAGES, DT_HC_MATH_GROUPS, DT_HC_CTAS_PER_SM, DT_HC_LEAN_ISSUE, DT_HC_A_EVICT_FIRST: set by hc_prenorm.py"
 #endif
 
 namespace deep_tile {
@@ -38,6 +39,15 @@ constexpr int kHcMathThreads = 128 * kHcMathGroups;
 constexpr int kHcThreads = kHcMathThreads + 32;   // and one TMA warp
 constexpr int kHcStages = DT_HC_STAGES;
 constexpr int kHcCtasPerSm = DT_HC_CTAS_PER_SM;  // the launch bound: registers for this many CTAs per SM
+// 1: the path from the wait on a block's wgmmas to the next block's is kept short: the fragment
+// sets of consecutive blocks in distinct registers (so a block's bf16 -> TF32 moves run before the
+// wait; ptxas merged them otherwise), the squares after the issue, the warp index provably uniform
+// (so loop counters and wgmma descriptors stay in uniform registers, not an R2UR per wgmma).
+// 0: the earlier code, for comparison.
+constexpr bool kHcLeanIssue = DT_HC_LEAN_ISSUE != 0;
+// 0: a's loads keep L2's normal priority, so the other half of each 256-byte promoted fetch (the
+// next K block's row) stays until its own load; 1: evict-first, which may drop that half first.
+constexpr bool kHcAEvictFirst = DT_HC_A_EVICT_FIRST != 0;
 DT_STATIC_ASSERT(kHcStages >= 2 && kHcStages <= 16, "DT_HC_STAGES must lie in [2, 16]");
 
 /// Shared memory of one CTA for N columns: per stage the a tile then b's two K atoms, every tile
@@ -53,6 +63,9 @@ struct HcSmem {
   DT_STATIC_ASSERT(kHcCtasPerSm * (kBytes + 1024) <= 233472,
                    "DT_HC_CTAS_PER_SM CTAs must fit an SM's shared memory (1 KB reserved per CTA)");
 };
+
+/// An empty use and definition of a register: keeps a value live up to this point (no instruction).
+DT_DEVICE void hc_keep_live(u32& reg) { asm volatile("" : "+r"(reg)); }
 
 DT_DEVICE u32 dynamic_smem_bytes() {
   u32 bytes;
@@ -97,7 +110,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   u64* full = reinterpret_cast<u64*>(smem + Smem::kBarrierOffset);
   u64* empty = full + kHcStages;
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int warp = kHcLeanIssue ? __shfl_sync(0xffffffffu, tid >> 5, 0) : tid >> 5;  // (kHcLeanIssue)
   const int parts = num_splits * sub_splits;
   const int num_items = ceil_div(m, kHcBlockM) * parts;
 
@@ -117,8 +131,8 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
 
   if (warp == kHcMathThreads / 32) {
     if (lane == 0) {
-      const u64 stream_policy = ptx::l2_policy_evict_first();  // a is read once
-      const u64 keep_policy = ptx::l2_policy_evict_last();     // b is read by every row block
+      const u64 stream_policy = kHcAEvictFirst ? ptx::l2_policy_evict_first() : 0;  // a is read once
+      const u64 keep_policy = ptx::l2_policy_evict_last();                          // b is read by every row block
       int g = 0;  // blocks loaded so far: the ring's position and phase
       for (int item = blockIdx.x; item < num_items; item += gridDim.x) {
         const int m0 = (item / parts) * kHcBlockM;
@@ -129,7 +143,10 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
           u8* tile = smem + stage * Smem::kStageBytes;
           const int k0 = (range.begin + s) * kHcBlockK;
           ptx::mbarrier_arrive_expect_tx(&full[stage], Smem::kStageBytes);
-          ptx::tma_load_2d_hinted(tile, map_a, &full[stage], k0, m0, stream_policy);
+          if (kHcAEvictFirst)
+            ptx::tma_load_2d_hinted(tile, map_a, &full[stage], k0, m0, stream_policy);
+          else
+            ptx::tma_load_2d(tile, map_a, &full[stage], k0, m0);
           ptx::tma_load_2d_hinted(tile + Smem::kABytes, map_b, &full[stage], k0, 0, keep_policy);
           ptx::tma_load_2d_hinted(tile + Smem::kABytes + Smem::kBAtomBytes, map_b, &full[stage], k0 + 32, 0,
                                   keep_policy);
@@ -149,9 +166,16 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
   int g = 0;  // blocks consumed so far, as the TMA warp counts them
 
   // Wait for block g, read its a fragments into `frag` (and square them), then, once the previous
-  // block's wgmmas are done (its stage and its fragment set are free), release that stage (`release`:
-  // the previous block is this item's) and issue this block's eight k8 wgmmas.
-  const auto step = [&](bool release, u32(&frag)[32]) {
+  // block's wgmmas are done (its stage and its fragment set `other` are free), release that stage
+  // (`release`: the previous block is this item's) and issue this block's eight k8 wgmmas.
+  // Slice i's four values of `frag` added squared to the rows' sums (the wgmmas only read `frag`).
+  const auto square = [&](const u32(&frag)[32], int i) {
+    const float f0 = __uint_as_float(frag[4 * i]), f1 = __uint_as_float(frag[4 * i + 1]);
+    const float f2 = __uint_as_float(frag[4 * i + 2]), f3 = __uint_as_float(frag[4 * i + 3]);
+    sq0 = fmaf(f0, f0, fmaf(f2, f2, sq0));
+    sq1 = fmaf(f1, f1, fmaf(f3, f3, sq1));
+  };
+  const auto step = [&](bool release, u32(&frag)[32], u32(&other)[32]) {
     const int stage = g % kHcStages;
     ptx::mbarrier_wait(&full[stage], (g / kHcStages) & 1);
     const u8* tile = smem + stage * Smem::kStageBytes;
@@ -166,12 +190,13 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
       frag[4 * i + 1] = x1;
       frag[4 * i + 2] = x2;
       frag[4 * i + 3] = x3;
-      const float f0 = __uint_as_float(x0), f1 = __uint_as_float(x1);
-      const float f2 = __uint_as_float(x2), f3 = __uint_as_float(x3);
-      sq0 = fmaf(f0, f0, fmaf(f2, f2, sq0));
-      sq1 = fmaf(f1, f1, fmaf(f3, f3, sq1));
+      if (!kHcLeanIssue) square(frag, i);
     }
     ptx::wgmma_wait_group<0>();
+    if (kHcLeanIssue) {  // `other` live up to the wait: `frag` cannot share its registers
+#pragma unroll
+      for (int i = 0; i < 32; ++i) hc_keep_live(other[i]);
+    }
     if (release && lane == 0) ptx::mbarrier_arrive(&empty[(g - 1) % kHcStages]);
     const u32 b_lo = ptx::sw128_lo(smem_base + stage * Smem::kStageBytes + Smem::kABytes);
 #pragma unroll
@@ -184,6 +209,10 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     ptx::wgmma_commit_group();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
+    if (kHcLeanIssue) {  // the squares after the issue: off the path from the wait to the wgmmas
+#pragma unroll
+      for (int i = 0; i < 8; ++i) square(frag, i);
+    }
     ++g;
   };
 
@@ -195,10 +224,10 @@ DT_DEVICE void hc_prenorm_gemm(const TmaDescriptor* map_a, const TmaDescriptor* 
     sq0 = sq1 = 0.0f;
     int s = 0;
     for (; s + 1 < num_blocks; s += 2) {
-      step(s > 0, frag0);
-      step(true, frag1);
+      step(s > 0, frag0, frag1);
+      step(true, frag1, frag0);
     }
-    if (s < num_blocks) step(s > 0, frag0);
+    if (s < num_blocks) step(s > 0, frag0, frag1);
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
