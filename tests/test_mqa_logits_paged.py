@@ -193,6 +193,83 @@ def test_schedule_covers_every_block_once_and_balances(seed):
         assert max(units) - min(units) <= 1, units
 
 
+def _fast_walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> list:
+    """kPagedTmaLean's walk transcribed (PagedCursor with PagedFastWalk): ++s while s + 1 is under
+    the walk's bound, PagedCursor::next at it, and "has a unit" read as s < bound."""
+    def units(b):
+        return contract.units(max(lens[b]))
+
+    def blocks(b):
+        extent = max(0, max(lens[b]))
+        return min(min(extent, max_context_len) + 63, 64 * max_blocks) // 64
+
+    taken = []
+    for slot in range(len(schedule) - 1):
+        (b0, s0), (end_b, end_s) = schedule[slot], schedule[slot + 1]
+        for group in range(contract.CTAS_PER_SLOT):
+            c = {"b": b0, "s": s0, "units": 0, "blocks": 0}
+
+            def has():
+                return c["b"] < end_b or (c["b"] == end_b and c["s"] < end_s)
+
+            def load():
+                c["units"], c["blocks"] = units(c["b"]), blocks(c["b"])
+
+            def settle():
+                while has():
+                    if c["s"] >= c["units"]:
+                        c["b"], c["s"] = c["b"] + 1, 0
+                        if has():
+                            load()
+                    elif c["s"] * 4 + group >= c["blocks"]:
+                        c["s"] += 1
+                    else:
+                        break
+
+            def bound():
+                if not has():
+                    return 0
+                splits = (c["blocks"] - group + 3) // 4 if c["blocks"] > group else 0
+                limit = min(c["units"], splits)
+                return min(limit, end_s) if c["b"] == end_b else limit
+
+            if has():
+                load()
+            settle()
+            limit = bound()
+            while True:
+                assert has() == (c["s"] < limit), (slot, group, c, limit)
+                if c["s"] >= limit:
+                    break
+                taken.append((c["b"], c["s"] * 4 + group, slot))
+                if c["s"] + 1 < limit:
+                    c["s"] += 1
+                else:
+                    c["s"] += 1
+                    settle()
+                    limit = bound()
+    return taken
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fast_walk_takes_the_cursors_blocks_in_their_order(seed):
+    rng = random.Random(1000 + seed)
+    batch = rng.choice([0, 1, 3, 17, 132, 700])
+    next_n = rng.choice([1, 2])
+    num_slots = rng.choice([1, 3, 4, 78, 132, 300])
+    scale = rng.choice([0, 3, 64, 256, 300, 5000])
+    lens = [[rng.randint(-2 if seed % 5 == 0 else 0, scale) for _ in range(next_n)] for _ in range(batch)]
+    if batch and seed % 3 == 0:
+        lens[rng.randrange(batch)] = [0] * next_n
+    context_lens = torch.tensor(lens, dtype=torch.int32).reshape(batch, next_n)
+    schedule = [tuple(map(int, row)) for row in paged_schedule_reference(context_lens, num_slots).tolist()]
+    full_blocks = max([-(-max(row) // 64) for row in lens] + [1])
+    for max_blocks, max_context_len in ((full_blocks, 64 * full_blocks), (max(1, full_blocks // 2), 64 * full_blocks),
+                                        (full_blocks, max(1, scale // 3)), (1, 1)):
+        assert _fast_walk(lens, schedule, max_blocks, max_context_len) == _walk(lens, schedule, max_blocks,
+                                                                                  max_context_len)
+
+
 def test_schedule_uses_the_longest_token():
     # DeepGEMM reads the last token's length; deep_tile the longest, the same when the last is longest
     context_lens = torch.tensor([[300, 10], [0, 513]], dtype=torch.int32)
@@ -414,10 +491,15 @@ def test_kernels_build_spill_free(name):
                 assert body.count("QGMMA") == 4 * chains and body.count(f"QGMMA.64x{width}x32") == 4 * chains
                 assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (chains == 2), (next_n, heads, design)
     for symbol in SYMBOLS:  # operands by 16-byte cp.async or (tma) by TMA
-        if symbol.endswith(("_tma", "_tma_one_chain")):
+        if symbol.endswith(("_tma", "_tma_one_chain", "_tma_lean")):
             assert "UTMALDG.2D" in bodies[symbol] and "LDGSTS" not in bodies[symbol], symbol
         else:
             assert "LDGSTS" in bodies[symbol] and "UTMALDG" not in bodies[symbol], symbol
+    for next_n in contract.NEXT_N:  # tma_lean: one logit store per lane, the quad reduce-scatter's shuffles
+        for heads in contract.HEADS:
+            body = bodies[contract.symbol(next_n, heads, "tma_lean")]
+            assert body.count("STG.E") == 1 and body.count("SHFL.BFLY") == (3 if next_n == 2 else 2), (next_n, heads)
+            assert body.count("FMNMX") == next_n * heads // 2, (next_n, heads)  # a relu per accumulator
 
 
 # --------------------------------------------------------------------------------------------------
@@ -515,6 +597,32 @@ TMA_CASES = [
     dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_one_chain"),
     dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_one_chain"),
     dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_one_chain"),
+    # tma_lean, each against the float64 formula and bit for bit against tma_one_chain (same_as): every
+    # N, DeepGEMM's shapes, lengths off the block (random, tiny), empty contexts, slots ending inside
+    # sequences, one q slot with many short sequences, spaced blocks, bad entries, 1-D lengths
+    dict(batch=256, next_n=2, heads=64, avg_kv=8192, design="tma_lean", clean=True, same_as="tma_one_chain"),
+    dict(batch=64, next_n=1, heads=32, avg_kv=8192, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=64, next_n=1, heads=64, avg_kv=3000, design="tma_lean", clean=True, same_as="tma_one_chain"),
+    dict(batch=64, next_n=2, heads=32, avg_kv=3000, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=300, next_n=2, heads=32, avg_kv=3000, design="tma_lean", one_d=True, same_as="tma_one_chain"),
+    dict(batch=1, next_n=1, heads=32, avg_kv=1, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=33, next_n=1, heads=32, avg_kv=2, lengths="tiny", design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=500, next_n=1, heads=32, avg_kv=700, num_sms=7, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=64, next_n=2, heads=64, avg_kv=1000, lengths="full", clean=True, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1, design="tma_lean", same_as="tma_one_chain"),
 ]
 
 
