@@ -780,6 +780,11 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   const int lean_row = r0 + 8 * paged_lean_half<kNextN>(lane);
   float* lean_out = logits;
   int lean_bound = 0;
+  // kLean: the rings' descriptor words and this lane's scale at stage and q slot 0, a constant step
+  // each further on (sw128_lo is linear in the address), not rebuilt from the window per block
+  const u32 kv_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.kv(0)));
+  const u32 q_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.q(0)));
+  const float* lean_scale = rings.scales(0) + lean_row;
   for (int iter = 0; kLean ? consumer.s < consumer_walk.limit : consumer.has(); ++iter) {
     const int stage = iter % kStages;
     const u32 parity = static_cast<u32>(iter / kStages) & 1u;
@@ -807,8 +812,10 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     const int q_slot = consumer_q_seq % kQSlots;
     const float* w = paged_block_weights<kN, kWeightsInRegisters>(rings.weights(q_slot), new_sequence, lane, wreg);
 
-    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.kv(stage)));
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.q(q_slot)));
+    const u32 kv_desc_lo = kLean ? kv_desc_base + static_cast<u32>(stage) * (kPagedBlockBytes / 16)
+                                 : ptx::sw128_lo(ptx::smem_addr(rings.kv(stage)));
+    const u32 q_desc_lo = kLean ? q_desc_base + static_cast<u32>(q_slot) * (kQBytes / 16)
+                                : ptx::sw128_lo(ptx::smem_addr(rings.q(q_slot)));
     // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas read
     // neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
     const auto between = [&]() {
@@ -831,7 +838,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
       }
     };
     if constexpr (kLean) {
-      paged_block_lean<kNextN, kNumHeads>(kv_desc_lo, q_desc_lo, w, rings.scales(stage) + lean_row, lean_out,
+      paged_block_lean<kNextN, kNumHeads>(kv_desc_lo, q_desc_lo, w, lean_scale + stage * kPagedBlockKV, lean_out,
                                           lean_bound, consumer.block() * kPagedBlockKV, lane, between);
       consumer_walk.next(consumer, context_lens, kNextN, max_blocks, max_context_len);
     } else {
