@@ -436,6 +436,13 @@ DT_DEVICE void paged_block(u32 kv_desc_lo, u32 q_desc_lo, const float* w, const 
   paged_store_rows<kNextN>(v0, v1, scale0, scale1, lens, logits, stride_logits, b, p0, lane);
 }
 
+/// `v` as a value the compiler cannot recompute: set once before the block loop, it stays in a
+/// register instead of being rebuilt from the thread index and the shared window every block.
+DT_DEVICE u32 paged_opaque(u32 v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
 /// The logit a lane of paged_block_lean stores for each block of a sequence: of token
 /// paged_lean_token(lane) at kv row r0 + 8 paged_lean_half(lane) (after the quad reduce-scatter).
 /// With one token lanes q and q ^ 2 hold the same sum: only q < 2 store.
@@ -448,8 +455,9 @@ DT_DEVICE int paged_lean_half(int lane) { return kNextN == 2 ? (lane >> 1) & 1 :
 /// the (token, row) sums (the butterfly's pairs in the same order: the same bits) and one store per
 /// lane: `out` + block_base when block_base < `bound` (out, bound: this lane's logits row at its kv
 /// row, the row's length less that row, set per sequence; bound <= 0 for a lane that never stores).
+/// scale_addr: the shared address of this lane's kv row scale in the block's stage.
 template <int kNextN, int kNumHeads, typename Between>
-DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, const float* scale, float* out,
+DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, u32 scale_addr, float* out,
                                 int bound, int block_base, int lane, Between&& between) {
   constexpr int kN = kNextN * kNumHeads;
   static_assert(kNextN == 1 || kNextN == 2, "the reduce-scatter takes one or two tokens");
@@ -461,7 +469,8 @@ DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, c
   ptx::wgmma_fence();
   paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
   between();
-  const float lane_scale = *scale;
+  float lane_scale;  // volatile: after the stage's barrier wait, as the wgmmas
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lane_scale) : "r"(scale_addr));
   float v0[kNextN][2], v1[kNextN][2];
 #pragma unroll
   for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
@@ -743,11 +752,12 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   };
   // block `issued` into stage issued % kStages (and a new sequence's q rows and weights into slot
   // (its sequence number) % kQSlots), all on the stage's barrier; thread 0 issues, all count
+  const u32 issuer = kLean ? paged_opaque(tid == 0 ? 1u : 0u) : 0u;  // kLean: not re-read per block
   const auto issue = [&]() {
     const int stage = issued % kStages;
     const bool new_sequence = producer.b != producer_b;
     if (new_sequence) producer_b = producer.b, ++producer_q_seq;
-    if (tid == 0) {
+    if (kLean ? issuer != 0u : tid == 0) {
       const int row = block_row(producer_entry);
       ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
       ptx::tma_load_2d(rings.kv(stage), tmap_kv, &full[stage], 0, row);
@@ -784,7 +794,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   // each further on (sw128_lo is linear in the address), not rebuilt from the window per block
   const u32 kv_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.kv(0)));
   const u32 q_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.q(0)));
-  const float* lean_scale = rings.scales(0) + lean_row;
+  const u32 lean_scale = kLean ? paged_opaque(ptx::smem_addr(rings.scales(0) + lean_row)) : 0u;
   for (int iter = 0; kLean ? consumer.s < consumer_walk.limit : consumer.has(); ++iter) {
     const int stage = iter % kStages;
     const u32 parity = static_cast<u32>(iter / kStages) & 1u;
@@ -838,7 +848,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
       }
     };
     if constexpr (kLean) {
-      paged_block_lean<kNextN, kNumHeads>(kv_desc_lo, q_desc_lo, w, lean_scale + stage * kPagedBlockKV, lean_out,
+      paged_block_lean<kNextN, kNumHeads>(kv_desc_lo, q_desc_lo, w, lean_scale + stage * kPagedBlockKV * 4, lean_out,
                                           lean_bound, consumer.block() * kPagedBlockKV, lane, between);
       consumer_walk.next(consumer, context_lens, kNextN, max_blocks, max_context_len);
     } else {
