@@ -59,7 +59,7 @@ import sys; sys.path.insert(0, 'tests')
 from gpu_mqa_paged_cases import paged
 print(paged(2, 2, 64, 100, clean=True, design='tma_one_chain'))
 " > "$OUT/build.log" 2>&1; echo $? > "$OUT/build.rc"
-run tests 100 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
+run tests 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
 if command -v compute-sanitizer > /dev/null; then
   run memcheck 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
   run racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"

@@ -469,8 +469,8 @@ DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, u
   ptx::wgmma_fence();
   paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
   between();
-  float lane_scale;  // volatile: after the stage's barrier wait, as the wgmmas
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lane_scale) : "r"(scale_addr));
+  float lane_scale;  // after the stage's barrier wait and before the next block's barrier, as the wgmmas
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lane_scale) : "r"(scale_addr) : "memory");
   float v0[kNextN][2], v1[kNextN][2];
 #pragma unroll
   for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
