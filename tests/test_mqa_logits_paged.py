@@ -270,6 +270,53 @@ def test_fast_walk_takes_the_cursors_blocks_in_their_order(seed):
                                                                                   max_context_len)
 
 
+def _quad_halve(x: list, kbit: int, upper: list, offset: int) -> list:
+    """mqa_quad_halve over a warp transcribed: x[lane] -> y[lane], float32 adds in its order."""
+    m = len(x[0])
+    out = []
+    for lane in range(32):
+        y = []
+        for t in range(m // 2):
+            lo = ((t >> kbit) << (kbit + 1)) | (t & ((1 << kbit) - 1))
+            hi = lo | (1 << kbit)
+            keep = x[lane][hi] if upper[lane] else x[lane][lo]
+            partner = lane ^ offset
+            give = x[partner][lo] if upper[partner] else x[partner][hi]
+            y.append(torch.tensor(keep, dtype=torch.float32) + torch.tensor(give, dtype=torch.float32))
+        out.append([float(v) for v in y])
+    return out
+
+
+@pytest.mark.parametrize("next_n", contract.NEXT_N)
+def test_lean_reduce_scatter_gives_each_lane_the_butterflys_sum(next_n):
+    # paged_block_lean: x[2 t + h] per lane (token t at kv row r0 + 8 h, the lane's columns); lane q
+    # stores token paged_lean_token(q) at half paged_lean_half(q), only q % 4 < 2 with one token
+    gen = torch.Generator().manual_seed(next_n)
+    x = [[float(v) for v in torch.randn(2 * next_n, generator=gen, dtype=torch.float32) * 1e3] for _ in range(32)]
+
+    def f32(a, b):
+        return float(torch.tensor(a, dtype=torch.float32) + torch.tensor(b, dtype=torch.float32))
+
+    # paged_store_rows' butterfly: s += shfl_xor(s, 1); s += shfl_xor(s, 2), per (token, half)
+    pair = [[f32(x[q][i], x[q ^ 1][i]) for i in range(2 * next_n)] for q in range(32)]
+    full = [[f32(pair[q][i], pair[q ^ 2][i]) for i in range(2 * next_n)] for q in range(32)]
+    if next_n == 2:
+        y = _quad_halve(x, 1, [q & 1 != 0 for q in range(32)], 1)
+        z = [v[0] for v in _quad_halve(y, 0, [q & 2 != 0 for q in range(32)], 2)]
+    else:
+        y = [v[0] for v in _quad_halve(x, 0, [q & 1 != 0 for q in range(32)], 1)]
+        z = [f32(y[q], y[q ^ 2]) for q in range(32)]
+    stored = {}
+    for q in range(32):
+        token, half = (q & 1, (q >> 1) & 1) if next_n == 2 else (0, q & 1)
+        if next_n == 2 or q & 2 == 0:
+            key = (q >> 2, token, half)  # (row quad, token, kv row half)
+            assert key not in stored, "two lanes store one logit"
+            stored[key] = z[q]
+            assert z[q] == full[q][2 * token + half]  # the same bits as the butterfly's
+    assert len(stored) == 8 * 2 * next_n  # every (row quad, token, half) once
+
+
 def test_schedule_uses_the_longest_token():
     # DeepGEMM reads the last token's length; deep_tile the longest, the same when the last is longest
     context_lens = torch.tensor([[300, 10], [0, 513]], dtype=torch.int32)
