@@ -129,11 +129,12 @@ def check(got: torch.Tensor, inputs: dict, clean: bool, rel_bound: float = REL_B
 
 def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "random", clean: bool = False,
           num_sms: int = 0, block_stride: int = 0, one_d: bool = False, bad_entries: bool = False,
-          seed: int = 0, design: str = "four_ctas") -> dict:
+          seed: int = 0, design: str = "four_ctas", same_as: str = "") -> dict:
     """One call of deep_tile.fp8_paged_mqa_logits (kernel design ``design``) on the GPU against the float64 formula, with the
     schedule from get_paged_mqa_logits_metadata over ``num_sms`` slots (0: the device's SMs);
     ``one_d``: the older 1-D ``context_lens`` (the sequences' lengths) is passed instead;
-    ``bad_entries``: some block-table entries point outside the cache (-1, num_blocks)."""
+    ``bad_entries``: some block-table entries point outside the cache (-1, num_blocks); ``same_as``:
+    also run that design on the same inputs (NaN-poisoned too) and ask for the same bits everywhere."""
     import deep_tile
     from deep_tile.paged_attention import paged_logits_stride, paged_schedule_reference, per_token_lengths
 
@@ -161,9 +162,20 @@ def paged(batch: int, next_n: int, heads: int, avg_kv: int, lengths: str = "rand
     result = check(got, inputs, clean)
     result.update(layout_ok=layout_ok, schedule_ok=schedule_ok)
     result["ok"] = result["ok"] and layout_ok and schedule_ok
+    if same_as:  # NaN where neither writes (clean off): compare the bits, NaN included
+        got = got.clone()
+        poison = torch.full((batch * next_n, max(stride, 1)), float("nan"), device="cuda")
+        del poison
+        other = deep_tile.fp8_paged_mqa_logits(inputs["q"], inputs["kv_cache"], inputs["weights"], given,
+                                               inputs["block_table"], schedule, width, clean_logits=clean,
+                                               design=same_as)
+        torch.cuda.synchronize()
+        same_bits = bool(torch.equal(got.contiguous().view(torch.int32), other.contiguous().view(torch.int32)))
+        result.update(same_bits=same_bits)
+        result["ok"] = result["ok"] and same_bits
     return {"case": f"paged B={batch} next_n={next_n} H={heads} avg_kv={avg_kv} {lengths} clean={clean} "
                     f"slots={slots} block_stride={block_stride} one_d={one_d} bad_entries={bad_entries} "
-                    f"design={design}", **result}
+                    f"design={design} same_as={same_as or '-'}", **result}
 
 
 def timed_graph(batch: int = 64, next_n: int = 2, heads: int = 64, avg_kv: int = 4096) -> dict:

@@ -193,6 +193,130 @@ def test_schedule_covers_every_block_once_and_balances(seed):
         assert max(units) - min(units) <= 1, units
 
 
+def _fast_walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> list:
+    """kPagedTmaLean's walk transcribed (PagedCursor with PagedFastWalk): ++s while s + 1 is under
+    the walk's bound, PagedCursor::next at it, and "has a unit" read as s < bound."""
+    def units(b):
+        return contract.units(max(lens[b]))
+
+    def blocks(b):
+        extent = max(0, max(lens[b]))
+        return min(min(extent, max_context_len) + 63, 64 * max_blocks) // 64
+
+    taken = []
+    for slot in range(len(schedule) - 1):
+        (b0, s0), (end_b, end_s) = schedule[slot], schedule[slot + 1]
+        for group in range(contract.CTAS_PER_SLOT):
+            c = {"b": b0, "s": s0, "units": 0, "blocks": 0}
+
+            def has():
+                return c["b"] < end_b or (c["b"] == end_b and c["s"] < end_s)
+
+            def load():
+                c["units"], c["blocks"] = units(c["b"]), blocks(c["b"])
+
+            def settle():
+                while has():
+                    if c["s"] >= c["units"]:
+                        c["b"], c["s"] = c["b"] + 1, 0
+                        if has():
+                            load()
+                    elif c["s"] * 4 + group >= c["blocks"]:
+                        c["s"] += 1
+                    else:
+                        break
+
+            def bound():
+                if not has():
+                    return 0
+                splits = (c["blocks"] - group + 3) // 4 if c["blocks"] > group else 0
+                limit = min(c["units"], splits)
+                return min(limit, end_s) if c["b"] == end_b else limit
+
+            if has():
+                load()
+            settle()
+            limit = bound()
+            while True:
+                assert has() == (c["s"] < limit), (slot, group, c, limit)
+                if c["s"] >= limit:
+                    break
+                taken.append((c["b"], c["s"] * 4 + group, slot))
+                if c["s"] + 1 < limit:
+                    c["s"] += 1
+                else:
+                    c["s"] += 1
+                    settle()
+                    limit = bound()
+    return taken
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_fast_walk_takes_the_cursors_blocks_in_their_order(seed):
+    rng = random.Random(1000 + seed)
+    batch = rng.choice([0, 1, 3, 17, 132, 700])
+    next_n = rng.choice([1, 2])
+    num_slots = rng.choice([1, 3, 4, 78, 132, 300])
+    scale = rng.choice([0, 3, 64, 256, 300, 5000])
+    lens = [[rng.randint(-2 if seed % 5 == 0 else 0, scale) for _ in range(next_n)] for _ in range(batch)]
+    if batch and seed % 3 == 0:
+        lens[rng.randrange(batch)] = [0] * next_n
+    context_lens = torch.tensor(lens, dtype=torch.int32).reshape(batch, next_n)
+    schedule = [tuple(map(int, row)) for row in paged_schedule_reference(context_lens, num_slots).tolist()]
+    full_blocks = max([-(-max(row) // 64) for row in lens] + [1])
+    for max_blocks, max_context_len in ((full_blocks, 64 * full_blocks), (max(1, full_blocks // 2), 64 * full_blocks),
+                                        (full_blocks, max(1, scale // 3)), (1, 1)):
+        assert _fast_walk(lens, schedule, max_blocks, max_context_len) == _walk(lens, schedule, max_blocks,
+                                                                                  max_context_len)
+
+
+def _quad_halve(x: list, kbit: int, upper: list, offset: int) -> list:
+    """mqa_quad_halve over a warp transcribed: x[lane] -> y[lane], float32 adds in its order."""
+    m = len(x[0])
+    out = []
+    for lane in range(32):
+        y = []
+        for t in range(m // 2):
+            lo = ((t >> kbit) << (kbit + 1)) | (t & ((1 << kbit) - 1))
+            hi = lo | (1 << kbit)
+            keep = x[lane][hi] if upper[lane] else x[lane][lo]
+            partner = lane ^ offset
+            give = x[partner][lo] if upper[partner] else x[partner][hi]
+            y.append(torch.tensor(keep, dtype=torch.float32) + torch.tensor(give, dtype=torch.float32))
+        out.append([float(v) for v in y])
+    return out
+
+
+@pytest.mark.parametrize("next_n", contract.NEXT_N)
+def test_lean_reduce_scatter_gives_each_lane_the_butterflys_sum(next_n):
+    # paged_block_lean: x[2 t + h] per lane (token t at kv row r0 + 8 h, the lane's columns); lane q
+    # stores token paged_lean_token(q) at half paged_lean_half(q), only q % 4 < 2 with one token
+    gen = torch.Generator().manual_seed(next_n)
+    x = [[float(v) for v in torch.randn(2 * next_n, generator=gen, dtype=torch.float32) * 1e3] for _ in range(32)]
+
+    def f32(a, b):
+        return float(torch.tensor(a, dtype=torch.float32) + torch.tensor(b, dtype=torch.float32))
+
+    # paged_store_rows' butterfly: s += shfl_xor(s, 1); s += shfl_xor(s, 2), per (token, half)
+    pair = [[f32(x[q][i], x[q ^ 1][i]) for i in range(2 * next_n)] for q in range(32)]
+    full = [[f32(pair[q][i], pair[q ^ 2][i]) for i in range(2 * next_n)] for q in range(32)]
+    if next_n == 2:
+        y = _quad_halve(x, 1, [q & 1 != 0 for q in range(32)], 1)
+        z = [v[0] for v in _quad_halve(y, 0, [q & 2 != 0 for q in range(32)], 2)]
+    else:
+        y = [v[0] for v in _quad_halve(x, 0, [q & 1 != 0 for q in range(32)], 1)]
+        z = [f32(y[q], y[q ^ 2]) for q in range(32)]
+    stored = {}
+    for q in range(32):
+        token, half = (q & 1, (q >> 1) & 1) if next_n == 2 else (0, q & 1)
+        if next_n == 2 or q & 2 == 0:
+            key = (q >> 2, token, half)  # (row quad, token, kv row half)
+            assert key not in stored, "two lanes store one logit"
+            stored[key] = z[q]
+            assert z[q] == full[q][2 * token + half]  # the same bits as the butterfly's
+    assert len(stored) == 8 * 2 * next_n  # every (row quad, token, half) once
+
+
 def test_schedule_uses_the_longest_token():
     # DeepGEMM reads the last token's length; deep_tile the longest, the same when the last is longest
     context_lens = torch.tensor([[300, 10], [0, 513]], dtype=torch.int32)
@@ -414,10 +538,15 @@ def test_kernels_build_spill_free(name):
                 assert body.count("QGMMA") == 4 * chains and body.count(f"QGMMA.64x{width}x32") == 4 * chains
                 assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (chains == 2), (next_n, heads, design)
     for symbol in SYMBOLS:  # operands by 16-byte cp.async or (tma) by TMA
-        if symbol.endswith(("_tma", "_tma_one_chain")):
+        if symbol.endswith(("_tma", "_tma_one_chain", "_tma_lean")):
             assert "UTMALDG.2D" in bodies[symbol] and "LDGSTS" not in bodies[symbol], symbol
         else:
             assert "LDGSTS" in bodies[symbol] and "UTMALDG" not in bodies[symbol], symbol
+    for next_n in contract.NEXT_N:  # tma_lean: one logit store per lane, the quad reduce-scatter's shuffles
+        for heads in contract.HEADS:
+            body = bodies[contract.symbol(next_n, heads, "tma_lean")]
+            assert body.count("STG.E") == 1 and body.count("SHFL.BFLY") == (3 if next_n == 2 else 2), (next_n, heads)
+            assert body.count("FMNMX") == next_n * heads // 2, (next_n, heads)  # a relu per accumulator
 
 
 # --------------------------------------------------------------------------------------------------
@@ -515,6 +644,32 @@ TMA_CASES = [
     dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_one_chain"),
     dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_one_chain"),
     dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_one_chain"),
+    # tma_lean, each against the float64 formula and bit for bit against tma_one_chain (same_as): every
+    # N, DeepGEMM's shapes, lengths off the block (random, tiny), empty contexts, slots ending inside
+    # sequences, one q slot with many short sequences, spaced blocks, bad entries, 1-D lengths
+    dict(batch=256, next_n=2, heads=64, avg_kv=8192, design="tma_lean", clean=True, same_as="tma_one_chain"),
+    dict(batch=64, next_n=1, heads=32, avg_kv=8192, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=64, next_n=1, heads=64, avg_kv=3000, design="tma_lean", clean=True, same_as="tma_one_chain"),
+    dict(batch=64, next_n=2, heads=32, avg_kv=3000, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=300, next_n=2, heads=32, avg_kv=3000, design="tma_lean", one_d=True, same_as="tma_one_chain"),
+    dict(batch=1, next_n=1, heads=32, avg_kv=1, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=33, next_n=1, heads=32, avg_kv=2, lengths="tiny", design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=500, next_n=1, heads=32, avg_kv=700, num_sms=7, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True, design="tma_lean", same_as="tma_one_chain"),
+    dict(batch=64, next_n=2, heads=64, avg_kv=1000, lengths="full", clean=True, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True, design="tma_lean",
+         same_as="tma_one_chain"),
+    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1, design="tma_lean", same_as="tma_one_chain"),
 ]
 
 

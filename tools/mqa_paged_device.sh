@@ -10,7 +10,7 @@
 # cache blocks and block-table entries outside the cache, many short sequences at N 128 where the
 # TMA designs hold one q slot, blocks off the TMA's rows: the fallback). Phase 2:
 # benchmarks/bench_mqa_logits_paged.py, the default design beside the others that passed (not
-# two_slots, the old design) and DeepGEMM (when `import deep_gemm` finds it).
+# two_slots, the old design; tma_lean, opt-in, included) and DeepGEMM (when `import deep_gemm` finds it).
 set -u
 cd "$(dirname "$0")/.."
 . tools/family_device_lib.sh /tmp/mqa_paged_out
@@ -18,7 +18,7 @@ cat > "$OUT/smoke_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
-for design in ("four_ctas", "tma", "tma_one_chain", "two_slots"):  # the fallback first: its verdict comes before any hang
+for design in ("four_ctas", "tma", "tma_one_chain", "two_slots", "tma_lean"):  # the fallback first: its verdict comes before any hang
     results = [paged(2, 2, 64, 100, clean=True, design=design), paged(2, 1, 32, 100, design=design),
                paged(2, 2, 32, 100, design=design), paged(2, 1, 64, 100, design=design),
                paged(60, 2, 64, 70, lengths="tiny", clean=True, num_sms=3, design=design),
@@ -28,7 +28,7 @@ for design in ("four_ctas", "tma", "tma_one_chain", "two_slots"):  # the fallbac
     print(f"smoke {design} {'ok' if all(r['ok'] for r in results) else 'FAILED'}", flush=True)
 PYEOF
 # the watchdog build traps a stuck mbarrier wait instead of hanging
-DEEP_TILE_WATCHDOG=1 timeout 60 $PY "$OUT/smoke_case.py" > "$OUT/smoke.log" 2>&1; echo $? > "$OUT/smoke.rc"
+DEEP_TILE_WATCHDOG=1 timeout 90 $PY "$OUT/smoke_case.py" > "$OUT/smoke.log" 2>&1; echo $? > "$OUT/smoke.rc"
 if ! grep -q "smoke four_ctas ok" "$OUT/smoke.log" || ! grep -q "smoke tma_one_chain ok" "$OUT/smoke.log"; then
   echo "== mqa_paged_device: the watchdog smoke failed (rc $(cat "$OUT/smoke.rc")); stopping"
   grep -v "'ok': True" "$OUT/smoke.log" | tail -20 | cut -c1-300
@@ -36,12 +36,13 @@ if ! grep -q "smoke four_ctas ok" "$OUT/smoke.log" || ! grep -q "smoke tma_one_c
 fi
 OTHER="four_ctas"  # the designs timed beside the default
 grep -q "smoke tma ok" "$OUT/smoke.log" && OTHER="$OTHER tma"
+grep -q "smoke tma_lean ok" "$OUT/smoke.log" && OTHER="$OTHER tma_lean"
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
 results = []
-for design in ("tma_one_chain", "tma", "four_ctas"):  # the default, the other TMA design, the fallback
+for design in ("tma_one_chain", "tma", "four_ctas", "tma_lean"):  # the default, the other TMA designs, the fallback
     results += [paged(5, 2, 64, 150, clean=True, design=design),
                 paged(6, 1, 32, 100, lengths="zero", clean=True, design=design),
                 paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design=design),
@@ -58,11 +59,11 @@ import sys; sys.path.insert(0, 'tests')
 from gpu_mqa_paged_cases import paged
 print(paged(2, 2, 64, 100, clean=True, design='tma_one_chain'))
 " > "$OUT/build.log" 2>&1; echo $? > "$OUT/build.rc"
-run tests 100 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
+run tests 150 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
 if command -v compute-sanitizer > /dev/null; then
-  run memcheck 80 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
-  run racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"
-  run synccheck 80 compute-sanitizer --tool synccheck --error-exitcode 99 $PY "$OUT/san_case.py"
+  run memcheck 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
+  run racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"
+  run synccheck 120 compute-sanitizer --tool synccheck --error-exitcode 99 $PY "$OUT/san_case.py"
 else
   for s in memcheck racecheck synccheck; do echo "compute-sanitizer not found" > "$OUT/$s.log"; echo 127 > "$OUT/$s.rc"; done
 fi
@@ -73,7 +74,7 @@ wait
 # a design whose GPU tests failed leaves the timed run
 grep -q "FAILED.*tma" "$OUT/tests.log" && OTHER="four_ctas"  # (the default still runs: its verdict is the tests')
 phase1=$(( $(date +%s) - start ))
-left=$(( 160 - phase1 )); [ "$left" -lt 50 ] && left=50
+left=$(( 200 - phase1 )); [ "$left" -lt 60 ] && left=60
 run bench "$left" $PY benchmarks/bench_mqa_logits_paged.py --iters 10 --json "$OUT/bench_mqa_logits_paged.json" --designs $OTHER
 wait
 {

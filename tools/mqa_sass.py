@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""SASS counts of the indexer logits kernels (csrc/entry/mqa_logits.cu), no GPU needed.
+"""SASS counts of the indexer logits kernels (csrc/entry/mqa_logits.cu, or with --paged the paged
+ones, csrc/entry/paged_mqa_logits.cu), no GPU needed.
 
     python tools/mqa_sass.py                        # NVRTC and NVCC, plain and watchdog builds
     python tools/mqa_sass.py --compilers nvrtc --watchdog 0 --dump /tmp/mqa_sass
     python tools/mqa_sass.py --rev main                 # a git revision's include/ and csrc/
+    python tools/mqa_sass.py --paged --kernels tma_lean --ops
 
 For every kernel of the entry: ptxas registers, stack frame and spills, SASS instructions, and
 for the wgmma designs the kv-block loop: the smallest backward branch's range holding every
@@ -28,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from deep_tile.jit import compiler, paths  # noqa: E402
 from deep_tile.kernels import mqa_logits as contract  # noqa: E402
+from deep_tile.kernels import paged_mqa_logits as paged_contract  # noqa: E402
 
 _LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _BRA = re.compile(r"\bBRA\b(?:\s+[!]?U?P\w+,)?\s+(0x[0-9a-f]+)")
@@ -93,8 +96,9 @@ def main() -> int:
     parser.add_argument("--ops", action="store_true", help="opcode counts of each loop body")
     parser.add_argument("--dump", type=Path)
     parser.add_argument("--rev", help="build this git revision's include/ and csrc/ instead of the working tree")
+    parser.add_argument("--paged", action="store_true", help="the paged logits' entry instead")
     args = parser.parse_args()
-    entry, include = paths.entry_path(contract.ENTRY), None
+    entry, include = paths.entry_path(paged_contract.ENTRY if args.paged else contract.ENTRY), None
     if args.rev:
         tmp = Path(tempfile.mkdtemp(prefix="mqa_sass-"))
         tar = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev, "include", "csrc"], check=True,
@@ -103,7 +107,7 @@ def main() -> int:
             archive.extractall(tmp)
         entry, include = tmp / entry.relative_to(ROOT), tmp / "include"
     bad = False
-    symbol = contract.symbol(64, "persistent")
+    symbol = paged_contract.symbol(2, 64) if args.paged else contract.symbol(64, "persistent")
     for comp in args.compilers:
         for wd in args.watchdog:
             result = compiler.compile_cubin(entry, {"DT_WATCHDOG": wd}, symbol, comp, include_dir=include)

@@ -1,6 +1,6 @@
 // JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines):
-// each logits kernel in four designs, kPagedFourCtas under the plain name, the others with a suffix
-// (_two_slots, _tma, _tma_one_chain).
+// each logits kernel in five designs, kPagedFourCtas under the plain name, the others with a suffix
+// (_two_slots, _tma, _tma_one_chain, _tma_lean).
 #include "deep_tile/kernels/paged_mqa_logits.cuh"
 
 /// The schedule: one CTA of kPagedScheduleThreads; schedule int32 [num_slots + 1, 2].
@@ -58,6 +58,11 @@ DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 32, deep_tile::kPagedTmaOneChain, _tma_one_chai
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 64, deep_tile::kPagedTmaOneChain, _tma_one_chain)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 32, deep_tile::kPagedTmaOneChain, _tma_one_chain)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 64, deep_tile::kPagedTmaOneChain, _tma_one_chain)
+/// kPagedTmaLean: kPagedTmaOneChain with a leaner block (one store per lane, a fast walk).
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 32, deep_tile::kPagedTmaLean, _tma_lean)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 64, deep_tile::kPagedTmaLean, _tma_lean)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 32, deep_tile::kPagedTmaLean, _tma_lean)
+DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 64, deep_tile::kPagedTmaLean, _tma_lean)
 
 /// The clean pass: any grid, any block; -inf past each row's length (cut at len_limit).
 extern "C" __global__ void deep_tile_paged_mqa_logits_clean(const int* __restrict__ context_lens,

@@ -41,7 +41,7 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-DESIGNS = ("tma_one_chain", "tma", "four_ctas", "two_slots")
+DESIGNS = ("tma_one_chain", "tma", "four_ctas", "two_slots", "tma_lean")
 """The logits kernel's designs (``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
 ``kPagedTwoSlots``), the default first: ``four_ctas`` keeps four CTAs per SM for every
 ``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
@@ -49,20 +49,24 @@ thread) under each block's wgmmas; ``tma`` is ``four_ctas`` with the operands by
 issues, an mbarrier per stage), for caches whose blocks lie a multiple of :data:`TMA_ROW_BYTES`
 apart (others run :data:`FALLBACK`); ``two_slots`` is the earlier design (two q slots everywhere,
 N 128 at two CTAs per SM), kept to time against; ``tma_one_chain`` is ``tma`` with a block's
-wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers for every N."""
+wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers for every N;
+``tma_lean`` (``kPagedTmaLean``, opt-in) is ``tma_one_chain`` with fewer instructions per block and
+the same logits bit for bit: the head sums reduce-scattered over the row quad (one store per lane
+through a pointer and bound set per sequence) and the walks stepping inside a sequence by one
+compare."""
 FALLBACK = "four_ctas"
 """The design a TMA design runs as when the cache's blocks are off :data:`TMA_ROW_BYTES` rows
 (or the cache is empty): its kernel keeps the plain symbol."""
-TMA_DESIGNS = ("tma", "tma_one_chain")
+TMA_DESIGNS = ("tma", "tma_one_chain", "tma_lean")
 """The designs that load by TMA (an mbarrier per stage, tensor maps as arguments)."""
 STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
-          "tma_one_chain": {32: 5, 64: 4, 128: 4}}
+          "tma_one_chain": {32: 5, 64: 4, 128: 4}, "tma_lean": {32: 5, 64: 4, 128: 4}}
 """Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
 one in use included, as many as fit with the design's CTAs per SM (four, or two for
 ``two_slots``' N 128): 12 to 16 blocks (100-135 KB) per SM, more than the HBM's
 bandwidth-latency product asks of each SM."""
 Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},
-           "tma_one_chain": {32: 2, 64: 2, 128: 1}}
+           "tma_one_chain": {32: 2, 64: 2, 128: 1}, "tma_lean": {32: 2, 64: 2, 128: 1}}
 """q slots per CTA by design and ``next_n * H`` (``paged_q_slots``): a sequence's q rows and weights each."""
 TMA_ROW_BYTES = 128
 """The ``tma`` design reads the cache as rows of this many bytes (a kv row; a block's scales are

@@ -31,10 +31,12 @@
 // wgmmas into two chains of N / 2 columns so the head sums of the first run under the second
 // (paged_block). kPagedTma (paged_mqa_logits_tma; the host's default, kPagedFourCtas its fallback
 // for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
-// mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block.
+// mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block; kPagedTmaLean
+// is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk).
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
+#include "deep_tile/kernels/mqa_logits_epilogue.cuh"
 #include "deep_tile/kernels/mqa_logits_wgmma.cuh"
 #include "deep_tile/ptx/address.cuh"
 #include "deep_tile/ptx/cp_async.cuh"
@@ -68,6 +70,16 @@ constexpr int kPagedTma = 2;
 /// kPagedTmaOneChain: kPagedTma with a block's wgmmas in one chain of N columns (the kv tile read
 ///   once from shared memory, not once per chunk) and the weights in registers for every N.
 constexpr int kPagedTmaOneChain = 3;
+/// kPagedTmaLean: kPagedTmaOneChain's geometry, rings and overlap with a leaner block (the same
+///   logits bit for bit): the head sums reduce-scattered over the row quad so each lane stores one
+///   logit through a pointer and bound set once per sequence (paged_block_lean), and both walks
+///   step inside a sequence by one compare (PagedFastWalk) instead of the cursor's full settle.
+constexpr int kPagedTmaLean = 4;
+
+/// Whether `design` loads by TMA (an mbarrier per stage).
+__host__ __device__ constexpr bool paged_is_tma(int design) {
+  return design == kPagedTma || design == kPagedTmaOneChain || design == kPagedTmaLean;
+}
 
 /// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
 /// sequence's last blocks are multiplied) unless that keeps four CTAs off the SM (N 128, kPagedFourCtas).
@@ -87,7 +99,7 @@ __host__ __device__ constexpr int paged_stages(int n, int design) {
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
   return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4) +
          paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 +
-                                     (design == kPagedTma || design == kPagedTmaOneChain ? 8 : 0));
+                                     (paged_is_tma(design) ? 8 : 0));
 }
 
 /// The logits CTA's rings in dynamic shared memory from its first 1024-byte boundary (the 128B
@@ -251,6 +263,31 @@ DT_DEVICE PagedCursor paged_slot_start(const int* __restrict__ schedule, int slo
   return start;
 }
 
+/// A PagedCursor's walk with a fast step: `limit` bounds the splits that PagedCursor::next reaches
+/// by ++s alone (inside the sequence's units, its blocks of this group and the slot's end), so a
+/// step inside a sequence is one compare; at the bound the full next() runs and sets a new one.
+struct PagedFastWalk {
+  int limit;
+
+  DT_DEVICE static int bound(const PagedCursor& c) {
+    if (!c.has()) return 0;  // past the end b may have moved on without units / blocks reloaded
+    const int group_splits = c.blocks > c.group ? (c.blocks - c.group + kPagedSplitBlocks - 1) / kPagedSplitBlocks : 0;
+    const int bound = min_int(c.units, group_splits);
+    return c.b == c.end_b ? min_int(bound, c.end_s) : bound;
+  }
+  DT_DEVICE explicit PagedFastWalk(const PagedCursor& c) : limit(bound(c)) {}
+  /// PagedCursor::next, by ++s while the next split stays below the bound.
+  DT_DEVICE void next(PagedCursor& c, const int* __restrict__ context_lens, int next_n, int max_blocks,
+                      int max_context_len) {
+    if (c.s + 1 < limit) {
+      ++c.s;
+    } else {
+      c.next(context_lens, next_n, max_blocks, max_context_len);
+      limit = bound(c);
+    }
+  }
+};
+
 /// Whether the producer (at `producer`, the last q rows it issued those of sequence producer_b,
 /// number producer_q_seq) may issue its next block, number `issued`, now: its stage is free (it is
 /// at most `last`) and, if it starts a sequence, so is that sequence's q slot (consumer_q_seq: the
@@ -397,6 +434,65 @@ DT_DEVICE void paged_block(u32 kv_desc_lo, u32 q_desc_lo, const float* w, const 
     paged_head_sums<kNextN, kNumHeads, kWeightsInSmem, 0>(acc0, w, lane, v0, v1);
   }
   paged_store_rows<kNextN>(v0, v1, scale0, scale1, lens, logits, stride_logits, b, p0, lane);
+}
+
+/// `v` as a value the compiler cannot recompute: set once before the block loop, it stays in a
+/// register instead of being rebuilt from the thread index and the shared window every block.
+DT_DEVICE u32 paged_opaque(u32 v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
+/// The logit a lane of paged_block_lean stores for each block of a sequence: of token
+/// paged_lean_token(lane) at kv row r0 + 8 paged_lean_half(lane) (after the quad reduce-scatter).
+/// With one token lanes q and q ^ 2 hold the same sum: only q < 2 store.
+template <int kNextN>
+DT_DEVICE int paged_lean_token(int lane) { return kNextN == 2 ? lane & 1 : 0; }
+template <int kNextN>
+DT_DEVICE int paged_lean_half(int lane) { return kNextN == 2 ? (lane >> 1) & 1 : lane & 1; }
+
+/// kPagedTmaLean's block: paged_block's single chain and head sums, then a quad reduce-scatter of
+/// the (token, row) sums (the butterfly's pairs in the same order: the same bits) and one store per
+/// lane: `out` + block_base when block_base < `bound` (out, bound: this lane's logits row at its kv
+/// row, the row's length less that row, set per sequence; bound <= 0 for a lane that never stores).
+/// scale_addr: the shared address of this lane's kv row scale in the block's stage.
+template <int kNextN, int kNumHeads, typename Between>
+DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, u32 scale_addr, float* out,
+                                int bound, int block_base, int lane, Between&& between) {
+  constexpr int kN = kNextN * kNumHeads;
+  static_assert(kNextN == 1 || kNextN == 2, "the reduce-scatter takes one or two tokens");
+  using Mma = ptx::WgmmaFp8<kN>;
+  float acc[Mma::kNumAccum];
+#pragma unroll
+  for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+  __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
+  ptx::wgmma_fence();
+  paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
+  between();
+  float lane_scale;  // after the stage's barrier wait and before the next block's barrier, as the wgmmas
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lane_scale) : "r"(scale_addr) : "memory");
+  float v0[kNextN][2], v1[kNextN][2];
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) v0[t][0] = v0[t][1] = v1[t][0] = v1[t][1] = 0.0f;
+  ptx::wgmma_wait_group<0>();
+#pragma unroll
+  for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+  paged_head_sums<kNextN, kNumHeads, false, 0>(acc, w, lane, v0, v1);
+  float x[2 * kNextN];  // x[2 t + h]: token t at kv row r0 + 8 h, this lane's columns
+#pragma unroll
+  for (int t = 0; t < kNextN; ++t) x[2 * t] = v0[t][0] + v0[t][1], x[2 * t + 1] = v1[t][0] + v1[t][1];
+  float z;
+  if constexpr (kNextN == 2) {
+    float y[2], zz[1];
+    mqa_quad_halve<4, 1>(x, y, (lane & 1) != 0, 1);   // lane bit 0: the token
+    mqa_quad_halve<2, 0>(y, zz, (lane & 2) != 0, 2);  // lane bit 1: the kv row
+    z = zz[0];
+  } else {
+    float y[1];
+    mqa_quad_halve<2, 0>(x, y, (lane & 1) != 0, 1);  // lane bit 0: the kv row
+    z = y[0] + __shfl_xor_sync(0xffffffffu, y[0], 2);
+  }
+  if (block_base < bound) out[block_base] = z * lane_scale;
 }
 
 /// Logits kernel body: grid 4 * num_slots CTAs of kPagedThreads, dynamic shared memory
@@ -595,11 +691,12 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
                                     int max_context_len, int batch) {
   constexpr int kN = kNextN * kNumHeads;
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 128, "whole 8-column groups per token; a TMA box <= 256 rows");
-  static_assert(kDesign == kPagedTma || kDesign == kPagedTmaOneChain, "a TMA design");
+  static_assert(paged_is_tma(kDesign), "a TMA design");
   constexpr int kStages = paged_stages(kN, kDesign);
   constexpr int kQSlots = paged_q_slots(kN, kDesign);
   static_assert(kStages >= 2, "a block in use and at least one in flight");
-  constexpr bool kOneChain = kDesign == kPagedTmaOneChain;
+  constexpr bool kLean = kDesign == kPagedTmaLean;
+  constexpr bool kOneChain = kDesign == kPagedTmaOneChain || kLean;
   constexpr bool kWeightsInRegisters = kOneChain || kN <= 64;  // kPagedTma's N 128: registers go to two chains
   constexpr int kChunks = !kOneChain && kN >= 64 ? 2 : 1;       // N 32 is memory-bound; one chain reads the kv tile once
   constexpr int kQBytes = kN * kPagedHeadDim;
@@ -626,24 +723,41 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   const PagedCursor start = paged_slot_start(schedule, slot, group, batch, context_lens, kNextN, max_blocks,
                                              max_context_len);
   PagedCursor producer = start, consumer = start;
+  PagedFastWalk producer_walk(producer), consumer_walk(consumer);  // kLean's steps
+  // kLean: a settled cursor has a unit iff s is below its walk's bound (one compare, not has())
+  const auto producer_has = [&]() { return kLean ? producer.s < producer_walk.limit : producer.has(); };
 
   // the tensor-map row of a table entry's block; outside the cache: a box wholly before row 0
   const auto block_row = [&](int entry) {
     return entry >= 0 && entry < num_kv_blocks ? entry * rows_per_block : -2 * kPagedBlockKV;
   };
-  int producer_entry = producer.table_entry(block_table, block_table_stride);
+  const auto table_entry = [&]() {
+    if constexpr (kLean) {
+      return producer_has() ? block_table[static_cast<long long>(producer.b) * block_table_stride + producer.block()]
+                            : -1;
+    } else {
+      return producer.table_entry(block_table, block_table_stride);
+    }
+  };
+  int producer_entry = table_entry();
   int issued = 0;
   int producer_q_seq = -1, producer_b = -1;
   const auto can_issue = [&](int last, int consumer_q_seq) {
-    return paged_can_issue<kQSlots>(producer, producer_b, producer_q_seq, issued, last, consumer_q_seq);
+    if constexpr (kLean) {  // paged_can_issue with the walk's has
+      const int seq = producer_q_seq + (producer.b != producer_b ? 1 : 0);
+      return issued <= last && producer_has() && seq - consumer_q_seq < kQSlots;
+    } else {
+      return paged_can_issue<kQSlots>(producer, producer_b, producer_q_seq, issued, last, consumer_q_seq);
+    }
   };
   // block `issued` into stage issued % kStages (and a new sequence's q rows and weights into slot
   // (its sequence number) % kQSlots), all on the stage's barrier; thread 0 issues, all count
+  const u32 issuer = kLean ? paged_opaque(tid == 0 ? 1u : 0u) : 0u;  // kLean: not re-read per block
   const auto issue = [&]() {
     const int stage = issued % kStages;
     const bool new_sequence = producer.b != producer_b;
     if (new_sequence) producer_b = producer.b, ++producer_q_seq;
-    if (tid == 0) {
+    if (kLean ? issuer != 0u : tid == 0) {
       const int row = block_row(producer_entry);
       ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
       ptx::tma_load_2d(rings.kv(stage), tmap_kv, &full[stage], 0, row);
@@ -655,9 +769,13 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
       }
     }
     ++issued;
-    producer.next(context_lens, kNextN, max_blocks, max_context_len);
+    if constexpr (kLean) {
+      producer_walk.next(producer, context_lens, kNextN, max_blocks, max_context_len);
+    } else {
+      producer.next(context_lens, kNextN, max_blocks, max_context_len);
+    }
     // read one block ahead: its latency hides behind this block
-    producer_entry = producer.table_entry(block_table, block_table_stride);
+    producer_entry = table_entry();
   };
 
   while (can_issue(kStages - 2, 0)) issue();  // the first sequence is number 0, its slot free
@@ -667,7 +785,17 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
   int prefetched_b = -1;  // with one q slot: the last sequence whose first blocks were asked of L2
   int lens[kNextN];
   float wreg[kWeightsInRegisters ? kN / 4 : 1];  // this thread's weights: columns 8n + 2 (lane % 4) + {0, 1}
-  for (int iter = 0; consumer.has(); ++iter) {
+  // kLean: this lane's logit of each block (paged_block_lean): its kv row, and per sequence its row's
+  // pointer at that kv row and the row's length less it
+  const int lean_row = r0 + 8 * paged_lean_half<kNextN>(lane);
+  float* lean_out = logits;
+  int lean_bound = 0;
+  // kLean: the rings' descriptor words and this lane's scale at stage and q slot 0, a constant step
+  // each further on (sw128_lo is linear in the address), not rebuilt from the window per block
+  const u32 kv_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.kv(0)));
+  const u32 q_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.q(0)));
+  const u32 lean_scale = kLean ? paged_opaque(ptx::smem_addr(rings.scales(0) + lean_row)) : 0u;
+  for (int iter = 0; kLean ? consumer.s < consumer_walk.limit : consumer.has(); ++iter) {
     const int stage = iter % kStages;
     const u32 parity = static_cast<u32>(iter / kStages) & 1u;
     // with two q slots block iter was issued by now (see paged_mqa_logits); with one, a block
@@ -678,7 +806,14 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     const bool new_sequence = consumer.b != consumer_b;
     if (new_sequence) {
       consumer_b = consumer.b, ++consumer_q_seq;
-      paged_row_lens<kNextN>(context_lens, consumer.b, max_context_len, lens);
+      if constexpr (kLean) {
+        const int row = consumer.b * kNextN + paged_lean_token<kNextN>(lane);
+        const bool stores = kNextN == 2 || (lane & 2) == 0;  // one token: lanes q and q ^ 2 hold one sum
+        lean_out = logits + static_cast<long long>(row) * stride_logits + lean_row;
+        lean_bound = stores ? min_int(context_lens[row], max_context_len) - lean_row : 0;
+      } else {
+        paged_row_lens<kNextN>(context_lens, consumer.b, max_context_len, lens);
+      }
     }
     if (late) {
       while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
@@ -687,13 +822,16 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     const int q_slot = consumer_q_seq % kQSlots;
     const float* w = paged_block_weights<kN, kWeightsInRegisters>(rings.weights(q_slot), new_sequence, lane, wreg);
 
-    const u32 kv_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.kv(stage)));
-    const u32 q_desc_lo = ptx::sw128_lo(ptx::smem_addr(rings.q(q_slot)));
+    const u32 kv_desc_lo = kLean ? kv_desc_base + static_cast<u32>(stage) * (kPagedBlockBytes / 16)
+                                 : ptx::sw128_lo(ptx::smem_addr(rings.kv(stage)));
+    const u32 q_desc_lo = kLean ? q_desc_base + static_cast<u32>(q_slot) * (kQBytes / 16)
+                                : ptx::sw128_lo(ptx::smem_addr(rings.q(q_slot)));
     // while the wgmmas run: the next copies (stages of blocks before iter are free; the wgmmas read
     // neither those stages nor (one slot: no q copy now; two: the other one) another q slot)
     const auto between = [&]() {
       while (can_issue(iter + kStages - 1, consumer_q_seq)) issue();
-      if constexpr (kQSlots == 1) {
+      // kLean: the common case (the producer inside the sequence it issued last) by one compare
+      if (kQSlots == 1 && (!kLean || producer.b != producer_b)) {
         paged_prefetch_waiting_sequence<kStages>(
             producer, producer_b, prefetched_b, tid, block_table, block_table_stride,
             [&](int b) {
@@ -709,10 +847,16 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
             });
       }
     };
-    paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
-        kv_desc_lo, q_desc_lo, w, rings.scales(stage), r0, lens, logits,
-        stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
-    consumer.next(context_lens, kNextN, max_blocks, max_context_len);
+    if constexpr (kLean) {
+      paged_block_lean<kNextN, kNumHeads>(kv_desc_lo, q_desc_lo, w, lean_scale + stage * kPagedBlockKV * 4, lean_out,
+                                          lean_bound, consumer.block() * kPagedBlockKV, lane, between);
+      consumer_walk.next(consumer, context_lens, kNextN, max_blocks, max_context_len);
+    } else {
+      paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
+          kv_desc_lo, q_desc_lo, w, rings.scales(stage), r0, lens, logits,
+          stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
+      consumer.next(context_lens, kNextN, max_blocks, max_context_len);
+    }
   }
 }
 
