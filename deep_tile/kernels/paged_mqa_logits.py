@@ -41,8 +41,8 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-DESIGNS = ("tma_one_chain", "tma", "four_ctas", "two_slots", "tma_lean")
-"""The logits kernel's designs (``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
+DESIGNS = ("tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots")
+"""The logits kernel's designs (``kPagedTmaLean``, ``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
 ``kPagedTwoSlots``), the default first: ``four_ctas`` keeps four CTAs per SM for every
 ``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
 thread) under each block's wgmmas; ``tma`` is ``four_ctas`` with the operands by TMA (one thread
@@ -50,7 +50,7 @@ issues, an mbarrier per stage), for caches whose blocks lie a multiple of :data:
 apart (others run :data:`FALLBACK`); ``two_slots`` is the earlier design (two q slots everywhere,
 N 128 at two CTAs per SM), kept to time against; ``tma_one_chain`` is ``tma`` with a block's
 wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers for every N;
-``tma_lean`` (``kPagedTmaLean``, opt-in) is ``tma_one_chain`` with fewer instructions per block and
+``tma_lean`` (``kPagedTmaLean``, the default) is ``tma_one_chain`` with fewer instructions per block and
 the same logits bit for bit: the head sums reduce-scattered over the row quad (one store per lane
 through a pointer and bound set per sequence) and the walks stepping inside a sequence by one
 compare."""
