@@ -733,3 +733,135 @@ def test_gpu_tma_design_matches_the_float64_formula():
 def test_gpu_kernels_are_deterministic_and_graph_capturable():
     results = run_child_cases("gpu_mqa_paged_cases.py", "timed_graph", [{}], timeout=300)
     assert all(r["ok"] for r in results), results
+
+
+# --------------------------------------------------------------------------------------------------
+# tma_loader's handover, transcribed: the loader thread and the math warpgroup as two coroutines over
+# mbarriers with their phase rules, TMA copies landing at random later steps
+# --------------------------------------------------------------------------------------------------
+
+class _Barrier:
+    """An mbarrier: phase completes when `count` arrivals came and no transaction bytes are pending."""
+
+    def __init__(self, count):
+        self.count, self.arrived, self.tx, self.phase = count, 0, 0, 0
+
+    def done(self, parity):  # mbarrier.try_wait.parity: the phase of that parity completed
+        return (self.phase & 1) != parity
+
+    def _check(self):
+        if self.arrived == self.count and self.tx == 0:
+            self.phase, self.arrived = self.phase + 1, 0
+
+    def arrive(self, tx=0):
+        self.arrived += 1
+        self.tx += tx
+        self._check()
+
+    def complete_tx(self, tx):
+        self.tx -= tx
+        self._check()
+
+
+def _loader_model(blocks, stages, q_slots, rng):
+    """Runs paged_mqa_logits_loader's protocol on the CTA's walk `blocks` [(sequence, block)]; asserts
+    that no copy lands where the math warps read and that every block sees its own rows and q."""
+    full = [_Barrier(1) for _ in range(stages)]
+    empty = [_Barrier(1) for _ in range(stages)]
+    q_empty = [_Barrier(1) for _ in range(q_slots)]
+    records, stage_data, q_data = [None] * stages, [None] * stages, [None] * q_slots
+    stage_busy, q_busy, flight, done = [False] * stages, [False] * q_slots, [], []
+
+    def copy(bar, tx, where, index, value):
+        flight.append((bar, tx, where, index, value))
+
+    def land(i):
+        bar, tx, where, index, value = flight.pop(i)
+        busy = stage_busy if where == "kv" else q_busy
+        assert not busy[index], ("a copy lands where the math reads", where, index)
+        (stage_data if where == "kv" else q_data)[index] = value
+        bar.complete_tx(tx)
+
+    def loader():
+        prev_b, seq, pending = -1, -1, None
+        for it, (b, block) in enumerate(blocks):
+            last = it + 1 == len(blocks) or blocks[it + 1][0] != b
+            stage = it % stages
+            while not empty[stage].done(((it // stages) & 1) ^ 1):
+                if pending and q_empty[pending[0]].done(pending[1]):
+                    copy(full[pending[2]], 1, "q", pending[0], pending[3]), pending.clear()
+                yield
+            new = b != prev_b
+            if new:
+                if pending:
+                    while not q_empty[pending[0]].done(pending[1]):
+                        yield
+                    copy(full[pending[2]], 1, "q", pending[0], pending[3])
+                seq, prev_b = seq + 1, b
+                pending = [seq % q_slots, ((seq // q_slots) & 1) ^ 1, stage, b]
+            records[stage] = (b, block, new, last)
+            full[stage].arrive(tx=1 + (1 if new else 0))
+            copy(full[stage], 1, "kv", stage, (b, block))
+            if pending and q_empty[pending[0]].done(pending[1]):
+                copy(full[pending[2]], 1, "q", pending[0], pending[3]), pending.clear()
+        if pending:
+            while not q_empty[pending[0]].done(pending[1]):
+                yield
+            copy(full[pending[2]], 1, "q", pending[0], pending[3])
+        stage = len(blocks) % stages
+        while not empty[stage].done(((len(blocks) // stages) & 1) ^ 1):
+            yield
+        records[stage] = None
+        full[stage].arrive()
+
+    def math():
+        q_seq, it = -1, 0
+        while True:
+            stage = it % stages
+            while not full[stage].done((it // stages) & 1):
+                yield
+            if records[stage] is None:
+                return
+            b, block, new, last = records[stage]
+            q_seq += new
+            slot = q_seq % q_slots
+            assert stage_data[stage] == (b, block) and q_data[slot] == b, (it, b, block)
+            stage_busy[stage] = q_busy[slot] = True
+            yield  # the wgmmas run
+            stage_busy[stage] = False
+            empty[stage].arrive()
+            yield  # the head sums read the weights in the q slot
+            assert q_data[slot] == b
+            done.append((b, block))
+            if last:
+                q_busy[slot] = False
+                q_empty[slot].arrive()
+            it += 1
+
+    agents = {"loader": loader(), "math": math()}
+    for _ in range(100000):
+        choices = list(agents) + list(range(len(flight)))
+        if not choices:
+            break
+        pick = rng.choice(choices)
+        if isinstance(pick, int):
+            land(pick)
+            continue
+        try:
+            next(agents[pick])
+        except StopIteration:
+            del agents[pick]
+    assert not agents and not flight, ("deadlock", list(agents), len(flight))
+    assert done == list(blocks)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_loader_handover_never_overwrites_and_never_deadlocks(seed):
+    rng = random.Random(seed)
+    blocks, b = [], rng.randint(0, 3)
+    for _ in range(rng.randint(0, 10)):  # runs of this CTA's blocks per sequence, many shorter than the ring
+        blocks += [(b, 4 * i + rng.randint(0, 3)) for i in range(rng.choice([1, 1, 2, 3, 5, 9, 30]))]
+        b += rng.randint(1, 3)
+    for stages, q_slots in sorted({(contract.STAGES["tma_loader"][n], contract.Q_SLOTS["tma_loader"][n])
+                                   for n in contract.STAGES["tma_loader"]} | {(2, 1), (3, 2)}):
+        _loader_model(blocks, stages, q_slots, random.Random(seed * 7 + stages))
