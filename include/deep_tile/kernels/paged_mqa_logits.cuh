@@ -974,6 +974,7 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
     PagedCursor c = paged_slot_start(schedule, slot, group, batch, context_lens, kNextN, max_blocks, max_context_len);
     PagedFastWalk walk(c);
     int iter = 0, seq = -1, prev_b = -1;
+    int lens[2] = {0, 0};  // the sequence's logits rows' lengths, read once per sequence
     // the newest sequence's q copy while it waits for its slot: slot, the parity that frees it, stage, sequence
     bool pending = false;
     int pending_slot = 0, pending_stage = 0, pending_b = 0;
@@ -1004,12 +1005,13 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
         pending_parity = (static_cast<u32>(seq / kQSlots) & 1u) ^ 1u;
         ptx::tma_prefetch_2d_l2(tmap_q, 0, b * kN);  // toward L2 while its slot may still be in use
         ptx::tma_prefetch_2d_l2(tmap_w, 0, b);
+#pragma unroll
+        for (int t = 0; t < kNextN; ++t) lens[t] = min_int(context_lens[b * kNextN + t], max_context_len);
       }
       PagedLoaderRecord& record = records[stage];
       record.b = b;
       record.row_flags = (block * kPagedBlockKV) * 4 + (new_sequence ? 1 : 0) + (last ? 2 : 0);
-#pragma unroll
-      for (int t = 0; t < kNextN; ++t) record.len[t] = min_int(context_lens[b * kNextN + t], max_context_len);
+      record.len[0] = lens[0], record.len[1] = lens[1];
       const int row = entry >= 0 && entry < num_kv_blocks ? entry * rows_per_block : -2 * kPagedBlockKV;
       ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
       ptx::tma_load_2d(rings.kv(stage), tmap_kv, &full[stage], 0, row);
