@@ -11,7 +11,7 @@ holds three kernels:
   ``..._<design>`` for the other designs, :data:`DESIGNS`): :data:`CTAS_PER_SLOT` CTAs of one
   warpgroup per slot, CTA ``g`` taking cache block ``4 s + g`` of each of its slot's units,
   FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by TMA (``four_ctas``,
-  ``two_slots``: by 16-byte cp.async);
+  ``two_slots``: by 16-byte cp.async; ``tma_loader``: by a fifth, loader warp, :func:`threads`);
 - the clean pass (``deep_tile_paged_mqa_logits_clean``): ``-inf`` past each row's length.
 
 Pure Python.

@@ -32,7 +32,8 @@
 // (paged_block). kPagedTma (paged_mqa_logits_tma; the host's default, kPagedFourCtas its fallback
 // for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
 // mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block; kPagedTmaLean
-// is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk).
+// is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk);
+// kPagedTmaLoader (paged_mqa_logits_loader) is kPagedTmaLean's block fed by a loader warp.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
