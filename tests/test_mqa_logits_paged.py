@@ -730,6 +730,14 @@ def test_gpu_tma_design_matches_the_float64_formula():
 
 
 @pytest.mark.gpu
+def test_gpu_tma_designs_hold_four_ctas_per_sm():
+    results = run_child_cases("gpu_mqa_paged_cases.py", "occupancy",
+                              [dict(design=d) for d in ("tma_lean", "tma_loader")], timeout=300)
+    bad = [r for r in results if not r["ok"]]
+    assert not bad, "\n".join(map(str, bad))
+
+
+@pytest.mark.gpu
 def test_gpu_kernels_are_deterministic_and_graph_capturable():
     results = run_child_cases("gpu_mqa_paged_cases.py", "timed_graph", [{}], timeout=300)
     assert all(r["ok"] for r in results), results
