@@ -200,6 +200,27 @@ def timed_graph(batch: int = 64, next_n: int = 2, heads: int = 64, avg_kv: int =
     return {"case": f"repeat+graph B={batch} next_n={next_n} H={heads} avg_kv={avg_kv}", "ok": bool(ok)}
 
 
+def occupancy(design: str = "tma_loader") -> dict:
+    """The driver's resident CTAs per SM for each of ``design``'s logits kernels: four (a slot's four
+    CTAs together on one SM) for every next_n and H."""
+    from deep_tile.jit import runtime
+    from deep_tile.jit.loader import get_kernel
+    from deep_tile.kernels import paged_mqa_logits as contract
+
+    device, per_sm = torch.cuda.current_device(), {}
+    for next_n in contract.NEXT_N:
+        for heads in contract.HEADS:
+            kernel = get_kernel(contract.ENTRY, {}, contract.symbol(next_n, heads, design))
+            smem = contract.smem_bytes(next_n, heads, design)
+            kernel.ensure_smem_limit(device, smem)
+            runtime._ensure_current_context(device)
+            function = runtime.check(runtime.driver().cuKernelGetFunction(kernel.handle), "cuKernelGetFunction")
+            per_sm[f"{next_n}:{heads}"] = int(runtime.check(runtime.driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                function, contract.threads(design), smem), "cuOccupancyMaxActiveBlocksPerMultiprocessor"))
+    return {"case": f"occupancy {design}", "ok": all(v >= contract.CTAS_PER_SLOT for v in per_sm.values()),
+            "per_sm": per_sm}
+
+
 if __name__ == "__main__":
     from gpu_cases import serve
 

@@ -1,6 +1,6 @@
 // JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines):
-// each logits kernel in five designs, kPagedFourCtas under the plain name, the others with a suffix
-// (_two_slots, _tma, _tma_one_chain, _tma_lean).
+// each logits kernel in six designs, kPagedFourCtas under the plain name, the others with a suffix
+// (_two_slots, _tma, _tma_one_chain, _tma_lean, _tma_loader).
 #include "deep_tile/kernels/paged_mqa_logits.cuh"
 
 /// The schedule: one CTA of kPagedScheduleThreads; schedule int32 [num_slots + 1, 2].
@@ -63,6 +63,28 @@ DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 32, deep_tile::kPagedTmaLean, _tma_lean)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 64, deep_tile::kPagedTmaLean, _tma_lean)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 32, deep_tile::kPagedTmaLean, _tma_lean)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 64, deep_tile::kPagedTmaLean, _tma_lean)
+
+#define DT_PAGED_MQA_LOGITS_LOADER_ENTRY(next_n, heads)                                                          \
+  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedLoaderThreads, 4)                                \
+      deep_tile_paged_mqa_logits_n##next_n##_h##heads##_tma_loader(                                                 \
+          const __grid_constant__ deep_tile::TmaDescriptor tmap_kv,                                                 \
+          const __grid_constant__ deep_tile::TmaDescriptor tmap_scales,                                             \
+          const __grid_constant__ deep_tile::TmaDescriptor tmap_q, const __grid_constant__ deep_tile::TmaDescriptor tmap_w, \
+          int rows_per_block, int num_kv_blocks, const int* __restrict__ context_lens,                             \
+          const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
+          const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
+          int batch) {                                                                                             \
+    deep_tile::paged_mqa_logits_loader<next_n, heads>(&tmap_kv, &tmap_scales, &tmap_q, &tmap_w, rows_per_block,    \
+                                                      num_kv_blocks, context_lens, block_table, block_table_stride, \
+                                                      max_blocks, schedule, logits, stride_logits, max_context_len, \
+                                                      batch);                                                      \
+  }
+
+/// kPagedTmaLoader: kPagedTmaLean's block with a loader warpgroup (160 threads per CTA, paged_mqa_logits_loader).
+DT_PAGED_MQA_LOGITS_LOADER_ENTRY(1, 32)
+DT_PAGED_MQA_LOGITS_LOADER_ENTRY(1, 64)
+DT_PAGED_MQA_LOGITS_LOADER_ENTRY(2, 32)
+DT_PAGED_MQA_LOGITS_LOADER_ENTRY(2, 64)
 
 /// The clean pass: any grid, any block; -inf past each row's length (cut at len_limit).
 extern "C" __global__ void deep_tile_paged_mqa_logits_clean(const int* __restrict__ context_lens,

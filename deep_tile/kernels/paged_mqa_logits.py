@@ -11,7 +11,7 @@ holds three kernels:
   ``..._<design>`` for the other designs, :data:`DESIGNS`): :data:`CTAS_PER_SLOT` CTAs of one
   warpgroup per slot, CTA ``g`` taking cache block ``4 s + g`` of each of its slot's units,
   FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by TMA (``four_ctas``,
-  ``two_slots``: by 16-byte cp.async);
+  ``two_slots``: by 16-byte cp.async; ``tma_loader``: by a fifth, loader warp, :func:`threads`);
 - the clean pass (``deep_tile_paged_mqa_logits_clean``): ``-inf`` past each row's length.
 
 Pure Python.
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from deep_tile.common import ceil_div
 
-__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "DESIGNS", "STAGES",
+__all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "LOADER_THREADS",
+           "DESIGNS", "STAGES", "threads",
            "Q_SLOTS", "FALLBACK", "TMA_DESIGNS", "TMA_ROW_BYTES", "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL",
            "SCHEDULE_ARGUMENT_KINDS", "LOGITS_ARGUMENT_KINDS", "TMA_LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS",
            "symbol", "smem_bytes", "grid", "units", "clean_grid"]
@@ -41,7 +42,9 @@ CTAS_PER_SLOT = 4
 """CTAs per schedule slot (``kPagedSplitBlocks``): one per cache block of a unit."""
 THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
-DESIGNS = ("tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots")
+LOADER_THREADS = 160
+"""Threads per ``tma_loader`` CTA (``kPagedLoaderThreads``): the math warpgroup and a loader warp."""
+DESIGNS = ("tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots", "tma_loader")
 """The logits kernel's designs (``kPagedTmaLean``, ``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
 ``kPagedTwoSlots``), the default first: ``four_ctas`` keeps four CTAs per SM for every
 ``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
@@ -53,20 +56,27 @@ wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers 
 ``tma_lean`` (``kPagedTmaLean``, the default) is ``tma_one_chain`` with fewer instructions per block and
 the same logits bit for bit: the head sums reduce-scattered over the row quad (one store per lane
 through a pointer and bound set per sequence) and the walks stepping inside a sequence by one
-compare."""
+compare. ``tma_loader`` (``kPagedTmaLoader``, opt-in) is ``tma_lean``'s block (the same logits bit
+for bit) with the copies off the math warps: :data:`LOADER_THREADS` per CTA, the fifth warp a
+loader (one thread walks the schedule and issues every TMA; N 128 reads its weights from shared
+memory: 96 registers a thread at four CTAs per SM), each stage freed by an mbarrier as soon as its block's wgmmas completed, each
+block's sequence, kv row and row lengths handed over in shared memory with it, and a sequence's q
+copy waiting for its slot without holding the next blocks' copies back."""
 FALLBACK = "four_ctas"
 """The design a TMA design runs as when the cache's blocks are off :data:`TMA_ROW_BYTES` rows
 (or the cache is empty): its kernel keeps the plain symbol."""
-TMA_DESIGNS = ("tma", "tma_one_chain", "tma_lean")
+TMA_DESIGNS = ("tma", "tma_one_chain", "tma_lean", "tma_loader")
 """The designs that load by TMA (an mbarrier per stage, tensor maps as arguments)."""
 STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
-          "tma_one_chain": {32: 5, 64: 4, 128: 4}, "tma_lean": {32: 5, 64: 4, 128: 4}}
+          "tma_one_chain": {32: 5, 64: 4, 128: 4}, "tma_lean": {32: 5, 64: 4, 128: 4},
+          "tma_loader": {32: 5, 64: 4, 128: 4}}
 """Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
 one in use included, as many as fit with the design's CTAs per SM (four, or two for
 ``two_slots``' N 128): 12 to 16 blocks (100-135 KB) per SM, more than the HBM's
 bandwidth-latency product asks of each SM."""
 Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},
-           "tma_one_chain": {32: 2, 64: 2, 128: 1}, "tma_lean": {32: 2, 64: 2, 128: 1}}
+           "tma_one_chain": {32: 2, 64: 2, 128: 1}, "tma_lean": {32: 2, 64: 2, 128: 1},
+           "tma_loader": {32: 2, 64: 2, 128: 1}}
 """q slots per CTA by design and ``next_n * H`` (``paged_q_slots``): a sequence's q rows and weights each."""
 TMA_ROW_BYTES = 128
 """The ``tma`` design reads the cache as rows of this many bytes (a kv row; a block's scales are
@@ -119,9 +129,18 @@ def smem_bytes(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> int:
     and its 64 scales, and 1024 bytes to align the rings."""
     _check_design(design)
     n = next_n * num_heads
-    barrier = 8 if design in TMA_DESIGNS else 0  # one mbarrier per stage
-    return 1024 + Q_SLOTS[design][n] * (n * HEAD_DIM + n * 4) + STAGES[design][n] * (
+    # per stage: a full mbarrier (TMA designs); tma_loader adds an empty one and a 16-byte record,
+    # and an mbarrier per q slot
+    loader = design == "tma_loader"
+    barrier = 32 if loader else 8 if design in TMA_DESIGNS else 0
+    return 1024 + Q_SLOTS[design][n] * (n * HEAD_DIM + n * 4 + (8 if loader else 0)) + STAGES[design][n] * (
         BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + barrier)
+
+
+def threads(design: str = DESIGNS[0]) -> int:
+    """Threads per logits CTA of ``design``: :data:`LOADER_THREADS` for ``tma_loader``, else :data:`THREADS`."""
+    _check_design(design)
+    return LOADER_THREADS if design == "tma_loader" else THREADS
 
 
 def grid(num_slots: int) -> tuple:

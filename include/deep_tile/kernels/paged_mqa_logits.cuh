@@ -32,7 +32,8 @@
 // (paged_block). kPagedTma (paged_mqa_logits_tma; the host's default, kPagedFourCtas its fallback
 // for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
 // mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block; kPagedTmaLean
-// is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk).
+// is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk);
+// kPagedTmaLoader (paged_mqa_logits_loader) is kPagedTmaLean's block fed by a loader warp.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
@@ -75,10 +76,25 @@ constexpr int kPagedTmaOneChain = 3;
 ///   logit through a pointer and bound set once per sequence (paged_block_lean), and both walks
 ///   step inside a sequence by one compare (PagedFastWalk) instead of the cursor's full settle.
 constexpr int kPagedTmaLean = 4;
+/// kPagedTmaLoader: kPagedTmaLean's rings, block and epilogue with the copies moved off the math
+///   warps: a CTA is the math warpgroup plus a loader warp (one thread of it walks the schedule and
+///   issues every TMA; N 128 reads its weights from shared memory, as four CTAs of 160 threads leave
+///   96 registers a thread, the accumulators 64 of them), a stage is released by
+///   its own mbarrier right after the block's wgmmas complete (not at the next block's CTA barrier),
+///   and the loader hands each block's sequence, kv row, flags and row lengths to the math warps
+///   with the stage, so they walk nothing (paged_mqa_logits_loader).
+constexpr int kPagedTmaLoader = 5;
+constexpr int kPagedLoaderThreads = kPagedThreads + 32;  // the math warpgroup, then the loader warp
 
 /// Whether `design` loads by TMA (an mbarrier per stage).
 __host__ __device__ constexpr bool paged_is_tma(int design) {
-  return design == kPagedTma || design == kPagedTmaOneChain || design == kPagedTmaLean;
+  return design == kPagedTma || design == kPagedTmaOneChain || design == kPagedTmaLean || design == kPagedTmaLoader;
+}
+
+/// Shared bytes per stage past the block and its scales: the full mbarrier, and for kPagedTmaLoader
+/// its empty mbarrier and the block's 16-byte record (PagedLoaderRecord).
+__host__ __device__ constexpr int paged_stage_extra_bytes(int design) {
+  return design == kPagedTmaLoader ? 8 + 8 + 16 : paged_is_tma(design) ? 8 : 0;
 }
 
 /// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
@@ -97,9 +113,8 @@ __host__ __device__ constexpr int paged_stages(int n, int design) {
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
-  return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4) +
-         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 +
-                                     (paged_is_tma(design) ? 8 : 0));
+  return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4 + (design == kPagedTmaLoader ? 8 : 0)) +
+         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 + paged_stage_extra_bytes(design));
 }
 
 /// The logits CTA's rings in dynamic shared memory from its first 1024-byte boundary (the 128B
@@ -455,10 +470,11 @@ DT_DEVICE int paged_lean_half(int lane) { return kNextN == 2 ? (lane >> 1) & 1 :
 /// the (token, row) sums (the butterfly's pairs in the same order: the same bits) and one store per
 /// lane: `out` + block_base when block_base < `bound` (out, bound: this lane's logits row at its kv
 /// row, the row's length less that row, set per sequence; bound <= 0 for a lane that never stores).
-/// scale_addr: the shared address of this lane's kv row scale in the block's stage.
-template <int kNextN, int kNumHeads, typename Between>
+/// scale_addr: the shared address of this lane's kv row scale in the block's stage. `released` runs
+/// once the wgmmas completed, before the head sums (kPagedTmaLoader frees the stage there).
+template <int kNextN, int kNumHeads, bool kWeightsInSmem = false, typename Between, typename Released>
 DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, u32 scale_addr, float* out,
-                                int bound, int block_base, int lane, Between&& between) {
+                                int bound, int block_base, int lane, Between&& between, Released&& released) {
   constexpr int kN = kNextN * kNumHeads;
   static_assert(kNextN == 1 || kNextN == 2, "the reduce-scatter takes one or two tokens");
   using Mma = ptx::WgmmaFp8<kN>;
@@ -477,7 +493,18 @@ DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, u
   ptx::wgmma_wait_group<0>();
 #pragma unroll
   for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-  paged_head_sums<kNextN, kNumHeads, false, 0>(acc, w, lane, v0, v1);
+  released();
+  if constexpr (kWeightsInSmem) {  // paged_head_sums' FMAs in its order, a column pair per 8-byte load
+#pragma unroll
+    for (int g = 0; g < Mma::kNumAccum / 4; ++g) {
+      const int t = (8 * g) / kNumHeads;
+      const float2 pair = *reinterpret_cast<const float2*>(w + 8 * g + 2 * (lane & 3));
+      v0[t][g & 1] = fmaf(fmaxf(acc[4 * g], 0.0f), pair.x, fmaf(fmaxf(acc[4 * g + 1], 0.0f), pair.y, v0[t][g & 1]));
+      v1[t][g & 1] = fmaf(fmaxf(acc[4 * g + 2], 0.0f), pair.x, fmaf(fmaxf(acc[4 * g + 3], 0.0f), pair.y, v1[t][g & 1]));
+    }
+  } else {
+    paged_head_sums<kNextN, kNumHeads, false, 0>(acc, w, lane, v0, v1);
+  }
   float x[2 * kNextN];  // x[2 t + h]: token t at kv row r0 + 8 h, this lane's columns
 #pragma unroll
   for (int t = 0; t < kNextN; ++t) x[2 * t] = v0[t][0] + v0[t][1], x[2 * t + 1] = v1[t][0] + v1[t][1];
@@ -849,7 +876,7 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
     };
     if constexpr (kLean) {
       paged_block_lean<kNextN, kNumHeads>(kv_desc_lo, q_desc_lo, w, lean_scale + stage * kPagedBlockKV * 4, lean_out,
-                                          lean_bound, consumer.block() * kPagedBlockKV, lane, between);
+                                          lean_bound, consumer.block() * kPagedBlockKV, lane, between, []() {});
       consumer_walk.next(consumer, context_lens, kNextN, max_blocks, max_context_len);
     } else {
       paged_block<kNextN, kNumHeads, kChunks, !kWeightsInRegisters>(
@@ -857,6 +884,192 @@ DT_DEVICE void paged_mqa_logits_tma(const TmaDescriptor* tmap_kv, const TmaDescr
           stride_logits, consumer.b, consumer.block() * kPagedBlockKV + r0, lane, between);
       consumer.next(context_lens, kNextN, max_blocks, max_context_len);
     }
+  }
+}
+
+/// What kPagedTmaLoader's loader hands the math warps with a stage: the block's sequence (-1: the
+/// walk ended), its first kv row times 4 plus flags (bit 0: it starts the sequence, bit 1: it ends
+/// it in this CTA's walk) and the sequence's logits rows' lengths (cut at max_context_len).
+struct alignas(16) PagedLoaderRecord {
+  int b;
+  int row_flags;
+  int len[2];
+};
+
+/// mbarrier_wait that calls `poll` between failed tries (the watchdog build traps as mbarrier_wait does).
+template <typename Poll>
+DT_DEVICE void paged_wait_polling(u64* bar, u32 parity, Poll&& poll) {
+  const u32 addr = ptx::smem_addr(bar);
+#if DT_WATCHDOG
+  u32 polls = 0;
+  u64 start = 0;
+  while (!ptx::mbarrier_try_wait(addr, parity)) {
+    poll();
+    if ((++polls & 1023u) == 0) {
+      const u64 now = ptx::global_timer_ns();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > ptx::kWaitTimeoutNs) {
+        asm volatile("trap;");
+      }
+    }
+  }
+#else
+  while (!ptx::mbarrier_try_wait(addr, parity)) poll();
+#endif
+}
+
+/// Logits kernel body of kPagedTmaLoader: grid 4 * num_slots CTAs of kPagedLoaderThreads, dynamic
+/// shared memory paged_mqa_logits_smem_bytes(kNextN * kNumHeads, kPagedTmaLoader), the tensor maps
+/// and arguments of paged_mqa_logits_tma. Warpgroup 0 multiplies (paged_block_lean); lane 0 of
+/// warp 4 (the loader) walks the CTA's units and issues block i into stage i % kStages once
+/// the math warps released its previous block (empty[stage]: 128 arrivals after the wgmmas), with
+/// the block's record; a sequence's q rows and weights go to q slot (its number) % kQSlots on the
+/// full barrier of its first block, once the sequence before in that slot ended (q_empty[slot]:
+/// 128 arrivals after its last block's head sums). The q copy may wait there while the loader issues
+/// the next blocks' rows (it polls q_empty while it waits for a stage), so the kv stream does not
+/// drain at a sequence change with one q slot.
+template <int kNextN, int kNumHeads>
+DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDescriptor* tmap_scales,
+                                       const TmaDescriptor* tmap_q, const TmaDescriptor* tmap_w, int rows_per_block,
+                                       int num_kv_blocks, const int* __restrict__ context_lens,
+                                       const int* __restrict__ block_table, int block_table_stride, int max_blocks,
+                                       const int* __restrict__ schedule, float* __restrict__ logits,
+                                       int stride_logits, int max_context_len, int batch) {
+  constexpr int kDesign = kPagedTmaLoader;
+  constexpr int kN = kNextN * kNumHeads;
+  static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 128, "whole 8-column groups per token; a TMA box <= 256 rows");
+  static_assert(kNextN == 1 || kNextN == 2, "a record holds two lengths");
+  constexpr int kStages = paged_stages(kN, kDesign);
+  constexpr int kQSlots = paged_q_slots(kN, kDesign);
+  static_assert(kStages >= 2, "a block in use and at least one in flight");
+  constexpr int kQBytes = kN * kPagedHeadDim;
+  constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
+  constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
+  extern __shared__ u8 smem_raw[];
+  const PagedRings<kN, kStages, kQSlots> rings(smem_raw);
+  // rings.end() is 128-byte aligned (the rings are multiples of 128 bytes): the records first (16-byte loads)
+  PagedLoaderRecord* records = reinterpret_cast<PagedLoaderRecord*>(rings.end());
+  u64* full = reinterpret_cast<u64*>(records + kStages);  // kStages: the stage's block (and q) landed, its record written
+  u64* empty = full + kStages;     // kStages: the math warps' wgmmas of the stage's block completed
+  u64* q_empty = empty + kStages;  // kQSlots: the head sums of the slot's sequence's last block done
+
+  // the warp index through a shuffle: uniform, so the role branch is not rebuilt per thread
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+  if (tid == kPagedThreads) {
+    ptx::tma_prefetch_descriptor(tmap_kv);
+    ptx::tma_prefetch_descriptor(tmap_scales);
+    ptx::tma_prefetch_descriptor(tmap_q);
+    ptx::tma_prefetch_descriptor(tmap_w);
+    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(&full[s], 1), ptx::mbarrier_init(&empty[s], kPagedThreads);
+    for (int s = 0; s < kQSlots; ++s) ptx::mbarrier_init(&q_empty[s], kPagedThreads);
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+  ptx::grid_dependency_wait();  // the stream predecessor may write any input
+  ptx::launch_dependents();
+
+  if (warp >= kPagedThreads / 32) {  // the loader warp: one thread walks and issues
+    if (tid != kPagedThreads) return;
+    const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
+    PagedCursor c = paged_slot_start(schedule, slot, group, batch, context_lens, kNextN, max_blocks, max_context_len);
+    PagedFastWalk walk(c);
+    int iter = 0, seq = -1, prev_b = -1;
+    int lens[2] = {0, 0};  // the sequence's logits rows' lengths, read once per sequence
+    // the newest sequence's q copy while it waits for its slot: slot, the parity that frees it, stage, sequence
+    bool pending = false;
+    int pending_slot = 0, pending_stage = 0, pending_b = 0;
+    u32 pending_parity = 0;
+    const auto issue_q = [&]() {
+      ptx::tma_load_2d(rings.q(pending_slot), tmap_q, &full[pending_stage], 0, pending_b * kN);
+      ptx::tma_load_2d(rings.weights(pending_slot), tmap_w, &full[pending_stage], 0, pending_b);
+      pending = false;
+    };
+    const auto poll_q = [&]() {
+      if (pending && ptx::mbarrier_try_wait(ptx::smem_addr(&q_empty[pending_slot]), pending_parity)) issue_q();
+    };
+    while (c.s < walk.limit) {
+      const int b = c.b, block = c.block();
+      const int entry = block_table[static_cast<long long>(b) * block_table_stride + block];
+      walk.next(c, context_lens, kNextN, max_blocks, max_context_len);
+      const bool last = !(c.s < walk.limit) || c.b != b;  // the CTA's last block of sequence b
+      const bool new_sequence = b != prev_b;
+      const int stage = iter % kStages;
+      paged_wait_polling(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u, poll_q);
+      if (new_sequence) {
+        if (pending) {  // a sequence shorter than the ring: its q copy goes first
+          ptx::mbarrier_wait(&q_empty[pending_slot], pending_parity);
+          issue_q();
+        }
+        ++seq, prev_b = b;
+        pending = true, pending_slot = seq % kQSlots, pending_stage = stage, pending_b = b;
+        pending_parity = (static_cast<u32>(seq / kQSlots) & 1u) ^ 1u;
+        ptx::tma_prefetch_2d_l2(tmap_q, 0, b * kN);  // toward L2 while its slot may still be in use
+        ptx::tma_prefetch_2d_l2(tmap_w, 0, b);
+#pragma unroll
+        for (int t = 0; t < kNextN; ++t) lens[t] = min_int(context_lens[b * kNextN + t], max_context_len);
+      }
+      PagedLoaderRecord& record = records[stage];
+      record.b = b;
+      record.row_flags = (block * kPagedBlockKV) * 4 + (new_sequence ? 1 : 0) + (last ? 2 : 0);
+      record.len[0] = lens[0], record.len[1] = lens[1];
+      const int row = entry >= 0 && entry < num_kv_blocks ? entry * rows_per_block : -2 * kPagedBlockKV;
+      ptx::mbarrier_arrive_expect_tx(&full[stage], kBlockTx + (new_sequence ? kSequenceTx : 0u));
+      ptx::tma_load_2d(rings.kv(stage), tmap_kv, &full[stage], 0, row);
+      ptx::tma_load_2d(rings.scales(stage), tmap_scales, &full[stage], 0, row + kPagedBlockKV);
+      poll_q();
+      ++iter;
+    }
+    if (pending) {
+      ptx::mbarrier_wait(&q_empty[pending_slot], pending_parity);
+      issue_q();
+    }
+    const int stage = iter % kStages;  // the end record, once the stage's last block is released
+    ptx::mbarrier_wait(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u);
+    records[stage].b = -1;
+    ptx::mbarrier_arrive(&full[stage]);
+    return;
+  }
+
+  // four CTAs of 160 threads: 96 registers a thread; N 128's 64 accumulators leave no room for its weights
+  constexpr bool kWeightsInRegisters = kN <= 64;
+  const int r0 = warp * 16 + (lane >> 2);  // this thread's kv rows of a block: r0, r0 + 8
+  const int lean_row = r0 + 8 * paged_lean_half<kNextN>(lane);  // the one it stores
+  const int token = paged_lean_token<kNextN>(lane);
+  const bool stores = kNextN == 2 || (lane & 2) == 0;  // one token: lanes q and q ^ 2 hold one sum
+  float* out = logits;
+  int bound = 0;
+  float wreg[kWeightsInRegisters ? kN / 4 : 1];  // this thread's weights: columns 8n + 2 (lane % 4) + {0, 1}
+  const u32 kv_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.kv(0)));
+  const u32 q_desc_base = ptx::sw128_lo(ptx::smem_addr(rings.q(0)));
+  const u32 scale_base = paged_opaque(ptx::smem_addr(rings.scales(0) + lean_row));
+  const u32 record_base = ptx::smem_addr(records);
+  int q_seq = -1;
+  for (int iter = 0;; ++iter) {
+    const int stage = iter % kStages;
+    ptx::mbarrier_wait(&full[stage], static_cast<u32>(iter / kStages) & 1u);
+    int b, row_flags, len0, len1;
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(b), "=r"(row_flags), "=r"(len0), "=r"(len1)
+                 : "r"(record_base + stage * static_cast<u32>(sizeof(PagedLoaderRecord)))
+                 : "memory");
+    if (b < 0) break;
+    if (row_flags & 1) {  // a new sequence: its q slot, weights, this lane's logits row and bound
+      ++q_seq;
+      const int len = kNextN == 2 && token == 1 ? len1 : len0;
+      out = logits + static_cast<long long>(b * kNextN + token) * stride_logits + lean_row;
+      bound = stores ? len - lean_row : 0;
+      if constexpr (kWeightsInRegisters) paged_block_weights<kN, true>(rings.weights(q_seq % kQSlots), true, lane, wreg);
+    }
+    const int q_slot = q_seq % kQSlots;
+    const u32 kv_desc_lo = kv_desc_base + static_cast<u32>(stage) * (kPagedBlockBytes / 16);
+    const u32 q_desc_lo = q_desc_base + static_cast<u32>(q_slot) * (kQBytes / 16);
+    const float* w = kWeightsInRegisters ? static_cast<const float*>(wreg) : rings.weights(q_slot);
+    paged_block_lean<kNextN, kNumHeads, !kWeightsInRegisters>(
+        kv_desc_lo, q_desc_lo, w, scale_base + stage * kPagedBlockKV * 4, out, bound, row_flags >> 2, lane,
+        []() {}, [&]() { ptx::mbarrier_arrive(&empty[stage]); });
+    // the q slot after the head sums: N 128 reads its weights there
+    if (row_flags & 2) ptx::mbarrier_arrive(&q_empty[q_slot]);
   }
 }
 
