@@ -160,11 +160,12 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
     store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
     if pl.store_all and store and contract.store_boxes(pl.block_n, out_f32) >= 3:
         return contract.Bf16Config(major_a, major_b, pl.block_n, pl.stages, out_f32, accumulate, gemm_type, True,
-                                   pl.box_m, pl.cluster_m, True)
+                                   pl.box_m, pl.cluster_m, True, block_m=pl.block_m)
     stages = pl.stages or (contract.plan_stages(pl, accumulate) if deep else 0)
     return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
                                store and not stages, pl.box_m, pl.cluster_m, False,
-                               bool(pl.stages) and pl.box_m <= 64)  # a forced ring: A's unread rows need no room
+                               # a forced ring: A's unread rows need no room (a 64-row tile's slot is 64 rows)
+                               bool(pl.stages) and pl.box_m <= 64 and pl.block_m == contract.BLOCK_M, pl.block_m)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
@@ -262,9 +263,9 @@ def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Ten
     with torch.cuda.device(device):
         grid = contract.grid(tiles, get_num_sms())
         if cfg.cluster_m > 1:  # whole pairs, no more than can be resident at once (tiles counts both of a pair)
-            pairs = kernel.max_active_clusters(device.index, contract.THREADS, cfg.smem, cfg.cluster_m)
+            pairs = kernel.max_active_clusters(device.index, cfg.threads, cfg.smem, cfg.cluster_m)
             grid = max(1, min(tiles // cfg.cluster_m, pairs)) * cfg.cluster_m
-        kernel.launch(grid=(grid, 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
+        kernel.launch(grid=(grid, 1, 1), block=cfg.threads, smem_bytes=cfg.smem,
                       stream=torch.cuda.current_stream(device).cuda_stream,
                       args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index,
                       cluster=cfg.cluster_m, pdl=get_pdl())
@@ -318,8 +319,10 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
             d.copy_(c) if c is not None else d.zero_()
         return
     pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
-    if pl.box_m < contract.BLOCK_M and m > pl.box_m:
+    if pl.box_m < pl.block_m and m > pl.box_m:
         _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
+    if major_a == "mn" and pl.box_m < 64:
+        _fail(name, f"an MN-major a loads 64-row A boxes: the plan's box_m must be 64 or 128, got {pl.box_m}.")
     if c is not None and not same:
         d.copy_(c)
     if not d.is_cuda:
@@ -327,7 +330,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         return
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
         pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m, 1, pl.stages, pl.store_all)  # multicast: K-major b only
-    m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
+    m_blocks = ceil_div(ceil_div(m, pl.block_m), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
     tiles = m_blocks * ceil_div(n, pl.block_n)
     tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)
     tmap_b = _tmap_b(b, major_b, n, k, pl.block_n, pl.cluster_m)
@@ -340,7 +343,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, 1, tiles)
         return
     # split K: float32 partials in a workspace, summed in split order by each tile's last split in the kernel
-    workspace = torch.empty(contract.split_workspace_floats(tiles, splits, pl.block_n), dtype=torch.float32,
+    workspace = torch.empty(contract.split_workspace_floats(tiles, splits, pl.block_n, pl.block_m), dtype=torch.float32,
                             device=d.device)
     _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, splits, tiles * splits, workspace=workspace,
             counters=_split_counters(d.device, tiles))

@@ -217,6 +217,17 @@ def all_configs() -> list:
              for ma, mb, bn, st, f32, acc, box in (("k", "k", 32, 16, False, False, 16), ("k", "k", 64, 14, False, False, 16),
                                                    ("k", "k", 128, 9, False, False, 16), ("mn", "k", 64, 14, True, True, 64),
                                                    ("k", "mn", 128, 9, True, False, 32), ("k", "k", 256, 5, False, True, 16))]
+    # 64-row tiles (one consumer warpgroup): the plan's deep rings and short A boxes, split K, every major,
+    # the staged store and reduce-add, a buffer per box
+    cfgs += [contract.Bf16Config(ma, mb, bn, st, f32, acc, "normal", store, box, 1, all_, block_m=64)
+             for ma, mb, bn, st, f32, acc, store, box, all_ in (
+                 ("k", "k", 32, 16, False, False, False, 16, False), ("k", "k", 64, 14, False, False, False, 64, False),
+                 ("k", "k", 48, 16, True, False, False, 32, False), ("k", "k", 128, 0, True, False, True, 64, False),
+                 ("mn", "mn", 64, 0, False, True, False, 64, False), ("k", "mn", 128, 9, True, True, False, 64, False),
+                 ("mn", "k", 256, 0, True, True, True, 64, False), ("k", "k", 256, 0, False, False, True, 64, True),
+                 ("k", "k", 176, 0, False, False, True, 64, False))]
+    cfgs += [contract.Bf16Config("k", "k", bn, contract.deep_stages(bn, 64), False, False, "normal", False, 64,
+                                 block_m=64) for bn in (16, 32, 48, 96)]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
@@ -234,7 +245,20 @@ def test_contract_geometry():
     assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 14
+        assert len(cfg.defines()) == 15
+        assert cfg.defines()["DT_BF16_THREADS"] == cfg.threads == 128 * (1 + cfg.block_m // 64)
+    # 64-row tiles: a 64-row A slot, one consumer warpgroup's staging, 16-stage rings where they fit
+    cfg = contract.Bf16Config(block_n=32, stages=16, box_m=16, block_m=64)
+    assert cfg.smem == 16 * (96 * 128 + 16) and cfg.threads == 256
+    assert contract.Bf16Config(block_n=128, out_f32=True, tma_store=True, box_m=64, block_m=64).smem == \
+        8 * (192 * 128 + 16) + 2 * 64 * 128
+    assert contract.deep_stages(32, 64) == 16 and contract.deep_stages(128, 64) == 9
+    assert contract.plan_stages(contract.Bf16Plan(32, 1, 16, block_m=64)) == 16
+    assert contract.split_workspace_floats(19, 5, 112, 64) == 19 * 5 * 64 * 112
+    for bad in (dict(block_m=64), dict(block_m=64, box_m=64, gemm_type="contiguous"), dict(block_m=96, box_m=64),
+                dict(block_m=64, box_m=16, compact_a=True), dict(block_m=64, box_m=64, cluster_m=2)):
+        with pytest.raises(ValueError, match="block_m|box_m|cluster_m"):
+            contract.Bf16Config(**bad)
     with pytest.raises(ValueError):
         contract.Bf16Config(block_n=88)
     with pytest.raises(ValueError):
@@ -308,13 +332,23 @@ def test_plan():
     # no K split past MAX_SPLIT_M_BLOCKS m-blocks (4096 x 256 split measured slower)
     for m in (384, 1024, 4096):
         assert contract.plan(m, 256, 7168, -(-m // 128), 132).splits == 1
-    # tiny m: K splits over most SMs, and a short A box at m = 1
+    # small m: 64-row tiles (one consumer warpgroup) fill most SMs with few splits or none, a short A box at m = 1
     for m in (1, 128):
         p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132)
-        tiles = -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
-        assert p.splits > 1 and 100 <= tiles <= 132, p
-    assert contract.plan(1, 4096, 7168, 1, 132).box_m == 16
+        tiles = -(-m // 64) * -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
+        assert p.block_m == 64 and p.splits <= 2 and 100 <= tiles <= 132, p
+    # the memory-bound m = 1 plan: the split sum follows the HBM floor, so no split (DeepGEMM's 32 wide, unsplit)
+    assert contract.plan(1, 4096, 7168, 1, 132) == contract.Bf16Plan(32, 1, 16, block_m=64)
     assert contract.plan(1, 4096, 7168, 1, 132, "mn").box_m == 64
+    # the split plans measured at 128 x 2112 x 7168 (us, within 8%): the partial sum's rate
+    for block_n, splits, us in ((64, 4, 22.0), (48, 3, 20.5)):
+        got = contract.plan_cost(128, 2112, 7168, 1, 132, block_n, splits)
+        assert abs(got / us - 1) < 0.08, (block_n, splits, got)
+    # many m-blocks: the 64-row tile reads B twice as often, so the 128-row one stays (the model ties at
+    # 4096 x 256 float32, 64 x 128 against 128 x 64: the benchmark times the 64-row one beside it)
+    for m, n in ((4096, 256), (4096, 2112), (4096, 576)):
+        assert contract.plan(m, n, 7168, 32, 132, out_f32=n == 256).block_m == 128
+    assert contract.plan(40, 2112, 7168, 1, 132, dense=False).block_m == 128  # the grouped GEMMs: 128 rows
     # the model's fit to the measured plans (us, within 6%; measured with the default ring)
     for args, us in (((4096, 2112, 7168, 32, 132, 176), 167.8), ((4096, 576, 7168, 32, 132, 144), 49.1),
                      ((4096, 4096, 7168, 32, 132, 256), 303.1), ((4096, 32768, 512, 32, 132, 256), 218.5),
@@ -395,9 +429,9 @@ def test_generated_wgmma_header_is_current():
 
 def code_path(cfg: contract.Bf16Config) -> tuple:
     """What selects a variant's code in the kernel (its width only by whether it ends on a partial box)."""
-    default_ring = cfg.stages == contract.stages_for(cfg.block_n, cfg.tma_store, cfg.store_all, cfg.out_f32)
+    default_ring = cfg.stages == contract.stages_for(cfg.block_n, cfg.tma_store, cfg.store_all, cfg.out_f32, cfg.block_m)
     return (cfg.major_a, cfg.major_b, cfg.out_f32, cfg.accumulate, cfg.gemm_type, cfg.tma_store, cfg.box_m < 128,
-            cfg.cluster_m, cfg.store_all, cfg.compact_a, default_ring, cfg.block_n % 64 != 0)
+            cfg.cluster_m, cfg.store_all, cfg.compact_a, default_ring, cfg.block_n % 64 != 0, cfg.block_m)
 
 
 def smoke_configs() -> list:
