@@ -380,7 +380,7 @@ def test_bad_plans_are_refused():
     import deep_tile.bf16 as host
 
     for fields in ((64, 17), (64, 0), (88,), (64, 1, 48), (64, 1, 128, 4), (64, 1, 128, 1, 1), (64, 1, 128, 1, 17),
-                   (256, 1, 128, 1, 0, 2)):
+                   (256, 1, 128, 1, 0, 2), (64, 1, 128, 1, 0, 0, 64), (64, 1, 64, 2, 0, 0, 64), (64, 1, 64, 1, 0, 0, 32)):
         with pytest.raises(ValueError, match="a plan takes"):
             contract.Bf16Plan(*fields)
     with pytest.raises(ValueError, match="a plan takes"):
@@ -394,6 +394,12 @@ def test_bad_plans_are_refused():
     finally:
         host.FORCE_PLAN = None
     assert torch.isnan(d).all()  # refused before c was copied in
+    host.FORCE_PLAN = contract.Bf16Plan(64, 1, 16, block_m=64)  # a 64-row tile's short A box holds m <= 16 only
+    try:
+        with pytest.raises(ValueError, match="A box of 16 rows"):
+            deep_tile.bf16_gemm_nt(a, b, d)
+    finally:
+        host.FORCE_PLAN = None
 
 
 def test_forced_plan_ring_and_staging():
@@ -401,6 +407,14 @@ def test_forced_plan_ring_and_staging():
 
     assert host.parse_plan("256/1/128/1/3/1") == contract.Bf16Plan(256, 1, 128, 1, 3, 1)
     assert host.parse_plan("64/4") == contract.Bf16Plan(64, 4)
+    assert host.parse_plan("32/1/16/1/16/0/64") == contract.Bf16Plan(32, 1, 16, 1, 16, 0, 64)
+    # 64-row tiles: a forced ring takes no compact_a (the slot is 64 rows already); the plan's deep ring
+    cfg = host._config(contract.Bf16Plan(32, 1, 16, 1, 16, 0, 64), "k", "k", False, False, "normal", True)
+    assert cfg.stages == 16 and not cfg.compact_a and cfg.block_m == 64 and cfg.threads == 256
+    cfg = host._config(contract.Bf16Plan(32, 1, 16, block_m=64), "k", "k", False, False, "normal", True, True)
+    assert cfg.stages == 16 and not cfg.tma_store
+    cfg = host._config(contract.Bf16Plan(256, 1, 64, 1, 0, 1, 64), "k", "k", False, False, "normal", True)
+    assert cfg.store_all and cfg.block_m == 64 and cfg.smem == 4 * (320 * 128 + 16) + 4 * 64 * 128
     # a forced ring: d from registers; store_all: d staged a buffer per box where it can be
     cfg = host._config(contract.Bf16Plan(32, 2, 128, 1, 11), "k", "k", False, False, "normal", True)
     assert cfg.stages == 11 and not cfg.tma_store and not cfg.compact_a
@@ -522,6 +536,21 @@ DENSE_CASES = (
            (50, 600, 1024, "tn", 64, 2, 64, 14, "f32", "inplace"), (7, 520, 640, "nn", 128, 1, 16, 9, "bf16", "none"),
            (128, 2112, 7168, "nt", 32, 2, 128, 11, "bf16", "none"), (128, 2112, 7168, "nt", 16, 1, 128, 12, "bf16", "none"),
            (300, 600, 1024, "nt", 256, 1, 128, 3, "bf16", "none"))]
+    # 64-row tiles (one consumer warpgroup): every layout, a partial last 64-row tile, short A boxes, split K
+    # (with and without c), the staged store, reduce-add and a buffer per box, the deep and default rings
+    + [dict(m=m, n=n, k=k, layout=layout, block_n=bn, splits=sp, box_m=box, stages=st, store_all=sa, out=out,
+            accumulate=acc, block_m=64)
+       for m, n, k, layout, bn, sp, box, st, sa, out, acc in (
+           (1, 4096, 7168, "nt", 32, 1, 16, 16, 0, "bf16", "none"), (128, 2112, 7168, "nt", 32, 1, 64, 16, 0, "bf16", "none"),
+           (128, 2112, 7168, "nt", 64, 2, 64, 0, 0, "bf16", "none"), (100, 2112, 1024, "nt", 48, 3, 64, 0, 0, "f32", "c"),
+           (30, 1000, 2048, "nt", 64, 3, 32, 0, 0, "bf16", "inplace"), (1, 999, 1024, "nt", 192, 6, 16, 0, 0, "f32", "none"),
+           (300, 256, 1024, "nt", 128, 1, 64, 0, 0, "f32", "none"), (300, 256, 1024, "nt", 128, 1, 64, 8, 0, "f32", "none"),
+           (257, 520, 200, "tn", 64, 1, 64, 0, 0, "bf16", "none"), (257, 520, 264, "nn", 128, 1, 64, 0, 0, "f32", "inplace"),
+           (200, 700, 320, "tt", 256, 1, 64, 0, 0, "f32", "c"), (190, 1296, 320, "nt", 256, 1, 64, 0, 1, "bf16", "none"),
+           (150, 530, 136, "nt", 176, 1, 64, 0, 0, "bf16", "none"), (65, 460, 264, "nt", 144, 1, 64, 0, 0, "bf16", "c"),
+           (50, 600, 1024, "tn", 64, 2, 64, 14, 0, "f32", "inplace"), (7, 520, 640, "nn", 128, 1, 64, 9, 0, "bf16", "none"))]
+    + [dict(m=m, n=n, k=k, layout="nt", out=out) for m, n, k, out in ((64, 2112, 7168, "bf16"), (40, 4096, 2048, "f32"),
+                                                                     (4096, 256, 1024, "f32"))]
     # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
     + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
        for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),
@@ -548,6 +577,8 @@ GROUPED_CASES = [
     ("repeat_graph", dict(m=700, n=2048, k=1024, layout="tn", out="f32", accumulate=True)),
     ("split_counters", dict()),
     ("split_counters", dict(m=1, n=4096, k=7168, block_n=192, splits=6, box_m=16, out="f32")),
+    ("split_counters", dict(m=128, n=2112, k=7168, block_n=64, splits=2, box_m=64, block_m=64)),
+    ("repeat_graph", dict(m=1, n=4096, k=7168, layout="nt", out="f32")),
 ]
 
 
