@@ -30,7 +30,8 @@ kernel of ``csrc/entry/bf16_gemm.cu`` (:mod:`deep_tile.kernels.bf16_gemm`); tens
 computed with float32 torch (for tests and tooling).
 
 Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
-problems fill the SMs, K splits for the dense GEMM with a K-major b at small m (float32 partials in
+problems fill the SMs, 64-row tiles (one consumer warpgroup) for the dense GEMM where 128-row ones
+leave SMs idle or need K splits, K splits for the dense GEMM with a K-major b at small m (float32 partials in
 a workspace, summed in split order by each tile's last split inside the kernel, tile counters that
 the kernel leaves zeroed: deterministic and graph-replayable, but a row's summation order then
 depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
@@ -38,7 +39,7 @@ short A box at tiny m, the deepest ring for narrow plans that store d from regis
 and non-accumulating ones up to 128 wide), and float32 d stored (or accumulated, TMA reduce-add)
 through shared memory otherwise. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call; :data:`LEGACY`
 overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split, no
-multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all]]``
+multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]]``
 (:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring unless
 ``stages`` names one (d then from registers), for tuning; B multicast to CTA pairs (``cluster_m`` 2)
 and d staged a buffer per box (``store_all`` 1) are reached only so (the kernel's limits apply:
@@ -59,7 +60,7 @@ as it says."""
 
 
 def parse_plan(text: str) -> contract.Bf16Plan:
-    """``"block_n/splits/box_m/cluster_m/stages/store_all"`` (trailing fields may be left out) as a plan."""
+    """``"block_n/splits/box_m/cluster_m/stages/store_all/block_m"`` (trailing fields may be left out) as a plan."""
     fields = [int(v) for v in text.split("/")]
     return contract.Bf16Plan(*fields)
 
