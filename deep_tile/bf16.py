@@ -272,6 +272,24 @@ def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Ten
                       cluster=cfg.cluster_m, pdl=get_pdl())
 
 
+def _launch_gemv(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m: int, n: int, k: int, accumulate: bool) -> None:
+    """The stream over B (m <= 4, K-major a and b): a warp per column of d, adding to d when ``accumulate``."""
+    from deep_tile.jit.loader import get_kernel
+    from deep_tile.jit.runtime import KernelArgs
+    from deep_tile.pdl import get_pdl
+
+    out_f32 = d.dtype == torch.float32
+    kernel = get_kernel(contract.GEMV_ENTRY, contract.gemv_defines(m, out_f32, accumulate), contract.GEMV_SYMBOL)
+    values = (a.data_ptr(), b.data_ptr(), d.data_ptr(), m, n, k, a.stride(0) if m > 1 else k,
+              b.stride(0) if n > 1 else k, d.stride(0) if m > 1 else n)
+    device = d.device
+    with torch.cuda.device(device):
+        kernel.launch(grid=(contract.gemv_grid(n), 1, 1), block=contract.GEMV_THREADS, smem_bytes=0,
+                      stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.GEMV_ARGUMENT_KINDS, values))), device=device.index,
+                      pdl=get_pdl())
+
+
 def ref_bf16_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None,
                   dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``a @ b.T (+ c)`` in ``dtype`` (float64: the tests' reference)."""
@@ -320,7 +338,11 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
             d.copy_(c) if c is not None else d.zero_()
         return
     pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
-    if pl.box_m < pl.block_m and m > pl.box_m:
+    gemv = pl.block_m == contract.GEMV_BLOCK_M
+    if gemv and (m > contract.GEMV_BLOCK_M or major_a != "k" or major_b != "k" or k % 8):
+        _fail(name, f"the stream over B (block_m {contract.GEMV_BLOCK_M}) takes m <= {contract.GEMV_BLOCK_M}, K-major "
+                    f"a and b and k a multiple of 8; got m={m}, k={k}, a {major_a}-major, b {major_b}-major.")
+    if not gemv and pl.box_m < pl.block_m and m > pl.box_m:
         _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
     if major_a == "mn" and pl.box_m < 64:
         _fail(name, f"an MN-major a loads 64-row A boxes: the plan's box_m must be 64 or 128, got {pl.box_m}.")
@@ -328,6 +350,9 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         d.copy_(c)
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
+        return
+    if gemv:
+        _launch_gemv(a, b, d, m, n, k, c is not None)
         return
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
         pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m, 1, pl.stages, pl.store_all)  # multicast: K-major b only

@@ -475,6 +475,48 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
         assert ("UTMAREDG" in sass) == (stored and cfg.accumulate), cfg.label
 
 
+@pytest.mark.parametrize("name", compiler_params())
+def test_gemv_builds_spill_free(name):
+    """The m <= 4 stream over B: every instance compiles clean, its B loads 16 bytes wide past L1."""
+    from deep_tile.jit import compiler, paths
+
+    for m, out_f32, acc in itertools.product((1, 2, 4), (False, True), (False, True)):
+        result = compiler.compile_cubin(paths.entry_path(contract.GEMV_ENTRY), contract.gemv_defines(m, out_f32, acc),
+                                        contract.GEMV_SYMBOL, name)
+        assert compiler.ptxas_problems(result.log) == [], result.log
+        assert_spill_free(result.log)
+        sass = compiler.disassemble(result.cubin)
+        if sass is not None:
+            assert sass.count("LDG.E.NA.128") >= 8, (m, out_f32, acc)
+
+
+def test_gemv_contract_and_refusals():
+    import deep_tile.bf16 as host
+
+    assert [contract.gemv_defines(m, False, False)["DT_GEMV_ROWS"] for m in (1, 2, 3, 4)] == [1, 2, 4, 4]
+    assert contract.gemv_defines(1, True, True)["DT_GEMV_THREADS"] == contract.GEMV_THREADS == 256
+    assert contract.gemv_grid(4096) == 512 and contract.gemv_grid(1) == 1
+    with pytest.raises(ValueError, match="m <= 4"):
+        contract.gemv_defines(5, False, False)
+    assert host.parse_plan("32/1/16/1/0/0/4").block_m == contract.GEMV_BLOCK_M
+    a, b = torch.zeros(5, 64, dtype=BF), torch.zeros(64, 64, dtype=BF)
+    d = torch.full((5, 64), float("nan"), dtype=BF)
+    host.FORCE_PLAN = contract.Bf16Plan(32, block_m=contract.GEMV_BLOCK_M)
+    try:
+        with pytest.raises(ValueError, match="stream over B"):  # m > 4
+            deep_tile.bf16_gemm_nt(a, b, d)
+        with pytest.raises(ValueError, match="stream over B"):  # an MN-major a
+            deep_tile.bf16_gemm_tt(torch.zeros(64, 3, dtype=BF), b, d[:3])
+        with pytest.raises(ValueError, match="stream over B"):  # k not a multiple of 8
+            deep_tile.bf16_gemm_nt(torch.zeros(2, 60, dtype=BF), torch.zeros(64, 60, dtype=BF), d[:2])
+        _, _, a2, b2 = make_dense(3, 40, 72, "nt", seed=5)
+        d2 = torch.full((3, 40), float("nan"))
+        deep_tile.bf16_gemm_nt(a2, b2, d2)  # the CPU path: the plan is accepted
+        assert check(d2, a2, b2)["ok"]
+    finally:
+        host.FORCE_PLAN = None
+
+
 def test_smoke_configs_take_every_code_path():
     cfgs = smoke_configs()
     assert {code_path(c) for c in cfgs} == {code_path(c) for c in all_configs()}
@@ -551,6 +593,11 @@ DENSE_CASES = (
            (50, 600, 1024, "tn", 64, 2, 64, 14, 0, "f32", "inplace"), (7, 520, 640, "nn", 128, 1, 64, 9, 0, "bf16", "none"))]
     + [dict(m=m, n=n, k=k, layout="nt", out=out) for m, n, k, out in ((64, 2112, 7168, "bf16"), (40, 4096, 2048, "f32"),
                                                                      (4096, 256, 1024, "f32"))]
+    # the m <= 4 stream over B (forced): one, two and three rows, k tails of a batch, c, float32 d
+    + [dict(m=m, n=n, k=k, layout="nt", block_n=32, out=out, accumulate=acc, block_m=contract.GEMV_BLOCK_M)
+       for m, n, k, out, acc in ((1, 4096, 7168, "bf16", "none"), (1, 1000, 200, "f32", "inplace"),
+                                 (2, 520, 1024, "bf16", "c"), (3, 300, 72, "f32", "none"), (4, 4096, 7168, "f32", "c"),
+                                 (1, 13, 8, "bf16", "none"), (4, 257, 2056, "bf16", "inplace"))]
     # the shapes the benchmark times, small enough to check: the plan's own choice and the legacy one
     + [dict(m=m, n=n, k=k, layout=layout, out=out, legacy=legacy) for legacy in (False, True)
        for m, n, k, layout, out in ((1, 4096, 7168, "nt", "bf16"), (128, 2112, 7168, "nt", "bf16"),

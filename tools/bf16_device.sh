@@ -35,6 +35,8 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(130, 600, 448, "nt", block_n=64, splits=3, box_m=64, block_m=64),
            dense(150, 300, 200, "tn", out="f32", accumulate="inplace", block_n=128, box_m=64, block_m=64),
            dense(130, 1296, 200, "nt", block_n=256, box_m=64, store_all=1, block_m=64),
+           dense(1, 1000, 512, "nt", block_n=32, block_m=4),
+           dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),
            contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
            k_grouped([128, 0, 256], 72, 136)]
 for r in results:

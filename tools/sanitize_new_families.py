@@ -43,6 +43,9 @@ results = [
     bf16.dense(130, 600, 448, "nt", block_n=64, splits=3, box_m=64, block_m=64),
     bf16.dense(150, 300, 200, "tn", out="f32", accumulate="inplace", block_n=128, box_m=64, block_m=64),
     bf16.dense(130, 1296, 200, "nt", block_n=256, box_m=64, store_all=1, block_m=64),
+    # the m <= 4 stream over B (a warp per column of d)
+    bf16.dense(1, 1000, 512, "nt", block_n=32, block_m=4),
+    bf16.dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),
     bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136),
 ]
 bad = [r for r in results if not r["ok"]]

@@ -22,7 +22,8 @@ __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGA
            "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
            "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES",
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
-           "MAX_SPLIT_M_BLOCKS", "plan_cost", "PAIRED_MAX_K_BLOCKS"]
+           "MAX_SPLIT_M_BLOCKS", "plan_cost", "PAIRED_MAX_K_BLOCKS", "GEMV_ENTRY", "GEMV_SYMBOL", "GEMV_BLOCK_M",
+           "GEMV_THREADS", "GEMV_ARGUMENT_KINDS", "gemv_defines", "gemv_grid"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -234,7 +235,7 @@ class Bf16Plan:
     ``Bf16Config.compact_a``), and ``store_all`` (1: D staged a buffer per box,
     ``Bf16Config.store_all``, where D takes TMA stores and the tile holds 3+ boxes), and the tile's
     rows ``block_m`` (64: one consumer warpgroup, the dense GEMM only, ``box_m`` at most 64 and no
-    pairs). :func:`plan` sets ``cluster_m`` and ``store_all`` only by its short-K rule."""
+    pairs; GEMV_BLOCK_M: no tiles, the stream over B at m <= 4, whose other fields are unused). :func:`plan` sets ``cluster_m`` and ``store_all`` only by its short-K rule."""
 
     block_n: int
     splits: int = 1
@@ -247,12 +248,12 @@ class Bf16Plan:
     def __post_init__(self):
         if (self.block_n not in BLOCK_NS or not 1 <= self.splits <= MAX_SPLITS or self.box_m not in BOX_MS
                 or self.cluster_m not in (1, 2) or not (self.stages == 0 or 2 <= self.stages <= MAX_RING_STAGES)
-                or self.store_all not in (0, 1) or self.block_m not in BLOCK_MS
+                or self.store_all not in (0, 1) or self.block_m not in BLOCK_MS + (GEMV_BLOCK_M,)
                 or (self.block_m == 64 and (self.box_m > 64 or self.cluster_m != 1))):
             raise ValueError(f"bf16_gemm: a plan takes block_n in {BLOCK_NS[0]}..{BLOCK_NS[-1]} (steps of 16), "
                              f"1..{MAX_SPLITS} splits, box_m in {BOX_MS}, cluster_m 1 or 2, stages 0 or "
                              f"2..{MAX_RING_STAGES}, store_all 0 or 1 and block_m 128, or 64 with box_m at most 64 "
-                             f"and cluster_m 1; got {self}.")
+                             f"and cluster_m 1, or {GEMV_BLOCK_M} (the stream over B); got {self}.")
 
 
 # the cost model's machine (an H200; only ratios between candidates matter)
@@ -371,6 +372,30 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
         # every store box its own buffer (one wait per tile), as measured faster there
         best = Bf16Plan(256, 1, BLOCK_M, 2, 0, 1)
     return best
+
+
+GEMV_ENTRY = "bf16_gemv"
+"""The m <= 4 stream over B (``csrc/entry/bf16_gemv.cu``): a warp per column of D, no tiles."""
+GEMV_SYMBOL = "deep_tile_bf16_gemv"
+GEMV_BLOCK_M = 4
+"""``Bf16Plan.block_m`` 4 names the stream over B: m <= 4, K-major a and b, k a multiple of 8 (forced plans only)."""
+GEMV_WARPS = 8
+GEMV_THREADS = 32 * GEMV_WARPS
+GEMV_ARGUMENT_KINDS = ("ptr", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "i32")
+"""(a, b, d, m, n, k, lda, ldb, ldd), strides in elements."""
+
+
+def gemv_defines(m: int, out_f32: bool, accumulate: bool) -> dict:
+    """The stream's instance for ``m`` <= 4 rows (1, 2 or 4 accumulators per lane)."""
+    if not 1 <= m <= GEMV_BLOCK_M:
+        raise ValueError(f"bf16_gemm: the stream over B takes m <= {GEMV_BLOCK_M}, got m={m}.")
+    return {"DT_GEMV_ROWS": 1 if m == 1 else 2 if m == 2 else 4, "DT_GEMV_OUT_F32": int(out_f32),
+            "DT_GEMV_ACCUMULATE": int(accumulate), "DT_GEMV_THREADS": GEMV_THREADS}
+
+
+def gemv_grid(n: int) -> int:
+    """A warp per column of D."""
+    return max(1, ceil_div(n, GEMV_WARPS))
 
 
 def split_workspace_floats(tiles: int, splits: int, block_n: int, block_m: int = BLOCK_M) -> int:
