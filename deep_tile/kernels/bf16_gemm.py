@@ -310,7 +310,9 @@ def plan_cost(m: int, n: int, k: int, m_blocks: int, num_sms: int, block_n: int,
     active CTAs; or the ring's bytes per round trip), plus each tile's epilogue (its D stored, and
     added to D's previous value when accumulating; a staged store's columns past its last whole box
     cost extra, as measured at 240 wide against 256), no less than the HBM reads; splits add the
-    partials' stores and the last split's loads. B multicast to pairs saves nothing here (measured
+    partials' stores and the last split's loads after that floor (the sum follows the k loops).
+    ``block_m`` 64: 64-row tiles (``m_blocks`` is then recounted from m), 64 rows of wgmma per k
+    block and the deeper ring their smaller stages allow. B multicast to pairs saves nothing here (measured
     no faster): it only costs the SMs a pair cannot use."""
     return _costs(m, n, k, m_blocks, num_sms, block_n, splits, box_m, cluster_m, out_f32, accumulate, block_m)[0]
 
@@ -332,7 +334,8 @@ parity with DeepGEMM)."""
 def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k", major_b: str = "k",
          dense: bool = True, out_f32: bool = False, accumulate: bool = False) -> Bf16Plan:
     """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
-    and, for the dense GEMM (``dense``), K splits and a short A box at tiny m (B multicast to CTA
+    and, for the dense GEMM (``dense``), 64-row tiles (the only ones at m <= 64, where a 128-row
+    tile's second warpgroup would idle), K splits and a short A box at tiny m (B multicast to CTA
     pairs, each store box its own buffer, only for short K over many 256-wide tiles:
     :data:`PAIRED_MAX_K_BLOCKS`; elsewhere measured no faster). Splits change a row's summation order with m, so an
     MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split, nor
