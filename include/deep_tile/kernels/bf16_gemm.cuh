@@ -43,7 +43,7 @@ namespace deep_tile {
 
 enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
-/// The kernel's compile-time configuration (12 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+/// The kernel's compile-time configuration (13 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
