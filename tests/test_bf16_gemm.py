@@ -464,11 +464,15 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
 
     result = compiler.compile_cubin(paths.entry_path(contract.ENTRY), cfg.defines(), contract.SYMBOL, name)
     assert compiler.ptxas_problems(result.log) == [], (cfg.label, result.log)
+    # C7518: ptxas serialized the wgmmas (a wait after each one), which doubled the 64-row tiles' k-loop time
+    assert "C7518" not in result.log, (cfg.label, result.log)
     assert contract.SYMBOL in compiler.elf_functions(result.cubin)
     assert_spill_free(result.log)
     sass = compiler.disassemble(result.cubin)
     if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
         assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
+        # one stage's wgmmas stay in flight while the next stage's issue (wgmma.wait_group 1)
+        assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass, cfg.label
         assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
         stored = cfg.tma_store and cfg.block_n >= (32 if cfg.out_f32 else 64)
         assert ("UTMASTG" in sass) == (stored and not cfg.accumulate), cfg.label

@@ -360,7 +360,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   }
 
   ptx::setmaxnreg_inc<Cfg::kMathRegs>();
-  const int cw = wg - 1;  // this warpgroup's 64 rows of the tile
+  const int cw = Cfg::kConsumers == 1 ? 0 : wg - 1;  // this warpgroup's 64 rows of the tile (a constant for one)
   const int warp = (tid / 32) & 3, lane = tid & 31;
   // descriptor steps: a k16 slice is 32 bytes along a K-major row, 16 rows of 128 bytes MN-major
   constexpr u32 kStepA = Cfg::kMajorA ? 16 * 128 : 32, kStepB = Cfg::kMajorB ? 16 * 128 : 32;
@@ -373,8 +373,6 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   int stage = 0;
   u32 phase = 0;
   Bf16Tile tile;
-  // kBoxM <= 64 in a 128-row tile: the second warpgroup's rows are past m (never loaded): it only releases the stages
-  const bool idle = Cfg::kBoxM <= 64 && cw == 1;
   // a stage is free once every consumer warp of the cluster has read it
   auto release = [&](int s) {
     if (lane != 0) return;
@@ -385,17 +383,25 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       ptx::mbarrier_arrive(&empty[s]);
     }
   };
+  // kBoxM <= 64 in a 128-row tile: the second warpgroup's rows are past m (never loaded): it only releases
+  // the stages, in a loop of its own (a branch inside the wgmma loop makes ptxas wait on every wgmma)
+  if (Cfg::kConsumers > 1 && Cfg::kBoxM <= 64 && cw == 1) {
+    for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
+      if (!tile.valid) continue;
+      for (int kb = 0; kb < tile.k_blocks; ++kb) {
+        ptx::mbarrier_wait(&full[stage], phase);
+        release(stage);
+        stage = stage + 1 == kStages ? 0 : stage + 1;
+        phase ^= stage == 0;
+      }
+    }
+    return;
+  }
   for (int t = blockIdx.x / Cfg::kClusterM; sched.get(t, tile); t += gridDim.x / Cfg::kClusterM) {
     if (!tile.valid) continue;
     int prev_stage = -1;
     for (int kb = 0; kb < tile.k_blocks; ++kb) {
       ptx::mbarrier_wait(&full[stage], phase);
-      if (idle) {
-        release(stage);
-        stage = stage + 1 == kStages ? 0 : stage + 1;
-        phase ^= stage == 0;
-        continue;
-      }
 #pragma unroll
       for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
@@ -414,7 +420,6 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       stage = stage + 1 == kStages ? 0 : stage + 1;
       phase ^= stage == 0;
     }
-    if (idle) continue;
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
