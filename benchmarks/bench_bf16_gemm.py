@@ -43,8 +43,8 @@ ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/1
         "4096:32768:512:nt:bf16=256/1/128/1/0/1,256/1/128/2/0/1,256/1/128/2",
         "128:2112:7168:nt:bf16=48/3/128/1/10,64/4/128/1,32/1/64/1/16/0/64,48/1/64/1/0/0/64,64/2/64/1/0/0/64,"
         "32/2/64/1/0/0/64",
-        "1:4096:7168:nt:bf16=128/4/16/1,32/1/16/1/16,128/4/16/1/0/0/64,64/2/16/1/0/0/64,32/1/16/1/12/0/64,"
-        "32/1/16/1/0/0/4",
+        "1:4096:7168:nt:bf16=128/4/16/1,32/1/16/1/16,32/1/16/1/0/0/64,128/4/16/1/0/0/64,64/2/16/1/0/0/64,"
+        "32/1/16/1/12/0/64,32/1/16/1/0/0/4",
         "4096:256:7168:nt:f32=64/1/128/1,128/1/64/1/0/0/64,128/1/64/1/8/0/64,64/1/64/1/0/0/64")
 """Default ``--alt``: forced plans beside the chosen one where DeepGEMM leads or the cost model is
 least sure (``block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]]``; forced plans without
@@ -53,7 +53,8 @@ multicast, 256 x 128 with A multicast, both staging the whole tile of d): the 24
 model took before, d staged a buffer per box (one wait per tile instead of one per box), with and
 without B multicast. 128 x 2112 and 1 x 4096 (DeepGEMM: 64 x 32 and 16 x 32 tiles, 132 and 128
 CTAs, no split, 16 stages): the earlier 128-row split plans against 64-row tiles unsplit or split
-in two (the plan now takes 64-row ones: 32 wide unsplit at m = 1, DeepGEMM's own tile), and at
+in two (the model's 64-row picks, taken by default only with PLAN_ROWS64: 64 x 64 split in two at
+128 x 2112, 32 wide unsplit at m = 1, DeepGEMM's own tile), and at
 m = 1 the stream over B (``block_m`` 4: a warp per column, no tiles). 4096 x 256
 float32 (DeepGEMM: 64 x 128, 8 stages, d through shared memory): the chosen 128 x 64 against
 64 x 128 with d by TMA (DeepGEMM's tile and ring) or from registers, and 64 x 64."""

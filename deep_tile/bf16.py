@@ -31,7 +31,7 @@ computed with float32 torch (for tests and tooling).
 
 Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
 problems fill the SMs, 64-row tiles (one consumer warpgroup) for the dense GEMM where 128-row ones
-leave SMs idle or need K splits, K splits for the dense GEMM with a K-major b at small m (float32 partials in
+leave SMs idle or need K splits (weighed only with ``PLAN_ROWS64``, off until timed), K splits for the dense GEMM with a K-major b at small m (float32 partials in
 a workspace, summed in split order by each tile's last split inside the kernel, tile counters that
 the kernel leaves zeroed: deterministic and graph-replayable, but a row's summation order then
 depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
@@ -139,7 +139,8 @@ def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", ge
         return forced
     if _legacy():
         return contract.legacy_plan(blocks, n, sms)
-    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal", out_f32, accumulate)
+    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal", out_f32, accumulate,
+                         contract.PLAN_ROWS64)
 
 
 def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,

@@ -332,14 +332,17 @@ def test_plan():
     # no K split past MAX_SPLIT_M_BLOCKS m-blocks (4096 x 256 split measured slower)
     for m in (384, 1024, 4096):
         assert contract.plan(m, 256, 7168, -(-m // 128), 132).splits == 1
-    # small m: 64-row tiles (one consumer warpgroup) fill most SMs with few splits or none, a short A box at m = 1
+    # small m with rows64: 64-row tiles (one consumer warpgroup) fill most SMs with few splits or none, a short
+    # A box at m = 1; by default (PLAN_ROWS64 off until timed) only 128-row tiles
+    assert not contract.PLAN_ROWS64
     for m in (1, 128):
-        p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132)
+        p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132, rows64=True)
         tiles = -(-m // 64) * -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
         assert p.block_m == 64 and p.splits <= 2 and 100 <= tiles <= 132, p
+        assert contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132).block_m == 128
     # the memory-bound m = 1 plan: the split sum follows the HBM floor, so no split (DeepGEMM's 32 wide, unsplit)
-    assert contract.plan(1, 4096, 7168, 1, 132) == contract.Bf16Plan(32, 1, 16, block_m=64)
-    assert contract.plan(1, 4096, 7168, 1, 132, "mn").box_m == 64
+    assert contract.plan(1, 4096, 7168, 1, 132, rows64=True) == contract.Bf16Plan(32, 1, 16, block_m=64)
+    assert contract.plan(1, 4096, 7168, 1, 132, "mn", rows64=True).box_m == 64
     # the split plans measured at 128 x 2112 x 7168 (us, within 8%): the partial sum's rate
     for block_n, splits, us in ((64, 4, 22.0), (48, 3, 20.5)):
         got = contract.plan_cost(128, 2112, 7168, 1, 132, block_n, splits)
@@ -347,8 +350,8 @@ def test_plan():
     # many m-blocks: the 64-row tile reads B twice as often, so the 128-row one stays (the model ties at
     # 4096 x 256 float32, 64 x 128 against 128 x 64: the benchmark times the 64-row one beside it)
     for m, n in ((4096, 256), (4096, 2112), (4096, 576)):
-        assert contract.plan(m, n, 7168, 32, 132, out_f32=n == 256).block_m == 128
-    assert contract.plan(40, 2112, 7168, 1, 132, dense=False).block_m == 128  # the grouped GEMMs: 128 rows
+        assert contract.plan(m, n, 7168, 32, 132, out_f32=n == 256, rows64=True).block_m == 128
+    assert contract.plan(40, 2112, 7168, 1, 132, dense=False, rows64=True).block_m == 128  # the grouped GEMMs: 128 rows
     # the model's fit to the measured plans (us, within 6%; measured with the default ring)
     for args, us in (((4096, 2112, 7168, 32, 132, 176), 167.8), ((4096, 576, 7168, 32, 132, 144), 49.1),
                      ((4096, 4096, 7168, 32, 132, 256), 303.1), ((4096, 32768, 512, 32, 132, 256), 218.5),

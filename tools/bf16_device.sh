@@ -46,7 +46,7 @@ PYEOF
 # Phase 0: a hang here means a pipeline bug; the watchdog build traps instead of hanging forever
 DEEP_TILE_WATCHDOG=1 run smoke 90 $PY "$OUT/san_case.py"
 wait
-DEEP_TILE_WATCHDOG=1 run tests 170 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
+DEEP_TILE_WATCHDOG=1 run tests 240 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
 if command -v compute-sanitizer > /dev/null; then
   run memcheck 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
   run racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"

@@ -322,6 +322,11 @@ def legacy_plan(m_blocks: int, n: int, num_sms: int) -> Bf16Plan:
     return Bf16Plan(select_block_n(m_blocks, n, num_sms))
 
 
+PLAN_ROWS64 = False
+"""Whether :func:`plan` weighs 64-row tiles by default (``bf16_plan`` passes it as ``rows64``). Off: the model
+predicts them at the pace of a kernel whose wgmmas ptxas no longer serializes, not yet timed; forced plans
+(``block_m`` 64) reach them meanwhile."""
+
 PAIRED_MAX_K_BLOCKS = 24
 """Longest K (in BLOCK_K blocks) of the unsplit 256-wide bf16 plan that :func:`plan` runs as CTA
 pairs sharing B with each store box in its own buffer (docs/performance.md has the timings)."""
@@ -332,16 +337,17 @@ parity with DeepGEMM)."""
 
 @functools.lru_cache(maxsize=4096)
 def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k", major_b: str = "k",
-         dense: bool = True, out_f32: bool = False, accumulate: bool = False) -> Bf16Plan:
+         dense: bool = True, out_f32: bool = False, accumulate: bool = False, rows64: bool = False) -> Bf16Plan:
     """The cheapest :func:`plan_cost` over the tile widths (multiples of 16; of 64 for an MN-major b)
-    and, for the dense GEMM (``dense``), 64-row tiles (the only ones at m <= 64, where a 128-row
+    and, for the dense GEMM (``dense``) with ``rows64``, 64-row tiles (the only ones at m <= 64, where a 128-row
     tile's second warpgroup would idle), K splits and a short A box at tiny m (B multicast to CTA
     pairs, each store box its own buffer, only for short K over many 256-wide tiles:
     :data:`PAIRED_MAX_K_BLOCKS`; elsewhere measured no faster). Splits change a row's summation order with m, so an
     MN-major b (``bf16_gemm_nn``, which SGLang's batch-invariant matmul calls) is never split, nor
     more than MAX_SPLIT_M_BLOCKS m-blocks. The legacy plan stays unless the model predicts the best
     one :data:`HYSTERESIS` faster (its shapes are measured at parity). ``out_f32`` / ``accumulate``:
-    D's kind, for the epilogue's cost. Cached: a call's plan costs no model evaluation after the first."""
+    D's kind, for the epilogue's cost. ``rows64``: weigh 64-row tiles at all (:data:`PLAN_ROWS64`; else
+    128-row tiles only). Cached: a call's plan costs no model evaluation after the first."""
     old = legacy_plan(m_blocks, n, num_sms)
     best, best_cost = old, _costs(m, n, k, m_blocks, num_sms, old.block_n, 1, BLOCK_M, 1, out_f32, accumulate)
     legacy_cost = best_cost[0]
@@ -352,7 +358,7 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
         box = 64 if major_a == "mn" else box
     # the dense GEMM may take 64-row tiles (one consumer warpgroup): twice the tiles, so that small-m
     # and few-column problems fill the SMs without K splits; at m <= 64 they replace the idle warpgroup
-    shapes = [(BLOCK_M, box)] if not dense else [(64, min(box, 64))] + ([(BLOCK_M, box)] if m > 64 else [])
+    shapes = [(BLOCK_M, box)] if not (dense and rows64) else [(64, min(box, 64))] + ([(BLOCK_M, box)] if m > 64 else [])
     for block_n in BLOCK_NS:
         if major_b == "mn" and block_n % 64:
             continue
