@@ -484,7 +484,8 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
 
 @pytest.mark.parametrize("name", compiler_params())
 def test_gemv_builds_spill_free(name):
-    """The m <= 4 stream over B: every instance compiles clean, its B loads 16 bytes wide past L1."""
+    """The m <= 4 stream over B: every instance compiles clean, its B loads 16 bytes wide past L1, A's chunks
+    of each batch asked of L1 beside them (prefetch.global.L1: CCTL.E.PF1)."""
     from deep_tile.jit import compiler, paths
 
     for m, out_f32, acc in itertools.product((1, 2, 4), (False, True), (False, True)):
@@ -494,7 +495,7 @@ def test_gemv_builds_spill_free(name):
         assert_spill_free(result.log)
         sass = compiler.disassemble(result.cubin)
         if sass is not None:
-            assert sass.count("LDG.E.NA.128") >= 8, (m, out_f32, acc)
+            assert sass.count("LDG.E.NA.128") >= 8 and sass.count("CCTL.E.PF1") >= 8, (m, out_f32, acc)
 
 
 def test_gemv_contract_and_refusals():

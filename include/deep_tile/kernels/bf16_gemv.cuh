@@ -35,6 +35,11 @@ DT_DEVICE uint4 bf16_gemv_load_stream(const u16* p) {
   return v;
 }
 
+/// Ask L1 for the line holding `p` (no register, no wait): A's chunks of a batch, fetched beside its B loads.
+DT_DEVICE void bf16_gemv_prefetch_l1(const u16* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
+}
+
 /// acc += the dot product of two 8-bf16 vectors, in element order.
 DT_DEVICE void bf16_gemv_dot8(const uint4& a, const uint4& b, float& acc) {
   const u32 wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
@@ -64,6 +69,14 @@ DT_DEVICE void bf16_gemv(const u16* __restrict__ a, const u16* __restrict__ b, v
 #pragma unroll
     for (int u = 0; u < Cfg::kUnroll; ++u)
       if (c + 32 * u < chunks) vb[u] = bf16_gemv_load_stream(row + 8 * (c + 32 * u));
+    // the products below read A one chunk at a time between branches (no hoisting): without this each
+    // was an L2 round trip after the last, with none of this warp's B loads in flight meanwhile
+#pragma unroll
+    for (int u = 0; u < Cfg::kUnroll; ++u) {
+#pragma unroll
+      for (int i = 0; i < Cfg::kRows; ++i)
+        if (c + 32 * u < chunks && i < m) bf16_gemv_prefetch_l1(a + static_cast<long long>(i) * lda + 8 * (c + 32 * u));
+    }
 #pragma unroll
     for (int u = 0; u < Cfg::kUnroll; ++u) {
       if (c + 32 * u >= chunks) break;
