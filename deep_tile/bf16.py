@@ -30,7 +30,8 @@ kernel of ``csrc/entry/bf16_gemm.cu`` (:mod:`deep_tile.kernels.bf16_gemm`); tens
 computed with float32 torch (for tests and tooling).
 
 Selection (:func:`deep_tile.kernels.bf16_gemm.plan`): tile widths in steps of 16 so that few-column
-problems fill the SMs, K splits for the dense GEMM with a K-major b at small m (float32 partials in
+problems fill the SMs, 64-row tiles (one consumer warpgroup) for the dense GEMM where 128-row ones
+leave SMs idle or need K splits (weighed only with ``PLAN_ROWS64``, off until timed), K splits for the dense GEMM with a K-major b at small m (float32 partials in
 a workspace, summed in split order by each tile's last split inside the kernel, tile counters that
 the kernel leaves zeroed: deterministic and graph-replayable, but a row's summation order then
 depends on m; an MN-major b, as SGLang's batch-invariant ``bf16_gemm_nn`` passes, is never split), a
@@ -38,7 +39,7 @@ short A box at tiny m, the deepest ring for narrow plans that store d from regis
 and non-accumulating ones up to 128 wide), and float32 d stored (or accumulated, TMA reduce-add)
 through shared memory otherwise. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call; :data:`LEGACY`
 overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split, no
-multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all]]``
+multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]]``
 (:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring unless
 ``stages`` names one (d then from registers), for tuning; B multicast to CTA pairs (``cluster_m`` 2)
 and d staged a buffer per box (``store_all`` 1) are reached only so (the kernel's limits apply:
@@ -59,7 +60,7 @@ as it says."""
 
 
 def parse_plan(text: str) -> contract.Bf16Plan:
-    """``"block_n/splits/box_m/cluster_m/stages/store_all"`` (trailing fields may be left out) as a plan."""
+    """``"block_n/splits/box_m/cluster_m/stages/store_all/block_m"`` (trailing fields may be left out) as a plan."""
     fields = [int(v) for v in text.split("/")]
     return contract.Bf16Plan(*fields)
 
@@ -138,7 +139,8 @@ def bf16_plan(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", ge
         return forced
     if _legacy():
         return contract.legacy_plan(blocks, n, sms)
-    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal", out_f32, accumulate)
+    return contract.plan(m, n, k, blocks, sms, major_a, major_b, gemm_type == "normal", out_f32, accumulate,
+                         contract.PLAN_ROWS64)
 
 
 def bf16_config(m: int, n: int, k: int, major_a: str = "k", major_b: str = "k", out_f32: bool = False,
@@ -160,11 +162,12 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
     store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
     if pl.store_all and store and contract.store_boxes(pl.block_n, out_f32) >= 3:
         return contract.Bf16Config(major_a, major_b, pl.block_n, pl.stages, out_f32, accumulate, gemm_type, True,
-                                   pl.box_m, pl.cluster_m, True)
+                                   pl.box_m, pl.cluster_m, True, block_m=pl.block_m)
     stages = pl.stages or (contract.plan_stages(pl, accumulate) if deep else 0)
     return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
                                store and not stages, pl.box_m, pl.cluster_m, False,
-                               bool(pl.stages) and pl.box_m <= 64)  # a forced ring: A's unread rows need no room
+                               # a forced ring: A's unread rows need no room (a 64-row tile's slot is 64 rows)
+                               bool(pl.stages) and pl.box_m <= 64 and pl.block_m == contract.BLOCK_M, pl.block_m)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
@@ -262,12 +265,30 @@ def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Ten
     with torch.cuda.device(device):
         grid = contract.grid(tiles, get_num_sms())
         if cfg.cluster_m > 1:  # whole pairs, no more than can be resident at once (tiles counts both of a pair)
-            pairs = kernel.max_active_clusters(device.index, contract.THREADS, cfg.smem, cfg.cluster_m)
+            pairs = kernel.max_active_clusters(device.index, cfg.threads, cfg.smem, cfg.cluster_m)
             grid = max(1, min(tiles // cfg.cluster_m, pairs)) * cfg.cluster_m
-        kernel.launch(grid=(grid, 1, 1), block=contract.THREADS, smem_bytes=cfg.smem,
+        kernel.launch(grid=(grid, 1, 1), block=cfg.threads, smem_bytes=cfg.smem,
                       stream=torch.cuda.current_stream(device).cuda_stream,
                       args=KernelArgs(list(zip(contract.ARGUMENT_KINDS, values))), device=device.index,
                       cluster=cfg.cluster_m, pdl=get_pdl())
+
+
+def _launch_gemv(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, m: int, n: int, k: int, accumulate: bool) -> None:
+    """The stream over B (m <= 4, K-major a and b): a warp per column of d, adding to d when ``accumulate``."""
+    from deep_tile.jit.loader import get_kernel
+    from deep_tile.jit.runtime import KernelArgs
+    from deep_tile.pdl import get_pdl
+
+    out_f32 = d.dtype == torch.float32
+    kernel = get_kernel(contract.GEMV_ENTRY, contract.gemv_defines(m, out_f32, accumulate), contract.GEMV_SYMBOL)
+    values = (a.data_ptr(), b.data_ptr(), d.data_ptr(), m, n, k, a.stride(0) if m > 1 else k,
+              b.stride(0) if n > 1 else k, d.stride(0) if m > 1 else n)
+    device = d.device
+    with torch.cuda.device(device):
+        kernel.launch(grid=(contract.gemv_grid(n), 1, 1), block=contract.GEMV_THREADS, smem_bytes=0,
+                      stream=torch.cuda.current_stream(device).cuda_stream,
+                      args=KernelArgs(list(zip(contract.GEMV_ARGUMENT_KINDS, values))), device=device.index,
+                      pdl=get_pdl())
 
 
 def ref_bf16_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None,
@@ -318,16 +339,25 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
             d.copy_(c) if c is not None else d.zero_()
         return
     pl = bf16_plan(m, n, k, major_a, major_b, out_f32=d.dtype == torch.float32, accumulate=c is not None)
-    if pl.box_m < contract.BLOCK_M and m > pl.box_m:
+    gemv = pl.block_m == contract.GEMV_BLOCK_M
+    if gemv and (m > contract.GEMV_BLOCK_M or major_a != "k" or major_b != "k" or k % 8):
+        _fail(name, f"the stream over B (block_m {contract.GEMV_BLOCK_M}) takes m <= {contract.GEMV_BLOCK_M}, K-major "
+                    f"a and b and k a multiple of 8; got m={m}, k={k}, a {major_a}-major, b {major_b}-major.")
+    if not gemv and pl.box_m < pl.block_m and m > pl.box_m:
         _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
+    if major_a == "mn" and pl.box_m < 64:
+        _fail(name, f"an MN-major a loads 64-row A boxes: the plan's box_m must be 64 or 128, got {pl.box_m}.")
     if c is not None and not same:
         d.copy_(c)
     if not d.is_cuda:
         d.copy_(ref_bf16_gemm(a, b, d if c is not None else None, torch.float32).to(d.dtype))
         return
+    if gemv:
+        _launch_gemv(a, b, d, m, n, k, c is not None)
+        return
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
         pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m, 1, pl.stages, pl.store_all)  # multicast: K-major b only
-    m_blocks = ceil_div(ceil_div(m, contract.BLOCK_M), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
+    m_blocks = ceil_div(ceil_div(m, pl.block_m), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
     tiles = m_blocks * ceil_div(n, pl.block_n)
     tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)
     tmap_b = _tmap_b(b, major_b, n, k, pl.block_n, pl.cluster_m)
@@ -340,7 +370,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, 1, tiles)
         return
     # split K: float32 partials in a workspace, summed in split order by each tile's last split in the kernel
-    workspace = torch.empty(contract.split_workspace_floats(tiles, splits, pl.block_n), dtype=torch.float32,
+    workspace = torch.empty(contract.split_workspace_floats(tiles, splits, pl.block_n, pl.block_m), dtype=torch.float32,
                             device=d.device)
     _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, splits, tiles * splits, workspace=workspace,
             counters=_split_counters(d.device, tiles))

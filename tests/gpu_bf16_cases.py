@@ -69,10 +69,10 @@ _RULE = {}
 
 
 def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-                   cluster_m: int = 1, stages: int = 0, store_all: int = 0) -> None:
-    """Run the next calls with tile width ``block_n``, ``splits``, ``box_m``, ``cluster_m``, ``stages``
-    and ``store_all`` (block_n None: the plan's own choice); ``legacy``: the earlier selection
-    (deep_tile.bf16.LEGACY)."""
+                   cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128) -> None:
+    """Run the next calls with tile width ``block_n``, ``splits``, ``box_m``, ``cluster_m``, ``stages``,
+    ``store_all`` and ``block_m`` (block_n None: the plan's own choice); ``legacy``: the earlier
+    selection (deep_tile.bf16.LEGACY)."""
     import deep_tile.bf16 as host
     from deep_tile.kernels import bf16_gemm as contract
 
@@ -81,19 +81,19 @@ def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legac
     if block_n is None:
         contract.plan, contract.legacy_plan = rules
     else:
-        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m, stages, store_all)
+        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m, stages, store_all, block_m)
         contract.plan = contract.legacy_plan = lambda *args, **kwargs: forced
 
 
 def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumulate: str = "none", seed: int = 0,
           block_n: int | None = None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-          cluster_m: int = 1, stages: int = 0, store_all: int = 0) -> dict:
+          cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128) -> dict:
     """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d);
-    ``block_n`` / ``splits`` / ``box_m`` / ``cluster_m`` / ``stages`` / ``store_all`` force the plan,
-    ``legacy`` takes the earlier selection."""
+    ``block_n`` / ``splits`` / ``box_m`` / ``cluster_m`` / ``stages`` / ``store_all`` / ``block_m`` force
+    the plan, ``legacy`` takes the earlier selection."""
     import deep_tile
 
-    _force_block_n(block_n, splits, box_m, legacy, cluster_m, stages, store_all)
+    _force_block_n(block_n, splits, box_m, legacy, cluster_m, stages, store_all, block_m)
     a_arg, b_arg, a, b = make_dense(m, n, k, layout, seed, "cuda")
     dtype = torch.float32 if out == "f32" else torch.bfloat16
     gen = torch.Generator().manual_seed(seed + 1)
@@ -109,7 +109,7 @@ def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumul
     torch.cuda.synchronize()
     _force_block_n(None)
     return {"case": f"dense {layout} m={m} n={n} k={k} {out} acc={accumulate} block_n={block_n} splits={splits} "
-                    f"box_m={box_m} cluster_m={cluster_m} stages={stages} store_all={store_all}"
+                    f"box_m={box_m} cluster_m={cluster_m} stages={stages} store_all={store_all} block_m={block_m}"
                     f"{' legacy' if legacy else ''}", **check(d, a, b, c_ref)}
 
 
@@ -264,7 +264,7 @@ def repeat_graph(m: int = 1000, n: int = 2048, k: int = 1536, layout: str = "tn"
 
 
 def split_counters(m: int = 100, n: int = 1000, k: int = 2048, block_n: int = 96, splits: int = 5, box_m: int = 128,
-                   out: str = "bf16", repeats: int = 4) -> dict:
+                   out: str = "bf16", repeats: int = 4, block_m: int = 128) -> dict:
     """The in-kernel split-K sum: ``repeats`` calls on the default stream and on a side stream, then a
     CUDA graph replayed with new inputs: every result right against float64, bitwise the same for the
     same inputs (the sum's order does not follow the splits' arrival), and every tile counter back at
@@ -272,7 +272,7 @@ def split_counters(m: int = 100, n: int = 1000, k: int = 2048, block_n: int = 96
     import deep_tile
     import deep_tile.bf16 as host
 
-    _force_block_n(block_n, splits, box_m)
+    _force_block_n(block_n, splits, box_m, block_m=block_m)
     a_arg, b_arg, a, b = make_dense(m, n, k, "nt", 6, "cuda")
     dtype = torch.float32 if out == "f32" else torch.bfloat16
     device = torch.device("cuda", torch.cuda.current_device())

@@ -3,7 +3,7 @@
 # /tmp/bf16_out), a short table last.
 #   OUT=/tmp/bf16_out PY=python3 bash tools/bf16_device.sh
 # Phase 0: one small call per kernel kind and plan path (split K summed in the kernel, its tile
-# counters back at zero and graph replay, short A box, odd widths, float32
+# counters back at zero and graph replay, short A box, 64-row tiles (one consumer warpgroup), odd widths, float32
 # TMA store and reduce-add, B multicast to CTA pairs, the legacy plan) under a short timeout (a wrong mbarrier phase hangs:
 # the watchdog build traps instead). Phase 1 (parallel, each under a timeout): the GPU tests of
 # tests/test_bf16_gemm.py, compute-sanitizer memcheck, racecheck and synccheck on the same small
@@ -31,6 +31,12 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(300, 200, 136, "nt", block_n=176, cluster_m=2),
            dense(200, 100, 200, "tt", out="f32", accumulate="inplace", block_n=96, cluster_m=2),
            dense(520, 1296, 512, "nt", block_n=256, cluster_m=2, store_all=1),
+           dense(1, 1000, 512, "nt", block_n=32, box_m=16, stages=16, block_m=64),
+           dense(130, 600, 448, "nt", block_n=64, splits=3, box_m=64, block_m=64),
+           dense(150, 300, 200, "tn", out="f32", accumulate="inplace", block_n=128, box_m=64, block_m=64),
+           dense(130, 1296, 200, "nt", block_n=256, box_m=64, store_all=1, block_m=64),
+           dense(1, 1000, 512, "nt", block_n=32, block_m=4),
+           dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),
            contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
            k_grouped([128, 0, 256], 72, 136)]
 for r in results:
@@ -40,7 +46,7 @@ PYEOF
 # Phase 0: a hang here means a pipeline bug; the watchdog build traps instead of hanging forever
 DEEP_TILE_WATCHDOG=1 run smoke 90 $PY "$OUT/san_case.py"
 wait
-DEEP_TILE_WATCHDOG=1 run tests 170 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
+DEEP_TILE_WATCHDOG=1 run tests 240 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_bf16_gemm.py
 if command -v compute-sanitizer > /dev/null; then
   run memcheck 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 99 $PY "$OUT/san_case.py"
   run racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 99 $PY "$OUT/san_case.py"

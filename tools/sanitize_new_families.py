@@ -51,6 +51,14 @@ results = [
     bf16.dense(70, 136, 72, "tt", block_n=64), bf16.dense(65, 128, 64, "nn", accumulate="c"),
     # the short-K pair plan: B multicast to a CTA pair, a buffer per store box (d rows 16-byte aligned), a partial last tile
     bf16.dense(520, 1296, 512, "nt", block_n=256, cluster_m=2, store_all=1),
+    # 64-row tiles (one consumer warpgroup): a short A box and deep ring, split K, float32 reduce-add, a buffer per box
+    bf16.dense(1, 1000, 512, "nt", block_n=32, box_m=16, stages=16, block_m=64),
+    bf16.dense(130, 600, 448, "nt", block_n=64, splits=3, box_m=64, block_m=64),
+    bf16.dense(150, 300, 200, "tn", out="f32", accumulate="inplace", block_n=128, box_m=64, block_m=64),
+    bf16.dense(130, 1296, 200, "nt", block_n=256, box_m=64, store_all=1, block_m=64),
+    # the m <= 4 stream over B (a warp per column of d)
+    bf16.dense(1, 1000, 512, "nt", block_n=32, block_m=4),
+    bf16.dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),
     bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136),
 ]
 bad = [r for r in results if not r["ok"]]

@@ -5,7 +5,8 @@
 #if !defined(DT_BF16_MAJOR_A) || !defined(DT_BF16_MAJOR_B) || !defined(DT_BF16_BLOCK_N) || !defined(DT_BF16_STAGES) || \
     !defined(DT_BF16_OUT_F32) || !defined(DT_BF16_ACCUMULATE) || !defined(DT_BF16_GEMM_TYPE) ||                      \
     !defined(DT_BF16_TMA_STORE) || !defined(DT_BF16_BOX_M) || !defined(DT_BF16_CLUSTER_M) ||                          \
-    !defined(DT_BF16_STORE_ALL) || !defined(DT_BF16_COMPACT_A) || !defined(DT_BF16_SMEM_BYTES) || !defined(DT_BF16_THREADS)
+    !defined(DT_BF16_STORE_ALL) || !defined(DT_BF16_COMPACT_A) || !defined(DT_BF16_BLOCK_M) ||                        \
+    !defined(DT_BF16_SMEM_BYTES) || !defined(DT_BF16_THREADS)
 #error "the DT_BF16_* macros are set by deep_tile.kernels.bf16_gemm"
 #endif
 
@@ -13,12 +14,12 @@ using Bf16Cfg = deep_tile::Bf16GemmConfig<DT_BF16_MAJOR_A, DT_BF16_MAJOR_B, DT_B
                                           DT_BF16_OUT_F32, DT_BF16_ACCUMULATE, DT_BF16_GEMM_TYPE,
                                           DT_BF16_TMA_STORE, DT_BF16_BOX_M,
                                           DT_BF16_CLUSTER_M, DT_BF16_STORE_ALL,
-                                          DT_BF16_COMPACT_A>;
+                                          DT_BF16_COMPACT_A, DT_BF16_BLOCK_M>;
 static_assert(Bf16Cfg::kSmemBytes == DT_BF16_SMEM_BYTES, "DT_BF16_SMEM_BYTES disagrees with the kernel's shared memory");
 static_assert(Bf16Cfg::kThreads == DT_BF16_THREADS, "DT_BF16_THREADS disagrees with the kernel's block");
 
 /// Persistent grid (at most one CTA per SM), DT_BF16_THREADS threads, DT_BF16_SMEM_BYTES dynamic shared memory.
-extern "C" __global__ void __launch_bounds__(384, 1)
+extern "C" __global__ void __launch_bounds__(DT_BF16_THREADS, 1)
     deep_tile_bf16_gemm(const __grid_constant__ deep_tile::TmaDescriptor tmap_a,
                         const __grid_constant__ deep_tile::TmaDescriptor tmap_b,
                         const __grid_constant__ deep_tile::TmaDescriptor tmap_d, void* __restrict__ d,

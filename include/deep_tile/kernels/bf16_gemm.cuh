@@ -9,7 +9,9 @@
 // through its transpose immediate (ptx/wgmma_bf16.cuh), so no layout needs a transposing copy.
 // One producer warpgroup (one elected thread issues the TMAs, 40 registers) fills a ring of
 // kStages full/empty mbarrier stages; two consumer warpgroups (232 registers) each own 64 rows
-// of the 128 x kBlockN tile (kBlockN any multiple of 16, so that few-column problems fill the SMs).
+// of the 128 x kBlockN tile (kBlockN any multiple of 16, so that few-column problems fill the SMs),
+// or (kBlockM = 64, the dense GEMM) one consumer warpgroup (248 registers) owns a 64-row tile: twice
+// the tiles of a small-m or few-column problem, so the SMs fill without splitting K.
 // CTAs are persistent and walk the tiles in bands of kBandM m-blocks (consecutive CTAs share B
 // tiles in L2). At tiny m, kBoxM < 128 loads only A's first kBoxM rows (TMA fills out-of-bounds rows
 // at full cost) and the second consumer warpgroup, which owns no valid row, only releases stages.
@@ -41,7 +43,7 @@ namespace deep_tile {
 
 enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
 
-/// The kernel's compile-time configuration (12 parameters; Python: deep_tile/kernels/bf16_gemm.py).
+/// The kernel's compile-time configuration (13 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
@@ -49,16 +51,20 @@ enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGr
 ///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM);
 ///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast);
 ///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two;
-///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring).
+///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring);
+///   kBlockM: 128 (two consumer warpgroups), or 64 (one; the dense GEMM, kBoxM <= 64: the A box, 64 for whole tiles).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
-          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0>
+          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0, int kBlockM_ = 128>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
-  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
+  static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
   static constexpr int kStages = kStages_;
   static constexpr bool kOutF32 = kOutF32_ != 0, kAccumulate = kAccumulate_ != 0;
   static constexpr int kGemmType = kGemmType_;
-  static constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+  static constexpr int kConsumers = kBlockM / 64;           // consumer warpgroups, 64 rows each
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // the producer warpgroup besides
+  // one consumer warpgroup may take more of the register file (its 64 x 256 accumulator at most)
+  static constexpr int kLoadRegs = 40, kMathRegs = kConsumers == 1 ? 248 : 232;
   static constexpr int kBandM = 8;      // m-blocks per band of the tile order
   static constexpr int kBoxM = kBoxM_;
   static constexpr int kClusterM = kClusterM_;
@@ -73,8 +79,8 @@ struct Bf16GemmConfig {
   static constexpr bool kStoreAll = kStoreAll_ != 0;
   // per warpgroup: fill one while the other is stored, or (kStoreAll) every box its own, no wait inside a tile
   static constexpr int kStoreBuffers = kStoreAll ? kStoreBoxes : 2;
-  static constexpr int kSmemBytes = kStages * kStageBytes + (kTmaStore ? 2 * kStoreBuffers * kStoreBytes : 0) +
-                                    2 * kStages * 8;
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + (kTmaStore ? kConsumers * kStoreBuffers * kStoreBytes : 0) + 2 * kStages * 8;
   DT_STATIC_ASSERT(kMajorA_ == 0 || kMajorA_ == 1, "kMajorA: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kBlockN_ % 16 == 0 && kBlockN_ >= 16 && kBlockN_ <= 256, "kBlockN: a multiple of 16, at most 256");
@@ -88,6 +94,10 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
   DT_STATIC_ASSERT(kCompactA_ == 0 || (kCompactA_ == 1 && kBoxM_ <= 64),
                    "kCompactA: only with kBoxM <= 64 (the second warpgroup then reads no A)");
+  DT_STATIC_ASSERT(kBlockM_ == 128 || (kBlockM_ == 64 && kGemmType_ == kBf16Normal && kBoxM_ <= 64 &&
+                                       kClusterM_ == 1 && kCompactA_ == 0),
+                   "kBlockM: 128, or 64 for the dense GEMM (kBoxM <= 64, no pairs; its A slot is 64 rows already)");
+  DT_STATIC_ASSERT(kLoadRegs * 128 + kMathRegs * 128 * kConsumers <= 64 * 1024, "the register split fits the file");
   DT_STATIC_ASSERT(kStoreAll_ == 0 || (kStoreAll_ == 1 && kTmaStore_ == 1 && kStoreBoxes >= 3),
                    "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
@@ -286,7 +296,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   u8* smem_a = smem;
   u8* smem_b = smem + kStages * Cfg::kABytes;
   u8* smem_d = smem + kStages * Cfg::kStageBytes;  // kTmaStore: kStoreBuffers per consumer warpgroup
-  u64* full = reinterpret_cast<u64*>(smem_d + (Cfg::kTmaStore ? 2 * Cfg::kStoreBuffers * Cfg::kStoreBytes : 0));
+  u64* full =
+      reinterpret_cast<u64*>(smem_d + (Cfg::kTmaStore ? Cfg::kConsumers * Cfg::kStoreBuffers * Cfg::kStoreBytes : 0));
   u64* empty = full + kStages;
 
   const int tid = threadIdx.x;
@@ -296,7 +307,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     ptx::tma_prefetch_descriptor(tmap_b);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&full[s], 1);
-      ptx::mbarrier_init(&empty[s], 8 * Cfg::kClusterM);  // one arrival per consumer warp of the cluster
+      ptx::mbarrier_init(&empty[s], 4 * Cfg::kConsumers * Cfg::kClusterM);  // one arrival per consumer warp of the cluster
     }
     ptx::fence_barrier_init();
   }
@@ -309,7 +320,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   Bf16Scheduler<Cfg> sched(m, n, k, num_groups, layout);
 
   if (wg == 0) {
-    ptx::setmaxnreg_dec<40>();
+    ptx::setmaxnreg_dec<Cfg::kLoadRegs>();
     if (tid == 0) {
       int stage = 0;
       u32 phase = 0;
@@ -348,8 +359,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     return;
   }
 
-  ptx::setmaxnreg_inc<232>();
-  const int cw = wg - 1;  // this warpgroup's 64 rows of the tile
+  ptx::setmaxnreg_inc<Cfg::kMathRegs>();
+  const int cw = Cfg::kConsumers == 1 ? 0 : wg - 1;  // this warpgroup's 64 rows of the tile (a constant for one)
   const int warp = (tid / 32) & 3, lane = tid & 31;
   // descriptor steps: a k16 slice is 32 bytes along a K-major row, 16 rows of 128 bytes MN-major
   constexpr u32 kStepA = Cfg::kMajorA ? 16 * 128 : 32, kStepB = Cfg::kMajorB ? 16 * 128 : 32;
@@ -362,8 +373,6 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   int stage = 0;
   u32 phase = 0;
   Bf16Tile tile;
-  // kBoxM <= 64: the second warpgroup's rows are past m (never loaded): it only releases the stages
-  const bool idle = Cfg::kBoxM <= 64 && cw == 1;
   // a stage is free once every consumer warp of the cluster has read it
   auto release = [&](int s) {
     if (lane != 0) return;
@@ -374,17 +383,25 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       ptx::mbarrier_arrive(&empty[s]);
     }
   };
+  // kBoxM <= 64 in a 128-row tile: the second warpgroup's rows are past m (never loaded): it only releases
+  // the stages, in a loop of its own (a branch inside the wgmma loop makes ptxas wait on every wgmma)
+  if (Cfg::kConsumers > 1 && Cfg::kBoxM <= 64 && cw == 1) {
+    for (int t = blockIdx.x; sched.get(t, tile); t += gridDim.x) {
+      if (!tile.valid) continue;
+      for (int kb = 0; kb < tile.k_blocks; ++kb) {
+        ptx::mbarrier_wait(&full[stage], phase);
+        release(stage);
+        stage = stage + 1 == kStages ? 0 : stage + 1;
+        phase ^= stage == 0;
+      }
+    }
+    return;
+  }
   for (int t = blockIdx.x / Cfg::kClusterM; sched.get(t, tile); t += gridDim.x / Cfg::kClusterM) {
     if (!tile.valid) continue;
     int prev_stage = -1;
     for (int kb = 0; kb < tile.k_blocks; ++kb) {
       ptx::mbarrier_wait(&full[stage], phase);
-      if (idle) {
-        release(stage);
-        stage = stage + 1 == kStages ? 0 : stage + 1;
-        phase ^= stage == 0;
-        continue;
-      }
 #pragma unroll
       for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
@@ -403,7 +420,6 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       stage = stage + 1 == kStages ? 0 : stage + 1;
       phase ^= stage == 0;
     }
-    if (idle) continue;
     ptx::wgmma_wait_group<0>();
 #pragma unroll
     for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
@@ -412,7 +428,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
 
     if (Cfg::kGemmType == kBf16Normal && Cfg::kClusterM == 1 && num_groups > 1) {
       // split K: this split's rows out (row-major), then the tile's last split sums all in split order
-      constexpr u32 kSplitThreads = Cfg::kBoxM <= 64 ? 128 : 256;  // the idle warpgroup takes no part
+      constexpr u32 kSplitThreads = Cfg::kBoxM <= 64 ? 128 : 256;  // an idle warpgroup takes no part
       constexpr int kTileFloats = kBlockM * kBlockN;
       const int ctid = tid - 128;
       float* tile_ws = workspace + static_cast<long long>(tile.slot) * num_groups * kTileFloats;
