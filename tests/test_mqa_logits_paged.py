@@ -480,7 +480,7 @@ def test_empty_batch_and_zero_width():
 
 def test_contract_geometry():
     assert contract.symbol(1, 32, "four_ctas") == "deep_tile_paged_mqa_logits_n1_h32"
-    assert contract.symbol(2, 64) == "deep_tile_paged_mqa_logits_n2_h64_tma_lean"
+    assert contract.symbol(2, 64) == "deep_tile_paged_mqa_logits_n2_h64_tma_loader"
     for bad in ((3, 64), (1, 16), (0, 32)):
         with pytest.raises(ValueError):
             contract.symbol(*bad)
@@ -489,9 +489,9 @@ def test_contract_geometry():
     assert contract.symbol(2, 64, "two_slots") == "deep_tile_paged_mqa_logits_n2_h64_two_slots"
     with pytest.raises(ValueError, match="design"):
         contract.symbol(1, 32, "other")
-    assert contract.smem_bytes(2, 64) == contract.smem_bytes(2, 64, "tma_lean") and contract.DESIGNS[0] == "tma_lean"
+    assert contract.smem_bytes(2, 64) == contract.smem_bytes(2, 64, "tma_loader") and contract.DESIGNS[0] == "tma_loader"
     assert contract.symbol(1, 32, contract.FALLBACK) == "deep_tile_paged_mqa_logits_n1_h32"
-    assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma_lean"
+    assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma_loader"
     for design in contract.DESIGNS:
         for next_n in contract.NEXT_N:
             for heads in contract.HEADS:

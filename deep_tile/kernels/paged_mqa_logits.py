@@ -44,8 +44,8 @@ THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
 LOADER_THREADS = 160
 """Threads per ``tma_loader`` CTA (``kPagedLoaderThreads``): the math warpgroup and a loader warp."""
-DESIGNS = ("tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots", "tma_loader")
-"""The logits kernel's designs (``kPagedTmaLean``, ``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
+DESIGNS = ("tma_loader", "tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots")
+"""The logits kernel's designs (``kPagedTmaLoader``, ``kPagedTmaLean``, ``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
 ``kPagedTwoSlots``), the default first: ``four_ctas`` keeps four CTAs per SM for every
 ``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
 thread) under each block's wgmmas; ``tma`` is ``four_ctas`` with the operands by TMA (one thread
@@ -53,10 +53,10 @@ issues, an mbarrier per stage), for caches whose blocks lie a multiple of :data:
 apart (others run :data:`FALLBACK`); ``two_slots`` is the earlier design (two q slots everywhere,
 N 128 at two CTAs per SM), kept to time against; ``tma_one_chain`` is ``tma`` with a block's
 wgmmas in one chain (not two of N / 2 for N >= 64) and the weights in registers for every N;
-``tma_lean`` (``kPagedTmaLean``, the default) is ``tma_one_chain`` with fewer instructions per block and
+``tma_lean`` (``kPagedTmaLean``) is ``tma_one_chain`` with fewer instructions per block and
 the same logits bit for bit: the head sums reduce-scattered over the row quad (one store per lane
 through a pointer and bound set per sequence) and the walks stepping inside a sequence by one
-compare. ``tma_loader`` (``kPagedTmaLoader``, opt-in) is ``tma_lean``'s block (the same logits bit
+compare. ``tma_loader`` (``kPagedTmaLoader``, the default) is ``tma_lean``'s block (the same logits bit
 for bit) with the copies off the math warps: :data:`LOADER_THREADS` per CTA, the fifth warp a
 loader (one thread walks the schedule and issues every TMA; N 128 reads its weights from shared
 memory: 96 registers a thread at four CTAs per SM), each stage freed by an mbarrier as soon as its block's wgmmas completed, each
