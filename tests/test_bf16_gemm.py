@@ -325,7 +325,13 @@ def test_plan():
     assert p == contract.Bf16Plan(144)
     assert 132 * 0.9 <= 32 * -(-576 // p.block_n) <= 132
     assert contract.plan(4096, 2112, 7168, 32, 132) == contract.Bf16Plan(176)
-    assert contract.plan(4096, 256, 7168, 32, 132, out_f32=True) == contract.Bf16Plan(64)
+    # few columns over a long A: 64 x 128 tiles, each A row read by 2 CTAs instead of 4 (measured faster)
+    rows64 = contract.Bf16Plan(128, 1, 64, block_m=64)
+    assert contract.plan(4096, 256, 7168, 32, 132, out_f32=True) == rows64 == contract.plan(4096, 256, 7168, 32, 132)
+    assert contract.plan(4096, 256, 7168, 32, 132, major_b="mn").block_m == contract.BLOCK_M  # measured K-major only
+    assert contract.plan(8192, 256, 7168, 64, 132).block_m == contract.BLOCK_M  # 256 tiles of 64 rows: two waves
+    assert contract.plan(4096, 128, 7168, 32, 132).block_m == contract.BLOCK_M  # fewer tiles than the 128-row plan
+    assert contract.plan(4096, 256, 7168, 32, 132, dense=False).block_m == contract.BLOCK_M
     # the TN wgrad with float32 accumulation: the reduce-add epilogue makes 192 beat 256 (as measured)
     assert contract.plan(7168, 2048, 4096, 56, 132, "mn", "mn", True, True, True) == contract.Bf16Plan(192)
     assert contract.plan(7168, 2048, 4096, 56, 132, "mn", "mn") == contract.legacy_plan(56, 2048, 132)
@@ -348,9 +354,10 @@ def test_plan():
         got = contract.plan_cost(128, 2112, 7168, 1, 132, block_n, splits)
         assert abs(got / us - 1) < 0.08, (block_n, splits, got)
     # many m-blocks: the 64-row tile reads B twice as often, so the 128-row one stays (the model ties at
-    # 4096 x 256 float32, 64 x 128 against 128 x 64: the benchmark times the 64-row one beside it)
-    for m, n in ((4096, 256), (4096, 2112), (4096, 576)):
-        assert contract.plan(m, n, 7168, 32, 132, out_f32=n == 256, rows64=True).block_m == 128
+    # 4096 x 256 float32, 64 x 128 against 128 x 64, where the few-columns rule above takes 64 x 128)
+    for m, n in ((4096, 2112), (4096, 576)):
+        assert contract.plan(m, n, 7168, 32, 132, rows64=True).block_m == 128
+    assert contract.plan(4096, 256, 7168, 32, 132, out_f32=True, rows64=True) == rows64
     assert contract.plan(40, 2112, 7168, 1, 132, dense=False, rows64=True).block_m == 128  # the grouped GEMMs: 128 rows
     # the model's fit to the measured plans (us, within 6%; measured with the default ring)
     for args, us in (((4096, 2112, 7168, 32, 132, 176), 167.8), ((4096, 576, 7168, 32, 132, 144), 49.1),

@@ -330,6 +330,10 @@ predicts them at the pace of a kernel whose wgmmas ptxas no longer serializes, n
 PAIRED_MAX_K_BLOCKS = 24
 """Longest K (in BLOCK_K blocks) of the unsplit 256-wide bf16 plan that :func:`plan` runs as CTA
 pairs sharing B with each store box in its own buffer (docs/performance.md has the timings)."""
+FEW_COLUMNS_MAX_N = 256
+"""At most this many columns, a dense K-major GEMM whose 128-row plan is unsplit, narrower than 128 and
+fits one wave takes 64-row tiles 128 wide when they fit one wave too (:func:`plan`): each row of A, the
+large operand there, then reaches half as many CTAs through L2 (docs/performance.md has the timings)."""
 HYSTERESIS = 0.98
 """The legacy plan stays unless the model predicts the best plan this much faster (its shapes sit at
 parity with DeepGEMM)."""
@@ -375,6 +379,12 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
                 if cost < best_cost:  # ties on the HBM floor: the less loaded plan
                     best, best_cost = Bf16Plan(block_n, splits, box_m, block_m=block_m), cost
     best = best if best_cost[0] < HYSTERESIS * legacy_cost else old
+    rows64_tiles = ceil_div(max(1, m), 64) * ceil_div(max(1, n), 128)
+    if (dense and major_a == "k" and major_b == "k" and n <= FEW_COLUMNS_MAX_N and best.block_m == BLOCK_M
+            and best.splits == 1 and best.box_m == BLOCK_M and best.block_n < 128
+            and max(1, m_blocks) * ceil_div(n, best.block_n) <= rows64_tiles <= num_sms):
+        # few columns over a long A: 64 x 128 tiles read each A row into ceil(n / 128) CTAs, not ceil(n / block_n)
+        best = Bf16Plan(min(128, ceil_div(n, 16) * 16), 1, 64, block_m=64)
     if (dense and major_b == "k" and not out_f32 and not accumulate and best.block_n == 256 and best.splits == 1
             and k_blocks <= PAIRED_MAX_K_BLOCKS and max(1, m_blocks) * ceil_div(n, 256) >= 4 * num_sms):
         # short K over many wide tiles: the epilogue is a large share, so B shared by CTA pairs and
