@@ -32,8 +32,10 @@ DT_PAGED_MQA_LOGITS_ENTRY(1, 64, deep_tile::kPagedTwoSlots, _two_slots)
 DT_PAGED_MQA_LOGITS_ENTRY(2, 32, deep_tile::kPagedTwoSlots, _two_slots)
 DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedTwoSlots, _two_slots)
 
-#define DT_PAGED_MQA_LOGITS_TMA_ENTRY(next_n, heads, design, suffix)                                           \
-  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedThreads, 4)                                      \
+/// A logits entry taking the four tensor maps: `threads` per CTA (four CTAs per SM), its body the
+/// device function named by the trailing arguments (a template-id, commas and all).
+#define DT_PAGED_MQA_LOGITS_MAPS_ENTRY(next_n, heads, threads, suffix, ...)                                     \
+  extern "C" __global__ void __launch_bounds__(threads, 4)                                                       \
       deep_tile_paged_mqa_logits_n##next_n##_h##heads##suffix(                                                      \
           const __grid_constant__ deep_tile::TmaDescriptor tmap_kv,                                                 \
           const __grid_constant__ deep_tile::TmaDescriptor tmap_scales,                                             \
@@ -42,11 +44,12 @@ DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedTwoSlots, _two_slots)
           const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
           const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
           int batch) {                                                                                             \
-    deep_tile::paged_mqa_logits_tma<next_n, heads, design>(&tmap_kv, &tmap_scales, &tmap_q, &tmap_w,      \
-                                                   rows_per_block, num_kv_blocks, context_lens, block_table, block_table_stride,   \
-                                                   max_blocks, schedule, logits, stride_logits, max_context_len,   \
-                                                   batch);                                                         \
+    __VA_ARGS__(&tmap_kv, &tmap_scales, &tmap_q, &tmap_w, rows_per_block, num_kv_blocks, context_lens, block_table, \
+                block_table_stride, max_blocks, schedule, logits, stride_logits, max_context_len, batch);          \
   }
+#define DT_PAGED_MQA_LOGITS_TMA_ENTRY(next_n, heads, design, suffix) \
+  DT_PAGED_MQA_LOGITS_MAPS_ENTRY(next_n, heads, deep_tile::kPagedThreads, suffix,  \
+                                 deep_tile::paged_mqa_logits_tma<next_n, heads, design>)
 
 /// The kPagedTma design: operands by TMA through four tensor maps (paged_mqa_logits_tma).
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 32, deep_tile::kPagedTma, _tma)
@@ -64,21 +67,9 @@ DT_PAGED_MQA_LOGITS_TMA_ENTRY(1, 64, deep_tile::kPagedTmaLean, _tma_lean)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 32, deep_tile::kPagedTmaLean, _tma_lean)
 DT_PAGED_MQA_LOGITS_TMA_ENTRY(2, 64, deep_tile::kPagedTmaLean, _tma_lean)
 
-#define DT_PAGED_MQA_LOGITS_LOADER_ENTRY(next_n, heads)                                                          \
-  extern "C" __global__ void __launch_bounds__(deep_tile::kPagedLoaderThreads, 4)                                \
-      deep_tile_paged_mqa_logits_n##next_n##_h##heads##_tma_loader(                                                 \
-          const __grid_constant__ deep_tile::TmaDescriptor tmap_kv,                                                 \
-          const __grid_constant__ deep_tile::TmaDescriptor tmap_scales,                                             \
-          const __grid_constant__ deep_tile::TmaDescriptor tmap_q, const __grid_constant__ deep_tile::TmaDescriptor tmap_w, \
-          int rows_per_block, int num_kv_blocks, const int* __restrict__ context_lens,                             \
-          const int* __restrict__ block_table, int block_table_stride, int max_blocks,                              \
-          const int* __restrict__ schedule, float* __restrict__ logits, int stride_logits, int max_context_len,    \
-          int batch) {                                                                                             \
-    deep_tile::paged_mqa_logits_loader<next_n, heads>(&tmap_kv, &tmap_scales, &tmap_q, &tmap_w, rows_per_block,    \
-                                                      num_kv_blocks, context_lens, block_table, block_table_stride, \
-                                                      max_blocks, schedule, logits, stride_logits, max_context_len, \
-                                                      batch);                                                      \
-  }
+#define DT_PAGED_MQA_LOGITS_LOADER_ENTRY(next_n, heads)                                           \
+  DT_PAGED_MQA_LOGITS_MAPS_ENTRY(next_n, heads, deep_tile::kPagedLoaderThreads, _tma_loader, \
+                                 deep_tile::paged_mqa_logits_loader<next_n, heads>)
 
 /// kPagedTmaLoader: kPagedTmaLean's block with a loader warpgroup (160 threads per CTA, paged_mqa_logits_loader).
 DT_PAGED_MQA_LOGITS_LOADER_ENTRY(1, 32)

@@ -403,6 +403,17 @@ DT_DEVICE void paged_wgmma_chain(u32 kv_desc_lo, u32 q_desc_lo, float (&acc)[ptx
   ptx::wgmma_commit_group();
 }
 
+/// A whole block's wgmmas as one chain: acc fenced, the warp converged (the wgmmas are .aligned),
+/// the chain issued as one commit group; the caller waits.
+template <int kN>
+DT_DEVICE void paged_issue_one_chain(u32 kv_desc_lo, u32 q_desc_lo, float (&acc)[ptx::WgmmaFp8<kN>::kNumAccum]) {
+#pragma unroll
+  for (int a = 0; a < ptx::WgmmaFp8<kN>::kNumAccum; ++a) ptx::fence_operand(acc[a]);
+  __syncwarp();
+  ptx::wgmma_fence();
+  paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
+}
+
 /// One block's wgmmas and epilogue, the N columns in kChunks chains of N / kChunks (one commit
 /// group each) so the head sums of a chunk run while the next chunk's wgmmas do; `between` runs
 /// after the wgmmas are issued (the next copies), before the first wait. kv_desc_lo / q_desc_lo:
@@ -479,11 +490,7 @@ DT_DEVICE void paged_block_lean(u32 kv_desc_lo, u32 q_desc_lo, const float* w, u
   static_assert(kNextN == 1 || kNextN == 2, "the reduce-scatter takes one or two tokens");
   using Mma = ptx::WgmmaFp8<kN>;
   float acc[Mma::kNumAccum];
-#pragma unroll
-  for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-  __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
-  ptx::wgmma_fence();
-  paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
+  paged_issue_one_chain<kN>(kv_desc_lo, q_desc_lo, acc);
   between();
   float lane_scale;  // after the stage's barrier wait and before the next block's barrier, as the wgmmas
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(lane_scale) : "r"(scale_addr) : "memory");
@@ -659,11 +666,7 @@ DT_DEVICE void paged_mqa_logits(const u8* __restrict__ q, const u8* __restrict__
     } else {  // kPagedTwoSlots: the earlier block, one wgmma chain and one FMA chain per row
       using Mma = ptx::WgmmaFp8<kN>;
       float acc[Mma::kNumAccum];
-#pragma unroll
-      for (int a = 0; a < Mma::kNumAccum; ++a) ptx::fence_operand(acc[a]);
-      __syncwarp();  // the wgmmas are .aligned: the whole warp issues them together
-      ptx::wgmma_fence();
-      paged_wgmma_chain<kN>(kv_desc_lo, q_desc_lo, acc);
+      paged_issue_one_chain<kN>(kv_desc_lo, q_desc_lo, acc);
       const float scale0 = rings.scales(stage)[r0], scale1 = rings.scales(stage)[r1];
       ptx::wgmma_wait_group<0>();
 #pragma unroll
