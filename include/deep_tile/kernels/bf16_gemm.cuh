@@ -384,12 +384,15 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   int stage = 0;
   u32 phase = 0;
   Bf16Tile tile;
-  // kKMerge > 1: barrier addresses and descriptors formed once (ptxas otherwise re-reads the CTA's shared
-  // window, S2R, before each stage's wait and rebuilds every descriptor from its address)
-  const u32 full_addr = ptx::smem_addr(full), empty_addr = ptx::smem_addr(empty);
+  // kKMerge > 1: barrier addresses and descriptors' low words formed once, broadcast from lane 0 (else ptxas
+  // re-reads the shared window, S2R, before each stage's wait and rebuilds each descriptor); other kernels unchanged
+  constexpr bool kMerged = Cfg::kKMerge > 1;
+  const u32 full_addr = kMerged ? __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(full), 0) : 0u;
+  const u32 empty_addr = kMerged ? __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(empty), 0) : 0u;
   const u64 desc_a0 = ptx::sw128_desc_lbo(a_base, kLboA), desc_b0 = ptx::sw128_desc_lbo(b_base, kLboB);
   const u64 desc_hi = desc_a0 & 0xFFFFFFFF00000000ull;  // SBO and swizzle: the same for A and B (K-major, LBO 0)
-  const u32 lo_a0 = static_cast<u32>(desc_a0), lo_b0 = static_cast<u32>(desc_b0);
+  const u32 lo_a0 = kMerged ? __shfl_sync(0xFFFFFFFFu, static_cast<u32>(desc_a0), 0) : 0u;
+  const u32 lo_b0 = kMerged ? __shfl_sync(0xFFFFFFFFu, static_cast<u32>(desc_b0), 0) : 0u;
   // a stage is free once every consumer warp of the cluster has read it
   auto release = [&](int s) {
     if (lane != 0) return;
