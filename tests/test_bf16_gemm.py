@@ -485,8 +485,10 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
     assert contract.SYMBOL in compiler.elf_functions(result.cubin)
     assert_spill_free(result.log)
     sass = compiler.disassemble(result.cubin)
-    if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
-        assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
+    if sass is not None:  # four k16 wgmmas per 64-k block of a stage, the register split, MN-major read through transposes
+        assert sass.count("HGMMA.64x") == 4 * cfg.k_merge and "USETMAXREG" in sass, cfg.label
+        # a stage's A and B boxes, one TMA each per 64-k block (a 128-row tile's second warpgroup reads no B there)
+        assert sass.count("UTMALDG") >= 2 * cfg.k_merge or cfg.major_a == "mn" or cfg.major_b == "mn", cfg.label
         # one stage's wgmmas stay in flight while the next stage's issue (wgmma.wait_group 1)
         assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass, cfg.label
         assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
