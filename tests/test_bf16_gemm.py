@@ -548,6 +548,16 @@ def test_k_merge_geometry_and_refusals():
     import deep_tile.bf16 as host
 
     assert host.parse_plan("32/1/64/1/6/0/64/3") == contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3)
+    cfg = host._config(contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3), "k", "k", False, False, "normal", True)
+    assert cfg.k_merge == 3 and cfg.stages == 6 and cfg.block_m == 64 and not cfg.tma_store
+    host.FORCE_PLAN = contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3)
+    try:  # the CPU path takes the plan
+        _, _, a, b = make_dense(5, 40, 200, "nt", seed=3)
+        d = torch.full((5, 40), float("nan"))
+        deep_tile.bf16_gemm_nt(a, b, d)
+        assert check(d, a, b)["ok"]
+    finally:
+        host.FORCE_PLAN = None
     for kwargs in (dict(major_a="mn", box_m=64), dict(major_b="mn", block_n=64), dict(gemm_type="contiguous"),
                    dict(cluster_m=2, block_n=64), dict(k_merge=9)):
         with pytest.raises(ValueError, match="k_merge"):
