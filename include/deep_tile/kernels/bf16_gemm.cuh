@@ -432,18 +432,16 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::kKMerge * (kBlockK / 16); ++kk) {
-        // k16 slice kk: sub-slot kk / 4 of the stage, slice kk % 4 within its 64-k box
-        const u32 off_a = (kk / (kBlockK / 16)) * Cfg::kASub + (kk % (kBlockK / 16)) * kStepA;
-        const u32 off_b = (kk / (kBlockK / 16)) * Cfg::kBSub + (kk % (kBlockK / 16)) * kStepB;
-        u64 da, db;
         if constexpr (Cfg::kKMerge > 1) {
-          da = desc_hi | (lo_a + off_a / 16);
-          db = desc_hi | (lo_b + off_b / 16);
+          // k16 slice kk: sub-slot kk / 4 of the stage, slice kk % 4 within its 64-k box
+          const u32 off_a = (kk / (kBlockK / 16)) * Cfg::kASub + (kk % (kBlockK / 16)) * kStepA;
+          const u32 off_b = (kk / (kBlockK / 16)) * Cfg::kBSub + (kk % (kBlockK / 16)) * kStepB;
+          Mma::mma(desc_hi | (lo_a + off_a / 16), desc_hi | (lo_b + off_b / 16), acc, kb > 0 || kk > 0);
         } else {
-          da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + off_a, kLboA);
-          db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + off_b, kLboB);
+          const u64 da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + kk * kStepA, kLboA);
+          const u64 db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + kk * kStepB, kLboB);
+          Mma::mma(da, db, acc, kb > 0 || kk > 0);
         }
-        Mma::mma(da, db, acc, kb > 0 || kk > 0);
       }
       ptx::wgmma_commit_group();
 #pragma unroll
