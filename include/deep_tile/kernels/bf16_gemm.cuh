@@ -423,7 +423,7 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     if (!tile.valid) continue;
     int prev_stage = -1;
     // kKMerge > 1: the trip count broadcast from lane 0, so that ptxas proves the loop warp-uniform and keeps the
-    // stage and its descriptors in uniform registers (86 instructions per 192 k, not 133 with an R2UR per wgmma)
+    // stage and its descriptors in uniform registers (87 instructions per 192 k, not 133 with an R2UR per wgmma)
     const int k_stages = Cfg::kKMerge > 1 ? __shfl_sync(0xFFFFFFFFu, tile.k_blocks, 0) : tile.k_blocks;
     for (int kb = 0; kb < k_stages; ++kb) {
       if constexpr (Cfg::kKMerge > 1) ptx::mbarrier_wait_at(full_addr + stage * 8, phase);
