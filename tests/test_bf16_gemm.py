@@ -350,9 +350,19 @@ def test_plan():
         p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132, rows64=True)
         tiles = -(-m // 64) * -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
         assert p.block_m == 64 and p.splits <= 2 and 100 <= tiles <= 132, p
-        assert contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132).block_m == 128
+        assert contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132, out_f32=True).block_m == 128
+    # small m, long K, one wave of 64 x 32 tiles: the merged ring (3 64-k blocks a stage, 6 stages)
+    assert contract.plan(128, 2112, 7168, 1, 132) == contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3)
+    assert contract.plan(1, 4096, 7168, 1, 132) == contract.Bf16Plan(32, 1, 16, 1, 6, 0, 64, 3)
+    assert contract.plan(40, 4096, 7168, 1, 132).box_m == 64
+    for args, kwargs in (((1, 4096, 1024, 1, 132), {}), ((1, 2048, 7168, 1, 132), {}),
+                         ((256, 1024, 7168, 2, 132), {}), ((1, 4096, 7168, 1, 132), dict(major_b="mn")),
+                         ((128, 2112, 7168, 1, 132), dict(accumulate=True)),
+                         ((128, 2112, 7168, 1, 132), dict(dense=False))):
+        assert contract.plan(*args, **kwargs).k_merge == 1, (args, kwargs)  # short K, half a wave, ...
     # the memory-bound m = 1 plan: the split sum follows the HBM floor, so no split (DeepGEMM's 32 wide, unsplit)
-    assert contract.plan(1, 4096, 7168, 1, 132, rows64=True) == contract.Bf16Plan(32, 1, 16, block_m=64)
+    # (and then its ring merged, as without rows64)
+    assert contract.plan(1, 4096, 7168, 1, 132, rows64=True) == contract.Bf16Plan(32, 1, 16, 1, 6, 0, 64, 3)
     assert contract.plan(1, 4096, 7168, 1, 132, "mn", rows64=True).box_m == 64
     # the split plans measured at 128 x 2112 x 7168 (us, within 8%): the partial sum's rate
     for block_n, splits, us in ((64, 4, 22.0), (48, 3, 20.5)):

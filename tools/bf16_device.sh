@@ -37,7 +37,7 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(130, 1296, 200, "nt", block_n=256, box_m=64, store_all=1, block_m=64),
            dense(128, 520, 1000, "nt", block_n=32, box_m=64, stages=6, block_m=64, k_merge=3),
            dense(1, 700, 1000, "nt", block_n=32, box_m=16, stages=4, block_m=64, k_merge=4),
-           dense(30, 400, 1100, "nt", accumulate="c", block_n=64, splits=3, box_m=32, block_m=64, k_merge=2),
+           dense(30, 400, 1096, "nt", accumulate="c", block_n=64, splits=3, box_m=32, block_m=64, k_merge=2),
            dense(200, 300, 520, "nt", out="f32", block_n=128, k_merge=2),
            dense(1, 1000, 512, "nt", block_n=32, block_m=4),
            dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),

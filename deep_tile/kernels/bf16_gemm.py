@@ -350,6 +350,11 @@ FEW_COLUMNS_MAX_N = 256
 """At most this many columns, a dense K-major GEMM whose 128-row plan is unsplit, narrower than 128 and
 fits one wave takes 64-row tiles 128 wide when they fit one wave too (:func:`plan`): each row of A, the
 large operand there, then reaches half as many CTAs through L2 (docs/performance.md has the timings)."""
+MERGED_RING = (32, 6, 3)
+"""(block_n, stages, k_merge) of the merged-ring plan :func:`plan` takes at small m: 64-row tiles 32 wide,
+6 stages of 3 64-k blocks each (DeepGEMM's ring at these shapes; docs/performance.md has the timings)."""
+MERGED_RING_MIN_K_BLOCKS = 24
+"""The merged ring only over K of at least this many 64-k blocks (its 18 blocks in flight filled)."""
 HYSTERESIS = 0.98
 """The legacy plan stays unless the model predicts the best plan this much faster (its shapes sit at
 parity with DeepGEMM)."""
@@ -401,6 +406,13 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
             and max(1, m_blocks) * ceil_div(n, best.block_n) <= rows64_tiles <= num_sms):
         # few columns over a long A: 64 x 128 tiles read each A row into ceil(n / 128) CTAs, not ceil(n / block_n)
         best = Bf16Plan(min(128, ceil_div(n, 16) * 16), 1, 64, block_m=64)
+    ring_n, ring_stages, ring_merge = MERGED_RING
+    if (dense and major_a == "k" and major_b == "k" and not out_f32 and not accumulate and m <= 2 * 64
+            and k_blocks >= MERGED_RING_MIN_K_BLOCKS
+            and 0.9 * num_sms <= ceil_div(max(1, m), 64) * ceil_div(n, ring_n) <= num_sms):
+        # small m, long K, one wave of narrow 64-row tiles: each stage's sync (full wait, commit, release)
+        # costs as much as its wgmmas, so stages of several 64-k blocks (measured at parity with DeepGEMM)
+        best = Bf16Plan(ring_n, 1, min(box, 64), 1, ring_stages, 0, 64, ring_merge)
     if (dense and major_b == "k" and not out_f32 and not accumulate and best.block_n == 256 and best.splits == 1
             and k_blocks <= PAIRED_MAX_K_BLOCKS and max(1, m_blocks) * ceil_div(n, 256) >= 4 * num_sms):
         # short K over many wide tiles: the epilogue is a large share, so B shared by CTA pairs and
