@@ -11,7 +11,7 @@ legacy selection's time (``DEEP_TILE_BF16_LEGACY``'s plan, timed in the same rou
 and cuBLAS's, and the speedups (their us / deep_tile us; cuBLAS writes bf16 and does not
 accumulate). Before timing, both deep_tile paths' results are compared with float32 torch
 (calc_diff). ``--json PATH`` writes the
-rows. ``--alt SHAPE=PLAN,...`` times forced plans (``block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]]``)
+rows. ``--alt SHAPE=PLAN,...`` times forced plans (``block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m[/k_merge]]]]``)
 of a shape in the same rounds, printed as a second table (the defaults: the weak and uncertain shapes'
 nearest alternatives); ``--weak`` times only the shapes below parity with DeepGEMM.
 Needs an sm_90 GPU.
@@ -42,12 +42,13 @@ ALTS = ("4096:2112:7168:nt:bf16=176/1/128/2", "7168:2048:4096:tn:f32:acc=256/1/1
         "4096:24576:1536:nt:bf16=240/1/128/1,256/1/128/1/0/1,256/1/128/2/0/1,240/1/128/2",
         "4096:32768:512:nt:bf16=256/1/128/1/0/1,256/1/128/2/0/1,256/1/128/2",
         "128:2112:7168:nt:bf16=48/3/128/1/10,64/4/128/1,32/1/64/1/16/0/64,48/1/64/1/0/0/64,64/2/64/1/0/0/64,"
-        "32/2/64/1/0/0/64",
+        "32/2/64/1/0/0/64,32/1/64/1/6/0/64/3,32/1/64/1/4/0/64/4,32/1/64/1/8/0/64/2,64/2/64/1/4/0/64/3",
         "1:4096:7168:nt:bf16=128/4/16/1,32/1/16/1/16,32/1/16/1/0/0/64,128/4/16/1/0/0/64,64/2/16/1/0/0/64,"
-        "32/1/16/1/12/0/64,32/1/16/1/0/0/4",
+        "32/1/16/1/12/0/64,32/1/16/1/0/0/4,32/1/16/1/6/0/64/3,32/1/16/1/4/0/64/4,32/1/16/1/8/0/64/2,"
+        "64/2/16/1/4/0/64/3",
         "4096:256:7168:nt:f32=64/1/128/1,128/1/64/1/0/0/64,128/1/64/1/8/0/64,64/1/64/1/0/0/64")
 """Default ``--alt``: forced plans beside the chosen one where DeepGEMM leads or the cost model is
-least sure (``block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]]``; forced plans without
+least sure (``block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m[/k_merge]]]]``; forced plans without
 stages run the default ring; ``block_m`` 64: 64-row tiles, one consumer warpgroup). 4096 x 24576 x 1536 and 4096 x 32768 x 512 (DeepGEMM: 128 x 240 with B
 multicast, 256 x 128 with A multicast, both staging the whole tile of d): the 240 width the
 model took before, d staged a buffer per box (one wait per tile instead of one per box), with and
@@ -55,7 +56,8 @@ without B multicast. 128 x 2112 and 1 x 4096 (DeepGEMM: 64 x 32 and 16 x 32 tile
 CTAs, no split, 16 stages): the earlier 128-row split plans against 64-row tiles unsplit or split
 in two (the model's 64-row picks, taken by default only with PLAN_ROWS64: 64 x 64 split in two at
 128 x 2112, 32 wide unsplit at m = 1, DeepGEMM's own tile), and at
-m = 1 the stream over B (``block_m`` 4: a warp per column, no tiles). 4096 x 256
+m = 1 the stream over B (``block_m`` 4: a warp per column, no tiles); at both, DeepGEMM's 64-row ring
+as it runs it (16 stages merged into 5 of 192 k) with stages of 3, 4 or 2 64-k blocks (``k_merge``). 4096 x 256
 float32 (DeepGEMM: 64 x 128, 8 stages, d through shared memory): the chosen 128 x 64 against
 64 x 128 with d by TMA (DeepGEMM's tile and ring) or from registers, and 64 x 64."""
 WEAK = ("4096:24576:1536:nt:bf16", "4096:32768:512:nt:bf16", "128:2112:7168:nt:bf16", "1:4096:7168:nt:bf16",
@@ -134,7 +136,7 @@ def main(argv=None) -> int:
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--alt", nargs="*", default=list(ALTS),
-                        help="SHAPE=PLAN[,PLAN...] (block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]])")
+                        help="SHAPE=PLAN[,PLAN...] (block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m[/k_merge]]]])")
     parser.add_argument("--weak", action="store_true", help="time only the WEAK shapes (overrides --shapes)")
     args = parser.parse_args(argv)
     if args.weak:

@@ -39,7 +39,7 @@ short A box at tiny m, the deepest ring for narrow plans that store d from regis
 and non-accumulating ones up to 128 wide), and float32 d stored (or accumulated, TMA reduce-add)
 through shared memory otherwise. ``DEEP_TILE_BF16_LEGACY=1`` (read at each call; :data:`LEGACY`
 overrides it) selects the earlier plan instead: 64 / 128 / 256 wide tiles, no split, no
-multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m]]]``
+multicast, float32 d stored from registers. ``DEEP_TILE_BF16_PLAN=block_n/splits/box_m/cluster_m[/stages[/store_all[/block_m[/k_merge]]]]``
 (:data:`FORCE_PLAN` overrides it) forces one plan on every call, with the default ring unless
 ``stages`` names one (d then from registers), for tuning; B multicast to CTA pairs (``cluster_m`` 2)
 and d staged a buffer per box (``store_all`` 1) are reached only so (the kernel's limits apply:
@@ -62,7 +62,7 @@ as it says."""
 
 
 def parse_plan(text: str) -> contract.Bf16Plan:
-    """``"block_n/splits/box_m/cluster_m/stages/store_all/block_m"`` (trailing fields may be left out) as a plan."""
+    """``"block_n/splits/box_m/cluster_m/stages/store_all/block_m/k_merge"`` (trailing fields may be left out) as a plan."""
     fields = [int(v) for v in text.split("/")]
     return contract.Bf16Plan(*fields)
 
@@ -164,12 +164,13 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
     store = tma_store and pl.block_n >= box_cols and gemm_type not in ("masked", "k_grouped")
     if pl.store_all and store and contract.store_boxes(pl.block_n, out_f32) >= 3:
         return contract.Bf16Config(major_a, major_b, pl.block_n, pl.stages, out_f32, accumulate, gemm_type, True,
-                                   pl.box_m, pl.cluster_m, True, block_m=pl.block_m)
+                                   pl.box_m, pl.cluster_m, True, block_m=pl.block_m, k_merge=pl.k_merge)
     stages = pl.stages or (contract.plan_stages(pl, accumulate) if deep else 0)
     return contract.Bf16Config(major_a, major_b, pl.block_n, stages, out_f32, accumulate, gemm_type,
                                store and not stages, pl.box_m, pl.cluster_m, False,
                                # a forced ring: A's unread rows need no room (a 64-row tile's slot is 64 rows)
-                               bool(pl.stages) and pl.box_m <= 64 and pl.block_m == contract.BLOCK_M, pl.block_m)
+                               bool(pl.stages) and pl.box_m <= 64 and pl.block_m == contract.BLOCK_M, pl.block_m,
+                               pl.k_merge)
 
 
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
@@ -366,7 +367,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
     cfg = _config(pl, major_a, major_b, d.dtype == torch.float32, c is not None, "normal",
                   _tma_store_ok(d, c is not None), deep=not _legacy() and _forced_plan() is None)
     ldd = d.stride(0) if m > 1 else n
-    k_blocks = ceil_div(k, contract.BLOCK_K)
+    k_blocks = ceil_div(k, contract.BLOCK_K * pl.k_merge)  # the kernel's stages (k_merge 64-k blocks each)
     splits = ceil_div(k_blocks, ceil_div(k_blocks, pl.splits))  # every split non-empty
     if splits == 1:
         _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, ldd, 1, tiles)

@@ -148,7 +148,7 @@ _VARS = (
            "no multicast, float32 `d` stored from registers (for side-by-side timing; `deep_tile.bf16.LEGACY` "
            "overrides it at run time). Read at each call."),
     EnvVar("DEEP_TILE_BF16_PLAN", "str", "unset",
-           "Force one plan on every BF16 GEMM call: `block_n/splits/box_m/cluster_m/stages/store_all/block_m` (trailing "
+           "Force one plan on every BF16 GEMM call: `block_n/splits/box_m/cluster_m/stages/store_all/block_m/k_merge` (trailing "
            "fields may be left out; for tuning, the kernel's limits apply; `deep_tile.bf16.FORCE_PLAN` overrides it). Read "
            "at each call."),
     EnvVar("CXX", "str", "c++",
@@ -338,7 +338,7 @@ def bf16_legacy() -> bool:
 
 
 def bf16_plan() -> str | None:
-    """``DEEP_TILE_BF16_PLAN``: a forced BF16 GEMM plan (``block_n/splits/box_m/cluster_m/stages/store_all/block_m``), or None."""
+    """``DEEP_TILE_BF16_PLAN``: a forced BF16 GEMM plan (``block_n/splits/box_m/cluster_m/stages/store_all/block_m/k_merge``), or None."""
     return get("DEEP_TILE_BF16_PLAN")
 
 

@@ -69,9 +69,10 @@ _RULE = {}
 
 
 def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-                   cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128) -> None:
+                   cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128,
+                   k_merge: int = 1) -> None:
     """Run the next calls with tile width ``block_n``, ``splits``, ``box_m``, ``cluster_m``, ``stages``,
-    ``store_all`` and ``block_m`` (block_n None: the plan's own choice); ``legacy``: the earlier
+    ``store_all``, ``block_m`` and ``k_merge`` (block_n None: the plan's own choice); ``legacy``: the earlier
     selection (deep_tile.bf16.LEGACY)."""
     import deep_tile.bf16 as host
     from deep_tile.kernels import bf16_gemm as contract
@@ -81,19 +82,19 @@ def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legac
     if block_n is None:
         contract.plan, contract.legacy_plan = rules
     else:
-        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m, stages, store_all, block_m)
+        forced = contract.Bf16Plan(block_n, splits, box_m, cluster_m, stages, store_all, block_m, k_merge)
         contract.plan = contract.legacy_plan = lambda *args, **kwargs: forced
 
 
 def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumulate: str = "none", seed: int = 0,
           block_n: int | None = None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-          cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128) -> dict:
+          cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128, k_merge: int = 1) -> dict:
     """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d);
-    ``block_n`` / ``splits`` / ``box_m`` / ``cluster_m`` / ``stages`` / ``store_all`` / ``block_m`` force
-    the plan, ``legacy`` takes the earlier selection."""
+    ``block_n`` / ``splits`` / ``box_m`` / ``cluster_m`` / ``stages`` / ``store_all`` / ``block_m`` /
+    ``k_merge`` force the plan, ``legacy`` takes the earlier selection."""
     import deep_tile
 
-    _force_block_n(block_n, splits, box_m, legacy, cluster_m, stages, store_all, block_m)
+    _force_block_n(block_n, splits, box_m, legacy, cluster_m, stages, store_all, block_m, k_merge)
     a_arg, b_arg, a, b = make_dense(m, n, k, layout, seed, "cuda")
     dtype = torch.float32 if out == "f32" else torch.bfloat16
     gen = torch.Generator().manual_seed(seed + 1)

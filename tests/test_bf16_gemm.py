@@ -228,6 +228,11 @@ def all_configs() -> list:
                  ("k", "k", 176, 0, False, False, True, 64, False))]
     cfgs += [contract.Bf16Config("k", "k", bn, contract.deep_stages(bn, 64), False, False, "normal", False, 64,
                                  block_m=64) for bn in (16, 32, 48, 96)]
+    # stages of several 64-k blocks (k_merge): DeepGEMM's 64 x 32 and 16 x 32 rings, split K, 128-row tiles
+    cfgs += [contract.Bf16Config("k", "k", bn, st, f32, False, "normal", store, box, 1, False, False, bm, km)
+             for bn, st, f32, store, box, bm, km in (
+                 (32, 6, False, False, 64, 64, 3), (32, 4, False, False, 16, 64, 4), (64, 4, False, False, 64, 64, 3),
+                 (128, 0, True, True, 128, 128, 2), (64, 0, False, False, 16, 128, 2), (32, 8, False, False, 16, 64, 2))]
     cfgs += [contract.Bf16Config("k", mb, bn, 0, False, False, "contiguous", store)
              for mb, bn, store in itertools.product(contract.MAJORS, legacy, (False, True))]
     cfgs += [contract.Bf16Config("k", "k", 144, 0, False, False, "contiguous", True)]
@@ -245,7 +250,7 @@ def test_contract_geometry():
     assert contract.plan_stages(contract.Bf16Plan(256)) == 0 and contract.plan_stages(contract.Bf16Plan(192, 6, 16)) == 5
     for cfg in all_configs():
         assert cfg.smem <= contract.SMEM_LIMIT
-        assert len(cfg.defines()) == 15
+        assert len(cfg.defines()) == 16
         assert cfg.defines()["DT_BF16_THREADS"] == cfg.threads == 128 * (1 + cfg.block_m // 64)
     # 64-row tiles: a 64-row A slot, one consumer warpgroup's staging, 16-stage rings where they fit
     cfg = contract.Bf16Config(block_n=32, stages=16, box_m=16, block_m=64)
@@ -345,9 +350,19 @@ def test_plan():
         p = contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132, rows64=True)
         tiles = -(-m // 64) * -(-(4096 if m == 1 else 2112) // p.block_n) * p.splits
         assert p.block_m == 64 and p.splits <= 2 and 100 <= tiles <= 132, p
-        assert contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132).block_m == 128
+        assert contract.plan(m, 4096 if m == 1 else 2112, 7168, 1, 132, out_f32=True).block_m == 128
+    # small m, long K, one wave of 64 x 32 tiles: the merged ring (3 64-k blocks a stage, 6 stages)
+    assert contract.plan(128, 2112, 7168, 1, 132) == contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3)
+    assert contract.plan(1, 4096, 7168, 1, 132) == contract.Bf16Plan(32, 1, 16, 1, 6, 0, 64, 3)
+    assert contract.plan(40, 4096, 7168, 1, 132).box_m == 64
+    for args, kwargs in (((1, 4096, 1024, 1, 132), {}), ((1, 2048, 7168, 1, 132), {}),
+                         ((256, 1024, 7168, 2, 132), {}), ((1, 4096, 7168, 1, 132), dict(major_b="mn")),
+                         ((128, 2112, 7168, 1, 132), dict(accumulate=True)),
+                         ((128, 2112, 7168, 1, 132), dict(dense=False))):
+        assert contract.plan(*args, **kwargs).k_merge == 1, (args, kwargs)  # short K, half a wave, ...
     # the memory-bound m = 1 plan: the split sum follows the HBM floor, so no split (DeepGEMM's 32 wide, unsplit)
-    assert contract.plan(1, 4096, 7168, 1, 132, rows64=True) == contract.Bf16Plan(32, 1, 16, block_m=64)
+    # (and then its ring merged, as without rows64)
+    assert contract.plan(1, 4096, 7168, 1, 132, rows64=True) == contract.Bf16Plan(32, 1, 16, 1, 6, 0, 64, 3)
     assert contract.plan(1, 4096, 7168, 1, 132, "mn", rows64=True).box_m == 64
     # the split plans measured at 128 x 2112 x 7168 (us, within 8%): the partial sum's rate
     for block_n, splits, us in ((64, 4, 22.0), (48, 3, 20.5)):
@@ -455,7 +470,8 @@ def code_path(cfg: contract.Bf16Config) -> tuple:
     """What selects a variant's code in the kernel (its width only by whether it ends on a partial box)."""
     default_ring = cfg.stages == contract.stages_for(cfg.block_n, cfg.tma_store, cfg.store_all, cfg.out_f32, cfg.block_m)
     return (cfg.major_a, cfg.major_b, cfg.out_f32, cfg.accumulate, cfg.gemm_type, cfg.tma_store, cfg.box_m < 128,
-            cfg.cluster_m, cfg.store_all, cfg.compact_a, default_ring, cfg.block_n % 64 != 0, cfg.block_m)
+            cfg.cluster_m, cfg.store_all, cfg.compact_a, default_ring, cfg.block_n % 64 != 0, cfg.block_m,
+            cfg.k_merge > 1)
 
 
 def smoke_configs() -> list:
@@ -479,8 +495,10 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
     assert contract.SYMBOL in compiler.elf_functions(result.cubin)
     assert_spill_free(result.log)
     sass = compiler.disassemble(result.cubin)
-    if sass is not None:  # four k16 wgmmas per stage, the register split, MN-major read through transposes
-        assert sass.count("HGMMA.64x") == 4 and "USETMAXREG" in sass, cfg.label
+    if sass is not None:  # four k16 wgmmas per 64-k block of a stage, the register split, MN-major read through transposes
+        assert sass.count("HGMMA.64x") == 4 * cfg.k_merge and "USETMAXREG" in sass, cfg.label
+        # a stage's A and B boxes, one TMA each per 64-k block (a 128-row tile's second warpgroup reads no B there)
+        assert sass.count("UTMALDG") >= 2 * cfg.k_merge or cfg.major_a == "mn" or cfg.major_b == "mn", cfg.label
         # one stage's wgmmas stay in flight while the next stage's issue (wgmma.wait_group 1)
         assert "WARPGROUP.DEPBAR.LE gsb0, 0x1" in sass, cfg.label
         assert ("tnspA" in sass) == (cfg.major_a == "mn") and ("tnspB" in sass) == (cfg.major_b == "mn"), cfg.label
@@ -530,6 +548,32 @@ def test_gemv_contract_and_refusals():
         assert check(d2, a2, b2)["ok"]
     finally:
         host.FORCE_PLAN = None
+
+
+def test_k_merge_geometry_and_refusals():
+    cfg = contract.Bf16Config("k", "k", 32, 6, False, False, "normal", False, 64, block_m=64, k_merge=3)
+    assert cfg.smem == 6 * (64 + 32) * 64 * 2 * 3 + 16 * 6 and cfg.defines()["DT_BF16_K_MERGE"] == 3
+    assert contract.Bf16Config("k", "k", 32, box_m=16, block_m=64, k_merge=2).stages == 4  # the default ring's bytes
+    assert contract.deep_stages(32, 64, 3) == 6 and contract.deep_stages(32, 64, 4) == 4
+    import deep_tile.bf16 as host
+
+    assert host.parse_plan("32/1/64/1/6/0/64/3") == contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3)
+    cfg = host._config(contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3), "k", "k", False, False, "normal", True)
+    assert cfg.k_merge == 3 and cfg.stages == 6 and cfg.block_m == 64 and not cfg.tma_store
+    host.FORCE_PLAN = contract.Bf16Plan(32, 1, 64, 1, 6, 0, 64, 3)
+    try:  # the CPU path takes the plan
+        _, _, a, b = make_dense(5, 40, 200, "nt", seed=3)
+        d = torch.full((5, 40), float("nan"))
+        deep_tile.bf16_gemm_nt(a, b, d)
+        assert check(d, a, b)["ok"]
+    finally:
+        host.FORCE_PLAN = None
+    for kwargs in (dict(major_a="mn", box_m=64), dict(major_b="mn", block_n=64), dict(gemm_type="contiguous"),
+                   dict(cluster_m=2, block_n=64), dict(k_merge=9)):
+        with pytest.raises(ValueError, match="k_merge"):
+            contract.Bf16Config(**{"block_n": 32, "k_merge": 3, **kwargs})
+    with pytest.raises(ValueError):
+        contract.Bf16Plan(64, 1, 128, 2, k_merge=2)
 
 
 def test_smoke_configs_take_every_code_path():
@@ -606,6 +650,16 @@ DENSE_CASES = (
            (200, 700, 320, "tt", 256, 1, 64, 0, 0, "f32", "c"), (190, 1296, 320, "nt", 256, 1, 64, 0, 1, "bf16", "none"),
            (150, 530, 136, "nt", 176, 1, 64, 0, 0, "bf16", "none"), (65, 460, 264, "nt", 144, 1, 64, 0, 0, "bf16", "c"),
            (50, 600, 1024, "tn", 64, 2, 64, 14, 0, "f32", "inplace"), (7, 520, 640, "nn", 128, 1, 64, 9, 0, "bf16", "none"))]
+    # stages of several 64-k blocks (k_merge): DeepGEMM's rings at its shapes, k not a multiple of a stage (whole
+    # boxes past k, zero-filled), split K, 128-row tiles with the staged store, a short box in a 128-row tile
+    + [dict(m=m, n=n, k=k, layout="nt", block_n=bn, splits=sp, box_m=box, stages=st, out=out, accumulate=acc,
+            block_m=bm, k_merge=km)
+       for m, n, k, bn, sp, box, st, out, acc, bm, km in (
+           (128, 2112, 7168, 32, 1, 64, 6, "bf16", "none", 64, 3), (1, 4096, 7168, 32, 1, 16, 6, "bf16", "none", 64, 3),
+           (128, 2112, 7168, 32, 1, 64, 4, "bf16", "none", 64, 4), (1, 4096, 7168, 32, 1, 16, 8, "bf16", "none", 64, 2),
+           (100, 520, 1000, 32, 1, 64, 6, "f32", "c", 64, 3), (128, 2112, 7168, 64, 2, 64, 4, "bf16", "none", 64, 3),
+           (30, 1000, 2056, 64, 3, 32, 0, "bf16", "inplace", 64, 2), (300, 520, 1000, 128, 1, 128, 0, "f32", "none", 128, 2),
+           (3, 700, 1000, 64, 1, 16, 0, "bf16", "c", 128, 2))]
     + [dict(m=m, n=n, k=k, layout="nt", out=out) for m, n, k, out in ((64, 2112, 7168, "bf16"), (40, 4096, 2048, "f32"),
                                                                      (4096, 256, 1024, "f32"))]
     # the m <= 4 stream over B (forced): one, two and three rows, k tails of a batch, c, float32 d

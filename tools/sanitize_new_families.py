@@ -56,6 +56,10 @@ results = [
     bf16.dense(130, 600, 448, "nt", block_n=64, splits=3, box_m=64, block_m=64),
     bf16.dense(150, 300, 200, "tn", out="f32", accumulate="inplace", block_n=128, box_m=64, block_m=64),
     bf16.dense(130, 1296, 200, "nt", block_n=256, box_m=64, store_all=1, block_m=64),
+    # stages of several 64-k blocks (k_merge): whole boxes past k (zero-filled), split K, a 128-row tile's staged store
+    bf16.dense(128, 520, 1000, "nt", block_n=32, box_m=64, stages=6, block_m=64, k_merge=3),
+    bf16.dense(30, 400, 1096, "nt", accumulate="c", block_n=64, splits=3, box_m=32, block_m=64, k_merge=2),
+    bf16.dense(200, 300, 520, "nt", out="f32", block_n=128, k_merge=2),
     # the m <= 4 stream over B (a warp per column of d)
     bf16.dense(1, 1000, 512, "nt", block_n=32, block_m=4),
     bf16.dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),

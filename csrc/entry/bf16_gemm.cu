@@ -6,7 +6,7 @@
     !defined(DT_BF16_OUT_F32) || !defined(DT_BF16_ACCUMULATE) || !defined(DT_BF16_GEMM_TYPE) ||                      \
     !defined(DT_BF16_TMA_STORE) || !defined(DT_BF16_BOX_M) || !defined(DT_BF16_CLUSTER_M) ||                          \
     !defined(DT_BF16_STORE_ALL) || !defined(DT_BF16_COMPACT_A) || !defined(DT_BF16_BLOCK_M) ||                        \
-    !defined(DT_BF16_SMEM_BYTES) || !defined(DT_BF16_THREADS)
+    !defined(DT_BF16_K_MERGE) || !defined(DT_BF16_SMEM_BYTES) || !defined(DT_BF16_THREADS)
 #error "the DT_BF16_* macros are set by deep_tile.kernels.bf16_gemm"
 #endif
 
@@ -14,7 +14,7 @@ using Bf16Cfg = deep_tile::Bf16GemmConfig<DT_BF16_MAJOR_A, DT_BF16_MAJOR_B, DT_B
                                           DT_BF16_OUT_F32, DT_BF16_ACCUMULATE, DT_BF16_GEMM_TYPE,
                                           DT_BF16_TMA_STORE, DT_BF16_BOX_M,
                                           DT_BF16_CLUSTER_M, DT_BF16_STORE_ALL,
-                                          DT_BF16_COMPACT_A, DT_BF16_BLOCK_M>;
+                                          DT_BF16_COMPACT_A, DT_BF16_BLOCK_M, DT_BF16_K_MERGE>;
 static_assert(Bf16Cfg::kSmemBytes == DT_BF16_SMEM_BYTES, "DT_BF16_SMEM_BYTES disagrees with the kernel's shared memory");
 static_assert(Bf16Cfg::kThreads == DT_BF16_THREADS, "DT_BF16_THREADS disagrees with the kernel's block");
 

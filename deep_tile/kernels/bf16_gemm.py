@@ -20,7 +20,7 @@ from deep_tile.common import ceil_div
 __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGACY_BLOCK_NS", "BOX_MS", "MAJORS",
            "GEMM_TYPES", "BLOCK_MS", "SMEM_LIMIT", "ARGUMENT_KINDS", "Bf16Config", "Bf16Plan", "stages_for", "smem_bytes",
            "select_block_n", "plan", "legacy_plan", "grid", "split_workspace_floats", "deep_stages", "plan_stages",
-           "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES",
+           "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES", "MAX_K_MERGE",
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
            "MAX_SPLIT_M_BLOCKS", "plan_cost", "PAIRED_MAX_K_BLOCKS", "GEMV_ENTRY", "GEMV_SYMBOL", "GEMV_BLOCK_M",
            "GEMV_THREADS", "GEMV_ARGUMENT_KINDS", "gemv_defines", "gemv_grid"]
@@ -71,9 +71,9 @@ def threads(block_m: int = BLOCK_M) -> int:
     return 128 * (1 + block_m // 64)
 
 
-def stage_bytes(block_n: int, compact_a: bool = False, block_m: int = BLOCK_M) -> int:
-    """One stage's slots: A (``block_m`` rows, or 64 with ``compact_a``) and B."""
-    return ((64 if compact_a else block_m) + block_n) * BLOCK_K * 2
+def stage_bytes(block_n: int, compact_a: bool = False, block_m: int = BLOCK_M, k_merge: int = 1) -> int:
+    """One stage's slots: A (``block_m`` rows, or 64 with ``compact_a``) and B, ``k_merge`` 64-k blocks of each."""
+    return ((64 if compact_a else block_m) + block_n) * BLOCK_K * 2 * k_merge
 
 
 def store_boxes(block_n: int, out_f32: bool) -> int:
@@ -99,6 +99,8 @@ def stages_for(block_n: int, tma_store: bool = False, store_all: bool = False, o
     return min(MAX_STAGES, SMEM_BUDGET // per, room // per)
 
 
+MAX_K_MERGE = 8
+"""Most 64-k blocks one stage may hold (``Bf16Config.k_merge``)."""
 DEEP_MAX_STAGES = 12
 MAX_RING_STAGES = 16
 """The deepest ring a configuration (a forced plan) may name."""
@@ -106,13 +108,13 @@ DEEP_MAX_BLOCK_N = 128
 """Plans this narrow that store D from registers take :func:`deep_stages` (no staging to make room for)."""
 
 
-def deep_stages(block_n: int, block_m: int = BLOCK_M) -> int:
+def deep_stages(block_n: int, block_m: int = BLOCK_M, k_merge: int = 1) -> int:
     """The deepest ring shared memory holds for ``block_n`` without store staging (at most
     DEEP_MAX_STAGES, or MAX_RING_STAGES for 64-row tiles, whose stages are smaller: DeepGEMM runs 16
     there): narrow few-column and split plans wait on their loads' round trips, so more bytes in
-    flight is their lever."""
+    flight is their lever. ``k_merge`` > 1: stages of that many 64-k blocks, fewer of them."""
     cap = DEEP_MAX_STAGES if block_m == BLOCK_M else MAX_RING_STAGES
-    return min(cap, SMEM_LIMIT // (stage_bytes(block_n, block_m=block_m) + 16))
+    return min(cap, SMEM_LIMIT // (stage_bytes(block_n, block_m=block_m, k_merge=k_merge) + 16))
 
 
 def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
@@ -120,20 +122,20 @@ def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
     for a split plan or a non-accumulating one at most DEEP_MAX_BLOCK_N wide, whose D then leaves
     from registers."""
     deep = pl.splits > 1 or (pl.block_n <= DEEP_MAX_BLOCK_N and not accumulate)
-    return deep_stages(pl.block_n, pl.block_m) if deep else 0
+    return deep_stages(pl.block_n, pl.block_m, pl.k_merge) if deep else 0
 
 
 def smem_bytes(block_n: int, stages: int, tma_store: bool = False, store_all: bool = False,
-               out_f32: bool = False, compact_a: bool = False, block_m: int = BLOCK_M) -> int:
+               out_f32: bool = False, compact_a: bool = False, block_m: int = BLOCK_M, k_merge: int = 1) -> int:
     """Dynamic shared memory: the stages, ``tma_store``'s staging, 2 mbarriers per stage
     (``Bf16GemmConfig::kSmemBytes``)."""
-    return (stages * stage_bytes(block_n, compact_a, block_m)
+    return (stages * stage_bytes(block_n, compact_a, block_m, k_merge)
             + staging_bytes(block_n, tma_store, store_all, out_f32, block_m) + 16 * stages)
 
 
 @dataclass(frozen=True)
 class Bf16Config:
-    """One kernel instance (``Bf16GemmConfig``'s thirteen template parameters)."""
+    """One kernel instance (``Bf16GemmConfig``'s fourteen template parameters)."""
 
     major_a: str = "k"
     major_b: str = "k"
@@ -148,6 +150,7 @@ class Bf16Config:
     store_all: bool = False  # tma_store: a buffer per box, one wait per tile (kStoreAll)
     compact_a: bool = False  # box_m <= 64: a 64-row A slot per stage, room for a deeper ring (kCompactA)
     block_m: int = BLOCK_M  # 64: one consumer warpgroup, 64-row tiles (the dense GEMM, box_m <= 64)
+    k_merge: int = 1  # 64-k blocks per stage (kKMerge; the dense GEMM, K-major a and b, no pairs)
 
     def __post_init__(self):
         if self.major_a not in MAJORS or self.major_b not in MAJORS:
@@ -181,6 +184,13 @@ class Bf16Config:
                                                                     or self.cluster_m != 1 or self.compact_a)):
             raise ValueError(f"bf16_gemm: block_m must be 128, or 64 for the dense GEMM with box_m 64 or less, "
                              f"no CTA pairs and no compact_a (its A slot is 64 rows already), got {self.block_m}.")
+        if not 1 <= self.k_merge <= MAX_K_MERGE or (self.k_merge > 1 and (
+                self.gemm_type != "normal" or self.major_a != "k" or self.major_b != "k" or self.cluster_m != 1)):
+            raise ValueError(f"bf16_gemm: k_merge must be 1, or up to {MAX_K_MERGE} for the dense GEMM with K-major a "
+                             f"and b and no CTA pairs, got {self.k_merge}.")
+        if not self.stages and self.k_merge > 1:  # the default ring counts 64-k blocks: the same bytes, fewer stages
+            object.__setattr__(self, "stages", max(2, stages_for(self.block_n, self.tma_store, self.store_all,
+                                                                 self.out_f32, self.block_m) // self.k_merge))
         if not self.stages:
             object.__setattr__(self, "stages", stages_for(self.block_n, self.tma_store, self.store_all, self.out_f32,
                                                           self.block_m))
@@ -190,7 +200,7 @@ class Bf16Config:
     @property
     def smem(self) -> int:
         return smem_bytes(self.block_n, self.stages, self.tma_store, self.store_all, self.out_f32, self.compact_a,
-                          self.block_m)
+                          self.block_m, self.k_merge)
 
     @property
     def threads(self) -> int:
@@ -203,14 +213,15 @@ class Bf16Config:
                 "DT_BF16_GEMM_TYPE": GEMM_TYPES[self.gemm_type], "DT_BF16_TMA_STORE": int(self.tma_store),
                 "DT_BF16_BOX_M": self.box_m, "DT_BF16_CLUSTER_M": self.cluster_m,
                 "DT_BF16_STORE_ALL": int(self.store_all), "DT_BF16_COMPACT_A": int(self.compact_a),
-                "DT_BF16_BLOCK_M": self.block_m, "DT_BF16_SMEM_BYTES": self.smem,
+                "DT_BF16_BLOCK_M": self.block_m, "DT_BF16_K_MERGE": self.k_merge, "DT_BF16_SMEM_BYTES": self.smem,
                 "DT_BF16_THREADS": self.threads}
 
     @property
     def label(self) -> str:
         return (f"bf16 {self.gemm_type} a:{self.major_a} b:{self.major_b} {self.block_m}x{self.block_n} s{self.stages}"
                 f"{' f32' if self.out_f32 else ''}{' acc' if self.accumulate else ''}{' tma-store' if self.tma_store else ''}"
-                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}{' store-all' if self.store_all else ''}{' compact-a' if self.compact_a else ''}")
+                f"{f' box{self.box_m}' if self.box_m != BLOCK_M else ''}{' x2' if self.cluster_m == 2 else ''}{' store-all' if self.store_all else ''}{' compact-a' if self.compact_a else ''}"
+                f"{f' k{64 * self.k_merge}' if self.k_merge > 1 else ''}")
 
 
 def select_block_n(m_blocks: int, n: int, num_sms: int) -> int:
@@ -235,7 +246,9 @@ class Bf16Plan:
     ``Bf16Config.compact_a``), and ``store_all`` (1: D staged a buffer per box,
     ``Bf16Config.store_all``, where D takes TMA stores and the tile holds 3+ boxes), and the tile's
     rows ``block_m`` (64: one consumer warpgroup, the dense GEMM only, ``box_m`` at most 64 and no
-    pairs; GEMV_BLOCK_M: no tiles, the stream over B at m <= 4, whose other fields are unused). :func:`plan` sets ``cluster_m`` and ``store_all`` only by its short-K rule."""
+    pairs; GEMV_BLOCK_M: no tiles, the stream over B at m <= 4, whose other fields are unused), and ``k_merge``
+    (64-k blocks per stage, ``Bf16Config.k_merge``; ``stages`` then counts merged stages; forced plans only).
+    :func:`plan` sets ``cluster_m`` and ``store_all`` only by its short-K rule."""
 
     block_n: int
     splits: int = 1
@@ -244,16 +257,19 @@ class Bf16Plan:
     stages: int = 0
     store_all: int = 0
     block_m: int = BLOCK_M
+    k_merge: int = 1
 
     def __post_init__(self):
         if (self.block_n not in BLOCK_NS or not 1 <= self.splits <= MAX_SPLITS or self.box_m not in BOX_MS
                 or self.cluster_m not in (1, 2) or not (self.stages == 0 or 2 <= self.stages <= MAX_RING_STAGES)
                 or self.store_all not in (0, 1) or self.block_m not in BLOCK_MS + (GEMV_BLOCK_M,)
-                or (self.block_m == 64 and (self.box_m > 64 or self.cluster_m != 1))):
+                or (self.block_m == 64 and (self.box_m > 64 or self.cluster_m != 1))
+                or not 1 <= self.k_merge <= MAX_K_MERGE or (self.k_merge > 1 and self.cluster_m != 1)):
             raise ValueError(f"bf16_gemm: a plan takes block_n in {BLOCK_NS[0]}..{BLOCK_NS[-1]} (steps of 16), "
                              f"1..{MAX_SPLITS} splits, box_m in {BOX_MS}, cluster_m 1 or 2, stages 0 or "
                              f"2..{MAX_RING_STAGES}, store_all 0 or 1 and block_m 128, or 64 with box_m at most 64 "
-                             f"and cluster_m 1, or {GEMV_BLOCK_M} (the stream over B); got {self}.")
+                             f"and cluster_m 1, or {GEMV_BLOCK_M} (the stream over B), k_merge 1..{MAX_K_MERGE} "
+                             f"(cluster_m 1); got {self}.")
 
 
 # the cost model's machine (an H200; only ratios between candidates matter)
@@ -334,6 +350,11 @@ FEW_COLUMNS_MAX_N = 256
 """At most this many columns, a dense K-major GEMM whose 128-row plan is unsplit, narrower than 128 and
 fits one wave takes 64-row tiles 128 wide when they fit one wave too (:func:`plan`): each row of A, the
 large operand there, then reaches half as many CTAs through L2 (docs/performance.md has the timings)."""
+MERGED_RING = (32, 6, 3)
+"""(block_n, stages, k_merge) of the merged-ring plan :func:`plan` takes at small m: 64-row tiles 32 wide,
+6 stages of 3 64-k blocks each (DeepGEMM's ring at these shapes; docs/performance.md has the timings)."""
+MERGED_RING_MIN_K_BLOCKS = 24
+"""The merged ring only over K of at least this many 64-k blocks (its 18 blocks in flight filled)."""
 HYSTERESIS = 0.98
 """The legacy plan stays unless the model predicts the best plan this much faster (its shapes sit at
 parity with DeepGEMM)."""
@@ -385,6 +406,13 @@ def plan(m: int, n: int, k: int, m_blocks: int, num_sms: int, major_a: str = "k"
             and max(1, m_blocks) * ceil_div(n, best.block_n) <= rows64_tiles <= num_sms):
         # few columns over a long A: 64 x 128 tiles read each A row into ceil(n / 128) CTAs, not ceil(n / block_n)
         best = Bf16Plan(min(128, ceil_div(n, 16) * 16), 1, 64, block_m=64)
+    ring_n, ring_stages, ring_merge = MERGED_RING
+    if (dense and major_a == "k" and major_b == "k" and not out_f32 and not accumulate and m <= 2 * 64
+            and k_blocks >= MERGED_RING_MIN_K_BLOCKS
+            and 0.9 * num_sms <= ceil_div(max(1, m), 64) * ceil_div(n, ring_n) <= num_sms):
+        # small m, long K, one wave of narrow 64-row tiles: each stage's sync (full wait, commit, release)
+        # costs as much as its wgmmas, so stages of several 64-k blocks (measured at parity with DeepGEMM)
+        best = Bf16Plan(ring_n, 1, min(box, 64), 1, ring_stages, 0, 64, ring_merge)
     if (dense and major_b == "k" and not out_f32 and not accumulate and best.block_n == 256 and best.splits == 1
             and k_blocks <= PAIRED_MAX_K_BLOCKS and max(1, m_blocks) * ceil_div(n, 256) >= 4 * num_sms):
         # short K over many wide tiles: the epilogue is a large share, so B shared by CTA pairs and

@@ -53,8 +53,11 @@ enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGr
 ///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two;
 ///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring);
 ///   kBlockM: 128 (two consumer warpgroups), or 64 (one; the dense GEMM, kBoxM <= 64: the A box, 64 for whole tiles).
+///   kKMerge: 64-k blocks per stage (the dense K-major GEMM): one full wait, one commit / wait and one release
+///     per kKMerge blocks, kKMerge A and B boxes under one expect_tx (narrow tiles' per-block sync costs as much as their wgmmas).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
-          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0, int kBlockM_ = 128>
+          int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0, int kBlockM_ = 128,
+          int kKMerge_ = 1>
 struct Bf16GemmConfig {
   static constexpr int kMajorA = kMajorA_, kMajorB = kMajorB_;
   static constexpr int kBlockM = kBlockM_, kBlockN = kBlockN_, kBlockK = 64;  // 64 bf16 = one 128-byte swizzle row
@@ -69,9 +72,12 @@ struct Bf16GemmConfig {
   static constexpr int kBoxM = kBoxM_;
   static constexpr int kClusterM = kClusterM_;
   static constexpr bool kCompactA = kCompactA_ != 0;
-  static constexpr int kABytes = (kCompactA ? 64 : kBlockM) * kBlockK * 2, kBBytes = kBlockN * kBlockK * 2;
+  static constexpr int kKMerge = kKMerge_, kStageK = kBlockK * kKMerge;  // a stage's k extent
+  // a stage: kKMerge A sub-slots of one 64-k box each, then kKMerge B sub-slots
+  static constexpr int kASub = (kCompactA ? 64 : kBlockM) * kBlockK * 2, kBSub = kBlockN * kBlockK * 2;
+  static constexpr int kABytes = kASub * kKMerge, kBBytes = kBSub * kKMerge;
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kStageTxBytes = kBoxM * kBlockK * 2 + kBBytes;  // what one stage's TMAs deliver
+  static constexpr int kStageTxBytes = (kBoxM * kBlockK * 2 + kBSub) * kKMerge;  // what one stage's TMAs deliver
   static constexpr bool kTmaStore = kTmaStore_ != 0;
   static constexpr int kStoreBytes = 64 * 128;  // one box: a warpgroup's 64 rows of 128 bytes
   static constexpr int kStoreCols = kOutF32 ? 32 : 64;  // D columns in a box's 128-byte row
@@ -97,6 +103,9 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kBlockM_ == 128 || (kBlockM_ == 64 && kGemmType_ == kBf16Normal && kBoxM_ <= 64 &&
                                        kClusterM_ == 1 && kCompactA_ == 0),
                    "kBlockM: 128, or 64 for the dense GEMM (kBoxM <= 64, no pairs; its A slot is 64 rows already)");
+  DT_STATIC_ASSERT(kKMerge_ == 1 || (kKMerge_ >= 2 && kKMerge_ <= 8 && kGemmType_ == kBf16Normal && kMajorA_ == 0 &&
+                                     kMajorB_ == 0 && kClusterM_ == 1),
+                   "kKMerge: 1, or 2..8 for the dense GEMM with K-major A and B and no pairs");
   DT_STATIC_ASSERT(kLoadRegs * 128 + kMathRegs * 128 * kConsumers <= 64 * 1024, "the register split fits the file");
   DT_STATIC_ASSERT(kStoreAll_ == 0 || (kStoreAll_ == 1 && kTmaStore_ == 1 && kStoreBoxes >= 3),
                    "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
@@ -160,7 +169,7 @@ struct Bf16Scheduler {
     tile.valid = true;
     tile.k_begin = 0;
     tile.split = tile.slot = 0;
-    tile.k_blocks = ceil_div(k, Cfg::kBlockK);
+    tile.k_blocks = ceil_div(k, Cfg::kStageK);  // stages (k past the end: TMA's zero fill)
     if (Cfg::kGemmType == kBf16KGrouped) {
       // every group has the same tiles: d[g] = sum over its k rows; layout holds each group's k (multiples of 128)
       const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
@@ -207,7 +216,7 @@ struct Bf16Scheduler {
     tile.b_base = 0;
     if (Cfg::kGemmType == kBf16Normal && num_groups > 1) {
       const int per = ceil_div(tile.k_blocks, num_groups);  // the host makes every split non-empty
-      tile.k_begin = split * per * Cfg::kBlockK;
+      tile.k_begin = split * per * Cfg::kStageK;
       tile.k_blocks = min_int(per, tile.k_blocks - split * per);
       tile.valid = tile.k_blocks > 0;
     }
@@ -334,9 +343,10 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
           ptx::mbarrier_arrive_expect_tx(bar, Cfg::kStageTxBytes);
           u8* a = smem_a + stage * Cfg::kABytes;
           u8* b = smem_b + stage * Cfg::kBBytes;
-          const int k0 = tile.k_begin + kb * kBlockK;
+          const int k0 = tile.k_begin + kb * Cfg::kStageK;
           if (Cfg::kMajorA == 0) {
-            ptx::tma_load_2d(a, tmap_a, bar, k0, tile.a_row);
+#pragma unroll
+            for (int i = 0; i < Cfg::kKMerge; ++i) ptx::tma_load_2d(a + i * Cfg::kASub, tmap_a, bar, k0 + i * kBlockK, tile.a_row);
           } else {
 #pragma unroll
             for (int i = 0; i < Cfg::kBoxM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
@@ -345,7 +355,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
             constexpr int kHalf = kBlockN / 2;
             ptx::tma_load_2d_multicast(b + sched.rank * kHalf * 128, tmap_b, bar, k0, n0 + sched.rank * kHalf, 0x3);
           } else if (Cfg::kMajorB == 0) {
-            ptx::tma_load_2d(b, tmap_b, bar, k0, tile.b_base + n0);
+#pragma unroll
+            for (int i = 0; i < Cfg::kKMerge; ++i) ptx::tma_load_2d(b + i * Cfg::kBSub, tmap_b, bar, k0 + i * kBlockK, tile.b_base + n0);
           } else {
 #pragma unroll
             for (int i = 0; i < kBlockN / 64; ++i) ptx::tma_load_2d(b + i * 64 * 128, tmap_b, bar, n0 + 64 * i, tile.b_base + k0);
@@ -373,10 +384,21 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   int stage = 0;
   u32 phase = 0;
   Bf16Tile tile;
+  // kKMerge > 1: barrier addresses and descriptors' low words formed once, broadcast from lane 0 (else ptxas
+  // re-reads the shared window, S2R, before each stage's wait and rebuilds each descriptor); other kernels unchanged
+  constexpr bool kMerged = Cfg::kKMerge > 1;
+  const u32 full_addr = kMerged ? __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(full), 0) : 0u;
+  const u32 empty_addr = kMerged ? __shfl_sync(0xFFFFFFFFu, ptx::smem_addr(empty), 0) : 0u;
+  const u64 desc_a0 = ptx::sw128_desc_lbo(a_base, kLboA), desc_b0 = ptx::sw128_desc_lbo(b_base, kLboB);
+  const u64 desc_hi = desc_a0 & 0xFFFFFFFF00000000ull;  // SBO and swizzle: the same for A and B (K-major, LBO 0)
+  const u32 lo_a0 = kMerged ? __shfl_sync(0xFFFFFFFFu, static_cast<u32>(desc_a0), 0) : 0u;
+  const u32 lo_b0 = kMerged ? __shfl_sync(0xFFFFFFFFu, static_cast<u32>(desc_b0), 0) : 0u;
   // a stage is free once every consumer warp of the cluster has read it
   auto release = [&](int s) {
     if (lane != 0) return;
-    if constexpr (Cfg::kClusterM > 1) {
+    if constexpr (Cfg::kKMerge > 1) {
+      ptx::mbarrier_arrive_at(empty_addr + s * 8);
+    } else if constexpr (Cfg::kClusterM > 1) {
 #pragma unroll
       for (int r = 0; r < Cfg::kClusterM; ++r) ptx::mbarrier_arrive_cluster(&empty[s], static_cast<u32>(r));
     } else {
@@ -400,16 +422,29 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
   for (int t = blockIdx.x / Cfg::kClusterM; sched.get(t, tile); t += gridDim.x / Cfg::kClusterM) {
     if (!tile.valid) continue;
     int prev_stage = -1;
-    for (int kb = 0; kb < tile.k_blocks; ++kb) {
-      ptx::mbarrier_wait(&full[stage], phase);
+    // kKMerge > 1: the trip count broadcast from lane 0, so that ptxas proves the loop warp-uniform and keeps the
+    // stage and its descriptors in uniform registers (87 instructions per 192 k, not 133 with an R2UR per wgmma)
+    const int k_stages = Cfg::kKMerge > 1 ? __shfl_sync(0xFFFFFFFFu, tile.k_blocks, 0) : tile.k_blocks;
+    for (int kb = 0; kb < k_stages; ++kb) {
+      if constexpr (Cfg::kKMerge > 1) ptx::mbarrier_wait_at(full_addr + stage * 8, phase);
+      else ptx::mbarrier_wait(&full[stage], phase);
+      // the stage's descriptors' low words (start address >> 4, in range: shared memory is under 256 KiB)
+      const u32 lo_a = lo_a0 + stage * (Cfg::kABytes / 16), lo_b = lo_b0 + stage * (Cfg::kBBytes / 16);
 #pragma unroll
       for (int i = 0; i < Mma::kNumAccum; ++i) ptx::fence_operand(acc[i]);
       ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {
-        const u64 da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + kk * kStepA, kLboA);
-        const u64 db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + kk * kStepB, kLboB);
-        Mma::mma(da, db, acc, kb > 0 || kk > 0);
+      for (int kk = 0; kk < Cfg::kKMerge * (kBlockK / 16); ++kk) {
+        if constexpr (Cfg::kKMerge > 1) {
+          // k16 slice kk: sub-slot kk / 4 of the stage, slice kk % 4 within its 64-k box
+          const u32 off_a = (kk / (kBlockK / 16)) * Cfg::kASub + (kk % (kBlockK / 16)) * kStepA;
+          const u32 off_b = (kk / (kBlockK / 16)) * Cfg::kBSub + (kk % (kBlockK / 16)) * kStepB;
+          Mma::mma(desc_hi | (lo_a + off_a / 16), desc_hi | (lo_b + off_b / 16), acc, kb > 0 || kk > 0);
+        } else {
+          const u64 da = ptx::sw128_desc_lbo(a_base + stage * Cfg::kABytes + kk * kStepA, kLboA);
+          const u64 db = ptx::sw128_desc_lbo(b_base + stage * Cfg::kBBytes + kk * kStepB, kLboB);
+          Mma::mma(da, db, acc, kb > 0 || kk > 0);
+        }
       }
       ptx::wgmma_commit_group();
 #pragma unroll

@@ -70,10 +70,37 @@ DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) {
 #endif
 }
 
+/// mbarrier_wait on a barrier's shared address (formed once by the caller, outside its loop).
+DT_DEVICE void mbarrier_wait_at(u32 addr, u32 parity) {
+  if (mbarrier_try_wait(addr, parity)) return;
+#if DT_WATCHDOG
+  u32 polls = 0;
+  u64 start = 0;
+  while (!mbarrier_try_wait(addr, parity)) {
+    if ((++polls & 1023u) == 0) {
+      const u64 now = global_timer_ns();
+      if (start == 0) {
+        start = now;
+      } else if (now - start > kWaitTimeoutNs) {
+        asm volatile("trap;");
+      }
+    }
+  }
+#else
+  while (!mbarrier_try_wait(addr, parity)) {
+  }
+#endif
+}
+
 /// One arrival plus `tx_bytes` expected transaction bytes (producer side of a TMA stage).
 DT_DEVICE void mbarrier_arrive_expect_tx(u64* bar, u32 tx_bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(tx_bytes)
                : "memory");
+}
+
+/// mbarrier_arrive on a barrier's shared address.
+DT_DEVICE void mbarrier_arrive_at(u32 addr) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(addr) : "memory");
 }
 
 DT_DEVICE void mbarrier_arrive(u64* bar) {
