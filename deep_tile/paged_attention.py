@@ -306,7 +306,7 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
             q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
             weights.data_ptr()) + tail
     with torch.cuda.device(device):
-        kernel.launch(grid=contract.grid(num_slots), block=contract.threads(design),
+        kernel.launch(grid=contract.grid(num_slots, design), block=contract.threads(design),
                       smem_bytes=contract.smem_bytes(next_n, heads, design), stream=stream,
                       args=KernelArgs(list(zip(kinds, values))), device=device.index, pdl=get_pdl())
     if clean_logits:
