@@ -763,9 +763,11 @@ class _Barrier:
         self._check()
 
 
-def _loader_model(blocks, stages, q_slots, rng):
+def _loader_model(blocks, stages, q_slots, rng, early_q=False):
     """Runs paged_mqa_logits_loader's protocol on the CTA's walk `blocks` [(sequence, block)]; asserts
-    that no copy lands where the math warps read and that every block sees its own rows and q."""
+    that no copy lands where the math warps read and that every block sees its own rows and q.
+    early_q (tma_loader_wg): the weights read into registers at a sequence's first block, its q slot
+    freed once its last block's wgmmas completed, before the head sums."""
     full = [_Barrier(1) for _ in range(stages)]
     empty = [_Barrier(1) for _ in range(stages)]
     q_empty = [_Barrier(1) for _ in range(q_slots)]
@@ -815,7 +817,7 @@ def _loader_model(blocks, stages, q_slots, rng):
         full[stage].arrive()
 
     def math():
-        q_seq, it = -1, 0
+        q_seq, it, weights = -1, 0, None
         while True:
             stage = it % stages
             while not full[stage].done((it // stages) & 1):
@@ -826,14 +828,19 @@ def _loader_model(blocks, stages, q_slots, rng):
             q_seq += new
             slot = q_seq % q_slots
             assert stage_data[stage] == (b, block) and q_data[slot] == b, (it, b, block)
+            if new:
+                weights = q_data[slot]
             stage_busy[stage] = q_busy[slot] = True
             yield  # the wgmmas run
             stage_busy[stage] = False
             empty[stage].arrive()
-            yield  # the head sums read the weights in the q slot
-            assert q_data[slot] == b
+            if early_q and last:
+                q_busy[slot] = False
+                q_empty[slot].arrive()
+            yield  # the head sums read the weights: in the q slot, or (early_q) in registers
+            assert (weights if early_q else q_data[slot]) == b
             done.append((b, block))
-            if last:
+            if last and not early_q:
                 q_busy[slot] = False
                 q_empty[slot].arrive()
             it += 1
@@ -855,13 +862,15 @@ def _loader_model(blocks, stages, q_slots, rng):
     assert done == list(blocks)
 
 
+@pytest.mark.parametrize("early_q", [False, True])
 @pytest.mark.parametrize("seed", range(60))
-def test_loader_handover_never_overwrites_and_never_deadlocks(seed):
+def test_loader_handover_never_overwrites_and_never_deadlocks(seed, early_q):
     rng = random.Random(seed)
     blocks, b = [], rng.randint(0, 3)
     for _ in range(rng.randint(0, 10)):  # runs of this CTA's blocks per sequence, many shorter than the ring
         blocks += [(b, 4 * i + rng.randint(0, 3)) for i in range(rng.choice([1, 1, 2, 3, 5, 9, 30]))]
         b += rng.randint(1, 3)
-    for stages, q_slots in sorted({(contract.STAGES["tma_loader"][n], contract.Q_SLOTS["tma_loader"][n])
-                                   for n in contract.STAGES["tma_loader"]} | {(2, 1), (3, 2)}):
-        _loader_model(blocks, stages, q_slots, random.Random(seed * 7 + stages))
+    design = "tma_loader_wg" if early_q else "tma_loader"  # each group of tma_loader_wg: a tma_loader CTA
+    for stages, q_slots in sorted({(contract.STAGES[design][n], contract.Q_SLOTS[design][n])
+                                   for n in contract.STAGES[design]} | {(2, 1), (3, 2)}):
+        _loader_model(blocks, stages, q_slots, random.Random(seed * 7 + stages), early_q)

@@ -33,7 +33,8 @@
 // for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
 // mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block; kPagedTmaLean
 // is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk);
-// kPagedTmaLoader (paged_mqa_logits_loader) is kPagedTmaLean's block fed by a loader warp.
+// kPagedTmaLoader (paged_mqa_logits_loader) is kPagedTmaLean's block fed by a loader warp;
+// kPagedTmaLoaderWg (the same body) runs a slot's four such CTAs as one, the weights in registers.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
@@ -92,7 +93,8 @@ constexpr int kPagedLoaderThreads = kPagedThreads + 32;  // the math warpgroup, 
 ///   (setmaxnreg: 112 and 32 a thread; ptxas honours a region's setmaxnreg only up to the launch's
 ///   registers, 96 at one CTA of 640 threads, 64 at four of 256), so every N keeps its weights in
 ///   registers (N 128 no longer reads them from shared memory per block), and a sequence's q slot
-///   freed once its last block's wgmmas completed (the head sums need only registers).
+///   freed once its last block's wgmmas completed (the head sums need only registers). Its waits are
+///   untimed in the watchdog build too (the timer's registers spill N 128 at 112).
 constexpr int kPagedTmaLoaderWg = 6;
 constexpr int kPagedLoaderWgGroups = kPagedSplitBlocks;                                  // math warpgroups per CTA
 constexpr int kPagedLoaderWgThreads = (kPagedLoaderWgGroups + 1) * kPagedThreads;  // then the loader warpgroup
