@@ -491,6 +491,12 @@ def test_contract_geometry():
         contract.symbol(1, 32, "other")
     assert contract.smem_bytes(2, 64) == contract.smem_bytes(2, 64, "tma_loader") and contract.DESIGNS[0] == "tma_loader"
     assert contract.symbol(1, 32, contract.FALLBACK) == "deep_tile_paged_mqa_logits_n1_h32"
+    # a call naming no design: tma_loader_wg at N 128 over many blocks per slot (DeepGEMM's 256 x 65536 and
+    # 4096 x 8192, measured faster), tma_loader elsewhere (256 x 8192 at N 128, measured slower with it)
+    for batch, next_n, heads, width, want in ((256, 2, 64, 85197, "tma_loader_wg"), (4096, 2, 64, 10649, "tma_loader_wg"),
+                                              (256, 2, 64, 10649, "tma_loader"), (4096, 1, 64, 10649, "tma_loader"),
+                                              (4096, 2, 32, 10649, "tma_loader"), (0, 2, 64, 10649, "tma_loader")):
+        assert contract.pick_design(next_n, heads, batch, width, 132) == want, (batch, next_n, heads, width)
     assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma_loader"
     for design in contract.DESIGNS:
         for next_n in contract.NEXT_N:

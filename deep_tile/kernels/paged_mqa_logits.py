@@ -73,6 +73,22 @@ registers to the math warpgroups (setmaxnreg: 32 and 112 a thread), so N 128 kee
 registers as DeepGEMM does (no 8-byte shared loads per block beside the wgmmas' operand reads), and
 a sequence's q slot freed once its last block's wgmmas completed rather than after its head sums.
 Its waits are untimed in the watchdog build (the timer's registers spill N 128)."""
+LOADER_WG_MIN_BLOCKS_PER_SLOT = 1024
+"""At N 128, the most kv blocks the call may hold per persistent slot (batch times the logits' width in
+blocks, a bound known on the host) from which :func:`pick_design` takes ``tma_loader_wg``: its one CTA per SM
+keeps the weights in registers but starts and drains as one (docs/performance.md has the timings)."""
+
+
+def pick_design(next_n: int, num_heads: int, batch: int, max_context_len: int, num_slots: int) -> str:
+    """The design a call runs when it names none: ``tma_loader_wg`` at N = next_n * H = 128 over at least
+    :data:`LOADER_WG_MIN_BLOCKS_PER_SLOT` blocks per slot (measured faster there, slower over fewer), else
+    the default (``DESIGNS[0]``)."""
+    blocks = batch * -(-max_context_len // BLOCK_KV)
+    if next_n * num_heads == 128 and blocks >= LOADER_WG_MIN_BLOCKS_PER_SLOT * max(1, num_slots):
+        return "tma_loader_wg"
+    return DESIGNS[0]
+
+
 FALLBACK = "four_ctas"
 """The design a TMA design runs as when the cache's blocks are off :data:`TMA_ROW_BYTES` rows
 (or the cache is empty): its kernel keeps the plain symbol."""
