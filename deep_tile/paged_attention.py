@@ -148,7 +148,7 @@ def get_paged_mqa_logits_metadata(context_lens: torch.Tensor, block_kv: int, num
 
 
 def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_context_len, clean_logits,
-           design=contract.DESIGNS[0]) -> tuple:
+           design=None) -> tuple:
     """Every argument checked; returns (q, kv_cache, weights, context_lens, block_table, schedule_meta)."""
     fn = "fp8_paged_mqa_logits"
     q, kv_cache, weights = (_tensor(fn, n, t) for n, t in (("q", q), ("kv_cache", kv_cache), ("weights", weights)))
@@ -157,7 +157,7 @@ def _check(q, kv_cache, weights, context_lens, block_table, schedule_meta, max_c
     _int(fn, "max_context_len", max_context_len, 0)
     if not isinstance(clean_logits, bool):
         _fail(fn, f"clean_logits must be a bool, got {type(clean_logits).__name__}.", TypeError)
-    if design not in contract.DESIGNS:
+    if design is not None and design not in contract.DESIGNS:
         _fail(fn, f"design must be one of {contract.DESIGNS}; got {design!r}.")
     if q.dtype != torch.float8_e4m3fn or q.dim() != 4 or q.shape[1] not in contract.NEXT_N \
             or q.shape[2] not in contract.HEADS or q.shape[3] != contract.HEAD_DIM or not q.is_contiguous():
@@ -267,11 +267,12 @@ def _tma_maps(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, bl
 
 def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch.Tensor, context_lens: torch.Tensor,
                          block_table: torch.Tensor, schedule_meta: torch.Tensor, max_context_len: int,
-                         clean_logits: bool = False, *, design: str = contract.DESIGNS[0]) -> torch.Tensor:
+                         clean_logits: bool = False, *, design: str | None = None) -> torch.Tensor:
     """The indexer's paged logits (module doc): float32 ``[B * next_n, max_context_len]``, a view of
     DeepGEMM's padded buffer. ``design`` picks the CUDA logits kernel's design (one of
-    ``deep_tile.kernels.paged_mqa_logits.DESIGNS``, the default first; the others are kept to time
-    against); the CPU path ignores it.
+    ``deep_tile.kernels.paged_mqa_logits.DESIGNS``; None: ``pick_design``'s, the default ``DESIGNS[0]``
+    or ``tma_loader_wg`` for N 128 over many blocks; the others are kept to time against); the CPU path
+    ignores it.
 
     Raises:
         TypeError: an argument of the wrong type (a non-tensor, a non-int length, a non-bool flag).
@@ -290,6 +291,8 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     device = q.device
     stream = torch.cuda.current_stream(device).cuda_stream
     num_slots = schedule_meta.shape[0] - 1
+    if design is None:
+        design = contract.pick_design(next_n, heads, batch, max_context_len, num_slots)
     num_blocks = kv_cache.shape[0]
     block_stride = kv_cache.stride(0) if num_blocks > 1 else contract.BLOCK_KV * KV_ROW_BYTES
     if design in contract.TMA_DESIGNS and (block_stride % contract.TMA_ROW_BYTES
@@ -306,7 +309,7 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
             q.data_ptr(), kv_cache.data_ptr(), kv_cache.stride(0) if num_blocks > 1 else 0, num_blocks,
             weights.data_ptr()) + tail
     with torch.cuda.device(device):
-        kernel.launch(grid=contract.grid(num_slots), block=contract.threads(design),
+        kernel.launch(grid=contract.grid(num_slots, design), block=contract.threads(design),
                       smem_bytes=contract.smem_bytes(next_n, heads, design), stream=stream,
                       args=KernelArgs(list(zip(kinds, values))), device=device.index, pdl=get_pdl())
     if clean_logits:

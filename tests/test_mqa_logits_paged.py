@@ -485,18 +485,30 @@ def test_contract_geometry():
         with pytest.raises(ValueError):
             contract.symbol(*bad)
     assert contract.SPLIT_KV == contract.BLOCK_KV * contract.CTAS_PER_SLOT
-    assert contract.grid(132) == (528, 1, 1)
+    assert contract.grid(132) == (528, 1, 1) and contract.grid(132, "tma_loader_wg") == (132, 1, 1)
     assert contract.symbol(2, 64, "two_slots") == "deep_tile_paged_mqa_logits_n2_h64_two_slots"
     with pytest.raises(ValueError, match="design"):
         contract.symbol(1, 32, "other")
     assert contract.smem_bytes(2, 64) == contract.smem_bytes(2, 64, "tma_loader") and contract.DESIGNS[0] == "tma_loader"
     assert contract.symbol(1, 32, contract.FALLBACK) == "deep_tile_paged_mqa_logits_n1_h32"
+    # a call naming no design: tma_loader_wg at N 128 over many blocks per slot (DeepGEMM's 256 x 65536 and
+    # 4096 x 8192, measured faster), tma_loader elsewhere (256 x 8192 at N 128, measured slower with it)
+    for batch, next_n, heads, width, want in ((256, 2, 64, 85197, "tma_loader_wg"), (4096, 2, 64, 10649, "tma_loader_wg"),
+                                              (256, 2, 64, 10649, "tma_loader"), (4096, 1, 64, 10649, "tma_loader"),
+                                              (4096, 2, 32, 10649, "tma_loader"), (0, 2, 64, 10649, "tma_loader")):
+        assert contract.pick_design(next_n, heads, batch, width, 132) == want, (batch, next_n, heads, width)
     assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma_loader"
     for design in contract.DESIGNS:
         for next_n in contract.NEXT_N:
             for heads in contract.HEADS:
                 smem = contract.smem_bytes(next_n, heads, design)
                 n = next_n * heads
+                if design == "tma_loader_wg":  # four tma_loader layouts, each on the swizzle's 1024-byte period
+                    one = contract.smem_bytes(next_n, heads, "tma_loader") - 1024
+                    assert smem == 1024 + 4 * ((one + 1023) // 1024 * 1024) <= 227 * 1024, (n, smem)
+                    assert contract.threads(design) == 640 and contract.STAGES[design] == contract.STAGES["tma_loader"]
+                    assert contract.Q_SLOTS[design] == contract.Q_SLOTS["tma_loader"]
+                    continue
                 loader = design == "tma_loader"  # an empty mbarrier and a record per stage, an mbarrier per q slot
                 assert smem == 1024 + contract.Q_SLOTS[design][n] * (n * 128 + 4 * n + (8 if loader else 0)) + \
                     contract.STAGES[design][n] * (8192 + 256 + (32 if loader else 8 if design in contract.TMA_DESIGNS
@@ -531,7 +543,7 @@ def test_kernels_build_spill_free(name):
             function = line.split("'")[1]
         if "Used" in line and "registers" in line:
             used = int(line.split("Used ")[1].split(" registers")[0])
-            assert used <= (96 if function.endswith("_tma_loader") else 128), (function, result.log)
+            assert used <= (96 if function.endswith(("_tma_loader", "_tma_loader_wg")) else 128), (function, result.log)
     sass = compiler.disassemble(result.cubin)
     if sass is None:
         pytest.skip("no SASS tools here")
@@ -545,13 +557,13 @@ def test_kernels_build_spill_free(name):
                 assert body.count("QGMMA") == 4 * chains and body.count(f"QGMMA.64x{width}x32") == 4 * chains
                 assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (chains == 2), (next_n, heads, design)
     for symbol in SYMBOLS:  # operands by 16-byte cp.async or (tma) by TMA
-        if symbol.endswith(("_tma", "_tma_one_chain", "_tma_lean", "_tma_loader")):
+        if symbol.endswith(("_tma", "_tma_one_chain", "_tma_lean", "_tma_loader", "_tma_loader_wg")):
             assert "UTMALDG.2D" in bodies[symbol] and "LDGSTS" not in bodies[symbol], symbol
         else:
             assert "LDGSTS" in bodies[symbol] and "UTMALDG" not in bodies[symbol], symbol
     for next_n in contract.NEXT_N:  # tma_lean: one logit store per lane, the quad reduce-scatter's shuffles
         for heads in contract.HEADS:
-            for design in ("tma_lean", "tma_loader"):
+            for design in ("tma_lean", "tma_loader", "tma_loader_wg"):
                 body = bodies[contract.symbol(next_n, heads, design)]
                 assert body.count("STG.E") == 1 and body.count("SHFL.BFLY") == (3 if next_n == 2 else 2), (next_n, heads)
                 assert body.count("FMNMX") == next_n * heads // 2, (next_n, heads)  # a relu per accumulator
@@ -560,6 +572,12 @@ def test_kernels_build_spill_free(name):
             assert body.count("BAR.SYNC") == 1, (next_n, heads)
             if next_n * heads == 128:
                 assert body.count("LDS.64") == 16, body.count("LDS.64")
+            # tma_loader_wg: setmaxnreg in both roles, the weights in registers (16 LDS.64 once per
+            # sequence at N 128, none per block: the kv-block loop's common path has only the record's
+            # and the scale's loads), four loader threads' TMA
+            body = bodies[contract.symbol(next_n, heads, "tma_loader_wg")]
+            assert body.count("BAR.SYNC") == 1 and body.count("USETMAXREG") == 2, (next_n, heads)
+            assert "USETMAXREG.DEALLOC.CTAPOOL 0x20" in body and "USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0x70" in body
 
 
 # --------------------------------------------------------------------------------------------------
@@ -690,6 +708,8 @@ TMA_CASES = [
     # same block and sums) bit for bit against tma_lean, with two more cases of its own
     *[dict(case, design="tma_lean", same_as="tma_one_chain") for case in LEAN_BLOCK_CASES],
     *[dict(case, design="tma_loader", same_as="tma_lean") for case in LEAN_BLOCK_CASES + LOADER_CASES],
+    # tma_loader_wg (one CTA of four groups, the weights in registers): bit for bit against tma_loader
+    *[dict(case, design="tma_loader_wg", same_as="tma_loader") for case in LEAN_BLOCK_CASES + LOADER_CASES],
 ]
 
 
@@ -702,7 +722,7 @@ def test_gpu_kernels_match_the_float64_formula():
 
 @pytest.mark.gpu
 def test_gpu_tma_design_matches_the_float64_formula():
-    results = run_child_cases("gpu_mqa_paged_cases.py", "paged", TMA_CASES, timeout=600)
+    results = run_child_cases("gpu_mqa_paged_cases.py", "paged", TMA_CASES, timeout=900)
     bad = [r for r in results if not r["ok"]]
     assert not bad, "\n".join(map(str, bad))
 
@@ -710,7 +730,7 @@ def test_gpu_tma_design_matches_the_float64_formula():
 @pytest.mark.gpu
 def test_gpu_tma_designs_hold_four_ctas_per_sm():
     results = run_child_cases("gpu_mqa_paged_cases.py", "occupancy",
-                              [dict(design=d) for d in ("tma_lean", "tma_loader")], timeout=300)
+                              [dict(design=d) for d in ("tma_lean", "tma_loader", "tma_loader_wg")], timeout=300)
     bad = [r for r in results if not r["ok"]]
     assert not bad, "\n".join(map(str, bad))
 
@@ -749,9 +769,11 @@ class _Barrier:
         self._check()
 
 
-def _loader_model(blocks, stages, q_slots, rng):
+def _loader_model(blocks, stages, q_slots, rng, early_q=False):
     """Runs paged_mqa_logits_loader's protocol on the CTA's walk `blocks` [(sequence, block)]; asserts
-    that no copy lands where the math warps read and that every block sees its own rows and q."""
+    that no copy lands where the math warps read and that every block sees its own rows and q.
+    early_q (tma_loader_wg): the weights read into registers at a sequence's first block, its q slot
+    freed once its last block's wgmmas completed, before the head sums."""
     full = [_Barrier(1) for _ in range(stages)]
     empty = [_Barrier(1) for _ in range(stages)]
     q_empty = [_Barrier(1) for _ in range(q_slots)]
@@ -801,7 +823,7 @@ def _loader_model(blocks, stages, q_slots, rng):
         full[stage].arrive()
 
     def math():
-        q_seq, it = -1, 0
+        q_seq, it, weights = -1, 0, None
         while True:
             stage = it % stages
             while not full[stage].done((it // stages) & 1):
@@ -812,14 +834,19 @@ def _loader_model(blocks, stages, q_slots, rng):
             q_seq += new
             slot = q_seq % q_slots
             assert stage_data[stage] == (b, block) and q_data[slot] == b, (it, b, block)
+            if new:
+                weights = q_data[slot]
             stage_busy[stage] = q_busy[slot] = True
             yield  # the wgmmas run
             stage_busy[stage] = False
             empty[stage].arrive()
-            yield  # the head sums read the weights in the q slot
-            assert q_data[slot] == b
+            if early_q and last:
+                q_busy[slot] = False
+                q_empty[slot].arrive()
+            yield  # the head sums read the weights: in the q slot, or (early_q) in registers
+            assert (weights if early_q else q_data[slot]) == b
             done.append((b, block))
-            if last:
+            if last and not early_q:
                 q_busy[slot] = False
                 q_empty[slot].arrive()
             it += 1
@@ -841,13 +868,15 @@ def _loader_model(blocks, stages, q_slots, rng):
     assert done == list(blocks)
 
 
+@pytest.mark.parametrize("early_q", [False, True])
 @pytest.mark.parametrize("seed", range(60))
-def test_loader_handover_never_overwrites_and_never_deadlocks(seed):
+def test_loader_handover_never_overwrites_and_never_deadlocks(seed, early_q):
     rng = random.Random(seed)
     blocks, b = [], rng.randint(0, 3)
     for _ in range(rng.randint(0, 10)):  # runs of this CTA's blocks per sequence, many shorter than the ring
         blocks += [(b, 4 * i + rng.randint(0, 3)) for i in range(rng.choice([1, 1, 2, 3, 5, 9, 30]))]
         b += rng.randint(1, 3)
-    for stages, q_slots in sorted({(contract.STAGES["tma_loader"][n], contract.Q_SLOTS["tma_loader"][n])
-                                   for n in contract.STAGES["tma_loader"]} | {(2, 1), (3, 2)}):
-        _loader_model(blocks, stages, q_slots, random.Random(seed * 7 + stages))
+    design = "tma_loader_wg" if early_q else "tma_loader"  # each group of tma_loader_wg: a tma_loader CTA
+    for stages, q_slots in sorted({(contract.STAGES[design][n], contract.Q_SLOTS[design][n])
+                                   for n in contract.STAGES[design]} | {(2, 1), (3, 2)}):
+        _loader_model(blocks, stages, q_slots, random.Random(seed * 7 + stages), early_q)

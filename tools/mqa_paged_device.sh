@@ -10,7 +10,8 @@
 # cache blocks and block-table entries outside the cache, many short sequences at N 128 where the
 # TMA designs hold one q slot, blocks off the TMA's rows: the fallback). Phase 2:
 # benchmarks/bench_mqa_logits_paged.py, the default design beside the others that passed (not
-# two_slots, the old design; tma_lean, the earlier default, included) and DeepGEMM (when `import deep_gemm` finds it).
+# two_slots, the old design; tma_lean, the earlier default, and the tma_loader_wg candidate included) and
+# DeepGEMM (when `import deep_gemm` finds it).
 set -u
 cd "$(dirname "$0")/.."
 . tools/family_device_lib.sh /tmp/mqa_paged_out
@@ -18,7 +19,8 @@ cat > "$OUT/smoke_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
-for design in ("four_ctas", "tma", "tma_one_chain", "two_slots", "tma_lean", "tma_loader"):  # the fallback first: its verdict comes before any hang
+# tma_loader_wg last: its waits are untimed even in this build, so a hang of it is the timeout's, after the others' verdicts
+for design in ("four_ctas", "tma", "tma_one_chain", "two_slots", "tma_lean", "tma_loader", "tma_loader_wg"):  # the fallback first: its verdict comes before any hang
     results = [paged(2, 2, 64, 100, clean=True, design=design), paged(2, 1, 32, 100, design=design),
                paged(2, 2, 32, 100, design=design), paged(2, 1, 64, 100, design=design),
                paged(60, 2, 64, 70, lengths="tiny", clean=True, num_sms=3, design=design),
@@ -38,12 +40,13 @@ fi
 OTHER="four_ctas"  # the designs timed beside the default
 grep -q "smoke tma_one_chain ok" "$OUT/smoke.log" && OTHER="$OTHER tma_one_chain"
 grep -q "smoke tma_lean ok" "$OUT/smoke.log" && OTHER="$OTHER tma_lean"
+grep -q "smoke tma_loader_wg ok" "$OUT/smoke.log" && OTHER="$OTHER tma_loader_wg"
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
 from gpu_mqa_paged_cases import paged
 results = []
-for design in ("tma_loader", "tma_lean", "tma_one_chain", "tma", "four_ctas"):  # the default, the other TMA designs, the fallback
+for design in ("tma_loader", "tma_loader_wg", "tma_lean", "tma_one_chain", "tma", "four_ctas"):  # the default, the other TMA designs, the fallback
     results += [paged(5, 2, 64, 150, clean=True, design=design),
                 paged(6, 1, 32, 100, lengths="zero", clean=True, design=design),
                 paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design=design),
@@ -51,7 +54,8 @@ for design in ("tma_loader", "tma_lean", "tma_one_chain", "tma", "four_ctas"):  
 results += [paged(3, 1, 64, 200, block_stride=64 * 132 + 16, clean=True),  # off the TMA rows: the fallback
             paged(5, 2, 64, 150, clean=True, num_sms=3, design="tma"),
             # tma_loader: short sequences at N 128 (the q copy waiting for the one slot while the next blocks' go)
-            paged(40, 2, 64, 150, clean=True, num_sms=3, design="tma_loader")]
+            paged(40, 2, 64, 150, clean=True, num_sms=3, design="tma_loader"),
+            paged(40, 2, 64, 150, clean=True, num_sms=3, design="tma_loader_wg")]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
@@ -61,6 +65,7 @@ timeout 60 $PY -c "
 import sys; sys.path.insert(0, 'tests')
 from gpu_mqa_paged_cases import paged
 print(paged(2, 2, 64, 100, clean=True, design='tma_loader'))
+print(paged(2, 2, 64, 100, clean=True, design='tma_loader_wg'))
 " > "$OUT/build.log" 2>&1; echo $? > "$OUT/build.rc"
 run tests 200 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_mqa_logits_paged.py
 if command -v compute-sanitizer > /dev/null; then

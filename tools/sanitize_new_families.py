@@ -37,6 +37,11 @@ results = [
     paged.paged(40, 2, 64, 150, clean=True, num_sms=3, design="tma_loader"),
     paged.paged(12, 2, 64, 90, lengths="tiny", clean=True, num_sms=2, bad_entries=True, design="tma_loader"),
     paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design="tma_loader"),
+    # tma_loader_wg: four groups' rings and loader threads in one CTA, q slots freed after the wgmmas
+    paged.paged(5, 2, 64, 150, clean=True, design="tma_loader_wg"),
+    paged.paged(40, 2, 64, 150, clean=True, num_sms=3, design="tma_loader_wg"),
+    paged.paged(12, 2, 64, 90, lengths="tiny", clean=True, num_sms=2, bad_entries=True, design="tma_loader_wg"),
+    paged.paged(3, 2, 32, 200, num_sms=40, block_stride=64 * 132 + 256, bad_entries=True, design="tma_loader_wg"),
     hc.hc(137, 24, 1024), hc.hc(70, 32, 256, num_splits=6),
     hc.hc(65, 16, 640, num_splits=3, a_row_stride=704, d_row_stride=20), hc.hc(600, 24, 640, num_splits=3, num_sms=4),
     # the pre-norm GEMM's earlier kernel variant (fragment sets merged, a evict-first) beside the default above

@@ -1,6 +1,6 @@
 // JIT entry for the lightning indexer's paged logits (deep_tile/paged_attention.py launches them; no defines):
-// each logits kernel in six designs, kPagedFourCtas under the plain name, the others with a suffix
-// (_two_slots, _tma, _tma_one_chain, _tma_lean, _tma_loader).
+// each logits kernel in seven designs, kPagedFourCtas under the plain name, the others with a suffix
+// (_two_slots, _tma, _tma_one_chain, _tma_lean, _tma_loader, _tma_loader_wg).
 #include "deep_tile/kernels/paged_mqa_logits.cuh"
 
 /// The schedule: one CTA of kPagedScheduleThreads; schedule int32 [num_slots + 1, 2].
@@ -34,8 +34,8 @@ DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedTwoSlots, _two_slots)
 
 /// A logits entry taking the four tensor maps: `threads` per CTA (four CTAs per SM), its body the
 /// device function named by the trailing arguments (a template-id, commas and all).
-#define DT_PAGED_MQA_LOGITS_MAPS_ENTRY(next_n, heads, threads, suffix, ...)                                     \
-  extern "C" __global__ void __launch_bounds__(threads, 4)                                                       \
+#define DT_PAGED_MQA_LOGITS_MAPS_ENTRY_CTAS(next_n, heads, threads, ctas, suffix, ...)                         \
+  extern "C" __global__ void __launch_bounds__(threads, ctas)                                                    \
       deep_tile_paged_mqa_logits_n##next_n##_h##heads##suffix(                                                      \
           const __grid_constant__ deep_tile::TmaDescriptor tmap_kv,                                                 \
           const __grid_constant__ deep_tile::TmaDescriptor tmap_scales,                                             \
@@ -47,6 +47,8 @@ DT_PAGED_MQA_LOGITS_ENTRY(2, 64, deep_tile::kPagedTwoSlots, _two_slots)
     __VA_ARGS__(&tmap_kv, &tmap_scales, &tmap_q, &tmap_w, rows_per_block, num_kv_blocks, context_lens, block_table, \
                 block_table_stride, max_blocks, schedule, logits, stride_logits, max_context_len, batch);          \
   }
+#define DT_PAGED_MQA_LOGITS_MAPS_ENTRY(next_n, heads, threads, suffix, ...) \
+  DT_PAGED_MQA_LOGITS_MAPS_ENTRY_CTAS(next_n, heads, threads, 4, suffix, __VA_ARGS__)
 #define DT_PAGED_MQA_LOGITS_TMA_ENTRY(next_n, heads, design, suffix) \
   DT_PAGED_MQA_LOGITS_MAPS_ENTRY(next_n, heads, deep_tile::kPagedThreads, suffix,  \
                                  deep_tile::paged_mqa_logits_tma<next_n, heads, design>)
@@ -76,6 +78,17 @@ DT_PAGED_MQA_LOGITS_LOADER_ENTRY(1, 32)
 DT_PAGED_MQA_LOGITS_LOADER_ENTRY(1, 64)
 DT_PAGED_MQA_LOGITS_LOADER_ENTRY(2, 32)
 DT_PAGED_MQA_LOGITS_LOADER_ENTRY(2, 64)
+
+#define DT_PAGED_MQA_LOGITS_LOADER_WG_ENTRY(next_n, heads)                                             \
+  DT_PAGED_MQA_LOGITS_MAPS_ENTRY_CTAS(next_n, heads, deep_tile::kPagedLoaderWgThreads, 1, _tma_loader_wg, \
+                                      deep_tile::paged_mqa_logits_loader<next_n, heads, deep_tile::kPagedTmaLoaderWg>)
+
+/// kPagedTmaLoaderWg: one CTA per slot of four math warpgroups and a loader warpgroup (640 threads, 96
+/// registers at launch, 112 for the math warpgroups after setmaxnreg): the weights in registers for every N.
+DT_PAGED_MQA_LOGITS_LOADER_WG_ENTRY(1, 32)
+DT_PAGED_MQA_LOGITS_LOADER_WG_ENTRY(1, 64)
+DT_PAGED_MQA_LOGITS_LOADER_WG_ENTRY(2, 32)
+DT_PAGED_MQA_LOGITS_LOADER_WG_ENTRY(2, 64)
 
 /// The clean pass: any grid, any block; -inf past each row's length (cut at len_limit).
 extern "C" __global__ void deep_tile_paged_mqa_logits_clean(const int* __restrict__ context_lens,

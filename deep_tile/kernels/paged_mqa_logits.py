@@ -11,7 +11,8 @@ holds three kernels:
   ``..._<design>`` for the other designs, :data:`DESIGNS`): :data:`CTAS_PER_SLOT` CTAs of one
   warpgroup per slot, CTA ``g`` taking cache block ``4 s + g`` of each of its slot's units,
   FP8 m64nNk32 wgmmas with ``N = next_n * H``, operands streamed by TMA (``four_ctas``,
-  ``two_slots``: by 16-byte cp.async; ``tma_loader``: by a fifth, loader warp, :func:`threads`);
+  ``two_slots``: by 16-byte cp.async; ``tma_loader``: by a fifth, loader warp; ``tma_loader_wg``:
+  by a loader warpgroup, :func:`threads`);
 - the clean pass (``deep_tile_paged_mqa_logits_clean``): ``-inf`` past each row's length.
 
 Pure Python.
@@ -21,6 +22,7 @@ from __future__ import annotations
 from deep_tile.common import ceil_div
 
 __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS_PER_SLOT", "THREADS", "LOADER_THREADS",
+           "LOADER_WG_THREADS", "LOADER_DESIGNS",
            "DESIGNS", "STAGES", "threads",
            "Q_SLOTS", "FALLBACK", "TMA_DESIGNS", "TMA_ROW_BYTES", "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL",
            "SCHEDULE_ARGUMENT_KINDS", "LOGITS_ARGUMENT_KINDS", "TMA_LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS",
@@ -44,7 +46,9 @@ THREADS = 128
 """Threads per logits CTA (``kPagedThreads``): one warpgroup."""
 LOADER_THREADS = 160
 """Threads per ``tma_loader`` CTA (``kPagedLoaderThreads``): the math warpgroup and a loader warp."""
-DESIGNS = ("tma_loader", "tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots")
+LOADER_WG_THREADS = 640
+"""Threads per ``tma_loader_wg`` CTA (``kPagedLoaderWgThreads``): four math warpgroups and a loader warpgroup."""
+DESIGNS = ("tma_loader", "tma_lean", "tma_one_chain", "tma", "four_ctas", "two_slots", "tma_loader_wg")
 """The logits kernel's designs (``kPagedTmaLoader``, ``kPagedTmaLean``, ``kPagedTmaOneChain``, ``kPagedTma``, ``kPagedFourCtas``,
 ``kPagedTwoSlots``), the default first: ``four_ctas`` keeps four CTAs per SM for every
 ``next_n * H`` (N 128 with one q slot) and issues the next copies (16-byte cp.async by every
@@ -61,22 +65,47 @@ for bit) with the copies off the math warps: :data:`LOADER_THREADS` per CTA, the
 loader (one thread walks the schedule and issues every TMA; N 128 reads its weights from shared
 memory: 96 registers a thread at four CTAs per SM), each stage freed by an mbarrier as soon as its block's wgmmas completed, each
 block's sequence, kv row and row lengths handed over in shared memory with it, and a sequence's q
-copy waiting for its slot without holding the next blocks' copies back."""
+copy waiting for its slot without holding the next blocks' copies back. ``tma_loader_wg``
+(``kPagedTmaLoaderWg``, a candidate for N 128) is ``tma_loader``'s four CTAs of a slot as one CTA
+of :data:`LOADER_WG_THREADS` (DeepGEMM's shape): four math warpgroups, each with its own rings and
+loader thread (lane 0 of a warp of the fifth, loader warpgroup), the loader warpgroup giving its
+registers to the math warpgroups (setmaxnreg: 32 and 112 a thread), so N 128 keeps its weights in
+registers as DeepGEMM does (no 8-byte shared loads per block beside the wgmmas' operand reads), and
+a sequence's q slot freed once its last block's wgmmas completed rather than after its head sums.
+Its waits are untimed in the watchdog build (the timer's registers spill N 128)."""
+LOADER_WG_MIN_BLOCKS_PER_SLOT = 1024
+"""At N 128, the most kv blocks the call may hold per persistent slot (batch times the logits' width in
+blocks, a bound known on the host) from which :func:`pick_design` takes ``tma_loader_wg``: its one CTA per SM
+keeps the weights in registers but starts and drains as one (docs/performance.md has the timings)."""
+
+
+def pick_design(next_n: int, num_heads: int, batch: int, max_context_len: int, num_slots: int) -> str:
+    """The design a call runs when it names none: ``tma_loader_wg`` at N = next_n * H = 128 over at least
+    :data:`LOADER_WG_MIN_BLOCKS_PER_SLOT` blocks per slot (measured faster there, slower over fewer), else
+    the default (``DESIGNS[0]``)."""
+    blocks = batch * -(-max_context_len // BLOCK_KV)
+    if next_n * num_heads == 128 and blocks >= LOADER_WG_MIN_BLOCKS_PER_SLOT * max(1, num_slots):
+        return "tma_loader_wg"
+    return DESIGNS[0]
+
+
 FALLBACK = "four_ctas"
 """The design a TMA design runs as when the cache's blocks are off :data:`TMA_ROW_BYTES` rows
 (or the cache is empty): its kernel keeps the plain symbol."""
-TMA_DESIGNS = ("tma", "tma_one_chain", "tma_lean", "tma_loader")
+TMA_DESIGNS = ("tma", "tma_one_chain", "tma_lean", "tma_loader", "tma_loader_wg")
 """The designs that load by TMA (an mbarrier per stage, tensor maps as arguments)."""
+LOADER_DESIGNS = ("tma_loader", "tma_loader_wg")
+"""The designs with a loader (``paged_has_loader``): records, empty and q-slot mbarriers in shared memory."""
 STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
           "tma_one_chain": {32: 5, 64: 4, 128: 4}, "tma_lean": {32: 5, 64: 4, 128: 4},
-          "tma_loader": {32: 5, 64: 4, 128: 4}}
+          "tma_loader": {32: 5, 64: 4, 128: 4}, "tma_loader_wg": {32: 5, 64: 4, 128: 4}}
 """Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
 one in use included, as many as fit with the design's CTAs per SM (four, or two for
 ``two_slots``' N 128): 12 to 16 blocks (100-135 KB) per SM, more than the HBM's
 bandwidth-latency product asks of each SM."""
 Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},
            "tma_one_chain": {32: 2, 64: 2, 128: 1}, "tma_lean": {32: 2, 64: 2, 128: 1},
-           "tma_loader": {32: 2, 64: 2, 128: 1}}
+           "tma_loader": {32: 2, 64: 2, 128: 1}, "tma_loader_wg": {32: 2, 64: 2, 128: 1}}
 """q slots per CTA by design and ``next_n * H`` (``paged_q_slots``): a sequence's q rows and weights each."""
 TMA_ROW_BYTES = 128
 """The ``tma`` design reads the cache as rows of this many bytes (a kv row; a block's scales are
@@ -126,26 +155,33 @@ def symbol(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> str:
 def smem_bytes(next_n: int, num_heads: int, design: str = DESIGNS[0]) -> int:
     """Dynamic shared memory of a logits CTA (``paged_mqa_logits_smem_bytes``): per q slot the q
     rows (``next_n * H`` x 128 bytes) and their weights, per stage a cache block (64 x 128 bytes)
-    and its 64 scales, and 1024 bytes to align the rings."""
+    and its 64 scales, and 1024 bytes to align the rings; ``tma_loader_wg``: four ``tma_loader``
+    layouts (without the slack) each rounded up to 1024 bytes (``paged_group_stride``), and the slack."""
     _check_design(design)
     n = next_n * num_heads
-    # per stage: a full mbarrier (TMA designs); tma_loader adds an empty one and a 16-byte record,
-    # and an mbarrier per q slot
-    loader = design == "tma_loader"
+    if design == "tma_loader_wg":
+        one = smem_bytes(next_n, num_heads, "tma_loader") - 1024
+        return 1024 + CTAS_PER_SLOT * (-(-one // 1024) * 1024)
+    # per stage: a full mbarrier (TMA designs); the loader designs add an empty one and a 16-byte
+    # record, and an mbarrier per q slot
+    loader = design in LOADER_DESIGNS
     barrier = 32 if loader else 8 if design in TMA_DESIGNS else 0
     return 1024 + Q_SLOTS[design][n] * (n * HEAD_DIM + n * 4 + (8 if loader else 0)) + STAGES[design][n] * (
         BLOCK_KV * HEAD_DIM + BLOCK_KV * 4 + barrier)
 
 
 def threads(design: str = DESIGNS[0]) -> int:
-    """Threads per logits CTA of ``design``: :data:`LOADER_THREADS` for ``tma_loader``, else :data:`THREADS`."""
+    """Threads per logits CTA of ``design``: :data:`LOADER_THREADS` for ``tma_loader``,
+    :data:`LOADER_WG_THREADS` for ``tma_loader_wg``, else :data:`THREADS`."""
     _check_design(design)
-    return LOADER_THREADS if design == "tma_loader" else THREADS
+    return {"tma_loader": LOADER_THREADS, "tma_loader_wg": LOADER_WG_THREADS}.get(design, THREADS)
 
 
-def grid(num_slots: int) -> tuple:
-    """(x, y, z) of the logits kernel: :data:`CTAS_PER_SLOT` CTAs per schedule slot."""
-    return (CTAS_PER_SLOT * num_slots, 1, 1)
+def grid(num_slots: int, design: str = DESIGNS[0]) -> tuple:
+    """(x, y, z) of the logits kernel: :data:`CTAS_PER_SLOT` CTAs per schedule slot (``tma_loader_wg``:
+    one CTA per slot, its four math warpgroups the four CTAs' work)."""
+    _check_design(design)
+    return (num_slots if design == "tma_loader_wg" else CTAS_PER_SLOT * num_slots, 1, 1)
 
 
 def units(context_len: int) -> int:

@@ -33,7 +33,8 @@
 // for caches off the TMA's rows) is kPagedFourCtas loading by TMA, one thread per block, an
 // mbarrier per stage; kPagedTmaOneChain is kPagedTma with one wgmma chain per block; kPagedTmaLean
 // is kPagedTmaOneChain with fewer instructions per block (paged_block_lean, PagedFastWalk);
-// kPagedTmaLoader (paged_mqa_logits_loader) is kPagedTmaLean's block fed by a loader warp.
+// kPagedTmaLoader (paged_mqa_logits_loader) is kPagedTmaLean's block fed by a loader warp;
+// kPagedTmaLoaderWg (the same body) runs a slot's four such CTAs as one, the weights in registers.
 // Block-table entries outside [0, num_kv_blocks) read as zero rows (logits 0, never out of bounds).
 #pragma once
 #include "deep_tile/common/types.cuh"
@@ -43,6 +44,7 @@
 #include "deep_tile/ptx/cp_async.cuh"
 #include "deep_tile/ptx/grid_dependency.cuh"
 #include "deep_tile/ptx/tma.cuh"
+#include "deep_tile/ptx/warpgroup.cuh"
 #include "deep_tile/ptx/wgmma_fp8.cuh"
 
 namespace deep_tile {
@@ -85,16 +87,34 @@ constexpr int kPagedTmaLean = 4;
 ///   with the stage, so they walk nothing (paged_mqa_logits_loader).
 constexpr int kPagedTmaLoader = 5;
 constexpr int kPagedLoaderThreads = kPagedThreads + 32;  // the math warpgroup, then the loader warp
+/// kPagedTmaLoaderWg: kPagedTmaLoader's four CTAs of a slot as one CTA per SM (DeepGEMM's shape):
+///   four groups, each a math warpgroup with its own rings fed by its own loader thread (lane 0 of
+///   warp g of a fifth, loader warpgroup), that warpgroup giving its registers to the math warpgroups
+///   (setmaxnreg: 112 and 32 a thread; ptxas honours a region's setmaxnreg only up to the launch's
+///   registers, 96 at one CTA of 640 threads, 64 at four of 256), so every N keeps its weights in
+///   registers (N 128 no longer reads them from shared memory per block), and a sequence's q slot
+///   freed once its last block's wgmmas completed (the head sums need only registers). Its waits are
+///   untimed in the watchdog build too (the timer's registers spill N 128 at 112).
+constexpr int kPagedTmaLoaderWg = 6;
+constexpr int kPagedLoaderWgGroups = kPagedSplitBlocks;                                  // math warpgroups per CTA
+constexpr int kPagedLoaderWgThreads = (kPagedLoaderWgGroups + 1) * kPagedThreads;  // then the loader warpgroup
+constexpr int kPagedLoaderWgMathRegs = 112;   // 512 x 112 + 128 x 32 = 640 x 96: the launch's registers
+constexpr int kPagedLoaderWgLoaderRegs = 32;  // N 128's accumulators and weights spill at 104
+
+/// Whether `design` hands blocks over from a loader (records, empty and q-slot mbarriers).
+__host__ __device__ constexpr bool paged_has_loader(int design) {
+  return design == kPagedTmaLoader || design == kPagedTmaLoaderWg;
+}
 
 /// Whether `design` loads by TMA (an mbarrier per stage).
 __host__ __device__ constexpr bool paged_is_tma(int design) {
-  return design == kPagedTma || design == kPagedTmaOneChain || design == kPagedTmaLean || design == kPagedTmaLoader;
+  return design == kPagedTma || design == kPagedTmaOneChain || design == kPagedTmaLean || paged_has_loader(design);
 }
 
 /// Shared bytes per stage past the block and its scales: the full mbarrier, and for kPagedTmaLoader
 /// its empty mbarrier and the block's 16-byte record (PagedLoaderRecord).
 __host__ __device__ constexpr int paged_stage_extra_bytes(int design) {
-  return design == kPagedTmaLoader ? 8 + 8 + 16 : paged_is_tma(design) ? 8 : 0;
+  return paged_has_loader(design) ? 8 + 8 + 16 : paged_is_tma(design) ? 8 : 0;
 }
 
 /// q slots per CTA for N = next_n * H q rows: two (a sequence's q rows arrive while the previous
@@ -110,11 +130,20 @@ __host__ __device__ constexpr int paged_stages(int n, int design) {
   return n <= 32 ? 5 : n <= 64 ? 4 : design != kPagedTwoSlots ? 4 : 8;
 }
 
+/// kPagedTmaLoaderWg: bytes between the groups' rings, a kPagedTmaLoader CTA's layout rounded up to
+/// the 128B swizzle's period so each group's rings start on it as a CTA's do.
+__host__ __device__ constexpr int paged_group_stride(int n) {
+  return (paged_q_slots(n, kPagedTmaLoader) * (n * kPagedHeadDim + n * 4 + 8) +
+          paged_stages(n, kPagedTmaLoader) * (kPagedBlockBytes + kPagedBlockKV * 4 + paged_stage_extra_bytes(kPagedTmaLoader)) +
+          1023) / 1024 * 1024;
+}
+
 /// Dynamic shared memory of the logits kernel for N = next_n * H q rows (1024 bytes of slack
 /// align the rings to the 128B swizzle's period).
 __host__ __device__ constexpr int paged_mqa_logits_smem_bytes(int n, int design) {
-  return 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4 + (design == kPagedTmaLoader ? 8 : 0)) +
-         paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 + paged_stage_extra_bytes(design));
+  return design == kPagedTmaLoaderWg ? 1024 + kPagedLoaderWgGroups * paged_group_stride(n)
+         : 1024 + paged_q_slots(n, design) * (n * kPagedHeadDim + n * 4 + (paged_has_loader(design) ? 8 : 0)) +
+               paged_stages(n, design) * (kPagedBlockBytes + kPagedBlockKV * 4 + paged_stage_extra_bytes(design));
 }
 
 /// The logits CTA's rings in dynamic shared memory from its first 1024-byte boundary (the 128B
@@ -899,10 +928,15 @@ struct alignas(16) PagedLoaderRecord {
   int len[2];
 };
 
-/// mbarrier_wait that calls `poll` between failed tries (the watchdog build traps as mbarrier_wait does).
-template <typename Poll>
+/// mbarrier_wait that calls `poll` between failed tries (the watchdog build traps as mbarrier_wait does;
+/// not kTimed: never, the timer's registers spared).
+template <bool kTimed = true, typename Poll>
 DT_DEVICE void paged_wait_polling(u64* bar, u32 parity, Poll&& poll) {
   const u32 addr = ptx::smem_addr(bar);
+  if constexpr (!kTimed) {
+    while (!ptx::mbarrier_try_wait(addr, parity)) poll();
+    return;
+  }
 #if DT_WATCHDOG
   u32 polls = 0;
   u64 start = 0;
@@ -931,15 +965,18 @@ DT_DEVICE void paged_wait_polling(u64* bar, u32 parity, Poll&& poll) {
 /// full barrier of its first block, once the sequence before in that slot ended (q_empty[slot]:
 /// 128 arrivals after its last block's head sums). The q copy may wait there while the loader issues
 /// the next blocks' rows (it polls q_empty while it waits for a stage), so the kv stream does not
-/// drain at a sequence change with one q slot.
-template <int kNextN, int kNumHeads>
+/// drain at a sequence change with one q slot. kDesign kPagedTmaLoaderWg: kPagedLoaderWgThreads, the
+/// loader warp the first of a warpgroup that gives its registers to the math warpgroup (the weights in
+/// registers for every N), q_empty[slot] arrived once the sequence's last block's wgmmas completed.
+template <int kNextN, int kNumHeads, int kDesign = kPagedTmaLoader>
 DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDescriptor* tmap_scales,
                                        const TmaDescriptor* tmap_q, const TmaDescriptor* tmap_w, int rows_per_block,
                                        int num_kv_blocks, const int* __restrict__ context_lens,
                                        const int* __restrict__ block_table, int block_table_stride, int max_blocks,
                                        const int* __restrict__ schedule, float* __restrict__ logits,
                                        int stride_logits, int max_context_len, int batch) {
-  constexpr int kDesign = kPagedTmaLoader;
+  static_assert(paged_has_loader(kDesign), "a loader design");
+  constexpr bool kWg = kDesign == kPagedTmaLoaderWg;
   constexpr int kN = kNextN * kNumHeads;
   static_assert(kNumHeads % 8 == 0 && kN % 16 == 0 && kN <= 128, "whole 8-column groups per token; a TMA box <= 256 rows");
   static_assert(kNextN == 1 || kNextN == 2, "a record holds two lengths");
@@ -949,17 +986,22 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
   constexpr int kQBytes = kN * kPagedHeadDim;
   constexpr u32 kBlockTx = kPagedBlockBytes + kPagedBlockKV * 4;  // a block's rows and scales
   constexpr u32 kSequenceTx = kQBytes + kN * 4;                    // a sequence's q rows and weights
+  constexpr int kGroups = kWg ? kPagedLoaderWgGroups : 1;  // math warpgroups (and loader threads) per CTA
+  constexpr int kMathThreads = kGroups * kPagedThreads;
+  // the warp index through a shuffle: uniform, so the role branch is not rebuilt per thread
+  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
+  // kWg: a math warpgroup's group, or the group of loader warp kMathThreads / 32 + g
+  const int group_in_cta = kWg ? (warp < kMathThreads / 32 ? warp / 4 : warp - kMathThreads / 32) : 0;
   extern __shared__ u8 smem_raw[];
-  const PagedRings<kN, kStages, kQSlots> rings(smem_raw);
+  const PagedRings<kN, kStages, kQSlots> rings(kWg ? smem_raw + group_in_cta * paged_group_stride(kN) : smem_raw);
   // rings.end() is 128-byte aligned (the rings are multiples of 128 bytes): the records first (16-byte loads)
   PagedLoaderRecord* records = reinterpret_cast<PagedLoaderRecord*>(rings.end());
   u64* full = reinterpret_cast<u64*>(records + kStages);  // kStages: the stage's block (and q) landed, its record written
   u64* empty = full + kStages;     // kStages: the math warps' wgmmas of the stage's block completed
   u64* q_empty = empty + kStages;  // kQSlots: the head sums of the slot's sequence's last block done
 
-  // the warp index through a shuffle: uniform, so the role branch is not rebuilt per thread
-  const int tid = threadIdx.x, warp = __shfl_sync(0xffffffffu, tid >> 5, 0), lane = tid & 31;
-  if (tid == kPagedThreads) {
+  const bool loader_thread = kWg ? tid >= kMathThreads && group_in_cta < kGroups && lane == 0 : tid == kPagedThreads;
+  if (loader_thread) {
     ptx::tma_prefetch_descriptor(tmap_kv);
     ptx::tma_prefetch_descriptor(tmap_scales);
     ptx::tma_prefetch_descriptor(tmap_q);
@@ -972,9 +1014,11 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
   ptx::grid_dependency_wait();  // the stream predecessor may write any input
   ptx::launch_dependents();
 
-  if (warp >= kPagedThreads / 32) {  // the loader warp: one thread walks and issues
-    if (tid != kPagedThreads) return;
-    const int slot = blockIdx.x / kPagedSplitBlocks, group = blockIdx.x % kPagedSplitBlocks;
+  if (warp >= kMathThreads / 32) {  // the loader warp: one thread walks and issues
+    if constexpr (kWg) ptx::setmaxnreg_dec<kPagedLoaderWgLoaderRegs>();  // every warp of the warpgroup
+    if (!loader_thread) return;
+    const int slot = kWg ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x / kPagedSplitBlocks);
+    const int group = kWg ? group_in_cta : static_cast<int>(blockIdx.x % kPagedSplitBlocks);
     PagedCursor c = paged_slot_start(schedule, slot, group, batch, context_lens, kNextN, max_blocks, max_context_len);
     PagedFastWalk walk(c);
     int iter = 0, seq = -1, prev_b = -1;
@@ -988,6 +1032,14 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
       ptx::tma_load_2d(rings.weights(pending_slot), tmap_w, &full[pending_stage], 0, pending_b);
       pending = false;
     };
+    // kWg: the loader's waits untimed even in the watchdog build (its 32 registers spill with the timer)
+    const auto loader_wait = [](u64* bar, u32 parity) {
+      if constexpr (kWg) {
+        paged_wait_polling<false>(bar, parity, []() {});
+      } else {
+        ptx::mbarrier_wait(bar, parity);
+      }
+    };
     const auto poll_q = [&]() {
       if (pending && ptx::mbarrier_try_wait(ptx::smem_addr(&q_empty[pending_slot]), pending_parity)) issue_q();
     };
@@ -998,10 +1050,10 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
       const bool last = !(c.s < walk.limit) || c.b != b;  // the CTA's last block of sequence b
       const bool new_sequence = b != prev_b;
       const int stage = iter % kStages;
-      paged_wait_polling(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u, poll_q);
+      paged_wait_polling<!kWg>(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u, poll_q);
       if (new_sequence) {
         if (pending) {  // a sequence shorter than the ring: its q copy goes first
-          ptx::mbarrier_wait(&q_empty[pending_slot], pending_parity);
+          loader_wait(&q_empty[pending_slot], pending_parity);
           issue_q();
         }
         ++seq, prev_b = b;
@@ -1024,19 +1076,21 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
       ++iter;
     }
     if (pending) {
-      ptx::mbarrier_wait(&q_empty[pending_slot], pending_parity);
+      loader_wait(&q_empty[pending_slot], pending_parity);
       issue_q();
     }
     const int stage = iter % kStages;  // the end record, once the stage's last block is released
-    ptx::mbarrier_wait(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u);
+    loader_wait(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u);
     records[stage].b = -1;
     ptx::mbarrier_arrive(&full[stage]);
     return;
   }
 
   // four CTAs of 160 threads: 96 registers a thread; N 128's 64 accumulators leave no room for its weights
-  constexpr bool kWeightsInRegisters = kN <= 64;
-  const int r0 = warp * 16 + (lane >> 2);  // this thread's kv rows of a block: r0, r0 + 8
+  // (kWg: 112, the loader warpgroup's registers, hold them)
+  constexpr bool kWeightsInRegisters = kWg || kN <= 64;
+  if constexpr (kWg) ptx::setmaxnreg_inc<kPagedLoaderWgMathRegs>();
+  const int r0 = (kWg ? warp % 4 : warp) * 16 + (lane >> 2);  // this thread's kv rows of a block: r0, r0 + 8
   const int lean_row = r0 + 8 * paged_lean_half<kNextN>(lane);  // the one it stores
   const int token = paged_lean_token<kNextN>(lane);
   const bool stores = kNextN == 2 || (lane & 2) == 0;  // one token: lanes q and q ^ 2 hold one sum
@@ -1050,7 +1104,11 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
   int q_seq = -1;
   for (int iter = 0;; ++iter) {
     const int stage = iter % kStages;
-    ptx::mbarrier_wait(&full[stage], static_cast<u32>(iter / kStages) & 1u);
+    if constexpr (kWg) {  // untimed: any trap or watchdog state here spills N 128 at 112 registers
+      paged_wait_polling<false>(&full[stage], static_cast<u32>(iter / kStages) & 1u, []() {});
+    } else {
+      ptx::mbarrier_wait(&full[stage], static_cast<u32>(iter / kStages) & 1u);
+    }
     int b, row_flags, len0, len1;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(b), "=r"(row_flags), "=r"(len0), "=r"(len1)
@@ -1070,9 +1128,12 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
     const float* w = kWeightsInRegisters ? static_cast<const float*>(wreg) : rings.weights(q_slot);
     paged_block_lean<kNextN, kNumHeads, !kWeightsInRegisters>(
         kv_desc_lo, q_desc_lo, w, scale_base + stage * kPagedBlockKV * 4, out, bound, row_flags >> 2, lane,
-        []() {}, [&]() { ptx::mbarrier_arrive(&empty[stage]); });
+        []() {}, [&]() {
+          ptx::mbarrier_arrive(&empty[stage]);
+          if (kWg && (row_flags & 2)) ptx::mbarrier_arrive(&q_empty[q_slot]);  // the weights are in registers
+        });
     // the q slot after the head sums: N 128 reads its weights there
-    if (row_flags & 2) ptx::mbarrier_arrive(&q_empty[q_slot]);
+    if (!kWg && (row_flags & 2)) ptx::mbarrier_arrive(&q_empty[q_slot]);
   }
 }
 
