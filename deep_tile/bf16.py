@@ -81,7 +81,7 @@ def _forced_plan() -> contract.Bf16Plan | None:
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
-           "bf16_config", "ref_bf16_gemm"]
+           "bf16_config", "ref_bf16_gemm", "batched_bf16_gemm_nt", "batched_fits"]
 
 
 def _fail(name: str, message: str, error=ValueError):
@@ -250,9 +250,10 @@ def _split_counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
             ldd: int, groups: int, tiles: int, d_rows: int = 0, workspace: torch.Tensor | None = None,
-            counters: torch.Tensor | None = None) -> None:
+            counters: torch.Tensor | None = None, group_ldd: int = 0) -> None:
     """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's);
-    ``workspace`` / ``counters``: a split call's partials and tile counters."""
+    ``workspace`` / ``counters``: a split call's partials and tile counters; ``group_ldd``: the batched
+    GEMM's D batch stride (elements)."""
     from deep_tile.jit.loader import get_kernel
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.pdl import get_pdl
@@ -260,7 +261,8 @@ def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Ten
     kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
     tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
     values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups,
-              0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr())
+              0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr(),
+              group_ldd)
     device = d.device
     with torch.cuda.device(device):
         grid = contract.grid(tiles, get_num_sms())
@@ -556,3 +558,95 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     cfg = bf16_config(m, n, total, "mn", "mn", True, True, gemm_type="k_grouped", m_blocks=groups * mb)
     _launch(cfg, _tmap_a(a.T, "mn", m, total), _tmap_b(b.T, "mn", n, total, cfg.block_n), d, grouped_layout, m, n,
             total, n, groups, groups * mb * ceil_div(n, cfg.block_n), d_rows=groups * m)
+
+
+_I32_MAX = 2**31 - 1
+
+
+def _stride_bytes(t: torch.Tensor, dim: int, inner: int) -> int:
+    """A 3-D map's byte stride along ``dim``: an extent of one never steps, so any 16-byte multiple
+    (the inner extent's, rounded up) stands in for whatever stride the view has."""
+    return t.stride(dim) * 2 if t.shape[dim] > 1 else max(16, -(-inner * 2 // 16) * 16)
+
+
+def batched_fits(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bool:
+    """Whether :func:`batched_bf16_gemm_nt` takes these (checked) operands' layouts on CUDA: a K-major,
+    b K- or MN-major, 16-byte starts and strides of a and b (TMA), d's start 8-byte aligned and its
+    row and batch strides even (two-element stores) and within int32."""
+    try:
+        if _major("batched_bf16_gemm_nt", "a", a) != "k":
+            return False
+        major_b = _major("batched_bf16_gemm_nt", "b", b)
+    except ValueError:  # no unit stride along either of the last two dimensions
+        return False
+    k, n = a.shape[2], b.shape[1]
+    b_dims, b_inner = ((0, 1), k) if major_b == "k" else ((0, 2), n)
+    for t, dims, inner in ((a, (0, 1), k), (b, b_dims, b_inner)):
+        if t.data_ptr() % 16 or any(_stride_bytes(t, dim, inner) % 16 for dim in dims):
+            return False
+    if d.data_ptr() % 8 or any(d.shape[i] > 1 and (d.stride(i) % 2 or d.stride(i) > _I32_MAX) for i in (0, 1)):
+        return False
+    return True
+
+
+def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> None:
+    """``d[g] = a[g] @ b[g].T`` for every g, in one launch: ``a`` bf16 ``[G, m, k]`` K-major, ``b`` bf16
+    ``[G, n, k]`` K- or MN-major, ``d`` bf16 or float32 ``[G, m, n]`` with unit column stride; every
+    batch stride as the views have it (nothing copied: the kernel reads a and b through 3-D maps whose
+    third coordinate is g, so a k or row block never reaches the next batch, and writes d at g times its
+    batch stride). The layouts :func:`batched_fits` names, else ValueError. On the CPU, float32 torch."""
+    name = "batched_bf16_gemm_nt"
+    a, b, d = _tensor(name, "a", a), _tensor(name, "b", b), _tensor(name, "d", d)
+    for what, t in (("a", a), ("b", b), ("d", d)):
+        if t.dim() != 3:
+            _fail(name, f"{what} must be 3-D, got shape {tuple(t.shape)}.")
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        _fail(name, f"a and b must be bfloat16, got {a.dtype} and {b.dtype}.")
+    groups, m, k = a.shape
+    if b.shape[0] != groups or b.shape[2] != k or tuple(d.shape) != (groups, m, b.shape[1]):
+        _fail(name, f"shapes disagree: a {tuple(a.shape)}, b {tuple(b.shape)}, d {tuple(d.shape)} "
+                    f"(a [G, m, k] @ b [G, n, k].T -> d [G, m, n]).")
+    n = b.shape[1]
+    if d.dtype not in (torch.bfloat16, torch.float32) or (n > 1 and d.stride(2) != 1):
+        _fail(name, f"d must be bf16 or float32 with unit column stride, got {d.dtype} strides {d.stride()}.")
+    if len({t.device for t in (a, b, d)}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    if 0 in (groups, m, n):
+        return
+    if k == 0:
+        d.zero_()
+        return
+    if not d.is_cuda:
+        d.copy_((a.float() @ b.float().transpose(1, 2)).to(d.dtype))
+        return
+    if not batched_fits(a, b, d):
+        _fail(name, f"the operands' layouts do not fit the kernel (strides a {a.stride()}, b {b.stride()}, "
+                    f"d {d.stride()}): a K-major, 16-byte starts and strides of a and b, even strides of d.")
+    from deep_tile.gemm.tma import encode_3d
+
+    major_b = _major(name, "b", b)
+    forced = _forced_plan()
+    if forced is not None and forced.block_m in contract.BLOCK_MS:
+        # a forced plan's tile, box and ring (the batched kernel takes no splits, pairs or staged stores)
+        pl = contract.Bf16Plan(forced.block_n, 1, forced.box_m, 1, forced.stages, 0, forced.block_m)
+    else:
+        pl = contract.batched_plan(groups, m, n, k, get_num_sms(), major_b)
+    if pl.box_m < pl.block_m and m > pl.box_m:
+        _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
+    if major_b == "mn" and pl.block_n % 64:
+        _fail(name, f"an MN-major b loads 64-row boxes: block_n {pl.block_n} must be a multiple of 64 (a forced plan?).")
+    stages = pl.stages or contract.deep_stages(pl.block_n, pl.block_m)
+    cfg = contract.Bf16Config("k", major_b, pl.block_n, stages, d.dtype == torch.float32, False, "batched", False,
+                              pl.box_m, 1, False, False, pl.block_m)
+    # (k, row, g) maps: TMA fills a box's rows past m and its k past k with zeros, batch by batch
+    tmap_a = encode_3d(a.data_ptr(), "bfloat16", (k, m, groups), (_stride_bytes(a, 1, k), _stride_bytes(a, 0, k)),
+                       (contract.BLOCK_K, pl.box_m, 1), 128, 256)
+    if major_b == "k":
+        tmap_b = encode_3d(b.data_ptr(), "bfloat16", (k, n, groups), (_stride_bytes(b, 1, k), _stride_bytes(b, 0, k)),
+                           (contract.BLOCK_K, pl.block_n, 1), 128, 256)
+    else:
+        tmap_b = encode_3d(b.data_ptr(), "bfloat16", (n, k, groups), (_stride_bytes(b, 2, n), _stride_bytes(b, 0, n)),
+                           (64, contract.BLOCK_K, 1), 128, 256)
+    tiles = groups * ceil_div(m, pl.block_m) * ceil_div(n, pl.block_n)
+    _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, d.stride(1) if m > 1 else n, groups, tiles,
+            group_ldd=d.stride(0) if groups > 1 else 0)

@@ -41,7 +41,9 @@
 
 namespace deep_tile {
 
-enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
+enum Bf16GemmType : int {
+  kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3, kBf16Batched = 4
+};
 
 /// The kernel's compile-time configuration (13 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
@@ -85,24 +87,29 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kBlockN_ % 16 == 0 && kBlockN_ >= 16 && kBlockN_ <= 256, "kBlockN: a multiple of 16, at most 256");
   DT_STATIC_ASSERT(kMajorB_ == 0 || kBlockN_ % 64 == 0, "an MN-major B loads 64-row boxes: kBlockN a multiple of 64");
-  DT_STATIC_ASSERT(kBoxM_ == 128 || ((kBoxM_ == 16 || kBoxM_ == 32 || kBoxM_ == 64) && kGemmType_ == kBf16Normal &&
+  DT_STATIC_ASSERT(kBoxM_ == 128 || ((kBoxM_ == 16 || kBoxM_ == 32 || kBoxM_ == 64) &&
+                                     (kGemmType_ == kBf16Normal || kGemmType_ == kBf16Batched) &&
                                      (kMajorA_ == 0 || kBoxM_ == 64)),
-                   "kBoxM: 128, or 16 / 32 / 64 (MN-major A: 64) for the dense GEMM");
+                   "kBoxM: 128, or 16 / 32 / 64 (MN-major A: 64) for the dense and batched GEMMs");
   DT_STATIC_ASSERT(kClusterM_ == 1 || (kClusterM_ == 2 && kGemmType_ == kBf16Normal && kMajorB_ == 0 && kBoxM_ == 128),
                    "kClusterM: 1, or 2 for the dense GEMM with a K-major B");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
-  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
+  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 4, "kGemmType: Bf16GemmType");
   DT_STATIC_ASSERT(kCompactA_ == 0 || (kCompactA_ == 1 && kBoxM_ <= 64),
                    "kCompactA: only with kBoxM <= 64 (the second warpgroup then reads no A)");
-  DT_STATIC_ASSERT(kBlockM_ == 128 || (kBlockM_ == 64 && kGemmType_ == kBf16Normal && kBoxM_ <= 64 &&
+  DT_STATIC_ASSERT(kBlockM_ == 128 || (kBlockM_ == 64 && (kGemmType_ == kBf16Normal || kGemmType_ == kBf16Batched) &&
+                                       kBoxM_ <= 64 &&
                                        kClusterM_ == 1 && kCompactA_ == 0),
-                   "kBlockM: 128, or 64 for the dense GEMM (kBoxM <= 64, no pairs; its A slot is 64 rows already)");
+                   "kBlockM: 128, or 64 for the dense and batched GEMMs (kBoxM <= 64, no pairs; its A slot is 64 rows)");
   DT_STATIC_ASSERT(kLoadRegs * 128 + kMathRegs * 128 * kConsumers <= 64 * 1024, "the register split fits the file");
   DT_STATIC_ASSERT(kStoreAll_ == 0 || (kStoreAll_ == 1 && kTmaStore_ == 1 && kStoreBoxes >= 3),
                    "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
-                   "the M-grouped GEMMs take a K-major A");
-  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || (kOutF32_ == 0 && kAccumulate_ == 0),
+                   "the M-grouped and batched GEMMs take a K-major A");
+  DT_STATIC_ASSERT(kGemmType_ != kBf16Batched || (kTmaStore_ == 0 && kClusterM_ == 1 && kAccumulate_ == 0),
+                   "the batched GEMM stores D from registers (per-batch offsets), no accumulation, no CTA pairs");
+  DT_STATIC_ASSERT((kGemmType_ != kBf16MGroupedContiguous && kGemmType_ != kBf16MGroupedMasked) ||
+                       (kOutF32_ == 0 && kAccumulate_ == 0),
                    "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
   DT_STATIC_ASSERT(kGemmType_ != kBf16KGrouped || (kOutF32_ == 1 && kAccumulate_ == 1),
                    "the K-grouped GEMM accumulates into float32 D (DeepGEMM's)");
@@ -122,6 +129,7 @@ struct Bf16Tile {
   int k_begin;           // first k of the tile's reduction (the K-grouped GEMM: its group's first)
   int k_blocks;          // BLOCK_K steps of the reduction
   int split, slot;       // split K: this tile's split and its output tile's index (counter, workspace)
+  int group;             // the batched GEMM: the batch index (TMA's third coordinate, D's batch offset)
   bool valid;            // false: nothing to compute (contiguous tiles of padding rows)
 };
 
@@ -161,6 +169,18 @@ struct Bf16Scheduler {
     tile.k_begin = 0;
     tile.split = tile.slot = 0;
     tile.k_blocks = ceil_div(k, Cfg::kBlockK);
+    if (Cfg::kGemmType == kBf16Batched) {
+      // batch g's tiles follow batch g - 1's: (g, m-block, n-block), every batch the same m x n x k
+      const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
+      const int g = t / per_group;
+      if (g >= num_groups) return false;
+      order(t - g * per_group, mb, tile.m_block, tile.n_block);
+      tile.group = g;
+      tile.a_row = tile.d_row = tile.m_block * Cfg::kBlockM;
+      tile.b_base = 0;
+      tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
+      return true;
+    }
     if (Cfg::kGemmType == kBf16KGrouped) {
       // every group has the same tiles: d[g] = sum over its k rows; layout holds each group's k (multiples of 128)
       const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
@@ -289,7 +309,8 @@ DT_DEVICE u32 bf16_split_arrive(u32* counter) {
 template <class Cfg>
 DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_b, const TmaDescriptor* tmap_d,
                          void* __restrict__ d, const int* __restrict__ layout, int m, int n, int k, int ldd,
-                         int num_groups, float* __restrict__ workspace, u32* __restrict__ counters) {
+                         int num_groups, float* __restrict__ workspace, u32* __restrict__ counters,
+                         int group_ldd) {
   using Mma = ptx::WgmmaBf16<Cfg::kBlockN, Cfg::kMajorA, Cfg::kMajorB>;
   constexpr int kStages = Cfg::kStages, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kBlockK = Cfg::kBlockK;
   extern __shared__ __align__(1024) u8 smem[];
@@ -335,13 +356,23 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
           u8* a = smem_a + stage * Cfg::kABytes;
           u8* b = smem_b + stage * Cfg::kBBytes;
           const int k0 = tile.k_begin + kb * kBlockK;
-          if (Cfg::kMajorA == 0) {
+          if (Cfg::kGemmType == kBf16Batched) {  // 3-D maps (k or n, row, batch): a box stays in its batch
+            ptx::tma_load_3d(a, tmap_a, bar, k0, tile.a_row, tile.group);
+            if (Cfg::kMajorB == 0) {
+              ptx::tma_load_3d(b, tmap_b, bar, k0, n0, tile.group);
+            } else {
+#pragma unroll
+              for (int i = 0; i < kBlockN / 64; ++i) ptx::tma_load_3d(b + i * 64 * 128, tmap_b, bar, n0 + 64 * i, k0, tile.group);
+            }
+          } else if (Cfg::kMajorA == 0) {
             ptx::tma_load_2d(a, tmap_a, bar, k0, tile.a_row);
           } else {
 #pragma unroll
             for (int i = 0; i < Cfg::kBoxM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
           }
-          if (Cfg::kClusterM > 1) {  // this CTA's half of the B tile, to both CTAs
+          if (Cfg::kGemmType == kBf16Batched) {
+            // B loaded above with A
+          } else if (Cfg::kClusterM > 1) {  // this CTA's half of the B tile, to both CTAs
             constexpr int kHalf = kBlockN / 2;
             ptx::tma_load_2d_multicast(b + sched.rank * kHalf * 128, tmap_b, bar, k0, n0 + sched.rank * kHalf, 0x3);
           } else if (Cfg::kMajorB == 0) {
@@ -569,11 +600,13 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     const int r0 = cw * 64 + warp * 16 + lane / 4;
     const int c0 = tile.n_block * kBlockN + 2 * (lane % 4);
     const long long d_row0 = tile.d_row;
+    // the batched GEMM: batch g's D starts g * group_ldd elements in (any stride the host's view has)
+    const long long d_batch = Cfg::kGemmType == kBf16Batched ? tile.group * static_cast<long long>(group_ldd) : 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
       if (r >= tile.m_limit) continue;
-      const long long base = (d_row0 + r) * static_cast<long long>(ldd);
+      const long long base = d_batch + (d_row0 + r) * static_cast<long long>(ldd);
 #pragma unroll
       for (int j = kDirectFrom; j < kBlockN / 8; ++j) {
         const int c = c0 + 8 * j;
