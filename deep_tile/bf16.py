@@ -22,6 +22,9 @@ Semantics and conventions are DeepGEMM's (its csrc/apis/gemm.hpp):
   c)``: ``d[g] = c[g] + a[rows_g].T @ b[rows_g]`` in float32, group g owning the next ``ks_cpu[g]``
   rows of ``a`` and ``b`` (each a multiple of 128; ``grouped_layout`` the same sizes as an int32
   tensor on the device, which the kernel reads); ``c`` may be ``d``, None counts as zeros.
+* :func:`batched_bf16_gemm_nt` ``(a [G, m, k], b [G, n, k], d [G, m, n])``: ``d[g] = a[g] @ b[g].T`` for
+  every g in one launch on strided views (deep_tile's own; the per-head einsum's ``batched`` path):
+  a K-major, b K- or MN-major, bf16 or float32 d, nothing copied.
 
 Alignment (TMA's, as in DeepGEMM): every operand starts on a 16-byte boundary and its
 non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is even. Empty

@@ -30,6 +30,10 @@
 // whole box, and every other case (bf16 accumulation, the masked and K-grouped GEMMs, a D pitch TMA
 // cannot take) store straight from registers (bf16x2 / float2 per thread, bounds-checked), adding
 // D's previous value when kAccumulate (the host copies c into d first, as DeepGEMM does).
+// The batched GEMM (kBf16Batched) computes D_g = A_g B_g^T for num_groups batch indices g in one
+// persistent launch: A and B are read through 3-D maps (k or n, row, g), so a box past m, n or k is
+// zero-filled inside batch g (never the next batch's rows, whatever the strides), and D_g is stored
+// from registers at g * group_ldd; its tiles are walked batch by batch, (g, m-block, n-block).
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
@@ -50,11 +54,12 @@ enum Bf16GemmType : int {
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
 ///   kTmaStore: D leaves through swizzled shared memory and TMA stores / reduce-adds (else from registers);
-///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM);
+///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense and batched GEMMs when m <= kBoxM);
 ///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast);
 ///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two;
 ///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring);
-///   kBlockM: 128 (two consumer warpgroups), or 64 (one; the dense GEMM, kBoxM <= 64: the A box, 64 for whole tiles).
+///   kBlockM: 128 (two consumer warpgroups), or 64 (one; the dense and batched GEMMs, kBoxM <= 64: the A box, 64
+///   for whole tiles).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
           int kTmaStore_, int kBoxM_, int kClusterM_, int kStoreAll_ = 0, int kCompactA_ = 0, int kBlockM_ = 128>
 struct Bf16GemmConfig {
