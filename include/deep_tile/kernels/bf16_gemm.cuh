@@ -363,20 +363,17 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
           const int k0 = tile.k_begin + kb * kBlockK;
           if (Cfg::kGemmType == kBf16Batched) {  // 3-D maps (k or n, row, batch): a box stays in its batch
             ptx::tma_load_3d(a, tmap_a, bar, k0, tile.a_row, tile.group);
-            if (Cfg::kMajorB == 0) {
-              ptx::tma_load_3d(b, tmap_b, bar, k0, n0, tile.group);
-            } else {
-#pragma unroll
-              for (int i = 0; i < kBlockN / 64; ++i) ptx::tma_load_3d(b + i * 64 * 128, tmap_b, bar, n0 + 64 * i, k0, tile.group);
-            }
           } else if (Cfg::kMajorA == 0) {
             ptx::tma_load_2d(a, tmap_a, bar, k0, tile.a_row);
           } else {
 #pragma unroll
             for (int i = 0; i < Cfg::kBoxM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
           }
-          if (Cfg::kGemmType == kBf16Batched) {
-            // B loaded above with A
+          if (Cfg::kGemmType == kBf16Batched && Cfg::kMajorB == 0) {
+            ptx::tma_load_3d(b, tmap_b, bar, k0, n0, tile.group);
+          } else if (Cfg::kGemmType == kBf16Batched) {  // MN-major: 64-column boxes of 64 k rows, as the 2-D map's
+#pragma unroll
+            for (int i = 0; i < kBlockN / 64; ++i) ptx::tma_load_3d(b + i * 64 * 128, tmap_b, bar, n0 + 64 * i, k0, tile.group);
           } else if (Cfg::kClusterM > 1) {  // this CTA's half of the B tile, to both CTAs
             constexpr int kHalf = kBlockN / 2;
             ptx::tma_load_2d_multicast(b + sched.rank * kHalf * 128, tmap_b, bar, k0, n0 + sched.rank * kHalf, 0x3);
