@@ -50,6 +50,8 @@ and d staged a buffer per box (``store_all`` 1) are reached only so (the kernel'
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from deep_tile import env
@@ -361,7 +363,7 @@ def bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torch.Ten
         _launch_gemv(a, b, d, m, n, k, c is not None)
         return
     if pl.cluster_m > 1 and (major_b != "k" or pl.splits > 1 or pl.box_m != contract.BLOCK_M):
-        pl = contract.Bf16Plan(pl.block_n, pl.splits, pl.box_m, 1, pl.stages, pl.store_all)  # multicast: K-major b only
+        pl = dataclasses.replace(pl, cluster_m=1)  # multicast: K-major b only
     m_blocks = ceil_div(ceil_div(m, pl.block_m), pl.cluster_m) * pl.cluster_m  # pairs: an odd count's twin
     tiles = m_blocks * ceil_div(n, pl.block_n)
     tmap_a = _tmap_a(a, major_a, m, k, pl.box_m)

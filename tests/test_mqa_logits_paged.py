@@ -631,6 +631,35 @@ GPU_CASES = [
     dict(batch=9, next_n=2, heads=32, avg_kv=300, lengths="zero", design="two_slots"),
     dict(batch=10, next_n=1, heads=64, avg_kv=500, bad_entries=True, clean=True, design="two_slots"),
 ]
+LEAN_BLOCK_CASES = [
+    # the lean block's cases: every N, DeepGEMM's shapes, lengths off the block (random, tiny), empty
+    # contexts, slots ending inside sequences, one q slot with many short sequences, spaced blocks,
+    # bad entries, 1-D lengths, a slot walking many sequences
+    dict(batch=256, next_n=2, heads=64, avg_kv=8192, clean=True),
+    dict(batch=64, next_n=1, heads=32, avg_kv=8192),
+    dict(batch=64, next_n=1, heads=64, avg_kv=3000, clean=True),
+    dict(batch=64, next_n=2, heads=32, avg_kv=3000),
+    dict(batch=300, next_n=2, heads=32, avg_kv=3000, one_d=True),
+    dict(batch=1, next_n=1, heads=32, avg_kv=1),
+    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True),
+    dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True),
+    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True),
+    dict(batch=33, next_n=1, heads=32, avg_kv=2, lengths="tiny"),
+    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3),
+    dict(batch=500, next_n=1, heads=32, avg_kv=700, num_sms=7),
+    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True),
+    dict(batch=64, next_n=2, heads=64, avg_kv=1000, lengths="full", clean=True),
+    dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True),
+    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2),
+    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True),
+    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1),
+]
+LOADER_CASES = [
+    # tma_loader only: sequences shorter than its ring (the q copy waiting for its slot while the
+    # next blocks' copies go), and many two-token sequences through one slot
+    dict(batch=300, next_n=2, heads=64, avg_kv=150, clean=True, num_sms=5),
+    dict(batch=2000, next_n=2, heads=64, avg_kv=100, num_sms=1),
+]
 TMA_CASES = [
     # the tma design: DeepGEMM's shapes, edge cases, spaced blocks (on 128-byte rows, and off them:
     # the cp.async design runs), bad entries, one q slot with many short sequences
@@ -657,61 +686,10 @@ TMA_CASES = [
     dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_one_chain"),
     dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_one_chain"),
     dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_one_chain"),
-    # tma_lean, each against the float64 formula and bit for bit against tma_one_chain (same_as): every
-    # N, DeepGEMM's shapes, lengths off the block (random, tiny), empty contexts, slots ending inside
-    # sequences, one q slot with many short sequences, spaced blocks, bad entries, 1-D lengths
-    dict(batch=256, next_n=2, heads=64, avg_kv=8192, design="tma_lean", clean=True, same_as="tma_one_chain"),
-    dict(batch=64, next_n=1, heads=32, avg_kv=8192, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=64, next_n=1, heads=64, avg_kv=3000, design="tma_lean", clean=True, same_as="tma_one_chain"),
-    dict(batch=64, next_n=2, heads=32, avg_kv=3000, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=300, next_n=2, heads=32, avg_kv=3000, design="tma_lean", one_d=True, same_as="tma_one_chain"),
-    dict(batch=1, next_n=1, heads=32, avg_kv=1, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=33, next_n=1, heads=32, avg_kv=2, lengths="tiny", design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3, design="tma_lean",
-         same_as="tma_one_chain"),
-    dict(batch=500, next_n=1, heads=32, avg_kv=700, num_sms=7, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True, design="tma_lean", same_as="tma_one_chain"),
-    dict(batch=64, next_n=2, heads=64, avg_kv=1000, lengths="full", clean=True, design="tma_lean",
-         same_as="tma_one_chain"),
-    dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_lean",
-         same_as="tma_one_chain"),
-    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_lean",
-         same_as="tma_one_chain"),
-    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True, design="tma_lean",
-         same_as="tma_one_chain"),
-    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1, design="tma_lean", same_as="tma_one_chain"),
-    # tma_loader, each against the float64 formula and bit for bit against tma_lean (the same block and
-    # sums): every N, DeepGEMM's shapes, lengths off the block, empty contexts, sequences shorter than
-    # the ring (the q copy waiting for its slot while the next blocks' copies go), slots ending inside
-    # sequences, spaced blocks, bad entries, 1-D lengths, a slot walking many sequences
-    dict(batch=256, next_n=2, heads=64, avg_kv=8192, design="tma_loader", clean=True, same_as="tma_lean"),
-    dict(batch=64, next_n=1, heads=32, avg_kv=8192, design="tma_loader", same_as="tma_lean"),
-    dict(batch=64, next_n=1, heads=64, avg_kv=3000, design="tma_loader", clean=True, same_as="tma_lean"),
-    dict(batch=64, next_n=2, heads=32, avg_kv=3000, design="tma_loader", same_as="tma_lean"),
-    dict(batch=300, next_n=2, heads=32, avg_kv=3000, design="tma_loader", one_d=True, same_as="tma_lean"),
-    dict(batch=1, next_n=1, heads=32, avg_kv=1, design="tma_loader", same_as="tma_lean"),
-    dict(batch=7, next_n=1, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_loader", same_as="tma_lean"),
-    dict(batch=7, next_n=2, heads=64, avg_kv=300, lengths="zero", clean=True, design="tma_loader", same_as="tma_lean"),
-    dict(batch=33, next_n=2, heads=64, avg_kv=2, lengths="tiny", clean=True, design="tma_loader", same_as="tma_lean"),
-    dict(batch=33, next_n=1, heads=32, avg_kv=2, lengths="tiny", design="tma_loader", same_as="tma_lean"),
-    dict(batch=300, next_n=2, heads=64, avg_kv=70, lengths="tiny", clean=True, num_sms=3, design="tma_loader",
-         same_as="tma_lean"),
-    dict(batch=300, next_n=2, heads=64, avg_kv=150, clean=True, num_sms=5, design="tma_loader", same_as="tma_lean"),
-    dict(batch=500, next_n=1, heads=32, avg_kv=700, num_sms=7, design="tma_loader", same_as="tma_lean"),
-    dict(batch=5, next_n=2, heads=64, avg_kv=5000, num_sms=300, clean=True, design="tma_loader", same_as="tma_lean"),
-    dict(batch=64, next_n=2, heads=64, avg_kv=1000, lengths="full", clean=True, design="tma_loader",
-         same_as="tma_lean"),
-    dict(batch=40, next_n=2, heads=64, avg_kv=900, block_stride=64 * 132 + 256, clean=True, design="tma_loader",
-         same_as="tma_lean"),
-    dict(batch=12, next_n=2, heads=64, avg_kv=600, bad_entries=True, clean=True, num_sms=2, design="tma_loader",
-         same_as="tma_lean"),
-    dict(batch=10, next_n=1, heads=32, avg_kv=500, bad_entries=True, clean=True, design="tma_loader",
-         same_as="tma_lean"),
-    dict(batch=2000, next_n=1, heads=64, avg_kv=64, num_sms=1, design="tma_loader", same_as="tma_lean"),
-    dict(batch=2000, next_n=2, heads=64, avg_kv=100, num_sms=1, design="tma_loader", same_as="tma_lean"),
+    # tma_lean, each against the float64 formula and bit for bit against tma_one_chain; tma_loader (the
+    # same block and sums) bit for bit against tma_lean, with two more cases of its own
+    *[dict(case, design="tma_lean", same_as="tma_one_chain") for case in LEAN_BLOCK_CASES],
+    *[dict(case, design="tma_loader", same_as="tma_lean") for case in LEAN_BLOCK_CASES + LOADER_CASES],
 ]
 
 
