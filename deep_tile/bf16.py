@@ -24,7 +24,8 @@ Semantics and conventions are DeepGEMM's (its csrc/apis/gemm.hpp):
   tensor on the device, which the kernel reads); ``c`` may be ``d``, None counts as zeros.
 * :func:`batched_bf16_gemm_nt` ``(a [G, m, k], b [G, n, k], d [G, m, n])``: ``d[g] = a[g] @ b[g].T`` for
   every g in one launch on strided views (deep_tile's own; the per-head einsum's ``batched`` path):
-  a K-major, b K- or MN-major, bf16 or float32 d, nothing copied.
+  a K-major, b K- or MN-major, bf16 or float32 d (stored through a 3-D TMA map where its start and
+  strides are 16-byte multiples, else from registers), nothing copied.
 
 Alignment (TMA's, as in DeepGEMM): every operand starts on a 16-byte boundary and its
 non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is even. Empty
@@ -86,7 +87,8 @@ def _forced_plan() -> contract.Bf16Plan | None:
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
-           "bf16_config", "ref_bf16_gemm", "batched_bf16_gemm_nt", "batched_fits"]
+           "bf16_config", "ref_bf16_gemm", "batched_bf16_gemm_nt", "batched_fits", "batched_store_fits",
+           "BATCHED_STORES"]
 
 
 def _fail(name: str, message: str, error=ValueError):
@@ -255,16 +257,17 @@ def _split_counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
             ldd: int, groups: int, tiles: int, d_rows: int = 0, workspace: torch.Tensor | None = None,
-            counters: torch.Tensor | None = None, group_ldd: int = 0) -> None:
+            counters: torch.Tensor | None = None, group_ldd: int = 0, tmap_d: bytes | None = None) -> None:
     """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's);
     ``workspace`` / ``counters``: a split call's partials and tile counters; ``group_ldd``: the batched
-    GEMM's D batch stride (elements)."""
+    GEMM's D batch stride (elements); ``tmap_d``: D's map when it is not d's 2-D view (the batched GEMM's 3-D one)."""
     from deep_tile.jit.loader import get_kernel
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.pdl import get_pdl
 
     kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
-    tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
+    if tmap_d is None:
+        tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
     values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups,
               0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr(),
               group_ldd)
@@ -594,13 +597,36 @@ def batched_fits(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bool:
     return True
 
 
-def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> None:
+BATCHED_STORES = ("auto", "tma", "registers")
+"""How :func:`batched_bf16_gemm_nt` writes d: ``auto`` through a 3-D TMA map where d's start and strides
+are 16-byte multiples and a tile holds a whole box (else from registers), ``tma`` the same, ``registers``
+always from registers (the earlier epilogue, kept to time beside it)."""
+
+
+def _d_stride_bytes(d: torch.Tensor, dim: int, n: int) -> int:
+    """D's 3-D map stride along ``dim`` in bytes (an extent of one never steps: n's bytes rounded to 16)."""
+    return d.stride(dim) * d.element_size() if d.shape[dim] > 1 else -(-n * d.element_size() // 16) * 16
+
+
+def batched_store_fits(d: torch.Tensor, block_n: int) -> bool:
+    """Whether the batched GEMM can store ``d [G, m, n]`` by TMA: a 16-byte start, 16-byte row and batch
+    strides, and at least one whole 128-byte box per tile row."""
+    n = d.shape[2]
+    box = (contract.STORE_BOX_F32 if d.dtype == torch.float32 else contract.STORE_BOX)[0]
+    return (d.data_ptr() % 16 == 0 and block_n >= box and
+            all(_d_stride_bytes(d, dim, n) % 16 == 0 and _d_stride_bytes(d, dim, n) < 2**40 for dim in (0, 1)))
+
+
+def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, store: str = "auto") -> None:
     """``d[g] = a[g] @ b[g].T`` for every g, in one launch: ``a`` bf16 ``[G, m, k]`` K-major, ``b`` bf16
     ``[G, n, k]`` K- or MN-major, ``d`` bf16 or float32 ``[G, m, n]`` with unit column stride; every
     batch stride as the views have it (nothing copied: the kernel reads a and b through 3-D maps whose
     third coordinate is g, so a k or row block never reaches the next batch, and writes d at g times its
-    batch stride). The layouts :func:`batched_fits` names, else ValueError. On the CPU, float32 torch."""
+    batch stride). The layouts :func:`batched_fits` names, else ValueError; ``store``: :data:`BATCHED_STORES`.
+    On the CPU, float32 torch."""
     name = "batched_bf16_gemm_nt"
+    if store not in BATCHED_STORES:
+        _fail(name, f"store must be in {BATCHED_STORES}, got {store!r}.")
     a, b, d = _tensor(name, "a", a), _tensor(name, "b", b), _tensor(name, "d", d)
     for what, t in (("a", a), ("b", b), ("d", d)):
         if t.dim() != 3:
@@ -640,8 +666,16 @@ def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> N
         _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
     if major_b == "mn" and pl.block_n % 64:
         _fail(name, f"an MN-major b loads 64-row boxes: block_n {pl.block_n} must be a multiple of 64 (a forced plan?).")
-    stages = pl.stages or contract.deep_stages(pl.block_n, pl.block_m)
-    cfg = contract.Bf16Config("k", major_b, pl.block_n, stages, d.dtype == torch.float32, False, "batched", False,
+    out_f32 = d.dtype == torch.float32
+    tma_store = store != "registers" and batched_store_fits(d, pl.block_n)
+    if tma_store and pl.stages and contract.smem_bytes(pl.block_n, pl.stages, True, False, out_f32, False,
+                                                      pl.block_m) > contract.SMEM_LIMIT:
+        tma_store = store == "tma"  # a forced ring with no room for the staging stores from registers (or fails below)
+    if store == "tma" and not tma_store:
+        _fail(name, f"store='tma' needs d's start and strides in 16-byte multiples and block_n {pl.block_n} at least "
+                    f"one 128-byte box (d strides {d.stride()}).")
+    stages = pl.stages or contract.batched_stages(pl.block_n, pl.block_m, tma_store, out_f32)
+    cfg = contract.Bf16Config("k", major_b, pl.block_n, stages, out_f32, False, "batched", tma_store,
                               pl.box_m, 1, False, False, pl.block_m)
     # (k, row, g) maps: TMA fills a box's rows past m and its k past k with zeros, batch by batch
     tmap_a = encode_3d(a.data_ptr(), "bfloat16", (k, m, groups), (_stride_bytes(a, 1, k), _stride_bytes(a, 0, k)),
@@ -652,6 +686,11 @@ def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> N
     else:
         tmap_b = encode_3d(b.data_ptr(), "bfloat16", (n, k, groups), (_stride_bytes(b, 2, n), _stride_bytes(b, 0, n)),
                            (64, contract.BLOCK_K, 1), 128, 256)
+    tmap_d = None
+    if tma_store:  # (column, row, g): a box's rows past m and columns past n are not written, batch by batch
+        box = contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX
+        tmap_d = encode_3d(d.data_ptr(), "float32" if out_f32 else "bfloat16", (n, m, groups),
+                           (_d_stride_bytes(d, 1, n), _d_stride_bytes(d, 0, n)), (box[0], box[1], 1), 128, 0)
     tiles = groups * ceil_div(m, pl.block_m) * ceil_div(n, pl.block_n)
     _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, d.stride(1) if m > 1 else n, groups, tiles,
-            group_ldd=d.stride(0) if groups > 1 else 0)
+            group_ldd=d.stride(0) if groups > 1 else 0, tmap_d=tmap_d)

@@ -24,7 +24,7 @@ __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGA
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
            "MAX_SPLIT_M_BLOCKS", "plan_cost", "PAIRED_MAX_K_BLOCKS", "GEMV_ENTRY", "GEMV_SYMBOL", "GEMV_BLOCK_M",
            "GEMV_THREADS", "GEMV_ARGUMENT_KINDS", "gemv_defines", "gemv_grid", "SHORT_BOX_TYPES", "batched_cost",
-           "batched_plan"]
+           "batched_plan", "batched_stages"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -121,6 +121,16 @@ def deep_stages(block_n: int, block_m: int = BLOCK_M) -> int:
     return min(cap, SMEM_LIMIT // (stage_bytes(block_n, block_m=block_m) + 16))
 
 
+def batched_stages(block_n: int, block_m: int = BLOCK_M, tma_store: bool = False, out_f32: bool = False) -> int:
+    """The batched GEMM's ring: :func:`deep_stages`, less what ``tma_store``'s two staged boxes per
+    consumer warpgroup take (its D never waits on a store inside a tile's k loop)."""
+    if not tma_store:
+        return deep_stages(block_n, block_m)
+    cap = DEEP_MAX_STAGES if block_m == BLOCK_M else MAX_RING_STAGES
+    room = SMEM_LIMIT - staging_bytes(block_n, True, False, out_f32, block_m)
+    return min(cap, room // (stage_bytes(block_n, block_m=block_m) + 16))
+
+
 def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
     """The ring a plan runs (0: the configuration's default, :func:`stages_for`): :func:`deep_stages`
     for a split plan or a non-accumulating one at most DEEP_MAX_BLOCK_N wide, whose D then leaves
@@ -172,10 +182,9 @@ class Bf16Config:
                              f"boxes, got {self.cluster_m}.")
         if self.gemm_type not in GEMM_TYPES:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
-        if self.gemm_type == "batched" and (self.major_a != "k" or self.tma_store or self.cluster_m != 1
-                                            or self.accumulate):
-            raise ValueError("bf16_gemm: the batched kernel takes a K-major a, stores d from registers without "
-                             "accumulation and runs no CTA pairs.")
+        if self.gemm_type == "batched" and (self.major_a != "k" or self.cluster_m != 1 or self.accumulate):
+            raise ValueError("bf16_gemm: the batched kernel takes a K-major a, stores d (a 3-D map or registers) "
+                             "without accumulation and runs no CTA pairs.")
         if self.gemm_type in ("contiguous", "masked") and (self.major_a != "k" or self.out_f32 or self.accumulate):
             raise ValueError("bf16_gemm: the M-grouped kernels take a K-major A and write bf16 without accumulation.")
         if self.gemm_type == "k_grouped" and not (self.out_f32 and self.accumulate and not self.tma_store):

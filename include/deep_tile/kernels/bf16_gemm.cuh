@@ -32,8 +32,12 @@
 // D's previous value when kAccumulate (the host copies c into d first, as DeepGEMM does).
 // The batched GEMM (kBf16Batched) computes D_g = A_g B_g^T for num_groups batch indices g in one
 // persistent launch: A and B are read through 3-D maps (k or n, row, g), so a box past m, n or k is
-// zero-filled inside batch g (never the next batch's rows, whatever the strides), and D_g is stored
-// from registers at g * group_ldd; its tiles are walked batch by batch, (g, m-block, n-block).
+// zero-filled inside batch g (never the next batch's rows, whatever the strides); with kTmaStore D
+// leaves through a 3-D map (column, row, g) as the staged boxes above, clipped to batch g's m x n (the per-head
+// einsum's D rows lie 16-128 KiB apart: 4-byte stores from registers, 8 rows per warp instruction, hold
+// the consumers for microseconds per tile, while TMA stores leave during the next tile's wgmmas), else
+// from registers at g * group_ldd; its tiles are walked
+// batch by batch, (g, m-block, n-block).
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
@@ -111,8 +115,8 @@ struct Bf16GemmConfig {
                    "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
                    "the M-grouped and batched GEMMs take a K-major A");
-  DT_STATIC_ASSERT(kGemmType_ != kBf16Batched || (kTmaStore_ == 0 && kClusterM_ == 1 && kAccumulate_ == 0),
-                   "the batched GEMM stores D from registers (per-batch offsets), no accumulation, no CTA pairs");
+  DT_STATIC_ASSERT(kGemmType_ != kBf16Batched || (kClusterM_ == 1 && kAccumulate_ == 0),
+                   "the batched GEMM runs no accumulation and no CTA pairs (D through a 3-D map or from registers)");
   DT_STATIC_ASSERT((kGemmType_ != kBf16MGroupedContiguous && kGemmType_ != kBf16MGroupedMasked) ||
                        (kOutF32_ == 0 && kAccumulate_ == 0),
                    "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
@@ -569,7 +573,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         for (int q = 0; q < Cfg::kStoreBoxes; ++q) {
           u8* buf = smem_d + (cw * Cfg::kStoreBuffers + q) * Cfg::kStoreBytes;
           const int c = tile.n_block * kBlockN + Cfg::kStoreCols * q;
-          if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
+          if constexpr (Cfg::kGemmType == kBf16Batched) ptx::tma_store_3d(tmap_d, buf, c, row, tile.group);
+          else if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
           else ptx::tma_store_2d(tmap_d, buf, c, row);
         }
         ptx::tma_store_commit();
@@ -588,7 +593,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         ptx::named_barrier_sync(1 + cw, 128);
         if (leader) {
           const int c = tile.n_block * kBlockN + Cfg::kStoreCols * q, row = tile.d_row + cw * 64;
-          if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
+          if constexpr (Cfg::kGemmType == kBf16Batched) ptx::tma_store_3d(tmap_d, buf, c, row, tile.group);
+          else if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
           else ptx::tma_store_2d(tmap_d, buf, c, row);
           ptx::tma_store_commit();
         }
