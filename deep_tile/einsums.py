@@ -59,14 +59,15 @@ _I32_MAX = 2**31 - 1
 _MAX_HEADS = 512  # the masked grouped GEMM's most groups
 BH_PATH_ENV = "DEEP_TILE_BH_EINSUM"
 """Environment variable choosing how the per-head bf16 expressions run on CUDA (:data:`BH_PATHS`)."""
-BH_PATHS = ("bmm", "heads", "torch", "batched")
+BH_PATHS = ("bmm", "heads", "torch", "batched", "batched_regs")
 """``bmm`` (default): one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
 nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided per-head views;
 ``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation);
 ``batched``: deep_tile's batched BF16 GEMM (``deep_tile.bf16.batched_bf16_gemm_nt``), one persistent
 launch over (head, row block, column block) reading a and b through 3-D tensor maps whose third
 coordinate is the head and writing d in place (nothing copied; w read K-major for ``bhr,hdr->bhd``,
-MN-major for ``bhd,hdr->bhr``), or ``bmm`` where the views break its 16-byte rules (:func:`_bh_batched_views`)."""
+MN-major for ``bhd,hdr->bhr``; d through a 3-D TMA map where its strides allow), or ``bmm`` where the views
+break its 16-byte rules (:func:`_bh_batched_views`); ``batched_regs``: the same with d stored from registers."""
 FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
 """Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
 FP8_PATHS = ("auto", "heads", "masked", "diag", "copy", "strided")
@@ -217,12 +218,12 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
         return
     if path == "heads" and _bh_heads(expr, a, b, d):
         return
-    if path == "batched":
+    if path in ("batched", "batched_regs"):
         views = _bh_batched_views(expr, a, b, d)
         if views is not None:
             from deep_tile.bf16 import batched_bf16_gemm_nt
 
-            batched_bf16_gemm_nt(*views)
+            batched_bf16_gemm_nt(*views, store="registers" if path == "batched_regs" else "auto")
             return
     _bh_bmm(expr, a, b, d)
 
