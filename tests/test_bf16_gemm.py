@@ -212,6 +212,15 @@ def all_configs() -> list:
                                           ("mn", 64, True, 32, 64), ("k", 128, False, 128, 128),
                                           ("mn", 256, False, 128, 128), ("k", 192, True, 128, 128),
                                           ("k", 80, False, 128, 128), ("mn", 128, True, 32, 128))]
+    # the batched GEMM's d through the 3-D map (the staged boxes, the ring batched_stages leaves beside them): the
+    # einsum's plans (64-row tiles with short boxes, 128 x 128 / 256, MN-major b), float32, a partial last box, an
+    # idle second warpgroup
+    cfgs += [contract.Bf16Config("k", mb, bn, contract.batched_stages(bn, bm, True, f32), f32, False, "batched", True,
+                                 box, block_m=bm)
+             for mb, bn, f32, box, bm in (("k", 128, False, 16, 64), ("mn", 256, False, 32, 64), ("k", 64, True, 64, 64),
+                                          ("k", 128, False, 128, 128), ("mn", 256, False, 128, 128),
+                                          ("k", 256, False, 128, 128), ("k", 192, True, 128, 128),
+                                          ("k", 80, False, 128, 128), ("mn", 128, True, 32, 128))]
     # d staged a buffer per box (store_all): bf16 and float32, every major, multicast, the reduce-add
     cfgs += [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal", True, 128, 1, True)
              for ma, mb, bn, f32, acc in (("k", "k", 256, False, False), ("k", "k", 240, False, False),
@@ -463,7 +472,10 @@ def test_batched_contract_plan_and_cpu_path():
     cfg = contract.Bf16Config("k", "mn", 256, contract.deep_stages(256, 64), False, False, "batched", False, 16,
                               block_m=64)
     assert cfg.defines()["DT_BF16_GEMM_TYPE"] == 4 and cfg.threads == 256
-    for kwargs in (dict(major_a="mn"), dict(tma_store=True), dict(accumulate=True, out_f32=True)):
+    tma = contract.Bf16Config("k", "k", 256, contract.batched_stages(256, 128, True), False, False, "batched", True)
+    assert tma.smem <= contract.SMEM_LIMIT and tma.stages == 4  # two staged boxes per warpgroup leave 4 of 48 KiB
+    assert contract.batched_stages(128, 64, True) == 8 and contract.batched_stages(128, 128) == 7
+    for kwargs in (dict(major_a="mn"), dict(accumulate=True, out_f32=True)):
         args = dict(major_a="k", major_b="k", block_n=128, gemm_type="batched") | kwargs
         with pytest.raises(ValueError, match="batched kernel"):
             contract.Bf16Config(**args)
@@ -482,6 +494,13 @@ def test_batched_contract_plan_and_cpu_path():
                                  torch.zeros(2, 3, 4, dtype=BF))  # an MN-major a
     odd_d = torch.zeros(2, 3, 5, dtype=BF).as_strided((2, 3, 4), (15, 5, 1))
     assert not host.batched_fits(a, torch.zeros(2, 4, 8, dtype=BF), odd_d)  # odd strides of d (two-element stores)
+    # d by TMA: 16-byte start and strides (an extent of one never steps) and a whole box per tile row
+    heads = torch.zeros(5, 4, 136, dtype=BF)[:, :, :128].transpose(0, 1)  # [h, b, d] of a [b, h, d + 8]
+    assert host.batched_store_fits(heads, 128) and not host.batched_store_fits(heads, 48)
+    assert not host.batched_store_fits(torch.zeros(5, 4, 132, dtype=BF)[:, :, :128].transpose(0, 1), 128)
+    assert host.batched_store_fits(torch.zeros(1, 1, 100, dtype=torch.float32), 64)
+    with pytest.raises(ValueError, match="store must be"):
+        host.batched_bf16_gemm_nt(a, torch.zeros(2, 4, 8, dtype=BF), torch.zeros(2, 3, 4, dtype=BF), store="smem")
 
 
 def test_generated_wgmma_header_is_current():
@@ -679,6 +698,15 @@ GROUPED_CASES = [
     ("batched", dict(groups=5, m=30, n=300, k=264, block_n=64, box_m=32, stages=6)),
     ("batched", dict(groups=5, m=130, n=200, k=136, major_b="mn", block_n=128, stages=3)),
     ("batched", dict(groups=4, m=60, n=100, k=300, block_n=48, box_m=64, block_m=64)),
+    # d through the 3-D TMA map (bf16 rows 8 elements wider keep 16-byte strides): 64-row tiles with a short box,
+    # 128 x 256 MN-major (the bhd,hdr->bhr shape), n and m off whole boxes and tiles (clipped per batch), a forced
+    # 64-row tile one box wide, and the register epilogue forced beside it
+    ("batched", dict(groups=128, m=4, n=128, k=512, d_pad=8)),
+    ("batched", dict(groups=128, m=37, n=512, k=128, major_b="mn", d_pad=8)),
+    ("batched", dict(groups=3, m=300, n=200, k=136, d_pad=8)),
+    ("batched", dict(groups=5, m=130, n=520, k=72, major_b="mn", d_pad=8)),
+    ("batched", dict(groups=4, m=60, n=100, k=296, block_n=64, box_m=64, block_m=64)),
+    ("batched", dict(groups=3, m=300, n=200, k=136, d_pad=8, store="registers")),
     ("contiguous", dict(groups=4, expected_m=300, n=512, k=256)),
     ("contiguous", dict(groups=3, expected_m=200, n=1000, k=448, major_b="mn")),
     ("contiguous", dict(groups=8, expected_m=130, n=256, k=128, block_n=64)),

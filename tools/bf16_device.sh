@@ -40,7 +40,8 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
            k_grouped([128, 0, 256], 72, 136),
            batched(3, 37, 136, 200), batched(4, 5, 520, 72, major_b="mn"),
-           batched(3, 130, 200, 136, out="f32"), batched(3, 30, 200, 264, block_n=64, box_m=32, stages=6)]
+           batched(3, 130, 200, 136, out="f32"), batched(3, 30, 200, 264, block_n=64, box_m=32, stages=6),
+           batched(3, 300, 200, 136, d_pad=8), batched(4, 5, 520, 72, major_b="mn", d_pad=8)]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
