@@ -59,8 +59,9 @@ _I32_MAX = 2**31 - 1
 _MAX_HEADS = 512  # the masked grouped GEMM's most groups
 BH_PATH_ENV = "DEEP_TILE_BH_EINSUM"
 """Environment variable choosing how the per-head bf16 expressions run on CUDA (:data:`BH_PATHS`)."""
-BH_PATHS = ("bmm", "heads", "torch", "batched", "batched_regs")
-"""``bmm`` (default): one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
+BH_PATHS = ("auto", "bmm", "heads", "torch", "batched", "batched_regs")
+"""``auto`` (default): ``batched`` from :data:`BATCHED_MIN_HEADS` heads and :data:`BATCHED_MIN_ROWS` rows a head
+on, else ``bmm``; ``bmm``: one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
 nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided per-head views;
 ``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation);
 ``batched``: deep_tile's batched BF16 GEMM (``deep_tile.bf16.batched_bf16_gemm_nt``), one persistent
@@ -68,6 +69,11 @@ launch over (head, row block, column block) reading a and b through 3-D tensor m
 coordinate is the head and writing d in place (nothing copied; w read K-major for ``bhr,hdr->bhd``,
 MN-major for ``bhd,hdr->bhr``; d through a 3-D TMA map where its strides allow), or ``bmm`` where the views
 break its 16-byte rules (:func:`_bh_batched_views`); ``batched_regs``: the same with d stored from registers."""
+BATCHED_MIN_HEADS = 64
+BATCHED_MIN_ROWS = 128
+"""Where ``auto`` takes the batched BF16 GEMM: many heads of at least this many rows (b), where cuBLAS's
+strided batches of small per-head GEMMs measured slower than it; few heads of large GEMMs, or few rows, stay
+on ``torch.bmm`` (docs/performance.md has the timings)."""
 FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
 """Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
 FP8_PATHS = ("auto", "heads", "masked", "diag", "copy", "strided")
@@ -218,6 +224,8 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
         return
     if path == "heads" and _bh_heads(expr, a, b, d):
         return
+    if path == "auto":
+        path = bh_auto_path(a.shape[0], a.shape[1])
     if path in ("batched", "batched_regs"):
         views = _bh_batched_views(expr, a, b, d)
         if views is not None:
@@ -226,6 +234,12 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
             batched_bf16_gemm_nt(*views, store="registers" if path == "batched_regs" else "auto")
             return
     _bh_bmm(expr, a, b, d)
+
+
+def bh_auto_path(rows: int, heads: int) -> str:
+    """The path ``auto`` takes for ``rows`` (b) rows of ``heads`` heads: ``batched`` from
+    :data:`BATCHED_MIN_HEADS` heads and :data:`BATCHED_MIN_ROWS` rows on, else ``bmm``."""
+    return "batched" if heads >= BATCHED_MIN_HEADS and rows >= BATCHED_MIN_ROWS else "bmm"
 
 
 def _bh_bmm(expr: str, a, b, d) -> None:

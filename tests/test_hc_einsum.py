@@ -464,9 +464,14 @@ def test_path_variables_are_checked(monkeypatch):
     with pytest.raises(ValueError, match=FP8_PATH_ENV):
         env.fp8_einsum()
     monkeypatch.delenv(BH_PATH_ENV, raising=False)
-    assert env.bh_einsum() == "bmm"
+    assert env.bh_einsum() == "auto"
     monkeypatch.setenv(BH_PATH_ENV, "Heads")
     assert env.bh_einsum() == "heads"
+    # auto: the batched GEMM for many heads of many rows (DeepGEMM's 128-head shapes from b 128 on, measured
+    # 1.00-1.03x DeepGEMM there against bmm's 0.94-1.04x), bmm for few rows or few large heads
+    from deep_tile.einsums import bh_auto_path
+    assert [bh_auto_path(b, 128) for b in (4, 32, 128, 4096, 8192)] == ["bmm", "bmm", "batched", "batched", "batched"]
+    assert [bh_auto_path(b, 8) for b in (4, 128, 8192)] == ["bmm"] * 3
 
 
 def test_batched_path_views(monkeypatch):
