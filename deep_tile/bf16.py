@@ -609,12 +609,15 @@ def _d_stride_bytes(d: torch.Tensor, dim: int, n: int) -> int:
     return d.stride(dim) * d.element_size() if d.shape[dim] > 1 else -(-n * d.element_size() // 16) * 16
 
 
-def batched_store_fits(d: torch.Tensor, block_n: int) -> bool:
+def batched_store_fits(d: torch.Tensor, block_n: int, box_m: int = contract.BLOCK_M,
+                       block_m: int = contract.BLOCK_M) -> bool:
     """Whether the batched GEMM can store ``d [G, m, n]`` by TMA: a 16-byte start, 16-byte row and batch
-    strides, and at least one whole 128-byte box per tile row."""
+    strides, at least one whole 128-byte box per tile row, and 128-row tiles with whole A boxes (both
+    consumer warpgroups working: tiles of one, 64-row or short-boxed, gave wrong D by TMA on the device at
+    64 columns, cause not yet found, so they store from registers)."""
     n = d.shape[2]
     box = (contract.STORE_BOX_F32 if d.dtype == torch.float32 else contract.STORE_BOX)[0]
-    return (d.data_ptr() % 16 == 0 and block_n >= box and
+    return (d.data_ptr() % 16 == 0 and block_n >= box and box_m == block_m == contract.BLOCK_M and
             all(_d_stride_bytes(d, dim, n) % 16 == 0 and _d_stride_bytes(d, dim, n) < 2**40 for dim in (0, 1)))
 
 
@@ -668,7 +671,7 @@ def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, stor
     if major_b == "mn" and pl.block_n % 64:
         _fail(name, f"an MN-major b loads 64-row boxes: block_n {pl.block_n} must be a multiple of 64 (a forced plan?).")
     out_f32 = d.dtype == torch.float32
-    tma_store = store != "registers" and batched_store_fits(d, pl.block_n)
+    tma_store = store != "registers" and batched_store_fits(d, pl.block_n, pl.box_m, pl.block_m)
     if tma_store and pl.stages and contract.smem_bytes(pl.block_n, pl.stages, True, False, out_f32, False,
                                                       pl.block_m) > contract.SMEM_LIMIT:
         tma_store = store == "tma"  # a forced ring with no room for the staging stores from registers (or fails below)

@@ -149,7 +149,7 @@ def batched(groups: int, m: int, n: int, k: int, major_b: str = "k", out: str = 
     try:
         assert host.batched_fits(a, b, d)
         plan = host.FORCE_PLAN or contract.batched_plan(groups, m, n, k, host.get_num_sms(), major_b)
-        tma = store != "registers" and host.batched_store_fits(d, plan.block_n)
+        tma = store != "registers" and host.batched_store_fits(d, plan.block_n, plan.box_m, plan.block_m)
         host.batched_bf16_gemm_nt(a, b, d, store=store)
         torch.cuda.synchronize()
     finally:

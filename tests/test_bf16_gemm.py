@@ -512,6 +512,7 @@ def test_batched_contract_plan_and_cpu_path():
     # d by TMA: 16-byte start and strides (an extent of one never steps) and a whole box per tile row
     heads = torch.zeros(5, 4, 136, dtype=BF)[:, :, :128].transpose(0, 1)  # [h, b, d] of a [b, h, d + 8]
     assert host.batched_store_fits(heads, 128) and not host.batched_store_fits(heads, 48)
+    assert not host.batched_store_fits(heads, 128, 64) and not host.batched_store_fits(heads, 128, 64, 64)
     assert not host.batched_store_fits(torch.zeros(5, 4, 132, dtype=BF)[:, :, :128].transpose(0, 1), 128)
     assert host.batched_store_fits(torch.zeros(1, 1, 100, dtype=torch.float32), 64)
     with pytest.raises(ValueError, match="store must be"):
@@ -761,6 +762,9 @@ GROUPED_CASES = [
     ("batched", dict(groups=5, m=130, n=520, k=72, major_b="mn", d_pad=8)),
     ("batched", dict(groups=4, m=60, n=100, k=296, block_n=64, box_m=64, block_m=64)),
     ("batched", dict(groups=3, m=300, n=200, k=136, d_pad=8, store="registers")),
+    # the per-head einsum's auto path (many heads of 128+ rows): D by TMA, two and four boxes a tile, m and n off
+    ("batched", dict(groups=130, m=130, n=136, k=192, d_pad=8)),
+    ("batched", dict(groups=130, m=200, n=520, k=128, major_b="mn", d_pad=8)),
     ("contiguous", dict(groups=4, expected_m=300, n=512, k=256)),
     ("contiguous", dict(groups=3, expected_m=200, n=1000, k=448, major_b="mn")),
     ("contiguous", dict(groups=8, expected_m=130, n=256, k=128, block_n=64)),
