@@ -22,7 +22,8 @@ accumulated with ``c=d``, and bf16 d), and of its per-head ``'bhr,hdr->bhd'`` / 
 test counts them (a, b, and d as float32 / the operands and d). The per-head rows also time the
 other paths of ``DEEP_TILE_BH_EINSUM`` (deep_tile.einsums.BH_PATHS), and the fp8_einsum rows those
 of ``DEEP_TILE_FP8_EINSUM`` (FP8_PATHS, or those of ``--fp8-paths``), in the same round robin: the
-column "other paths"; each fp8 path's d is checked against the default's (a max rel diff line).
+column "other paths" (the per-head ``batched`` path: deep_tile's batched BF16 GEMM); each path's d is
+checked against the default's (a max rel diff line).
 
 ``fp8_einsum`` shapes (``--fp8-einsum``, ``b x h x r x d``): DeepGEMM's test of ``'bhr,hdr->bhd'``
 (h, r, d = 8, 4096, 1024; b in 4, 32, 128, 4096, 8192), x cast per token and y per 128x128 block.
@@ -149,13 +150,18 @@ def run_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
         c, flops = None, 2 * bs * h * r * dd
         nbytes = 2 * (a.numel() + b.numel() + d.numel())
     fns = {"deep_tile": lambda: deep_tile.einsum(expr, a, b, d, c=c)}
+    path_diffs = {}
     if expr != "bmk,bnk->mn":
         from deep_tile.einsums import BH_PATH_ENV, BH_PATHS
         d_alt = torch.empty_like(d)
+        fns["deep_tile"]()
         for path in BH_PATHS[1:]:
             if path == "heads" and sizes[1] > 16:  # a launch per head: the CPU, not the GPU, would be timed
                 continue
             fns[f"path:{path}"] = with_env(BH_PATH_ENV, path, lambda: deep_tile.einsum(expr, a, b, d_alt))
+            d_alt.fill_(float("nan"))  # rows a path leaves unwritten show as NaN
+            fns[f"path:{path}"]()
+            path_diffs[path] = rel_diff(d_alt.float(), d.float())
     diff = None
     if dg is not None:
         d_dg = d.clone()
@@ -173,7 +179,8 @@ def run_einsum(spec: str, iters: int, copy_rate: float, dg) -> dict:
             diff = rel_diff(d, d_dg)
     times = bench_round_robin(fns, iters=iters)
     us = times["deep_tile"]
-    return {"op": "einsum", "shape": spec, "us": us, "others": others_of(times), "gbs": nbytes / us / 1e3,
+    return {"op": "einsum", "shape": spec, "us": us, "others": others_of(times), "path_rel_diffs": path_diffs,
+            "gbs": nbytes / us / 1e3,
             "share": nbytes / us / 1e3 * 1e9 / copy_rate, "tflops": flops / us / 1e6, "mbytes": nbytes / 1e6,
             "deepgemm_us": times.get("deepgemm"),
             "deepgemm_share": nbytes / times["deepgemm"] / 1e3 * 1e9 / copy_rate if "deepgemm" in times else None,

@@ -22,6 +22,10 @@ Semantics and conventions are DeepGEMM's (its csrc/apis/gemm.hpp):
   c)``: ``d[g] = c[g] + a[rows_g].T @ b[rows_g]`` in float32, group g owning the next ``ks_cpu[g]``
   rows of ``a`` and ``b`` (each a multiple of 128; ``grouped_layout`` the same sizes as an int32
   tensor on the device, which the kernel reads); ``c`` may be ``d``, None counts as zeros.
+* :func:`batched_bf16_gemm_nt` ``(a [G, m, k], b [G, n, k], d [G, m, n])``: ``d[g] = a[g] @ b[g].T`` for
+  every g in one launch on strided views (deep_tile's own; the per-head einsum's ``batched`` path):
+  a K-major, b K- or MN-major, bf16 or float32 d (stored through a 3-D TMA map where its start and
+  strides are 16-byte multiples, else from registers), nothing copied.
 
 Alignment (TMA's, as in DeepGEMM): every operand starts on a 16-byte boundary and its
 non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is even. Empty
@@ -83,7 +87,8 @@ def _forced_plan() -> contract.Bf16Plan | None:
 
 __all__ = ["bf16_gemm_nt", "bf16_gemm_nn", "bf16_gemm_tn", "bf16_gemm_tt", "m_grouped_bf16_gemm_nt_contiguous",
            "m_grouped_bf16_gemm_nn_contiguous", "m_grouped_bf16_gemm_nt_masked", "k_grouped_bf16_gemm_tn_contiguous",
-           "bf16_config", "ref_bf16_gemm"]
+           "bf16_config", "ref_bf16_gemm", "batched_bf16_gemm_nt", "batched_fits", "batched_store_fits",
+           "BATCHED_STORES"]
 
 
 def _fail(name: str, message: str, error=ValueError):
@@ -253,17 +258,20 @@ def _split_counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 def _launch(cfg: contract.Bf16Config, tmap_a: bytes, tmap_b: bytes, d: torch.Tensor, layout, m: int, n: int, k: int,
             ldd: int, groups: int, tiles: int, d_rows: int = 0, workspace: torch.Tensor | None = None,
-            counters: torch.Tensor | None = None) -> None:
+            counters: torch.Tensor | None = None, group_ldd: int = 0, tmap_d: bytes | None = None) -> None:
     """Launch ``cfg`` on d's device and current stream; ``d_rows``: the rows of d's 2-D view (its TMA map's);
-    ``workspace`` / ``counters``: a split call's partials and tile counters."""
+    ``workspace`` / ``counters``: a split call's partials and tile counters; ``group_ldd``: the batched
+    GEMM's D batch stride (elements); ``tmap_d``: D's map when it is not d's 2-D view (the batched GEMM's 3-D one)."""
     from deep_tile.jit.loader import get_kernel
     from deep_tile.jit.runtime import KernelArgs
     from deep_tile.pdl import get_pdl
 
     kernel = get_kernel(contract.ENTRY, cfg.defines(), contract.SYMBOL)
-    tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
+    if tmap_d is None:
+        tmap_d = _tmap_d(d, d_rows or m, n) if cfg.tma_store else tmap_b  # an unused map must still be 128 bytes
     values = (tmap_a, tmap_b, tmap_d, d.data_ptr(), 0 if layout is None else layout.data_ptr(), m, n, k, ldd, groups,
-              0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr())
+              0 if workspace is None else workspace.data_ptr(), 0 if counters is None else counters.data_ptr(),
+              group_ldd)
     device = d.device
     with torch.cuda.device(device):
         grid = contract.grid(tiles, get_num_sms())
@@ -559,3 +567,134 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
     cfg = bf16_config(m, n, total, "mn", "mn", True, True, gemm_type="k_grouped", m_blocks=groups * mb)
     _launch(cfg, _tmap_a(a.T, "mn", m, total), _tmap_b(b.T, "mn", n, total, cfg.block_n), d, grouped_layout, m, n,
             total, n, groups, groups * mb * ceil_div(n, cfg.block_n), d_rows=groups * m)
+
+
+_I32_MAX = 2**31 - 1
+
+
+def _stride_bytes(t: torch.Tensor, dim: int, inner: int) -> int:
+    """A 3-D map's byte stride along ``dim``: an extent of one never steps, so any 16-byte multiple
+    (the inner extent's, rounded up) stands in for whatever stride the view has."""
+    return t.stride(dim) * 2 if t.shape[dim] > 1 else max(16, -(-inner * 2 // 16) * 16)
+
+
+def batched_fits(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bool:
+    """Whether :func:`batched_bf16_gemm_nt` takes these (checked) operands' layouts on CUDA: a K-major,
+    b K- or MN-major, 16-byte starts and strides of a and b (TMA), d's start 8-byte aligned and its
+    row and batch strides even (two-element stores) and within int32."""
+    try:
+        if _major("batched_bf16_gemm_nt", "a", a) != "k":
+            return False
+        major_b = _major("batched_bf16_gemm_nt", "b", b)
+    except ValueError:  # no unit stride along either of the last two dimensions
+        return False
+    k, n = a.shape[2], b.shape[1]
+    b_dims, b_inner = ((0, 1), k) if major_b == "k" else ((0, 2), n)
+    for t, dims, inner in ((a, (0, 1), k), (b, b_dims, b_inner)):
+        if t.data_ptr() % 16 or any(_stride_bytes(t, dim, inner) % 16 for dim in dims):
+            return False
+    if d.data_ptr() % 8 or any(d.shape[i] > 1 and (d.stride(i) % 2 or d.stride(i) > _I32_MAX) for i in (0, 1)):
+        return False
+    return True
+
+
+BATCHED_STORES = ("auto", "tma", "registers")
+"""How :func:`batched_bf16_gemm_nt` writes d: ``auto`` through a 3-D TMA map where d's start and strides
+are 16-byte multiples and a tile holds a whole box (else from registers), ``tma`` the same, ``registers``
+always from registers (the earlier epilogue, kept to time beside it)."""
+
+
+def _d_stride_bytes(d: torch.Tensor, dim: int, n: int) -> int:
+    """D's 3-D map stride along ``dim`` in bytes (an extent of one never steps: n's bytes rounded to 16)."""
+    return d.stride(dim) * d.element_size() if d.shape[dim] > 1 else -(-n * d.element_size() // 16) * 16
+
+
+def batched_store_fits(d: torch.Tensor, block_n: int, box_m: int = contract.BLOCK_M,
+                       block_m: int = contract.BLOCK_M) -> bool:
+    """Whether the batched GEMM can store ``d [G, m, n]`` by TMA: a 16-byte start, 16-byte row and batch
+    strides, at least one whole 128-byte box per tile row, and 128-row tiles with whole A boxes (both
+    consumer warpgroups working: tiles of one, 64-row or short-boxed, gave wrong D by TMA on the device at
+    64 columns, cause not yet found, so they store from registers)."""
+    n = d.shape[2]
+    box = (contract.STORE_BOX_F32 if d.dtype == torch.float32 else contract.STORE_BOX)[0]
+    return (d.data_ptr() % 16 == 0 and block_n >= box and box_m == block_m == contract.BLOCK_M and
+            all(_d_stride_bytes(d, dim, n) % 16 == 0 and _d_stride_bytes(d, dim, n) < 2**40 for dim in (0, 1)))
+
+
+def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, store: str = "auto") -> None:
+    """``d[g] = a[g] @ b[g].T`` for every g, in one launch: ``a`` bf16 ``[G, m, k]`` K-major, ``b`` bf16
+    ``[G, n, k]`` K- or MN-major, ``d`` bf16 or float32 ``[G, m, n]`` with unit column stride; every
+    batch stride as the views have it (nothing copied: the kernel reads a and b through 3-D maps whose
+    third coordinate is g, so a k or row block never reaches the next batch, and writes d at g times its
+    batch stride). The layouts :func:`batched_fits` names, else ValueError; ``store``: :data:`BATCHED_STORES`.
+    On the CPU, float32 torch."""
+    name = "batched_bf16_gemm_nt"
+    if store not in BATCHED_STORES:
+        _fail(name, f"store must be in {BATCHED_STORES}, got {store!r}.")
+    a, b, d = _tensor(name, "a", a), _tensor(name, "b", b), _tensor(name, "d", d)
+    for what, t in (("a", a), ("b", b), ("d", d)):
+        if t.dim() != 3:
+            _fail(name, f"{what} must be 3-D, got shape {tuple(t.shape)}.")
+    if a.dtype != torch.bfloat16 or b.dtype != torch.bfloat16:
+        _fail(name, f"a and b must be bfloat16, got {a.dtype} and {b.dtype}.")
+    groups, m, k = a.shape
+    if b.shape[0] != groups or b.shape[2] != k or tuple(d.shape) != (groups, m, b.shape[1]):
+        _fail(name, f"shapes disagree: a {tuple(a.shape)}, b {tuple(b.shape)}, d {tuple(d.shape)} "
+                    f"(a [G, m, k] @ b [G, n, k].T -> d [G, m, n]).")
+    n = b.shape[1]
+    if d.dtype not in (torch.bfloat16, torch.float32) or (n > 1 and d.stride(2) != 1):
+        _fail(name, f"d must be bf16 or float32 with unit column stride, got {d.dtype} strides {d.stride()}.")
+    if len({t.device for t in (a, b, d)}) != 1:
+        _fail(name, "all tensors must be on one device.")
+    if 0 in (groups, m, n):
+        return
+    if k == 0:
+        d.zero_()
+        return
+    if not d.is_cuda:
+        d.copy_((a.float() @ b.float().transpose(1, 2)).to(d.dtype))
+        return
+    if not batched_fits(a, b, d):
+        _fail(name, f"the operands' layouts do not fit the kernel (strides a {a.stride()}, b {b.stride()}, "
+                    f"d {d.stride()}): a K-major, 16-byte starts and strides of a and b, even strides of d.")
+    from deep_tile.gemm.tma import encode_3d
+
+    major_b = _major(name, "b", b)
+    forced = _forced_plan()
+    if forced is not None and forced.block_m in contract.BLOCK_MS:
+        # a forced plan's tile, box and ring (the batched kernel takes no splits, pairs or staged stores)
+        pl = contract.Bf16Plan(forced.block_n, 1, forced.box_m, 1, forced.stages, 0, forced.block_m)
+    else:
+        pl = contract.batched_plan(groups, m, n, k, get_num_sms(), major_b)
+    if pl.box_m < pl.block_m and m > pl.box_m:
+        _fail(name, f"the plan's A box of {pl.box_m} rows cannot hold m={m} (a forced plan?).")
+    if major_b == "mn" and pl.block_n % 64:
+        _fail(name, f"an MN-major b loads 64-row boxes: block_n {pl.block_n} must be a multiple of 64 (a forced plan?).")
+    out_f32 = d.dtype == torch.float32
+    tma_store = store != "registers" and batched_store_fits(d, pl.block_n, pl.box_m, pl.block_m)
+    if tma_store and pl.stages and contract.smem_bytes(pl.block_n, pl.stages, True, False, out_f32, False,
+                                                      pl.block_m) > contract.SMEM_LIMIT:
+        tma_store = store == "tma"  # a forced ring with no room for the staging stores from registers (or fails below)
+    if store == "tma" and not tma_store:
+        _fail(name, f"store='tma' needs d's start and strides in 16-byte multiples and block_n {pl.block_n} at least "
+                    f"one 128-byte box (d strides {d.stride()}).")
+    stages = pl.stages or contract.batched_stages(pl.block_n, pl.block_m, tma_store, out_f32)
+    cfg = contract.Bf16Config("k", major_b, pl.block_n, stages, out_f32, False, "batched", tma_store,
+                              pl.box_m, 1, False, False, pl.block_m)
+    # (k, row, g) maps: TMA fills a box's rows past m and its k past k with zeros, batch by batch
+    tmap_a = encode_3d(a.data_ptr(), "bfloat16", (k, m, groups), (_stride_bytes(a, 1, k), _stride_bytes(a, 0, k)),
+                       (contract.BLOCK_K, pl.box_m, 1), 128, 256)
+    if major_b == "k":
+        tmap_b = encode_3d(b.data_ptr(), "bfloat16", (k, n, groups), (_stride_bytes(b, 1, k), _stride_bytes(b, 0, k)),
+                           (contract.BLOCK_K, pl.block_n, 1), 128, 256)
+    else:
+        tmap_b = encode_3d(b.data_ptr(), "bfloat16", (n, k, groups), (_stride_bytes(b, 2, n), _stride_bytes(b, 0, n)),
+                           (64, contract.BLOCK_K, 1), 128, 256)
+    tmap_d = None
+    if tma_store:  # (column, row, g): a box's rows past m and columns past n are not written, batch by batch
+        box = contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX
+        tmap_d = encode_3d(d.data_ptr(), "float32" if out_f32 else "bfloat16", (n, m, groups),
+                           (_d_stride_bytes(d, 1, n), _d_stride_bytes(d, 0, n)), (box[0], box[1], 1), 128, 0)
+    tiles = groups * ceil_div(m, pl.block_m) * ceil_div(n, pl.block_n)
+    _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, d.stride(1) if m > 1 else n, groups, tiles,
+            group_ldd=d.stride(0) if groups > 1 else 0, tmap_d=tmap_d)

@@ -13,7 +13,8 @@ checks; every other expression is refused (ValueError):
   -> [b, h, d]`` and ``[b, h, d] x [h, d, r] -> [b, h, r]``, unit stride along the last dimension of
   all three, no ``c``. DeepGEMM runs its own BF16 GEMM (or cuBLASLt with ``use_cublaslt``);
   deep_tile runs one ``torch.bmm`` (cuBLAS) on head-major views of the three tensors, reading and
-  writing them in place, for both settings (:data:`BH_PATHS` names the alternatives).
+  writing them in place, for both settings (:data:`BH_PATHS` names the alternatives, among them
+  ``batched``: deep_tile's batched BF16 GEMM, one launch over every head).
 * ``fp8_einsum('bhr,hdr->bhd', (x, sx), (y, sy), d, c=None, recipe=(1, 128, 128))``: FP8
   ``x [b, h, r]`` with float32 1x128 scales ``sx [b, h, ceil(r / 128)]``, FP8 ``y [h, d, r]`` with
   float32 128x128 scales ``sy [h, ceil(d / 128), ceil(r / 128)]``, bf16 ``d [b, h, d]`` (``+ c``).
@@ -58,10 +59,21 @@ _I32_MAX = 2**31 - 1
 _MAX_HEADS = 512  # the masked grouped GEMM's most groups
 BH_PATH_ENV = "DEEP_TILE_BH_EINSUM"
 """Environment variable choosing how the per-head bf16 expressions run on CUDA (:data:`BH_PATHS`)."""
-BH_PATHS = ("bmm", "heads", "torch")
-"""``bmm`` (default): one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
+BH_PATHS = ("auto", "bmm", "heads", "torch", "batched", "batched_regs")
+"""``auto`` (default): ``batched`` from :data:`BATCHED_MIN_HEADS` heads and :data:`BATCHED_MIN_ROWS` rows a head
+on, else ``bmm``; ``bmm``: one ``torch.bmm`` (cuBLAS strided-batched) on head-major views of a, b and d,
 nothing copied; ``heads``: deep_tile's BF16 GEMM once per head on the strided per-head views;
-``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation)."""
+``torch``: ``torch.einsum`` into a new tensor, copied into d (the first implementation);
+``batched``: deep_tile's batched BF16 GEMM (``deep_tile.bf16.batched_bf16_gemm_nt``), one persistent
+launch over (head, row block, column block) reading a and b through 3-D tensor maps whose third
+coordinate is the head and writing d in place (nothing copied; w read K-major for ``bhr,hdr->bhd``,
+MN-major for ``bhd,hdr->bhr``; d through a 3-D TMA map where its strides allow), or ``bmm`` where the views
+break its 16-byte rules (:func:`_bh_batched_views`); ``batched_regs``: the same with d stored from registers."""
+BATCHED_MIN_HEADS = 64
+BATCHED_MIN_ROWS = 128
+"""Where ``auto`` takes the batched BF16 GEMM: many heads of at least this many rows (b), where cuBLAS's
+strided batches of small per-head GEMMs measured slower than it; few heads of large GEMMs, or few rows, stay
+on ``torch.bmm`` (docs/performance.md has the timings)."""
 FP8_PATH_ENV = "DEEP_TILE_FP8_EINSUM"
 """Environment variable choosing how :func:`fp8_einsum` runs on CUDA (:data:`FP8_PATHS`)."""
 FP8_PATHS = ("auto", "heads", "masked", "diag", "copy", "strided")
@@ -212,7 +224,22 @@ def einsum(expr: str, a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, c: torc
         return
     if path == "heads" and _bh_heads(expr, a, b, d):
         return
+    if path == "auto":
+        path = bh_auto_path(a.shape[0], a.shape[1])
+    if path in ("batched", "batched_regs"):
+        views = _bh_batched_views(expr, a, b, d)
+        if views is not None:
+            from deep_tile.bf16 import batched_bf16_gemm_nt
+
+            batched_bf16_gemm_nt(*views, store="registers" if path == "batched_regs" else "auto")
+            return
     _bh_bmm(expr, a, b, d)
+
+
+def bh_auto_path(rows: int, heads: int) -> str:
+    """The path ``auto`` takes for ``rows`` (b) rows of ``heads`` heads: ``batched`` from
+    :data:`BATCHED_MIN_HEADS` heads and :data:`BATCHED_MIN_ROWS` rows on, else ``bmm``."""
+    return "batched" if heads >= BATCHED_MIN_HEADS and rows >= BATCHED_MIN_ROWS else "bmm"
 
 
 def _bh_bmm(expr: str, a, b, d) -> None:
@@ -220,6 +247,17 @@ def _bh_bmm(expr: str, a, b, d) -> None:
     head-major view: cuBLAS takes the strides as they are (batch stride x, row pitch h * x)."""
     rhs = b.transpose(1, 2) if expr == "bhr,hdr->bhd" else b
     torch.bmm(a.transpose(0, 1), rhs, out=d.transpose(0, 1))
+
+
+def _bh_batched_views(expr: str, a, b, d) -> tuple | None:
+    """(A [h, b, k], B [h, n, k], D [h, b, n]) head-major views for the batched BF16 GEMM (the head its
+    batch index): ``bhr,hdr->bhd`` reads w [h, d, r] as a K-major B, ``bhd,hdr->bhr`` reads it transposed,
+    [h, r, d] with r contiguous, as an MN-major B; None where the views break the kernel's rules
+    (``deep_tile.bf16.batched_fits``)."""
+    from deep_tile.bf16 import batched_fits
+
+    views = (a.transpose(0, 1), b if expr == "bhr,hdr->bhd" else b.transpose(1, 2), d.transpose(0, 1))
+    return views if batched_fits(*views) else None
 
 
 def _bh_heads(expr: str, a, b, d) -> bool:

@@ -119,11 +119,15 @@ _VARS = (
            "launch), `torch` by torch's `.t().contiguous()` (the earlier, slower copy; kept for comparison). "
            "Read at each call.",
            choices=("kernel", "torch")),
-    EnvVar("DEEP_TILE_BH_EINSUM", "choice", "`bmm`",
-           "How `einsum`'s per-head bf16 expressions (`bhr,hdr->bhd`, `bhd,hdr->bhr`) run on CUDA: `bmm` one "
+    EnvVar("DEEP_TILE_BH_EINSUM", "choice", "`auto`",
+           "How `einsum`'s per-head bf16 expressions (`bhr,hdr->bhd`, `bhd,hdr->bhr`) run on CUDA: `auto` "
+           "`batched` from 64 heads and 128 rows a head on, else `bmm`; `bmm` one "
            "`torch.bmm` on head-major views, nothing copied; `heads` deep_tile's BF16 GEMM once per head; "
-           "`torch` `torch.einsum` and a copy into `d` (the earlier path). Read at each call.",
-           choices=("bmm", "heads", "torch")),
+           "`torch` `torch.einsum` and a copy into `d` (the earlier path); `batched` deep_tile's batched BF16 "
+           "GEMM, one launch over every head, nothing copied (`bmm` where its 16-byte rules fail), d stored by TMA "
+           "where d's strides allow; `batched_regs` the same with d stored from registers (the earlier epilogue, "
+           "for timing). Read at each call.",
+           choices=("auto", "bmm", "heads", "torch", "batched", "batched_regs")),
     EnvVar("DEEP_TILE_FP8_EINSUM", "choice", "`auto`",
            "How `fp8_einsum` runs on CUDA: `auto` `strided` where it applies, else by the batch size, `heads` "
            "the dense FP8 GEMM once per head in place, `masked` the masked grouped GEMM between head-major "
@@ -353,8 +357,9 @@ def kgrouped_tn_transpose() -> str:
 
 
 def bh_einsum() -> str:
-    """``DEEP_TILE_BH_EINSUM``: ``"bmm"`` (default), ``"heads"`` or ``"torch"``."""
-    return get("DEEP_TILE_BH_EINSUM") or "bmm"
+    """``DEEP_TILE_BH_EINSUM``: ``"auto"`` (default), ``"bmm"``, ``"heads"``, ``"torch"``, ``"batched"`` or
+    ``"batched_regs"``."""
+    return get("DEEP_TILE_BH_EINSUM") or "auto"
 
 
 def fp8_einsum() -> str:

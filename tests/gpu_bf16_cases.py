@@ -114,6 +114,54 @@ def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumul
                     f"{' legacy' if legacy else ''}", **check(d, a, b, c_ref)}
 
 
+def make_batched(groups: int, m: int, n: int, k: int, major_b: str, seed: int, device: str = "cpu",
+                 pad: int = 8) -> tuple:
+    """(a [G, m, k], b [G, n, k]): head-interleaved views as the per-head einsum passes them (a's rows
+    hold every batch side by side, each ``pad`` elements wider; b K-major, or MN-major from [G, k, n + pad]);
+    the padding is rounded up so that every stride stays a 16-byte multiple (TMA's rule) whatever k or n."""
+    gen = torch.Generator().manual_seed(seed)
+    inner_b = k if major_b == "k" else n
+    pad_a, pad_b = pad + -(k + pad) % 8, pad + -(inner_b + pad) % 8
+    a = torch.randn(m, groups, k + pad_a, generator=gen).to(torch.bfloat16).to(device)[:, :, :k].transpose(0, 1)
+    if major_b == "k":
+        b = torch.randn(groups, n, k + pad_b, generator=gen).to(torch.bfloat16).to(device)[:, :, :k]
+    else:
+        b = torch.randn(groups, k, n + pad_b, generator=gen).to(torch.bfloat16).to(device)[:, :, :n].transpose(1, 2)
+    return a, b
+
+
+def batched(groups: int, m: int, n: int, k: int, major_b: str = "k", out: str = "bf16", seed: int = 0,
+            block_n: int | None = None, box_m: int = 128, stages: int = 0, block_m: int = 128, d_pad: int = 4,
+            store: str = "auto") -> dict:
+    """One ``batched_bf16_gemm_nt`` call on head-interleaved views (:func:`make_batched`) against float64,
+    batch by batch, d's row padding untouched; ``block_n`` / ``box_m`` / ``stages`` / ``block_m`` force
+    the plan (deep_tile.bf16.FORCE_PLAN); d's rows ``d_pad`` elements wider (bf16: 8 keeps its strides
+    16-byte, so ``store`` "auto" takes the TMA store, 4 breaks them: registers); ``store``: BATCHED_STORES."""
+    import deep_tile.bf16 as host
+    from deep_tile.kernels import bf16_gemm as contract
+
+    a, b = make_batched(groups, m, n, k, major_b, seed, "cuda")
+    dtype = torch.float32 if out == "f32" else torch.bfloat16
+    full = torch.full((m, groups, n + d_pad), float("nan"), dtype=dtype, device="cuda")
+    d = full[:, :, :n].transpose(0, 1)
+    if block_n is not None:
+        host.FORCE_PLAN = contract.Bf16Plan(block_n, 1, box_m, 1, stages, 0, block_m)
+    try:
+        assert host.batched_fits(a, b, d)
+        plan = host.FORCE_PLAN or contract.batched_plan(groups, m, n, k, host.get_num_sms(), major_b)
+        tma = store != "registers" and host.batched_store_fits(d, plan.block_n, plan.box_m, plan.block_m)
+        host.batched_bf16_gemm_nt(a, b, d, store=store)
+        torch.cuda.synchronize()
+    finally:
+        host.FORCE_PLAN = None
+    results = [check(d[g], a[g], b[g]) for g in range(groups)]
+    worst = max(results, key=lambda r: (not r["ok"], r["worst"]))
+    padding = bool(torch.isnan(full[:, :, n:].float()).all())
+    return {"case": f"batched G={groups} m={m} n={n} k={k} b:{major_b} {out} block_n={block_n} box_m={box_m} "
+                    f"stages={stages} block_m={block_m} d_pad={d_pad} store={store}{' (tma)' if tma else ''}",
+            **worst, "ok": all(r["ok"] for r in results) and padding, "padding_untouched": padding}
+
+
 def make_contiguous(groups: int, expected_m: int, n: int, k: int, seed: int, major_b: str = "k",
                     device: str = "cpu") -> tuple:
     """(a [M, k], b [G, n, k] (MN-major storage when major_b is "mn"), m_indices [M], group sizes):

@@ -159,11 +159,12 @@ def _with_path(name: str, path, fn) -> None:
 
 
 def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0, device: str = "cuda",
-                path=None, d_pad: int = 0) -> dict:
+                path=None, d_pad: int = 0, batched=None) -> dict:
     """One deep_tile.einsum call against float64 (d NaN-filled first; a float32 'bmk,bnk->mn' d
     starts from random values and is accumulated into); ``path`` one of deep_tile.einsums.BH_PATHS
     for the per-head expressions (None: the default); ``d_pad`` > 0: d a view of rows that many
-    elements wider, whose padding must stay NaN."""
+    elements wider, whose padding must stay NaN; ``batched`` True / False: the ``batched`` path's views
+    must / must not apply (else it falls back to ``bmm``)."""
     import deep_tile
     from deep_tile.einsums import BH_PATH_ENV
 
@@ -188,7 +189,13 @@ def einsum_case(expr: str, dims: dict, out_dtype: str = "float32", seed: int = 0
     if d_pad:
         result["padding_untouched"] = bool(torch.isnan(full[..., out_shape[-1]:].float()).all())
         result["ok"] = result["ok"] and result["padding_untouched"]
-    return {"case": f"einsum {expr} {dims} d={out_dtype} path={path} d_pad={d_pad}", **result}
+    if batched is not None:
+        from deep_tile.einsums import _bh_batched_views
+
+        result["batched"] = _bh_batched_views(expr, a, b, d) is not None
+        result["ok"] = result["ok"] and result["batched"] == batched
+    return {"case": f"einsum {expr} {dims} d={out_dtype} path={path} d_pad={d_pad}"
+                    f"{'' if batched is None else f' batched={batched}'}", **result}
 
 
 def quantize_fp8(t: torch.Tensor, block_rows: int) -> tuple:

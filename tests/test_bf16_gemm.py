@@ -15,7 +15,7 @@ import torch
 import deep_tile
 from conftest import assert_spill_free, compiler_params, run_child_cases
 from deep_tile.kernels import bf16_gemm as contract
-from gpu_bf16_cases import LAYOUTS, check, make_contiguous, make_dense
+from gpu_bf16_cases import LAYOUTS, check, make_batched, make_contiguous, make_dense
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -204,6 +204,23 @@ def all_configs() -> list:
     cfgs += [contract.Bf16Config("k", "mn", 128, contract.deep_stages(128), False, False, "normal"),
              contract.Bf16Config("mn", "mn", 64, contract.deep_stages(64), True, False, "normal"),
              contract.Bf16Config("k", "k", 192, contract.deep_stages(192), False, True, "normal", False, 16)]
+    # the batched GEMM (D from registers, the deep ring): short A boxes in 64-row tiles, 128-row tiles, an idle
+    # second warpgroup at a forced short box, K- and MN-major b, bf16 and float32 d, widths off whole boxes
+    cfgs += [contract.Bf16Config("k", mb, bn, contract.deep_stages(bn, bm), f32, False, "batched", False, box,
+                                 block_m=bm)
+             for mb, bn, f32, box, bm in (("k", 128, False, 16, 64), ("mn", 256, False, 16, 64), ("k", 48, True, 64, 64),
+                                          ("mn", 64, True, 32, 64), ("k", 128, False, 128, 128),
+                                          ("mn", 256, False, 128, 128), ("k", 192, True, 128, 128),
+                                          ("k", 80, False, 128, 128), ("mn", 128, True, 32, 128))]
+    # the batched GEMM's d through the 3-D map (the staged boxes, the ring batched_stages leaves beside them): the
+    # einsum's plans (64-row tiles with short boxes, 128 x 128 / 256, MN-major b), float32, a partial last box, an
+    # idle second warpgroup
+    cfgs += [contract.Bf16Config("k", mb, bn, contract.batched_stages(bn, bm, True, f32), f32, False, "batched", True,
+                                 box, block_m=bm)
+             for mb, bn, f32, box, bm in (("k", 128, False, 16, 64), ("mn", 256, False, 32, 64), ("k", 64, True, 64, 64),
+                                          ("k", 128, False, 128, 128), ("mn", 256, False, 128, 128),
+                                          ("k", 256, False, 128, 128), ("k", 192, True, 128, 128),
+                                          ("k", 80, False, 128, 128), ("mn", 128, True, 32, 128))]
     # d staged a buffer per box (store_all): bf16 and float32, every major, multicast, the reduce-add
     cfgs += [contract.Bf16Config(ma, mb, bn, 0, f32, acc, "normal", True, 128, 1, True)
              for ma, mb, bn, f32, acc in (("k", "k", 256, False, False), ("k", "k", 240, False, False),
@@ -398,7 +415,7 @@ def test_plan():
 
 def test_split_workspace_and_arguments():
     assert contract.split_workspace_floats(19, 5, 112) == 19 * 5 * 128 * 112
-    assert len(contract.ARGUMENT_KINDS) == 12 and contract.ARGUMENT_KINDS[-2:] == ("ptr", "ptr")
+    assert len(contract.ARGUMENT_KINDS) == 13 and contract.ARGUMENT_KINDS[-3:] == ("ptr", "ptr", "i32")
 
 
 def test_bad_plans_are_refused():
@@ -455,6 +472,51 @@ def test_forced_plan_ring_and_staging():
     assert not cfg.store_all and cfg.tma_store
     cfg = host._config(contract.Bf16Plan(256, 1, 128, 1, 0, 1), "k", "k", False, True, "normal", False)
     assert not cfg.store_all and not cfg.tma_store
+
+
+def test_batched_contract_plan_and_cpu_path():
+    import deep_tile.bf16 as host
+
+    # short A boxes in 64-row tiles at m <= 64, 128-row tiles past it; no wider than n needs (MN-major b: 64-steps)
+    assert contract.batched_plan(128, 4, 128, 512, 132) == contract.Bf16Plan(128, 1, 16, block_m=64)
+    assert contract.batched_plan(128, 32, 512, 128, 132, "mn").box_m == 32
+    p = contract.batched_plan(3, 300, 520, 72, 132, "mn")
+    assert p.block_m == 128 and p.box_m == 128 and p.block_n % 64 == 0
+    assert contract.batched_plan(3, 1, 40, 200, 132).block_n <= 48
+    assert contract.GEMM_TYPES["batched"] == 4
+    cfg = contract.Bf16Config("k", "mn", 256, contract.deep_stages(256, 64), False, False, "batched", False, 16,
+                              block_m=64)
+    assert cfg.defines()["DT_BF16_GEMM_TYPE"] == 4 and cfg.threads == 256
+    tma = contract.Bf16Config("k", "k", 256, contract.batched_stages(256, 128, True), False, False, "batched", True)
+    assert tma.smem <= contract.SMEM_LIMIT and tma.stages == 4  # two staged boxes per warpgroup leave 4 of 48 KiB
+    assert contract.batched_stages(128, 64, True) == 8 and contract.batched_stages(128, 128) == 7
+    for kwargs in (dict(major_a="mn"), dict(accumulate=True, out_f32=True)):
+        args = dict(major_a="k", major_b="k", block_n=128, gemm_type="batched") | kwargs
+        with pytest.raises(ValueError, match="batched kernel"):
+            contract.Bf16Config(**args)
+    for major_b in ("k", "mn"):
+        a, b = make_batched(3, 37, 72, 136, major_b, seed=1)
+        d = torch.full((3, 37, 72), float("nan"), dtype=BF)
+        assert host.batched_fits(a, b, d)
+        host.batched_bf16_gemm_nt(a, b, d)
+        for g in range(3):
+            assert check(d[g], a[g], b[g])["ok"]
+    with pytest.raises(ValueError, match="shapes disagree"):
+        host.batched_bf16_gemm_nt(torch.zeros(2, 3, 8, dtype=BF), torch.zeros(3, 4, 8, dtype=BF),
+                                  torch.zeros(2, 3, 4, dtype=BF))
+    a = torch.zeros(2, 3, 8, dtype=BF)
+    assert not host.batched_fits(a.transpose(1, 2).contiguous().transpose(1, 2), torch.zeros(2, 4, 8, dtype=BF),
+                                 torch.zeros(2, 3, 4, dtype=BF))  # an MN-major a
+    odd_d = torch.zeros(2, 3, 5, dtype=BF).as_strided((2, 3, 4), (15, 5, 1))
+    assert not host.batched_fits(a, torch.zeros(2, 4, 8, dtype=BF), odd_d)  # odd strides of d (two-element stores)
+    # d by TMA: 16-byte start and strides (an extent of one never steps) and a whole box per tile row
+    heads = torch.zeros(5, 4, 136, dtype=BF)[:, :, :128].transpose(0, 1)  # [h, b, d] of a [b, h, d + 8]
+    assert host.batched_store_fits(heads, 128) and not host.batched_store_fits(heads, 48)
+    assert not host.batched_store_fits(heads, 128, 64) and not host.batched_store_fits(heads, 128, 64, 64)
+    assert not host.batched_store_fits(torch.zeros(5, 4, 132, dtype=BF)[:, :, :128].transpose(0, 1), 128)
+    assert host.batched_store_fits(torch.zeros(1, 1, 100, dtype=torch.float32), 64)
+    with pytest.raises(ValueError, match="store must be"):
+        host.batched_bf16_gemm_nt(a, torch.zeros(2, 4, 8, dtype=BF), torch.zeros(2, 3, 4, dtype=BF), store="smem")
 
 
 def test_generated_wgmma_header_is_current():
@@ -679,6 +741,30 @@ DENSE_CASES = (
        dict(m=100, n=36, k=64, layout="nt"), dict(m=300, n=36, k=64, layout="tn", block_n=64)]
 )
 GROUPED_CASES = [
+    # the batched GEMM (one launch over (batch, m-block, n-block)): b 1, 4, 37, 300 rows, 3 and 128 batches,
+    # k and n past whole blocks, K- and MN-major b, float32 d, forced tiles (an idle second warpgroup, 64-row tiles)
+    ("batched", dict(groups=3, m=1, n=72, k=200)),
+    ("batched", dict(groups=128, m=4, n=128, k=512)),
+    ("batched", dict(groups=128, m=4, n=512, k=128, major_b="mn")),
+    ("batched", dict(groups=3, m=37, n=520, k=40, major_b="mn")),
+    ("batched", dict(groups=3, m=300, n=136, k=192, out="f32")),
+    ("batched", dict(groups=128, m=37, n=72, k=520)),
+    ("batched", dict(groups=3, m=300, n=200, k=72, major_b="mn", out="f32")),
+    ("batched", dict(groups=5, m=30, n=300, k=264, block_n=64, box_m=32, stages=6)),
+    ("batched", dict(groups=5, m=130, n=200, k=136, major_b="mn", block_n=128, stages=3)),
+    ("batched", dict(groups=4, m=60, n=100, k=300, block_n=48, box_m=64, block_m=64)),
+    # d through the 3-D TMA map (bf16 rows 8 elements wider keep 16-byte strides): 64-row tiles with a short box,
+    # 128 x 256 MN-major (the bhd,hdr->bhr shape), n and m off whole boxes and tiles (clipped per batch), a forced
+    # 64-row tile one box wide, and the register epilogue forced beside it
+    ("batched", dict(groups=128, m=4, n=128, k=512, d_pad=8)),
+    ("batched", dict(groups=128, m=37, n=512, k=128, major_b="mn", d_pad=8)),
+    ("batched", dict(groups=3, m=300, n=200, k=136, d_pad=8)),
+    ("batched", dict(groups=5, m=130, n=520, k=72, major_b="mn", d_pad=8)),
+    ("batched", dict(groups=4, m=60, n=100, k=296, block_n=64, box_m=64, block_m=64)),
+    ("batched", dict(groups=3, m=300, n=200, k=136, d_pad=8, store="registers")),
+    # the per-head einsum's auto path (many heads of 128+ rows): D by TMA, two and four boxes a tile, m and n off
+    ("batched", dict(groups=130, m=130, n=136, k=192, d_pad=8)),
+    ("batched", dict(groups=130, m=200, n=520, k=128, major_b="mn", d_pad=8)),
     ("contiguous", dict(groups=4, expected_m=300, n=512, k=256)),
     ("contiguous", dict(groups=3, expected_m=200, n=1000, k=448, major_b="mn")),
     ("contiguous", dict(groups=8, expected_m=130, n=256, k=128, block_n=64)),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
+import os
+
 import pytest
 import torch
 
@@ -462,9 +464,36 @@ def test_path_variables_are_checked(monkeypatch):
     with pytest.raises(ValueError, match=FP8_PATH_ENV):
         env.fp8_einsum()
     monkeypatch.delenv(BH_PATH_ENV, raising=False)
-    assert env.bh_einsum() == "bmm"
+    assert env.bh_einsum() == "auto"
     monkeypatch.setenv(BH_PATH_ENV, "Heads")
     assert env.bh_einsum() == "heads"
+    # auto: the batched GEMM for many heads of many rows (DeepGEMM's 128-head shapes from b 128 on, measured
+    # 1.00-1.03x DeepGEMM there against bmm's 0.94-1.04x), bmm for few rows or few large heads
+    from deep_tile.einsums import bh_auto_path
+    assert [bh_auto_path(b, 128) for b in (4, 32, 128, 4096, 8192)] == ["bmm", "bmm", "batched", "batched", "batched"]
+    assert [bh_auto_path(b, 8) for b in (4, 128, 8192)] == ["bmm"] * 3
+
+
+def test_batched_path_views(monkeypatch):
+    """The batched path's head-major views: w K-major for 'bhr,hdr->bhd', MN-major (w[h] transposed) for
+    'bhd,hdr->bhr', d written in place; None (the bmm fallback) where d's strides are odd or a's rows
+    break 16 bytes; on the CPU the path computes in torch."""
+    from deep_tile.einsums import _bh_batched_views
+
+    bf = torch.bfloat16
+    a, w, d = torch.randn(4, 3, 64).to(bf), torch.randn(3, 72, 192).to(bf)[:, :, :64], torch.zeros(4, 3, 72, dtype=bf)
+    av, bv, dv = _bh_batched_views("bhr,hdr->bhd", a, w, d)
+    assert av.shape == (3, 4, 64) and bv.stride(-1) == 1 and dv.shape == (3, 4, 72) and dv.data_ptr() == d.data_ptr()
+    a2, d2 = torch.randn(4, 3, 72).to(bf), torch.zeros(4, 3, 64, dtype=bf)
+    av, bv, dv = _bh_batched_views("bhd,hdr->bhr", a2, w, d2)
+    assert bv.shape == (3, 64, 72) and bv.stride(1) == 1 and dv.shape == (3, 4, 64)
+    assert _bh_batched_views("bhr,hdr->bhd", a, torch.randn(3, 33, 64).to(bf), torch.zeros(4, 3, 33, dtype=bf)) is None
+    assert _bh_batched_views("bhd,hdr->bhr", torch.randn(4, 3, 33).to(bf), torch.randn(3, 33, 64).to(bf),
+                             torch.zeros(4, 3, 64, dtype=bf)) is None
+    out = torch.full((4, 3, 72), float("nan"), dtype=bf)
+    monkeypatch.setenv("DEEP_TILE_BH_EINSUM", "batched")
+    einsum("bhr,hdr->bhd", a, w, out)
+    torch.testing.assert_close(out.float(), torch.einsum("bhr,hdr->bhd", a.float(), w.float()), rtol=2e-2, atol=2e-2)
 
 
 def test_prenorm_variant_variable(monkeypatch):
@@ -646,6 +675,13 @@ EINSUM_GPU_CASES = (
        for path in BH_PATHS]
     + [dict(expr=e, dims=dict(b=b, h=3, r=r, d=d), out_dtype="bfloat16", path=path, d_pad=8)
        for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for b, r, d in ((1, 64, 72), (37, 192, 136)) for path in BH_PATHS]
+    # the batched BF16 GEMM: b 1, 4, 37, 300, h 3 and 128, d and r past whole 64-blocks, d padded or not;
+    # a d of odd width (odd strides of d) falls back to bmm
+    + [dict(expr=e, dims=dict(b=b, h=h, r=r, d=d), out_dtype="bfloat16", path="batched", d_pad=pad, batched=True)
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr") for b in (1, 4, 37, 300)
+       for h, r, d, pad in ((3, 200, 72, 8), (128, 512, 128, 0), (3, 520, 40, 0), (128, 136, 200, 8))]
+    + [dict(expr=e, dims=dict(b=5, h=3, r=64, d=33), out_dtype="bfloat16", path="batched", batched=False)
+       for e in ("bhr,hdr->bhd", "bhd,hdr->bhr")]
 )
 
 

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 cat > "$OUT/san_case.py" <<'PYEOF'
 import sys
 sys.path.insert(0, "tests")
-from gpu_bf16_cases import contiguous, dense, k_grouped, masked, split_counters
+from gpu_bf16_cases import batched, contiguous, dense, k_grouped, masked, split_counters
 results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accumulate="inplace"),
            dense(70, 136, 72, "tt", block_n=64), dense(65, 128, 64, "nn", accumulate="c"),
            dense(130, 200, 136, "nt", block_n=176), dense(70, 100, 200, "nt", out="f32", block_n=96),
@@ -42,7 +42,10 @@ results = [dense(130, 264, 200, "nt"), dense(77, 200, 136, "tn", out="f32", accu
            dense(1, 1000, 512, "nt", block_n=32, block_m=4),
            dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),
            contiguous(2, 100, 256, 128), masked(3, 192, 70, 256, 128),
-           k_grouped([128, 0, 256], 72, 136)]
+           k_grouped([128, 0, 256], 72, 136),
+           batched(3, 37, 136, 200), batched(4, 5, 520, 72, major_b="mn"),
+           batched(3, 130, 200, 136, out="f32"), batched(3, 30, 200, 264, block_n=64, box_m=32, stages=6),
+           batched(3, 300, 200, 136, d_pad=8), batched(4, 5, 520, 72, major_b="mn", d_pad=8)]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)

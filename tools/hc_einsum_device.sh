@@ -8,7 +8,8 @@
 # a timeout): the GPU tests of tests/test_hc_einsum.py; memcheck, racecheck and synccheck on small
 # cases (pre-norm GEMM: one row block with a tail, split partials with more splits than K blocks,
 # strided views, several work items per CTA, one math warpgroup with pieces; einsum 'bmk,bnk->mn'
-# with float32 and bf16 d, the per-head expressions by torch.bmm and by deep_tile's BF16 GEMM;
+# with float32 and bf16 d, the per-head expressions by torch.bmm, by deep_tile's BF16 GEMM per head and by
+# its batched BF16 GEMM (one launch over the heads);
 # fp8_einsum per head, grouped, block-diagonal and head-strided); one untimed pass of the benchmark (both libraries' kernels
 # compiled). Phase 2: benchmarks/bench_hc_einsum.py (DeepGEMM beside deep_tile when
 # `import deep_gemm` finds it): the default paths, the first implementations ("old", "torch",
@@ -24,7 +25,10 @@ results = [cases.hc(13, 24, 28672, num_splits=16), cases.hc(137, 24, 7168), case
            cases.hc(8192, 24, 7168, variant="prev"), cases.hc(137, 24, 7168, num_splits=16, variant="issue"),
            cases.hc(300, 24, 1024, num_splits=2, groups=2, sub=2), cases.hc(4096, 24, 7168, num_splits=16),
            cases.einsum_case("bhr,hdr->bhd", dict(b=4, h=8, r=512, d=128), "bfloat16"),
-           cases.einsum_case("bhd,hdr->bhr", dict(b=4, h=8, r=512, d=128), "bfloat16")]
+           cases.einsum_case("bhd,hdr->bhr", dict(b=4, h=8, r=512, d=128), "bfloat16"),
+           cases.einsum_case("bhr,hdr->bhd", dict(b=4, h=128, r=512, d=128), "bfloat16", path="batched", batched=True),
+           cases.einsum_case("bhd,hdr->bhr", dict(b=300, h=128, r=512, d=128), "bfloat16", path="batched",
+                             batched=True)]
 for r in results:
     print(r)
 assert all(r["ok"] for r in results)
@@ -47,6 +51,11 @@ results = [cases.hc(137, 24, 1024),
            cases.einsum_case("bmk,bnk->mn", dict(b=3, m=64, n=320, k=64), "bfloat16"),
            cases.einsum_case("bhr,hdr->bhd", dict(b=37, h=3, r=192, d=136), "bfloat16", path="heads", d_pad=8),
            cases.einsum_case("bhd,hdr->bhr", dict(b=37, h=3, r=192, d=136), "bfloat16", path="bmm", d_pad=8),
+           cases.einsum_case("bhr,hdr->bhd", dict(b=37, h=3, r=200, d=72), "bfloat16", path="batched", d_pad=8,
+                             batched=True),
+           cases.einsum_case("bhd,hdr->bhr", dict(b=1, h=3, r=520, d=40), "bfloat16", path="batched", batched=True),
+           cases.einsum_case("bhd,hdr->bhr", dict(b=70, h=2, r=136, d=200), "bfloat16", path="batched", d_pad=8,
+                             batched=True),
            cases.fp8_einsum_case(300, 2, 384, 264, with_c=True, path="heads", d_pad=8),
            cases.fp8_einsum_case(64, 4, 512, 256, with_c=True, path="masked"),
            cases.fp8_einsum_case(4, 8, 512, 256, path="diag"),

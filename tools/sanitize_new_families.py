@@ -69,6 +69,10 @@ results = [
     bf16.dense(1, 1000, 512, "nt", block_n=32, block_m=4),
     bf16.dense(3, 300, 200, "nt", out="f32", accumulate="inplace", block_n=32, block_m=4),
     bf16.contiguous(2, 100, 256, 128), bf16.masked(3, 192, 70, 256, 128), bf16.k_grouped([128, 0, 256], 72, 136),
+    # the batched GEMM (3-D maps, batch-strided d): 64-row tiles with short A boxes, 128-row tiles, MN-major b
+    bf16.batched(3, 37, 136, 200), bf16.batched(4, 5, 520, 72, major_b="mn"), bf16.batched(3, 130, 200, 136, out="f32"),
+    # d through the 3-D TMA map, clipped per batch (m and n off whole tiles and boxes)
+    bf16.batched(3, 300, 200, 136, d_pad=8), bf16.batched(4, 5, 520, 72, major_b="mn", d_pad=8),
 ]
 bad = [r for r in results if not r["ok"]]
 for r in results:

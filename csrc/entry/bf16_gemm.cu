@@ -24,8 +24,9 @@ extern "C" __global__ void __launch_bounds__(DT_BF16_THREADS, 1)
                         const __grid_constant__ deep_tile::TmaDescriptor tmap_b,
                         const __grid_constant__ deep_tile::TmaDescriptor tmap_d, void* __restrict__ d,
                         const int* __restrict__ layout, int m, int n, int k, int ldd, int num_groups,
-                        float* __restrict__ workspace, unsigned* __restrict__ counters) {
+                        float* __restrict__ workspace, unsigned* __restrict__ counters, int group_ldd) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  deep_tile::bf16_gemm<Bf16Cfg>(&tmap_a, &tmap_b, &tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters);
+  deep_tile::bf16_gemm<Bf16Cfg>(&tmap_a, &tmap_b, &tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters,
+                                group_ldd);
 #endif
 }

@@ -47,6 +47,36 @@ def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_b
     dims, strides, box = [inner, outer], [outer_stride_bytes], [box_inner, box_outer]
     if slab_rows:
         dims, strides, box = [inner, slab_rows, outer], [outer_stride_bytes] * 2, [box_inner, box_outer, 1]
+    raw = _encode(cu, address, dtype_name, dims, strides, box, swizzle, l2_promotion,
+                  f"cuTensorMapEncodeTiled({element}, dims=({', '.join(map(str, dims))}), row pitch={outer_stride_bytes} B, "
+                  f"box=({', '.join(map(str, box))}), swizzle={swizzle}, L2 promotion={l2_promotion})")
+    _cache[key] = raw
+    if len(_cache) > _CACHE_CAPACITY:
+        _cache.popitem(last=False)
+    return raw
+
+
+def encode_3d(address: int, element: str, dims: tuple, strides_bytes: tuple, box: tuple, swizzle: int,
+              l2_promotion: int) -> bytes:
+    """The 128 bytes of a 3-D tiled tensor map: ``dims`` (innermost first, elements), the byte strides
+    of dimensions 1 and 2 (multiples of 16, in any order of size), ``box`` per dimension. Cached as
+    :func:`encode_2d` is."""
+    key = ("3d", address, element, tuple(dims), tuple(strides_bytes), tuple(box), swizzle, l2_promotion)
+    cached = _cache.get(key)
+    if cached is not None:
+        _cache.move_to_end(key)
+        return cached
+    raw = _encode(driver(), address, _ELEMENT[element][0], list(dims), list(strides_bytes), list(box), swizzle, l2_promotion,
+                  f"cuTensorMapEncodeTiled({element}, dims={tuple(dims)}, strides={tuple(strides_bytes)} B, "
+                  f"box={tuple(box)}, swizzle={swizzle}, L2 promotion={l2_promotion})")
+    _cache[key] = raw
+    if len(_cache) > _CACHE_CAPACITY:
+        _cache.popitem(last=False)
+    return raw
+
+
+def _encode(cu, address: int, dtype_name: str, dims: list, strides: list, box: list, swizzle: int, l2_promotion: int,
+            what: str) -> bytes:
     tensor_map = check(
         cu.cuTensorMapEncodeTiled(
             getattr(cu.CUtensorMapDataType, dtype_name), len(dims), address,
@@ -56,10 +86,5 @@ def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_b
             getattr(cu.CUtensorMapSwizzle, _SWIZZLE[swizzle]),
             getattr(cu.CUtensorMapL2promotion, _L2_PROMOTION[l2_promotion]),
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        f"cuTensorMapEncodeTiled({element}, dims=({', '.join(map(str, dims))}), row pitch={outer_stride_bytes} B, "
-        f"box=({', '.join(map(str, box))}), swizzle={swizzle}, L2 promotion={l2_promotion})")
-    raw = ctypes.string_at(tensor_map.getPtr(), 128)
-    _cache[key] = raw
-    if len(_cache) > _CACHE_CAPACITY:
-        _cache.popitem(last=False)
-    return raw
+        what)
+    return ctypes.string_at(tensor_map.getPtr(), 128)

@@ -23,7 +23,8 @@ __all__ = ["ENTRY", "SYMBOL", "THREADS", "BLOCK_M", "BLOCK_K", "BLOCK_NS", "LEGA
            "store_boxes", "staging_bytes", "stage_bytes", "MAX_RING_STAGES", "MAX_K_MERGE",
            "DEEP_MAX_STAGES", "DEEP_MAX_BLOCK_N", "HYSTERESIS",
            "MAX_SPLIT_M_BLOCKS", "plan_cost", "PAIRED_MAX_K_BLOCKS", "GEMV_ENTRY", "GEMV_SYMBOL", "GEMV_BLOCK_M",
-           "GEMV_THREADS", "GEMV_ARGUMENT_KINDS", "gemv_defines", "gemv_grid"]
+           "GEMV_THREADS", "GEMV_ARGUMENT_KINDS", "gemv_defines", "gemv_grid", "SHORT_BOX_TYPES", "batched_cost",
+           "batched_plan", "batched_stages"]
 
 ENTRY = "bf16_gemm"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -42,20 +43,25 @@ BOX_MS = (16, 32, 64, 128)
 """A rows loaded per stage: 128, or fewer for the dense GEMM when m fits (TMA's out-of-bounds fill costs bandwidth)."""
 MAX_SPLITS = 16
 MAJORS = ("k", "mn")
-GEMM_TYPES = {"normal": 0, "contiguous": 1, "masked": 2, "k_grouped": 3}
+GEMM_TYPES = {"normal": 0, "contiguous": 1, "masked": 2, "k_grouped": 3, "batched": 4}
 """``Bf16GemmType``: the dense GEMM, the M-grouped contiguous (m_indices) and masked (masked_m) GEMMs,
-the K-grouped GEMM (each group's k rows, float32 D accumulated)."""
+the K-grouped GEMM (each group's k rows, float32 D accumulated), the batched GEMM (``D_g = A_g B_g^T``
+for every batch index g, A and B through 3-D maps whose third coordinate is g, D at g * group_ldd)."""
+SHORT_BOX_TYPES = ("normal", "batched")
+"""The GEMM types that take a short A box (``box_m`` < 128) and 64-row tiles."""
 K_GROUP_ALIGNMENT = 128
 """The K-grouped GEMM's group sizes are multiples of this (DeepGEMM's SM90 alignment; the kernel needs BLOCK_K)."""
 SMEM_LIMIT = 227 * 1024
 MAX_STAGES = 8
 SMEM_BUDGET = 200 * 1024
 """Bytes of operand stages a configuration aims for (4 stages of 128 x 256, 6 of 128 x 128, 8 of 128 x 64)."""
-ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "ptr", "ptr")
-"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters); tmap_d is read
-only with ``tma_store``; the dense GEMM reads num_groups as its K splits, whose float32 partial tiles go
+ARGUMENT_KINDS = ("tensormap", "tensormap", "tensormap", "ptr", "ptr", "i32", "i32", "i32", "i32", "i32", "ptr", "ptr",
+                  "i32")
+"""(tmap_a, tmap_b, tmap_d, d, layout, m, n, k, ldd, num_groups, workspace, counters, group_ldd); tmap_d is
+read only with ``tma_store``; the dense GEMM reads num_groups as its K splits, whose float32 partial tiles go
 to ``workspace`` (:func:`split_workspace_floats`) and whose arrivals are counted in ``counters`` (one
-uint32 per output tile, zero before the launch and left zero after it)."""
+uint32 per output tile, zero before the launch and left zero after it); the batched GEMM reads num_groups
+as its batch count and group_ldd as D's batch stride in elements (the other types ignore it)."""
 STORE_BYTES = 2 * 2 * 64 * 128
 """``tma_store``'s staging: two boxes of 64 rows x 128 bytes per consumer warpgroup."""
 BOX_BYTES = 64 * 128
@@ -117,6 +123,16 @@ def deep_stages(block_n: int, block_m: int = BLOCK_M, k_merge: int = 1) -> int:
     return min(cap, SMEM_LIMIT // (stage_bytes(block_n, block_m=block_m, k_merge=k_merge) + 16))
 
 
+def batched_stages(block_n: int, block_m: int = BLOCK_M, tma_store: bool = False, out_f32: bool = False) -> int:
+    """The batched GEMM's ring: :func:`deep_stages`, less what ``tma_store``'s two staged boxes per
+    consumer warpgroup take (its D never waits on a store inside a tile's k loop)."""
+    if not tma_store:
+        return deep_stages(block_n, block_m)
+    cap = DEEP_MAX_STAGES if block_m == BLOCK_M else MAX_RING_STAGES
+    room = SMEM_LIMIT - staging_bytes(block_n, True, False, out_f32, block_m)
+    return min(cap, room // (stage_bytes(block_n, block_m=block_m) + 16))
+
+
 def plan_stages(pl: "Bf16Plan", accumulate: bool = False) -> int:
     """The ring a plan runs (0: the configuration's default, :func:`stages_for`): :func:`deep_stages`
     for a split plan or a non-accumulating one at most DEEP_MAX_BLOCK_N wide, whose D then leaves
@@ -158,9 +174,10 @@ class Bf16Config:
         if self.block_n not in BLOCK_NS or (self.major_b == "mn" and self.block_n % 64):
             raise ValueError(f"bf16_gemm: block_n must be a multiple of 16 up to 256 (of 64 for an MN-major b), "
                              f"got {self.block_n}.")
-        if self.box_m not in BOX_MS or (self.box_m < BLOCK_M and (self.gemm_type != "normal" or
+        if self.box_m not in BOX_MS or (self.box_m < BLOCK_M and (self.gemm_type not in SHORT_BOX_TYPES or
                                                                   (self.major_a == "mn" and self.box_m != 64))):
-            raise ValueError(f"bf16_gemm: box_m must be 128, or 16 / 32 / 64 (MN-major a: 64) for the dense GEMM, "
+            raise ValueError(f"bf16_gemm: box_m must be 128, or 16 / 32 / 64 (MN-major a: 64) for the dense and "
+                             f"batched GEMMs, "
                              f"got {self.box_m}.")
         if self.cluster_m not in (1, 2) or (self.cluster_m == 2 and (self.gemm_type != "normal" or self.major_b != "k"
                                                                       or self.box_m != BLOCK_M)):
@@ -168,6 +185,9 @@ class Bf16Config:
                              f"boxes, got {self.cluster_m}.")
         if self.gemm_type not in GEMM_TYPES:
             raise ValueError(f"bf16_gemm: gemm_type must be in {tuple(GEMM_TYPES)}, got {self.gemm_type!r}.")
+        if self.gemm_type == "batched" and (self.major_a != "k" or self.cluster_m != 1 or self.accumulate):
+            raise ValueError("bf16_gemm: the batched kernel takes a K-major a, stores d (a 3-D map or registers) "
+                             "without accumulation and runs no CTA pairs.")
         if self.gemm_type in ("contiguous", "masked") and (self.major_a != "k" or self.out_f32 or self.accumulate):
             raise ValueError("bf16_gemm: the M-grouped kernels take a K-major A and write bf16 without accumulation.")
         if self.gemm_type == "k_grouped" and not (self.out_f32 and self.accumulate and not self.tma_store):
@@ -180,9 +200,10 @@ class Bf16Config:
             raise ValueError("bf16_gemm: store_all takes tma_store and at least three whole boxes per tile row.")
         if self.compact_a and self.box_m > 64:
             raise ValueError("bf16_gemm: compact_a takes box_m 64 or less.")
-        if self.block_m not in BLOCK_MS or (self.block_m == 64 and (self.gemm_type != "normal" or self.box_m > 64
+        if self.block_m not in BLOCK_MS or (self.block_m == 64 and (self.gemm_type not in SHORT_BOX_TYPES
+                                                                    or self.box_m > 64
                                                                     or self.cluster_m != 1 or self.compact_a)):
-            raise ValueError(f"bf16_gemm: block_m must be 128, or 64 for the dense GEMM with box_m 64 or less, "
+            raise ValueError(f"bf16_gemm: block_m must be 128, or 64 for the dense or batched GEMM with box_m 64 or less, "
                              f"no CTA pairs and no compact_a (its A slot is 64 rows already), got {self.block_m}.")
         if not 1 <= self.k_merge <= MAX_K_MERGE or (self.k_merge > 1 and (
                 self.gemm_type != "normal" or self.major_a != "k" or self.major_b != "k" or self.cluster_m != 1)):
@@ -443,6 +464,47 @@ def gemv_defines(m: int, out_f32: bool, accumulate: bool) -> dict:
 def gemv_grid(n: int) -> int:
     """A warp per column of D."""
     return max(1, ceil_div(n, GEMV_WARPS))
+
+
+def batched_cost(groups: int, m: int, n: int, k: int, num_sms: int, block_n: int, box_m: int = BLOCK_M,
+                 block_m: int = BLOCK_M, floor: bool = True) -> float:
+    """Predicted microseconds of the batched GEMM: waves of (batch, m-block, n-block) tiles, each CTA's
+    k blocks at the slower of its wgmma and its feed (:func:`plan_cost`'s terms, the deep ring: D leaves
+    from registers), plus the tile's bf16 D stored; with ``floor``, no less than every batch's A, B and D
+    over HBM."""
+    k_blocks = ceil_div(max(1, k), BLOCK_K)
+    tiles = max(1, groups) * ceil_div(max(1, m), block_m) * ceil_div(max(1, n), block_n)
+    active = min(tiles, num_sms)
+    rows = min(block_m, box_m)
+    stage = (box_m + block_n) * BLOCK_K * 2
+    mma = 2 * rows * block_n * BLOCK_K / _FLOPS_PER_SM_US
+    feed = max(stage / _SM_BYTES_US + stage * active / _L2_BYTES_US, _LATENCY_US / deep_stages(block_n, block_m))
+    epilogue = min(block_m, max(1, m)) * block_n * 2 / _STORE_BYTES_US
+    cost = ceil_div(tiles, num_sms) * (k_blocks * max(mma, feed) + epilogue)
+    return max(cost, 2 * max(1, groups) * (k * (m + n) + m * n) / _HBM_BYTES_US) if floor else cost
+
+
+@functools.lru_cache(maxsize=1024)
+def batched_plan(groups: int, m: int, n: int, k: int, num_sms: int, major_b: str = "k") -> Bf16Plan:
+    """The batched GEMM's tile: at m <= 64 a 64-row tile (one consumer warpgroup) loading the shortest A
+    box that holds m (16 / 32 / 64 rows; TMA's out-of-bounds fill costs what real rows do), else 128-row
+    tiles; the width (multiples of 16, of 64 for an MN-major b) of the fewest :func:`batched_cost`
+    microseconds, no wider than n needs; ties on the HBM floor go to the less loaded tile (unfloored cost)."""
+    if m <= 64:
+        block_m, box_m = 64, next(b for b in BOX_MS if b >= m)
+    else:
+        block_m, box_m = BLOCK_M, BLOCK_M
+    best, best_cost = None, None
+    step = 64 if major_b == "mn" else 16
+    widest = min(BLOCK_NS[-1], ceil_div(max(1, n), step) * step)
+    for block_n in reversed(BLOCK_NS):
+        if block_n % step or block_n > widest:
+            continue
+        cost = (batched_cost(groups, m, n, k, num_sms, block_n, box_m, block_m),
+                batched_cost(groups, m, n, k, num_sms, block_n, box_m, block_m, floor=False))
+        if best_cost is None or cost < best_cost:
+            best, best_cost = Bf16Plan(block_n, 1, box_m, block_m=block_m), cost
+    return best
 
 
 def split_workspace_floats(tiles: int, splits: int, block_n: int, block_m: int = BLOCK_M) -> int:

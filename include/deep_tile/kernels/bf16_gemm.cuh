@@ -30,6 +30,14 @@
 // whole box, and every other case (bf16 accumulation, the masked and K-grouped GEMMs, a D pitch TMA
 // cannot take) store straight from registers (bf16x2 / float2 per thread, bounds-checked), adding
 // D's previous value when kAccumulate (the host copies c into d first, as DeepGEMM does).
+// The batched GEMM (kBf16Batched) computes D_g = A_g B_g^T for num_groups batch indices g in one
+// persistent launch: A and B are read through 3-D maps (k or n, row, g), so a box past m, n or k is
+// zero-filled inside batch g (never the next batch's rows, whatever the strides); with kTmaStore D
+// leaves through a 3-D map (column, row, g) as the staged boxes above, clipped to batch g's m x n (the per-head
+// einsum's D rows lie 16-128 KiB apart: 4-byte stores from registers, 8 rows per warp instruction, hold
+// the consumers for microseconds per tile, while TMA stores leave during the next tile's wgmmas), else
+// from registers at g * group_ldd; its tiles are walked
+// batch by batch, (g, m-block, n-block).
 #pragma once
 #include "deep_tile/common/types.cuh"
 #include "deep_tile/ptx/address.cuh"
@@ -41,18 +49,21 @@
 
 namespace deep_tile {
 
-enum Bf16GemmType : int { kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3 };
+enum Bf16GemmType : int {
+  kBf16Normal = 0, kBf16MGroupedContiguous = 1, kBf16MGroupedMasked = 2, kBf16KGrouped = 3, kBf16Batched = 4
+};
 
 /// The kernel's compile-time configuration (13 parameters; Python: deep_tile/kernels/bf16_gemm.py).
 ///   kMajorA / kMajorB: 0 = K-major (unit stride along k), 1 = MN-major (unit stride along m / n).
 ///   kBlockN: tile columns (a multiple of 16 up to 256; of 64 when B is MN-major); kStages: the ring's depth.
 ///   kOutF32: D is float32 (else bf16); kAccumulate: D += A B^T; kGemmType: Bf16GemmType;
 ///   kTmaStore: D leaves through swizzled shared memory and TMA stores / reduce-adds (else from registers);
-///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense GEMM when m <= kBoxM);
+///   kBoxM: A rows loaded per stage (128; 16, 32 or 64 for the dense and batched GEMMs when m <= kBoxM);
 ///   kClusterM: 1, or 2 (CTA pairs on adjacent m-blocks sharing B by TMA multicast);
 ///   kStoreAll: with kTmaStore, a buffer per box (the whole tile staged, one wait per tile) instead of two;
 ///   kCompactA: with kBoxM <= 64, A's stage slot holds the 64 rows the one working warpgroup reads (a deeper ring);
-///   kBlockM: 128 (two consumer warpgroups), or 64 (one; the dense GEMM, kBoxM <= 64: the A box, 64 for whole tiles).
+///   kBlockM: 128 (two consumer warpgroups), or 64 (one; the dense and batched GEMMs, kBoxM <= 64: the A box, 64
+///   for whole tiles).
 ///   kKMerge: 64-k blocks per stage (the dense K-major GEMM): one full wait, one commit / wait and one release
 ///     per kKMerge blocks, kKMerge A and B boxes under one expect_tx (narrow tiles' per-block sync costs as much as their wgmmas).
 template <int kMajorA_, int kMajorB_, int kBlockN_, int kStages_, int kOutF32_, int kAccumulate_, int kGemmType_,
@@ -91,18 +102,20 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kMajorB_ == 0 || kMajorB_ == 1, "kMajorB: 0 (K-major) or 1 (MN-major)");
   DT_STATIC_ASSERT(kBlockN_ % 16 == 0 && kBlockN_ >= 16 && kBlockN_ <= 256, "kBlockN: a multiple of 16, at most 256");
   DT_STATIC_ASSERT(kMajorB_ == 0 || kBlockN_ % 64 == 0, "an MN-major B loads 64-row boxes: kBlockN a multiple of 64");
-  DT_STATIC_ASSERT(kBoxM_ == 128 || ((kBoxM_ == 16 || kBoxM_ == 32 || kBoxM_ == 64) && kGemmType_ == kBf16Normal &&
+  DT_STATIC_ASSERT(kBoxM_ == 128 || ((kBoxM_ == 16 || kBoxM_ == 32 || kBoxM_ == 64) &&
+                                     (kGemmType_ == kBf16Normal || kGemmType_ == kBf16Batched) &&
                                      (kMajorA_ == 0 || kBoxM_ == 64)),
-                   "kBoxM: 128, or 16 / 32 / 64 (MN-major A: 64) for the dense GEMM");
+                   "kBoxM: 128, or 16 / 32 / 64 (MN-major A: 64) for the dense and batched GEMMs");
   DT_STATIC_ASSERT(kClusterM_ == 1 || (kClusterM_ == 2 && kGemmType_ == kBf16Normal && kMajorB_ == 0 && kBoxM_ == 128),
                    "kClusterM: 1, or 2 for the dense GEMM with a K-major B");
   DT_STATIC_ASSERT(kStages_ >= 2 && kSmemBytes <= 227 * 1024, "kStages: at least 2, within 227 KiB of shared memory");
-  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 3, "kGemmType: Bf16GemmType");
+  DT_STATIC_ASSERT(kGemmType_ >= 0 && kGemmType_ <= 4, "kGemmType: Bf16GemmType");
   DT_STATIC_ASSERT(kCompactA_ == 0 || (kCompactA_ == 1 && kBoxM_ <= 64),
                    "kCompactA: only with kBoxM <= 64 (the second warpgroup then reads no A)");
-  DT_STATIC_ASSERT(kBlockM_ == 128 || (kBlockM_ == 64 && kGemmType_ == kBf16Normal && kBoxM_ <= 64 &&
+  DT_STATIC_ASSERT(kBlockM_ == 128 || (kBlockM_ == 64 && (kGemmType_ == kBf16Normal || kGemmType_ == kBf16Batched) &&
+                                       kBoxM_ <= 64 &&
                                        kClusterM_ == 1 && kCompactA_ == 0),
-                   "kBlockM: 128, or 64 for the dense GEMM (kBoxM <= 64, no pairs; its A slot is 64 rows already)");
+                   "kBlockM: 128, or 64 for the dense and batched GEMMs (kBoxM <= 64, no pairs; its A slot is 64 rows)");
   DT_STATIC_ASSERT(kKMerge_ == 1 || (kKMerge_ >= 2 && kKMerge_ <= 8 && kGemmType_ == kBf16Normal && kMajorA_ == 0 &&
                                      kMajorB_ == 0 && kClusterM_ == 1),
                    "kKMerge: 1, or 2..8 for the dense GEMM with K-major A and B and no pairs");
@@ -110,8 +123,11 @@ struct Bf16GemmConfig {
   DT_STATIC_ASSERT(kStoreAll_ == 0 || (kStoreAll_ == 1 && kTmaStore_ == 1 && kStoreBoxes >= 3),
                    "kStoreAll: with kTmaStore and at least three boxes (two are double-buffered already)");
   DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || kMajorA_ == 0,
-                   "the M-grouped GEMMs take a K-major A");
-  DT_STATIC_ASSERT(kGemmType_ == kBf16Normal || kGemmType_ == kBf16KGrouped || (kOutF32_ == 0 && kAccumulate_ == 0),
+                   "the M-grouped and batched GEMMs take a K-major A");
+  DT_STATIC_ASSERT(kGemmType_ != kBf16Batched || (kClusterM_ == 1 && kAccumulate_ == 0),
+                   "the batched GEMM runs no accumulation and no CTA pairs (D through a 3-D map or from registers)");
+  DT_STATIC_ASSERT((kGemmType_ != kBf16MGroupedContiguous && kGemmType_ != kBf16MGroupedMasked) ||
+                       (kOutF32_ == 0 && kAccumulate_ == 0),
                    "the M-grouped GEMMs write bf16 without accumulation (DeepGEMM's)");
   DT_STATIC_ASSERT(kGemmType_ != kBf16KGrouped || (kOutF32_ == 1 && kAccumulate_ == 1),
                    "the K-grouped GEMM accumulates into float32 D (DeepGEMM's)");
@@ -131,6 +147,7 @@ struct Bf16Tile {
   int k_begin;           // first k of the tile's reduction (the K-grouped GEMM: its group's first)
   int k_blocks;          // BLOCK_K steps of the reduction
   int split, slot;       // split K: this tile's split and its output tile's index (counter, workspace)
+  int group;             // the batched GEMM: the batch index (TMA's third coordinate, D's batch offset)
   bool valid;            // false: nothing to compute (contiguous tiles of padding rows)
 };
 
@@ -170,6 +187,18 @@ struct Bf16Scheduler {
     tile.k_begin = 0;
     tile.split = tile.slot = 0;
     tile.k_blocks = ceil_div(k, Cfg::kStageK);  // stages (k past the end: TMA's zero fill)
+    if (Cfg::kGemmType == kBf16Batched) {
+      // batch g's tiles follow batch g - 1's: (g, m-block, n-block), every batch the same m x n x k
+      const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
+      const int g = t / per_group;
+      if (g >= num_groups) return false;
+      order(t - g * per_group, mb, tile.m_block, tile.n_block);
+      tile.group = g;
+      tile.a_row = tile.d_row = tile.m_block * Cfg::kBlockM;
+      tile.b_base = 0;
+      tile.m_limit = min_int(m - tile.a_row, Cfg::kBlockM);
+      return true;
+    }
     if (Cfg::kGemmType == kBf16KGrouped) {
       // every group has the same tiles: d[g] = sum over its k rows; layout holds each group's k (multiples of 128)
       const int mb = ceil_div(m, Cfg::kBlockM), per_group = mb * num_n_blocks;
@@ -298,7 +327,8 @@ DT_DEVICE u32 bf16_split_arrive(u32* counter) {
 template <class Cfg>
 DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_b, const TmaDescriptor* tmap_d,
                          void* __restrict__ d, const int* __restrict__ layout, int m, int n, int k, int ldd,
-                         int num_groups, float* __restrict__ workspace, u32* __restrict__ counters) {
+                         int num_groups, float* __restrict__ workspace, u32* __restrict__ counters,
+                         int group_ldd) {
   using Mma = ptx::WgmmaBf16<Cfg::kBlockN, Cfg::kMajorA, Cfg::kMajorB>;
   constexpr int kStages = Cfg::kStages, kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kBlockK = Cfg::kBlockK;
   extern __shared__ __align__(1024) u8 smem[];
@@ -344,14 +374,21 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
           u8* a = smem_a + stage * Cfg::kABytes;
           u8* b = smem_b + stage * Cfg::kBBytes;
           const int k0 = tile.k_begin + kb * Cfg::kStageK;
-          if (Cfg::kMajorA == 0) {
+          if (Cfg::kGemmType == kBf16Batched) {  // 3-D maps (k or n, row, batch): a box stays in its batch
+            ptx::tma_load_3d(a, tmap_a, bar, k0, tile.a_row, tile.group);
+          } else if (Cfg::kMajorA == 0) {
 #pragma unroll
             for (int i = 0; i < Cfg::kKMerge; ++i) ptx::tma_load_2d(a + i * Cfg::kASub, tmap_a, bar, k0 + i * kBlockK, tile.a_row);
           } else {
 #pragma unroll
             for (int i = 0; i < Cfg::kBoxM / 64; ++i) ptx::tma_load_2d(a + i * 64 * 128, tmap_a, bar, tile.a_row + 64 * i, k0);
           }
-          if (Cfg::kClusterM > 1) {  // this CTA's half of the B tile, to both CTAs
+          if (Cfg::kGemmType == kBf16Batched && Cfg::kMajorB == 0) {
+            ptx::tma_load_3d(b, tmap_b, bar, k0, n0, tile.group);
+          } else if (Cfg::kGemmType == kBf16Batched) {  // MN-major: 64-column boxes of 64 k rows, as the 2-D map's
+#pragma unroll
+            for (int i = 0; i < kBlockN / 64; ++i) ptx::tma_load_3d(b + i * 64 * 128, tmap_b, bar, n0 + 64 * i, k0, tile.group);
+          } else if (Cfg::kClusterM > 1) {  // this CTA's half of the B tile, to both CTAs
             constexpr int kHalf = kBlockN / 2;
             ptx::tma_load_2d_multicast(b + sched.rank * kHalf * 128, tmap_b, bar, k0, n0 + sched.rank * kHalf, 0x3);
           } else if (Cfg::kMajorB == 0) {
@@ -571,7 +608,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         for (int q = 0; q < Cfg::kStoreBoxes; ++q) {
           u8* buf = smem_d + (cw * Cfg::kStoreBuffers + q) * Cfg::kStoreBytes;
           const int c = tile.n_block * kBlockN + Cfg::kStoreCols * q;
-          if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
+          if constexpr (Cfg::kGemmType == kBf16Batched) ptx::tma_store_3d(tmap_d, buf, c, row, tile.group);
+          else if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
           else ptx::tma_store_2d(tmap_d, buf, c, row);
         }
         ptx::tma_store_commit();
@@ -590,7 +628,8 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
         ptx::named_barrier_sync(1 + cw, 128);
         if (leader) {
           const int c = tile.n_block * kBlockN + Cfg::kStoreCols * q, row = tile.d_row + cw * 64;
-          if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
+          if constexpr (Cfg::kGemmType == kBf16Batched) ptx::tma_store_3d(tmap_d, buf, c, row, tile.group);
+          else if constexpr (Cfg::kAccumulate) ptx::tma_reduce_add_2d(tmap_d, buf, c, row);
           else ptx::tma_store_2d(tmap_d, buf, c, row);
           ptx::tma_store_commit();
         }
@@ -604,11 +643,13 @@ DT_DEVICE void bf16_gemm(const TmaDescriptor* tmap_a, const TmaDescriptor* tmap_
     const int r0 = cw * 64 + warp * 16 + lane / 4;
     const int c0 = tile.n_block * kBlockN + 2 * (lane % 4);
     const long long d_row0 = tile.d_row;
+    // the batched GEMM: batch g's D starts g * group_ldd elements in (any stride the host's view has)
+    const long long d_batch = Cfg::kGemmType == kBf16Batched ? tile.group * static_cast<long long>(group_ldd) : 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 8 * h;
       if (r >= tile.m_limit) continue;
-      const long long base = (d_row0 + r) * static_cast<long long>(ldd);
+      const long long base = d_batch + (d_row0 + r) * static_cast<long long>(ldd);
 #pragma unroll
       for (int j = kDirectFrom; j < kBlockN / 8; ++j) {
         const int c = c0 + 8 * j;

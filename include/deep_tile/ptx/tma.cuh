@@ -35,6 +35,16 @@ DT_DEVICE void tma_load_2d(void* dst, const TmaDescriptor* desc, u64* bar, int c
       : "memory");
 }
 
+/// 3-D tile load (c2 the outermost coordinate, e.g. a batch index; out-of-bounds elements of each
+/// dimension load as zero, so a box never reads the next batch's rows).
+DT_DEVICE void tma_load_3d(void* dst, const TmaDescriptor* desc, u64* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
+          smem_addr(dst)),
+      "l"(reinterpret_cast<u64>(desc)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
 /// L2 cache policies for the `_hinted` loads (PTX createpolicy): lines loaded evict-first are the
 /// first replaced, evict-last the last.
 DT_DEVICE u64 l2_policy_evict_first() {
