@@ -47,13 +47,10 @@ def encode_2d(address: int, element: str, inner: int, outer: int, outer_stride_b
     dims, strides, box = [inner, outer], [outer_stride_bytes], [box_inner, box_outer]
     if slab_rows:
         dims, strides, box = [inner, slab_rows, outer], [outer_stride_bytes] * 2, [box_inner, box_outer, 1]
-    raw = _encode(cu, address, dtype_name, dims, strides, box, swizzle, l2_promotion,
-                  f"cuTensorMapEncodeTiled({element}, dims=({', '.join(map(str, dims))}), row pitch={outer_stride_bytes} B, "
-                  f"box=({', '.join(map(str, box))}), swizzle={swizzle}, L2 promotion={l2_promotion})")
-    _cache[key] = raw
-    if len(_cache) > _CACHE_CAPACITY:
-        _cache.popitem(last=False)
-    return raw
+    return _remember(key, _encode(
+        cu, address, dtype_name, dims, strides, box, swizzle, l2_promotion,
+        f"cuTensorMapEncodeTiled({element}, dims=({', '.join(map(str, dims))}), row pitch={outer_stride_bytes} B, "
+        f"box=({', '.join(map(str, box))}), swizzle={swizzle}, L2 promotion={l2_promotion})"))
 
 
 def encode_3d(address: int, element: str, dims: tuple, strides_bytes: tuple, box: tuple, swizzle: int,
@@ -66,9 +63,14 @@ def encode_3d(address: int, element: str, dims: tuple, strides_bytes: tuple, box
     if cached is not None:
         _cache.move_to_end(key)
         return cached
-    raw = _encode(driver(), address, _ELEMENT[element][0], list(dims), list(strides_bytes), list(box), swizzle, l2_promotion,
-                  f"cuTensorMapEncodeTiled({element}, dims={tuple(dims)}, strides={tuple(strides_bytes)} B, "
-                  f"box={tuple(box)}, swizzle={swizzle}, L2 promotion={l2_promotion})")
+    return _remember(key, _encode(
+        driver(), address, _ELEMENT[element][0], list(dims), list(strides_bytes), list(box), swizzle, l2_promotion,
+        f"cuTensorMapEncodeTiled({element}, dims={tuple(dims)}, strides={tuple(strides_bytes)} B, "
+        f"box={tuple(box)}, swizzle={swizzle}, L2 promotion={l2_promotion})"))
+
+
+def _remember(key: tuple, raw: bytes) -> bytes:
+    """``raw`` cached under ``key``, the least recently used entry dropped past _CACHE_CAPACITY."""
     _cache[key] = raw
     if len(_cache) > _CACHE_CAPACITY:
         _cache.popitem(last=False)

@@ -45,32 +45,10 @@ DT_DEVICE bool mbarrier_try_wait(u32 bar_addr, u32 parity) {
   return done != 0;
 }
 
-/// Block until the phase with the given parity has completed (the watchdog build traps after kWaitTimeoutNs).
+/// Block until the phase with the given parity has completed, the barrier given by its shared address
+/// (the watchdog build traps after kWaitTimeoutNs).
 /// NOTES: the timer is read once per 1024 failed polls; reading %globaltimer on every poll
 /// delayed the waiter's reaction to the flip and cost 10-15% on some configs (measured, H200).
-DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) {
-  const u32 addr = smem_addr(bar);
-  if (mbarrier_try_wait(addr, parity)) return;
-#if DT_WATCHDOG
-  u32 polls = 0;
-  u64 start = 0;
-  while (!mbarrier_try_wait(addr, parity)) {
-    if ((++polls & 1023u) == 0) {
-      const u64 now = global_timer_ns();
-      if (start == 0) {
-        start = now;
-      } else if (now - start > kWaitTimeoutNs) {
-        asm volatile("trap;");
-      }
-    }
-  }
-#else
-  while (!mbarrier_try_wait(addr, parity)) {
-  }
-#endif
-}
-
-/// mbarrier_wait on a barrier's shared address (formed once by the caller, outside its loop).
 DT_DEVICE void mbarrier_wait_at(u32 addr, u32 parity) {
   if (mbarrier_try_wait(addr, parity)) return;
 #if DT_WATCHDOG
@@ -91,6 +69,9 @@ DT_DEVICE void mbarrier_wait_at(u32 addr, u32 parity) {
   }
 #endif
 }
+
+/// mbarrier_wait_at on a barrier in shared memory.
+DT_DEVICE void mbarrier_wait(u64* bar, u32 parity) { mbarrier_wait_at(smem_addr(bar), parity); }
 
 /// One arrival plus `tx_bytes` expected transaction bytes (producer side of a TMA stage).
 DT_DEVICE void mbarrier_arrive_expect_tx(u64* bar, u32 tx_bytes) {
