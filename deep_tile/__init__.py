@@ -28,7 +28,8 @@ does:
 - :func:`bf16_gemm_nt` (and ``_nn``, ``_tn``, ``_tt``), :func:`m_grouped_bf16_gemm_nt_contiguous`
   (``_nn_contiguous``), :func:`m_grouped_bf16_gemm_nt_masked`, :func:`k_grouped_bf16_gemm_tn_contiguous`
   -- DeepGEMM's BF16 GEMMs, one kernel
-  for every operand layout; :func:`ref_bf16_gemm` -- their float64 reference.
+  for every operand layout; :func:`batched_bf16_gemm_nt` -- one GEMM per batch index of strided 3-D views
+  in one launch (the per-head einsum's); :func:`ref_bf16_gemm` -- their float64 reference.
 - :func:`ref_fp8_gemm`, :func:`ref_fp8_gemm_1d1d`, :func:`ref_m_grouped_fp8_gemm_contiguous`, :func:`ref_m_grouped_fp8_gemm_offsets`,
   :func:`ref_m_grouped_fp8_gemm_masked` -- float64 references of the products.
 - :func:`get_config`, :func:`explain` -- the kernel configuration the selector picks, and why.
@@ -72,6 +73,7 @@ _LAZY = {
     "m_grouped_bf16_gemm_nn_contiguous": "deep_tile.bf16",
     "m_grouped_bf16_gemm_nt_masked": "deep_tile.bf16",
     "k_grouped_bf16_gemm_tn_contiguous": "deep_tile.bf16",
+    "batched_bf16_gemm_nt": "deep_tile.bf16",
     "ref_bf16_gemm": "deep_tile.bf16",
     "ref_fp8_gemm": "deep_tile.reference",
     "ref_fp8_gemm_1d1d": "deep_tile.reference",

@@ -599,8 +599,8 @@ def batched_fits(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bool:
 
 
 BATCHED_STORES = ("auto", "tma", "registers")
-"""How :func:`batched_bf16_gemm_nt` writes d: ``auto`` through a 3-D TMA map where d's start and strides
-are 16-byte multiples and a tile holds a whole box (else from registers), ``tma`` the same, ``registers``
+"""How :func:`batched_bf16_gemm_nt` writes d: ``auto`` through a 3-D TMA map where :func:`batched_store_fits`
+says so (else from registers), ``tma`` the same or ValueError, ``registers``
 always from registers (the earlier epilogue, kept to time beside it)."""
 
 

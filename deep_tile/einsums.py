@@ -12,9 +12,10 @@ checks; every other expression is refused (ValueError):
 * ``einsum('bhr,hdr->bhd', ...)`` and ``einsum('bhd,hdr->bhr', ...)``: bf16 ``[b, h, r] x [h, d, r]
   -> [b, h, d]`` and ``[b, h, d] x [h, d, r] -> [b, h, r]``, unit stride along the last dimension of
   all three, no ``c``. DeepGEMM runs its own BF16 GEMM (or cuBLASLt with ``use_cublaslt``);
-  deep_tile runs one ``torch.bmm`` (cuBLAS) on head-major views of the three tensors, reading and
-  writing them in place, for both settings (:data:`BH_PATHS` names the alternatives, among them
-  ``batched``: deep_tile's batched BF16 GEMM, one launch over every head).
+  deep_tile runs, for both settings, its batched BF16 GEMM (one launch over every head) from
+  :data:`BATCHED_MIN_HEADS` heads and :data:`BATCHED_MIN_ROWS` rows a head on, else one ``torch.bmm``
+  (cuBLAS), each on head-major views of the three tensors, reading and writing them in place
+  (:data:`BH_PATHS` names the alternatives).
 * ``fp8_einsum('bhr,hdr->bhd', (x, sx), (y, sy), d, c=None, recipe=(1, 128, 128))``: FP8
   ``x [b, h, r]`` with float32 1x128 scales ``sx [b, h, ceil(r / 128)]``, FP8 ``y [h, d, r]`` with
   float32 128x128 scales ``sy [h, ceil(d / 128), ceil(r / 128)]``, bf16 ``d [b, h, d]`` (``+ c``).
