@@ -88,10 +88,12 @@ def _force_block_n(block_n: int | None, splits: int = 1, box_m: int = 128, legac
 
 def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumulate: str = "none", seed: int = 0,
           block_n: int | None = None, splits: int = 1, box_m: int = 128, legacy: bool = False,
-          cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128, k_merge: int = 1) -> dict:
+          cluster_m: int = 1, stages: int = 0, store_all: int = 0, block_m: int = 128, k_merge: int = 1,
+          d_pad: int = 0) -> dict:
     """One ``bf16_gemm_<layout>`` call; ``accumulate``: "none", "c" (a separate c) or "inplace" (c is d);
     ``block_n`` / ``splits`` / ``box_m`` / ``cluster_m`` / ``stages`` / ``store_all`` / ``block_m`` /
-    ``k_merge`` force the plan, ``legacy`` takes the earlier selection."""
+    ``k_merge`` force the plan, ``legacy`` takes the earlier selection; ``d_pad`` > 0: d is a view of rows
+    that many elements wider (its padding must stay untouched)."""
     import deep_tile
 
     _force_block_n(block_n, splits, box_m, legacy, cluster_m, stages, store_all, block_m, k_merge)
@@ -99,19 +101,21 @@ def dense(m: int, n: int, k: int, layout: str = "nt", out: str = "bf16", accumul
     dtype = torch.float32 if out == "f32" else torch.bfloat16
     gen = torch.Generator().manual_seed(seed + 1)
     c = torch.randn(m, n, generator=gen).to(dtype).cuda() if accumulate != "none" else None
+    full = torch.full((m, n + d_pad), float("nan"), dtype=dtype, device="cuda")
+    d = full[:, :n]
+    c_ref = c
     if accumulate == "inplace":
-        d = c.clone()
-        c_ref = c
+        d.copy_(c)
         c = d
-    else:
-        d = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-        c_ref = c
     getattr(deep_tile, f"bf16_gemm_{layout}")(a_arg, b_arg, d, c=c)
     torch.cuda.synchronize()
     _force_block_n(None)
+    result = check(d, a, b, c_ref)
+    padding = bool(torch.isnan(full[:, n:].float()).all())
     return {"case": f"dense {layout} m={m} n={n} k={k} {out} acc={accumulate} block_n={block_n} splits={splits} "
                     f"box_m={box_m} cluster_m={cluster_m} stages={stages} store_all={store_all} block_m={block_m}"
-                    f"{' legacy' if legacy else ''}", **check(d, a, b, c_ref)}
+                    f" d_pad={d_pad}{' legacy' if legacy else ''}", **result, "ok": result["ok"] and padding,
+            "padding_untouched": padding}
 
 
 def make_batched(groups: int, m: int, n: int, k: int, major_b: str, seed: int, device: str = "cpu",
@@ -135,8 +139,9 @@ def batched(groups: int, m: int, n: int, k: int, major_b: str = "k", out: str = 
             store: str = "auto") -> dict:
     """One ``batched_bf16_gemm_nt`` call on head-interleaved views (:func:`make_batched`) against float64,
     batch by batch, d's row padding untouched; ``block_n`` / ``box_m`` / ``stages`` / ``block_m`` force
-    the plan (deep_tile.bf16.FORCE_PLAN); d's rows ``d_pad`` elements wider (bf16: 8 keeps its strides
-    16-byte, so ``store`` "auto" takes the TMA store, 4 breaks them: registers); ``store``: BATCHED_STORES."""
+    the plan (deep_tile.bf16.FORCE_PLAN); d's rows ``d_pad`` elements wider (bf16: 8 keeps the strides of
+    an n a multiple of 8 16-byte, 4 those of an n of 4 past one, whose rows then end inside a 16-byte chunk);
+    ``store``: BATCHED_STORES."""
     import deep_tile.bf16 as host
     from deep_tile.kernels import bf16_gemm as contract
 

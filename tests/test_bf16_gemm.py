@@ -739,6 +739,11 @@ DENSE_CASES = (
        dict(m=77, n=96, k=64, layout="tt", out="f32", accumulate="inplace"),
        dict(m=64, n=20, k=72, layout="nt", out="f32"),
        dict(m=100, n=36, k=64, layout="nt"), dict(m=300, n=36, k=64, layout="tn", block_n=64)]
+    # d's rows ending inside a 16-byte chunk (n 300 bf16, 298 float32) in a padded d whose pitch TMA takes: a
+    # 64-row tile one box wide and a float32 reduce-add; and the plan's own 64-row tile one float32 box wide (reduce-add)
+    + [dict(m=257, n=300, k=200, layout="nt", block_n=64, box_m=64, block_m=64, d_pad=4),
+       dict(m=200, n=298, k=264, layout="nt", block_n=128, out="f32", accumulate="c", d_pad=2),
+       dict(m=96, n=32, k=256, layout="nt", out="f32", accumulate="c")]
 )
 GROUPED_CASES = [
     # the batched GEMM (one launch over (batch, m-block, n-block)): b 1, 4, 37, 300 rows, 3 and 128 batches,
@@ -765,6 +770,10 @@ GROUPED_CASES = [
     # the per-head einsum's auto path (many heads of 128+ rows): D by TMA, two and four boxes a tile, m and n off
     ("batched", dict(groups=130, m=130, n=136, k=192, d_pad=8)),
     ("batched", dict(groups=130, m=200, n=520, k=128, major_b="mn", d_pad=8)),
+    # rows ending inside a 16-byte chunk (n 300, d_pad 4: 16-byte strides) in 128-row tiles (the plan's 80 wide: a
+    # box and a register tail), float32 (n 298, d_pad 2)
+    ("batched", dict(groups=16, m=130, n=300, k=128)),
+    ("batched", dict(groups=5, m=130, n=298, k=136, out="f32", block_n=128, d_pad=2)),
     ("contiguous", dict(groups=4, expected_m=300, n=512, k=256)),
     ("contiguous", dict(groups=3, expected_m=200, n=1000, k=448, major_b="mn")),
     ("contiguous", dict(groups=8, expected_m=130, n=256, k=128, block_n=64)),
