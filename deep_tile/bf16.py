@@ -24,8 +24,8 @@ Semantics and conventions are DeepGEMM's (its csrc/apis/gemm.hpp):
   tensor on the device, which the kernel reads); ``c`` may be ``d``, None counts as zeros.
 * :func:`batched_bf16_gemm_nt` ``(a [G, m, k], b [G, n, k], d [G, m, n])``: ``d[g] = a[g] @ b[g].T`` for
   every g in one launch on strided views (deep_tile's own; the per-head einsum's ``batched`` path):
-  a K-major, b K- or MN-major, bf16 or float32 d (stored through a 3-D TMA map where its start and
-  strides are 16-byte multiples, else from registers), nothing copied.
+  a K-major, b K- or MN-major, bf16 or float32 d (stored through a 3-D TMA map where its start, strides
+  and rows are 16-byte multiples, else from registers), nothing copied.
 
 Alignment (TMA's, as in DeepGEMM): every operand starts on a 16-byte boundary and its
 non-contiguous stride is a multiple of 16 bytes (8 bf16); ``d``'s row stride is even. Empty
@@ -178,15 +178,22 @@ def _config(pl: contract.Bf16Plan, major_a: str, major_b: str, out_f32: bool, ac
                                pl.k_merge)
 
 
+def _whole_chunks(d: torch.Tensor) -> bool:
+    """Whether d's rows are whole 16-byte chunks (n * element bytes), as CUTLASS's TMA epilogues require
+    of D's extent: the only TMA stores that gave wrong D on the device (the batched GEMM, bf16 n 300 and
+    100) had rows ending inside a chunk."""
+    return d.shape[-1] * d.element_size() % 16 == 0
+
+
 def _tma_store_ok(d: torch.Tensor, accumulate: bool) -> bool:
-    """Whether d can leave through TMA: 16-byte start and row pitch, and bf16 without accumulation
-    or (not the legacy plan) float32 (accumulation by TMA reduce-add)."""
+    """Whether d can leave through TMA: 16-byte start and row pitch, rows of whole 16-byte chunks, and
+    bf16 without accumulation or (not the legacy plan) float32 (accumulation by TMA reduce-add)."""
     rows = d.shape[0]
     if d.dtype == torch.bfloat16:
         kind_ok = not accumulate
     else:
         kind_ok = d.dtype == torch.float32 and not _legacy()
-    return (kind_ok and d.data_ptr() % 16 == 0
+    return (kind_ok and d.data_ptr() % 16 == 0 and _whole_chunks(d)
             and (rows == 1 or (d.stride(0) * d.element_size()) % 16 == 0))
 
 
@@ -612,12 +619,12 @@ def _d_stride_bytes(d: torch.Tensor, dim: int, n: int) -> int:
 def batched_store_fits(d: torch.Tensor, block_n: int, box_m: int = contract.BLOCK_M,
                        block_m: int = contract.BLOCK_M) -> bool:
     """Whether the batched GEMM can store ``d [G, m, n]`` by TMA: a 16-byte start, 16-byte row and batch
-    strides, at least one whole 128-byte box per tile row, and 128-row tiles with whole A boxes (both
-    consumer warpgroups working: tiles of one, 64-row or short-boxed, gave wrong D by TMA on the device at
-    64 columns, cause not yet found, so they store from registers)."""
+    strides, rows of whole 16-byte chunks (:func:`_whole_chunks`), at least one whole 128-byte box per tile
+    row, and 128-row tiles with whole A boxes (tiles of one working warpgroup stay on registers until the
+    device shows them right with whole-chunk rows)."""
     n = d.shape[2]
     box = (contract.STORE_BOX_F32 if d.dtype == torch.float32 else contract.STORE_BOX)[0]
-    return (d.data_ptr() % 16 == 0 and block_n >= box and box_m == block_m == contract.BLOCK_M and
+    return (d.data_ptr() % 16 == 0 and block_n >= box and box_m == block_m == contract.BLOCK_M and _whole_chunks(d) and
             all(_d_stride_bytes(d, dim, n) % 16 == 0 and _d_stride_bytes(d, dim, n) < 2**40 for dim in (0, 1)))
 
 
@@ -676,7 +683,7 @@ def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, stor
                                                       pl.block_m) > contract.SMEM_LIMIT:
         tma_store = store == "tma"  # a forced ring with no room for the staging stores from registers (or fails below)
     if store == "tma" and not tma_store:
-        _fail(name, f"store='tma' needs d's start and strides in 16-byte multiples and block_n {pl.block_n} at least "
+        _fail(name, f"store='tma' needs d's start, strides and rows in 16-byte multiples and block_n {pl.block_n} at least "
                     f"one 128-byte box (d strides {d.stride()}).")
     stages = pl.stages or contract.batched_stages(pl.block_n, pl.block_m, tma_store, out_f32)
     cfg = contract.Bf16Config("k", major_b, pl.block_n, stages, out_f32, False, "batched", tma_store,

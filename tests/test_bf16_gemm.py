@@ -515,6 +515,13 @@ def test_batched_contract_plan_and_cpu_path():
     assert not host.batched_store_fits(heads, 128, 64) and not host.batched_store_fits(heads, 128, 64, 64)
     assert not host.batched_store_fits(torch.zeros(5, 4, 132, dtype=BF)[:, :, :128].transpose(0, 1), 128)
     assert host.batched_store_fits(torch.zeros(1, 1, 100, dtype=torch.float32), 64)
+    # rows ending inside a 16-byte chunk (bf16 n 300, float32 n 98) stay on registers, whatever the strides
+    assert not host.batched_store_fits(torch.zeros(5, 4, 304, dtype=BF)[:, :, :300].transpose(0, 1), 128)
+    assert not host.batched_store_fits(torch.zeros(1, 1, 98, dtype=torch.float32), 64)
+    assert host._tma_store_ok(torch.zeros(4, 304, dtype=BF), False)
+    assert not host._tma_store_ok(torch.zeros(4, 304, dtype=BF)[:, :300], False)
+    assert not host._tma_store_ok(torch.zeros(1, 300, dtype=BF), False)
+    assert not host._tma_store_ok(torch.zeros(4, 300, dtype=torch.float32)[:, :298], True)
     with pytest.raises(ValueError, match="store must be"):
         host.batched_bf16_gemm_nt(a, torch.zeros(2, 4, 8, dtype=BF), torch.zeros(2, 3, 4, dtype=BF), store="smem")
 
