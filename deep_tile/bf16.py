@@ -56,7 +56,7 @@ import dataclasses
 import torch
 
 from deep_tile import env
-from deep_tile.common import ceil_div
+from deep_tile.common import I32_MAX, ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.kernels import bf16_gemm as contract
 
@@ -576,13 +576,11 @@ def k_grouped_bf16_gemm_tn_contiguous(a: torch.Tensor, b: torch.Tensor, d: torch
             total, n, groups, groups * mb * ceil_div(n, cfg.block_n), d_rows=groups * m)
 
 
-_I32_MAX = 2**31 - 1
-
-
 def _stride_bytes(t: torch.Tensor, dim: int, inner: int) -> int:
     """A 3-D map's byte stride along ``dim``: an extent of one never steps, so any 16-byte multiple
-    (the inner extent's, rounded up) stands in for whatever stride the view has."""
-    return t.stride(dim) * 2 if t.shape[dim] > 1 else max(16, -(-inner * 2 // 16) * 16)
+    (the inner extent's bytes, rounded up) stands in for whatever stride the view has."""
+    size = t.element_size()
+    return t.stride(dim) * size if t.shape[dim] > 1 else max(16, -(-inner * size // 16) * 16)
 
 
 def batched_fits(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bool:
@@ -600,7 +598,7 @@ def batched_fits(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> bool:
     for t, dims, inner in ((a, (0, 1), k), (b, b_dims, b_inner)):
         if t.data_ptr() % 16 or any(_stride_bytes(t, dim, inner) % 16 for dim in dims):
             return False
-    if d.data_ptr() % 8 or any(d.shape[i] > 1 and (d.stride(i) % 2 or d.stride(i) > _I32_MAX) for i in (0, 1)):
+    if d.data_ptr() % 8 or any(d.shape[i] > 1 and (d.stride(i) % 2 or d.stride(i) > I32_MAX) for i in (0, 1)):
         return False
     return True
 
@@ -609,11 +607,6 @@ BATCHED_STORES = ("auto", "tma", "registers")
 """How :func:`batched_bf16_gemm_nt` writes d: ``auto`` through a 3-D TMA map where :func:`batched_store_fits`
 says so (else from registers), ``tma`` the same or ValueError, ``registers``
 always from registers (the earlier epilogue, kept to time beside it)."""
-
-
-def _d_stride_bytes(d: torch.Tensor, dim: int, n: int) -> int:
-    """D's 3-D map stride along ``dim`` in bytes (an extent of one never steps: n's bytes rounded to 16)."""
-    return d.stride(dim) * d.element_size() if d.shape[dim] > 1 else -(-n * d.element_size() // 16) * 16
 
 
 def batched_store_fits(d: torch.Tensor, block_n: int, box_m: int = contract.BLOCK_M,
@@ -625,7 +618,7 @@ def batched_store_fits(d: torch.Tensor, block_n: int, box_m: int = contract.BLOC
     n = d.shape[2]
     box = (contract.STORE_BOX_F32 if d.dtype == torch.float32 else contract.STORE_BOX)[0]
     return (d.data_ptr() % 16 == 0 and block_n >= box and box_m == block_m == contract.BLOCK_M and _whole_chunks(d) and
-            all(_d_stride_bytes(d, dim, n) % 16 == 0 and _d_stride_bytes(d, dim, n) < 2**40 for dim in (0, 1)))
+            all(_stride_bytes(d, dim, n) % 16 == 0 and _stride_bytes(d, dim, n) < 2**40 for dim in (0, 1)))
 
 
 def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, store: str = "auto") -> None:
@@ -701,7 +694,7 @@ def batched_bf16_gemm_nt(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, stor
     if tma_store:  # (column, row, g): a box's rows past m and columns past n are not written, batch by batch
         box = contract.STORE_BOX_F32 if out_f32 else contract.STORE_BOX
         tmap_d = encode_3d(d.data_ptr(), "float32" if out_f32 else "bfloat16", (n, m, groups),
-                           (_d_stride_bytes(d, 1, n), _d_stride_bytes(d, 0, n)), (box[0], box[1], 1), 128, 0)
+                           (_stride_bytes(d, 1, n), _stride_bytes(d, 0, n)), (box[0], box[1], 1), 128, 0)
     tiles = groups * ceil_div(m, pl.block_m) * ceil_div(n, pl.block_n)
     _launch(cfg, tmap_a, tmap_b, d, None, m, n, k, d.stride(1) if m > 1 else n, groups, tiles,
             group_ldd=d.stride(0) if groups > 1 else 0, tmap_d=tmap_d)

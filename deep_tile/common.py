@@ -12,10 +12,12 @@ import os
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["SCALE_GROUP", "ceil_div", "align_up", "align4", "check_int", "usable_cpus", "recording"]
+__all__ = ["SCALE_GROUP", "I32_MAX", "ceil_div", "align_up", "align4", "check_int", "usable_cpus", "recording"]
 
 SCALE_GROUP = 128
 """Width along K of one activation scale (1x128) and edge of one weight scale block (128x128)."""
+I32_MAX = 2**31 - 1
+"""The largest int32: the bound of every element offset and count a kernel takes as an int."""
 
 
 def ceil_div(a: int, b: int) -> int:

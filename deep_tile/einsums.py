@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from deep_tile import env
-from deep_tile.common import ceil_div
+from deep_tile.common import I32_MAX, ceil_div
 from deep_tile.device import get_num_sms
 from deep_tile.gemm.dense import fp8_gemm
 from deep_tile.gemm.layouts import get_tma_aligned_a_scale
@@ -56,7 +56,6 @@ FP8_EXPRESSIONS = ("bhr,hdr->bhd",)
 """The expressions :func:`fp8_einsum` takes (DeepGEMM's on SM90)."""
 FP8_RECIPE = (1, 128, 128)
 """The one scaling recipe of :func:`fp8_einsum` on SM90: 1x128 scales for x, 128x128 for y."""
-_I32_MAX = 2**31 - 1
 _MAX_HEADS = 512  # the masked grouped GEMM's most groups
 BH_PATH_ENV = "DEEP_TILE_BH_EINSUM"
 """Environment variable choosing how the per-head bf16 expressions run on CUDA (:data:`BH_PATHS`)."""
@@ -132,7 +131,7 @@ def _check_bmk(a, b, d, c) -> tuple:
         _fail(fn, f"d must be [m, n] = {(m, n)}, got {tuple(d.shape)}.")
     if k % contract.BLOCK_K or m % 64 or n % 64:
         _fail(fn, f"k must be a multiple of {contract.BLOCK_K} and m, n of 64; got m={m}, n={n}, k={k}.")
-    if s * max(m, n) > _I32_MAX:
+    if s * max(m, n) > I32_MAX:
         _fail(fn, f"s * max(m, n) must stay within int32; got s={s}, m={m}, n={n}.")
     _one_device(fn, a, b, d)
     return s, m, n, k

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from deep_tile import env
+from deep_tile.common import I32_MAX
 from deep_tile.device import get_num_sms
 from deep_tile.gemm.tma import encode_2d
 from deep_tile.jit.loader import get_kernel
@@ -45,8 +46,6 @@ SUB_SPLITS_ENV = "DEEP_TILE_HC_SUB_SPLITS"
 
 VARIANT_ENV = "DEEP_TILE_HC_VARIANT"
 """Environment variable picking the kernel variant (``contract.VARIANTS``; unset: ``default``)."""
-
-_I32_MAX = 2**31 - 1
 
 
 def _fail(message: str, error=ValueError):
@@ -106,7 +105,7 @@ def _check_kernel(a, b, d, m, n, k, splits) -> None:
         if row_stride % 2 or split_stride % 2 or d.data_ptr() % 8:
             _fail(f"d's row and split strides must be even and its start 8-byte aligned (two-float stores); "
                   f"got strides {d.stride()}.")
-        if max(row_stride * max(m - 1, 0), split_stride * (splits - 1), k // contract.BLOCK_K) > _I32_MAX:
+        if max(row_stride * max(m - 1, 0), split_stride * (splits - 1), k // contract.BLOCK_K) > I32_MAX:
             _fail("d's strides and k must stay within int32 offsets.")
 
 

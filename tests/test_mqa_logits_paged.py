@@ -139,8 +139,9 @@ def _device_schedule(lens: list, num_slots: int, threads: int = contract.SCHEDUL
     return out
 
 
-def _walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> list:
-    """The logits CTAs' cursors transcribed (PagedCursor): the (sequence, block) pairs each CTA takes."""
+def _seq_extent(lens: list, max_blocks: int, max_context_len: int) -> tuple:
+    """(units(b), blocks(b)) of the cursors' walks: sequence b's 256-row units, and its 64-row blocks
+    within the logits' width and the table."""
     def units(b):
         return contract.units(max(lens[b]))
 
@@ -148,6 +149,12 @@ def _walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> 
         extent = max(0, max(lens[b]))
         return min(min(extent, max_context_len) + 63, 64 * max_blocks) // 64
 
+    return units, blocks
+
+
+def _walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> list:
+    """The logits CTAs' cursors transcribed (PagedCursor): the (sequence, block) pairs each CTA takes."""
+    units, blocks = _seq_extent(lens, max_blocks, max_context_len)
     taken = []
     for slot in range(len(schedule) - 1):
         (b, s), (end_b, end_s) = schedule[slot], schedule[slot + 1]
@@ -196,13 +203,7 @@ def test_schedule_covers_every_block_once_and_balances(seed):
 def _fast_walk(lens: list, schedule: list, max_blocks: int, max_context_len: int) -> list:
     """kPagedTmaLean's walk transcribed (PagedCursor with PagedFastWalk): ++s while s + 1 is under
     the walk's bound, PagedCursor::next at it, and "has a unit" read as s < bound."""
-    def units(b):
-        return contract.units(max(lens[b]))
-
-    def blocks(b):
-        extent = max(0, max(lens[b]))
-        return min(min(extent, max_context_len) + 63, 64 * max_blocks) // 64
-
+    units, blocks = _seq_extent(lens, max_blocks, max_context_len)
     taken = []
     for slot in range(len(schedule) - 1):
         (b0, s0), (end_b, end_s) = schedule[slot], schedule[slot + 1]

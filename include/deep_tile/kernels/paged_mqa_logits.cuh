@@ -968,6 +968,17 @@ DT_DEVICE void paged_wait_polling(u64* bar, u32 parity, Poll&& poll) {
 /// drain at a sequence change with one q slot. kDesign kPagedTmaLoaderWg: kPagedLoaderWgThreads, the
 /// loader warp the first of a warpgroup that gives its registers to the math warpgroup (the weights in
 /// registers for every N), q_empty[slot] arrived once the sequence's last block's wgmmas completed.
+/// mbarrier_wait, or (kUntimed) the same without the watchdog build's timer (kPagedTmaLoaderWg: the timer's
+/// registers spill its N 128).
+template <bool kUntimed>
+DT_DEVICE void paged_loader_wait(u64* bar, u32 parity) {
+  if constexpr (kUntimed) {
+    paged_wait_polling<false>(bar, parity, []() {});
+  } else {
+    ptx::mbarrier_wait(bar, parity);
+  }
+}
+
 template <int kNextN, int kNumHeads, int kDesign = kPagedTmaLoader>
 DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDescriptor* tmap_scales,
                                        const TmaDescriptor* tmap_q, const TmaDescriptor* tmap_w, int rows_per_block,
@@ -1032,14 +1043,6 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
       ptx::tma_load_2d(rings.weights(pending_slot), tmap_w, &full[pending_stage], 0, pending_b);
       pending = false;
     };
-    // kWg: the loader's waits untimed even in the watchdog build (its 32 registers spill with the timer)
-    const auto loader_wait = [](u64* bar, u32 parity) {
-      if constexpr (kWg) {
-        paged_wait_polling<false>(bar, parity, []() {});
-      } else {
-        ptx::mbarrier_wait(bar, parity);
-      }
-    };
     const auto poll_q = [&]() {
       if (pending && ptx::mbarrier_try_wait(ptx::smem_addr(&q_empty[pending_slot]), pending_parity)) issue_q();
     };
@@ -1053,7 +1056,7 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
       paged_wait_polling<!kWg>(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u, poll_q);
       if (new_sequence) {
         if (pending) {  // a sequence shorter than the ring: its q copy goes first
-          loader_wait(&q_empty[pending_slot], pending_parity);
+          paged_loader_wait<kWg>(&q_empty[pending_slot], pending_parity);
           issue_q();
         }
         ++seq, prev_b = b;
@@ -1076,11 +1079,11 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
       ++iter;
     }
     if (pending) {
-      loader_wait(&q_empty[pending_slot], pending_parity);
+      paged_loader_wait<kWg>(&q_empty[pending_slot], pending_parity);
       issue_q();
     }
     const int stage = iter % kStages;  // the end record, once the stage's last block is released
-    loader_wait(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u);
+    paged_loader_wait<kWg>(&empty[stage], (static_cast<u32>(iter / kStages) & 1u) ^ 1u);
     records[stage].b = -1;
     ptx::mbarrier_arrive(&full[stage]);
     return;
@@ -1104,11 +1107,7 @@ DT_DEVICE void paged_mqa_logits_loader(const TmaDescriptor* tmap_kv, const TmaDe
   int q_seq = -1;
   for (int iter = 0;; ++iter) {
     const int stage = iter % kStages;
-    if constexpr (kWg) {  // untimed: any trap or watchdog state here spills N 128 at 112 registers
-      paged_wait_polling<false>(&full[stage], static_cast<u32>(iter / kStages) & 1u, []() {});
-    } else {
-      ptx::mbarrier_wait(&full[stage], static_cast<u32>(iter / kStages) & 1u);
-    }
+    paged_loader_wait<kWg>(&full[stage], static_cast<u32>(iter / kStages) & 1u);  // kWg: untimed (112 registers)
     int b, row_flags, len0, len1;
     asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(b), "=r"(row_flags), "=r"(len0), "=r"(len1)
