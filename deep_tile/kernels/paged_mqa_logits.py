@@ -98,11 +98,12 @@ LOADER_DESIGNS = ("tma_loader", "tma_loader_wg")
 """The designs with a loader (``paged_has_loader``): records, empty and q-slot mbarriers in shared memory."""
 STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
           "tma_one_chain": {32: 5, 64: 4, 128: 4}, "tma_lean": {32: 5, 64: 4, 128: 4},
-          "tma_loader": {32: 5, 64: 4, 128: 4}, "tma_loader_wg": {32: 5, 64: 4, 128: 4}}
+          "tma_loader": {32: 3, 64: 3, 128: 3}, "tma_loader_wg": {32: 3, 64: 3, 128: 3}}
 """Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
-one in use included, as many as fit with the design's CTAs per SM (four, or two for
-``two_slots``' N 128): 12 to 16 blocks (100-135 KB) per SM, more than the HBM's
-bandwidth-latency product asks of each SM."""
+one in use included. The loader designs: three, twelve blocks (100 KB) per SM, as DeepGEMM holds
+(four or five measured slower: the SMs' shares of the HBM less even, docs/performance.md); the
+others as many as fit with the design's CTAs per SM (four, or two for ``two_slots``' N 128): 12
+to 16 blocks (100-135 KB) per SM, more than the HBM's bandwidth-latency product asks of each SM."""
 Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},
            "tma_one_chain": {32: 2, 64: 2, 128: 1}, "tma_lean": {32: 2, 64: 2, 128: 1},
            "tma_loader": {32: 2, 64: 2, 128: 1}, "tma_loader_wg": {32: 2, 64: 2, 128: 1}}
