@@ -66,27 +66,18 @@ loader (one thread walks the schedule and issues every TMA; N 128 reads its weig
 memory: 96 registers a thread at four CTAs per SM), each stage freed by an mbarrier as soon as its block's wgmmas completed, each
 block's sequence, kv row and row lengths handed over in shared memory with it, and a sequence's q
 copy waiting for its slot without holding the next blocks' copies back. ``tma_loader_wg``
-(``kPagedTmaLoaderWg``, a candidate for N 128) is ``tma_loader``'s four CTAs of a slot as one CTA
+(``kPagedTmaLoaderWg``, :func:`pick_design`'s at N 128) is ``tma_loader``'s four CTAs of a slot as one CTA
 of :data:`LOADER_WG_THREADS` (DeepGEMM's shape): four math warpgroups, each with its own rings and
 loader thread (lane 0 of a warp of the fifth, loader warpgroup), the loader warpgroup giving its
 registers to the math warpgroups (setmaxnreg: 32 and 112 a thread), so N 128 keeps its weights in
 registers as DeepGEMM does (no 8-byte shared loads per block beside the wgmmas' operand reads), and
 a sequence's q slot freed once its last block's wgmmas completed rather than after its head sums.
 Its waits are untimed in the watchdog build (the timer's registers spill N 128)."""
-LOADER_WG_MIN_BLOCKS_PER_SLOT = 1024
-"""At N 128, the most kv blocks the call may hold per persistent slot (batch times the logits' width in
-blocks, a bound known on the host) from which :func:`pick_design` takes ``tma_loader_wg``: its one CTA per SM
-keeps the weights in registers but starts and drains as one (docs/performance.md has the timings)."""
-
-
-def pick_design(next_n: int, num_heads: int, batch: int, max_context_len: int, num_slots: int) -> str:
-    """The design a call runs when it names none: ``tma_loader_wg`` at N = next_n * H = 128 over at least
-    :data:`LOADER_WG_MIN_BLOCKS_PER_SLOT` blocks per slot (measured faster there, slower over fewer), else
-    the default (``DESIGNS[0]``)."""
-    blocks = batch * -(-max_context_len // BLOCK_KV)
-    if next_n * num_heads == 128 and blocks >= LOADER_WG_MIN_BLOCKS_PER_SLOT * max(1, num_slots):
-        return "tma_loader_wg"
-    return DESIGNS[0]
+def pick_design(next_n: int, num_heads: int) -> str:
+    """The design a call runs when it names none: ``tma_loader_wg`` at N = next_n * H = 128 (its weights in
+    registers: measured faster than ``tma_loader``'s shared-memory weights on every DeepGEMM test shape at
+    two stages, docs/performance.md), else the default (``DESIGNS[0]``)."""
+    return "tma_loader_wg" if next_n * num_heads == 128 else DESIGNS[0]
 
 
 FALLBACK = "four_ctas"
@@ -98,10 +89,10 @@ LOADER_DESIGNS = ("tma_loader", "tma_loader_wg")
 """The designs with a loader (``paged_has_loader``): records, empty and q-slot mbarriers in shared memory."""
 STAGES = {"four_ctas": {32: 5, 64: 4, 128: 4}, "two_slots": {32: 5, 64: 4, 128: 8}, "tma": {32: 5, 64: 4, 128: 4},
           "tma_one_chain": {32: 5, 64: 4, 128: 4}, "tma_lean": {32: 5, 64: 4, 128: 4},
-          "tma_loader": {32: 3, 64: 3, 128: 3}, "tma_loader_wg": {32: 3, 64: 3, 128: 3}}
+          "tma_loader": {32: 2, 64: 2, 128: 2}, "tma_loader_wg": {32: 2, 64: 2, 128: 2}}
 """Ring stages per CTA by design and ``next_n * H`` (``paged_stages``): the blocks in flight, the
-one in use included. The loader designs: three, twelve blocks (100 KB) per SM, as DeepGEMM holds
-(four or five measured slower: the SMs' shares of the HBM less even, docs/performance.md); the
+one in use included. The loader designs: two, eight blocks (68 KB) per SM (three to five measured
+slower: the SMs' shares of the HBM less even, the last one later; docs/performance.md); the
 others as many as fit with the design's CTAs per SM (four, or two for ``two_slots``' N 128): 12
 to 16 blocks (100-135 KB) per SM, more than the HBM's bandwidth-latency product asks of each SM."""
 Q_SLOTS = {"four_ctas": {32: 2, 64: 2, 128: 1}, "two_slots": {32: 2, 64: 2, 128: 2}, "tma": {32: 2, 64: 2, 128: 1},

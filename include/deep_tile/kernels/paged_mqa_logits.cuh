@@ -124,11 +124,11 @@ __host__ __device__ constexpr int paged_q_slots(int n, int design) {
 }
 
 /// Ring stages (blocks in flight per CTA, the one in use included) for N q rows: the loader designs
-/// three (twelve blocks per SM, as DeepGEMM: more in flight measured slower, the SMs' shares of the
-/// HBM less even); the others as many as fit with four CTAs on one SM (N 32: 5, N 64: 4, N 128 with
+/// two (eight blocks per SM: more in flight measured slower, the SMs' shares of the HBM less even,
+/// the last SM later); the others as many as fit with four CTAs on one SM (N 32: 5, N 64: 4, N 128 with
 /// one q slot: 4); kPagedTwoSlots' N 128, which fits only 2 CTAs per SM, as many as fit two (8).
 __host__ __device__ constexpr int paged_stages(int n, int design) {
-  return paged_has_loader(design) ? 3 : n <= 32 ? 5 : n <= 64 ? 4 : design != kPagedTwoSlots ? 4 : 8;
+  return paged_has_loader(design) ? 2 : n <= 32 ? 5 : n <= 64 ? 4 : design != kPagedTwoSlots ? 4 : 8;
 }
 
 /// kPagedTmaLoaderWg: bytes between the groups' rings, a kPagedTmaLoader CTA's layout rounded up to
