@@ -36,7 +36,7 @@ __all__ = [
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
     "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
-    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "b_scale_1d_problems", "b_scale_pitch", "b_scale_slots",
+    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "K_GROUPED_MAX_WGMMA_N", "b_scale_1d_problems", "b_scale_pitch", "b_scale_slots",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
@@ -324,13 +324,21 @@ B_SCALE_1D_ARGUMENT_KINDS = ("tensormap",)
 """The kind of each of :data:`B_SCALE_1D_ARGUMENTS`."""
 
 
-def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind) -> list:
+K_GROUPED_MAX_WGMMA_N = 160
+"""The widest column part (``wgmma_n``) of a K-grouped kernel: a 192-column part spills its
+per-group state beside the 1D1D column scales (a 56-byte stack frame) and measured wrong."""
+
+
+def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind, wgmma_n: int = 0) -> list:
     """Why a 1D1D kernel (b_scale per row of B, ``DT_B_SCALE_1D``) cannot be built, and why a
-    K-grouped one (always 1D1D) cannot."""
+    K-grouped one (always 1D1D; column parts of at most :data:`K_GROUPED_MAX_WGMMA_N`) cannot."""
     if b_scale_1d and (swap_n or problem_kind not in (ProblemKind.DENSE, ProblemKind.K_GROUPED)):
         return ["b_scale_1d needs the dense or the k_grouped kind without swap-AB (swap_n == 0)"]
     if problem_kind is ProblemKind.K_GROUPED and not b_scale_1d:
         return ["the k_grouped kind needs b_scale_1d (both operands scaled 1x128 along K)"]
+    if problem_kind is ProblemKind.K_GROUPED and wgmma_n > K_GROUPED_MAX_WGMMA_N:
+        return [f"the k_grouped kind takes column parts (wgmma_n) of at most {K_GROUPED_MAX_WGMMA_N}; got {wgmma_n} "
+                f"(a wider part spills: split the tile, e.g. wgmma_n = block_n / 2)"]
     return []
 
 

@@ -279,7 +279,7 @@ class KernelConfig:
                                         bool(self.b_scale_1d), family.epilogue_barriers(self))
         if not isinstance(self.b_scale_1d, bool):
             raise ValueError(f"KernelConfig: b_scale_1d must be a bool; got {self.b_scale_1d!r}")
-        problems += family.b_scale_1d_problems(self.b_scale_1d, self.swap_n, self.problem_kind)
+        problems += family.b_scale_1d_problems(self.b_scale_1d, self.swap_n, self.problem_kind, self.wgmma_n)
         _check_int("swap_n", self.swap_n, f"one of {family.SWAP_NS}", self.swap_n in family.SWAP_NS)
         problems += problems_of_output
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
