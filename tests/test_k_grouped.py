@@ -184,7 +184,6 @@ def test_staged_epilogue_where_the_problem_allows():
             KernelConfig(**{**dense, **extra})
 
 
-
 def test_k_grouped_refuses_column_parts_wider_than_160():
     """A K-grouped tile of one 192-column part spills (and measured wrong on the device): refused with
     the way out named; the same tile in two 96-column parts, and the dense 1D1D 192-column part, build."""
@@ -196,6 +195,7 @@ def test_k_grouped_refuses_column_parts_wider_than_160():
     assert KernelConfig(block_m=128, block_n=192, num_stages=3, grid_size=132, b_scale_1d=True,
                         out_dtype="float32").wgmma_n == 192
     assert family.K_GROUPED_MAX_WGMMA_N == 160
+
 
 # ---- GPU -------------------------------------------------------------------------------------
 
