@@ -70,3 +70,10 @@ def test_wgmma_accumulator_width():
     assert [text for _, text in report["inflight"]] == ["FADD R119, R3, R4"]  # R24 + 96 - 1
     lines = KERNEL[:9] + ["FADD R120, R3, R4"] + KERNEL[9:]
     assert regimes(lines)["inflight"] == []
+
+
+def test_accumulator_written_after_the_arrive_is_flagged():
+    lines = KERNEL[:8] + ["MOV R30, RZ"] + KERNEL[8:]
+    assert [text for _, text in regimes(lines)["inflight"]] == ["MOV R30, RZ"]
+    lines = KERNEL[:7] + ["MOV R30, RZ"] + KERNEL[7:]  # before the ARRIVE: ordered by it
+    assert regimes(lines)["inflight"] == []

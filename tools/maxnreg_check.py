@@ -10,7 +10,9 @@ entry's launch count, then each ``USETMAXREG`` site with its new count): the ins
 reaches, the highest register index they use, the spill loads and stores (``LDL``/``STL``) among
 them, any use at or above the count, and any instruction reached under two regimes (code shared
 by roles of different counts); and any instruction touching a WGMMA accumulator before the
-``WARPGROUP.DEPBAR`` that waits for it. Exit status 1 when either is flagged.
+``WARPGROUP.DEPBAR`` that waits for it (or after the ``WARPGROUP.ARRIVE`` before it; address
+order, and any DEPBAR ends the window, so overlapped two-buffer loops are under-checked). Exit
+status 1 when either is flagged.
 
 Register widths: ``.64`` / ``.128`` memory ops, ``.WIDE`` multiplies, ``LDSM``/``STSM`` ``.x2/.x4``
 and the WGMMA accumulators (``N / 2`` registers of an F32 ``m64 x N``) count every register they
@@ -204,19 +206,28 @@ def analyse(code: list, launch_regs: int) -> dict:
 
 
 def inflight_touches(code: list) -> list:
-    """[(address, text)] of non-WGMMA instructions touching an accumulator between its WGMMA and the
-    next WARPGROUP.DEPBAR / WARPGROUP.ARRIVE in address order (the hardware does not interlock them)."""
-    out, busy = [], []
+    """[(address, text)] of non-WGMMA instructions touching a WGMMA's accumulator after the
+    WARPGROUP.ARRIVE before it or before the WARPGROUP.DEPBAR after it, in address order (the
+    hardware does not interlock them)."""
+    out, busy, window = [], [], None
     for addr, text, _ in code:
         _, op, rest = split(text)
-        if op.startswith("WARPGROUP.DEPBAR") or op.startswith("WARPGROUP.ARRIVE"):
-            busy = []
+        if op.startswith("WARPGROUP.DEPBAR"):
+            busy, window = [], None
+            continue
+        if op.startswith("WARPGROUP.ARRIVE"):
+            busy, window = [], []
             continue
         regs = registers(op, rest)
         if _MMA.match(op):
-            busy += [range(r, r + w) for r, w in regs[:1]]
+            span = [range(r, r + w) for r, w in regs[:1]]
+            if window:  # what ran between the ARRIVE and this first WGMMA
+                out += [(a, t) for a, t, rr in window if any(r + k in s for r, w in rr for k in range(w) for s in span)]
+            busy, window = busy + span, None
             continue
-        if any(r + k in span for r, w in regs for k in range(w) for span in busy):
+        if window is not None:
+            window.append((addr, text, regs))
+        if any(r + k in s for r, w in regs for k in range(w) for s in busy):
             out.append((addr, text))
     return out
 
