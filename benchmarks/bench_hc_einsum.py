@@ -83,7 +83,7 @@ def others_of(times: dict) -> dict:
     return {k.split(":", 1)[1]: v for k, v in times.items() if k.startswith("path:")}
 
 
-def run_hc(spec: str, iters: int, copy_rate: float, dg, variants=("prev", "issue", "hint"),
+def run_hc(spec: str, iters: int, copy_rate: float, dg, variants=("prev", "short_path", "hint"),
            old_paths: bool = True) -> dict:
     """One row: the pre-norm GEMM of shape ``spec``; ``variants``: the kernel variants timed beside
     the default (DEEP_TILE_HC_VARIANT, same plan); ``old_paths``: the forced-plan paths too."""
@@ -249,7 +249,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fp8-einsum", nargs="*", default=list(FP8_EINSUM_SHAPES), help="b x h x r x d")
     parser.add_argument("--fp8-paths", nargs="*", default=None,
                         help="the fp8_einsum paths timed beside the default (default: every one)")
-    parser.add_argument("--hc-variants", nargs="*", default=["prev", "issue", "hint"],
+    parser.add_argument("--hc-variants", nargs="*", default=["prev", "short_path", "hint"],
                         help="the pre-norm GEMM's kernel variants (DEEP_TILE_HC_VARIANT) timed beside the default")
     parser.add_argument("--hc-no-plans", action="store_true",
                         help="leave out the pre-norm GEMM's forced-plan paths (old, g1, g2)")

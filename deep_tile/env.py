@@ -144,9 +144,9 @@ _VARS = (
            "unset: enough to fill the SMs, each at least 4 K blocks). For measurements. Read at each call."),
     EnvVar("DEEP_TILE_HC_VARIANT", "choice", "`default`",
            "The kernel variant of `tf32_hc_prenorm_gemm`: `default`, `prev` (the earlier kernel: the longer "
-           "path from one K block's wgmmas to the next, a's loads evict-first), `issue` / `hint` (one of the "
+           "path from one K block's wgmmas to the next, a's loads evict-first), `short_path` / `hint` (one of the "
            "two changes). For measurements. Read at each call.",
-           choices=("default", "prev", "issue", "hint")),
+           choices=("default", "prev", "short_path", "hint")),
     EnvVar("DEEP_TILE_BF16_LEGACY", "bool", "off",
            "The BF16 GEMMs (`deep_tile.bf16`) take their earlier plan: 64 / 128 / 256-wide tiles, no split K, "
            "no multicast, float32 `d` stored from registers (for side-by-side timing; `deep_tile.bf16.LEGACY` "

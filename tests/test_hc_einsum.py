@@ -267,7 +267,7 @@ HC_GPU_CASES = (
        for groups, sub in ((1, None), (2, None), (1, 3), (2, 4), (1, 1), (2, 1))]
     + [dict(m=m, n=n, k=k, num_splits=splits, groups=groups, variant=variant)  # each kernel variant
        for m, n, k, splits, groups in ((13, 24, 7168, 16, 1), (137, 24, 2048, None, 2), (300, 32, 1024, 3, 1))
-       for variant in ("prev", "issue", "hint")]
+       for variant in ("prev", "short_path", "hint")]
 )
 
 

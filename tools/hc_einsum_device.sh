@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, "tests")
 import gpu_hc_einsum_cases as cases
 results = [cases.hc(13, 24, 28672, num_splits=16), cases.hc(137, 24, 7168), cases.hc(13, 24, 7168, num_splits=16, sub=3),
-           cases.hc(8192, 24, 7168, variant="prev"), cases.hc(137, 24, 7168, num_splits=16, variant="issue"),
+           cases.hc(8192, 24, 7168, variant="prev"), cases.hc(137, 24, 7168, num_splits=16, variant="short_path"),
            cases.hc(300, 24, 1024, num_splits=2, groups=2, sub=2), cases.hc(4096, 24, 7168, num_splits=16),
            cases.einsum_case("bhr,hdr->bhd", dict(b=4, h=8, r=512, d=128), "bfloat16"),
            cases.einsum_case("bhd,hdr->bhr", dict(b=4, h=8, r=512, d=128), "bfloat16"),

@@ -87,11 +87,11 @@ def _groups(groups) -> int:
     return groups
 
 
-VARIANTS = {"default": (1, 0), "prev": (0, 1), "issue": (1, 1), "hint": (0, 0)}
+VARIANTS = {"default": (1, 0), "prev": (0, 1), "short_path": (1, 1), "hint": (0, 0)}
 """Kernel variants (for side-by-side timing) as (``DT_HC_LEAN_ISSUE``, ``DT_HC_A_EVICT_FIRST``):
 ``default`` the short path from one block's wgmmas to the next (fragment register sets kept
 apart, the squares after the issue, wgmma descriptors in uniform registers) and a's loads at L2's
-normal priority (DeepGEMM's); ``prev`` the earlier kernel (a evict-first); ``issue`` and ``hint``
+normal priority (DeepGEMM's); ``prev`` the earlier kernel (a evict-first); ``short_path`` and ``hint``
 one change each."""
 
 
