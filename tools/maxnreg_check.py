@@ -42,6 +42,8 @@ _MEM = re.compile(r"^(?:LD|LDG|LDS|LDL|LDC|ST|STG|STS|STL|ATOM|ATOMS|ATOMG|RED|R
 
 
 def disassemble(cubin: Path) -> str:
+    """``nvdisasm -c`` of ``cubin``: the ``.text.<kernel>:`` sections and ``.L_x_`` labels that
+    :func:`parse` reads (``deep_tile.jit.compiler.disassemble`` prints ``cuobjdump -sass``'s format)."""
     nvdisasm = compiler.find_tool("nvdisasm")
     if nvdisasm is None:
         raise SystemExit("nvdisasm not found")

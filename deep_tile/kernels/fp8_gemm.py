@@ -329,7 +329,7 @@ K_GROUPED_MAX_WGMMA_N = 160
 per-group state beside the 1D1D column scales (a 56-byte stack frame) and measured wrong."""
 
 
-def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind, wgmma_n: int = 0) -> list:
+def b_scale_1d_problems(b_scale_1d: bool, swap_n: int, problem_kind: ProblemKind, wgmma_n: int) -> list:
     """Why a 1D1D kernel (b_scale per row of B, ``DT_B_SCALE_1D``) cannot be built, and why a
     K-grouped one (always 1D1D; column parts of at most :data:`K_GROUPED_MAX_WGMMA_N`) cannot."""
     if b_scale_1d and (swap_n or problem_kind not in (ProblemKind.DENSE, ProblemKind.K_GROUPED)):
