@@ -15,7 +15,7 @@ import re
 import pytest
 import torch
 
-from conftest import accuracy_problems, run_child_cases
+from conftest import accuracy_problems, assert_spill_free, compiler_params, run_child_cases
 from deep_tile import arch
 from deep_tile.gemm import checks
 from deep_tile.jit import paths
@@ -36,7 +36,7 @@ MANY_SIZES = [1024 + 37 * ((7 * i) % 5 - 2) for i in range(32)]
 # Forced tiles of the GPU tests (each with the output variants it runs): two accumulator buffers,
 # one buffer with two sub-tiles (256 rows; 256 columns in two parts), one consumer warpgroup (64
 # rows), a width that is not a multiple of 128 (the rule's tile, with every output variant), and
-# 192 columns in two parts of 96.
+# 192 columns in two parts of 96 and in one (C loaded 8 column pairs at a time).
 FAMILIES = [
     (dict(block_m=128, block_n=128, num_stages=5, accum_buffers=2),
      [("float32", "inplace"), ("float32", "none"), ("bfloat16", "none"), ("float32", "bfloat16")]),
@@ -46,6 +46,7 @@ FAMILIES = [
     (dict(block_m=128, block_n=160, num_stages=4),
      [("float32", "inplace"), ("bfloat16", "none"), ("float32", "bfloat16")]),
     (dict(block_m=128, block_n=192, wgmma_n=96, num_stages=4), [("float32", "inplace")]),
+    (dict(block_m=128, block_n=192, num_stages=4), [("float32", "inplace"), ("bfloat16", "none")]),
 ]
 SHAPES = [(256, 384), (1000, 2112), (520, 1160)]
 """(m, n): whole tiles; a partial last m-block and 2112 = 16.5 x 128 columns; n % 16 == 8."""
@@ -184,17 +185,31 @@ def test_staged_epilogue_where_the_problem_allows():
             KernelConfig(**{**dense, **extra})
 
 
-def test_k_grouped_refuses_column_parts_wider_than_160():
-    """A K-grouped tile of one 192-column part spills (and measured wrong on the device): refused with
-    the way out named; the same tile in two 96-column parts, and the dense 1D1D 192-column part, build."""
-    with pytest.raises(ValueError, match="column parts .wgmma_n. of at most 160; got 192"):
-        KernelConfig(block_m=128, block_n=192, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
+def test_k_grouped_refuses_column_parts_wider_than_192():
+    """A K-grouped tile of one 256-column part (never built or checked) is refused with the way out
+    named; one 192-column part (the GPU tests force it) and the same width in two parts are taken."""
+    with pytest.raises(ValueError, match="column parts .wgmma_n. of at most 192; got 256"):
+        KernelConfig(block_m=64, block_n=256, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
                      out_dtype="float32")
-    assert KernelConfig(block_m=128, block_n=192, wgmma_n=96, num_stages=4, grid_size=132, problem_kind=KG,
-                        b_scale_1d=True, out_dtype="float32").wgmma_n == 96
-    assert KernelConfig(block_m=128, block_n=192, num_stages=3, grid_size=132, b_scale_1d=True,
+    assert KernelConfig(block_m=64, block_n=256, wgmma_n=128, num_stages=4, grid_size=132, problem_kind=KG,
+                        b_scale_1d=True, out_dtype="float32").wgmma_n == 128
+    assert KernelConfig(block_m=128, block_n=192, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
                         out_dtype="float32").wgmma_n == 192
-    assert family.K_GROUPED_MAX_WGMMA_N == 160
+    assert family.K_GROUPED_MAX_WGMMA_N == 192
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_k_grouped_192_column_part_builds_spill_free(name):
+    """In place, the one-part 192-column tile loads C 8 column pairs at a time: no stack, no spill
+    (all 24 pairs at once spilled 56 bytes and stored wrong sums on the device)."""
+    from deep_tile.jit import compiler, paths
+
+    problem = Problem(4096, 7168, 33408, kind=KG, num_groups=16, b_scale_1d=True, out_dtype="float32", c_dtype="out")
+    config = KernelConfig(block_m=128, block_n=192, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
+                          out_dtype="float32").for_problem(problem)
+    result = compiler.compile_cubin(paths.entry_path(family.ENTRY), family.defines(config), family.symbol(KG), name)
+    assert compiler.ptxas_problems(result.log) == [], result.log
+    assert_spill_free(result.log)
 
 
 # ---- GPU -------------------------------------------------------------------------------------

@@ -78,6 +78,7 @@ K_GROUPED_CASES = [
     (dict(block_m=64, block_n=128, num_stages=8, accum_buffers=2), "bfloat16", "bfloat16", 100, 256, [3, 0, 200]),
     (dict(block_m=128, block_n=160, num_stages=5), "float32", "inplace", 260, 392, [128, 0, 1, 127, 129, 5]),
     (dict(block_m=128, block_n=192, wgmma_n=96, num_stages=4), "float32", "inplace", 260, 392, [300, 0, 77]),
+    (dict(block_m=128, block_n=192, num_stages=4), "float32", "inplace", 260, 392, [300, 0, 77]),
     # the staged epilogue (m % 64 == 0)
     (dict(block_m=128, block_n=128, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
      [128, 0, 1, 127, 129, 5]),

@@ -210,7 +210,8 @@ struct Fp8GemmConfig {
   // slower with fewer and with more (docs/performance.md, 'What was tried and did not pay').
   // NOTES: chunks must divide the pairs: chunks of 8 over 12 stored past the sub-tile into the next column
   // part's columns (128x192 /96 under 1D1D gave wrong results in tests/test_k_grouped.py).
-  static constexpr int kCLoadPairs = kNumSubtiles > 1 && kAccumPerSubtile / 4 > 8
+  // NOTES: a K-grouped sub-tile of 192 columns with all 24 pairs in flight spilled (56 bytes) and stored wrong sums.
+  static constexpr int kCLoadPairs = (kNumSubtiles > 1 || (kKGrouped && kAccumPerSubtile / 4 > 20)) && kAccumPerSubtile / 4 > 8
                                          ? largest_divisor_at_most(kAccumPerSubtile / 4, 8)
                                          : kAccumPerSubtile / 4;
 
