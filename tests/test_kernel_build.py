@@ -644,14 +644,14 @@ def _head_strided_configs() -> list:
 @pytest.mark.parametrize("name", COMPILERS)
 def test_bf16_every_variant_builds_spill_free(request, name):
     """Every BF16 GEMM variant the host launches (test_bf16_gemm.all_configs), with the sweep only: the
-    suite builds one of each code path (test_bf16_gemm.smoke_configs)."""
-    from test_bf16_gemm import all_configs, check_build
+    suite builds one of each code path (test_bf16_gemm.smoke_configs) with NVRTC, and the sweep builds
+    that set with nvcc (every variant with ``--sweep-nvcc``)."""
+    from test_bf16_gemm import all_configs, check_build, smoke_configs
 
     if not request.config.getoption("--kernel-sweep"):
         pytest.skip("the full BF16 variant set is built by --kernel-sweep")
-    if name != "nvrtc" and not request.config.getoption("--sweep-nvcc"):
-        pytest.skip("nvcc builds every BF16 variant with --sweep-nvcc")
-    for cfg in all_configs():
+    every = name == "nvrtc" or request.config.getoption("--sweep-nvcc")
+    for cfg in all_configs() if every else smoke_configs():
         check_build(cfg, name)
 
 
