@@ -5,7 +5,9 @@ the kernel on a Hopper GPU against float64 (tests/gpu_bf16_cases.py, in a child 
 """
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
+import multiprocessing
 import sys
 from pathlib import Path
 
@@ -576,6 +578,21 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
         assert ("UTMAREDG" in sass) == (stored and cfg.accumulate), cfg.label
 
 
+def check_builds(cfgs: list, name: str) -> None:
+    """:func:`check_build` of each of ``cfgs``, over the usable CPUs (spawned processes, so NVRTC's
+    compiles run side by side); the first failed check fails the call with its message."""
+    from deep_tile.common import usable_cpus
+
+    workers = min(usable_cpus(), len(cfgs))
+    if workers <= 1:
+        for cfg in cfgs:
+            check_build(cfg, name)
+        return
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        list(pool.map(check_build, cfgs, itertools.repeat(name), chunksize=4))
+
+
 @pytest.mark.parametrize("name", compiler_params())
 def test_gemv_builds_spill_free(name):
     """The m <= 4 stream over B: every instance compiles clean, its B loads 16 bytes wide past L1, A's chunks
@@ -654,8 +671,7 @@ def test_smoke_configs_take_every_code_path():
 @pytest.mark.parametrize("name", [p for p in compiler_params() if p.values == ("nvrtc",)])
 def test_every_code_path_builds_spill_free(name):
     """With NVRTC; the kernel sweep builds this set with nvcc (test_kernel_build.py, the slower compiler)."""
-    for cfg in smoke_configs():
-        check_build(cfg, name)
+    check_builds(smoke_configs(), name)
 
 
 # --------------------------------------------------------------------------------------------------

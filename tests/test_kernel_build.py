@@ -646,13 +646,12 @@ def test_bf16_every_variant_builds_spill_free(request, name):
     """Every BF16 GEMM variant the host launches (test_bf16_gemm.all_configs), with the sweep only: the
     suite builds one of each code path (test_bf16_gemm.smoke_configs) with NVRTC, and the sweep builds
     that set with nvcc (every variant with ``--sweep-nvcc``)."""
-    from test_bf16_gemm import all_configs, check_build, smoke_configs
+    from test_bf16_gemm import all_configs, check_builds, smoke_configs
 
     if not request.config.getoption("--kernel-sweep"):
         pytest.skip("the full BF16 variant set is built by --kernel-sweep")
     every = name == "nvrtc" or request.config.getoption("--sweep-nvcc")
-    for cfg in all_configs() if every else smoke_configs():
-        check_build(cfg, name)
+    check_builds(all_configs() if every else smoke_configs(), name)
 
 
 @pytest.mark.parametrize("watchdog", [0, 1])
