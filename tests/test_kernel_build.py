@@ -206,10 +206,11 @@ def grouped_output_configs() -> list:
 
 
 def wgrad_pick_configs() -> list:
-    """The selector's picks for the weight gradients accumulated in place (1D1D, FP32 D += ...)
-    over WGRAD_NK at WGRAD_TOKENS, as launched (a 128x144 pick's producer once spilled)."""
-    problems = [Problem(n, k, tokens, out_dtype="float32", c_dtype="out", b_scale_1d=True)
-                for n, k in WGRAD_NK for tokens in WGRAD_TOKENS]
+    """The selector's picks for the weight gradients accumulated in place (1D1D, FP32 D += ...) and
+    written without C (FP32 D = ...) over WGRAD_NK at WGRAD_TOKENS, as launched (a 128x144 pick's
+    producer once spilled, and a 256x128 pick without C in its k-loop)."""
+    problems = [Problem(n, k, tokens, out_dtype="float32", c_dtype=c_dtype, b_scale_1d=True)
+                for n, k in WGRAD_NK for tokens in WGRAD_TOKENS for c_dtype in ("out", None)]
     return [select_config(p, 132).for_problem(p) for p in problems]
 
 

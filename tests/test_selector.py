@@ -220,6 +220,30 @@ def test_an_unsplit_stream_within_tolerance_goes_before_an_hbm_bound_split():
     assert "an unsplit candidate as wide as its B boxes need, on as many CTAs, within 4% goes first" in text
 
 
+def test_the_1d1d_fp32_staging_never_takes_the_spilling_256x128_build():
+    # Under 1D1D with the FP32 D through shared memory, 256x128 without multicast and unrolled by 3
+    # spills (family.SPILLING_1D1D_F32_STAGING_TILES): KernelConfig refuses that build, the
+    # multicast and unrolled-by-6 ones and a C apart are taken, and the selector emits none of it;
+    # without C it takes 128x256 /128 (measured 4-9% faster, docs/performance.md).
+    base = KernelConfig(block_m=256, block_n=128, num_stages=3, grid_size=132).with_b_scale_1d()
+    for c_dtype in (None, "out"):
+        with pytest.raises(ValueError, match="spills registers under 1D1D with the FP32 D stored through shared memory"):
+            base.with_output("float32", c_dtype)
+        for fields in (dict(num_multicast=2, multicast_on_a=True), dict(k_unroll=6)):
+            assert dataclasses.replace(base, **fields).with_output("float32", c_dtype).block_m == 256
+    assert base.with_output("float32", "bfloat16").block_m == 256 and base.with_output("bfloat16", None).block_m == 256
+    for m, n, k in itertools.product((512, 2048, 8192), (2048, 7168, 24576), (512, 2048, 4096)):
+        for c_dtype in (None, "out"):
+            problem = Problem(m, n, k, out_dtype="float32", c_dtype=c_dtype, b_scale_1d=True)
+            for num_sms in (132, 114):
+                cfg = select_config(problem, num_sms).for_problem(problem)  # refused builds would raise here
+                assert not family.f32_staging_problems(cfg), cfg.label
+                if c_dtype is None:
+                    assert (cfg.block_m, cfg.block_n, cfg.num_multicast) != (256, 128, 1), cfg.label
+    problem = Problem(2048, 2048, 2048, out_dtype="float32", b_scale_1d=True)
+    assert select_config(problem, 132).for_problem(problem).label == "128x256 s3 /128 gM f32 1d1d"
+
+
 def test_the_in_place_weight_gradient_takes_a_one_slab_tile_over_a_tied_256_row_one():
     # Only a warpgroup of one 64-row slab forms part of its 1D1D scale products under the WGMMAs
     # (Fp8GemmConfig::kPreScaleGroups), so for the in-place weight gradient a 128-row one-buffer

@@ -158,7 +158,8 @@ def test_1d1d_weight_gradients():
              for i, (m, n, k) in enumerate(shapes)]
     cases += [dict(m=1000, n=2112, k=1536, out_dtype="bfloat16", c_mode="none", public=True, one_d=True, seed=20),
               dict(m=520, n=1160, k=400, out_dtype="float32", c_mode="float32", public=True, one_d=True,
-                   row_stride=1168, seed=21)]
+                   row_stride=1168, seed=21),
+              dict(m=2048, n=2048, k=2048, out_dtype="float32", c_mode="none", public=True, one_d=True, seed=22)]
     _check(_run("gemm_acc", cases))
 
 

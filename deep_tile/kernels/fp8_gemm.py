@@ -35,7 +35,7 @@ __all__ = [
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
-    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "f32_atom_cols", "d_staging_bytes",
+    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "SPILLING_1D1D_F32_STAGING_TILES", "f32_staging_problems", "f32_atom_cols", "d_staging_bytes",
     "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "K_GROUPED_MAX_WGMMA_N", "b_scale_1d_problems", "b_scale_pitch", "b_scale_slots",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
@@ -233,6 +233,27 @@ def tma_f32_store(config) -> bool:
     c_ok = config.c_dtype is None or (config.c_dtype == "out" and bool(config.b_scale_1d))
     return (config.out_dtype == "float32" and c_ok and config.split_k == 1
             and config.swap_n == 0 and config.problem_kind is ProblemKind.DENSE)
+
+
+SPILLING_1D1D_F32_STAGING_TILES = frozenset({(256, 128, 128, 1)})
+"""(block_m, block_n, wgmma_n, accum_buffers) whose 1D1D build with the FP32 D through shared
+memory (:func:`tma_f32_store`: FP32 out without C, or accumulated in place) spills in the
+consumers' k-loop (a 32-byte stack frame, 40 bytes stored: two 64x128 sub-tiles per warpgroup
+beside their column scales and the staging's addresses), with NVRTC 13.5 and nvcc 13.0 alike; the
+selector skips it there and :func:`f32_staging_problems` refuses it. The same tile with C apart or
+a bf16 out, and 256-row tiles up to 112 columns, build spill-free."""
+
+
+def f32_staging_problems(config) -> list:
+    """Why ``config``'s 1D1D kernel with the FP32 D through shared memory cannot be built (its tile
+    in :data:`SPILLING_1D1D_F32_STAGING_TILES`), one phrase."""
+    tile = (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers)
+    if (config.b_scale_1d and tma_f32_store(config) and tile in SPILLING_1D1D_F32_STAGING_TILES
+            and config.num_multicast == 1 and config.k_unroll == 3):
+        return [f"a {config.block_m}x{config.block_n} tile with wgmma_n={config.wgmma_n} and {config.accum_buffers} "
+                f"accumulator buffer(s) spills registers under 1D1D with the FP32 D stored through shared memory "
+                f"(FP32 out without C, or accumulated in place)"]
+    return []
 
 
 def f32_atom_cols(wgmma_n: int) -> int:

@@ -285,6 +285,7 @@ class KernelConfig:
         problems += family.swap_problems(self.swap_n, self.block_m, self.block_n, self.wgmma_n, self.num_multicast,
                                          self.problem_kind)
         if not problems:
+            problems += family.f32_staging_problems(self)
             problems += family.staged_epilogue_problems(self.staged_epilogue, self.problem_kind, self.out_dtype,
                                                         self.c_dtype, self.num_subtiles)
         _check_int("static_k_blocks", self.static_k_blocks, "an int >= 0",

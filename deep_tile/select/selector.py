@@ -138,8 +138,21 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
     ranked = _unsplit_hbm_bound(_split_latency_bound(_transposed_tie(ranked, problem)))
     ranked = _ring_tile_first(_one_m_block_first(ranked, problem), problem)
     if accumulates_weight_gradient(problem):
-        return _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip), problem)
-    return ranked
+        ranked = _one_slab_first(_one_subtile_first(ranked, problem, num_sms, chip), problem)
+    return tuple(e for e in ranked if not _skips_f32_staging_tile(problem, e.candidate))
+
+
+def _skips_f32_staging_tile(problem: Problem, c) -> bool:
+    """Whether the selector leaves out candidate ``c`` of the dense 1D1D ``problem`` with an FP32 D
+    through shared memory (FP32 out without C, or in place): an unsplit tile of
+    ``family.SPILLING_1D1D_F32_STAGING_TILES`` without multicast. Without C always (128x256 /128
+    measured 4-9% faster than 256x128 at seven shapes on an H200, docs/performance.md); in place
+    where its k-loop would be unrolled by 3, the build that spills (``family.f32_staging_problems``)."""
+    if not (problem.kind is ProblemKind.DENSE and problem.b_scale_1d and problem.out_dtype == "float32"
+            and problem.c_dtype in (None, "out") and c.split_k == 1 and c.num_multicast == 1
+            and (c.block_m, c.block_n, c.wgmma_n, c.accum_buffers) in family.SPILLING_1D1D_F32_STAGING_TILES):
+        return False
+    return problem.c_dtype is None or k_unroll_for(c.accum_buffers, ceil_div(problem.k, family.BLOCK_K)) == 3
 
 
 def bf16_without_c(problem: Problem) -> bool:
