@@ -29,6 +29,28 @@ def test_smoke_lists_every_family():
         list(FAMILIES)
 
 
+def test_the_training_workload_forces_only_configs_the_kernel_builds():
+    """Every forced tile of tools/sanitize_training.py (dense output variants and the K-grouped
+    GEMM) is a KernelConfig the host takes, built as the script builds it (no GPU needed): a tile
+    the host refuses (say, a build that spills) would stop the sanitizer run."""
+    import importlib.util
+
+    from deep_tile.gemm.problem import ProblemKind
+    from deep_tile.select import KernelConfig
+
+    spec = importlib.util.spec_from_file_location("sanitize_training", ROOT / "tools" / "sanitize_training.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    c_of = {"none": None, "inplace": "out"}
+    for fields, out_dtype, mode, *_ in tool.CASES:
+        assert KernelConfig(**{**tool.P, **fields}).with_output(out_dtype, c_of.get(mode, mode)).out_dtype == out_dtype
+    for fields, out_dtype, mode, *_ in tool.K_GROUPED_CASES:
+        config = KernelConfig(**{**tool.P, **fields}, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True,
+                              out_dtype=out_dtype, c_dtype=c_of.get(mode, mode))
+        assert config.problem_kind is ProblemKind.K_GROUPED
+    assert len(tool.CASES) >= 18 and len(tool.K_GROUPED_CASES) >= 13
+
+
 def _run(command: list, timeout: float, env: dict) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
