@@ -237,11 +237,11 @@ def tma_f32_store(config) -> bool:
 
 SPILLING_1D1D_F32_STAGING_TILES = frozenset({(256, 128, 128, 1)})
 """(block_m, block_n, wgmma_n, accum_buffers) whose 1D1D build with the FP32 D through shared
-memory (:func:`tma_f32_store`: FP32 out without C, or accumulated in place) spills in the
-consumers' k-loop (a 32-byte stack frame, 40 bytes stored: two 64x128 sub-tiles per warpgroup
-beside their column scales and the staging's addresses), with NVRTC 13.5 and nvcc 13.0 alike; the
-selector skips it there and :func:`f32_staging_problems` refuses it. The same tile with C apart or
-a bf16 out, and 256-row tiles up to 112 columns, build spill-free."""
+memory (:func:`tma_f32_store`: FP32 out without C, or accumulated in place), without multicast and
+unrolled by 3, spills in the consumers' k-loop (a 32-byte stack frame, 40 bytes stored: two 64x128
+sub-tiles per warpgroup beside their column scales), with NVRTC 13.5 and nvcc 13.0 alike; the
+selector skips it there and :func:`f32_staging_problems` refuses it. The same tile with multicast,
+unrolled by 6, with C apart or a bf16 out, and 256-row tiles up to 112 columns, build spill-free."""
 
 
 def f32_staging_problems(config) -> list:
@@ -252,7 +252,8 @@ def f32_staging_problems(config) -> list:
             and config.num_multicast == 1 and config.k_unroll == 3):
         return [f"a {config.block_m}x{config.block_n} tile with wgmma_n={config.wgmma_n} and {config.accum_buffers} "
                 f"accumulator buffer(s) spills registers under 1D1D with the FP32 D stored through shared memory "
-                f"(FP32 out without C, or accumulated in place)"]
+                f"(FP32 out without C, or accumulated in place) without multicast and unrolled by 3: take "
+                f"k_unroll=6, multicast or another tile"]
     return []
 
 
