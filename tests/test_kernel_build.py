@@ -9,8 +9,8 @@ none of the warnings C7508/C7511/C7514/C7517/C7519, and the SASS (cuobjdump and 
 
 Which GEMM kernels:
 
-- by default, :data:`SMOKE_FAMILIES`: a few kernels that together take every code path the
-  selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
+- by default, :data:`SMOKE_FAMILIES` with NVRTC (nvcc builds them in the sweep): a few kernels
+  that together take every code path the selector can emit (each tile height, one and two accumulator buffers, a WGMMA narrower than the
   tile, multicast of A and of B, split-K, the row-major a_scale variant, the L2 policies, the
   k-loop unrolled by 6, K fixed at compile time, a narrow store swizzle), the three input-dtype variants of the casts and
   the fused cast-and-transpose kernels;
@@ -293,15 +293,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
 
 
 def pytest_generate_tests(metafunc):
-    """``(name, fam)``: each compiler with SMOKE_FAMILIES; with ``--kernel-sweep``, NVRTC (the
-    default compiler) with every family and nvcc with SMOKE_FAMILIES, or with every family too
-    under ``--sweep-nvcc``."""
+    """``(name, fam)``: NVRTC (the default compiler) with SMOKE_FAMILIES; with ``--kernel-sweep``,
+    NVRTC with every family and nvcc with SMOKE_FAMILIES, or with every family too under
+    ``--sweep-nvcc``."""
     if "fam" in metafunc.fixturenames:
         sweep = metafunc.config.getoption("--kernel-sweep")
         sweep_nvcc = sweep and metafunc.config.getoption("--sweep-nvcc")
         pairs = []
         for compiler_param in COMPILERS:
             name = compiler_param.values[0]
+            if name != "nvrtc" and not sweep:  # the sweep builds nvcc's smoke set (the suite's time, on 2 cores)
+                continue
             families = FAMILIES if sweep and (name == "nvrtc" or sweep_nvcc) else SMOKE_FAMILIES
             pairs += [pytest.param(name, fam, marks=compiler_param.marks, id=f"{name}-{family_id(fam)}")
                       for fam in families]
