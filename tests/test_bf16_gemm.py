@@ -5,9 +5,8 @@ the kernel on a Hopper GPU against float64 (tests/gpu_bf16_cases.py, in a child 
 """
 from __future__ import annotations
 
-import concurrent.futures
+import functools
 import itertools
-import multiprocessing
 import sys
 from pathlib import Path
 
@@ -579,18 +578,11 @@ def check_build(cfg: contract.Bf16Config, name: str) -> None:
 
 
 def check_builds(cfgs: list, name: str) -> None:
-    """:func:`check_build` of each of ``cfgs``, over the usable CPUs (spawned processes, so NVRTC's
-    compiles run side by side); the first failed check fails the call with its message."""
-    from deep_tile.common import usable_cpus
+    """:func:`check_build` of each of ``cfgs``, over the usable CPUs (build_check.in_workers, so
+    NVRTC's compiles run side by side); the first failed check fails the call with its message."""
+    from deep_tile.testing.build_check import in_workers
 
-    workers = min(usable_cpus(), len(cfgs))
-    if workers <= 1:
-        for cfg in cfgs:
-            check_build(cfg, name)
-        return
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        list(pool.map(check_build, cfgs, itertools.repeat(name), chunksize=4))
+    in_workers(functools.partial(check_build, name=name), cfgs, chunksize=4)
 
 
 @pytest.mark.parametrize("name", compiler_params())

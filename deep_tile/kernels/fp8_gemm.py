@@ -35,7 +35,7 @@ __all__ = [
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
-    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "SPILLING_1D1D_F32_STAGING_TILES", "f32_staging_problems", "f32_atom_cols", "d_staging_bytes",
+    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "SPILLING_1D1D_F32_STAGING_TILES", "f32_staging_spills", "f32_staging_problems", "f32_atom_cols", "d_staging_bytes",
     "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "K_GROUPED_MAX_WGMMA_N", "b_scale_1d_problems", "b_scale_pitch", "b_scale_slots",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
@@ -244,12 +244,20 @@ selector skips it there and :func:`f32_staging_problems` refuses it. The same ti
 unrolled by 6, with C apart or a bf16 out, and 256-row tiles up to 112 columns, build spill-free."""
 
 
+def f32_staging_spills(block_m: int, block_n: int, wgmma_n: int, accum_buffers: int, num_multicast: int,
+                       k_unroll: int) -> bool:
+    """Whether the 1D1D build with the FP32 D through shared memory of this tile spills: one of
+    :data:`SPILLING_1D1D_F32_STAGING_TILES`, without multicast, unrolled by 3."""
+    return ((block_m, block_n, wgmma_n, accum_buffers) in SPILLING_1D1D_F32_STAGING_TILES
+            and num_multicast == 1 and k_unroll == 3)
+
+
 def f32_staging_problems(config) -> list:
-    """Why ``config``'s 1D1D kernel with the FP32 D through shared memory cannot be built (its tile
-    in :data:`SPILLING_1D1D_F32_STAGING_TILES`), one phrase."""
-    tile = (config.block_m, config.block_n, config.wgmma_n, config.accum_buffers)
-    if (config.b_scale_1d and tma_f32_store(config) and tile in SPILLING_1D1D_F32_STAGING_TILES
-            and config.num_multicast == 1 and config.k_unroll == 3):
+    """Why ``config``'s 1D1D kernel with the FP32 D through shared memory cannot be built
+    (:func:`f32_staging_spills`), one phrase."""
+    if config.b_scale_1d and tma_f32_store(config) and f32_staging_spills(
+            config.block_m, config.block_n, config.wgmma_n, config.accum_buffers, config.num_multicast,
+            config.k_unroll):
         return [f"a {config.block_m}x{config.block_n} tile with wgmma_n={config.wgmma_n} and {config.accum_buffers} "
                 f"accumulator buffer(s) spills registers under 1D1D with the FP32 D stored through shared memory "
                 f"(FP32 out without C, or accumulated in place) without multicast and unrolled by 3: take "

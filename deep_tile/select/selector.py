@@ -143,16 +143,15 @@ def _ranked(problem: Problem, num_sms: int, max_smem: int, chip: ChipFacts) -> t
 
 
 def _skips_f32_staging_tile(problem: Problem, c) -> bool:
-    """Whether the selector leaves out candidate ``c`` of the dense 1D1D ``problem`` with an FP32 D
-    through shared memory (FP32 out without C, or in place): an unsplit tile of
-    ``family.SPILLING_1D1D_F32_STAGING_TILES`` without multicast. Without C always (128x256 /128
-    measured 4-9% faster than 256x128 at seven shapes on an H200, docs/performance.md); in place
-    where its k-loop would be unrolled by 3, the build that spills (``family.f32_staging_problems``)."""
+    """Whether the selector leaves out unsplit candidate ``c`` of the dense 1D1D ``problem`` with an
+    FP32 D through shared memory (FP32 out without C, or in place) as a build that spills
+    (``family.f32_staging_spills``): in place at the unroll it would get; without C at any unroll
+    (128x256 /128 measured 4-9% faster than 256x128 at seven shapes on an H200, docs/performance.md)."""
     if not (problem.kind is ProblemKind.DENSE and problem.b_scale_1d and problem.out_dtype == "float32"
-            and problem.c_dtype in (None, "out") and c.split_k == 1 and c.num_multicast == 1
-            and (c.block_m, c.block_n, c.wgmma_n, c.accum_buffers) in family.SPILLING_1D1D_F32_STAGING_TILES):
+            and problem.c_dtype in (None, "out") and c.split_k == 1):
         return False
-    return problem.c_dtype is None or k_unroll_for(c.accum_buffers, ceil_div(problem.k, family.BLOCK_K)) == 3
+    unroll = 3 if problem.c_dtype is None else k_unroll_for(c.accum_buffers, ceil_div(problem.k, family.BLOCK_K))
+    return family.f32_staging_spills(c.block_m, c.block_n, c.wgmma_n, c.accum_buffers, c.num_multicast, unroll)
 
 
 def bf16_without_c(problem: Problem) -> bool:

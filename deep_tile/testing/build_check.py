@@ -18,7 +18,7 @@ from pathlib import Path
 
 from deep_tile.common import usable_cpus
 
-__all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "run_builds"]
+__all__ = ["SASS_MARKERS", "FUNCTION", "BuildJob", "BuildReport", "build_and_inspect", "in_workers", "run_builds"]
 
 SASS_MARKERS = ("QGMMA", "USETMAXREG", "LDG.E.128", "STG.E.128", "LDGSTS.E.BYPASS.128")
 """SASS mnemonics whose count per function a report keeps (FP8 WGMMA, setmaxnreg, 128-bit loads
@@ -109,12 +109,18 @@ def build_and_inspect(job: BuildJob) -> BuildReport:
     return report
 
 
-def run_builds(jobs: list[BuildJob], workers: int | None = None) -> list[BuildReport]:
-    """Reports of ``jobs`` in their order, built by ``workers`` processes (default: one per usable
-    CPU, :func:`deep_tile.common.usable_cpus`; 1 builds in this process)."""
+def in_workers(fn, items: list, workers: int | None = None, chunksize: int = 1) -> list:
+    """``[fn(item) for item in items]`` in order, run by ``workers`` spawned processes (default: one
+    per usable CPU, :func:`deep_tile.common.usable_cpus`; 1 runs in this process); ``fn`` must be
+    importable by name. An exception in ``fn`` is raised here."""
     workers = usable_cpus() if workers is None else workers
-    if workers <= 1 or len(jobs) <= 1:
-        return [build_and_inspect(job) for job in jobs]
+    if workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
     context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context) as pool:
-        return list(pool.map(build_and_inspect, jobs, chunksize=1))
+    with concurrent.futures.ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=context) as pool:
+        return list(pool.map(fn, items, chunksize=chunksize))
+
+
+def run_builds(jobs: list[BuildJob], workers: int | None = None) -> list[BuildReport]:
+    """Reports of ``jobs`` in their order, built by ``workers`` processes (:func:`in_workers`)."""
+    return in_workers(build_and_inspect, jobs, workers)
