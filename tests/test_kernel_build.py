@@ -646,9 +646,10 @@ def _head_strided_configs() -> list:
 
 @pytest.mark.parametrize("name", COMPILERS)
 def test_bf16_every_variant_builds_spill_free(request, name):
-    """Every BF16 GEMM variant the host launches (test_bf16_gemm.all_configs), with the sweep only: the
-    suite builds one of each code path (test_bf16_gemm.smoke_configs) with NVRTC, and the sweep builds
-    that set with nvcc (every variant with ``--sweep-nvcc``)."""
+    """Every BF16 GEMM variant the host launches (test_bf16_gemm.all_configs), with the sweep only. The
+    suite builds variants holding every pair of code-path choices (test_bf16_gemm.pair_cover_configs) with
+    NVRTC; the sweep builds one of each code path (smoke_configs) with nvcc, every variant with
+    ``--sweep-nvcc``."""
     from test_bf16_gemm import all_configs, check_builds, smoke_configs
 
     if not request.config.getoption("--kernel-sweep"):
