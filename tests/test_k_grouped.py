@@ -24,7 +24,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select import KernelConfig
-from deep_tile.select.k_grouped import SHORT_TILE, TILE, select_k_grouped_config
+from deep_tile.select.k_grouped import SHORT_TILE, STAGED_NO_C_TILE, STAGED_TILE, TILE, select_k_grouped_config
 
 KG = ProblemKind.K_GROUPED
 EDGE_SIZES = [128, 0, 1, 127, 129, 256, 5, 384]
@@ -52,13 +52,16 @@ SHAPES = [(256, 384), (1000, 2112), (520, 1160)]
 """(m, n): whole tiles; a partial last m-block and 2112 = 16.5 x 128 columns; n % 16 == 8."""
 
 # Forced tiles with the staged epilogue (FP32 D without C or in place; one sub-tile per consumer
-# warpgroup): 160 columns (5 atoms), the rule's 128x128 (STAGED_TILE), 144 columns (atoms of 16
-# floats), one consumer warpgroup with two buffers.
+# warpgroup): 160 columns (5 atoms), the rule's 128x128 without C (STAGED_NO_C_TILE), 144 columns (atoms of 16
+# floats), one consumer warpgroup with two buffers, and widths of 8 mod 16 staged unswizzled
+# (152: 4 stages; 56 over one consumer warpgroup).
 STAGED_FAMILIES = [
     dict(block_m=128, block_n=160, num_stages=3, staged_epilogue=True),
     dict(block_m=128, block_n=128, num_stages=4, accum_buffers=1, staged_epilogue=True),
     dict(block_m=128, block_n=144, num_stages=4, staged_epilogue=True),
     dict(block_m=64, block_n=128, num_stages=7, accum_buffers=2, staged_epilogue=True),
+    dict(block_m=128, block_n=152, num_stages=4, staged_epilogue=True),
+    dict(block_m=64, block_n=56, num_stages=8, accum_buffers=2, staged_epilogue=True),
 ]
 # Forced tiles in 2-CTA multicast pairs: the staged 128x128 sharing B (pairs along M) in place and
 # without C, and sharing A (pairs along N) in place; the direct store's 128x160 sharing B, in place
@@ -69,6 +72,7 @@ MULTICAST_FAMILIES = [
     (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, multicast_on_a=True, staged_epilogue=True),
      [("float32", "inplace")]),
     (dict(block_m=128, block_n=160, num_stages=4, num_multicast=2), [("float32", "inplace"), ("bfloat16", "none")]),
+    (dict(block_m=128, block_n=152, num_stages=4, num_multicast=2, staged_epilogue=True), [("float32", "inplace")]),
 ]
 MULTICAST_SHAPES = [(256, 384), (576, 1160), (128, 384)]
 """(m, n): an even number of tiles per group (both tiles of a pair of one group); a last m-block
@@ -162,8 +166,12 @@ def test_staged_epilogue_where_the_problem_allows():
                                       c_dtype=c_dtype if c_dtype != "float32" else None)
                 problem = Problem(m, n, 4096, kind=KG, num_groups=4, b_scale_1d=True, out_dtype="float32",
                                   c_dtype=c_dtype)
-                planned = config.for_problem(problem)
                 allowed = m % 64 == 0 and c_dtype != "float32"
+                if not allowed and config.block_n not in family.LEGAL_BLOCK_N:  # no direct store of that width
+                    with pytest.raises(ValueError, match="runs only with the staged epilogue"):
+                        config.for_problem(problem)
+                    continue
+                planned = config.for_problem(problem)
                 assert planned.staged_epilogue == allowed == family.staged_epilogue_allowed(problem), (m, c_dtype)
                 assert (planned.block_m, planned.block_n, planned.accum_buffers) == \
                     (config.block_m, config.block_n, config.accum_buffers)
@@ -196,6 +204,47 @@ def test_k_grouped_refuses_column_parts_wider_than_192():
     assert KernelConfig(block_m=128, block_n=192, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True,
                         out_dtype="float32").wgmma_n == 192
     assert family.K_GROUPED_MAX_WGMMA_N == 192
+
+
+def test_widths_of_8_mod_16_only_with_the_staged_epilogue_in_one_part():
+    """152 columns (and the other widths of 8 mod 16 up to 184) are K-grouped staged tiles of one
+    column part, their FP32 staging unswizzled in one 64-row box of the whole width; the dense
+    kind and the K-grouped direct store refuse them, and no width of 16 changes its staging."""
+    fields = dict(block_m=128, num_stages=4, grid_size=132, problem_kind=KG, b_scale_1d=True, out_dtype="float32",
+                  c_dtype="out")
+    config = KernelConfig(block_n=152, staged_epilogue=True, **fields)
+    assert family.f32_plain_staging(config) and config.wgmma_n == 152
+    boxes = family.tensor_map_boxes(config, 4096)
+    assert (boxes.d, boxes.d_swizzle) == ((152, 64), 0)
+    # without the b_scale ring (tiles over 128 columns) one slot a stage: 4 stages fit beside the stagings
+    assert config.smem_breakdown()["b_scale_stages"] == 4 * 640 and config.smem_bytes <= arch.MAX_SMEM_PER_BLOCK
+    with pytest.raises(ValueError, match="or with the K-grouped staged epilogue one of"):
+        KernelConfig(block_n=152, **fields)
+    with pytest.raises(ValueError, match="block_n must be one of"):
+        KernelConfig(block_m=128, block_n=152, num_stages=4, grid_size=132)
+    with pytest.raises(ValueError, match="one column part: wgmma_n must be 152"):
+        KernelConfig(block_n=152, wgmma_n=76, staged_epilogue=True, **fields)
+    assert family.STAGED_PLAIN_BLOCK_N == tuple(range(24, 185, 16))
+    for block_n in (128, 144, 160):
+        swizzled = KernelConfig(block_n=block_n, staged_epilogue=True, **{**fields, "num_stages": 3})
+        assert not family.f32_plain_staging(swizzled)
+        assert family.tensor_map_boxes(swizzled, 4096).d_swizzle == family.f32_atom_cols(block_n) * 4
+
+
+@pytest.mark.parametrize("name", compiler_params())
+def test_unswizzled_staging_builds_spill_free(name):
+    """The 152-column staged tile in place, alone and in pairs sharing B: no stack, no spill."""
+    from deep_tile.jit import compiler
+
+    problem = Problem(4096, 7168, 32768, kind=KG, num_groups=16, b_scale_1d=True, out_dtype="float32", c_dtype="out")
+    for multicast in (1, 2):
+        config = KernelConfig(block_m=128, block_n=152, num_stages=4, num_multicast=multicast, grid_size=132,
+                              problem_kind=KG, b_scale_1d=True, out_dtype="float32", c_dtype="out",
+                              staged_epilogue=True).for_problem(problem)
+        assert config.staged_epilogue and config.num_multicast == multicast
+        result = compiler.compile_cubin(paths.entry_path(family.ENTRY), family.defines(config), family.symbol(KG), name)
+        assert compiler.ptxas_problems(result.log) == [], result.log
+        assert_spill_free(result.log)
 
 
 @pytest.mark.parametrize("name", compiler_params())
@@ -296,14 +345,18 @@ def test_the_rule_makes_k_grouped_kernels():
                 p = Problem(m, n, groups * 1024, kind=KG, num_groups=groups, b_scale_1d=True, out_dtype=out_dtype,
                             c_dtype=c_dtype)
                 c = select_k_grouped_config(p, 132).for_problem(p)
-                # pairs sharing B for the staged tile in place with m < n (1024 tokens per group here)
-                pairs = c_dtype == "out" and m % 64 == 0 and 64 < m < n and (-(-m // 128) * -(-n // 128)) % 2 == 0
+                # alone: 1024 tokens per group are more than pairs take (PAIRS_MAX_TOKENS)
                 assert (c.problem_kind, c.b_scale_1d, c.num_multicast, c.multicast_on_a, c.split_k, c.swap_n,
-                        c.k_unroll) == (KG, True, 2 if pairs else 1, False, 1, 0, 3), c.label
+                        c.k_unroll) == (KG, True, 1, False, 1, 0, 3), c.label
                 assert (c.out_dtype, c.c_dtype, c.grid_size) == (out_dtype, c_dtype, 132)
                 # the staged epilogue wherever the problem takes it (FP32 without C or in place, m % 64 == 0)
                 staged = out_dtype == "float32" and c_dtype in (None, "out") and m % 64 == 0
                 assert c.staged_epilogue == staged, c.label
+                # in place 128x152 (its staging unswizzled), without C 128x128, else 128x160 (64x128 at m <= 64)
+                tile = (SHORT_TILE if m <= 64 else STAGED_TILE if staged and c_dtype == "out"
+                        else STAGED_NO_C_TILE if staged else TILE)
+                assert (c.block_m, c.block_n, c.wgmma_n, c.accum_buffers) == tile, c.label
+                assert family.f32_plain_staging(c) == (tile == STAGED_TILE)
                 assert c.direct_store and family.d_staging_bytes(c) == (64 * 4 * c.wgmma_n * c.num_math_warpgroups
                                                                         if staged else 0)
                 assert c.smem_bytes <= arch.MAX_SMEM_PER_BLOCK
@@ -338,26 +391,28 @@ def test_the_kernel_contract():
 
 
 def test_the_rule_pairs_only_where_measured():
-    """The rule's pairs: the staged tile in place with m < n and at most PAIRS_MAX_TOKENS tokens per
-    group, or m > n with ~2k (above PAIRS_MAX_TOKENS, at most PAIRS_MAX_TOKENS_M_ABOVE_N); not with
-    other token counts, m == n, another output variant, or an odd number of tiles."""
+    """The rule's pairs: the staged tile in place with at most PAIRS_MAX_TOKENS tokens per group
+    (8 groups sharing 2048 tokens), either orientation; not with ~1k tokens or more, another output
+    variant, or an odd number of tiles. Long groups in place with m < n take 128x160 (WIDE_MIN_TOKENS)."""
     def pick(m, n, groups, tokens, c_dtype="out"):
         p = Problem(m, n, groups * tokens, kind=KG, num_groups=groups, b_scale_1d=True, out_dtype="float32",
                     c_dtype=c_dtype)
         return select_k_grouped_config(p, 132).for_problem(p)
-    assert pick(4096, 7168, 32, 1024).num_multicast == 2 and pick(4096, 7168, 64, 1000).num_multicast == 2
-    assert pick(4096, 7168, 8, 256).num_multicast == 2
-    assert pick(4096, 7168, 16, 2048).num_multicast == 1  # more tokens per group
-    assert pick(7168, 2048, 64, 1024).num_multicast == 1  # m > n, ~1k
-    assert pick(7168, 2048, 16, 2088).num_multicast == 2  # m > n, ~2k: the benchmark's 16 x ~2048
-    assert pick(7168, 2048, 8, 3584).num_multicast == 1  # m > n, ~4k
-    assert pick(7168, 2048, 16, 2048, c_dtype=None).num_multicast == 1  # not in place
-    assert pick(2048, 2048, 16, 2048).num_multicast == 1  # m == n
-    assert pick(4096, 7168, 32, 1024, c_dtype=None).num_multicast == 1  # not in place
-    assert pick(128, 384, 32, 1024).num_multicast == 1  # 3 tiles per group
-    paired = pick(4096, 7168, 32, 1024)
-    assert (paired.block_m, paired.block_n, paired.multicast_on_a, paired.staged_epilogue) == (128, 128, False, True)
+    assert pick(4096, 7168, 8, 256).num_multicast == 2 and pick(7168, 2048, 8, 256).num_multicast == 2
+    assert pick(4096, 7168, 4, 512).num_multicast == 2 and pick(4096, 7168, 4, 513).num_multicast == 1
+    assert pick(4096, 7168, 32, 1024).num_multicast == 1 and pick(7168, 2048, 64, 1024).num_multicast == 1
+    assert pick(7168, 2048, 16, 2088).num_multicast == 1 and pick(4096, 7168, 16, 2048).num_multicast == 1
+    assert pick(4096, 7168, 8, 256, c_dtype=None).num_multicast == 1  # not in place
+    assert pick(128, 456, 8, 256).num_multicast == 1  # 3 tiles per group
+    paired = pick(4096, 7168, 8, 256)
+    assert (paired.block_m, paired.block_n, paired.multicast_on_a, paired.staged_epilogue) == (128, 152, False, True)
     assert family.cluster_size(paired) == 2 and paired.grid_size == 132
+    for groups, tokens, tile in ((4, 8192, TILE), (4, 6144, TILE), (4, 6143, STAGED_TILE), (8, 4096, STAGED_TILE)):
+        for m, n in ((4096, 7168), (7168, 2048), (2048, 2048)):
+            config = pick(m, n, groups, tokens)
+            want = tile if m < n else STAGED_TILE  # 128x160 for long groups with m < n only
+            assert (config.block_m, config.block_n, config.staged_epilogue) == (want[0], want[1], True), (m, n, tokens)
+    assert pick(4096, 7168, 16, 2048).num_stages == 4  # 152 columns: 4 stages beside the stagings
 
 
 def test_multicast_pairs_only_where_each_group_has_even_tiles():

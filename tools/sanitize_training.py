@@ -88,6 +88,10 @@ K_GROUPED_CASES = [
     # in place, tiles added by the TMA unit's reduce-add (12 k-blocks or more) beside loaded ones
     (dict(block_m=128, block_n=128, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
      [1600, 0, 300, 1537]),
+    # the unswizzled staging of a width not a multiple of 16 (392 = 2 x 152 + 88): loaded and reduce-added tiles
+    (dict(block_m=128, block_n=152, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
+     [1600, 0, 300, 1537]),
+    (dict(block_m=128, block_n=152, num_stages=4, staged_epilogue=True), "float32", "none", 256, 392, [300, 0, 77]),
     # 2-CTA multicast pairs of one group (8 and 6 tiles per group): B shared, staged; A shared, direct
     (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, staged_epilogue=True), "float32", "inplace",
      192, 392, [1600, 0, 300, 1537]),

@@ -9,13 +9,14 @@
 
 For each shape (``m,n,GxT``: G groups of about T tokens, benchmarks/bench_training.py's sizes for
 that set, or an explicit ``m,n,t1/t2/...``) it times deep_tile's K-grouped kernel accumulating in
-place into FP32 with each tile (``auto``: the rule of deep_tile/select/k_grouped.py; a text of
-deep_tile.testing.configs, made K-grouped by the host path; ``+NAME=VALUE`` adds a build define of
-include/deep_tile/probes/overrides.cuh's measurement overrides) and, when importable, DeepGEMM
-latest's ``k_grouped_fp8_gemm_nt_contiguous`` (also in place), round-robin with the L2 flushed
-(testing.timing.bench_round_robin). Each forced tile's output of one call from the same start is
-checked bitwise against the rule's pick (the per-element k order does not depend on the tile), or
-with ``--tolerance`` within that share of the pick's largest value (a variant that adds C first).
+place into FP32 (``--no-c``: writing FP32 without C) with each tile (``auto``: the rule of
+deep_tile/select/k_grouped.py; a text of deep_tile.testing.configs, made K-grouped by the host path;
+``+NAME=VALUE`` adds a build define of include/deep_tile/probes/overrides.cuh's measurement
+overrides) and, when importable, DeepGEMM latest's ``k_grouped_fp8_gemm_nt_contiguous`` (also in
+place), round-robin with the L2 flushed (testing.timing.bench_round_robin). Each forced tile's
+output of one call from the same start is checked bitwise against the rule's pick (the per-element k
+order does not depend on the tile), or with ``--tolerance`` within that share of the pick's largest
+value (a variant that adds C first).
 """
 from __future__ import annotations
 
@@ -52,15 +53,18 @@ def sizes_of(spec: str, seed: int) -> tuple:
     raise SystemExit(f"k_grouped_configs: no set {spec!r} (e.g. 16x2048, or 1024/0/896)")
 
 
-def forced(text: str, m: int, n: int, tokens: int, groups: int, sms: int):
+def forced(text: str, m: int, n: int, tokens: int, groups: int, sms: int, c_dtype="out"):
     """The K-grouped kernel of tile ``text`` as the rule would make it: persistent on every SM,
     the most stages that fit; a last option ``:st`` asks for the staged epilogue
-    (``KernelConfig.staged_epilogue``), otherwise the direct store."""
+    (``KernelConfig.staged_epilogue``), otherwise the direct store. ``c_dtype``: "out" (in place)
+    or None (FP32 D written, no C)."""
     staged = text.endswith(":st")
     problem = Problem(m, n, tokens, kind=ProblemKind.K_GROUPED, num_groups=groups, b_scale_1d=True,
-                      out_dtype="float32", c_dtype="out")
-    config = parse_config(text.removesuffix(":st"), m, n, sms).for_problem(problem)
-    config = dataclasses.replace(config, grid_size=sms, staged_epilogue=staged, num_stages=2)
+                      out_dtype="float32", c_dtype=c_dtype)
+    config = parse_config(text.removesuffix(":st"), m, n, sms, problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True,
+                          out_dtype="float32", c_dtype=c_dtype, staged_epilogue=staged,
+                          num_stages=2).for_problem(problem)
+    config = dataclasses.replace(config, grid_size=sms)
     return dataclasses.replace(config, num_stages=most_stages(config, arch.MAX_SMEM_PER_BLOCK))
 
 
@@ -74,16 +78,17 @@ def one_shape(m: int, n: int, spec: str, configs: list, args) -> dict:
     sizes = torch.tensor(ks, dtype=torch.int32, device="cuda")
     start = torch.randn((len(ks), m, n), device="cuda", dtype=torch.float32)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    in_place = not args.no_c
     want = start.clone()
-    deep_tile.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, want, c=want)
+    deep_tile.k_grouped_fp8_gemm_1d1d(a, a_scale, b, b_scale, sizes, want, c=want if in_place else None)
     d = start.clone()
     fns, bad = {}, []
     for text in configs:
         tile, *extra = text.split("+")
         defines = dict((key, int(value)) for key, value in (item.split("=") for item in extra))
-        config = None if tile == "auto" else forced(tile, m, n, tokens, len(ks), sms)
-        fn = (lambda c=config, e=defines or None: run_k_grouped(a, a_scale, b, b_scale, sizes, d, accumulate=True,
-                                                                config=c, extra_defines=e))
+        config = None if tile == "auto" else forced(tile, m, n, tokens, len(ks), sms, "out" if in_place else None)
+        fn = (lambda c=config, e=defines or None: run_k_grouped(a, a_scale, b, b_scale, sizes, d,
+                                                                accumulate=in_place, config=c, extra_defines=e))
         d.copy_(start)
         try:
             fn()
@@ -98,7 +103,7 @@ def one_shape(m: int, n: int, spec: str, configs: list, args) -> dict:
                 continue
             print(f"  {text}: within {worst:.2e} of the pick (max |diff| / max |pick|)", flush=True)
         fns[text] = fn
-    dg = None if args.no_deepgemm else bt.deepgemm()
+    dg = None if args.no_deepgemm or not in_place else bt.deepgemm()  # DeepGEMM's K-grouped GEMM takes a C
     if dg is not None and hasattr(dg, "k_grouped_fp8_gemm_nt_contiguous"):
         dg_a, dg_b = bt._k_major_blocks(a, ks), bt._k_major_blocks(b, ks)
         fns["deepgemm"] = lambda: dg.k_grouped_fp8_gemm_nt_contiguous((dg_a, a_scale), (dg_b, b_scale), d, ks, sizes,
@@ -130,6 +135,8 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-deepgemm", action="store_true")
+    p.add_argument("--no-c", action="store_true",
+                   help="FP32 D written without C instead of accumulated in place (DeepGEMM has no such call)")
     p.add_argument("--calls", type=int, default=0,
                    help="run each config (then DeepGEMM) this many times in turn without timing (under ncu)")
     p.add_argument("--tolerance", type=float, default=0.0,

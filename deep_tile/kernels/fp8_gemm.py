@@ -27,7 +27,7 @@ from deep_tile.common import SCALE_GROUP, align_up, ceil_div
 from deep_tile.gemm.problem import ProblemKind
 
 __all__ = [
-    "ENTRY", "SYMBOL", "BLOCK_K", "L2_PROMOTIONS", "DEFAULT_L2_PROMOTION", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
+    "ENTRY", "SYMBOL", "BLOCK_K", "L2_PROMOTIONS", "DEFAULT_L2_PROMOTION", "LEGAL_BLOCK_M", "LEGAL_BLOCK_N", "STAGED_PLAIN_BLOCK_N", "LEGAL_MULTICAST", "MIN_STAGES",
     "MAX_STAGES", "MAX_SPLIT_K", "ACCUM_REGISTER_BUDGET", "SPILLING_SPLIT_TILES", "CONSUMER_REGISTERS",
     "THREADS_PER_WARPGROUP", "ARGUMENTS", "math_warpgroups", "num_threads", "legal_wgmma_ns",
     "ROW_MAJOR_A_SCALE_KINDS", "kind_of_code", "num_subtiles", "accum_registers", "a_scale_columns", "row_major_a_scale_readable", "smem_breakdown", "smem_bytes", "partial_pitch", "partial_bytes",
@@ -35,8 +35,8 @@ __all__ = [
     "launch_grid", "OPERANDS", "argument_specs", "GROUPED_SYMBOL", "GROUPED_ARGUMENTS", "GROUPED_ARGUMENT_KINDS",
     "PROBLEM_KIND_CODES", "CONTIGUOUS_ALIGNMENT", "MAX_TABLE_GROUPS", "GROUP_TABLE_BYTES", "TILE_SLOT_BYTES", "symbol", "arguments", "GROUPED_OPERANDS",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "OUT_DTYPES", "C_DTYPES", "direct_store", "output_problems",
-    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "SPILLING_1D1D_F32_STAGING_TILES", "f32_staging_spills", "f32_staging_problems", "f32_atom_cols", "d_staging_bytes",
-    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "K_GROUPED_MAX_WGMMA_N", "b_scale_1d_problems", "b_scale_pitch", "b_scale_slots",
+    "C_ARGUMENTS", "C_ARGUMENT_KINDS", "tma_f32_store", "SPILLING_1D1D_F32_STAGING_TILES", "f32_staging_spills", "f32_staging_problems", "f32_plain_staging", "f32_atom_cols", "d_staging_bytes",
+    "B_SCALE_1D_ARGUMENTS", "B_SCALE_1D_ARGUMENT_KINDS", "K_GROUPED_MAX_WGMMA_N", "b_scale_1d_problems", "b_scale_pitch", "b_scale_ring", "b_scale_slots",
     "K_UNROLLS", "SWAP_NS", "swap_problems", "SIGNAL_SYMBOL", "SIGNAL_DEFINE", "SIGNAL_AFTER_STORE", "SIGNAL_AT_NEXT_STORE", "SIGNAL_MODES", "SIGNAL_ARGUMENTS",
     "SIGNAL_ARGUMENT_KINDS", "SIGNAL_OPERANDS", "signal_rows", "signal_threshold", "signal_argument_specs",
     "STAGED_EPILOGUE_DEFINE", "STAGED_EPILOGUE_ROWS", "staged_epilogue_problems", "staged_epilogue_allowed",
@@ -86,6 +86,10 @@ LEGAL_BLOCK_M = (64, 128, 256)
 LEGAL_BLOCK_N = tuple(n for n in range(16, 257, 16) if n <= 128 or n - math.gcd(n, 128) <= 128)
 """Tile widths: multiples of 16 up to 256 whose b_scale span is at most two 128-wide blocks
 (16..128, 144, 160, 192, 256). The register budget narrows this per block_m."""
+STAGED_PLAIN_BLOCK_N = tuple(range(24, 185, 16))
+"""More tile widths, of the K-grouped staged epilogue alone (one column part): multiples of 8 but
+not 16 up to 184, whose FP32 staging is unswizzled at a pitch of the width (``kF32PlainStaging``),
+e.g. 152, where 4 stages fit beside the 64-row stagings (160: 3)."""
 LEGAL_MULTICAST = (1, 2)
 """CTAs sharing a multicast operand (persistent kernel)."""
 MIN_STAGES = 2
@@ -265,9 +269,18 @@ def f32_staging_problems(config) -> list:
     return []
 
 
-def f32_atom_cols(wgmma_n: int) -> int:
+def f32_plain_staging(config) -> bool:
+    """Whether ``config``'s FP32 staging is unswizzled, one atom of the sub-tile's whole width
+    (``kF32PlainStaging``): the staged epilogue with a width that is not a multiple of 16."""
+    return bool(config.staged_epilogue) and config.wgmma_n % 16 != 0
+
+
+def f32_atom_cols(wgmma_n: int, plain: bool = False) -> int:
     """FP32 columns of one TMA atom of the FP32 staging (``kF32AtomCols``): the widest of 32, 16, 8
-    dividing a sub-tile's width (a 128-, 64- or 32-byte swizzle span)."""
+    dividing a sub-tile's width (a 128-, 64- or 32-byte swizzle span), or the whole width when the
+    staging is unswizzled (``plain``, :func:`f32_plain_staging`)."""
+    if plain:
+        return wgmma_n
     return 32 if wgmma_n % 32 == 0 else (16 if wgmma_n % 16 == 0 else 8)
 
 
@@ -379,12 +392,17 @@ def b_scale_pitch(block_n: int, b_scale_1d: bool) -> int:
     return align_up(block_n * 4, 128) // 4 if b_scale_1d else 2
 
 
-def b_scale_slots(num_stages: int, b_scale_1d: bool) -> int:
-    """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or under 1D1D twice the
-    stages, a ring through which the tiles that may hand a stage back before the promotion reads
-    its columns' values keep them (``Fp8GemmConfig::kBScaleRing``; the other 1D1D tiles use one
-    slot per stage of it)."""
-    return 2 * num_stages if b_scale_1d else num_stages
+def b_scale_ring(block_n: int, b_scale_1d: bool) -> bool:
+    """Whether a tile's b_scale values live in a ring of twice the stages' slots
+    (``Fp8GemmConfig::kBScaleRing``): the 1D1D tiles of at most 128 columns, which may hand a stage
+    back before the promotion reads its columns' values."""
+    return b_scale_1d and block_n <= 128
+
+
+def b_scale_slots(num_stages: int, b_scale_1d: bool, block_n: int = 128) -> int:
+    """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or twice the stages where
+    they are a ring (:func:`b_scale_ring`)."""
+    return 2 * num_stages if b_scale_ring(block_n, b_scale_1d) else num_stages
 
 
 SIGNAL_SYMBOL = "deep_tile_fp8_gemm_masked_signal_sm90"
@@ -497,7 +515,7 @@ def smem_breakdown(block_m: int, block_n: int, num_stages: int, split_k: int = 1
         "a_stages": num_stages * block_m * BLOCK_K,
         "b_stages": num_stages * block_n * BLOCK_K,
         "a_scale_stages": num_stages * block_m * 4 * a_scale_columns(a_scale_row_major),
-        "b_scale_stages": b_scale_slots(num_stages, b_scale_1d) * b_scale_pitch(block_n, b_scale_1d) * 4,
+        "b_scale_stages": b_scale_slots(num_stages, b_scale_1d, block_n) * b_scale_pitch(block_n, b_scale_1d) * 4,
         "barriers": (num_stages * 2 + extra_barriers) * 8,
         "group_table": (GROUP_TABLE_BYTES if group_table else 0) + (num_stages * TILE_SLOT_BYTES if slots else 0),
     }
@@ -516,10 +534,11 @@ def smem_bytes(block_m: int, block_n: int, num_stages: int, split_k: int = 1, a_
 def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: int, split_k: int,
                   wgmma_n: int, accum_buffers: int, max_smem: int, a_scale_row_major: bool = False,
                   problem_kind: ProblemKind = ProblemKind.DENSE, d_staging=None, b_scale_1d: bool = False,
-                  extra_barriers: int = 0) -> list:
+                  extra_barriers: int = 0, staged_epilogue: bool = False) -> list:
     """Why a kernel instance cannot be built, one phrase per broken rule (empty: legal).
     ``d_staging``: the output staging's bytes when not the bf16 tile's (:func:`d_staging_bytes`);
-    ``extra_barriers``: the staged epilogue's (:func:`epilogue_barriers`)."""
+    ``extra_barriers``: the staged epilogue's (:func:`epilogue_barriers`); ``staged_epilogue``: the
+    K-grouped staged epilogue, which also takes :data:`STAGED_PLAIN_BLOCK_N` in one column part."""
     problems = []
     if problem_kind.grouped and split_k != 1:
         problems.append(f"the {problem_kind.value} kind runs persistent kernels only (split_k == 1); got {split_k}")
@@ -530,9 +549,13 @@ def tile_problems(block_m: int, block_n: int, num_stages: int, num_multicast: in
                         f"experts' runs, which start at multiples of {CONTIGUOUS_ALIGNMENT} rows); got {block_m}")
     if block_m not in LEGAL_BLOCK_M:
         problems.append(f"block_m must be one of {LEGAL_BLOCK_M}; got {block_m}")
-    if block_n not in LEGAL_BLOCK_N:
-        problems.append(f"block_n must be one of {LEGAL_BLOCK_N} (multiple of 16, at most two b_scale blocks); "
-                        f"got {block_n}")
+    plain = staged_epilogue and problem_kind is ProblemKind.K_GROUPED and block_n in STAGED_PLAIN_BLOCK_N
+    if plain and wgmma_n != block_n:
+        problems.append(f"a staged K-grouped tile of block_n={block_n} (not a multiple of 16) is one column part: "
+                        f"wgmma_n must be {block_n}; got {wgmma_n}")
+    if block_n not in LEGAL_BLOCK_N and not plain:
+        problems.append(f"block_n must be one of {LEGAL_BLOCK_N} (multiple of 16, at most two b_scale blocks), or with "
+                        f"the K-grouped staged epilogue one of {STAGED_PLAIN_BLOCK_N}; got {block_n}")
     if block_n in LEGAL_BLOCK_N and wgmma_n not in legal_wgmma_ns(block_n):
         problems.append(f"wgmma_n must be one of {legal_wgmma_ns(block_n)} for block_n={block_n}; got {wgmma_n}")
     if not MIN_STAGES <= num_stages <= MAX_STAGES:
@@ -662,8 +685,9 @@ def tensor_map_boxes(config, m: int) -> TensorMapBoxes:
     scale_rows = a_scale_box_rows(config, m)
     d = (swizzle // 2, config.block_m // math_warpgroups(config.block_m))
     if tma_f32_store(config) or config.staged_epilogue:  # FP32 atoms of one 64-row sub-tile
-        atom = f32_atom_cols(config.wgmma_n)
-        d, swizzle = (atom, 64), atom * 4
+        plain = f32_plain_staging(config)
+        atom = f32_atom_cols(config.wgmma_n, plain)
+        d, swizzle = (atom, 64), 0 if plain else atom * 4
     return TensorMapBoxes(a=(BLOCK_K, a_box_rows(config, m)),
                           b=(BLOCK_K, config.block_n // (2 if multicast_b else 1)),
                           a_scale=(4, scale_rows) if config.a_scale_row_major else (scale_rows, 1),

@@ -170,15 +170,15 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dens
         return (f"{header}\nproblem: M=0 N={problem.n} K={problem.k}: the output is empty; {caller} returns it without "
                 f"launching a kernel (get_config reports the M=1 configuration)")
     if problem.kind is ProblemKind.K_GROUPED:
-        from deep_tile.select.k_grouped import PAIRS_MAX_TOKENS
+        from deep_tile.select.k_grouped import PAIRS_MAX_TOKENS, WIDE_MIN_TOKENS
         config = get_problem_config(problem, num_sms, func="explain")
         return (f"{header}\nproblem: k_grouped M={problem.m} N={problem.n} K={problem.k} (tokens of all groups) "
                 f"num_groups={problem.num_groups}\nchosen: {config.label}, grid {config.grid_size}: the rule of "
                 f"deep_tile.select.k_grouped ({'64x128 with two buffers for M <= 64' if problem.m <= 64 else '128x160'}"
                 f", the fastest or within 2.1% of it on every measured shape; persistent on every SM, the most stages "
                 f"that fit), not the cost model; an FP32 out accumulated in place or without c, with M a multiple "
-                f"of 64, takes the staged epilogue instead (128x128 above 64 rows: D loaded and stored by TMA "
-                f"while the tensor cores work); accumulated in place with M < N and at most "
-                f"{PAIRS_MAX_TOKENS} tokens per group, in 2-CTA pairs sharing B (mcB) where each "
-                f"group has an even number of tiles")
+                f"of 64, takes the staged epilogue instead (above 64 rows: D loaded and stored by TMA while the "
+                f"tensor cores work; in place 128x152, or 128x160 with M < N from {WIDE_MIN_TOKENS} tokens per group, "
+                f"without c 128x128); in place with at most {PAIRS_MAX_TOKENS} tokens per group, in 2-CTA pairs "
+                f"sharing B (mcB) where each group has an even number of tiles")
     return header + "\n" + explain_text(problem, num_sms, max_smem, chip)

@@ -135,7 +135,8 @@ class KernelConfig:
 
     Attributes:
         block_m: tile rows, 64, 128 or 256.
-        block_n: tile columns, one of :data:`deep_tile.kernels.fp8_gemm.LEGAL_BLOCK_N`.
+        block_n: tile columns, one of :data:`deep_tile.kernels.fp8_gemm.LEGAL_BLOCK_N` (with the K-grouped
+            staged epilogue also :data:`deep_tile.kernels.fp8_gemm.STAGED_PLAIN_BLOCK_N`).
         block_k: reduction depth per stage; always 128 (the scale group).
         num_stages: depth of the TMA pipeline, in [2, 16] and within the shared memory.
         num_multicast: CTAs per multicast cluster, 1 or 2 (persistent kernel only).
@@ -197,7 +198,8 @@ class KernelConfig:
             instead of each thread reading C and writing D between two tiles' k-loops. One
             sub-tile per consumer warpgroup; the problem's ``m`` a multiple of 64
             (:func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`: :meth:`for_problem`
-            turns it off otherwise). Default False.
+            turns it off otherwise, and refuses a width only it takes,
+            :data:`deep_tile.kernels.fp8_gemm.STAGED_PLAIN_BLOCK_N`). Default False.
         static_k_blocks: the problem's K blocks (``ceil(k / 128)``) fixed at compile time, or 0
             (default): K a run-time value. The kernel's k-loops then have constant trip counts (the
             consumers' unrolled by :data:`deep_tile.kernels.fp8_gemm.STATIC_K_UNROLL`); it is right
@@ -276,7 +278,7 @@ class KernelConfig:
                                         self.split_k, self.wgmma_n, self.accum_buffers, arch.MAX_SMEM_PER_BLOCK,
                                         self.a_scale_row_major, self.problem_kind,
                                         None if problems_of_output else family.d_staging_bytes(self),
-                                        bool(self.b_scale_1d), family.epilogue_barriers(self))
+                                        bool(self.b_scale_1d), family.epilogue_barriers(self), self.staged_epilogue)
         if not isinstance(self.b_scale_1d, bool):
             raise ValueError(f"KernelConfig: b_scale_1d must be a bool; got {self.b_scale_1d!r}")
         problems += family.b_scale_1d_problems(self.b_scale_1d, self.swap_n, self.problem_kind, self.wgmma_n)
@@ -426,6 +428,11 @@ class KernelConfig:
                              f"{self.static_k_blocks} K blocks of {family.BLOCK_K}; got {problem.kind.value} with K={problem.k}")
         # the staged epilogue only where the problem takes it (its output variant, m % 64)
         if self.staged_epilogue and not family.staged_epilogue_allowed(problem):
+            if self.block_n not in family.LEGAL_BLOCK_N:
+                raise ValueError(f"KernelConfig: a {self.block_m}x{self.block_n} tile runs only with the staged epilogue "
+                                 f"(a k_grouped problem with a float32 out, without c or accumulated in place, m a "
+                                 f"multiple of {family.STAGED_EPILOGUE_ROWS}); got {problem.kind.value} with "
+                                 f"m={problem.m}, out {problem.out_dtype}, c_dtype={problem.c_dtype!r}")
             return dataclasses.replace(self, staged_epilogue=False).for_problem(problem)
         # K-grouped pairs only where each group has an even number of tiles
         if (problem.kind is ProblemKind.K_GROUPED and self.num_multicast == 2

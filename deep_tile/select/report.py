@@ -99,7 +99,7 @@ def _smem_lines(cfg: KernelConfig, max_smem: int) -> list:
         ("B stages", f"{s} x {cfg.block_n * cfg.block_k:,}", parts["b_stages"]),
         ("A-scale stages", f"{s} x {cfg.block_m * 4:,}", parts["a_scale_stages"]),
         (("B-scale slots (2 per stage)" if cfg.b_scale_1d else "B-scale stages"),
-         f"{family.b_scale_slots(s, cfg.b_scale_1d)} x {family.b_scale_pitch(cfg.block_n, cfg.b_scale_1d) * 4:,}",
+         f"{family.b_scale_slots(s, cfg.b_scale_1d, cfg.block_n)} x {family.b_scale_pitch(cfg.block_n, cfg.b_scale_1d) * 4:,}",
          parts["b_scale_stages"]),
         (("barriers (full + empty, staging)" if cfg.staged_epilogue else "barriers (full + empty)"),
          f"{s} x 16" + (f" + {family.epilogue_barriers(cfg)} x 8" if cfg.staged_epilogue else ""), parts["barriers"]),

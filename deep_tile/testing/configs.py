@@ -32,8 +32,10 @@ from deep_tile.select.cost import grid_size
 __all__ = ["parse_config", "format_config", "defines_label"]
 
 
-def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
-    """The :class:`KernelConfig` that ``text`` describes for an ``m x n`` output on ``num_sms`` SMs.
+def parse_config(text: str, m: int, n: int, num_sms: int, **fields_of_kind) -> KernelConfig:
+    """The :class:`KernelConfig` that ``text`` describes for an ``m x n`` output on ``num_sms`` SMs;
+    ``fields_of_kind``: more fields, set when the config is made (e.g. ``problem_kind``,
+    ``staged_epilogue`` and ``num_stages`` for a tile only the K-grouped staged epilogue takes).
 
     Raises:
         ValueError: malformed text, or a configuration the kernel cannot build.
@@ -73,7 +75,8 @@ def parse_config(text: str, m: int, n: int, num_sms: int) -> KernelConfig:
     if stages is None:
         stages = max_stages(block_m, block_n, arch.MAX_SMEM_PER_BLOCK, fields["split_k"])
     grid = grid_size(ceil_div(m, block_m) * ceil_div(n, block_n), num_sms, fields["num_multicast"])
-    return KernelConfig(block_m=block_m, block_n=block_n, num_stages=stages, grid_size=grid, **fields)
+    return KernelConfig(**{"block_m": block_m, "block_n": block_n, "num_stages": stages, "grid_size": grid, **fields,
+                           **fields_of_kind})
 
 
 def format_config(config: KernelConfig) -> str:

@@ -167,7 +167,7 @@ DT_DEVICE void store_tile_swapped_direct(const float (&result)[Cfg::kNumSubtiles
 /// 140 bytes, NVRTC 12.9; ptxas 13 did not).
 /// NOTES: the 128-byte swizzle puts rows r and r ^ 1 on the same two chunks (bank conflicts); odd rows
 /// writing block j ^ 2 removes them, but was slower and unsteady with many small groups, so it is not kept.
-template <class Cfg>
+template <class Cfg, bool kPlain = Cfg::kF32PlainStaging>
 struct F32StagingSlots {
   static constexpr int kAtomBytes = Cfg::kF32AtomCols * 4;  // one row of an atom: the swizzle span
   static constexpr int kChunksPerRow = kAtomBytes / 16;
@@ -191,6 +191,25 @@ struct F32StagingSlots {
   DT_DEVICE u32 at(int h, int j) const {
     return row_addr + in_atom[j % kPeriod] + (8 * h + (j / kPeriod) * 64) * kAtomBytes;
   }
+};
+
+/// The unswizzled staging (Cfg::kF32PlainStaging): one atom of 64 rows at a pitch of kWgmmaN
+/// floats, whose pitch of 8 or 24 words mod 32 puts a half-warp's four rows of 8-byte writes on
+/// 32 distinct banks; the addresses are one register plus immediates.
+template <class Cfg>
+struct F32StagingSlots<Cfg, true> {
+  static constexpr int kPitchBytes = Cfg::kWgmmaN * 4;
+  static_assert(Cfg::kF32AtomCols == Cfg::kWgmmaN && (Cfg::kWgmmaN % 32 == 8 || Cfg::kWgmmaN % 32 == 24),
+                "the unswizzled FP32 staging is one atom, a pitch of 8 or 24 words mod 32");
+
+  u32 base;
+
+  DT_DEVICE F32StagingSlots(const u8* staging, int thread_in_wg) {
+    const int warp_in_wg = thread_in_wg / 32, lane = thread_in_wg % 32;
+    const int row = warp_in_wg * 16 + lane / 4;
+    base = ptx::smem_addr(staging) + static_cast<u32>(row * kPitchBytes + 8 * (lane % 4));
+  }
+  DT_DEVICE u32 at(int h, int j) const { return base + static_cast<u32>(8 * h * kPitchBytes + 32 * j); }
 };
 
 /// Ask L2 for consumer warpgroup wg's first sub-tile (slab 0, part 0) of D in the tile at (m0, n0),

@@ -120,7 +120,13 @@ struct Fp8GemmConfig {
   // operands; the producer loads the stage's kBlockN values by TMA beside a_scale, and each
   // accumulator is promoted with a_scale(row) * b_scale(column) (TileMainloop::finish).
   static constexpr bool kBScale1D = kBScale1D_;
-  static constexpr int kF32AtomCols = Shape::kWgmmaN % 32 == 0 ? 32 : (Shape::kWgmmaN % 16 == 0 ? 16 : 8);
+  // The staged epilogue of a sub-tile whose width is a multiple of 8 but not 16 (24, 40, ..., 152,
+  // 168, 184: tiles of 4 stages beside the 64-row FP32 stagings) stages unswizzled, one atom of the
+  // whole width at a pitch of kWgmmaN floats (F32StagingSlots), where 8-column swizzled atoms would
+  // make 32-byte TMA boxes.
+  static constexpr bool kF32PlainStaging = Out::kStaged && Shape::kWgmmaN % 16 != 0;
+  static constexpr int kF32AtomCols = kF32PlainStaging ? Shape::kWgmmaN
+                                      : Shape::kWgmmaN % 32 == 0 ? 32 : (Shape::kWgmmaN % 16 == 0 ? 16 : 8);
   // The K-grouped kind's FP32 D through a storer (kStagedEpilogue, DT_STAGED_EPILOGUE; without C or
   // accumulated in place, one sub-tile per consumer warpgroup): one thread of the producer
   // warpgroup loads each tile's C (D itself) by TMA into the warpgroup's 64-row FP32 staging
@@ -260,10 +266,10 @@ struct Fp8GemmConfig {
   static constexpr int kEarlyReleaseMaxKBlocks = !kBScale1D_ || Shape::kBlockN > 128 ? kEarlyReleaseNever
                                                  : kKGrouped                   ? 24
                                                                                : kEarlyReleaseAlways;
-  static constexpr int kBScaleSlots = kBScale1D_ ? 2 * kNumStages : kNumStages;
   // The ring is used where a tile may release early (kBScaleRing); the others keep one slot per
-  // stage, the stage's own, as before the ring.
+  // stage, the stage's own, and only those slots in shared memory (deep_tile/kernels/fp8_gemm.py b_scale_ring).
   static constexpr bool kBScaleRing = kEarlyReleaseMaxKBlocks != kEarlyReleaseNever;
+  static constexpr int kBScaleSlots = kBScaleRing ? 2 * kNumStages : kNumStages;
   // Where the promotion gets its k-block's ring slot: from the release state (its phase, one more
   // register live through the k-loop), or, on the tiles with two sub-tiles per warpgroup under
   // multicast, from a copy of the issue state's taken at issue (BScaleColumns::slot).
@@ -306,9 +312,9 @@ struct Fp8GemmConfig {
   static constexpr int kNumAtoms = kBlockN / kAtomCols;
 
   DT_STATIC_ASSERT(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "DT_BLOCK_M must be 64, 128 or 256");
-  DT_STATIC_ASSERT(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
-                   "DT_BLOCK_N must be a multiple of 16 in [16, 256]");
-  DT_STATIC_ASSERT(kBlockN <= 128 || kBlockN - gcd(kBlockN, 128) <= 128,
+  DT_STATIC_ASSERT((kBlockN % 16 == 0 || (kF32PlainStaging && kNumNParts == 1)) && kBlockN >= 16 && kBlockN <= 256,
+                   "DT_BLOCK_N must be a multiple of 16 in [16, 256], or of 8 with DT_STAGED_EPILOGUE and DT_WGMMA_N == DT_BLOCK_N");
+  DT_STATIC_ASSERT(kBlockN <= 128 || kBlockN - gcd(kBlockN, 128) <= 128 || kF32PlainStaging,
                    "DT_BLOCK_N > 128 must be 144, 160, 192 or 256 (a tile spans at most two b_scale blocks)");
   DT_STATIC_ASSERT(kWgmmaN % 8 == 0 && kWgmmaN >= 8 && kBlockN % kWgmmaN == 0 && (kNumNParts == 1 || kWgmmaN % 16 == 0),
                    "DT_WGMMA_N must divide DT_BLOCK_N (a multiple of 8; of 16 when the tile has several column parts)");
