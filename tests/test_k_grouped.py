@@ -24,7 +24,7 @@ from deep_tile.kernels import fp8_gemm as family
 from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.reference import ref_fp8_gemm_1d1d, ref_k_grouped_fp8_gemm_1d1d
 from deep_tile.select import KernelConfig
-from deep_tile.select.k_grouped import SHORT_TILE, STAGED_NO_C_TILE, STAGED_TILE, TILE, select_k_grouped_config
+from deep_tile.select.k_grouped import SHORT_TILE, STAGED_TILE, TILE, select_k_grouped_config
 
 KG = ProblemKind.K_GROUPED
 EDGE_SIZES = [128, 0, 1, 127, 129, 256, 5, 384]
@@ -52,7 +52,7 @@ SHAPES = [(256, 384), (1000, 2112), (520, 1160)]
 """(m, n): whole tiles; a partial last m-block and 2112 = 16.5 x 128 columns; n % 16 == 8."""
 
 # Forced tiles with the staged epilogue (FP32 D without C or in place; one sub-tile per consumer
-# warpgroup): 160 columns (5 atoms), the rule's 128x128 without C (STAGED_NO_C_TILE), 144 columns (atoms of 16
+# warpgroup): 160 columns (5 atoms), 128x128 (the rule's before 128x152), 144 columns (atoms of 16
 # floats), one consumer warpgroup with two buffers, and widths of 8 mod 16 staged unswizzled
 # (152: 4 stages; 56 over one consumer warpgroup).
 STAGED_FAMILIES = [
@@ -352,9 +352,8 @@ def test_the_rule_makes_k_grouped_kernels():
                 # the staged epilogue wherever the problem takes it (FP32 without C or in place, m % 64 == 0)
                 staged = out_dtype == "float32" and c_dtype in (None, "out") and m % 64 == 0
                 assert c.staged_epilogue == staged, c.label
-                # in place 128x152 (its staging unswizzled), without C 128x128, else 128x160 (64x128 at m <= 64)
-                tile = (SHORT_TILE if m <= 64 else STAGED_TILE if staged and c_dtype == "out"
-                        else STAGED_NO_C_TILE if staged else TILE)
+                # staged 128x152 (its staging unswizzled), else 128x160 (64x128 at m <= 64)
+                tile = SHORT_TILE if m <= 64 else STAGED_TILE if staged else TILE
                 assert (c.block_m, c.block_n, c.wgmma_n, c.accum_buffers) == tile, c.label
                 assert family.f32_plain_staging(c) == (tile == STAGED_TILE)
                 assert c.direct_store and family.d_staging_bytes(c) == (64 * 4 * c.wgmma_n * c.num_math_warpgroups

@@ -178,7 +178,7 @@ def explain(m: int, n: int, k: int, num_sms: Optional[int] = None, *, kind="dens
                 f", the fastest or within 2.1% of it on every measured shape; persistent on every SM, the most stages "
                 f"that fit), not the cost model; an FP32 out accumulated in place or without c, with M a multiple "
                 f"of 64, takes the staged epilogue instead (above 64 rows: D loaded and stored by TMA while the "
-                f"tensor cores work; in place 128x152, or 128x160 with M < N from {WIDE_MIN_TOKENS} tokens per group, "
-                f"without c 128x128); in place with at most {PAIRS_MAX_TOKENS} tokens per group, in 2-CTA pairs "
+                f"tensor cores work; 128x152, or in place 128x160 with M < N from {WIDE_MIN_TOKENS} tokens per "
+                f"group); in place with at most {PAIRS_MAX_TOKENS} tokens per group, in 2-CTA pairs "
                 f"sharing B (mcB) where each group has an even number of tiles")
     return header + "\n" + explain_text(problem, num_sms, max_smem, chip)

@@ -3,10 +3,10 @@
 The K-grouped GEMM (:func:`deep_tile.k_grouped_fp8_gemm_1d1d`, MoE weight gradients) computes
 ``num_groups`` outputs of ``m x n``, each over its group's share of the ``k`` tokens. The rule:
 where the problem allows the staged epilogue (an FP32 out without C or accumulated in place, ``m``
-a multiple of 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`), in place a 128x152
-tile of one accumulator buffer (:data:`STAGED_TILE`; in 2-CTA pairs sharing B for groups of few
-tokens, :func:`pairs_pay`), or :data:`TILE` for long groups with ``m < n`` (:func:`wide_staged_pays`), and without
-C a 128x128 tile (:data:`STAGED_NO_C_TILE`); otherwise a 128x160 tile in one WGMMA of 160 columns
+a multiple of 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`), a 128x152 tile of
+one accumulator buffer (:data:`STAGED_TILE`; in place in 2-CTA pairs sharing B for groups of few
+tokens, :func:`pairs_pay`, or :data:`TILE` for long groups with ``m < n``,
+:func:`wide_staged_pays`); otherwise a 128x160 tile in one WGMMA of 160 columns
 and one accumulator buffer (:data:`TILE`), stored from registers; the 64x128 tile with two buffers
 when ``m <= 64`` (:data:`SHORT_TILE`, staged where allowed); each made a K-grouped kernel:
 persistent on every SM (no split-K: the groups already give ``num_groups`` times the tiles), no
@@ -25,12 +25,13 @@ by TMA after it, so D's traffic overlaps the tensor cores' work (include/deep_ti
 store_staged.cuh). In place, the kernel adds a tile of 12 k-blocks or more to D by the TMA unit's
 reduce-add instead (no C loaded).
 
-Why 128x152 in place: of the widths that keep 4 stages beside the two 64-row FP32 stagings, 152 is
-the widest (160 keeps 3); 152 is not a multiple of 16, so its staging is one unswizzled box of the
+Why 128x152: of the widths that keep 4 stages beside the two 64-row FP32 stagings, 152 is the
+widest (160 keeps 3); 152 is not a multiple of 16, so its staging is one unswizzled box of the
 whole width (``kF32PlainStaging``) instead of swizzled atoms. Beside DeepGEMM latest in place, it
 ran faster than the earlier 128x128 (alone or in pairs) at every shape of 2k-4k tokens per group and
 of ~1k tokens, 32 and 64 groups (by 7-14% there), and within 0.7% of it with 8 groups sharing 2048
-tokens. Without C (DeepGEMM has no such kernel) 128x128 stays, not measured against 152.
+tokens. Without C (DeepGEMM has no such kernel) it ran 3-7% faster than 128x128 and 128x160 at 2k,
+1k and 8k tokens per group.
 
 Why 128x160 staged for long groups with ``m < n`` (:func:`wide_staged_pays`): in place with 4 groups
 of ~8k tokens, the 128x160 tile with the staged epilogue (3 stages) ran 0.2-0.9% faster than 128x152
@@ -57,7 +58,7 @@ from deep_tile.gemm.problem import Problem, ProblemKind
 from deep_tile.select.config import RASTER_WIDTH, KernelConfig
 
 __all__ = ["select_k_grouped_config", "most_stages", "pairs_pay", "wide_staged_pays", "TILE", "SHORT_TILE",
-           "STAGED_TILE", "STAGED_NO_C_TILE", "PAIRS_MAX_TOKENS", "WIDE_MIN_TOKENS"]
+           "STAGED_TILE", "PAIRS_MAX_TOKENS", "WIDE_MIN_TOKENS"]
 
 TILE = (128, 160, 160, 1)
 """(block_m, block_n, wgmma_n, accum_buffers) of the rule's tile."""
@@ -66,12 +67,9 @@ SHORT_TILE = (64, 128, 128, 2)
 """The tile for ``m <= 64`` (one consumer warpgroup of 64 rows)."""
 
 STAGED_TILE = (128, 152, 152, 1)
-"""The tile with the staged epilogue accumulated in place (an FP32 D, ``m`` a multiple of 64 and
+"""The tile with the staged epilogue (an FP32 out without C or in place, ``m`` a multiple of 64 and
 above 64: :func:`deep_tile.kernels.fp8_gemm.staged_epilogue_allowed`), its FP32 staging unswizzled
 (:data:`deep_tile.kernels.fp8_gemm.STAGED_PLAIN_BLOCK_N`)."""
-
-STAGED_NO_C_TILE = (128, 128, 128, 1)
-"""The tile with the staged epilogue without C (an FP32 out, ``m`` a multiple of 64 and above 64)."""
 
 
 PAIRS_MAX_TOKENS = 512
@@ -121,13 +119,8 @@ def select_k_grouped_config(problem: Problem, num_sms: int, max_smem: int = arch
     if problem.kind is not ProblemKind.K_GROUPED:
         raise ValueError(f"select_k_grouped_config: needs a k_grouped problem; got {problem.kind.value}")
     staged = family.staged_epilogue_allowed(problem)
-    if problem.m <= 64:
-        tile = SHORT_TILE
-    elif staged and problem.c_dtype != "out":
-        tile = STAGED_NO_C_TILE
-    else:
-        tile = STAGED_TILE if staged and not wide_staged_pays(problem, staged) else TILE
-    block_m, block_n, wgmma_n, accum_buffers = tile
+    block_m, block_n, wgmma_n, accum_buffers = SHORT_TILE if problem.m <= 64 else (
+        STAGED_TILE if staged and not wide_staged_pays(problem, staged) else TILE)
     config = KernelConfig(block_m=block_m, block_n=block_n, wgmma_n=wgmma_n, accum_buffers=accum_buffers,
                           k_unroll=3, num_stages=family.MIN_STAGES, grid_size=num_sms, raster_width=RASTER_WIDTH,
                           problem_kind=ProblemKind.K_GROUPED, b_scale_1d=True, out_dtype=problem.out_dtype,
