@@ -37,7 +37,8 @@ def has_sm90() -> bool:
 def pytest_addoption(parser):
     parser.addoption("--kernel-sweep", action="store_true", default=False,
                      help="tests/test_kernel_build.py: compile every kernel variant the selector can emit "
-                          "(README, 'Full kernel sweep'), not one kernel per code path")
+                          "(README, 'Full kernel sweep'), not one kernel per code path; and run the tests "
+                          "marked nvcc, which the suite skips")
     parser.addoption("--sweep-nvcc", action="store_true", default=False,
                      help="with --kernel-sweep: build every variant with nvcc too, not only the smoke set "
                           "(about twice the time)")
@@ -47,6 +48,10 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs an sm_90 (Hopper) GPU")
     nvcc_path = os.environ.get("DEEP_TILE_NVCC") or shutil.which("nvcc")
     skip_nvcc = pytest.mark.skip(reason="needs nvcc (PATH or DEEP_TILE_NVCC)")
+    # nvcc builds run in the kernel sweep (README, 'Full kernel sweep'): the suite builds with NVRTC only,
+    # its time on 2 cores
+    sweep = config.getoption("--kernel-sweep")
+    skip_nvcc_in_suite = pytest.mark.skip(reason="nvcc builds run in the kernel sweep (--kernel-sweep)")
     gpu_ok = None
     for item in items:
         if "gpu" in item.keywords:
@@ -56,6 +61,8 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not nvcc_path:
             item.add_marker(skip_nvcc)
+        elif "nvcc" in item.keywords and not sweep:
+            item.add_marker(skip_nvcc_in_suite)
 
 
 @pytest.fixture
@@ -107,7 +114,8 @@ def assert_spill_free(log: str, reports: int | None = None) -> None:
 
 def compiler_params() -> list:
     """``pytest.param("nvrtc")`` and ``pytest.param("nvcc")``, each skipped when that compiler is
-    not available here (nvcc also marked ``nvcc``): parametrize compile tests with it."""
+    not available here (nvcc also marked ``nvcc``: it runs in the kernel sweep, not the suite):
+    parametrize compile tests with it."""
     from deep_tile.jit import compiler
 
     available = compiler.available_compilers()

@@ -18,7 +18,7 @@ CI = ROOT / ".ci" / "run"
 MAIN_JOB = ('pip install torch==2.13.0 && pip install -e ".[cu13]" && '
             "python -m deep_tile explain 4096,7168,2048 --num-sms 132")
 TEST_COMMAND = 'pip install -e ".[cu13,test]" && python -m pytest -q -n auto --maxprocesses 8 --dist loadfile tests'
-SWEEP_COMMAND = "python -m pytest -q tests/test_kernel_build.py --kernel-sweep"
+SWEEP_COMMAND = 'python -m pytest -q tests --kernel-sweep -k "test_kernel_build or nvcc"'
 CI_SECTIONS = ("Main job", "Tests", "Full kernel sweep", "CUDA 12 check")
 """The README sections whose one-line command .ci/run runs, in this order."""
 _INSTALLS = re.compile(r"\b(pip3?|conda|mamba|apt|apt-get|uv|brew)\b.*\binstall\b|\bsetup\.py\b")
