@@ -92,6 +92,9 @@ K_GROUPED_CASES = [
     (dict(block_m=128, block_n=152, num_stages=4, staged_epilogue=True), "float32", "inplace", 192, 392,
      [1600, 0, 300, 1537]),
     (dict(block_m=128, block_n=152, num_stages=4, staged_epilogue=True), "float32", "none", 256, 392, [300, 0, 77]),
+    # ... and in pairs sharing B (6 tiles per group; each CTA's half of B is 76 rows, not a whole swizzle atom)
+    (dict(block_m=128, block_n=152, num_stages=4, num_multicast=2, staged_epilogue=True), "float32", "inplace", 192,
+     392, [1600, 0, 300, 1537]),
     # 2-CTA multicast pairs of one group (8 and 6 tiles per group): B shared, staged; A shared, direct
     (dict(block_m=128, block_n=128, num_stages=4, num_multicast=2, staged_epilogue=True), "float32", "inplace",
      192, 392, [1600, 0, 300, 1537]),
