@@ -293,17 +293,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_deep_tile_env")]
 
 
 def pytest_generate_tests(metafunc):
-    """``(name, fam)``: NVRTC (the default compiler) with SMOKE_FAMILIES; with ``--kernel-sweep``,
-    NVRTC with every family and nvcc with SMOKE_FAMILIES, or with every family too under
-    ``--sweep-nvcc``."""
+    """``(name, fam)``: each compiler with SMOKE_FAMILIES (nvcc's skipped outside the sweep,
+    conftest.py); with ``--kernel-sweep``, NVRTC with every family and nvcc with SMOKE_FAMILIES, or
+    with every family too under ``--sweep-nvcc``."""
     if "fam" in metafunc.fixturenames:
         sweep = metafunc.config.getoption("--kernel-sweep")
         sweep_nvcc = sweep and metafunc.config.getoption("--sweep-nvcc")
         pairs = []
-        for compiler_param in COMPILERS:
+        for compiler_param in COMPILERS:  # nvcc's are marked nvcc: the suite skips them (conftest.py)
             name = compiler_param.values[0]
-            if name != "nvrtc" and not sweep:  # the sweep builds nvcc's smoke set (the suite's time, on 2 cores)
-                continue
             families = FAMILIES if sweep and (name == "nvrtc" or sweep_nvcc) else SMOKE_FAMILIES
             pairs += [pytest.param(name, fam, marks=compiler_param.marks, id=f"{name}-{family_id(fam)}")
                       for fam in families]
@@ -359,7 +357,7 @@ def builds(request):
     jobs = {}  # ordered, no repeats: the ptxas and SASS tests of a kernel share its build
     for item in request.session.items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        if params.get("name") not in available:
+        if params.get("name") not in available or item.get_closest_marker("skip"):  # e.g. nvcc outside the sweep
             continue
         if "fam" in params:
             jobs[gemm_job(params["name"], params["fam"])] = None

@@ -399,7 +399,7 @@ def b_scale_ring(block_n: int, b_scale_1d: bool) -> bool:
     return b_scale_1d and block_n <= 128
 
 
-def b_scale_slots(num_stages: int, b_scale_1d: bool, block_n: int = 128) -> int:
+def b_scale_slots(num_stages: int, b_scale_1d: bool, block_n: int) -> int:
     """b_scale slots in shared memory (``kBScaleSlots``): one per stage, or twice the stages where
     they are a ring (:func:`b_scale_ring`)."""
     return 2 * num_stages if b_scale_ring(block_n, b_scale_1d) else num_stages
