@@ -132,7 +132,7 @@ def main(argv=None) -> int:
                   "" if r["deepgemm_rel_diff"] is None else f"{r['deepgemm_rel_diff']:.1e}") for r in rows],
                 aligns=["<"] + [">"] * 9)
     for design in args.designs:
-        print(f"# design {design} (default: pick_design's, {contract.DESIGNS[0]}, or tma_loader_wg at N 128)")
+        print(f"# design {design} (default: pick_design's, {contract.DESIGNS[0]}, or tma_loader_wg at N 128 and long calls)")
         print_table(["shape B:n:H:kv", "us", "default us", "DeepGEMM us", "DG us / its us", "its us / default us",
                      "diff to default"],
                     [(r["shape"], f"{r['designs'][design]['us']:.1f}", f"{r['us']:.1f}",

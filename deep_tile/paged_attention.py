@@ -271,7 +271,7 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     """The indexer's paged logits (module doc): float32 ``[B * next_n, max_context_len]``, a view of
     DeepGEMM's padded buffer. ``design`` picks the CUDA logits kernel's design (one of
     ``deep_tile.kernels.paged_mqa_logits.DESIGNS``; None: ``pick_design``'s, the default ``DESIGNS[0]``
-    or ``tma_loader_wg`` for N 128; the others are kept to time against); the CPU path
+    or ``tma_loader_wg`` for N 128 and long calls; the others are kept to time against); the CPU path
     ignores it.
 
     Raises:
@@ -291,8 +291,9 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     device = q.device
     stream = torch.cuda.current_stream(device).cuda_stream
     num_slots = schedule_meta.shape[0] - 1
-    if design is None:
-        design = contract.pick_design(next_n, heads)
+    if design is None:  # the work bound per slot: every sequence at max_context_len (or the table's blocks)
+        blocks = min(-(-max_context_len // contract.BLOCK_KV), block_table.shape[1])
+        design = contract.pick_design(next_n, heads, batch * blocks // max(num_slots, 1))
     num_blocks = kv_cache.shape[0]
     block_stride = kv_cache.stride(0) if num_blocks > 1 else contract.BLOCK_KV * KV_ROW_BYTES
     if design in contract.TMA_DESIGNS and (block_stride % contract.TMA_ROW_BYTES

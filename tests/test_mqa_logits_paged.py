@@ -496,6 +496,9 @@ def test_contract_geometry():
     for next_n, heads, want in ((2, 64, "tma_loader_wg"), (1, 64, "tma_loader"), (2, 32, "tma_loader"),
                                 (1, 32, "tma_loader")):
         assert contract.pick_design(next_n, heads) == want, (next_n, heads)
+        # ... and tma_loader_wg at every N for a long call (from LONG_BLOCKS_PER_SLOT blocks per slot)
+        assert contract.pick_design(next_n, heads, contract.LONG_BLOCKS_PER_SLOT - 1) == want, (next_n, heads)
+        assert contract.pick_design(next_n, heads, contract.LONG_BLOCKS_PER_SLOT) == "tma_loader_wg", (next_n, heads)
     assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma_loader"
     for design in contract.DESIGNS:
         for next_n in contract.NEXT_N:
