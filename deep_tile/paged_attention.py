@@ -291,9 +291,9 @@ def fp8_paged_mqa_logits(q: torch.Tensor, kv_cache: torch.Tensor, weights: torch
     device = q.device
     stream = torch.cuda.current_stream(device).cuda_stream
     num_slots = schedule_meta.shape[0] - 1
-    if design is None:  # the work bound per slot: every sequence at max_context_len (or the table's blocks)
-        blocks = min(-(-max_context_len // contract.BLOCK_KV), block_table.shape[1])
-        design = contract.pick_design(next_n, heads, batch * blocks // max(num_slots, 1))
+    if design is None:
+        design = contract.pick_design(next_n, heads, contract.blocks_per_slot(batch, max_context_len,
+                                                                             block_table.shape[1], num_slots))
     num_blocks = kv_cache.shape[0]
     block_stride = kv_cache.stride(0) if num_blocks > 1 else contract.BLOCK_KV * KV_ROW_BYTES
     if design in contract.TMA_DESIGNS and (block_stride % contract.TMA_ROW_BYTES

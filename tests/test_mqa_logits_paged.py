@@ -499,6 +499,12 @@ def test_contract_geometry():
         # ... and tma_loader_wg at every N for a long call (from LONG_BLOCKS_PER_SLOT blocks per slot)
         assert contract.pick_design(next_n, heads, contract.LONG_BLOCKS_PER_SLOT - 1) == want, (next_n, heads)
         assert contract.pick_design(next_n, heads, contract.LONG_BLOCKS_PER_SLOT) == "tma_loader_wg", (next_n, heads)
+    # the host's bound of a call's blocks per slot: DeepGEMM's test shapes fall on either side of the threshold
+    assert contract.blocks_per_slot(256, 10650, 10 ** 6, 132) == 256 * 167 // 132 < contract.LONG_BLOCKS_PER_SLOT
+    assert contract.blocks_per_slot(256, 85200, 10 ** 6, 132) >= contract.LONG_BLOCKS_PER_SLOT
+    assert contract.blocks_per_slot(4096, 10650, 10 ** 6, 132) >= contract.LONG_BLOCKS_PER_SLOT
+    assert contract.blocks_per_slot(4096, 10650, 10, 132) == 4096 * 10 // 132  # the table's blocks bound it
+    assert contract.blocks_per_slot(3, 0, 5, 132) == 0 and contract.blocks_per_slot(7, 64, 1, 0) == 7
     assert contract.symbol(1, 32) == "deep_tile_paged_mqa_logits_n1_h32_tma_loader"
     for design in contract.DESIGNS:
         for next_n in contract.NEXT_N:

@@ -26,7 +26,8 @@ __all__ = ["ENTRY", "HEAD_DIM", "HEADS", "NEXT_N", "BLOCK_KV", "SPLIT_KV", "CTAS
            "DESIGNS", "STAGES", "threads",
            "Q_SLOTS", "FALLBACK", "TMA_DESIGNS", "TMA_ROW_BYTES", "SCHEDULE_THREADS", "CLEAN_THREADS", "SCHEDULE_SYMBOL", "CLEAN_SYMBOL",
            "SCHEDULE_ARGUMENT_KINDS", "LOGITS_ARGUMENT_KINDS", "TMA_LOGITS_ARGUMENT_KINDS", "CLEAN_ARGUMENT_KINDS",
-           "symbol", "smem_bytes", "grid", "units", "clean_grid"]
+           "symbol", "smem_bytes", "grid", "units", "clean_grid", "pick_design", "blocks_per_slot",
+           "LONG_BLOCKS_PER_SLOT"]
 
 ENTRY = "paged_mqa_logits"
 """Kernel entry file: ``csrc/entry/<ENTRY>.cu``."""
@@ -80,12 +81,20 @@ faster than ``tma_loader`` at DeepGEMM's long test shapes (about 2,600 and 5,100
 up to 1.6% slower at its short ones (about 320), its one CTA of 640 threads per SM dearer to start."""
 
 
-def pick_design(next_n: int, num_heads: int, blocks_per_slot: int = 0) -> str:
+def blocks_per_slot(batch: int, max_context_len: int, max_blocks: int, num_slots: int) -> int:
+    """The most cache blocks a call gives an SM slot, from what the host knows without reading the
+    lengths: every sequence at ``max_context_len`` rows (or the block table's ``max_blocks``), over
+    ``num_slots`` slots; :func:`pick_design`'s measure of a long call."""
+    blocks = min(-(-max_context_len // BLOCK_KV), max_blocks)
+    return batch * blocks // max(num_slots, 1)
+
+
+def pick_design(next_n: int, num_heads: int, slot_blocks: int = 0) -> str:
     """The design a call runs when it names none: ``tma_loader_wg`` at N = next_n * H = 128 (its weights in
     registers: measured faster than ``tma_loader``'s shared-memory weights on every DeepGEMM test shape at
     two stages, docs/performance.md) and from :data:`LONG_BLOCKS_PER_SLOT` blocks per SM slot
-    (``blocks_per_slot``, the caller's bound), else the default (``DESIGNS[0]``)."""
-    long_call = blocks_per_slot >= LONG_BLOCKS_PER_SLOT
+    (``slot_blocks``: :func:`blocks_per_slot` of the call), else the default (``DESIGNS[0]``)."""
+    long_call = slot_blocks >= LONG_BLOCKS_PER_SLOT
     return "tma_loader_wg" if next_n * num_heads == 128 or long_call else DESIGNS[0]
 
 
