@@ -67,7 +67,7 @@ loader (one thread walks the schedule and issues every TMA; N 128 reads its weig
 memory: 96 registers a thread at four CTAs per SM), each stage freed by an mbarrier as soon as its block's wgmmas completed, each
 block's sequence, kv row and row lengths handed over in shared memory with it, and a sequence's q
 copy waiting for its slot without holding the next blocks' copies back. ``tma_loader_wg``
-(``kPagedTmaLoaderWg``, :func:`pick_design`'s at N 128) is ``tma_loader``'s four CTAs of a slot as one CTA
+(``kPagedTmaLoaderWg``, :func:`pick_design`'s at N 128 and for long calls) is ``tma_loader``'s four CTAs of a slot as one CTA
 of :data:`LOADER_WG_THREADS` (DeepGEMM's shape): four math warpgroups, each with its own rings and
 loader thread (lane 0 of a warp of the fifth, loader warpgroup), the loader warpgroup giving its
 registers to the math warpgroups (setmaxnreg: 32 and 112 a thread), so N 128 keeps its weights in
